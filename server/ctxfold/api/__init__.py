@@ -1,0 +1,1 @@
+"""gRPC transport: proto <-> domain conversion, error mapping, auth, the servicer."""

@@ -1,0 +1,62 @@
+"""Bearer-token authentication. Tokens map to tenants; every query is scoped by the caller's tenant.
+Without a tokens file the server is single-tenant (tenant "default") and asks for no token."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import grpc
+
+from ctxfold.engine.errors import DomainError, Kind
+
+SINGLE_TENANT = "default"
+
+
+def unauthenticated(message: str) -> DomainError:
+    return DomainError(Kind.UNAUTHENTICATED, "UNAUTHENTICATED", message)
+
+
+def load_tokens(path: Path) -> dict[str, str]:
+    """Reads `TOKEN TENANT` lines (blank lines and `#` comments ignored); keys are SHA-256 digests."""
+    tokens: dict[str, str] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise ValueError(f"{path}:{number}: expected 'TOKEN TENANT'")
+        token, tenant = parts
+        if len(token) < 16:
+            raise ValueError(f"{path}:{number}: tokens must be at least 16 characters")
+        tokens[hashlib.sha256(token.encode()).hexdigest()] = tenant
+    if not tokens:
+        raise ValueError(f"{path}: no tokens")
+    return tokens
+
+
+class Authenticator:
+    def __init__(self, tokens: dict[str, str] | None):
+        self._tokens = tokens
+
+    @property
+    def enabled(self) -> bool:
+        return self._tokens is not None
+
+    def tenant(self, context: grpc.aio.ServicerContext[object, object]) -> str:
+        if self._tokens is None:
+            return SINGLE_TENANT
+        header = ""
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization":
+                header = value if isinstance(value, str) else value.decode()
+                break
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise unauthenticated("missing bearer token: send metadata 'authorization: Bearer <token>'")
+        # Looking up the token's digest leaks nothing usable about other tokens through timing.
+        tenant = self._tokens.get(hashlib.sha256(token.strip().encode()).hexdigest())
+        if tenant is None:
+            raise unauthenticated("invalid bearer token")
+        return tenant

@@ -1,0 +1,42 @@
+"""The one mapping from domain errors to gRPC status codes with a google.rpc.ErrorInfo detail."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from ctxfold.engine.errors import DomainError, Kind
+
+DOMAIN = "ctxfold.dev"
+log = logging.getLogger(__name__)
+
+_CODES: Mapping[Kind, grpc.StatusCode] = {
+    Kind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    Kind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Kind.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    Kind.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Kind.ABORTED: grpc.StatusCode.ABORTED,
+    Kind.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    Kind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Kind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Kind.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+
+
+def status_for(error: DomainError) -> grpc.Status:
+    code = _CODES[error.kind]
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=error.metadata)
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message, details=[detail])
+    return rpc_status.to_status(status)
+
+
+def internal_error(exc: BaseException) -> DomainError:
+    log.exception("internal error", exc_info=exc)
+    return DomainError(Kind.INTERNAL, "INTERNAL", "internal error; the server log has the details")

@@ -1,0 +1,83 @@
+"""Server settings. Each option comes, in this order of precedence, from a command-line flag, an
+environment variable CTXFOLD_<NAME>, a TOML file (--config / CTXFOLD_CONFIG), or its default."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def default_data_dir() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(Path(base) / "ctxfold")
+
+
+@dataclass(frozen=True)
+class Settings:
+    listen: str = field(default="127.0.0.1:50051", metadata={"help": "address to listen on (host:port)"})
+    data_dir: str = field(default_factory=default_data_dir, metadata={"help": "where the default SQLite file lives"})
+    database: str = field(
+        default="", metadata={"help": "SQLAlchemy URL (sqlite:///PATH or postgresql://…); default DATA_DIR/ctxfold.db"}
+    )
+    db_pool_size: int = field(default=10, metadata={"help": "database connections per server process"})
+    auth_tokens_file: str = field(default="", metadata={"help": "file of 'TOKEN TENANT' lines; empty = no auth"})
+    tls_cert: str = field(default="", metadata={"help": "PEM server certificate (enables TLS)"})
+    tls_key: str = field(default="", metadata={"help": "PEM server private key"})
+    tls_client_ca: str = field(default="", metadata={"help": "PEM CA bundle; when set, clients must present a cert"})
+    max_receive_message_bytes: int = field(default=64 << 20, metadata={"help": "largest gRPC request accepted"})
+    max_send_message_bytes: int = field(default=64 << 20, metadata={"help": "largest gRPC response sent"})
+    max_message_bytes: int = field(default=4 << 20, metadata={"help": "largest non-tool message (content+reasoning)"})
+    max_tool_result_bytes: int = field(default=32 << 20, metadata={"help": "largest raw tool result"})
+    max_concurrent_rpcs: int = field(default=256, metadata={"help": "RPCs served at once; more are refused"})
+    grace_seconds: float = field(default=30.0, metadata={"help": "time in-flight RPCs get to finish on shutdown"})
+    log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING or ERROR"})
+
+    def database_url(self) -> str:
+        return self.database or f"sqlite:///{Path(self.data_dir) / 'ctxfold.db'}"
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kind = FIELDS[name].type
+    try:
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"setting {name}: {value!r} is not a valid {kind}") from None
+
+
+def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str], config_path: str = "") -> Settings:
+    """`flags` holds only the options given on the command line."""
+    values: dict[str, Any] = {}
+    path = config_path or environ.get("CTXFOLD_CONFIG", "")
+    if path:
+        with open(path, "rb") as f:
+            document = tomllib.load(f)
+        for key, value in document.items():
+            name = key.replace("-", "_")
+            if name not in FIELDS:
+                raise ValueError(f"{path}: unknown setting {key!r}")
+            values[name] = _coerce(name, value)
+    for name in FIELDS:
+        env = environ.get(f"CTXFOLD_{name.upper()}")
+        if env is not None:
+            values[name] = _coerce(name, env)
+    for name, value in flags.items():
+        if value is not None:
+            values[name] = _coerce(name, value)
+    settings = Settings(**values)
+    if bool(settings.tls_cert) != bool(settings.tls_key):
+        raise ValueError("tls_cert and tls_key must be given together")
+    if settings.tls_client_ca and not settings.tls_cert:
+        raise ValueError("tls_client_ca (mutual TLS) needs tls_cert and tls_key")
+    return settings

@@ -1,0 +1,51 @@
+"""Domain errors. Each names what went wrong in a transport-agnostic `Kind` and a stable UPPER_SNAKE
+`reason`; the gRPC layer maps them to a status code and a google.rpc.ErrorInfo in one place."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+
+class Kind(enum.Enum):
+    INVALID_ARGUMENT = "invalid_argument"
+    NOT_FOUND = "not_found"
+    FAILED_PRECONDITION = "failed_precondition"
+    RESOURCE_EXHAUSTED = "resource_exhausted"
+    ABORTED = "aborted"
+    ALREADY_EXISTS = "already_exists"
+    UNAUTHENTICATED = "unauthenticated"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+class DomainError(Exception):
+    """An error a caller can act on: `message` is for people, `reason` and `metadata` for programs."""
+
+    def __init__(self, kind: Kind, reason: str, message: str, metadata: Mapping[str, object] | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.reason = reason
+        self.message = message
+        self.metadata = {k: str(v) for k, v in (metadata or {}).items()}
+
+
+def invalid(reason: str, message: str, **metadata: object) -> DomainError:
+    return DomainError(Kind.INVALID_ARGUMENT, reason, message, metadata)
+
+
+def not_found(reason: str, message: str, **metadata: object) -> DomainError:
+    return DomainError(Kind.NOT_FOUND, reason, message, metadata)
+
+
+def failed_precondition(reason: str, message: str, **metadata: object) -> DomainError:
+    return DomainError(Kind.FAILED_PRECONDITION, reason, message, metadata)
+
+
+def too_large(reason: str, message: str, **metadata: object) -> DomainError:
+    return DomainError(Kind.RESOURCE_EXHAUSTED, reason, message, metadata)
+
+
+def session_not_found(session_id: str) -> DomainError:
+    # Identical for a missing session and another tenant's session: nothing leaks across tenants.
+    return not_found("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)

@@ -1,0 +1,58 @@
+"""Transcript lineage: how a session's messages are found in shared, immutable segments.
+
+A segment holds messages with seq > its `base_seq`; for seq <= base_seq the transcript continues in
+the parent segment. Fork and Rewind never copy messages: they start a new segment whose parent is
+the segment holding the fork or rewind point, so history is shared structurally (O(1) per fork)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Segment:
+    id: str
+    parent_id: str | None
+    base_seq: int
+
+
+@dataclass(frozen=True)
+class SeqRange:
+    """Messages of `segment_id` with lo < seq <= hi."""
+
+    segment_id: str
+    lo: int
+    hi: int
+
+
+def live_ranges(segments: Mapping[str, Segment], head_segment_id: str, head_seq: int) -> list[SeqRange]:
+    """The segment ranges that make up seqs 1..head_seq, newest first."""
+    ranges: list[SeqRange] = []
+    hi = head_seq
+    current: str | None = head_segment_id
+    while current is not None and hi > 0:
+        segment = segments[current]
+        if hi > segment.base_seq:
+            ranges.append(SeqRange(segment.id, segment.base_seq, hi))
+        hi = min(hi, segment.base_seq)
+        current = segment.parent_id
+    return ranges
+
+
+def ranges_within(ranges: list[SeqRange], lo: int, hi: int) -> list[SeqRange]:
+    """The parts of `ranges` that hold seqs in (lo, hi]."""
+    out = []
+    for r in ranges:
+        new_lo, new_hi = max(r.lo, lo), min(r.hi, hi)
+        if new_hi > new_lo:
+            out.append(SeqRange(r.segment_id, new_lo, new_hi))
+    return out
+
+
+def segment_holding(ranges: list[SeqRange], seq: int) -> str | None:
+    """The segment that holds `seq` on the lineage (None for seq 0: the new branch has no parent)."""
+    for r in ranges:
+        if r.lo < seq <= r.hi:
+            return r.segment_id
+    return None

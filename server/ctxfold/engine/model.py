@@ -1,0 +1,227 @@
+"""Domain types of the canonical transcript and the session configuration."""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, replace
+
+from ctxfold.engine.errors import invalid
+
+SAFETY_MARGIN_TOKENS = 256
+
+
+class Role(enum.Enum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message as an agent appends it, before it is bounded and stored."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    reasoning_content: str = ""
+    pinned: bool = False
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A canonical message. `content` is the provider-visible (bounded) text; for a tool result whose
+    raw text was longer, `result_ref` names the stored raw result and `truncated` is set."""
+
+    id: str
+    seq: int
+    role: Role
+    content: str
+    tokens: int
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    reasoning_content: str = ""
+    pinned: bool = False
+    name: str = ""
+    result_ref: str = ""
+    raw_bytes: int = 0
+    truncated: bool = False
+    create_time: float = 0.0
+    abandoned: bool = False
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Per-session settings with their defaults filled in (see `resolve_config`)."""
+
+    context_window: int
+    compact_ratio: float = 0.80
+    tail_ratio: float = 0.16
+    max_output_tokens: int = 0
+    summary_max_tokens: int = 8192
+    tool_content_max_bytes: int = 32768
+    system_prompt: str = ""
+    tools_json: str = ""
+    summarizer: str = "extractive"
+    cache_ttl_seconds: int = 0
+    prompt_cache_key: str = ""
+    model: str = ""
+
+    @property
+    def trigger_tokens(self) -> int:
+        return int(self.compact_ratio * self.context_window)
+
+    @property
+    def hard_limit_tokens(self) -> int:
+        return self.context_window - self.max_output_tokens - SAFETY_MARGIN_TOKENS
+
+
+@dataclass(frozen=True)
+class ConfigInput:
+    """A config as received: zero values mean "default"."""
+
+    context_window: int = 0
+    compact_ratio: float = 0.0
+    tail_ratio: float = 0.0
+    max_output_tokens: int = 0
+    summary_max_tokens: int = 0
+    tool_content_max_bytes: int = 0
+    system_prompt: str = ""
+    tools_json: str = ""
+    summarizer: str = ""
+    cache_ttl_seconds: int = 0
+    prompt_cache_key: str = ""
+    model: str = ""
+
+
+MIN_TOOL_CONTENT_BYTES = 4096
+MAX_TOOL_CONTENT_BYTES = 1 << 20
+MAX_CONTEXT_WINDOW = 100_000_000
+MAX_SYSTEM_PROMPT_BYTES = 1 << 20
+MAX_TOOLS_JSON_BYTES = 1 << 20
+MAX_NAME_CHARS = 128
+
+
+def _default_summary_max(window: int) -> int:
+    return max(256, min(8192, window // 8))
+
+
+def resolve_config(given: ConfigInput, summarizers: frozenset[str]) -> SessionConfig:
+    """Fills defaults and validates; raises INVALID_ARGUMENT (reason INVALID_CONFIG) naming the field."""
+
+    def bad(field_name: str, why: str) -> Exception:
+        return invalid("INVALID_CONFIG", f"config.{field_name}: {why}", field=field_name)
+
+    window = given.context_window
+    if window <= 0:
+        raise bad("context_window", "is required and must be > 0")
+    if window > MAX_CONTEXT_WINDOW:
+        raise bad("context_window", f"must be at most {MAX_CONTEXT_WINDOW}")
+    ratio = given.compact_ratio or 0.80
+    if not 0.30 <= ratio <= 0.95:
+        raise bad("compact_ratio", f"must be within [0.30, 0.95], got {ratio}")
+    tail = given.tail_ratio or 0.16
+    if not 0.0 < tail <= 0.5:
+        raise bad("tail_ratio", f"must be within (0, 0.5], got {tail}")
+    if given.max_output_tokens < 0:
+        raise bad("max_output_tokens", "must be >= 0")
+    summary_max = given.summary_max_tokens or _default_summary_max(window)
+    if summary_max < 0 or given.summary_max_tokens < 0:
+        raise bad("summary_max_tokens", "must be >= 0")
+    tool_max = given.tool_content_max_bytes or 32768
+    if not MIN_TOOL_CONTENT_BYTES <= tool_max <= MAX_TOOL_CONTENT_BYTES:
+        raise bad(
+            "tool_content_max_bytes",
+            f"must be within [{MIN_TOOL_CONTENT_BYTES}, {MAX_TOOL_CONTENT_BYTES}], got {tool_max}",
+        )
+    if given.cache_ttl_seconds < 0:
+        raise bad("cache_ttl_seconds", "must be >= 0")
+    trigger = int(ratio * window)
+    if given.max_output_tokens + 256 >= trigger:
+        raise bad(
+            "max_output_tokens",
+            f"{given.max_output_tokens} output tokens plus the 256-token margin do not fit below the "
+            f"trigger of {trigger} tokens (compact_ratio × context_window)",
+        )
+    if summary_max + given.max_output_tokens + 256 > trigger:
+        raise bad(
+            "summary_max_tokens",
+            f"a {summary_max}-token summary plus {given.max_output_tokens} output tokens and the 256-token "
+            f"margin do not fit below the trigger of {trigger} tokens",
+        )
+    if len(given.system_prompt.encode()) > MAX_SYSTEM_PROMPT_BYTES:
+        raise bad("system_prompt", f"must be at most {MAX_SYSTEM_PROMPT_BYTES} bytes")
+    if given.tools_json:
+        if len(given.tools_json.encode()) > MAX_TOOLS_JSON_BYTES:
+            raise bad("tools_json", f"must be at most {MAX_TOOLS_JSON_BYTES} bytes")
+        try:
+            tools = json.loads(given.tools_json)
+        except ValueError as exc:
+            raise bad("tools_json", f"is not valid JSON ({exc})") from None
+        if not isinstance(tools, list):
+            raise bad("tools_json", "must be a JSON array of tool schemas")
+    summarizer = given.summarizer or "extractive"
+    if summarizer not in summarizers:
+        raise bad("summarizer", f"unknown summarizer {summarizer!r}; configured: {', '.join(sorted(summarizers))}")
+    if len(given.prompt_cache_key) > 256:
+        raise bad("prompt_cache_key", "must be at most 256 characters")
+    if len(given.model) > 256:
+        raise bad("model", "must be at most 256 characters")
+    return SessionConfig(
+        context_window=window,
+        compact_ratio=ratio,
+        tail_ratio=tail,
+        max_output_tokens=given.max_output_tokens,
+        summary_max_tokens=summary_max,
+        tool_content_max_bytes=tool_max,
+        system_prompt=given.system_prompt,
+        tools_json=given.tools_json,
+        summarizer=summarizer,
+        cache_ttl_seconds=given.cache_ttl_seconds,
+        prompt_cache_key=given.prompt_cache_key,
+        model=given.model,
+    )
+
+
+def override_config(base: SessionConfig, overrides: ConfigInput) -> ConfigInput:
+    """A fork's config: the source's values, replaced by every non-zero override."""
+    merged = ConfigInput(
+        context_window=base.context_window,
+        compact_ratio=base.compact_ratio,
+        tail_ratio=base.tail_ratio,
+        max_output_tokens=base.max_output_tokens,
+        summary_max_tokens=base.summary_max_tokens,
+        tool_content_max_bytes=base.tool_content_max_bytes,
+        system_prompt=base.system_prompt,
+        tools_json=base.tools_json,
+        summarizer=base.summarizer,
+        cache_ttl_seconds=base.cache_ttl_seconds,
+        prompt_cache_key=base.prompt_cache_key,
+        model=base.model,
+    )
+    changes = {
+        name: getattr(overrides, name)
+        for name in ConfigInput.__dataclass_fields__
+        if getattr(overrides, name)
+    }
+    return replace(merged, **changes)  # type: ignore[arg-type]
+
+
+def config_to_json(config: SessionConfig) -> str:
+    return json.dumps(config.__dict__, sort_keys=True)
+
+
+def config_from_json(text: str) -> SessionConfig:
+    data = json.loads(text)
+    known = {k: v for k, v in data.items() if k in SessionConfig.__dataclass_fields__}
+    return SessionConfig(**known)

@@ -1,0 +1,127 @@
+"""Bounded tool results (SPEC invariant 7) and byte-offset paging of raw results.
+
+At append, a tool result above the session's byte bound keeps a head and a tail, cut on UTF-8
+character boundaries, around a marker that names the stored raw result. Results that end in an
+error keep more tail, because that is where the error is."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from ctxfold.engine.errors import invalid
+
+DEFAULT_PAGE_BYTES = 16384
+MAX_PAGE_BYTES = 24576
+MIN_PAGE_BYTES = 4  # one UTF-8 character always fits
+
+_ERROR_TAIL = re.compile(
+    r"(?i)(traceback|exception|error|fail(ed|ure)?|fatal|panic|exit (code|status) [1-9])"
+)
+_ERROR_TAIL_WINDOW = 2048
+
+
+@dataclass(frozen=True)
+class BoundedContent:
+    content: str
+    truncated: bool
+    raw_bytes: int
+    kept_bytes: int
+
+
+def _is_continuation(byte: int) -> bool:
+    return byte & 0xC0 == 0x80
+
+
+def _snap_back(data: bytes, index: int) -> int:
+    """The largest character boundary <= index."""
+    while 0 < index < len(data) and _is_continuation(data[index]):
+        index -= 1
+    return index
+
+
+def _snap_forward(data: bytes, index: int) -> int:
+    """The smallest character boundary >= index."""
+    while index < len(data) and _is_continuation(data[index]):
+        index += 1
+    return index
+
+
+def ends_in_error(text: str) -> bool:
+    return _ERROR_TAIL.search(text[-_ERROR_TAIL_WINDOW:]) is not None
+
+
+def marker(result_ref: str, original_bytes: int, kept_bytes: int, omitted_from: int, omitted_to: int) -> str:
+    return (
+        f"\n\n[ctxfold: tool result truncated: result_ref={result_ref} original_bytes={original_bytes} "
+        f"kept_bytes={kept_bytes}; bytes {omitted_from}..{omitted_to} omitted. Read the full result with "
+        f'ReadToolResult(result_ref="{result_ref}", offset={omitted_from}), 16 KiB per page.]\n\n'
+    )
+
+
+def bound_tool_content(text: str, max_bytes: int, result_ref: str) -> BoundedContent:
+    """Cuts `text` to at most `max_bytes` UTF-8 bytes (marker included) when it is longer."""
+    data = text.encode()
+    total = len(data)
+    if total <= max_bytes:
+        return BoundedContent(text, truncated=False, raw_bytes=total, kept_bytes=total)
+    # The marker's length depends on the numbers in it; size it with the widest numbers possible.
+    widest = marker(result_ref, total, total, total, total)
+    budget = max_bytes - len(widest.encode())
+    tail_share = 0.7 if ends_in_error(text) else 0.3
+    tail_len = int(budget * tail_share)
+    head_end = _snap_back(data, budget - tail_len)
+    tail_start = _snap_forward(data, total - tail_len)
+    kept = head_end + (total - tail_start)
+    note = marker(result_ref, total, kept, head_end, tail_start)
+    content = data[:head_end].decode() + note + data[tail_start:].decode()
+    return BoundedContent(content, truncated=True, raw_bytes=total, kept_bytes=kept)
+
+
+@dataclass(frozen=True)
+class Page:
+    data: str
+    offset: int
+    next_offset: int
+    total_bytes: int
+    complete: bool
+
+
+def read_page(raw: bytes, offset: int, limit: int) -> Page:
+    """One page of `raw` from byte `offset`, at most `limit` bytes, ending on a character boundary."""
+    total = len(raw)
+    limit = limit or DEFAULT_PAGE_BYTES
+    if not MIN_PAGE_BYTES <= limit <= MAX_PAGE_BYTES:
+        raise invalid(
+            "LIMIT_OUT_OF_RANGE",
+            f"limit must be within [{MIN_PAGE_BYTES}, {MAX_PAGE_BYTES}] bytes (0 = {DEFAULT_PAGE_BYTES}), got {limit}",
+            limit=limit,
+        )
+    if offset < 0 or offset > total:
+        raise invalid(
+            "OFFSET_OUT_OF_RANGE",
+            f"offset {offset} is outside the result (0..{total} bytes)",
+            offset=offset,
+            total_bytes=total,
+        )
+    if offset < total and _is_continuation(raw[offset]):
+        previous = _snap_back(raw, offset)
+        raise invalid(
+            "OFFSET_NOT_CHAR_BOUNDARY",
+            f"offset {offset} is inside a UTF-8 character; the character starts at byte {previous}",
+            offset=offset,
+            char_start=previous,
+        )
+    end = _snap_back(raw, min(offset + limit, total))
+    return Page(
+        data=raw[offset:end].decode(),
+        offset=offset,
+        next_offset=end,
+        total_bytes=total,
+        complete=end == total,
+    )
+
+
+def sha256_hex(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()

@@ -1,0 +1,129 @@
+"""Rules for appending to the canonical transcript: what a well-formed message is, and which tool
+calls are still waiting for results (a tool result must answer one of them; no other message may be
+appended while they wait, so a view can never hold a call without its result or the reverse)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ctxfold.engine.errors import failed_precondition, invalid, too_large
+from ctxfold.engine.model import MAX_NAME_CHARS, NewMessage, Role, StoredMessage
+
+MAX_MESSAGES_PER_APPEND = 1000
+MAX_TOOL_CALLS_PER_MESSAGE = 256
+MAX_ID_CHARS = 256
+
+
+@dataclass(frozen=True)
+class AppendLimits:
+    max_message_bytes: int  # non-tool content, reasoning and arguments of one message
+    max_tool_result_bytes: int  # the raw result of one tool message
+
+
+def validate_new_messages(messages: Sequence[NewMessage], limits: AppendLimits) -> None:
+    if len(messages) > MAX_MESSAGES_PER_APPEND:
+        raise too_large(
+            "TOO_MANY_MESSAGES",
+            f"{len(messages)} messages in one append; at most {MAX_MESSAGES_PER_APPEND} are accepted",
+        )
+    for index, message in enumerate(messages):
+        _validate_message(index, message, limits)
+
+
+def _validate_message(index: int, message: NewMessage, limits: AppendLimits) -> None:
+    where = f"messages[{index}]"
+    content_bytes = len(message.content.encode())
+    if message.role is Role.TOOL:
+        if not message.tool_call_id:
+            raise invalid("INVALID_MESSAGE", f"{where}: a tool result needs tool_call_id", index=index)
+        if content_bytes > limits.max_tool_result_bytes:
+            raise too_large(
+                "MESSAGE_TOO_LARGE",
+                f"{where}: tool result of {content_bytes} bytes exceeds the server limit of "
+                f"{limits.max_tool_result_bytes} bytes",
+                index=index,
+                bytes=content_bytes,
+            )
+        if message.tool_calls:
+            raise invalid("INVALID_MESSAGE", f"{where}: a tool result cannot carry tool_calls", index=index)
+    else:
+        if message.tool_call_id:
+            raise invalid("INVALID_MESSAGE", f"{where}: only tool results carry tool_call_id", index=index)
+        size = content_bytes + len(message.reasoning_content.encode())
+        size += sum(len(c.arguments.encode()) for c in message.tool_calls)
+        if size > limits.max_message_bytes:
+            raise too_large(
+                "MESSAGE_TOO_LARGE",
+                f"{where}: message of {size} bytes exceeds the server limit of {limits.max_message_bytes} bytes",
+                index=index,
+                bytes=size,
+            )
+    if message.tool_calls and message.role is not Role.ASSISTANT:
+        raise invalid("INVALID_MESSAGE", f"{where}: only assistant messages carry tool_calls", index=index)
+    if len(message.tool_calls) > MAX_TOOL_CALLS_PER_MESSAGE:
+        raise too_large("MESSAGE_TOO_LARGE", f"{where}: more than {MAX_TOOL_CALLS_PER_MESSAGE} tool calls")
+    seen: set[str] = set()
+    for call in message.tool_calls:
+        if not call.id or not call.name:
+            raise invalid("INVALID_MESSAGE", f"{where}: every tool call needs an id and a name", index=index)
+        if call.id in seen:
+            raise invalid("INVALID_MESSAGE", f"{where}: tool call id {call.id!r} repeats", index=index)
+        if len(call.id) > MAX_ID_CHARS or len(call.name) > MAX_ID_CHARS:
+            raise invalid("INVALID_MESSAGE", f"{where}: tool call id or name too long", index=index)
+        seen.add(call.id)
+    if len(message.tool_call_id) > MAX_ID_CHARS:
+        raise invalid("INVALID_MESSAGE", f"{where}: tool_call_id too long", index=index)
+    if len(message.name) > MAX_NAME_CHARS:
+        raise invalid("INVALID_MESSAGE", f"{where}: name longer than {MAX_NAME_CHARS} characters", index=index)
+    if (
+        message.role is not Role.TOOL
+        and not message.content
+        and not message.tool_calls
+        and not message.reasoning_content
+    ):
+        raise invalid("INVALID_MESSAGE", f"{where}: message has no content", index=index)
+
+
+def advance_open_calls(open_calls: tuple[str, ...], messages: Sequence[NewMessage]) -> tuple[str, ...]:
+    """The tool calls still awaiting results after appending `messages`, or FAILED_PRECONDITION when a
+    result answers no waiting call or a message other than a result arrives while calls wait."""
+    waiting = list(open_calls)
+    for index, message in enumerate(messages):
+        if message.role is Role.TOOL:
+            if message.tool_call_id not in waiting:
+                raise failed_precondition(
+                    "TOOL_CALL_NOT_OPEN",
+                    f"messages[{index}]: tool result for {message.tool_call_id!r} answers no tool call that "
+                    f"is waiting for a result (waiting: {', '.join(waiting) or 'none'})",
+                    index=index,
+                    tool_call_id=message.tool_call_id,
+                )
+            waiting.remove(message.tool_call_id)
+            continue
+        if waiting:
+            raise failed_precondition(
+                "TOOL_RESULTS_PENDING",
+                f"messages[{index}]: tool calls {', '.join(waiting)} are waiting for results; append their "
+                "tool results first",
+                index=index,
+                waiting=",".join(waiting),
+            )
+        if message.role is Role.ASSISTANT:
+            waiting = [call.id for call in message.tool_calls]
+    return tuple(waiting)
+
+
+def open_calls_at_end(messages: Sequence[StoredMessage]) -> tuple[str, ...]:
+    """Calls still waiting at the end of a stored transcript suffix that starts at or before the last
+    assistant message (used after Rewind and Fork move the head)."""
+    waiting: list[str] = []
+    for message in messages:
+        if message.role is Role.ASSISTANT:
+            waiting = [call.id for call in message.tool_calls]
+        elif message.role is Role.TOOL:
+            if message.tool_call_id in waiting:
+                waiting.remove(message.tool_call_id)
+        else:
+            waiting = []
+    return tuple(waiting)

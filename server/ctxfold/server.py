@@ -1,0 +1,132 @@
+"""Assembles the service (store, use cases, servicer, health, reflection) and runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ctxfold.api.auth import Authenticator, load_tokens
+from ctxfold.api.servicer import ContextServicer
+from ctxfold.config import Settings
+from ctxfold.engine.transcript import AppendLimits
+from ctxfold.service.sessions import Sessions
+from ctxfold.service.tool_results import ToolResults
+from ctxfold.service.transcript import Transcript
+from ctxfold.store.database import create_engine, migrate
+from ctxfold.store.repository import Store
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+
+log = logging.getLogger("ctxfold")
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
+SUMMARIZERS = frozenset({"extractive"})
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    store: Store
+    port: int
+    settings: Settings
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Health turns NOT_SERVING first so balancers drain; in-flight RPCs get `grace` seconds."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(self.settings.grace_seconds if grace is None else grace)
+        await self.store.engine.dispose()
+
+
+def _listens_beyond_loopback(listen: str) -> bool:
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host in ("localhost", ""):
+        return host == ""
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
+
+
+def _credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    if not settings.tls_cert:
+        return None
+    client_ca = Path(settings.tls_client_ca).read_bytes() if settings.tls_client_ca else None
+    return grpc.ssl_server_credentials(
+        [(Path(settings.tls_key).read_bytes(), Path(settings.tls_cert).read_bytes())],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
+
+
+async def start(settings: Settings) -> RunningServer:
+    tokens = load_tokens(Path(settings.auth_tokens_file)) if settings.auth_tokens_file else None
+    if tokens is None and _listens_beyond_loopback(settings.listen):
+        log.warning(
+            "listening on %s without authentication: every caller shares one tenant; "
+            "set auth_tokens_file to require bearer tokens",
+            settings.listen,
+        )
+    engine = create_engine(settings.database_url(), pool_size=settings.db_pool_size)
+    await migrate(engine)
+    store = Store(engine)
+    limits = AppendLimits(
+        max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
+    )
+    servicer = ContextServicer(
+        auth=Authenticator(tokens),
+        sessions=Sessions(store, SUMMARIZERS),
+        transcript=Transcript(store, limits),
+        tool_results=ToolResults(store),
+    )
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
+            ("grpc.max_send_message_length", settings.max_send_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ],
+        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+    )
+    pb_grpc.add_ContextServiceServicer_to_server(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+    credentials = _credentials(settings)
+    if credentials is None:
+        port = server.add_insecure_port(settings.listen)
+    else:
+        port = server.add_secure_port(settings.listen, credentials)
+    if port == 0:
+        raise OSError(f"could not listen on {settings.listen}")
+    await server.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    log.info(
+        "ctxfold serving on port %d (%s, %s, store %s)",
+        port,
+        "TLS" if credentials else "plaintext",
+        "bearer tokens" if tokens else "single tenant",
+        engine.url.render_as_string(hide_password=True),
+    )
+    return RunningServer(server, health_servicer, store, port, settings)
+
+
+async def serve(settings: Settings) -> None:
+    running = await start(settings)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+    log.info("shutting down: draining for up to %.0fs", settings.grace_seconds)
+    await running.stop()
+    log.info("stopped")

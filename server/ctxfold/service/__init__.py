@@ -1,0 +1,1 @@
+"""Use cases joining store, engine, summarizers and telemetry; transport-agnostic."""

@@ -1,0 +1,60 @@
+"""Session use cases: create, read, list, delete."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ctxfold.engine import estimator
+from ctxfold.engine.model import ConfigInput, SessionConfig, config_from_json, config_to_json, resolve_config
+from ctxfold.service.paging import decode_token, encode_token, page_size
+from ctxfold.store.repository import SessionRecord, Store, new_id
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    record: SessionRecord
+    config: SessionConfig
+
+
+def session_info(record: SessionRecord) -> SessionInfo:
+    return SessionInfo(record, config_from_json(record.config_json))
+
+
+class Sessions:
+    def __init__(self, store: Store, summarizer_names: frozenset[str]):
+        self.store = store
+        self.summarizer_names = summarizer_names
+
+    def resolve(self, given: ConfigInput, session_id: str) -> SessionConfig:
+        config = resolve_config(given, self.summarizer_names)
+        if not config.prompt_cache_key:
+            # Stable for the session's life, so every request of it lands on the same provider cache.
+            config = replace(config, prompt_cache_key=f"ctxfold-{session_id}")
+        return config
+
+    async def create(self, tenant: str, given: ConfigInput) -> SessionInfo:
+        session_id = new_id("s")
+        config = self.resolve(given, session_id)
+        record = await self.store.create_session(
+            tenant,
+            config_to_json(config),
+            estimator.count_text(config.tools_json),
+            session_id=session_id,
+        )
+        return SessionInfo(record, config)
+
+    async def get(self, tenant: str, session_id: str) -> SessionInfo:
+        return session_info(await self.store.get_session(tenant, session_id))
+
+    async def list(self, tenant: str, requested_size: int, token: str) -> tuple[list[SessionInfo], str]:
+        size = page_size(requested_size)
+        position = decode_token(f"sessions:{tenant}", token)
+        after = (float(position[0]), str(position[1])) if position else None
+        records, more = await self.store.list_sessions(tenant, size, after)
+        next_token = (
+            encode_token(f"sessions:{tenant}", [records[-1].create_time, records[-1].id]) if more and records else ""
+        )
+        return [session_info(r) for r in records], next_token
+
+    async def delete(self, tenant: str, session_id: str) -> None:
+        await self.store.delete_session(tenant, session_id)

@@ -1,0 +1,98 @@
+"""The canonical transcript: append (atomic, idempotent with a request id) and list."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy.exc import IntegrityError
+
+from ctxfold.engine import estimator
+from ctxfold.engine.errors import DomainError, Kind, invalid
+from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, config_from_json
+from ctxfold.engine.tool_results import bound_tool_content
+from ctxfold.engine.transcript import AppendLimits, advance_open_calls, validate_new_messages
+from ctxfold.service.paging import decode_token, encode_token, page_size
+from ctxfold.store.repository import MessageRow, SessionRecord, StaleSession, Store, new_id
+
+MAX_REQUEST_ID_CHARS = 128
+# Concurrent appends to one session retry their compare-and-swap this many times.
+APPEND_ATTEMPTS = 20
+
+
+def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[MessageRow]:
+    """Bounds tool results and counts tokens once; the counts are stored and never recomputed."""
+    rows = []
+    for message in messages:
+        result_ref, raw, raw_bytes, truncated, content = "", None, 0, False, message.content
+        if message.role is Role.TOOL:
+            result_ref = new_id("tr")
+            bounded = bound_tool_content(message.content, config.tool_content_max_bytes, result_ref)
+            content, raw_bytes, truncated = bounded.content, bounded.raw_bytes, bounded.truncated
+            raw = message.content.encode() if truncated else None
+        rows.append(
+            MessageRow(
+                id=new_id("m"),
+                role=message.role,
+                content=content,
+                tokens=estimator.message_tokens(content, message.tool_calls, message.reasoning_content, message.name),
+                tool_calls=message.tool_calls,
+                tool_call_id=message.tool_call_id,
+                reasoning_content=message.reasoning_content,
+                name=message.name,
+                pinned=message.pinned,
+                result_ref=result_ref,
+                raw=raw,
+                raw_bytes=raw_bytes,
+                truncated=truncated,
+            )
+        )
+    return rows
+
+
+class Transcript:
+    def __init__(self, store: Store, limits: AppendLimits):
+        self.store = store
+        self.limits = limits
+
+    async def append(
+        self, tenant: str, session_id: str, messages: Sequence[NewMessage], request_id: str = ""
+    ) -> tuple[list[StoredMessage], SessionRecord]:
+        """Appends all of `messages` or none; returns them stored and the session after the append."""
+        if len(request_id) > MAX_REQUEST_ID_CHARS:
+            raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
+        validate_new_messages(messages, self.limits)
+        session = await self.store.get_session(tenant, session_id)
+        rows = message_rows(messages, config_from_json(session.config_json))
+        for _ in range(APPEND_ATTEMPTS):
+            if request_id:
+                previous = await self.store.find_append_request(session, request_id)
+                if previous is not None:
+                    return previous, session
+            open_calls = advance_open_calls(session.open_tool_calls, messages)
+            try:
+                stored = await self.store.append_messages(session, rows, open_calls, request_id)
+                return stored, await self.store.get_session(tenant, session_id)
+            except StaleSession:
+                pass
+            except IntegrityError:
+                if not request_id:
+                    raise
+                # A concurrent retry with the same request id won the race; answer with its messages.
+            session = await self.store.get_session(tenant, session_id)
+        raise DomainError(
+            Kind.ABORTED,
+            "CONCURRENT_MODIFICATION",
+            f"session {session_id!r} kept changing during the append; retry",
+            {"session_id": session_id},
+        )
+
+    async def list(
+        self, tenant: str, session_id: str, requested_size: int, token: str, include_abandoned: bool
+    ) -> tuple[list[StoredMessage], str]:
+        size = page_size(requested_size)
+        scope = f"messages:{session_id}:{int(include_abandoned)}"
+        position = decode_token(scope, token)
+        after = (int(position[0]), int(position[1]), str(position[2])) if position else None
+        session = await self.store.get_session(tenant, session_id)
+        messages, cursor = await self.store.list_messages(session, size, after, include_abandoned)
+        return messages, encode_token(scope, list(cursor)) if cursor else ""

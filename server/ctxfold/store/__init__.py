@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy Core tables, the repository and Alembic migrations."""

@@ -1,0 +1,481 @@
+"""The repository: every query ctxfold makes, scoped by tenant. Writers compare-and-swap on
+`sessions.version`, so concurrent appends and replicas sharing one database never lose a write."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import zstandard
+from sqlalchemy import ColumnElement, and_, delete, false, func, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ctxfold.engine.errors import DomainError, Kind, not_found, session_not_found
+from ctxfold.engine.lineage import Segment, SeqRange, live_ranges
+from ctxfold.engine.model import Role, StoredMessage, ToolCall
+from ctxfold.store import schema
+from ctxfold.store.database import WRITE_OPTION
+
+_zstd_compressor = zstandard.ZstdCompressor(level=3)
+_zstd_decompressor = zstandard.ZstdDecompressor()
+# Raw results below this size are stored uncompressed; compression costs more than it saves.
+_COMPRESS_MIN_BYTES = 1024
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    id: str
+    tenant: str
+    config_json: str
+    tools_tokens: int
+    segment_id: str
+    head_seq: int
+    checkpoint_id: str | None
+    open_tool_calls: tuple[str, ...]
+    version: int
+    forked_from_session_id: str | None
+    forked_at_seq: int
+    create_time: float
+    update_time: float
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """A message ready to insert: ids, bounded content and token count already computed."""
+
+    id: str
+    role: Role
+    content: str
+    tokens: int
+    tool_calls: tuple[ToolCall, ...]
+    tool_call_id: str
+    reasoning_content: str
+    name: str
+    pinned: bool
+    result_ref: str
+    raw: bytes | None  # the raw tool result when `content` is a bounded cut of it
+    raw_bytes: int
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class RawResult:
+    ref: str
+    data: bytes
+    sha256: str
+
+
+class StaleSession(Exception):
+    """The session changed between read and write; the caller re-reads and retries."""
+
+
+def _session_record(row: object) -> SessionRecord:
+    m = row._mapping  # type: ignore[attr-defined]
+    return SessionRecord(
+        id=m["id"],
+        tenant=m["tenant"],
+        config_json=m["config_json"],
+        tools_tokens=m["tools_tokens"],
+        segment_id=m["segment_id"],
+        head_seq=m["head_seq"],
+        checkpoint_id=m["checkpoint_id"],
+        open_tool_calls=tuple(json.loads(m["open_tool_calls"])),
+        version=m["version"],
+        forked_from_session_id=m["forked_from_session_id"],
+        forked_at_seq=m["forked_at_seq"],
+        create_time=m["create_time"],
+        update_time=m["update_time"],
+    )
+
+
+def _stored_message(row: object, abandoned: bool = False) -> StoredMessage:
+    m = row._mapping  # type: ignore[attr-defined]
+    calls = tuple(ToolCall(**c) for c in json.loads(m["tool_calls_json"])) if m["tool_calls_json"] else ()
+    return StoredMessage(
+        id=m["id"],
+        seq=m["seq"],
+        role=Role(m["role"]),
+        content=m["content"],
+        tokens=m["tokens"],
+        tool_calls=calls,
+        tool_call_id=m["tool_call_id"] or "",
+        reasoning_content=m["reasoning_content"],
+        pinned=m["pinned"],
+        name=m["name"],
+        result_ref=m["result_ref"] or "",
+        raw_bytes=m["raw_bytes"],
+        truncated=m["truncated"],
+        create_time=m["create_time"],
+        abandoned=abandoned,
+    )
+
+
+def _in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
+    m = schema.messages.c
+    if not ranges:
+        return false()
+    return or_(*(and_(m.segment_id == r.segment_id, m.seq > r.lo, m.seq <= r.hi) for r in ranges))
+
+
+class Store:
+    def __init__(self, engine: AsyncEngine):
+        self.engine = engine
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            conn = await conn.execution_options(**{WRITE_OPTION: True})
+            async with conn.begin():
+                yield conn
+
+    # ---- sessions -------------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        tenant: str,
+        config_json: str,
+        tools_tokens: int,
+        *,
+        parent_segment_id: str | None = None,
+        base_seq: int = 0,
+        checkpoint_id: str | None = None,
+        open_tool_calls: tuple[str, ...] = (),
+        forked_from_session_id: str | None = None,
+        session_id: str | None = None,
+    ) -> SessionRecord:
+        now = time.time()
+        session_id = session_id or new_id("s")
+        segment_id = new_id("g")
+        async with self._write() as conn:
+            await conn.execute(
+                insert(schema.segments).values(
+                    id=segment_id,
+                    tenant=tenant,
+                    parent_id=parent_segment_id,
+                    base_seq=base_seq,
+                    owner_session_id=session_id,
+                    create_time=now,
+                )
+            )
+            await conn.execute(
+                insert(schema.sessions).values(
+                    id=session_id,
+                    tenant=tenant,
+                    config_json=config_json,
+                    tools_tokens=tools_tokens,
+                    segment_id=segment_id,
+                    head_seq=base_seq,
+                    checkpoint_id=checkpoint_id,
+                    open_tool_calls=json.dumps(list(open_tool_calls)),
+                    version=1,
+                    forked_from_session_id=forked_from_session_id,
+                    forked_at_seq=base_seq if forked_from_session_id else 0,
+                    create_time=now,
+                    update_time=now,
+                )
+            )
+        return await self.get_session(tenant, session_id)
+
+    async def get_session(self, tenant: str, session_id: str) -> SessionRecord:
+        async with self._read() as conn:
+            return await self._get_session(conn, tenant, session_id)
+
+    async def _get_session(self, conn: AsyncConnection, tenant: str, session_id: str) -> SessionRecord:
+        s = schema.sessions.c
+        row = (
+            await conn.execute(select(schema.sessions).where(s.id == session_id, s.tenant == tenant))
+        ).first()
+        if row is None:
+            raise session_not_found(session_id)
+        return _session_record(row)
+
+    async def list_sessions(
+        self, tenant: str, limit: int, after: tuple[float, str] | None
+    ) -> tuple[list[SessionRecord], bool]:
+        """Newest first; `after` is the (create_time, id) of the last session of the previous page."""
+        s = schema.sessions.c
+        query = select(schema.sessions).where(s.tenant == tenant)
+        if after is not None:
+            query = query.where(or_(s.create_time < after[0], and_(s.create_time == after[0], s.id < after[1])))
+        query = query.order_by(s.create_time.desc(), s.id.desc()).limit(limit + 1)
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        records = [_session_record(r) for r in rows[:limit]]
+        return records, len(rows) > limit
+
+    async def delete_session(self, tenant: str, session_id: str) -> None:
+        s = schema.sessions.c
+        async with self._write() as conn:
+            result = await conn.execute(
+                delete(schema.sessions).where(s.id == session_id, s.tenant == tenant)
+            )
+            if result.rowcount == 0:
+                raise session_not_found(session_id)
+            await self._collect_garbage(conn, tenant)
+
+    async def _collect_garbage(self, conn: AsyncConnection, tenant: str) -> None:
+        """Deletes checkpoints and segments that no session can reach any more (forks share them)."""
+        cp, seg, s = schema.checkpoints.c, schema.segments.c, schema.sessions.c
+        while True:
+            child = schema.checkpoints.alias("child")
+            orphans = select(cp.id).where(
+                cp.tenant == tenant,
+                ~select(s.id).where(s.checkpoint_id == cp.id).exists(),
+                ~select(child.c.id).where(child.c.parent_id == cp.id).exists(),
+            )
+            ids = (await conn.execute(orphans)).scalars().all()
+            if not ids:
+                break
+            await conn.execute(delete(schema.checkpoints).where(cp.id.in_(ids)))
+        while True:
+            child_seg = schema.segments.alias("child")
+            orphans = select(seg.id).where(
+                seg.tenant == tenant,
+                ~select(s.id).where(s.segment_id == seg.id).exists(),
+                ~select(child_seg.c.id).where(child_seg.c.parent_id == seg.id).exists(),
+            )
+            ids = (await conn.execute(orphans)).scalars().all()
+            if not ids:
+                break
+            # Messages and raw results go with their segment (ON DELETE CASCADE, stated for clarity).
+            await conn.execute(delete(schema.tool_results).where(schema.tool_results.c.segment_id.in_(ids)))
+            await conn.execute(delete(schema.messages).where(schema.messages.c.segment_id.in_(ids)))
+            await conn.execute(delete(schema.segments).where(seg.id.in_(ids)))
+
+    # ---- lineage --------------------------------------------------------------------------------
+
+    async def _segments(self, conn: AsyncConnection, head_segment_id: str) -> dict[str, Segment]:
+        """The head segment and all its ancestors, in one recursive query."""
+        seg = schema.segments.c
+        chain = (
+            select(seg.id, seg.parent_id, seg.base_seq)
+            .where(seg.id == head_segment_id)
+            .cte("chain", recursive=True)
+        )
+        parent = schema.segments.alias("parent")
+        chain = chain.union_all(
+            select(parent.c.id, parent.c.parent_id, parent.c.base_seq).where(parent.c.id == chain.c.parent_id)
+        )
+        rows = (await conn.execute(select(chain))).all()
+        return {r.id: Segment(r.id, r.parent_id, r.base_seq) for r in rows}
+
+    async def _live_ranges(self, conn: AsyncConnection, session: SessionRecord) -> list[SeqRange]:
+        return live_ranges(await self._segments(conn, session.segment_id), session.segment_id, session.head_seq)
+
+    # ---- transcript -----------------------------------------------------------------------------
+
+    async def append_messages(
+        self,
+        session: SessionRecord,
+        rows: Sequence[MessageRow],
+        open_tool_calls: tuple[str, ...],
+        request_id: str,
+    ) -> list[StoredMessage]:
+        """Appends `rows` after `session.head_seq` if the session is still at `session.version`;
+        raises StaleSession otherwise (nothing written)."""
+        now = time.time()
+        first_seq = session.head_seq + 1
+        async with self._write() as conn:
+            s = schema.sessions.c
+            swapped = await conn.execute(
+                update(schema.sessions)
+                .where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+                .values(
+                    head_seq=session.head_seq + len(rows),
+                    open_tool_calls=json.dumps(list(open_tool_calls)),
+                    version=s.version + 1,
+                    update_time=now,
+                )
+            )
+            if swapped.rowcount != 1:
+                raise StaleSession(session.id)
+            if rows:
+                await conn.execute(
+                    insert(schema.messages),
+                    [
+                        {
+                            "id": r.id,
+                            "segment_id": session.segment_id,
+                            "seq": first_seq + i,
+                            "role": r.role.value,
+                            "content": r.content,
+                            "tool_calls_json": json.dumps([c.__dict__ for c in r.tool_calls]) if r.tool_calls else None,
+                            "tool_call_id": r.tool_call_id or None,
+                            "reasoning_content": r.reasoning_content,
+                            "name": r.name,
+                            "pinned": r.pinned,
+                            "tokens": r.tokens,
+                            "result_ref": r.result_ref or None,
+                            "raw_bytes": r.raw_bytes,
+                            "truncated": r.truncated,
+                            "create_time": now,
+                        }
+                        for i, r in enumerate(rows)
+                    ],
+                )
+                results = [self._raw_result_row(session.segment_id, r) for r in rows if r.result_ref]
+                if results:
+                    await conn.execute(insert(schema.tool_results), results)
+            if request_id:
+                await conn.execute(
+                    insert(schema.append_requests).values(
+                        session_id=session.id,
+                        request_id=request_id,
+                        message_ids_json=json.dumps([r.id for r in rows]),
+                        create_time=now,
+                    )
+                )
+        return [
+            StoredMessage(
+                id=r.id,
+                seq=first_seq + i,
+                role=r.role,
+                content=r.content,
+                tokens=r.tokens,
+                tool_calls=r.tool_calls,
+                tool_call_id=r.tool_call_id,
+                reasoning_content=r.reasoning_content,
+                pinned=r.pinned,
+                name=r.name,
+                result_ref=r.result_ref,
+                raw_bytes=r.raw_bytes,
+                truncated=r.truncated,
+                create_time=now,
+            )
+            for i, r in enumerate(rows)
+        ]
+
+    @staticmethod
+    def _raw_result_row(segment_id: str, row: MessageRow) -> dict[str, object]:
+        if row.raw is None:
+            # Not truncated: the message content is the raw result; store only its identity.
+            raw, codec, data = row.content.encode(), "inline", b""
+        elif len(row.raw) >= _COMPRESS_MIN_BYTES:
+            raw, codec, data = row.raw, "zstd", _zstd_compressor.compress(row.raw)
+        else:
+            raw, codec, data = row.raw, "identity", row.raw
+        return {
+            "ref": row.result_ref,
+            "segment_id": segment_id,
+            "message_id": row.id,
+            "codec": codec,
+            "data": data,
+            "total_bytes": len(raw),
+            "sha256": hashlib.sha256(raw).hexdigest(),
+        }
+
+    async def find_append_request(self, session: SessionRecord, request_id: str) -> list[StoredMessage] | None:
+        """The messages a previous append with this request id wrote, or None."""
+        ar, m = schema.append_requests.c, schema.messages.c
+        async with self._read() as conn:
+            ids_json = (
+                await conn.execute(
+                    select(ar.message_ids_json).where(ar.session_id == session.id, ar.request_id == request_id)
+                )
+            ).scalar_one_or_none()
+            if ids_json is None:
+                return None
+            ids = json.loads(ids_json)
+            if not ids:
+                return []
+            rows = (await conn.execute(select(schema.messages).where(m.id.in_(ids)).order_by(m.seq))).all()
+        return [_stored_message(r) for r in rows]
+
+    async def list_messages(
+        self,
+        session: SessionRecord,
+        limit: int,
+        after: tuple[int, int, str] | None,
+        include_abandoned: bool,
+    ) -> tuple[list[StoredMessage], tuple[int, int, str] | None]:
+        """One page in (seq, abandoned, id) order; returns the cursor of the last message when more follow."""
+        m, seg = schema.messages.c, schema.segments.c
+        after_seq, after_abandoned, after_id = after or (0, 0, "")
+        async with self._read() as conn:
+            ranges = await self._live_ranges(conn, session)
+            live_query = (
+                select(schema.messages)
+                .where(_in_ranges(ranges), m.seq > after_seq)
+                .order_by(m.seq)
+                .limit(limit + 1)
+            )
+            page = [(_stored_message(r), 0) for r in (await conn.execute(live_query)).all()]
+            if include_abandoned:
+                owned = select(seg.id).where(seg.owner_session_id == session.id)
+                # Abandoned messages follow the live one of the same seq.
+                same_seq = m.seq == after_seq if not after_abandoned else and_(m.seq == after_seq, m.id > after_id)
+                ab_query = (
+                    select(schema.messages)
+                    .where(m.segment_id.in_(owned), ~_in_ranges(ranges), or_(m.seq > after_seq, same_seq))
+                    .order_by(m.seq, m.id)
+                    .limit(limit + 1)
+                )
+                page += [(_stored_message(r, abandoned=True), 1) for r in (await conn.execute(ab_query)).all()]
+                page.sort(key=lambda item: (item[0].seq, item[1], item[0].id))
+        more = len(page) > limit
+        page = page[:limit]
+        cursor = (page[-1][0].seq, page[-1][1], page[-1][0].id) if more and page else None
+        return [message for message, _ in page], cursor
+
+    # ---- tool results ---------------------------------------------------------------------------
+
+    async def tool_result_refs(self, session: SessionRecord, tool_call_id: str) -> list[str]:
+        """Refs of the live tool results answering `tool_call_id`, oldest first."""
+        m = schema.messages.c
+        async with self._read() as conn:
+            ranges = await self._live_ranges(conn, session)
+            rows = await conn.execute(
+                select(m.result_ref)
+                .where(_in_ranges(ranges), m.tool_call_id == tool_call_id, m.result_ref.is_not(None))
+                .order_by(m.seq)
+            )
+            return [r for r in rows.scalars().all() if r]
+
+    async def read_raw_result(self, session: SessionRecord, ref: str) -> RawResult:
+        """The raw bytes of a tool result the session can see: on its lineage, or on a branch it
+        abandoned. Any other ref answers NOT_FOUND, whoever owns it."""
+        tr, m, seg = schema.tool_results.c, schema.messages.c, schema.segments.c
+        async with self._read() as conn:
+            ranges = await self._live_ranges(conn, session)
+            owned = select(seg.id).where(seg.owner_session_id == session.id)
+            row = (
+                await conn.execute(
+                    select(tr.codec, tr.data, tr.sha256, m.content)
+                    .join(schema.messages, m.id == tr.message_id)
+                    .where(tr.ref == ref, or_(_in_ranges(ranges), m.segment_id.in_(owned)))
+                )
+            ).first()
+        if row is None:
+            raise not_found("RESULT_REF_NOT_FOUND", f"no tool result {ref!r} in this session", result_ref=ref)
+        if row.codec == "inline":
+            data = row.content.encode()
+        elif row.codec == "zstd":
+            data = _zstd_decompressor.decompress(row.data)
+        elif row.codec == "identity":
+            data = bytes(row.data)
+        else:
+            raise DomainError(Kind.INTERNAL, "STORAGE_CORRUPT", f"unknown codec {row.codec!r} for {ref}")
+        return RawResult(ref=ref, data=data, sha256=row.sha256)
+
+    # ---- introspection (tests, benchmarks, operations) ------------------------------------------
+
+    async def row_counts(self) -> dict[str, int]:
+        counts = {}
+        async with self._read() as conn:
+            for table in schema.metadata.sorted_tables:
+                counts[table.name] = (await conn.execute(select(func.count()).select_from(table))).scalar_one()
+        return counts

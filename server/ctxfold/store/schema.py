@@ -1,0 +1,152 @@
+"""The database schema. Alembic migrations in `migrations/` create exactly this (a test compares)."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = MetaData(naming_convention=NAMING)
+
+ID = String(64)
+
+# A branch of transcript: messages with seq > base_seq; lower seqs continue in the parent segment.
+segments = Table(
+    "segments",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("parent_id", ID, ForeignKey("segments.id"), nullable=True),
+    Column("base_seq", BigInteger, nullable=False),
+    # The session that wrote this segment; its abandoned messages are listed for that session only.
+    Column("owner_session_id", ID, nullable=True, index=True),
+    Column("create_time", Float, nullable=False),
+    Index("ix_segments_parent_id", "parent_id"),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("config_json", Text, nullable=False),
+    Column("tools_tokens", Integer, nullable=False),
+    Column("segment_id", ID, ForeignKey("segments.id"), nullable=False),
+    Column("head_seq", BigInteger, nullable=False),
+    Column("checkpoint_id", ID, ForeignKey("checkpoints.id"), nullable=True),
+    # Tool call ids of the last assistant message still waiting for results (JSON array).
+    Column("open_tool_calls", Text, nullable=False),
+    # Bumped by every change; writers compare-and-swap on it.
+    Column("version", BigInteger, nullable=False),
+    Column("forked_from_session_id", ID, nullable=True),
+    Column("forked_at_seq", BigInteger, nullable=False),
+    Column("create_time", Float, nullable=False),
+    Column("update_time", Float, nullable=False),
+    Index("ix_sessions_tenant_created", "tenant", "create_time", "id"),
+    Index("ix_sessions_segment_id", "segment_id"),
+    Index("ix_sessions_checkpoint_id", "checkpoint_id"),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("segment_id", ID, ForeignKey("segments.id", ondelete="CASCADE"), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("tool_calls_json", Text, nullable=True),
+    Column("tool_call_id", String(256), nullable=True),
+    Column("reasoning_content", Text, nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("pinned", Boolean, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    Column("result_ref", ID, nullable=True),
+    Column("raw_bytes", BigInteger, nullable=False),
+    Column("truncated", Boolean, nullable=False),
+    Column("create_time", Float, nullable=False),
+    UniqueConstraint("segment_id", "seq", name="uq_messages_segment_seq"),
+    Index("ix_messages_segment_tool_call", "segment_id", "tool_call_id"),
+)
+
+# The full text of every tool result, compressed; readable page by page with ReadToolResult.
+tool_results = Table(
+    "tool_results",
+    metadata,
+    Column("ref", ID, primary_key=True),
+    Column("segment_id", ID, ForeignKey("segments.id", ondelete="CASCADE"), nullable=False),
+    Column("message_id", ID, nullable=False),
+    Column("codec", String(16), nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Column("total_bytes", BigInteger, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Index("ix_tool_results_segment_id", "segment_id"),
+)
+
+# Immutable once written; sessions share them across forks. Entries: JSON list of kept message refs
+# and exactly one summary, rendered before the messages after `position_seq`.
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("parent_id", ID, ForeignKey("checkpoints.id"), nullable=True),
+    Column("position_seq", BigInteger, nullable=False),
+    Column("entries_json", Text, nullable=False),
+    Column("summary_tokens", Integer, nullable=False),
+    Column("tokens_before", BigInteger, nullable=False),
+    Column("tokens_after", BigInteger, nullable=False),
+    Column("create_time", Float, nullable=False),
+    Index("ix_checkpoints_parent_id", "parent_id"),
+)
+
+append_requests = Table(
+    "append_requests",
+    metadata,
+    Column("session_id", ID, ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True),
+    Column("request_id", String(128), primary_key=True),
+    Column("message_ids_json", Text, nullable=False),
+    Column("create_time", Float, nullable=False),
+)
+
+# The projection "sidecar" (schema v3 JSON) per session.
+context_states = Table(
+    "context_states",
+    metadata,
+    Column("session_id", ID, ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True),
+    Column("state_json", Text, nullable=False),
+    Column("update_time", Float, nullable=False),
+)
+
+usage_observations = Table(
+    "usage_observations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", ID, ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("view_version", BigInteger, nullable=False),
+    Column("estimated_tokens", BigInteger, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("cached_input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("finish_reason", String(64), nullable=False),
+    Column("create_time", Float, nullable=False),
+    Index("ix_usage_observations_session_id", "session_id", "id"),
+)

@@ -1,0 +1,79 @@
+"""Shared fixtures: every storage test runs against SQLite and a real PostgreSQL.
+
+PostgreSQL comes from CTXFOLD_TEST_POSTGRES_URL (set by `.ci/postgres.sh`, which `make test` runs).
+Without it the PostgreSQL cases skip locally and fail in CI (CI=true)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from sqlalchemy.engine import make_url
+
+from ctxfold.config import Settings
+from ctxfold.server import RunningServer, start
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+async def fresh_database(backend: str, tmp: Path) -> str:
+    """A new, empty database of `backend`, returned as a URL."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp / f'ctxfold-{uuid.uuid4().hex[:8]}.db'}"
+    admin_url = os.environ.get("CTXFOLD_TEST_POSTGRES_URL")
+    if not admin_url:
+        if os.environ.get("CI"):
+            pytest.fail("CTXFOLD_TEST_POSTGRES_URL is not set in CI: PostgreSQL tests must run")
+        pytest.skip("PostgreSQL not available (run `eval \"$(bash .ci/postgres.sh)\"` first)")
+    import asyncpg
+
+    name = f"ctxfold_test_{uuid.uuid4().hex[:12]}"
+    url = make_url(admin_url)
+    conn = await asyncpg.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, database=url.database
+    )
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return url.set(database=name).render_as_string(hide_password=False)
+
+
+def settings_for(database: str, **overrides: object) -> Settings:
+    return Settings(listen="127.0.0.1:0", database=database, grace_seconds=2.0, **overrides)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+async def database_url(backend: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return await fresh_database(backend, tmp_path_factory.mktemp(backend))
+
+
+@pytest.fixture(scope="session")
+async def server(database_url: str) -> AsyncIterator[RunningServer]:
+    running = await start(settings_for(database_url))
+    yield running
+    await running.stop(grace=1.0)
+
+
+@pytest.fixture(scope="session")
+async def channel(server: RunningServer) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(
+        f"127.0.0.1:{server.port}",
+        options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)],
+    ) as ch:
+        yield ch
+
+
+@pytest.fixture(scope="session")
+def stub(channel: grpc.aio.Channel) -> pb_grpc.ContextServiceStub:
+    return pb_grpc.ContextServiceStub(channel)
