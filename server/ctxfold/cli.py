@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> None:
         except (ValueError, OSError) as exc:
             parser.exit(2, f"ctxfold: {exc}\n")
         logging.basicConfig(
-            level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+            level=settings.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
         )
         from ctxfold.server import serve
 

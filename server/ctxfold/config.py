@@ -22,7 +22,8 @@ class Settings:
     listen: str = field(default="127.0.0.1:50051", metadata={"help": "address to listen on (host:port)"})
     data_dir: str = field(default_factory=default_data_dir, metadata={"help": "where the default SQLite file lives"})
     database: str = field(
-        default="", metadata={"help": "SQLAlchemy URL (sqlite:///PATH or postgresql://…); default DATA_DIR/ctxfold.db"}
+        default="",
+        metadata={"help": "SQLAlchemy URL (sqlite:///PATH or postgresql://…); default DATA_DIR/ctxfold.db"},
     )
     db_pool_size: int = field(default=10, metadata={"help": "database connections per server process"})
     auth_tokens_file: str = field(default="", metadata={"help": "file of 'TOKEN TENANT' lines; empty = no auth"})

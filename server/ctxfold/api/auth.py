@@ -20,11 +20,10 @@ def unauthenticated(message: str) -> DomainError:
 def load_tokens(path: Path) -> dict[str, str]:
     """Reads `TOKEN TENANT` lines (blank lines and `#` comments ignored); keys are SHA-256 digests."""
     tokens: dict[str, str] = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
+    for number, raw_line in enumerate(path.read_text().splitlines(), 1):
+        parts = raw_line.split("#", 1)[0].split()
+        if not parts:
             continue
-        parts = line.split()
         if len(parts) != 2:
             raise ValueError(f"{path}:{number}: expected 'TOKEN TENANT'")
         token, tenant = parts

@@ -34,7 +34,8 @@ def status_for(error: DomainError) -> grpc.Status:
     detail = any_pb2.Any()
     detail.Pack(info)
     status = status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message, details=[detail])
-    return rpc_status.to_status(status)
+    converted: grpc.Status = rpc_status.to_status(status)
+    return converted
 
 
 def internal_error(exc: BaseException) -> DomainError:

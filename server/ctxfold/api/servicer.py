@@ -112,7 +112,12 @@ class ContextServicer(pb_grpc.ContextServiceServicer):
         self, request: pb.ReadToolResultRequest, context: Context, tenant: str
     ) -> pb.ReadToolResultResponse:
         result = await self.tool_results.read(
-            tenant, request.session_id, request.tool_call_id, request.result_ref, request.offset, request.limit
+            tenant,
+            request.session_id,
+            request.tool_call_id,
+            request.result_ref,
+            request.offset,
+            request.limit,
         )
         page = result.page
         return pb.ReadToolResultResponse(

@@ -209,12 +209,8 @@ def override_config(base: SessionConfig, overrides: ConfigInput) -> ConfigInput:
         prompt_cache_key=base.prompt_cache_key,
         model=base.model,
     )
-    changes = {
-        name: getattr(overrides, name)
-        for name in ConfigInput.__dataclass_fields__
-        if getattr(overrides, name)
-    }
-    return replace(merged, **changes)  # type: ignore[arg-type]
+    changes = {name: getattr(overrides, name) for name in ConfigInput.__dataclass_fields__ if getattr(overrides, name)}
+    return replace(merged, **changes)
 
 
 def config_to_json(config: SessionConfig) -> str:

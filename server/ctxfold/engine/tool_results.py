@@ -16,9 +16,7 @@ DEFAULT_PAGE_BYTES = 16384
 MAX_PAGE_BYTES = 24576
 MIN_PAGE_BYTES = 4  # one UTF-8 character always fits
 
-_ERROR_TAIL = re.compile(
-    r"(?i)(traceback|exception|error|fail(ed|ure)?|fatal|panic|exit (code|status) [1-9])"
-)
+_ERROR_TAIL = re.compile(r"(?i)(traceback|exception|error|fail(ed|ure)?|fatal|panic|exit (code|status) [1-9])")
 _ERROR_TAIL_WINDOW = 2048
 
 

@@ -73,7 +73,7 @@ async def migrate(engine: AsyncEngine) -> None:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 
-    async with engine.connect() as conn:
-        conn = await conn.execution_options(**{WRITE_OPTION: True})
+    async with engine.connect() as plain:
+        conn = await plain.execution_options(**{WRITE_OPTION: True})
         async with conn.begin():
             await conn.run_sync(upgrade)

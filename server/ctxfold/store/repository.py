@@ -137,8 +137,8 @@ class Store:
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn:
-            conn = await conn.execution_options(**{WRITE_OPTION: True})
+        async with self.engine.connect() as plain:
+            conn = await plain.execution_options(**{WRITE_OPTION: True})
             async with conn.begin():
                 yield conn
 
@@ -196,9 +196,7 @@ class Store:
 
     async def _get_session(self, conn: AsyncConnection, tenant: str, session_id: str) -> SessionRecord:
         s = schema.sessions.c
-        row = (
-            await conn.execute(select(schema.sessions).where(s.id == session_id, s.tenant == tenant))
-        ).first()
+        row = (await conn.execute(select(schema.sessions).where(s.id == session_id, s.tenant == tenant))).first()
         if row is None:
             raise session_not_found(session_id)
         return _session_record(row)
@@ -220,9 +218,7 @@ class Store:
     async def delete_session(self, tenant: str, session_id: str) -> None:
         s = schema.sessions.c
         async with self._write() as conn:
-            result = await conn.execute(
-                delete(schema.sessions).where(s.id == session_id, s.tenant == tenant)
-            )
+            result = await conn.execute(delete(schema.sessions).where(s.id == session_id, s.tenant == tenant))
             if result.rowcount == 0:
                 raise session_not_found(session_id)
             await self._collect_garbage(conn, tenant)
@@ -262,9 +258,7 @@ class Store:
         """The head segment and all its ancestors, in one recursive query."""
         seg = schema.segments.c
         chain = (
-            select(seg.id, seg.parent_id, seg.base_seq)
-            .where(seg.id == head_segment_id)
-            .cte("chain", recursive=True)
+            select(seg.id, seg.parent_id, seg.base_seq).where(seg.id == head_segment_id).cte("chain", recursive=True)
         )
         parent = schema.segments.alias("parent")
         chain = chain.union_all(
@@ -408,10 +402,7 @@ class Store:
         async with self._read() as conn:
             ranges = await self._live_ranges(conn, session)
             live_query = (
-                select(schema.messages)
-                .where(_in_ranges(ranges), m.seq > after_seq)
-                .order_by(m.seq)
-                .limit(limit + 1)
+                select(schema.messages).where(_in_ranges(ranges), m.seq > after_seq).order_by(m.seq).limit(limit + 1)
             )
             page = [(_stored_message(r), 0) for r in (await conn.execute(live_query)).all()]
             if include_abandoned:

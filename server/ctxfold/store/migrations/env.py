@@ -27,8 +27,9 @@ def run() -> None:
     if connection is not None:
         run_with(connection)
         return
-    engine = engine_from_config(config.get_section(config.config_ini_section) or {}, prefix="sqlalchemy.",
-                                poolclass=pool.NullPool)
+    engine = engine_from_config(
+        config.get_section(config.config_ini_section) or {}, prefix="sqlalchemy.", poolclass=pool.NullPool
+    )
     with engine.connect() as conn:
         run_with(conn)
 

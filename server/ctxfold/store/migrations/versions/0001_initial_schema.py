@@ -10,7 +10,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -29,9 +28,7 @@ def upgrade() -> None:
         sa.Column("tokens_before", sa.BigInteger(), nullable=False),
         sa.Column("tokens_after", sa.BigInteger(), nullable=False),
         sa.Column("create_time", sa.Float(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["parent_id"], ["checkpoints.id"], name=op.f("fk_checkpoints_parent_id_checkpoints")
-        ),
+        sa.ForeignKeyConstraint(["parent_id"], ["checkpoints.id"], name=op.f("fk_checkpoints_parent_id_checkpoints")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_checkpoints")),
     )
     with op.batch_alter_table("checkpoints", schema=None) as batch_op:
@@ -96,9 +93,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["checkpoint_id"], ["checkpoints.id"], name=op.f("fk_sessions_checkpoint_id_checkpoints")
         ),
-        sa.ForeignKeyConstraint(
-            ["segment_id"], ["segments.id"], name=op.f("fk_sessions_segment_id_segments")
-        ),
+        sa.ForeignKeyConstraint(["segment_id"], ["segments.id"], name=op.f("fk_sessions_segment_id_segments")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_sessions")),
     )
     with op.batch_alter_table("sessions", schema=None) as batch_op:
@@ -174,7 +169,6 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("usage_observations", schema=None) as batch_op:
         batch_op.create_index("ix_usage_observations_session_id", ["session_id", "id"], unique=False)
-
 
 
 def downgrade() -> None:

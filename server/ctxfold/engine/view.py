@@ -1,0 +1,173 @@
+"""The provider-visible view: system + at most one summary + kept messages + the messages after the
+checkpoint position, with pruned tool results shown as head + marker + tail.
+
+Everything here is pure and works from stored token counts: building a view never re-tokenizes
+history. Only a newly pruned result or a new summary is tokenized, once, when it is made."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ctxfold.engine import estimator
+from ctxfold.engine.model import Role, SessionConfig, StoredMessage
+
+PRUNE_MIN_CODE_POINTS = 8192
+PRUNE_HEAD_CODE_POINTS = 4096
+PRUNE_TAIL_CODE_POINTS = 1024
+TAIL_MAX_TOKENS = 32000
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A committed fold: messages up to `position_seq` are represented by `summary` plus the kept
+    messages `kept_ids` (in seq order); messages after the position follow verbatim."""
+
+    id: str
+    parent_id: str | None
+    position_seq: int
+    summary: str
+    summary_tokens: int
+    kept_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ViewMessage:
+    role: Role
+    content: str
+    tokens: int
+    source: StoredMessage | None = None  # the canonical message rendered; None for system prompt and summary
+    summary: bool = False
+    pruned: bool = False
+
+    @property
+    def tool_call_count(self) -> int:
+        return len(self.source.tool_calls) if self.source else 0
+
+
+def prune_stub(content: str, result_ref: str) -> str:
+    """Head 4096 + marker + tail 1024 code points of an old, large tool result."""
+    omitted = len(content) - PRUNE_HEAD_CODE_POINTS - PRUNE_TAIL_CODE_POINTS
+    marker = (
+        f"\n\n[ctxfold: pruned {omitted} characters of an old tool result; "
+        f'read it in full with ReadToolResult(result_ref="{result_ref}")]\n\n'
+    )
+    return content[:PRUNE_HEAD_CODE_POINTS] + marker + content[-PRUNE_TAIL_CODE_POINTS:]
+
+
+def prunable(message: StoredMessage) -> bool:
+    return message.role is Role.TOOL and len(message.content) > PRUNE_MIN_CODE_POINTS
+
+
+def system_message(config: SessionConfig, system_tokens: int) -> list[ViewMessage]:
+    return [ViewMessage(Role.SYSTEM, config.system_prompt, system_tokens)] if config.system_prompt else []
+
+
+def summary_message(checkpoint: Checkpoint | None) -> list[ViewMessage]:
+    if checkpoint is None:
+        return []
+    return [ViewMessage(Role.USER, checkpoint.summary, checkpoint.summary_tokens, summary=True)]
+
+
+def render(message: StoredMessage, pruned: Mapping[str, int]) -> ViewMessage:
+    stub_tokens = pruned.get(message.id)
+    if stub_tokens is not None:
+        return ViewMessage(
+            message.role, prune_stub(message.content, message.result_ref), stub_tokens, message, pruned=True
+        )
+    return ViewMessage(message.role, message.content, message.tokens, message)
+
+
+def build_view(
+    config: SessionConfig,
+    system_tokens: int,
+    checkpoint: Checkpoint | None,
+    kept: Sequence[StoredMessage],
+    after: Sequence[StoredMessage],
+    pruned: Mapping[str, int],
+) -> list[ViewMessage]:
+    head = system_message(config, system_tokens) + summary_message(checkpoint)
+    return head + [render(m, pruned) for m in [*kept, *after]]
+
+
+def estimate(view: Sequence[ViewMessage], tools_tokens: int, config: SessionConfig, calibration: float) -> int:
+    return estimator.request_tokens(
+        sum(v.tokens for v in view), len(view), tools_tokens, config.max_output_tokens, calibration
+    )
+
+
+def call_groups(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
+    """Messages split into units that are never separated: an assistant message with tool calls and
+    its results form one group; every other message is a group of its own."""
+    groups: list[list[StoredMessage]] = []
+    for message in messages:
+        if message.role is Role.TOOL and groups and groups[-1][0].tool_calls:
+            groups[-1].append(message)
+        else:
+            groups.append([message])
+    return groups
+
+
+def group_tokens(group: Sequence[StoredMessage], pruned: Mapping[str, int]) -> int:
+    return sum(render(m, pruned).tokens + estimator.PER_MESSAGE_TOKENS for m in group)
+
+
+def tail_budget(config: SessionConfig, system_tokens: int, tools_tokens: int) -> int:
+    """min(tail_ratio × window, 32000, headroom / 4): headroom is the window outside the system
+    prompt, the tool schemas and the reserved output."""
+    headroom = config.context_window - system_tokens - tools_tokens - config.max_output_tokens
+    return max(0, min(int(config.tail_ratio * config.context_window), TAIL_MAX_TOKENS, headroom // 4))
+
+
+def recent_tail(messages: Sequence[StoredMessage], budget: int, pruned: Mapping[str, int]) -> list[StoredMessage]:
+    """The newest complete call groups that fit `budget`, stopping at the first that does not."""
+    tail: list[list[StoredMessage]] = []
+    used = 0
+    for group in reversed(call_groups(messages)):
+        cost = group_tokens(group, pruned)
+        if used + cost > budget:
+            break
+        tail.append(group)
+        used += cost
+    return [m for group in reversed(tail) for m in group]
+
+
+def prune_candidates(
+    messages: Sequence[StoredMessage], tail: Sequence[StoredMessage], pruned: Mapping[str, int]
+) -> list[StoredMessage]:
+    """Large tool results outside the recent tail that are not pruned yet."""
+    in_tail = {m.id for m in tail}
+    return [m for m in messages if prunable(m) and m.id not in in_tail and m.id not in pruned]
+
+
+@dataclass(frozen=True)
+class FoldPlan:
+    """What one fold keeps verbatim and what it summarizes."""
+
+    kept: list[StoredMessage]
+    folded: list[StoredMessage]
+
+
+def plan_fold(messages: Sequence[StoredMessage], tail: Sequence[StoredMessage]) -> FoldPlan:
+    """Keeps system messages, pinned messages, the input the next call must answer (the last user
+    message and the newest call group, which may still await results) and the recent tail; folds the
+    rest. Call groups are kept or folded whole."""
+    in_tail = {m.id for m in tail}
+    last_user = next((m.id for m in reversed(messages) if m.role is Role.USER), None)
+    groups = call_groups(messages)
+    kept_groups: list[list[StoredMessage]] = []
+    folded: list[StoredMessage] = []
+    for index, group in enumerate(groups):
+        anchor = group[0]
+        keep = (
+            index == len(groups) - 1
+            or anchor.id in in_tail
+            or anchor.role is Role.SYSTEM
+            or anchor.id == last_user
+            or any(m.pinned for m in group)
+        )
+        if keep:
+            kept_groups.append(group)
+        else:
+            folded.extend(group)
+    return FoldPlan(kept=[m for g in kept_groups for m in g], folded=folded)

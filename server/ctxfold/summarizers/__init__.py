@@ -1,0 +1,1 @@
+"""Summarizers behind one small protocol (`base.Summarizer`), chosen per session by name."""
