@@ -17,6 +17,7 @@ from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer
 from ctxfold.config import Settings
 from ctxfold.engine.transcript import AppendLimits
+from ctxfold.service.lineage import Lineage
 from ctxfold.service.sessions import Sessions
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
@@ -80,13 +81,15 @@ async def start(settings: Settings) -> RunningServer:
     limits = AppendLimits(
         max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
     )
-    # Prepare, ObserveUsage, Compact, GetContextState (issue 3) and Fork, Rewind (issue 4) still answer
+    # Prepare, ObserveUsage, Compact and GetContextState (the context engine, next) still answer
     # UNIMPLEMENTED through the generated base class, which the typed stubs declare abstract.
+    sessions = Sessions(store, SUMMARIZERS)
     servicer = ContextServicer(  # type: ignore[abstract]
         auth=Authenticator(tokens),
-        sessions=Sessions(store, SUMMARIZERS),
+        sessions=sessions,
         transcript=Transcript(store, limits),
         tool_results=ToolResults(store),
+        lineage=Lineage(store, sessions),
     )
     server = grpc.aio.server(
         options=[

@@ -15,6 +15,7 @@ from ctxfold.api import convert
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
 from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.service.lineage import Lineage
 from ctxfold.service.sessions import Sessions, session_info
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
@@ -56,11 +57,19 @@ def unary(
 
 
 class ContextServicer(pb_grpc.ContextServiceServicer):
-    def __init__(self, auth: Authenticator, sessions: Sessions, transcript: Transcript, tool_results: ToolResults):
+    def __init__(
+        self,
+        auth: Authenticator,
+        sessions: Sessions,
+        transcript: Transcript,
+        tool_results: ToolResults,
+        lineage: Lineage,
+    ):
         self.auth = auth
         self.sessions = sessions
         self.transcript = transcript
         self.tool_results = tool_results
+        self.lineage = lineage
 
     @unary
     async def CreateSession(
@@ -129,3 +138,13 @@ class ContextServicer(pb_grpc.ContextServiceServicer):
             complete=page.complete,
             result_ref=result.result_ref,
         )
+
+    @unary
+    async def Fork(self, request: pb.ForkRequest, context: Context, tenant: str) -> pb.ForkResponse:
+        info = await self.lineage.fork(tenant, request.session_id, request.at_seq, convert.config_input(request.config))
+        return pb.ForkResponse(session=convert.session_pb(info))
+
+    @unary
+    async def Rewind(self, request: pb.RewindRequest, context: Context, tenant: str) -> pb.RewindResponse:
+        info = await self.lineage.rewind(tenant, request.session_id, request.to_seq)
+        return pb.RewindResponse(session=convert.session_pb(info))

@@ -56,3 +56,22 @@ def segment_holding(ranges: list[SeqRange], seq: int) -> str | None:
         if r.lo < seq <= r.hi:
             return r.segment_id
     return None
+
+
+@dataclass(frozen=True)
+class CheckpointLink:
+    id: str
+    parent_id: str | None
+    position_seq: int
+
+
+def checkpoint_at_or_before(chain: Mapping[str, CheckpointLink], head_id: str | None, seq: int) -> str | None:
+    """The newest checkpoint on the chain from `head_id` whose position is at or before `seq`: after a
+    rewind or fork to `seq`, no summary of a later message may stay visible."""
+    current = head_id
+    while current is not None:
+        link = chain[current]
+        if link.position_seq <= seq:
+            return link.id
+        current = link.parent_id
+    return None

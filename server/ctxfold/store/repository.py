@@ -15,9 +15,17 @@ import zstandard
 from sqlalchemy import ColumnElement, and_, delete, false, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ctxfold.engine.errors import DomainError, Kind, not_found, session_not_found
-from ctxfold.engine.lineage import Segment, SeqRange, live_ranges
+from ctxfold.engine.errors import DomainError, Kind, invalid, not_found, session_not_found
+from ctxfold.engine.lineage import (
+    CheckpointLink,
+    Segment,
+    SeqRange,
+    checkpoint_at_or_before,
+    live_ranges,
+    segment_holding,
+)
 from ctxfold.engine.model import Role, StoredMessage, ToolCall
+from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_end
 from ctxfold.store import schema
 from ctxfold.store.database import WRITE_OPTION
 
@@ -72,6 +80,14 @@ class RawResult:
     ref: str
     data: bytes
     sha256: str
+
+
+@dataclass(frozen=True)
+class BranchPoint:
+    parent_segment_id: str | None
+    seq: int
+    checkpoint_id: str | None
+    open_tool_calls: tuple[str, ...]
 
 
 class StaleSession(Exception):
@@ -145,50 +161,67 @@ class Store:
     # ---- sessions -------------------------------------------------------------------------------
 
     async def create_session(
-        self,
-        tenant: str,
-        config_json: str,
-        tools_tokens: int,
-        *,
-        parent_segment_id: str | None = None,
-        base_seq: int = 0,
-        checkpoint_id: str | None = None,
-        open_tool_calls: tuple[str, ...] = (),
-        forked_from_session_id: str | None = None,
-        session_id: str | None = None,
+        self, tenant: str, config_json: str, tools_tokens: int, *, session_id: str | None = None
     ) -> SessionRecord:
-        now = time.time()
         session_id = session_id or new_id("s")
-        segment_id = new_id("g")
         async with self._write() as conn:
-            await conn.execute(
-                insert(schema.segments).values(
-                    id=segment_id,
-                    tenant=tenant,
-                    parent_id=parent_segment_id,
-                    base_seq=base_seq,
-                    owner_session_id=session_id,
-                    create_time=now,
-                )
-            )
-            await conn.execute(
-                insert(schema.sessions).values(
-                    id=session_id,
-                    tenant=tenant,
-                    config_json=config_json,
-                    tools_tokens=tools_tokens,
-                    segment_id=segment_id,
-                    head_seq=base_seq,
-                    checkpoint_id=checkpoint_id,
-                    open_tool_calls=json.dumps(list(open_tool_calls)),
-                    version=1,
-                    forked_from_session_id=forked_from_session_id,
-                    forked_at_seq=base_seq if forked_from_session_id else 0,
-                    create_time=now,
-                    update_time=now,
-                )
+            await self._insert_session(
+                conn, tenant, session_id, config_json, tools_tokens, BranchPoint(None, 0, None, ())
             )
         return await self.get_session(tenant, session_id)
+
+    async def fork(
+        self, source: SessionRecord, at_seq: int, session_id: str, config_json: str, tools_tokens: int
+    ) -> SessionRecord:
+        """A new session sharing `source`'s history up to `at_seq` and its checkpoint chain up to there."""
+        async with self._write() as conn:
+            # Re-read inside the write transaction: a concurrent delete must not leave a dangling parent.
+            current = await self._get_session(conn, source.tenant, source.id)
+            point = await self._branch_point(conn, current, at_seq)
+            await self._insert_session(
+                conn, source.tenant, session_id, config_json, tools_tokens, point, forked_from=source.id
+            )
+        return await self.get_session(source.tenant, session_id)
+
+    async def _insert_session(
+        self,
+        conn: AsyncConnection,
+        tenant: str,
+        session_id: str,
+        config_json: str,
+        tools_tokens: int,
+        point: BranchPoint,
+        forked_from: str | None = None,
+    ) -> None:
+        now = time.time()
+        segment_id = new_id("g")
+        await conn.execute(
+            insert(schema.segments).values(
+                id=segment_id,
+                tenant=tenant,
+                parent_id=point.parent_segment_id,
+                base_seq=point.seq,
+                owner_session_id=session_id,
+                create_time=now,
+            )
+        )
+        await conn.execute(
+            insert(schema.sessions).values(
+                id=session_id,
+                tenant=tenant,
+                config_json=config_json,
+                tools_tokens=tools_tokens,
+                segment_id=segment_id,
+                head_seq=point.seq,
+                checkpoint_id=point.checkpoint_id,
+                open_tool_calls=json.dumps(list(point.open_tool_calls)),
+                version=1,
+                forked_from_session_id=forked_from,
+                forked_at_seq=point.seq if forked_from else 0,
+                create_time=now,
+                update_time=now,
+            )
+        )
 
     async def get_session(self, tenant: str, session_id: str) -> SessionRecord:
         async with self._read() as conn:
@@ -269,6 +302,80 @@ class Store:
 
     async def _live_ranges(self, conn: AsyncConnection, session: SessionRecord) -> list[SeqRange]:
         return live_ranges(await self._segments(conn, session.segment_id), session.segment_id, session.head_seq)
+
+    async def _checkpoint_chain(self, conn: AsyncConnection, head_id: str | None) -> dict[str, CheckpointLink]:
+        if head_id is None:
+            return {}
+        cp = schema.checkpoints.c
+        chain = select(cp.id, cp.parent_id, cp.position_seq).where(cp.id == head_id).cte("cpchain", recursive=True)
+        parent = schema.checkpoints.alias("parent")
+        chain = chain.union_all(
+            select(parent.c.id, parent.c.parent_id, parent.c.position_seq).where(parent.c.id == chain.c.parent_id)
+        )
+        rows = (await conn.execute(select(chain))).all()
+        return {r.id: CheckpointLink(r.id, r.parent_id, r.position_seq) for r in rows}
+
+    async def _branch_point(self, conn: AsyncConnection, session: SessionRecord, seq: int) -> BranchPoint:
+        """Everything a new branch at `seq` of `session` starts from (used by Rewind and Fork)."""
+        if not 0 <= seq <= session.head_seq:
+            raise invalid(
+                "SEQ_OUT_OF_RANGE",
+                f"seq {seq} is outside the session's transcript (0..{session.head_seq})",
+                seq=seq,
+                head_seq=session.head_seq,
+            )
+        ranges = await self._live_ranges(conn, session)
+        checkpoint_id = checkpoint_at_or_before(
+            await self._checkpoint_chain(conn, session.checkpoint_id), session.checkpoint_id, seq
+        )
+        # Calls still waiting at `seq` can only belong to the last assistant message, whose group is at
+        # most 1 + MAX_TOOL_CALLS_PER_MESSAGE messages long.
+        m = schema.messages.c
+        window = MAX_TOOL_CALLS_PER_MESSAGE + 1
+        rows = (
+            await conn.execute(
+                select(schema.messages).where(_in_ranges(ranges), m.seq <= seq, m.seq > seq - window).order_by(m.seq)
+            )
+        ).all()
+        return BranchPoint(
+            parent_segment_id=segment_holding(ranges, seq),
+            seq=seq,
+            checkpoint_id=checkpoint_id,
+            open_tool_calls=open_calls_at_end([_stored_message(r) for r in rows]),
+        )
+
+    async def rewind(self, session: SessionRecord, to_seq: int) -> None:
+        """Moves the head back to `to_seq` on a new branch; the later messages stay, abandoned.
+        Raises StaleSession when the session changed since it was read."""
+        now = time.time()
+        async with self._write() as conn:
+            point = await self._branch_point(conn, session, to_seq)
+            segment_id = new_id("g")
+            await conn.execute(
+                insert(schema.segments).values(
+                    id=segment_id,
+                    tenant=session.tenant,
+                    parent_id=point.parent_segment_id,
+                    base_seq=to_seq,
+                    owner_session_id=session.id,
+                    create_time=now,
+                )
+            )
+            s = schema.sessions.c
+            swapped = await conn.execute(
+                update(schema.sessions)
+                .where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+                .values(
+                    segment_id=segment_id,
+                    head_seq=to_seq,
+                    checkpoint_id=point.checkpoint_id,
+                    open_tool_calls=json.dumps(list(point.open_tool_calls)),
+                    version=s.version + 1,
+                    update_time=now,
+                )
+            )
+            if swapped.rowcount != 1:
+                raise StaleSession(session.id)
 
     # ---- transcript -----------------------------------------------------------------------------
 

@@ -7,7 +7,6 @@ import re
 
 from ctxfold.engine import estimator
 from ctxfold.engine.model import Role
-from ctxfold.engine.view import ViewMessage
 from ctxfold.summarizers.base import SECTIONS, OnDelta, SummaryRequest, SummaryResult
 
 _PATH = re.compile(

@@ -1,0 +1,140 @@
+"""Fork and Rewind over shared transcript segments: nothing copied, nothing lost, nothing leaked."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from conftest import fresh_database, settings_for
+from ctxfold.server import RunningServer, start
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+
+
+def user(text: str) -> pb.Message:
+    return pb.Message(role=pb.ROLE_USER, content=text)
+
+
+def call(call_id: str) -> pb.Message:
+    return pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id=call_id, name="bash", arguments="{}")])
+
+
+def result(call_id: str, text: str) -> pb.Message:
+    return pb.Message(role=pb.ROLE_TOOL, tool_call_id=call_id, content=text)
+
+
+async def new_session(stub: pb_grpc.ContextServiceStub) -> str:
+    response = await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=32000)))
+    return response.session.id
+
+
+async def append(stub: pb_grpc.ContextServiceStub, session_id: str, *messages: pb.Message) -> list[pb.Message]:
+    response = await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session_id, messages=messages))
+    return list(response.messages)
+
+
+async def listing(stub: pb_grpc.ContextServiceStub, session_id: str, abandoned: bool = False) -> list[pb.Message]:
+    out: list[pb.Message] = []
+    token = ""
+    while True:
+        page = await stub.ListMessages(
+            pb.ListMessagesRequest(session_id=session_id, page_size=3, page_token=token, include_abandoned=abandoned)
+        )
+        out += page.messages
+        token = page.next_page_token
+        if not token:
+            return out
+
+
+async def test_rewind_abandons_later_messages_and_keeps_them_listable(stub: pb_grpc.ContextServiceStub) -> None:
+    sid = await new_session(stub)
+    first = await append(stub, sid, user("one"), user("two"), user("three"), user("four"))
+    session = (await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=2))).session
+    assert session.head_seq == 2
+    edited = await append(stub, sid, user("three, edited"))
+    assert edited[0].seq == 3
+    live = await listing(stub, sid)
+    assert [m.content for m in live] == ["one", "two", "three, edited"]
+    everything = await listing(stub, sid, abandoned=True)
+    assert [(m.seq, m.content, m.abandoned) for m in everything] == [
+        (1, "one", False),
+        (2, "two", False),
+        (3, "three, edited", False),
+        (3, "three", True),
+        (4, "four", True),
+    ]
+    assert {m.id for m in everything} >= {m.id for m in first}
+
+
+async def test_rewind_restores_waiting_tool_calls(stub: pb_grpc.ContextServiceStub) -> None:
+    sid = await new_session(stub)
+    await append(stub, sid, user("go"), call("c1"), result("c1", "done"), user("thanks"))
+    await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=2))
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await append(stub, sid, user("interrupting"))
+    assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    await append(stub, sid, result("c1", "done again"))
+
+
+async def test_rewind_out_of_range_is_invalid(stub: pb_grpc.ContextServiceStub) -> None:
+    sid = await new_session(stub)
+    await append(stub, sid, user("one"))
+    for bad in (-1, 2):
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=bad))
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_fork_shares_history_and_then_diverges(stub: pb_grpc.ContextServiceStub) -> None:
+    sid = await new_session(stub)
+    source = await append(stub, sid, user("a"), call("c1"), result("c1", "r" * 50_000), user("b"), user("c"))
+    fork = (
+        await stub.Fork(pb.ForkRequest(session_id=sid, at_seq=4, config=pb.SessionConfig(max_output_tokens=1000)))
+    ).session
+    assert fork.id != sid and fork.head_seq == 4 and fork.forked_from_session_id == sid and fork.forked_at_seq == 4
+    assert fork.config.max_output_tokens == 1000 and fork.config.context_window == 32000
+    assert [m.id for m in await listing(stub, fork.id)] == [m.id for m in source[:4]]
+    await append(stub, fork.id, user("fork only"))
+    await append(stub, sid, user("source only"))
+    assert [m.content for m in await listing(stub, fork.id)][-1] == "fork only"
+    assert [m.content for m in await listing(stub, sid)][-2:] == ["c", "source only"]
+    page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=fork.id, result_ref=source[2].result_ref))
+    assert page.total_bytes == 50_000
+    # The fork cannot read what lies after its fork point in the source, nor list it as abandoned.
+    late = await append(stub, sid, call("c9"), result("c9", "late"))
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=fork.id, result_ref=late[1].result_ref))
+    assert error.value.code() == grpc.StatusCode.NOT_FOUND
+    assert all(not m.abandoned for m in await listing(stub, fork.id, abandoned=True))
+
+
+@pytest.fixture
+async def isolated(backend: str, tmp_path: Path) -> AsyncIterator[tuple[RunningServer, pb_grpc.ContextServiceStub]]:
+    running = await start(settings_for(await fresh_database(backend, tmp_path)))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        yield running, pb_grpc.ContextServiceStub(channel)
+    await running.stop(grace=1.0)
+
+
+async def test_deleting_source_keeps_fork_and_deleting_all_leaves_no_rows(
+    isolated: tuple[RunningServer, pb_grpc.ContextServiceStub],
+) -> None:
+    running, stub = isolated
+    sid = await new_session(stub)
+    source = await append(stub, sid, user("a"), call("c1"), result("c1", "x" * 40_000), user("b"))
+    await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=3))
+    await append(stub, sid, user("b2"))
+    fork = (await stub.Fork(pb.ForkRequest(session_id=sid, at_seq=3))).session
+    fork_of_fork = (await stub.Fork(pb.ForkRequest(session_id=fork.id))).session
+    await stub.DeleteSession(pb.DeleteSessionRequest(session_id=sid))
+    assert [m.id for m in await listing(stub, fork.id)] == [m.id for m in source[:3]]
+    page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=fork.id, tool_call_id="c1"))
+    assert page.total_bytes == 40_000
+    await stub.DeleteSession(pb.DeleteSessionRequest(session_id=fork.id))
+    assert len(await listing(stub, fork_of_fork.id)) == 3
+    await stub.DeleteSession(pb.DeleteSessionRequest(session_id=fork_of_fork.id))
+    counts = await running.store.row_counts()
+    assert all(count == 0 for count in counts.values()), counts
