@@ -29,7 +29,7 @@ async def fresh_database(backend: str, tmp: Path) -> str:
     if not admin_url:
         if os.environ.get("CI"):
             pytest.fail("CTXFOLD_TEST_POSTGRES_URL is not set in CI: PostgreSQL tests must run")
-        pytest.skip("PostgreSQL not available (run `eval \"$(bash .ci/postgres.sh)\"` first)")
+        pytest.skip('PostgreSQL not available (run `eval "$(bash .ci/postgres.sh)"` first)')
     import asyncpg
 
     name = f"ctxfold_test_{uuid.uuid4().hex[:12]}"

@@ -16,6 +16,7 @@ def request_for(messages, max_tokens: int = 2000, previous: str = "") -> Summary
         tools_json="",
         prompt_cache_key="k",
         previous_summary=previous,
+        prefix=[render(m, {}) for m in messages],
         folded=[render(m, {}) for m in messages],
         max_tokens=max_tokens,
     )

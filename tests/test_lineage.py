@@ -7,6 +7,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, start
 from ctxfold.v1 import context_service_pb2 as pb

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from ctxfold.config import FIELDS, load_settings
+from ctxfold.config import FIELDS, ConfigError, load_settings
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,7 +37,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         from ctxfold.server import serve
 
-        asyncio.run(serve(settings))
+        try:
+            asyncio.run(serve(settings))
+        except ConfigError as exc:
+            parser.exit(2, f"ctxfold: {exc}\n")
 
 
 if __name__ == "__main__":

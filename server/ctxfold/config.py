@@ -4,6 +4,7 @@ environment variable CTXFOLD_<NAME>, a TOML file (--config / CTXFOLD_CONFIG), or
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -37,12 +38,24 @@ class Settings:
     max_concurrent_rpcs: int = field(default=256, metadata={"help": "RPCs served at once; more are refused"})
     grace_seconds: float = field(default=30.0, metadata={"help": "time in-flight RPCs get to finish on shutdown"})
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING or ERROR"})
+    summarizers: str = field(
+        default="",
+        metadata={
+            "help": "summarizers by name, as JSON (or [summarizers.NAME] tables in the TOML file), e.g. "
+            '{"gpt": {"type": "openai", "base_url": "…", "model": "…", "api_key_env": "OPENAI_API_KEY"}}; '
+            "'extractive' is always there"
+        },
+    )
 
     def database_url(self) -> str:
         return self.database or f"sqlite:///{Path(self.data_dir) / 'ctxfold.db'}"
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+class ConfigError(ValueError):
+    """A setting names a file that cannot be read or is malformed; found at start-up, reported as a usage error."""
 
 
 def _coerce(name: str, value: Any) -> Any:
@@ -52,6 +65,8 @@ def _coerce(name: str, value: Any) -> Any:
             return int(value)
         if kind == "float":
             return float(value)
+        if isinstance(value, dict):  # a TOML table, e.g. [summarizers.NAME]
+            return json.dumps(value)
         return str(value)
     except (TypeError, ValueError):
         raise ValueError(f"setting {name}: {value!r} is not a valid {kind}") from None
@@ -63,7 +78,10 @@ def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str], config_p
     path = config_path or environ.get("CTXFOLD_CONFIG", "")
     if path:
         with open(path, "rb") as f:
-            document = tomllib.load(f)
+            try:
+                document = tomllib.load(f)
+            except tomllib.TOMLDecodeError as exc:
+                raise ValueError(f"{path}: invalid TOML: {exc}") from None
         for key, value in document.items():
             name = key.replace("-", "_")
             if name not in FIELDS:

@@ -15,20 +15,21 @@ from grpc_reflection.v1alpha import reflection
 
 from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer
-from ctxfold.config import Settings
+from ctxfold.config import ConfigError, Settings
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.lineage import Lineage
+from ctxfold.service.maintenance import Hooks, Maintenance
 from ctxfold.service.sessions import Sessions
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
 from ctxfold.store.database import create_engine, migrate
 from ctxfold.store.repository import Store
+from ctxfold.summarizers.registry import build_summarizers
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 log = logging.getLogger("ctxfold")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
-SUMMARIZERS = frozenset({"extractive"})
 
 
 @dataclass
@@ -56,19 +57,39 @@ def _listens_beyond_loopback(listen: str) -> bool:
         return True
 
 
+def _read_setting_file(setting: str, path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
+
+
 def _credentials(settings: Settings) -> grpc.ServerCredentials | None:
     if not settings.tls_cert:
         return None
-    client_ca = Path(settings.tls_client_ca).read_bytes() if settings.tls_client_ca else None
+    client_ca = _read_setting_file("tls_client_ca", settings.tls_client_ca) if settings.tls_client_ca else None
     return grpc.ssl_server_credentials(
-        [(Path(settings.tls_key).read_bytes(), Path(settings.tls_cert).read_bytes())],
+        [(_read_setting_file("tls_key", settings.tls_key), _read_setting_file("tls_cert", settings.tls_cert))],
         root_certificates=client_ca,
         require_client_auth=client_ca is not None,
     )
 
 
-async def start(settings: Settings) -> RunningServer:
-    tokens = load_tokens(Path(settings.auth_tokens_file)) if settings.auth_tokens_file else None
+def _tokens(settings: Settings) -> dict[str, str] | None:
+    if not settings.auth_tokens_file:
+        return None
+    try:
+        return load_tokens(Path(settings.auth_tokens_file))
+    except OSError as exc:
+        raise ConfigError(f"auth_tokens_file: cannot read {settings.auth_tokens_file}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"auth_tokens_file: {exc}") from None
+
+
+async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer:
+    """Raises ConfigError, before touching the database, when a file named by a setting is unusable."""
+    tokens = _tokens(settings)
+    credentials = _credentials(settings)
     if tokens is None and _listens_beyond_loopback(settings.listen):
         log.warning(
             "listening on %s without authentication: every caller shares one tenant; "
@@ -81,15 +102,16 @@ async def start(settings: Settings) -> RunningServer:
     limits = AppendLimits(
         max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
     )
-    # Prepare, ObserveUsage, Compact and GetContextState (the context engine, next) still answer
-    # UNIMPLEMENTED through the generated base class, which the typed stubs declare abstract.
-    sessions = Sessions(store, SUMMARIZERS)
-    servicer = ContextServicer(  # type: ignore[abstract]
+    summarizers = build_summarizers(settings.summarizers)
+    sessions = Sessions(store, frozenset(summarizers))
+    transcript = Transcript(store, limits)
+    servicer = ContextServicer(
         auth=Authenticator(tokens),
         sessions=sessions,
-        transcript=Transcript(store, limits),
+        transcript=transcript,
         tool_results=ToolResults(store),
         lineage=Lineage(store, sessions),
+        maintenance=Maintenance(store, transcript, summarizers, hooks=hooks),
     )
     server = grpc.aio.server(
         options=[
@@ -106,13 +128,14 @@ async def start(settings: Settings) -> RunningServer:
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
         server,
     )
-    credentials = _credentials(settings)
-    if credentials is None:
-        port = server.add_insecure_port(settings.listen)
-    else:
-        port = server.add_secure_port(settings.listen, credentials)
-    if port == 0:
-        raise OSError(f"could not listen on {settings.listen}")
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(settings.listen)
+        else:
+            port = server.add_secure_port(settings.listen, credentials)
+    except RuntimeError as exc:  # grpc raises it when the address cannot be bound
+        await engine.dispose()
+        raise ConfigError(f"listen: cannot listen on {settings.listen}: {exc}") from None
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)

@@ -8,6 +8,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ctxfold.engine.errors import invalid
 from ctxfold.engine.model import ConfigInput, NewMessage, Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.view import ViewMessage
+from ctxfold.service.maintenance import Action, Event, Prepared, Progress, Stage
 from ctxfold.service.sessions import SessionInfo
 from ctxfold.v1 import context_service_pb2 as pb
 
@@ -117,3 +119,64 @@ def message_pb(message: StoredMessage) -> pb.Message:
         abandoned=message.abandoned,
         create_time=timestamp(message.create_time) if message.create_time else None,
     )
+
+
+def view_message_pb(view: ViewMessage) -> pb.Message:
+    """A view message as the provider should see it, naming the canonical message it renders."""
+    if view.source is None:
+        return pb.Message(role=_ROLE_TO_PB[view.role], content=view.content, summary=view.summary, tokens=view.tokens)
+    message = message_pb(view.source)
+    message.content = view.content
+    message.pruned = view.pruned
+    message.tokens = view.tokens
+    return message
+
+
+_ACTION_TO_PB = {Action.NONE: pb.ACTION_NONE, Action.PRUNED: pb.ACTION_PRUNED, Action.FOLDED: pb.ACTION_FOLDED}
+_CACHE_TO_PB = {"warm": pb.CACHE_STATE_WARM, "cold": pb.CACHE_STATE_COLD, "unknown": pb.CACHE_STATE_UNKNOWN}
+_STAGE_TO_PB = {
+    Stage.PRUNED: pb.FOLD_STAGE_PRUNED,
+    Stage.PLANNED: pb.FOLD_STAGE_PLANNED,
+    Stage.PASS_STARTED: pb.FOLD_STAGE_PASS_STARTED,
+    Stage.SUMMARY_DELTA: pb.FOLD_STAGE_SUMMARY_DELTA,
+    Stage.PASS_COMMITTED: pb.FOLD_STAGE_PASS_COMMITTED,
+    Stage.PASS_FAILED: pb.FOLD_STAGE_PASS_FAILED,
+}
+
+
+def prepared_pb(prepared: Prepared) -> pb.PreparedContext:
+    return pb.PreparedContext(
+        messages=[view_message_pb(v) for v in prepared.messages],
+        estimated_tokens=prepared.estimated_tokens,
+        view_version=prepared.view_version,
+        action=_ACTION_TO_PB[prepared.action],
+        cache_state=_CACHE_TO_PB[prepared.cache_state],
+        prompt_cache_key=prepared.prompt_cache_key,
+        checkpoint_id=prepared.checkpoint_id,
+        stable_prefix_messages=prepared.stable_prefix_messages,
+        delta=prepared.delta,
+        view_message_count=prepared.view_message_count,
+        trigger_tokens=prepared.trigger_tokens,
+        hard_limit_tokens=prepared.hard_limit_tokens,
+        appended=[message_pb(m) for m in prepared.appended],
+    )
+
+
+def progress_pb(progress: Progress) -> pb.FoldProgress:
+    return pb.FoldProgress(
+        stage=_STAGE_TO_PB[progress.stage],
+        pass_index=progress.pass_index,
+        passes_planned=progress.passes_planned,
+        tokens_before=progress.tokens_before,
+        tokens_after=progress.tokens_after,
+        checkpoint_id=progress.checkpoint_id,
+        message=progress.message,
+        summary_delta=progress.summary_delta,
+    )
+
+
+def event_fields(event: Event) -> dict[str, pb.FoldProgress | pb.PreparedContext]:
+    """The oneof of PrepareResponse and CompactResponse for one event."""
+    if isinstance(event, Progress):
+        return {"progress": progress_pb(event)}
+    return {"result": prepared_pb(event)}

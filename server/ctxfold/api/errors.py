@@ -28,12 +28,27 @@ _CODES: Mapping[Kind, grpc.StatusCode] = {
 }
 
 
+# Errors echo what the caller sent (ids, names). The status travels in trailing metadata, which
+# clients cap (8 KiB soft, 16 KiB hard by default), so long echoes are clipped to stay readable.
+MAX_MESSAGE_BYTES = 1024
+MAX_METADATA_VALUE_BYTES = 512
+
+
+def _clip(text: str, limit: int) -> str:
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[: limit - 32].decode(errors="ignore") + f"…[{len(data)} bytes, clipped]"
+
+
 def status_for(error: DomainError) -> grpc.Status:
     code = _CODES[error.kind]
-    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=error.metadata)
+    metadata = {key: _clip(value, MAX_METADATA_VALUE_BYTES) for key, value in error.metadata.items()}
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message, details=[detail])
+    message = _clip(error.message, MAX_MESSAGE_BYTES)
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=[detail])
     converted: grpc.Status = rpc_status.to_status(status)
     return converted
 

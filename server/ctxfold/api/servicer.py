@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -14,11 +14,14 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from ctxfold.api import convert
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
+from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.service.lineage import Lineage
+from ctxfold.service.maintenance import Maintenance
 from ctxfold.service.sessions import Sessions, session_info
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
+from ctxfold.store.repository import Usage
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
@@ -45,13 +48,36 @@ def unary(
     @functools.wraps(method)
     async def handler(self: ContextServicer, request: Request, context: Context) -> Response:
         try:
-            return await method(self, request, context, self.auth.tenant(context))
+            tenant = self.auth.tenant(context)
+            check_request(request)  # type: ignore[arg-type]
+            return await method(self, request, context, tenant)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
             status = status_for(_as_domain_error(exc))
             await context.abort(status.code, status.details, status.trailing_metadata)
             raise AssertionError("unreachable: abort raises") from None
+
+    return handler
+
+
+def server_stream(
+    method: Callable[[Any, Request, str], AsyncIterator[Response]],
+) -> Callable[[Any, Request, Context], AsyncIterator[Response]]:
+    """`unary` for server-streaming RPCs: errors end the stream with a status and an ErrorInfo."""
+
+    @functools.wraps(method)
+    async def handler(self: ContextServicer, request: Request, context: Context) -> AsyncIterator[Response]:
+        try:
+            tenant = self.auth.tenant(context)
+            check_request(request)  # type: ignore[arg-type]
+            async for response in method(self, request, tenant):
+                yield response
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            status = status_for(_as_domain_error(exc))
+            await context.abort(status.code, status.details, status.trailing_metadata)
 
     return handler
 
@@ -64,12 +90,14 @@ class ContextServicer(pb_grpc.ContextServiceServicer):
         transcript: Transcript,
         tool_results: ToolResults,
         lineage: Lineage,
+        maintenance: Maintenance,
     ):
         self.auth = auth
         self.sessions = sessions
         self.transcript = transcript
         self.tool_results = tool_results
         self.lineage = lineage
+        self.maintenance = maintenance
 
     @unary
     async def CreateSession(
@@ -148,3 +176,42 @@ class ContextServicer(pb_grpc.ContextServiceServicer):
     async def Rewind(self, request: pb.RewindRequest, context: Context, tenant: str) -> pb.RewindResponse:
         info = await self.lineage.rewind(tenant, request.session_id, request.to_seq)
         return pb.RewindResponse(session=convert.session_pb(info))
+
+    @server_stream
+    async def Prepare(self, request: pb.PrepareRequest, tenant: str) -> AsyncIterator[pb.PrepareResponse]:
+        events = self.maintenance.prepare(
+            tenant,
+            request.session_id,
+            convert.new_messages(request.append, field="append"),
+            request.overflow,
+            request.known_view_version,
+            request.request_id,
+        )
+        async for event in events:
+            yield pb.PrepareResponse(**convert.event_fields(event))  # type: ignore[arg-type]
+
+    @server_stream
+    async def Compact(self, request: pb.CompactRequest, tenant: str) -> AsyncIterator[pb.CompactResponse]:
+        async for event in self.maintenance.compact(tenant, request.session_id, request.focus):
+            yield pb.CompactResponse(**convert.event_fields(event))  # type: ignore[arg-type]
+
+    @unary
+    async def ObserveUsage(
+        self, request: pb.ObserveUsageRequest, context: Context, tenant: str
+    ) -> pb.ObserveUsageResponse:
+        usage = Usage(
+            view_version=request.view_version,
+            estimated_tokens=0,
+            input_tokens=request.input_tokens,
+            cached_input_tokens=request.cached_input_tokens,
+            output_tokens=request.output_tokens,
+            finish_reason=request.finish_reason[:64],
+        )
+        calibration, accepted = await self.maintenance.observe_usage(tenant, request.session_id, usage)
+        return pb.ObserveUsageResponse(calibration=calibration, calibration_accepted=accepted)
+
+    @unary
+    async def GetContextState(
+        self, request: pb.GetContextStateRequest, context: Context, tenant: str
+    ) -> pb.GetContextStateResponse:
+        return pb.GetContextStateResponse(state_json=await self.maintenance.context_state(tenant, request.session_id))

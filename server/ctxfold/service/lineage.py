@@ -3,10 +3,9 @@ whose parent holds the branch point (see engine/lineage.py)."""
 
 from __future__ import annotations
 
-from ctxfold.engine import estimator
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import ConfigInput, config_from_json, config_to_json, override_config
-from ctxfold.service.sessions import SessionInfo, Sessions, session_info
+from ctxfold.service.sessions import SessionInfo, Sessions, config_tokens, session_info
 from ctxfold.store.repository import StaleSession, Store, new_id
 
 REWIND_ATTEMPTS = 10
@@ -26,7 +25,7 @@ class Lineage:
             at_seq or source.head_seq,
             new_session_id,
             config_to_json(config),
-            estimator.count_text(config.tools_json),
+            config_tokens(config),
         )
         return SessionInfo(record, config)
 

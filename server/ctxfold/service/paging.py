@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from typing import Any
 
 from ctxfold.engine.errors import invalid
@@ -25,14 +26,31 @@ def encode_token(scope: str, position: list[Any]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_token(scope: str, token: str) -> list[Any] | None:
+def decode_token(scope: str, token: str, shape: tuple[type, ...]) -> tuple[Any, ...] | None:
+    """The position a token of this `scope` holds, checked against `shape` (one type per element),
+    or None for no token. Anything else, including a forged position, is INVALID_PAGE_TOKEN."""
     if not token:
         return None
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         data = json.loads(raw)
-        if data["s"] != scope or not isinstance(data["p"], list):
+        position = data["p"]
+        if data["s"] != scope or not isinstance(position, list) or len(position) != len(shape):
             raise ValueError("scope")
-        return list(data["p"])
+        if not all(_has_type(value, kind) for value, kind in zip(position, shape, strict=True)):
+            raise ValueError("shape")
+        return tuple(position)
     except (ValueError, KeyError, TypeError, binascii.Error):
         raise invalid("INVALID_PAGE_TOKEN", "page_token is not a token this listing returned") from None
+
+
+def _has_type(value: object, kind: type) -> bool:
+    if isinstance(value, bool):
+        return kind is bool
+    if kind is float:
+        return isinstance(value, int | float) and math.isfinite(value)
+    if kind is int:  # what a database integer column holds
+        return isinstance(value, int) and -(2**63) <= value < 2**63
+    if kind is str:  # ids; PostgreSQL cannot compare text holding NUL
+        return isinstance(value, str) and "\x00" not in value
+    return isinstance(value, kind)

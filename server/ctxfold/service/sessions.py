@@ -7,13 +7,20 @@ from dataclasses import dataclass, replace
 from ctxfold.engine import estimator
 from ctxfold.engine.model import ConfigInput, SessionConfig, config_from_json, config_to_json, resolve_config
 from ctxfold.service.paging import decode_token, encode_token, page_size
-from ctxfold.store.repository import SessionRecord, Store, new_id
+from ctxfold.store.repository import ConfigTokens, SessionRecord, Store, new_id
 
 
 @dataclass(frozen=True)
 class SessionInfo:
     record: SessionRecord
     config: SessionConfig
+
+
+def config_tokens(config: SessionConfig) -> ConfigTokens:
+    """Counted once, when a config is set, and stored with the session."""
+    return ConfigTokens(
+        system=estimator.count_text(config.system_prompt), tools=estimator.count_text(config.tools_json)
+    )
 
 
 def session_info(record: SessionRecord) -> SessionInfo:
@@ -38,7 +45,7 @@ class Sessions:
         record = await self.store.create_session(
             tenant,
             config_to_json(config),
-            estimator.count_text(config.tools_json),
+            config_tokens(config),
             session_id=session_id,
         )
         return SessionInfo(record, config)
@@ -48,8 +55,8 @@ class Sessions:
 
     async def list(self, tenant: str, requested_size: int, token: str) -> tuple[list[SessionInfo], str]:
         size = page_size(requested_size)
-        position = decode_token(f"sessions:{tenant}", token)
-        after = (float(position[0]), str(position[1])) if position else None
+        position = decode_token(f"sessions:{tenant}", token, (float, str))
+        after = (float(position[0]), position[1]) if position else None
         records, more = await self.store.list_sessions(tenant, size, after)
         next_token = (
             encode_token(f"sessions:{tenant}", [records[-1].create_time, records[-1].id]) if more and records else ""

@@ -91,8 +91,8 @@ class Transcript:
     ) -> tuple[list[StoredMessage], str]:
         size = page_size(requested_size)
         scope = f"messages:{session_id}:{int(include_abandoned)}"
-        position = decode_token(scope, token)
-        after = (int(position[0]), int(position[1]), str(position[2])) if position else None
+        position = decode_token(scope, token, (int, int, str))
+        after = (position[0], position[1], position[2]) if position else None
         session = await self.store.get_session(tenant, session_id)
         messages, cursor = await self.store.list_messages(session, size, after, include_abandoned)
         return messages, encode_token(scope, list(cursor)) if cursor else ""

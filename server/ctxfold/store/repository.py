@@ -22,10 +22,12 @@ from ctxfold.engine.lineage import (
     SeqRange,
     checkpoint_at_or_before,
     live_ranges,
+    ranges_within,
     segment_holding,
 )
 from ctxfold.engine.model import Role, StoredMessage, ToolCall
 from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_end
+from ctxfold.engine.view import Checkpoint
 from ctxfold.store import schema
 from ctxfold.store.database import WRITE_OPTION
 
@@ -44,6 +46,7 @@ class SessionRecord:
     id: str
     tenant: str
     config_json: str
+    system_tokens: int
     tools_tokens: int
     segment_id: str
     head_seq: int
@@ -83,11 +86,39 @@ class RawResult:
 
 
 @dataclass(frozen=True)
+class ConfigTokens:
+    system: int
+    tools: int
+
+
+@dataclass(frozen=True)
 class BranchPoint:
     parent_segment_id: str | None
     seq: int
     checkpoint_id: str | None
     open_tool_calls: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ContextSnapshot:
+    """What a view is built from, read in one transaction."""
+
+    session: SessionRecord
+    checkpoint: Checkpoint | None
+    kept: list[StoredMessage]
+    after: list[StoredMessage]
+    state_json: str | None
+    state_revision: int  # 0 when the session has no stored state yet
+
+
+@dataclass(frozen=True)
+class Usage:
+    view_version: int
+    estimated_tokens: int
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    finish_reason: str
 
 
 class StaleSession(Exception):
@@ -100,6 +131,7 @@ def _session_record(row: object) -> SessionRecord:
         id=m["id"],
         tenant=m["tenant"],
         config_json=m["config_json"],
+        system_tokens=m["system_tokens"],
         tools_tokens=m["tools_tokens"],
         segment_id=m["segment_id"],
         head_seq=m["head_seq"],
@@ -161,17 +193,15 @@ class Store:
     # ---- sessions -------------------------------------------------------------------------------
 
     async def create_session(
-        self, tenant: str, config_json: str, tools_tokens: int, *, session_id: str | None = None
+        self, tenant: str, config_json: str, tokens: ConfigTokens, *, session_id: str | None = None
     ) -> SessionRecord:
         session_id = session_id or new_id("s")
         async with self._write() as conn:
-            await self._insert_session(
-                conn, tenant, session_id, config_json, tools_tokens, BranchPoint(None, 0, None, ())
-            )
+            await self._insert_session(conn, tenant, session_id, config_json, tokens, BranchPoint(None, 0, None, ()))
         return await self.get_session(tenant, session_id)
 
     async def fork(
-        self, source: SessionRecord, at_seq: int, session_id: str, config_json: str, tools_tokens: int
+        self, source: SessionRecord, at_seq: int, session_id: str, config_json: str, tokens: ConfigTokens
     ) -> SessionRecord:
         """A new session sharing `source`'s history up to `at_seq` and its checkpoint chain up to there."""
         async with self._write() as conn:
@@ -179,7 +209,7 @@ class Store:
             current = await self._get_session(conn, source.tenant, source.id)
             point = await self._branch_point(conn, current, at_seq)
             await self._insert_session(
-                conn, source.tenant, session_id, config_json, tools_tokens, point, forked_from=source.id
+                conn, source.tenant, session_id, config_json, tokens, point, forked_from=source.id
             )
         return await self.get_session(source.tenant, session_id)
 
@@ -189,7 +219,7 @@ class Store:
         tenant: str,
         session_id: str,
         config_json: str,
-        tools_tokens: int,
+        tokens: ConfigTokens,
         point: BranchPoint,
         forked_from: str | None = None,
     ) -> None:
@@ -210,7 +240,8 @@ class Store:
                 id=session_id,
                 tenant=tenant,
                 config_json=config_json,
-                tools_tokens=tools_tokens,
+                system_tokens=tokens.system,
+                tools_tokens=tokens.tools,
                 segment_id=segment_id,
                 head_seq=point.seq,
                 checkpoint_id=point.checkpoint_id,
@@ -528,6 +559,152 @@ class Store:
         page = page[:limit]
         cursor = (page[-1][0].seq, page[-1][1], page[-1][0].id) if more and page else None
         return [message for message, _ in page], cursor
+
+    # ---- checkpoints and context state ----------------------------------------------------------
+
+    @staticmethod
+    def _checkpoint(row: object) -> Checkpoint:
+        m = row._mapping  # type: ignore[attr-defined]
+        entries = json.loads(m["entries_json"])
+        summary = next(e["text"] for e in entries if e["type"] == "summary")
+        kept = tuple(e["id"] for e in entries if e["type"] == "message")
+        return Checkpoint(m["id"], m["parent_id"], m["position_seq"], summary, m["summary_tokens"], kept)
+
+    async def load_context(self, session: SessionRecord) -> ContextSnapshot:
+        """The head checkpoint, its kept messages, the messages after its position and the state.
+        Work is bounded by the view, not by the transcript."""
+        m, cs = schema.messages.c, schema.context_states.c
+        async with self._read() as conn:
+            session = await self._get_session(conn, session.tenant, session.id)
+            checkpoint = None
+            kept: list[StoredMessage] = []
+            if session.checkpoint_id is not None:
+                row = (
+                    await conn.execute(
+                        select(schema.checkpoints).where(schema.checkpoints.c.id == session.checkpoint_id)
+                    )
+                ).one()
+                checkpoint = self._checkpoint(row)
+                if checkpoint.kept_ids:
+                    rows = (
+                        await conn.execute(select(schema.messages).where(m.id.in_(checkpoint.kept_ids)).order_by(m.seq))
+                    ).all()
+                    kept = [_stored_message(r) for r in rows]
+                    if len(kept) != len(checkpoint.kept_ids):
+                        raise DomainError(
+                            Kind.INTERNAL,
+                            "CHECKPOINT_BROKEN",
+                            f"checkpoint {checkpoint.id} keeps messages that cannot be loaded",
+                            {"checkpoint_id": checkpoint.id},
+                        )
+            position = checkpoint.position_seq if checkpoint else 0
+            ranges = ranges_within(await self._live_ranges(conn, session), position, session.head_seq)
+            after = [
+                _stored_message(r)
+                for r in (await conn.execute(select(schema.messages).where(_in_ranges(ranges)).order_by(m.seq))).all()
+            ]
+            state = (await conn.execute(select(cs.state_json, cs.revision).where(cs.session_id == session.id))).first()
+        return ContextSnapshot(
+            session, checkpoint, kept, after, state.state_json if state else None, state.revision if state else 0
+        )
+
+    async def install(
+        self,
+        session: SessionRecord,
+        checkpoint: Checkpoint | None,
+        state_json: str,
+        tokens_before: int,
+        tokens_after: int,
+    ) -> tuple[SessionRecord, int]:
+        """Installs a new head checkpoint (or, with None, only a new projection state) if the session
+        is still at `session.version`; raises StaleSession otherwise. All or nothing. Returns the
+        session after the install and the state's new revision."""
+        now = time.time()
+        s = schema.sessions.c
+        async with self._write() as conn:
+            if checkpoint is not None:
+                entries = [{"type": "summary", "text": checkpoint.summary}] + [
+                    {"type": "message", "id": kept_id} for kept_id in checkpoint.kept_ids
+                ]
+                await conn.execute(
+                    insert(schema.checkpoints).values(
+                        id=checkpoint.id,
+                        tenant=session.tenant,
+                        parent_id=checkpoint.parent_id,
+                        position_seq=checkpoint.position_seq,
+                        entries_json=json.dumps(entries),
+                        summary_tokens=checkpoint.summary_tokens,
+                        tokens_before=tokens_before,
+                        tokens_after=tokens_after,
+                        create_time=now,
+                    )
+                )
+            swapped = await conn.execute(
+                update(schema.sessions)
+                .where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+                .values(
+                    checkpoint_id=checkpoint.id if checkpoint else session.checkpoint_id,
+                    version=s.version + 1,
+                    update_time=now,
+                )
+            )
+            if swapped.rowcount != 1:
+                raise StaleSession(session.id)
+            revision = await self._put_state(conn, session.id, state_json, None, now)
+            return await self._get_session(conn, session.tenant, session.id), revision
+
+    async def save_state(self, session_id: str, state_json: str, revision: int) -> int:
+        """Bookkeeping write: stores the state only if nobody wrote it since `revision` was read
+        (0: no state was stored). Returns the new revision, or 0 when someone else wrote first."""
+        async with self._write() as conn:
+            return await self._put_state(conn, session_id, state_json, revision, time.time())
+
+    async def read_state(self, session: SessionRecord) -> tuple[str | None, int]:
+        cs = schema.context_states.c
+        async with self._read() as conn:
+            row = (await conn.execute(select(cs.state_json, cs.revision).where(cs.session_id == session.id))).first()
+        return (row.state_json, row.revision) if row else (None, 0)
+
+    async def _put_state(
+        self, conn: AsyncConnection, session_id: str, state_json: str, revision: int | None, now: float
+    ) -> int:
+        """Writes the state; with a `revision`, only over that revision. Returns the new revision or 0."""
+        cs = schema.context_states.c
+        current = (await conn.execute(select(cs.revision).where(cs.session_id == session_id))).scalar_one_or_none()
+        if current is None:
+            if revision not in (None, 0):
+                return 0
+            await conn.execute(
+                insert(schema.context_states).values(
+                    session_id=session_id, state_json=state_json, revision=1, update_time=now
+                )
+            )
+            return 1
+        query = update(schema.context_states).where(cs.session_id == session_id, cs.revision == current)
+        if revision is not None and revision != current:
+            return 0
+        updated = await conn.execute(query.values(state_json=state_json, revision=current + 1, update_time=now))
+        return current + 1 if updated.rowcount == 1 else 0
+
+    async def corrupt_state_for_tests(self, session_id: str, state_json: str) -> None:
+        """Overwrites the stored state as is (tests use it to check that a bad state is rebuilt)."""
+        async with self._write() as conn:
+            await self._put_state(conn, session_id, state_json, None, time.time())
+
+    async def record_usage(self, session: SessionRecord, usage: Usage) -> None:
+        async with self._write() as conn:
+            await conn.execute(
+                insert(schema.usage_observations).values(
+                    session_id=session.id,
+                    view_version=usage.view_version,
+                    estimated_tokens=usage.estimated_tokens,
+                    input_tokens=usage.input_tokens,
+                    cached_input_tokens=usage.cached_input_tokens,
+                    output_tokens=usage.output_tokens,
+                    finish_reason=usage.finish_reason,
+                    create_time=time.time(),
+                )
+            )
 
     # ---- tool results ---------------------------------------------------------------------------
 

@@ -48,6 +48,8 @@ sessions = Table(
     Column("id", ID, primary_key=True),
     Column("tenant", String(128), nullable=False),
     Column("config_json", Text, nullable=False),
+    # Tokens of the system prompt and of the tool schemas, counted once when the config is set.
+    Column("system_tokens", Integer, nullable=False),
     Column("tools_tokens", Integer, nullable=False),
     Column("segment_id", ID, ForeignKey("segments.id"), nullable=False),
     Column("head_seq", BigInteger, nullable=False),
@@ -133,6 +135,8 @@ context_states = Table(
     metadata,
     Column("session_id", ID, ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True),
     Column("state_json", Text, nullable=False),
+    # Bumped by every write; bookkeeping writes compare-and-swap on it.
+    Column("revision", BigInteger, nullable=False),
     Column("update_time", Float, nullable=False),
 )
 

@@ -26,15 +26,32 @@ INSTRUCTIONS = (
 )
 
 
+class SummarizerError(Exception):
+    """The summarizer could not produce a summary; the message says why."""
+
+
 @dataclass(frozen=True)
 class SummaryRequest:
+    """A cache-safe fork of the agent's request: its system prompt, tools and cache key, and the view
+    exactly as the agent sends it up to the last folded message (`prefix`, which starts with the
+    system message and the previous summary when there are ones); the instruction follows."""
+
     system_prompt: str
     tools_json: str
     prompt_cache_key: str
     previous_summary: str
-    folded: Sequence[ViewMessage]
+    prefix: Sequence[ViewMessage]
+    folded: Sequence[ViewMessage]  # the messages of `prefix` this summary replaces
     max_tokens: int
     focus: str = ""
+    # The agent sends max_tokens itself (max_output_tokens > 0); a fork that mirrors it sends one too.
+    send_max_tokens: bool = True
+
+    def instruction(self) -> str:
+        text = INSTRUCTIONS + f" Stay within {self.max_tokens} tokens."
+        if self.previous_summary:
+            text += " Roll the earlier summary in: keep what still matters from it."
+        return text + (f"\n\nFocus: {self.focus}" if self.focus else "")
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ def upgrade() -> None:
         sa.Column("id", sa.String(length=64), nullable=False),
         sa.Column("tenant", sa.String(length=128), nullable=False),
         sa.Column("config_json", sa.Text(), nullable=False),
+        sa.Column("system_tokens", sa.Integer(), nullable=False),
         sa.Column("tools_tokens", sa.Integer(), nullable=False),
         sa.Column("segment_id", sa.String(length=64), nullable=False),
         sa.Column("head_seq", sa.BigInteger(), nullable=False),
@@ -139,6 +140,7 @@ def upgrade() -> None:
         "context_states",
         sa.Column("session_id", sa.String(length=64), nullable=False),
         sa.Column("state_json", sa.Text(), nullable=False),
+        sa.Column("revision", sa.BigInteger(), nullable=False),
         sa.Column("update_time", sa.Float(), nullable=False),
         sa.ForeignKeyConstraint(
             ["session_id"],

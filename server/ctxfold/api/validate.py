@@ -1,0 +1,33 @@
+"""Checks every request passes before its use case runs, the same for every RPC: a request about a
+session must name one, and no text may hold a NUL character, which PostgreSQL cannot store or
+compare (SQLite can: refusing it everywhere keeps both stores answering alike)."""
+
+from __future__ import annotations
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from ctxfold.engine.errors import invalid
+
+
+def check_request(request: Message) -> None:
+    where = _nul_field(request, "")
+    if where:
+        raise invalid("INVALID_TEXT", f"{where} contains a NUL character (U+0000), which cannot be stored", field=where)
+    if "session_id" in request.DESCRIPTOR.fields_by_name and not getattr(request, "session_id", ""):
+        raise invalid("SESSION_ID_REQUIRED", "session_id is required", field="session_id")
+
+
+def _nul_field(message: Message, prefix: str) -> str:
+    """The path of the first string field holding a NUL character, or ""."""
+    for field, value in message.ListFields():
+        values = list(value) if field.is_repeated else [value]
+        for index, item in enumerate(values):
+            path = f"{prefix}{field.name}" + (f"[{index}]" if field.is_repeated else "")
+            if field.type == FieldDescriptor.TYPE_STRING and "\x00" in item:
+                return path
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                found = _nul_field(item, path + ".")
+                if found:
+                    return found
+    return ""

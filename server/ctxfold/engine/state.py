@@ -1,0 +1,173 @@
+"""The context state ("sidecar"), schema version 3: the session's projection (pruned results), view
+versions, calibration, cache state, the last maintenance receipts and counters.
+
+A stored state is trusted only when it parses, has schema 3 and its fingerprint matches the
+session's lineage and head checkpoint. Anything else is rebuilt: the projection body is dropped (the
+next Prepare re-prunes if needed), receipts, counters and calibration are kept when readable.
+Unknown (legacy) fields are read and ignored."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from ctxfold.engine.estimator import MAX_CALIBRATION, MIN_CALIBRATION
+
+SCHEMA_VERSION = 3
+MAX_RECEIPTS = 20
+MAX_VIEWS = 16
+# Views are versioned as generation << 32 | message count: a view is a prefix of another exactly when
+# both have the same generation and it has no more messages.
+_COUNT_BITS = 32
+
+
+def view_version(generation: int, message_count: int) -> int:
+    return (generation << _COUNT_BITS) | message_count
+
+
+def split_view_version(version: int) -> tuple[int, int]:
+    return version >> _COUNT_BITS, version & ((1 << _COUNT_BITS) - 1)
+
+
+def fingerprint(segment_id: str, checkpoint_id: str | None) -> str:
+    """Identifies the lineage and the covered prefix (the head checkpoint) a projection belongs to."""
+    return hashlib.sha256(f"{segment_id}\0{checkpoint_id or ''}".encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Receipt:
+    operation_id: str
+    status: str  # applied | noop | blocked | failed
+    action: str  # prune | summary | noop
+    tokens_in: int
+    tokens_out: int
+    reason: str
+    time: float
+
+    @property
+    def tokens_saved(self) -> int:
+        return max(0, self.tokens_in - self.tokens_out)
+
+
+@dataclass(frozen=True)
+class ViewRecord:
+    version: int
+    estimated_tokens: int  # uncalibrated, without reserved output: what ObserveUsage compares against
+
+
+@dataclass(frozen=True)
+class ContextState:
+    fingerprint: str
+    generation: int = 1
+    transcript_version: int = 0
+    checkpoint_id: str | None = None
+    covered_count: int = 0
+    summary_hash: str = ""
+    pruned: dict[str, int] = field(default_factory=dict)  # message id -> tokens of its pruned stub
+    projection_version: int = 0
+    source_tokens: int = 0
+    projection_tokens: int = 0
+    prompt_cache_key: str = ""
+    cache_state: str = "unknown"
+    last_activity: float = 0.0
+    calibration: float = 1.0
+    views: tuple[ViewRecord, ...] = ()
+    failed_fold_tokens: int = 0  # the estimate a fold failed at; not retried until the view grows
+    receipts: tuple[Receipt, ...] = ()
+    telemetry: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def last_receipt(self) -> Receipt | None:
+        return self.receipts[-1] if self.receipts else None
+
+    def with_receipt(self, receipt: Receipt) -> ContextState:
+        counters = dict(self.telemetry)
+        key = f"{receipt.action}_{receipt.status}"
+        counters[key] = counters.get(key, 0) + 1
+        if receipt.status == "applied":
+            counters["tokens_saved"] = counters.get("tokens_saved", 0) + receipt.tokens_saved
+        return replace(self, receipts=(*self.receipts, receipt)[-MAX_RECEIPTS:], telemetry=counters)
+
+    def with_view(self, record: ViewRecord) -> ContextState:
+        kept = tuple(v for v in self.views if v.version != record.version)
+        return replace(self, views=(*kept, record)[-MAX_VIEWS:])
+
+    def view(self, version: int) -> ViewRecord | None:
+        return next((v for v in self.views if v.version == version), None)
+
+    def count(self, name: str, amount: int = 1) -> ContextState:
+        counters = dict(self.telemetry)
+        counters[name] = counters.get(name, 0) + amount
+        return replace(self, telemetry=counters)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["schema_version"] = SCHEMA_VERSION
+        data["last_receipt"] = asdict(self.last_receipt) if self.last_receipt else None
+        if self.last_receipt:
+            data["last_receipt"]["tokens_saved"] = self.last_receipt.tokens_saved
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def _receipts(raw: Any) -> tuple[Receipt, ...]:
+    names = Receipt.__dataclass_fields__
+    return tuple(Receipt(**{k: v for k, v in r.items() if k in names}) for r in raw or ())
+
+
+def load_state(text: str | None, expected_fingerprint: str) -> tuple[ContextState, str]:
+    """The stored state if it is valid for `expected_fingerprint`, else a rebuilt one; the second
+    value says why it was rebuilt ("" when it was valid, "new" when there was none)."""
+    if not text:
+        return ContextState(fingerprint=expected_fingerprint), "new"
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        return ContextState(fingerprint=expected_fingerprint), "corrupt"
+    try:
+        receipts = _receipts(data.get("receipts"))
+        telemetry = {str(k): int(v) for k, v in (data.get("telemetry") or {}).items()}
+        calibration = float(data.get("calibration", 1.0))
+        generation = int(data.get("generation", 0))
+    except (TypeError, ValueError, AttributeError):
+        receipts, telemetry, calibration, generation = (), {}, 1.0, 0
+    if not MIN_CALIBRATION <= calibration <= MAX_CALIBRATION:
+        calibration = 1.0
+    rebuilt = ContextState(
+        fingerprint=expected_fingerprint,
+        generation=generation + 1,
+        calibration=calibration,
+        receipts=receipts,
+        telemetry=telemetry,
+    )
+    if data.get("schema_version") != SCHEMA_VERSION:
+        return rebuilt, "unknown schema"
+    if data.get("fingerprint") != expected_fingerprint:
+        return rebuilt, "fingerprint mismatch"
+    try:
+        state = ContextState(
+            fingerprint=expected_fingerprint,
+            generation=generation,
+            transcript_version=int(data["transcript_version"]),
+            checkpoint_id=data["checkpoint_id"],
+            covered_count=int(data["covered_count"]),
+            summary_hash=str(data["summary_hash"]),
+            pruned={str(k): int(v) for k, v in data["pruned"].items()},
+            projection_version=int(data["projection_version"]),
+            source_tokens=int(data["source_tokens"]),
+            projection_tokens=int(data["projection_tokens"]),
+            prompt_cache_key=str(data["prompt_cache_key"]),
+            cache_state=str(data["cache_state"]),
+            last_activity=float(data["last_activity"]),
+            calibration=calibration,
+            views=tuple(ViewRecord(int(v["version"]), int(v["estimated_tokens"])) for v in data["views"]),
+            failed_fold_tokens=int(data["failed_fold_tokens"]),
+            receipts=receipts,
+            telemetry=telemetry,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return rebuilt, "invalid fields"
+    return state, ""

@@ -1,0 +1,553 @@
+"""Context maintenance use cases: Prepare, Compact, ObserveUsage, GetContextState.
+
+The flow of SPEC §3: append, build the view, and only at or above the trigger (or on overflow, or
+when asked by Compact) prune, then fold in passes. Every install is a compare-and-swap on the
+session: if anything changed underneath (an append, another replica's fold, a rewind), the
+candidate is discarded and the flow starts again from what is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ctxfold.engine import estimator
+from ctxfold.engine.cache import cache_state, cache_ttl_seconds
+from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.maintenance import (
+    FoldPass,
+    Projection,
+    after_position,
+    apply_pass,
+    budget_error,
+    check_fixed_costs,
+    plan_pass,
+    prune,
+)
+from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, config_from_json
+from ctxfold.engine.state import (
+    ContextState,
+    Receipt,
+    ViewRecord,
+    fingerprint,
+    load_state,
+    split_view_version,
+    view_version,
+)
+from ctxfold.engine.view import Checkpoint, ViewMessage
+from ctxfold.service.transcript import Transcript
+from ctxfold.store.repository import ContextSnapshot, SessionRecord, StaleSession, Store, Usage, new_id
+from ctxfold.summarizers.base import Summarizer, SummaryRequest
+
+log = logging.getLogger(__name__)
+
+# A Prepare that keeps losing compare-and-swap races gives up after this many rounds.
+MAX_ROUNDS = 8
+# Calibration moves this far toward each accepted observation.
+CALIBRATION_SMOOTHING = 0.3
+
+
+class Action(enum.Enum):
+    NONE = "none"
+    PRUNED = "pruned"
+    FOLDED = "folded"
+
+
+class Stage(enum.Enum):
+    PRUNED = "pruned"
+    PLANNED = "planned"
+    PASS_STARTED = "pass_started"
+    SUMMARY_DELTA = "summary_delta"
+    PASS_COMMITTED = "pass_committed"
+    PASS_FAILED = "pass_failed"
+
+
+@dataclass(frozen=True)
+class Progress:
+    stage: Stage
+    message: str
+    pass_index: int = 0
+    passes_planned: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    checkpoint_id: str = ""
+    summary_delta: str = ""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    messages: list[ViewMessage]
+    estimated_tokens: int
+    view_version: int
+    action: Action
+    cache_state: str
+    prompt_cache_key: str
+    checkpoint_id: str
+    stable_prefix_messages: int
+    delta: bool
+    view_message_count: int
+    trigger_tokens: int
+    hard_limit_tokens: int
+    appended: list[StoredMessage] = field(default_factory=list)
+
+
+Event = Progress | Prepared
+Emit = Callable[[Progress], Awaitable[None]]
+
+
+class Mode(enum.Enum):
+    PREPARE = "prepare"
+    COMPACT = "compact"
+
+
+@dataclass
+class Hooks:
+    """Test seams: `before_install` runs after a candidate is made and before it is installed."""
+
+    before_install: Callable[[str], Awaitable[None]] | None = None
+
+
+@dataclass
+class _Run:
+    """The state of one Prepare or Compact call as it moves through the steps."""
+
+    session: SessionRecord
+    config: SessionConfig
+    projection: Projection
+    state: ContextState
+    revision: int
+    first_view: list[ViewMessage]
+    first_tokens: int
+    action: Action = Action.NONE
+
+
+def _summary_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _same(a: ViewMessage, b: ViewMessage) -> bool:
+    return (a.role, a.content, a.summary, a.source.id if a.source else "") == (
+        b.role,
+        b.content,
+        b.summary,
+        b.source.id if b.source else "",
+    )
+
+
+def _common_prefix(a: Sequence[ViewMessage], b: Sequence[ViewMessage]) -> int:
+    count = 0
+    for x, y in zip(a, b, strict=False):
+        if not _same(x, y):
+            break
+        count += 1
+    return count
+
+
+class Maintenance:
+    def __init__(
+        self,
+        store: Store,
+        transcript: Transcript,
+        summarizers: Mapping[str, Summarizer],
+        clock: Callable[[], float] = time.time,
+        hooks: Hooks | None = None,
+    ):
+        self.store = store
+        self.transcript = transcript
+        self.summarizers = summarizers
+        self.clock = clock
+        self.hooks = hooks or Hooks()
+
+    # ---- streaming shell ------------------------------------------------------------------------
+
+    async def _stream(self, work: Callable[[Emit], Coroutine[Any, Any, Prepared]]) -> AsyncIterator[Event]:
+        """Runs `work` as a task and yields its progress events, then its result. If the consumer
+        goes away (client cancelled), the task is cancelled: installs are single transactions, so
+        nothing is left half-written and committed passes stay."""
+        queue: asyncio.Queue[Progress | None] = asyncio.Queue()
+
+        async def emit(event: Progress) -> None:
+            await queue.put(event)
+
+        task = asyncio.create_task(work(emit))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            yield task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def prepare(
+        self,
+        tenant: str,
+        session_id: str,
+        append: Sequence[NewMessage],
+        overflow: bool,
+        known_view_version: int,
+        request_id: str = "",
+    ) -> AsyncIterator[Event]:
+        async def work(emit: Emit) -> Prepared:
+            session = await self.store.get_session(tenant, session_id)
+            config = config_from_json(session.config_json)
+            check_fixed_costs(config, session.system_tokens, session.tools_tokens)
+            appended: list[StoredMessage] = []
+            if append:
+                appended, session = await self.transcript.append(tenant, session_id, append, request_id)
+            result = await self._maintain(session, Mode.PREPARE, emit, overflow=overflow)
+            return await self._answer(result, known_view_version, appended)
+
+        return self._stream(work)
+
+    def compact(self, tenant: str, session_id: str, focus: str) -> AsyncIterator[Event]:
+        async def work(emit: Emit) -> Prepared:
+            session = await self.store.get_session(tenant, session_id)
+            config = config_from_json(session.config_json)
+            check_fixed_costs(config, session.system_tokens, session.tools_tokens)
+            return await self._answer(await self._maintain(session, Mode.COMPACT, emit, focus=focus), 0, [])
+
+        return self._stream(work)
+
+    # ---- usage and state ------------------------------------------------------------------------
+
+    async def observe_usage(self, tenant: str, session_id: str, usage: Usage) -> tuple[float, bool]:
+        """Records provider usage and calibrates the estimator; never maintains anything."""
+        for field_name in ("input_tokens", "cached_input_tokens", "output_tokens"):
+            if getattr(usage, field_name) < 0:
+                raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_USAGE", f"{field_name} must be >= 0")
+        if usage.cached_input_tokens > usage.input_tokens:
+            raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_USAGE", "cached_input_tokens cannot exceed input_tokens")
+        session = await self.store.get_session(tenant, session_id)
+        accepted = False
+        calibration = 1.0
+        for _ in range(MAX_ROUNDS):
+            text, revision = await self.store.read_state(session)
+            state, _why = load_state(text, fingerprint(session.segment_id, session.checkpoint_id))
+            record = state.view(usage.view_version)
+            estimated = record.estimated_tokens if record else 0
+            ratio = usage.input_tokens / estimated if estimated else 0.0
+            accepted = estimated > 0 and estimator.MIN_CALIBRATION <= ratio <= estimator.MAX_CALIBRATION
+            calibration = state.calibration
+            if accepted:
+                calibration += CALIBRATION_SMOOTHING * (ratio - calibration)
+            state = (
+                replace(state, calibration=calibration)
+                .count("observations")
+                .count("input_tokens", usage.input_tokens)
+                .count("cached_input_tokens", usage.cached_input_tokens)
+                .count("output_tokens", usage.output_tokens)
+            )
+            if await self.store.save_state(session.id, state.to_json(), revision):
+                break
+            session = await self.store.get_session(tenant, session_id)
+        await self.store.record_usage(session, replace(usage, estimated_tokens=estimated))
+        return calibration, accepted
+
+    async def context_state(self, tenant: str, session_id: str) -> str:
+        """The stored state when it is valid for the session, else the state it would be rebuilt to."""
+        session = await self.store.get_session(tenant, session_id)
+        text, _revision = await self.store.read_state(session)
+        state, _why = load_state(text, fingerprint(session.segment_id, session.checkpoint_id))
+        return state.to_json()
+
+    # ---- the flow -------------------------------------------------------------------------------
+
+    async def _load(self, session: SessionRecord) -> _Run:
+        snapshot: ContextSnapshot = await self.store.load_context(session)
+        session = snapshot.session
+        config = config_from_json(session.config_json)
+        state, why = load_state(snapshot.state_json, fingerprint(session.segment_id, session.checkpoint_id))
+        if why not in ("", "new"):
+            log.warning("context state of session %s rebuilt: %s", session.id, why)
+            state = state.count("state_rebuilds")
+        projection = Projection(
+            config=config,
+            system_tokens=session.system_tokens,
+            tools_tokens=session.tools_tokens,
+            calibration=state.calibration,
+            checkpoint=snapshot.checkpoint,
+            kept=tuple(snapshot.kept),
+            after=tuple(snapshot.after),
+            pruned={k: v for k, v in state.pruned.items() if k in {m.id for m in [*snapshot.kept, *snapshot.after]}},
+        )
+        return _Run(session, config, projection, state, snapshot.state_revision, projection.view(), projection.tokens())
+
+    async def _maintain(
+        self, session: SessionRecord, mode: Mode, emit: Emit, overflow: bool = False, focus: str = ""
+    ) -> _Run:
+        for _ in range(MAX_ROUNDS):
+            run = await self._load(session)
+            try:
+                await self._steps(run, mode, emit, overflow, focus)
+            except StaleSession:
+                # Something changed underneath; what was committed stays, the rest is recomputed.
+                session = await self.store.get_session(session.tenant, session.id)
+                continue
+            tokens = run.projection.tokens()
+            if tokens > run.config.hard_limit_tokens:
+                raise budget_error(run.projection, tokens)
+            return run
+        raise DomainError(
+            Kind.ABORTED,
+            "CONCURRENT_MODIFICATION",
+            f"session {session.id!r} kept changing during maintenance; retry",
+            {"session_id": session.id},
+        )
+
+    async def _steps(self, run: _Run, mode: Mode, emit: Emit, overflow: bool, focus: str) -> None:
+        before = run.projection.tokens()
+        if mode is Mode.PREPARE:
+            if before < run.config.trigger_tokens and not overflow:
+                return
+            if not overflow and run.state.failed_fold_tokens and before <= run.state.failed_fold_tokens:
+                # The same input failed to fold before; wait until the view grows.
+                await self._pruned(run, emit)
+                if run.projection.tokens() >= run.config.trigger_tokens:
+                    await self._record(run, "blocked", "summary", before, before, "the last fold of this input failed")
+                return
+            await self._pruned(run, emit)
+            if run.projection.tokens() < run.config.trigger_tokens and not overflow:
+                return
+        await self._fold(run, emit, focus, one_pass=overflow)
+
+    async def _pruned(self, run: _Run, emit: Emit) -> None:
+        projection = run.projection
+        pruned = prune(projection)
+        if pruned == dict(projection.pruned):
+            return
+        before = projection.tokens()
+        candidate = replace(projection, pruned=pruned)
+        after = candidate.tokens()
+        if after >= before:
+            return
+        state = replace(run.state, pruned=pruned, generation=run.state.generation + 1).with_receipt(
+            self._receipt("applied", "prune", before, after, f"pruned {len(pruned) - len(projection.pruned)} results")
+        )
+        await self._install(run, None, state, candidate, before, after)
+        run.action = Action.PRUNED
+        await emit(
+            Progress(
+                Stage.PRUNED,
+                f"pruned {len(pruned) - len(projection.pruned)} old tool results: {before} → {after} tokens",
+                tokens_before=before,
+                tokens_after=after,
+            )
+        )
+
+    async def _fold(self, run: _Run, emit: Emit, focus: str, one_pass: bool) -> None:
+        summarizer = self.summarizers.get(run.config.summarizer)
+        if summarizer is None:
+            raise DomainError(
+                Kind.FAILED_PRECONDITION,
+                "SUMMARIZER_NOT_CONFIGURED",
+                f"summarizer {run.config.summarizer!r} is not configured on this server",
+                {"summarizer": run.config.summarizer},
+            )
+        before = run.projection.tokens()
+        plan = plan_pass(run.projection, summarizer.input_window_tokens)
+        if plan.first is None:
+            await self._record(run, "noop", "summary", before, before, "nothing to fold")
+            return
+        passes = 1 if one_pass else plan.passes_planned
+        await emit(
+            Progress(
+                Stage.PLANNED,
+                f"folding in {passes} pass(es) from {before} tokens",
+                passes_planned=passes,
+                tokens_before=before,
+            )
+        )
+        fold: FoldPass | None = plan.first
+        index = 0
+        while fold is not None:
+            index += 1
+            if not await self._fold_pass(run, summarizer, fold, index, passes, focus, emit):
+                return
+            if one_pass or fold.final:
+                return
+            fold = plan_pass(run.projection, summarizer.input_window_tokens).first
+            passes = max(passes, index + 1)
+
+    async def _fold_pass(
+        self,
+        run: _Run,
+        summarizer: Summarizer,
+        fold: FoldPass,
+        index: int,
+        passes: int,
+        focus: str,
+        emit: Emit,
+    ) -> bool:
+        """One summarizer call and its install; False when the pass failed (nothing installed)."""
+        projection = run.projection
+        before = projection.tokens()
+        await emit(
+            Progress(
+                Stage.PASS_STARTED,
+                f"pass {index}: summarizing {len(fold.folded)} messages ({fold.input_tokens} tokens read)",
+                pass_index=index,
+                passes_planned=passes,
+                tokens_before=before,
+            )
+        )
+
+        async def on_delta(text: str) -> None:
+            await emit(Progress(Stage.SUMMARY_DELTA, "", pass_index=index, passes_planned=passes, summary_delta=text))
+
+        request = SummaryRequest(
+            system_prompt=run.config.system_prompt,
+            tools_json=run.config.tools_json,
+            prompt_cache_key=run.config.prompt_cache_key,
+            previous_summary=projection.checkpoint.summary if projection.checkpoint else "",
+            prefix=fold.prefix,
+            folded=fold.folded,
+            max_tokens=run.config.summary_max_tokens,
+            focus=focus,
+            send_max_tokens=run.config.max_output_tokens > 0,
+        )
+        failure = ""
+        text = ""
+        try:
+            result = await summarizer.summarize(request, on_delta)
+            text = result.text.strip()
+            if result.finish_reason == "length":
+                failure = "the summary was truncated (finish_reason=length)"
+            elif not text:
+                failure = "the summary was empty"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("summarizer %s failed for session %s: %s", summarizer.name, run.session.id, exc)
+            failure = f"the summarizer failed: {exc}"
+        candidate: Projection | None = None
+        checkpoint: Checkpoint | None = None
+        if not failure:
+            tokens = estimator.count_text(text)
+            checkpoint = Checkpoint(
+                id=new_id("cp"),
+                parent_id=projection.checkpoint.id if projection.checkpoint else None,
+                position_seq=fold.position_seq,
+                summary=text,
+                summary_tokens=tokens,
+                kept_ids=tuple(m.id for m in fold.kept),
+            )
+            candidate = apply_pass(projection, fold, checkpoint, after_position(projection, fold.position_seq))
+            if tokens > run.config.summary_max_tokens:
+                failure = f"the summary has {tokens} tokens, more than summary_max_tokens"
+            elif candidate.tokens() >= before:
+                failure = f"the candidate ({candidate.tokens()} tokens) is not smaller than the view ({before})"
+        if failure or candidate is None or checkpoint is None:
+            await emit(Progress(Stage.PASS_FAILED, failure, pass_index=index, passes_planned=passes))
+            run.state = replace(run.state, failed_fold_tokens=before)
+            await self._record(run, "failed", "summary", before, before, failure)
+            return False
+        after = candidate.tokens()
+        state = replace(
+            run.state,
+            pruned=dict(candidate.pruned),
+            generation=run.state.generation + 1,
+            failed_fold_tokens=0,
+        ).with_receipt(self._receipt("applied", "summary", before, after, f"pass {index}"))
+        if self.hooks.before_install is not None:
+            await self.hooks.before_install(run.session.id)
+        await self._install(run, checkpoint, state, candidate, before, after)
+        run.action = Action.FOLDED
+        await emit(
+            Progress(
+                Stage.PASS_COMMITTED,
+                f"pass {index} committed checkpoint {checkpoint.id}: {before} → {after} tokens",
+                pass_index=index,
+                passes_planned=passes,
+                tokens_before=before,
+                tokens_after=after,
+                checkpoint_id=checkpoint.id,
+            )
+        )
+        return True
+
+    async def _install(
+        self,
+        run: _Run,
+        checkpoint: Checkpoint | None,
+        state: ContextState,
+        candidate: Projection,
+        before: int,
+        after: int,
+    ) -> None:
+        checkpoint_id = checkpoint.id if checkpoint else run.session.checkpoint_id
+        state = replace(
+            state,
+            fingerprint=fingerprint(run.session.segment_id, checkpoint_id),
+            checkpoint_id=checkpoint_id,
+            covered_count=checkpoint.position_seq if checkpoint else state.covered_count,
+            summary_hash=_summary_hash(checkpoint.summary) if checkpoint else state.summary_hash,
+            projection_version=state.projection_version + 1,
+        )
+        run.session, run.revision = await self.store.install(run.session, checkpoint, state.to_json(), before, after)
+        run.projection = candidate
+        run.state = state
+
+    def _receipt(self, status: str, action: str, tokens_in: int, tokens_out: int, reason: str) -> Receipt:
+        return Receipt(uuid.uuid4().hex, status, action, tokens_in, tokens_out, reason, self.clock())
+
+    async def _record(self, run: _Run, status: str, action: str, before: int, after: int, reason: str) -> None:
+        run.state = run.state.with_receipt(self._receipt(status, action, before, after, reason))
+
+    # ---- the answer -----------------------------------------------------------------------------
+
+    async def _answer(self, run: _Run, known_view_version: int, appended: list[StoredMessage]) -> Prepared:
+        """The result, plus the bookkeeping write (view record, activity, receipts); that write is
+        skipped, never retried over someone else's, if the state changed meanwhile."""
+        view = run.projection.view()
+        state = run.state
+        now = self.clock()
+        cache = cache_state(state.last_activity, now, cache_ttl_seconds(run.config))
+        version = view_version(state.generation, len(view))
+        previous = state.views[-1] if state.views else None
+        if run.action is not Action.NONE:
+            stable = _common_prefix(run.first_view, view)
+        elif previous is not None and split_view_version(previous.version)[0] == state.generation:
+            stable = min(split_view_version(previous.version)[1], len(view))
+        else:
+            stable = 0
+        estimated = run.projection.tokens()
+        state = replace(
+            state.with_view(ViewRecord(version, run.projection.raw_tokens())),
+            last_activity=now,
+            cache_state=cache,
+            transcript_version=run.session.head_seq,
+            checkpoint_id=run.session.checkpoint_id,
+            covered_count=run.projection.checkpoint.position_seq if run.projection.checkpoint else 0,
+            prompt_cache_key=run.config.prompt_cache_key,
+            source_tokens=run.first_tokens,
+            projection_tokens=estimated,
+        ).count("prepares")
+        if not await self.store.save_state(run.session.id, state.to_json(), run.revision):
+            log.debug("state of session %s changed meanwhile; bookkeeping of view %d skipped", run.session.id, version)
+        known_generation, known_count = split_view_version(known_view_version)
+        delta = known_view_version > 0 and known_generation == state.generation and known_count <= len(view)
+        return Prepared(
+            messages=view[known_count:] if delta else view,
+            estimated_tokens=estimated,
+            view_version=version,
+            action=run.action,
+            cache_state=cache,
+            prompt_cache_key=run.config.prompt_cache_key,
+            checkpoint_id=run.session.checkpoint_id or "",
+            stable_prefix_messages=stable,
+            delta=delta,
+            view_message_count=len(view),
+            trigger_tokens=run.config.trigger_tokens,
+            hard_limit_tokens=run.config.hard_limit_tokens,
+            appended=appended,
+        )

@@ -1,0 +1,70 @@
+"""Summaries from Anthropic's Messages API, through the official SDK.
+
+A cache breakpoint sits on the last block of the replayed prefix, so the fold request reads the
+prefix the agent's own requests cached (cache reads match at earlier block boundaries too)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import anthropic
+
+from ctxfold.config import ConfigError
+from ctxfold.summarizers.base import OnDelta, SummarizerError, SummaryRequest, SummaryResult
+from ctxfold.summarizers.chat_format import anthropic_messages
+
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+class AnthropicSummarizer:
+    def __init__(self, name: str, client: anthropic.AsyncAnthropic, model: str, input_window_tokens: int):
+        self.name = name
+        self.client = client
+        self.model = model
+        self.input_window_tokens = input_window_tokens
+
+    @classmethod
+    def from_spec(cls, name: str, spec: dict[str, Any]) -> AnthropicSummarizer:
+        model = spec.get("model")
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"summarizers.{name}: model is required")
+        key_env = str(spec.get("api_key_env", "ANTHROPIC_API_KEY"))
+        client = anthropic.AsyncAnthropic(
+            base_url=spec.get("base_url") or None,
+            api_key=os.environ.get(key_env) or "unused",
+            timeout=float(spec.get("timeout_seconds", 120)),
+            max_retries=int(spec.get("max_retries", 2)),
+        )
+        return cls(name, client, model, int(spec.get("input_window_tokens", 200_000)))
+
+    def build_request(self, request: SummaryRequest) -> dict[str, Any]:
+        system_text, messages = anthropic_messages(request.prefix)
+        if messages:
+            messages[-1]["content"][-1]["cache_control"] = _EPHEMERAL
+        messages.append({"role": "user", "content": [{"type": "text", "text": request.instruction()}]})
+        if len(messages) >= 2 and messages[-2]["role"] == "user":
+            # Keep roles alternating: the instruction joins the last user turn.
+            messages[-2]["content"].extend(messages.pop()["content"])
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": request.max_tokens}
+        if system_text:
+            body["system"] = [{"type": "text", "text": system_text, "cache_control": _EPHEMERAL}]
+        tools = json.loads(request.tools_json) if request.tools_json else []
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = {"type": "none"}
+        return body
+
+    async def summarize(self, request: SummaryRequest, on_delta: OnDelta | None = None) -> SummaryResult:
+        try:
+            async with self.client.messages.stream(**self.build_request(request)) as stream:
+                async for text in stream.text_stream:
+                    if on_delta is not None:
+                        await on_delta(text)
+                final = await stream.get_final_message()
+        except anthropic.AnthropicError as exc:
+            raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
+        text = "".join(block.text for block in final.content if block.type == "text")
+        finish = "length" if final.stop_reason == "max_tokens" else "stop"
+        return SummaryResult(text, finish, final.usage.input_tokens, final.usage.output_tokens)

@@ -1,0 +1,96 @@
+"""Summaries from any OpenAI-compatible Chat Completions endpoint, through the official SDK.
+
+The request is a cache-safe fork of the agent's own: the same system prompt, tools and
+`prompt_cache_key`, the view exactly as the agent sent it up to the last folded message, then the
+instruction. The provider's prefix cache therefore serves everything but the instruction."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import openai
+
+from ctxfold.config import ConfigError
+from ctxfold.summarizers.base import OnDelta, SummarizerError, SummaryRequest, SummaryResult
+from ctxfold.summarizers.chat_format import openai_messages
+
+
+class OpenAISummarizer:
+    def __init__(
+        self,
+        name: str,
+        client: openai.AsyncOpenAI,
+        model: str,
+        input_window_tokens: int,
+        stream: bool = True,
+    ):
+        self.name = name
+        self.client = client
+        self.model = model
+        self.input_window_tokens = input_window_tokens
+        self.stream = stream
+
+    @classmethod
+    def from_spec(cls, name: str, spec: dict[str, Any]) -> OpenAISummarizer:
+        model = spec.get("model")
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"summarizers.{name}: model is required")
+        key_env = str(spec.get("api_key_env", "OPENAI_API_KEY"))
+        client = openai.AsyncOpenAI(
+            base_url=spec.get("base_url") or None,
+            # Local OpenAI-compatible servers often need no key; the SDK insists on one.
+            api_key=os.environ.get(key_env) or "unused",
+            timeout=float(spec.get("timeout_seconds", 120)),
+            max_retries=int(spec.get("max_retries", 2)),
+        )
+        return cls(name, client, model, int(spec.get("input_window_tokens", 128_000)), bool(spec.get("stream", True)))
+
+    def build_request(self, request: SummaryRequest) -> dict[str, Any]:
+        messages = openai_messages(request.prefix)
+        messages.append({"role": "user", "content": request.instruction()})
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        if request.prompt_cache_key:
+            body["prompt_cache_key"] = request.prompt_cache_key
+        tools = json.loads(request.tools_json) if request.tools_json else []
+        if tools:
+            # Same tools as the agent (part of the cached prefix), but the summary must not call them.
+            body["tools"] = tools
+            body["tool_choice"] = "none"
+        if request.send_max_tokens:
+            body["max_tokens"] = request.max_tokens
+        return body
+
+    async def summarize(self, request: SummaryRequest, on_delta: OnDelta | None = None) -> SummaryResult:
+        body = self.build_request(request)
+        try:
+            if not self.stream:
+                completion = await self.client.chat.completions.create(**body)
+                choice = completion.choices[0]
+                usage = completion.usage
+                return SummaryResult(
+                    text=choice.message.content or "",
+                    finish_reason=choice.finish_reason or "",
+                    input_tokens=usage.prompt_tokens if usage else 0,
+                    output_tokens=usage.completion_tokens if usage else 0,
+                )
+            parts: list[str] = []
+            finish_reason = ""
+            input_tokens = output_tokens = 0
+            stream = await self.client.chat.completions.create(
+                **body, stream=True, stream_options={"include_usage": True}
+            )
+            async for chunk in stream:
+                for choice in chunk.choices:
+                    if choice.delta.content:
+                        parts.append(choice.delta.content)
+                        if on_delta is not None:
+                            await on_delta(choice.delta.content)
+                    if choice.finish_reason:
+                        finish_reason = choice.finish_reason
+                if chunk.usage is not None:
+                    input_tokens, output_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+        except openai.OpenAIError as exc:
+            raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
+        return SummaryResult("".join(parts), finish_reason, input_tokens, output_tokens)
