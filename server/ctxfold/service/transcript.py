@@ -4,19 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy.exc import IntegrityError
-
 from ctxfold.engine import estimator
-from ctxfold.engine.errors import DomainError, Kind, invalid
+from ctxfold.engine.errors import invalid
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, config_from_json
 from ctxfold.engine.tool_results import bound_tool_content
 from ctxfold.engine.transcript import AppendLimits, advance_open_calls, validate_new_messages
 from ctxfold.service.paging import decode_token, encode_token, page_size
-from ctxfold.store.repository import MessageRow, SessionRecord, StaleSession, Store, new_id
+from ctxfold.store.repository import MessageRow, SessionRecord, Store, new_id
 
 MAX_REQUEST_ID_CHARS = 128
-# Concurrent appends to one session retry their compare-and-swap this many times.
-APPEND_ATTEMPTS = 20
 
 
 def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[MessageRow]:
@@ -63,27 +59,8 @@ class Transcript:
         validate_new_messages(messages, self.limits)
         session = await self.store.get_session(tenant, session_id)
         rows = message_rows(messages, config_from_json(session.config_json))
-        for _ in range(APPEND_ATTEMPTS):
-            if request_id:
-                previous = await self.store.find_append_request(session, request_id)
-                if previous is not None:
-                    return previous, session
-            open_calls = advance_open_calls(session.open_tool_calls, messages)
-            try:
-                stored = await self.store.append_messages(session, rows, open_calls, request_id)
-                return stored, await self.store.get_session(tenant, session_id)
-            except StaleSession:
-                pass
-            except IntegrityError:
-                if not request_id:
-                    raise
-                # A concurrent retry with the same request id won the race; answer with its messages.
-            session = await self.store.get_session(tenant, session_id)
-        raise DomainError(
-            Kind.ABORTED,
-            "CONCURRENT_MODIFICATION",
-            f"session {session_id!r} kept changing during the append; retry",
-            {"session_id": session_id},
+        return await self.store.append_messages(
+            tenant, session_id, rows, request_id, lambda waiting: advance_open_calls(waiting, messages)
         )
 
     async def list(

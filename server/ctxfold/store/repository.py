@@ -7,9 +7,9 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import zstandard
 from sqlalchemy import ColumnElement, and_, delete, false, func, insert, or_, select, update
@@ -258,9 +258,14 @@ class Store:
         async with self._read() as conn:
             return await self._get_session(conn, tenant, session_id)
 
-    async def _get_session(self, conn: AsyncConnection, tenant: str, session_id: str) -> SessionRecord:
+    async def _get_session(
+        self, conn: AsyncConnection, tenant: str, session_id: str, lock: bool = False
+    ) -> SessionRecord:
+        """With `lock`, the row stays locked until the transaction ends (PostgreSQL; SQLite write
+        transactions already hold the database lock)."""
         s = schema.sessions.c
-        row = (await conn.execute(select(schema.sessions).where(s.id == session_id, s.tenant == tenant))).first()
+        query = select(schema.sessions).where(s.id == session_id, s.tenant == tenant)
+        row = (await conn.execute(query.with_for_update() if lock else query)).first()
         if row is None:
             raise session_not_found(session_id)
         return _session_record(row)
@@ -412,20 +417,28 @@ class Store:
 
     async def append_messages(
         self,
-        session: SessionRecord,
+        tenant: str,
+        session_id: str,
         rows: Sequence[MessageRow],
-        open_tool_calls: tuple[str, ...],
         request_id: str,
-    ) -> list[StoredMessage]:
-        """Appends `rows` after `session.head_seq` if the session is still at `session.version`;
-        raises StaleSession otherwise (nothing written)."""
+        advance: Callable[[tuple[str, ...]], tuple[str, ...]],
+    ) -> tuple[list[StoredMessage], SessionRecord]:
+        """Appends `rows` after the head, all or nothing. Appends to one session serialize on its row
+        lock, so they never conflict: `advance` maps the waiting tool calls before the append to those
+        after it (or raises). A `request_id` seen before returns that append's messages instead."""
         now = time.time()
-        first_seq = session.head_seq + 1
         async with self._write() as conn:
+            session = await self._get_session(conn, tenant, session_id, lock=True)
+            if request_id:
+                previous = await self._append_request(conn, session, request_id)
+                if previous is not None:
+                    return previous, session
+            open_tool_calls = advance(session.open_tool_calls)
+            first_seq = session.head_seq + 1
             s = schema.sessions.c
-            swapped = await conn.execute(
+            await conn.execute(
                 update(schema.sessions)
-                .where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+                .where(s.id == session.id)
                 .values(
                     head_seq=session.head_seq + len(rows),
                     open_tool_calls=json.dumps(list(open_tool_calls)),
@@ -433,8 +446,6 @@ class Store:
                     update_time=now,
                 )
             )
-            if swapped.rowcount != 1:
-                raise StaleSession(session.id)
             if rows:
                 await conn.execute(
                     insert(schema.messages),
@@ -471,7 +482,7 @@ class Store:
                         create_time=now,
                     )
                 )
-        return [
+        stored = [
             StoredMessage(
                 id=r.id,
                 seq=first_seq + i,
@@ -490,6 +501,13 @@ class Store:
             )
             for i, r in enumerate(rows)
         ]
+        return stored, replace(
+            session,
+            head_seq=session.head_seq + len(rows),
+            open_tool_calls=open_tool_calls,
+            version=session.version + 1,
+            update_time=now,
+        )
 
     @staticmethod
     def _raw_result_row(segment_id: str, row: MessageRow) -> dict[str, object]:
@@ -510,21 +528,22 @@ class Store:
             "sha256": hashlib.sha256(raw).hexdigest(),
         }
 
-    async def find_append_request(self, session: SessionRecord, request_id: str) -> list[StoredMessage] | None:
+    async def _append_request(
+        self, conn: AsyncConnection, session: SessionRecord, request_id: str
+    ) -> list[StoredMessage] | None:
         """The messages a previous append with this request id wrote, or None."""
         ar, m = schema.append_requests.c, schema.messages.c
-        async with self._read() as conn:
-            ids_json = (
-                await conn.execute(
-                    select(ar.message_ids_json).where(ar.session_id == session.id, ar.request_id == request_id)
-                )
-            ).scalar_one_or_none()
-            if ids_json is None:
-                return None
-            ids = json.loads(ids_json)
-            if not ids:
-                return []
-            rows = (await conn.execute(select(schema.messages).where(m.id.in_(ids)).order_by(m.seq))).all()
+        ids_json = (
+            await conn.execute(
+                select(ar.message_ids_json).where(ar.session_id == session.id, ar.request_id == request_id)
+            )
+        ).scalar_one_or_none()
+        if ids_json is None:
+            return None
+        ids = json.loads(ids_json)
+        if not ids:
+            return []
+        rows = (await conn.execute(select(schema.messages).where(m.id.in_(ids)).order_by(m.seq))).all()
         return [_stored_message(r) for r in rows]
 
     async def list_messages(

@@ -1,0 +1,507 @@
+"""Bounded tool results (SPEC invariant 7) and ReadToolResult paging.
+
+The engine functions are tested directly; the server tests append real results through gRPC and
+page them back from SQLite and PostgreSQL, byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+
+import grpc
+import pytest
+
+from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.tool_results import (
+    DEFAULT_PAGE_BYTES,
+    MAX_PAGE_BYTES,
+    bound_tool_content,
+    read_page,
+)
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from rpc_errors import expect_error
+
+LIMIT = 32768  # the default tool_content_max_bytes
+CHINESE = "上下文折叠服务保存完整的对话记录并按页读取工具结果检查点摘要缓存前缀稳定"
+EMOJI = "😀🚀🧪🔥🎉🐍📦✅"  # 4 bytes each
+OTHER = "éßøñ€™"  # 2 and 3 bytes
+ASCII = "The quick brown fox jumps over the lazy dog 0123456789. "
+MARKER = re.compile(
+    r"\n\n\[ctxfold: tool result truncated: result_ref=(?P<ref>\S+) original_bytes=(?P<original>\d+) "
+    r"kept_bytes=(?P<kept>\d+); bytes (?P<start>\d+)\.\.(?P<end>\d+) omitted\. [^\]]*\]\n\n"
+)
+
+
+def mixed_text(n_bytes: int, seed: int = 0) -> str:
+    """Exactly `n_bytes` of UTF-8: runs of Chinese, emoji, 2-byte letters and ASCII in random order,
+    so cut points fall inside characters of every width."""
+    rng = random.Random(seed)
+    alphabets = [CHINESE, EMOJI, OTHER, ASCII]
+    parts: list[str] = []
+    size = 0
+    while size < n_bytes - 4:
+        alphabet = rng.choice(alphabets)
+        for _ in range(rng.randint(1, 40)):
+            ch = rng.choice(alphabet)
+            width = len(ch.encode())
+            if size + width > n_bytes - 4:
+                break
+            parts.append(ch)
+            size += width
+    parts.append("x" * (n_bytes - size))
+    text = "".join(parts)
+    assert len(text.encode()) == n_bytes
+    return text
+
+
+def repeat_to(unit: str, n_bytes: int) -> str:
+    """`unit` repeated to exactly n_bytes (n_bytes must be a multiple of its width)."""
+    width = len(unit.encode())
+    assert n_bytes % width == 0
+    return unit * (n_bytes // width)
+
+
+def check_bounded(text: str, max_bytes: int, ref: str) -> tuple[int, int]:
+    """Asserts everything invariant 7 says about one cut; returns (head bytes, tail bytes)."""
+    raw = text.encode()
+    bounded = bound_tool_content(text, max_bytes, ref)
+    out = bounded.content.encode("utf-8")  # a str with lone surrogates would raise here
+    assert bounded.truncated
+    assert len(out) <= max_bytes
+    # The cut does not waste the budget: only the marker's number widths and two snaps are lost.
+    assert len(out) >= max_bytes - 64
+    match = MARKER.search(bounded.content)
+    assert match is not None, bounded.content[:200]
+    start, end = int(match["start"]), int(match["end"])
+    assert match["ref"] == ref
+    assert int(match["original"]) == len(raw) == bounded.raw_bytes
+    assert int(match["kept"]) == start + len(raw) - end == bounded.kept_bytes
+    assert 0 < start < end < len(raw)
+    # Head and tail are exact slices of the original, cut on character boundaries.
+    assert bounded.content == raw[:start].decode() + match.group(0) + raw[end:].decode()
+    assert f'ReadToolResult(result_ref="{ref}", offset={start})' in bounded.content
+    return start, len(raw) - end
+
+
+# ---- bound_tool_content ------------------------------------------------------------------------
+
+
+TEXTS_AT_SIZE = {
+    "chinese": lambda n: repeat_to("汉", n - n % 3) + "a" * (n % 3),
+    "emoji": lambda n: repeat_to("😀", n - n % 4) + "b" * (n % 4),
+    "mixed": lambda n: mixed_text(n, seed=n),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TEXTS_AT_SIZE))
+@pytest.mark.parametrize("size", [0, 1, 100, LIMIT - 1, LIMIT])
+def test_results_within_the_limit_are_kept_whole(kind: str, size: int) -> None:
+    text = TEXTS_AT_SIZE[kind](size)
+    assert len(text.encode()) == size
+    bounded = bound_tool_content(text, LIMIT, "tr_x")
+    assert bounded.content == text
+    assert not bounded.truncated
+    assert bounded.raw_bytes == bounded.kept_bytes == size
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(repeat_to("汉", LIMIT + 1), id="chinese-just-above"),  # 32769 = 3 x 10923
+        pytest.param(repeat_to("😀", LIMIT + 4), id="emoji-just-above"),
+        pytest.param(mixed_text(LIMIT + 1, seed=1), id="mixed-one-byte-above"),
+        pytest.param(mixed_text(LIMIT + 3, seed=2), id="mixed-three-bytes-above"),
+        pytest.param(repeat_to("汉", 3 * 70000), id="chinese-210k"),
+        pytest.param(repeat_to("😀", 4 * 60000), id="emoji-240k"),
+        pytest.param("a" + repeat_to("😀", 4 * 20000) + "z", id="emoji-offset-by-one"),
+        pytest.param("ab" + repeat_to("汉", 3 * 30000), id="chinese-offset-by-two"),
+        pytest.param(mixed_text(200 * 1024, seed=3), id="mixed-200k"),
+    ],
+)
+def test_results_above_the_limit_are_cut_with_a_marker(text: str) -> None:
+    check_bounded(text, LIMIT, "tr_0123456789abcdef")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_cuts_land_on_char_boundaries_for_many_sizes(seed: int) -> None:
+    rng = random.Random(seed)
+    max_bytes = rng.choice([4096, 5000, 8191, LIMIT, 65536])
+    text = mixed_text(max_bytes + rng.randint(1, 3 * max_bytes), seed=seed)
+    check_bounded(text, max_bytes, f"tr_{seed:032x}")
+
+
+TRACEBACK = (
+    "\nTraceback (most recent call last):\n"
+    '  File "/srv/app/main.py", line 42, in <module>\n'
+    "    run()\n"
+    '  File "/srv/app/main.py", line 17, in run\n'
+    '    raise ValueError("配置无效 😱")\n'
+    "ValueError: 配置无效 😱\n"
+)
+
+
+def test_a_result_ending_in_an_error_keeps_more_tail_than_head() -> None:
+    text = mixed_text(100_000, seed=4) + TRACEBACK
+    head, tail = check_bounded(text, LIMIT, "tr_err")
+    assert tail > 2 * head
+    bounded = bound_tool_content(text, LIMIT, "tr_err")
+    assert bounded.content.endswith(TRACEBACK)
+
+
+def test_a_result_without_an_error_keeps_more_head_than_tail() -> None:
+    text = mixed_text(100_000, seed=4)
+    head, tail = check_bounded(text, LIMIT, "tr_ok")
+    assert head > 2 * tail
+
+
+@pytest.mark.parametrize("ending", ["\nerror: linker command failed", "\nmake: *** Error 2", "\nexit code 1"])
+def test_other_error_endings_also_keep_more_tail(ending: str) -> None:
+    head, tail = check_bounded(mixed_text(80_000, seed=5) + ending, LIMIT, "tr_e")
+    assert tail > head
+
+
+# ---- read_page ---------------------------------------------------------------------------------
+
+
+def domain_error(raw: bytes, offset: int, limit: int) -> DomainError:
+    with pytest.raises(DomainError) as caught:
+        read_page(raw, offset, limit)
+    assert caught.value.kind is Kind.INVALID_ARGUMENT
+    return caught.value
+
+
+def test_read_page_snaps_the_end_back_to_a_char_boundary() -> None:
+    raw = ("a" + "😀" * 3 + "汉").encode()  # 1 + 12 + 3 bytes
+    page = read_page(raw, 0, 4)
+    assert (page.data, page.offset, page.next_offset, page.complete) == ("a", 0, 1, False)
+    page = read_page(raw, 1, 7)
+    assert (page.data, page.next_offset) == ("😀", 5)
+    page = read_page(raw, 5, 8)
+    assert (page.data, page.next_offset) == ("😀😀", 13)
+    page = read_page(raw, 13, 4)
+    assert (page.data, page.next_offset, page.total_bytes, page.complete) == ("汉", 16, 16, True)
+    page = read_page(raw, 16, 4)  # reading at the very end is an empty, complete page
+    assert (page.data, page.next_offset, page.complete) == ("", 16, True)
+
+
+def test_read_page_limit_zero_means_the_default() -> None:
+    raw = b"x" * (DEFAULT_PAGE_BYTES * 2)
+    page = read_page(raw, 0, 0)
+    assert page.next_offset == DEFAULT_PAGE_BYTES
+    page = read_page(raw, 0, MAX_PAGE_BYTES)
+    assert page.next_offset == MAX_PAGE_BYTES
+
+
+@pytest.mark.parametrize("limit", [4, 5, 6, 7, 11, 4096, MAX_PAGE_BYTES])
+def test_read_page_pages_concatenate_to_the_original(limit: int) -> None:
+    raw = mixed_text(60_000, seed=limit).encode()
+    offset, chunks = 0, []
+    while True:
+        page = read_page(raw, offset, limit)
+        assert page.offset == offset
+        assert page.total_bytes == len(raw)
+        size = page.next_offset - offset
+        assert len(page.data.encode()) == size <= limit
+        if page.complete:
+            assert page.next_offset == len(raw)
+            chunks.append(page.data)
+            break
+        assert size > limit - 4  # snapping back loses at most three bytes
+        chunks.append(page.data)
+        offset = page.next_offset
+    assert "".join(chunks).encode() == raw
+
+
+@pytest.mark.parametrize("limit", [-1, 1, 3, MAX_PAGE_BYTES + 1, 1 << 40])
+def test_read_page_rejects_limits_out_of_range(limit: int) -> None:
+    assert domain_error(b"hello", 0, limit).reason == "LIMIT_OUT_OF_RANGE"
+
+
+@pytest.mark.parametrize("offset", [-1, 6, 1 << 40])
+def test_read_page_rejects_offsets_outside_the_result(offset: int) -> None:
+    error = domain_error(b"hello", offset, 0)
+    assert error.reason == "OFFSET_OUT_OF_RANGE"
+    assert error.metadata["total_bytes"] == "5"
+
+
+@pytest.mark.parametrize(("offset", "char_start"), [(2, 1), (3, 1), (4, 1), (6, 5), (7, 5)])
+def test_read_page_rejects_offsets_inside_a_character(offset: int, char_start: int) -> None:
+    raw = ("a" + "😀" + "汉").encode()  # 😀 = bytes 1..4, 汉 = bytes 5..7
+    error = domain_error(raw, offset, 4)
+    assert error.reason == "OFFSET_NOT_CHAR_BOUNDARY"
+    assert error.metadata["char_start"] == str(char_start)
+
+
+# ---- through the server ------------------------------------------------------------------------
+
+
+async def new_session(stub: pb_grpc.ContextServiceStub, **config: object) -> str:
+    response = await stub.CreateSession(
+        pb.CreateSessionRequest(config=pb.SessionConfig(context_window=128_000, **config))  # type: ignore[arg-type]
+    )
+    return str(response.session.id)
+
+
+def tool_call(call_id: str, name: str = "read_file") -> pb.Message:
+    return pb.Message(
+        role=pb.ROLE_ASSISTANT,
+        tool_calls=[pb.ToolCall(id=call_id, name=name, arguments='{"path": "日志.txt"}')],
+    )
+
+
+def tool_result(call_id: str, content: str) -> pb.Message:
+    return pb.Message(role=pb.ROLE_TOOL, tool_call_id=call_id, content=content)
+
+
+async def append_result(stub: pb_grpc.ContextServiceStub, session_id: str, call_id: str, content: str) -> pb.Message:
+    """Appends a call and its result; returns the stored result message."""
+    response = await stub.AppendMessages(
+        pb.AppendMessagesRequest(session_id=session_id, messages=[tool_call(call_id), tool_result(call_id, content)])
+    )
+    stored = response.messages[1]
+    assert stored.role == pb.ROLE_TOOL
+    assert stored.tool_call_id == call_id
+    assert stored.result_ref.startswith("tr_")
+    return stored
+
+
+async def read(
+    stub: pb_grpc.ContextServiceStub, session_id: str, ref: str, offset: int = 0, limit: int = 0
+) -> pb.ReadToolResultResponse:
+    return await stub.ReadToolResult(
+        pb.ReadToolResultRequest(session_id=session_id, result_ref=ref, offset=offset, limit=limit)
+    )
+
+
+async def read_all(stub: pb_grpc.ContextServiceStub, session_id: str, ref: str, raw: bytes, limit: int) -> int:
+    """Pages through a whole result, checking every page; returns the number of pages."""
+    effective = limit or DEFAULT_PAGE_BYTES
+    digest = hashlib.sha256(raw).hexdigest()
+    offset, chunks, pages = 0, [], 0
+    while True:
+        page = await read(stub, session_id, ref, offset, limit)
+        pages += 1
+        assert page.offset == offset
+        assert page.total_bytes == len(raw)
+        assert page.sha256 == digest
+        assert page.result_ref == ref
+        data = page.data.encode()
+        assert len(data) == page.next_offset - offset <= effective
+        assert data == raw[offset : page.next_offset]
+        chunks.append(data)
+        if page.complete:
+            assert page.next_offset == len(raw)
+            break
+        assert page.next_offset < len(raw)
+        assert len(data) > effective - 4
+        offset = page.next_offset
+    assert b"".join(chunks) == raw
+    return pages
+
+
+async def test_a_200k_result_is_bounded_and_pages_back_exactly(stub: pb_grpc.ContextServiceStub) -> None:
+    session_id = await new_session(stub)
+    text = mixed_text(200 * 1024, seed=11) + "\n完成 ✅ done"
+    raw = text.encode()
+    await stub.AppendMessages(
+        pb.AppendMessagesRequest(
+            session_id=session_id, messages=[pb.Message(role=pb.ROLE_USER, content="读一下日志 📜")]
+        )
+    )
+    stored = await append_result(stub, session_id, "call_big", text)
+    ref = stored.result_ref
+    assert stored.truncated
+    assert stored.raw_bytes == len(raw)
+    assert len(stored.content.encode()) <= LIMIT
+    match = MARKER.search(stored.content)
+    assert match is not None
+    assert (match["ref"], int(match["original"])) == (ref, len(raw))
+    assert stored.content.startswith(text[:200])
+    assert stored.content.endswith(text[-200:])
+
+    # The transcript holds the bounded content, not the raw result.
+    listed = await stub.ListMessages(pb.ListMessagesRequest(session_id=session_id))
+    assert [m.seq for m in listed.messages] == [1, 2, 3]
+    assert listed.messages[2] == stored
+
+    assert await read_all(stub, session_id, ref, raw, 0) == -(-len(raw) // DEFAULT_PAGE_BYTES)
+    assert await read_all(stub, session_id, ref, raw, MAX_PAGE_BYTES) >= len(raw) // MAX_PAGE_BYTES
+    await read_all(stub, session_id, ref, raw, 10_000)
+
+    # By tool_call_id when it is unique: the same result.
+    by_call = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session_id, tool_call_id="call_big"))
+    assert by_call.result_ref == ref
+    assert by_call.data.encode() == raw[: by_call.next_offset]
+
+
+@pytest.mark.parametrize("limit", [4, 5, 7])
+async def test_tiny_pages_chain_through_a_large_result(stub: pb_grpc.ContextServiceStub, limit: int) -> None:
+    """Tiny pages across the start, the middle and the end of a 200 KiB result (paging all of it 4
+    bytes at a time would take 50,000 calls)."""
+    session_id = await new_session(stub)
+    raw = mixed_text(200 * 1024, seed=limit).encode()
+    ref = (await append_result(stub, session_id, "call_1", raw.decode())).result_ref
+    middle = len(raw) // 2
+    while raw[middle] & 0xC0 == 0x80:
+        middle += 1
+    end_window = len(raw) - 60
+    while raw[end_window] & 0xC0 == 0x80:
+        end_window += 1
+    for start in (0, middle, end_window):
+        offset = start
+        for _ in range(25):
+            page = await read(stub, session_id, ref, offset, limit)
+            data = page.data.encode()
+            assert 0 < len(data) <= limit
+            assert data == raw[offset : page.next_offset]
+            assert page.complete == (page.next_offset == len(raw))
+            offset = page.next_offset
+            if page.complete:
+                break
+        if start == end_window:
+            assert offset == len(raw)
+
+
+@pytest.mark.parametrize("limit", [4, 5, 7])
+async def test_tiny_pages_read_a_whole_small_result(stub: pb_grpc.ContextServiceStub, limit: int) -> None:
+    session_id = await new_session(stub)
+    raw = ("结果 😀 ok, " + mixed_text(300, seed=limit) + " 尾🎉").encode()
+    stored = await append_result(stub, session_id, "call_1", raw.decode())
+    assert not stored.truncated
+    assert stored.content.encode() == raw
+    await read_all(stub, session_id, stored.result_ref, raw, limit)
+
+
+@pytest.mark.parametrize("max_bytes", [0, 4096], ids=["default-32768", "4096"])
+@pytest.mark.parametrize("delta", [-1, 0, 1, 2, 3], ids=lambda d: f"limit{d:+d}")
+async def test_results_around_the_limit_round_trip(
+    stub: pb_grpc.ContextServiceStub, max_bytes: int, delta: int
+) -> None:
+    session_id = await new_session(stub, tool_content_max_bytes=max_bytes)
+    limit = max_bytes or LIMIT
+    text = mixed_text(limit + delta, seed=limit + delta)
+    raw = text.encode()
+    stored = await append_result(stub, session_id, "call_1", text)
+    assert stored.raw_bytes == len(raw)
+    assert stored.truncated == (delta > 0)
+    if delta <= 0:
+        assert stored.content == text
+    else:
+        assert len(stored.content.encode()) <= limit
+        assert f"result_ref={stored.result_ref}" in stored.content
+    for page_limit in (0, MAX_PAGE_BYTES, 1000):
+        await read_all(stub, session_id, stored.result_ref, raw, page_limit)
+
+
+async def test_pure_chinese_and_emoji_results_round_trip(stub: pb_grpc.ContextServiceStub) -> None:
+    session_id = await new_session(stub)
+    for call_id, text in [("c1", repeat_to("汉", 3 * 20000)), ("c2", repeat_to("😀", 4 * 15000))]:
+        stored = await append_result(stub, session_id, call_id, text)
+        assert stored.truncated
+        await read_all(stub, session_id, stored.result_ref, text.encode(), 0)
+        await read_all(stub, session_id, stored.result_ref, text.encode(), 1001)
+
+
+async def test_unknown_result_ref_is_not_found(stub: pb_grpc.ContextServiceStub) -> None:
+    session_id = await new_session(stub)
+    await append_result(stub, session_id, "call_1", "ok")
+    await expect_error(
+        read(stub, session_id, "tr_doesnotexist"),
+        grpc.StatusCode.NOT_FOUND,
+        "RESULT_REF_NOT_FOUND",
+        {"result_ref": "tr_doesnotexist"},
+    )
+
+
+async def test_unknown_tool_call_id_is_not_found(stub: pb_grpc.ContextServiceStub) -> None:
+    session_id = await new_session(stub)
+    await append_result(stub, session_id, "call_1", "ok")
+    await expect_error(
+        stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session_id, tool_call_id="call_2")),
+        grpc.StatusCode.NOT_FOUND,
+        "TOOL_CALL_NOT_FOUND",
+    )
+
+
+async def test_a_result_needs_a_ref_or_a_tool_call_id(stub: pb_grpc.ContextServiceStub) -> None:
+    session_id = await new_session(stub)
+    await expect_error(
+        stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session_id)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "RESULT_REF_REQUIRED",
+    )
+
+
+async def test_a_reused_tool_call_id_is_ambiguous_without_a_ref(stub: pb_grpc.ContextServiceStub) -> None:
+    session_id = await new_session(stub)
+    first = await append_result(stub, session_id, "call_1", "第一次 🥇")
+    second = await append_result(stub, session_id, "call_1", "第二次 🥈")
+    assert first.result_ref != second.result_ref
+    info = await expect_error(
+        stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session_id, tool_call_id="call_1")),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "RESULT_REF_AMBIGUOUS",
+        {"tool_call_id": "call_1"},
+    )
+    assert info.metadata["candidates"].split(",") == [first.result_ref, second.result_ref]
+    # Named by ref, each reads back its own result.
+    assert (await read(stub, session_id, first.result_ref)).data == "第一次 🥇"
+    assert (await read(stub, session_id, second.result_ref)).data == "第二次 🥈"
+    # The ref decides when both are given.
+    both = await stub.ReadToolResult(
+        pb.ReadToolResultRequest(session_id=session_id, tool_call_id="call_1", result_ref=second.result_ref)
+    )
+    assert both.data == "第二次 🥈"
+
+
+async def test_another_sessions_result_is_not_found(stub: pb_grpc.ContextServiceStub) -> None:
+    owner = await new_session(stub)
+    other = await new_session(stub)
+    text = mixed_text(50_000, seed=9)
+    stored = await append_result(stub, owner, "call_1", text)
+    small = await append_result(stub, owner, "call_2", "small 小")
+    await append_result(stub, other, "call_1", "mine")
+    for ref in (stored.result_ref, small.result_ref):
+        await expect_error(
+            read(stub, other, ref), grpc.StatusCode.NOT_FOUND, "RESULT_REF_NOT_FOUND", {"result_ref": ref}
+        )
+    # The other session's tool_call_id lookup sees only its own result.
+    mine = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=other, tool_call_id="call_1"))
+    assert mine.data == "mine"
+    # The owner still reads it.
+    assert (await read(stub, owner, stored.result_ref)).total_bytes == len(text.encode())
+
+
+async def test_reading_in_an_unknown_session_is_not_found(stub: pb_grpc.ContextServiceStub) -> None:
+    await expect_error(
+        read(stub, "s_missing", "tr_x"),
+        grpc.StatusCode.NOT_FOUND,
+        "SESSION_NOT_FOUND",
+        {"session_id": "s_missing"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("offset", "limit", "reason"),
+    [
+        (1, 0, "OFFSET_NOT_CHAR_BOUNDARY"),  # inside 结 (bytes 0..2)
+        (2, 0, "OFFSET_NOT_CHAR_BOUNDARY"),
+        (-1, 0, "OFFSET_OUT_OF_RANGE"),
+        (10_000, 0, "OFFSET_OUT_OF_RANGE"),
+        (0, 3, "LIMIT_OUT_OF_RANGE"),
+        (0, -5, "LIMIT_OUT_OF_RANGE"),
+        (0, MAX_PAGE_BYTES + 1, "LIMIT_OUT_OF_RANGE"),
+    ],
+)
+async def test_bad_offsets_and_limits_are_invalid(
+    stub: pb_grpc.ContextServiceStub, offset: int, limit: int, reason: str
+) -> None:
+    session_id = await new_session(stub)
+    stored = await append_result(stub, session_id, "call_1", "结果 😀 ok")
+    await expect_error(
+        read(stub, session_id, stored.result_ref, offset, limit), grpc.StatusCode.INVALID_ARGUMENT, reason
+    )
+    # Valid reads still work afterwards.
+    assert (await read(stub, session_id, stored.result_ref)).data == "结果 😀 ok"
