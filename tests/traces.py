@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,3 +55,19 @@ def turns(trace: Trace) -> list[list[pb.Message]]:
     if current:
         batches.append(current)
     return batches
+
+
+@functools.cache
+def _tool_output_corpus() -> str:
+    outputs = []
+    for path in sorted(TRACES_DIR.glob("*.json")):
+        outputs += [m.get("content") or "" for m in json.loads(path.read_text())["messages"] if m["role"] == "tool"]
+    return "\n".join(o for o in outputs if o)
+
+
+def tool_output(seed: int, chars: int) -> str:
+    """`chars` characters of real recorded tool output (source listings, test runs, greps), starting at
+    a place chosen by `seed`: realistic text for tool results of a chosen size."""
+    corpus = _tool_output_corpus()
+    start = (seed * 7919) % (len(corpus) - chars)
+    return corpus[start : start + chars]

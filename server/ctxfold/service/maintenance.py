@@ -150,6 +150,27 @@ def _common_prefix(a: Sequence[ViewMessage], b: Sequence[ViewMessage]) -> int:
     return count
 
 
+class KeyedLock:
+    """One asyncio lock per key, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
 class Maintenance:
     def __init__(
         self,
@@ -164,6 +185,9 @@ class Maintenance:
         self.summarizers = summarizers
         self.clock = clock
         self.hooks = hooks or Hooks()
+        # Concurrent calls on one session in this process take turns, so they do not summarize the
+        # same input twice; across replicas the compare-and-swap alone keeps installs consistent.
+        self._sessions = KeyedLock()
 
     # ---- streaming shell ------------------------------------------------------------------------
 
@@ -285,12 +309,21 @@ class Maintenance:
     async def _maintain(
         self, session: SessionRecord, mode: Mode, emit: Emit, overflow: bool = False, focus: str = ""
     ) -> _Run:
+        async with self._sessions.hold(session.id):
+            return await self._maintain_locked(session, mode, emit, overflow, focus)
+
+    async def _maintain_locked(
+        self, session: SessionRecord, mode: Mode, emit: Emit, overflow: bool, focus: str
+    ) -> _Run:
         for _ in range(MAX_ROUNDS):
             run = await self._load(session)
             try:
                 await self._steps(run, mode, emit, overflow, focus)
             except StaleSession:
                 # Something changed underneath; what was committed stays, the rest is recomputed.
+                await emit(
+                    Progress(Stage.PASS_FAILED, "the session changed meanwhile: candidate discarded, starting over")
+                )
                 session = await self.store.get_session(session.tenant, session.id)
                 continue
             tokens = run.projection.tokens()

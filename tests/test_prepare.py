@@ -1,0 +1,361 @@
+"""Prepare, Compact, ObserveUsage and GetContextState against a real server, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from conftest import fresh_database, settings_for
+from ctxfold.server import RunningServer, start
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from rpc_errors import expect_error
+from traces import load_trace, tool_output, turns
+
+
+@dataclass
+class Outcome:
+    result: pb.PreparedContext
+    progress: list[pb.FoldProgress] = field(default_factory=list)
+
+
+async def prepare(stub: pb_grpc.ContextServiceStub, session_id: str, *append: pb.Message, **kwargs: object) -> Outcome:
+    progress: list[pb.FoldProgress] = []
+    results: list[pb.PreparedContext] = []
+    async for event in stub.Prepare(pb.PrepareRequest(session_id=session_id, append=append, **kwargs)):  # type: ignore[arg-type]
+        if event.HasField("progress"):
+            assert not results, "progress after the result"
+            progress.append(event.progress)
+        else:
+            results.append(event.result)
+    assert len(results) == 1
+    return Outcome(results[0], progress)
+
+
+async def compact(stub: pb_grpc.ContextServiceStub, session_id: str, focus: str = "") -> Outcome:
+    progress: list[pb.FoldProgress] = []
+    results: list[pb.PreparedContext] = []
+    async for event in stub.Compact(pb.CompactRequest(session_id=session_id, focus=focus)):
+        if event.HasField("progress"):
+            progress.append(event.progress)
+        else:
+            results.append(event.result)
+    assert len(results) == 1
+    return Outcome(results[0], progress)
+
+
+async def create(stub: pb_grpc.ContextServiceStub, **config: object) -> pb.Session:
+    response = await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(**config)))  # type: ignore[arg-type]
+    return response.session
+
+
+async def transcript(stub: pb_grpc.ContextServiceStub, session_id: str) -> list[pb.Message]:
+    out: list[pb.Message] = []
+    token = ""
+    while True:
+        page = await stub.ListMessages(pb.ListMessagesRequest(session_id=session_id, page_size=1000, page_token=token))
+        out += page.messages
+        token = page.next_page_token
+        if not token:
+            return out
+
+
+async def state(stub: pb_grpc.ContextServiceStub, session_id: str) -> dict[str, object]:
+    response = await stub.GetContextState(pb.GetContextStateRequest(session_id=session_id))
+    return json.loads(response.state_json)  # type: ignore[no-any-return]
+
+
+def user(text: str) -> pb.Message:
+    return pb.Message(role=pb.ROLE_USER, content=text)
+
+
+def call(call_id: str, text: str = "") -> pb.Message:
+    return pb.Message(
+        role=pb.ROLE_ASSISTANT,
+        content=text,
+        tool_calls=[pb.ToolCall(id=call_id, name="bash", arguments='{"cmd":"ls"}')],
+    )
+
+
+def result(call_id: str, text: str) -> pb.Message:
+    return pb.Message(role=pb.ROLE_TOOL, tool_call_id=call_id, content=text)
+
+
+def assert_view_well_formed(messages: list[pb.Message]) -> None:
+    """At most one summary; every tool result follows its call; every call has its results (except
+    in the last assistant message, which may still await them)."""
+    assert sum(m.summary for m in messages) <= 1
+    waiting: set[str] = set()
+    for index, m in enumerate(messages):
+        if m.role == pb.ROLE_TOOL:
+            assert m.tool_call_id in waiting, f"tool result {m.tool_call_id} without its call"
+            waiting.discard(m.tool_call_id)
+        else:
+            last_assistant = m.role == pb.ROLE_ASSISTANT and all(
+                later.role == pb.ROLE_TOOL for later in messages[index + 1 :]
+            )
+            assert not waiting or last_assistant, f"calls {waiting} without results"
+            if m.role == pb.ROLE_ASSISTANT:
+                waiting = {c.id for c in m.tool_calls}
+
+
+def rendered(message: pb.Message) -> tuple[object, ...]:
+    return (message.role, message.content, message.id, message.summary, message.pruned)
+
+
+@pytest.fixture
+async def isolated(
+    backend: str, tmp_path: Path
+) -> AsyncIterator[tuple[RunningServer, pb_grpc.ContextServiceStub, str]]:
+    url = await fresh_database(backend, tmp_path)
+    running = await start(settings_for(url))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        yield running, pb_grpc.ContextServiceStub(channel), url
+    await running.stop(grace=1.0)
+
+
+async def test_below_trigger_views_extend_byte_for_byte_across_a_restart(
+    isolated: tuple[RunningServer, pb_grpc.ContextServiceStub, str],
+) -> None:
+    running, stub, url = isolated
+    session = await create(stub, context_window=200_000, system_prompt="You are a careful engineer.")
+    previous: list[pb.Message] = []
+    for turn in range(12):
+        outcome = await prepare(stub, session.id, user(f"request {turn}"), call(f"c{turn}"), result(f"c{turn}", "ok"))
+        view = list(outcome.result.messages)
+        assert outcome.result.action == pb.ACTION_NONE and not outcome.progress
+        assert [rendered(m) for m in view[: len(previous)]] == [rendered(m) for m in previous]
+        assert outcome.result.stable_prefix_messages == len(previous)
+        assert view[0].role == pb.ROLE_SYSTEM and view[0].content == "You are a careful engineer."
+        previous = view
+    await running.stop(grace=1.0)
+    restarted = await start(settings_for(url))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{restarted.port}") as channel:
+            stub2 = pb_grpc.ContextServiceStub(channel)
+            outcome = await prepare(stub2, session.id, user("after the restart"))
+            assert outcome.result.action == pb.ACTION_NONE
+            assert outcome.result.stable_prefix_messages == len(previous)
+            assert [rendered(m) for m in outcome.result.messages[: len(previous)]] == [rendered(m) for m in previous]
+            assert (await state(stub2, session.id))["receipts"] == []
+    finally:
+        await restarted.stop(grace=1.0)
+
+
+async def test_large_results_are_pruned_once_and_read_back_in_full(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await create(stub, context_window=30_000, compact_ratio=0.5)
+    texts = {f"c{i}": tool_output(i, 10_000) for i in range(8)}
+    outcomes = [await prepare(stub, session.id, user("Audit the repository"))]
+    for call_id, text in texts.items():
+        outcomes.append(await prepare(stub, session.id, call(call_id), result(call_id, text)))
+    actions = [o.result.action for o in outcomes]
+    assert actions.count(pb.ACTION_PRUNED) == 1 and pb.ACTION_FOLDED not in actions
+    pruned_at = actions.index(pb.ACTION_PRUNED)
+    assert [p.stage for p in outcomes[pruned_at].progress] == [pb.FOLD_STAGE_PRUNED]
+    final = outcomes[-1].result
+    assert final.estimated_tokens < final.trigger_tokens
+    stubs = [m for m in final.messages if m.pruned]
+    assert stubs and all(f'result_ref="{m.result_ref}"' in m.content for m in stubs)
+    assert not any(m.summary for m in final.messages)
+    canonical = await transcript(stub, session.id)
+    assert [m.content for m in canonical if m.role == pb.ROLE_TOOL] == list(texts.values())
+    for m in stubs:
+        page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session.id, result_ref=m.result_ref))
+        assert page.complete and page.data == texts[m.tool_call_id]
+
+
+async def test_a_sentinel_only_in_a_raw_result_never_reaches_a_view(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await create(stub, context_window=60_000)
+    raw = tool_output(1, 30_000) + "\nSENTINEL-7f3a9c\n" + tool_output(2, 30_000)
+    views = [await prepare(stub, session.id, user("go"), call("big"), result("big", raw))]
+    for turn in range(6):
+        views.append(await prepare(stub, session.id, call(f"c{turn}"), result(f"c{turn}", tool_output(turn, 3000))))
+    await compact(stub, session.id)
+    views.append(await prepare(stub, session.id, user("status?")))
+    for outcome in views:
+        assert all("SENTINEL-7f3a9c" not in m.content for m in outcome.result.messages)
+    page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session.id, tool_call_id="big", offset=0))
+    data = page.data
+    while not page.complete:
+        page = await stub.ReadToolResult(
+            pb.ReadToolResultRequest(session_id=session.id, result_ref=page.result_ref, offset=page.next_offset)
+        )
+        data += page.data
+    assert "SENTINEL-7f3a9c" in data and data == raw
+
+
+async def test_trace_replay_folds_several_times_and_keeps_every_invariant(stub: pb_grpc.ContextServiceStub) -> None:
+    trace = load_trace("openhands-django-11149.json")
+    session = await create(
+        stub,
+        context_window=16_000,
+        system_prompt=trace.system_prompt,
+        tools_json=trace.tools_json,
+        max_output_tokens=1000,
+    )
+    folds = 0
+    summaries_seen: set[str] = set()
+    for batch in turns(trace):
+        outcome = await prepare(stub, session.id, *batch)
+        r = outcome.result
+        assert_view_well_formed(list(r.messages))
+        if r.action != pb.ACTION_NONE:
+            assert r.estimated_tokens < r.trigger_tokens
+        assert r.estimated_tokens <= r.hard_limit_tokens
+        if r.action == pb.ACTION_FOLDED:
+            folds += 1
+            stages = [p.stage for p in outcome.progress]
+            assert pb.FOLD_STAGE_PLANNED in stages and pb.FOLD_STAGE_PASS_COMMITTED in stages
+            committed = [p for p in outcome.progress if p.stage == pb.FOLD_STAGE_PASS_COMMITTED]
+            assert committed[-1].checkpoint_id == r.checkpoint_id
+            assert all(p.tokens_after < p.tokens_before for p in committed)
+        summaries_seen.update(m.content for m in r.messages if m.summary)
+    assert folds >= 3
+    assert len(summaries_seen) >= 3
+    canonical = await transcript(stub, session.id)
+    assert [(m.role, m.content, m.tool_call_id) for m in canonical] == [
+        (m.role, m.content, m.tool_call_id) for m in trace.messages
+    ]
+
+
+async def test_the_newest_summary_rolls_the_previous_one_in(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await create(stub, context_window=8_000, max_output_tokens=500)
+    await prepare(stub, session.id, user("GOAL-ALPHA: migrate the billing module"))
+    for i in range(40):
+        outcome = await prepare(stub, session.id, call(f"c{i}"), result(f"c{i}", tool_output(i, 1200)))
+    summaries = [m for m in outcome.result.messages if m.summary]
+    assert len(summaries) == 1
+    s = await state(stub, session.id)
+    assert s["telemetry"]["summary_applied"] >= 2  # type: ignore[index]
+    assert "GOAL-ALPHA" in summaries[0].content or any("GOAL-ALPHA" in m.content for m in outcome.result.messages)
+
+
+async def test_delta_views_carry_only_new_messages(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await create(stub, context_window=100_000)
+    first = (await prepare(stub, session.id, user("one"))).result
+    second = (
+        await prepare(stub, session.id, call("c1"), result("c1", "ok"), known_view_version=first.view_version)
+    ).result
+    assert second.delta and second.view_message_count == first.view_message_count + 2
+    assert [m.content for m in second.messages] == ["", "ok"]
+    unknown = (await prepare(stub, session.id, user("two"), known_view_version=12345)).result
+    assert not unknown.delta and len(unknown.messages) == unknown.view_message_count
+    full = (await prepare(stub, session.id)).result
+    stale = (await prepare(stub, session.id, known_view_version=full.view_version + 10)).result
+    assert not stale.delta
+
+
+async def test_compact_folds_below_the_trigger_without_pruning(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await create(stub, context_window=100_000)
+    await prepare(stub, session.id, user("Refactor the parser"))
+    for i in range(12):
+        await prepare(stub, session.id, call(f"c{i}"), result(f"c{i}", tool_output(i, 9000)))
+    before = (await prepare(stub, session.id)).result
+    assert before.estimated_tokens < before.trigger_tokens
+    outcome = await compact(stub, session.id, focus="keep the parser decisions")
+    assert outcome.result.action == pb.ACTION_FOLDED
+    assert pb.FOLD_STAGE_PRUNED not in [p.stage for p in outcome.progress]
+    assert not any(m.pruned for m in outcome.result.messages)
+    summary = next(m for m in outcome.result.messages if m.summary)
+    assert "keep the parser decisions" in summary.content
+    assert outcome.result.estimated_tokens < before.estimated_tokens
+    session_after = (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session
+    assert session_after.checkpoint_id == outcome.result.checkpoint_id
+
+
+async def test_window_too_small_for_fixed_costs_fails_and_changes_nothing(stub: pb_grpc.ContextServiceStub) -> None:
+    tools = json.dumps(
+        [{"type": "function", "function": {"name": f"tool_{i}", "description": "x " * 200}} for i in range(20)]
+    )
+    session = await create(stub, context_window=2_000, tools_json=tools)
+    await expect_error(
+        prepare(stub, session.id, user("hello")),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "CONTEXT_BUDGET_UNSATISFIED",
+    )
+    assert await transcript(stub, session.id) == []
+    assert (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session.head_seq == 0
+
+
+async def test_corrupt_context_state_is_rebuilt(
+    isolated: tuple[RunningServer, pb_grpc.ContextServiceStub, str],
+) -> None:
+    running, stub, _ = isolated
+    session = await create(stub, context_window=30_000, compact_ratio=0.5)
+    await prepare(stub, session.id, user("go"))
+    for i in range(8):
+        last = await prepare(stub, session.id, call(f"c{i}"), result(f"c{i}", tool_output(i, 10_000)))
+    assert any(m.pruned for m in last.result.messages)
+    good = await state(stub, session.id)
+    for corrupt in ("{not json", json.dumps({"schema_version": 99}), json.dumps({**good, "fingerprint": "x"})):
+        await running.store.corrupt_state_for_tests(session.id, corrupt)
+        outcome = await prepare(stub, session.id, user("still there?"))
+        assert outcome.result.messages[-1].content == "still there?"
+        assert outcome.result.estimated_tokens <= outcome.result.hard_limit_tokens
+        assert_view_well_formed(list(outcome.result.messages))
+        rebuilt = await state(stub, session.id)
+        assert rebuilt["schema_version"] == 3
+        assert rebuilt["telemetry"]["state_rebuilds"] >= 1  # type: ignore[index]
+
+
+async def test_observe_usage_calibrates_within_bounds_and_never_maintains(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await create(stub, context_window=50_000, model="claude-sonnet-4")
+    first = (await prepare(stub, session.id, user("hello " * 200))).result
+    assert first.cache_state == pb.CACHE_STATE_UNKNOWN
+    raw = (await state(stub, session.id))["views"][-1]["estimated_tokens"]  # type: ignore[index]
+    accepted = await stub.ObserveUsage(
+        pb.ObserveUsageRequest(
+            session_id=session.id,
+            view_version=first.view_version,
+            input_tokens=int(raw * 1.2),
+            cached_input_tokens=0,
+            output_tokens=20,
+            finish_reason="stop",
+        )
+    )
+    assert accepted.calibration_accepted and 1.0 < accepted.calibration < 1.2
+    absurd = await stub.ObserveUsage(
+        pb.ObserveUsageRequest(session_id=session.id, view_version=first.view_version, input_tokens=raw * 50)
+    )
+    assert not absurd.calibration_accepted and absurd.calibration == accepted.calibration
+    second = (await prepare(stub, session.id, pb.Message(role=pb.ROLE_ASSISTANT, content="hi"))).result
+    assert second.cache_state == pb.CACHE_STATE_WARM
+    assert second.action == pb.ACTION_NONE
+    assert second.estimated_tokens > first.estimated_tokens * 1.05
+    s = await state(stub, session.id)
+    assert s["telemetry"]["observations"] == 2  # type: ignore[index]
+    await expect_error(
+        stub.ObserveUsage(pb.ObserveUsageRequest(session_id=session.id, input_tokens=10, cached_input_tokens=11)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_USAGE",
+    )
+
+
+async def test_concurrent_prepares_install_one_checkpoint_per_fold(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await create(stub, context_window=12_000)
+    await prepare(stub, session.id, user("Investigate the flaky test"))
+    for i in range(12):
+        await stub.AppendMessages(
+            pb.AppendMessagesRequest(
+                session_id=session.id, messages=[call(f"c{i}"), result(f"c{i}", tool_output(i, 4000))]
+            )
+        )
+    outcomes = await asyncio.gather(
+        prepare(stub, session.id, user("first")),
+        prepare(stub, session.id, user("second")),
+    )
+    for outcome in outcomes:
+        assert outcome.result.estimated_tokens <= outcome.result.hard_limit_tokens
+        assert_view_well_formed(list(outcome.result.messages))
+    contents = [m.content for m in await transcript(stub, session.id)]
+    assert "first" in contents and "second" in contents
+    s = await state(stub, session.id)
+    assert s["telemetry"]["summary_applied"] == 1  # type: ignore[index]
+    head = (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session
+    assert head.checkpoint_id and all(o.result.checkpoint_id in ("", head.checkpoint_id) for o in outcomes)
