@@ -171,3 +171,20 @@ def load_state(text: str | None, expected_fingerprint: str) -> tuple[ContextStat
     except (KeyError, TypeError, ValueError, AttributeError):
         return rebuilt, "invalid fields"
     return state, ""
+
+
+def carried_over(state: ContextState, new_fingerprint: str, checkpoint_id: str | None) -> ContextState:
+    """The state of a branch (after Rewind, or a new Fork) made from `state`: the pruned results stay
+    pruned where they are still in view, calibration and history are kept, and the view starts a new
+    generation because its prefix may have changed."""
+    return ContextState(
+        fingerprint=new_fingerprint,
+        generation=state.generation + 1,
+        checkpoint_id=checkpoint_id,
+        pruned=dict(state.pruned),
+        prompt_cache_key=state.prompt_cache_key,
+        calibration=state.calibration,
+        last_activity=state.last_activity,
+        receipts=state.receipts,
+        telemetry=dict(state.telemetry),
+    )

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import ConfigInput, config_from_json, config_to_json, override_config
+from ctxfold.engine.state import ContextState, carried_over, fingerprint, load_state
 from ctxfold.service.sessions import SessionInfo, Sessions, config_tokens, session_info
-from ctxfold.store.repository import StaleSession, Store, new_id
+from ctxfold.store.repository import SessionRecord, StaleSession, Store, new_id
 
 REWIND_ATTEMPTS = 10
 
@@ -27,18 +28,33 @@ class Lineage:
             config_to_json(config),
             config_tokens(config),
         )
+        # The fork's first view equals the source's at the fork point: same checkpoint, same pruning.
+        source_state, _ = await self._state(source)
+        await self.store.save_state(record.id, self._carried(source_state, record), 0)
         return SessionInfo(record, config)
+
+    async def _state(self, session: SessionRecord) -> tuple[ContextState, int]:
+        text, revision = await self.store.read_state(session)
+        return load_state(text, fingerprint(session.segment_id, session.checkpoint_id))[0], revision
+
+    @staticmethod
+    def _carried(state: ContextState, branch: SessionRecord) -> str:
+        return carried_over(state, fingerprint(branch.segment_id, branch.checkpoint_id), branch.checkpoint_id).to_json()
 
     async def rewind(self, tenant: str, session_id: str, to_seq: int) -> SessionInfo:
         for _ in range(REWIND_ATTEMPTS):
             session = await self.store.get_session(tenant, session_id)
             if to_seq == session.head_seq:
                 return session_info(session)
+            state, revision = await self._state(session)
             try:
                 await self.store.rewind(session, to_seq)
-                return await self.sessions.get(tenant, session_id)
             except StaleSession:
                 continue
+            info = await self.sessions.get(tenant, session_id)
+            # Best effort: if the state changed meanwhile, the next Prepare rebuilds it safely.
+            await self.store.save_state(session_id, self._carried(state, info.record), revision)
+            return info
         raise DomainError(
             Kind.ABORTED,
             "CONCURRENT_MODIFICATION",
