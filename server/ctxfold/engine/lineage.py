@@ -40,6 +40,28 @@ def live_ranges(segments: Mapping[str, Segment], head_segment_id: str, head_seq:
     return ranges
 
 
+def history_ranges(segments: Mapping[str, Segment], tips: Mapping[str, int]) -> list[SeqRange]:
+    """Every range that was ever part of a session's transcript: from each segment the session wrote
+    (`tips`: segment id -> the highest seq in it, or its base when it is empty) down its parents.
+    Ranges of one segment reached along several paths are merged."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for segment_id, tip in tips.items():
+        for r in live_ranges(segments, segment_id, tip):
+            spans.setdefault(r.segment_id, []).append((r.lo, r.hi))
+    merged: list[SeqRange] = []
+    for segment_id, intervals in spans.items():
+        intervals.sort()
+        lo, hi = intervals[0]
+        for next_lo, next_hi in intervals[1:]:
+            if next_lo <= hi:
+                hi = max(hi, next_hi)
+            else:
+                merged.append(SeqRange(segment_id, lo, hi))
+                lo, hi = next_lo, next_hi
+        merged.append(SeqRange(segment_id, lo, hi))
+    return merged
+
+
 def ranges_within(ranges: list[SeqRange], lo: int, hi: int) -> list[SeqRange]:
     """The parts of `ranges` that hold seqs in (lo, hi]."""
     out = []

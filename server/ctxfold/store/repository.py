@@ -21,6 +21,7 @@ from ctxfold.engine.lineage import (
     Segment,
     SeqRange,
     checkpoint_at_or_before,
+    history_ranges,
     live_ranges,
     ranges_within,
     segment_holding,
@@ -323,21 +324,39 @@ class Store:
 
     # ---- lineage --------------------------------------------------------------------------------
 
-    async def _segments(self, conn: AsyncConnection, head_segment_id: str) -> dict[str, Segment]:
-        """The head segment and all its ancestors, in one recursive query."""
+    async def _segments(self, conn: AsyncConnection, start_ids: Sequence[str]) -> dict[str, Segment]:
+        """The given segments and all their ancestors, in one recursive query."""
         seg = schema.segments.c
         chain = (
-            select(seg.id, seg.parent_id, seg.base_seq).where(seg.id == head_segment_id).cte("chain", recursive=True)
+            select(seg.id, seg.parent_id, seg.base_seq).where(seg.id.in_(list(start_ids))).cte("chain", recursive=True)
         )
         parent = schema.segments.alias("parent")
-        chain = chain.union_all(
+        chain = chain.union(
             select(parent.c.id, parent.c.parent_id, parent.c.base_seq).where(parent.c.id == chain.c.parent_id)
         )
         rows = (await conn.execute(select(chain))).all()
         return {r.id: Segment(r.id, r.parent_id, r.base_seq) for r in rows}
 
+    async def _history_ranges(self, conn: AsyncConnection, session: SessionRecord) -> list[SeqRange]:
+        """Everything that was ever in the session's transcript, abandoned branches included (but not
+        what a fork's source wrote after the fork point)."""
+        seg, m = schema.segments.c, schema.messages.c
+        tips = {
+            row.id: row.tip
+            for row in (
+                await conn.execute(
+                    select(seg.id, func.coalesce(func.max(m.seq), seg.base_seq).label("tip"))
+                    .select_from(schema.segments.outerjoin(schema.messages, m.segment_id == seg.id))
+                    .where(seg.owner_session_id == session.id)
+                    .group_by(seg.id, seg.base_seq)
+                )
+            ).all()
+        }
+        tips[session.segment_id] = max(tips.get(session.segment_id, 0), session.head_seq)
+        return history_ranges(await self._segments(conn, list(tips)), tips)
+
     async def _live_ranges(self, conn: AsyncConnection, session: SessionRecord) -> list[SeqRange]:
-        return live_ranges(await self._segments(conn, session.segment_id), session.segment_id, session.head_seq)
+        return live_ranges(await self._segments(conn, [session.segment_id]), session.segment_id, session.head_seq)
 
     async def _checkpoint_chain(self, conn: AsyncConnection, head_id: str | None) -> dict[str, CheckpointLink]:
         if head_id is None:
@@ -554,7 +573,7 @@ class Store:
         include_abandoned: bool,
     ) -> tuple[list[StoredMessage], tuple[int, int, str] | None]:
         """One page in (seq, abandoned, id) order; returns the cursor of the last message when more follow."""
-        m, seg = schema.messages.c, schema.segments.c
+        m = schema.messages.c
         after_seq, after_abandoned, after_id = after or (0, 0, "")
         async with self._read() as conn:
             ranges = await self._live_ranges(conn, session)
@@ -563,12 +582,12 @@ class Store:
             )
             page = [(_stored_message(r), 0) for r in (await conn.execute(live_query)).all()]
             if include_abandoned:
-                owned = select(seg.id).where(seg.owner_session_id == session.id)
+                history = await self._history_ranges(conn, session)
                 # Abandoned messages follow the live one of the same seq.
                 same_seq = m.seq == after_seq if not after_abandoned else and_(m.seq == after_seq, m.id > after_id)
                 ab_query = (
                     select(schema.messages)
-                    .where(m.segment_id.in_(owned), ~_in_ranges(ranges), or_(m.seq > after_seq, same_seq))
+                    .where(_in_ranges(history), ~_in_ranges(ranges), or_(m.seq > after_seq, same_seq))
                     .order_by(m.seq, m.id)
                     .limit(limit + 1)
                 )
@@ -742,15 +761,14 @@ class Store:
     async def read_raw_result(self, session: SessionRecord, ref: str) -> RawResult:
         """The raw bytes of a tool result the session can see: on its lineage, or on a branch it
         abandoned. Any other ref answers NOT_FOUND, whoever owns it."""
-        tr, m, seg = schema.tool_results.c, schema.messages.c, schema.segments.c
+        tr, m = schema.tool_results.c, schema.messages.c
         async with self._read() as conn:
-            ranges = await self._live_ranges(conn, session)
-            owned = select(seg.id).where(seg.owner_session_id == session.id)
+            history = await self._history_ranges(conn, session)
             row = (
                 await conn.execute(
                     select(tr.codec, tr.data, tr.sha256, m.content)
                     .join(schema.messages, m.id == tr.message_id)
-                    .where(tr.ref == ref, or_(_in_ranges(ranges), m.segment_id.in_(owned)))
+                    .where(tr.ref == ref, _in_ranges(history))
                 )
             ).first()
         if row is None:
