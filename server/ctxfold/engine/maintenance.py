@@ -4,6 +4,7 @@ whether a candidate may replace the current view. The service runs the summarize
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,17 +48,25 @@ class Projection:
         """The canonical messages the view renders, in seq order."""
         return self.kept + self.after
 
+    # A projection is immutable, so its view and estimates are computed at most once.
+    @functools.cached_property
+    def _view(self) -> tuple[ViewMessage, ...]:
+        return tuple(build_view(self.config, self.system_tokens, self.checkpoint, self.kept, self.after, self.pruned))
+
     def view(self) -> list[ViewMessage]:
-        return build_view(self.config, self.system_tokens, self.checkpoint, self.kept, self.after, self.pruned)
+        return list(self._view)
+
+    @functools.cached_property
+    def _tokens(self) -> int:
+        return estimate(self._view, self.tools_tokens, self.config, self.calibration)
 
     def tokens(self) -> int:
         """The calibrated request estimate, reserved output included."""
-        return estimate(self.view(), self.tools_tokens, self.config, self.calibration)
+        return self._tokens
 
     def raw_tokens(self) -> int:
         """The uncalibrated input estimate: what a provider's reported input tokens compare against."""
-        view = self.view()
-        return estimator.request_tokens(sum(v.tokens for v in view), len(view), self.tools_tokens, 0)
+        return estimator.request_tokens(sum(v.tokens for v in self._view), len(self._view), self.tools_tokens, 0)
 
     def tail(self) -> list[StoredMessage]:
         budget = tail_budget(self.config, self.system_tokens, self.tools_tokens)

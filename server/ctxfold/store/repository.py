@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -178,6 +180,10 @@ def _in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
 class Store:
     def __init__(self, engine: AsyncEngine):
         self.engine = engine
+        # SQLite admits one writer at a time; waiting writers poll in its busy handler with sleeps of up
+        # to 100 ms, which makes tail latency under concurrent appends seconds long. Queueing them here
+        # hands the lock over at once (writers in other processes still rely on busy_timeout).
+        self._writer_turn: asyncio.Lock | None = asyncio.Lock() if engine.dialect.name == "sqlite" else None
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
@@ -186,7 +192,10 @@ class Store:
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as plain:
+        async with contextlib.AsyncExitStack() as stack:
+            if self._writer_turn is not None:
+                await stack.enter_async_context(self._writer_turn)
+            plain = await stack.enter_async_context(self.engine.connect())
             conn = await plain.execution_options(**{WRITE_OPTION: True})
             async with conn.begin():
                 yield conn

@@ -65,6 +65,9 @@ class AnthropicSummarizer:
                 final = await stream.get_final_message()
         except anthropic.AnthropicError as exc:
             raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
+        if final.stop_reason is None:
+            # The stream ended before message_delta / message_stop: part of a summary, not a summary.
+            raise SummarizerError("the summary stream ended without a stop_reason (incomplete)")
         text = "".join(block.text for block in final.content if block.type == "text")
         finish = "length" if final.stop_reason == "max_tokens" else "stop"
         return SummaryResult(text, finish, final.usage.input_tokens, final.usage.output_tokens)

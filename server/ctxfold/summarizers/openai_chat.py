@@ -93,4 +93,8 @@ class OpenAISummarizer:
                     input_tokens, output_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
         except openai.OpenAIError as exc:
             raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
+        if not finish_reason:
+            # The stream ended cleanly but early (a dropped proxy connection can look like that):
+            # what arrived is part of a summary, not a summary.
+            raise SummarizerError("the summary stream ended without a finish_reason (incomplete)")
         return SummaryResult("".join(parts), finish_reason, input_tokens, output_tokens)
