@@ -35,12 +35,19 @@ def main(argv: list[str] | None = None) -> None:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+        from ctxfold import telemetry
         from ctxfold.server import serve
 
+        try:
+            stop_telemetry = telemetry.configure(os.environ)
+        except ValueError as exc:
+            parser.exit(2, f"ctxfold: {exc}\n")
         try:
             asyncio.run(serve(settings))
         except ConfigError as exc:
             parser.exit(2, f"ctxfold: {exc}\n")
+        finally:
+            stop_telemetry()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
 from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer
@@ -114,6 +115,8 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         maintenance=Maintenance(store, transcript, summarizers, hooks=hooks),
     )
     server = grpc.aio.server(
+        # A span per RPC; a W3C traceparent in the client's metadata continues the agent's trace.
+        interceptors=[aio_server_interceptor()],
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
             ("grpc.max_send_message_length", settings.max_send_message_bytes),

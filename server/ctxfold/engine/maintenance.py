@@ -167,8 +167,10 @@ def plan_pass(projection: Projection, input_window_tokens: int) -> FoldPlan:
     kept = [m for m in plan.kept if m.seq <= position]
     folded_view = [v for v in prefix if v.source is not None and v.source.id in folded_ids]
     remaining = sum(group_tokens(g, projection.pruned) for g in groups[fits:])
-    # Later passes also re-read the previous summary; a rough count is enough for progress reports.
-    per_pass = max(1, available - projection.config.summary_max_tokens)
+    # Later passes re-read the system prompt and a summary about as long as the current one; a rough
+    # count is enough for progress reports (the plan is redone before every pass).
+    summary = projection.checkpoint.summary_tokens if projection.checkpoint else 0
+    per_pass = max(available // 4, available - projection.system_tokens - summary, 1)
     passes = 1 + (0 if final else -(-remaining // per_pass))
     return FoldPlan(
         passes,

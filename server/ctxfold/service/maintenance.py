@@ -18,6 +18,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mappi
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, StatusCode
+
 from ctxfold.engine import estimator
 from ctxfold.engine.cache import cache_state, cache_ttl_seconds
 from ctxfold.engine.errors import DomainError, Kind
@@ -44,7 +47,8 @@ from ctxfold.engine.state import (
 from ctxfold.engine.view import Checkpoint, ViewMessage
 from ctxfold.service.transcript import Transcript
 from ctxfold.store.repository import ContextSnapshot, SessionRecord, StaleSession, Store, Usage, new_id
-from ctxfold.summarizers.base import Summarizer, SummaryRequest
+from ctxfold.summarizers.base import OnDelta, Summarizer, SummaryRequest
+from ctxfold.telemetry import INSTRUMENTS, TRACER
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +226,7 @@ class Maintenance:
         request_id: str = "",
     ) -> AsyncIterator[Event]:
         async def work(emit: Emit) -> Prepared:
+            started = time.perf_counter()
             session = await self.store.get_session(tenant, session_id)
             config = config_from_json(session.config_json)
             check_fixed_costs(config, session.system_tokens, session.tools_tokens)
@@ -229,16 +234,18 @@ class Maintenance:
             if append:
                 appended, session = await self.transcript.append(tenant, session_id, append, request_id)
             result = await self._maintain(session, Mode.PREPARE, emit, overflow=overflow)
-            return await self._answer(result, known_view_version, appended)
+            return await self._answer(result, known_view_version, appended, Mode.PREPARE, started)
 
         return self._stream(work)
 
     def compact(self, tenant: str, session_id: str, focus: str) -> AsyncIterator[Event]:
         async def work(emit: Emit) -> Prepared:
+            started = time.perf_counter()
             session = await self.store.get_session(tenant, session_id)
             config = config_from_json(session.config_json)
             check_fixed_costs(config, session.system_tokens, session.tools_tokens)
-            return await self._answer(await self._maintain(session, Mode.COMPACT, emit, focus=focus), 0, [])
+            run = await self._maintain(session, Mode.COMPACT, emit, focus=focus)
+            return await self._answer(run, 0, [], Mode.COMPACT, started)
 
         return self._stream(work)
 
@@ -275,6 +282,8 @@ class Maintenance:
                 break
             session = await self.store.get_session(tenant, session_id)
         await self.store.record_usage(session, replace(usage, estimated_tokens=estimated))
+        INSTRUMENTS.usage_input_tokens.add(usage.cached_input_tokens, {"ctxfold.cached": True})
+        INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, {"ctxfold.cached": False})
         return calibration, accepted
 
     async def context_state(self, tenant: str, session_id: str) -> str:
@@ -363,15 +372,25 @@ class Maintenance:
         after = candidate.tokens()
         if after >= before:
             return
-        state = replace(run.state, pruned=pruned, generation=run.state.generation + 1).with_receipt(
-            self._receipt("applied", "prune", before, after, f"pruned {len(pruned) - len(projection.pruned)} results")
-        )
-        await self._install(run, None, state, candidate, before, after)
+        count = len(pruned) - len(projection.pruned)
+        with TRACER.start_as_current_span("ctxfold.prune") as span:
+            span.set_attributes(
+                {
+                    "ctxfold.session.id": run.session.id,
+                    "ctxfold.prune.results": count,
+                    "ctxfold.tokens.before": before,
+                    "ctxfold.tokens.after": after,
+                }
+            )
+            state = replace(run.state, pruned=pruned, generation=run.state.generation + 1).with_receipt(
+                self._receipt("applied", "prune", before, after, f"pruned {count} results")
+            )
+            await self._install(run, None, state, candidate, before, after)
         run.action = Action.PRUNED
         await emit(
             Progress(
                 Stage.PRUNED,
-                f"pruned {len(pruned) - len(projection.pruned)} old tool results: {before} → {after} tokens",
+                f"pruned {count} old tool results: {before} → {after} tokens",
                 tokens_before=before,
                 tokens_after=after,
             )
@@ -400,16 +419,26 @@ class Maintenance:
                 tokens_before=before,
             )
         )
-        fold: FoldPass | None = plan.first
-        index = 0
-        while fold is not None:
-            index += 1
-            if not await self._fold_pass(run, summarizer, fold, index, passes, focus, emit):
-                return
-            if one_pass or fold.final:
-                return
-            fold = plan_pass(run.projection, summarizer.input_window_tokens).first
-            passes = max(passes, index + 1)
+        with TRACER.start_as_current_span("ctxfold.fold") as span:
+            span.set_attributes(
+                {
+                    "ctxfold.session.id": run.session.id,
+                    "ctxfold.fold.passes_planned": passes,
+                    "ctxfold.tokens.before": before,
+                    "ctxfold.summarizer": summarizer.name,
+                }
+            )
+            fold: FoldPass | None = plan.first
+            index = 0
+            while fold is not None:
+                index += 1
+                if not await self._fold_pass(run, summarizer, fold, index, passes, focus, emit):
+                    break
+                if one_pass or fold.final:
+                    break
+                fold = plan_pass(run.projection, summarizer.input_window_tokens).first
+                passes = max(passes, index + 1)
+            span.set_attributes({"ctxfold.fold.passes": index, "ctxfold.tokens.after": run.projection.tokens()})
 
     async def _fold_pass(
         self,
@@ -422,8 +451,35 @@ class Maintenance:
         emit: Emit,
     ) -> bool:
         """One summarizer call and its install; False when the pass failed (nothing installed)."""
+        with TRACER.start_as_current_span("ctxfold.fold.pass") as span:
+            span.set_attributes(
+                {
+                    "ctxfold.session.id": run.session.id,
+                    "ctxfold.fold.pass_index": index,
+                    "ctxfold.fold.passes_planned": passes,
+                }
+            )
+            committed = await self._fold_pass_traced(run, summarizer, fold, index, passes, focus, emit)
+            span.set_attribute("ctxfold.fold.pass_committed", committed)
+            if not committed:
+                span.set_status(StatusCode.ERROR, run.state.last_receipt.reason if run.state.last_receipt else "failed")
+            return committed
+
+    async def _fold_pass_traced(
+        self,
+        run: _Run,
+        summarizer: Summarizer,
+        fold: FoldPass,
+        index: int,
+        passes: int,
+        focus: str,
+        emit: Emit,
+    ) -> bool:
         projection = run.projection
         before = projection.tokens()
+        trace.get_current_span().set_attributes(
+            {"ctxfold.tokens.before": before, "ctxfold.fold.input_tokens": fold.input_tokens}
+        )
         await emit(
             Progress(
                 Stage.PASS_STARTED,
@@ -448,20 +504,7 @@ class Maintenance:
             focus=focus,
             send_max_tokens=run.config.max_output_tokens > 0,
         )
-        failure = ""
-        text = ""
-        try:
-            result = await summarizer.summarize(request, on_delta)
-            text = result.text.strip()
-            if result.finish_reason == "length":
-                failure = "the summary was truncated (finish_reason=length)"
-            elif not text:
-                failure = "the summary was empty"
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("summarizer %s failed for session %s: %s", summarizer.name, run.session.id, exc)
-            failure = f"the summarizer failed: {exc}"
+        text, failure = await self._summarize(run, summarizer, request, on_delta)
         candidate: Projection | None = None
         checkpoint: Checkpoint | None = None
         if not failure:
@@ -485,6 +528,7 @@ class Maintenance:
             await self._record(run, "failed", "summary", before, before, failure)
             return False
         after = candidate.tokens()
+        trace.get_current_span().set_attributes({"ctxfold.tokens.after": after, "ctxfold.checkpoint.id": checkpoint.id})
         state = replace(
             run.state,
             pruned=dict(candidate.pruned),
@@ -508,7 +552,87 @@ class Maintenance:
         )
         return True
 
+    async def _summarize(
+        self, run: _Run, summarizer: Summarizer, request: SummaryRequest, on_delta: OnDelta
+    ) -> tuple[str, str]:
+        """(summary text, "") or ("", why it failed): one summarizer call, traced by the GenAI
+        semantic conventions and timed."""
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": summarizer.provider}
+        with TRACER.start_as_current_span(f"chat {summarizer.model}", kind=SpanKind.CLIENT) as span:
+            span.set_attributes(
+                {
+                    **attributes,
+                    "gen_ai.request.model": summarizer.model,
+                    "gen_ai.request.max_tokens": request.max_tokens,
+                    "ctxfold.session.id": run.session.id,
+                }
+            )
+            started = time.perf_counter()
+            failure = ""
+            text = ""
+            try:
+                result = await summarizer.summarize(request, on_delta)
+                text = result.text.strip()
+                span.set_attributes(
+                    {
+                        "gen_ai.usage.input_tokens": result.input_tokens,
+                        "gen_ai.usage.output_tokens": result.output_tokens,
+                        "gen_ai.usage.cache_read.input_tokens": result.cached_input_tokens,
+                        "gen_ai.response.finish_reasons": [result.finish_reason],
+                    }
+                )
+                if result.finish_reason == "length":
+                    failure = "the summary was truncated (finish_reason=length)"
+                elif not text:
+                    failure = "the summary was empty"
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("summarizer %s failed for session %s: %s", summarizer.name, run.session.id, exc)
+                span.record_exception(exc)
+                span.set_attribute("error.type", type(exc).__name__)
+                failure = f"the summarizer failed: {exc}"
+            if failure:
+                span.set_status(StatusCode.ERROR, failure)
+            INSTRUMENTS.summarizer_duration.record(
+                time.perf_counter() - started,
+                {
+                    **attributes,
+                    "gen_ai.request.model": summarizer.model,
+                    **({"error.type": "summary"} if failure else {}),
+                },
+            )
+        return ("", failure) if failure else (text, "")
+
     async def _install(
+        self,
+        run: _Run,
+        checkpoint: Checkpoint | None,
+        state: ContextState,
+        candidate: Projection,
+        before: int,
+        after: int,
+    ) -> None:
+        with TRACER.start_as_current_span("ctxfold.checkpoint.install") as span:
+            span.set_attributes(
+                {
+                    "ctxfold.session.id": run.session.id,
+                    "ctxfold.install.kind": "checkpoint" if checkpoint else "prune",
+                    "ctxfold.checkpoint.id": checkpoint.id if checkpoint else "",
+                    "ctxfold.tokens.before": before,
+                    "ctxfold.tokens.after": after,
+                }
+            )
+            try:
+                await self._install_state(run, checkpoint, state, candidate, before, after)
+            except StaleSession:
+                span.set_status(StatusCode.ERROR, "stale: the session changed; candidate discarded")
+                raise
+        receipt = run.state.last_receipt
+        if receipt is not None:
+            self._count(receipt)
+
+    async def _install_state(
         self,
         run: _Run,
         checkpoint: Checkpoint | None,
@@ -534,11 +658,21 @@ class Maintenance:
         return Receipt(uuid.uuid4().hex, status, action, tokens_in, tokens_out, reason, self.clock())
 
     async def _record(self, run: _Run, status: str, action: str, before: int, after: int, reason: str) -> None:
-        run.state = run.state.with_receipt(self._receipt(status, action, before, after, reason))
+        receipt = self._receipt(status, action, before, after, reason)
+        run.state = run.state.with_receipt(receipt)
+        self._count(receipt)
+
+    @staticmethod
+    def _count(receipt: Receipt) -> None:
+        INSTRUMENTS.maintenance_operations.add(1, {"ctxfold.action": receipt.action, "ctxfold.status": receipt.status})
+        if receipt.status == "applied":
+            INSTRUMENTS.tokens_saved.add(receipt.tokens_saved, {"ctxfold.action": receipt.action})
 
     # ---- the answer -----------------------------------------------------------------------------
 
-    async def _answer(self, run: _Run, known_view_version: int, appended: list[StoredMessage]) -> Prepared:
+    async def _answer(
+        self, run: _Run, known_view_version: int, appended: list[StoredMessage], mode: Mode, started: float
+    ) -> Prepared:
         """The result, plus the bookkeeping write (view record, activity, receipts); that write is
         skipped, never retried over someone else's, if the state changed meanwhile."""
         view = run.projection.view()
@@ -567,6 +701,20 @@ class Maintenance:
         ).count("prepares")
         if not await self.store.save_state(run.session.id, state.to_json(), run.revision):
             log.debug("state of session %s changed meanwhile; bookkeeping of view %d skipped", run.session.id, version)
+        trace.get_current_span().set_attributes(
+            {
+                "ctxfold.session.id": run.session.id,
+                "ctxfold.view.version": version,
+                "ctxfold.view.messages": len(view),
+                "ctxfold.tokens.before": run.first_tokens,
+                "ctxfold.tokens.after": estimated,
+                "ctxfold.action": run.action.value,
+                "ctxfold.cache_state": cache,
+            }
+        )
+        INSTRUMENTS.prepare_duration.record(
+            time.perf_counter() - started, {"ctxfold.operation": mode.value, "ctxfold.action": run.action.value}
+        )
         known_generation, known_count = split_view_version(known_view_version)
         delta = known_view_version > 0 and known_generation == state.generation and known_count <= len(view)
         return Prepared(

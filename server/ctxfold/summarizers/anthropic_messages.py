@@ -19,6 +19,8 @@ _EPHEMERAL = {"type": "ephemeral"}
 
 
 class AnthropicSummarizer:
+    provider = "anthropic"
+
     def __init__(self, name: str, client: anthropic.AsyncAnthropic, model: str, input_window_tokens: int):
         self.name = name
         self.client = client
@@ -70,4 +72,8 @@ class AnthropicSummarizer:
             raise SummarizerError("the summary stream ended without a stop_reason (incomplete)")
         text = "".join(block.text for block in final.content if block.type == "text")
         finish = "length" if final.stop_reason == "max_tokens" else "stop"
-        return SummaryResult(text, finish, final.usage.input_tokens, final.usage.output_tokens)
+        usage = final.usage
+        cached = usage.cache_read_input_tokens or 0
+        # Anthropic reports uncached input apart from cache reads and writes; report the total read.
+        total_input = usage.input_tokens + cached + (usage.cache_creation_input_tokens or 0)
+        return SummaryResult(text, finish, total_input, usage.output_tokens, cached)

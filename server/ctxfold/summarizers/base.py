@@ -60,6 +60,7 @@ class SummaryResult:
     finish_reason: str  # "stop" when complete; "length" marks a truncated summary, which is rejected
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
 
 
 OnDelta = Callable[[str], Awaitable[None]]
@@ -67,6 +68,8 @@ OnDelta = Callable[[str], Awaitable[None]]
 
 class Summarizer(Protocol):
     name: str
+    provider: str  # for telemetry (gen_ai.provider.name): "openai", "anthropic", "ctxfold"
+    model: str
     # The largest fold input (tokens) one summary request can read; larger folds run in passes.
     input_window_tokens: int
 

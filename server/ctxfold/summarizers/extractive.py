@@ -98,6 +98,8 @@ def briefing(request: SummaryRequest) -> str:
 
 class ExtractiveSummarizer:
     name = "extractive"
+    provider = "ctxfold"
+    model = "extractive"
 
     def __init__(self, input_window_tokens: int = 1_000_000):
         self.input_window_tokens = input_window_tokens

@@ -18,6 +18,8 @@ from ctxfold.summarizers.chat_format import openai_messages
 
 
 class OpenAISummarizer:
+    provider = "openai"
+
     def __init__(
         self,
         name: str,
@@ -74,10 +76,11 @@ class OpenAISummarizer:
                     finish_reason=choice.finish_reason or "",
                     input_tokens=usage.prompt_tokens if usage else 0,
                     output_tokens=usage.completion_tokens if usage else 0,
+                    cached_input_tokens=_cached(usage),
                 )
             parts: list[str] = []
             finish_reason = ""
-            input_tokens = output_tokens = 0
+            input_tokens = output_tokens = cached = 0
             stream = await self.client.chat.completions.create(
                 **body, stream=True, stream_options={"include_usage": True}
             )
@@ -91,10 +94,16 @@ class OpenAISummarizer:
                         finish_reason = choice.finish_reason
                 if chunk.usage is not None:
                     input_tokens, output_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+                    cached = _cached(chunk.usage)
         except openai.OpenAIError as exc:
             raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
         if not finish_reason:
             # The stream ended cleanly but early (a dropped proxy connection can look like that):
             # what arrived is part of a summary, not a summary.
             raise SummarizerError("the summary stream ended without a finish_reason (incomplete)")
-        return SummaryResult("".join(parts), finish_reason, input_tokens, output_tokens)
+        return SummaryResult("".join(parts), finish_reason, input_tokens, output_tokens, cached)
+
+
+def _cached(usage: Any) -> int:
+    details = getattr(usage, "prompt_tokens_details", None)
+    return int(getattr(details, "cached_tokens", 0) or 0)

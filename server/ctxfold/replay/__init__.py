@@ -1,0 +1,3 @@
+"""Trace replay: `ctxfold replay`, a provider prompt-cache simulator, cost tables and baseline
+context policies. The pure parts (trace, simulator, prices, baselines, metrics, report) do no I/O;
+`runner` drives a real server over gRPC and `plot` draws with matplotlib."""

@@ -1,0 +1,182 @@
+"""What a replay measures, pure: each model call goes through the simulated provider, and the run
+ends in one `ReplayResult` of plain numbers (JSON-ready with `dataclasses.asdict`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ctxfold.replay.simulator import Bill, Provider, answer_tokens, render
+from ctxfold.replay.trace import Msg, Trace, turns
+
+AGENT_KEY = "agent"
+
+
+@dataclass(frozen=True)
+class SummaryCall:
+    """One summarizer request as an LLM would receive it, and the tokens of the summary it wrote.
+    `key` is the prompt-cache key it is sent with (a cache-safe fork shares the agent's key)."""
+
+    key: str
+    messages: tuple[Msg, ...]
+    output_tokens: int
+
+
+@dataclass
+class ReplayResult:
+    trace: str
+    policy: str
+    settings: dict[str, object]
+    prices: str
+    provider_cache: str
+    turns: int = 0
+    folds: int = 0  # model calls whose view was folded / summarized
+    prunes: int = 0  # prune (ctxfold) steps
+    summarizer_calls: int = 0
+    failed_summaries: int = 0
+    peak_view_tokens: int = 0  # provider-counted input tokens of the largest request
+    mean_view_tokens: float = 0.0
+    summary_tokens: int = 0  # the summary in the last view
+    summary_output_tokens: int = 0  # every summary written, together
+    input_tokens: int = 0  # billed input of the agent's model calls
+    cache_hit_tokens: int = 0
+    cache_miss_tokens: int = 0  # everything not read from the cache (cache writes included)
+    cache_write_tokens: int = 0  # of the misses, tokens billed as cache writes (Anthropic)
+    output_tokens: int = 0
+    cost: float = 0.0  # the agent's model calls
+    summarizer_input_tokens: int = 0
+    summarizer_hit_tokens: int = 0
+    summarizer_cost: float = 0.0  # summary requests, modeled as LLM calls under the same prices
+    total_cost: float = 0.0
+    cache_hit_ratio: float = 0.0
+    ideal_cache_hit_ratio: float = 0.0
+    dropped_tool_results: int = 0  # tool results no longer shown in full in the last view
+    recoverable_tool_results: int = 0  # of those, still recoverable from the last view
+    recoverable_fraction: float | None = None
+    series_view_tokens: list[int] = field(default_factory=list)
+    series_actions: list[str] = field(default_factory=list)
+    series_cumulative_cost: list[float] = field(default_factory=list)
+
+
+def ideal_hit_ratio(trace: Trace) -> float:
+    """The physical limit of prompt caching for this conversation: the full history is sent every
+    time and every token that was already in the previous request is a hit, so only what is new
+    to the conversation (the last answer and the messages appended after it) is a miss."""
+    history = [Msg("system", trace.system_prompt)] if trace.system_prompt else []
+    total = hits = previous = 0
+    for turn in turns(trace)[0]:
+        history.extend(turn.append)
+        size = len(render(trace.tools_json, history))
+        total += size
+        hits += previous
+        previous = size
+    return hits / total if total else 0.0
+
+
+def recoverability(
+    trace: Trace, view: Sequence[Msg], appended: int, refs: Mapping[int, str] | None = None
+) -> tuple[int, int]:
+    """(dropped, recoverable) over the non-empty tool results among the first `appended` trace
+    messages: dropped = not shown in full in `view`; recoverable = its `result_ref` (from `refs`,
+    trace index -> ref, when a store keeps results) or its whole content still appears in the view."""
+    shown = {m.source for m in view if m.source >= 0 and not m.elided}
+    text = "\n".join(m.content for m in view)
+    dropped = recoverable = 0
+    for message in trace.messages[:appended]:
+        content = message.content.strip()
+        if message.role != "tool" or not content or message.source in shown:
+            continue
+        dropped += 1
+        ref = (refs or {}).get(message.source, "")
+        if (ref and ref in text) or content in text:
+            recoverable += 1
+    return dropped, recoverable
+
+
+class Meter:
+    """Sends each model call (and its summarizer calls) to the simulated provider and keeps count."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        provider: Provider,
+        policy: str,
+        settings: Mapping[str, object],
+        think_seconds: float = 10.0,
+        ideal: float | None = None,
+    ):
+        self.trace = trace
+        self.provider = provider
+        self.think_seconds = think_seconds
+        self.result = ReplayResult(
+            trace=trace.name,
+            policy=policy,
+            settings=dict(settings),
+            prices=provider.prices.name,
+            provider_cache=provider.cache.provider,
+            ideal_cache_hit_ratio=ideal_hit_ratio(trace) if ideal is None else ideal,
+        )
+        self._view_token_sum = 0
+
+    def summarizer(self, call: SummaryCall, failed: bool = False) -> Bill:
+        bill = self.provider.send(call.key, self.trace.tools_json, call.messages, call.output_tokens)
+        r = self.result
+        r.summarizer_calls += 1
+        r.failed_summaries += int(failed)
+        r.summarizer_input_tokens += bill.cache.input_tokens
+        r.summarizer_hit_tokens += bill.cache.hit
+        r.summarizer_cost += bill.cost
+        r.summary_output_tokens += call.output_tokens
+        return bill
+
+    def call(
+        self,
+        view: Sequence[Msg],
+        answer: Msg,
+        action: str = "none",
+        key: str = AGENT_KEY,
+        summary_calls: Sequence[SummaryCall] = (),
+        prunes: int = 0,
+    ) -> Bill:
+        """One model call: the summaries made for it first, then the view itself; then the clock
+        moves on by the think time."""
+        for summary_call in summary_calls:
+            self.summarizer(summary_call)
+        bill = self.provider.send(key, self.trace.tools_json, view, answer_tokens(answer))
+        r = self.result
+        r.turns += 1
+        r.folds += int(action == "folded")
+        r.prunes += prunes
+        r.input_tokens += bill.cache.input_tokens
+        r.cache_hit_tokens += bill.cache.hit
+        r.cache_miss_tokens += bill.cache.uncached
+        r.cache_write_tokens += bill.cache.write
+        r.output_tokens += bill.output_tokens
+        r.cost += bill.cost
+        r.peak_view_tokens = max(r.peak_view_tokens, bill.cache.input_tokens)
+        self._view_token_sum += bill.cache.input_tokens
+        r.series_view_tokens.append(bill.cache.input_tokens)
+        r.series_actions.append(action)
+        r.series_cumulative_cost.append(round(r.cost + r.summarizer_cost, 8))
+        r.summary_tokens = sum(bill_tokens(m) for m in view if m.summary)
+        self.provider.advance(self.think_seconds)
+        return bill
+
+    def finish(
+        self, final_view: Sequence[Msg], appended: int, refs: Mapping[int, str] | None = None
+    ) -> ReplayResult:
+        """The totals; `final_view` is the last view sent, `appended` how many trace messages the
+        agent had appended by then, `refs` the result_ref of each stored tool result."""
+        r = self.result
+        r.mean_view_tokens = self._view_token_sum / r.turns if r.turns else 0.0
+        r.total_cost = r.cost + r.summarizer_cost
+        r.cache_hit_ratio = r.cache_hit_tokens / r.input_tokens if r.input_tokens else 0.0
+        r.dropped_tool_results, r.recoverable_tool_results = recoverability(self.trace, final_view, appended, refs)
+        r.recoverable_fraction = (
+            r.recoverable_tool_results / r.dropped_tool_results if r.dropped_tool_results else None
+        )
+        return r
+
+
+def bill_tokens(message: Msg) -> int:
+    return len(render("", [message]))

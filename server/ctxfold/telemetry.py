@@ -1,0 +1,135 @@
+"""OpenTelemetry traces and metrics.
+
+Instrumentation goes through the OpenTelemetry API (`TRACER`, `INSTRUMENTS`); without a configured
+SDK it is a no-op. `configure()` installs the SDK for a `ctxfold serve` process from the standard
+variables: OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (otlp, console, none; comma-separated),
+OTEL_EXPORTER_OTLP_PROTOCOL (grpc or http/protobuf), OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME,
+OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_* and OTEL_METRIC_EXPORT_INTERVAL. Setting only
+OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4317 for Jaeger) turns OTLP export on."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import Counter, Histogram
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+log = logging.getLogger(__name__)
+
+TRACER = trace.get_tracer("ctxfold")
+_METER = metrics.get_meter("ctxfold")
+
+
+@dataclass(frozen=True)
+class Instruments:
+    prepare_duration: Histogram
+    maintenance_operations: Counter
+    tokens_saved: Counter
+    summarizer_duration: Histogram
+    usage_input_tokens: Counter
+
+
+INSTRUMENTS = Instruments(
+    prepare_duration=_METER.create_histogram(
+        "ctxfold.prepare.duration", unit="s", description="Prepare and Compact latency, by action"
+    ),
+    maintenance_operations=_METER.create_counter(
+        "ctxfold.maintenance.operations", unit="{operation}", description="Prunes and folds, by action and outcome"
+    ),
+    tokens_saved=_METER.create_counter(
+        "ctxfold.maintenance.tokens_saved", unit="{token}", description="Estimated request tokens removed"
+    ),
+    summarizer_duration=_METER.create_histogram(
+        "gen_ai.client.operation.duration", unit="s", description="Summarizer call latency"
+    ),
+    usage_input_tokens=_METER.create_counter(
+        "ctxfold.usage.input_tokens",
+        unit="{token}",
+        description="Provider-billed input tokens from ObserveUsage; cached=true are prompt-cache hits",
+    ),
+)
+
+
+def _names(value: str | None) -> list[str]:
+    return [name.strip().lower() for name in (value or "").split(",") if name.strip()]
+
+
+def _protocol(environ: Mapping[str, str], signal: str) -> str:
+    return environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+
+
+def _span_exporter(name: str, environ: Mapping[str, str]) -> SpanExporter | None:
+    if name == "console":
+        return ConsoleSpanExporter()
+    if name == "otlp":
+        if _protocol(environ, "TRACES") == "http/protobuf":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+
+            return HttpSpanExporter()
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+
+        return GrpcSpanExporter()
+    if name != "none":
+        raise ValueError(f"OTEL_TRACES_EXPORTER: unsupported exporter {name!r} (otlp, console, none)")
+    return None
+
+
+def _metric_exporter(name: str, environ: Mapping[str, str]) -> MetricExporter | None:
+    if name == "console":
+        return ConsoleMetricExporter()
+    if name == "otlp":
+        if _protocol(environ, "METRICS") == "http/protobuf":
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                OTLPMetricExporter as HttpMetricExporter,
+            )
+
+            return HttpMetricExporter()
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
+
+        return GrpcMetricExporter()
+    if name != "none":
+        raise ValueError(f"OTEL_METRICS_EXPORTER: unsupported exporter {name!r} (otlp, console, none)")
+    return None
+
+
+def configure(environ: Mapping[str, str]) -> Callable[[], None]:
+    """Installs the SDK as the variables say and returns a function that flushes and shuts it down."""
+    default = "otlp" if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") else "none"
+    attributes = {} if environ.get("OTEL_SERVICE_NAME") else {"service.name": "ctxfold"}
+    resource = Resource.create(attributes)
+    shutdowns: list[Callable[[], object]] = []
+    span_exporters = [
+        e for n in _names(environ.get("OTEL_TRACES_EXPORTER") or default) if (e := _span_exporter(n, environ))
+    ]
+    if span_exporters:
+        tracer_provider = TracerProvider(resource=resource)
+        for span_exporter in span_exporters:
+            tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+        trace.set_tracer_provider(tracer_provider)
+        shutdowns.append(tracer_provider.shutdown)
+    metric_exporters = [
+        metric_exporter
+        for name in _names(environ.get("OTEL_METRICS_EXPORTER") or default)
+        if (metric_exporter := _metric_exporter(name, environ)) is not None
+    ]
+    if metric_exporters:
+        meter_provider = MeterProvider(
+            resource=resource, metric_readers=[PeriodicExportingMetricReader(e) for e in metric_exporters]
+        )
+        metrics.set_meter_provider(meter_provider)
+        shutdowns.append(meter_provider.shutdown)
+    if span_exporters or metric_exporters:
+        log.info("telemetry: %d trace and %d metric exporter(s) configured", len(span_exporters), len(metric_exporters))
+
+    def shutdown() -> None:
+        for stop in shutdowns:
+            stop()
+
+    return shutdown

@@ -1,0 +1,207 @@
+"""Traces and metrics: the span tree of a multi-pass fold (in-memory exporter), and spans and metrics
+received over the wire by a real OTLP/gRPC receiver, continuing the client's trace."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from opentelemetry import trace
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from conftest import fresh_database, settings_for
+from ctxfold.server import start
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from test_prepare import call, compact, create, prepare, result, user
+from traces import tool_output
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL_WINDOW_SUMMARIZER = json.dumps({"small": {"type": "extractive", "input_window_tokens": 6000}})
+
+
+@pytest.fixture(scope="session")
+def spans() -> InMemorySpanExporter:
+    exporter = InMemorySpanExporter()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+@pytest.fixture
+async def small_summarizer_stub(
+    backend: str, tmp_path: Path, spans: InMemorySpanExporter
+) -> AsyncIterator[pb_grpc.ContextServiceStub]:
+    running = await start(settings_for(await fresh_database(backend, tmp_path), summarizers=SMALL_WINDOW_SUMMARIZER))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        yield pb_grpc.ContextServiceStub(channel)
+    await running.stop(grace=1.0)
+
+
+def children(all_spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
+    return [s for s in all_spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
+
+
+async def test_a_multi_pass_fold_is_one_span_tree(
+    small_summarizer_stub: pb_grpc.ContextServiceStub, spans: InMemorySpanExporter
+) -> None:
+    stub = small_summarizer_stub
+    session = await create(stub, context_window=64_000, summarizer="small")
+    await prepare(stub, session.id, user("Audit the ORM"))
+    for i in range(40):
+        await stub.AppendMessages(
+            pb.AppendMessagesRequest(
+                session_id=session.id, messages=[call(f"c{i}"), result(f"c{i}", tool_output(i, 3000))]
+            )
+        )
+    spans.clear()
+    outcome = await compact(stub, session.id)
+    committed = [p for p in outcome.progress if p.stage == pb.FOLD_STAGE_PASS_COMMITTED]
+    assert len(committed) >= 2
+    finished = list(spans.get_finished_spans())
+    rpc = next(s for s in finished if s.name == "/ctxfold.v1.ContextService/Compact")
+    assert rpc.attributes is not None and rpc.attributes["ctxfold.action"] == "folded"
+    assert rpc.attributes["ctxfold.session.id"] == session.id
+    (fold,) = [s for s in children(finished, rpc) if s.name == "ctxfold.fold"]
+    assert fold.attributes is not None and fold.attributes["ctxfold.fold.passes"] == len(committed)
+    passes = [s for s in children(finished, fold) if s.name == "ctxfold.fold.pass"]
+    assert [s.attributes["ctxfold.fold.pass_index"] for s in passes if s.attributes] == list(
+        range(1, len(committed) + 1)
+    )
+    for index, pass_span in enumerate(passes):
+        names = [s.name for s in children(finished, pass_span)]
+        assert names == ["chat extractive", "ctxfold.checkpoint.install"]
+        chat, install = children(finished, pass_span)
+        assert chat.attributes is not None and chat.attributes["gen_ai.operation.name"] == "chat"
+        assert chat.attributes["gen_ai.request.model"] == "extractive"
+        assert install.attributes is not None
+        assert install.attributes["ctxfold.checkpoint.id"] == committed[index].checkpoint_id
+        assert install.attributes["ctxfold.tokens.after"] < install.attributes["ctxfold.tokens.before"]  # type: ignore[operator]
+    assert all(s.context.trace_id == rpc.context.trace_id for s in passes)
+
+
+# ---- over the wire --------------------------------------------------------------------------------
+
+
+class Receiver(trace_service_pb2_grpc.TraceServiceServicer, metrics_service_pb2_grpc.MetricsServiceServicer):
+    """A minimal OTLP/gRPC collector that keeps what it receives."""
+
+    def __init__(self) -> None:
+        self.traces: list[trace_service_pb2.ExportTraceServiceRequest] = []
+        self.metrics: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
+
+    def Export(self, request, context):  # type: ignore[no-untyped-def]
+        if isinstance(request, trace_service_pb2.ExportTraceServiceRequest):
+            self.traces.append(request)
+            return trace_service_pb2.ExportTraceServiceResponse()
+        self.metrics.append(request)
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    def span_names(self, trace_id: bytes) -> set[str]:
+        return {
+            span.name
+            for request in self.traces
+            for resource_spans in request.resource_spans
+            for scope_spans in resource_spans.scope_spans
+            for span in scope_spans.spans
+            if span.trace_id == trace_id
+        }
+
+    def metric_names(self) -> set[str]:
+        return {
+            metric.name
+            for request in self.metrics
+            for resource_metrics in request.resource_metrics
+            for scope_metrics in resource_metrics.scope_metrics
+            for metric in scope_metrics.metrics
+        }
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Receiver, int]]:
+    from concurrent import futures
+
+    collector = Receiver()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(collector, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield collector, port
+    server.stop(0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_spans_and_metrics_reach_an_otlp_receiver_in_the_clients_trace(
+    receiver: tuple[Receiver, int], tmp_path: Path
+) -> None:
+    collector, collector_port = receiver
+    port = free_port()
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_METRIC_EXPORT_INTERVAL": "300",
+        "OTEL_SERVICE_NAME": "ctxfold-under-test",
+    }
+    process = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "ctxfold.cli", "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path)],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            await asyncio.wait_for(channel.channel_ready(), 30)
+            stub = pb_grpc.ContextServiceStub(channel)
+            session = await create(stub, context_window=4000, max_output_tokens=256)
+            trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+            metadata = (("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01"),)
+            for i in range(10):
+                request = pb.PrepareRequest(
+                    session_id=session.id, append=[call(f"c{i}"), result(f"c{i}", tool_output(i, 1500))]
+                )
+                if i == 0:
+                    request.append.insert(0, user("start"))
+                async for _ in stub.Prepare(request, metadata=metadata):
+                    pass
+            deadline = time.monotonic() + 20
+            wanted = {"/ctxfold.v1.ContextService/Prepare", "ctxfold.fold", "ctxfold.fold.pass", "chat extractive"}
+            while time.monotonic() < deadline:
+                names = collector.span_names(bytes.fromhex(trace_id))
+                if wanted <= names and "ctxfold.prepare.duration" in collector.metric_names():
+                    break
+                await asyncio.sleep(0.2)
+            assert wanted <= collector.span_names(bytes.fromhex(trace_id))
+            assert {"ctxfold.prepare.duration", "ctxfold.maintenance.operations"} <= collector.metric_names()
+            service_names = {
+                attribute.value.string_value
+                for request in collector.traces
+                for resource_spans in request.resource_spans
+                for attribute in resource_spans.resource.attributes
+                if attribute.key == "service.name"
+            }
+            assert service_names == {"ctxfold-under-test"}
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 30)
