@@ -1,0 +1,252 @@
+// Package ctxfold is the Go client of the ctxfold context-maintenance service.
+//
+// ctxfold keeps an LLM agent's canonical transcript and returns, before every model request, the
+// provider-visible context that fits the model's window. This package is a thin idiomatic layer
+// over the generated gRPC code in package ctxfoldv1:
+//
+//   - [New] dials the service with functional options (bearer token, TLS/mTLS, default deadlines,
+//     OpenTelemetry trace propagation).
+//   - [Client.CreateSession] takes a typed config built with [NewSessionConfig] and returns a
+//     [Session] handle.
+//   - [Session.Prepare] consumes the server stream (progress events through a callback or a
+//     channel), keeps the last full view and applies delta answers, so callers always get the
+//     whole view to send to the model.
+//   - [Session.Edit] and [Session.Retry] wrap Rewind + Prepare; [Session.ReadToolResult] pages
+//     through a stored tool result and checks its SHA-256; [Client.Sessions] and
+//     [Session.Messages] are iterators over the paged list RPCs.
+//   - Every error returned by an RPC is an [*Error] (use errors.As) carrying the gRPC code and the
+//     server's google.rpc.ErrorInfo reason and metadata.
+//
+// The generated client stays reachable through [Client.Raw] and benefits from the same
+// authentication, tracing and deadline handling.
+package ctxfold
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
+)
+
+// Client talks to one ctxfold server. It is safe for concurrent use; Close it when done.
+type Client struct {
+	conn          *grpc.ClientConn
+	ownsConn      bool
+	raw           ctxfoldv1.ContextServiceClient
+	token         string
+	timeout       time.Duration
+	streamTimeout time.Duration
+	propagator    propagation.TextMapPropagator
+}
+
+type settings struct {
+	token         string
+	tlsConfig     *tls.Config
+	caFile        string
+	certFile      string
+	keyFile       string
+	serverName    string
+	timeout       time.Duration
+	streamTimeout time.Duration
+	propagator    propagation.TextMapPropagator
+	dialOptions   []grpc.DialOption
+	conn          *grpc.ClientConn
+	err           error
+}
+
+// Option configures a [Client] in [New].
+type Option func(*settings)
+
+// WithBearerToken sends `authorization: Bearer TOKEN` with every call (servers started with an
+// auth tokens file map the token to a tenant).
+func WithBearerToken(token string) Option {
+	return func(s *settings) { s.token = token }
+}
+
+// WithTLS connects with TLS using cfg (nil means the system roots and no client certificate).
+func WithTLS(cfg *tls.Config) Option {
+	return func(s *settings) {
+		if cfg == nil {
+			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		s.tlsConfig = cfg
+	}
+}
+
+// WithTLSFiles connects with TLS, trusting the PEM CA bundle caFile (empty = the system roots) and,
+// for mutual TLS, presenting the PEM client certificate certFile with its key keyFile (both empty =
+// no client certificate).
+func WithTLSFiles(caFile, certFile, keyFile string) Option {
+	return func(s *settings) {
+		if (certFile == "") != (keyFile == "") {
+			s.err = errors.New("ctxfold: WithTLSFiles needs both certFile and keyFile, or neither")
+			return
+		}
+		s.caFile, s.certFile, s.keyFile = caFile, certFile, keyFile
+		if s.tlsConfig == nil {
+			s.tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	}
+}
+
+// WithServerName overrides the name the server certificate is checked against (TLS only).
+func WithServerName(name string) Option {
+	return func(s *settings) { s.serverName = name }
+}
+
+// WithDefaultTimeout bounds every unary call whose context has no deadline of its own.
+// Zero (the default) leaves such calls unbounded.
+func WithDefaultTimeout(d time.Duration) Option {
+	return func(s *settings) { s.timeout = d }
+}
+
+// WithStreamTimeout bounds Prepare and Compact calls whose context has no deadline of its own.
+// They are kept apart from [WithDefaultTimeout] because a fold with an LLM summarizer may take much
+// longer than an ordinary call. Zero (the default) leaves them unbounded.
+func WithStreamTimeout(d time.Duration) Option {
+	return func(s *settings) { s.streamTimeout = d }
+}
+
+// WithPropagator sets the OpenTelemetry propagator that injects the active trace context into each
+// call's metadata (nil = inject nothing). The default is W3C Trace Context (`traceparent`,
+// `tracestate`, which the server honours) followed by the globally configured propagator
+// (otel.SetTextMapPropagator, e.g. for baggage).
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(s *settings) { s.propagator = p }
+}
+
+// WithDialOptions appends raw gRPC dial options (interceptors, keepalive, message sizes, ...).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(s *settings) { s.dialOptions = append(s.dialOptions, opts...) }
+}
+
+// WithConn uses an existing connection instead of dialing; transport options are then ignored and
+// Close does not close it. Bearer token, deadlines and tracing still apply (they are added per call).
+func WithConn(conn *grpc.ClientConn) Option {
+	return func(s *settings) { s.conn = conn }
+}
+
+// New connects to the ctxfold server at addr ("host:port", or any gRPC target). Without TLS options
+// the connection is plaintext. The connection is established lazily, on the first call.
+func New(addr string, opts ...Option) (*Client, error) {
+	s := &settings{propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, otel.GetTextMapPropagator())}
+	for _, opt := range opts {
+		opt(s)
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	c := &Client{
+		token:         s.token,
+		timeout:       s.timeout,
+		streamTimeout: s.streamTimeout,
+		propagator:    s.propagator,
+	}
+	if s.conn != nil {
+		c.conn = s.conn
+	} else {
+		creds, err := transportCredentials(s)
+		if err != nil {
+			return nil, err
+		}
+		dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+		dial = append(dial, s.dialOptions...)
+		conn, err := grpc.NewClient(addr, dial...)
+		if err != nil {
+			return nil, fmt.Errorf("ctxfold: connect %s: %w", addr, err)
+		}
+		c.conn, c.ownsConn = conn, true
+	}
+	c.raw = ctxfoldv1.NewContextServiceClient(&metadataConn{conn: c.conn, client: c})
+	return c, nil
+}
+
+func transportCredentials(s *settings) (credentials.TransportCredentials, error) {
+	if s.tlsConfig == nil {
+		return insecure.NewCredentials(), nil
+	}
+	cfg := s.tlsConfig.Clone()
+	if s.serverName != "" {
+		cfg.ServerName = s.serverName
+	}
+	if s.caFile != "" {
+		pem, err := os.ReadFile(s.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("ctxfold: read CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ctxfold: no PEM certificate in %s", s.caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if s.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(s.certFile, s.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("ctxfold: load client certificate: %w", err)
+		}
+		cfg.Certificates = append(cfg.Certificates, cert)
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// Close closes the connection (unless it was passed in with [WithConn]).
+func (c *Client) Close() error {
+	if c.ownsConn {
+		return c.conn.Close()
+	}
+	return nil
+}
+
+// Raw returns the generated client. Its calls carry the bearer token and the trace context like the
+// idiomatic methods, but return plain gRPC status errors (convert them with [AsError]).
+func (c *Client) Raw() ctxfoldv1.ContextServiceClient { return c.raw }
+
+// Conn returns the underlying connection (e.g. for the gRPC health service).
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// unaryContext applies the default deadline of unary calls.
+func (c *Client) unaryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return withDefaultDeadline(ctx, c.timeout)
+}
+
+// streamContext applies the default deadline of Prepare and Compact.
+func (c *Client) streamContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return withDefaultDeadline(ctx, c.streamTimeout)
+}
+
+func withDefaultDeadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// metadataConn adds the per-call metadata (authorization, trace context) to every call made
+// through the generated client, whichever connection it runs on.
+type metadataConn struct {
+	conn   grpc.ClientConnInterface
+	client *Client
+}
+
+func (m *metadataConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return m.conn.Invoke(m.client.outgoing(ctx), method, args, reply, opts...)
+}
+
+func (m *metadataConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return m.conn.NewStream(m.client.outgoing(ctx), desc, method, opts...)
+}

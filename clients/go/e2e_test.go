@@ -1,0 +1,512 @@
+package ctxfold_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	ctxfold "github.com/ctxfold/ctxfold/clients/go"
+	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
+	"github.com/ctxfold/ctxfold/clients/go/internal/testserver"
+)
+
+func dial(t *testing.T, addr string, opts ...ctxfold.Option) *ctxfold.Client {
+	t.Helper()
+	opts = append([]ctxfold.Option{ctxfold.WithDefaultTimeout(30 * time.Second), ctxfold.WithStreamTimeout(60 * time.Second)}, opts...)
+	client, err := ctxfold.New(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+func newSession(t *testing.T, client *ctxfold.Client, window int64, opts ...ctxfold.ConfigOption) *ctxfold.Session {
+	t.Helper()
+	cfg, err := ctxfold.NewSessionConfig(window, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := client.CreateSession(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func must[T any](t *testing.T) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+// errOf drops the value of a (value, error) result.
+func errOf(_ any, err error) error { return err }
+
+// mustErr returns err as a *ctxfold.Error, failing the test when it is nil or another type.
+func mustErr(t *testing.T, err error) *ctxfold.Error {
+	t.Helper()
+	if err == nil {
+		t.Fatal("call succeeded, want an error")
+	}
+	var e *ctxfold.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %T %v is not a *ctxfold.Error", err, err)
+	}
+	return e
+}
+
+// listing returns n bytes or so of varied fake `ls -l` lines.
+func listing(seed, size int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < size; i++ {
+		fmt.Fprintf(&b, "-rw-r--r-- 1 dev dev %6d Nov %2d src/pkg%d/file_%d_%d.go\n", (seed*7919+i*104729)%90000, i%28+1, seed, i, (i*seed)%97)
+	}
+	return b.String()
+}
+
+func liveMessages(t *testing.T, s *ctxfold.Session, opts ...ctxfold.ListOption) []*ctxfold.Message {
+	t.Helper()
+	var out []*ctxfold.Message
+	for m, err := range s.Messages(context.Background(), opts...) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestE2E runs the SDK against one real server.
+func TestE2E(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	client := dial(t, srv.Addr)
+	ctx := context.Background()
+
+	t.Run("SessionLifecycle", func(t *testing.T) {
+		s := newSession(t, client, 8000, ctxfold.MaxOutputTokens(256), ctxfold.SystemPrompt("be brief"), ctxfold.Model("m1"))
+		info := s.Info()
+		if info.GetId() == "" || info.GetHeadSeq() != 0 {
+			t.Fatalf("new session %v", info)
+		}
+		if cfg := info.GetConfig(); cfg.GetCompactRatio() != 0.8 || cfg.GetToolContentMaxBytes() != 32768 || cfg.GetSummarizer() != "extractive" {
+			t.Errorf("defaults not filled in: %v", cfg)
+		}
+
+		appended := must[[]*ctxfold.Message](t)(s.Append(ctx,
+			ctxfold.UserMessage("hello"), ctxfold.AssistantMessage("hi"), ctxfold.UserMessage("list files"),
+			ctxfold.AssistantMessage("", ctxfold.NewToolCall("c1", "ls", `{}`)), ctxfold.ToolResultMessage("c1", "a.go\nb.go\n"),
+		))
+		if len(appended) != 5 || appended[0].GetSeq() != 1 || appended[4].GetSeq() != 5 || appended[4].GetResultRef() == "" {
+			t.Fatalf("appended %v", appended)
+		}
+
+		got := must[*ctxfold.SessionInfo](t)(s.Refresh(ctx))
+		if got.GetHeadSeq() != 5 {
+			t.Errorf("head seq %d, want 5", got.GetHeadSeq())
+		}
+		reopened := must[*ctxfold.Session](t)(client.GetSession(ctx, s.ID()))
+		if reopened.Info().GetConfig().GetModel() != "m1" {
+			t.Errorf("GetSession config %v", reopened.Info().GetConfig())
+		}
+
+		// Pages of 2 through 5 messages.
+		msgs := liveMessages(t, s, ctxfold.PageSize(2))
+		if len(msgs) != 5 {
+			t.Fatalf("listed %d messages, want 5", len(msgs))
+		}
+		for i, m := range msgs {
+			if m.GetSeq() != int64(i+1) || m.GetId() != appended[i].GetId() {
+				t.Errorf("message %d: seq %d id %s", i, m.GetSeq(), m.GetId())
+			}
+		}
+		// Stopping early fetches nothing more and yields no error.
+		n := 0
+		for _, err := range s.Messages(ctx, ctxfold.PageSize(1)) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+			if n == 2 {
+				break
+			}
+		}
+
+		prepared := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx))
+		if prepared.Action != ctxfoldv1.Action_ACTION_NONE || len(prepared.Messages) != 6 || prepared.Messages[0].GetRole() != ctxfoldv1.Role_ROLE_SYSTEM {
+			t.Errorf("prepare: action %s, %d messages", prepared.Action, len(prepared.Messages))
+		}
+		usage := must[*ctxfoldv1.ObserveUsageResponse](t)(s.ObserveUsage(ctx, ctxfold.Usage{
+			InputTokens: prepared.EstimatedTokens, OutputTokens: 12, FinishReason: "stop",
+		}))
+		if usage.GetCalibration() <= 0 {
+			t.Errorf("calibration %v", usage.GetCalibration())
+		}
+
+		var state map[string]any
+		if err := json.Unmarshal([]byte(must[string](t)(s.ContextState(ctx))), &state); err != nil {
+			t.Fatal(err)
+		}
+		if state["schema_version"] != float64(3) {
+			t.Errorf("context state schema %v", state["schema_version"])
+		}
+
+		// Fork at seq 3 with an override; the fork outlives its source.
+		fork := must[*ctxfold.Session](t)(s.Fork(ctx, 3, ctxfold.Model("m2")))
+		if fi := fork.Info(); fi.GetHeadSeq() != 3 || fi.GetForkedFromSessionId() != s.ID() || fi.GetConfig().GetModel() != "m2" || fi.GetConfig().GetSystemPrompt() != "be brief" {
+			t.Errorf("fork %v", fi)
+		}
+
+		found := false
+		for info, err := range client.Sessions(ctx, ctxfold.PageSize(1)) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			found = found || info.GetId() == s.ID()
+		}
+		if !found {
+			t.Errorf("session %s not listed", s.ID())
+		}
+
+		if err := s.Delete(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e := mustErr(t, errOf(s.Refresh(ctx)))
+		if e.Reason != ctxfold.ReasonSessionNotFound {
+			t.Errorf("after delete: %v", e)
+		}
+		if got := liveMessages(t, fork); len(got) != 3 || got[2].GetContent() != "list files" {
+			t.Errorf("fork after source delete has %d messages", len(got))
+		}
+	})
+
+	t.Run("ErrorMapping", func(t *testing.T) {
+		_, err := client.OpenSession("s_does_not_exist").Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("x")))
+		var e *ctxfold.Error
+		if !errors.As(err, &e) {
+			t.Fatalf("error %T %v is not a *ctxfold.Error", err, err)
+		}
+		if e.Code != codes.NotFound || e.Reason != ctxfold.ReasonSessionNotFound || e.Domain != ctxfold.ErrorDomain || e.Op != "Prepare" {
+			t.Errorf("mapped error %+v", e)
+		}
+		if e.Metadata["session_id"] != "s_does_not_exist" {
+			t.Errorf("metadata %v", e.Metadata)
+		}
+		if status.Code(err) != codes.NotFound || !ctxfold.HasReason(err, ctxfold.ReasonSessionNotFound) {
+			t.Errorf("status.Code / HasReason do not see the error")
+		}
+		if !errors.Is(fmt.Errorf("wrapped: %w", err), &ctxfold.Error{Reason: ctxfold.ReasonSessionNotFound}) {
+			t.Errorf("errors.Is with a reason sentinel failed")
+		}
+
+		// A bad config answers INVALID_ARGUMENT / INVALID_CONFIG.
+		cfg := must[*ctxfoldv1.SessionConfig](t)(ctxfold.NewSessionConfig(4000, ctxfold.CompactRatio(2)))
+		ce := mustErr(t, errOf(client.CreateSession(ctx, cfg)))
+		if ce.Code != codes.InvalidArgument || ce.Reason != ctxfold.ReasonInvalidConfig {
+			t.Errorf("bad config: %v", ce)
+		}
+
+		// Nothing but tool results may follow a pending tool call.
+		s := newSession(t, client, 8000)
+		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("go"), ctxfold.AssistantMessage("", ctxfold.NewToolCall("c1", "ls", "{}"))))
+		pe := mustErr(t, errOf(s.Append(ctx, ctxfold.UserMessage("too early"))))
+		if pe.Reason != ctxfold.ReasonToolResultsPending || pe.Code != codes.FailedPrecondition {
+			t.Errorf("pending tool results: %v", pe)
+		}
+	})
+
+	t.Run("DeltaHandling", func(t *testing.T) {
+		s := newSession(t, client, 100000, ctxfold.SystemPrompt("sys"))
+		first := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u1"))))
+		if first.Delta || len(first.Messages) != 2 {
+			t.Fatalf("first prepare: delta %v, %d messages", first.Delta, len(first.Messages))
+		}
+		var last *ctxfold.PreparedContext
+		for i := 1; i <= 3; i++ {
+			must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage(fmt.Sprintf("a%d", i))))
+			last = must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage(fmt.Sprintf("u%d", i+1)))))
+			if !last.Delta || len(last.Received) != 2 || len(last.Messages) != 2+2*i {
+				t.Fatalf("prepare %d: delta %v, received %d, view %d", i, last.Delta, len(last.Received), len(last.Messages))
+			}
+			if len(last.Appended) != 1 || last.Appended[0].GetContent() != fmt.Sprintf("u%d", i+1) {
+				t.Errorf("appended %v", last.Appended)
+			}
+		}
+		// The assembled view equals the whole view a fresh handle gets.
+		full := must[*ctxfold.PreparedContext](t)(client.OpenSession(s.ID()).Prepare(ctx))
+		if full.Delta || !sameView(full.Messages, last.Messages) {
+			t.Fatalf("assembled view differs from the whole view:\n%v\n%v", contents(last.Messages), contents(full.Messages))
+		}
+		if view, version := s.View(); version != last.ViewVersion || len(view) != 8 {
+			t.Errorf("held view version %d (want %d), %d messages", version, last.ViewVersion, len(view))
+		}
+
+		// Another client rewinds and rewrites the tail behind this handle's back: the next prepare
+		// must still give the right whole view (the server refuses the stale base).
+		other := client.OpenSession(s.ID())
+		must[*ctxfold.SessionInfo](t)(other.Rewind(ctx, 2))
+		must[[]*ctxfold.Message](t)(other.Append(ctx, ctxfold.UserMessage("u2-new"), ctxfold.AssistantMessage("a2-new"), ctxfold.UserMessage("u3-new"), ctxfold.AssistantMessage("a3-new")))
+		after := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u4-new"))))
+		want := []string{"sys", "u1", "a1", "u2-new", "a2-new", "u3-new", "a3-new", "u4-new"}
+		if got := contents(after.Messages); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("view after a foreign rewind = %v, want %v", got, want)
+		}
+
+		// WithFullView never asks for a delta.
+		again := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithFullView()))
+		if again.Delta || len(again.Received) != 8 {
+			t.Errorf("WithFullView: delta %v, received %d", again.Delta, len(again.Received))
+		}
+	})
+
+	t.Run("CompactWithProgressChannel", func(t *testing.T) {
+		// Below the trigger (0.8 × 8000), so only the manual Compact folds.
+		s := newSession(t, client, 8000, ctxfold.SystemPrompt("sys"))
+		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("inspect the repo")))
+		for i := 1; i <= 6; i++ {
+			call := fmt.Sprintf("c%d", i)
+			must[[]*ctxfold.Message](t)(s.Append(ctx,
+				ctxfold.AssistantMessage("", ctxfold.NewToolCall(call, "ls", fmt.Sprintf(`{"dir":"pkg%d"}`, i))),
+				ctxfold.ToolResultMessage(call, listing(i, 1500))))
+		}
+		before := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx))
+		if before.Action != ctxfoldv1.Action_ACTION_NONE {
+			t.Fatalf("prepare below the trigger did %s", before.Action)
+		}
+		ch := make(chan *ctxfold.FoldProgress)
+		received := make(chan []*ctxfold.FoldProgress)
+		go func() {
+			var got []*ctxfold.FoldProgress
+			for p := range ch {
+				got = append(got, p)
+			}
+			received <- got
+		}()
+		compacted, err := s.Compact(ctx, "keep the file names", ctxfold.WithProgressChan(ch))
+		close(ch)
+		events := <-received
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !compacted.Folded() || compacted.Summary() == nil || compacted.CheckpointID == "" {
+			t.Fatalf("compact: action %s, checkpoint %q", compacted.Action, compacted.CheckpointID)
+		}
+		if compacted.EstimatedTokens >= before.EstimatedTokens {
+			t.Errorf("compact did not shrink the view: %d -> %d", before.EstimatedTokens, compacted.EstimatedTokens)
+		}
+		if len(events) == 0 || len(events) != len(compacted.Progress) || events[len(events)-1].GetStage() != ctxfoldv1.FoldStage_FOLD_STAGE_PASS_COMMITTED {
+			t.Errorf("progress over the channel: %d events (%d collected)", len(events), len(compacted.Progress))
+		}
+		// The held view is the compacted one: the next prepare is a delta on top of it.
+		next := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("thanks"))))
+		if !next.Delta || len(next.Messages) != len(compacted.Messages)+1 || next.Summary() == nil {
+			t.Errorf("prepare after compact: delta %v, %d messages", next.Delta, len(next.Messages))
+		}
+	})
+
+	t.Run("ReadToolResultRoundTrip", func(t *testing.T) {
+		s := newSession(t, client, 200000)
+		var b strings.Builder
+		for i := 0; b.Len() < 80*1024; i++ {
+			fmt.Fprintf(&b, "%05d héllo wörld — 日本語のテキスト 🚀🧪 Ελληνικά ✓\n", i)
+		}
+		raw := b.String()
+		sum := sha256.Sum256([]byte(raw))
+		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("dump"), ctxfold.AssistantMessage("", ctxfold.NewToolCall("big", "dump", "{}"))))
+		stored := must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.ToolResultMessage("big", raw)))[0]
+		if !stored.GetTruncated() || stored.GetRawBytes() != int64(len(raw)) || stored.GetResultRef() == "" {
+			t.Fatalf("stored tool result: truncated %v, raw bytes %d (want %d), ref %q", stored.GetTruncated(), stored.GetRawBytes(), len(raw), stored.GetResultRef())
+		}
+		if len(stored.GetContent()) > 32768 || !strings.Contains(stored.GetContent(), stored.GetResultRef()) || !utf8.ValidString(stored.GetContent()) {
+			t.Errorf("bounded content: %d bytes, names ref %v", len(stored.GetContent()), strings.Contains(stored.GetContent(), stored.GetResultRef()))
+		}
+
+		whole := must[*ctxfold.ToolResult](t)(s.ReadToolResult(ctx, stored.GetResultRef(), ctxfold.ReadPageBytes(5000)))
+		if whole.Data != raw || whole.SHA256 != hex.EncodeToString(sum[:]) || whole.TotalBytes != int64(len(raw)) {
+			t.Fatalf("round trip: %d bytes (want %d), sha %s", len(whole.Data), len(raw), whole.SHA256)
+		}
+		if whole.Pages < 80*1024/5000 {
+			t.Errorf("read in %d pages", whole.Pages)
+		}
+		byCall := must[*ctxfold.ToolResult](t)(s.ReadToolResultByCallID(ctx, "big"))
+		if byCall.Data != raw || byCall.ResultRef != stored.GetResultRef() {
+			t.Errorf("by call id: %d bytes, ref %s", len(byCall.Data), byCall.ResultRef)
+		}
+		pages := 0
+		for page, err := range s.ToolResultPages(ctx, stored.GetResultRef()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !utf8.ValidString(page.GetData()) {
+				t.Errorf("page at %d is not whole UTF-8", page.GetOffset())
+			}
+			pages++
+		}
+		if pages < 4 {
+			t.Errorf("%d default-size pages", pages)
+		}
+		// An offset inside a multi-byte character is refused with its reason.
+		mid := strings.Index(raw, "é") + 1
+		e := mustErr(t, errOf(s.ReadToolResultPage(ctx, &ctxfoldv1.ReadToolResultRequest{ResultRef: stored.GetResultRef(), Offset: int64(mid)})))
+		if e.Reason != ctxfold.ReasonOffsetNotCharBoundary {
+			t.Errorf("mid-character offset: %v", e)
+		}
+	})
+
+	t.Run("EditAndRetry", func(t *testing.T) {
+		s := newSession(t, client, 100000, ctxfold.SystemPrompt("sys"))
+		must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("question one"))))
+		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage("answer one")))
+		must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("question two"))))
+		bad := must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage("a bad answer")))[0]
+
+		// Retry: drop the bad answer (seq 4) and prepare the same request again.
+		retried := must[*ctxfold.PreparedContext](t)(s.Retry(ctx, bad.GetSeq()))
+		if got := contents(retried.Messages); strings.Join(got, "|") != "sys|question one|answer one|question two" {
+			t.Fatalf("retry view %v", got)
+		}
+		good := must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage("a good answer")))[0]
+		if good.GetSeq() != bad.GetSeq() {
+			t.Errorf("new answer seq %d, want %d", good.GetSeq(), bad.GetSeq())
+		}
+
+		// Edit: replace question two (seq 3).
+		edited := must[*ctxfold.PreparedContext](t)(s.Edit(ctx, 3, ctxfold.UserMessage("question two, rephrased")))
+		if got := contents(edited.Messages); strings.Join(got, "|") != "sys|question one|answer one|question two, rephrased" {
+			t.Fatalf("edit view %v", got)
+		}
+		if len(edited.Appended) != 1 || edited.Appended[0].GetSeq() != 3 {
+			t.Errorf("edit appended %v", edited.Appended)
+		}
+		if info := must[*ctxfold.SessionInfo](t)(s.Refresh(ctx)); info.GetHeadSeq() != 3 {
+			t.Errorf("head seq after edit %d", info.GetHeadSeq())
+		}
+
+		// Abandoned messages stay listable.
+		var abandoned []string
+		for _, m := range liveMessages(t, s, ctxfold.IncludeAbandoned()) {
+			if m.GetAbandoned() {
+				abandoned = append(abandoned, m.GetContent())
+			}
+		}
+		want := "question two|a bad answer|a good answer"
+		if got := strings.Join(sortedCopy(abandoned), "|"); got != strings.Join(sortedCopy(strings.Split(want, "|")), "|") {
+			t.Errorf("abandoned = %v, want %s", abandoned, want)
+		}
+		if live := liveMessages(t, s); len(live) != 3 {
+			t.Errorf("%d live messages, want 3", len(live))
+		}
+	})
+
+	t.Run("ExplicitTraceparentAccepted", func(t *testing.T) {
+		// The server honours W3C trace context; a call carrying one (explicit or from a span) works.
+		tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+		sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+		spanCtx := trace.ContextWithSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+		s := newSession(t, client, 8000)
+		must[*ctxfold.PreparedContext](t)(s.Prepare(spanCtx, ctxfold.WithAppend(ctxfold.UserMessage("traced"))))
+		must[*ctxfold.SessionInfo](t)(s.Refresh(ctxfold.ContextWithTraceparent(ctx, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "")))
+	})
+}
+
+// TestBearerTokenAuth runs against a server with an auth tokens file: two tenants.
+func TestBearerTokenAuth(t *testing.T) {
+	const tokenA, tokenB = "token-tenant-a-0123456789", "token-tenant-b-0123456789"
+	srv := testserver.Start(t, testserver.Options{Tokens: map[string]string{tokenA: "tenant-a", tokenB: "tenant-b"}})
+	ctx := context.Background()
+
+	anonymous := dial(t, srv.Addr)
+	cfg := must[*ctxfoldv1.SessionConfig](t)(ctxfold.NewSessionConfig(8000))
+	e := mustErr(t, errOf(anonymous.CreateSession(ctx, cfg)))
+	if e.Code != codes.Unauthenticated || e.Reason != ctxfold.ReasonUnauthenticated {
+		t.Errorf("without a token: %v", e)
+	}
+	wrong := dial(t, srv.Addr, ctxfold.WithBearerToken("not-a-valid-token-at-all"))
+	if e := mustErr(t, errOf(wrong.CreateSession(ctx, cfg))); e.Code != codes.Unauthenticated {
+		t.Errorf("with a wrong token: %v", e)
+	}
+
+	a := dial(t, srv.Addr, ctxfold.WithBearerToken(tokenA))
+	b := dial(t, srv.Addr, ctxfold.WithBearerToken(tokenB))
+	sa := must[*ctxfold.Session](t)(a.CreateSession(ctx, cfg))
+	prepared := must[*ctxfold.PreparedContext](t)(sa.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("secret of tenant a"))))
+	if len(prepared.Messages) != 1 {
+		t.Errorf("prepared %d messages", len(prepared.Messages))
+	}
+	// Tenant b sees nothing of tenant a.
+	if e := mustErr(t, errOf(b.GetSession(ctx, sa.ID()))); e.Reason != ctxfold.ReasonSessionNotFound {
+		t.Errorf("other tenant's session: %v", e)
+	}
+	for info, err := range b.Sessions(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.GetId() == sa.ID() {
+			t.Errorf("tenant b lists tenant a's session")
+		}
+	}
+}
+
+// TestMutualTLS runs against a server that requires client certificates.
+func TestMutualTLS(t *testing.T) {
+	files := testserver.GenerateTLS(t)
+	srv := testserver.Start(t, testserver.Options{TLSCert: files.ServerCert, TLSKey: files.ServerKey, TLSClientCA: files.CA})
+	ctx := context.Background()
+	cfg := must[*ctxfoldv1.SessionConfig](t)(ctxfold.NewSessionConfig(8000))
+
+	client := dial(t, srv.Addr, ctxfold.WithTLSFiles(files.CA, files.ClientCert, files.ClientKey))
+	s := must[*ctxfold.Session](t)(client.CreateSession(ctx, cfg))
+	must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("over mTLS"))))
+
+	noCert := dial(t, srv.Addr, ctxfold.WithTLSFiles(files.CA, "", ""), ctxfold.WithDefaultTimeout(10*time.Second))
+	if e := mustErr(t, errOf(noCert.CreateSession(ctx, cfg))); e.Code != codes.Unavailable {
+		t.Errorf("without a client certificate: %v", e)
+	}
+	plain := dial(t, srv.Addr, ctxfold.WithDefaultTimeout(10*time.Second))
+	if _, err := plain.CreateSession(ctx, cfg); err == nil {
+		t.Errorf("plaintext call to a TLS server succeeded")
+	}
+}
+
+func contents(msgs []*ctxfold.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.GetContent()
+	}
+	return out
+}
+
+func sameView(a, b []*ctxfold.Message) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !proto.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedCopy(in []string) []string {
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return out
+}

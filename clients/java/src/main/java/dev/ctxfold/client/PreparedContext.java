@@ -1,0 +1,123 @@
+package dev.ctxfold.client;
+
+import dev.ctxfold.v1.Action;
+import dev.ctxfold.v1.CacheState;
+import dev.ctxfold.v1.FoldProgress;
+import dev.ctxfold.v1.Message;
+import java.util.List;
+import java.util.Optional;
+
+/**
+ * The provider-visible context to send to the model, as returned by {@code prepare},
+ * {@code compact} and {@code retry}.
+ *
+ * <p>{@link #messages()} is always the <em>full</em> view: when the server answered with a delta
+ * (only the messages after the view this client already held), the client has put the two
+ * together. {@link #received()} is what travelled on the wire.
+ */
+public final class PreparedContext {
+  private final dev.ctxfold.v1.PreparedContext proto;
+  private final List<Message> messages;
+  private final List<FoldProgress> progress;
+
+  PreparedContext(dev.ctxfold.v1.PreparedContext proto, List<Message> messages, List<FoldProgress> progress) {
+    this.proto = proto;
+    this.messages = List.copyOf(messages);
+    this.progress = List.copyOf(progress);
+  }
+
+  /** The whole view: system, at most one summary, kept messages and the recent tail. */
+  public List<Message> messages() {
+    return messages;
+  }
+
+  /** The messages the server sent: the whole view, or only the new tail when {@link #delta()}. */
+  public List<Message> received() {
+    return proto.getMessagesList();
+  }
+
+  /** True when the server sent a delta that the client applied to the view it held. */
+  public boolean delta() {
+    return proto.getDelta();
+  }
+
+  /** The version of this view: pass it to {@code observeUsage}. */
+  public long viewVersion() {
+    return proto.getViewVersion();
+  }
+
+  /** Estimated request tokens (messages, overheads, tools, max_output_tokens; calibrated). */
+  public long estimatedTokens() {
+    return proto.getEstimatedTokens();
+  }
+
+  /** What maintenance this call performed: NONE, PRUNED or FOLDED. */
+  public Action action() {
+    return proto.getAction();
+  }
+
+  /** True when this call folded history into a summary checkpoint. */
+  public boolean folded() {
+    return proto.getAction() == Action.ACTION_FOLDED;
+  }
+
+  /** The provider prompt cache as judged before this request. */
+  public CacheState cacheState() {
+    return proto.getCacheState();
+  }
+
+  /** The prompt-cache key to send with the provider request. */
+  public String promptCacheKey() {
+    return proto.getPromptCacheKey();
+  }
+
+  /** The head checkpoint rendered in the view ("" when nothing was folded). */
+  public String checkpointId() {
+    return proto.getCheckpointId();
+  }
+
+  /** Number of leading messages identical to the previous view. */
+  public long stablePrefixMessages() {
+    return proto.getStablePrefixMessages();
+  }
+
+  /** The trigger: compact_ratio × context_window. */
+  public long triggerTokens() {
+    return proto.getTriggerTokens();
+  }
+
+  /** The hard ceiling: context_window − max_output_tokens − 256. */
+  public long hardLimitTokens() {
+    return proto.getHardLimitTokens();
+  }
+
+  /** The messages this call appended, with ids and seqs. */
+  public List<Message> appended() {
+    return proto.getAppendedList();
+  }
+
+  /** The summary message of the view, if history was folded. */
+  public Optional<Message> summary() {
+    return messages.stream().filter(Message::getSummary).findFirst();
+  }
+
+  /** Every progress event the call streamed, in order. */
+  public List<FoldProgress> progress() {
+    return progress;
+  }
+
+  /** The result message as received. */
+  public dev.ctxfold.v1.PreparedContext toProto() {
+    return proto;
+  }
+
+  @Override
+  public String toString() {
+    return "PreparedContext{viewVersion=" + viewVersion()
+        + ", messages=" + messages.size()
+        + ", estimatedTokens=" + estimatedTokens()
+        + ", action=" + action()
+        + ", delta=" + delta()
+        + ", checkpointId=" + checkpointId() + "}";
+  }
+}

@@ -1,0 +1,229 @@
+package dev.ctxfold.client;
+
+import java.time.Duration;
+import java.util.Objects;
+
+/**
+ * Typed, immutable settings of a session. Unset fields are sent as zero, which the server reads as
+ * "use the default" (compact ratio 0.80, tail ratio 0.16, summary 8192 tokens, tool content
+ * 32768 bytes, the {@code extractive} summarizer, a derived prompt-cache key).
+ *
+ * <pre>{@code
+ * SessionConfig config = SessionConfig.builder()
+ *     .contextWindow(128_000)
+ *     .maxOutputTokens(4_096)
+ *     .systemPrompt("You are a careful coding agent.")
+ *     .model("gpt-4.1")
+ *     .build();
+ * }</pre>
+ *
+ * <p>{@link #overrides()} builds a partial config for {@code fork}: only the fields set replace the
+ * source session's.
+ */
+public final class SessionConfig {
+  private final dev.ctxfold.v1.SessionConfig proto;
+
+  private SessionConfig(dev.ctxfold.v1.SessionConfig proto) {
+    this.proto = proto;
+  }
+
+  /** A builder for a new session's config; {@link Builder#contextWindow} is required. */
+  public static Builder builder() {
+    return new Builder(true);
+  }
+
+  /** A builder for fork overrides: every field is optional, unset fields keep the source's value. */
+  public static Builder overrides() {
+    return new Builder(false);
+  }
+
+  /** Wraps a config read from the server (for example {@code session.getConfig()}). */
+  public static SessionConfig fromProto(dev.ctxfold.v1.SessionConfig proto) {
+    return new SessionConfig(Objects.requireNonNull(proto, "proto"));
+  }
+
+  /** The wire message. */
+  public dev.ctxfold.v1.SessionConfig toProto() {
+    return proto;
+  }
+
+  /** A builder holding this config's values. */
+  public Builder toBuilder() {
+    Builder b = new Builder(false);
+    b.proto.mergeFrom(proto);
+    return b;
+  }
+
+  public long contextWindow() {
+    return proto.getContextWindow();
+  }
+
+  public double compactRatio() {
+    return proto.getCompactRatio();
+  }
+
+  public double tailRatio() {
+    return proto.getTailRatio();
+  }
+
+  public long maxOutputTokens() {
+    return proto.getMaxOutputTokens();
+  }
+
+  public long summaryMaxTokens() {
+    return proto.getSummaryMaxTokens();
+  }
+
+  public long toolContentMaxBytes() {
+    return proto.getToolContentMaxBytes();
+  }
+
+  public String systemPrompt() {
+    return proto.getSystemPrompt();
+  }
+
+  public String toolsJson() {
+    return proto.getToolsJson();
+  }
+
+  public String summarizer() {
+    return proto.getSummarizer();
+  }
+
+  public Duration cacheTtl() {
+    return Duration.ofSeconds(proto.getCacheTtlSeconds());
+  }
+
+  public String promptCacheKey() {
+    return proto.getPromptCacheKey();
+  }
+
+  public String model() {
+    return proto.getModel();
+  }
+
+  @Override
+  public boolean equals(Object o) {
+    return o instanceof SessionConfig && ((SessionConfig) o).proto.equals(proto);
+  }
+
+  @Override
+  public int hashCode() {
+    return proto.hashCode();
+  }
+
+  @Override
+  public String toString() {
+    return "SessionConfig{" + proto.toString().trim().replace('\n', ' ') + "}";
+  }
+
+  /** Builds a {@link SessionConfig}; range checks mirror the server's so mistakes fail early. */
+  public static final class Builder {
+    private final dev.ctxfold.v1.SessionConfig.Builder proto = dev.ctxfold.v1.SessionConfig.newBuilder();
+    private final boolean requireWindow;
+
+    private Builder(boolean requireWindow) {
+      this.requireWindow = requireWindow;
+    }
+
+    /** The model's context window in tokens (required for a new session, &gt; 0). */
+    public Builder contextWindow(long tokens) {
+      if (tokens <= 0) {
+        throw new IllegalArgumentException("contextWindow must be > 0, got " + tokens);
+      }
+      proto.setContextWindow(tokens);
+      return this;
+    }
+
+    /** Maintenance runs when the request reaches ratio × window; [0.30, 0.95], default 0.80. */
+    public Builder compactRatio(double ratio) {
+      if (!(ratio >= 0.30 && ratio <= 0.95)) {
+        throw new IllegalArgumentException("compactRatio must be in [0.30, 0.95], got " + ratio);
+      }
+      proto.setCompactRatio(ratio);
+      return this;
+    }
+
+    /** Share of the window a fold keeps verbatim as the recent tail; (0, 0.5], default 0.16. */
+    public Builder tailRatio(double ratio) {
+      if (!(ratio > 0 && ratio <= 0.5)) {
+        throw new IllegalArgumentException("tailRatio must be in (0, 0.5], got " + ratio);
+      }
+      proto.setTailRatio(ratio);
+      return this;
+    }
+
+    /** Output tokens the agent asks the provider for; reserved in every estimate. */
+    public Builder maxOutputTokens(long tokens) {
+      if (tokens < 0) {
+        throw new IllegalArgumentException("maxOutputTokens must be >= 0, got " + tokens);
+      }
+      proto.setMaxOutputTokens(tokens);
+      return this;
+    }
+
+    /** Upper bound of one summary in tokens (default 8192). */
+    public Builder summaryMaxTokens(long tokens) {
+      if (tokens < 0) {
+        throw new IllegalArgumentException("summaryMaxTokens must be >= 0, got " + tokens);
+      }
+      proto.setSummaryMaxTokens(tokens);
+      return this;
+    }
+
+    /** Bound of a tool result's provider-visible content; [4096, 1048576], default 32768. */
+    public Builder toolContentMaxBytes(long bytes) {
+      if (bytes < 4096 || bytes > 1_048_576) {
+        throw new IllegalArgumentException("toolContentMaxBytes must be in [4096, 1048576], got " + bytes);
+      }
+      proto.setToolContentMaxBytes(bytes);
+      return this;
+    }
+
+    /** The agent's system prompt: the first message of every view. */
+    public Builder systemPrompt(String text) {
+      proto.setSystemPrompt(Objects.requireNonNull(text, "systemPrompt"));
+      return this;
+    }
+
+    /** The provider tool schemas as a JSON array; counted in every estimate. */
+    public Builder toolsJson(String json) {
+      proto.setToolsJson(Objects.requireNonNull(json, "toolsJson"));
+      return this;
+    }
+
+    /** Name of a summarizer configured on the server (default {@code extractive}). */
+    public Builder summarizer(String name) {
+      proto.setSummarizer(Objects.requireNonNull(name, "summarizer"));
+      return this;
+    }
+
+    /** The provider's prompt-cache TTL (whole seconds). */
+    public Builder cacheTtl(Duration ttl) {
+      if (ttl.isNegative()) {
+        throw new IllegalArgumentException("cacheTtl must not be negative");
+      }
+      proto.setCacheTtlSeconds(ttl.getSeconds());
+      return this;
+    }
+
+    /** The prompt-cache key to send with requests; unset = derived from the session id. */
+    public Builder promptCacheKey(String key) {
+      proto.setPromptCacheKey(Objects.requireNonNull(key, "promptCacheKey"));
+      return this;
+    }
+
+    /** The model the agent calls (telemetry and cache TTL defaults). */
+    public Builder model(String model) {
+      proto.setModel(Objects.requireNonNull(model, "model"));
+      return this;
+    }
+
+    public SessionConfig build() {
+      if (requireWindow && proto.getContextWindow() <= 0) {
+        throw new IllegalStateException("contextWindow is required");
+      }
+      return new SessionConfig(proto.build());
+    }
+  }
+}

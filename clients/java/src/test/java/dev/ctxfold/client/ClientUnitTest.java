@@ -1,0 +1,378 @@
+package dev.ctxfold.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.google.protobuf.Any;
+import com.google.rpc.Code;
+import com.google.rpc.ErrorInfo;
+import dev.ctxfold.v1.ContextServiceGrpc;
+import dev.ctxfold.v1.FoldProgress;
+import dev.ctxfold.v1.FoldStage;
+import dev.ctxfold.v1.GetSessionRequest;
+import dev.ctxfold.v1.GetSessionResponse;
+import dev.ctxfold.v1.ListSessionsRequest;
+import dev.ctxfold.v1.ListSessionsResponse;
+import dev.ctxfold.v1.Message;
+import dev.ctxfold.v1.PrepareRequest;
+import dev.ctxfold.v1.PrepareResponse;
+import dev.ctxfold.v1.ReadToolResultRequest;
+import dev.ctxfold.v1.ReadToolResultResponse;
+import dev.ctxfold.v1.Session;
+import io.grpc.Context;
+import io.grpc.ManagedChannel;
+import io.grpc.Metadata;
+import io.grpc.Server;
+import io.grpc.ServerCall;
+import io.grpc.ServerCallHandler;
+import io.grpc.ServerInterceptor;
+import io.grpc.ServerInterceptors;
+import io.grpc.Status;
+import io.grpc.inprocess.InProcessChannelBuilder;
+import io.grpc.inprocess.InProcessServerBuilder;
+import io.grpc.protobuf.StatusProto;
+import io.grpc.stub.StreamObserver;
+import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.api.trace.SpanContext;
+import io.opentelemetry.api.trace.TraceFlags;
+import io.opentelemetry.api.trace.TraceState;
+import io.opentelemetry.context.Scope;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Collectors;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/** The client layer against an in-process fake of the service. */
+class ClientUnitTest {
+  private static final Metadata.Key<String> AUTHORIZATION =
+      Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
+  private static final Metadata.Key<String> TRACEPARENT =
+      Metadata.Key.of("traceparent", Metadata.ASCII_STRING_MARSHALLER);
+
+  private final List<Metadata> headers = new CopyOnWriteArrayList<>();
+  private final List<PrepareRequest> prepares = new CopyOnWriteArrayList<>();
+  private final List<Boolean> hadDeadline = new CopyOnWriteArrayList<>();
+  private Server server;
+  private ManagedChannel channel;
+  private Fake fake;
+
+  /** A scriptable fake of the service. */
+  private class Fake extends ContextServiceGrpc.ContextServiceImplBase {
+    List<PrepareResponse> prepareScript = List.of();
+    List<List<PrepareResponse>> prepareScripts = new ArrayList<>();
+    com.google.rpc.Status failure;
+    String toolData = "";
+    String toolSha = "";
+
+    @Override
+    public void getSession(GetSessionRequest request, StreamObserver<GetSessionResponse> out) {
+      hadDeadline.add(Context.current().getDeadline() != null);
+      if (failure != null) {
+        out.onError(StatusProto.toStatusRuntimeException(failure));
+        return;
+      }
+      out.onNext(GetSessionResponse.newBuilder()
+          .setSession(Session.newBuilder().setId(request.getSessionId())).build());
+      out.onCompleted();
+    }
+
+    @Override
+    public void listSessions(ListSessionsRequest request, StreamObserver<ListSessionsResponse> out) {
+      int page = request.getPageToken().isEmpty() ? 0 : Integer.parseInt(request.getPageToken());
+      ListSessionsResponse.Builder r = ListSessionsResponse.newBuilder();
+      for (int i = 0; i < 2; i++) {
+        r.addSessions(Session.newBuilder().setId("s" + (page * 2 + i)));
+      }
+      if (page < 2) {
+        r.setNextPageToken(Integer.toString(page + 1));
+      }
+      out.onNext(r.build());
+      out.onCompleted();
+    }
+
+    @Override
+    public void prepare(PrepareRequest request, StreamObserver<PrepareResponse> out) {
+      prepares.add(request);
+      List<PrepareResponse> script = prepareScripts.isEmpty() ? prepareScript : prepareScripts.remove(0);
+      for (PrepareResponse r : script) {
+        out.onNext(r);
+      }
+      out.onCompleted();
+    }
+
+    @Override
+    public void readToolResult(ReadToolResultRequest request, StreamObserver<ReadToolResultResponse> out) {
+      byte[] all = toolData.getBytes(StandardCharsets.UTF_8);
+      int from = (int) request.getOffset();
+      int to = Math.min(all.length, from + (int) request.getLimit());
+      out.onNext(ReadToolResultResponse.newBuilder()
+          .setData(new String(all, from, to - from, StandardCharsets.UTF_8))
+          .setOffset(from)
+          .setNextOffset(to)
+          .setTotalBytes(all.length)
+          .setSha256(toolSha)
+          .setComplete(to == all.length)
+          .setResultRef("ref_1")
+          .build());
+      out.onCompleted();
+    }
+  }
+
+  @BeforeEach
+  void start() throws Exception {
+    String name = InProcessServerBuilder.generateName();
+    fake = new Fake();
+    ServerInterceptor capture = new ServerInterceptor() {
+      @Override
+      public <ReqT, RespT> ServerCall.Listener<ReqT> interceptCall(
+          ServerCall<ReqT, RespT> call, Metadata md, ServerCallHandler<ReqT, RespT> next) {
+        headers.add(md);
+        return next.startCall(call, md);
+      }
+    };
+    server = InProcessServerBuilder.forName(name).directExecutor()
+        .addService(ServerInterceptors.intercept(fake, capture)).build().start();
+    channel = InProcessChannelBuilder.forName(name).directExecutor().build();
+  }
+
+  @AfterEach
+  void stop() throws Exception {
+    channel.shutdownNow().awaitTermination(5, TimeUnit.SECONDS);
+    server.shutdownNow().awaitTermination(5, TimeUnit.SECONDS);
+  }
+
+  private CtxfoldClient client() {
+    return CtxfoldClient.builder().channel(channel).build();
+  }
+
+  private static PrepareResponse progress(FoldStage stage) {
+    return PrepareResponse.newBuilder().setProgress(FoldProgress.newBuilder().setStage(stage)).build();
+  }
+
+  private static PrepareResponse result(long version, boolean delta, long count, String... contents) {
+    dev.ctxfold.v1.PreparedContext.Builder r = dev.ctxfold.v1.PreparedContext.newBuilder()
+        .setViewVersion(version).setDelta(delta).setViewMessageCount(count);
+    for (String c : contents) {
+      r.addMessages(Messages.user(c));
+    }
+    return PrepareResponse.newBuilder().setResult(r).build();
+  }
+
+  private static List<String> contents(List<Message> messages) {
+    return messages.stream().map(Message::getContent).collect(Collectors.toList());
+  }
+
+  // ---- metadata -------------------------------------------------------------------------------
+
+  @Test
+  void sendsBearerTokenAndActiveTraceContext() {
+    CtxfoldClient c = CtxfoldClient.builder().channel(channel).bearerToken("secret-token-123456").build();
+    SpanContext span = SpanContext.create("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331",
+        TraceFlags.getSampled(), TraceState.getDefault());
+    try (Scope ignored = Span.wrap(span).makeCurrent()) {
+      c.getSession("s1");
+    }
+    Metadata md = headers.get(0);
+    assertEquals("Bearer secret-token-123456", md.get(AUTHORIZATION));
+    assertEquals("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", md.get(TRACEPARENT));
+  }
+
+  @Test
+  void noTraceContextWithoutASpanOrWhenDisabled() {
+    client().getSession("s1");
+    assertNull(headers.get(0).get(TRACEPARENT));
+    assertNull(headers.get(0).get(AUTHORIZATION));
+
+    CtxfoldClient off = CtxfoldClient.builder().channel(channel).propagateTraceContext(false).build();
+    SpanContext span = SpanContext.create("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331",
+        TraceFlags.getSampled(), TraceState.getDefault());
+    try (Scope ignored = Span.wrap(span).makeCurrent()) {
+      off.getSession("s1");
+    }
+    assertNull(headers.get(1).get(TRACEPARENT));
+  }
+
+  @Test
+  void explicitTraceparentWins() {
+    String explicit = "00-11111111111111111111111111111111-2222222222222222-01";
+    SpanContext span = SpanContext.create("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331",
+        TraceFlags.getSampled(), TraceState.getDefault());
+    try (Scope ignored = Span.wrap(span).makeCurrent()) {
+      client().withTraceparent(explicit).getSession("s1");
+    }
+    assertEquals(List.of(explicit), iterable(headers.get(0).getAll(TRACEPARENT)));
+    assertThrows(IllegalArgumentException.class, () -> client().withTraceparent("not-a-traceparent"));
+  }
+
+  private static List<String> iterable(Iterable<String> values) {
+    List<String> out = new ArrayList<>();
+    values.forEach(out::add);
+    return out;
+  }
+
+  @Test
+  void defaultDeadlineAppliesToCalls() {
+    client().getSession("s1");
+    CtxfoldClient.builder().channel(channel).defaultDeadline(Duration.ofSeconds(5)).build().getSession("s1");
+    client().withDeadline(Duration.ofSeconds(5)).getSession("s1");
+    assertEquals(List.of(false, true, true), hadDeadline);
+  }
+
+  // ---- errors ---------------------------------------------------------------------------------
+
+  @Test
+  void errorInfoBecomesCtxfoldException() {
+    fake.failure = com.google.rpc.Status.newBuilder()
+        .setCode(Code.NOT_FOUND_VALUE)
+        .setMessage("session 's9' not found")
+        .addDetails(Any.pack(ErrorInfo.newBuilder()
+            .setReason("SESSION_NOT_FOUND").setDomain("ctxfold.dev").putMetadata("session_id", "s9").build()))
+        .build();
+    CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().getSession("s9"));
+    assertEquals(Status.Code.NOT_FOUND, e.code());
+    assertEquals("SESSION_NOT_FOUND", e.reason());
+    assertEquals("ctxfold.dev", e.domain());
+    assertEquals("s9", e.metadata().get("session_id"));
+    assertEquals("session 's9' not found", e.statusMessage());
+    assertEquals("NOT_FOUND [SESSION_NOT_FOUND]: session 's9' not found", e.getMessage());
+  }
+
+  @Test
+  void statusWithoutDetailsHasNoReason() {
+    fake.failure = com.google.rpc.Status.newBuilder().setCode(Code.UNAVAILABLE_VALUE).setMessage("down").build();
+    CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().getSession("s1"));
+    assertEquals(Status.Code.UNAVAILABLE, e.code());
+    assertEquals("", e.reason());
+    assertTrue(e.metadata().isEmpty());
+    CtxfoldException same = CtxfoldException.from(e);
+    assertSame(e, same);
+    assertEquals(Status.Code.UNKNOWN, CtxfoldException.from(new IllegalStateException("x")).code());
+  }
+
+  // ---- prepare --------------------------------------------------------------------------------
+
+  @Test
+  void progressIsDeliveredInOrderAndTheDeltaApplied() {
+    CtxfoldClient c = client();
+    fake.prepareScripts.add(List.of(progress(FoldStage.FOLD_STAGE_PLANNED),
+        progress(FoldStage.FOLD_STAGE_PASS_COMMITTED), result(10, false, 2, "a", "b")));
+    fake.prepareScripts.add(List.of(result(11, true, 3, "c")));
+    List<FoldStage> seen = new ArrayList<>();
+    PreparedContext first = c.prepare("s1", PrepareOptions.builder()
+        .append(Messages.user("a"))
+        .onProgress(p -> seen.add(p.getStage()))
+        .build());
+    assertEquals(List.of(FoldStage.FOLD_STAGE_PLANNED, FoldStage.FOLD_STAGE_PASS_COMMITTED), seen);
+    assertEquals(2, first.progress().size());
+    assertEquals(List.of("a", "b"), contents(first.messages()));
+    assertEquals(0, prepares.get(0).getKnownViewVersion());
+    assertEquals(1, prepares.get(0).getAppendCount());
+
+    PreparedContext second = c.prepare("s1", Messages.user("c"));
+    assertEquals(10, prepares.get(1).getKnownViewVersion(), "the held view's version is sent");
+    assertTrue(second.delta());
+    assertEquals(List.of("c"), contents(second.received()));
+    assertEquals(List.of("a", "b", "c"), contents(second.messages()));
+  }
+
+  @Test
+  void aDeltaThatDoesNotFitIsReplacedByTheWholeView() {
+    CtxfoldClient c = client();
+    fake.prepareScripts.add(List.of(result(10, false, 2, "a", "b")));
+    fake.prepareScripts.add(List.of(result(11, true, 5, "x"))); // claims 4 known messages: not ours
+    fake.prepareScripts.add(List.of(result(11, false, 3, "a", "b", "x")));
+    c.prepare("s1");
+    PreparedContext ctx = c.prepare("s1", Messages.user("x"));
+    assertEquals(List.of("a", "b", "x"), contents(ctx.messages()));
+    assertEquals(3, prepares.size());
+    assertEquals(0, prepares.get(2).getKnownViewVersion());
+    assertEquals(0, prepares.get(2).getAppendCount(), "the refetch appends nothing again");
+  }
+
+  @Test
+  void aStreamWithoutResultFails() {
+    fake.prepareScript = List.of(progress(FoldStage.FOLD_STAGE_PLANNED));
+    CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().prepare("s1"));
+    assertEquals(Status.Code.INTERNAL, e.code());
+  }
+
+  @Test
+  void aThrowingListenerPropagates() {
+    fake.prepareScript = List.of(progress(FoldStage.FOLD_STAGE_PLANNED), result(1, false, 0));
+    IllegalStateException boom = new IllegalStateException("listener failed");
+    IllegalStateException thrown = assertThrows(IllegalStateException.class, () -> client().prepare("s1",
+        PrepareOptions.builder().onProgress(p -> {
+          throw boom;
+        }).build()));
+    assertSame(boom, thrown);
+  }
+
+  @Test
+  void useDeltaFalseSendsNoKnownVersion() {
+    CtxfoldClient c = client();
+    fake.prepareScripts.add(List.of(result(10, false, 1, "a")));
+    fake.prepareScripts.add(List.of(result(10, false, 1, "a")));
+    c.prepare("s1");
+    c.prepare("s1", PrepareOptions.builder().useDelta(false).build());
+    assertEquals(0, prepares.get(1).getKnownViewVersion());
+  }
+
+  @Test
+  void viewCacheIsBounded() {
+    CtxfoldClient c = CtxfoldClient.builder().channel(channel).maxCachedViews(1).build();
+    for (int i = 0; i < 4; i++) {
+      fake.prepareScripts.add(List.of(result(10 + i, false, 1, "a")));
+    }
+    c.prepare("s1");
+    c.prepare("s2"); // evicts s1's view
+    c.prepare("s1");
+    c.prepare("s1");
+    assertEquals(List.of(0L, 0L, 0L, 12L),
+        prepares.stream().map(PrepareRequest::getKnownViewVersion).collect(Collectors.toList()));
+  }
+
+  // ---- paging and tool results ----------------------------------------------------------------
+
+  @Test
+  void pagedIteratesAllPagesLazily() {
+    Paged<Session> all = client().listSessions(2);
+    assertEquals(List.of("s0", "s1", "s2", "s3", "s4", "s5"),
+        all.stream().map(Session::getId).collect(Collectors.toList()));
+    assertEquals(3, headers.size(), "three pages");
+    int pages = 0;
+    for (Paged.Page<Session> page : all.pages()) {
+      assertEquals(2, page.items().size());
+      pages++;
+    }
+    assertEquals(3, pages);
+    headers.clear();
+    assertEquals("s0", client().listSessions().iterator().next().getId());
+    assertEquals(1, headers.size(), "only the first page is fetched");
+  }
+
+  @Test
+  void readToolResultPagesAndChecksTheDigest() {
+    StringBuilder text = new StringBuilder();
+    while (text.length() < 60_000) {
+      text.append("abc");
+    }
+    fake.toolData = text.toString();
+    fake.toolSha = CtxfoldClient.sha256Hex(fake.toolData.getBytes(StandardCharsets.UTF_8));
+    ToolResult r = client().readToolResultOfCall("s1", "call_1");
+    assertEquals(fake.toolData, r.text());
+    assertEquals("ref_1", r.resultRef());
+
+    fake.toolSha = "0".repeat(64);
+    CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().readToolResult("s1", "ref_1"));
+    assertEquals(Status.Code.DATA_LOSS, e.code());
+  }
+}
