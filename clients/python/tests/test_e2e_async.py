@@ -1,0 +1,115 @@
+"""End-to-end tests of `AsyncClient` against a real ctxfold server (see conftest.py)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import grpc
+import pytest
+
+from conftest import Server
+from ctxfold_client import (
+    Action,
+    AsyncClient,
+    CtxfoldError,
+    FoldProgress,
+    FoldStage,
+    PreparedView,
+    SessionConfig,
+    assistant,
+    tool_call,
+    tool_result,
+    user,
+)
+from helpers import FOLDING_CONFIG, ROOMY_CONFIG, multibyte_text, tool_pair, wire
+
+
+async def test_async_lifecycle_and_iterators(server: Server) -> None:
+    async with AsyncClient(server.address) as client:
+        session = await client.create_session(SessionConfig(context_window=16_000))
+        await client.append_messages(session.id, [user(f"m{i}") for i in range(5)])
+        contents = [m.content async for m in client.list_messages(session.id, page_size=2)]
+        assert contents == [f"m{i}" for i in range(5)]
+        ids = [s.id async for s in client.list_sessions(page_size=2)]
+        assert session.id in ids
+        fork = await client.fork(session.id, at_seq=3)
+        assert [m.content async for m in client.list_messages(fork.id)] == ["m0", "m1", "m2"]
+        rewound = await client.rewind(session.id, 2)
+        assert rewound.head_seq == 2
+        state = await client.get_context_state(session.id)
+        assert state["schema_version"] == 3
+        await client.delete_session(session.id)
+        with pytest.raises(CtxfoldError) as raised:
+            await client.get_session(session.id)
+        assert raised.value.code is grpc.StatusCode.NOT_FOUND
+        assert raised.value.reason == "SESSION_NOT_FOUND"
+        assert raised.value.metadata["session_id"] == session.id
+
+
+async def test_async_prepare_events_fold_and_deltas(server: Server) -> None:
+    async with AsyncClient(server.address) as client, AsyncClient(server.address, view_cache_size=0) as whole:
+        session = await client.create_session(FOLDING_CONFIG)
+        view = await client.prepare(session.id, [user("survey the tree")])
+        events: list[FoldProgress] = []
+        views: list[PreparedView] = []
+        for index in range(8):
+            async for event in client.prepare_events(session.id, tool_pair(index)):
+                if isinstance(event, PreparedView):
+                    views.append(event)
+                else:
+                    events.append(event)
+            reference = await whole.prepare(session.id)
+            assert wire(views[-1].messages) == wire(reference.messages)  # the delta was applied right
+        assert any(v.action is Action.FOLDED for v in views)
+        assert any(v.delta for v in views)
+        stages = [e.stage for e in events]
+        assert FoldStage.PLANNED in stages
+        assert FoldStage.PASS_COMMITTED in stages
+        assert stages.index(FoldStage.PLANNED) < stages.index(FoldStage.PASS_COMMITTED)
+        assert all(e.summary_delta for e in events if e.stage is FoldStage.SUMMARY_DELTA)
+        assert view.view_version != views[-1].view_version
+
+
+async def test_async_prepare_with_async_callback_and_compact(server: Server) -> None:
+    async with AsyncClient(server.address) as client:
+        session = await client.create_session(FOLDING_CONFIG)
+        await client.append_messages(session.id, [user("go"), *tool_pair(1), *tool_pair(2)])
+        seen: list[FoldProgress] = []
+
+        async def on_progress(event: FoldProgress) -> None:
+            seen.append(event)
+
+        compacted = await client.compact(session.id, focus="file names", on_progress=on_progress)
+        assert compacted.action is Action.FOLDED
+        assert any(e.stage is FoldStage.PASS_COMMITTED for e in seen)
+        view = await client.prepare(session.id, [user("what did you find?")], on_progress=seen.append)
+        assert view.summary is not None
+        usage = await client.observe_usage(session.id, view, input_tokens=view.estimated_tokens, output_tokens=5)
+        assert usage.calibration > 0
+
+
+async def test_async_read_tool_result(server: Server) -> None:
+    async with AsyncClient(server.address) as client:
+        session = await client.create_session(ROOMY_CONFIG)
+        raw = multibyte_text(50_000)
+        await client.append_messages(
+            session.id,
+            [user("read"), assistant(tool_calls=[tool_call("big", "cat", {})]), tool_result("big", raw)],
+        )
+        whole = await client.read_tool_result(session.id, tool_call_id="big", page_size=10_000)
+        assert whole.raw == raw.encode()
+        assert whole.sha256 == hashlib.sha256(raw.encode()).hexdigest()
+        pages = [p async for p in client.tool_result_pages(session.id, result_ref=whole.result_ref)]
+        assert "".join(p.data for p in pages) == raw
+
+
+async def test_async_edit_and_retry(server: Server) -> None:
+    async with AsyncClient(server.address) as client:
+        session = await client.create_session(ROOMY_CONFIG)
+        question, answer = await client.append_messages(session.id, [user("2+2?"), assistant("5")])
+        retried = await client.retry(session.id, answer)
+        assert [m.content for m in retried.messages] == ["2+2?"]
+        await client.append_messages(session.id, [assistant("4")])
+        edited = await client.edit(session.id, question, user("3+3?"))
+        assert edited.seq == question.seq
+        assert [m.content async for m in client.list_messages(session.id)] == ["3+3?"]

@@ -1,0 +1,149 @@
+"""The clients against an in-process fake ContextService (built on the client's own generated
+servicer): what goes on the wire (auth, trace context, deadlines) and how broken streams surface."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from ctxfold_client import AsyncClient, Client, CtxfoldError, FoldProgress, pb
+from ctxfold_client._gen import context_service_pb2_grpc as pb_grpc
+
+TOKEN = "fake-token-0123456789"
+TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
+SPAN_ID = 0xB7AD6B7169203331
+TRACEPARENT = f"00-{TRACE_ID:032x}-{SPAN_ID:016x}-01"
+
+
+class FakeService(pb_grpc.ContextServiceServicer):
+    def __init__(self) -> None:
+        self.metadata: list[dict[str, str]] = []
+        self.cancelled = threading.Event()
+
+    def _record(self, context: grpc.ServicerContext) -> None:
+        self.metadata.append({key: str(value) for key, value in context.invocation_metadata()})
+
+    def GetSession(self, request: pb.GetSessionRequest, context: grpc.ServicerContext) -> pb.GetSessionResponse:
+        self._record(context)
+        if request.session_id == "slow":
+            time.sleep(1.0)
+        return pb.GetSessionResponse(session=pb.Session(id=request.session_id))
+
+    def Prepare(self, request: pb.PrepareRequest, context: grpc.ServicerContext) -> Iterator[pb.PrepareResponse]:
+        self._record(context)
+        yield pb.PrepareResponse(progress=pb.FoldProgress(stage=pb.FOLD_STAGE_PLANNED, message="planning"))
+        if request.session_id == "endless":
+            context.add_callback(self.cancelled.set)
+            while context.is_active():
+                time.sleep(0.005)
+                yield pb.PrepareResponse(progress=pb.FoldProgress(stage=pb.FOLD_STAGE_SUMMARY_DELTA, summary_delta="."))
+            return
+        if request.session_id == "no-result":
+            return
+        yield pb.PrepareResponse(
+            result=pb.PreparedContext(
+                messages=list(request.append), view_version=1, view_message_count=len(request.append)
+            )
+        )
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[tuple[FakeService, str]]:
+    service = FakeService()  # type: ignore[abstract]  # the RPCs it lacks answer UNIMPLEMENTED
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_ContextServiceServicer_to_server(service, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield service, f"127.0.0.1:{port}"
+    server.stop(grace=None)
+
+
+def _span() -> NonRecordingSpan:
+    return NonRecordingSpan(SpanContext(TRACE_ID, SPAN_ID, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)))
+
+
+def test_sync_client_sends_token_metadata_and_trace_context(fake: tuple[FakeService, str]) -> None:
+    service, address = fake
+    with Client(address, token=TOKEN, metadata=[("x-agent", "tester")]) as client:
+        client.get_session("s1")
+        sent = service.metadata[-1]
+        assert sent["authorization"] == f"Bearer {TOKEN}"
+        assert sent["x-agent"] == "tester"
+        assert "traceparent" not in sent
+        with trace.use_span(_span()):
+            client.get_session("s1")
+            assert service.metadata[-1]["traceparent"] == TRACEPARENT
+            explicit = f"00-{'a' * 32}-{'b' * 16}-01"
+            client.get_session("s1", traceparent=explicit, metadata=[("x-call", "1")])
+            assert service.metadata[-1]["traceparent"] == explicit
+            assert service.metadata[-1]["x-call"] == "1"
+            view = client.prepare("s1", [{"role": "user", "content": "hi"}])
+            assert service.metadata[-1]["traceparent"] == TRACEPARENT
+            assert [m.content for m in view.messages] == ["hi"]
+    with Client(address, propagate_trace=False) as quiet, trace.use_span(_span()):
+        quiet.get_session("s1")
+        assert "traceparent" not in service.metadata[-1]
+
+
+async def test_async_client_sends_trace_context(fake: tuple[FakeService, str]) -> None:
+    service, address = fake
+    async with AsyncClient(address, token=TOKEN) as client:
+        with trace.use_span(_span()):
+            await client.get_session("s1")
+        assert service.metadata[-1]["traceparent"] == TRACEPARENT
+        assert service.metadata[-1]["authorization"] == f"Bearer {TOKEN}"
+
+
+def test_stream_without_result_is_an_error(fake: tuple[FakeService, str]) -> None:
+    _, address = fake
+    seen: list[FoldProgress] = []
+    with Client(address) as client, pytest.raises(CtxfoldError) as raised:
+        client.prepare("no-result", on_progress=seen.append)
+    assert raised.value.reason == "STREAM_WITHOUT_RESULT"
+    assert [e.message for e in seen] == ["planning"]
+
+
+async def test_async_stream_without_result_is_an_error(fake: tuple[FakeService, str]) -> None:
+    _, address = fake
+    async with AsyncClient(address) as client:
+        with pytest.raises(CtxfoldError) as raised:
+            await client.prepare("no-result")
+        assert raised.value.reason == "STREAM_WITHOUT_RESULT"
+
+
+def test_a_failing_callback_cancels_the_stream(fake: tuple[FakeService, str]) -> None:
+    service, address = fake
+    service.cancelled.clear()
+
+    def stop(event: FoldProgress) -> None:
+        if event.summary_delta:
+            raise KeyboardInterrupt
+
+    with Client(address) as client, pytest.raises(KeyboardInterrupt):
+        client.prepare("endless", on_progress=stop)
+    assert service.cancelled.wait(10)
+
+
+async def test_async_stream_deadline(fake: tuple[FakeService, str]) -> None:
+    _, address = fake
+    async with AsyncClient(address, stream_timeout=0.3) as client:
+        with pytest.raises(CtxfoldError) as raised:
+            await client.prepare("endless")
+        assert raised.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_default_deadline(fake: tuple[FakeService, str]) -> None:
+    _, address = fake
+    with Client(address, timeout=0.2) as client:
+        with pytest.raises(CtxfoldError) as raised:
+            client.get_session("slow")
+        assert raised.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+        assert raised.value.reason == ""
+        assert client.get_session("slow", timeout=5).id == "slow"  # a per-call deadline wins
