@@ -1,17 +1,18 @@
 # The two commands of the README:
 #   make serve   set up and start ctxfold on its embedded default (SQLite + extractive summarizer)
-#   make test    set up and run the whole test suite (PostgreSQL, lint, types, proto lint, contract)
+#   make test    set up and run the whole test suite: lint, types, proto lint, the SPEC contract, the
+#                server tests on SQLite and PostgreSQL, and the four client SDKs against a real server
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: setup serve test check pytest generate
+.PHONY: setup serve test check pytest clients generate
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -23,8 +24,13 @@ setup: $(VENV)/.installed node_modules/.installed
 serve: $(VENV)/.installed
 	$(VENV)/bin/ctxfold serve
 
+# Regenerates every committed generated file from proto/ (server, then each client SDK).
 generate: setup
 	$(PY) proto/generate.py
+	bash clients/go/generate.sh
+	bash clients/typescript/generate.sh
+	bash clients/java/generate.sh
+	bash clients/python/generate.sh
 
 check: setup
 	$(VENV)/bin/ruff check server tests bench proto
@@ -36,4 +42,10 @@ check: setup
 pytest: setup
 	eval "$$(bash .ci/postgres.sh)" && $(PY) -m pytest -q -ra
 
-test: check pytest
+clients: setup
+	bash clients/python/test.sh
+	bash clients/typescript/test.sh
+	bash clients/go/test.sh
+	bash clients/java/test.sh
+
+test: check pytest clients

@@ -6,7 +6,7 @@ from ctxfold.engine import estimator
 from ctxfold.engine.model import Role
 from ctxfold.engine.view import render
 from ctxfold.summarizers.base import SECTIONS, SummaryRequest
-from ctxfold.summarizers.extractive import ExtractiveSummarizer, briefing
+from ctxfold.summarizers.extractive import HEADER, REFS_LABEL, ExtractiveSummarizer, briefing
 from test_engine_view import conversation, msg
 
 
@@ -58,3 +58,24 @@ def test_errors_are_reported_with_their_ref() -> None:
 def test_previous_summary_is_rolled_in() -> None:
     text = briefing(request_for(conversation(1), previous="GOAL-SENTINEL-42 from the first fold"))
     assert "GOAL-SENTINEL-42" in text
+
+
+def test_refs_of_earlier_folds_are_rolled_forward() -> None:
+    first = conversation(3)
+    first_text = briefing(request_for(first))
+    second = conversation(3)
+    text = briefing(request_for(second, previous=first_text))
+    for m in [*first, *second]:
+        if m.role is Role.TOOL:
+            assert m.result_ref in text
+
+
+def test_the_ref_list_keeps_the_newest_within_its_share_and_counts_the_rest() -> None:
+    refs = " ".join(f"tr_{i:032x}" for i in range(300))
+    previous = f"{HEADER}\n\n{REFS_LABEL}{refs}"
+    messages = conversation(2)
+    text = briefing(request_for(messages, max_tokens=1500, previous=previous))
+    assert estimator.count_text(text) <= 1500
+    assert all(m.result_ref in text for m in messages if m.role is Role.TOOL)
+    assert f"tr_{299:032x}" in text and f"tr_{0:032x}" not in text
+    assert "older ones: ListMessages shows every tool result" in text

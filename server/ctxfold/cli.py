@@ -23,7 +23,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="ctxfold", description="Context maintenance for long-running LLM agents.")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    from ctxfold.replay import cli as replay_cli
+
+    replay_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "replay":
+        sys.exit(replay_cli.run(args, parser))
     if args.command == "serve":
         flags = {name: getattr(args, name) for name in FIELDS}
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ctxfold.engine import estimator
 from ctxfold.replay.simulator import Bill, Provider, answer_tokens, render
 from ctxfold.replay.trace import Msg, Trace, turns
 
@@ -22,6 +23,34 @@ class SummaryCall:
     output_tokens: int
 
 
+@dataclass(frozen=True)
+class ModelCall:
+    """One model call of a replay: the view sent, the recorded answer, what the context policy did
+    before it (`action`: none, pruned, folded or truncated) and the summary requests it made."""
+
+    view: tuple[Msg, ...]
+    answer: Msg
+    action: str = "none"
+    key: str = AGENT_KEY
+    summary_calls: tuple[SummaryCall, ...] = ()
+    prunes: int = 0
+    failed_summaries: int = 0
+    over_limit: bool = False  # the view is larger than the window allows (the provider would refuse it)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """Everything a policy sent during a replay, independent of the provider: it can be billed
+    under any cache model and price sheet. `appended` is how many trace messages the agent had
+    appended by the last call; `refs` maps trace indexes of stored tool results to result_refs."""
+
+    policy: str
+    settings: Mapping[str, object]
+    calls: tuple[ModelCall, ...]
+    appended: int
+    refs: Mapping[int, str] = field(default_factory=dict)
+
+
 @dataclass
 class ReplayResult:
     trace: str
@@ -34,6 +63,7 @@ class ReplayResult:
     prunes: int = 0  # prune (ctxfold) steps
     summarizer_calls: int = 0
     failed_summaries: int = 0
+    over_limit_calls: int = 0  # views larger than the window's hard limit (a real provider refuses them)
     peak_view_tokens: int = 0  # provider-counted input tokens of the largest request
     mean_view_tokens: float = 0.0
     summary_tokens: int = 0  # the summary in the last view
@@ -118,35 +148,28 @@ class Meter:
         )
         self._view_token_sum = 0
 
-    def summarizer(self, call: SummaryCall, failed: bool = False) -> Bill:
+    def summarizer(self, call: SummaryCall) -> Bill:
         bill = self.provider.send(call.key, self.trace.tools_json, call.messages, call.output_tokens)
         r = self.result
         r.summarizer_calls += 1
-        r.failed_summaries += int(failed)
         r.summarizer_input_tokens += bill.cache.input_tokens
         r.summarizer_hit_tokens += bill.cache.hit
         r.summarizer_cost += bill.cost
         r.summary_output_tokens += call.output_tokens
         return bill
 
-    def call(
-        self,
-        view: Sequence[Msg],
-        answer: Msg,
-        action: str = "none",
-        key: str = AGENT_KEY,
-        summary_calls: Sequence[SummaryCall] = (),
-        prunes: int = 0,
-    ) -> Bill:
+    def call(self, call: ModelCall) -> Bill:
         """One model call: the summaries made for it first, then the view itself; then the clock
         moves on by the think time."""
-        for summary_call in summary_calls:
+        for summary_call in call.summary_calls:
             self.summarizer(summary_call)
-        bill = self.provider.send(key, self.trace.tools_json, view, answer_tokens(answer))
+        bill = self.provider.send(call.key, self.trace.tools_json, call.view, answer_tokens(call.answer))
         r = self.result
         r.turns += 1
-        r.folds += int(action == "folded")
-        r.prunes += prunes
+        r.folds += int(call.action == "folded")
+        r.prunes += call.prunes
+        r.failed_summaries += call.failed_summaries
+        r.over_limit_calls += int(call.over_limit)
         r.input_tokens += bill.cache.input_tokens
         r.cache_hit_tokens += bill.cache.hit
         r.cache_miss_tokens += bill.cache.uncached
@@ -156,15 +179,13 @@ class Meter:
         r.peak_view_tokens = max(r.peak_view_tokens, bill.cache.input_tokens)
         self._view_token_sum += bill.cache.input_tokens
         r.series_view_tokens.append(bill.cache.input_tokens)
-        r.series_actions.append(action)
-        r.series_cumulative_cost.append(round(r.cost + r.summarizer_cost, 8))
-        r.summary_tokens = sum(bill_tokens(m) for m in view if m.summary)
+        r.series_actions.append(call.action)
+        r.series_cumulative_cost.append(r.cost + r.summarizer_cost)
+        r.summary_tokens = sum(estimator.count_text(m.content) for m in call.view if m.summary)
         self.provider.advance(self.think_seconds)
         return bill
 
-    def finish(
-        self, final_view: Sequence[Msg], appended: int, refs: Mapping[int, str] | None = None
-    ) -> ReplayResult:
+    def finish(self, final_view: Sequence[Msg], appended: int, refs: Mapping[int, str] | None = None) -> ReplayResult:
         """The totals; `final_view` is the last view sent, `appended` how many trace messages the
         agent had appended by then, `refs` the result_ref of each stored tool result."""
         r = self.result
@@ -172,11 +193,16 @@ class Meter:
         r.total_cost = r.cost + r.summarizer_cost
         r.cache_hit_ratio = r.cache_hit_tokens / r.input_tokens if r.input_tokens else 0.0
         r.dropped_tool_results, r.recoverable_tool_results = recoverability(self.trace, final_view, appended, refs)
-        r.recoverable_fraction = (
-            r.recoverable_tool_results / r.dropped_tool_results if r.dropped_tool_results else None
-        )
+        r.recoverable_fraction = r.recoverable_tool_results / r.dropped_tool_results if r.dropped_tool_results else None
         return r
 
 
-def bill_tokens(message: Msg) -> int:
-    return len(render("", [message]))
+def bill(
+    trace: Trace, recording: Recording, provider: Provider, think_seconds: float = 10.0, ideal: float | None = None
+) -> ReplayResult:
+    """Bills a recording under `provider`'s cache model and prices."""
+    meter = Meter(trace, provider, recording.policy, recording.settings, think_seconds, ideal)
+    for call in recording.calls:
+        meter.call(call)
+    final = recording.calls[-1].view if recording.calls else ()
+    return meter.finish(final, recording.appended, recording.refs)

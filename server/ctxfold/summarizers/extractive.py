@@ -4,6 +4,7 @@ the folded messages themselves and trims the oldest items until it fits `max_tok
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from ctxfold.engine import estimator
 from ctxfold.engine.model import Role
@@ -16,6 +17,11 @@ _ERROR_LINE = re.compile(r"(?i)(error|exception|traceback|failed|fatal|panic)")
 _SHORT = 400
 _ITEM = 300
 HEADER = "[ctxfold summary of earlier conversation]"
+REFS_LABEL = "Folded tool results (read with ReadToolResult by result_ref): "
+# At most this share of the summary lists refs; the newest are kept.
+REFS_SHARE = 0.4
+_REF = re.compile(r"\btr_[0-9a-f]{32}\b")
+_OMITTED = re.compile(r"\(and (\d+) older ones:")
 
 
 def _clip(text: str, limit: int) -> str:
@@ -32,9 +38,9 @@ def _sections(request: SummaryRequest) -> dict[str, list[str]]:
     files: dict[str, None] = {}
     calls: dict[str, str] = {}
     if request.previous_summary:
-        sections["Standing facts & constraints"].append(
-            "Earlier briefing: " + _clip(request.previous_summary.replace(HEADER, ""), 4 * _ITEM)
-        )
+        # The previous summary's refs are carried forward on their own line (see _folded_refs).
+        earlier = request.previous_summary.replace(HEADER, "").split(REFS_LABEL)[0]
+        sections["Standing facts & constraints"].append("Earlier briefing: " + _clip(earlier, 4 * _ITEM))
     for message in request.folded:
         text = message.content
         for path in _PATH.findall(text):
@@ -70,29 +76,51 @@ def _sections(request: SummaryRequest) -> dict[str, list[str]]:
     return sections
 
 
-def _render(sections: dict[str, list[str]], refs: list[str]) -> str:
+def _refs_line(refs: Sequence[str], omitted: int) -> str:
+    line = REFS_LABEL + ", ".join(refs)
+    if omitted:
+        line += f" (and {omitted} older ones: ListMessages shows every tool result with its result_ref)"
+    return line
+
+
+def _folded_refs(request: SummaryRequest) -> tuple[list[str], int]:
+    """Every folded result's ref, the previous summary's first (rolled forward), newest kept when the
+    list would take more than REFS_SHARE of the summary; also how many were left out."""
+    previous = _REF.findall(request.previous_summary)
+    omitted_before = sum(int(n) for n in _OMITTED.findall(request.previous_summary))
+    new = [m.source.result_ref for m in request.folded if m.role is Role.TOOL and m.source and m.source.result_ref]
+    refs = list(dict.fromkeys([*previous, *new]))
+    budget = int(request.max_tokens * REFS_SHARE)
+    keep = len(refs)
+    while keep and estimator.count_text(_refs_line(refs[len(refs) - keep :], 0)) > budget:
+        keep = keep * 3 // 4
+    return refs[len(refs) - keep :], omitted_before + len(refs) - keep
+
+
+def _render(sections: dict[str, list[str]], refs_line: str) -> str:
     parts = [HEADER]
     for name in SECTIONS:
         items = sections[name] or ["(none)"]
         parts.append(f"## {name}\n" + "\n".join(f"- {item}" for item in items))
-    if refs:
-        # Never trimmed: every folded result stays readable with ReadToolResult.
-        parts.append("Folded tool results (ReadToolResult result_ref): " + ", ".join(refs))
+    if refs_line:
+        parts.append(refs_line)
     return "\n\n".join(parts)
 
 
 def briefing(request: SummaryRequest) -> str:
-    """The briefing within `request.max_tokens`: the oldest items of the longest section go first."""
+    """The briefing within `request.max_tokens`: the refs of folded results (rolled forward from the
+    previous summary) come first; then the oldest items of the longest section go until it fits."""
     sections = _sections(request)
-    refs = [m.source.result_ref for m in request.folded if m.role is Role.TOOL and m.source and m.source.result_ref]
-    text = _render(sections, refs)
+    refs, omitted = _folded_refs(request)
+    refs_line = _refs_line(refs, omitted) if refs or omitted else ""
+    text = _render(sections, refs_line)
     while estimator.count_text(text) > request.max_tokens:
         longest = max(SECTIONS, key=lambda name: len(sections[name]))
         if not sections[longest]:
             break  # only headers and refs left; the caller rejects a summary that is too long
         # Drop a batch at a time so a long fold needs few re-counts.
         del sections[longest][: max(1, len(sections[longest]) // 4)]
-        text = _render(sections, refs)
+        text = _render(sections, refs_line)
     return text
 
 

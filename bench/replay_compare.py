@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Tokens, prompt-cache hits and cost of ctxfold against baseline context policies, on the recorded
+agent traces in ../shared/traces, with the same turns and the same simulated provider for all.
+
+ctxfold runs through a real server started in this process (temporary SQLite, extractive summarizer)
+at its defaults and at two other compact ratios; the baselines (ctxfold.replay.baselines) are pure
+view policies over the trace: full history with no window (the reference), oldest-first truncation,
+summarize-everything at the trigger, a rolling condenser, and tool-output masking. Every policy's
+requests are recorded once and billed under each price sheet with that sheet's provider cache rules.
+
+Prints one table per trace and a summary, and writes bench/results/replay.json and PNG plots
+(bench/results/replay-<trace>.png, replay-summary.png).
+
+    .venv/bin/python bench/replay_compare.py [--window 16000] [--traces FILE_OR_DIR ...] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from ctxfold.replay import baselines, report
+from ctxfold.replay.metrics import Recording, ReplayResult, bill, ideal_hit_ratio
+from ctxfold.replay.prices import BUILT_IN, PriceSheet
+from ctxfold.replay.runner import CHANNEL_OPTIONS, Options, embedded_server, load_trace_file, replay_through
+from ctxfold.replay.simulator import Provider, cache_model
+from ctxfold.replay.trace import Trace, turns
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_TRACES = REPO.parent / "shared" / "traces"
+DEFAULT_OUT = REPO / "bench" / "results"
+SHEETS = ("deepseek-chat", "gpt-5", "claude-sonnet-4.5")
+CTXFOLD_RATIOS = (0.80, 0.60, 0.90)  # the default first
+BILLING_FIELDS = (
+    "policy",
+    "prices",
+    "provider_cache",
+    "cache_hit_tokens",
+    "cache_miss_tokens",
+    "cache_write_tokens",
+    "cache_hit_ratio",
+    "cost",
+    "summarizer_hit_tokens",
+    "summarizer_cost",
+    "total_cost",
+)
+
+
+def policy_names(ratios: Sequence[float]) -> list[str]:
+    names = [f"ctxfold ratio {r:.2f}" + (" (default)" if i == 0 else "") for i, r in enumerate(ratios)]
+    return [*names, "summarize-all", "rolling", "masking", "truncate", "full-history (no window)"]
+
+
+async def record_ctxfold(
+    traces: Sequence[Trace], window: int, ratios: Sequence[float], think: float, quiet: bool
+) -> dict[str, list[Recording]]:
+    """Every trace through one embedded server at each compact ratio."""
+    out: dict[str, list[Recording]] = {t.name: [] for t in traces}
+    async with embedded_server() as address, grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+        stub = pb_grpc.ContextServiceStub(channel)
+        for trace in traces:
+            for index, ratio in enumerate(ratios):
+                started = time.monotonic()
+                options = Options(window=window, ratio=ratio, think_seconds=think)
+                name = f"ctxfold ratio {ratio:.2f}" + (" (default)" if index == 0 else "")
+                _, recording = await replay_through(stub, trace, options, policy=name)
+                out[trace.name].append(recording)
+                if not quiet:
+                    print(f"  {trace.name}: {name}: {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return out
+
+
+def record_baselines(trace: Trace, window: int, max_events: int, keep_recent: int) -> list[Recording]:
+    budget = baselines.Budget(window)
+    policies: list[baselines.Policy] = [
+        baselines.SummarizeAll(trace, budget),
+        baselines.RollingCondenser(trace, budget, max_events=max_events),
+        baselines.ToolMasking(trace, budget, keep_recent=keep_recent),
+        baselines.Truncate(trace, budget),
+        baselines.FullHistory(trace),
+    ]
+    recordings = [baselines.record(trace, p) for p in policies]
+    recordings[-1] = dataclasses.replace(recordings[-1], policy="full-history (no window)")
+    return recordings
+
+
+def bill_all(
+    trace: Trace, recordings: Sequence[Recording], sheets: Sequence[PriceSheet], think: float
+) -> dict[str, list[ReplayResult]]:
+    ideal = ideal_hit_ratio(trace)
+    return {
+        sheet.name: [bill(trace, r, Provider(cache_model(sheet.provider), sheet), think, ideal) for r in recordings]
+        for sheet in sheets
+    }
+
+
+def _compact(result: ReplayResult, with_series: bool) -> dict[str, Any]:
+    data = dataclasses.asdict(result)
+    for key, value in data.items():
+        if isinstance(value, float):
+            data[key] = round(value, 6)
+    if not with_series:  # another price sheet: only what billing changes
+        return {key: data[key] for key in BILLING_FIELDS}
+    data.pop("series_cumulative_cost")
+    actions = data.pop("series_actions")
+    # Which model calls (1-based) were preceded by each action; "none" is the rest.
+    data["series_events"] = {
+        kind: [i + 1 for i, a in enumerate(actions) if a == kind] for kind in sorted(set(actions) - {"none"})
+    }
+    return data
+
+
+def summary_rows(per_trace: dict[str, dict[str, list[ReplayResult]]], names: Sequence[str]) -> list[dict[str, Any]]:
+    rows = []
+    for index, name in enumerate(names):
+        runs = {sheet: [results[sheet][index] for results in per_trace.values()] for sheet in SHEETS}
+        primary = runs[SHEETS[0]]
+        dropped = sum(r.dropped_tool_results for r in primary)
+        recoverable = sum(r.recoverable_tool_results for r in primary)
+        total_input = sum(r.input_tokens for r in primary)
+        rows.append(
+            {
+                "policy": name,
+                "model_calls": sum(r.turns for r in primary),
+                "folds": sum(r.folds for r in primary),
+                "summarizer_calls": sum(r.summarizer_calls for r in primary),
+                "peak_view_tokens": max(r.peak_view_tokens for r in primary),
+                "input_tokens": total_input,
+                "cache_hit_ratio": {
+                    sheet: round(sum(r.cache_hit_tokens for r in rs) / max(1, sum(r.input_tokens for r in rs)), 4)
+                    for sheet, rs in runs.items()
+                },
+                "total_cost": {sheet: round(sum(r.total_cost for r in rs), 6) for sheet, rs in runs.items()},
+                "summarizer_cost": {sheet: round(sum(r.summarizer_cost for r in rs), 6) for sheet, rs in runs.items()},
+                "dropped_tool_results": dropped,
+                "recoverable_tool_results": recoverable,
+            }
+        )
+    return rows
+
+
+SHEET_LABELS = {"deepseek-chat": "deepseek", "gpt-5": "gpt-5", "claude-sonnet-4.5": "sonnet"}
+
+
+def summary_table(rows: Sequence[dict[str, Any]], ideal: float) -> str:
+    head = f"{'policy':<29}{'calls':>5}{'folds':>6}{'summ':>5}{'peak':>8}{'input':>11}"
+    for sheet in SHEETS:
+        label = SHEET_LABELS.get(sheet, sheet[:8])
+        head += f"{'hit% ' + label:>15}{'$ ' + label:>12}"
+    head += f"{'recoverable':>13}"
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        line = f"{row['policy']:<29}{row['model_calls']:>5}{row['folds']:>6}{row['summarizer_calls']:>5}"
+        line += f"{row['peak_view_tokens']:>8,}{row['input_tokens']:>11,}"
+        for sheet in SHEETS:
+            line += f"{100 * row['cache_hit_ratio'][sheet]:>14.1f}%{row['total_cost'][sheet]:>12.4f}"
+        recoverable = f"{row['recoverable_tool_results']}/{row['dropped_tool_results']}"
+        line += f"{recoverable:>13}"
+        lines.append(line)
+    lines.append(f"ideal cache-hit ratio over all traces (full history, token granularity): {100 * ideal:.1f}%")
+    return "\n".join(lines)
+
+
+def plot_summary(rows: Sequence[dict[str, Any]], path: Path, ideal: float) -> None:
+    from ctxfold.replay.plot import pyplot, save
+
+    plt = pyplot()
+    names = [r["policy"] for r in rows]
+    figure, (cost_axis, hit_axis) = plt.subplots(1, 2, figsize=(10, 3.8))
+    height = 0.8 / len(SHEETS)
+    for s, sheet in enumerate(SHEETS):
+        base = rows[0]["total_cost"][sheet] or 1.0
+        ys = [i + s * height for i in range(len(rows))]
+        cost_axis.barh(ys, [r["total_cost"][sheet] / base for r in rows], height, label=sheet)
+        hit_axis.barh(ys, [100 * r["cache_hit_ratio"][sheet] for r in rows], height, label=sheet)
+    for axis in (cost_axis, hit_axis):
+        axis.set_yticks([i + height for i in range(len(rows))], names, fontsize=7)
+        axis.invert_yaxis()
+        axis.grid(axis="x", alpha=0.3)
+    cost_axis.set_xlabel(f"total cost, all traces, relative to {names[0]}")
+    cost_axis.axvline(1.0, color="black", linewidth=0.8)
+    hit_axis.set_xlabel("cache-hit ratio (%)")
+    hit_axis.axvline(100 * ideal, color="black", linestyle="--", linewidth=0.8, label=f"ideal {100 * ideal:.1f}%")
+    hit_axis.set_yticklabels([])
+    handles, labels = hit_axis.get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    figure.tight_layout(rect=(0, 0.07, 1, 1))
+    save(figure, path)
+    plt.close(figure)
+
+
+def dumps(document: dict[str, Any]) -> str:
+    """Indented JSON with every list of numbers on one line (the per-call series stay small)."""
+    text = json.dumps(document, indent=1)
+    return re.sub(
+        r"\[\s*(-?[\d.]+(?:,\s*-?[\d.]+)*)\s*\]",
+        lambda m: "[" + ", ".join(number.strip() for number in m[1].split(",")) + "]",
+        text,
+    )
+
+
+def git_commit() -> str:
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, check=False
+        )
+    except OSError:
+        return ""
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def trace_files(given: Sequence[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in given:
+        files += sorted(path.glob("*.json")) if path.is_dir() else [path]
+    return files
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--traces", type=Path, nargs="+", default=[DEFAULT_TRACES], help="trace files or directories")
+    parser.add_argument("--window", type=int, default=16000, help="context window of every policy (default 16000)")
+    parser.add_argument(
+        "--ratios", type=float, nargs="+", default=list(CTXFOLD_RATIOS), help="ctxfold compact ratios, default first"
+    )
+    parser.add_argument("--max-events", type=int, default=100, help="rolling condenser: messages before it condenses")
+    parser.add_argument("--keep-recent", type=int, default=10, help="masking: newest tool outputs kept")
+    parser.add_argument("--think-seconds", type=float, default=10.0, help="simulated time between model calls")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where replay.json and the plots go")
+    parser.add_argument("--no-plots", action="store_true", help="write no PNG")
+    parser.add_argument("--quiet", action="store_true", help="no per-run timings on stderr")
+    args = parser.parse_args(argv)
+
+    traces = [load_trace_file(p) for p in trace_files(args.traces)]
+    if not traces:
+        parser.exit(2, "no traces found\n")
+    sheets = [BUILT_IN[s] for s in SHEETS]
+    names = policy_names(args.ratios)
+    started = time.monotonic()
+    ctxfold_runs = asyncio.run(record_ctxfold(traces, args.window, args.ratios, args.think_seconds, args.quiet))
+    per_trace: dict[str, dict[str, list[ReplayResult]]] = {}
+    documents = []
+    for trace in traces:
+        recordings = ctxfold_runs[trace.name] + record_baselines(trace, args.window, args.max_events, args.keep_recent)
+        results = bill_all(trace, recordings, sheets, args.think_seconds)
+        per_trace[trace.name] = results
+        primary = results[SHEETS[0]]
+        title = (
+            f"{trace.name}: {len(turns(trace)[0])} model calls, window {args.window:,}, prices {SHEETS[0]}; "
+            f"ideal cache-hit ratio {100 * primary[0].ideal_cache_hit_ratio:.1f}%"
+        )
+        print(report.comparison(primary, title) + "\n")
+        documents.append(
+            {
+                "trace": trace.name,
+                "messages": len(trace.messages) + (1 if trace.system_prompt else 0),
+                "model_calls": len(turns(trace)[0]),
+                "ideal_cache_hit_ratio": round(primary[0].ideal_cache_hit_ratio, 6),
+                "results": [_compact(r, with_series=True) for r in primary],
+                "other_sheets": {s: [_compact(r, with_series=False) for r in results[s]] for s in SHEETS[1:]},
+            }
+        )
+        if not args.no_plots:
+            from ctxfold.replay.plot import plot
+
+            args.out.mkdir(parents=True, exist_ok=True)
+            shown = [r for r in primary if not r.policy.startswith("full-history")]
+            plot(
+                shown,
+                args.out / f"replay-{Path(trace.name).stem}.png",
+                f"{trace.name}, window {args.window:,}, {SHEETS[0]} prices",
+                window=args.window,
+                trigger=int(0.8 * args.window),
+            )
+    rows = summary_rows(per_trace, names)
+    all_input = sum(r.input_tokens for rs in per_trace.values() for r in rs[SHEETS[0]][-1:])
+    all_hits = sum(r.ideal_cache_hit_ratio * r.input_tokens for rs in per_trace.values() for r in rs[SHEETS[0]][-1:])
+    ideal = all_hits / all_input if all_input else 0.0
+    print(f"summary: {len(traces)} traces, window {args.window:,}, total cost in $ under each price sheet")
+    print(summary_table(rows, ideal))
+    print("\n" + "\n".join(f"  {s.name}: {s.source}" for s in sheets))
+    args.out.mkdir(parents=True, exist_ok=True)
+    document = {
+        "generated_by": "bench/replay_compare.py",
+        "commit": git_commit(),
+        "seconds": round(time.monotonic() - started, 1),
+        "settings": {
+            "window": args.window,
+            "ctxfold_ratios": args.ratios,
+            "rolling_max_events": args.max_events,
+            "masking_keep_recent": args.keep_recent,
+            "think_seconds": args.think_seconds,
+            "summarizer": "extractive",
+        },
+        "price_sheets": {s.name: dataclasses.asdict(s) for s in sheets},
+        "summary": rows,
+        "ideal_cache_hit_ratio": round(ideal, 6),
+        "traces": documents,
+    }
+    (args.out / "replay.json").write_text(dumps(document) + "\n")
+    if not args.no_plots:
+        plot_summary(rows, args.out / "replay-summary.png", ideal)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""Baseline context policies, pure: what other agents do with a growing conversation, run over the
+same recorded turns and the same simulated provider as ctxfold.
+
+* `FullHistory`: everything, every time (no window): the reference cost and the cache's best case.
+* `Truncate`: no compaction; the oldest call groups are dropped until the request fits the window.
+* `SummarizeAll`: at the trigger, the whole history (but the newest call group, which the next call
+  must answer) is replaced by one summary, like common CLI agents' auto-compact. The summary request
+  is a cache-safe fork: the current view plus an instruction, with the agent's cache key.
+* `RollingCondenser`: keeps the first messages and a half-window tail and summarizes what lies
+  between whenever the view holds more than `max_events` messages or reaches the trigger, like
+  common condenser designs (OpenHands' LLM summarizing condenser). Its summary request is a separate
+  prompt (instruction, previous summary, forgotten events) with a cache key of its own.
+* `ToolMasking`: tool outputs older than the newest `keep_recent` are replaced by a placeholder
+  (observation masking); if the view still does not fit, oldest-first truncation.
+
+Summaries are the extractive briefing of `ctxfold.summarizers.extractive` (the default ctxfold
+summarizer), so every policy's summary text is made the same way; the baselines have no store, so
+their briefings carry no `result_ref`. Token budgets use ctxfold's own estimator."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ctxfold.engine import estimator
+from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, Role, StoredMessage, ToolCall
+from ctxfold.engine.view import ViewMessage
+from ctxfold.replay.metrics import AGENT_KEY, ModelCall, Recording, SummaryCall
+from ctxfold.replay.trace import Msg, Trace, turns
+from ctxfold.summarizers.base import SummaryRequest
+from ctxfold.summarizers.extractive import briefing
+
+CONDENSER_KEY = "condenser"
+CONDENSER_PROMPT = (
+    "You maintain the memory of a software agent. Below are the earlier summary and the events that are "
+    "being dropped from its context. Write an updated summary: the user's task and constraints, what was "
+    "done and found, files changed, test results, and what remains to do. Keep identifiers exactly."
+)
+MASK = "[tool output masked]"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The same window arithmetic ctxfold uses: trigger = ratio × window, hard ceiling = window −
+    max_output_tokens − 256, default summary size max(256, min(8192, window / 8))."""
+
+    window: int
+    ratio: float = 0.80
+    max_output_tokens: int = 0
+    summary_max_tokens: int = 0
+
+    @property
+    def trigger(self) -> int:
+        return int(self.ratio * self.window)
+
+    @property
+    def hard(self) -> int:
+        return self.window - self.max_output_tokens - SAFETY_MARGIN_TOKENS
+
+    @property
+    def summary_max(self) -> int:
+        return self.summary_max_tokens or max(256, min(8192, self.window // 8))
+
+
+@dataclass(frozen=True)
+class Step:
+    view: tuple[Msg, ...]
+    action: str = "none"  # none | folded | truncated
+    summary_calls: tuple[SummaryCall, ...] = ()
+
+
+class Policy(Protocol):
+    name: str
+    settings: dict[str, object]
+
+    def step(self, append: Sequence[Msg]) -> Step: ...
+
+    def over_limit(self, view: Sequence[Msg]) -> bool: ...
+
+
+@functools.lru_cache(maxsize=65536)
+def message_estimate(message: Msg) -> int:
+    """ctxfold's per-message estimate (own text, without overhead)."""
+    calls = tuple(ToolCall(c.id, c.name, c.arguments) for c in message.tool_calls)
+    return estimator.message_tokens(message.content, calls, message.reasoning)
+
+
+def call_groups(messages: Sequence[Msg]) -> list[list[Msg]]:
+    """An assistant message with tool calls and its results stay together."""
+    groups: list[list[Msg]] = []
+    for message in messages:
+        if message.role == "tool" and groups and groups[-1][0].tool_calls:
+            groups[-1].append(message)
+        else:
+            groups.append([message])
+    return groups
+
+
+def _stored(message: Msg) -> StoredMessage:
+    return StoredMessage(
+        id=f"m{message.source}",
+        seq=message.source + 1,
+        role=Role(message.role),
+        content=message.content,
+        tokens=message_estimate(message),
+        tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in message.tool_calls),
+        tool_call_id=message.tool_call_id,
+        reasoning_content=message.reasoning,
+    )
+
+
+class _Base:
+    name = "base"
+
+    def __init__(self, trace: Trace, budget: Budget):
+        self.trace = trace
+        self.budget = budget
+        self.system: tuple[Msg, ...] = (Msg("system", trace.system_prompt),) if trace.system_prompt else ()
+        self.tools_tokens = estimator.count_text(trace.tools_json)
+        self.history: list[Msg] = []
+        self.settings: dict[str, object] = {"window": budget.window, "max_output_tokens": budget.max_output_tokens}
+
+    def estimate(self, view: Sequence[Msg]) -> int:
+        return estimator.request_tokens(
+            sum(message_estimate(m) for m in view), len(view), self.tools_tokens, self.budget.max_output_tokens
+        )
+
+    def over_limit(self, view: Sequence[Msg]) -> bool:
+        """The view is above the hard ceiling: nothing this policy may drop would make it fit."""
+        return self.budget.window > 0 and self.estimate(view) > self.budget.hard
+
+    def fit(self, head: Sequence[Msg], body: Sequence[Msg]) -> list[Msg]:
+        """`body` without its oldest call groups, until head + body fits the hard ceiling (the newest
+        group always stays)."""
+        groups = call_groups(body)
+        while len(groups) > 1 and self.estimate([*head, *(m for g in groups for m in g)]) > self.budget.hard:
+            groups.pop(0)
+        return [m for g in groups for m in g]
+
+    def summarize(self, previous: str, folded: Sequence[Msg]) -> str:
+        views = [ViewMessage(Role(m.role), m.content, message_estimate(m), _stored(m)) for m in folded]
+        request = self._request(previous, views)
+        # No store behind a baseline: its briefing names no result_ref.
+        return briefing(request).replace(" [result_ref=]", "")
+
+    def _request(self, previous: str, views: Sequence[ViewMessage]) -> SummaryRequest:
+        return SummaryRequest(
+            system_prompt=self.trace.system_prompt,
+            tools_json=self.trace.tools_json,
+            prompt_cache_key="",
+            previous_summary=previous,
+            prefix=views,
+            folded=views,
+            max_tokens=self.budget.summary_max,
+        )
+
+    def instruction(self, previous: str) -> Msg:
+        return Msg("user", self._request(previous, []).instruction())
+
+
+class FullHistory(_Base):
+    name = "full-history"
+
+    def __init__(self, trace: Trace, budget: Budget | None = None):
+        super().__init__(trace, budget or Budget(window=0))
+        self.settings = {"window": "unlimited"}
+
+    def step(self, append: Sequence[Msg]) -> Step:
+        self.history.extend(append)
+        return Step((*self.system, *self.history))
+
+
+class Truncate(_Base):
+    name = "truncate"
+
+    def __init__(self, trace: Trace, budget: Budget):
+        super().__init__(trace, budget)
+        self.start = 0
+
+    def step(self, append: Sequence[Msg]) -> Step:
+        self.history.extend(append)
+        body = self.fit(self.system, self.history[self.start :])
+        dropped = len(self.history) - len(body) - self.start
+        self.start += dropped
+        return Step((*self.system, *body), "truncated" if dropped else "none")
+
+
+class SummarizeAll(_Base):
+    name = "summarize-all"
+
+    def __init__(self, trace: Trace, budget: Budget):
+        super().__init__(trace, budget)
+        self.summary = ""
+        self.body: list[Msg] = []
+        self.settings.update(ratio=budget.ratio, summary_max_tokens=budget.summary_max)
+
+    def _view(self) -> tuple[Msg, ...]:
+        summary = (Msg("user", self.summary, summary=True),) if self.summary else ()
+        return (*self.system, *summary, *self.body)
+
+    def step(self, append: Sequence[Msg]) -> Step:
+        self.body.extend(append)
+        view = self._view()
+        groups = call_groups(self.body)
+        if self.estimate(view) < self.budget.trigger or len(groups) < 2:
+            return Step(view)
+        folded = [m for g in groups[:-1] for m in g]
+        text = self.summarize(self.summary, folded)
+        call = SummaryCall(AGENT_KEY, (*view, self.instruction(self.summary)), estimator.count_text(text))
+        self.summary, self.body = text, groups[-1]
+        view = self._view()
+        if self.estimate(view) > self.budget.hard:  # the newest group alone is too large
+            self.body = self.fit(view[: len(view) - len(self.body)], self.body)
+            view = self._view()
+        return Step(view, "folded", (call,))
+
+
+class RollingCondenser(_Base):
+    name = "rolling"
+
+    def __init__(
+        self, trace: Trace, budget: Budget, keep_first: int = 1, max_events: int = 100, tail_share: float = 0.5
+    ):
+        super().__init__(trace, budget)
+        self.keep_first = keep_first
+        self.max_events = max_events
+        self.tail_tokens = int(tail_share * budget.window)
+        self.head: list[Msg] = []
+        self.summary = ""
+        self.body: list[Msg] = []
+        self.settings.update(
+            ratio=budget.ratio,
+            summary_max_tokens=budget.summary_max,
+            keep_first=keep_first,
+            max_events=max_events,
+            tail_tokens=self.tail_tokens,
+        )
+
+    def _view(self) -> tuple[Msg, ...]:
+        summary = (Msg("user", self.summary, summary=True),) if self.summary else ()
+        return (*self.system, *self.head, *summary, *self.body)
+
+    def _tail(self, groups: Sequence[list[Msg]]) -> int:
+        """How many of the newest groups make the tail: within half the window and half the events."""
+        used = events = count = 0
+        for group in reversed(groups):
+            cost = sum(message_estimate(m) + estimator.PER_MESSAGE_TOKENS for m in group)
+            if count and (used + cost > self.tail_tokens or events + len(group) > self.max_events // 2):
+                break
+            used, events, count = used + cost, events + len(group), count + 1
+        return count
+
+    def step(self, append: Sequence[Msg]) -> Step:
+        self.body.extend(append)
+        view = self._view()
+        events = len(view) - len(self.system)
+        if events <= self.max_events and self.estimate(view) < self.budget.trigger:
+            return Step(view)
+        groups = call_groups(self.body)
+        if not self.head and not self.summary:
+            self.head = [m for g in groups[: self.keep_first] for m in g]
+            groups = groups[self.keep_first :]
+        keep = self._tail(groups)
+        forgotten = [m for g in groups[: len(groups) - keep] for m in g]
+        if not forgotten:
+            self.body = [m for g in groups for m in g]
+            return Step(self._view())
+        text = self.summarize(self.summary, forgotten)
+        previous = (Msg("user", f"<PREVIOUS SUMMARY>\n{self.summary}"),) if self.summary else ()
+        prompt = (Msg("system", CONDENSER_PROMPT), *previous, *forgotten)
+        call = SummaryCall(CONDENSER_KEY, prompt, estimator.count_text(text))
+        self.summary = text
+        self.body = [m for g in groups[len(groups) - keep :] for m in g]
+        view = self._view()
+        if self.estimate(view) > self.budget.hard:
+            self.body = self.fit(view[: len(view) - len(self.body)], self.body)
+            view = self._view()
+        return Step(view, "folded", (call,))
+
+
+class ToolMasking(_Base):
+    name = "masking"
+
+    def __init__(self, trace: Trace, budget: Budget, keep_recent: int = 10):
+        super().__init__(trace, budget)
+        self.keep_recent = keep_recent
+        self.start = 0
+        self.settings.update(keep_recent=keep_recent)
+
+    def step(self, append: Sequence[Msg]) -> Step:
+        self.history.extend(append)
+        results = [i for i, m in enumerate(self.history) if m.role == "tool"]
+        masked = set(results[: max(0, len(results) - self.keep_recent)])
+        shown = [
+            Msg(m.role, MASK, tool_call_id=m.tool_call_id, source=m.source, elided=True) if i in masked else m
+            for i, m in enumerate(self.history)
+        ]
+        body = self.fit(self.system, shown[self.start :])
+        dropped = len(shown) - len(body) - self.start
+        self.start += dropped
+        return Step((*self.system, *body), "truncated" if dropped else "none")
+
+
+def record(trace: Trace, policy: Policy) -> Recording:
+    """Runs `policy` over every model call of `trace`."""
+    calls, _ = turns(trace)
+    out = []
+    for turn in calls:
+        step = policy.step(turn.append)
+        over = policy.over_limit(step.view)
+        out.append(ModelCall(step.view, turn.answer, step.action, AGENT_KEY, step.summary_calls, over_limit=over))
+    return Recording(policy.name, dict(policy.settings), tuple(out), calls[-1].answer.source if calls else 0)

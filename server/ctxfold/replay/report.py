@@ -1,0 +1,105 @@
+"""Text tables of replay results, pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ctxfold.replay.metrics import ReplayResult
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _recoverable(r: ReplayResult) -> str:
+    if r.recoverable_fraction is None:
+        return "n/a"
+    return f"{r.recoverable_tool_results}/{r.dropped_tool_results} ({_pct(r.recoverable_fraction)})"
+
+
+def _money(value: float) -> str:
+    return f"${value:.4f}"
+
+
+def single(r: ReplayResult, price_source: str = "") -> str:
+    """The end-of-replay table of `ctxfold replay`."""
+    settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
+    rows = [
+        ("turns (model calls)", f"{r.turns:,}"),
+        ("folds", f"{r.folds:,}"),
+        ("prunes", f"{r.prunes:,}"),
+        (
+            "summarizer calls",
+            f"{r.summarizer_calls:,}" + (f" ({r.failed_summaries} failed)" if r.failed_summaries else ""),
+        ),
+        ("peak view tokens", f"{r.peak_view_tokens:,}"),
+        ("mean view tokens", f"{r.mean_view_tokens:,.0f}"),
+        ("summary tokens (last view)", f"{r.summary_tokens:,}"),
+        ("summary tokens (all written)", f"{r.summary_output_tokens:,}"),
+        ("billed input tokens", f"{r.input_tokens:,}"),
+        ("  cache hits", f"{r.cache_hit_tokens:,} ({_pct(r.cache_hit_ratio)}; ideal {_pct(r.ideal_cache_hit_ratio)})"),
+        (
+            "  cache misses",
+            f"{r.cache_miss_tokens:,}" + (f" ({r.cache_write_tokens:,} written)" if r.cache_write_tokens else ""),
+        ),
+        ("output tokens", f"{r.output_tokens:,}"),
+        ("cost of model calls", _money(r.cost)),
+        ("cost of summary requests", f"{_money(r.summarizer_cost)} (modeled as LLM calls)"),
+        ("total cost", _money(r.total_cost)),
+        ("folded/dropped tool results recoverable", _recoverable(r)),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [
+        f"ctxfold replay of {r.trace} ({settings})",
+        f"prices: {r.prices}{f' ({price_source})' if price_source else ''}; provider cache: {r.provider_cache}",
+    ]
+    lines += [f"  {name:<{width}}  {value}" for name, value in rows]
+    return "\n".join(lines)
+
+
+COLUMNS = (
+    ("policy", 28),
+    ("calls", 5),
+    ("folds", 5),
+    ("summ", 4),
+    ("peak", 7),
+    ("mean", 7),
+    ("input", 10),
+    ("hit%", 6),
+    ("cost $", 8),
+    ("summ $", 7),
+    ("total $", 8),
+    ("recoverable", 14),
+)
+
+
+def comparison(results: Sequence[ReplayResult], title: str = "") -> str:
+    """One row per policy."""
+    header = "  ".join(f"{name:<{w}}" if i == 0 else f"{name:>{w}}" for i, (name, w) in enumerate(COLUMNS))
+    lines = [title] if title else []
+    lines += [header, "-" * len(header)]
+    notes = [f"{r.policy}: {r.over_limit_calls} views above the window" for r in results if r.over_limit_calls]
+    for r in results:
+        cells = (
+            r.policy,
+            f"{r.turns}",
+            f"{r.folds}",
+            f"{r.summarizer_calls}",
+            f"{r.peak_view_tokens:,}",
+            f"{r.mean_view_tokens:,.0f}",
+            f"{r.input_tokens:,}",
+            _pct(r.cache_hit_ratio),
+            f"{r.cost:.4f}",
+            f"{r.summarizer_cost:.4f}",
+            f"{r.total_cost:.4f}",
+            "n/a" if r.recoverable_fraction is None else f"{r.recoverable_tool_results}/{r.dropped_tool_results}",
+        )
+        lines.append(
+            "  ".join(
+                f"{cell:<{w}}" if i == 0 else f"{cell:>{w}}"
+                for i, (cell, (_, w)) in enumerate(zip(cells, COLUMNS, strict=True))
+            )
+        )
+    if notes:
+        lines.append("over the limit (a provider would refuse these requests): " + "; ".join(notes))
+    return "\n".join(lines)

@@ -1,0 +1,352 @@
+"""Replays a trace through a ctxfold server turn by turn, as an agent would: append what came
+before the next model call, Prepare (collecting progress), send the returned view to the simulated
+provider, take the recorded assistant message as the model's answer, report usage with
+ObserveUsage, and append the answer with the next Prepare."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Literal
+
+import grpc
+
+from ctxfold.engine import estimator
+from ctxfold.replay.metrics import AGENT_KEY, Meter, ModelCall, Recording, ReplayResult, SummaryCall
+from ctxfold.replay.prices import BUILT_IN, DEFAULT_SHEET, PriceError, PriceSheet, sheet_from_mapping
+from ctxfold.replay.simulator import Provider, cache_model
+from ctxfold.replay.trace import Call, Msg, Trace, parse_trace, turns
+from ctxfold.summarizers.base import SummaryRequest
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+
+_TO_PB = {"system": pb.ROLE_SYSTEM, "user": pb.ROLE_USER, "assistant": pb.ROLE_ASSISTANT, "tool": pb.ROLE_TOOL}
+_FROM_PB = {v: k for k, v in _TO_PB.items()}
+CONNECT_TIMEOUT_SECONDS = 10.0
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+
+
+class ReplayError(Exception):
+    """The replay could not go on; the message says why."""
+
+
+@dataclass(frozen=True)
+class Options:
+    window: int = 32000
+    ratio: float = 0.0  # 0 = the server's default (0.80)
+    tail_ratio: float = 0.0
+    max_output_tokens: int = 0
+    summary_max_tokens: int = 0
+    summarizer: str = ""
+    prices: PriceSheet = BUILT_IN[DEFAULT_SHEET]
+    provider_cache: str = ""  # "" = the price sheet's provider
+    cache_ttl: float | Literal["default"] | None = "default"
+    think_seconds: float = 10.0
+
+    def settings(self) -> dict[str, object]:
+        return {
+            "window": self.window,
+            "ratio": self.ratio or 0.80,
+            "tail_ratio": self.tail_ratio or 0.16,
+            "max_output_tokens": self.max_output_tokens,
+            "summarizer": self.summarizer or "extractive",
+            "think_seconds": self.think_seconds,
+        }
+
+    def provider(self) -> Provider:
+        return Provider(cache_model(self.provider_cache or self.prices.provider, self.cache_ttl), self.prices)
+
+
+def load_trace_file(path: str | Path) -> Trace:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReplayError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return parse_trace(p.name, text)
+
+
+def load_prices(name_or_path: str) -> PriceSheet:
+    """A built-in sheet by name, or a JSON file of `PriceSheet` fields."""
+    if name_or_path in BUILT_IN:
+        return BUILT_IN[name_or_path]
+    path = Path(name_or_path)
+    if not path.exists():
+        raise PriceError(f"unknown price sheet {name_or_path!r}: not a built-in ({', '.join(BUILT_IN)}) nor a file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PriceError(f"price sheet {name_or_path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise PriceError(f"price sheet {name_or_path}: expected a JSON object")
+    return sheet_from_mapping(data, str(data.get("name") or path.stem))
+
+
+def to_pb(message: Msg) -> pb.Message:
+    return pb.Message(
+        role=_TO_PB[message.role],
+        content=message.content,
+        tool_call_id=message.tool_call_id,
+        reasoning_content=message.reasoning,
+        tool_calls=[pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
+    )
+
+
+def from_pb(message: pb.Message, sources: dict[str, int]) -> Msg:
+    return Msg(
+        role=_FROM_PB.get(message.role, "user"),
+        content=message.content,
+        tool_calls=tuple(Call(c.id, c.name, c.arguments) for c in message.tool_calls),
+        tool_call_id=message.tool_call_id,
+        reasoning=message.reasoning_content,
+        source=sources.get(message.id, -1),
+        summary=message.summary,
+        elided=message.pruned,
+        ref=message.result_ref,
+    )
+
+
+class ProgressBar:
+    """One line on stderr, redrawn in place; silent when disabled."""
+
+    def __init__(self, total: int, label: str, enabled: bool, stream: IO[str] = sys.stderr, width: int = 30):
+        self.total = max(1, total)
+        self.label = label
+        self.enabled = enabled
+        self.stream = stream
+        self.width = width
+        self._last = 0.0
+
+    def update(self, done: int, note: str = "") -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if done < self.total and now - self._last < 0.1:
+            return
+        self._last = now
+        filled = self.width * done // self.total
+        bar = "#" * filled + "-" * (self.width - filled)
+        self.stream.write(f"\r{self.label} [{bar}] {done}/{self.total} {note}\x1b[K")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _summary_calls(
+    previous_view: Sequence[Msg],
+    appended: Sequence[Msg],
+    new_view: Sequence[Msg],
+    key: str,
+    instruction: str,
+    passes: int,
+    committed: int,
+) -> list[SummaryCall]:
+    """The fold's summarizer request(s) as an LLM would receive them (a cache-safe fork of the
+    agent's request): the view before the fold up to its last folded message, then the instruction.
+    Several passes in one Prepare are modeled as that one read, plus empty reads for the others."""
+    before = [*previous_view, *appended]
+    kept = {m.source for m in new_view if m.source >= 0}
+    cut = max((i for i, m in enumerate(before) if m.summary or (m.source >= 0 and m.source not in kept)), default=-1)
+    output = sum(estimator.count_text(m.content) for m in new_view if m.summary) if committed else 0
+    first = SummaryCall(key, (*before[: cut + 1], Msg("user", instruction)), output)
+    return [first, *(SummaryCall(key, (), 0) for _ in range(passes - 1))]
+
+
+async def replay_through(
+    stub: pb_grpc.ContextServiceAsyncStub,
+    trace: Trace,
+    options: Options,
+    metadata: tuple[tuple[str, str], ...] = (),
+    on_turn: Callable[[int, int, ReplayResult], None] | None = None,
+    policy: str = "ctxfold",
+) -> tuple[ReplayResult, Recording]:
+    """Replays `trace` through the server behind `stub` in a new session (deleted at the end)."""
+    calls, trailing = turns(trace)
+    meter = Meter(trace, options.provider(), policy, options.settings(), options.think_seconds)
+    try:
+        created = await stub.CreateSession(
+            pb.CreateSessionRequest(
+                config=pb.SessionConfig(
+                    context_window=options.window,
+                    compact_ratio=options.ratio,
+                    tail_ratio=options.tail_ratio,
+                    max_output_tokens=options.max_output_tokens,
+                    summary_max_tokens=options.summary_max_tokens,
+                    system_prompt=trace.system_prompt,
+                    tools_json=trace.tools_json,
+                    summarizer=options.summarizer,
+                )
+            ),
+            metadata=metadata,
+        )
+    except grpc.aio.AioRpcError as exc:
+        raise ReplayError(f"CreateSession failed: {exc.code().name}: {exc.details()}") from None
+    session = created.session
+    sources: dict[str, int] = {}
+    refs: dict[int, str] = {}
+    view: list[Msg] = []
+    recorded: list[ModelCall] = []
+    try:
+        for number, turn in enumerate(calls, 1):
+            result, progress = await _prepare(stub, session.id, turn.append, metadata, number)
+            for message, stored in zip(turn.append, result.appended, strict=True):
+                sources[stored.id] = message.source
+                if stored.result_ref:
+                    refs[message.source] = stored.result_ref
+            new_view = [from_pb(m, sources) for m in result.messages]
+            stages = [p.stage for p in progress]
+            passes = stages.count(pb.FOLD_STAGE_PASS_STARTED)
+            key = result.prompt_cache_key or AGENT_KEY
+            summary_calls: list[SummaryCall] = []
+            if passes:
+                previous_summary = next((m.content for m in view if m.summary), "")
+                limit = session.config.summary_max_tokens or options.window // 8
+                instruction = SummaryRequest("", "", "", previous_summary, (), (), limit).instruction()
+                appended = [from_pb(m, sources) for m in result.appended]
+                committed = stages.count(pb.FOLD_STAGE_PASS_COMMITTED)
+                summary_calls = _summary_calls(view, appended, new_view, key, instruction, passes, committed)
+            call = ModelCall(
+                view=tuple(new_view),
+                answer=turn.answer,
+                action={pb.ACTION_FOLDED: "folded", pb.ACTION_PRUNED: "pruned"}.get(result.action, "none"),
+                key=key,
+                summary_calls=tuple(summary_calls),
+                prunes=stages.count(pb.FOLD_STAGE_PRUNED),
+                failed_summaries=stages.count(pb.FOLD_STAGE_PASS_FAILED),
+            )
+            bill = meter.call(call)
+            recorded.append(call)
+            view = new_view
+            try:
+                await stub.ObserveUsage(
+                    pb.ObserveUsageRequest(
+                        session_id=session.id,
+                        view_version=result.view_version,
+                        input_tokens=bill.cache.input_tokens,
+                        cached_input_tokens=bill.cache.hit,
+                        output_tokens=bill.output_tokens,
+                        finish_reason="tool_calls" if turn.answer.tool_calls else "stop",
+                    ),
+                    metadata=metadata,
+                )
+            except grpc.aio.AioRpcError as exc:
+                raise ReplayError(f"turn {number}: ObserveUsage failed: {exc.code().name}: {exc.details()}") from None
+            if on_turn is not None:
+                on_turn(number, len(calls), meter.result)
+        if trailing:
+            try:
+                await stub.AppendMessages(
+                    pb.AppendMessagesRequest(session_id=session.id, messages=[to_pb(m) for m in trailing]),
+                    metadata=metadata,
+                )
+            except grpc.aio.AioRpcError as exc:
+                raise ReplayError(f"appending the last messages failed: {exc.code().name}: {exc.details()}") from None
+    finally:
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await stub.DeleteSession(pb.DeleteSessionRequest(session_id=session.id), metadata=metadata)
+    appended_count = calls[-1].answer.source if calls else 0
+    recording = Recording(policy, options.settings(), tuple(recorded), appended_count, refs)
+    return meter.finish(view, appended_count, refs), recording
+
+
+async def _prepare(
+    stub: pb_grpc.ContextServiceAsyncStub,
+    session_id: str,
+    append: Sequence[Msg],
+    metadata: tuple[tuple[str, str], ...],
+    number: int,
+) -> tuple[pb.PreparedContext, list[pb.FoldProgress]]:
+    progress: list[pb.FoldProgress] = []
+    result: pb.PreparedContext | None = None
+    try:
+        stream = stub.Prepare(
+            pb.PrepareRequest(session_id=session_id, append=[to_pb(m) for m in append]), metadata=metadata
+        )
+        async for event in stream:
+            if event.HasField("progress"):
+                progress.append(event.progress)
+            else:
+                result = event.result
+    except grpc.aio.AioRpcError as exc:
+        raise ReplayError(f"turn {number}: Prepare failed: {exc.code().name}: {exc.details()}") from None
+    if result is None:
+        raise ReplayError(f"turn {number}: Prepare ended without a result")
+    return result, progress
+
+
+@contextlib.asynccontextmanager
+async def embedded_server(summarizers: str = "") -> AsyncIterator[str]:
+    """A ctxfold server in this process on a temporary SQLite database; yields its address."""
+    from ctxfold.config import Settings
+    from ctxfold.server import start
+
+    with tempfile.TemporaryDirectory(prefix="ctxfold-replay-") as tmp:
+        settings = Settings(
+            listen="127.0.0.1:0",
+            database=f"sqlite:///{Path(tmp) / 'replay.db'}",
+            summarizers=summarizers,
+            grace_seconds=1.0,
+            log_level="WARNING",
+        )
+        running = await start(settings)
+        try:
+            yield f"127.0.0.1:{running.port}"
+        finally:
+            await running.stop(grace=1.0)
+
+
+@contextlib.asynccontextmanager
+async def channel_to(address: str, tls_ca: str = "") -> AsyncIterator[grpc.aio.Channel]:
+    if tls_ca:
+        try:
+            root = await asyncio.to_thread(Path(tls_ca).read_bytes)
+        except OSError as exc:
+            raise ReplayError(f"cannot read {tls_ca}: {exc.strerror or exc}") from None
+        channel = grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(root), options=CHANNEL_OPTIONS)
+    else:
+        channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    async with channel:
+        yield channel
+
+
+async def replay(
+    trace: Trace,
+    options: Options,
+    server: str = "",
+    token: str = "",
+    tls_ca: str = "",
+    summarizers: str = "",
+    progress: bool = False,
+) -> ReplayResult:
+    """Replays `trace` through `server`, or through an embedded server when `server` is empty."""
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    bar = ProgressBar(len(turns(trace)[0]), trace.name, progress)
+
+    def on_turn(done: int, total: int, result: ReplayResult) -> None:
+        bar.update(done, f"folds {result.folds} prunes {result.prunes} ${result.cost + result.summarizer_cost:.4f}")
+
+    async with contextlib.AsyncExitStack() as stack:
+        address = server or await stack.enter_async_context(embedded_server(summarizers))
+        channel = await stack.enter_async_context(channel_to(address, tls_ca))
+        if server:
+            try:
+                await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT_SECONDS)
+            except TimeoutError:
+                raise ReplayError(
+                    f"cannot reach a server at {address} within {CONNECT_TIMEOUT_SECONDS:.0f} s"
+                ) from None
+        try:
+            result, _ = await replay_through(pb_grpc.ContextServiceStub(channel), trace, options, metadata, on_turn)
+            return result
+        finally:
+            bar.close()
