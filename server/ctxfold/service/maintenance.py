@@ -337,8 +337,7 @@ class Maintenance:
                 continue
             tokens = run.projection.tokens()
             if tokens > run.config.hard_limit_tokens:
-                # Keep the receipt and the failure memo, so an unchanged input does not call a failing
-                # summarizer on every turn; the view and the checkpoints stay as they were.
+                # Keep the receipts (e.g. the failed summary); the view and checkpoints stay as they were.
                 await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
                 raise budget_error(run.projection, tokens)
             return run
@@ -354,13 +353,18 @@ class Maintenance:
         if mode is Mode.PREPARE:
             if before < run.config.trigger_tokens and not overflow:
                 return
-            if not overflow and run.state.failed_fold_tokens and before <= run.state.failed_fold_tokens:
-                # The same input failed to fold before; wait until the view grows.
-                await self._pruned(run, emit)
-                if run.projection.tokens() >= run.config.trigger_tokens:
+            await self._pruned(run, emit)
+            after_prune = run.projection.tokens()
+            if (
+                not overflow
+                and before <= run.state.failed_fold_tokens
+                and after_prune <= run.config.hard_limit_tokens
+            ):
+                # The same input failed to fold before and the view still fits: wait until it grows.
+                # (A view above the hard ceiling is retried: that is the only way forward.)
+                if after_prune >= run.config.trigger_tokens:
                     await self._record(run, "blocked", "summary", before, before, "the last fold of this input failed")
                 return
-            await self._pruned(run, emit)
             if run.projection.tokens() < run.config.trigger_tokens and not overflow:
                 return
         await self._fold(run, emit, focus, one_pass=overflow)

@@ -321,6 +321,8 @@ class Store:
             orphans = select(seg.id).where(
                 seg.tenant == tenant,
                 ~select(s.id).where(s.segment_id == seg.id).exists(),
+                # A live session keeps the branches it abandoned (listable until it is deleted).
+                ~select(s.id).where(s.id == seg.owner_session_id).exists(),
                 ~select(child_seg.c.id).where(child_seg.c.parent_id == seg.id).exists(),
             )
             ids = (await conn.execute(orphans)).scalars().all()
