@@ -19,6 +19,7 @@ from ctxfold.server import RunningServer, start
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 BACKENDS = ["sqlite", "postgresql"]
+_created_databases: list[str] = []
 
 
 async def fresh_database(backend: str, tmp: Path) -> str:
@@ -41,7 +42,28 @@ async def fresh_database(backend: str, tmp: Path) -> str:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
+    _created_databases.append(name)
     return url.set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def drop_test_databases() -> AsyncIterator[None]:
+    """Drops every PostgreSQL database the session created, so repeated runs do not pile them up."""
+    yield
+    admin_url = os.environ.get("CTXFOLD_TEST_POSTGRES_URL")
+    if not admin_url or not _created_databases:
+        return
+    import asyncpg
+
+    url = make_url(admin_url)
+    conn = await asyncpg.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, database=url.database
+    )
+    try:
+        for name in _created_databases:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
 
 
 def settings_for(database: str, **overrides: object) -> Settings:

@@ -1,0 +1,89 @@
+"""Two `ctxfold serve` processes sharing one PostgreSQL database, as two replicas behind a balancer:
+concurrent Prepare calls on one session install exactly one checkpoint and lose no append."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from conftest import fresh_database
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from test_prepare import assert_view_well_formed, call, create, prepare, result, state, transcript, user
+from traces import tool_output
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def replicas(tmp_path: Path) -> AsyncIterator[list[pb_grpc.ContextServiceStub]]:
+    url = await fresh_database("postgresql", tmp_path)
+    processes = []
+    channels = []
+    try:
+        for index in range(2):
+            port = free_port()
+            processes.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "ctxfold.cli",
+                    "serve",
+                    "--listen",
+                    f"127.0.0.1:{port}",
+                    "--database",
+                    url,
+                    "--data-dir",
+                    str(tmp_path / f"replica-{index}"),
+                    env=os.environ.copy(),
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+            await asyncio.wait_for(channel.channel_ready(), 30)
+            channels.append(channel)
+        yield [pb_grpc.ContextServiceStub(channel) for channel in channels]
+    finally:
+        for channel in channels:
+            await channel.close()
+        for process in processes:
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 30)
+
+
+async def test_two_replicas_fold_one_session_once(replicas: list[pb_grpc.ContextServiceStub]) -> None:
+    a, b = replicas
+    session = await create(a, context_window=12_000)
+    await prepare(a, session.id, user("Investigate the flaky test"))
+    for i in range(12):
+        await b.AppendMessages(
+            pb.AppendMessagesRequest(
+                session_id=session.id, messages=[call(f"c{i}"), result(f"c{i}", tool_output(i, 4000))]
+            )
+        )
+    outcomes = await asyncio.gather(prepare(a, session.id, user("first")), prepare(b, session.id, user("second")))
+    for outcome in outcomes:
+        assert outcome.result.estimated_tokens <= outcome.result.hard_limit_tokens
+        assert_view_well_formed(list(outcome.result.messages))
+    contents = [m.content for m in await transcript(a, session.id)]
+    assert contents.count("first") == 1 and contents.count("second") == 1
+    assert len(contents) == 1 + 24 + 2
+    telemetry = (await state(b, session.id))["telemetry"]
+    assert isinstance(telemetry, dict) and telemetry["summary_applied"] == 1
+    head = (await a.GetSession(pb.GetSessionRequest(session_id=session.id))).session
+    assert head.checkpoint_id
+    after = (await prepare(b, session.id)).result
+    assert after.checkpoint_id == head.checkpoint_id
+    assert sum(m.summary for m in after.messages) == 1
