@@ -6,6 +6,7 @@ Without it the PostgreSQL cases skip locally and fail in CI (CI=true)."""
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -64,6 +65,13 @@ async def drop_test_databases() -> AsyncIterator[None]:
             await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (for servers started as separate processes)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def settings_for(database: str, **overrides: object) -> Settings:

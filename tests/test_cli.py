@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
+from conftest import free_port
 from ctxfold.config import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,12 +34,6 @@ SERVICE = "ctxfold.v1.ContextService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
 START_TIMEOUT = 20.0
 RPC_TIMEOUT = 10.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ctxfold_command() -> list[str]:

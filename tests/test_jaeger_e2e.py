@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from conftest import free_port
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import call, create, result, user
@@ -37,12 +37,6 @@ def query(path: str) -> dict[str, object] | None:
             return json.loads(response.read())  # type: ignore[no-any-return]
     except OSError:
         return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_a_fold_trace_reaches_jaeger(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -14,17 +13,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from conftest import fresh_database
+from conftest import free_port, fresh_database
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import assert_view_well_formed, call, create, prepare, result, state, transcript, user
 from traces import tool_output
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ctxfold.engine.errors import invalid
-from ctxfold.engine.model import ConfigInput, NewMessage, Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.model import CONFIG_FIELDS, ConfigInput, NewMessage, Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.view import ViewMessage
 from ctxfold.service.maintenance import Action, Event, Prepared, Progress, Stage
 from ctxfold.service.sessions import SessionInfo
@@ -29,37 +29,11 @@ def timestamp(seconds: float) -> Timestamp:
 
 
 def config_input(config: pb.SessionConfig) -> ConfigInput:
-    return ConfigInput(
-        context_window=config.context_window,
-        compact_ratio=config.compact_ratio,
-        tail_ratio=config.tail_ratio,
-        max_output_tokens=config.max_output_tokens,
-        summary_max_tokens=config.summary_max_tokens,
-        tool_content_max_bytes=config.tool_content_max_bytes,
-        system_prompt=config.system_prompt,
-        tools_json=config.tools_json,
-        summarizer=config.summarizer,
-        cache_ttl_seconds=config.cache_ttl_seconds,
-        prompt_cache_key=config.prompt_cache_key,
-        model=config.model,
-    )
+    return ConfigInput(**{name: getattr(config, name) for name in CONFIG_FIELDS})
 
 
 def config_pb(config: SessionConfig) -> pb.SessionConfig:
-    return pb.SessionConfig(
-        context_window=config.context_window,
-        compact_ratio=config.compact_ratio,
-        tail_ratio=config.tail_ratio,
-        max_output_tokens=config.max_output_tokens,
-        summary_max_tokens=config.summary_max_tokens,
-        tool_content_max_bytes=config.tool_content_max_bytes,
-        system_prompt=config.system_prompt,
-        tools_json=config.tools_json,
-        summarizer=config.summarizer,
-        cache_ttl_seconds=config.cache_ttl_seconds,
-        prompt_cache_key=config.prompt_cache_key,
-        model=config.model,
-    )
+    return pb.SessionConfig(**{name: getattr(config, name) for name in CONFIG_FIELDS})
 
 
 def session_pb(info: SessionInfo) -> pb.Session:

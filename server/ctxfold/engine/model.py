@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ctxfold.engine.errors import invalid
 
@@ -193,24 +193,13 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str]) -> SessionCo
     )
 
 
+# The settings every config carries: ConfigInput and SessionConfig (and the API's SessionConfig) share them.
+CONFIG_FIELDS = tuple(ConfigInput.__dataclass_fields__)
+
+
 def override_config(base: SessionConfig, overrides: ConfigInput) -> ConfigInput:
     """A fork's config: the source's values, replaced by every non-zero override."""
-    merged = ConfigInput(
-        context_window=base.context_window,
-        compact_ratio=base.compact_ratio,
-        tail_ratio=base.tail_ratio,
-        max_output_tokens=base.max_output_tokens,
-        summary_max_tokens=base.summary_max_tokens,
-        tool_content_max_bytes=base.tool_content_max_bytes,
-        system_prompt=base.system_prompt,
-        tools_json=base.tools_json,
-        summarizer=base.summarizer,
-        cache_ttl_seconds=base.cache_ttl_seconds,
-        prompt_cache_key=base.prompt_cache_key,
-        model=base.model,
-    )
-    changes = {name: getattr(overrides, name) for name in ConfigInput.__dataclass_fields__ if getattr(overrides, name)}
-    return replace(merged, **changes)
+    return ConfigInput(**{name: getattr(overrides, name) or getattr(base, name) for name in CONFIG_FIELDS})
 
 
 def config_to_json(config: SessionConfig) -> str:

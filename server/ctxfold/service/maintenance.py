@@ -303,6 +303,9 @@ class Maintenance:
         if why not in ("", "new"):
             log.warning("context state of session %s rebuilt: %s", session.id, why)
             state = state.count("state_rebuilds")
+        # Built once: a set expression inside the comprehension's condition would be rebuilt for every
+        # pruned entry (O(pruned × view) per Prepare).
+        in_view = {m.id for m in [*snapshot.kept, *snapshot.after]}
         projection = Projection(
             config=config,
             system_tokens=session.system_tokens,
@@ -311,7 +314,7 @@ class Maintenance:
             checkpoint=snapshot.checkpoint,
             kept=tuple(snapshot.kept),
             after=tuple(snapshot.after),
-            pruned={k: v for k, v in state.pruned.items() if k in {m.id for m in [*snapshot.kept, *snapshot.after]}},
+            pruned={k: v for k, v in state.pruned.items() if k in in_view},
         )
         return _Run(session, config, projection, state, snapshot.state_revision, projection.view(), projection.tokens())
 
@@ -355,11 +358,7 @@ class Maintenance:
                 return
             await self._pruned(run, emit)
             after_prune = run.projection.tokens()
-            if (
-                not overflow
-                and before <= run.state.failed_fold_tokens
-                and after_prune <= run.config.hard_limit_tokens
-            ):
+            if not overflow and before <= run.state.failed_fold_tokens and after_prune <= run.config.hard_limit_tokens:
                 # The same input failed to fold before and the view still fits: wait until it grows.
                 # (A view above the hard ceiling is retried: that is the only way forward.)
                 if after_prune >= run.config.trigger_tokens:
@@ -439,7 +438,10 @@ class Maintenance:
             index = 0
             while fold is not None:
                 index += 1
-                if not await self._fold_pass(run, summarizer, fold, index, passes, focus, emit):
+                attributes = {"ctxfold.fold.pass_index": index, "ctxfold.fold.passes_planned": passes}
+                with TRACER.start_as_current_span("ctxfold.fold.pass", attributes=attributes):
+                    committed = await self._fold_pass(run, summarizer, fold, index, passes, focus, emit)
+                if not committed:
                     break
                 if one_pass or fold.final:
                     break
@@ -457,36 +459,12 @@ class Maintenance:
         focus: str,
         emit: Emit,
     ) -> bool:
-        """One summarizer call and its install; False when the pass failed (nothing installed)."""
-        with TRACER.start_as_current_span("ctxfold.fold.pass") as span:
-            span.set_attributes(
-                {
-                    "ctxfold.session.id": run.session.id,
-                    "ctxfold.fold.pass_index": index,
-                    "ctxfold.fold.passes_planned": passes,
-                }
-            )
-            committed = await self._fold_pass_traced(run, summarizer, fold, index, passes, focus, emit)
-            span.set_attribute("ctxfold.fold.pass_committed", committed)
-            if not committed:
-                span.set_status(StatusCode.ERROR, run.state.last_receipt.reason if run.state.last_receipt else "failed")
-            return committed
-
-    async def _fold_pass_traced(
-        self,
-        run: _Run,
-        summarizer: Summarizer,
-        fold: FoldPass,
-        index: int,
-        passes: int,
-        focus: str,
-        emit: Emit,
-    ) -> bool:
+        """One summarizer call and its install (inside the pass's span); False when the pass failed
+        (nothing installed)."""
         projection = run.projection
         before = projection.tokens()
-        trace.get_current_span().set_attributes(
-            {"ctxfold.tokens.before": before, "ctxfold.fold.input_tokens": fold.input_tokens}
-        )
+        span = trace.get_current_span()
+        span.set_attributes({"ctxfold.tokens.before": before, "ctxfold.fold.input_tokens": fold.input_tokens})
         await emit(
             Progress(
                 Stage.PASS_STARTED,
@@ -530,12 +508,13 @@ class Maintenance:
             elif candidate.tokens() >= before:
                 failure = f"the candidate ({candidate.tokens()} tokens) is not smaller than the view ({before})"
         if failure or candidate is None or checkpoint is None:
+            span.set_status(StatusCode.ERROR, failure)
             await emit(Progress(Stage.PASS_FAILED, failure, pass_index=index, passes_planned=passes))
             run.state = replace(run.state, failed_fold_tokens=before)
             await self._record(run, "failed", "summary", before, before, failure)
             return False
         after = candidate.tokens()
-        trace.get_current_span().set_attributes({"ctxfold.tokens.after": after, "ctxfold.checkpoint.id": checkpoint.id})
+        span.set_attributes({"ctxfold.tokens.after": after, "ctxfold.checkpoint.id": checkpoint.id})
         state = replace(
             run.state,
             pruned=dict(candidate.pruned),
