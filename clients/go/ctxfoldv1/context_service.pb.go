@@ -335,7 +335,7 @@ func (x *ToolCall) GetArguments() string {
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Output only. The canonical message's id; in a view, the id of the message it renders
-	// (empty for the summary message).
+	// (empty for the summary message and for the system prompt of the session's config).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Output only. Position in the session's transcript, starting at 1.
 	Seq int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -536,7 +536,7 @@ type SessionConfig struct {
 	// Output tokens the agent asks the provider for; counted in every estimate. 0 = the agent
 	// does not set it and nothing is reserved beyond the 256-token safety margin.
 	MaxOutputTokens int64 `protobuf:"varint,4,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
-	// Upper bound of one summary in tokens. Default 8192.
+	// Upper bound of one summary in tokens. Default min(8192, context_window / 8), at least 256.
 	SummaryMaxTokens int64 `protobuf:"varint,5,opt,name=summary_max_tokens,json=summaryMaxTokens,proto3" json:"summary_max_tokens,omitempty"`
 	// Bound of a tool result's provider-visible content in UTF-8 bytes. Default 32768;
 	// allowed range [4096, 1048576].

@@ -205,7 +205,7 @@ class Message(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Output only. The canonical message's id; in a view, the id of the message it renders
-    (empty for the summary message).
+    (empty for the summary message and for the system prompt of the session's config).
     """
     seq: _builtins.int
     """Output only. Position in the session's transcript, starting at 1."""
@@ -305,7 +305,7 @@ class SessionConfig(_message.Message):
     does not set it and nothing is reserved beyond the 256-token safety margin.
     """
     summary_max_tokens: _builtins.int
-    """Upper bound of one summary in tokens. Default 8192."""
+    """Upper bound of one summary in tokens. Default min(8192, context_window / 8), at least 256."""
     tool_content_max_bytes: _builtins.int
     """Bound of a tool result's provider-visible content in UTF-8 bytes. Default 32768;
     allowed range [4096, 1048576].

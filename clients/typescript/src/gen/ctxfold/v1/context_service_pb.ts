@@ -57,7 +57,7 @@ export const ToolCallSchema: GenMessage<ToolCall> = /*@__PURE__*/
 export type Message = Message$1<"ctxfold.v1.Message"> & {
   /**
    * Output only. The canonical message's id; in a view, the id of the message it renders
-   * (empty for the summary message).
+   * (empty for the summary message and for the system prompt of the session's config).
    *
    * @generated from field: string id = 1;
    */
@@ -221,7 +221,7 @@ export type SessionConfig = Message$1<"ctxfold.v1.SessionConfig"> & {
   maxOutputTokens: bigint;
 
   /**
-   * Upper bound of one summary in tokens. Default 8192.
+   * Upper bound of one summary in tokens. Default min(8192, context_window / 8), at least 256.
    *
    * @generated from field: int64 summary_max_tokens = 5;
    */

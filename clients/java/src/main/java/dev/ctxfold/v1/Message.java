@@ -67,7 +67,7 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Output only. The canonical message's id; in a view, the id of the message it renders
-   * (empty for the summary message).
+   * (empty for the summary message and for the system prompt of the session's config).
    * </pre>
    *
    * <code>string id = 1;</code>
@@ -89,7 +89,7 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Output only. The canonical message's id; in a view, the id of the message it renders
-   * (empty for the summary message).
+   * (empty for the summary message and for the system prompt of the session's config).
    * </pre>
    *
    * <code>string id = 1;</code>
@@ -1353,7 +1353,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Output only. The canonical message's id; in a view, the id of the message it renders
-     * (empty for the summary message).
+     * (empty for the summary message and for the system prompt of the session's config).
      * </pre>
      *
      * <code>string id = 1;</code>
@@ -1374,7 +1374,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Output only. The canonical message's id; in a view, the id of the message it renders
-     * (empty for the summary message).
+     * (empty for the summary message and for the system prompt of the session's config).
      * </pre>
      *
      * <code>string id = 1;</code>
@@ -1396,7 +1396,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Output only. The canonical message's id; in a view, the id of the message it renders
-     * (empty for the summary message).
+     * (empty for the summary message and for the system prompt of the session's config).
      * </pre>
      *
      * <code>string id = 1;</code>
@@ -1414,7 +1414,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Output only. The canonical message's id; in a view, the id of the message it renders
-     * (empty for the summary message).
+     * (empty for the summary message and for the system prompt of the session's config).
      * </pre>
      *
      * <code>string id = 1;</code>
@@ -1429,7 +1429,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Output only. The canonical message's id; in a view, the id of the message it renders
-     * (empty for the summary message).
+     * (empty for the summary message and for the system prompt of the session's config).
      * </pre>
      *
      * <code>string id = 1;</code>

@@ -13,7 +13,7 @@ public interface MessageOrBuilder extends
   /**
    * <pre>
    * Output only. The canonical message's id; in a view, the id of the message it renders
-   * (empty for the summary message).
+   * (empty for the summary message and for the system prompt of the session's config).
    * </pre>
    *
    * <code>string id = 1;</code>
@@ -23,7 +23,7 @@ public interface MessageOrBuilder extends
   /**
    * <pre>
    * Output only. The canonical message's id; in a view, the id of the message it renders
-   * (empty for the summary message).
+   * (empty for the summary message and for the system prompt of the session's config).
    * </pre>
    *
    * <code>string id = 1;</code>

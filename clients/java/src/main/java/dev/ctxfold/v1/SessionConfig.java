@@ -123,7 +123,7 @@ private static final long serialVersionUID = 0L;
   private long summaryMaxTokens_ = 0L;
   /**
    * <pre>
-   * Upper bound of one summary in tokens. Default 8192.
+   * Upper bound of one summary in tokens. Default min(8192, context_window / 8), at least 256.
    * </pre>
    *
    * <code>int64 summary_max_tokens = 5;</code>
@@ -1151,7 +1151,7 @@ private static final long serialVersionUID = 0L;
     private long summaryMaxTokens_ ;
     /**
      * <pre>
-     * Upper bound of one summary in tokens. Default 8192.
+     * Upper bound of one summary in tokens. Default min(8192, context_window / 8), at least 256.
      * </pre>
      *
      * <code>int64 summary_max_tokens = 5;</code>
@@ -1163,7 +1163,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Upper bound of one summary in tokens. Default 8192.
+     * Upper bound of one summary in tokens. Default min(8192, context_window / 8), at least 256.
      * </pre>
      *
      * <code>int64 summary_max_tokens = 5;</code>
@@ -1179,7 +1179,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Upper bound of one summary in tokens. Default 8192.
+     * Upper bound of one summary in tokens. Default min(8192, context_window / 8), at least 256.
      * </pre>
      *
      * <code>int64 summary_max_tokens = 5;</code>

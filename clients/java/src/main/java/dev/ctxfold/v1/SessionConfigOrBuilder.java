@@ -54,7 +54,7 @@ public interface SessionConfigOrBuilder extends
 
   /**
    * <pre>
-   * Upper bound of one summary in tokens. Default 8192.
+   * Upper bound of one summary in tokens. Default min(8192, context_window / 8), at least 256.
    * </pre>
    *
    * <code>int64 summary_max_tokens = 5;</code>
