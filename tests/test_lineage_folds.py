@@ -195,3 +195,31 @@ async def test_concurrent_rewinds_leave_one_consistent_result(stub: pb_grpc.Cont
         assert not isinstance(r, BaseException) or (
             isinstance(r, grpc.aio.AioRpcError) and r.code() == grpc.StatusCode.INVALID_ARGUMENT
         )
+
+
+async def test_fork_during_a_fold_takes_what_is_committed(
+    paused: tuple[pb_grpc.ContextServiceStub, asyncio.Event, asyncio.Event],
+) -> None:
+    stub, reached, release = paused
+    session = await create(stub, context_window=WINDOW)
+    await prepare(stub, session.id, user("audit"))
+    for i in range(30):
+        await stub.AppendMessages(
+            pb.AppendMessagesRequest(
+                session_id=session.id, messages=[call(f"c{i}"), result(f"c{i}", tool_output(i, 1500))]
+            )
+        )
+    folding = asyncio.create_task(compact(stub, session.id))
+    await asyncio.wait_for(reached.wait(), 10)
+    fork = (await stub.Fork(pb.ForkRequest(session_id=session.id))).session
+    assert fork.checkpoint_id == ""  # the fold has not installed anything yet
+    release.set()
+    outcome = await asyncio.wait_for(folding, 20)
+    assert outcome.result.action == pb.ACTION_FOLDED  # a fork does not make the source's fold stale
+    assert (await head(stub, fork.id)).checkpoint_id == ""
+    # The fork is above its trigger too and folds on its own chain; the source's fold stays its own.
+    view = (await prepare(stub, fork.id)).result
+    assert view.estimated_tokens <= view.hard_limit_tokens
+    fork_head, source_head = await head(stub, fork.id), await head(stub, session.id)
+    assert source_head.checkpoint_id == outcome.result.checkpoint_id
+    assert fork_head.checkpoint_id not in ("", source_head.checkpoint_id)
