@@ -70,12 +70,17 @@ def test_refs_of_earlier_folds_are_rolled_forward() -> None:
             assert m.result_ref in text
 
 
+def ref(i: int) -> str:
+    """A made-up result_ref of the real shape."""
+    return "tr_" + "".join("abcdefghijklmnopqrstuvwxyz234567"[(i >> (5 * k)) % 32] for k in range(16))
+
+
 def test_the_ref_list_keeps_the_newest_within_its_share_and_counts_the_rest() -> None:
-    refs = " ".join(f"tr_{i:032x}" for i in range(300))
+    refs = " ".join(ref(i) for i in range(300))
     previous = f"{HEADER}\n\n{REFS_LABEL}{refs}"
     messages = conversation(2)
     text = briefing(request_for(messages, max_tokens=1500, previous=previous))
     assert estimator.count_text(text) <= 1500
     assert all(m.result_ref in text for m in messages if m.role is Role.TOOL)
-    assert f"tr_{299:032x}" in text and f"tr_{0:032x}" not in text
+    assert ref(299) in text and ref(0) not in text
     assert "older ones: ListMessages shows every tool result" in text

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import grpc
 import pytest
 
 from conftest import fresh_database, settings_for
+from ctxfold.engine.tool_results import RESULT_REF
 from ctxfold.server import RunningServer, start
 from ctxfold.service.maintenance import Hooks
 from ctxfold.v1 import context_service_pb2 as pb
@@ -96,7 +96,7 @@ async def test_fork_after_three_folds_reuses_them_and_stays_independent(stub: pb
     assert first.result.action == pb.ACTION_NONE and not first.progress
     assert view_key(list(first.result.messages)) == view_key(list(source_view.messages))
     summary = next(m for m in first.result.messages if m.summary)
-    refs = re.findall(r"tr_[0-9a-f]{32}", summary.content)
+    refs = RESULT_REF.findall(summary.content)
     assert refs
     for ref in refs:
         page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=fork.id, result_ref=ref, limit=64))

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from ctxfold.engine.errors import invalid
 
+# What a result_ref looks like (minted by the store as "tr_" + 16 base32 characters).
+RESULT_REF = re.compile(r"\btr_[a-z2-7]{16}\b")
 DEFAULT_PAGE_BYTES = 16384
 MAX_PAGE_BYTES = 24576
 MIN_PAGE_BYTES = 4  # one UTF-8 character always fits

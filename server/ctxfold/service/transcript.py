@@ -10,7 +10,7 @@ from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage,
 from ctxfold.engine.tool_results import bound_tool_content
 from ctxfold.engine.transcript import AppendLimits, advance_open_calls, validate_new_messages
 from ctxfold.service.paging import decode_token, encode_token, page_size
-from ctxfold.store.repository import MessageRow, SessionRecord, Store, new_id
+from ctxfold.store.repository import MessageRow, SessionRecord, Store, new_id, new_result_ref
 
 MAX_REQUEST_ID_CHARS = 128
 
@@ -21,7 +21,7 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
     for message in messages:
         result_ref, raw, raw_bytes, truncated, content = "", None, 0, False, message.content
         if message.role is Role.TOOL:
-            result_ref = new_id("tr")
+            result_ref = new_result_ref()
             bounded = bound_tool_content(message.content, config.tool_content_max_bytes, result_ref)
             content, raw_bytes, truncated = bounded.content, bounded.raw_bytes, bounded.truncated
             raw = message.content.encode() if truncated else None

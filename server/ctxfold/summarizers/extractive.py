@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ctxfold.engine import estimator
 from ctxfold.engine.model import Role
+from ctxfold.engine.tool_results import RESULT_REF
 from ctxfold.summarizers.base import SECTIONS, OnDelta, SummaryRequest, SummaryResult
 
 _PATH = re.compile(
@@ -20,7 +21,6 @@ HEADER = "[ctxfold summary of earlier conversation]"
 REFS_LABEL = "Folded tool results (read with ReadToolResult by result_ref): "
 # At most this share of the summary lists refs; the newest are kept.
 REFS_SHARE = 0.4
-_REF = re.compile(r"\btr_[0-9a-f]{32}\b")
 _OMITTED = re.compile(r"\(and (\d+) older ones:")
 
 
@@ -86,7 +86,7 @@ def _refs_line(refs: Sequence[str], omitted: int) -> str:
 def _folded_refs(request: SummaryRequest) -> tuple[list[str], int]:
     """Every folded result's ref, the previous summary's first (rolled forward), newest kept when the
     list would take more than REFS_SHARE of the summary; also how many were left out."""
-    previous = _REF.findall(request.previous_summary)
+    previous = RESULT_REF.findall(request.previous_summary)
     omitted_before = sum(int(n) for n in _OMITTED.findall(request.previous_summary))
     new = [m.source.result_ref for m in request.folded if m.role is Role.TOOL and m.source and m.source.result_ref]
     refs = list(dict.fromkeys([*previous, *new]))
