@@ -1,0 +1,506 @@
+"""Shared pieces of the Prepare, fork, load and scale benchmarks (not a benchmark itself).
+
+Real traces as a endless message source, fresh databases on both backends, an in-process server,
+timing hooks around the server's own code, and small statistics and table helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import glob
+import json
+import math
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from sqlalchemy.engine import make_url
+
+from ctxfold.config import Settings
+from ctxfold.engine import estimator
+from ctxfold.engine.model import ToolCall
+from ctxfold.server import RunningServer, start
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_TRACES = REPO.parent / "shared" / "traces"
+BACKENDS = ("sqlite", "postgresql")
+ROLES = {"system": pb.ROLE_SYSTEM, "user": pb.ROLE_USER, "assistant": pb.ROLE_ASSISTANT, "tool": pb.ROLE_TOOL}
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+
+
+# ---- traces as an endless, well-formed message stream ---------------------------------------------
+
+
+def _message(raw: dict[str, Any]) -> pb.Message:
+    return pb.Message(
+        role=ROLES[raw["role"]],
+        content=raw.get("content") or "",
+        tool_calls=[
+            pb.ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"].get("arguments") or "")
+            for c in raw.get("tool_calls") or []
+        ],
+        tool_call_id=raw.get("tool_call_id") or "",
+        reasoning_content=raw.get("reasoning_content") or "",
+    )
+
+
+@functools.cache
+def trace_messages(directory: Path = DEFAULT_TRACES) -> tuple[tuple[pb.Message, ...], ...]:
+    """Every trace's messages without its system prompt, cut after its last complete call group (a
+    final assistant call without results is dropped), so traces can follow each other in one session."""
+    traces = []
+    for path in sorted(glob.glob(str(directory / "*.json"))):
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)["messages"]
+        messages = [_message(m) for m in raw if m["role"] != "system"]
+        waiting: set[str] = set()
+        complete = 0
+        for index, m in enumerate(messages):
+            if m.role == pb.ROLE_TOOL:
+                waiting.discard(m.tool_call_id)
+            elif m.role == pb.ROLE_ASSISTANT:
+                waiting = {c.id for c in m.tool_calls}
+            if not waiting:
+                complete = index + 1
+        traces.append(tuple(messages[:complete]))
+    if not traces:
+        raise SystemExit(f"no traces (*.json) in {directory}")
+    return tuple(traces)
+
+
+def message_tokens(m: pb.Message) -> int:
+    """The estimator's count for a message as appended (tool results over 32 KiB are bounded by the
+    server, so this slightly overestimates them; benchmarks read exact counts back)."""
+    calls = [ToolCall(c.id, c.name, c.arguments) for c in m.tool_calls]
+    return estimator.message_tokens(m.content, calls, m.reasoning_content) + estimator.PER_MESSAGE_TOKENS
+
+
+class MessageSource:
+    """The recorded traces laid end to end, over and over: real user requests, assistant tool calls and
+    tool results. Tool call ids get a per-lap suffix so they never repeat within a session."""
+
+    def __init__(self, directory: Path = DEFAULT_TRACES, start: int = 0):
+        self.traces = trace_messages(directory)
+        self.lap = 0
+        self._iter = self._messages(start)
+
+    def _messages(self, start: int) -> Iterator[pb.Message]:
+        index = start
+        while True:
+            trace = self.traces[index % len(self.traces)]
+            suffix = f"-{uuid.uuid4().hex[:6]}"
+            for original in trace:
+                m = pb.Message()
+                m.CopyFrom(original)
+                for c in m.tool_calls:
+                    c.id += suffix
+                if m.tool_call_id:
+                    m.tool_call_id += suffix
+                yield m
+            index += 1
+
+    def take(self, tokens: int, max_messages: int = 1000) -> list[pb.Message]:
+        """At least `tokens` (estimated) worth of messages, ending after a complete call group; stops
+        early at `max_messages` (also at a group boundary when possible)."""
+        out: list[pb.Message] = []
+        total = 0
+        waiting: set[str] = set()
+        while True:
+            if (total >= tokens or len(out) >= max_messages) and not waiting:
+                return out
+            m = next(self._iter)
+            if m.role == pb.ROLE_TOOL:
+                waiting.discard(m.tool_call_id)
+            elif m.role == pb.ROLE_ASSISTANT:
+                waiting = {c.id for c in m.tool_calls}
+            out.append(m)
+            total += message_tokens(m)
+
+
+def user_message(index: int) -> pb.Message:
+    """A short user turn (about 15 tokens), far below any trigger."""
+    return pb.Message(role=pb.ROLE_USER, content=f"Step {index}: run the tests again and report what changed.")
+
+
+# ---- databases and servers ------------------------------------------------------------------------
+
+
+async def admin_execute(admin_url: str, statement: str) -> str:
+    """Runs one statement on the cluster's admin database; returns the first value (or "")."""
+    import asyncpg  # type: ignore[import-untyped]
+
+    url = make_url(admin_url)
+    conn = await asyncpg.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, database=url.database
+    )
+    try:
+        value = await conn.fetchval(statement)
+    finally:
+        await conn.close()
+    return "" if value is None else str(value)
+
+
+async def pg_connect(url: str) -> Any:
+    import asyncpg
+
+    u = make_url(url)
+    return await asyncpg.connect(host=u.host, port=u.port, user=u.username, password=u.password, database=u.database)
+
+
+@dataclass
+class Database:
+    backend: str
+    url: str
+    version: str
+    admin_url: str = ""
+    name: str = ""  # PostgreSQL: the database to drop afterwards
+    path: Path | None = None  # SQLite: the file
+
+    async def drop(self) -> None:
+        if self.backend == "postgresql" and self.name:
+            await admin_execute(self.admin_url, f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+def _sqlite_database(tmp: Path, label: str) -> Database:
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / f"{label}-{uuid.uuid4().hex[:8]}.db"
+    return Database("sqlite", f"sqlite:///{path}", sqlite3.sqlite_version, path=path)
+
+
+async def fresh_database(backend: str, tmp: Path, admin_url: str, label: str = "bench") -> Database:
+    if backend == "sqlite":
+        return _sqlite_database(tmp, label)
+    name = f"ctxfold_{label}_{uuid.uuid4().hex[:10]}"
+    await admin_execute(admin_url, f'CREATE DATABASE "{name}"')
+    version = await admin_execute(admin_url, "SHOW server_version")
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    return Database("postgresql", url, version, admin_url, name)
+
+
+def server_settings(database: Database, tmp: Path, **overrides: Any) -> Settings:
+    return Settings(listen="127.0.0.1:0", database=database.url, data_dir=str(tmp), grace_seconds=2.0, **overrides)
+
+
+@dataclass
+class Served:
+    """An in-process server on a fresh database, and a client channel to it over loopback."""
+
+    database: Database
+    server: RunningServer
+    channel: grpc.aio.Channel
+    stub: pb_grpc.ContextServiceStub
+
+    @property
+    def backend(self) -> str:
+        return self.database.backend
+
+
+async def serve_in_process(database: Database, tmp: Path, **overrides: Any) -> Served:
+    server = await start(server_settings(database, tmp, **overrides))
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}", options=CHANNEL_OPTIONS)
+    return Served(database, server, channel, pb_grpc.ContextServiceStub(channel))
+
+
+async def close_served(served: Served) -> None:
+    await served.channel.close()
+    await served.server.stop(grace=1.0)
+    await served.database.drop()
+
+
+def postgres_url_arg(value: str) -> str:
+    return value or os.environ.get("CTXFOLD_TEST_POSTGRES_URL", "")
+
+
+def backends_arg(text: str, postgres_url: str, error: Callable[[str], Any]) -> tuple[str, ...]:
+    """Parses --backends; drops PostgreSQL (with a note) when no cluster URL is known."""
+    backends = tuple(b.strip() for b in text.split(",") if b.strip())
+    if not backends or set(backends) - set(BACKENDS):
+        error(f"--backends: choose from {', '.join(BACKENDS)}")
+    if "postgresql" in backends and not postgres_url:
+        print("PostgreSQL skipped: set CTXFOLD_TEST_POSTGRES_URL or --postgres-url", flush=True, file=sys.stderr)
+        backends = tuple(b for b in backends if b != "postgresql")
+        if not backends:
+            error("no backend left to measure")
+    return backends
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ---- RPC helpers ----------------------------------------------------------------------------------
+
+
+@dataclass
+class PrepareOutcome:
+    result: pb.PreparedContext
+    result_bytes: int  # serialized size of the PrepareResponse that carried the result
+    progress: int
+    seconds: float
+
+
+async def prepare(stub: pb_grpc.ContextServiceStub, request: pb.PrepareRequest) -> PrepareOutcome:
+    started = time.perf_counter()
+    result: pb.PreparedContext | None = None
+    size = 0
+    progress = 0
+    async for event in stub.Prepare(request):
+        if event.HasField("result"):
+            result, size = event.result, event.ByteSize()
+        else:
+            progress += 1
+    elapsed = time.perf_counter() - started
+    assert result is not None, "Prepare ended without a result"
+    return PrepareOutcome(result, size, progress, elapsed)
+
+
+async def compact(stub: pb_grpc.ContextServiceStub, session_id: str) -> PrepareOutcome:
+    started = time.perf_counter()
+    result: pb.PreparedContext | None = None
+    size = 0
+    progress = 0
+    async for event in stub.Compact(pb.CompactRequest(session_id=session_id)):
+        if event.HasField("result"):
+            result, size = event.result, event.ByteSize()
+        else:
+            progress += 1
+    assert result is not None, "Compact ended without a result"
+    return PrepareOutcome(result, size, progress, time.perf_counter() - started)
+
+
+async def append(stub: pb_grpc.ContextServiceStub, session_id: str, messages: Sequence[pb.Message]) -> int:
+    """Appends; returns the tokens the server counted for the stored messages (with overhead)."""
+    total = 0
+    for offset in range(0, len(messages), 500):
+        response = await stub.AppendMessages(
+            pb.AppendMessagesRequest(session_id=session_id, messages=messages[offset : offset + 500])
+        )
+        total += sum(m.tokens + estimator.PER_MESSAGE_TOKENS for m in response.messages)
+    return total
+
+
+@dataclass
+class Built:
+    session_id: str
+    canonical_tokens: int  # stored tokens of every live message (with per-message overhead)
+    messages: int
+    view_tokens: int
+    view_messages: int
+    view_version: int
+    folds: int
+    prunes: int
+    checkpoint_id: str
+    seconds: float
+
+
+async def build_session(
+    stub: pb_grpc.ContextServiceStub,
+    config: pb.SessionConfig,
+    canonical_tokens: int,
+    view_tokens: int,
+    source: MessageSource,
+    chunk_tokens: int = 20_000,
+) -> Built:
+    """A session whose canonical transcript holds about `canonical_tokens` and whose view ends at about
+    `view_tokens` (or all of it, when the transcript is smaller). Messages go in with AppendMessages in
+    big batches; after each batch a Prepare (no append) lets the server prune and fold as an agent's
+    next model call would. When the view would end far above `view_tokens`, a Compact folds it first."""
+    started = time.perf_counter()
+    session = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session
+    sid = session.id
+    total = count = folds = prunes = 0
+    view = 0
+    trigger = int((config.compact_ratio or 0.8) * config.context_window)
+
+    async def step(messages: list[pb.Message]) -> PrepareOutcome:
+        nonlocal total, count, folds, prunes, view
+        total += await append(stub, sid, messages)
+        count += len(messages)
+        outcome = await prepare(stub, pb.PrepareRequest(session_id=sid))
+        folds += outcome.result.action == pb.ACTION_FOLDED
+        prunes += outcome.result.action == pb.ACTION_PRUNED
+        view = outcome.result.estimated_tokens
+        return outcome
+
+    outcome = None
+    # Phase 1: history. Stop early enough that the last stretch can end with the view at its target.
+    while total + max(0, view_tokens - view) < canonical_tokens:
+        budget = min(chunk_tokens, canonical_tokens - total, max(1000, trigger - view - 2000))
+        outcome = await step(source.take(budget))
+    # Phase 2: bring the view to its target: fold first if it is well above, then fill it up.
+    if view > view_tokens * 1.1 and canonical_tokens > view_tokens:
+        outcome = await compact(stub, sid)
+        folds += outcome.result.action == pb.ACTION_FOLDED
+        view = outcome.result.estimated_tokens
+    target = min(view_tokens, canonical_tokens)
+    while view < target - min(2000, target // 10):
+        budget = min(chunk_tokens, target - view)
+        outcome = await step(source.take(budget))
+    if outcome is None:
+        outcome = await step(source.take(1))
+    result = outcome.result
+    return Built(
+        sid,
+        total,
+        count,
+        result.estimated_tokens,
+        result.view_message_count,
+        result.view_version,
+        folds,
+        prunes,
+        result.checkpoint_id,
+        time.perf_counter() - started,
+    )
+
+
+# ---- timing hooks around the server's own code (in-process servers only) --------------------------
+
+
+@dataclass
+class Samples:
+    """Durations recorded by a hook, tagged by the session they belong to."""
+
+    by_session: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, session_id: str, seconds: float) -> None:
+        self.by_session.setdefault(session_id, []).append(seconds)
+
+    def take(self, session_id: str) -> list[float]:
+        return self.by_session.pop(session_id, [])
+
+
+@contextlib.contextmanager
+def timed_async_generator(owner: Any, name: str, samples: Samples, session_arg: int) -> Iterator[None]:
+    """Wraps the method `owner.name` (returning an async iterator) so that the time from its first
+    iteration until it is exhausted is recorded under the session id (positional argument `session_arg`,
+    counting `self` as 0). Restores the method on exit."""
+    original = getattr(owner, name)
+
+    # An async generator function itself: grpc.aio treats any other streaming handler as synchronous.
+    @functools.wraps(original)
+    async def wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        started = time.perf_counter()
+        try:
+            async for item in original(*args, **kwargs):
+                yield item
+        finally:
+            samples.add(_session_of(args, session_arg), time.perf_counter() - started)
+
+    setattr(owner, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def _session_of(args: Sequence[Any], index: int) -> str:
+    value = args[index]
+    return str(getattr(value, "session_id", value))
+
+
+@contextlib.contextmanager
+def timed_coroutine(owner: Any, name: str, samples: Samples, key: Callable[..., str]) -> Iterator[None]:
+    """Wraps the coroutine method `owner.name`; records its duration under `key(*args)`."""
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await original(*args, **kwargs)
+        finally:
+            samples.add(key(*args, **kwargs), time.perf_counter() - started)
+
+    setattr(owner, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+# ---- statistics and output ------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "grpc": grpc.__version__,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align_left: int = 1) -> str:
+    """A plain text table; the first `align_left` columns are left-aligned, numbers formatted."""
+
+    def fmt(value: Any) -> str:
+        if isinstance(value, float):
+            if value == 0:
+                return "0"
+            if abs(value) >= 100:
+                return f"{value:,.0f}"
+            if abs(value) >= 10:
+                return f"{value:.1f}"
+            return f"{value:.2f}"
+        if isinstance(value, int):
+            return f"{value:,}"
+        return str(value)
+
+    cells = [[fmt(v) for v in row] for row in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in cells)) if cells else len(str(h)) for i, h in enumerate(header)]
+    out = []
+
+    def line(values: Sequence[str]) -> str:
+        pairs = enumerate(zip(values, widths, strict=True))
+        parts = [v.ljust(w) if i < align_left else v.rjust(w) for i, (v, w) in pairs]
+        return "  ".join(parts).rstrip()
+
+    out.append(line([str(h) for h in header]))
+    out.append("-" * len(out[0]))
+    out.extend(line(r) for r in cells)
+    return "\n".join(out)
+
+
+def write_json(result: dict[str, Any], json_path: str | None, table: str) -> None:
+    """`--json` alone: JSON on stdout instead of the table; `--json PATH`: table on stdout, JSON to PATH."""
+    if json_path == "-":
+        print(json.dumps(result, indent=2), flush=True)
+        return
+    print(table, flush=True)
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
+
+
+async def gather_limited(coroutines: Sequence[Any], limit: int) -> list[Any]:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(c: Any) -> Any:
+        async with semaphore:
+            return await c
+
+    return await asyncio.gather(*(one(c) for c in coroutines))
