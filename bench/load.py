@@ -137,6 +137,17 @@ def _spawn(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
 SCRIPT = str(Path(__file__).resolve())
 
 
+async def _ready(port: int, popen: subprocess.Popen[bytes], log_path: Path) -> None:
+    """Waits until the process serves; stops it (only it) when it does not."""
+    try:
+        await wait_serving(port, popen, log_path)
+    except BaseException:
+        if popen.poll() is None:
+            popen.kill()
+            await asyncio.to_thread(popen.wait)
+        raise
+
+
 async def start_ctxfold(database: bl.Database, tmp: Path) -> Process:
     port = free_port()
     log_path = tmp / f"serve-{database.backend}-{port}.log"
@@ -144,7 +155,7 @@ async def start_ctxfold(database: bl.Database, tmp: Path) -> Process:
     command += ["--database", database.url, "--data-dir", str(tmp), "--log-level", "WARNING"]
     command += ["--max-concurrent-rpcs", "1024", "--grace-seconds", "2"]
     popen = _spawn(command, log_path)
-    await wait_serving(port, popen, log_path)
+    await _ready(port, popen, log_path)
     return Process(database.backend, popen, port, log_path)
 
 
@@ -155,7 +166,7 @@ async def start_echo(response: bytes, tmp: Path) -> Process:
     log_path = tmp / "echo.log"
     command = [sys.executable, SCRIPT, "--echo-server", str(port), "--echo-response", str(payload)]
     popen = _spawn(command, log_path)
-    await wait_serving(port, popen, log_path)
+    await _ready(port, popen, log_path)
     return Process("echo", popen, port, log_path)
 
 
@@ -338,47 +349,50 @@ async def run(opts: Options) -> dict[str, Any]:
         databases: list[bl.Database] = []
         targets: dict[str, Target] = {}
         try:
-            for name in opts.backends:
-                database = await bl.fresh_database(name, tmp / name, opts.postgres_url, "load")
-                databases.append(database)
-                process = await start_ctxfold(database, tmp / name)
-                target = open_target(name, process, echo=False)
-                targets[name] = target
-                stub = pb_grpc.ContextServiceStub(target.channel)
-                target.sessions = await create_sessions(stub, max(opts.concurrency), opts.prefill_tokens, opts.traces)
-                bl.log(f"{name}: server pid {process.pid}, {len(target.sessions)} sessions ready")
-            # a recorded Prepare answer of the size the load sees, for the echo server to send back
-            first = next(iter(targets.values()))
-            await call(first, first.sessions[0])
-            response = await recorded_response(first)
-            echo = await start_echo(response, tmp)
-            targets["echo"] = open_target("echo", echo, echo=True)
-            targets["echo"].sessions = [f"echo-{i}" for i in range(max(opts.concurrency))]
-            for target in targets.values():  # warm-up, not counted
-                for concurrency in opts.concurrency:
-                    await run_window(target, concurrency, opts.warmup_seconds)
-            rounds: list[dict[str, dict[str, dict[str, float]]]] = []
-            for index in range(opts.rounds):
-                order = list(targets) if index % 2 == 0 else list(targets)[::-1]
-                result: dict[str, dict[str, dict[str, float]]] = {name: {} for name in order}
-                for concurrency in opts.concurrency:
-                    for name in order:
-                        window = await run_window(targets[name], concurrency, opts.seconds)
-                        result[name][str(concurrency)] = window.metrics()
-                rounds.append(result)
-                bl.log(f"round {index + 1}/{opts.rounds} done")
-            rss_after_load = {name: rss_kib(t.process.pid) for name, t in targets.items()}
+            try:
+                for name in opts.backends:
+                    database = await bl.fresh_database(name, tmp / name, opts.postgres_url, "load")
+                    databases.append(database)
+                    process = await start_ctxfold(database, tmp / name)
+                    target = open_target(name, process, echo=False)
+                    targets[name] = target
+                    stub = pb_grpc.ContextServiceStub(target.channel)
+                    count = max(opts.concurrency)
+                    target.sessions = await create_sessions(stub, count, opts.prefill_tokens, opts.traces)
+                    bl.log(f"{name}: server pid {process.pid}, {len(target.sessions)} sessions ready")
+                # a recorded Prepare answer of the size the load sees, for the echo server to send back
+                first = next(iter(targets.values()))
+                await call(first, first.sessions[0])
+                response = await recorded_response(first)
+                echo = await start_echo(response, tmp)
+                targets["echo"] = open_target("echo", echo, echo=True)
+                targets["echo"].sessions = [f"echo-{i}" for i in range(max(opts.concurrency))]
+                for target in targets.values():  # warm-up, not counted
+                    for concurrency in opts.concurrency:
+                        await run_window(target, concurrency, opts.warmup_seconds)
+                rounds: list[dict[str, dict[str, dict[str, float]]]] = []
+                for index in range(opts.rounds):
+                    order = list(targets) if index % 2 == 0 else list(targets)[::-1]
+                    result: dict[str, dict[str, dict[str, float]]] = {name: {} for name in order}
+                    for concurrency in opts.concurrency:
+                        for name in order:
+                            window = await run_window(targets[name], concurrency, opts.seconds)
+                            result[name][str(concurrency)] = window.metrics()
+                    rounds.append(result)
+                    bl.log(f"round {index + 1}/{opts.rounds} done")
+                rss_after_load = {name: rss_kib(t.process.pid) for name, t in targets.items()}
+            finally:
+                for target in targets.values():
+                    await target.channel.close()
+                    await stop(target.process)
+            memory = {}
+            if opts.idle_batches:
+                for database in databases:
+                    memory[database.backend] = await idle_memory(database, tmp / database.backend, opts)
+                    bl.log(f"{database.backend}: idle-session memory measured")
         finally:
-            for target in targets.values():
-                await target.channel.close()
-                await stop(target.process)
-        memory = {}
-        if opts.idle_batches:
             for database in databases:
-                memory[database.backend] = await idle_memory(database, tmp / database.backend, opts)
-                bl.log(f"{database.backend}: idle-session memory measured")
-        for database in databases:
-            await database.drop()
+                await database.drop()
     versions = {d.backend: d.version for d in databases}
     return report(opts, rounds, versions, memory, rss_after_load)
 
