@@ -223,3 +223,28 @@ async def test_fork_during_a_fold_takes_what_is_committed(
     fork_head, source_head = await head(stub, fork.id), await head(stub, session.id)
     assert source_head.checkpoint_id == outcome.result.checkpoint_id
     assert fork_head.checkpoint_id not in ("", source_head.checkpoint_id)
+
+
+async def test_rewound_and_deleted_checkpoints_leave_no_rows(backend: str, tmp_path: Path) -> None:
+    running = await start(settings_for(await fresh_database(backend, tmp_path)))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            stub = pb_grpc.ContextServiceStub(channel)
+            session = await create(stub, context_window=WINDOW)
+            await prepare(stub, session.id, user("audit"))
+            index = await fold_turns(stub, session.id, 0, 2)
+            assert (await running.store.row_counts())["checkpoints"] >= 2
+            fork = (await stub.Fork(pb.ForkRequest(session_id=session.id))).session
+            await stub.Rewind(pb.RewindRequest(session_id=session.id, to_seq=1))
+            kept_for_fork = (await running.store.row_counts())["checkpoints"]
+            assert kept_for_fork >= 2  # the fork still stands on them
+            await stub.DeleteSession(pb.DeleteSessionRequest(session_id=fork.id))
+            assert (await running.store.row_counts())["checkpoints"] == 0
+            await fold_turns(stub, session.id, index, 1)
+            await stub.Rewind(pb.RewindRequest(session_id=session.id, to_seq=1))
+            assert (await running.store.row_counts())["checkpoints"] == 0  # nobody else used them
+            await stub.DeleteSession(pb.DeleteSessionRequest(session_id=session.id))
+            counts = await running.store.row_counts()
+            assert all(count == 0 for count in counts.values()), counts
+    finally:
+        await running.stop(grace=1.0)

@@ -303,43 +303,60 @@ class Store:
         return records, len(rows) > limit
 
     async def delete_session(self, tenant: str, session_id: str) -> None:
-        s = schema.sessions.c
+        """Deletes the session and whatever only it could reach: work is bounded by the session's own
+        segments and checkpoint chain, not by the tenant's size."""
+        s, seg = schema.sessions.c, schema.segments.c
         async with self._write() as conn:
-            result = await conn.execute(delete(schema.sessions).where(s.id == session_id, s.tenant == tenant))
-            if result.rowcount == 0:
-                raise session_not_found(session_id)
-            await self._collect_garbage(conn, tenant)
+            session = await self._get_session(conn, tenant, session_id, lock=True)
+            owned = (await conn.execute(select(seg.id).where(seg.owner_session_id == session.id))).scalars().all()
+            segments = await self._segments(conn, [session.segment_id, *owned])
+            chain = await self._checkpoint_chain(conn, session.checkpoint_id)
+            await conn.execute(delete(schema.sessions).where(s.id == session.id))
+            await self._drop_unreachable_checkpoints(conn, chain, session.checkpoint_id, stop_at=None)
+            await self._drop_unreachable_segments(conn, segments)
 
-    async def _collect_garbage(self, conn: AsyncConnection, tenant: str) -> None:
-        """Deletes checkpoints and segments that no session can reach any more (forks share them)."""
-        cp, seg, s = schema.checkpoints.c, schema.segments.c, schema.sessions.c
-        while True:
-            child = schema.checkpoints.alias("child")
-            orphans = select(cp.id).where(
-                cp.tenant == tenant,
-                ~select(s.id).where(s.checkpoint_id == cp.id).exists(),
-                ~select(child.c.id).where(child.c.parent_id == cp.id).exists(),
+    async def _drop_unreachable_checkpoints(
+        self, conn: AsyncConnection, chain: dict[str, CheckpointLink], start: str | None, stop_at: str | None
+    ) -> None:
+        """Walks the chain from `start` towards the root (not reaching `stop_at`) and deletes each
+        checkpoint no session points at and no other checkpoint builds on; stops at the first that is
+        still needed, since everything below it is then needed too."""
+        cp, s = schema.checkpoints.c, schema.sessions.c
+        current = start
+        while current is not None and current != stop_at:
+            used = await conn.execute(
+                select(
+                    select(s.id).where(s.checkpoint_id == current).exists()
+                    | select(cp.id).where(cp.parent_id == current).exists()
+                )
             )
-            ids = (await conn.execute(orphans)).scalars().all()
-            if not ids:
-                break
-            await conn.execute(delete(schema.checkpoints).where(cp.id.in_(ids)))
-        while True:
-            child_seg = schema.segments.alias("child")
-            orphans = select(seg.id).where(
-                seg.tenant == tenant,
+            if used.scalar_one():
+                return
+            await conn.execute(delete(schema.checkpoints).where(cp.id == current))
+            current = chain[current].parent_id
+
+    async def _drop_unreachable_segments(self, conn: AsyncConnection, candidates: dict[str, Segment]) -> None:
+        """Deletes the candidate segments (with their messages and raw results) that no session has as
+        its head, no live session owns (its abandoned branches stay listable) and no segment builds on.
+        Children go first, which frees their parents, so a pass repeats until nothing changes."""
+        seg, s = schema.segments.c, schema.sessions.c
+        remaining = set(candidates)
+        while remaining:
+            child = schema.segments.alias("child")
+            unreachable = select(seg.id).where(
+                seg.id.in_(remaining),
                 ~select(s.id).where(s.segment_id == seg.id).exists(),
-                # A live session keeps the branches it abandoned (listable until it is deleted).
                 ~select(s.id).where(s.id == seg.owner_session_id).exists(),
-                ~select(child_seg.c.id).where(child_seg.c.parent_id == seg.id).exists(),
+                ~select(child.c.id).where(child.c.parent_id == seg.id).exists(),
             )
-            ids = (await conn.execute(orphans)).scalars().all()
+            ids = (await conn.execute(unreachable)).scalars().all()
             if not ids:
-                break
+                return
             # Messages and raw results go with their segment (ON DELETE CASCADE, stated for clarity).
             await conn.execute(delete(schema.tool_results).where(schema.tool_results.c.segment_id.in_(ids)))
             await conn.execute(delete(schema.messages).where(schema.messages.c.segment_id.in_(ids)))
             await conn.execute(delete(schema.segments).where(seg.id.in_(ids)))
+            remaining -= set(ids)
 
     # ---- lineage --------------------------------------------------------------------------------
 
@@ -450,6 +467,9 @@ class Store:
             )
             if swapped.rowcount != 1:
                 raise StaleSession(session.id)
+            # Checkpoints past the new head are unreachable now unless a fork still uses them.
+            chain = await self._checkpoint_chain(conn, session.checkpoint_id)
+            await self._drop_unreachable_checkpoints(conn, chain, session.checkpoint_id, stop_at=point.checkpoint_id)
 
     # ---- transcript -----------------------------------------------------------------------------
 
