@@ -232,7 +232,7 @@ class Maintenance:
             check_fixed_costs(config, session.system_tokens, session.tools_tokens)
             appended: list[StoredMessage] = []
             if append:
-                appended, session = await self.transcript.append(tenant, session_id, append, request_id)
+                appended, session = await self.transcript.append(tenant, session_id, append, request_id, config)
             result = await self._maintain(session, Mode.PREPARE, emit, overflow=overflow)
             return await self._answer(result, known_view_version, appended, Mode.PREPARE, started)
 

@@ -51,14 +51,21 @@ class Transcript:
         self.limits = limits
 
     async def append(
-        self, tenant: str, session_id: str, messages: Sequence[NewMessage], request_id: str = ""
+        self,
+        tenant: str,
+        session_id: str,
+        messages: Sequence[NewMessage],
+        request_id: str = "",
+        config: SessionConfig | None = None,
     ) -> tuple[list[StoredMessage], SessionRecord]:
-        """Appends all of `messages` or none; returns them stored and the session after the append."""
+        """Appends all of `messages` or none; returns them stored and the session after the append.
+        `config` spares a read when the caller already has the session's (immutable) config."""
         if len(request_id) > MAX_REQUEST_ID_CHARS:
             raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
         validate_new_messages(messages, self.limits)
-        session = await self.store.get_session(tenant, session_id)
-        rows = message_rows(messages, config_from_json(session.config_json))
+        if config is None:
+            config = config_from_json((await self.store.get_session(tenant, session_id)).config_json)
+        rows = message_rows(messages, config)
         return await self.store.append_messages(
             tenant, session_id, rows, request_id, lambda waiting: advance_open_calls(waiting, messages)
         )
