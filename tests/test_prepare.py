@@ -10,9 +10,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from sqlalchemy import update
 
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, start
+from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
@@ -283,6 +285,13 @@ async def test_window_too_small_for_fixed_costs_fails_and_changes_nothing(stub: 
     assert (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session.head_seq == 0
 
 
+async def overwrite_state(running: RunningServer, session_id: str, state_json: str) -> None:
+    """Writes a context state as is, straight into the database, as a bug or a bad restore might."""
+    table = schema.context_states
+    async with running.store.engine.begin() as conn:
+        await conn.execute(update(table).where(table.c.session_id == session_id).values(state_json=state_json))
+
+
 async def test_corrupt_context_state_is_rebuilt(
     isolated: tuple[RunningServer, pb_grpc.ContextServiceStub, str],
 ) -> None:
@@ -294,7 +303,7 @@ async def test_corrupt_context_state_is_rebuilt(
     assert any(m.pruned for m in last.result.messages)
     good = await state(stub, session.id)
     for corrupt in ("{not json", json.dumps({"schema_version": 99}), json.dumps({**good, "fingerprint": "x"})):
-        await running.store.corrupt_state_for_tests(session.id, corrupt)
+        await overwrite_state(running, session.id, corrupt)
         outcome = await prepare(stub, session.id, user("still there?"))
         assert outcome.result.messages[-1].content == "still there?"
         assert outcome.result.estimated_tokens <= outcome.result.hard_limit_tokens

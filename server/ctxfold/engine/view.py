@@ -40,10 +40,6 @@ class ViewMessage:
     summary: bool = False
     pruned: bool = False
 
-    @property
-    def tool_call_count(self) -> int:
-        return len(self.source.tool_calls) if self.source else 0
-
 
 def prune_stub(content: str, result_ref: str) -> str:
     """Head 4096 + marker + tail 1024 code points of an old, large tool result."""

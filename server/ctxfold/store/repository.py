@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import json
 import secrets
 import time
@@ -31,6 +30,7 @@ from ctxfold.engine.lineage import (
     segment_holding,
 )
 from ctxfold.engine.model import Role, StoredMessage, ToolCall
+from ctxfold.engine.tool_results import sha256_hex
 from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_end
 from ctxfold.engine.view import Checkpoint
 from ctxfold.store import schema
@@ -583,7 +583,7 @@ class Store:
             "codec": codec,
             "data": data,
             "total_bytes": len(raw),
-            "sha256": hashlib.sha256(raw).hexdigest(),
+            "sha256": sha256_hex(raw),
         }
 
     async def _append_request(
@@ -762,11 +762,6 @@ class Store:
             return 0
         updated = await conn.execute(query.values(state_json=state_json, revision=current + 1, update_time=now))
         return current + 1 if updated.rowcount == 1 else 0
-
-    async def corrupt_state_for_tests(self, session_id: str, state_json: str) -> None:
-        """Overwrites the stored state as is (tests use it to check that a bad state is rebuilt)."""
-        async with self._write() as conn:
-            await self._put_state(conn, session_id, state_json, None, time.time())
 
     async def record_usage(self, session: SessionRecord, usage: Usage) -> None:
         async with self._write() as conn:
