@@ -368,3 +368,15 @@ async def test_concurrent_prepares_install_one_checkpoint_per_fold(stub: pb_grpc
     assert s["telemetry"]["summary_applied"] == 1  # type: ignore[index]
     head = (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session
     assert head.checkpoint_id and all(o.result.checkpoint_id in ("", head.checkpoint_id) for o in outcomes)
+
+
+async def test_a_cold_resume_below_the_trigger_returns_the_view_unchanged(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await create(stub, context_window=50_000, cache_ttl_seconds=1)
+    first = (await prepare(stub, session.id, user("hello"), call("c1"), result("c1", tool_output(1, 9000)))).result
+    warm = (await prepare(stub, session.id)).result
+    assert warm.cache_state == pb.CACHE_STATE_WARM
+    await asyncio.sleep(1.2)
+    cold = (await prepare(stub, session.id)).result
+    assert cold.cache_state == pb.CACHE_STATE_COLD
+    assert cold.action == pb.ACTION_NONE and cold.stable_prefix_messages == len(first.messages)
+    assert [rendered(m) for m in cold.messages] == [rendered(m) for m in first.messages]

@@ -1,0 +1,85 @@
+"""Context state v3 and cache state: pure functions, tested directly."""
+
+from __future__ import annotations
+
+import json
+
+from ctxfold.engine.cache import COLD, UNKNOWN, WARM, cache_state, cache_ttl_seconds
+from ctxfold.engine.model import SessionConfig
+from ctxfold.engine.state import (
+    ContextState,
+    Receipt,
+    ViewRecord,
+    carried_over,
+    fingerprint,
+    load_state,
+    split_view_version,
+    view_version,
+)
+
+FP = fingerprint("g_1", "cp_1")
+
+
+def stored() -> ContextState:
+    state = ContextState(fingerprint=FP, generation=4, pruned={"m_1": 120}, calibration=1.2)
+    state = state.with_receipt(Receipt("op", "applied", "summary", 9000, 4000, "pass 1", 1.0))
+    return state.with_view(ViewRecord(view_version(4, 12), 8000))
+
+
+def test_a_valid_state_round_trips() -> None:
+    state, why = load_state(stored().to_json(), FP)
+    assert why == "" and state == stored()
+    document = json.loads(stored().to_json())
+    assert document["schema_version"] == 3
+    assert document["last_receipt"]["tokens_saved"] == 5000
+
+
+def test_legacy_and_unknown_fields_are_read_and_ignored() -> None:
+    document = json.loads(stored().to_json()) | {"soft_compact_ratio": 0.6, "native_compaction": {"x": 1}}
+    state, why = load_state(json.dumps(document), FP)
+    assert why == "" and state == stored()
+
+
+def test_invalid_states_are_rebuilt_keeping_receipts_and_calibration() -> None:
+    good = json.loads(stored().to_json())
+    cases = {
+        "corrupt": "{not json",
+        "unknown schema": json.dumps(good | {"schema_version": 2}),
+        "fingerprint mismatch": json.dumps(good | {"fingerprint": "other"}),
+        "invalid fields": json.dumps(good | {"pruned": "oops"}),
+    }
+    for expected, text in cases.items():
+        state, why = load_state(text, FP)
+        assert why == expected
+        assert state.pruned == {} and state.fingerprint == FP
+        if expected != "corrupt":
+            assert state.receipts == stored().receipts and state.calibration == 1.2
+            assert state.generation == 5  # a rebuilt projection is a new view prefix
+    assert load_state(None, FP) == (ContextState(fingerprint=FP), "new")
+
+
+def test_out_of_bounds_calibration_is_not_trusted() -> None:
+    document = json.loads(stored().to_json()) | {"calibration": 7.0}
+    assert load_state(json.dumps(document), FP)[0].calibration == 1.0
+
+
+def test_view_versions_order_prefixes_within_a_generation() -> None:
+    assert split_view_version(view_version(7, 123)) == (7, 123)
+    assert view_version(7, 10) < view_version(7, 11) < view_version(8, 0)
+
+
+def test_branch_state_keeps_the_projection_and_starts_a_generation() -> None:
+    branch = carried_over(stored(), fingerprint("g_2", "cp_1"), "cp_1")
+    assert branch.pruned == stored().pruned and branch.generation == 5
+    assert branch.receipts == stored().receipts and branch.views == ()
+
+
+def test_cache_state_comes_from_activity_and_ttl_only() -> None:
+    assert cache_state(0.0, 1000.0, 300) == UNKNOWN
+    assert cache_state(900.0, 1000.0, 0) == UNKNOWN
+    assert cache_state(900.0, 1000.0, 300) == WARM
+    assert cache_state(600.0, 1000.0, 300) == COLD
+    assert cache_ttl_seconds(SessionConfig(context_window=1000, model="claude-sonnet-4")) == 300
+    assert cache_ttl_seconds(SessionConfig(context_window=1000, model="deepseek-chat")) == 3600
+    assert cache_ttl_seconds(SessionConfig(context_window=1000, cache_ttl_seconds=42)) == 42
+    assert cache_ttl_seconds(SessionConfig(context_window=1000)) == 0
