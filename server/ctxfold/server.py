@@ -20,7 +20,7 @@ from ctxfold.config import ConfigError, Settings
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Hooks, Maintenance
-from ctxfold.service.sessions import Sessions
+from ctxfold.service.sessions import SessionConfigs, Sessions
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
 from ctxfold.store.database import create_engine, migrate
@@ -112,7 +112,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         transcript=transcript,
         tool_results=ToolResults(store),
         lineage=Lineage(store, sessions),
-        maintenance=Maintenance(store, transcript, summarizers, hooks=hooks),
+        maintenance=Maintenance(store, transcript, summarizers, SessionConfigs(store), hooks=hooks),
     )
     server = grpc.aio.server(
         # A span per RPC; a W3C traceparent in the client's metadata continues the agent's trace.

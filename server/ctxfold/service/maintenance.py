@@ -45,6 +45,7 @@ from ctxfold.engine.state import (
     view_version,
 )
 from ctxfold.engine.view import Checkpoint, ViewMessage
+from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.transcript import Transcript
 from ctxfold.store.repository import ContextSnapshot, SessionRecord, StaleSession, Store, Usage, new_id
 from ctxfold.summarizers.base import OnDelta, Summarizer, SummaryRequest
@@ -181,12 +182,14 @@ class Maintenance:
         store: Store,
         transcript: Transcript,
         summarizers: Mapping[str, Summarizer],
+        configs: SessionConfigs,
         clock: Callable[[], float] = time.time,
         hooks: Hooks | None = None,
     ):
         self.store = store
         self.transcript = transcript
         self.summarizers = summarizers
+        self.configs = configs
         self.clock = clock
         self.hooks = hooks or Hooks()
         # Concurrent calls on one session in this process take turns, so they do not summarize the
@@ -227,13 +230,12 @@ class Maintenance:
     ) -> AsyncIterator[Event]:
         async def work(emit: Emit) -> Prepared:
             started = time.perf_counter()
-            session = await self.store.get_session(tenant, session_id)
-            config = config_from_json(session.config_json)
-            check_fixed_costs(config, session.system_tokens, session.tools_tokens)
+            config, tokens = await self.configs.get(tenant, session_id)
+            check_fixed_costs(config, tokens.system, tokens.tools)
             appended: list[StoredMessage] = []
             if append:
-                appended, session = await self.transcript.append(tenant, session_id, append, request_id, config)
-            result = await self._maintain(session, Mode.PREPARE, emit, overflow=overflow)
+                appended, _ = await self.transcript.append(tenant, session_id, append, request_id, config)
+            result = await self._maintain(tenant, session_id, Mode.PREPARE, emit, overflow=overflow)
             return await self._answer(result, known_view_version, appended, Mode.PREPARE, started)
 
         return self._stream(work)
@@ -241,10 +243,9 @@ class Maintenance:
     def compact(self, tenant: str, session_id: str, focus: str) -> AsyncIterator[Event]:
         async def work(emit: Emit) -> Prepared:
             started = time.perf_counter()
-            session = await self.store.get_session(tenant, session_id)
-            config = config_from_json(session.config_json)
-            check_fixed_costs(config, session.system_tokens, session.tools_tokens)
-            run = await self._maintain(session, Mode.COMPACT, emit, focus=focus)
+            config, tokens = await self.configs.get(tenant, session_id)
+            check_fixed_costs(config, tokens.system, tokens.tools)
+            run = await self._maintain(tenant, session_id, Mode.COMPACT, emit, focus=focus)
             return await self._answer(run, 0, [], Mode.COMPACT, started)
 
         return self._stream(work)
@@ -295,8 +296,8 @@ class Maintenance:
 
     # ---- the flow -------------------------------------------------------------------------------
 
-    async def _load(self, session: SessionRecord) -> _Run:
-        snapshot: ContextSnapshot = await self.store.load_context(session)
+    async def _load(self, tenant: str, session_id: str) -> _Run:
+        snapshot: ContextSnapshot = await self.store.load_context(tenant, session_id)
         session = snapshot.session
         config = config_from_json(session.config_json)
         state, why = load_state(snapshot.state_json, fingerprint(session.segment_id, session.checkpoint_id))
@@ -319,16 +320,16 @@ class Maintenance:
         return _Run(session, config, projection, state, snapshot.state_revision, projection.view(), projection.tokens())
 
     async def _maintain(
-        self, session: SessionRecord, mode: Mode, emit: Emit, overflow: bool = False, focus: str = ""
+        self, tenant: str, session_id: str, mode: Mode, emit: Emit, overflow: bool = False, focus: str = ""
     ) -> _Run:
-        async with self._sessions.hold(session.id):
-            return await self._maintain_locked(session, mode, emit, overflow, focus)
+        async with self._sessions.hold(session_id):
+            return await self._maintain_locked(tenant, session_id, mode, emit, overflow, focus)
 
     async def _maintain_locked(
-        self, session: SessionRecord, mode: Mode, emit: Emit, overflow: bool, focus: str
+        self, tenant: str, session_id: str, mode: Mode, emit: Emit, overflow: bool, focus: str
     ) -> _Run:
         for _ in range(MAX_ROUNDS):
-            run = await self._load(session)
+            run = await self._load(tenant, session_id)
             try:
                 await self._steps(run, mode, emit, overflow, focus)
             except StaleSession:
@@ -336,7 +337,6 @@ class Maintenance:
                 await emit(
                     Progress(Stage.PASS_FAILED, "the session changed meanwhile: candidate discarded, starting over")
                 )
-                session = await self.store.get_session(session.tenant, session.id)
                 continue
             tokens = run.projection.tokens()
             if tokens > run.config.hard_limit_tokens:
@@ -347,8 +347,8 @@ class Maintenance:
         raise DomainError(
             Kind.ABORTED,
             "CONCURRENT_MODIFICATION",
-            f"session {session.id!r} kept changing during maintenance; retry",
-            {"session_id": session.id},
+            f"session {session_id!r} kept changing during maintenance; retry",
+            {"session_id": session_id},
         )
 
     async def _steps(self, run: _Run, mode: Mode, emit: Emit, overflow: bool, focus: str) -> None:

@@ -647,12 +647,12 @@ class Store:
         kept = tuple(e["id"] for e in entries if e["type"] == "message")
         return Checkpoint(m["id"], m["parent_id"], m["position_seq"], summary, m["summary_tokens"], kept)
 
-    async def load_context(self, session: SessionRecord) -> ContextSnapshot:
-        """The head checkpoint, its kept messages, the messages after its position and the state.
-        Work is bounded by the view, not by the transcript."""
+    async def load_context(self, tenant: str, session_id: str) -> ContextSnapshot:
+        """The session, its head checkpoint and kept messages, the messages after the checkpoint's
+        position and the state, in one transaction. Work is bounded by the view, not the transcript."""
         m, cs = schema.messages.c, schema.context_states.c
         async with self._read() as conn:
-            session = await self._get_session(conn, session.tenant, session.id)
+            session = await self._get_session(conn, tenant, session_id)
             checkpoint = None
             kept: list[StoredMessage] = []
             if session.checkpoint_id is not None:
