@@ -26,6 +26,7 @@ from ctxfold.engine.cache import cache_state, cache_ttl_seconds
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.maintenance import (
     FoldPass,
+    FoldPlan,
     Projection,
     after_position,
     apply_pass,
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 8
 # Calibration moves this far toward each accepted observation.
 CALIBRATION_SMOOTHING = 0.3
+# A fold holds the session's lease this long per pass; a crashed replica's lease runs out by itself.
+FOLD_LEASE_SECONDS = 300.0
+FOLD_LEASE_POLL_SECONDS = 0.25
 
 
 class Action(enum.Enum):
@@ -153,6 +157,10 @@ def _common_prefix(a: Sequence[ViewMessage], b: Sequence[ViewMessage]) -> int:
             break
         count += 1
     return count
+
+
+class FoldedElsewhere(Exception):
+    """Another server held the session's fold lease; what it installed must be looked at afresh."""
 
 
 class KeyedLock:
@@ -332,6 +340,8 @@ class Maintenance:
             run = await self._load(tenant, session_id)
             try:
                 await self._steps(run, mode, emit, overflow, focus)
+            except FoldedElsewhere:
+                continue
             except StaleSession:
                 # Something changed underneath; what was committed stays, the rest is recomputed.
                 await emit(
@@ -416,6 +426,37 @@ class Maintenance:
         if plan.first is None:
             await self._record(run, "noop", "summary", before, before, "nothing to fold")
             return
+        owner = uuid.uuid4().hex
+        if not await self._take_lease(run, owner):
+            raise FoldedElsewhere(run.session.id)
+        try:
+            await self._fold_leased(run, summarizer, plan, owner, emit, focus, one_pass)
+        finally:
+            # Shielded: a cancelled call still hands the lease back (else it would run out by itself).
+            await asyncio.shield(self.store.release_fold_lease(run.session, owner))
+
+    async def _take_lease(self, run: _Run, owner: str) -> bool:
+        """Takes the fold lease; when another replica holds it, waits until it is released or runs out
+        and answers False (that replica's fold has probably changed the session)."""
+        until = await self.store.take_fold_lease(run.session, owner, FOLD_LEASE_SECONDS)
+        if not until:
+            return True
+        while until and until > time.time():
+            await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - time.time()))
+            until = await self.store.fold_lease_until(run.session)
+        return False
+
+    async def _fold_leased(
+        self,
+        run: _Run,
+        summarizer: Summarizer,
+        plan: FoldPlan,
+        owner: str,
+        emit: Emit,
+        focus: str,
+        one_pass: bool,
+    ) -> None:
+        before = run.projection.tokens()
         passes = 1 if one_pass else plan.passes_planned
         await emit(
             Progress(
@@ -447,6 +488,7 @@ class Maintenance:
                     break
                 fold = plan_pass(run.projection, summarizer.input_window_tokens).first
                 passes = max(passes, index + 1)
+                await self.store.take_fold_lease(run.session, owner, FOLD_LEASE_SECONDS)  # extend per pass
             span.set_attributes({"ctxfold.fold.passes": index, "ctxfold.tokens.after": run.projection.tokens()})
 
     async def _fold_pass(

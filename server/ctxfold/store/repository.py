@@ -730,6 +730,42 @@ class Store:
             revision = await self._put_state(conn, session.id, state_json, None, now)
             return await self._get_session(conn, session.tenant, session.id), revision
 
+    async def take_fold_lease(self, session: SessionRecord, owner: str, seconds: float) -> float:
+        """Takes the session's fold lease, or extends it for its `owner`. Returns 0 when it is ours,
+        else the time at which the other holder's lease runs out."""
+        now = time.time()
+        s = schema.sessions.c
+        async with self._write() as conn:
+            taken = await conn.execute(
+                update(schema.sessions)
+                .where(
+                    s.id == session.id,
+                    s.tenant == session.tenant,
+                    or_(s.fold_lease_until.is_(None), s.fold_lease_until < now, s.fold_lease_owner == owner),
+                )
+                .values(fold_lease_owner=owner, fold_lease_until=now + seconds)
+            )
+            if taken.rowcount == 1:
+                return 0.0
+            until = (await conn.execute(select(s.fold_lease_until).where(s.id == session.id))).scalar_one_or_none()
+        return float(until or now)
+
+    async def fold_lease_until(self, session: SessionRecord) -> float:
+        """When the current fold lease runs out (0 when nobody holds one)."""
+        s = schema.sessions.c
+        async with self._read() as conn:
+            until = (await conn.execute(select(s.fold_lease_until).where(s.id == session.id))).scalar_one_or_none()
+        return float(until or 0.0)
+
+    async def release_fold_lease(self, session: SessionRecord, owner: str) -> None:
+        s = schema.sessions.c
+        async with self._write() as conn:
+            await conn.execute(
+                update(schema.sessions)
+                .where(s.id == session.id, s.fold_lease_owner == owner)
+                .values(fold_lease_owner=None, fold_lease_until=None)
+            )
+
     async def save_state(self, session_id: str, state_json: str, revision: int) -> int:
         """Bookkeeping write: stores the state only if nobody wrote it since `revision` was read
         (0: no state was stored). Returns the new revision, or 0 when someone else wrote first."""

@@ -58,6 +58,10 @@ sessions = Table(
     Column("open_tool_calls", Text, nullable=False),
     # Bumped by every change; writers compare-and-swap on it.
     Column("version", BigInteger, nullable=False),
+    # Who is folding the session and until when (replicas wait instead of summarizing the same input).
+    # Not part of `version`: taking the lease changes nothing a candidate depends on.
+    Column("fold_lease_owner", String(64), nullable=True),
+    Column("fold_lease_until", Float, nullable=True),
     Column("forked_from_session_id", ID, nullable=True),
     Column("forked_at_seq", BigInteger, nullable=False),
     Column("create_time", Float, nullable=False),
