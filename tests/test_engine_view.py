@@ -127,3 +127,13 @@ def test_fold_plan_keeps_last_user_input_pinned_and_tail_and_never_splits_groups
     for group in call_groups(messages):
         ids = {m.id for m in group}
         assert ids <= kept_ids or not ids & kept_ids
+
+
+def test_the_opening_system_message_is_kept_and_later_reminders_fold() -> None:
+    opening = StoredMessage(id="sys", seq=1, role=Role.SYSTEM, content="You are a coding agent.", tokens=6)
+    messages = [opening, *conversation(4)]
+    reminder = msg(Role.SYSTEM, "Reminder: keep answers short")
+    messages += [reminder, *conversation(4)[1:]]
+    plan = plan_fold(messages, recent_tail(messages, budget=100, pruned={}))
+    assert opening in plan.kept
+    assert reminder in plan.folded

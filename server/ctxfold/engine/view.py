@@ -145,9 +145,11 @@ class FoldPlan:
 
 
 def plan_fold(messages: Sequence[StoredMessage], tail: Sequence[StoredMessage]) -> FoldPlan:
-    """Keeps system messages, pinned messages, the input the next call must answer (the last user
-    message and the newest call group, which may still await results) and the recent tail; folds the
-    rest. Call groups are kept or folded whole."""
+    """Keeps the system prompt (a system message opening the transcript: agents that do not set
+    `system_prompt` in the config send it that way), pinned messages, the input the next call must
+    answer (the last user message and the newest call group, which may still await results) and the
+    recent tail; folds the rest, later system messages (per-turn reminders) included. Call groups are
+    kept or folded whole."""
     in_tail = {m.id for m in tail}
     last_user = next((m.id for m in reversed(messages) if m.role is Role.USER), None)
     groups = call_groups(messages)
@@ -158,7 +160,7 @@ def plan_fold(messages: Sequence[StoredMessage], tail: Sequence[StoredMessage]) 
         keep = (
             index == len(groups) - 1
             or anchor.id in in_tail
-            or anchor.role is Role.SYSTEM
+            or (anchor.role is Role.SYSTEM and anchor.seq == 1)
             or anchor.id == last_user
             or any(m.pinned for m in group)
         )
