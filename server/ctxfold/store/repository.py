@@ -781,23 +781,34 @@ class Store:
     async def _put_state(
         self, conn: AsyncConnection, session_id: str, state_json: str, revision: int | None, now: float
     ) -> int:
-        """Writes the state; with a `revision`, only over that revision. Returns the new revision or 0."""
+        """Writes the state; with a `revision`, only over that revision (0: only if there is none).
+        Returns the new revision, or 0 when the expected revision was not there."""
         cs = schema.context_states.c
-        current = (await conn.execute(select(cs.revision).where(cs.session_id == session_id))).scalar_one_or_none()
-        if current is None:
-            if revision not in (None, 0):
-                return 0
+        if revision:
+            # The common case, one statement: a compare-and-swap on the revision read earlier.
+            updated = await conn.execute(
+                update(schema.context_states)
+                .where(cs.session_id == session_id, cs.revision == revision)
+                .values(state_json=state_json, revision=revision + 1, update_time=now)
+            )
+            return revision + 1 if updated.rowcount == 1 else 0
+        found = (await conn.execute(select(cs.revision).where(cs.session_id == session_id))).scalar_one_or_none()
+        if found is None:
             await conn.execute(
                 insert(schema.context_states).values(
                     session_id=session_id, state_json=state_json, revision=1, update_time=now
                 )
             )
             return 1
-        query = update(schema.context_states).where(cs.session_id == session_id, cs.revision == current)
-        if revision is not None and revision != current:
-            return 0
-        updated = await conn.execute(query.values(state_json=state_json, revision=current + 1, update_time=now))
-        return current + 1 if updated.rowcount == 1 else 0
+        if revision == 0:
+            return 0  # someone stored a state since we read none
+        current = int(found)
+        await conn.execute(
+            update(schema.context_states)
+            .where(cs.session_id == session_id)
+            .values(state_json=state_json, revision=current + 1, update_time=now)
+        )
+        return current + 1
 
     async def record_usage(self, session: SessionRecord, usage: Usage) -> None:
         async with self._write() as conn:
