@@ -30,7 +30,8 @@ class Lineage:
         )
         # The fork's first view equals the source's at the fork point: same checkpoint, same pruning.
         source_state, _ = await self._state(source)
-        await self.store.save_state(record.id, self._carried(source_state, record), 0)
+        _, revision = await self.store.read_state(record)
+        await self.store.save_state(record.id, self._carried(source_state, record), revision)
         return SessionInfo(record, config)
 
     async def _state(self, session: SessionRecord) -> tuple[ContextState, int]:

@@ -271,6 +271,10 @@ class Store:
                 update_time=now,
             )
         )
+        # An empty state ("new"); every later write is then an update with a compare-and-swap.
+        await conn.execute(
+            insert(schema.context_states).values(session_id=session_id, state_json="", revision=1, update_time=now)
+        )
 
     async def get_session(self, tenant: str, session_id: str) -> SessionRecord:
         async with self._read() as conn:
@@ -767,8 +771,8 @@ class Store:
             )
 
     async def save_state(self, session_id: str, state_json: str, revision: int) -> int:
-        """Bookkeeping write: stores the state only if nobody wrote it since `revision` was read
-        (0: no state was stored). Returns the new revision, or 0 when someone else wrote first."""
+        """Bookkeeping write: stores the state only if nobody wrote it since `revision` was read.
+        Returns the new revision, or 0 when someone else wrote first."""
         async with self._write() as conn:
             return await self._put_state(conn, session_id, state_json, revision, time.time())
 
@@ -781,34 +785,17 @@ class Store:
     async def _put_state(
         self, conn: AsyncConnection, session_id: str, state_json: str, revision: int | None, now: float
     ) -> int:
-        """Writes the state; with a `revision`, only over that revision (0: only if there is none).
-        Returns the new revision, or 0 when the expected revision was not there."""
+        """Writes the state (its row exists from the session's creation): with a `revision`, only over
+        that revision. Returns the new revision, or 0 when the expected revision was not there."""
         cs = schema.context_states.c
-        if revision:
-            # The common case, one statement: a compare-and-swap on the revision read earlier.
-            updated = await conn.execute(
-                update(schema.context_states)
-                .where(cs.session_id == session_id, cs.revision == revision)
-                .values(state_json=state_json, revision=revision + 1, update_time=now)
-            )
-            return revision + 1 if updated.rowcount == 1 else 0
-        found = (await conn.execute(select(cs.revision).where(cs.session_id == session_id))).scalar_one_or_none()
-        if found is None:
-            await conn.execute(
-                insert(schema.context_states).values(
-                    session_id=session_id, state_json=state_json, revision=1, update_time=now
-                )
-            )
-            return 1
-        if revision == 0:
-            return 0  # someone stored a state since we read none
-        current = int(found)
-        await conn.execute(
-            update(schema.context_states)
-            .where(cs.session_id == session_id)
-            .values(state_json=state_json, revision=current + 1, update_time=now)
+        query = update(schema.context_states).where(cs.session_id == session_id)
+        if revision is not None:
+            query = query.where(cs.revision == revision)
+        written = await conn.execute(
+            query.values(state_json=state_json, revision=cs.revision + 1, update_time=now).returning(cs.revision)
         )
-        return current + 1
+        new_revision = written.scalar_one_or_none()
+        return int(new_revision) if new_revision is not None else 0
 
     async def record_usage(self, session: SessionRecord, usage: Usage) -> None:
         async with self._write() as conn:
