@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold.engine.model import ToolCall
 from ctxfold.replay import baselines as b
 from ctxfold.replay.metrics import AGENT_KEY, bill
 from ctxfold.replay.prices import BUILT_IN
 from ctxfold.replay.runner import load_trace_file
 from ctxfold.replay.simulator import Provider, cache_model
-from ctxfold.replay.trace import Call, Msg, Trace, turns
+from ctxfold.replay.trace import Msg, Trace, turns
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
@@ -24,7 +25,7 @@ def agent_trace(steps: int, result_words: int = 300) -> Trace:
     for step in range(steps):
         index = len(messages)
         messages.append(
-            Msg("assistant", f"step {step}", tool_calls=(Call(f"c{step}", "bash", f'{{"cmd": "run {step}"}}'),))
+            Msg("assistant", f"step {step}", tool_calls=(ToolCall(f"c{step}", "bash", f'{{"cmd": "run {step}"}}'),))
         )
         messages.append(Msg("tool", f"output{step} " + "lorem " * result_words, tool_call_id=f"c{step}"))
         messages[index] = Msg(messages[index].role, messages[index].content, messages[index].tool_calls, source=index)

@@ -8,6 +8,7 @@ from array import array
 import pytest
 
 from ctxfold.engine import estimator
+from ctxfold.engine.model import ToolCall
 from ctxfold.replay.metrics import ModelCall, Recording, bill, ideal_hit_ratio, recoverability
 from ctxfold.replay.prices import BUILT_IN, PriceError, PriceSheet, sheet_from_mapping
 from ctxfold.replay.simulator import (
@@ -21,7 +22,7 @@ from ctxfold.replay.simulator import (
     message_tokens,
     render,
 )
-from ctxfold.replay.trace import Call, Msg, Trace, TraceError, parse_trace, turns
+from ctxfold.replay.trace import Msg, Trace, TraceError, parse_trace, turns
 
 
 def seq(start: int, length: int) -> array[int]:
@@ -152,7 +153,7 @@ def test_messages_render_to_the_same_tokens_every_time_with_four_framing_tokens(
     assert tokens[0] == START and tokens[-1] == END
     assert len(tokens) == estimator.count_text("hello") + estimator.PER_MESSAGE_TOKENS
     assert message_tokens(Msg("user", "hello", source=7)) == tokens  # where it came from does not matter
-    call = Msg("assistant", "", tool_calls=(Call("c1", "bash", '{"cmd":"ls"}'),))
+    call = Msg("assistant", "", tool_calls=(ToolCall("c1", "bash", '{"cmd":"ls"}'),))
     assert len(message_tokens(call)) == 4 + estimator.count_text("bash") + estimator.count_text('{"cmd":"ls"}') + 3
 
 
@@ -217,7 +218,7 @@ def test_provider_bills_a_conversation_turn_by_turn() -> None:
     assert second.cache.hit == first.cache.input_tokens // 64 * 64
     expected = BUILT_IN["deepseek-chat"].cost(second.cache.hit, second.cache.miss, 0, 5)
     assert second.cost == pytest.approx(expected)
-    assert answer_tokens(Msg("assistant", "hi", tool_calls=(Call("c", "bash", "ls"),))) == 3
+    assert answer_tokens(Msg("assistant", "hi", tool_calls=(ToolCall("c", "bash", "ls"),))) == 3
 
 
 def test_bill_keeps_hits_plus_misses_equal_to_billed_input() -> None:
@@ -244,7 +245,10 @@ def test_recoverable_means_the_ref_or_the_whole_content_is_still_in_the_view() -
     messages = (
         Msg("user", "go", source=0),
         Msg(
-            "assistant", "", tool_calls=(Call("a", "cat", "x"), Call("b", "cat", "y"), Call("c", "cat", "z")), source=1
+            "assistant",
+            "",
+            tool_calls=(ToolCall("a", "cat", "x"), ToolCall("b", "cat", "y"), ToolCall("c", "cat", "z")),
+            source=1,
         ),
         Msg("tool", "alpha output", tool_call_id="a", source=2),
         Msg("tool", "beta output", tool_call_id="b", source=3),

@@ -19,10 +19,11 @@ from typing import IO, Literal
 import grpc
 
 from ctxfold.engine import estimator
+from ctxfold.engine.model import ToolCall
 from ctxfold.replay.metrics import AGENT_KEY, Meter, ModelCall, Recording, ReplayResult, SummaryCall
 from ctxfold.replay.prices import BUILT_IN, DEFAULT_SHEET, PriceError, PriceSheet, sheet_from_mapping
 from ctxfold.replay.simulator import Provider, cache_model
-from ctxfold.replay.trace import Call, Msg, Trace, parse_trace, turns
+from ctxfold.replay.trace import Msg, Trace, parse_trace, turns
 from ctxfold.summarizers.base import SummaryRequest
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -103,7 +104,7 @@ def from_pb(message: pb.Message, sources: dict[str, int]) -> Msg:
     return Msg(
         role=_FROM_PB.get(message.role, "user"),
         content=message.content,
-        tool_calls=tuple(Call(c.id, c.name, c.arguments) for c in message.tool_calls),
+        tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in message.tool_calls),
         tool_call_id=message.tool_call_id,
         reasoning=message.reasoning_content,
         source=sources.get(message.id, -1),

@@ -11,14 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ctxfold.engine.model import ToolCall
+
 ROLES = ("system", "user", "assistant", "tool")
-
-
-@dataclass(frozen=True)
-class Call:
-    id: str
-    name: str
-    arguments: str
 
 
 @dataclass(frozen=True)
@@ -32,7 +27,7 @@ class Msg:
 
     role: str
     content: str = ""
-    tool_calls: tuple[Call, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str = ""
     reasoning: str = ""
     source: int = -1
@@ -87,7 +82,7 @@ def _message(raw: Any, index: int) -> Msg:
         arguments = function.get("arguments", "")
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments)
-        calls.append(Call(str(call["id"]), str(function["name"]), arguments))
+        calls.append(ToolCall(str(call["id"]), str(function["name"]), arguments))
     return Msg(
         role=role,
         content=_text(raw.get("content")),

@@ -651,36 +651,27 @@ class Maintenance:
                     "ctxfold.tokens.after": after,
                 }
             )
+            checkpoint_id = checkpoint.id if checkpoint else run.session.checkpoint_id
+            state = replace(
+                state,
+                fingerprint=fingerprint(run.session.segment_id, checkpoint_id),
+                checkpoint_id=checkpoint_id,
+                covered_count=checkpoint.position_seq if checkpoint else state.covered_count,
+                summary_hash=_summary_hash(checkpoint.summary) if checkpoint else state.summary_hash,
+                projection_version=state.projection_version + 1,
+            )
             try:
-                await self._install_state(run, checkpoint, state, candidate, before, after)
+                run.session, run.revision = await self.store.install(
+                    run.session, checkpoint, state.to_json(), before, after
+                )
             except StaleSession:
                 span.set_status(StatusCode.ERROR, "stale: the session changed; candidate discarded")
                 raise
+            run.projection = candidate
+            run.state = state
         receipt = run.state.last_receipt
         if receipt is not None:
             self._count(receipt)
-
-    async def _install_state(
-        self,
-        run: _Run,
-        checkpoint: Checkpoint | None,
-        state: ContextState,
-        candidate: Projection,
-        before: int,
-        after: int,
-    ) -> None:
-        checkpoint_id = checkpoint.id if checkpoint else run.session.checkpoint_id
-        state = replace(
-            state,
-            fingerprint=fingerprint(run.session.segment_id, checkpoint_id),
-            checkpoint_id=checkpoint_id,
-            covered_count=checkpoint.position_seq if checkpoint else state.covered_count,
-            summary_hash=_summary_hash(checkpoint.summary) if checkpoint else state.summary_hash,
-            projection_version=state.projection_version + 1,
-        )
-        run.session, run.revision = await self.store.install(run.session, checkpoint, state.to_json(), before, after)
-        run.projection = candidate
-        run.state = state
 
     def _receipt(self, status: str, action: str, tokens_in: int, tokens_out: int, reason: str) -> Receipt:
         return Receipt(uuid.uuid4().hex, status, action, tokens_in, tokens_out, reason, self.clock())
