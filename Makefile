@@ -1,11 +1,10 @@
 # The two commands of the README:
 #   make serve   set up and start ctxfold on its embedded default (SQLite + extractive summarizer)
-#   make test    set up and run the whole test suite: lint, types, proto lint, the SPEC contract, the
+#   make test    set up and run the whole test suite: lint, types, proto lint, the
 #                server tests on SQLite and PostgreSQL, and the four client SDKs against a real server
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-SHARED ?= ../shared
 
 .PHONY: setup serve test check pytest clients generate
 
@@ -37,7 +36,6 @@ check: setup
 	$(VENV)/bin/ruff format --check server tests bench proto
 	$(VENV)/bin/mypy
 	npx --no-install buf lint
-	$(PY) $(SHARED)/tools/contract_check.py --proto-dir proto
 
 pytest: setup
 	eval "$$(bash .ci/postgres.sh)" && $(PY) -m pytest -q -ra

@@ -4,7 +4,7 @@
 Starts the server in this process (`ctxfold.server.start`) once on a temporary SQLite file and once
 on a fresh PostgreSQL database (when CTXFOLD_TEST_POSTGRES_URL or --postgres-url names a cluster),
 and drives it with the real gRPC client over loopback with messages replayed from the recorded agent
-traces in ../shared/traces (OpenAI chat format). Three scenarios:
+traces in tests/data/traces (OpenAI chat format). Three scenarios:
 
   a) sequential   one client appends single messages, one call after another
   b) concurrent   N sessions (default 16) append batches of 10 messages at the same time
@@ -46,7 +46,7 @@ from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TRACES = REPO.parent / "shared" / "traces"
+DEFAULT_TRACES = REPO / "tests" / "data" / "traces"
 BACKENDS = ("sqlite", "postgresql")
 SCENARIOS = ("sequential", "concurrent", "tool_results")
 ROLES = {"system": pb.ROLE_SYSTEM, "user": pb.ROLE_USER, "assistant": pb.ROLE_ASSISTANT, "tool": pb.ROLE_TOOL}

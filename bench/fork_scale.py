@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fork and Rewind cost against the size of the history: structural sharing, measured.
 
-On each backend, two sessions are built from the recorded agent traces (../shared/traces): one of
+On each backend, two sessions are built from the recorded agent traces (tests/data/traces): one of
 about 10k canonical tokens and one of about 1M (which has folded several times, so it also has a
 checkpoint chain). Each round then, per session and backend (interleaved):
 

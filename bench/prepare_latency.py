@@ -2,7 +2,7 @@
 """Append-only Prepare latency against the size of the canonical transcript, and fold engine time.
 
 Part 1 (Prepare): on each backend, sessions whose canonical transcript holds about 10k, 100k and 1M
-tokens of the recorded agent traces (../shared/traces), built with big AppendMessages batches and a
+tokens of the recorded agent traces (tests/data/traces), built with big AppendMessages batches and a
 Prepare after each batch, so the server prunes and folds as it would for an agent: the view ends at
 about 100k tokens (all of it for the 10k session) in a 200k window. Then each round sends, per
 session, N Prepare calls that append one short user message (below the trigger: the append-only

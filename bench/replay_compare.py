@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Tokens, prompt-cache hits and cost of ctxfold against baseline context policies, on the recorded
-agent traces in ../shared/traces, with the same turns and the same simulated provider for all.
+agent traces in tests/data/traces, with the same turns and the same simulated provider for all.
 
 ctxfold runs through a real server started in this process (temporary SQLite, extractive summarizer)
 at its defaults and at two other compact ratios; the baselines (ctxfold.replay.baselines) are pure
@@ -39,7 +39,7 @@ from ctxfold.replay.trace import Trace, turns
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TRACES = REPO.parent / "shared" / "traces"
+DEFAULT_TRACES = REPO / "tests" / "data" / "traces"
 DEFAULT_OUT = REPO / "bench" / "results"
 SHEETS = ("deepseek-chat", "gpt-5", "claude-sonnet-4.5")
 CTXFOLD_RATIOS = (0.80, 0.60, 0.90)  # the default first

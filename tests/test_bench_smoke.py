@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "append_throughput.py"
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = ROOT / "tests" / "data" / "traces"
 
 
 def test_append_throughput_benchmark_smoke(tmp_path: Path) -> None:

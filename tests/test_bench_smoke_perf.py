@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = ROOT / "tests" / "data" / "traces"
 
 
 @pytest.fixture(autouse=True)

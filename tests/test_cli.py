@@ -28,8 +28,6 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from conftest import free_port
 from ctxfold.config import Settings, load_settings
 
-ROOT = Path(__file__).resolve().parent.parent
-CONTRACT_CHECK = (ROOT / ".." / "shared" / "tools" / "contract_check.py").resolve()
 SERVICE = "ctxfold.v1.ContextService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
 START_TIMEOUT = 20.0
@@ -237,20 +235,6 @@ def test_reflection_lists_the_services(cli: Cli) -> None:
     assert len(responses) == 1
     names = {s.name for s in responses[0].list_services_response.service}
     assert {SERVICE, HEALTH_SERVICE, "grpc.reflection.v1alpha.ServerReflection"} <= names
-
-
-def test_contract_check_against_the_running_server(cli: Cli) -> None:
-    if not CONTRACT_CHECK.is_file():
-        pytest.skip(f"{CONTRACT_CHECK} is not available")
-    result = subprocess.run(
-        [sys.executable, str(CONTRACT_CHECK), "--server", cli.served.target],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, f"contract check failed:\n{result.stdout}\n{result.stderr}"
-    assert "contract: complete" in result.stdout
 
 
 class ReflectedClient:

@@ -126,3 +126,20 @@ def test_dockerfile_copies_only_existing_context_paths() -> None:
         missing = [s for s in sources if s not in present and "*" not in s]
         assert not missing, f"COPY {args}: {missing} not in the build context"
         assert present, f"COPY {args}: nothing to copy"
+
+
+def test_the_repository_stands_alone() -> None:
+    """A user clones the repository with nothing beside it: no test, benchmark, build file or doc
+    reaches outside it (only `.ci/run` may use the team's folder, when it exists)."""
+    outside = re.compile(r"\.\./shared|parents?\[2\] / \"shared\"|parent / \"shared\"")
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    offenders = [
+        name
+        for name in tracked.split()
+        if not name.startswith(".ci/")
+        and not name.startswith("tests/data/")
+        and name.endswith((".py", ".sh", ".md", ".toml", ".ts", ".go", ".java", ".json", "Makefile"))
+        and outside.search((ROOT / name).read_text(errors="replace"))
+    ]
+    assert offenders == []
+    assert (ROOT / "tests" / "data" / "traces" / "README.md").is_file()

@@ -16,7 +16,7 @@ from ctxfold.replay.runner import load_trace_file
 from ctxfold.replay.simulator import Provider, cache_model
 from ctxfold.replay.trace import Msg, Trace, turns
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parent / "data" / "traces"
 
 
 def agent_trace(steps: int, result_words: int = 300) -> Trace:

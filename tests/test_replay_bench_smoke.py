@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "replay_compare.py"
-TRACE = ROOT.parent / "shared" / "traces" / "openhands-multi-swe-bench-1.json"
+TRACE = ROOT / "tests" / "data" / "traces" / "openhands-multi-swe-bench-1.json"
 POLICIES = [
     "ctxfold ratio 0.80 (default)",
     "summarize-all",

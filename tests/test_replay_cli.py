@@ -18,7 +18,7 @@ from ctxfold.replay.prices import BUILT_IN
 from ctxfold.replay.runner import Options, ReplayError, load_trace_file, replay
 from ctxfold.server import start
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parent / "data" / "traces"
 SMALL_TRACE = TRACES / "openhands-multi-swe-bench-0.json"
 TOKEN = "replay-test-token-0123456789"
 

@@ -1,4 +1,4 @@
-"""Real recorded agent conversations from ../shared/traces, as ctxfold messages."""
+"""Real recorded agent conversations (tests/data/traces; provenance and licences in its README)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ctxfold.v1 import context_service_pb2 as pb
 
-TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES_DIR = Path(__file__).resolve().parent / "data" / "traces"
 _ROLES = {"system": pb.ROLE_SYSTEM, "user": pb.ROLE_USER, "assistant": pb.ROLE_ASSISTANT, "tool": pb.ROLE_TOOL}
 
 
