@@ -198,6 +198,263 @@ func (CacheState) EnumDescriptor() ([]byte, []int) {
 	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{2}
 }
 
+// Why a call failed: every error's google.rpc.ErrorInfo `reason` is the name of one of these
+// values (the names carry no prefix so that they read as written in ErrorInfo). Clients compare
+// against the generated constants instead of string literals.
+type ErrorReason int32
+
+const (
+	// Not an error reason; never sent.
+	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
+	// The request did not authenticate (missing or unknown bearer token).
+	ErrorReason_UNAUTHENTICATED ErrorReason = 1
+	// The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field).
+	ErrorReason_INVALID_REQUEST ErrorReason = 2
+	// A request naming a session did not set session_id.
+	ErrorReason_SESSION_ID_REQUIRED ErrorReason = 3
+	// No session with that id exists for the caller's tenant.
+	ErrorReason_SESSION_NOT_FOUND ErrorReason = 4
+	// A SessionConfig field is out of range or malformed; metadata `field` names it.
+	ErrorReason_INVALID_CONFIG ErrorReason = 5
+	// A message is malformed (roles, tool calls, ids); metadata `index` names it.
+	ErrorReason_INVALID_MESSAGE ErrorReason = 6
+	// Text contains characters that cannot be stored (U+0000).
+	ErrorReason_INVALID_TEXT ErrorReason = 7
+	// A message or tool result is larger than the server accepts.
+	ErrorReason_MESSAGE_TOO_LARGE ErrorReason = 8
+	// More messages in one append than the server accepts.
+	ErrorReason_TOO_MANY_MESSAGES ErrorReason = 9
+	// request_id is malformed (too long).
+	ErrorReason_INVALID_REQUEST_ID ErrorReason = 10
+	// Tool calls are waiting for results; only their results may be appended now.
+	ErrorReason_TOOL_RESULTS_PENDING ErrorReason = 11
+	// A tool result answers no tool call that is waiting.
+	ErrorReason_TOOL_CALL_NOT_OPEN ErrorReason = 12
+	// No tool result answers that tool_call_id.
+	ErrorReason_TOOL_CALL_NOT_FOUND ErrorReason = 13
+	// ReadToolResult named neither result_ref nor tool_call_id.
+	ErrorReason_RESULT_REF_REQUIRED ErrorReason = 14
+	// No stored result with that reference is readable from this session.
+	ErrorReason_RESULT_REF_NOT_FOUND ErrorReason = 15
+	// The tool_call_id answers several results; name one by result_ref.
+	ErrorReason_RESULT_REF_AMBIGUOUS ErrorReason = 16
+	// The offset is past the end of the result.
+	ErrorReason_OFFSET_OUT_OF_RANGE ErrorReason = 17
+	// The offset falls inside a UTF-8 character.
+	ErrorReason_OFFSET_NOT_CHAR_BOUNDARY ErrorReason = 18
+	// The page limit is outside the accepted range.
+	ErrorReason_LIMIT_OUT_OF_RANGE ErrorReason = 19
+	// page_size is negative or above the documented maximum.
+	ErrorReason_INVALID_PAGE_SIZE ErrorReason = 20
+	// page_token was not produced by this server for this request.
+	ErrorReason_INVALID_PAGE_TOKEN ErrorReason = 21
+	// A seq (fork point, rewind target) is outside the session's transcript.
+	ErrorReason_SEQ_OUT_OF_RANGE ErrorReason = 22
+	// ObserveUsage numbers are inconsistent (negative, cached above input).
+	ErrorReason_INVALID_USAGE ErrorReason = 23
+	// The view cannot be brought under the hard ceiling; metadata says by how much and why.
+	ErrorReason_CONTEXT_BUDGET_UNSATISFIED ErrorReason = 24
+	// One call group alone does not fit the summarizer's input window.
+	ErrorReason_FOLD_INPUT_TOO_LARGE ErrorReason = 25
+	// The configured summarizer failed and no fallback could make the view fit.
+	ErrorReason_SUMMARIZER_FAILED ErrorReason = 26
+	// The session's summarizer is not configured on this server.
+	ErrorReason_SUMMARIZER_NOT_CONFIGURED ErrorReason = 27
+	// A manual Compact could not install a fold; the message says why.
+	ErrorReason_COMPACT_FAILED ErrorReason = 28
+	// The session kept changing underneath; retry (a RetryInfo detail says when).
+	ErrorReason_CONCURRENT_MODIFICATION ErrorReason = 29
+	// Too many calls are queued on this session or tenant; retry after the RetryInfo delay.
+	ErrorReason_SESSION_BUSY ErrorReason = 30
+	// The answer would exceed what one response may carry; page smaller or lower the window.
+	ErrorReason_RESPONSE_TOO_LARGE ErrorReason = 31
+	// No checkpoint with that id belongs to the session.
+	ErrorReason_CHECKPOINT_NOT_FOUND ErrorReason = 32
+	// A stored checkpoint chain is inconsistent; the session needs operator attention.
+	ErrorReason_CHECKPOINT_BROKEN ErrorReason = 33
+	// Stored data failed an integrity check.
+	ErrorReason_STORAGE_CORRUPT ErrorReason = 34
+	// The database is unreachable; retry.
+	ErrorReason_STORE_UNAVAILABLE ErrorReason = 35
+	// A server fault; the server log has the details.
+	ErrorReason_INTERNAL ErrorReason = 36
+)
+
+// Enum value maps for ErrorReason.
+var (
+	ErrorReason_name = map[int32]string{
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "UNAUTHENTICATED",
+		2:  "INVALID_REQUEST",
+		3:  "SESSION_ID_REQUIRED",
+		4:  "SESSION_NOT_FOUND",
+		5:  "INVALID_CONFIG",
+		6:  "INVALID_MESSAGE",
+		7:  "INVALID_TEXT",
+		8:  "MESSAGE_TOO_LARGE",
+		9:  "TOO_MANY_MESSAGES",
+		10: "INVALID_REQUEST_ID",
+		11: "TOOL_RESULTS_PENDING",
+		12: "TOOL_CALL_NOT_OPEN",
+		13: "TOOL_CALL_NOT_FOUND",
+		14: "RESULT_REF_REQUIRED",
+		15: "RESULT_REF_NOT_FOUND",
+		16: "RESULT_REF_AMBIGUOUS",
+		17: "OFFSET_OUT_OF_RANGE",
+		18: "OFFSET_NOT_CHAR_BOUNDARY",
+		19: "LIMIT_OUT_OF_RANGE",
+		20: "INVALID_PAGE_SIZE",
+		21: "INVALID_PAGE_TOKEN",
+		22: "SEQ_OUT_OF_RANGE",
+		23: "INVALID_USAGE",
+		24: "CONTEXT_BUDGET_UNSATISFIED",
+		25: "FOLD_INPUT_TOO_LARGE",
+		26: "SUMMARIZER_FAILED",
+		27: "SUMMARIZER_NOT_CONFIGURED",
+		28: "COMPACT_FAILED",
+		29: "CONCURRENT_MODIFICATION",
+		30: "SESSION_BUSY",
+		31: "RESPONSE_TOO_LARGE",
+		32: "CHECKPOINT_NOT_FOUND",
+		33: "CHECKPOINT_BROKEN",
+		34: "STORAGE_CORRUPT",
+		35: "STORE_UNAVAILABLE",
+		36: "INTERNAL",
+	}
+	ErrorReason_value = map[string]int32{
+		"ERROR_REASON_UNSPECIFIED":   0,
+		"UNAUTHENTICATED":            1,
+		"INVALID_REQUEST":            2,
+		"SESSION_ID_REQUIRED":        3,
+		"SESSION_NOT_FOUND":          4,
+		"INVALID_CONFIG":             5,
+		"INVALID_MESSAGE":            6,
+		"INVALID_TEXT":               7,
+		"MESSAGE_TOO_LARGE":          8,
+		"TOO_MANY_MESSAGES":          9,
+		"INVALID_REQUEST_ID":         10,
+		"TOOL_RESULTS_PENDING":       11,
+		"TOOL_CALL_NOT_OPEN":         12,
+		"TOOL_CALL_NOT_FOUND":        13,
+		"RESULT_REF_REQUIRED":        14,
+		"RESULT_REF_NOT_FOUND":       15,
+		"RESULT_REF_AMBIGUOUS":       16,
+		"OFFSET_OUT_OF_RANGE":        17,
+		"OFFSET_NOT_CHAR_BOUNDARY":   18,
+		"LIMIT_OUT_OF_RANGE":         19,
+		"INVALID_PAGE_SIZE":          20,
+		"INVALID_PAGE_TOKEN":         21,
+		"SEQ_OUT_OF_RANGE":           22,
+		"INVALID_USAGE":              23,
+		"CONTEXT_BUDGET_UNSATISFIED": 24,
+		"FOLD_INPUT_TOO_LARGE":       25,
+		"SUMMARIZER_FAILED":          26,
+		"SUMMARIZER_NOT_CONFIGURED":  27,
+		"COMPACT_FAILED":             28,
+		"CONCURRENT_MODIFICATION":    29,
+		"SESSION_BUSY":               30,
+		"RESPONSE_TOO_LARGE":         31,
+		"CHECKPOINT_NOT_FOUND":       32,
+		"CHECKPOINT_BROKEN":          33,
+		"STORAGE_CORRUPT":            34,
+		"STORE_UNAVAILABLE":          35,
+		"INTERNAL":                   36,
+	}
+)
+
+func (x ErrorReason) Enum() *ErrorReason {
+	p := new(ErrorReason)
+	*p = x
+	return p
+}
+
+func (x ErrorReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_ctxfold_v1_context_service_proto_enumTypes[3].Descriptor()
+}
+
+func (ErrorReason) Type() protoreflect.EnumType {
+	return &file_ctxfold_v1_context_service_proto_enumTypes[3]
+}
+
+func (x ErrorReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorReason.Descriptor instead.
+func (ErrorReason) EnumDescriptor() ([]byte, []int) {
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{3}
+}
+
+// Why a fold or Compact folded nothing (PreparedContext.not_folded_reason).
+type NotFoldedReason int32
+
+const (
+	// The call folded something, or did not try.
+	NotFoldedReason_NOT_FOLDED_REASON_UNSPECIFIED NotFoldedReason = 0
+	// Everything is in the kept set (anchors, pinned, the pending input, the newest call group,
+	// the tokens the request asked to keep).
+	NotFoldedReason_NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET NotFoldedReason = 1
+	// The view is below the trigger; Prepare does not fold.
+	NotFoldedReason_NOT_FOLDED_REASON_BELOW_TRIGGER NotFoldedReason = 2
+	// The last fold of this same input failed; it is retried when the view grows.
+	NotFoldedReason_NOT_FOLDED_REASON_PREVIOUS_FAILURE NotFoldedReason = 3
+	// A candidate was made but was not smaller than the view it would replace.
+	NotFoldedReason_NOT_FOLDED_REASON_NOT_SMALLER NotFoldedReason = 4
+	// A dry run: a candidate was made and returned, nothing was installed.
+	NotFoldedReason_NOT_FOLDED_REASON_DRY_RUN NotFoldedReason = 5
+)
+
+// Enum value maps for NotFoldedReason.
+var (
+	NotFoldedReason_name = map[int32]string{
+		0: "NOT_FOLDED_REASON_UNSPECIFIED",
+		1: "NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET",
+		2: "NOT_FOLDED_REASON_BELOW_TRIGGER",
+		3: "NOT_FOLDED_REASON_PREVIOUS_FAILURE",
+		4: "NOT_FOLDED_REASON_NOT_SMALLER",
+		5: "NOT_FOLDED_REASON_DRY_RUN",
+	}
+	NotFoldedReason_value = map[string]int32{
+		"NOT_FOLDED_REASON_UNSPECIFIED":              0,
+		"NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET": 1,
+		"NOT_FOLDED_REASON_BELOW_TRIGGER":            2,
+		"NOT_FOLDED_REASON_PREVIOUS_FAILURE":         3,
+		"NOT_FOLDED_REASON_NOT_SMALLER":              4,
+		"NOT_FOLDED_REASON_DRY_RUN":                  5,
+	}
+)
+
+func (x NotFoldedReason) Enum() *NotFoldedReason {
+	p := new(NotFoldedReason)
+	*p = x
+	return p
+}
+
+func (x NotFoldedReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NotFoldedReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_ctxfold_v1_context_service_proto_enumTypes[4].Descriptor()
+}
+
+func (NotFoldedReason) Type() protoreflect.EnumType {
+	return &file_ctxfold_v1_context_service_proto_enumTypes[4]
+}
+
+func (x NotFoldedReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NotFoldedReason.Descriptor instead.
+func (NotFoldedReason) EnumDescriptor() ([]byte, []int) {
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{4}
+}
+
 // The step of maintenance a FoldProgress event reports.
 type FoldStage int32
 
@@ -216,6 +473,9 @@ const (
 	FoldStage_FOLD_STAGE_PASS_COMMITTED FoldStage = 5
 	// A fold pass failed; `message` says why. Nothing of that pass was installed.
 	FoldStage_FOLD_STAGE_PASS_FAILED FoldStage = 6
+	// The configured summarizer failed above the hard ceiling; the pass is retried with the
+	// `summarizer` named in the event (extractive), so the agent is never stuck.
+	FoldStage_FOLD_STAGE_SUMMARIZER_FALLBACK FoldStage = 7
 )
 
 // Enum value maps for FoldStage.
@@ -228,15 +488,17 @@ var (
 		4: "FOLD_STAGE_SUMMARY_DELTA",
 		5: "FOLD_STAGE_PASS_COMMITTED",
 		6: "FOLD_STAGE_PASS_FAILED",
+		7: "FOLD_STAGE_SUMMARIZER_FALLBACK",
 	}
 	FoldStage_value = map[string]int32{
-		"FOLD_STAGE_UNSPECIFIED":    0,
-		"FOLD_STAGE_PRUNED":         1,
-		"FOLD_STAGE_PLANNED":        2,
-		"FOLD_STAGE_PASS_STARTED":   3,
-		"FOLD_STAGE_SUMMARY_DELTA":  4,
-		"FOLD_STAGE_PASS_COMMITTED": 5,
-		"FOLD_STAGE_PASS_FAILED":    6,
+		"FOLD_STAGE_UNSPECIFIED":         0,
+		"FOLD_STAGE_PRUNED":              1,
+		"FOLD_STAGE_PLANNED":             2,
+		"FOLD_STAGE_PASS_STARTED":        3,
+		"FOLD_STAGE_SUMMARY_DELTA":       4,
+		"FOLD_STAGE_PASS_COMMITTED":      5,
+		"FOLD_STAGE_PASS_FAILED":         6,
+		"FOLD_STAGE_SUMMARIZER_FALLBACK": 7,
 	}
 )
 
@@ -251,11 +513,11 @@ func (x FoldStage) String() string {
 }
 
 func (FoldStage) Descriptor() protoreflect.EnumDescriptor {
-	return file_ctxfold_v1_context_service_proto_enumTypes[3].Descriptor()
+	return file_ctxfold_v1_context_service_proto_enumTypes[5].Descriptor()
 }
 
 func (FoldStage) Type() protoreflect.EnumType {
-	return &file_ctxfold_v1_context_service_proto_enumTypes[3]
+	return &file_ctxfold_v1_context_service_proto_enumTypes[5]
 }
 
 func (x FoldStage) Number() protoreflect.EnumNumber {
@@ -264,7 +526,7 @@ func (x FoldStage) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FoldStage.Descriptor instead.
 func (FoldStage) EnumDescriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{3}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{5}
 }
 
 // One tool call requested by an assistant message.
@@ -552,9 +814,12 @@ type SessionConfig struct {
 	// The prompt-cache key to send with requests; empty = derived from the session id.
 	PromptCacheKey string `protobuf:"bytes,11,opt,name=prompt_cache_key,json=promptCacheKey,proto3" json:"prompt_cache_key,omitempty"`
 	// The model name the agent calls, used for telemetry and cache TTL defaults. Optional.
-	Model         string `protobuf:"bytes,12,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Model string `protobuf:"bytes,12,opt,name=model,proto3" json:"model,omitempty"`
+	// The opening user message (the task) stays verbatim right after the system prompt in every
+	// view, as part of the stable prefix. Set to turn that anchor off.
+	DisableTaskAnchor bool `protobuf:"varint,13,opt,name=disable_task_anchor,json=disableTaskAnchor,proto3" json:"disable_task_anchor,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SessionConfig) Reset() {
@@ -669,6 +934,13 @@ func (x *SessionConfig) GetModel() string {
 		return x.Model
 	}
 	return ""
+}
+
+func (x *SessionConfig) GetDisableTaskAnchor() bool {
+	if x != nil {
+		return x.DisableTaskAnchor
+	}
+	return false
 }
 
 // A session of one agent conversation.
@@ -1594,7 +1866,9 @@ type FoldProgress struct {
 	// A human-readable description of the step.
 	Message string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
 	// For FOLD_STAGE_SUMMARY_DELTA: the next piece of the summary text.
-	SummaryDelta  string `protobuf:"bytes,8,opt,name=summary_delta,json=summaryDelta,proto3" json:"summary_delta,omitempty"`
+	SummaryDelta string `protobuf:"bytes,8,opt,name=summary_delta,json=summaryDelta,proto3" json:"summary_delta,omitempty"`
+	// The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback).
+	Summarizer    string `protobuf:"bytes,9,opt,name=summarizer,proto3" json:"summarizer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1685,6 +1959,13 @@ func (x *FoldProgress) GetSummaryDelta() string {
 	return ""
 }
 
+func (x *FoldProgress) GetSummarizer() string {
+	if x != nil {
+		return x.Summarizer
+	}
+	return ""
+}
+
 // The provider-visible context to send.
 type PreparedContext struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1714,9 +1995,18 @@ type PreparedContext struct {
 	// The hard ceiling: context_window − max_output_tokens − 256.
 	HardLimitTokens int64 `protobuf:"varint,12,opt,name=hard_limit_tokens,json=hardLimitTokens,proto3" json:"hard_limit_tokens,omitempty"`
 	// The messages this call appended, with ids and seqs.
-	Appended      []*Message `protobuf:"bytes,13,rep,name=appended,proto3" json:"appended,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Appended []*Message `protobuf:"bytes,13,rep,name=appended,proto3" json:"appended,omitempty"`
+	// Set when the call folded nothing although it was asked to (Compact) or would have had to.
+	NotFoldedReason NotFoldedReason `protobuf:"varint,14,opt,name=not_folded_reason,json=notFoldedReason,proto3,enum=ctxfold.v1.NotFoldedReason" json:"not_folded_reason,omitempty"`
+	// A human-readable explanation of not_folded_reason.
+	NotFoldedDetail string `protobuf:"bytes,15,opt,name=not_folded_detail,json=notFoldedDetail,proto3" json:"not_folded_detail,omitempty"`
+	// For a Compact dry run: the summary the fold would install (nothing was installed).
+	CandidateSummary string `protobuf:"bytes,16,opt,name=candidate_summary,json=candidateSummary,proto3" json:"candidate_summary,omitempty"`
+	// The reference of the folded-results index of the head checkpoint, readable with
+	// ReadToolResult; empty when nothing was folded.
+	FoldedResultsRef string `protobuf:"bytes,17,opt,name=folded_results_ref,json=foldedResultsRef,proto3" json:"folded_results_ref,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PreparedContext) Reset() {
@@ -1838,6 +2128,34 @@ func (x *PreparedContext) GetAppended() []*Message {
 		return x.Appended
 	}
 	return nil
+}
+
+func (x *PreparedContext) GetNotFoldedReason() NotFoldedReason {
+	if x != nil {
+		return x.NotFoldedReason
+	}
+	return NotFoldedReason_NOT_FOLDED_REASON_UNSPECIFIED
+}
+
+func (x *PreparedContext) GetNotFoldedDetail() string {
+	if x != nil {
+		return x.NotFoldedDetail
+	}
+	return ""
+}
+
+func (x *PreparedContext) GetCandidateSummary() string {
+	if x != nil {
+		return x.CandidateSummary
+	}
+	return ""
+}
+
+func (x *PreparedContext) GetFoldedResultsRef() string {
+	if x != nil {
+		return x.FoldedResultsRef
+	}
+	return ""
 }
 
 // ObserveUsage input.
@@ -1992,7 +2310,12 @@ type CompactRequest struct {
 	// The session to fold.
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Extra instructions appended to the summary instructions (what to keep in focus).
-	Focus         string `protobuf:"bytes,2,opt,name=focus,proto3" json:"focus,omitempty"`
+	Focus string `protobuf:"bytes,2,opt,name=focus,proto3" json:"focus,omitempty"`
+	// Tokens of the newest history to keep verbatim; 0 = the minimal kept set (anchors, pinned,
+	// the input the next call must answer, the newest call group).
+	KeepTokens int64 `protobuf:"varint,3,opt,name=keep_tokens,json=keepTokens,proto3" json:"keep_tokens,omitempty"`
+	// Make the candidate view and summary and return them without installing anything.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2039,6 +2362,20 @@ func (x *CompactRequest) GetFocus() string {
 		return x.Focus
 	}
 	return ""
+}
+
+func (x *CompactRequest) GetKeepTokens() int64 {
+	if x != nil {
+		return x.KeepTokens
+	}
+	return 0
+}
+
+func (x *CompactRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 // One streamed item of Compact: zero or more progress events, then exactly one result.
@@ -2613,6 +2950,363 @@ func (x *GetContextStateResponse) GetStateJson() string {
 	return ""
 }
 
+// A committed fold: the transcript up to `position_seq` is represented by `summary` plus the
+// kept messages; later messages follow verbatim.
+type Checkpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The checkpoint id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The checkpoint this one folded (rolling), empty for the first fold of a chain.
+	ParentId string `protobuf:"bytes,2,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// The seq of the last message the checkpoint covers.
+	PositionSeq int64 `protobuf:"varint,3,opt,name=position_seq,json=positionSeq,proto3" json:"position_seq,omitempty"`
+	// The summary message text the view shows.
+	Summary string `protobuf:"bytes,4,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Tokens of the summary.
+	SummaryTokens int64 `protobuf:"varint,5,opt,name=summary_tokens,json=summaryTokens,proto3" json:"summary_tokens,omitempty"`
+	// Ids of the covered messages the view keeps verbatim (anchors, pinned, the pending input).
+	KeptMessageIds []string `protobuf:"bytes,6,rep,name=kept_message_ids,json=keptMessageIds,proto3" json:"kept_message_ids,omitempty"`
+	// The reference of this checkpoint's folded-results index, readable with ReadToolResult.
+	FoldedResultsRef string `protobuf:"bytes,7,opt,name=folded_results_ref,json=foldedResultsRef,proto3" json:"folded_results_ref,omitempty"`
+	// The summarizer that wrote the summary.
+	Summarizer string `protobuf:"bytes,8,opt,name=summarizer,proto3" json:"summarizer,omitempty"`
+	// When the checkpoint was installed.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Output only. Whether the session's head checkpoint is this one or descends from it.
+	OnHeadChain   bool `protobuf:"varint,10,opt,name=on_head_chain,json=onHeadChain,proto3" json:"on_head_chain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Checkpoint) Reset() {
+	*x = Checkpoint{}
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Checkpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Checkpoint) ProtoMessage() {}
+
+func (x *Checkpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
+func (*Checkpoint) Descriptor() ([]byte, []int) {
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Checkpoint) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Checkpoint) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *Checkpoint) GetPositionSeq() int64 {
+	if x != nil {
+		return x.PositionSeq
+	}
+	return 0
+}
+
+func (x *Checkpoint) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *Checkpoint) GetSummaryTokens() int64 {
+	if x != nil {
+		return x.SummaryTokens
+	}
+	return 0
+}
+
+func (x *Checkpoint) GetKeptMessageIds() []string {
+	if x != nil {
+		return x.KeptMessageIds
+	}
+	return nil
+}
+
+func (x *Checkpoint) GetFoldedResultsRef() string {
+	if x != nil {
+		return x.FoldedResultsRef
+	}
+	return ""
+}
+
+func (x *Checkpoint) GetSummarizer() string {
+	if x != nil {
+		return x.Summarizer
+	}
+	return ""
+}
+
+func (x *Checkpoint) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Checkpoint) GetOnHeadChain() bool {
+	if x != nil {
+		return x.OnHeadChain
+	}
+	return false
+}
+
+// ListCheckpoints input.
+type ListCheckpointsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session to read.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Maximum checkpoints per page: 1..100, default 20 (0).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous next_page_token.
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Also list checkpoints of abandoned branches (left behind by Rewind).
+	IncludeAbandoned bool `protobuf:"varint,4,opt,name=include_abandoned,json=includeAbandoned,proto3" json:"include_abandoned,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ListCheckpointsRequest) Reset() {
+	*x = ListCheckpointsRequest{}
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCheckpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCheckpointsRequest) ProtoMessage() {}
+
+func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
+func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListCheckpointsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ListCheckpointsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListCheckpointsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListCheckpointsRequest) GetIncludeAbandoned() bool {
+	if x != nil {
+		return x.IncludeAbandoned
+	}
+	return false
+}
+
+// ListCheckpoints output.
+type ListCheckpointsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The checkpoints, newest first.
+	Checkpoints []*Checkpoint `protobuf:"bytes,1,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCheckpointsResponse) Reset() {
+	*x = ListCheckpointsResponse{}
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCheckpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCheckpointsResponse) ProtoMessage() {}
+
+func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
+func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
+func (x *ListCheckpointsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// GetCheckpoint input.
+type GetCheckpointRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session the checkpoint belongs to.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The checkpoint to read.
+	CheckpointId  string `protobuf:"bytes,2,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCheckpointRequest) Reset() {
+	*x = GetCheckpointRequest{}
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCheckpointRequest) ProtoMessage() {}
+
+func (x *GetCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*GetCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetCheckpointRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *GetCheckpointRequest) GetCheckpointId() string {
+	if x != nil {
+		return x.CheckpointId
+	}
+	return ""
+}
+
+// GetCheckpoint output.
+type GetCheckpointResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The checkpoint with its summary.
+	Checkpoint    *Checkpoint `protobuf:"bytes,1,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCheckpointResponse) Reset() {
+	*x = GetCheckpointResponse{}
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCheckpointResponse) ProtoMessage() {}
+
+func (x *GetCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*GetCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetCheckpointResponse) GetCheckpoint() *Checkpoint {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
 var File_ctxfold_v1_context_service_proto protoreflect.FileDescriptor
 
 const file_ctxfold_v1_context_service_proto_rawDesc = "" +
@@ -2645,7 +3339,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x06tokens\x18\x0f \x01(\x03R\x06tokens\x12\x1c\n" +
 	"\tabandoned\x18\x10 \x01(\bR\tabandoned\x12;\n" +
 	"\vcreate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xd9\x03\n" +
+	"createTime\"\x89\x04\n" +
 	"\rSessionConfig\x12%\n" +
 	"\x0econtext_window\x18\x01 \x01(\x03R\rcontextWindow\x12#\n" +
 	"\rcompact_ratio\x18\x02 \x01(\x01R\fcompactRatio\x12\x1d\n" +
@@ -2663,7 +3357,8 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x11cache_ttl_seconds\x18\n" +
 	" \x01(\x03R\x0fcacheTtlSeconds\x12(\n" +
 	"\x10prompt_cache_key\x18\v \x01(\tR\x0epromptCacheKey\x12\x14\n" +
-	"\x05model\x18\f \x01(\tR\x05model\"\xdf\x02\n" +
+	"\x05model\x18\f \x01(\tR\x05model\x12.\n" +
+	"\x13disable_task_anchor\x18\r \x01(\bR\x11disableTaskAnchor\"\xdf\x02\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.ctxfold.v1.SessionConfigR\x06config\x12\x19\n" +
@@ -2725,7 +3420,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x0fPrepareResponse\x126\n" +
 	"\bprogress\x18\x01 \x01(\v2\x18.ctxfold.v1.FoldProgressH\x00R\bprogress\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.ctxfold.v1.PreparedContextH\x00R\x06resultB\a\n" +
-	"\x05event\"\xad\x02\n" +
+	"\x05event\"\xcd\x02\n" +
 	"\fFoldProgress\x12+\n" +
 	"\x05stage\x18\x01 \x01(\x0e2\x15.ctxfold.v1.FoldStageR\x05stage\x12\x1d\n" +
 	"\n" +
@@ -2735,7 +3430,10 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\ftokens_after\x18\x05 \x01(\x03R\vtokensAfter\x12#\n" +
 	"\rcheckpoint_id\x18\x06 \x01(\tR\fcheckpointId\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12#\n" +
-	"\rsummary_delta\x18\b \x01(\tR\fsummaryDelta\"\xc2\x04\n" +
+	"\rsummary_delta\x18\b \x01(\tR\fsummaryDelta\x12\x1e\n" +
+	"\n" +
+	"summarizer\x18\t \x01(\tR\n" +
+	"summarizer\"\x92\x06\n" +
 	"\x0fPreparedContext\x12/\n" +
 	"\bmessages\x18\x01 \x03(\v2\x13.ctxfold.v1.MessageR\bmessages\x12)\n" +
 	"\x10estimated_tokens\x18\x02 \x01(\x03R\x0festimatedTokens\x12!\n" +
@@ -2751,7 +3449,11 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	" \x01(\x03R\x10viewMessageCount\x12%\n" +
 	"\x0etrigger_tokens\x18\v \x01(\x03R\rtriggerTokens\x12*\n" +
 	"\x11hard_limit_tokens\x18\f \x01(\x03R\x0fhardLimitTokens\x12/\n" +
-	"\bappended\x18\r \x03(\v2\x13.ctxfold.v1.MessageR\bappended\"\xf4\x01\n" +
+	"\bappended\x18\r \x03(\v2\x13.ctxfold.v1.MessageR\bappended\x12G\n" +
+	"\x11not_folded_reason\x18\x0e \x01(\x0e2\x1b.ctxfold.v1.NotFoldedReasonR\x0fnotFoldedReason\x12*\n" +
+	"\x11not_folded_detail\x18\x0f \x01(\tR\x0fnotFoldedDetail\x12+\n" +
+	"\x11candidate_summary\x18\x10 \x01(\tR\x10candidateSummary\x12,\n" +
+	"\x12folded_results_ref\x18\x11 \x01(\tR\x10foldedResultsRef\"\xf4\x01\n" +
 	"\x13ObserveUsageRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
@@ -2762,11 +3464,14 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\rfinish_reason\x18\x06 \x01(\tR\ffinishReason\"k\n" +
 	"\x14ObserveUsageResponse\x12 \n" +
 	"\vcalibration\x18\x01 \x01(\x01R\vcalibration\x121\n" +
-	"\x14calibration_accepted\x18\x02 \x01(\bR\x13calibrationAccepted\"E\n" +
+	"\x14calibration_accepted\x18\x02 \x01(\bR\x13calibrationAccepted\"\x7f\n" +
 	"\x0eCompactRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
-	"\x05focus\x18\x02 \x01(\tR\x05focus\"\x89\x01\n" +
+	"\x05focus\x18\x02 \x01(\tR\x05focus\x12\x1f\n" +
+	"\vkeep_tokens\x18\x03 \x01(\x03R\n" +
+	"keepTokens\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\x89\x01\n" +
 	"\x0fCompactResponse\x126\n" +
 	"\bprogress\x18\x01 \x01(\v2\x18.ctxfold.v1.FoldProgressH\x00R\bprogress\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.ctxfold.v1.PreparedContextH\x00R\x06resultB\a\n" +
@@ -2809,7 +3514,41 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"8\n" +
 	"\x17GetContextStateResponse\x12\x1d\n" +
 	"\n" +
-	"state_json\x18\x01 \x01(\tR\tstateJson*_\n" +
+	"state_json\x18\x01 \x01(\tR\tstateJson\"\xf6\x02\n" +
+	"\n" +
+	"Checkpoint\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tparent_id\x18\x02 \x01(\tR\bparentId\x12!\n" +
+	"\fposition_seq\x18\x03 \x01(\x03R\vpositionSeq\x12\x18\n" +
+	"\asummary\x18\x04 \x01(\tR\asummary\x12%\n" +
+	"\x0esummary_tokens\x18\x05 \x01(\x03R\rsummaryTokens\x12(\n" +
+	"\x10kept_message_ids\x18\x06 \x03(\tR\x0ekeptMessageIds\x12,\n" +
+	"\x12folded_results_ref\x18\a \x01(\tR\x10foldedResultsRef\x12\x1e\n" +
+	"\n" +
+	"summarizer\x18\b \x01(\tR\n" +
+	"summarizer\x12;\n" +
+	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\"\n" +
+	"\ron_head_chain\x18\n" +
+	" \x01(\bR\vonHeadChain\"\xa0\x01\n" +
+	"\x16ListCheckpointsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12+\n" +
+	"\x11include_abandoned\x18\x04 \x01(\bR\x10includeAbandoned\"{\n" +
+	"\x17ListCheckpointsResponse\x128\n" +
+	"\vcheckpoints\x18\x01 \x03(\v2\x16.ctxfold.v1.CheckpointR\vcheckpoints\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Z\n" +
+	"\x14GetCheckpointRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +
+	"\rcheckpoint_id\x18\x02 \x01(\tR\fcheckpointId\"O\n" +
+	"\x15GetCheckpointResponse\x126\n" +
+	"\n" +
+	"checkpoint\x18\x01 \x01(\v2\x16.ctxfold.v1.CheckpointR\n" +
+	"checkpoint*_\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
@@ -2826,7 +3565,53 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x17CACHE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10CACHE_STATE_WARM\x10\x01\x12\x14\n" +
 	"\x10CACHE_STATE_COLD\x10\x02\x12\x17\n" +
-	"\x13CACHE_STATE_UNKNOWN\x10\x03*\xcc\x01\n" +
+	"\x13CACHE_STATE_UNKNOWN\x10\x03*\xfb\x06\n" +
+	"\vErrorReason\x12\x1c\n" +
+	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fUNAUTHENTICATED\x10\x01\x12\x13\n" +
+	"\x0fINVALID_REQUEST\x10\x02\x12\x17\n" +
+	"\x13SESSION_ID_REQUIRED\x10\x03\x12\x15\n" +
+	"\x11SESSION_NOT_FOUND\x10\x04\x12\x12\n" +
+	"\x0eINVALID_CONFIG\x10\x05\x12\x13\n" +
+	"\x0fINVALID_MESSAGE\x10\x06\x12\x10\n" +
+	"\fINVALID_TEXT\x10\a\x12\x15\n" +
+	"\x11MESSAGE_TOO_LARGE\x10\b\x12\x15\n" +
+	"\x11TOO_MANY_MESSAGES\x10\t\x12\x16\n" +
+	"\x12INVALID_REQUEST_ID\x10\n" +
+	"\x12\x18\n" +
+	"\x14TOOL_RESULTS_PENDING\x10\v\x12\x16\n" +
+	"\x12TOOL_CALL_NOT_OPEN\x10\f\x12\x17\n" +
+	"\x13TOOL_CALL_NOT_FOUND\x10\r\x12\x17\n" +
+	"\x13RESULT_REF_REQUIRED\x10\x0e\x12\x18\n" +
+	"\x14RESULT_REF_NOT_FOUND\x10\x0f\x12\x18\n" +
+	"\x14RESULT_REF_AMBIGUOUS\x10\x10\x12\x17\n" +
+	"\x13OFFSET_OUT_OF_RANGE\x10\x11\x12\x1c\n" +
+	"\x18OFFSET_NOT_CHAR_BOUNDARY\x10\x12\x12\x16\n" +
+	"\x12LIMIT_OUT_OF_RANGE\x10\x13\x12\x15\n" +
+	"\x11INVALID_PAGE_SIZE\x10\x14\x12\x16\n" +
+	"\x12INVALID_PAGE_TOKEN\x10\x15\x12\x14\n" +
+	"\x10SEQ_OUT_OF_RANGE\x10\x16\x12\x11\n" +
+	"\rINVALID_USAGE\x10\x17\x12\x1e\n" +
+	"\x1aCONTEXT_BUDGET_UNSATISFIED\x10\x18\x12\x18\n" +
+	"\x14FOLD_INPUT_TOO_LARGE\x10\x19\x12\x15\n" +
+	"\x11SUMMARIZER_FAILED\x10\x1a\x12\x1d\n" +
+	"\x19SUMMARIZER_NOT_CONFIGURED\x10\x1b\x12\x12\n" +
+	"\x0eCOMPACT_FAILED\x10\x1c\x12\x1b\n" +
+	"\x17CONCURRENT_MODIFICATION\x10\x1d\x12\x10\n" +
+	"\fSESSION_BUSY\x10\x1e\x12\x16\n" +
+	"\x12RESPONSE_TOO_LARGE\x10\x1f\x12\x18\n" +
+	"\x14CHECKPOINT_NOT_FOUND\x10 \x12\x15\n" +
+	"\x11CHECKPOINT_BROKEN\x10!\x12\x13\n" +
+	"\x0fSTORAGE_CORRUPT\x10\"\x12\x15\n" +
+	"\x11STORE_UNAVAILABLE\x10#\x12\f\n" +
+	"\bINTERNAL\x10$*\xf3\x01\n" +
+	"\x0fNotFoldedReason\x12!\n" +
+	"\x1dNOT_FOLDED_REASON_UNSPECIFIED\x10\x00\x12.\n" +
+	"*NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET\x10\x01\x12#\n" +
+	"\x1fNOT_FOLDED_REASON_BELOW_TRIGGER\x10\x02\x12&\n" +
+	"\"NOT_FOLDED_REASON_PREVIOUS_FAILURE\x10\x03\x12!\n" +
+	"\x1dNOT_FOLDED_REASON_NOT_SMALLER\x10\x04\x12\x1d\n" +
+	"\x19NOT_FOLDED_REASON_DRY_RUN\x10\x05*\xf0\x01\n" +
 	"\tFoldStage\x12\x1a\n" +
 	"\x16FOLD_STAGE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FOLD_STAGE_PRUNED\x10\x01\x12\x16\n" +
@@ -2834,7 +3619,8 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x17FOLD_STAGE_PASS_STARTED\x10\x03\x12\x1c\n" +
 	"\x18FOLD_STAGE_SUMMARY_DELTA\x10\x04\x12\x1d\n" +
 	"\x19FOLD_STAGE_PASS_COMMITTED\x10\x05\x12\x1a\n" +
-	"\x16FOLD_STAGE_PASS_FAILED\x10\x062\x98\b\n" +
+	"\x16FOLD_STAGE_PASS_FAILED\x10\x06\x12\"\n" +
+	"\x1eFOLD_STAGE_SUMMARIZER_FALLBACK\x10\a2\xca\t\n" +
 	"\x0eContextService\x12T\n" +
 	"\rCreateSession\x12 .ctxfold.v1.CreateSessionRequest\x1a!.ctxfold.v1.CreateSessionResponse\x12K\n" +
 	"\n" +
@@ -2849,7 +3635,9 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x04Fork\x12\x17.ctxfold.v1.ForkRequest\x1a\x18.ctxfold.v1.ForkResponse\x12?\n" +
 	"\x06Rewind\x12\x19.ctxfold.v1.RewindRequest\x1a\x1a.ctxfold.v1.RewindResponse\x12W\n" +
 	"\x0eReadToolResult\x12!.ctxfold.v1.ReadToolResultRequest\x1a\".ctxfold.v1.ReadToolResultResponse\x12Z\n" +
-	"\x0fGetContextState\x12\".ctxfold.v1.GetContextStateRequest\x1a#.ctxfold.v1.GetContextStateResponseBb\n" +
+	"\x0fGetContextState\x12\".ctxfold.v1.GetContextStateRequest\x1a#.ctxfold.v1.GetContextStateResponse\x12Z\n" +
+	"\x0fListCheckpoints\x12\".ctxfold.v1.ListCheckpointsRequest\x1a#.ctxfold.v1.ListCheckpointsResponse\x12T\n" +
+	"\rGetCheckpoint\x12 .ctxfold.v1.GetCheckpointRequest\x1a!.ctxfold.v1.GetCheckpointResponseBb\n" +
 	"\x0edev.ctxfold.v1B\x13ContextServiceProtoP\x01Z9github.com/ctxfold/ctxfold/clients/go/ctxfoldv1;ctxfoldv1b\x06proto3"
 
 var (
@@ -2864,106 +3652,121 @@ func file_ctxfold_v1_context_service_proto_rawDescGZIP() []byte {
 	return file_ctxfold_v1_context_service_proto_rawDescData
 }
 
-var file_ctxfold_v1_context_service_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_ctxfold_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_ctxfold_v1_context_service_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_ctxfold_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_ctxfold_v1_context_service_proto_goTypes = []any{
 	(Role)(0),                       // 0: ctxfold.v1.Role
 	(Action)(0),                     // 1: ctxfold.v1.Action
 	(CacheState)(0),                 // 2: ctxfold.v1.CacheState
-	(FoldStage)(0),                  // 3: ctxfold.v1.FoldStage
-	(*ToolCall)(nil),                // 4: ctxfold.v1.ToolCall
-	(*Message)(nil),                 // 5: ctxfold.v1.Message
-	(*SessionConfig)(nil),           // 6: ctxfold.v1.SessionConfig
-	(*Session)(nil),                 // 7: ctxfold.v1.Session
-	(*CreateSessionRequest)(nil),    // 8: ctxfold.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),   // 9: ctxfold.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),       // 10: ctxfold.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),      // 11: ctxfold.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),     // 12: ctxfold.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),    // 13: ctxfold.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),    // 14: ctxfold.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),   // 15: ctxfold.v1.DeleteSessionResponse
-	(*AppendMessagesRequest)(nil),   // 16: ctxfold.v1.AppendMessagesRequest
-	(*AppendMessagesResponse)(nil),  // 17: ctxfold.v1.AppendMessagesResponse
-	(*ListMessagesRequest)(nil),     // 18: ctxfold.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),    // 19: ctxfold.v1.ListMessagesResponse
-	(*PrepareRequest)(nil),          // 20: ctxfold.v1.PrepareRequest
-	(*PrepareResponse)(nil),         // 21: ctxfold.v1.PrepareResponse
-	(*FoldProgress)(nil),            // 22: ctxfold.v1.FoldProgress
-	(*PreparedContext)(nil),         // 23: ctxfold.v1.PreparedContext
-	(*ObserveUsageRequest)(nil),     // 24: ctxfold.v1.ObserveUsageRequest
-	(*ObserveUsageResponse)(nil),    // 25: ctxfold.v1.ObserveUsageResponse
-	(*CompactRequest)(nil),          // 26: ctxfold.v1.CompactRequest
-	(*CompactResponse)(nil),         // 27: ctxfold.v1.CompactResponse
-	(*ForkRequest)(nil),             // 28: ctxfold.v1.ForkRequest
-	(*ForkResponse)(nil),            // 29: ctxfold.v1.ForkResponse
-	(*RewindRequest)(nil),           // 30: ctxfold.v1.RewindRequest
-	(*RewindResponse)(nil),          // 31: ctxfold.v1.RewindResponse
-	(*ReadToolResultRequest)(nil),   // 32: ctxfold.v1.ReadToolResultRequest
-	(*ReadToolResultResponse)(nil),  // 33: ctxfold.v1.ReadToolResultResponse
-	(*GetContextStateRequest)(nil),  // 34: ctxfold.v1.GetContextStateRequest
-	(*GetContextStateResponse)(nil), // 35: ctxfold.v1.GetContextStateResponse
-	(*timestamppb.Timestamp)(nil),   // 36: google.protobuf.Timestamp
+	(ErrorReason)(0),                // 3: ctxfold.v1.ErrorReason
+	(NotFoldedReason)(0),            // 4: ctxfold.v1.NotFoldedReason
+	(FoldStage)(0),                  // 5: ctxfold.v1.FoldStage
+	(*ToolCall)(nil),                // 6: ctxfold.v1.ToolCall
+	(*Message)(nil),                 // 7: ctxfold.v1.Message
+	(*SessionConfig)(nil),           // 8: ctxfold.v1.SessionConfig
+	(*Session)(nil),                 // 9: ctxfold.v1.Session
+	(*CreateSessionRequest)(nil),    // 10: ctxfold.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),   // 11: ctxfold.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),       // 12: ctxfold.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),      // 13: ctxfold.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),     // 14: ctxfold.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),    // 15: ctxfold.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),    // 16: ctxfold.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),   // 17: ctxfold.v1.DeleteSessionResponse
+	(*AppendMessagesRequest)(nil),   // 18: ctxfold.v1.AppendMessagesRequest
+	(*AppendMessagesResponse)(nil),  // 19: ctxfold.v1.AppendMessagesResponse
+	(*ListMessagesRequest)(nil),     // 20: ctxfold.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),    // 21: ctxfold.v1.ListMessagesResponse
+	(*PrepareRequest)(nil),          // 22: ctxfold.v1.PrepareRequest
+	(*PrepareResponse)(nil),         // 23: ctxfold.v1.PrepareResponse
+	(*FoldProgress)(nil),            // 24: ctxfold.v1.FoldProgress
+	(*PreparedContext)(nil),         // 25: ctxfold.v1.PreparedContext
+	(*ObserveUsageRequest)(nil),     // 26: ctxfold.v1.ObserveUsageRequest
+	(*ObserveUsageResponse)(nil),    // 27: ctxfold.v1.ObserveUsageResponse
+	(*CompactRequest)(nil),          // 28: ctxfold.v1.CompactRequest
+	(*CompactResponse)(nil),         // 29: ctxfold.v1.CompactResponse
+	(*ForkRequest)(nil),             // 30: ctxfold.v1.ForkRequest
+	(*ForkResponse)(nil),            // 31: ctxfold.v1.ForkResponse
+	(*RewindRequest)(nil),           // 32: ctxfold.v1.RewindRequest
+	(*RewindResponse)(nil),          // 33: ctxfold.v1.RewindResponse
+	(*ReadToolResultRequest)(nil),   // 34: ctxfold.v1.ReadToolResultRequest
+	(*ReadToolResultResponse)(nil),  // 35: ctxfold.v1.ReadToolResultResponse
+	(*GetContextStateRequest)(nil),  // 36: ctxfold.v1.GetContextStateRequest
+	(*GetContextStateResponse)(nil), // 37: ctxfold.v1.GetContextStateResponse
+	(*Checkpoint)(nil),              // 38: ctxfold.v1.Checkpoint
+	(*ListCheckpointsRequest)(nil),  // 39: ctxfold.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil), // 40: ctxfold.v1.ListCheckpointsResponse
+	(*GetCheckpointRequest)(nil),    // 41: ctxfold.v1.GetCheckpointRequest
+	(*GetCheckpointResponse)(nil),   // 42: ctxfold.v1.GetCheckpointResponse
+	(*timestamppb.Timestamp)(nil),   // 43: google.protobuf.Timestamp
 }
 var file_ctxfold_v1_context_service_proto_depIdxs = []int32{
 	0,  // 0: ctxfold.v1.Message.role:type_name -> ctxfold.v1.Role
-	4,  // 1: ctxfold.v1.Message.tool_calls:type_name -> ctxfold.v1.ToolCall
-	36, // 2: ctxfold.v1.Message.create_time:type_name -> google.protobuf.Timestamp
-	6,  // 3: ctxfold.v1.Session.config:type_name -> ctxfold.v1.SessionConfig
-	36, // 4: ctxfold.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	36, // 5: ctxfold.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	6,  // 6: ctxfold.v1.CreateSessionRequest.config:type_name -> ctxfold.v1.SessionConfig
-	7,  // 7: ctxfold.v1.CreateSessionResponse.session:type_name -> ctxfold.v1.Session
-	7,  // 8: ctxfold.v1.GetSessionResponse.session:type_name -> ctxfold.v1.Session
-	7,  // 9: ctxfold.v1.ListSessionsResponse.sessions:type_name -> ctxfold.v1.Session
-	5,  // 10: ctxfold.v1.AppendMessagesRequest.messages:type_name -> ctxfold.v1.Message
-	5,  // 11: ctxfold.v1.AppendMessagesResponse.messages:type_name -> ctxfold.v1.Message
-	7,  // 12: ctxfold.v1.AppendMessagesResponse.session:type_name -> ctxfold.v1.Session
-	5,  // 13: ctxfold.v1.ListMessagesResponse.messages:type_name -> ctxfold.v1.Message
-	5,  // 14: ctxfold.v1.PrepareRequest.append:type_name -> ctxfold.v1.Message
-	22, // 15: ctxfold.v1.PrepareResponse.progress:type_name -> ctxfold.v1.FoldProgress
-	23, // 16: ctxfold.v1.PrepareResponse.result:type_name -> ctxfold.v1.PreparedContext
-	3,  // 17: ctxfold.v1.FoldProgress.stage:type_name -> ctxfold.v1.FoldStage
-	5,  // 18: ctxfold.v1.PreparedContext.messages:type_name -> ctxfold.v1.Message
+	6,  // 1: ctxfold.v1.Message.tool_calls:type_name -> ctxfold.v1.ToolCall
+	43, // 2: ctxfold.v1.Message.create_time:type_name -> google.protobuf.Timestamp
+	8,  // 3: ctxfold.v1.Session.config:type_name -> ctxfold.v1.SessionConfig
+	43, // 4: ctxfold.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	43, // 5: ctxfold.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 6: ctxfold.v1.CreateSessionRequest.config:type_name -> ctxfold.v1.SessionConfig
+	9,  // 7: ctxfold.v1.CreateSessionResponse.session:type_name -> ctxfold.v1.Session
+	9,  // 8: ctxfold.v1.GetSessionResponse.session:type_name -> ctxfold.v1.Session
+	9,  // 9: ctxfold.v1.ListSessionsResponse.sessions:type_name -> ctxfold.v1.Session
+	7,  // 10: ctxfold.v1.AppendMessagesRequest.messages:type_name -> ctxfold.v1.Message
+	7,  // 11: ctxfold.v1.AppendMessagesResponse.messages:type_name -> ctxfold.v1.Message
+	9,  // 12: ctxfold.v1.AppendMessagesResponse.session:type_name -> ctxfold.v1.Session
+	7,  // 13: ctxfold.v1.ListMessagesResponse.messages:type_name -> ctxfold.v1.Message
+	7,  // 14: ctxfold.v1.PrepareRequest.append:type_name -> ctxfold.v1.Message
+	24, // 15: ctxfold.v1.PrepareResponse.progress:type_name -> ctxfold.v1.FoldProgress
+	25, // 16: ctxfold.v1.PrepareResponse.result:type_name -> ctxfold.v1.PreparedContext
+	5,  // 17: ctxfold.v1.FoldProgress.stage:type_name -> ctxfold.v1.FoldStage
+	7,  // 18: ctxfold.v1.PreparedContext.messages:type_name -> ctxfold.v1.Message
 	1,  // 19: ctxfold.v1.PreparedContext.action:type_name -> ctxfold.v1.Action
 	2,  // 20: ctxfold.v1.PreparedContext.cache_state:type_name -> ctxfold.v1.CacheState
-	5,  // 21: ctxfold.v1.PreparedContext.appended:type_name -> ctxfold.v1.Message
-	22, // 22: ctxfold.v1.CompactResponse.progress:type_name -> ctxfold.v1.FoldProgress
-	23, // 23: ctxfold.v1.CompactResponse.result:type_name -> ctxfold.v1.PreparedContext
-	6,  // 24: ctxfold.v1.ForkRequest.config:type_name -> ctxfold.v1.SessionConfig
-	7,  // 25: ctxfold.v1.ForkResponse.session:type_name -> ctxfold.v1.Session
-	7,  // 26: ctxfold.v1.RewindResponse.session:type_name -> ctxfold.v1.Session
-	8,  // 27: ctxfold.v1.ContextService.CreateSession:input_type -> ctxfold.v1.CreateSessionRequest
-	10, // 28: ctxfold.v1.ContextService.GetSession:input_type -> ctxfold.v1.GetSessionRequest
-	12, // 29: ctxfold.v1.ContextService.ListSessions:input_type -> ctxfold.v1.ListSessionsRequest
-	14, // 30: ctxfold.v1.ContextService.DeleteSession:input_type -> ctxfold.v1.DeleteSessionRequest
-	16, // 31: ctxfold.v1.ContextService.AppendMessages:input_type -> ctxfold.v1.AppendMessagesRequest
-	18, // 32: ctxfold.v1.ContextService.ListMessages:input_type -> ctxfold.v1.ListMessagesRequest
-	20, // 33: ctxfold.v1.ContextService.Prepare:input_type -> ctxfold.v1.PrepareRequest
-	24, // 34: ctxfold.v1.ContextService.ObserveUsage:input_type -> ctxfold.v1.ObserveUsageRequest
-	26, // 35: ctxfold.v1.ContextService.Compact:input_type -> ctxfold.v1.CompactRequest
-	28, // 36: ctxfold.v1.ContextService.Fork:input_type -> ctxfold.v1.ForkRequest
-	30, // 37: ctxfold.v1.ContextService.Rewind:input_type -> ctxfold.v1.RewindRequest
-	32, // 38: ctxfold.v1.ContextService.ReadToolResult:input_type -> ctxfold.v1.ReadToolResultRequest
-	34, // 39: ctxfold.v1.ContextService.GetContextState:input_type -> ctxfold.v1.GetContextStateRequest
-	9,  // 40: ctxfold.v1.ContextService.CreateSession:output_type -> ctxfold.v1.CreateSessionResponse
-	11, // 41: ctxfold.v1.ContextService.GetSession:output_type -> ctxfold.v1.GetSessionResponse
-	13, // 42: ctxfold.v1.ContextService.ListSessions:output_type -> ctxfold.v1.ListSessionsResponse
-	15, // 43: ctxfold.v1.ContextService.DeleteSession:output_type -> ctxfold.v1.DeleteSessionResponse
-	17, // 44: ctxfold.v1.ContextService.AppendMessages:output_type -> ctxfold.v1.AppendMessagesResponse
-	19, // 45: ctxfold.v1.ContextService.ListMessages:output_type -> ctxfold.v1.ListMessagesResponse
-	21, // 46: ctxfold.v1.ContextService.Prepare:output_type -> ctxfold.v1.PrepareResponse
-	25, // 47: ctxfold.v1.ContextService.ObserveUsage:output_type -> ctxfold.v1.ObserveUsageResponse
-	27, // 48: ctxfold.v1.ContextService.Compact:output_type -> ctxfold.v1.CompactResponse
-	29, // 49: ctxfold.v1.ContextService.Fork:output_type -> ctxfold.v1.ForkResponse
-	31, // 50: ctxfold.v1.ContextService.Rewind:output_type -> ctxfold.v1.RewindResponse
-	33, // 51: ctxfold.v1.ContextService.ReadToolResult:output_type -> ctxfold.v1.ReadToolResultResponse
-	35, // 52: ctxfold.v1.ContextService.GetContextState:output_type -> ctxfold.v1.GetContextStateResponse
-	40, // [40:53] is the sub-list for method output_type
-	27, // [27:40] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	7,  // 21: ctxfold.v1.PreparedContext.appended:type_name -> ctxfold.v1.Message
+	4,  // 22: ctxfold.v1.PreparedContext.not_folded_reason:type_name -> ctxfold.v1.NotFoldedReason
+	24, // 23: ctxfold.v1.CompactResponse.progress:type_name -> ctxfold.v1.FoldProgress
+	25, // 24: ctxfold.v1.CompactResponse.result:type_name -> ctxfold.v1.PreparedContext
+	8,  // 25: ctxfold.v1.ForkRequest.config:type_name -> ctxfold.v1.SessionConfig
+	9,  // 26: ctxfold.v1.ForkResponse.session:type_name -> ctxfold.v1.Session
+	9,  // 27: ctxfold.v1.RewindResponse.session:type_name -> ctxfold.v1.Session
+	43, // 28: ctxfold.v1.Checkpoint.create_time:type_name -> google.protobuf.Timestamp
+	38, // 29: ctxfold.v1.ListCheckpointsResponse.checkpoints:type_name -> ctxfold.v1.Checkpoint
+	38, // 30: ctxfold.v1.GetCheckpointResponse.checkpoint:type_name -> ctxfold.v1.Checkpoint
+	10, // 31: ctxfold.v1.ContextService.CreateSession:input_type -> ctxfold.v1.CreateSessionRequest
+	12, // 32: ctxfold.v1.ContextService.GetSession:input_type -> ctxfold.v1.GetSessionRequest
+	14, // 33: ctxfold.v1.ContextService.ListSessions:input_type -> ctxfold.v1.ListSessionsRequest
+	16, // 34: ctxfold.v1.ContextService.DeleteSession:input_type -> ctxfold.v1.DeleteSessionRequest
+	18, // 35: ctxfold.v1.ContextService.AppendMessages:input_type -> ctxfold.v1.AppendMessagesRequest
+	20, // 36: ctxfold.v1.ContextService.ListMessages:input_type -> ctxfold.v1.ListMessagesRequest
+	22, // 37: ctxfold.v1.ContextService.Prepare:input_type -> ctxfold.v1.PrepareRequest
+	26, // 38: ctxfold.v1.ContextService.ObserveUsage:input_type -> ctxfold.v1.ObserveUsageRequest
+	28, // 39: ctxfold.v1.ContextService.Compact:input_type -> ctxfold.v1.CompactRequest
+	30, // 40: ctxfold.v1.ContextService.Fork:input_type -> ctxfold.v1.ForkRequest
+	32, // 41: ctxfold.v1.ContextService.Rewind:input_type -> ctxfold.v1.RewindRequest
+	34, // 42: ctxfold.v1.ContextService.ReadToolResult:input_type -> ctxfold.v1.ReadToolResultRequest
+	36, // 43: ctxfold.v1.ContextService.GetContextState:input_type -> ctxfold.v1.GetContextStateRequest
+	39, // 44: ctxfold.v1.ContextService.ListCheckpoints:input_type -> ctxfold.v1.ListCheckpointsRequest
+	41, // 45: ctxfold.v1.ContextService.GetCheckpoint:input_type -> ctxfold.v1.GetCheckpointRequest
+	11, // 46: ctxfold.v1.ContextService.CreateSession:output_type -> ctxfold.v1.CreateSessionResponse
+	13, // 47: ctxfold.v1.ContextService.GetSession:output_type -> ctxfold.v1.GetSessionResponse
+	15, // 48: ctxfold.v1.ContextService.ListSessions:output_type -> ctxfold.v1.ListSessionsResponse
+	17, // 49: ctxfold.v1.ContextService.DeleteSession:output_type -> ctxfold.v1.DeleteSessionResponse
+	19, // 50: ctxfold.v1.ContextService.AppendMessages:output_type -> ctxfold.v1.AppendMessagesResponse
+	21, // 51: ctxfold.v1.ContextService.ListMessages:output_type -> ctxfold.v1.ListMessagesResponse
+	23, // 52: ctxfold.v1.ContextService.Prepare:output_type -> ctxfold.v1.PrepareResponse
+	27, // 53: ctxfold.v1.ContextService.ObserveUsage:output_type -> ctxfold.v1.ObserveUsageResponse
+	29, // 54: ctxfold.v1.ContextService.Compact:output_type -> ctxfold.v1.CompactResponse
+	31, // 55: ctxfold.v1.ContextService.Fork:output_type -> ctxfold.v1.ForkResponse
+	33, // 56: ctxfold.v1.ContextService.Rewind:output_type -> ctxfold.v1.RewindResponse
+	35, // 57: ctxfold.v1.ContextService.ReadToolResult:output_type -> ctxfold.v1.ReadToolResultResponse
+	37, // 58: ctxfold.v1.ContextService.GetContextState:output_type -> ctxfold.v1.GetContextStateResponse
+	40, // 59: ctxfold.v1.ContextService.ListCheckpoints:output_type -> ctxfold.v1.ListCheckpointsResponse
+	42, // 60: ctxfold.v1.ContextService.GetCheckpoint:output_type -> ctxfold.v1.GetCheckpointResponse
+	46, // [46:61] is the sub-list for method output_type
+	31, // [31:46] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_ctxfold_v1_context_service_proto_init() }
@@ -2984,8 +3787,8 @@ func file_ctxfold_v1_context_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ctxfold_v1_context_service_proto_rawDesc), len(file_ctxfold_v1_context_service_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   32,
+			NumEnums:      6,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,8 @@ const (
 	ContextService_Rewind_FullMethodName          = "/ctxfold.v1.ContextService/Rewind"
 	ContextService_ReadToolResult_FullMethodName  = "/ctxfold.v1.ContextService/ReadToolResult"
 	ContextService_GetContextState_FullMethodName = "/ctxfold.v1.ContextService/GetContextState"
+	ContextService_ListCheckpoints_FullMethodName = "/ctxfold.v1.ContextService/ListCheckpoints"
+	ContextService_GetCheckpoint_FullMethodName   = "/ctxfold.v1.ContextService/GetCheckpoint"
 )
 
 // ContextServiceClient is the client API for ContextService service.
@@ -42,8 +44,7 @@ const (
 // before every model request, the provider-visible context that fits the model's window.
 //
 // Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-// an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-// STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+// the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
 type ContextServiceClient interface {
 	// Creates a session from a SessionConfig. The config is validated and defaults are filled in;
 	// the returned session carries its generated `id`.
@@ -79,6 +80,11 @@ type ContextServiceClient interface {
 	ReadToolResult(ctx context.Context, in *ReadToolResultRequest, opts ...grpc.CallOption) (*ReadToolResultResponse, error)
 	// Returns the session's projection state ("sidecar", schema version 3) as a JSON document.
 	GetContextState(ctx context.Context, in *GetContextStateRequest, opts ...grpc.CallOption) (*GetContextStateResponse, error)
+	// Pages through the session's checkpoint chain, newest (the head checkpoint) first, each with
+	// its summary: what the folds of this session wrote.
+	ListCheckpoints(ctx context.Context, in *ListCheckpointsRequest, opts ...grpc.CallOption) (*ListCheckpointsResponse, error)
+	// One checkpoint of the session's chain (or of an abandoned branch), with its summary.
+	GetCheckpoint(ctx context.Context, in *GetCheckpointRequest, opts ...grpc.CallOption) (*GetCheckpointResponse, error)
 }
 
 type contextServiceClient struct {
@@ -237,6 +243,26 @@ func (c *contextServiceClient) GetContextState(ctx context.Context, in *GetConte
 	return out, nil
 }
 
+func (c *contextServiceClient) ListCheckpoints(ctx context.Context, in *ListCheckpointsRequest, opts ...grpc.CallOption) (*ListCheckpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCheckpointsResponse)
+	err := c.cc.Invoke(ctx, ContextService_ListCheckpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *contextServiceClient) GetCheckpoint(ctx context.Context, in *GetCheckpointRequest, opts ...grpc.CallOption) (*GetCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCheckpointResponse)
+	err := c.cc.Invoke(ctx, ContextService_GetCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ContextServiceServer is the server API for ContextService service.
 // All implementations must embed UnimplementedContextServiceServer
 // for forward compatibility.
@@ -245,8 +271,7 @@ func (c *contextServiceClient) GetContextState(ctx context.Context, in *GetConte
 // before every model request, the provider-visible context that fits the model's window.
 //
 // Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-// an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-// STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+// the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
 type ContextServiceServer interface {
 	// Creates a session from a SessionConfig. The config is validated and defaults are filled in;
 	// the returned session carries its generated `id`.
@@ -282,6 +307,11 @@ type ContextServiceServer interface {
 	ReadToolResult(context.Context, *ReadToolResultRequest) (*ReadToolResultResponse, error)
 	// Returns the session's projection state ("sidecar", schema version 3) as a JSON document.
 	GetContextState(context.Context, *GetContextStateRequest) (*GetContextStateResponse, error)
+	// Pages through the session's checkpoint chain, newest (the head checkpoint) first, each with
+	// its summary: what the folds of this session wrote.
+	ListCheckpoints(context.Context, *ListCheckpointsRequest) (*ListCheckpointsResponse, error)
+	// One checkpoint of the session's chain (or of an abandoned branch), with its summary.
+	GetCheckpoint(context.Context, *GetCheckpointRequest) (*GetCheckpointResponse, error)
 	mustEmbedUnimplementedContextServiceServer()
 }
 
@@ -330,6 +360,12 @@ func (UnimplementedContextServiceServer) ReadToolResult(context.Context, *ReadTo
 }
 func (UnimplementedContextServiceServer) GetContextState(context.Context, *GetContextStateRequest) (*GetContextStateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetContextState not implemented")
+}
+func (UnimplementedContextServiceServer) ListCheckpoints(context.Context, *ListCheckpointsRequest) (*ListCheckpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCheckpoints not implemented")
+}
+func (UnimplementedContextServiceServer) GetCheckpoint(context.Context, *GetCheckpointRequest) (*GetCheckpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCheckpoint not implemented")
 }
 func (UnimplementedContextServiceServer) mustEmbedUnimplementedContextServiceServer() {}
 func (UnimplementedContextServiceServer) testEmbeddedByValue()                        {}
@@ -572,6 +608,42 @@ func _ContextService_GetContextState_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ContextService_ListCheckpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCheckpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).ListCheckpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ContextService_ListCheckpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).ListCheckpoints(ctx, req.(*ListCheckpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ContextService_GetCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ContextServiceServer).GetCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ContextService_GetCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ContextServiceServer).GetCheckpoint(ctx, req.(*GetCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ContextService_ServiceDesc is the grpc.ServiceDesc for ContextService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -622,6 +694,14 @@ var ContextService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetContextState",
 			Handler:    _ContextService_GetContextState_Handler,
+		},
+		{
+			MethodName: "ListCheckpoints",
+			Handler:    _ContextService_ListCheckpoints_Handler,
+		},
+		{
+			MethodName: "GetCheckpoint",
+			Handler:    _ContextService_GetCheckpoint_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

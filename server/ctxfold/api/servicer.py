@@ -215,3 +215,12 @@ class ContextServicer(pb_grpc.ContextServiceServicer):
         self, request: pb.GetContextStateRequest, context: Context, tenant: str
     ) -> pb.GetContextStateResponse:
         return pb.GetContextStateResponse(state_json=await self.maintenance.context_state(tenant, request.session_id))
+
+    # Implemented on the operations branch (issue 13); until it lands they answer UNIMPLEMENTED.
+    async def ListCheckpoints(self, request: pb.ListCheckpointsRequest, context: Context) -> pb.ListCheckpointsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListCheckpoints is not implemented yet")
+        raise AssertionError("unreachable: abort raises")
+
+    async def GetCheckpoint(self, request: pb.GetCheckpointRequest, context: Context) -> pb.GetCheckpointResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetCheckpoint is not implemented yet")
+        raise AssertionError("unreachable: abort raises")

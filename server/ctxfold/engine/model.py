@@ -76,6 +76,7 @@ class SessionConfig:
     cache_ttl_seconds: int = 0
     prompt_cache_key: str = ""
     model: str = ""
+    disable_task_anchor: bool = False
 
     @property
     def trigger_tokens(self) -> int:
@@ -102,6 +103,7 @@ class ConfigInput:
     cache_ttl_seconds: int = 0
     prompt_cache_key: str = ""
     model: str = ""
+    disable_task_anchor: bool = False
 
 
 MIN_TOOL_CONTENT_BYTES = 4096
@@ -190,6 +192,7 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str]) -> SessionCo
         cache_ttl_seconds=given.cache_ttl_seconds,
         prompt_cache_key=given.prompt_cache_key,
         model=given.model,
+        disable_task_anchor=given.disable_task_anchor,
     )
 
 

@@ -110,6 +110,209 @@ CACHE_STATE_UNKNOWN: CacheState.ValueType  # 3
 """No request has been prepared yet, or the TTL is unknown."""
 Global___CacheState: _TypeAlias = CacheState  # noqa: Y015
 
+class _ErrorReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ERROR_REASON_UNSPECIFIED: _ErrorReason.ValueType  # 0
+    """Not an error reason; never sent."""
+    UNAUTHENTICATED: _ErrorReason.ValueType  # 1
+    """The request did not authenticate (missing or unknown bearer token)."""
+    INVALID_REQUEST: _ErrorReason.ValueType  # 2
+    """The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field)."""
+    SESSION_ID_REQUIRED: _ErrorReason.ValueType  # 3
+    """A request naming a session did not set session_id."""
+    SESSION_NOT_FOUND: _ErrorReason.ValueType  # 4
+    """No session with that id exists for the caller's tenant."""
+    INVALID_CONFIG: _ErrorReason.ValueType  # 5
+    """A SessionConfig field is out of range or malformed; metadata `field` names it."""
+    INVALID_MESSAGE: _ErrorReason.ValueType  # 6
+    """A message is malformed (roles, tool calls, ids); metadata `index` names it."""
+    INVALID_TEXT: _ErrorReason.ValueType  # 7
+    """Text contains characters that cannot be stored (U+0000)."""
+    MESSAGE_TOO_LARGE: _ErrorReason.ValueType  # 8
+    """A message or tool result is larger than the server accepts."""
+    TOO_MANY_MESSAGES: _ErrorReason.ValueType  # 9
+    """More messages in one append than the server accepts."""
+    INVALID_REQUEST_ID: _ErrorReason.ValueType  # 10
+    """request_id is malformed (too long)."""
+    TOOL_RESULTS_PENDING: _ErrorReason.ValueType  # 11
+    """Tool calls are waiting for results; only their results may be appended now."""
+    TOOL_CALL_NOT_OPEN: _ErrorReason.ValueType  # 12
+    """A tool result answers no tool call that is waiting."""
+    TOOL_CALL_NOT_FOUND: _ErrorReason.ValueType  # 13
+    """No tool result answers that tool_call_id."""
+    RESULT_REF_REQUIRED: _ErrorReason.ValueType  # 14
+    """ReadToolResult named neither result_ref nor tool_call_id."""
+    RESULT_REF_NOT_FOUND: _ErrorReason.ValueType  # 15
+    """No stored result with that reference is readable from this session."""
+    RESULT_REF_AMBIGUOUS: _ErrorReason.ValueType  # 16
+    """The tool_call_id answers several results; name one by result_ref."""
+    OFFSET_OUT_OF_RANGE: _ErrorReason.ValueType  # 17
+    """The offset is past the end of the result."""
+    OFFSET_NOT_CHAR_BOUNDARY: _ErrorReason.ValueType  # 18
+    """The offset falls inside a UTF-8 character."""
+    LIMIT_OUT_OF_RANGE: _ErrorReason.ValueType  # 19
+    """The page limit is outside the accepted range."""
+    INVALID_PAGE_SIZE: _ErrorReason.ValueType  # 20
+    """page_size is negative or above the documented maximum."""
+    INVALID_PAGE_TOKEN: _ErrorReason.ValueType  # 21
+    """page_token was not produced by this server for this request."""
+    SEQ_OUT_OF_RANGE: _ErrorReason.ValueType  # 22
+    """A seq (fork point, rewind target) is outside the session's transcript."""
+    INVALID_USAGE: _ErrorReason.ValueType  # 23
+    """ObserveUsage numbers are inconsistent (negative, cached above input)."""
+    CONTEXT_BUDGET_UNSATISFIED: _ErrorReason.ValueType  # 24
+    """The view cannot be brought under the hard ceiling; metadata says by how much and why."""
+    FOLD_INPUT_TOO_LARGE: _ErrorReason.ValueType  # 25
+    """One call group alone does not fit the summarizer's input window."""
+    SUMMARIZER_FAILED: _ErrorReason.ValueType  # 26
+    """The configured summarizer failed and no fallback could make the view fit."""
+    SUMMARIZER_NOT_CONFIGURED: _ErrorReason.ValueType  # 27
+    """The session's summarizer is not configured on this server."""
+    COMPACT_FAILED: _ErrorReason.ValueType  # 28
+    """A manual Compact could not install a fold; the message says why."""
+    CONCURRENT_MODIFICATION: _ErrorReason.ValueType  # 29
+    """The session kept changing underneath; retry (a RetryInfo detail says when)."""
+    SESSION_BUSY: _ErrorReason.ValueType  # 30
+    """Too many calls are queued on this session or tenant; retry after the RetryInfo delay."""
+    RESPONSE_TOO_LARGE: _ErrorReason.ValueType  # 31
+    """The answer would exceed what one response may carry; page smaller or lower the window."""
+    CHECKPOINT_NOT_FOUND: _ErrorReason.ValueType  # 32
+    """No checkpoint with that id belongs to the session."""
+    CHECKPOINT_BROKEN: _ErrorReason.ValueType  # 33
+    """A stored checkpoint chain is inconsistent; the session needs operator attention."""
+    STORAGE_CORRUPT: _ErrorReason.ValueType  # 34
+    """Stored data failed an integrity check."""
+    STORE_UNAVAILABLE: _ErrorReason.ValueType  # 35
+    """The database is unreachable; retry."""
+    INTERNAL: _ErrorReason.ValueType  # 36
+    """A server fault; the server log has the details."""
+
+class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
+    """Why a call failed: every error's google.rpc.ErrorInfo `reason` is the name of one of these
+    values (the names carry no prefix so that they read as written in ErrorInfo). Clients compare
+    against the generated constants instead of string literals.
+    """
+
+ERROR_REASON_UNSPECIFIED: ErrorReason.ValueType  # 0
+"""Not an error reason; never sent."""
+UNAUTHENTICATED: ErrorReason.ValueType  # 1
+"""The request did not authenticate (missing or unknown bearer token)."""
+INVALID_REQUEST: ErrorReason.ValueType  # 2
+"""The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field)."""
+SESSION_ID_REQUIRED: ErrorReason.ValueType  # 3
+"""A request naming a session did not set session_id."""
+SESSION_NOT_FOUND: ErrorReason.ValueType  # 4
+"""No session with that id exists for the caller's tenant."""
+INVALID_CONFIG: ErrorReason.ValueType  # 5
+"""A SessionConfig field is out of range or malformed; metadata `field` names it."""
+INVALID_MESSAGE: ErrorReason.ValueType  # 6
+"""A message is malformed (roles, tool calls, ids); metadata `index` names it."""
+INVALID_TEXT: ErrorReason.ValueType  # 7
+"""Text contains characters that cannot be stored (U+0000)."""
+MESSAGE_TOO_LARGE: ErrorReason.ValueType  # 8
+"""A message or tool result is larger than the server accepts."""
+TOO_MANY_MESSAGES: ErrorReason.ValueType  # 9
+"""More messages in one append than the server accepts."""
+INVALID_REQUEST_ID: ErrorReason.ValueType  # 10
+"""request_id is malformed (too long)."""
+TOOL_RESULTS_PENDING: ErrorReason.ValueType  # 11
+"""Tool calls are waiting for results; only their results may be appended now."""
+TOOL_CALL_NOT_OPEN: ErrorReason.ValueType  # 12
+"""A tool result answers no tool call that is waiting."""
+TOOL_CALL_NOT_FOUND: ErrorReason.ValueType  # 13
+"""No tool result answers that tool_call_id."""
+RESULT_REF_REQUIRED: ErrorReason.ValueType  # 14
+"""ReadToolResult named neither result_ref nor tool_call_id."""
+RESULT_REF_NOT_FOUND: ErrorReason.ValueType  # 15
+"""No stored result with that reference is readable from this session."""
+RESULT_REF_AMBIGUOUS: ErrorReason.ValueType  # 16
+"""The tool_call_id answers several results; name one by result_ref."""
+OFFSET_OUT_OF_RANGE: ErrorReason.ValueType  # 17
+"""The offset is past the end of the result."""
+OFFSET_NOT_CHAR_BOUNDARY: ErrorReason.ValueType  # 18
+"""The offset falls inside a UTF-8 character."""
+LIMIT_OUT_OF_RANGE: ErrorReason.ValueType  # 19
+"""The page limit is outside the accepted range."""
+INVALID_PAGE_SIZE: ErrorReason.ValueType  # 20
+"""page_size is negative or above the documented maximum."""
+INVALID_PAGE_TOKEN: ErrorReason.ValueType  # 21
+"""page_token was not produced by this server for this request."""
+SEQ_OUT_OF_RANGE: ErrorReason.ValueType  # 22
+"""A seq (fork point, rewind target) is outside the session's transcript."""
+INVALID_USAGE: ErrorReason.ValueType  # 23
+"""ObserveUsage numbers are inconsistent (negative, cached above input)."""
+CONTEXT_BUDGET_UNSATISFIED: ErrorReason.ValueType  # 24
+"""The view cannot be brought under the hard ceiling; metadata says by how much and why."""
+FOLD_INPUT_TOO_LARGE: ErrorReason.ValueType  # 25
+"""One call group alone does not fit the summarizer's input window."""
+SUMMARIZER_FAILED: ErrorReason.ValueType  # 26
+"""The configured summarizer failed and no fallback could make the view fit."""
+SUMMARIZER_NOT_CONFIGURED: ErrorReason.ValueType  # 27
+"""The session's summarizer is not configured on this server."""
+COMPACT_FAILED: ErrorReason.ValueType  # 28
+"""A manual Compact could not install a fold; the message says why."""
+CONCURRENT_MODIFICATION: ErrorReason.ValueType  # 29
+"""The session kept changing underneath; retry (a RetryInfo detail says when)."""
+SESSION_BUSY: ErrorReason.ValueType  # 30
+"""Too many calls are queued on this session or tenant; retry after the RetryInfo delay."""
+RESPONSE_TOO_LARGE: ErrorReason.ValueType  # 31
+"""The answer would exceed what one response may carry; page smaller or lower the window."""
+CHECKPOINT_NOT_FOUND: ErrorReason.ValueType  # 32
+"""No checkpoint with that id belongs to the session."""
+CHECKPOINT_BROKEN: ErrorReason.ValueType  # 33
+"""A stored checkpoint chain is inconsistent; the session needs operator attention."""
+STORAGE_CORRUPT: ErrorReason.ValueType  # 34
+"""Stored data failed an integrity check."""
+STORE_UNAVAILABLE: ErrorReason.ValueType  # 35
+"""The database is unreachable; retry."""
+INTERNAL: ErrorReason.ValueType  # 36
+"""A server fault; the server log has the details."""
+Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
+
+class _NotFoldedReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _NotFoldedReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NotFoldedReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    NOT_FOLDED_REASON_UNSPECIFIED: _NotFoldedReason.ValueType  # 0
+    """The call folded something, or did not try."""
+    NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET: _NotFoldedReason.ValueType  # 1
+    """Everything is in the kept set (anchors, pinned, the pending input, the newest call group,
+    the tokens the request asked to keep).
+    """
+    NOT_FOLDED_REASON_BELOW_TRIGGER: _NotFoldedReason.ValueType  # 2
+    """The view is below the trigger; Prepare does not fold."""
+    NOT_FOLDED_REASON_PREVIOUS_FAILURE: _NotFoldedReason.ValueType  # 3
+    """The last fold of this same input failed; it is retried when the view grows."""
+    NOT_FOLDED_REASON_NOT_SMALLER: _NotFoldedReason.ValueType  # 4
+    """A candidate was made but was not smaller than the view it would replace."""
+    NOT_FOLDED_REASON_DRY_RUN: _NotFoldedReason.ValueType  # 5
+    """A dry run: a candidate was made and returned, nothing was installed."""
+
+class NotFoldedReason(_NotFoldedReason, metaclass=_NotFoldedReasonEnumTypeWrapper):
+    """Why a fold or Compact folded nothing (PreparedContext.not_folded_reason)."""
+
+NOT_FOLDED_REASON_UNSPECIFIED: NotFoldedReason.ValueType  # 0
+"""The call folded something, or did not try."""
+NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET: NotFoldedReason.ValueType  # 1
+"""Everything is in the kept set (anchors, pinned, the pending input, the newest call group,
+the tokens the request asked to keep).
+"""
+NOT_FOLDED_REASON_BELOW_TRIGGER: NotFoldedReason.ValueType  # 2
+"""The view is below the trigger; Prepare does not fold."""
+NOT_FOLDED_REASON_PREVIOUS_FAILURE: NotFoldedReason.ValueType  # 3
+"""The last fold of this same input failed; it is retried when the view grows."""
+NOT_FOLDED_REASON_NOT_SMALLER: NotFoldedReason.ValueType  # 4
+"""A candidate was made but was not smaller than the view it would replace."""
+NOT_FOLDED_REASON_DRY_RUN: NotFoldedReason.ValueType  # 5
+"""A dry run: a candidate was made and returned, nothing was installed."""
+Global___NotFoldedReason: _TypeAlias = NotFoldedReason  # noqa: Y015
+
 class _FoldStage:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -130,6 +333,10 @@ class _FoldStageEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FoldStage.V
     """A fold pass committed a checkpoint: checkpoint_id and tokens_before/after are set."""
     FOLD_STAGE_PASS_FAILED: _FoldStage.ValueType  # 6
     """A fold pass failed; `message` says why. Nothing of that pass was installed."""
+    FOLD_STAGE_SUMMARIZER_FALLBACK: _FoldStage.ValueType  # 7
+    """The configured summarizer failed above the hard ceiling; the pass is retried with the
+    `summarizer` named in the event (extractive), so the agent is never stuck.
+    """
 
 class FoldStage(_FoldStage, metaclass=_FoldStageEnumTypeWrapper):
     """The step of maintenance a FoldProgress event reports."""
@@ -148,6 +355,10 @@ FOLD_STAGE_PASS_COMMITTED: FoldStage.ValueType  # 5
 """A fold pass committed a checkpoint: checkpoint_id and tokens_before/after are set."""
 FOLD_STAGE_PASS_FAILED: FoldStage.ValueType  # 6
 """A fold pass failed; `message` says why. Nothing of that pass was installed."""
+FOLD_STAGE_SUMMARIZER_FALLBACK: FoldStage.ValueType  # 7
+"""The configured summarizer failed above the hard ceiling; the pass is retried with the
+`summarizer` named in the event (extractive), so the agent is never stuck.
+"""
 Global___FoldStage: _TypeAlias = FoldStage  # noqa: Y015
 
 @_typing.final
@@ -292,6 +503,7 @@ class SessionConfig(_message.Message):
     CACHE_TTL_SECONDS_FIELD_NUMBER: _builtins.int
     PROMPT_CACHE_KEY_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    DISABLE_TASK_ANCHOR_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """The model's context window in tokens. Required, > 0."""
     compact_ratio: _builtins.float
@@ -322,6 +534,10 @@ class SessionConfig(_message.Message):
     """The prompt-cache key to send with requests; empty = derived from the session id."""
     model: _builtins.str
     """The model name the agent calls, used for telemetry and cache TTL defaults. Optional."""
+    disable_task_anchor: _builtins.bool
+    """The opening user message (the task) stays verbatim right after the system prompt in every
+    view, as part of the stable prefix. Set to turn that anchor off.
+    """
     def __init__(
         self,
         *,
@@ -337,10 +553,11 @@ class SessionConfig(_message.Message):
         cache_ttl_seconds: _builtins.int = ...,
         prompt_cache_key: _builtins.str = ...,
         model: _builtins.str = ...,
+        disable_task_anchor: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_ttl_seconds", b"cache_ttl_seconds", "compact_ratio", b"compact_ratio", "context_window", b"context_window", "max_output_tokens", b"max_output_tokens", "model", b"model", "prompt_cache_key", b"prompt_cache_key", "summarizer", b"summarizer", "summary_max_tokens", b"summary_max_tokens", "system_prompt", b"system_prompt", "tail_ratio", b"tail_ratio", "tool_content_max_bytes", b"tool_content_max_bytes", "tools_json", b"tools_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_ttl_seconds", b"cache_ttl_seconds", "compact_ratio", b"compact_ratio", "context_window", b"context_window", "disable_task_anchor", b"disable_task_anchor", "max_output_tokens", b"max_output_tokens", "model", b"model", "prompt_cache_key", b"prompt_cache_key", "summarizer", b"summarizer", "summary_max_tokens", b"summary_max_tokens", "system_prompt", b"system_prompt", "tail_ratio", b"tail_ratio", "tool_content_max_bytes", b"tool_content_max_bytes", "tools_json", b"tools_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -805,6 +1022,7 @@ class FoldProgress(_message.Message):
     CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     SUMMARY_DELTA_FIELD_NUMBER: _builtins.int
+    SUMMARIZER_FIELD_NUMBER: _builtins.int
     stage: Global___FoldStage.ValueType
     """What happened."""
     pass_index: _builtins.int
@@ -821,6 +1039,8 @@ class FoldProgress(_message.Message):
     """A human-readable description of the step."""
     summary_delta: _builtins.str
     """For FOLD_STAGE_SUMMARY_DELTA: the next piece of the summary text."""
+    summarizer: _builtins.str
+    """The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback)."""
     def __init__(
         self,
         *,
@@ -832,10 +1052,11 @@ class FoldProgress(_message.Message):
         checkpoint_id: _builtins.str = ...,
         message: _builtins.str = ...,
         summary_delta: _builtins.str = ...,
+        summarizer: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "message", b"message", "pass_index", b"pass_index", "passes_planned", b"passes_planned", "stage", b"stage", "summary_delta", b"summary_delta", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "message", b"message", "pass_index", b"pass_index", "passes_planned", b"passes_planned", "stage", b"stage", "summarizer", b"summarizer", "summary_delta", b"summary_delta", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -860,6 +1081,10 @@ class PreparedContext(_message.Message):
     TRIGGER_TOKENS_FIELD_NUMBER: _builtins.int
     HARD_LIMIT_TOKENS_FIELD_NUMBER: _builtins.int
     APPENDED_FIELD_NUMBER: _builtins.int
+    NOT_FOLDED_REASON_FIELD_NUMBER: _builtins.int
+    NOT_FOLDED_DETAIL_FIELD_NUMBER: _builtins.int
+    CANDIDATE_SUMMARY_FIELD_NUMBER: _builtins.int
+    FOLDED_RESULTS_REF_FIELD_NUMBER: _builtins.int
     estimated_tokens: _builtins.int
     """Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated."""
     view_version: _builtins.int
@@ -882,6 +1107,16 @@ class PreparedContext(_message.Message):
     """The trigger: compact_ratio × context_window."""
     hard_limit_tokens: _builtins.int
     """The hard ceiling: context_window − max_output_tokens − 256."""
+    not_folded_reason: Global___NotFoldedReason.ValueType
+    """Set when the call folded nothing although it was asked to (Compact) or would have had to."""
+    not_folded_detail: _builtins.str
+    """A human-readable explanation of not_folded_reason."""
+    candidate_summary: _builtins.str
+    """For a Compact dry run: the summary the fold would install (nothing was installed)."""
+    folded_results_ref: _builtins.str
+    """The reference of the folded-results index of the head checkpoint, readable with
+    ReadToolResult; empty when nothing was folded.
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]:
         """The view: system, at most one summary, kept messages and the recent tail — or, with
@@ -908,10 +1143,14 @@ class PreparedContext(_message.Message):
         trigger_tokens: _builtins.int = ...,
         hard_limit_tokens: _builtins.int = ...,
         appended: _abc.Iterable[Global___Message] | None = ...,
+        not_folded_reason: Global___NotFoldedReason.ValueType = ...,
+        not_folded_detail: _builtins.str = ...,
+        candidate_summary: _builtins.str = ...,
+        folded_results_ref: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "appended", b"appended", "cache_state", b"cache_state", "checkpoint_id", b"checkpoint_id", "delta", b"delta", "estimated_tokens", b"estimated_tokens", "hard_limit_tokens", b"hard_limit_tokens", "messages", b"messages", "prompt_cache_key", b"prompt_cache_key", "stable_prefix_messages", b"stable_prefix_messages", "trigger_tokens", b"trigger_tokens", "view_message_count", b"view_message_count", "view_version", b"view_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "appended", b"appended", "cache_state", b"cache_state", "candidate_summary", b"candidate_summary", "checkpoint_id", b"checkpoint_id", "delta", b"delta", "estimated_tokens", b"estimated_tokens", "folded_results_ref", b"folded_results_ref", "hard_limit_tokens", b"hard_limit_tokens", "messages", b"messages", "not_folded_detail", b"not_folded_detail", "not_folded_reason", b"not_folded_reason", "prompt_cache_key", b"prompt_cache_key", "stable_prefix_messages", b"stable_prefix_messages", "trigger_tokens", b"trigger_tokens", "view_message_count", b"view_message_count", "view_version", b"view_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -993,19 +1232,29 @@ class CompactRequest(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     FOCUS_FIELD_NUMBER: _builtins.int
+    KEEP_TOKENS_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """The session to fold."""
     focus: _builtins.str
     """Extra instructions appended to the summary instructions (what to keep in focus)."""
+    keep_tokens: _builtins.int
+    """Tokens of the newest history to keep verbatim; 0 = the minimal kept set (anchors, pinned,
+    the input the next call must answer, the newest call group).
+    """
+    dry_run: _builtins.bool
+    """Make the candidate view and summary and return them without installing anything."""
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         focus: _builtins.str = ...,
+        keep_tokens: _builtins.int = ...,
+        dry_run: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["focus", b"focus", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "focus", b"focus", "keep_tokens", b"keep_tokens", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1276,3 +1525,179 @@ class GetContextStateResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetContextStateResponse: _TypeAlias = GetContextStateResponse  # noqa: Y015
+
+@_typing.final
+class Checkpoint(_message.Message):
+    """A committed fold: the transcript up to `position_seq` is represented by `summary` plus the
+    kept messages; later messages follow verbatim.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    PARENT_ID_FIELD_NUMBER: _builtins.int
+    POSITION_SEQ_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    SUMMARY_TOKENS_FIELD_NUMBER: _builtins.int
+    KEPT_MESSAGE_IDS_FIELD_NUMBER: _builtins.int
+    FOLDED_RESULTS_REF_FIELD_NUMBER: _builtins.int
+    SUMMARIZER_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    ON_HEAD_CHAIN_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The checkpoint id."""
+    parent_id: _builtins.str
+    """The checkpoint this one folded (rolling), empty for the first fold of a chain."""
+    position_seq: _builtins.int
+    """The seq of the last message the checkpoint covers."""
+    summary: _builtins.str
+    """The summary message text the view shows."""
+    summary_tokens: _builtins.int
+    """Tokens of the summary."""
+    folded_results_ref: _builtins.str
+    """The reference of this checkpoint's folded-results index, readable with ReadToolResult."""
+    summarizer: _builtins.str
+    """The summarizer that wrote the summary."""
+    on_head_chain: _builtins.bool
+    """Output only. Whether the session's head checkpoint is this one or descends from it."""
+    @_builtins.property
+    def kept_message_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Ids of the covered messages the view keeps verbatim (anchors, pinned, the pending input)."""
+
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the checkpoint was installed."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        parent_id: _builtins.str = ...,
+        position_seq: _builtins.int = ...,
+        summary: _builtins.str = ...,
+        summary_tokens: _builtins.int = ...,
+        kept_message_ids: _abc.Iterable[_builtins.str] | None = ...,
+        folded_results_ref: _builtins.str = ...,
+        summarizer: _builtins.str = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        on_head_chain: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "folded_results_ref", b"folded_results_ref", "id", b"id", "kept_message_ids", b"kept_message_ids", "on_head_chain", b"on_head_chain", "parent_id", b"parent_id", "position_seq", b"position_seq", "summarizer", b"summarizer", "summary", b"summary", "summary_tokens", b"summary_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Checkpoint: _TypeAlias = Checkpoint  # noqa: Y015
+
+@_typing.final
+class ListCheckpointsRequest(_message.Message):
+    """ListCheckpoints input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    INCLUDE_ABANDONED_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session to read."""
+    page_size: _builtins.int
+    """Maximum checkpoints per page: 1..100, default 20 (0)."""
+    page_token: _builtins.str
+    """From a previous next_page_token."""
+    include_abandoned: _builtins.bool
+    """Also list checkpoints of abandoned branches (left behind by Rewind)."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        include_abandoned: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_abandoned", b"include_abandoned", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCheckpointsRequest: _TypeAlias = ListCheckpointsRequest  # noqa: Y015
+
+@_typing.final
+class ListCheckpointsResponse(_message.Message):
+    """ListCheckpoints output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty on the last page."""
+    @_builtins.property
+    def checkpoints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Checkpoint]:
+        """The checkpoints, newest first."""
+
+    def __init__(
+        self,
+        *,
+        checkpoints: _abc.Iterable[Global___Checkpoint] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoints", b"checkpoints", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCheckpointsResponse: _TypeAlias = ListCheckpointsResponse  # noqa: Y015
+
+@_typing.final
+class GetCheckpointRequest(_message.Message):
+    """GetCheckpoint input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session the checkpoint belongs to."""
+    checkpoint_id: _builtins.str
+    """The checkpoint to read."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        checkpoint_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCheckpointRequest: _TypeAlias = GetCheckpointRequest  # noqa: Y015
+
+@_typing.final
+class GetCheckpointResponse(_message.Message):
+    """GetCheckpoint output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def checkpoint(self) -> Global___Checkpoint:
+        """The checkpoint with its summary."""
+
+    def __init__(
+        self,
+        *,
+        checkpoint: Global___Checkpoint | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCheckpointResponse: _TypeAlias = GetCheckpointResponse  # noqa: Y015

@@ -30,8 +30,7 @@ class ContextServiceStub:
     before every model request, the provider-visible context that fits the model's window.
 
     Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-    an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-    STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+    the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
     """
 
     def __init__(self, channel):
@@ -105,6 +104,16 @@ class ContextServiceStub:
                 request_serializer=ctxfold_dot_v1_dot_context__service__pb2.GetContextStateRequest.SerializeToString,
                 response_deserializer=ctxfold_dot_v1_dot_context__service__pb2.GetContextStateResponse.FromString,
                 _registered_method=True)
+        self.ListCheckpoints = channel.unary_unary(
+                '/ctxfold.v1.ContextService/ListCheckpoints',
+                request_serializer=ctxfold_dot_v1_dot_context__service__pb2.ListCheckpointsRequest.SerializeToString,
+                response_deserializer=ctxfold_dot_v1_dot_context__service__pb2.ListCheckpointsResponse.FromString,
+                _registered_method=True)
+        self.GetCheckpoint = channel.unary_unary(
+                '/ctxfold.v1.ContextService/GetCheckpoint',
+                request_serializer=ctxfold_dot_v1_dot_context__service__pb2.GetCheckpointRequest.SerializeToString,
+                response_deserializer=ctxfold_dot_v1_dot_context__service__pb2.GetCheckpointResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -112,8 +121,7 @@ class ContextServiceServicer:
     before every model request, the provider-visible context that fits the model's window.
 
     Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-    an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-    STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+    the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
     """
 
     def CreateSession(self, request, context):
@@ -215,6 +223,21 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCheckpoints(self, request, context):
+        """Pages through the session's checkpoint chain, newest (the head checkpoint) first, each with
+        its summary: what the folds of this session wrote.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCheckpoint(self, request, context):
+        """One checkpoint of the session's chain (or of an abandoned branch), with its summary.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -283,6 +306,16 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     request_deserializer=ctxfold_dot_v1_dot_context__service__pb2.GetContextStateRequest.FromString,
                     response_serializer=ctxfold_dot_v1_dot_context__service__pb2.GetContextStateResponse.SerializeToString,
             ),
+            'ListCheckpoints': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCheckpoints,
+                    request_deserializer=ctxfold_dot_v1_dot_context__service__pb2.ListCheckpointsRequest.FromString,
+                    response_serializer=ctxfold_dot_v1_dot_context__service__pb2.ListCheckpointsResponse.SerializeToString,
+            ),
+            'GetCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCheckpoint,
+                    request_deserializer=ctxfold_dot_v1_dot_context__service__pb2.GetCheckpointRequest.FromString,
+                    response_serializer=ctxfold_dot_v1_dot_context__service__pb2.GetCheckpointResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'ctxfold.v1.ContextService', rpc_method_handlers)
@@ -296,8 +329,7 @@ class ContextService:
     before every model request, the provider-visible context that fits the model's window.
 
     Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-    an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-    STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+    the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
     """
 
     @staticmethod
@@ -641,6 +673,60 @@ class ContextService:
             '/ctxfold.v1.ContextService/GetContextState',
             ctxfold_dot_v1_dot_context__service__pb2.GetContextStateRequest.SerializeToString,
             ctxfold_dot_v1_dot_context__service__pb2.GetContextStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCheckpoints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxfold.v1.ContextService/ListCheckpoints',
+            ctxfold_dot_v1_dot_context__service__pb2.ListCheckpointsRequest.SerializeToString,
+            ctxfold_dot_v1_dot_context__service__pb2.ListCheckpointsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ctxfold.v1.ContextService/GetCheckpoint',
+            ctxfold_dot_v1_dot_context__service__pb2.GetCheckpointRequest.SerializeToString,
+            ctxfold_dot_v1_dot_context__service__pb2.GetCheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -31,8 +31,7 @@ class ContextServiceStub:
     before every model request, the provider-visible context that fits the model's window.
 
     Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-    an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-    STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+    the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
     """
 
     @_typing.overload
@@ -81,6 +80,12 @@ class ContextServiceStub:
     """Pages through a stored raw tool result by UTF-8 byte offset."""
     GetContextState: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.GetContextStateRequest, _context_service_pb2.GetContextStateResponse]
     """Returns the session's projection state ("sidecar", schema version 3) as a JSON document."""
+    ListCheckpoints: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ListCheckpointsRequest, _context_service_pb2.ListCheckpointsResponse]
+    """Pages through the session's checkpoint chain, newest (the head checkpoint) first, each with
+    its summary: what the folds of this session wrote.
+    """
+    GetCheckpoint: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.GetCheckpointRequest, _context_service_pb2.GetCheckpointResponse]
+    """One checkpoint of the session's chain (or of an abandoned branch), with its summary."""
 
 @_typing.type_check_only
 class ContextServiceAsyncStub(ContextServiceStub):
@@ -88,8 +93,7 @@ class ContextServiceAsyncStub(ContextServiceStub):
     before every model request, the provider-visible context that fits the model's window.
 
     Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-    an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-    STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+    the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -135,14 +139,19 @@ class ContextServiceAsyncStub(ContextServiceStub):
     """Pages through a stored raw tool result by UTF-8 byte offset."""
     GetContextState: _aio.UnaryUnaryMultiCallable[_context_service_pb2.GetContextStateRequest, _context_service_pb2.GetContextStateResponse]  # type: ignore[assignment]
     """Returns the session's projection state ("sidecar", schema version 3) as a JSON document."""
+    ListCheckpoints: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ListCheckpointsRequest, _context_service_pb2.ListCheckpointsResponse]  # type: ignore[assignment]
+    """Pages through the session's checkpoint chain, newest (the head checkpoint) first, each with
+    its summary: what the folds of this session wrote.
+    """
+    GetCheckpoint: _aio.UnaryUnaryMultiCallable[_context_service_pb2.GetCheckpointRequest, _context_service_pb2.GetCheckpointResponse]  # type: ignore[assignment]
+    """One checkpoint of the session's chain (or of an abandoned branch), with its summary."""
 
 class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
     """ContextService keeps the canonical transcript of long-running agent sessions and returns,
     before every model request, the provider-visible context that fits the model's window.
 
     Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-    an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-    STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+    the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
     """
 
     @_abc_1.abstractmethod
@@ -264,5 +273,23 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.GetContextStateResponse, _abc.Awaitable[_context_service_pb2.GetContextStateResponse]]:
         """Returns the session's projection state ("sidecar", schema version 3) as a JSON document."""
+
+    @_abc_1.abstractmethod
+    def ListCheckpoints(
+        self,
+        request: _context_service_pb2.ListCheckpointsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.ListCheckpointsResponse, _abc.Awaitable[_context_service_pb2.ListCheckpointsResponse]]:
+        """Pages through the session's checkpoint chain, newest (the head checkpoint) first, each with
+        its summary: what the folds of this session wrote.
+        """
+
+    @_abc_1.abstractmethod
+    def GetCheckpoint(
+        self,
+        request: _context_service_pb2.GetCheckpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.GetCheckpointResponse, _abc.Awaitable[_context_service_pb2.GetCheckpointResponse]]:
+        """One checkpoint of the session's chain (or of an abandoned branch), with its summary."""
 
 def add_ContextServiceServicer_to_server(servicer: ContextServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file ctxfold/v1/context_service.proto.
  */
 export const file_ctxfold_v1_context_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBjdHhmb2xkL3YxL2NvbnRleHRfc2VydmljZS5wcm90bxIKY3R4Zm9sZC52MSI3CghUb29sQ2FsbBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhEKCWFyZ3VtZW50cxgDIAEoCSL7AgoHTWVzc2FnZRIKCgJpZBgBIAEoCRILCgNzZXEYAiABKAMSHgoEcm9sZRgDIAEoDjIQLmN0eGZvbGQudjEuUm9sZRIPCgdjb250ZW50GAQgASgJEigKCnRvb2xfY2FsbHMYBSADKAsyFC5jdHhmb2xkLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgGIAEoCRIZChFyZWFzb25pbmdfY29udGVudBgHIAEoCRIOCgZwaW5uZWQYCCABKAgSEgoKcmVzdWx0X3JlZhgJIAEoCRIRCglyYXdfYnl0ZXMYCiABKAMSEQoJdHJ1bmNhdGVkGAsgASgIEg8KB3N1bW1hcnkYDCABKAgSDgoGcHJ1bmVkGA0gASgIEgwKBG5hbWUYDiABKAkSDgoGdG9rZW5zGA8gASgDEhEKCWFiYW5kb25lZBgQIAEoCBIvCgtjcmVhdGVfdGltZRgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAirAIKDVNlc3Npb25Db25maWcSFgoOY29udGV4dF93aW5kb3cYASABKAMSFQoNY29tcGFjdF9yYXRpbxgCIAEoARISCgp0YWlsX3JhdGlvGAMgASgBEhkKEW1heF9vdXRwdXRfdG9rZW5zGAQgASgDEhoKEnN1bW1hcnlfbWF4X3Rva2VucxgFIAEoAxIeChZ0b29sX2NvbnRlbnRfbWF4X2J5dGVzGAYgASgDEhUKDXN5c3RlbV9wcm9tcHQYByABKAkSEgoKdG9vbHNfanNvbhgIIAEoCRISCgpzdW1tYXJpemVyGAkgASgJEhkKEWNhY2hlX3R0bF9zZWNvbmRzGAogASgDEhgKEHByb21wdF9jYWNoZV9rZXkYCyABKAkSDQoFbW9kZWwYDCABKAkiggIKB1Nlc3Npb24SCgoCaWQYASABKAkSKQoGY29uZmlnGAIgASgLMhkuY3R4Zm9sZC52MS5TZXNzaW9uQ29uZmlnEhAKCGhlYWRfc2VxGAMgASgDEhUKDWNoZWNrcG9pbnRfaWQYBCABKAkSLwoLY3JlYXRlX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3VwZGF0ZV90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIeChZmb3JrZWRfZnJvbV9zZXNzaW9uX2lkGAcgASgJEhUKDWZvcmtlZF9hdF9zZXEYCCABKAMiQQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSKQoGY29uZmlnGAEgASgLMhkuY3R4Zm9sZC52MS5TZXNzaW9uQ29uZmlnIj0KFUNyZWF0ZVNlc3Npb25SZXNwb25zZRIkCgdzZXNzaW9uGAEgASgLMhMuY3R4Zm9sZC52MS5TZXNzaW9uIicKEUdldFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiOgoSR2V0U2Vzc2lvblJlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24iPAoTTGlzdFNlc3Npb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJWChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIlCghzZXNzaW9ucxgBIAMoCzITLmN0eGZvbGQudjEuU2Vzc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiKgoURGVsZXRlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIXChVEZWxldGVTZXNzaW9uUmVzcG9uc2UiZgoVQXBwZW5kTWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSJQoIbWVzc2FnZXMYAiADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USEgoKcmVxdWVzdF9pZBgDIAEoCSJlChZBcHBlbmRNZXNzYWdlc1Jlc3BvbnNlEiUKCG1lc3NhZ2VzGAEgAygLMhMuY3R4Zm9sZC52MS5NZXNzYWdlEiQKB3Nlc3Npb24YAiABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24iawoTTGlzdE1lc3NhZ2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEhkKEWluY2x1ZGVfYWJhbmRvbmVkGAQgASgIIlYKFExpc3RNZXNzYWdlc1Jlc3BvbnNlEiUKCG1lc3NhZ2VzGAEgAygLMhMuY3R4Zm9sZC52MS5NZXNzYWdlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKLAQoOUHJlcGFyZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIjCgZhcHBlbmQYAiADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USEAoIb3ZlcmZsb3cYAyABKAgSGgoSa25vd25fdmlld192ZXJzaW9uGAQgASgDEhIKCnJlcXVlc3RfaWQYBSABKAkidwoPUHJlcGFyZVJlc3BvbnNlEiwKCHByb2dyZXNzGAEgASgLMhguY3R4Zm9sZC52MS5Gb2xkUHJvZ3Jlc3NIABItCgZyZXN1bHQYAiABKAsyGy5jdHhmb2xkLnYxLlByZXBhcmVkQ29udGV4dEgAQgcKBWV2ZW50IswBCgxGb2xkUHJvZ3Jlc3MSJAoFc3RhZ2UYASABKA4yFS5jdHhmb2xkLnYxLkZvbGRTdGFnZRISCgpwYXNzX2luZGV4GAIgASgFEhYKDnBhc3Nlc19wbGFubmVkGAMgASgFEhUKDXRva2Vuc19iZWZvcmUYBCABKAMSFAoMdG9rZW5zX2FmdGVyGAUgASgDEhUKDWNoZWNrcG9pbnRfaWQYBiABKAkSDwoHbWVzc2FnZRgHIAEoCRIVCg1zdW1tYXJ5X2RlbHRhGAggASgJIo8DCg9QcmVwYXJlZENvbnRleHQSJQoIbWVzc2FnZXMYASADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USGAoQZXN0aW1hdGVkX3Rva2VucxgCIAEoAxIUCgx2aWV3X3ZlcnNpb24YAyABKAMSIgoGYWN0aW9uGAQgASgOMhIuY3R4Zm9sZC52MS5BY3Rpb24SKwoLY2FjaGVfc3RhdGUYBSABKA4yFi5jdHhmb2xkLnYxLkNhY2hlU3RhdGUSGAoQcHJvbXB0X2NhY2hlX2tleRgGIAEoCRIVCg1jaGVja3BvaW50X2lkGAcgASgJEh4KFnN0YWJsZV9wcmVmaXhfbWVzc2FnZXMYCCABKAMSDQoFZGVsdGEYCSABKAgSGgoSdmlld19tZXNzYWdlX2NvdW50GAogASgDEhYKDnRyaWdnZXJfdG9rZW5zGAsgASgDEhkKEWhhcmRfbGltaXRfdG9rZW5zGAwgASgDEiUKCGFwcGVuZGVkGA0gAygLMhMuY3R4Zm9sZC52MS5NZXNzYWdlIqABChNPYnNlcnZlVXNhZ2VSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMdmlld192ZXJzaW9uGAIgASgDEhQKDGlucHV0X3Rva2VucxgDIAEoAxIbChNjYWNoZWRfaW5wdXRfdG9rZW5zGAQgASgDEhUKDW91dHB1dF90b2tlbnMYBSABKAMSFQoNZmluaXNoX3JlYXNvbhgGIAEoCSJJChRPYnNlcnZlVXNhZ2VSZXNwb25zZRITCgtjYWxpYnJhdGlvbhgBIAEoARIcChRjYWxpYnJhdGlvbl9hY2NlcHRlZBgCIAEoCCIzCg5Db21wYWN0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg0KBWZvY3VzGAIgASgJIncKD0NvbXBhY3RSZXNwb25zZRIsCghwcm9ncmVzcxgBIAEoCzIYLmN0eGZvbGQudjEuRm9sZFByb2dyZXNzSAASLQoGcmVzdWx0GAIgASgLMhsuY3R4Zm9sZC52MS5QcmVwYXJlZENvbnRleHRIAEIHCgVldmVudCJcCgtGb3JrUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBmF0X3NlcRgCIAEoAxIpCgZjb25maWcYAyABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWciNAoMRm9ya1Jlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24iMwoNUmV3aW5kUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBnRvX3NlcRgCIAEoAyI2Cg5SZXdpbmRSZXNwb25zZRIkCgdzZXNzaW9uGAEgASgLMhMuY3R4Zm9sZC52MS5TZXNzaW9uInQKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDHRvb2xfY2FsbF9pZBgCIAEoCRISCgpyZXN1bHRfcmVmGAMgASgJEg4KBm9mZnNldBgEIAEoAxINCgVsaW1pdBgFIAEoAyKWAQoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgRkYXRhGAEgASgJEg4KBm9mZnNldBgCIAEoAxITCgtuZXh0X29mZnNldBgDIAEoAxITCgt0b3RhbF9ieXRlcxgEIAEoAxIOCgZzaGEyNTYYBSABKAkSEAoIY29tcGxldGUYBiABKAgSEgoKcmVzdWx0X3JlZhgHIAEoCSIsChZHZXRDb250ZXh0U3RhdGVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiLQoXR2V0Q29udGV4dFN0YXRlUmVzcG9uc2USEgoKc3RhdGVfanNvbhgBIAEoCSpfCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIPCgtST0xFX1NZU1RFTRABEg0KCVJPTEVfVVNFUhACEhIKDlJPTEVfQVNTSVNUQU5UEAMSDQoJUk9MRV9UT09MEAQqVwoGQWN0aW9uEhYKEkFDVElPTl9VTlNQRUNJRklFRBAAEg8KC0FDVElPTl9OT05FEAESEQoNQUNUSU9OX1BSVU5FRBACEhEKDUFDVElPTl9GT0xERUQQAypuCgpDYWNoZVN0YXRlEhsKF0NBQ0hFX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQQ0FDSEVfU1RBVEVfV0FSTRABEhQKEENBQ0hFX1NUQVRFX0NPTEQQAhIXChNDQUNIRV9TVEFURV9VTktOT1dOEAMqzAEKCUZvbGRTdGFnZRIaChZGT0xEX1NUQUdFX1VOU1BFQ0lGSUVEEAASFQoRRk9MRF9TVEFHRV9QUlVORUQQARIWChJGT0xEX1NUQUdFX1BMQU5ORUQQAhIbChdGT0xEX1NUQUdFX1BBU1NfU1RBUlRFRBADEhwKGEZPTERfU1RBR0VfU1VNTUFSWV9ERUxUQRAEEh0KGUZPTERfU1RBR0VfUEFTU19DT01NSVRURUQQBRIaChZGT0xEX1NUQUdFX1BBU1NfRkFJTEVEEAYymAgKDkNvbnRleHRTZXJ2aWNlElQKDUNyZWF0ZVNlc3Npb24SIC5jdHhmb2xkLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiEuY3R4Zm9sZC52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2USSwoKR2V0U2Vzc2lvbhIdLmN0eGZvbGQudjEuR2V0U2Vzc2lvblJlcXVlc3QaHi5jdHhmb2xkLnYxLkdldFNlc3Npb25SZXNwb25zZRJRCgxMaXN0U2Vzc2lvbnMSHy5jdHhmb2xkLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaIC5jdHhmb2xkLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlElQKDURlbGV0ZVNlc3Npb24SIC5jdHhmb2xkLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GiEuY3R4Zm9sZC52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USVwoOQXBwZW5kTWVzc2FnZXMSIS5jdHhmb2xkLnYxLkFwcGVuZE1lc3NhZ2VzUmVxdWVzdBoiLmN0eGZvbGQudjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZRJRCgxMaXN0TWVzc2FnZXMSHy5jdHhmb2xkLnYxLkxpc3RNZXNzYWdlc1JlcXVlc3QaIC5jdHhmb2xkLnYxLkxpc3RNZXNzYWdlc1Jlc3BvbnNlEkQKB1ByZXBhcmUSGi5jdHhmb2xkLnYxLlByZXBhcmVSZXF1ZXN0GhsuY3R4Zm9sZC52MS5QcmVwYXJlUmVzcG9uc2UwARJRCgxPYnNlcnZlVXNhZ2USHy5jdHhmb2xkLnYxLk9ic2VydmVVc2FnZVJlcXVlc3QaIC5jdHhmb2xkLnYxLk9ic2VydmVVc2FnZVJlc3BvbnNlEkQKB0NvbXBhY3QSGi5jdHhmb2xkLnYxLkNvbXBhY3RSZXF1ZXN0GhsuY3R4Zm9sZC52MS5Db21wYWN0UmVzcG9uc2UwARI5CgRGb3JrEhcuY3R4Zm9sZC52MS5Gb3JrUmVxdWVzdBoYLmN0eGZvbGQudjEuRm9ya1Jlc3BvbnNlEj8KBlJld2luZBIZLmN0eGZvbGQudjEuUmV3aW5kUmVxdWVzdBoaLmN0eGZvbGQudjEuUmV3aW5kUmVzcG9uc2USVwoOUmVhZFRvb2xSZXN1bHQSIS5jdHhmb2xkLnYxLlJlYWRUb29sUmVzdWx0UmVxdWVzdBoiLmN0eGZvbGQudjEuUmVhZFRvb2xSZXN1bHRSZXNwb25zZRJaCg9HZXRDb250ZXh0U3RhdGUSIi5jdHhmb2xkLnYxLkdldENvbnRleHRTdGF0ZVJlcXVlc3QaIy5jdHhmb2xkLnYxLkdldENvbnRleHRTdGF0ZVJlc3BvbnNlQmIKDmRldi5jdHhmb2xkLnYxQhNDb250ZXh0U2VydmljZVByb3RvUAFaOWdpdGh1Yi5jb20vY3R4Zm9sZC9jdHhmb2xkL2NsaWVudHMvZ28vY3R4Zm9sZHYxO2N0eGZvbGR2MWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("CiBjdHhmb2xkL3YxL2NvbnRleHRfc2VydmljZS5wcm90bxIKY3R4Zm9sZC52MSI3CghUb29sQ2FsbBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhEKCWFyZ3VtZW50cxgDIAEoCSL7AgoHTWVzc2FnZRIKCgJpZBgBIAEoCRILCgNzZXEYAiABKAMSHgoEcm9sZRgDIAEoDjIQLmN0eGZvbGQudjEuUm9sZRIPCgdjb250ZW50GAQgASgJEigKCnRvb2xfY2FsbHMYBSADKAsyFC5jdHhmb2xkLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgGIAEoCRIZChFyZWFzb25pbmdfY29udGVudBgHIAEoCRIOCgZwaW5uZWQYCCABKAgSEgoKcmVzdWx0X3JlZhgJIAEoCRIRCglyYXdfYnl0ZXMYCiABKAMSEQoJdHJ1bmNhdGVkGAsgASgIEg8KB3N1bW1hcnkYDCABKAgSDgoGcHJ1bmVkGA0gASgIEgwKBG5hbWUYDiABKAkSDgoGdG9rZW5zGA8gASgDEhEKCWFiYW5kb25lZBgQIAEoCBIvCgtjcmVhdGVfdGltZRgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiyQIKDVNlc3Npb25Db25maWcSFgoOY29udGV4dF93aW5kb3cYASABKAMSFQoNY29tcGFjdF9yYXRpbxgCIAEoARISCgp0YWlsX3JhdGlvGAMgASgBEhkKEW1heF9vdXRwdXRfdG9rZW5zGAQgASgDEhoKEnN1bW1hcnlfbWF4X3Rva2VucxgFIAEoAxIeChZ0b29sX2NvbnRlbnRfbWF4X2J5dGVzGAYgASgDEhUKDXN5c3RlbV9wcm9tcHQYByABKAkSEgoKdG9vbHNfanNvbhgIIAEoCRISCgpzdW1tYXJpemVyGAkgASgJEhkKEWNhY2hlX3R0bF9zZWNvbmRzGAogASgDEhgKEHByb21wdF9jYWNoZV9rZXkYCyABKAkSDQoFbW9kZWwYDCABKAkSGwoTZGlzYWJsZV90YXNrX2FuY2hvchgNIAEoCCKCAgoHU2Vzc2lvbhIKCgJpZBgBIAEoCRIpCgZjb25maWcYAiABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWcSEAoIaGVhZF9zZXEYAyABKAMSFQoNY2hlY2twb2ludF9pZBgEIAEoCRIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEh4KFmZvcmtlZF9mcm9tX3Nlc3Npb25faWQYByABKAkSFQoNZm9ya2VkX2F0X3NlcRgIIAEoAyJBChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIpCgZjb25maWcYASABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWciPQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24iJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI6ChJHZXRTZXNzaW9uUmVzcG9uc2USJAoHc2Vzc2lvbhgBIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiI8ChNMaXN0U2Vzc2lvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlYKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEiUKCHNlc3Npb25zGAEgAygLMhMuY3R4Zm9sZC52MS5TZXNzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIhcKFURlbGV0ZVNlc3Npb25SZXNwb25zZSJmChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIlCghtZXNzYWdlcxgCIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRISCgpyZXF1ZXN0X2lkGAMgASgJImUKFkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USJQoIbWVzc2FnZXMYASADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USJAoHc2Vzc2lvbhgCIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiJrChNMaXN0TWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGQoRaW5jbHVkZV9hYmFuZG9uZWQYBCABKAgiVgoUTGlzdE1lc3NhZ2VzUmVzcG9uc2USJQoIbWVzc2FnZXMYASADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCg5QcmVwYXJlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiMKBmFwcGVuZBgCIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRIQCghvdmVyZmxvdxgDIAEoCBIaChJrbm93bl92aWV3X3ZlcnNpb24YBCABKAMSEgoKcmVxdWVzdF9pZBgFIAEoCSJ3Cg9QcmVwYXJlUmVzcG9uc2USLAoIcHJvZ3Jlc3MYASABKAsyGC5jdHhmb2xkLnYxLkZvbGRQcm9ncmVzc0gAEi0KBnJlc3VsdBgCIAEoCzIbLmN0eGZvbGQudjEuUHJlcGFyZWRDb250ZXh0SABCBwoFZXZlbnQi4AEKDEZvbGRQcm9ncmVzcxIkCgVzdGFnZRgBIAEoDjIVLmN0eGZvbGQudjEuRm9sZFN0YWdlEhIKCnBhc3NfaW5kZXgYAiABKAUSFgoOcGFzc2VzX3BsYW5uZWQYAyABKAUSFQoNdG9rZW5zX2JlZm9yZRgEIAEoAxIUCgx0b2tlbnNfYWZ0ZXIYBSABKAMSFQoNY2hlY2twb2ludF9pZBgGIAEoCRIPCgdtZXNzYWdlGAcgASgJEhUKDXN1bW1hcnlfZGVsdGEYCCABKAkSEgoKc3VtbWFyaXplchgJIAEoCSKZBAoPUHJlcGFyZWRDb250ZXh0EiUKCG1lc3NhZ2VzGAEgAygLMhMuY3R4Zm9sZC52MS5NZXNzYWdlEhgKEGVzdGltYXRlZF90b2tlbnMYAiABKAMSFAoMdmlld192ZXJzaW9uGAMgASgDEiIKBmFjdGlvbhgEIAEoDjISLmN0eGZvbGQudjEuQWN0aW9uEisKC2NhY2hlX3N0YXRlGAUgASgOMhYuY3R4Zm9sZC52MS5DYWNoZVN0YXRlEhgKEHByb21wdF9jYWNoZV9rZXkYBiABKAkSFQoNY2hlY2twb2ludF9pZBgHIAEoCRIeChZzdGFibGVfcHJlZml4X21lc3NhZ2VzGAggASgDEg0KBWRlbHRhGAkgASgIEhoKEnZpZXdfbWVzc2FnZV9jb3VudBgKIAEoAxIWCg50cmlnZ2VyX3Rva2VucxgLIAEoAxIZChFoYXJkX2xpbWl0X3Rva2VucxgMIAEoAxIlCghhcHBlbmRlZBgNIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRI2ChFub3RfZm9sZGVkX3JlYXNvbhgOIAEoDjIbLmN0eGZvbGQudjEuTm90Rm9sZGVkUmVhc29uEhkKEW5vdF9mb2xkZWRfZGV0YWlsGA8gASgJEhkKEWNhbmRpZGF0ZV9zdW1tYXJ5GBAgASgJEhoKEmZvbGRlZF9yZXN1bHRzX3JlZhgRIAEoCSKgAQoTT2JzZXJ2ZVVzYWdlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDHZpZXdfdmVyc2lvbhgCIAEoAxIUCgxpbnB1dF90b2tlbnMYAyABKAMSGwoTY2FjaGVkX2lucHV0X3Rva2VucxgEIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAUgASgDEhUKDWZpbmlzaF9yZWFzb24YBiABKAkiSQoUT2JzZXJ2ZVVzYWdlUmVzcG9uc2USEwoLY2FsaWJyYXRpb24YASABKAESHAoUY2FsaWJyYXRpb25fYWNjZXB0ZWQYAiABKAgiWQoOQ29tcGFjdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgVmb2N1cxgCIAEoCRITCgtrZWVwX3Rva2VucxgDIAEoAxIPCgdkcnlfcnVuGAQgASgIIncKD0NvbXBhY3RSZXNwb25zZRIsCghwcm9ncmVzcxgBIAEoCzIYLmN0eGZvbGQudjEuRm9sZFByb2dyZXNzSAASLQoGcmVzdWx0GAIgASgLMhsuY3R4Zm9sZC52MS5QcmVwYXJlZENvbnRleHRIAEIHCgVldmVudCJcCgtGb3JrUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBmF0X3NlcRgCIAEoAxIpCgZjb25maWcYAyABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWciNAoMRm9ya1Jlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24iMwoNUmV3aW5kUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBnRvX3NlcRgCIAEoAyI2Cg5SZXdpbmRSZXNwb25zZRIkCgdzZXNzaW9uGAEgASgLMhMuY3R4Zm9sZC52MS5TZXNzaW9uInQKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDHRvb2xfY2FsbF9pZBgCIAEoCRISCgpyZXN1bHRfcmVmGAMgASgJEg4KBm9mZnNldBgEIAEoAxINCgVsaW1pdBgFIAEoAyKWAQoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgRkYXRhGAEgASgJEg4KBm9mZnNldBgCIAEoAxITCgtuZXh0X29mZnNldBgDIAEoAxITCgt0b3RhbF9ieXRlcxgEIAEoAxIOCgZzaGEyNTYYBSABKAkSEAoIY29tcGxldGUYBiABKAgSEgoKcmVzdWx0X3JlZhgHIAEoCSIsChZHZXRDb250ZXh0U3RhdGVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiLQoXR2V0Q29udGV4dFN0YXRlUmVzcG9uc2USEgoKc3RhdGVfanNvbhgBIAEoCSL8AQoKQ2hlY2twb2ludBIKCgJpZBgBIAEoCRIRCglwYXJlbnRfaWQYAiABKAkSFAoMcG9zaXRpb25fc2VxGAMgASgDEg8KB3N1bW1hcnkYBCABKAkSFgoOc3VtbWFyeV90b2tlbnMYBSABKAMSGAoQa2VwdF9tZXNzYWdlX2lkcxgGIAMoCRIaChJmb2xkZWRfcmVzdWx0c19yZWYYByABKAkSEgoKc3VtbWFyaXplchgIIAEoCRIvCgtjcmVhdGVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNb25faGVhZF9jaGFpbhgKIAEoCCJuChZMaXN0Q2hlY2twb2ludHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGQoRaW5jbHVkZV9hYmFuZG9uZWQYBCABKAgiXwoXTGlzdENoZWNrcG9pbnRzUmVzcG9uc2USKwoLY2hlY2twb2ludHMYASADKAsyFi5jdHhmb2xkLnYxLkNoZWNrcG9pbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkEKFEdldENoZWNrcG9pbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFQoNY2hlY2twb2ludF9pZBgCIAEoCSJDChVHZXRDaGVja3BvaW50UmVzcG9uc2USKgoKY2hlY2twb2ludBgBIAEoCzIWLmN0eGZvbGQudjEuQ2hlY2twb2ludCpfCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIPCgtST0xFX1NZU1RFTRABEg0KCVJPTEVfVVNFUhACEhIKDlJPTEVfQVNTSVNUQU5UEAMSDQoJUk9MRV9UT09MEAQqVwoGQWN0aW9uEhYKEkFDVElPTl9VTlNQRUNJRklFRBAAEg8KC0FDVElPTl9OT05FEAESEQoNQUNUSU9OX1BSVU5FRBACEhEKDUFDVElPTl9GT0xERUQQAypuCgpDYWNoZVN0YXRlEhsKF0NBQ0hFX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQQ0FDSEVfU1RBVEVfV0FSTRABEhQKEENBQ0hFX1NUQVRFX0NPTEQQAhIXChNDQUNIRV9TVEFURV9VTktOT1dOEAMq+wYKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEhMKD1VOQVVUSEVOVElDQVRFRBABEhMKD0lOVkFMSURfUkVRVUVTVBACEhcKE1NFU1NJT05fSURfUkVRVUlSRUQQAxIVChFTRVNTSU9OX05PVF9GT1VORBAEEhIKDklOVkFMSURfQ09ORklHEAUSEwoPSU5WQUxJRF9NRVNTQUdFEAYSEAoMSU5WQUxJRF9URVhUEAcSFQoRTUVTU0FHRV9UT09fTEFSR0UQCBIVChFUT09fTUFOWV9NRVNTQUdFUxAJEhYKEklOVkFMSURfUkVRVUVTVF9JRBAKEhgKFFRPT0xfUkVTVUxUU19QRU5ESU5HEAsSFgoSVE9PTF9DQUxMX05PVF9PUEVOEAwSFwoTVE9PTF9DQUxMX05PVF9GT1VORBANEhcKE1JFU1VMVF9SRUZfUkVRVUlSRUQQDhIYChRSRVNVTFRfUkVGX05PVF9GT1VORBAPEhgKFFJFU1VMVF9SRUZfQU1CSUdVT1VTEBASFwoTT0ZGU0VUX09VVF9PRl9SQU5HRRAREhwKGE9GRlNFVF9OT1RfQ0hBUl9CT1VOREFSWRASEhYKEkxJTUlUX09VVF9PRl9SQU5HRRATEhUKEUlOVkFMSURfUEFHRV9TSVpFEBQSFgoSSU5WQUxJRF9QQUdFX1RPS0VOEBUSFAoQU0VRX09VVF9PRl9SQU5HRRAWEhEKDUlOVkFMSURfVVNBR0UQFxIeChpDT05URVhUX0JVREdFVF9VTlNBVElTRklFRBAYEhgKFEZPTERfSU5QVVRfVE9PX0xBUkdFEBkSFQoRU1VNTUFSSVpFUl9GQUlMRUQQGhIdChlTVU1NQVJJWkVSX05PVF9DT05GSUdVUkVEEBsSEgoOQ09NUEFDVF9GQUlMRUQQHBIbChdDT05DVVJSRU5UX01PRElGSUNBVElPThAdEhAKDFNFU1NJT05fQlVTWRAeEhYKElJFU1BPTlNFX1RPT19MQVJHRRAfEhgKFENIRUNLUE9JTlRfTk9UX0ZPVU5EECASFQoRQ0hFQ0tQT0lOVF9CUk9LRU4QIRITCg9TVE9SQUdFX0NPUlJVUFQQIhIVChFTVE9SRV9VTkFWQUlMQUJMRRAjEgwKCElOVEVSTkFMECQq8wEKD05vdEZvbGRlZFJlYXNvbhIhCh1OT1RfRk9MREVEX1JFQVNPTl9VTlNQRUNJRklFRBAAEi4KKk5PVF9GT0xERURfUkVBU09OX05PVEhJTkdfT1VUU0lERV9LRVBUX1NFVBABEiMKH05PVF9GT0xERURfUkVBU09OX0JFTE9XX1RSSUdHRVIQAhImCiJOT1RfRk9MREVEX1JFQVNPTl9QUkVWSU9VU19GQUlMVVJFEAMSIQodTk9UX0ZPTERFRF9SRUFTT05fTk9UX1NNQUxMRVIQBBIdChlOT1RfRk9MREVEX1JFQVNPTl9EUllfUlVOEAUq8AEKCUZvbGRTdGFnZRIaChZGT0xEX1NUQUdFX1VOU1BFQ0lGSUVEEAASFQoRRk9MRF9TVEFHRV9QUlVORUQQARIWChJGT0xEX1NUQUdFX1BMQU5ORUQQAhIbChdGT0xEX1NUQUdFX1BBU1NfU1RBUlRFRBADEhwKGEZPTERfU1RBR0VfU1VNTUFSWV9ERUxUQRAEEh0KGUZPTERfU1RBR0VfUEFTU19DT01NSVRURUQQBRIaChZGT0xEX1NUQUdFX1BBU1NfRkFJTEVEEAYSIgoeRk9MRF9TVEFHRV9TVU1NQVJJWkVSX0ZBTExCQUNLEAcyygkKDkNvbnRleHRTZXJ2aWNlElQKDUNyZWF0ZVNlc3Npb24SIC5jdHhmb2xkLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiEuY3R4Zm9sZC52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2USSwoKR2V0U2Vzc2lvbhIdLmN0eGZvbGQudjEuR2V0U2Vzc2lvblJlcXVlc3QaHi5jdHhmb2xkLnYxLkdldFNlc3Npb25SZXNwb25zZRJRCgxMaXN0U2Vzc2lvbnMSHy5jdHhmb2xkLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaIC5jdHhmb2xkLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlElQKDURlbGV0ZVNlc3Npb24SIC5jdHhmb2xkLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GiEuY3R4Zm9sZC52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USVwoOQXBwZW5kTWVzc2FnZXMSIS5jdHhmb2xkLnYxLkFwcGVuZE1lc3NhZ2VzUmVxdWVzdBoiLmN0eGZvbGQudjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZRJRCgxMaXN0TWVzc2FnZXMSHy5jdHhmb2xkLnYxLkxpc3RNZXNzYWdlc1JlcXVlc3QaIC5jdHhmb2xkLnYxLkxpc3RNZXNzYWdlc1Jlc3BvbnNlEkQKB1ByZXBhcmUSGi5jdHhmb2xkLnYxLlByZXBhcmVSZXF1ZXN0GhsuY3R4Zm9sZC52MS5QcmVwYXJlUmVzcG9uc2UwARJRCgxPYnNlcnZlVXNhZ2USHy5jdHhmb2xkLnYxLk9ic2VydmVVc2FnZVJlcXVlc3QaIC5jdHhmb2xkLnYxLk9ic2VydmVVc2FnZVJlc3BvbnNlEkQKB0NvbXBhY3QSGi5jdHhmb2xkLnYxLkNvbXBhY3RSZXF1ZXN0GhsuY3R4Zm9sZC52MS5Db21wYWN0UmVzcG9uc2UwARI5CgRGb3JrEhcuY3R4Zm9sZC52MS5Gb3JrUmVxdWVzdBoYLmN0eGZvbGQudjEuRm9ya1Jlc3BvbnNlEj8KBlJld2luZBIZLmN0eGZvbGQudjEuUmV3aW5kUmVxdWVzdBoaLmN0eGZvbGQudjEuUmV3aW5kUmVzcG9uc2USVwoOUmVhZFRvb2xSZXN1bHQSIS5jdHhmb2xkLnYxLlJlYWRUb29sUmVzdWx0UmVxdWVzdBoiLmN0eGZvbGQudjEuUmVhZFRvb2xSZXN1bHRSZXNwb25zZRJaCg9HZXRDb250ZXh0U3RhdGUSIi5jdHhmb2xkLnYxLkdldENvbnRleHRTdGF0ZVJlcXVlc3QaIy5jdHhmb2xkLnYxLkdldENvbnRleHRTdGF0ZVJlc3BvbnNlEloKD0xpc3RDaGVja3BvaW50cxIiLmN0eGZvbGQudjEuTGlzdENoZWNrcG9pbnRzUmVxdWVzdBojLmN0eGZvbGQudjEuTGlzdENoZWNrcG9pbnRzUmVzcG9uc2USVAoNR2V0Q2hlY2twb2ludBIgLmN0eGZvbGQudjEuR2V0Q2hlY2twb2ludFJlcXVlc3QaIS5jdHhmb2xkLnYxLkdldENoZWNrcG9pbnRSZXNwb25zZUJiCg5kZXYuY3R4Zm9sZC52MUITQ29udGV4dFNlcnZpY2VQcm90b1ABWjlnaXRodWIuY29tL2N0eGZvbGQvY3R4Zm9sZC9jbGllbnRzL2dvL2N0eGZvbGR2MTtjdHhmb2xkdjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * One tool call requested by an assistant message.
@@ -276,6 +276,14 @@ export type SessionConfig = Message$1<"ctxfold.v1.SessionConfig"> & {
    * @generated from field: string model = 12;
    */
   model: string;
+
+  /**
+   * The opening user message (the task) stays verbatim right after the system prompt in every
+   * view, as part of the stable prefix. Set to turn that anchor off.
+   *
+   * @generated from field: bool disable_task_anchor = 13;
+   */
+  disableTaskAnchor: boolean;
 };
 
 /**
@@ -814,6 +822,13 @@ export type FoldProgress = Message$1<"ctxfold.v1.FoldProgress"> & {
    * @generated from field: string summary_delta = 8;
    */
   summaryDelta: string;
+
+  /**
+   * The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback).
+   *
+   * @generated from field: string summarizer = 9;
+   */
+  summarizer: string;
 };
 
 /**
@@ -920,6 +935,35 @@ export type PreparedContext = Message$1<"ctxfold.v1.PreparedContext"> & {
    * @generated from field: repeated ctxfold.v1.Message appended = 13;
    */
   appended: Message[];
+
+  /**
+   * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+   *
+   * @generated from field: ctxfold.v1.NotFoldedReason not_folded_reason = 14;
+   */
+  notFoldedReason: NotFoldedReason;
+
+  /**
+   * A human-readable explanation of not_folded_reason.
+   *
+   * @generated from field: string not_folded_detail = 15;
+   */
+  notFoldedDetail: string;
+
+  /**
+   * For a Compact dry run: the summary the fold would install (nothing was installed).
+   *
+   * @generated from field: string candidate_summary = 16;
+   */
+  candidateSummary: string;
+
+  /**
+   * The reference of the folded-results index of the head checkpoint, readable with
+   * ReadToolResult; empty when nothing was folded.
+   *
+   * @generated from field: string folded_results_ref = 17;
+   */
+  foldedResultsRef: string;
 };
 
 /**
@@ -1032,6 +1076,21 @@ export type CompactRequest = Message$1<"ctxfold.v1.CompactRequest"> & {
    * @generated from field: string focus = 2;
    */
   focus: string;
+
+  /**
+   * Tokens of the newest history to keep verbatim; 0 = the minimal kept set (anchors, pinned,
+   * the input the next call must answer, the newest call group).
+   *
+   * @generated from field: int64 keep_tokens = 3;
+   */
+  keepTokens: bigint;
+
+  /**
+   * Make the candidate view and summary and return them without installing anything.
+   *
+   * @generated from field: bool dry_run = 4;
+   */
+  dryRun: boolean;
 };
 
 /**
@@ -1338,6 +1397,210 @@ export const GetContextStateResponseSchema: GenMessage<GetContextStateResponse> 
   messageDesc(file_ctxfold_v1_context_service, 31);
 
 /**
+ * A committed fold: the transcript up to `position_seq` is represented by `summary` plus the
+ * kept messages; later messages follow verbatim.
+ *
+ * @generated from message ctxfold.v1.Checkpoint
+ */
+export type Checkpoint = Message$1<"ctxfold.v1.Checkpoint"> & {
+  /**
+   * The checkpoint id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The checkpoint this one folded (rolling), empty for the first fold of a chain.
+   *
+   * @generated from field: string parent_id = 2;
+   */
+  parentId: string;
+
+  /**
+   * The seq of the last message the checkpoint covers.
+   *
+   * @generated from field: int64 position_seq = 3;
+   */
+  positionSeq: bigint;
+
+  /**
+   * The summary message text the view shows.
+   *
+   * @generated from field: string summary = 4;
+   */
+  summary: string;
+
+  /**
+   * Tokens of the summary.
+   *
+   * @generated from field: int64 summary_tokens = 5;
+   */
+  summaryTokens: bigint;
+
+  /**
+   * Ids of the covered messages the view keeps verbatim (anchors, pinned, the pending input).
+   *
+   * @generated from field: repeated string kept_message_ids = 6;
+   */
+  keptMessageIds: string[];
+
+  /**
+   * The reference of this checkpoint's folded-results index, readable with ReadToolResult.
+   *
+   * @generated from field: string folded_results_ref = 7;
+   */
+  foldedResultsRef: string;
+
+  /**
+   * The summarizer that wrote the summary.
+   *
+   * @generated from field: string summarizer = 8;
+   */
+  summarizer: string;
+
+  /**
+   * When the checkpoint was installed.
+   *
+   * @generated from field: google.protobuf.Timestamp create_time = 9;
+   */
+  createTime?: Timestamp | undefined;
+
+  /**
+   * Output only. Whether the session's head checkpoint is this one or descends from it.
+   *
+   * @generated from field: bool on_head_chain = 10;
+   */
+  onHeadChain: boolean;
+};
+
+/**
+ * Describes the message ctxfold.v1.Checkpoint.
+ * Use `create(CheckpointSchema)` to create a new message.
+ */
+export const CheckpointSchema: GenMessage<Checkpoint> = /*@__PURE__*/
+  messageDesc(file_ctxfold_v1_context_service, 32);
+
+/**
+ * ListCheckpoints input.
+ *
+ * @generated from message ctxfold.v1.ListCheckpointsRequest
+ */
+export type ListCheckpointsRequest = Message$1<"ctxfold.v1.ListCheckpointsRequest"> & {
+  /**
+   * The session to read.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * Maximum checkpoints per page: 1..100, default 20 (0).
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * From a previous next_page_token.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+
+  /**
+   * Also list checkpoints of abandoned branches (left behind by Rewind).
+   *
+   * @generated from field: bool include_abandoned = 4;
+   */
+  includeAbandoned: boolean;
+};
+
+/**
+ * Describes the message ctxfold.v1.ListCheckpointsRequest.
+ * Use `create(ListCheckpointsRequestSchema)` to create a new message.
+ */
+export const ListCheckpointsRequestSchema: GenMessage<ListCheckpointsRequest> = /*@__PURE__*/
+  messageDesc(file_ctxfold_v1_context_service, 33);
+
+/**
+ * ListCheckpoints output.
+ *
+ * @generated from message ctxfold.v1.ListCheckpointsResponse
+ */
+export type ListCheckpointsResponse = Message$1<"ctxfold.v1.ListCheckpointsResponse"> & {
+  /**
+   * The checkpoints, newest first.
+   *
+   * @generated from field: repeated ctxfold.v1.Checkpoint checkpoints = 1;
+   */
+  checkpoints: Checkpoint[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message ctxfold.v1.ListCheckpointsResponse.
+ * Use `create(ListCheckpointsResponseSchema)` to create a new message.
+ */
+export const ListCheckpointsResponseSchema: GenMessage<ListCheckpointsResponse> = /*@__PURE__*/
+  messageDesc(file_ctxfold_v1_context_service, 34);
+
+/**
+ * GetCheckpoint input.
+ *
+ * @generated from message ctxfold.v1.GetCheckpointRequest
+ */
+export type GetCheckpointRequest = Message$1<"ctxfold.v1.GetCheckpointRequest"> & {
+  /**
+   * The session the checkpoint belongs to.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The checkpoint to read.
+   *
+   * @generated from field: string checkpoint_id = 2;
+   */
+  checkpointId: string;
+};
+
+/**
+ * Describes the message ctxfold.v1.GetCheckpointRequest.
+ * Use `create(GetCheckpointRequestSchema)` to create a new message.
+ */
+export const GetCheckpointRequestSchema: GenMessage<GetCheckpointRequest> = /*@__PURE__*/
+  messageDesc(file_ctxfold_v1_context_service, 35);
+
+/**
+ * GetCheckpoint output.
+ *
+ * @generated from message ctxfold.v1.GetCheckpointResponse
+ */
+export type GetCheckpointResponse = Message$1<"ctxfold.v1.GetCheckpointResponse"> & {
+  /**
+   * The checkpoint with its summary.
+   *
+   * @generated from field: ctxfold.v1.Checkpoint checkpoint = 1;
+   */
+  checkpoint?: Checkpoint | undefined;
+};
+
+/**
+ * Describes the message ctxfold.v1.GetCheckpointResponse.
+ * Use `create(GetCheckpointResponseSchema)` to create a new message.
+ */
+export const GetCheckpointResponseSchema: GenMessage<GetCheckpointResponse> = /*@__PURE__*/
+  messageDesc(file_ctxfold_v1_context_service, 36);
+
+/**
  * The author of a message, as in the provider's chat format.
  *
  * @generated from enum ctxfold.v1.Role
@@ -1469,6 +1732,336 @@ export const CacheStateSchema: GenEnum<CacheState> = /*@__PURE__*/
   enumDesc(file_ctxfold_v1_context_service, 2);
 
 /**
+ * Why a call failed: every error's google.rpc.ErrorInfo `reason` is the name of one of these
+ * values (the names carry no prefix so that they read as written in ErrorInfo). Clients compare
+ * against the generated constants instead of string literals.
+ *
+ * @generated from enum ctxfold.v1.ErrorReason
+ */
+export enum ErrorReason {
+  /**
+   * Not an error reason; never sent.
+   *
+   * @generated from enum value: ERROR_REASON_UNSPECIFIED = 0;
+   */
+  ERROR_REASON_UNSPECIFIED = 0,
+
+  /**
+   * The request did not authenticate (missing or unknown bearer token).
+   *
+   * @generated from enum value: UNAUTHENTICATED = 1;
+   */
+  UNAUTHENTICATED = 1,
+
+  /**
+   * The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field).
+   *
+   * @generated from enum value: INVALID_REQUEST = 2;
+   */
+  INVALID_REQUEST = 2,
+
+  /**
+   * A request naming a session did not set session_id.
+   *
+   * @generated from enum value: SESSION_ID_REQUIRED = 3;
+   */
+  SESSION_ID_REQUIRED = 3,
+
+  /**
+   * No session with that id exists for the caller's tenant.
+   *
+   * @generated from enum value: SESSION_NOT_FOUND = 4;
+   */
+  SESSION_NOT_FOUND = 4,
+
+  /**
+   * A SessionConfig field is out of range or malformed; metadata `field` names it.
+   *
+   * @generated from enum value: INVALID_CONFIG = 5;
+   */
+  INVALID_CONFIG = 5,
+
+  /**
+   * A message is malformed (roles, tool calls, ids); metadata `index` names it.
+   *
+   * @generated from enum value: INVALID_MESSAGE = 6;
+   */
+  INVALID_MESSAGE = 6,
+
+  /**
+   * Text contains characters that cannot be stored (U+0000).
+   *
+   * @generated from enum value: INVALID_TEXT = 7;
+   */
+  INVALID_TEXT = 7,
+
+  /**
+   * A message or tool result is larger than the server accepts.
+   *
+   * @generated from enum value: MESSAGE_TOO_LARGE = 8;
+   */
+  MESSAGE_TOO_LARGE = 8,
+
+  /**
+   * More messages in one append than the server accepts.
+   *
+   * @generated from enum value: TOO_MANY_MESSAGES = 9;
+   */
+  TOO_MANY_MESSAGES = 9,
+
+  /**
+   * request_id is malformed (too long).
+   *
+   * @generated from enum value: INVALID_REQUEST_ID = 10;
+   */
+  INVALID_REQUEST_ID = 10,
+
+  /**
+   * Tool calls are waiting for results; only their results may be appended now.
+   *
+   * @generated from enum value: TOOL_RESULTS_PENDING = 11;
+   */
+  TOOL_RESULTS_PENDING = 11,
+
+  /**
+   * A tool result answers no tool call that is waiting.
+   *
+   * @generated from enum value: TOOL_CALL_NOT_OPEN = 12;
+   */
+  TOOL_CALL_NOT_OPEN = 12,
+
+  /**
+   * No tool result answers that tool_call_id.
+   *
+   * @generated from enum value: TOOL_CALL_NOT_FOUND = 13;
+   */
+  TOOL_CALL_NOT_FOUND = 13,
+
+  /**
+   * ReadToolResult named neither result_ref nor tool_call_id.
+   *
+   * @generated from enum value: RESULT_REF_REQUIRED = 14;
+   */
+  RESULT_REF_REQUIRED = 14,
+
+  /**
+   * No stored result with that reference is readable from this session.
+   *
+   * @generated from enum value: RESULT_REF_NOT_FOUND = 15;
+   */
+  RESULT_REF_NOT_FOUND = 15,
+
+  /**
+   * The tool_call_id answers several results; name one by result_ref.
+   *
+   * @generated from enum value: RESULT_REF_AMBIGUOUS = 16;
+   */
+  RESULT_REF_AMBIGUOUS = 16,
+
+  /**
+   * The offset is past the end of the result.
+   *
+   * @generated from enum value: OFFSET_OUT_OF_RANGE = 17;
+   */
+  OFFSET_OUT_OF_RANGE = 17,
+
+  /**
+   * The offset falls inside a UTF-8 character.
+   *
+   * @generated from enum value: OFFSET_NOT_CHAR_BOUNDARY = 18;
+   */
+  OFFSET_NOT_CHAR_BOUNDARY = 18,
+
+  /**
+   * The page limit is outside the accepted range.
+   *
+   * @generated from enum value: LIMIT_OUT_OF_RANGE = 19;
+   */
+  LIMIT_OUT_OF_RANGE = 19,
+
+  /**
+   * page_size is negative or above the documented maximum.
+   *
+   * @generated from enum value: INVALID_PAGE_SIZE = 20;
+   */
+  INVALID_PAGE_SIZE = 20,
+
+  /**
+   * page_token was not produced by this server for this request.
+   *
+   * @generated from enum value: INVALID_PAGE_TOKEN = 21;
+   */
+  INVALID_PAGE_TOKEN = 21,
+
+  /**
+   * A seq (fork point, rewind target) is outside the session's transcript.
+   *
+   * @generated from enum value: SEQ_OUT_OF_RANGE = 22;
+   */
+  SEQ_OUT_OF_RANGE = 22,
+
+  /**
+   * ObserveUsage numbers are inconsistent (negative, cached above input).
+   *
+   * @generated from enum value: INVALID_USAGE = 23;
+   */
+  INVALID_USAGE = 23,
+
+  /**
+   * The view cannot be brought under the hard ceiling; metadata says by how much and why.
+   *
+   * @generated from enum value: CONTEXT_BUDGET_UNSATISFIED = 24;
+   */
+  CONTEXT_BUDGET_UNSATISFIED = 24,
+
+  /**
+   * One call group alone does not fit the summarizer's input window.
+   *
+   * @generated from enum value: FOLD_INPUT_TOO_LARGE = 25;
+   */
+  FOLD_INPUT_TOO_LARGE = 25,
+
+  /**
+   * The configured summarizer failed and no fallback could make the view fit.
+   *
+   * @generated from enum value: SUMMARIZER_FAILED = 26;
+   */
+  SUMMARIZER_FAILED = 26,
+
+  /**
+   * The session's summarizer is not configured on this server.
+   *
+   * @generated from enum value: SUMMARIZER_NOT_CONFIGURED = 27;
+   */
+  SUMMARIZER_NOT_CONFIGURED = 27,
+
+  /**
+   * A manual Compact could not install a fold; the message says why.
+   *
+   * @generated from enum value: COMPACT_FAILED = 28;
+   */
+  COMPACT_FAILED = 28,
+
+  /**
+   * The session kept changing underneath; retry (a RetryInfo detail says when).
+   *
+   * @generated from enum value: CONCURRENT_MODIFICATION = 29;
+   */
+  CONCURRENT_MODIFICATION = 29,
+
+  /**
+   * Too many calls are queued on this session or tenant; retry after the RetryInfo delay.
+   *
+   * @generated from enum value: SESSION_BUSY = 30;
+   */
+  SESSION_BUSY = 30,
+
+  /**
+   * The answer would exceed what one response may carry; page smaller or lower the window.
+   *
+   * @generated from enum value: RESPONSE_TOO_LARGE = 31;
+   */
+  RESPONSE_TOO_LARGE = 31,
+
+  /**
+   * No checkpoint with that id belongs to the session.
+   *
+   * @generated from enum value: CHECKPOINT_NOT_FOUND = 32;
+   */
+  CHECKPOINT_NOT_FOUND = 32,
+
+  /**
+   * A stored checkpoint chain is inconsistent; the session needs operator attention.
+   *
+   * @generated from enum value: CHECKPOINT_BROKEN = 33;
+   */
+  CHECKPOINT_BROKEN = 33,
+
+  /**
+   * Stored data failed an integrity check.
+   *
+   * @generated from enum value: STORAGE_CORRUPT = 34;
+   */
+  STORAGE_CORRUPT = 34,
+
+  /**
+   * The database is unreachable; retry.
+   *
+   * @generated from enum value: STORE_UNAVAILABLE = 35;
+   */
+  STORE_UNAVAILABLE = 35,
+
+  /**
+   * A server fault; the server log has the details.
+   *
+   * @generated from enum value: INTERNAL = 36;
+   */
+  INTERNAL = 36,
+}
+
+/**
+ * Describes the enum ctxfold.v1.ErrorReason.
+ */
+export const ErrorReasonSchema: GenEnum<ErrorReason> = /*@__PURE__*/
+  enumDesc(file_ctxfold_v1_context_service, 3);
+
+/**
+ * Why a fold or Compact folded nothing (PreparedContext.not_folded_reason).
+ *
+ * @generated from enum ctxfold.v1.NotFoldedReason
+ */
+export enum NotFoldedReason {
+  /**
+   * The call folded something, or did not try.
+   *
+   * @generated from enum value: NOT_FOLDED_REASON_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Everything is in the kept set (anchors, pinned, the pending input, the newest call group,
+   * the tokens the request asked to keep).
+   *
+   * @generated from enum value: NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET = 1;
+   */
+  NOTHING_OUTSIDE_KEPT_SET = 1,
+
+  /**
+   * The view is below the trigger; Prepare does not fold.
+   *
+   * @generated from enum value: NOT_FOLDED_REASON_BELOW_TRIGGER = 2;
+   */
+  BELOW_TRIGGER = 2,
+
+  /**
+   * The last fold of this same input failed; it is retried when the view grows.
+   *
+   * @generated from enum value: NOT_FOLDED_REASON_PREVIOUS_FAILURE = 3;
+   */
+  PREVIOUS_FAILURE = 3,
+
+  /**
+   * A candidate was made but was not smaller than the view it would replace.
+   *
+   * @generated from enum value: NOT_FOLDED_REASON_NOT_SMALLER = 4;
+   */
+  NOT_SMALLER = 4,
+
+  /**
+   * A dry run: a candidate was made and returned, nothing was installed.
+   *
+   * @generated from enum value: NOT_FOLDED_REASON_DRY_RUN = 5;
+   */
+  DRY_RUN = 5,
+}
+
+/**
+ * Describes the enum ctxfold.v1.NotFoldedReason.
+ */
+export const NotFoldedReasonSchema: GenEnum<NotFoldedReason> = /*@__PURE__*/
+  enumDesc(file_ctxfold_v1_context_service, 4);
+
+/**
  * The step of maintenance a FoldProgress event reports.
  *
  * @generated from enum ctxfold.v1.FoldStage
@@ -1522,21 +2115,28 @@ export enum FoldStage {
    * @generated from enum value: FOLD_STAGE_PASS_FAILED = 6;
    */
   PASS_FAILED = 6,
+
+  /**
+   * The configured summarizer failed above the hard ceiling; the pass is retried with the
+   * `summarizer` named in the event (extractive), so the agent is never stuck.
+   *
+   * @generated from enum value: FOLD_STAGE_SUMMARIZER_FALLBACK = 7;
+   */
+  SUMMARIZER_FALLBACK = 7,
 }
 
 /**
  * Describes the enum ctxfold.v1.FoldStage.
  */
 export const FoldStageSchema: GenEnum<FoldStage> = /*@__PURE__*/
-  enumDesc(file_ctxfold_v1_context_service, 3);
+  enumDesc(file_ctxfold_v1_context_service, 5);
 
 /**
  * ContextService keeps the canonical transcript of long-running agent sessions and returns,
  * before every model request, the provider-visible context that fits the model's window.
  *
  * Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
- * an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
- * STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+ * the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
  *
  * @generated from service ctxfold.v1.ContextService
  */
@@ -1678,6 +2278,27 @@ export const ContextService: GenService<{
     methodKind: "unary";
     input: typeof GetContextStateRequestSchema;
     output: typeof GetContextStateResponseSchema;
+  },
+  /**
+   * Pages through the session's checkpoint chain, newest (the head checkpoint) first, each with
+   * its summary: what the folds of this session wrote.
+   *
+   * @generated from rpc ctxfold.v1.ContextService.ListCheckpoints
+   */
+  listCheckpoints: {
+    methodKind: "unary";
+    input: typeof ListCheckpointsRequestSchema;
+    output: typeof ListCheckpointsResponseSchema;
+  },
+  /**
+   * One checkpoint of the session's chain (or of an abandoned branch), with its summary.
+   *
+   * @generated from rpc ctxfold.v1.ContextService.GetCheckpoint
+   */
+  getCheckpoint: {
+    methodKind: "unary";
+    input: typeof GetCheckpointRequestSchema;
+    output: typeof GetCheckpointResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_ctxfold_v1_context_service, 0);

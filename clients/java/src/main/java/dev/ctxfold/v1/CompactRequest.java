@@ -148,6 +148,37 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int KEEP_TOKENS_FIELD_NUMBER = 3;
+  private long keepTokens_ = 0L;
+  /**
+   * <pre>
+   * Tokens of the newest history to keep verbatim; 0 = the minimal kept set (anchors, pinned,
+   * the input the next call must answer, the newest call group).
+   * </pre>
+   *
+   * <code>int64 keep_tokens = 3;</code>
+   * @return The keepTokens.
+   */
+  @java.lang.Override
+  public long getKeepTokens() {
+    return keepTokens_;
+  }
+
+  public static final int DRY_RUN_FIELD_NUMBER = 4;
+  private boolean dryRun_ = false;
+  /**
+   * <pre>
+   * Make the candidate view and summary and return them without installing anything.
+   * </pre>
+   *
+   * <code>bool dry_run = 4;</code>
+   * @return The dryRun.
+   */
+  @java.lang.Override
+  public boolean getDryRun() {
+    return dryRun_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -168,6 +199,12 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(focus_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 2, focus_);
     }
+    if (keepTokens_ != 0L) {
+      output.writeInt64(3, keepTokens_);
+    }
+    if (dryRun_ != false) {
+      output.writeBool(4, dryRun_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -177,6 +214,14 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(focus_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(2, focus_);
+    }
+    if (keepTokens_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(3, keepTokens_);
+    }
+    if (dryRun_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(4, dryRun_);
     }
     return size;
   }
@@ -206,6 +251,10 @@ private static final long serialVersionUID = 0L;
         .equals(other.getSessionId())) return false;
     if (!getFocus()
         .equals(other.getFocus())) return false;
+    if (getKeepTokens()
+        != other.getKeepTokens()) return false;
+    if (getDryRun()
+        != other.getDryRun()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -221,6 +270,12 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getSessionId().hashCode();
     hash = (37 * hash) + FOCUS_FIELD_NUMBER;
     hash = (53 * hash) + getFocus().hashCode();
+    hash = (37 * hash) + KEEP_TOKENS_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getKeepTokens());
+    hash = (37 * hash) + DRY_RUN_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getDryRun());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -358,6 +413,8 @@ private static final long serialVersionUID = 0L;
       bitField0_ = 0;
       sessionId_ = "";
       focus_ = "";
+      keepTokens_ = 0L;
+      dryRun_ = false;
       return this;
     }
 
@@ -397,6 +454,12 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000002) != 0)) {
         result.focus_ = focus_;
       }
+      if (((from_bitField0_ & 0x00000004) != 0)) {
+        result.keepTokens_ = keepTokens_;
+      }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.dryRun_ = dryRun_;
+      }
     }
 
     @java.lang.Override
@@ -420,6 +483,12 @@ private static final long serialVersionUID = 0L;
         focus_ = other.focus_;
         bitField0_ |= 0x00000002;
         onChanged();
+      }
+      if (other.getKeepTokens() != 0L) {
+        setKeepTokens(other.getKeepTokens());
+      }
+      if (other.getDryRun() != false) {
+        setDryRun(other.getDryRun());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -455,6 +524,16 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000002;
               break;
             } // case 18
+            case 24: {
+              keepTokens_ = input.readInt64();
+              bitField0_ |= 0x00000004;
+              break;
+            } // case 24
+            case 32: {
+              dryRun_ = input.readBool();
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 32
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -652,6 +731,97 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       focus_ = value;
       bitField0_ |= 0x00000002;
+      onChanged();
+      return this;
+    }
+
+    private long keepTokens_ ;
+    /**
+     * <pre>
+     * Tokens of the newest history to keep verbatim; 0 = the minimal kept set (anchors, pinned,
+     * the input the next call must answer, the newest call group).
+     * </pre>
+     *
+     * <code>int64 keep_tokens = 3;</code>
+     * @return The keepTokens.
+     */
+    @java.lang.Override
+    public long getKeepTokens() {
+      return keepTokens_;
+    }
+    /**
+     * <pre>
+     * Tokens of the newest history to keep verbatim; 0 = the minimal kept set (anchors, pinned,
+     * the input the next call must answer, the newest call group).
+     * </pre>
+     *
+     * <code>int64 keep_tokens = 3;</code>
+     * @param value The keepTokens to set.
+     * @return This builder for chaining.
+     */
+    public Builder setKeepTokens(long value) {
+
+      keepTokens_ = value;
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Tokens of the newest history to keep verbatim; 0 = the minimal kept set (anchors, pinned,
+     * the input the next call must answer, the newest call group).
+     * </pre>
+     *
+     * <code>int64 keep_tokens = 3;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearKeepTokens() {
+      bitField0_ = (bitField0_ & ~0x00000004);
+      keepTokens_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private boolean dryRun_ ;
+    /**
+     * <pre>
+     * Make the candidate view and summary and return them without installing anything.
+     * </pre>
+     *
+     * <code>bool dry_run = 4;</code>
+     * @return The dryRun.
+     */
+    @java.lang.Override
+    public boolean getDryRun() {
+      return dryRun_;
+    }
+    /**
+     * <pre>
+     * Make the candidate view and summary and return them without installing anything.
+     * </pre>
+     *
+     * <code>bool dry_run = 4;</code>
+     * @param value The dryRun to set.
+     * @return This builder for chaining.
+     */
+    public Builder setDryRun(boolean value) {
+
+      dryRun_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Make the candidate view and summary and return them without installing anything.
+     * </pre>
+     *
+     * <code>bool dry_run = 4;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearDryRun() {
+      bitField0_ = (bitField0_ & ~0x00000008);
+      dryRun_ = false;
       onChanged();
       return this;
     }

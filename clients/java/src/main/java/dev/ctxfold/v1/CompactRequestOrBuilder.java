@@ -49,4 +49,25 @@ public interface CompactRequestOrBuilder extends
    */
   com.google.protobuf.ByteString
       getFocusBytes();
+
+  /**
+   * <pre>
+   * Tokens of the newest history to keep verbatim; 0 = the minimal kept set (anchors, pinned,
+   * the input the next call must answer, the newest call group).
+   * </pre>
+   *
+   * <code>int64 keep_tokens = 3;</code>
+   * @return The keepTokens.
+   */
+  long getKeepTokens();
+
+  /**
+   * <pre>
+   * Make the candidate view and summary and return them without installing anything.
+   * </pre>
+   *
+   * <code>bool dry_run = 4;</code>
+   * @return The dryRun.
+   */
+  boolean getDryRun();
 }

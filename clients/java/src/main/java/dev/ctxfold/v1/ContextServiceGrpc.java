@@ -11,8 +11,7 @@ import static io.grpc.MethodDescriptor.generateFullMethodName;
  * before every model request, the provider-visible context that fits the model's window.
  *
  * Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
- * an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
- * STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+ * the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
  * </pre>
  */
 @io.grpc.stub.annotations.GrpcGenerated
@@ -439,6 +438,70 @@ public final class ContextServiceGrpc {
     return getGetContextStateMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.ctxfold.v1.ListCheckpointsRequest,
+      dev.ctxfold.v1.ListCheckpointsResponse> getListCheckpointsMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ListCheckpoints",
+      requestType = dev.ctxfold.v1.ListCheckpointsRequest.class,
+      responseType = dev.ctxfold.v1.ListCheckpointsResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.ctxfold.v1.ListCheckpointsRequest,
+      dev.ctxfold.v1.ListCheckpointsResponse> getListCheckpointsMethod() {
+    io.grpc.MethodDescriptor<dev.ctxfold.v1.ListCheckpointsRequest,
+      dev.ctxfold.v1.ListCheckpointsResponse> getListCheckpointsMethod;
+    if ((getListCheckpointsMethod = ContextServiceGrpc.getListCheckpointsMethod) == null) {
+      synchronized (ContextServiceGrpc.class) {
+        if ((getListCheckpointsMethod = ContextServiceGrpc.getListCheckpointsMethod) == null) {
+          ContextServiceGrpc.getListCheckpointsMethod = getListCheckpointsMethod =
+              io.grpc.MethodDescriptor.<dev.ctxfold.v1.ListCheckpointsRequest, dev.ctxfold.v1.ListCheckpointsResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ListCheckpoints"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.ctxfold.v1.ListCheckpointsRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.ctxfold.v1.ListCheckpointsResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new ContextServiceMethodDescriptorSupplier("ListCheckpoints"))
+              .build();
+        }
+      }
+    }
+    return getListCheckpointsMethod;
+  }
+
+  private static volatile io.grpc.MethodDescriptor<dev.ctxfold.v1.GetCheckpointRequest,
+      dev.ctxfold.v1.GetCheckpointResponse> getGetCheckpointMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "GetCheckpoint",
+      requestType = dev.ctxfold.v1.GetCheckpointRequest.class,
+      responseType = dev.ctxfold.v1.GetCheckpointResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.ctxfold.v1.GetCheckpointRequest,
+      dev.ctxfold.v1.GetCheckpointResponse> getGetCheckpointMethod() {
+    io.grpc.MethodDescriptor<dev.ctxfold.v1.GetCheckpointRequest,
+      dev.ctxfold.v1.GetCheckpointResponse> getGetCheckpointMethod;
+    if ((getGetCheckpointMethod = ContextServiceGrpc.getGetCheckpointMethod) == null) {
+      synchronized (ContextServiceGrpc.class) {
+        if ((getGetCheckpointMethod = ContextServiceGrpc.getGetCheckpointMethod) == null) {
+          ContextServiceGrpc.getGetCheckpointMethod = getGetCheckpointMethod =
+              io.grpc.MethodDescriptor.<dev.ctxfold.v1.GetCheckpointRequest, dev.ctxfold.v1.GetCheckpointResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "GetCheckpoint"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.ctxfold.v1.GetCheckpointRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.ctxfold.v1.GetCheckpointResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new ContextServiceMethodDescriptorSupplier("GetCheckpoint"))
+              .build();
+        }
+      }
+    }
+    return getGetCheckpointMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -487,8 +550,7 @@ public final class ContextServiceGrpc {
    * before every model request, the provider-visible context that fits the model's window.
    *
    * Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-   * an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-   * STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+   * the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
    * </pre>
    */
   public interface AsyncService {
@@ -630,6 +692,27 @@ public final class ContextServiceGrpc {
         io.grpc.stub.StreamObserver<dev.ctxfold.v1.GetContextStateResponse> responseObserver) {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getGetContextStateMethod(), responseObserver);
     }
+
+    /**
+     * <pre>
+     * Pages through the session's checkpoint chain, newest (the head checkpoint) first, each with
+     * its summary: what the folds of this session wrote.
+     * </pre>
+     */
+    default void listCheckpoints(dev.ctxfold.v1.ListCheckpointsRequest request,
+        io.grpc.stub.StreamObserver<dev.ctxfold.v1.ListCheckpointsResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getListCheckpointsMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * One checkpoint of the session's chain (or of an abandoned branch), with its summary.
+     * </pre>
+     */
+    default void getCheckpoint(dev.ctxfold.v1.GetCheckpointRequest request,
+        io.grpc.stub.StreamObserver<dev.ctxfold.v1.GetCheckpointResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getGetCheckpointMethod(), responseObserver);
+    }
   }
 
   /**
@@ -639,8 +722,7 @@ public final class ContextServiceGrpc {
    * before every model request, the provider-visible context that fits the model's window.
    *
    * Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-   * an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-   * STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+   * the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
    * </pre>
    */
   public static abstract class ContextServiceImplBase
@@ -658,8 +740,7 @@ public final class ContextServiceGrpc {
    * before every model request, the provider-visible context that fits the model's window.
    *
    * Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-   * an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-   * STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+   * the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
    * </pre>
    */
   public static final class ContextServiceStub
@@ -825,6 +906,29 @@ public final class ContextServiceGrpc {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getGetContextStateMethod(), getCallOptions()), request, responseObserver);
     }
+
+    /**
+     * <pre>
+     * Pages through the session's checkpoint chain, newest (the head checkpoint) first, each with
+     * its summary: what the folds of this session wrote.
+     * </pre>
+     */
+    public void listCheckpoints(dev.ctxfold.v1.ListCheckpointsRequest request,
+        io.grpc.stub.StreamObserver<dev.ctxfold.v1.ListCheckpointsResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getListCheckpointsMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * One checkpoint of the session's chain (or of an abandoned branch), with its summary.
+     * </pre>
+     */
+    public void getCheckpoint(dev.ctxfold.v1.GetCheckpointRequest request,
+        io.grpc.stub.StreamObserver<dev.ctxfold.v1.GetCheckpointResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getGetCheckpointMethod(), getCallOptions()), request, responseObserver);
+    }
   }
 
   /**
@@ -834,8 +938,7 @@ public final class ContextServiceGrpc {
    * before every model request, the provider-visible context that fits the model's window.
    *
    * Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-   * an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-   * STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+   * the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
    * </pre>
    */
   public static final class ContextServiceBlockingStub
@@ -990,6 +1093,27 @@ public final class ContextServiceGrpc {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getGetContextStateMethod(), getCallOptions(), request);
     }
+
+    /**
+     * <pre>
+     * Pages through the session's checkpoint chain, newest (the head checkpoint) first, each with
+     * its summary: what the folds of this session wrote.
+     * </pre>
+     */
+    public dev.ctxfold.v1.ListCheckpointsResponse listCheckpoints(dev.ctxfold.v1.ListCheckpointsRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getListCheckpointsMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * One checkpoint of the session's chain (or of an abandoned branch), with its summary.
+     * </pre>
+     */
+    public dev.ctxfold.v1.GetCheckpointResponse getCheckpoint(dev.ctxfold.v1.GetCheckpointRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getGetCheckpointMethod(), getCallOptions(), request);
+    }
   }
 
   /**
@@ -999,8 +1123,7 @@ public final class ContextServiceGrpc {
    * before every model request, the provider-visible context that fits the model's window.
    *
    * Every error carries a google.rpc.ErrorInfo detail (domain "ctxfold.dev") whose `reason` is
-   * an UPPER_SNAKE code such as SESSION_NOT_FOUND, INVALID_MESSAGE, CONTEXT_BUDGET_UNSATISFIED,
-   * STALE_CONTEXT, RESULT_REF_AMBIGUOUS or OFFSET_NOT_CHAR_BOUNDARY.
+   * the name of an ErrorReason value, such as SESSION_NOT_FOUND or CONTEXT_BUDGET_UNSATISFIED.
    * </pre>
    */
   public static final class ContextServiceFutureStub
@@ -1142,6 +1265,29 @@ public final class ContextServiceGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getGetContextStateMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * Pages through the session's checkpoint chain, newest (the head checkpoint) first, each with
+     * its summary: what the folds of this session wrote.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.ctxfold.v1.ListCheckpointsResponse> listCheckpoints(
+        dev.ctxfold.v1.ListCheckpointsRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getListCheckpointsMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * One checkpoint of the session's chain (or of an abandoned branch), with its summary.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.ctxfold.v1.GetCheckpointResponse> getCheckpoint(
+        dev.ctxfold.v1.GetCheckpointRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getGetCheckpointMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_CREATE_SESSION = 0;
@@ -1157,6 +1303,8 @@ public final class ContextServiceGrpc {
   private static final int METHODID_REWIND = 10;
   private static final int METHODID_READ_TOOL_RESULT = 11;
   private static final int METHODID_GET_CONTEXT_STATE = 12;
+  private static final int METHODID_LIST_CHECKPOINTS = 13;
+  private static final int METHODID_GET_CHECKPOINT = 14;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1226,6 +1374,14 @@ public final class ContextServiceGrpc {
         case METHODID_GET_CONTEXT_STATE:
           serviceImpl.getContextState((dev.ctxfold.v1.GetContextStateRequest) request,
               (io.grpc.stub.StreamObserver<dev.ctxfold.v1.GetContextStateResponse>) responseObserver);
+          break;
+        case METHODID_LIST_CHECKPOINTS:
+          serviceImpl.listCheckpoints((dev.ctxfold.v1.ListCheckpointsRequest) request,
+              (io.grpc.stub.StreamObserver<dev.ctxfold.v1.ListCheckpointsResponse>) responseObserver);
+          break;
+        case METHODID_GET_CHECKPOINT:
+          serviceImpl.getCheckpoint((dev.ctxfold.v1.GetCheckpointRequest) request,
+              (io.grpc.stub.StreamObserver<dev.ctxfold.v1.GetCheckpointResponse>) responseObserver);
           break;
         default:
           throw new AssertionError();
@@ -1336,6 +1492,20 @@ public final class ContextServiceGrpc {
               dev.ctxfold.v1.GetContextStateRequest,
               dev.ctxfold.v1.GetContextStateResponse>(
                 service, METHODID_GET_CONTEXT_STATE)))
+        .addMethod(
+          getListCheckpointsMethod(),
+          io.grpc.stub.ServerCalls.asyncUnaryCall(
+            new MethodHandlers<
+              dev.ctxfold.v1.ListCheckpointsRequest,
+              dev.ctxfold.v1.ListCheckpointsResponse>(
+                service, METHODID_LIST_CHECKPOINTS)))
+        .addMethod(
+          getGetCheckpointMethod(),
+          io.grpc.stub.ServerCalls.asyncUnaryCall(
+            new MethodHandlers<
+              dev.ctxfold.v1.GetCheckpointRequest,
+              dev.ctxfold.v1.GetCheckpointResponse>(
+                service, METHODID_GET_CHECKPOINT)))
         .build();
   }
 
@@ -1397,6 +1567,8 @@ public final class ContextServiceGrpc {
               .addMethod(getRewindMethod())
               .addMethod(getReadToolResultMethod())
               .addMethod(getGetContextStateMethod())
+              .addMethod(getListCheckpointsMethod())
+              .addMethod(getGetCheckpointMethod())
               .build();
         }
       }

@@ -186,6 +186,31 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_ctxfold_v1_GetContextStateResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_ctxfold_v1_Checkpoint_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_ctxfold_v1_Checkpoint_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_ctxfold_v1_ListCheckpointsRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_ctxfold_v1_ListCheckpointsRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_ctxfold_v1_ListCheckpointsResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_ctxfold_v1_ListCheckpointsResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_ctxfold_v1_GetCheckpointRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_ctxfold_v1_GetCheckpointRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_ctxfold_v1_GetCheckpointResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_ctxfold_v1_GetCheckpointResponse_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -207,7 +232,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "es\030\n \001(\003\022\021\n\ttruncated\030\013 \001(\010\022\017\n\007summary\030\014" +
       " \001(\010\022\016\n\006pruned\030\r \001(\010\022\014\n\004name\030\016 \001(\t\022\016\n\006to" +
       "kens\030\017 \001(\003\022\021\n\tabandoned\030\020 \001(\010\022/\n\013create_" +
-      "time\030\021 \001(\0132\032.google.protobuf.Timestamp\"\254" +
+      "time\030\021 \001(\0132\032.google.protobuf.Timestamp\"\311" +
       "\002\n\rSessionConfig\022\026\n\016context_window\030\001 \001(\003" +
       "\022\025\n\rcompact_ratio\030\002 \001(\001\022\022\n\ntail_ratio\030\003 " +
       "\001(\001\022\031\n\021max_output_tokens\030\004 \001(\003\022\032\n\022summar" +
@@ -215,124 +240,179 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "ytes\030\006 \001(\003\022\025\n\rsystem_prompt\030\007 \001(\t\022\022\n\ntoo" +
       "ls_json\030\010 \001(\t\022\022\n\nsummarizer\030\t \001(\t\022\031\n\021cac" +
       "he_ttl_seconds\030\n \001(\003\022\030\n\020prompt_cache_key" +
-      "\030\013 \001(\t\022\r\n\005model\030\014 \001(\t\"\202\002\n\007Session\022\n\n\002id\030" +
-      "\001 \001(\t\022)\n\006config\030\002 \001(\0132\031.ctxfold.v1.Sessi" +
-      "onConfig\022\020\n\010head_seq\030\003 \001(\003\022\025\n\rcheckpoint" +
-      "_id\030\004 \001(\t\022/\n\013create_time\030\005 \001(\0132\032.google." +
-      "protobuf.Timestamp\022/\n\013update_time\030\006 \001(\0132" +
-      "\032.google.protobuf.Timestamp\022\036\n\026forked_fr" +
-      "om_session_id\030\007 \001(\t\022\025\n\rforked_at_seq\030\010 \001" +
-      "(\003\"A\n\024CreateSessionRequest\022)\n\006config\030\001 \001" +
-      "(\0132\031.ctxfold.v1.SessionConfig\"=\n\025CreateS" +
-      "essionResponse\022$\n\007session\030\001 \001(\0132\023.ctxfol" +
-      "d.v1.Session\"\'\n\021GetSessionRequest\022\022\n\nses" +
-      "sion_id\030\001 \001(\t\":\n\022GetSessionResponse\022$\n\007s" +
-      "ession\030\001 \001(\0132\023.ctxfold.v1.Session\"<\n\023Lis" +
-      "tSessionsRequest\022\021\n\tpage_size\030\001 \001(\005\022\022\n\np" +
-      "age_token\030\002 \001(\t\"V\n\024ListSessionsResponse\022" +
-      "%\n\010sessions\030\001 \003(\0132\023.ctxfold.v1.Session\022\027" +
-      "\n\017next_page_token\030\002 \001(\t\"*\n\024DeleteSession" +
-      "Request\022\022\n\nsession_id\030\001 \001(\t\"\027\n\025DeleteSes" +
-      "sionResponse\"f\n\025AppendMessagesRequest\022\022\n" +
-      "\nsession_id\030\001 \001(\t\022%\n\010messages\030\002 \003(\0132\023.ct" +
-      "xfold.v1.Message\022\022\n\nrequest_id\030\003 \001(\t\"e\n\026" +
-      "AppendMessagesResponse\022%\n\010messages\030\001 \003(\013" +
-      "2\023.ctxfold.v1.Message\022$\n\007session\030\002 \001(\0132\023" +
-      ".ctxfold.v1.Session\"k\n\023ListMessagesReque" +
-      "st\022\022\n\nsession_id\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(" +
-      "\005\022\022\n\npage_token\030\003 \001(\t\022\031\n\021include_abandon" +
-      "ed\030\004 \001(\010\"V\n\024ListMessagesResponse\022%\n\010mess" +
-      "ages\030\001 \003(\0132\023.ctxfold.v1.Message\022\027\n\017next_" +
-      "page_token\030\002 \001(\t\"\213\001\n\016PrepareRequest\022\022\n\ns" +
-      "ession_id\030\001 \001(\t\022#\n\006append\030\002 \003(\0132\023.ctxfol" +
-      "d.v1.Message\022\020\n\010overflow\030\003 \001(\010\022\032\n\022known_" +
-      "view_version\030\004 \001(\003\022\022\n\nrequest_id\030\005 \001(\t\"w" +
-      "\n\017PrepareResponse\022,\n\010progress\030\001 \001(\0132\030.ct" +
-      "xfold.v1.FoldProgressH\000\022-\n\006result\030\002 \001(\0132" +
-      "\033.ctxfold.v1.PreparedContextH\000B\007\n\005event\"" +
-      "\314\001\n\014FoldProgress\022$\n\005stage\030\001 \001(\0162\025.ctxfol" +
-      "d.v1.FoldStage\022\022\n\npass_index\030\002 \001(\005\022\026\n\016pa" +
-      "sses_planned\030\003 \001(\005\022\025\n\rtokens_before\030\004 \001(" +
-      "\003\022\024\n\014tokens_after\030\005 \001(\003\022\025\n\rcheckpoint_id" +
-      "\030\006 \001(\t\022\017\n\007message\030\007 \001(\t\022\025\n\rsummary_delta" +
-      "\030\010 \001(\t\"\217\003\n\017PreparedContext\022%\n\010messages\030\001" +
-      " \003(\0132\023.ctxfold.v1.Message\022\030\n\020estimated_t" +
-      "okens\030\002 \001(\003\022\024\n\014view_version\030\003 \001(\003\022\"\n\006act" +
-      "ion\030\004 \001(\0162\022.ctxfold.v1.Action\022+\n\013cache_s" +
-      "tate\030\005 \001(\0162\026.ctxfold.v1.CacheState\022\030\n\020pr" +
-      "ompt_cache_key\030\006 \001(\t\022\025\n\rcheckpoint_id\030\007 " +
-      "\001(\t\022\036\n\026stable_prefix_messages\030\010 \001(\003\022\r\n\005d" +
-      "elta\030\t \001(\010\022\032\n\022view_message_count\030\n \001(\003\022\026" +
-      "\n\016trigger_tokens\030\013 \001(\003\022\031\n\021hard_limit_tok" +
-      "ens\030\014 \001(\003\022%\n\010appended\030\r \003(\0132\023.ctxfold.v1" +
-      ".Message\"\240\001\n\023ObserveUsageRequest\022\022\n\nsess" +
-      "ion_id\030\001 \001(\t\022\024\n\014view_version\030\002 \001(\003\022\024\n\014in" +
-      "put_tokens\030\003 \001(\003\022\033\n\023cached_input_tokens\030" +
-      "\004 \001(\003\022\025\n\routput_tokens\030\005 \001(\003\022\025\n\rfinish_r" +
-      "eason\030\006 \001(\t\"I\n\024ObserveUsageResponse\022\023\n\013c" +
-      "alibration\030\001 \001(\001\022\034\n\024calibration_accepted" +
-      "\030\002 \001(\010\"3\n\016CompactRequest\022\022\n\nsession_id\030\001" +
-      " \001(\t\022\r\n\005focus\030\002 \001(\t\"w\n\017CompactResponse\022," +
-      "\n\010progress\030\001 \001(\0132\030.ctxfold.v1.FoldProgre" +
-      "ssH\000\022-\n\006result\030\002 \001(\0132\033.ctxfold.v1.Prepar" +
-      "edContextH\000B\007\n\005event\"\\\n\013ForkRequest\022\022\n\ns" +
-      "ession_id\030\001 \001(\t\022\016\n\006at_seq\030\002 \001(\003\022)\n\006confi" +
-      "g\030\003 \001(\0132\031.ctxfold.v1.SessionConfig\"4\n\014Fo" +
-      "rkResponse\022$\n\007session\030\001 \001(\0132\023.ctxfold.v1" +
-      ".Session\"3\n\rRewindRequest\022\022\n\nsession_id\030" +
-      "\001 \001(\t\022\016\n\006to_seq\030\002 \001(\003\"6\n\016RewindResponse\022" +
-      "$\n\007session\030\001 \001(\0132\023.ctxfold.v1.Session\"t\n" +
-      "\025ReadToolResultRequest\022\022\n\nsession_id\030\001 \001" +
-      "(\t\022\024\n\014tool_call_id\030\002 \001(\t\022\022\n\nresult_ref\030\003" +
-      " \001(\t\022\016\n\006offset\030\004 \001(\003\022\r\n\005limit\030\005 \001(\003\"\226\001\n\026" +
-      "ReadToolResultResponse\022\014\n\004data\030\001 \001(\t\022\016\n\006" +
-      "offset\030\002 \001(\003\022\023\n\013next_offset\030\003 \001(\003\022\023\n\013tot" +
-      "al_bytes\030\004 \001(\003\022\016\n\006sha256\030\005 \001(\t\022\020\n\010comple" +
-      "te\030\006 \001(\010\022\022\n\nresult_ref\030\007 \001(\t\",\n\026GetConte" +
-      "xtStateRequest\022\022\n\nsession_id\030\001 \001(\t\"-\n\027Ge" +
-      "tContextStateResponse\022\022\n\nstate_json\030\001 \001(" +
-      "\t*_\n\004Role\022\024\n\020ROLE_UNSPECIFIED\020\000\022\017\n\013ROLE_" +
-      "SYSTEM\020\001\022\r\n\tROLE_USER\020\002\022\022\n\016ROLE_ASSISTAN" +
-      "T\020\003\022\r\n\tROLE_TOOL\020\004*W\n\006Action\022\026\n\022ACTION_U" +
-      "NSPECIFIED\020\000\022\017\n\013ACTION_NONE\020\001\022\021\n\rACTION_" +
-      "PRUNED\020\002\022\021\n\rACTION_FOLDED\020\003*n\n\nCacheStat" +
-      "e\022\033\n\027CACHE_STATE_UNSPECIFIED\020\000\022\024\n\020CACHE_" +
-      "STATE_WARM\020\001\022\024\n\020CACHE_STATE_COLD\020\002\022\027\n\023CA" +
-      "CHE_STATE_UNKNOWN\020\003*\314\001\n\tFoldStage\022\032\n\026FOL" +
-      "D_STAGE_UNSPECIFIED\020\000\022\025\n\021FOLD_STAGE_PRUN" +
-      "ED\020\001\022\026\n\022FOLD_STAGE_PLANNED\020\002\022\033\n\027FOLD_STA" +
-      "GE_PASS_STARTED\020\003\022\034\n\030FOLD_STAGE_SUMMARY_" +
-      "DELTA\020\004\022\035\n\031FOLD_STAGE_PASS_COMMITTED\020\005\022\032" +
-      "\n\026FOLD_STAGE_PASS_FAILED\020\0062\230\010\n\016ContextSe" +
-      "rvice\022T\n\rCreateSession\022 .ctxfold.v1.Crea" +
-      "teSessionRequest\032!.ctxfold.v1.CreateSess" +
-      "ionResponse\022K\n\nGetSession\022\035.ctxfold.v1.G" +
-      "etSessionRequest\032\036.ctxfold.v1.GetSession" +
-      "Response\022Q\n\014ListSessions\022\037.ctxfold.v1.Li" +
-      "stSessionsRequest\032 .ctxfold.v1.ListSessi" +
-      "onsResponse\022T\n\rDeleteSession\022 .ctxfold.v" +
-      "1.DeleteSessionRequest\032!.ctxfold.v1.Dele" +
-      "teSessionResponse\022W\n\016AppendMessages\022!.ct" +
-      "xfold.v1.AppendMessagesRequest\032\".ctxfold" +
-      ".v1.AppendMessagesResponse\022Q\n\014ListMessag" +
-      "es\022\037.ctxfold.v1.ListMessagesRequest\032 .ct" +
-      "xfold.v1.ListMessagesResponse\022D\n\007Prepare" +
-      "\022\032.ctxfold.v1.PrepareRequest\032\033.ctxfold.v" +
-      "1.PrepareResponse0\001\022Q\n\014ObserveUsage\022\037.ct" +
-      "xfold.v1.ObserveUsageRequest\032 .ctxfold.v" +
-      "1.ObserveUsageResponse\022D\n\007Compact\022\032.ctxf" +
-      "old.v1.CompactRequest\032\033.ctxfold.v1.Compa" +
-      "ctResponse0\001\0229\n\004Fork\022\027.ctxfold.v1.ForkRe" +
-      "quest\032\030.ctxfold.v1.ForkResponse\022?\n\006Rewin" +
-      "d\022\031.ctxfold.v1.RewindRequest\032\032.ctxfold.v" +
-      "1.RewindResponse\022W\n\016ReadToolResult\022!.ctx" +
-      "fold.v1.ReadToolResultRequest\032\".ctxfold." +
-      "v1.ReadToolResultResponse\022Z\n\017GetContextS" +
-      "tate\022\".ctxfold.v1.GetContextStateRequest" +
-      "\032#.ctxfold.v1.GetContextStateResponseBb\n" +
-      "\016dev.ctxfold.v1B\023ContextServiceProtoP\001Z9" +
-      "github.com/ctxfold/ctxfold/clients/go/ct" +
-      "xfoldv1;ctxfoldv1b\006proto3"
+      "\030\013 \001(\t\022\r\n\005model\030\014 \001(\t\022\033\n\023disable_task_an" +
+      "chor\030\r \001(\010\"\202\002\n\007Session\022\n\n\002id\030\001 \001(\t\022)\n\006co" +
+      "nfig\030\002 \001(\0132\031.ctxfold.v1.SessionConfig\022\020\n" +
+      "\010head_seq\030\003 \001(\003\022\025\n\rcheckpoint_id\030\004 \001(\t\022/" +
+      "\n\013create_time\030\005 \001(\0132\032.google.protobuf.Ti" +
+      "mestamp\022/\n\013update_time\030\006 \001(\0132\032.google.pr" +
+      "otobuf.Timestamp\022\036\n\026forked_from_session_" +
+      "id\030\007 \001(\t\022\025\n\rforked_at_seq\030\010 \001(\003\"A\n\024Creat" +
+      "eSessionRequest\022)\n\006config\030\001 \001(\0132\031.ctxfol" +
+      "d.v1.SessionConfig\"=\n\025CreateSessionRespo" +
+      "nse\022$\n\007session\030\001 \001(\0132\023.ctxfold.v1.Sessio" +
+      "n\"\'\n\021GetSessionRequest\022\022\n\nsession_id\030\001 \001" +
+      "(\t\":\n\022GetSessionResponse\022$\n\007session\030\001 \001(" +
+      "\0132\023.ctxfold.v1.Session\"<\n\023ListSessionsRe" +
+      "quest\022\021\n\tpage_size\030\001 \001(\005\022\022\n\npage_token\030\002" +
+      " \001(\t\"V\n\024ListSessionsResponse\022%\n\010sessions" +
+      "\030\001 \003(\0132\023.ctxfold.v1.Session\022\027\n\017next_page" +
+      "_token\030\002 \001(\t\"*\n\024DeleteSessionRequest\022\022\n\n" +
+      "session_id\030\001 \001(\t\"\027\n\025DeleteSessionRespons" +
+      "e\"f\n\025AppendMessagesRequest\022\022\n\nsession_id" +
+      "\030\001 \001(\t\022%\n\010messages\030\002 \003(\0132\023.ctxfold.v1.Me" +
+      "ssage\022\022\n\nrequest_id\030\003 \001(\t\"e\n\026AppendMessa" +
+      "gesResponse\022%\n\010messages\030\001 \003(\0132\023.ctxfold." +
+      "v1.Message\022$\n\007session\030\002 \001(\0132\023.ctxfold.v1" +
+      ".Session\"k\n\023ListMessagesRequest\022\022\n\nsessi" +
+      "on_id\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_t" +
+      "oken\030\003 \001(\t\022\031\n\021include_abandoned\030\004 \001(\010\"V\n" +
+      "\024ListMessagesResponse\022%\n\010messages\030\001 \003(\0132" +
+      "\023.ctxfold.v1.Message\022\027\n\017next_page_token\030" +
+      "\002 \001(\t\"\213\001\n\016PrepareRequest\022\022\n\nsession_id\030\001" +
+      " \001(\t\022#\n\006append\030\002 \003(\0132\023.ctxfold.v1.Messag" +
+      "e\022\020\n\010overflow\030\003 \001(\010\022\032\n\022known_view_versio" +
+      "n\030\004 \001(\003\022\022\n\nrequest_id\030\005 \001(\t\"w\n\017PrepareRe" +
+      "sponse\022,\n\010progress\030\001 \001(\0132\030.ctxfold.v1.Fo" +
+      "ldProgressH\000\022-\n\006result\030\002 \001(\0132\033.ctxfold.v" +
+      "1.PreparedContextH\000B\007\n\005event\"\340\001\n\014FoldPro" +
+      "gress\022$\n\005stage\030\001 \001(\0162\025.ctxfold.v1.FoldSt" +
+      "age\022\022\n\npass_index\030\002 \001(\005\022\026\n\016passes_planne" +
+      "d\030\003 \001(\005\022\025\n\rtokens_before\030\004 \001(\003\022\024\n\014tokens" +
+      "_after\030\005 \001(\003\022\025\n\rcheckpoint_id\030\006 \001(\t\022\017\n\007m" +
+      "essage\030\007 \001(\t\022\025\n\rsummary_delta\030\010 \001(\t\022\022\n\ns" +
+      "ummarizer\030\t \001(\t\"\231\004\n\017PreparedContext\022%\n\010m" +
+      "essages\030\001 \003(\0132\023.ctxfold.v1.Message\022\030\n\020es" +
+      "timated_tokens\030\002 \001(\003\022\024\n\014view_version\030\003 \001" +
+      "(\003\022\"\n\006action\030\004 \001(\0162\022.ctxfold.v1.Action\022+" +
+      "\n\013cache_state\030\005 \001(\0162\026.ctxfold.v1.CacheSt" +
+      "ate\022\030\n\020prompt_cache_key\030\006 \001(\t\022\025\n\rcheckpo" +
+      "int_id\030\007 \001(\t\022\036\n\026stable_prefix_messages\030\010" +
+      " \001(\003\022\r\n\005delta\030\t \001(\010\022\032\n\022view_message_coun" +
+      "t\030\n \001(\003\022\026\n\016trigger_tokens\030\013 \001(\003\022\031\n\021hard_" +
+      "limit_tokens\030\014 \001(\003\022%\n\010appended\030\r \003(\0132\023.c" +
+      "txfold.v1.Message\0226\n\021not_folded_reason\030\016" +
+      " \001(\0162\033.ctxfold.v1.NotFoldedReason\022\031\n\021not" +
+      "_folded_detail\030\017 \001(\t\022\031\n\021candidate_summar" +
+      "y\030\020 \001(\t\022\032\n\022folded_results_ref\030\021 \001(\t\"\240\001\n\023" +
+      "ObserveUsageRequest\022\022\n\nsession_id\030\001 \001(\t\022" +
+      "\024\n\014view_version\030\002 \001(\003\022\024\n\014input_tokens\030\003 " +
+      "\001(\003\022\033\n\023cached_input_tokens\030\004 \001(\003\022\025\n\routp" +
+      "ut_tokens\030\005 \001(\003\022\025\n\rfinish_reason\030\006 \001(\t\"I" +
+      "\n\024ObserveUsageResponse\022\023\n\013calibration\030\001 " +
+      "\001(\001\022\034\n\024calibration_accepted\030\002 \001(\010\"Y\n\016Com" +
+      "pactRequest\022\022\n\nsession_id\030\001 \001(\t\022\r\n\005focus" +
+      "\030\002 \001(\t\022\023\n\013keep_tokens\030\003 \001(\003\022\017\n\007dry_run\030\004" +
+      " \001(\010\"w\n\017CompactResponse\022,\n\010progress\030\001 \001(" +
+      "\0132\030.ctxfold.v1.FoldProgressH\000\022-\n\006result\030" +
+      "\002 \001(\0132\033.ctxfold.v1.PreparedContextH\000B\007\n\005" +
+      "event\"\\\n\013ForkRequest\022\022\n\nsession_id\030\001 \001(\t" +
+      "\022\016\n\006at_seq\030\002 \001(\003\022)\n\006config\030\003 \001(\0132\031.ctxfo" +
+      "ld.v1.SessionConfig\"4\n\014ForkResponse\022$\n\007s" +
+      "ession\030\001 \001(\0132\023.ctxfold.v1.Session\"3\n\rRew" +
+      "indRequest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006to_seq" +
+      "\030\002 \001(\003\"6\n\016RewindResponse\022$\n\007session\030\001 \001(" +
+      "\0132\023.ctxfold.v1.Session\"t\n\025ReadToolResult" +
+      "Request\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014tool_call" +
+      "_id\030\002 \001(\t\022\022\n\nresult_ref\030\003 \001(\t\022\016\n\006offset\030" +
+      "\004 \001(\003\022\r\n\005limit\030\005 \001(\003\"\226\001\n\026ReadToolResultR" +
+      "esponse\022\014\n\004data\030\001 \001(\t\022\016\n\006offset\030\002 \001(\003\022\023\n" +
+      "\013next_offset\030\003 \001(\003\022\023\n\013total_bytes\030\004 \001(\003\022" +
+      "\016\n\006sha256\030\005 \001(\t\022\020\n\010complete\030\006 \001(\010\022\022\n\nres" +
+      "ult_ref\030\007 \001(\t\",\n\026GetContextStateRequest\022" +
+      "\022\n\nsession_id\030\001 \001(\t\"-\n\027GetContextStateRe" +
+      "sponse\022\022\n\nstate_json\030\001 \001(\t\"\374\001\n\nCheckpoin" +
+      "t\022\n\n\002id\030\001 \001(\t\022\021\n\tparent_id\030\002 \001(\t\022\024\n\014posi" +
+      "tion_seq\030\003 \001(\003\022\017\n\007summary\030\004 \001(\t\022\026\n\016summa" +
+      "ry_tokens\030\005 \001(\003\022\030\n\020kept_message_ids\030\006 \003(" +
+      "\t\022\032\n\022folded_results_ref\030\007 \001(\t\022\022\n\nsummari" +
+      "zer\030\010 \001(\t\022/\n\013create_time\030\t \001(\0132\032.google." +
+      "protobuf.Timestamp\022\025\n\ron_head_chain\030\n \001(" +
+      "\010\"n\n\026ListCheckpointsRequest\022\022\n\nsession_i" +
+      "d\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_token" +
+      "\030\003 \001(\t\022\031\n\021include_abandoned\030\004 \001(\010\"_\n\027Lis" +
+      "tCheckpointsResponse\022+\n\013checkpoints\030\001 \003(" +
+      "\0132\026.ctxfold.v1.Checkpoint\022\027\n\017next_page_t" +
+      "oken\030\002 \001(\t\"A\n\024GetCheckpointRequest\022\022\n\nse" +
+      "ssion_id\030\001 \001(\t\022\025\n\rcheckpoint_id\030\002 \001(\t\"C\n" +
+      "\025GetCheckpointResponse\022*\n\ncheckpoint\030\001 \001" +
+      "(\0132\026.ctxfold.v1.Checkpoint*_\n\004Role\022\024\n\020RO" +
+      "LE_UNSPECIFIED\020\000\022\017\n\013ROLE_SYSTEM\020\001\022\r\n\tROL" +
+      "E_USER\020\002\022\022\n\016ROLE_ASSISTANT\020\003\022\r\n\tROLE_TOO" +
+      "L\020\004*W\n\006Action\022\026\n\022ACTION_UNSPECIFIED\020\000\022\017\n" +
+      "\013ACTION_NONE\020\001\022\021\n\rACTION_PRUNED\020\002\022\021\n\rACT" +
+      "ION_FOLDED\020\003*n\n\nCacheState\022\033\n\027CACHE_STAT" +
+      "E_UNSPECIFIED\020\000\022\024\n\020CACHE_STATE_WARM\020\001\022\024\n" +
+      "\020CACHE_STATE_COLD\020\002\022\027\n\023CACHE_STATE_UNKNO" +
+      "WN\020\003*\373\006\n\013ErrorReason\022\034\n\030ERROR_REASON_UNS" +
+      "PECIFIED\020\000\022\023\n\017UNAUTHENTICATED\020\001\022\023\n\017INVAL" +
+      "ID_REQUEST\020\002\022\027\n\023SESSION_ID_REQUIRED\020\003\022\025\n" +
+      "\021SESSION_NOT_FOUND\020\004\022\022\n\016INVALID_CONFIG\020\005" +
+      "\022\023\n\017INVALID_MESSAGE\020\006\022\020\n\014INVALID_TEXT\020\007\022" +
+      "\025\n\021MESSAGE_TOO_LARGE\020\010\022\025\n\021TOO_MANY_MESSA" +
+      "GES\020\t\022\026\n\022INVALID_REQUEST_ID\020\n\022\030\n\024TOOL_RE" +
+      "SULTS_PENDING\020\013\022\026\n\022TOOL_CALL_NOT_OPEN\020\014\022" +
+      "\027\n\023TOOL_CALL_NOT_FOUND\020\r\022\027\n\023RESULT_REF_R" +
+      "EQUIRED\020\016\022\030\n\024RESULT_REF_NOT_FOUND\020\017\022\030\n\024R" +
+      "ESULT_REF_AMBIGUOUS\020\020\022\027\n\023OFFSET_OUT_OF_R" +
+      "ANGE\020\021\022\034\n\030OFFSET_NOT_CHAR_BOUNDARY\020\022\022\026\n\022" +
+      "LIMIT_OUT_OF_RANGE\020\023\022\025\n\021INVALID_PAGE_SIZ" +
+      "E\020\024\022\026\n\022INVALID_PAGE_TOKEN\020\025\022\024\n\020SEQ_OUT_O" +
+      "F_RANGE\020\026\022\021\n\rINVALID_USAGE\020\027\022\036\n\032CONTEXT_" +
+      "BUDGET_UNSATISFIED\020\030\022\030\n\024FOLD_INPUT_TOO_L" +
+      "ARGE\020\031\022\025\n\021SUMMARIZER_FAILED\020\032\022\035\n\031SUMMARI" +
+      "ZER_NOT_CONFIGURED\020\033\022\022\n\016COMPACT_FAILED\020\034" +
+      "\022\033\n\027CONCURRENT_MODIFICATION\020\035\022\020\n\014SESSION" +
+      "_BUSY\020\036\022\026\n\022RESPONSE_TOO_LARGE\020\037\022\030\n\024CHECK" +
+      "POINT_NOT_FOUND\020 \022\025\n\021CHECKPOINT_BROKEN\020!" +
+      "\022\023\n\017STORAGE_CORRUPT\020\"\022\025\n\021STORE_UNAVAILAB" +
+      "LE\020#\022\014\n\010INTERNAL\020$*\363\001\n\017NotFoldedReason\022!" +
+      "\n\035NOT_FOLDED_REASON_UNSPECIFIED\020\000\022.\n*NOT" +
+      "_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET\020" +
+      "\001\022#\n\037NOT_FOLDED_REASON_BELOW_TRIGGER\020\002\022&" +
+      "\n\"NOT_FOLDED_REASON_PREVIOUS_FAILURE\020\003\022!" +
+      "\n\035NOT_FOLDED_REASON_NOT_SMALLER\020\004\022\035\n\031NOT" +
+      "_FOLDED_REASON_DRY_RUN\020\005*\360\001\n\tFoldStage\022\032" +
+      "\n\026FOLD_STAGE_UNSPECIFIED\020\000\022\025\n\021FOLD_STAGE" +
+      "_PRUNED\020\001\022\026\n\022FOLD_STAGE_PLANNED\020\002\022\033\n\027FOL" +
+      "D_STAGE_PASS_STARTED\020\003\022\034\n\030FOLD_STAGE_SUM" +
+      "MARY_DELTA\020\004\022\035\n\031FOLD_STAGE_PASS_COMMITTE" +
+      "D\020\005\022\032\n\026FOLD_STAGE_PASS_FAILED\020\006\022\"\n\036FOLD_" +
+      "STAGE_SUMMARIZER_FALLBACK\020\0072\312\t\n\016ContextS" +
+      "ervice\022T\n\rCreateSession\022 .ctxfold.v1.Cre" +
+      "ateSessionRequest\032!.ctxfold.v1.CreateSes" +
+      "sionResponse\022K\n\nGetSession\022\035.ctxfold.v1." +
+      "GetSessionRequest\032\036.ctxfold.v1.GetSessio" +
+      "nResponse\022Q\n\014ListSessions\022\037.ctxfold.v1.L" +
+      "istSessionsRequest\032 .ctxfold.v1.ListSess" +
+      "ionsResponse\022T\n\rDeleteSession\022 .ctxfold." +
+      "v1.DeleteSessionRequest\032!.ctxfold.v1.Del" +
+      "eteSessionResponse\022W\n\016AppendMessages\022!.c" +
+      "txfold.v1.AppendMessagesRequest\032\".ctxfol" +
+      "d.v1.AppendMessagesResponse\022Q\n\014ListMessa" +
+      "ges\022\037.ctxfold.v1.ListMessagesRequest\032 .c" +
+      "txfold.v1.ListMessagesResponse\022D\n\007Prepar" +
+      "e\022\032.ctxfold.v1.PrepareRequest\032\033.ctxfold." +
+      "v1.PrepareResponse0\001\022Q\n\014ObserveUsage\022\037.c" +
+      "txfold.v1.ObserveUsageRequest\032 .ctxfold." +
+      "v1.ObserveUsageResponse\022D\n\007Compact\022\032.ctx" +
+      "fold.v1.CompactRequest\032\033.ctxfold.v1.Comp" +
+      "actResponse0\001\0229\n\004Fork\022\027.ctxfold.v1.ForkR" +
+      "equest\032\030.ctxfold.v1.ForkResponse\022?\n\006Rewi" +
+      "nd\022\031.ctxfold.v1.RewindRequest\032\032.ctxfold." +
+      "v1.RewindResponse\022W\n\016ReadToolResult\022!.ct" +
+      "xfold.v1.ReadToolResultRequest\032\".ctxfold" +
+      ".v1.ReadToolResultResponse\022Z\n\017GetContext" +
+      "State\022\".ctxfold.v1.GetContextStateReques" +
+      "t\032#.ctxfold.v1.GetContextStateResponse\022Z" +
+      "\n\017ListCheckpoints\022\".ctxfold.v1.ListCheck" +
+      "pointsRequest\032#.ctxfold.v1.ListCheckpoin" +
+      "tsResponse\022T\n\rGetCheckpoint\022 .ctxfold.v1" +
+      ".GetCheckpointRequest\032!.ctxfold.v1.GetCh" +
+      "eckpointResponseBb\n\016dev.ctxfold.v1B\023Cont" +
+      "extServiceProtoP\001Z9github.com/ctxfold/ct" +
+      "xfold/clients/go/ctxfoldv1;ctxfoldv1b\006pr" +
+      "oto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -356,7 +436,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
     internal_static_ctxfold_v1_SessionConfig_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_SessionConfig_descriptor,
-        new java.lang.String[] { "ContextWindow", "CompactRatio", "TailRatio", "MaxOutputTokens", "SummaryMaxTokens", "ToolContentMaxBytes", "SystemPrompt", "ToolsJson", "Summarizer", "CacheTtlSeconds", "PromptCacheKey", "Model", });
+        new java.lang.String[] { "ContextWindow", "CompactRatio", "TailRatio", "MaxOutputTokens", "SummaryMaxTokens", "ToolContentMaxBytes", "SystemPrompt", "ToolsJson", "Summarizer", "CacheTtlSeconds", "PromptCacheKey", "Model", "DisableTaskAnchor", });
     internal_static_ctxfold_v1_Session_descriptor =
       getDescriptor().getMessageType(3);
     internal_static_ctxfold_v1_Session_fieldAccessorTable = new
@@ -452,13 +532,13 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
     internal_static_ctxfold_v1_FoldProgress_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_FoldProgress_descriptor,
-        new java.lang.String[] { "Stage", "PassIndex", "PassesPlanned", "TokensBefore", "TokensAfter", "CheckpointId", "Message", "SummaryDelta", });
+        new java.lang.String[] { "Stage", "PassIndex", "PassesPlanned", "TokensBefore", "TokensAfter", "CheckpointId", "Message", "SummaryDelta", "Summarizer", });
     internal_static_ctxfold_v1_PreparedContext_descriptor =
       getDescriptor().getMessageType(19);
     internal_static_ctxfold_v1_PreparedContext_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_PreparedContext_descriptor,
-        new java.lang.String[] { "Messages", "EstimatedTokens", "ViewVersion", "Action", "CacheState", "PromptCacheKey", "CheckpointId", "StablePrefixMessages", "Delta", "ViewMessageCount", "TriggerTokens", "HardLimitTokens", "Appended", });
+        new java.lang.String[] { "Messages", "EstimatedTokens", "ViewVersion", "Action", "CacheState", "PromptCacheKey", "CheckpointId", "StablePrefixMessages", "Delta", "ViewMessageCount", "TriggerTokens", "HardLimitTokens", "Appended", "NotFoldedReason", "NotFoldedDetail", "CandidateSummary", "FoldedResultsRef", });
     internal_static_ctxfold_v1_ObserveUsageRequest_descriptor =
       getDescriptor().getMessageType(20);
     internal_static_ctxfold_v1_ObserveUsageRequest_fieldAccessorTable = new
@@ -476,7 +556,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
     internal_static_ctxfold_v1_CompactRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_CompactRequest_descriptor,
-        new java.lang.String[] { "SessionId", "Focus", });
+        new java.lang.String[] { "SessionId", "Focus", "KeepTokens", "DryRun", });
     internal_static_ctxfold_v1_CompactResponse_descriptor =
       getDescriptor().getMessageType(23);
     internal_static_ctxfold_v1_CompactResponse_fieldAccessorTable = new
@@ -531,6 +611,36 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_GetContextStateResponse_descriptor,
         new java.lang.String[] { "StateJson", });
+    internal_static_ctxfold_v1_Checkpoint_descriptor =
+      getDescriptor().getMessageType(32);
+    internal_static_ctxfold_v1_Checkpoint_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_ctxfold_v1_Checkpoint_descriptor,
+        new java.lang.String[] { "Id", "ParentId", "PositionSeq", "Summary", "SummaryTokens", "KeptMessageIds", "FoldedResultsRef", "Summarizer", "CreateTime", "OnHeadChain", });
+    internal_static_ctxfold_v1_ListCheckpointsRequest_descriptor =
+      getDescriptor().getMessageType(33);
+    internal_static_ctxfold_v1_ListCheckpointsRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_ctxfold_v1_ListCheckpointsRequest_descriptor,
+        new java.lang.String[] { "SessionId", "PageSize", "PageToken", "IncludeAbandoned", });
+    internal_static_ctxfold_v1_ListCheckpointsResponse_descriptor =
+      getDescriptor().getMessageType(34);
+    internal_static_ctxfold_v1_ListCheckpointsResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_ctxfold_v1_ListCheckpointsResponse_descriptor,
+        new java.lang.String[] { "Checkpoints", "NextPageToken", });
+    internal_static_ctxfold_v1_GetCheckpointRequest_descriptor =
+      getDescriptor().getMessageType(35);
+    internal_static_ctxfold_v1_GetCheckpointRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_ctxfold_v1_GetCheckpointRequest_descriptor,
+        new java.lang.String[] { "SessionId", "CheckpointId", });
+    internal_static_ctxfold_v1_GetCheckpointResponse_descriptor =
+      getDescriptor().getMessageType(36);
+    internal_static_ctxfold_v1_GetCheckpointResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_ctxfold_v1_GetCheckpointResponse_descriptor,
+        new java.lang.String[] { "Checkpoint", });
     descriptor.resolveAllFeaturesImmutable();
     com.google.protobuf.TimestampProto.getDescriptor();
   }

@@ -36,6 +36,7 @@ private static final long serialVersionUID = 0L;
     checkpointId_ = "";
     message_ = "";
     summaryDelta_ = "";
+    summarizer_ = "";
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -283,6 +284,53 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int SUMMARIZER_FIELD_NUMBER = 9;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object summarizer_ = "";
+  /**
+   * <pre>
+   * The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback).
+   * </pre>
+   *
+   * <code>string summarizer = 9;</code>
+   * @return The summarizer.
+   */
+  @java.lang.Override
+  public java.lang.String getSummarizer() {
+    java.lang.Object ref = summarizer_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      summarizer_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback).
+   * </pre>
+   *
+   * <code>string summarizer = 9;</code>
+   * @return The bytes for summarizer.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getSummarizerBytes() {
+    java.lang.Object ref = summarizer_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      summarizer_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -321,6 +369,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(summaryDelta_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 8, summaryDelta_);
     }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(summarizer_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 9, summarizer_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -353,6 +404,9 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(summaryDelta_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(8, summaryDelta_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(summarizer_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(9, summarizer_);
     }
     return size;
   }
@@ -393,6 +447,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getMessage())) return false;
     if (!getSummaryDelta()
         .equals(other.getSummaryDelta())) return false;
+    if (!getSummarizer()
+        .equals(other.getSummarizer())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -422,6 +478,8 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getMessage().hashCode();
     hash = (37 * hash) + SUMMARY_DELTA_FIELD_NUMBER;
     hash = (53 * hash) + getSummaryDelta().hashCode();
+    hash = (37 * hash) + SUMMARIZER_FIELD_NUMBER;
+    hash = (53 * hash) + getSummarizer().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -565,6 +623,7 @@ private static final long serialVersionUID = 0L;
       checkpointId_ = "";
       message_ = "";
       summaryDelta_ = "";
+      summarizer_ = "";
       return this;
     }
 
@@ -622,6 +681,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000080) != 0)) {
         result.summaryDelta_ = summaryDelta_;
       }
+      if (((from_bitField0_ & 0x00000100) != 0)) {
+        result.summarizer_ = summarizer_;
+      }
     }
 
     @java.lang.Override
@@ -664,6 +726,11 @@ private static final long serialVersionUID = 0L;
       if (!other.getSummaryDelta().isEmpty()) {
         summaryDelta_ = other.summaryDelta_;
         bitField0_ |= 0x00000080;
+        onChanged();
+      }
+      if (!other.getSummarizer().isEmpty()) {
+        summarizer_ = other.summarizer_;
+        bitField0_ |= 0x00000100;
         onChanged();
       }
       this.mergeUnknownFields(other.getUnknownFields());
@@ -730,6 +797,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000080;
               break;
             } // case 66
+            case 74: {
+              summarizer_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000100;
+              break;
+            } // case 74
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1267,6 +1339,98 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       summaryDelta_ = value;
       bitField0_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object summarizer_ = "";
+    /**
+     * <pre>
+     * The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback).
+     * </pre>
+     *
+     * <code>string summarizer = 9;</code>
+     * @return The summarizer.
+     */
+    public java.lang.String getSummarizer() {
+      java.lang.Object ref = summarizer_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        summarizer_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback).
+     * </pre>
+     *
+     * <code>string summarizer = 9;</code>
+     * @return The bytes for summarizer.
+     */
+    public com.google.protobuf.ByteString
+        getSummarizerBytes() {
+      java.lang.Object ref = summarizer_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        summarizer_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback).
+     * </pre>
+     *
+     * <code>string summarizer = 9;</code>
+     * @param value The summarizer to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSummarizer(
+        java.lang.String value) {
+      java.util.Objects.requireNonNull(value);
+      summarizer_ = value;
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback).
+     * </pre>
+     *
+     * <code>string summarizer = 9;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSummarizer() {
+      summarizer_ = getDefaultInstance().getSummarizer();
+      bitField0_ = (bitField0_ & ~0x00000100);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback).
+     * </pre>
+     *
+     * <code>string summarizer = 9;</code>
+     * @param value The bytes for summarizer to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSummarizerBytes(
+        com.google.protobuf.ByteString value) {
+      java.util.Objects.requireNonNull(value);
+      checkByteStringIsUtf8(value);
+      summarizer_ = value;
+      bitField0_ |= 0x00000100;
       onChanged();
       return this;
     }

@@ -128,4 +128,24 @@ public interface FoldProgressOrBuilder extends
    */
   com.google.protobuf.ByteString
       getSummaryDeltaBytes();
+
+  /**
+   * <pre>
+   * The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback).
+   * </pre>
+   *
+   * <code>string summarizer = 9;</code>
+   * @return The summarizer.
+   */
+  java.lang.String getSummarizer();
+  /**
+   * <pre>
+   * The summarizer this step uses (for FOLD_STAGE_SUMMARIZER_FALLBACK: the fallback).
+   * </pre>
+   *
+   * <code>string summarizer = 9;</code>
+   * @return The bytes for summarizer.
+   */
+  com.google.protobuf.ByteString
+      getSummarizerBytes();
 }

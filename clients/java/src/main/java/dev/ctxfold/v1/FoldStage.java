@@ -71,6 +71,15 @@ public enum FoldStage
    * <code>FOLD_STAGE_PASS_FAILED = 6;</code>
    */
   FOLD_STAGE_PASS_FAILED(6),
+  /**
+   * <pre>
+   * The configured summarizer failed above the hard ceiling; the pass is retried with the
+   * `summarizer` named in the event (extractive), so the agent is never stuck.
+   * </pre>
+   *
+   * <code>FOLD_STAGE_SUMMARIZER_FALLBACK = 7;</code>
+   */
+  FOLD_STAGE_SUMMARIZER_FALLBACK(7),
   UNRECOGNIZED(-1),
   ;
 
@@ -139,6 +148,15 @@ public enum FoldStage
    * <code>FOLD_STAGE_PASS_FAILED = 6;</code>
    */
   public static final int FOLD_STAGE_PASS_FAILED_VALUE = 6;
+  /**
+   * <pre>
+   * The configured summarizer failed above the hard ceiling; the pass is retried with the
+   * `summarizer` named in the event (extractive), so the agent is never stuck.
+   * </pre>
+   *
+   * <code>FOLD_STAGE_SUMMARIZER_FALLBACK = 7;</code>
+   */
+  public static final int FOLD_STAGE_SUMMARIZER_FALLBACK_VALUE = 7;
 
 
   public final int getNumber() {
@@ -172,6 +190,7 @@ public enum FoldStage
       case 4: return FOLD_STAGE_SUMMARY_DELTA;
       case 5: return FOLD_STAGE_PASS_COMMITTED;
       case 6: return FOLD_STAGE_PASS_FAILED;
+      case 7: return FOLD_STAGE_SUMMARIZER_FALLBACK;
       default: return null;
     }
   }
@@ -202,7 +221,7 @@ public enum FoldStage
   }
   public static com.google.protobuf.Descriptors.EnumDescriptor
       getDescriptor() {
-    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(3);
+    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(5);
   }
 
   private static final FoldStage[] VALUES = values();

@@ -38,6 +38,10 @@ private static final long serialVersionUID = 0L;
     promptCacheKey_ = "";
     checkpointId_ = "";
     appended_ = java.util.Collections.emptyList();
+    notFoldedReason_ = 0;
+    notFoldedDetail_ = "";
+    candidateSummary_ = "";
+    foldedResultsRef_ = "";
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -436,6 +440,175 @@ private static final long serialVersionUID = 0L;
     return appended_.get(index);
   }
 
+  public static final int NOT_FOLDED_REASON_FIELD_NUMBER = 14;
+  private int notFoldedReason_ = 0;
+  /**
+   * <pre>
+   * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
+   * @return The enum numeric value on the wire for notFoldedReason.
+   */
+  @java.lang.Override public int getNotFoldedReasonValue() {
+    return notFoldedReason_;
+  }
+  /**
+   * <pre>
+   * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
+   * @return The notFoldedReason.
+   */
+  @java.lang.Override public dev.ctxfold.v1.NotFoldedReason getNotFoldedReason() {
+    dev.ctxfold.v1.NotFoldedReason result = dev.ctxfold.v1.NotFoldedReason.forNumber(notFoldedReason_);
+    return result == null ? dev.ctxfold.v1.NotFoldedReason.UNRECOGNIZED : result;
+  }
+
+  public static final int NOT_FOLDED_DETAIL_FIELD_NUMBER = 15;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object notFoldedDetail_ = "";
+  /**
+   * <pre>
+   * A human-readable explanation of not_folded_reason.
+   * </pre>
+   *
+   * <code>string not_folded_detail = 15;</code>
+   * @return The notFoldedDetail.
+   */
+  @java.lang.Override
+  public java.lang.String getNotFoldedDetail() {
+    java.lang.Object ref = notFoldedDetail_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      notFoldedDetail_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * A human-readable explanation of not_folded_reason.
+   * </pre>
+   *
+   * <code>string not_folded_detail = 15;</code>
+   * @return The bytes for notFoldedDetail.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getNotFoldedDetailBytes() {
+    java.lang.Object ref = notFoldedDetail_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      notFoldedDetail_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
+  public static final int CANDIDATE_SUMMARY_FIELD_NUMBER = 16;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object candidateSummary_ = "";
+  /**
+   * <pre>
+   * For a Compact dry run: the summary the fold would install (nothing was installed).
+   * </pre>
+   *
+   * <code>string candidate_summary = 16;</code>
+   * @return The candidateSummary.
+   */
+  @java.lang.Override
+  public java.lang.String getCandidateSummary() {
+    java.lang.Object ref = candidateSummary_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      candidateSummary_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * For a Compact dry run: the summary the fold would install (nothing was installed).
+   * </pre>
+   *
+   * <code>string candidate_summary = 16;</code>
+   * @return The bytes for candidateSummary.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getCandidateSummaryBytes() {
+    java.lang.Object ref = candidateSummary_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      candidateSummary_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
+  public static final int FOLDED_RESULTS_REF_FIELD_NUMBER = 17;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object foldedResultsRef_ = "";
+  /**
+   * <pre>
+   * The reference of the folded-results index of the head checkpoint, readable with
+   * ReadToolResult; empty when nothing was folded.
+   * </pre>
+   *
+   * <code>string folded_results_ref = 17;</code>
+   * @return The foldedResultsRef.
+   */
+  @java.lang.Override
+  public java.lang.String getFoldedResultsRef() {
+    java.lang.Object ref = foldedResultsRef_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      foldedResultsRef_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * The reference of the folded-results index of the head checkpoint, readable with
+   * ReadToolResult; empty when nothing was folded.
+   * </pre>
+   *
+   * <code>string folded_results_ref = 17;</code>
+   * @return The bytes for foldedResultsRef.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getFoldedResultsRefBytes() {
+    java.lang.Object ref = foldedResultsRef_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      foldedResultsRef_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -488,6 +661,18 @@ private static final long serialVersionUID = 0L;
     }
     for (int i = 0; i < appended_.size(); i++) {
       output.writeMessage(13, appended_.get(i));
+    }
+    if (notFoldedReason_ != dev.ctxfold.v1.NotFoldedReason.NOT_FOLDED_REASON_UNSPECIFIED.getNumber()) {
+      output.writeEnum(14, notFoldedReason_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(notFoldedDetail_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 15, notFoldedDetail_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(candidateSummary_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 16, candidateSummary_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(foldedResultsRef_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 17, foldedResultsRef_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -553,6 +738,19 @@ private static final long serialVersionUID = 0L;
           }
           size += 1 * count;
         }
+    if (notFoldedReason_ != dev.ctxfold.v1.NotFoldedReason.NOT_FOLDED_REASON_UNSPECIFIED.getNumber()) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeEnumSize(14, notFoldedReason_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(notFoldedDetail_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(15, notFoldedDetail_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(candidateSummary_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(16, candidateSummary_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(foldedResultsRef_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(17, foldedResultsRef_);
+    }
     return size;
   }
   @java.lang.Override
@@ -601,6 +799,13 @@ private static final long serialVersionUID = 0L;
         != other.getHardLimitTokens()) return false;
     if (!getAppendedList()
         .equals(other.getAppendedList())) return false;
+    if (notFoldedReason_ != other.notFoldedReason_) return false;
+    if (!getNotFoldedDetail()
+        .equals(other.getNotFoldedDetail())) return false;
+    if (!getCandidateSummary()
+        .equals(other.getCandidateSummary())) return false;
+    if (!getFoldedResultsRef()
+        .equals(other.getFoldedResultsRef())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -649,6 +854,14 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + APPENDED_FIELD_NUMBER;
       hash = (53 * hash) + getAppendedList().hashCode();
     }
+    hash = (37 * hash) + NOT_FOLDED_REASON_FIELD_NUMBER;
+    hash = (53 * hash) + notFoldedReason_;
+    hash = (37 * hash) + NOT_FOLDED_DETAIL_FIELD_NUMBER;
+    hash = (53 * hash) + getNotFoldedDetail().hashCode();
+    hash = (37 * hash) + CANDIDATE_SUMMARY_FIELD_NUMBER;
+    hash = (53 * hash) + getCandidateSummary().hashCode();
+    hash = (37 * hash) + FOLDED_RESULTS_REF_FIELD_NUMBER;
+    hash = (53 * hash) + getFoldedResultsRef().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -809,6 +1022,10 @@ private static final long serialVersionUID = 0L;
         appendedBuilder_.clear();
       }
       bitField0_ = (bitField0_ & ~0x00001000);
+      notFoldedReason_ = 0;
+      notFoldedDetail_ = "";
+      candidateSummary_ = "";
+      foldedResultsRef_ = "";
       return this;
     }
 
@@ -896,6 +1113,18 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000800) != 0)) {
         result.hardLimitTokens_ = hardLimitTokens_;
+      }
+      if (((from_bitField0_ & 0x00002000) != 0)) {
+        result.notFoldedReason_ = notFoldedReason_;
+      }
+      if (((from_bitField0_ & 0x00004000) != 0)) {
+        result.notFoldedDetail_ = notFoldedDetail_;
+      }
+      if (((from_bitField0_ & 0x00008000) != 0)) {
+        result.candidateSummary_ = candidateSummary_;
+      }
+      if (((from_bitField0_ & 0x00010000) != 0)) {
+        result.foldedResultsRef_ = foldedResultsRef_;
       }
     }
 
@@ -999,6 +1228,24 @@ private static final long serialVersionUID = 0L;
             appendedBuilder_.addAllMessages(other.appended_);
           }
         }
+      }
+      if (other.notFoldedReason_ != 0) {
+        setNotFoldedReasonValue(other.getNotFoldedReasonValue());
+      }
+      if (!other.getNotFoldedDetail().isEmpty()) {
+        notFoldedDetail_ = other.notFoldedDetail_;
+        bitField0_ |= 0x00004000;
+        onChanged();
+      }
+      if (!other.getCandidateSummary().isEmpty()) {
+        candidateSummary_ = other.candidateSummary_;
+        bitField0_ |= 0x00008000;
+        onChanged();
+      }
+      if (!other.getFoldedResultsRef().isEmpty()) {
+        foldedResultsRef_ = other.foldedResultsRef_;
+        bitField0_ |= 0x00010000;
+        onChanged();
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -1105,6 +1352,26 @@ private static final long serialVersionUID = 0L;
               }
               break;
             } // case 106
+            case 112: {
+              notFoldedReason_ = input.readEnum();
+              bitField0_ |= 0x00002000;
+              break;
+            } // case 112
+            case 122: {
+              notFoldedDetail_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00004000;
+              break;
+            } // case 122
+            case 130: {
+              candidateSummary_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00008000;
+              break;
+            } // case 130
+            case 138: {
+              foldedResultsRef_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00010000;
+              break;
+            } // case 138
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -2386,6 +2653,359 @@ private static final long serialVersionUID = 0L;
         appended_ = null;
       }
       return appendedBuilder_;
+    }
+
+    private int notFoldedReason_ = 0;
+    /**
+     * <pre>
+     * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
+     * @return The enum numeric value on the wire for notFoldedReason.
+     */
+    @java.lang.Override public int getNotFoldedReasonValue() {
+      return notFoldedReason_;
+    }
+    /**
+     * <pre>
+     * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
+     * @param value The enum numeric value on the wire for notFoldedReason to set.
+     * @return This builder for chaining.
+     */
+    public Builder setNotFoldedReasonValue(int value) {
+      notFoldedReason_ = value;
+      bitField0_ |= 0x00002000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
+     * @return The notFoldedReason.
+     */
+    @java.lang.Override
+    public dev.ctxfold.v1.NotFoldedReason getNotFoldedReason() {
+      dev.ctxfold.v1.NotFoldedReason result = dev.ctxfold.v1.NotFoldedReason.forNumber(notFoldedReason_);
+      return result == null ? dev.ctxfold.v1.NotFoldedReason.UNRECOGNIZED : result;
+    }
+    /**
+     * <pre>
+     * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
+     * @param value The notFoldedReason to set.
+     * @throws IllegalArgumentException if UNRECOGNIZED is provided.
+     * @return This builder for chaining.
+     */
+    public Builder setNotFoldedReason(dev.ctxfold.v1.NotFoldedReason value) {
+      java.util.Objects.requireNonNull(value);
+      bitField0_ |= 0x00002000;
+      notFoldedReason_ = value.getNumber();
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearNotFoldedReason() {
+      bitField0_ = (bitField0_ & ~0x00002000);
+      notFoldedReason_ = 0;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object notFoldedDetail_ = "";
+    /**
+     * <pre>
+     * A human-readable explanation of not_folded_reason.
+     * </pre>
+     *
+     * <code>string not_folded_detail = 15;</code>
+     * @return The notFoldedDetail.
+     */
+    public java.lang.String getNotFoldedDetail() {
+      java.lang.Object ref = notFoldedDetail_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        notFoldedDetail_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * A human-readable explanation of not_folded_reason.
+     * </pre>
+     *
+     * <code>string not_folded_detail = 15;</code>
+     * @return The bytes for notFoldedDetail.
+     */
+    public com.google.protobuf.ByteString
+        getNotFoldedDetailBytes() {
+      java.lang.Object ref = notFoldedDetail_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        notFoldedDetail_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * A human-readable explanation of not_folded_reason.
+     * </pre>
+     *
+     * <code>string not_folded_detail = 15;</code>
+     * @param value The notFoldedDetail to set.
+     * @return This builder for chaining.
+     */
+    public Builder setNotFoldedDetail(
+        java.lang.String value) {
+      java.util.Objects.requireNonNull(value);
+      notFoldedDetail_ = value;
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A human-readable explanation of not_folded_reason.
+     * </pre>
+     *
+     * <code>string not_folded_detail = 15;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearNotFoldedDetail() {
+      notFoldedDetail_ = getDefaultInstance().getNotFoldedDetail();
+      bitField0_ = (bitField0_ & ~0x00004000);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A human-readable explanation of not_folded_reason.
+     * </pre>
+     *
+     * <code>string not_folded_detail = 15;</code>
+     * @param value The bytes for notFoldedDetail to set.
+     * @return This builder for chaining.
+     */
+    public Builder setNotFoldedDetailBytes(
+        com.google.protobuf.ByteString value) {
+      java.util.Objects.requireNonNull(value);
+      checkByteStringIsUtf8(value);
+      notFoldedDetail_ = value;
+      bitField0_ |= 0x00004000;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object candidateSummary_ = "";
+    /**
+     * <pre>
+     * For a Compact dry run: the summary the fold would install (nothing was installed).
+     * </pre>
+     *
+     * <code>string candidate_summary = 16;</code>
+     * @return The candidateSummary.
+     */
+    public java.lang.String getCandidateSummary() {
+      java.lang.Object ref = candidateSummary_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        candidateSummary_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * For a Compact dry run: the summary the fold would install (nothing was installed).
+     * </pre>
+     *
+     * <code>string candidate_summary = 16;</code>
+     * @return The bytes for candidateSummary.
+     */
+    public com.google.protobuf.ByteString
+        getCandidateSummaryBytes() {
+      java.lang.Object ref = candidateSummary_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        candidateSummary_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * For a Compact dry run: the summary the fold would install (nothing was installed).
+     * </pre>
+     *
+     * <code>string candidate_summary = 16;</code>
+     * @param value The candidateSummary to set.
+     * @return This builder for chaining.
+     */
+    public Builder setCandidateSummary(
+        java.lang.String value) {
+      java.util.Objects.requireNonNull(value);
+      candidateSummary_ = value;
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For a Compact dry run: the summary the fold would install (nothing was installed).
+     * </pre>
+     *
+     * <code>string candidate_summary = 16;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearCandidateSummary() {
+      candidateSummary_ = getDefaultInstance().getCandidateSummary();
+      bitField0_ = (bitField0_ & ~0x00008000);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For a Compact dry run: the summary the fold would install (nothing was installed).
+     * </pre>
+     *
+     * <code>string candidate_summary = 16;</code>
+     * @param value The bytes for candidateSummary to set.
+     * @return This builder for chaining.
+     */
+    public Builder setCandidateSummaryBytes(
+        com.google.protobuf.ByteString value) {
+      java.util.Objects.requireNonNull(value);
+      checkByteStringIsUtf8(value);
+      candidateSummary_ = value;
+      bitField0_ |= 0x00008000;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object foldedResultsRef_ = "";
+    /**
+     * <pre>
+     * The reference of the folded-results index of the head checkpoint, readable with
+     * ReadToolResult; empty when nothing was folded.
+     * </pre>
+     *
+     * <code>string folded_results_ref = 17;</code>
+     * @return The foldedResultsRef.
+     */
+    public java.lang.String getFoldedResultsRef() {
+      java.lang.Object ref = foldedResultsRef_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        foldedResultsRef_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The reference of the folded-results index of the head checkpoint, readable with
+     * ReadToolResult; empty when nothing was folded.
+     * </pre>
+     *
+     * <code>string folded_results_ref = 17;</code>
+     * @return The bytes for foldedResultsRef.
+     */
+    public com.google.protobuf.ByteString
+        getFoldedResultsRefBytes() {
+      java.lang.Object ref = foldedResultsRef_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        foldedResultsRef_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The reference of the folded-results index of the head checkpoint, readable with
+     * ReadToolResult; empty when nothing was folded.
+     * </pre>
+     *
+     * <code>string folded_results_ref = 17;</code>
+     * @param value The foldedResultsRef to set.
+     * @return This builder for chaining.
+     */
+    public Builder setFoldedResultsRef(
+        java.lang.String value) {
+      java.util.Objects.requireNonNull(value);
+      foldedResultsRef_ = value;
+      bitField0_ |= 0x00010000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The reference of the folded-results index of the head checkpoint, readable with
+     * ReadToolResult; empty when nothing was folded.
+     * </pre>
+     *
+     * <code>string folded_results_ref = 17;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearFoldedResultsRef() {
+      foldedResultsRef_ = getDefaultInstance().getFoldedResultsRef();
+      bitField0_ = (bitField0_ & ~0x00010000);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The reference of the folded-results index of the head checkpoint, readable with
+     * ReadToolResult; empty when nothing was folded.
+     * </pre>
+     *
+     * <code>string folded_results_ref = 17;</code>
+     * @param value The bytes for foldedResultsRef to set.
+     * @return This builder for chaining.
+     */
+    public Builder setFoldedResultsRefBytes(
+        com.google.protobuf.ByteString value) {
+      java.util.Objects.requireNonNull(value);
+      checkByteStringIsUtf8(value);
+      foldedResultsRef_ = value;
+      bitField0_ |= 0x00010000;
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:ctxfold.v1.PreparedContext)

@@ -250,4 +250,85 @@ public interface PreparedContextOrBuilder extends
    */
   dev.ctxfold.v1.MessageOrBuilder getAppendedOrBuilder(
       int index);
+
+  /**
+   * <pre>
+   * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
+   * @return The enum numeric value on the wire for notFoldedReason.
+   */
+  int getNotFoldedReasonValue();
+  /**
+   * <pre>
+   * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
+   * @return The notFoldedReason.
+   */
+  dev.ctxfold.v1.NotFoldedReason getNotFoldedReason();
+
+  /**
+   * <pre>
+   * A human-readable explanation of not_folded_reason.
+   * </pre>
+   *
+   * <code>string not_folded_detail = 15;</code>
+   * @return The notFoldedDetail.
+   */
+  java.lang.String getNotFoldedDetail();
+  /**
+   * <pre>
+   * A human-readable explanation of not_folded_reason.
+   * </pre>
+   *
+   * <code>string not_folded_detail = 15;</code>
+   * @return The bytes for notFoldedDetail.
+   */
+  com.google.protobuf.ByteString
+      getNotFoldedDetailBytes();
+
+  /**
+   * <pre>
+   * For a Compact dry run: the summary the fold would install (nothing was installed).
+   * </pre>
+   *
+   * <code>string candidate_summary = 16;</code>
+   * @return The candidateSummary.
+   */
+  java.lang.String getCandidateSummary();
+  /**
+   * <pre>
+   * For a Compact dry run: the summary the fold would install (nothing was installed).
+   * </pre>
+   *
+   * <code>string candidate_summary = 16;</code>
+   * @return The bytes for candidateSummary.
+   */
+  com.google.protobuf.ByteString
+      getCandidateSummaryBytes();
+
+  /**
+   * <pre>
+   * The reference of the folded-results index of the head checkpoint, readable with
+   * ReadToolResult; empty when nothing was folded.
+   * </pre>
+   *
+   * <code>string folded_results_ref = 17;</code>
+   * @return The foldedResultsRef.
+   */
+  java.lang.String getFoldedResultsRef();
+  /**
+   * <pre>
+   * The reference of the folded-results index of the head checkpoint, readable with
+   * ReadToolResult; empty when nothing was folded.
+   * </pre>
+   *
+   * <code>string folded_results_ref = 17;</code>
+   * @return The bytes for foldedResultsRef.
+   */
+  com.google.protobuf.ByteString
+      getFoldedResultsRefBytes();
 }

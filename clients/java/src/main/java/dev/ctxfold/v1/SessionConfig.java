@@ -400,6 +400,22 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int DISABLE_TASK_ANCHOR_FIELD_NUMBER = 13;
+  private boolean disableTaskAnchor_ = false;
+  /**
+   * <pre>
+   * The opening user message (the task) stays verbatim right after the system prompt in every
+   * view, as part of the stable prefix. Set to turn that anchor off.
+   * </pre>
+   *
+   * <code>bool disable_task_anchor = 13;</code>
+   * @return The disableTaskAnchor.
+   */
+  @java.lang.Override
+  public boolean getDisableTaskAnchor() {
+    return disableTaskAnchor_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -450,6 +466,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(model_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 12, model_);
     }
+    if (disableTaskAnchor_ != false) {
+      output.writeBool(13, disableTaskAnchor_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -496,6 +515,10 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(model_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(12, model_);
+    }
+    if (disableTaskAnchor_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(13, disableTaskAnchor_);
     }
     return size;
   }
@@ -547,6 +570,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getPromptCacheKey())) return false;
     if (!getModel()
         .equals(other.getModel())) return false;
+    if (getDisableTaskAnchor()
+        != other.getDisableTaskAnchor()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -589,6 +614,9 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getPromptCacheKey().hashCode();
     hash = (37 * hash) + MODEL_FIELD_NUMBER;
     hash = (53 * hash) + getModel().hashCode();
+    hash = (37 * hash) + DISABLE_TASK_ANCHOR_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getDisableTaskAnchor());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -736,6 +764,7 @@ private static final long serialVersionUID = 0L;
       cacheTtlSeconds_ = 0L;
       promptCacheKey_ = "";
       model_ = "";
+      disableTaskAnchor_ = false;
       return this;
     }
 
@@ -805,6 +834,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000800) != 0)) {
         result.model_ = model_;
       }
+      if (((from_bitField0_ & 0x00001000) != 0)) {
+        result.disableTaskAnchor_ = disableTaskAnchor_;
+      }
     }
 
     @java.lang.Override
@@ -864,6 +896,9 @@ private static final long serialVersionUID = 0L;
         model_ = other.model_;
         bitField0_ |= 0x00000800;
         onChanged();
+      }
+      if (other.getDisableTaskAnchor() != false) {
+        setDisableTaskAnchor(other.getDisableTaskAnchor());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -949,6 +984,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000800;
               break;
             } // case 98
+            case 104: {
+              disableTaskAnchor_ = input.readBool();
+              bitField0_ |= 0x00001000;
+              break;
+            } // case 104
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1739,6 +1779,53 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       model_ = value;
       bitField0_ |= 0x00000800;
+      onChanged();
+      return this;
+    }
+
+    private boolean disableTaskAnchor_ ;
+    /**
+     * <pre>
+     * The opening user message (the task) stays verbatim right after the system prompt in every
+     * view, as part of the stable prefix. Set to turn that anchor off.
+     * </pre>
+     *
+     * <code>bool disable_task_anchor = 13;</code>
+     * @return The disableTaskAnchor.
+     */
+    @java.lang.Override
+    public boolean getDisableTaskAnchor() {
+      return disableTaskAnchor_;
+    }
+    /**
+     * <pre>
+     * The opening user message (the task) stays verbatim right after the system prompt in every
+     * view, as part of the stable prefix. Set to turn that anchor off.
+     * </pre>
+     *
+     * <code>bool disable_task_anchor = 13;</code>
+     * @param value The disableTaskAnchor to set.
+     * @return This builder for chaining.
+     */
+    public Builder setDisableTaskAnchor(boolean value) {
+
+      disableTaskAnchor_ = value;
+      bitField0_ |= 0x00001000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The opening user message (the task) stays verbatim right after the system prompt in every
+     * view, as part of the stable prefix. Set to turn that anchor off.
+     * </pre>
+     *
+     * <code>bool disable_task_anchor = 13;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearDisableTaskAnchor() {
+      bitField0_ = (bitField0_ & ~0x00001000);
+      disableTaskAnchor_ = false;
       onChanged();
       return this;
     }

@@ -182,4 +182,15 @@ public interface SessionConfigOrBuilder extends
    */
   com.google.protobuf.ByteString
       getModelBytes();
+
+  /**
+   * <pre>
+   * The opening user message (the task) stays verbatim right after the system prompt in every
+   * view, as part of the stable prefix. Set to turn that anchor off.
+   * </pre>
+   *
+   * <code>bool disable_task_anchor = 13;</code>
+   * @return The disableTaskAnchor.
+   */
+  boolean getDisableTaskAnchor();
 }
