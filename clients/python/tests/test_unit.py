@@ -118,6 +118,7 @@ def test_enums_are_generated_from_the_proto_and_print_their_proto_names() -> Non
         assert [int(member) for member in enum_type] == list(proto.values())
     assert [str(reason) for reason in ErrorReason] == list(pb.ErrorReason.keys())
     assert f"{FoldStage.PASS_COMMITTED}" == "FOLD_STAGE_PASS_COMMITTED"
+    assert repr(FoldStage.PASS_COMMITTED) == "FoldStage.PASS_COMMITTED"  # a name in dataclass reprs too
     assert FoldStage(99) is FoldStage.UNSPECIFIED  # a stage of a newer server
     assert ErrorReason.SESSION_NOT_FOUND == "SESSION_NOT_FOUND"
 

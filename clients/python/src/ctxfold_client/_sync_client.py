@@ -345,8 +345,10 @@ class Client(ClientBase[grpc.Channel]):
         one page, with a footer naming the next offset; `context_budget`), or None when `name` is
         not a ctxfold tool. A model's mistake (unknown ref, bad offset) is answered, never raised."""
         parsed = tools.parse_call(name, arguments)
-        if parsed is None or isinstance(parsed, tools.BadCall):
-            return parsed.answer if parsed is not None else None
+        if parsed is None:
+            return None
+        if isinstance(parsed, tools.BadCall):
+            return parsed.answer
         if isinstance(parsed, tools.BudgetCall):
             return tools.budget_answer(self.last_view(session_id))
         request = pb.ReadToolResultRequest(

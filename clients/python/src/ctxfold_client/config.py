@@ -28,7 +28,7 @@ class SessionConfig:
     they are counted in every estimate and sent with summaries.
 
     Server defaults of unset fields: `context_window` is required; `compact_ratio` 0.80 (fold when
-    the view reaches 80 % of the window), `tail_ratio` 0.16, `summary_max_tokens` 8192,
+    the view reaches 80 % of the window), `tail_ratio` 0.16, `summary_max_tokens` 8192 (less for small windows),
     `tool_content_max_bytes` 32768 (larger tool results are bounded in the view and kept whole for
     `read_tool_result()`), `summarizer` "extractive", `prompt_cache_key` derived from the session.
 

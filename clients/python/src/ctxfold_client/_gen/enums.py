@@ -24,6 +24,9 @@ class ProtoEnum(enum.IntEnum):
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
 
+    def __repr__(self) -> str:  # in dataclass reprs too: a name, never a number
+        return f"{type(self).__name__}.{self.name}"
+
     @property
     def proto_name(self) -> str:
         return str(self)
