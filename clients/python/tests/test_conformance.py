@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from conformance import Json, canonical, check_all, fixture, load, resolve, scenario_files
+from conftest import Server
 from ctxfold_client import (
+    AsyncClient,
     Client,
     CtxfoldError,
     Message,
@@ -158,18 +162,61 @@ def run_scenario(client: Client, scenario: dict[str, Json]) -> None:
                 saved[step["save"]] = result
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(reason=SERVER_PENDING[p.stem], strict=True))
-        if p.stem in SERVER_PENDING
-        else p
-        for p in scenario_files()
-    ],
-    ids=lambda p: p.stem,
-)
+SCENARIOS = [
+    pytest.param(p, marks=pytest.mark.xfail(reason=SERVER_PENDING[p.stem], strict=True))
+    if p.stem in SERVER_PENDING
+    else p
+    for p in scenario_files()
+]
+
+
+class BlockingAsyncClient:
+    """The AsyncClient driven from a test thread: every coroutine is run on a private event loop
+    and every async iterator is read to its end, so the scenarios run through it as they are."""
+
+    def __init__(self, address: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._client = self._loop.run_until_complete(self._open(address))
+
+    @staticmethod
+    async def _open(address: str) -> AsyncClient:
+        return AsyncClient(address)
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._client.close())
+        self._loop.close()
+
+    def __getattr__(self, name: str) -> Callable[..., object]:
+        method = getattr(self._client, name)
+
+        def call(*args: object, **kwargs: object) -> object:
+            result = method(*args, **kwargs)
+            if inspect.isasyncgen(result):
+                return self._loop.run_until_complete(_drain(result))
+            if inspect.iscoroutine(result):
+                return self._loop.run_until_complete(result)
+            return result
+
+        return call
+
+
+async def _drain(items: AsyncIterator[object]) -> list[object]:
+    return [item async for item in items]
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_scenario(client: Client, path: Path) -> None:
     run_scenario(client, load(path))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_scenario_async(server: Server, path: Path) -> None:
+    """The same scenario through AsyncClient (the blocking client is generated from it)."""
+    bridge = BlockingAsyncClient(server.address)
+    try:
+        run_scenario(cast(Client, bridge), load(path))
+    finally:
+        bridge.close()
 
 
 def test_every_scenario_operation_is_bound() -> None:
