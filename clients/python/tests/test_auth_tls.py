@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from conftest import TOKEN_A, TOKEN_B, Server, start_server
-from ctxfold_client import AsyncClient, Client, CtxfoldError, user
+from ctxfold_client import AsyncClient, Client, CtxfoldError, ErrorReason, user
 from helpers import ROOMY_CONFIG
 
 # --- bearer tokens -------------------------------------------------------------------------------
@@ -37,7 +37,7 @@ def test_bearer_token_and_tenant_isolation(auth_server: Server) -> None:
         assert alice.get_session(session.id).head_seq == 1
         with pytest.raises(CtxfoldError) as raised:
             bob.get_session(session.id)
-        assert raised.value.reason == "SESSION_NOT_FOUND"
+        assert raised.value.reason == ErrorReason.SESSION_NOT_FOUND
         assert session.id not in {s.id for s in bob.list_sessions()}
         assert session.id in {s.id for s in alice.list_sessions()}
 

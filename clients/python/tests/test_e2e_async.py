@@ -12,16 +12,18 @@ from ctxfold_client import (
     Action,
     AsyncClient,
     CtxfoldError,
+    ErrorReason,
     FoldProgress,
     FoldStage,
-    PreparedView,
     SessionConfig,
+    Usage,
+    View,
     assistant,
     tool_call,
     tool_result,
     user,
 )
-from helpers import FOLDING_CONFIG, ROOMY_CONFIG, multibyte_text, tool_pair, wire
+from helpers import FOLDING_CONFIG, ROOMY_CONFIG, multibyte_text, tool_pair
 
 
 async def test_async_lifecycle_and_iterators(server: Server) -> None:
@@ -42,7 +44,7 @@ async def test_async_lifecycle_and_iterators(server: Server) -> None:
         with pytest.raises(CtxfoldError) as raised:
             await client.get_session(session.id)
         assert raised.value.code is grpc.StatusCode.NOT_FOUND
-        assert raised.value.reason == "SESSION_NOT_FOUND"
+        assert raised.value.reason == ErrorReason.SESSION_NOT_FOUND
         assert raised.value.metadata["session_id"] == session.id
 
 
@@ -51,17 +53,16 @@ async def test_async_prepare_events_fold_and_deltas(server: Server) -> None:
         session = await client.create_session(FOLDING_CONFIG)
         view = await client.prepare(session.id, [user("survey the tree")])
         events: list[FoldProgress] = []
-        views: list[PreparedView] = []
+        views: list[View] = []
         for index in range(8):
             async for event in client.prepare_events(session.id, tool_pair(index)):
-                if isinstance(event, PreparedView):
+                if isinstance(event, View):
                     views.append(event)
                 else:
                     events.append(event)
             reference = await whole.prepare(session.id)
-            assert wire(views[-1].messages) == wire(reference.messages)  # the delta was applied right
+            assert views[-1].messages == reference.messages  # the deltas were applied right
         assert any(v.action is Action.FOLDED for v in views)
-        assert any(v.delta for v in views)
         stages = [e.stage for e in events]
         assert FoldStage.PLANNED in stages
         assert FoldStage.PASS_COMMITTED in stages
@@ -84,7 +85,7 @@ async def test_async_prepare_with_async_callback_and_compact(server: Server) -> 
         assert any(e.stage is FoldStage.PASS_COMMITTED for e in seen)
         view = await client.prepare(session.id, [user("what did you find?")], on_progress=seen.append)
         assert view.summary is not None
-        usage = await client.observe_usage(session.id, view, input_tokens=view.estimated_tokens, output_tokens=5)
+        usage = await client.observe_usage(session.id, view, Usage(input_tokens=view.estimated_tokens, output_tokens=5))
         assert usage.calibration > 0
 
 
@@ -96,7 +97,7 @@ async def test_async_read_tool_result(server: Server) -> None:
             session.id,
             [user("read"), assistant(tool_calls=[tool_call("big", "cat", {})]), tool_result("big", raw)],
         )
-        whole = await client.read_tool_result(session.id, tool_call_id="big", page_size=10_000)
+        whole = await client.read_tool_result(session.id, tool_call_id="big", page_bytes=10_000)
         assert whole.raw == raw.encode()
         assert whole.sha256 == hashlib.sha256(raw.encode()).hexdigest()
         pages = [p async for p in client.tool_result_pages(session.id, result_ref=whole.result_ref)]
@@ -113,3 +114,23 @@ async def test_async_edit_and_retry(server: Server) -> None:
         edited = await client.edit(session.id, question, user("3+3?"))
         assert edited.seq == question.seq
         assert [m.content async for m in client.list_messages(session.id)] == ["3+3?"]
+
+
+async def test_async_tools_dispatcher_and_checkpoints_fork(server: Server) -> None:
+    async with AsyncClient(server.address) as client:
+        session = await client.create_session(SessionConfig(context_window=64_000, tool_content_max_bytes=8192))
+        stored = await client.append_messages(
+            session.id,
+            [user("log?"), assistant(tool_calls=[tool_call("c", "cat", {})]), tool_result("c", "line\n" * 5000)],
+        )
+        answer = await client.dispatch_tool_call(session.id, "read_tool_result", {"result_ref": stored[-1].result_ref})
+        assert answer is not None and answer.endswith("offset 16384 for more]")
+        assert await client.dispatch_tool_call(session.id, "cat", "{}") is None
+        assert await client.dispatch_tool_call(session.id, "context_budget", "{}") == (
+            "error: no context prepared by this client yet"
+        )
+        view = await client.prepare(session.id)
+        budget = await client.dispatch_tool_call(session.id, "context_budget", "{}")
+        assert budget is not None and f'"estimated_tokens":{view.estimated_tokens},' in budget
+        fork = await client.fork(session.id, at_head=True)
+        assert fork.forked_at_seq == 3

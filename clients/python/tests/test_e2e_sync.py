@@ -5,28 +5,33 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+from pathlib import Path
 
 import grpc
 import pytest
 
+from conformance import FIXTURE_DIR
 from conftest import Server
 from ctxfold_client import (
     Action,
     Client,
     CtxfoldError,
+    ErrorReason,
     FoldProgress,
     FoldStage,
-    PreparedView,
+    Role,
     SessionConfig,
+    Usage,
+    View,
     assistant,
-    pb,
     system,
     tool_call,
     tool_result,
     user,
 )
-from ctxfold_client.examples.agent_loop import TOOL_SCHEMAS, FakeModel, run_turn
-from helpers import FOLDING_CONFIG, ROOMY_CONFIG, multibyte_text, tool_pair, wire
+from helpers import FOLDING_CONFIG, ROOMY_CONFIG, TOOL_SCHEMAS, multibyte_text, tool_pair
+
+CLIENT_DIR = Path(__file__).resolve().parent.parent
 
 
 def test_session_lifecycle(client: Client) -> None:
@@ -40,11 +45,10 @@ def test_session_lifecycle(client: Client) -> None:
     assert fetched.id == session.id
     assert fetched.config.context_window == 32_000
     assert fetched.config.compact_ratio == pytest.approx(0.80)  # the server's default, filled in
-    assert SessionConfig.from_proto(fetched.config).system_prompt == "Be brief."
+    assert fetched.config.system_prompt == "Be brief."
+    assert fetched.config.tools_json == session.config.tools_json
 
-    appended = client.append_messages(
-        session.id, [user("one"), {"role": "assistant", "content": "two"}, user("three"), assistant("four")]
-    )
+    appended = client.append_messages(session.id, [user("one"), assistant("two"), user("three"), assistant("four")])
     assert [m.seq for m in appended] == [1, 2, 3, 4]
     assert all(m.id for m in appended)
     assert client.get_session(session.id).head_seq == 4
@@ -57,6 +61,8 @@ def test_session_lifecycle(client: Client) -> None:
     assert len(ids) == len(set(ids))
 
     fork = client.fork(session.id, at_seq=2, config=SessionConfig(max_output_tokens=2048))
+    head_fork = client.fork(session.id, at_head=True)
+    assert head_fork.forked_at_seq == 4
     assert fork.id != session.id
     assert fork.forked_from_session_id == session.id
     assert fork.forked_at_seq == 2
@@ -66,16 +72,17 @@ def test_session_lifecycle(client: Client) -> None:
 
     view = client.prepare(session.id)
     assert view.action is Action.NONE
-    assert view.messages[0].role == pb.ROLE_SYSTEM
+    assert view.messages[0].role is Role.SYSTEM
     state = client.get_context_state(session.id)
     assert state["schema_version"] == 3
 
     client.delete_session(session.id)
     with pytest.raises(CtxfoldError) as raised:
         client.get_session(session.id)
-    assert raised.value.reason == "SESSION_NOT_FOUND"
+    assert raised.value.reason == ErrorReason.SESSION_NOT_FOUND
     assert [m.content for m in client.list_messages(fork.id)] == ["one", "two"]  # the fork survives
     client.delete_session(fork.id)
+    client.delete_session(head_fork.id)
 
 
 def test_error_is_mapped_with_reason_and_metadata(client: Client) -> None:
@@ -84,7 +91,7 @@ def test_error_is_mapped_with_reason_and_metadata(client: Client) -> None:
     error = raised.value
     assert isinstance(error, Exception)
     assert error.code is grpc.StatusCode.NOT_FOUND
-    assert error.reason == "SESSION_NOT_FOUND"
+    assert error.reason == ErrorReason.SESSION_NOT_FOUND
     assert error.domain == "ctxfold.dev"
     assert error.metadata.get("session_id") == "s_does_not_exist"
     assert error.status is not None
@@ -96,74 +103,58 @@ def test_more_error_reasons(client: Client) -> None:
     with pytest.raises(CtxfoldError) as raised:
         client.create_session(SessionConfig(context_window=4000, compact_ratio=2.0))
     assert raised.value.code is grpc.StatusCode.INVALID_ARGUMENT
-    assert raised.value.reason == "INVALID_CONFIG"
+    assert raised.value.reason == ErrorReason.INVALID_CONFIG
 
     session = client.create_session(ROOMY_CONFIG)
     client.append_messages(session.id, [user("go"), assistant(tool_calls=[tool_call("c1", "list_files", {"p": 1})])])
     with pytest.raises(CtxfoldError) as raised:
         client.append_messages(session.id, [user("are you done?")])
-    assert raised.value.reason == "TOOL_RESULTS_PENDING"
+    assert raised.value.reason == ErrorReason.TOOL_RESULTS_PENDING
     with pytest.raises(CtxfoldError) as raised:
         client.prepare(session.id, [user("still waiting")])
-    assert raised.value.reason == "TOOL_RESULTS_PENDING"
+    assert raised.value.reason == ErrorReason.TOOL_RESULTS_PENDING
     client.append_messages(session.id, [tool_result("c1", "done")])
 
 
-def test_agent_loop_example_folds_with_progress(client: Client) -> None:
-    session = client.create_session(FOLDING_CONFIG.replace(tools=TOOL_SCHEMAS))
-    seen: list[FoldProgress] = []
-    report = run_turn(client, session.id, "Where are the parsers?", FakeModel(tool_steps=8), on_progress=seen.append)
-
-    assert report.folds >= 1, "the recipe of the brief must fold"
-    assert seen == report.progress
-    stages = {event.stage for event in report.progress}
-    assert {FoldStage.PLANNED, FoldStage.PASS_STARTED, FoldStage.PASS_COMMITTED} <= stages
-    committed = [e for e in report.progress if e.stage is FoldStage.PASS_COMMITTED]
-    assert all(e.checkpoint_id and e.tokens_after < e.tokens_before for e in committed)
-    folded = next(v for v in report.views if v.folded)
-    assert folded.summary is not None
-    assert folded.checkpoint_id == committed[-1].checkpoint_id or folded.checkpoint_id
-    for view in report.views:
-        assert sum(m.summary for m in view.messages) <= 1
-        assert view.estimated_tokens <= view.hard_limit_tokens
-    assert any(v.delta for v in report.views), "later prepares must arrive as deltas"
-    assert report.answer.startswith("The parsers live")
-
-    # The transcript stays whole: 1 user + 8 (call + result) + the final answer.
-    transcript = list(client.list_messages(session.id))
-    assert len(transcript) == 18
-    assert transcript[-1].content == report.answer
-    assert client.get_session(session.id).checkpoint_id
-
-
-def test_example_runs_as_a_program(server: Server) -> None:
+def test_the_readme_agent_loop_replays_the_recorded_trace(server: Server) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "ctxfold_client.examples.agent_loop", "--address", server.address],
+        [
+            sys.executable,
+            "-m",
+            "ctxfold_client.examples.agent_loop",
+            str(FIXTURE_DIR / "agent_trace.json"),
+            server.address,
+        ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "fold pass_committed" in done.stdout
-    assert "summary=yes" in done.stdout
-    assert "answer: The parsers live" in done.stdout
+    assert "fold FOLD_STAGE_PASS_COMMITTED" in done.stdout
+    summary = done.stdout.strip().splitlines()[-1]
+    calls, folds, reads = (int(summary.split(word)[0].split()[-1]) for word in (" model calls", " folds", " read_"))
+    assert calls > 30
+    assert folds >= 1
+    assert reads >= 1
+
+
+def test_the_readme_shows_the_agent_loop_example() -> None:
+    readme = (CLIENT_DIR / "README.md").read_text(encoding="utf-8")
+    example = (CLIENT_DIR / "src" / "ctxfold_client" / "examples" / "agent_loop.py").read_text(encoding="utf-8")
+    block = readme.split("<!-- agent-loop -->\n```python\n", 1)[1].split("```", 1)[0]
+    assert block == example, "README.md shows a different agent loop than examples/agent_loop.py"
 
 
 def test_delta_views_are_applied(server: Server, client: Client) -> None:
     session = client.create_session(ROOMY_CONFIG.replace(system_prompt="Delta test."))
     with Client(server.address, view_cache_size=0) as whole:
         first = client.prepare(session.id, [user("hello")])
-        assert not first.delta
-        second = client.prepare(session.id, [assistant("hi"), user("next")])
-        assert second.delta
-        assert len(second.received) == 2
-        assert wire(second.received) == wire(second.messages[-2:])
+        second = client.prepare(session.id, [assistant("hi"), user("next")])  # a delta on the wire
         assert second.stable_prefix_messages >= len(first.messages)
-        assert wire(second.messages[: len(first.messages)]) == wire(first.messages)
+        assert second.messages[: len(first.messages)] == first.messages
         reference = whole.prepare(session.id)
-        assert not reference.delta
-        assert wire(second.messages) == wire(reference.messages)
+        assert second.messages == reference.messages
         assert reference.view_version == second.view_version
 
         # Another client rewinds and writes a different branch: this client's known view is stale
@@ -172,7 +163,7 @@ def test_delta_views_are_applied(server: Server, client: Client) -> None:
         whole.append_messages(session.id, [assistant("a different answer")])
         third = client.prepare(session.id, [user("after the rewind")])
         assert [m.content for m in third.messages[1:]] == ["hello", "a different answer", "after the rewind"]
-        assert wire(third.messages) == wire(whole.prepare(session.id).messages)
+        assert third.messages == whole.prepare(session.id).messages
 
 
 def test_read_tool_result_round_trip(client: Client) -> None:
@@ -198,18 +189,17 @@ def test_read_tool_result_round_trip(client: Client) -> None:
     assert len(shown.content.encode()) < len(raw_bytes)
 
     whole = client.read_tool_result(session.id, tool_call_id="call_big")
-    assert whole.data == raw
+    assert whole.text == raw
     assert whole.raw == raw_bytes
     assert whole.sha256 == hashlib.sha256(raw_bytes).hexdigest()
     assert whole.total_bytes == len(raw_bytes)
     assert whole.result_ref == stored.result_ref
-    assert whole.pages >= 4  # 16 KiB pages by default
+    assert len(list(client.tool_result_pages(session.id, result_ref=stored.result_ref))) >= 4  # 16 KiB pages
 
-    small = client.read_tool_result(session.id, result_ref=stored.result_ref, page_size=4099)
+    small = client.read_tool_result(session.id, result_ref=stored.result_ref, page_bytes=4099)
     assert small.raw == raw_bytes
-    assert small.pages > whole.pages
 
-    pages = list(client.tool_result_pages(session.id, result_ref=stored.result_ref, page_size=24_576))
+    pages = list(client.tool_result_pages(session.id, result_ref=stored.result_ref, page_bytes=24_576))
     assert pages[-1].complete
     assert "".join(p.data for p in pages).encode() == raw_bytes
     assert all(p.next_offset - p.offset <= 24_576 for p in pages)
@@ -226,7 +216,7 @@ def test_read_tool_result_round_trip(client: Client) -> None:
                 session.id, result_ref=stored.result_ref, offset=raw_bytes.index("漢".encode()) + 1
             )
         )
-    assert raised.value.reason == "OFFSET_NOT_CHAR_BOUNDARY"
+    assert raised.value.reason == ErrorReason.OFFSET_NOT_CHAR_BOUNDARY
 
 
 def test_edit_helper(client: Client) -> None:
@@ -253,8 +243,8 @@ def test_retry_helper(client: Client) -> None:
     client.prepare(session.id, [user("Sure?")])
     seen: list[FoldProgress] = []
     again = client.retry(session.id, answer, on_progress=seen.append)
-    assert isinstance(again, PreparedView)
-    assert wire(again.messages) == wire(before.messages)
+    assert isinstance(again, View)
+    assert again.messages == before.messages
     assert again.messages[-1].content == "Capital of France?"
     fixed = client.append_messages(session.id, [assistant("Paris")])[0]
     assert fixed.seq == answer.seq
@@ -267,7 +257,7 @@ def test_compact_observe_usage_and_idempotent_append(client: Client) -> None:
     for index in range(3):
         client.append_messages(session.id, tool_pair(index, "compact"))
     view = client.prepare(session.id)
-    usage = client.observe_usage(session.id, view, input_tokens=view.estimated_tokens // 2, output_tokens=10)
+    usage = client.observe_usage(session.id, view, Usage(input_tokens=view.estimated_tokens // 2, output_tokens=10))
     assert usage.calibration > 0
 
     events: list[FoldProgress] = []
@@ -288,13 +278,13 @@ def test_prepare_events_iterator_and_early_stop(client: Client) -> None:
     kinds: list[str] = []
     for index in range(8):
         for event in client.prepare_events(session.id, tool_pair(index)):
-            kinds.append("result" if isinstance(event, PreparedView) else event.stage.name)
+            kinds.append("result" if isinstance(event, View) else event.stage.name)
     assert kinds.count("result") == 8
     assert "PASS_COMMITTED" in kinds
 
     events = client.prepare_events(session.id, [user("and now?")])
     last = list(events)[-1]
-    assert isinstance(last, PreparedView)
+    assert isinstance(last, View)
     stopped = client.prepare_events(session.id)
     next(stopped)
     stopped.close()  # cancels the call; the client stays usable
@@ -310,4 +300,3 @@ def test_overflow_folds_below_the_trigger(client: Client) -> None:
     after = client.prepare(session.id, overflow=True, traceparent=f"00-{'3' * 32}-{'4' * 16}-01")
     assert after.action is Action.FOLDED
     assert after.estimated_tokens < below.estimated_tokens
-    assert not after.delta  # a fold changes the prefix: the whole view comes back

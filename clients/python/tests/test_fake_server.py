@@ -13,7 +13,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from ctxfold_client import AsyncClient, Client, CtxfoldError, FoldProgress, pb
+from ctxfold_client import VERSION, AsyncClient, Client, ClientReason, CtxfoldError, FoldProgress, pb, user
 from ctxfold_client._gen import context_service_pb2_grpc as pb_grpc
 
 TOKEN = "fake-token-0123456789"
@@ -25,6 +25,8 @@ TRACEPARENT = f"00-{TRACE_ID:032x}-{SPAN_ID:016x}-01"
 class FakeService(pb_grpc.ContextServiceServicer):
     def __init__(self) -> None:
         self.metadata: list[dict[str, str]] = []
+        self.prepares: list[pb.PrepareRequest] = []
+        self.transcripts: dict[str, list[pb.Message]] = {}
         self.cancelled = threading.Event()
 
     def _record(self, context: grpc.ServicerContext) -> None:
@@ -46,6 +48,19 @@ class FakeService(pb_grpc.ContextServiceServicer):
                 yield pb.PrepareResponse(progress=pb.FoldProgress(stage=pb.FOLD_STAGE_SUMMARY_DELTA, summary_delta="."))
             return
         if request.session_id == "no-result":
+            return
+        if request.session_id == "bad-delta":  # answers every known view with a delta that cannot fit
+            self.prepares.append(request)
+            transcript = self.transcripts.setdefault(request.session_id, [])
+            transcript.extend(request.append)
+            count = len(transcript)
+            tail = list(request.append) if request.known_view_version else transcript
+            result = pb.PreparedContext(
+                messages=tail, view_version=count, delta=bool(request.known_view_version), view_message_count=count + 9
+            )
+            if not request.known_view_version:
+                result.view_message_count = count
+            yield pb.PrepareResponse(result=result)
             return
         yield pb.PrepareResponse(
             result=pb.PreparedContext(
@@ -84,7 +99,7 @@ def test_sync_client_sends_token_metadata_and_trace_context(fake: tuple[FakeServ
             client.get_session("s1", traceparent=explicit, metadata=[("x-call", "1")])
             assert service.metadata[-1]["traceparent"] == explicit
             assert service.metadata[-1]["x-call"] == "1"
-            view = client.prepare("s1", [{"role": "user", "content": "hi"}])
+            view = client.prepare("s1", [user("hi")])
             assert service.metadata[-1]["traceparent"] == TRACEPARENT
             assert [m.content for m in view.messages] == ["hi"]
     with Client(address, propagate_trace=False) as quiet, trace.use_span(_span()):
@@ -106,7 +121,8 @@ def test_stream_without_result_is_an_error(fake: tuple[FakeService, str]) -> Non
     seen: list[FoldProgress] = []
     with Client(address) as client, pytest.raises(CtxfoldError) as raised:
         client.prepare("no-result", on_progress=seen.append)
-    assert raised.value.reason == "STREAM_WITHOUT_RESULT"
+    assert raised.value.reason == ClientReason.STREAM_ENDED_WITHOUT_RESULT
+    assert raised.value.code is grpc.StatusCode.UNAVAILABLE
     assert [e.message for e in seen] == ["planning"]
 
 
@@ -115,7 +131,7 @@ async def test_async_stream_without_result_is_an_error(fake: tuple[FakeService, 
     async with AsyncClient(address) as client:
         with pytest.raises(CtxfoldError) as raised:
             await client.prepare("no-result")
-        assert raised.value.reason == "STREAM_WITHOUT_RESULT"
+        assert raised.value.reason == ClientReason.STREAM_ENDED_WITHOUT_RESULT
 
 
 def test_a_failing_callback_cancels_the_stream(fake: tuple[FakeService, str]) -> None:
@@ -147,3 +163,32 @@ def test_default_deadline(fake: tuple[FakeService, str]) -> None:
         assert raised.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
         assert raised.value.reason == ""
         assert client.get_session("slow", timeout=5).id == "slow"  # a per-call deadline wins
+
+
+def test_the_client_names_itself_in_the_user_agent(fake: tuple[FakeService, str]) -> None:
+    service, address = fake
+    with Client(address) as client:
+        client.get_session("s1")
+    assert service.metadata[-1]["user-agent"].startswith(f"ctxfold-python/{VERSION} ")
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+async def test_a_delta_that_cannot_be_applied_is_recovered_by_preparing_again(
+    fake: tuple[FakeService, str], asynchronous: bool
+) -> None:
+    service, address = fake
+    service.prepares.clear()
+    service.transcripts.clear()
+    if asynchronous:
+        async with AsyncClient(address) as aclient:
+            await aclient.prepare("bad-delta", [user("a")])
+            view = await aclient.prepare("bad-delta", [user("b")], request_id="r-2")
+    else:
+        with Client(address) as client:
+            client.prepare("bad-delta", [user("a")])
+            view = client.prepare("bad-delta", [user("b")], request_id="r-2")
+    assert [m.content for m in view.messages] == ["a", "b"]  # whole, and "b" appended once
+    _first, second, again = service.prepares
+    assert (second.known_view_version, second.request_id, [m.content for m in second.append]) == (1, "r-2", ["b"])
+    assert (again.known_view_version, list(again.append)) == (0, [])
+    assert again.request_id not in ("", "r-2")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +19,20 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from ctxfold_client import (
     Action,
     CacheState,
+    ClientReason,
     CtxfoldError,
+    ErrorReason,
     FoldProgress,
     FoldStage,
-    PreparedView,
+    Message,
+    NotFoldedReason,
     Role,
     SessionConfig,
+    View,
+    adapters,
     assistant,
-    from_openai_message,
     pb,
     system,
-    to_openai_messages,
     tool_call,
     tool_result,
     trace_metadata,
@@ -77,83 +81,106 @@ def test_session_config_to_proto() -> None:
     assert back.tools == proto.tools_json
     assert back.replace(tools=tools) == config
     assert SessionConfig(tools="[]").to_proto().tools_json == "[]"
-    assert core.create_session_request(proto).config == proto
+    assert SessionConfig.from_json({"context_window": 8000, "disable_task_anchor": True}) == SessionConfig(
+        context_window=8000, disable_task_anchor=True, tools=""
+    )
 
 
-def test_message_constructors() -> None:
+def test_message_constructors_and_proto_round_trip() -> None:
     call = tool_call("c1", "ls", {"path": "é"})
     assert call.arguments == '{"path":"é"}'
     message = assistant("thinking", tool_calls=[call], reasoning_content="hmm")
-    assert message.role == pb.ROLE_ASSISTANT
+    assert message.role is Role.ASSISTANT
     assert message.tool_calls[0].id == "c1"
     assert tool_result("c1", "out").tool_call_id == "c1"
     assert system("rules", pinned=True).pinned
     assert user("hi", name="ann").name == "ann"
+    assert Message.from_proto(message.to_proto()) == message
+    stored = pb.Message(id="m1", seq=3, role=pb.ROLE_TOOL, tool_call_id="c1", result_ref="tr_1", truncated=True)
+    stored.create_time.FromSeconds(1_700_000_000)
+    typed = Message.from_proto(stored)
+    assert (typed.seq, typed.result_ref, typed.truncated, typed.create_time is not None) == (3, "tr_1", True, True)
+    assert typed.to_proto() == stored
+    assert Message.from_json({"role": "ROLE_USER", "content": "x", "create_time": None}) == user("x")
     with pytest.raises(TypeError):
-        core.to_messages(user("not a list"))  # type: ignore[arg-type]
+        core.append_request("s1", user("not a list"), "")  # type: ignore[arg-type]
 
 
-def test_openai_conversion_both_ways() -> None:
-    view = [
-        system("You are terse."),
-        user("list files"),
-        assistant(tool_calls=[tool_call("c1", "ls", '{"path": "."}')], reasoning_content="need ls"),
-        tool_result("c1", "a.py\nb.py"),
-        assistant("Two files."),
-    ]
-    messages = to_openai_messages(view)
-    assert messages == [
-        {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "list files"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"path": "."}'}}],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": "a.py\nb.py"},
-        {"role": "assistant", "content": "Two files."},
-    ]
-    assert to_openai_messages(view[2:3], include_reasoning=True)[0]["reasoning_content"] == "need ls"
-    back = [from_openai_message(m) for m in messages]
-    assert [m.SerializeToString() for m in back] == [
-        m.SerializeToString() for m in [*view[:2], assistant(tool_calls=view[2].tool_calls), *view[3:]]
-    ]
+def test_enums_are_generated_from_the_proto_and_print_their_proto_names() -> None:
+    for enum_type, proto in [
+        (Role, pb.Role),
+        (Action, pb.Action),
+        (CacheState, pb.CacheState),
+        (FoldStage, pb.FoldStage),
+        (NotFoldedReason, pb.NotFoldedReason),
+    ]:
+        assert [str(member) for member in enum_type] == list(proto.keys())
+        assert [int(member) for member in enum_type] == list(proto.values())
+    assert [str(reason) for reason in ErrorReason] == list(pb.ErrorReason.keys())
+    assert f"{FoldStage.PASS_COMMITTED}" == "FOLD_STAGE_PASS_COMMITTED"
+    assert repr(FoldStage.PASS_COMMITTED) == "FoldStage.PASS_COMMITTED"  # a name in dataclass reprs too
+    assert FoldStage(99) is FoldStage.UNSPECIFIED  # a stage of a newer server
+    assert ErrorReason.SESSION_NOT_FOUND == "SESSION_NOT_FOUND"
 
 
-def test_from_openai_message_variants() -> None:
-    class SdkMessage:  # what the openai SDK returns: a pydantic model
-        def model_dump(self) -> dict[str, Any]:
-            return {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{"id": "x", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}],
-                "refusal": None,
-            }
+def test_request_ids_are_generated_once_per_call() -> None:
+    first = core.append_request("s1", [user("a")], "").request_id
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", first)
+    assert core.append_request("s1", [user("a")], "").request_id != first
+    assert core.append_request("s1", [user("a")], "mine").request_id == "mine"
+    prepare = core.prepare_request("s1", (), overflow=False, given_request_id="", known_view_version=3)
+    assert prepare.request_id and prepare.known_view_version == 3
 
-    converted = from_openai_message(SdkMessage())
-    assert converted.tool_calls[0].arguments == '{"a":1}'
-    assert converted.content == ""
-    parts = from_openai_message(
-        {"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+
+def test_fork_names_its_point_explicitly() -> None:
+    assert core.fork_request("s1", None, True, None).at_seq == 0
+    assert core.fork_request("s1", 4, False, SessionConfig(max_output_tokens=9)).config.max_output_tokens == 9
+    for at_seq, at_head in [(None, False), (4, True), (0, False)]:
+        with pytest.raises(ValueError):
+            core.fork_request("s1", at_seq, at_head, None)
+
+
+# ---- adapters: the rules the shared scenarios do not reach ----------------------------------------
+
+
+def _view(messages: list[Message], stable: int) -> View:
+    return View(
+        messages=tuple(messages), estimated_tokens=1, view_version=1, action=Action.NONE, stable_prefix_messages=stable
     )
-    assert parts.role == pb.ROLE_SYSTEM
-    assert parts.content == "a\nb"
-    with pytest.raises(ValueError, match="only text"):
-        from_openai_message({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]})
-    with pytest.raises(ValueError, match="role"):
-        from_openai_message({"role": "function", "content": "x"})
-    with pytest.raises(ValueError, match="no role"):
-        to_openai_messages([pb.Message(content="x")])
 
 
-def test_enums_mirror_the_proto_and_tolerate_new_values() -> None:
-    assert int(Role.TOOL) == int(pb.ROLE_TOOL)
-    assert int(Action.FOLDED) == int(pb.ACTION_FOLDED)
-    assert int(CacheState.WARM) == int(pb.CACHE_STATE_WARM)
-    assert int(FoldStage.PASS_FAILED) == int(pb.FOLD_STAGE_PASS_FAILED)
-    assert FoldStage(99) is FoldStage.UNSPECIFIED
-    assert len(FoldStage) == len(pb.FoldStage.keys())
-    assert len(Role) == len(pb.Role.keys())
+def test_anthropic_cache_breakpoint_follows_the_stable_prefix() -> None:
+    messages = [system("rules"), user("a"), assistant(""), user("b"), system("reminder")]
+    on_system = adapters.anthropic_messages.to_request(_view(messages, 1))
+    assert on_system["system"] == [{"type": "text", "text": "rules", "cache_control": {"type": "ephemeral"}}]
+    # the empty assistant message has no block: the breakpoint stays on the last block of the prefix
+    request = adapters.anthropic_messages.to_request(_view(messages, 3))
+    assert request["messages"][0]["content"] == [
+        {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "b"},
+        {"type": "text", "text": "reminder"},
+    ]  # consecutive user-side messages form one turn; a later system message is user text
+    assert "cache_control" not in str(adapters.anthropic_messages.to_request(_view(messages, 0)))
+    with pytest.raises(ValueError, match="not a JSON object"):
+        adapters.anthropic_messages.to_request([assistant(tool_calls=[tool_call("c", "f", "[1]")])])
+
+
+def test_adapters_read_sdk_objects_and_missing_fields() -> None:
+    class SdkCompletion:  # what the openai SDK returns: a pydantic model
+        def model_dump(self) -> dict[str, Any]:
+            return {"choices": [{"message": {"role": "assistant", "content": None, "refusal": "no"}}], "usage": None}
+
+    reply = adapters.openai_chat.from_response(SdkCompletion())
+    assert reply.messages[0].content == "no"
+    assert (reply.usage.input_tokens, reply.usage.finish_reason) == (0, "")
+    with pytest.raises(ValueError, match="no choices"):
+        adapters.openai_chat.from_response({"choices": []})
+    assert adapters.openai_chat.to_request([assistant("x", reasoning_content="r")], include_reasoning=True)[
+        "messages"
+    ] == [{"role": "assistant", "content": "x", "reasoning_content": "r"}]
+    assert adapters.openai_responses.to_request([user("hi")]) == {
+        "input": [{"type": "message", "role": "user", "content": "hi"}]
+    }
 
 
 # ---- the Prepare/Compact stream and deltas ------------------------------------------------------------
@@ -174,15 +201,19 @@ def _result(
     )
 
 
+def _known(*messages: Message, version: int = 7) -> core.KnownView:
+    return core.KnownView(View(messages=messages, estimated_tokens=1, view_version=version, action=Action.NONE))
+
+
 def test_fold_stream_progress_then_result() -> None:
     cache = core.ViewCache(4)
     stream = core.FoldStream("s1", None, cache)
     event = stream.feed(pb.PrepareResponse(progress=pb.FoldProgress(stage=pb.FOLD_STAGE_PLANNED, passes_planned=2)))
     assert event == FoldProgress(stage=FoldStage.PLANNED, passes_planned=2)
     assert stream.feed(pb.PrepareResponse()) is None  # an item kind from a newer server
-    view = stream.feed(_result([user("a"), user("b")], 7))
-    assert isinstance(view, PreparedView)
-    assert stream.finish() is view
+    view = stream.feed(_result([user("a").to_proto(), user("b").to_proto()], 7))
+    assert isinstance(view, View)
+    stream.finish()
     assert view.cache_state is CacheState.WARM
     assert [m.content for m in view.messages] == ["a", "b"]
     known = cache.get("s1")
@@ -190,31 +221,37 @@ def test_fold_stream_progress_then_result() -> None:
     assert known.version == 7
     with pytest.raises(CtxfoldError) as raised:
         stream.feed(_result([], 8))
-    assert raised.value.reason == "STREAM_AFTER_RESULT"
+    assert raised.value.reason == ClientReason.PROTOCOL_VIOLATION
 
 
 def test_fold_stream_applies_a_delta_to_the_known_view() -> None:
     cache = core.ViewCache(4)
-    known = core.KnownView(7, (user("a"), user("b")))
-    stream = core.FoldStream("s1", known, cache)
-    view = stream.feed(_result([user("c")], 8, delta=True, count=3))
-    assert isinstance(view, PreparedView)
-    assert view.delta
+    stream = core.FoldStream("s1", _known(user("a"), user("b")), cache)
+    view = stream.feed(_result([user("c").to_proto()], 8, delta=True, count=3))
+    assert isinstance(view, View)
     assert [m.content for m in view.messages] == ["a", "b", "c"]
-    assert [m.content for m in view.received] == ["c"]
-    assert cache.get("s1") == core.KnownView(8, view.messages)
+    assert cache.get("s1") == core.KnownView(view)
+    assert not stream.needs_whole_view
 
 
-@pytest.mark.parametrize("known", [None, core.KnownView(7, (user("a"),))])
-def test_fold_stream_rejects_a_delta_that_does_not_fit(known: core.KnownView | None) -> None:
+@pytest.mark.parametrize("known", [None, _known(user("a"))])
+def test_a_delta_that_does_not_fit_asks_for_the_whole_view(known: core.KnownView | None) -> None:
     cache = core.ViewCache(4)
-    cache.put("s1", core.KnownView(1, ()))
+    cache.put("s1", _known(version=1))
     stream = core.FoldStream("s1", known, cache)
+    assert stream.feed(_result([user("c").to_proto()], 8, delta=True, count=5)) is None
+    stream.finish()  # not an error: the client prepares once more without appending
+    assert stream.needs_whole_view
+    assert cache.get("s1") is None
+    whole = core.whole_view_request("s1")
+    assert (list(whole.append), whole.known_view_version) == ([], 0)
+
+
+def test_a_whole_view_whose_count_disagrees_is_a_protocol_violation() -> None:
+    stream = core.FoldStream("s1", None, core.ViewCache(4))
     with pytest.raises(CtxfoldError) as raised:
-        stream.feed(_result([user("c")], 8, delta=True, count=5))
-    assert raised.value.reason == "VIEW_DELTA_MISMATCH"
-    assert raised.value.domain == "client.ctxfold.dev"
-    assert cache.get("s1") is None  # the next prepare asks for the whole view
+        stream.feed(_result([user("a").to_proto()], 8, count=2))
+    assert raised.value.reason == ClientReason.PROTOCOL_VIOLATION
 
 
 def test_fold_stream_without_result() -> None:
@@ -222,20 +259,20 @@ def test_fold_stream_without_result() -> None:
     stream.feed(pb.PrepareResponse(progress=pb.FoldProgress(stage=pb.FOLD_STAGE_PASS_STARTED)))
     with pytest.raises(CtxfoldError) as raised:
         stream.finish()
-    assert raised.value.reason == "STREAM_WITHOUT_RESULT"
-    assert raised.value.code is grpc.StatusCode.INTERNAL
+    assert raised.value.reason == ClientReason.STREAM_ENDED_WITHOUT_RESULT
+    assert raised.value.code is grpc.StatusCode.UNAVAILABLE
 
 
 def test_view_cache_is_bounded() -> None:
     cache = core.ViewCache(2)
     for name in ("a", "b", "c"):
-        cache.put(name, core.KnownView(1, ()))
+        cache.put(name, _known())
     assert cache.get("a") is None
     assert cache.get("b") is not None
-    cache.put("d", core.KnownView(1, ()))  # "c" is now the least recently used
+    cache.put("d", _known())  # "c" is now the least recently used
     assert cache.get("c") is None
     off = core.ViewCache(0)
-    off.put("a", core.KnownView(1, ()))
+    off.put("a", _known())
     assert off.get("a") is None
 
 
@@ -269,7 +306,7 @@ def _pages(text: str, size: int) -> list[pb.ReadToolResultResponse]:
 
 def test_tool_result_reader_assembles_and_verifies() -> None:
     text = "añ漢🦀" * 50
-    reader = core.ToolResultReader("s1", tool_call_id="c1", limit=16)
+    reader = core.ToolResultReader("s1", tool_call_id="c1", result_ref="", page_bytes=16, whole=True)
     first = reader.next_request
     assert first is not None
     assert (first.tool_call_id, first.offset, first.limit) == ("c1", 0, 16)
@@ -283,30 +320,31 @@ def test_tool_result_reader_assembles_and_verifies() -> None:
             assert reader.next_request.result_ref == "tr_1"  # later pages by ref, never ambiguous
     assert reader.next_request is None
     whole = reader.result()
-    assert whole.data == text
+    assert whole.text == text
     assert whole.verify()
-    assert whole.pages == len(_pages(text, 16))
 
 
 def test_tool_result_reader_detects_corruption_and_bad_paging() -> None:
     pages = _pages("hello world", 4)
-    reader = core.ToolResultReader("s1", result_ref="tr_1")
+    reader = core.ToolResultReader("s1", tool_call_id="", result_ref="tr_1", page_bytes=4, whole=True)
     for page in pages:
         if page.complete:
             page.data = page.data.upper()
         reader.feed(page)
     with pytest.raises(CtxfoldError) as raised:
         reader.result()
-    assert raised.value.reason == "TOOL_RESULT_CORRUPT"
+    assert raised.value.reason == ClientReason.RESULT_CHECKSUM_MISMATCH
     assert raised.value.code is grpc.StatusCode.DATA_LOSS
 
-    stuck = core.ToolResultReader("s1", result_ref="tr_1")
+    stuck = core.ToolResultReader("s1", tool_call_id="", result_ref="tr_1", page_bytes=4, whole=True)
     page = _pages("hello world", 4)[0]
     page.next_offset = 0
     with pytest.raises(CtxfoldError, match="no progress"):
         stuck.feed(page)
-    with pytest.raises(ValueError):
-        core.ToolResultReader("s1")
+    with pytest.raises(ValueError, match="name the tool result"):
+        core.ToolResultReader("s1", tool_call_id="", result_ref="", page_bytes=None, whole=True)
+    with pytest.raises(ValueError, match="page_bytes"):
+        core.ToolResultReader("s1", tool_call_id="", result_ref="tr_1", page_bytes=24577, whole=True)
 
 
 def test_next_page() -> None:
@@ -322,7 +360,7 @@ def test_next_page() -> None:
 
 def test_seq_before() -> None:
     assert core.seq_before(5) == 4
-    assert core.seq_before(pb.Message(seq=1)) == 0
+    assert core.seq_before(Message(role=Role.USER, seq=1)) == 0
     with pytest.raises(ValueError):
         core.seq_before(0)
 
@@ -410,7 +448,7 @@ def test_error_from_a_rich_status() -> None:
         _rich(grpc.StatusCode.FAILED_PRECONDITION, "ambiguous", "RESULT_REF_AMBIGUOUS", tool_call_id="c1")
     )
     assert error.code is grpc.StatusCode.FAILED_PRECONDITION
-    assert error.reason == "RESULT_REF_AMBIGUOUS"
+    assert error.reason == ErrorReason.RESULT_REF_AMBIGUOUS
     assert error.domain == "ctxfold.dev"
     assert dict(error.metadata) == {"tool_call_id": "c1"}
     assert error.message == "ambiguous"
@@ -430,3 +468,18 @@ def test_error_without_a_rich_status() -> None:
     mismatched = _rich(grpc.StatusCode.NOT_FOUND, "gone", "SESSION_NOT_FOUND")
     mismatched._code = grpc.StatusCode.INTERNAL
     assert CtxfoldError.from_rpc_error(mismatched).reason == ""
+
+
+def test_error_carries_the_retry_delay() -> None:
+    info, retry = any_pb2.Any(), any_pb2.Any()
+    info.Pack(error_details_pb2.ErrorInfo(reason="SESSION_BUSY", domain="ctxfold.dev"))
+    delay = error_details_pb2.RetryInfo()
+    delay.retry_delay.FromMilliseconds(1500)
+    retry.Pack(delay)
+    status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message="busy", details=[info, retry])
+    converted = rpc_status.to_status(status)
+    error = CtxfoldError.from_rpc_error(
+        FakeRpcError(converted.code, converted.details, tuple(converted.trailing_metadata))
+    )
+    assert (error.reason, error.retry_delay) == (ErrorReason.SESSION_BUSY, 1.5)
+    assert pickle.loads(pickle.dumps(error)).retry_delay == 1.5

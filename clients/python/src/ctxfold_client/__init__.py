@@ -1,59 +1,77 @@
 """Python client SDK for ctxfold: keeps an LLM agent's transcript on the ctxfold service and gets,
 before every model request, the provider-visible context that fits the model's window.
 
-    from ctxfold_client import Client, SessionConfig, to_openai_messages, user
+    from ctxfold_client import Client, SessionConfig, adapters, user
 
     with Client("127.0.0.1:50051") as client:
         session = client.create_session(SessionConfig(context_window=128_000, max_output_tokens=4096))
         view = client.prepare(session.id, [user("Fix the failing test")], on_progress=print)
-        messages = to_openai_messages(view)  # send these to the model
+        request = adapters.openai_chat.to_request(view)  # + model, tools: send it
 
-`AsyncClient` (in `ctxfold_client.aio`) offers the same API for asyncio. The generated protobuf
-types are available as `ctxfold_client.pb`.
+`AsyncClient` offers the same API for asyncio (one implementation: the blocking client is generated
+from it). Results are typed dataclasses; the generated protobuf types are `ctxfold_client.pb`.
 """
 
+from ctxfold_client import adapters
+from ctxfold_client._async_client import AsyncClient
 from ctxfold_client._gen import context_service_pb2 as pb
-from ctxfold_client.aio import AsyncClient
-from ctxfold_client.client import Client
+from ctxfold_client._gen.enums import Action, CacheState, ErrorReason, FoldStage, NotFoldedReason, Role
+from ctxfold_client._sync_client import Client
+from ctxfold_client._version import VERSION
+from ctxfold_client.adapters import Reply
 from ctxfold_client.config import SessionConfig
-from ctxfold_client.errors import CtxfoldError
+from ctxfold_client.errors import ClientReason, CtxfoldError
 from ctxfold_client.messages import assistant, system, tool_call, tool_result, user
 from ctxfold_client.models import (
-    Action,
-    CacheState,
     CallOptions,
+    Checkpoint,
     FoldProgress,
-    FoldStage,
-    PreparedView,
-    Role,
+    Message,
+    Session,
+    ToolCall,
     ToolResult,
+    ToolResultPage,
+    Usage,
+    UsageResult,
+    View,
 )
-from ctxfold_client.openai_chat import from_openai_message, to_openai_message, to_openai_messages
+from ctxfold_client.tools import tool_definitions
 from ctxfold_client.tracing import trace_metadata
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
+    "VERSION",
     "Action",
     "AsyncClient",
     "CacheState",
     "CallOptions",
+    "Checkpoint",
     "Client",
+    "ClientReason",
     "CtxfoldError",
+    "ErrorReason",
     "FoldProgress",
     "FoldStage",
-    "PreparedView",
+    "Message",
+    "NotFoldedReason",
+    "Reply",
     "Role",
+    "Session",
     "SessionConfig",
+    "ToolCall",
     "ToolResult",
+    "ToolResultPage",
+    "Usage",
+    "UsageResult",
+    "View",
     "__version__",
+    "adapters",
     "assistant",
-    "from_openai_message",
     "pb",
     "system",
-    "to_openai_message",
-    "to_openai_messages",
     "tool_call",
+    "tool_definitions",
     "tool_result",
     "trace_metadata",
     "user",

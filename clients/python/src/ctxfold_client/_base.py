@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar
 
 from ctxfold_client import _core as core
 from ctxfold_client._gen import context_service_pb2 as pb
-from ctxfold_client.models import CallOptions
+from ctxfold_client.models import CallOptions, Message, View
 
 ChannelT = TypeVar("ChannelT")
 
@@ -90,21 +90,33 @@ class ClientBase(abc.ABC, Generic[ChannelT]):
         else:
             self._views.forget(session_id)
 
+    def last_view(self, session_id: str) -> View | None:
+        """The last whole view this client holds for `session_id` (None after eviction)."""
+        known = self._views.get(session_id)
+        return known.view if known is not None else None
+
     def _args(self, call: CallOptions, *, streaming: bool = False) -> tuple[float | None, core.Metadata]:
         return core.call_args(self._settings, call, streaming=streaming)
 
     def _start_prepare(
-        self, session_id: str, append: Iterable[core.MessageInput], overflow: bool, request_id: str
+        self, session_id: str, append: Iterable[Message], overflow: bool, request_id: str
     ) -> tuple[pb.PrepareRequest, core.FoldStream]:
         known = self._views.get(session_id)
         request = core.prepare_request(
             session_id,
             append,
             overflow=overflow,
-            request_id=request_id,
+            given_request_id=request_id,
             known_view_version=known.version if known is not None else 0,
         )
         return request, core.FoldStream(session_id, known, self._views)
 
-    def _start_compact(self, session_id: str, focus: str) -> tuple[pb.CompactRequest, core.FoldStream]:
-        return core.compact_request(session_id, focus), core.FoldStream(session_id, None, self._views)
+    def _start_whole_view(self, session_id: str) -> tuple[pb.PrepareRequest, core.FoldStream]:
+        self._views.forget(session_id)
+        return core.whole_view_request(session_id), core.FoldStream(session_id, None, self._views)
+
+    def _start_compact(
+        self, session_id: str, focus: str, keep_tokens: int, dry_run: bool
+    ) -> tuple[pb.CompactRequest, core.FoldStream]:
+        request = core.compact_request(session_id, focus, keep_tokens, dry_run)
+        return request, core.FoldStream(session_id, None, self._views)

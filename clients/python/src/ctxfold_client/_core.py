@@ -1,18 +1,20 @@
-"""The one conversion layer shared by the sync and the asyncio clients.
+"""The I/O-free layer under both clients.
 
 Connection settings, per-call metadata, request builders, and the pure state machines behind the
 helpers: the Prepare/Compact stream (progress events, exactly one result, delta application), list
-paging and tool-result paging. Nothing here performs I/O; `client.py` and `aio.py` only drive these
-pieces with blocking or awaited calls.
+paging and tool-result paging. Nothing here performs I/O: `_async_client.py` (and `_sync_client.py`,
+generated from it) only drive these pieces with awaited or blocking calls.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import threading
+import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,24 +22,23 @@ from typing import Any, TypeVar
 import grpc
 
 from ctxfold_client._gen import context_service_pb2 as pb
-from ctxfold_client.config import SessionConfig, config_proto
-from ctxfold_client.errors import CtxfoldError
+from ctxfold_client._version import VERSION
+from ctxfold_client.config import SessionConfig
+from ctxfold_client.errors import ClientReason, CtxfoldError
 from ctxfold_client.models import (
-    Action,
-    CacheState,
     CallOptions,
     FoldProgress,
-    FoldStage,
-    PreparedView,
+    Message,
     ToolResult,
+    ToolResultPage,
+    Usage,
+    View,
+    messages_to_proto,
 )
-from ctxfold_client.openai_chat import SupportsModelDump, from_openai_message
 from ctxfold_client.tracing import trace_metadata
 
-MessageInput = pb.Message | Mapping[str, Any] | SupportsModelDump
-"""A message to append: a `pb.Message` (see `ctxfold_client.messages`) or an OpenAI-style message."""
 OnProgress = Callable[[FoldProgress], object]
-StreamEvent = FoldProgress | PreparedView
+StreamEvent = FoldProgress | View
 PemSource = bytes | str | os.PathLike[str]
 """PEM data as bytes, a string holding PEM text, or the path of a PEM file."""
 Metadata = tuple[tuple[str, str], ...]
@@ -45,7 +46,10 @@ Metadata = tuple[tuple[str, str], ...]
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_STREAM_TIMEOUT = 600.0
 DEFAULT_VIEW_CACHE_SIZE = 256
+DEFAULT_PAGE_BYTES = 16384
+MAX_PAGE_BYTES = 24576
 MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
+USER_AGENT = f"ctxfold-python/{VERSION}"
 
 
 # ---- connection -------------------------------------------------------------------------------
@@ -106,7 +110,10 @@ def make_settings(
         if use_tls
         else None
     )
-    options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES)]
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+        ("grpc.primary_user_agent", USER_AGENT),
+    ]
     if server_name:
         options.append(("grpc.ssl_target_name_override", server_name))
     options.extend(channel_options)
@@ -142,24 +149,15 @@ def call_args(settings: Settings, call: CallOptions, *, streaming: bool = False)
 # ---- requests ---------------------------------------------------------------------------------
 
 
-def to_message(message: MessageInput) -> pb.Message:
-    if isinstance(message, pb.Message):
-        return message
-    return from_openai_message(message)
+def request_id(given: str) -> str:
+    """The caller's request id, or a fresh UUIDv4: a retry of the same call then appends nothing twice."""
+    return given or str(uuid.uuid4())
 
 
-def to_messages(messages: Iterable[MessageInput]) -> list[pb.Message]:
-    if isinstance(messages, pb.Message | Mapping) or hasattr(messages, "model_dump"):
-        raise TypeError("pass a list of messages, not a single message")
-    return [to_message(m) for m in messages]
-
-
-def create_session_request(config: SessionConfig | pb.SessionConfig) -> pb.CreateSessionRequest:
-    return pb.CreateSessionRequest(config=config_proto(config))
-
-
-def append_request(session_id: str, messages: Iterable[MessageInput], request_id: str) -> pb.AppendMessagesRequest:
-    return pb.AppendMessagesRequest(session_id=session_id, messages=to_messages(messages), request_id=request_id)
+def append_request(session_id: str, messages: Iterable[Message], given_request_id: str) -> pb.AppendMessagesRequest:
+    return pb.AppendMessagesRequest(
+        session_id=session_id, messages=messages_to_proto(messages), request_id=request_id(given_request_id)
+    )
 
 
 def list_sessions_request(page_size: int) -> pb.ListSessionsRequest:
@@ -170,7 +168,11 @@ def list_messages_request(session_id: str, page_size: int, include_abandoned: bo
     return pb.ListMessagesRequest(session_id=session_id, page_size=page_size, include_abandoned=include_abandoned)
 
 
-PageRequest = TypeVar("PageRequest", pb.ListSessionsRequest, pb.ListMessagesRequest)
+def list_checkpoints_request(session_id: str, page_size: int, include_abandoned: bool) -> pb.ListCheckpointsRequest:
+    return pb.ListCheckpointsRequest(session_id=session_id, page_size=page_size, include_abandoned=include_abandoned)
+
+
+PageRequest = TypeVar("PageRequest", pb.ListSessionsRequest, pb.ListMessagesRequest, pb.ListCheckpointsRequest)
 
 
 def next_page(request: PageRequest, next_page_token: str) -> PageRequest | None:
@@ -178,9 +180,7 @@ def next_page(request: PageRequest, next_page_token: str) -> PageRequest | None:
     if not next_page_token:
         return None
     if next_page_token == request.page_token:
-        raise CtxfoldError.client(
-            grpc.StatusCode.INTERNAL, "PAGE_TOKEN_REPEATED", "the server returned the same page token twice"
-        )
+        raise protocol_error("the server returned the same page token twice")
     following = type(request)()
     following.CopyFrom(request)
     following.page_token = next_page_token
@@ -188,56 +188,50 @@ def next_page(request: PageRequest, next_page_token: str) -> PageRequest | None:
 
 
 def prepare_request(
-    session_id: str,
-    append: Iterable[MessageInput],
-    *,
-    overflow: bool,
-    request_id: str,
-    known_view_version: int,
+    session_id: str, append: Iterable[Message], *, overflow: bool, given_request_id: str, known_view_version: int
 ) -> pb.PrepareRequest:
     return pb.PrepareRequest(
         session_id=session_id,
-        append=to_messages(append),
+        append=messages_to_proto(append),
         overflow=overflow,
-        request_id=request_id,
+        request_id=request_id(given_request_id),
         known_view_version=known_view_version,
     )
 
 
-def compact_request(session_id: str, focus: str) -> pb.CompactRequest:
-    return pb.CompactRequest(session_id=session_id, focus=focus)
+def compact_request(session_id: str, focus: str, keep_tokens: int, dry_run: bool) -> pb.CompactRequest:
+    return pb.CompactRequest(session_id=session_id, focus=focus, keep_tokens=keep_tokens, dry_run=dry_run)
 
 
-def observe_usage_request(
-    session_id: str,
-    view_version: int,
-    *,
-    input_tokens: int,
-    cached_input_tokens: int,
-    output_tokens: int,
-    finish_reason: str,
-) -> pb.ObserveUsageRequest:
+def observe_usage_request(session_id: str, view: View | int, usage: Usage) -> pb.ObserveUsageRequest:
     return pb.ObserveUsageRequest(
         session_id=session_id,
-        view_version=view_version,
-        input_tokens=input_tokens,
-        cached_input_tokens=cached_input_tokens,
-        output_tokens=output_tokens,
-        finish_reason=finish_reason,
+        view_version=view.view_version if isinstance(view, View) else view,
+        input_tokens=usage.input_tokens,
+        cached_input_tokens=usage.cached_input_tokens,
+        output_tokens=usage.output_tokens,
+        finish_reason=usage.finish_reason,
     )
 
 
-def fork_request(session_id: str, at_seq: int, config: SessionConfig | pb.SessionConfig | None) -> pb.ForkRequest:
-    return pb.ForkRequest(session_id=session_id, at_seq=at_seq, config=config_proto(config))
+def fork_request(session_id: str, at_seq: int | None, at_head: bool, config: SessionConfig | None) -> pb.ForkRequest:
+    """Forks name their point explicitly: `at_head=True` or `at_seq=N` (N >= 1), never both."""
+    if at_head == (at_seq is not None):
+        raise ValueError("fork at the head (at_head=True) or at a seq (at_seq=N), exactly one of them")
+    if at_seq is not None and at_seq < 1:
+        raise ValueError(f"at_seq must name a stored message (>= 1), not {at_seq}; use at_head=True for the head")
+    return pb.ForkRequest(
+        session_id=session_id, at_seq=at_seq or 0, config=config.to_proto() if config is not None else None
+    )
 
 
 def rewind_request(session_id: str, to_seq: int) -> pb.RewindRequest:
     return pb.RewindRequest(session_id=session_id, to_seq=to_seq)
 
 
-def seq_before(seq: int | pb.Message) -> int:
+def seq_before(seq: int | Message) -> int:
     """The seq to rewind to so that message `seq` (and everything after it) becomes abandoned."""
-    value = seq.seq if isinstance(seq, pb.Message) else seq
+    value = seq.seq if isinstance(seq, Message) else seq
     if value < 1:
         raise ValueError(f"not the seq of a stored message: {value}")
     return value - 1
@@ -246,52 +240,31 @@ def seq_before(seq: int | pb.Message) -> int:
 def context_state(response: pb.GetContextStateResponse) -> dict[str, Any]:
     state = json.loads(response.state_json)
     if not isinstance(state, dict):
-        raise CtxfoldError.client(grpc.StatusCode.INTERNAL, "BAD_CONTEXT_STATE", "the context state is not an object")
+        raise protocol_error("the context state is not a JSON object")
     return state
 
 
-# ---- responses --------------------------------------------------------------------------------
+def protocol_error(message: str, **metadata: str) -> CtxfoldError:
+    """The server broke the protocol this SDK speaks (a bug on one side or the other)."""
+    return CtxfoldError.client(grpc.StatusCode.INTERNAL, ClientReason.PROTOCOL_VIOLATION, message, **metadata)
 
 
-def progress_from_pb(progress: pb.FoldProgress) -> FoldProgress:
-    return FoldProgress(
-        stage=FoldStage(progress.stage),
-        pass_index=progress.pass_index,
-        passes_planned=progress.passes_planned,
-        tokens_before=progress.tokens_before,
-        tokens_after=progress.tokens_after,
-        checkpoint_id=progress.checkpoint_id,
-        message=progress.message,
-        summary_delta=progress.summary_delta,
-    )
-
-
-def view_from_pb(session_id: str, result: pb.PreparedContext, messages: tuple[pb.Message, ...]) -> PreparedView:
-    return PreparedView(
-        session_id=session_id,
-        messages=messages,
-        view_version=result.view_version,
-        estimated_tokens=result.estimated_tokens,
-        action=Action(result.action),
-        cache_state=CacheState(result.cache_state),
-        prompt_cache_key=result.prompt_cache_key,
-        checkpoint_id=result.checkpoint_id,
-        stable_prefix_messages=result.stable_prefix_messages,
-        trigger_tokens=result.trigger_tokens,
-        hard_limit_tokens=result.hard_limit_tokens,
-        appended=tuple(result.appended),
-        delta=result.delta,
-        received=tuple(result.messages),
-        raw=result,
-    )
+# ---- views ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class KnownView:
     """The last whole view this client holds for a session (what a delta extends)."""
 
-    version: int
-    messages: tuple[pb.Message, ...]
+    view: View
+
+    @property
+    def version(self) -> int:
+        return self.view.view_version
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        return self.view.messages
 
 
 class ViewCache:
@@ -327,104 +300,139 @@ class ViewCache:
             self._views.clear()
 
 
-def _protocol_error(reason: str, message: str, **metadata: str) -> CtxfoldError:
-    return CtxfoldError.client(grpc.StatusCode.INTERNAL, reason, message, **metadata)
-
-
 class FoldStream:
-    """Consumes the items of one Prepare or Compact stream: progress events, then exactly one result,
-    whose delta (if any) is applied to the view the request named as known."""
+    """Consumes the items of one Prepare or Compact stream: progress events, then exactly one result.
+
+    A delta result is applied to the view the request named as known. When this client cannot
+    assemble the whole view (it holds no view of that version, or the count disagrees), `result`
+    stays None and `needs_whole_view` is set: the caller prepares once more without appending and
+    without a known version (the append already happened), never raising for it.
+    """
 
     def __init__(self, session_id: str, known: KnownView | None, cache: ViewCache) -> None:
         self.session_id = session_id
         self.known = known
         self.cache = cache
-        self.result: PreparedView | None = None
+        self.result: View | None = None
+        self.needs_whole_view = False
+        self._ended = False
 
     def feed(self, item: pb.PrepareResponse | pb.CompactResponse) -> StreamEvent | None:
         """The event of one stream item; None for an item kind this SDK does not know."""
-        if self.result is not None:
-            raise _protocol_error("STREAM_AFTER_RESULT", "the stream went on after its result")
+        if self._ended:
+            raise protocol_error("the stream went on after its result", session_id=self.session_id)
         kind = item.WhichOneof("event")
         if kind == "progress":
-            return progress_from_pb(item.progress)
+            return FoldProgress.from_proto(item.progress)
         if kind == "result":
+            self._ended = True
             self.result = self._assemble(item.result)
             return self.result
         return None
 
-    def finish(self) -> PreparedView:
-        if self.result is None:
-            raise _protocol_error(
-                "STREAM_WITHOUT_RESULT", "the stream ended without a result", session_id=self.session_id
-            )
-        return self.result
-
-    def _assemble(self, result: pb.PreparedContext) -> PreparedView:
-        received = tuple(result.messages)
-        if result.delta:
-            if self.known is None:
-                self.cache.forget(self.session_id)
-                raise _protocol_error(
-                    "VIEW_DELTA_MISMATCH", "the server sent a delta for a view this client did not name"
-                )
-            messages = self.known.messages + received
-        else:
-            messages = received
-        if (result.delta or result.view_message_count) and len(messages) != result.view_message_count:
-            self.cache.forget(self.session_id)
-            raise _protocol_error(
-                "VIEW_DELTA_MISMATCH",
-                f"the assembled view has {len(messages)} messages, the server counts {result.view_message_count}; "
-                "prepare again (without appending) to get the whole view",
+    def finish(self) -> None:
+        if not self._ended:
+            raise CtxfoldError.client(
+                grpc.StatusCode.UNAVAILABLE,
+                ClientReason.STREAM_ENDED_WITHOUT_RESULT,
+                "the stream ended without a result",
                 session_id=self.session_id,
             )
-        self.cache.put(self.session_id, KnownView(result.view_version, messages))
-        return view_from_pb(self.session_id, result, messages)
+
+    def _assemble(self, result: pb.PreparedContext) -> View | None:
+        received = tuple(Message.from_proto(m) for m in result.messages)
+        messages: tuple[Message, ...] | None
+        if not result.delta:
+            messages = received
+        elif self.known is not None:
+            messages = self.known.messages + received
+        else:  # a delta of a view this client does not hold
+            messages = None
+        if messages is not None and result.view_message_count and len(messages) != result.view_message_count:
+            if not result.delta:
+                raise protocol_error(
+                    f"the view has {len(messages)} messages, the server counts {result.view_message_count}",
+                    session_id=self.session_id,
+                )
+            messages = None
+        if messages is None:
+            self.cache.forget(self.session_id)
+            self.needs_whole_view = True
+            return None
+        view = View.from_proto(result, messages)
+        self.cache.put(self.session_id, KnownView(view))
+        return view
+
+
+def notify(on_progress: OnProgress, event: FoldProgress) -> None:
+    on_progress(event)
+
+
+async def notify_async(on_progress: OnProgress, event: FoldProgress) -> None:
+    """Calls a progress callback of the asyncio client; an awaitable it returns is awaited."""
+    outcome = on_progress(event)
+    if inspect.isawaitable(outcome):
+        await outcome
+
+
+def whole_view_request(session_id: str) -> pb.PrepareRequest:
+    """Prepare without append and without a known version: the whole current view."""
+    return prepare_request(session_id, (), overflow=False, given_request_id="", known_view_version=0)
+
+
+# ---- tool results -----------------------------------------------------------------------------
+
+
+def page_limit(page_bytes: int | None) -> int:
+    limit = DEFAULT_PAGE_BYTES if page_bytes is None else page_bytes
+    if not 1 <= limit <= MAX_PAGE_BYTES:
+        raise ValueError(f"page_bytes must be within 1..{MAX_PAGE_BYTES}, not {limit}")
+    return limit
 
 
 class ToolResultReader:
-    """Pages through one raw tool result: `next_request` until None, `feed` each page."""
+    """Pages through one raw tool result: `next_request` until None, `feed` each page. With
+    `whole`, the pages are kept for `result()` (the whole text, sha256 verified)."""
 
     def __init__(
         self,
         session_id: str,
         *,
-        tool_call_id: str = "",
-        result_ref: str = "",
+        tool_call_id: str,
+        result_ref: str,
         offset: int = 0,
-        limit: int = 0,
-        keep_data: bool = True,
+        page_bytes: int | None,
+        whole: bool,
     ) -> None:
         if not tool_call_id and not result_ref:
-            raise ValueError("name the tool result by tool_call_id or result_ref")
+            raise ValueError("name the tool result by result_ref or tool_call_id")
         self.session_id = session_id
-        self.keep_data = keep_data
-        self.limit = limit
-        self.start = offset
+        self.limit = page_limit(page_bytes)
+        self.whole = whole
         self.next_request: pb.ReadToolResultRequest | None = pb.ReadToolResultRequest(
-            session_id=session_id, tool_call_id=tool_call_id, result_ref=result_ref, offset=offset, limit=limit
+            session_id=session_id, tool_call_id=tool_call_id, result_ref=result_ref, offset=offset, limit=self.limit
         )
-        self._first: pb.ReadToolResultResponse | None = None
+        self._first: ToolResultPage | None = None
         self._parts: list[str] = []
 
-    def feed(self, page: pb.ReadToolResultResponse) -> pb.ReadToolResultResponse:
+    def feed(self, response: pb.ReadToolResultResponse) -> ToolResultPage:
         request = self.next_request
         if request is None:
             raise RuntimeError("the tool result was already read to its end")
+        page = ToolResultPage.from_proto(response)
         first = self._first
         if page.offset != request.offset:
-            raise _protocol_error("TOOL_RESULT_PAGING", f"asked for offset {request.offset}, got {page.offset}")
+            raise protocol_error(f"asked for offset {request.offset}, got {page.offset}")
         if first is None:
             self._first = page
         elif (page.result_ref, page.sha256, page.total_bytes) != (first.result_ref, first.sha256, first.total_bytes):
-            raise _protocol_error("TOOL_RESULT_PAGING", "the pages of one tool result disagree on its identity")
-        if self.keep_data:
+            raise protocol_error("the pages of one tool result disagree on its identity")
+        if self.whole:
             self._parts.append(page.data)
         if page.complete:
             self.next_request = None
         elif page.next_offset <= page.offset:
-            raise _protocol_error("TOOL_RESULT_PAGING", f"page at offset {page.offset} made no progress")
+            raise protocol_error(f"page at offset {page.offset} made no progress")
         else:  # later pages by the reference the server resolved: never ambiguous
             ref = page.result_ref or request.result_ref
             self.next_request = pb.ReadToolResultRequest(
@@ -438,19 +446,15 @@ class ToolResultReader:
 
     def result(self) -> ToolResult:
         first = self._first
-        if self.next_request is not None or first is None or self.start != 0 or not self.keep_data:
+        if self.next_request is not None or first is None or not self.whole or first.offset != 0:
             raise RuntimeError("the tool result was not read whole")
         whole = ToolResult(
-            result_ref=first.result_ref,
-            data="".join(self._parts),
-            total_bytes=first.total_bytes,
-            sha256=first.sha256,
-            pages=len(self._parts),
+            text="".join(self._parts), sha256=first.sha256, total_bytes=first.total_bytes, result_ref=first.result_ref
         )
         if not whole.verify():
             raise CtxfoldError.client(
                 grpc.StatusCode.DATA_LOSS,
-                "TOOL_RESULT_CORRUPT",
+                ClientReason.RESULT_CHECKSUM_MISMATCH,
                 f"the pages of {first.result_ref} do not add up to its {first.total_bytes} bytes / sha256",
                 result_ref=first.result_ref,
             )

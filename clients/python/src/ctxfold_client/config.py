@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from google.protobuf import json_format
+
 from ctxfold_client._gen import context_service_pb2 as pb
 
 Tools = str | Sequence[Mapping[str, Any]]
@@ -24,6 +26,11 @@ class SessionConfig:
 
     `tools` takes the provider tool schemas as a list of JSON objects (or a JSON array string);
     they are counted in every estimate and sent with summaries.
+
+    Server defaults of unset fields: `context_window` is required; `compact_ratio` 0.80 (fold when
+    the view reaches 80 % of the window), `tail_ratio` 0.16, `summary_max_tokens` 8192 (less for small windows),
+    `tool_content_max_bytes` 32768 (larger tool results are bounded in the view and kept whole for
+    `read_tool_result()`), `summarizer` "extractive", `prompt_cache_key` derived from the session.
 
     >>> SessionConfig(context_window=128_000, max_output_tokens=4096, system_prompt="You are terse.")
     """
@@ -40,6 +47,7 @@ class SessionConfig:
     cache_ttl_seconds: int = 0
     prompt_cache_key: str = ""
     model: str = ""
+    disable_task_anchor: bool = False
 
     def replace(self, **changes: Any) -> SessionConfig:
         """A copy with some fields changed."""
@@ -65,6 +73,7 @@ class SessionConfig:
             cache_ttl_seconds=self.cache_ttl_seconds,
             prompt_cache_key=self.prompt_cache_key,
             model=self.model,
+            disable_task_anchor=self.disable_task_anchor,
         )
 
     @classmethod
@@ -83,10 +92,10 @@ class SessionConfig:
             cache_ttl_seconds=config.cache_ttl_seconds,
             prompt_cache_key=config.prompt_cache_key,
             model=config.model,
+            disable_task_anchor=config.disable_task_anchor,
         )
 
-
-def config_proto(config: SessionConfig | pb.SessionConfig | None) -> pb.SessionConfig | None:
-    if config is None or isinstance(config, pb.SessionConfig):
-        return config
-    return config.to_proto()
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> SessionConfig:
+        """A config from its proto JSON form (`{"context_window": 16000, "tools_json": "[...]"}`)."""
+        return cls.from_proto(json_format.ParseDict(dict(value), pb.SessionConfig()))

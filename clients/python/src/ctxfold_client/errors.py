@@ -2,12 +2,14 @@
 
 The server answers every error with a gRPC status whose trailing metadata (`grpc-status-details-bin`)
 holds a `google.rpc.Status` with one `google.rpc.ErrorInfo` (domain "ctxfold.dev", an UPPER_SNAKE
-`reason` such as SESSION_NOT_FOUND and string `metadata`). Failures detected by this SDK itself
-(a broken stream, a corrupt tool result) use the domain "client.ctxfold.dev".
+`reason` such as SESSION_NOT_FOUND and string `metadata`), plus a `google.rpc.RetryInfo` when
+waiting helps. Compare `reason` with the generated `ErrorReason` constants. Failures detected by
+this SDK itself use the `ClientReason` constants and the domain "client.ctxfold.dev".
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import MappingProxyType
@@ -20,16 +22,29 @@ SERVER_DOMAIN = "ctxfold.dev"
 CLIENT_DOMAIN = "client.ctxfold.dev"
 
 
+class ClientReason(enum.StrEnum):
+    """The reasons of failures the SDK detects itself (clients/README.md, "Errors")."""
+
+    STREAM_ENDED_WITHOUT_RESULT = "STREAM_ENDED_WITHOUT_RESULT"
+    """A Prepare or Compact stream closed without its result (code UNAVAILABLE)."""
+    RESULT_CHECKSUM_MISMATCH = "RESULT_CHECKSUM_MISMATCH"
+    """The pages of `read_tool_result()` do not hash to the server's sha256 (code DATA_LOSS)."""
+    PROTOCOL_VIOLATION = "PROTOCOL_VIOLATION"
+    """The server broke the protocol: a repeated page token, a stream going on after its result,
+    pages of one result that disagree (code INTERNAL)."""
+
+
 class CtxfoldError(Exception):
     """A failed ctxfold call.
 
     Attributes:
         code: the gRPC status code (`grpc.StatusCode.NOT_FOUND`, ...).
-        reason: the ErrorInfo reason (`"SESSION_NOT_FOUND"`, ...); "" when the status had none
-            (e.g. UNAVAILABLE raised by the transport).
+        reason: the ErrorInfo reason, to compare with `ErrorReason` (server) or `ClientReason`
+            (SDK) constants; "" when the status had none (e.g. UNAVAILABLE from the transport).
         domain: the ErrorInfo domain ("ctxfold.dev" for server errors).
         metadata: the ErrorInfo metadata (e.g. `{"session_id": "s_..."}`), read-only.
         message: the human-readable status message.
+        retry_delay: seconds to wait before retrying, from `google.rpc.RetryInfo` (None if unsent).
         status: the whole `google.rpc.Status`, when the server sent one.
     """
 
@@ -38,6 +53,7 @@ class CtxfoldError(Exception):
     domain: str
     metadata: Mapping[str, str]
     message: str
+    retry_delay: float | None
     status: status_pb2.Status | None
 
     def __init__(
@@ -48,6 +64,7 @@ class CtxfoldError(Exception):
         reason: str = "",
         domain: str = "",
         metadata: Mapping[str, str] | None = None,
+        retry_delay: float | None = None,
         status: status_pb2.Status | None = None,
     ) -> None:
         super().__init__(message)
@@ -56,6 +73,7 @@ class CtxfoldError(Exception):
         self.reason = reason
         self.domain = domain
         self.metadata = MappingProxyType(dict(metadata or {}))
+        self.retry_delay = retry_delay
         self.status = status
 
     def __str__(self) -> str:
@@ -70,7 +88,10 @@ class CtxfoldError(Exception):
 
     def __reduce__(self) -> tuple[object, ...]:
         # Exceptions travel between processes (concurrent.futures): keep the fields, not the raw status.
-        return (_rebuild, (self.code.name, self.message, self.reason, self.domain, dict(self.metadata)))
+        return (
+            _rebuild,
+            (self.code.name, self.message, self.reason, self.domain, dict(self.metadata), self.retry_delay),
+        )
 
     @classmethod
     def from_rpc_error(cls, error: grpc.RpcError) -> CtxfoldError:
@@ -79,25 +100,31 @@ class CtxfoldError(Exception):
         message = _details(error)
         status = _rich_status(error)
         info = error_info(status) if status is not None else None
+        delay = retry_delay(status) if status is not None else None
         if info is None:
-            return cls(code, message, status=status)
+            return cls(code, message, retry_delay=delay, status=status)
         return cls(
             code,
             message,
             reason=info.reason,
             domain=info.domain,
             metadata=dict(info.metadata),
+            retry_delay=delay,
             status=status,
         )
 
     @classmethod
-    def client(cls, code: grpc.StatusCode, reason: str, message: str, **metadata: str) -> CtxfoldError:
+    def client(cls, code: grpc.StatusCode, reason: ClientReason, message: str, **metadata: str) -> CtxfoldError:
         """An error detected by the SDK itself (domain "client.ctxfold.dev")."""
         return cls(code, message, reason=reason, domain=CLIENT_DOMAIN, metadata=metadata)
 
 
-def _rebuild(code: str, message: str, reason: str, domain: str, metadata: dict[str, str]) -> CtxfoldError:
-    return CtxfoldError(grpc.StatusCode[code], message, reason=reason, domain=domain, metadata=metadata)
+def _rebuild(
+    code: str, message: str, reason: str, domain: str, metadata: dict[str, str], delay: float | None
+) -> CtxfoldError:
+    return CtxfoldError(
+        grpc.StatusCode[code], message, reason=reason, domain=domain, metadata=metadata, retry_delay=delay
+    )
 
 
 def error_info(status: status_pb2.Status) -> error_details_pb2.ErrorInfo | None:
@@ -107,6 +134,16 @@ def error_info(status: status_pb2.Status) -> error_details_pb2.ErrorInfo | None:
             info = error_details_pb2.ErrorInfo()
             detail.Unpack(info)
             return info
+    return None
+
+
+def retry_delay(status: status_pb2.Status) -> float | None:
+    """The delay of the first `google.rpc.RetryInfo` among the details, in seconds."""
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return float(info.retry_delay.ToTimedelta().total_seconds())
     return None
 
 

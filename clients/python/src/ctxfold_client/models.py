@@ -1,63 +1,161 @@
-"""The SDK's value types: enums mirroring the proto's, fold progress events, the prepared view,
-a whole tool result and per-call options. Messages themselves stay the generated `pb.Message`."""
+"""The SDK's typed results: frozen dataclasses for everything a call returns, each with `to_proto()`
+and `from_proto()` for the generated type behind it (reachable as `ctxfold_client.pb`), plus the
+enums generated from the proto and the per-call options."""
 
 from __future__ import annotations
 
-import enum
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TypedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypedDict
+
+from google.protobuf import json_format
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from ctxfold_client._gen import context_service_pb2 as pb
+from ctxfold_client._gen.enums import Action, CacheState, FoldStage, NotFoldedReason, Role
+from ctxfold_client.config import SessionConfig
 
 
-class _ForwardCompatible(enum.IntEnum):
-    """Values a newer server may send that this SDK does not know map to UNSPECIFIED."""
+def _time(stamp: Timestamp, present: bool) -> datetime | None:
+    return stamp.ToDatetime(tzinfo=UTC) if present else None
+
+
+def _stamp(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    stamp = Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call of an assistant message; `arguments` is the JSON text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def to_proto(self) -> pb.ToolCall:
+        return pb.ToolCall(id=self.id, name=self.name, arguments=self.arguments)
 
     @classmethod
-    def _missing_(cls, value: object) -> _ForwardCompatible:
-        return cls(0)
+    def from_proto(cls, call: pb.ToolCall) -> ToolCall:
+        return cls(id=call.id, name=call.name, arguments=call.arguments)
 
 
-class Role(_ForwardCompatible):
-    """The author of a message (`ctxfold.v1.Role`)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """A transcript or view message. The first seven fields are the caller's; the rest are set by
+    the server (`id`, `seq`, `result_ref` of a stored tool result, `truncated`, `summary`, ...).
+    Build messages with `user()`, `assistant()`, `tool_result()`, `system()` or a provider adapter."""
 
-    UNSPECIFIED = pb.ROLE_UNSPECIFIED
-    SYSTEM = pb.ROLE_SYSTEM
-    USER = pb.ROLE_USER
-    ASSISTANT = pb.ROLE_ASSISTANT
-    TOOL = pb.ROLE_TOOL
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    reasoning_content: str = ""
+    name: str = ""
+    pinned: bool = False
+    id: str = ""
+    seq: int = 0
+    result_ref: str = ""
+    raw_bytes: int = 0
+    truncated: bool = False
+    summary: bool = False
+    pruned: bool = False
+    tokens: int = 0
+    abandoned: bool = False
+    create_time: datetime | None = None
+
+    def to_proto(self) -> pb.Message:
+        return pb.Message(
+            id=self.id,
+            seq=self.seq,
+            role=pb.Role.ValueType(self.role),
+            content=self.content,
+            tool_calls=[call.to_proto() for call in self.tool_calls],
+            tool_call_id=self.tool_call_id,
+            reasoning_content=self.reasoning_content,
+            pinned=self.pinned,
+            result_ref=self.result_ref,
+            raw_bytes=self.raw_bytes,
+            truncated=self.truncated,
+            summary=self.summary,
+            pruned=self.pruned,
+            name=self.name,
+            tokens=self.tokens,
+            abandoned=self.abandoned,
+            create_time=_stamp(self.create_time),
+        )
+
+    @classmethod
+    def from_proto(cls, message: pb.Message) -> Message:
+        return cls(
+            role=Role(message.role),
+            content=message.content,
+            tool_calls=tuple(ToolCall.from_proto(call) for call in message.tool_calls),
+            tool_call_id=message.tool_call_id,
+            reasoning_content=message.reasoning_content,
+            name=message.name,
+            pinned=message.pinned,
+            id=message.id,
+            seq=message.seq,
+            result_ref=message.result_ref,
+            raw_bytes=message.raw_bytes,
+            truncated=message.truncated,
+            summary=message.summary,
+            pruned=message.pruned,
+            tokens=message.tokens,
+            abandoned=message.abandoned,
+            create_time=_time(message.create_time, message.HasField("create_time")),
+        )
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> Message:
+        """A message from its proto JSON form (`{"role": "ROLE_USER", "content": "hi"}`)."""
+        return cls.from_proto(json_format.ParseDict(dict(value), pb.Message()))
 
 
-class Action(_ForwardCompatible):
-    """What maintenance a Prepare or Compact performed (`ctxfold.v1.Action`)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Session:
+    """A session: its id, effective config (server defaults filled in), head and lineage."""
 
-    UNSPECIFIED = pb.ACTION_UNSPECIFIED
-    NONE = pb.ACTION_NONE
-    PRUNED = pb.ACTION_PRUNED
-    FOLDED = pb.ACTION_FOLDED
+    id: str
+    config: SessionConfig
+    head_seq: int = 0
+    checkpoint_id: str = ""
+    create_time: datetime | None = None
+    update_time: datetime | None = None
+    forked_from_session_id: str = ""
+    forked_at_seq: int = 0
 
+    def to_proto(self) -> pb.Session:
+        return pb.Session(
+            id=self.id,
+            config=self.config.to_proto(),
+            head_seq=self.head_seq,
+            checkpoint_id=self.checkpoint_id,
+            create_time=_stamp(self.create_time),
+            update_time=_stamp(self.update_time),
+            forked_from_session_id=self.forked_from_session_id,
+            forked_at_seq=self.forked_at_seq,
+        )
 
-class CacheState(_ForwardCompatible):
-    """The provider's prompt cache as judged by the server (`ctxfold.v1.CacheState`)."""
-
-    UNSPECIFIED = pb.CACHE_STATE_UNSPECIFIED
-    WARM = pb.CACHE_STATE_WARM
-    COLD = pb.CACHE_STATE_COLD
-    UNKNOWN = pb.CACHE_STATE_UNKNOWN
-
-
-class FoldStage(_ForwardCompatible):
-    """The step a progress event reports (`ctxfold.v1.FoldStage`)."""
-
-    UNSPECIFIED = pb.FOLD_STAGE_UNSPECIFIED
-    PRUNED = pb.FOLD_STAGE_PRUNED
-    PLANNED = pb.FOLD_STAGE_PLANNED
-    PASS_STARTED = pb.FOLD_STAGE_PASS_STARTED
-    SUMMARY_DELTA = pb.FOLD_STAGE_SUMMARY_DELTA
-    PASS_COMMITTED = pb.FOLD_STAGE_PASS_COMMITTED
-    PASS_FAILED = pb.FOLD_STAGE_PASS_FAILED
+    @classmethod
+    def from_proto(cls, session: pb.Session) -> Session:
+        return cls(
+            id=session.id,
+            config=SessionConfig.from_proto(session.config),
+            head_seq=session.head_seq,
+            checkpoint_id=session.checkpoint_id,
+            create_time=_time(session.create_time, session.HasField("create_time")),
+            update_time=_time(session.update_time, session.HasField("update_time")),
+            forked_from_session_id=session.forked_from_session_id,
+            forked_at_seq=session.forked_at_seq,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,65 +170,252 @@ class FoldProgress:
     checkpoint_id: str = ""
     message: str = ""
     summary_delta: str = ""
+    summarizer: str = ""
+
+    def to_proto(self) -> pb.FoldProgress:
+        return pb.FoldProgress(
+            stage=pb.FoldStage.ValueType(self.stage),
+            pass_index=self.pass_index,
+            passes_planned=self.passes_planned,
+            tokens_before=self.tokens_before,
+            tokens_after=self.tokens_after,
+            checkpoint_id=self.checkpoint_id,
+            message=self.message,
+            summary_delta=self.summary_delta,
+            summarizer=self.summarizer,
+        )
+
+    @classmethod
+    def from_proto(cls, progress: pb.FoldProgress) -> FoldProgress:
+        return cls(
+            stage=FoldStage(progress.stage),
+            pass_index=progress.pass_index,
+            passes_planned=progress.passes_planned,
+            tokens_before=progress.tokens_before,
+            tokens_after=progress.tokens_after,
+            checkpoint_id=progress.checkpoint_id,
+            message=progress.message,
+            summary_delta=progress.summary_delta,
+            summarizer=progress.summarizer,
+        )
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedView:
-    """The provider-visible context to send, as returned by `prepare()` / `compact()`.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class View:
+    """The provider-visible context to send, as returned by `prepare()`, `compact()` and `retry()`.
 
-    `messages` is always the WHOLE view, in order: when the server answered with a delta (only the
-    messages after the view this client already held), the SDK has applied it. Treat the messages
-    as read-only: the SDK keeps them to apply the next delta.
+    `messages` is always the WHOLE view, in order, even when the server sent only a delta (the SDK
+    applied it to the view it held). `stable_prefix_messages` leading messages are unchanged since
+    the previous view (the provider's prompt cache covers them); `appended` are the messages this
+    call stored, with their ids and seqs.
     """
 
-    session_id: str
-    messages: tuple[pb.Message, ...]
-    view_version: int
+    messages: tuple[Message, ...]
     estimated_tokens: int
+    view_version: int
     action: Action
-    cache_state: CacheState
-    prompt_cache_key: str
-    checkpoint_id: str
-    stable_prefix_messages: int
-    trigger_tokens: int
-    hard_limit_tokens: int
-    appended: tuple[pb.Message, ...]
-    """The messages this call appended, with their ids and seqs."""
-    delta: bool
-    """True when the server sent only the new tail (`received`) and the SDK applied it."""
-    received: tuple[pb.Message, ...]
-    """The messages as the server sent them: the tail after the known view when `delta`."""
-    raw: pb.PreparedContext = field(repr=False, compare=False)
-    """The result as received, for fields newer than this SDK."""
+    cache_state: CacheState = CacheState.UNSPECIFIED
+    prompt_cache_key: str = ""
+    checkpoint_id: str = ""
+    stable_prefix_messages: int = 0
+    view_message_count: int = 0
+    trigger_tokens: int = 0
+    hard_limit_tokens: int = 0
+    appended: tuple[Message, ...] = ()
+    not_folded_reason: NotFoldedReason = NotFoldedReason.UNSPECIFIED
+    not_folded_detail: str = ""
+    candidate_summary: str = ""
+    folded_results_ref: str = ""
 
     @property
     def folded(self) -> bool:
         return self.action is Action.FOLDED
 
     @property
-    def summary(self) -> pb.Message | None:
+    def summary(self) -> Message | None:
         """The checkpoint summary message of the view, if history was folded."""
         return next((m for m in self.messages if m.summary), None)
+
+    def to_proto(self) -> pb.PreparedContext:
+        """The whole view as a `PreparedContext` (never a delta)."""
+        return pb.PreparedContext(
+            messages=[m.to_proto() for m in self.messages],
+            estimated_tokens=self.estimated_tokens,
+            view_version=self.view_version,
+            action=pb.Action.ValueType(self.action),
+            cache_state=pb.CacheState.ValueType(self.cache_state),
+            prompt_cache_key=self.prompt_cache_key,
+            checkpoint_id=self.checkpoint_id,
+            stable_prefix_messages=self.stable_prefix_messages,
+            view_message_count=self.view_message_count,
+            trigger_tokens=self.trigger_tokens,
+            hard_limit_tokens=self.hard_limit_tokens,
+            appended=[m.to_proto() for m in self.appended],
+            not_folded_reason=pb.NotFoldedReason.ValueType(self.not_folded_reason),
+            not_folded_detail=self.not_folded_detail,
+            candidate_summary=self.candidate_summary,
+            folded_results_ref=self.folded_results_ref,
+        )
+
+    @classmethod
+    def from_proto(cls, result: pb.PreparedContext, messages: Sequence[Message] | None = None) -> View:
+        """The view of a result; `messages` (the assembled whole view) replaces a delta's tail."""
+        return cls(
+            messages=tuple(messages) if messages is not None else tuple(Message.from_proto(m) for m in result.messages),
+            estimated_tokens=result.estimated_tokens,
+            view_version=result.view_version,
+            action=Action(result.action),
+            cache_state=CacheState(result.cache_state),
+            prompt_cache_key=result.prompt_cache_key,
+            checkpoint_id=result.checkpoint_id,
+            stable_prefix_messages=result.stable_prefix_messages,
+            view_message_count=result.view_message_count,
+            trigger_tokens=result.trigger_tokens,
+            hard_limit_tokens=result.hard_limit_tokens,
+            appended=tuple(Message.from_proto(m) for m in result.appended),
+            not_folded_reason=NotFoldedReason(result.not_folded_reason),
+            not_folded_detail=result.not_folded_detail,
+            candidate_summary=result.candidate_summary,
+            folded_results_ref=result.folded_results_ref,
+        )
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> View:
+        """A view from its proto JSON form (a `PreparedContext` holding the whole view)."""
+        return cls.from_proto(json_format.ParseDict(dict(value), pb.PreparedContext(), ignore_unknown_fields=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What the provider reported for one model call: the input of `observe_usage()`, and what
+    the adapters' `from_response()` read from a provider response."""
+
+    input_tokens: int
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    finish_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageResult:
+    """The answer of `observe_usage()`: the estimator's calibration for the session and whether
+    this observation was taken into it."""
+
+    calibration: float
+    calibration_accepted: bool
+
+    def to_proto(self) -> pb.ObserveUsageResponse:
+        return pb.ObserveUsageResponse(calibration=self.calibration, calibration_accepted=self.calibration_accepted)
+
+    @classmethod
+    def from_proto(cls, response: pb.ObserveUsageResponse) -> UsageResult:
+        return cls(calibration=response.calibration, calibration_accepted=response.calibration_accepted)
 
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """A whole raw tool result read back with `read_tool_result()`, checked against its sha256."""
 
-    result_ref: str
-    data: str
-    total_bytes: int
+    text: str
     sha256: str
-    pages: int
+    total_bytes: int
+    result_ref: str
 
     @property
     def raw(self) -> bytes:
         """The exact original bytes (UTF-8)."""
-        return self.data.encode("utf-8")
+        return self.text.encode("utf-8")
 
     def verify(self) -> bool:
         raw = self.raw
         return len(raw) == self.total_bytes and hashlib.sha256(raw).hexdigest() == self.sha256
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultPage:
+    """One page of a raw tool result: `data` from UTF-8 byte `offset` to `next_offset`."""
+
+    data: str
+    offset: int
+    next_offset: int
+    total_bytes: int
+    sha256: str
+    complete: bool
+    result_ref: str
+
+    def to_proto(self) -> pb.ReadToolResultResponse:
+        return pb.ReadToolResultResponse(
+            data=self.data,
+            offset=self.offset,
+            next_offset=self.next_offset,
+            total_bytes=self.total_bytes,
+            sha256=self.sha256,
+            complete=self.complete,
+            result_ref=self.result_ref,
+        )
+
+    @classmethod
+    def from_proto(cls, page: pb.ReadToolResultResponse) -> ToolResultPage:
+        return cls(
+            data=page.data,
+            offset=page.offset,
+            next_offset=page.next_offset,
+            total_bytes=page.total_bytes,
+            sha256=page.sha256,
+            complete=page.complete,
+            result_ref=page.result_ref,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint:
+    """A summary checkpoint of a session's history (what a fold committed)."""
+
+    id: str
+    parent_id: str = ""
+    position_seq: int = 0
+    summary: str = ""
+    summary_tokens: int = 0
+    kept_message_ids: tuple[str, ...] = ()
+    folded_results_ref: str = ""
+    summarizer: str = ""
+    create_time: datetime | None = None
+    on_head_chain: bool = False
+
+    def to_proto(self) -> pb.Checkpoint:
+        return pb.Checkpoint(
+            id=self.id,
+            parent_id=self.parent_id,
+            position_seq=self.position_seq,
+            summary=self.summary,
+            summary_tokens=self.summary_tokens,
+            kept_message_ids=list(self.kept_message_ids),
+            folded_results_ref=self.folded_results_ref,
+            summarizer=self.summarizer,
+            create_time=_stamp(self.create_time),
+            on_head_chain=self.on_head_chain,
+        )
+
+    @classmethod
+    def from_proto(cls, checkpoint: pb.Checkpoint) -> Checkpoint:
+        return cls(
+            id=checkpoint.id,
+            parent_id=checkpoint.parent_id,
+            position_seq=checkpoint.position_seq,
+            summary=checkpoint.summary,
+            summary_tokens=checkpoint.summary_tokens,
+            kept_message_ids=tuple(checkpoint.kept_message_ids),
+            folded_results_ref=checkpoint.folded_results_ref,
+            summarizer=checkpoint.summarizer,
+            create_time=_time(checkpoint.create_time, checkpoint.HasField("create_time")),
+            on_head_chain=checkpoint.on_head_chain,
+        )
+
+
+def messages_to_proto(messages: Iterable[Message]) -> list[pb.Message]:
+    if isinstance(messages, Message):
+        raise TypeError("pass a list of messages, not a single message")
+    return [m.to_proto() for m in messages]
 
 
 class CallOptions(TypedDict, total=False):

@@ -1,0 +1,94 @@
+"""OpenAI Chat Completions: a View as the `messages` (and `prompt_cache_key`) of a request, and a
+chat completion as the assistant message to append plus its usage."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ctxfold_client._gen.enums import Role
+from ctxfold_client.adapters._common import Reply, Response, as_mapping, count, items, join, view_messages
+from ctxfold_client.models import Message, ToolCall, Usage, View
+
+_ROLES = {Role.SYSTEM: "system", Role.USER: "user", Role.ASSISTANT: "assistant", Role.TOOL: "tool"}
+
+
+def to_message(message: Message, *, include_reasoning: bool = False) -> dict[str, Any]:
+    """One view message as a Chat Completions message."""
+    role = _ROLES.get(message.role)
+    if role is None:
+        raise ValueError(f"message {message.id or '(no id)'} has no role")
+    if message.role is Role.TOOL:
+        return {"role": role, "tool_call_id": message.tool_call_id, "content": message.content}
+    out: dict[str, Any] = {"role": role, "content": message.content}
+    if message.tool_calls:
+        out["content"] = message.content or None
+        out["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in message.tool_calls
+        ]
+    if include_reasoning and message.reasoning_content:
+        out["reasoning_content"] = message.reasoning_content
+    if message.name:
+        out["name"] = message.name
+    return out
+
+
+def to_request(view: View | Sequence[Message], *, include_reasoning: bool = False) -> dict[str, Any]:
+    """`{"messages": [...], "prompt_cache_key": ...}`: add `model`, `tools`, ... and send.
+
+    Roles map one to one (the system prompt first, the checkpoint summary as the server placed
+    it); assistant tool calls become `tool_calls` of type "function" (content null when empty);
+    tool results carry `tool_call_id`. `include_reasoning` sends `reasoning_content` back, for the
+    OpenAI-compatible providers that take it.
+    """
+    request: dict[str, Any] = {
+        "messages": [to_message(m, include_reasoning=include_reasoning) for m in view_messages(view)]
+    }
+    if isinstance(view, View) and view.prompt_cache_key:
+        request["prompt_cache_key"] = view.prompt_cache_key
+    return request
+
+
+def _text(content: object) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    return join(str(part.get("text", "")) for part in items(content) if part.get("type") == "text")
+
+
+def from_response(response: Response) -> Reply:
+    """The first choice's message (content or refusal, tool calls, `reasoning_content` where the
+    provider sends it) and the usage: prompt_tokens, prompt_tokens_details.cached_tokens,
+    completion_tokens, finish_reason."""
+    data = as_mapping(response)
+    choices = list(items(data.get("choices")))
+    if not choices:
+        raise ValueError("the chat completion has no choices")
+    choice = choices[0]
+    message: Mapping[str, Any] = choice.get("message") or {}
+    calls = []
+    for call in items(message.get("tool_calls")):
+        function = call.get("function") or {}
+        arguments = function.get("arguments", "")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+        calls.append(ToolCall(id=str(call.get("id", "")), name=str(function.get("name", "")), arguments=arguments))
+    usage = data.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return Reply(
+        messages=(
+            Message(
+                role=Role.ASSISTANT,
+                content=_text(message.get("content")) or str(message.get("refusal") or ""),
+                tool_calls=tuple(calls),
+                reasoning_content=str(message.get("reasoning_content") or ""),
+            ),
+        ),
+        usage=Usage(
+            input_tokens=count(usage.get("prompt_tokens")),
+            cached_input_tokens=count(details.get("cached_tokens")),
+            output_tokens=count(usage.get("completion_tokens")),
+            finish_reason=str(choice.get("finish_reason") or ""),
+        ),
+    )
