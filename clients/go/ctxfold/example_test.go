@@ -7,7 +7,7 @@ import (
 	"log"
 	"time"
 
-	ctxfold "github.com/ctxfold/ctxfold/clients/go"
+	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
 )
 
 // The agent loop in short; examples/agent_loop is the complete, tested program.

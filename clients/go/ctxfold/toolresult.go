@@ -4,30 +4,48 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"iter"
 	"strings"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 )
 
-// ErrToolResultMismatch is returned (wrapped) when a tool result read page by page does not match
-// the size or SHA-256 the server announced, or the pages do not line up.
-var ErrToolResultMismatch = errors.New("ctxfold: tool result pages do not match the announced size or sha256")
+// DefaultPageBytes and MaxPageBytes bound one page of a tool result read.
+const (
+	DefaultPageBytes = 16384
+	MaxPageBytes     = 24576
+)
 
 // ToolResult is a whole raw tool result read back from the server.
 type ToolResult struct {
-	// ResultRef is the reference the result was read by.
-	ResultRef string
-	// Data is the exact raw result (UTF-8).
-	Data string
+	// Text is the exact raw result (UTF-8).
+	Text string
+	// SHA256 is the lowercase hex SHA-256 of the raw result (checked against Text).
+	SHA256 string
 	// TotalBytes is the size of the raw result in UTF-8 bytes.
 	TotalBytes int64
-	// SHA256 is the lowercase hex SHA-256 of the raw result (checked against Data).
+	// ResultRef is the reference the server resolved (also when read by tool call id).
+	ResultRef string
+}
+
+// ToolResultPage is one page of a raw tool result, as one ReadToolResult call returns it.
+type ToolResultPage struct {
+	// Data is the page: whole UTF-8 characters.
+	Data string
+	// Offset is the UTF-8 byte offset the page starts at.
+	Offset int64
+	// NextOffset is the offset of the next page (TotalBytes at the end).
+	NextOffset int64
+	// TotalBytes is the size of the whole raw result.
+	TotalBytes int64
+	// SHA256 is the lowercase hex SHA-256 of the whole raw result.
 	SHA256 string
-	// Pages is the number of ReadToolResult calls it took.
-	Pages int
+	// Complete reports whether this page reaches the end of the result.
+	Complete bool
+	// ResultRef is the reference that was read.
+	ResultRef string
 }
 
 // ReadOption tunes the tool result readers.
@@ -38,110 +56,110 @@ type readSettings struct {
 	offset    int64
 }
 
-// ReadPageBytes sets the maximum bytes per page (server range 4..24576, default 16384).
-func ReadPageBytes(n int64) ReadOption { return func(s *readSettings) { s.pageBytes = n } }
+// PageBytes sets the maximum bytes per page (4..MaxPageBytes; default DefaultPageBytes).
+func PageBytes(n int64) ReadOption { return func(s *readSettings) { s.pageBytes = n } }
 
-// ReadFromOffset starts reading at this UTF-8 byte offset (must be on a character boundary).
-// Whole-result readers then skip the SHA-256 check, which covers the whole result only.
-func ReadFromOffset(offset int64) ReadOption { return func(s *readSettings) { s.offset = offset } }
+// FromOffset starts [Session.ToolResultPages] at this UTF-8 byte offset (on a character boundary).
+func FromOffset(offset int64) ReadOption { return func(s *readSettings) { s.offset = offset } }
 
 // ReadToolResult reads the whole raw tool result named by resultRef (as found in a tool message's
-// ResultRef, a pruned marker or a summary), page by page, and checks its size and SHA-256.
+// ResultRef, a pruned marker, a summary or View.FoldedResultsRef), page by page, and checks its
+// size and SHA-256 (an *Error with ReasonResultChecksumMismatch, code DataLoss, when they differ).
 func (s *Session) ReadToolResult(ctx context.Context, resultRef string, opts ...ReadOption) (*ToolResult, error) {
-	return s.readWhole(ctx, &ctxfoldv1.ReadToolResultRequest{SessionId: s.id, ResultRef: resultRef}, opts)
+	return s.readWhole(ctx, resultSelector{ref: resultRef}, opts)
 }
 
 // ReadToolResultByCallID is ReadToolResult naming the result by the tool call it answers (the call
-// id must be unique in the session, else the error reason is RESULT_REF_AMBIGUOUS).
+// id must be unique in the session, else the reason is ReasonResultRefAmbiguous).
 func (s *Session) ReadToolResultByCallID(ctx context.Context, toolCallID string, opts ...ReadOption) (*ToolResult, error) {
-	return s.readWhole(ctx, &ctxfoldv1.ReadToolResultRequest{SessionId: s.id, ToolCallId: toolCallID}, opts)
+	return s.readWhole(ctx, resultSelector{callID: toolCallID}, opts)
 }
 
-func (s *Session) readWhole(ctx context.Context, first *ctxfoldv1.ReadToolResultRequest, opts []ReadOption) (*ToolResult, error) {
+// ToolResultPages iterates over the pages of the raw tool result named by resultRef, one request
+// per page, from [FromOffset] (default 0). The iteration stops after yielding an error.
+func (s *Session) ToolResultPages(ctx context.Context, resultRef string, opts ...ReadOption) iter.Seq2[*ToolResultPage, error] {
+	return s.pages(ctx, resultSelector{ref: resultRef}, readOptions(opts))
+}
+
+// ToolResultPagesByCallID is ToolResultPages naming the result by the tool call it answers.
+func (s *Session) ToolResultPagesByCallID(ctx context.Context, toolCallID string, opts ...ReadOption) iter.Seq2[*ToolResultPage, error] {
+	return s.pages(ctx, resultSelector{callID: toolCallID}, readOptions(opts))
+}
+
+// resultSelector names a stored result by reference or by the tool call it answers.
+type resultSelector struct{ ref, callID string }
+
+func readOptions(opts []ReadOption) readSettings {
 	var rs readSettings
 	for _, opt := range opts {
 		opt(&rs)
 	}
+	return rs
+}
+
+func (s *Session) readWhole(ctx context.Context, sel resultSelector, opts []ReadOption) (*ToolResult, error) {
+	rs := readOptions(opts)
+	rs.offset = 0 // the checksum covers the whole result
 	var (
-		data strings.Builder
-		last *ctxfoldv1.ReadToolResultResponse
-		out  ToolResult
+		text strings.Builder
+		last *ToolResultPage
 	)
-	for page, err := range s.toolResultPages(ctx, first, rs) {
+	for page, err := range s.pages(ctx, sel, rs) {
 		if err != nil {
 			return nil, err
 		}
-		data.WriteString(page.GetData())
+		text.WriteString(page.Data)
 		last = page
-		out.Pages++
 	}
-	out.ResultRef, out.Data = last.GetResultRef(), data.String()
-	out.TotalBytes, out.SHA256 = last.GetTotalBytes(), last.GetSha256()
-	if rs.offset == 0 {
-		if int64(len(out.Data)) != out.TotalBytes {
-			return nil, fmt.Errorf("%w: read %d bytes, server announced %d", ErrToolResultMismatch, len(out.Data), out.TotalBytes)
-		}
-		sum := sha256.Sum256([]byte(out.Data))
-		if got := hex.EncodeToString(sum[:]); got != strings.ToLower(out.SHA256) {
-			return nil, fmt.Errorf("%w: sha256 %s, server announced %s", ErrToolResultMismatch, got, out.SHA256)
-		}
+	out := &ToolResult{Text: text.String(), SHA256: last.SHA256, TotalBytes: last.TotalBytes, ResultRef: last.ResultRef}
+	sum := sha256.Sum256([]byte(out.Text))
+	if int64(len(out.Text)) != out.TotalBytes || hex.EncodeToString(sum[:]) != strings.ToLower(out.SHA256) {
+		return nil, sdkError("ReadToolResult", codes.DataLoss, ReasonResultChecksumMismatch,
+			"read %d bytes with sha256 %x, the server announced %d bytes with sha256 %s",
+			len(out.Text), sum, out.TotalBytes, out.SHA256)
 	}
-	return &out, nil
+	return out, nil
 }
 
-// ToolResultPages iterates over the pages of a raw tool result named by resultRef, as the server
-// returns them. The iteration stops after yielding an error.
-func (s *Session) ToolResultPages(ctx context.Context, resultRef string, opts ...ReadOption) iter.Seq2[*ctxfoldv1.ReadToolResultResponse, error] {
-	var rs readSettings
-	for _, opt := range opts {
-		opt(&rs)
-	}
-	return s.toolResultPages(ctx, &ctxfoldv1.ReadToolResultRequest{SessionId: s.id, ResultRef: resultRef}, rs)
-}
-
-func (s *Session) toolResultPages(ctx context.Context, first *ctxfoldv1.ReadToolResultRequest, rs readSettings) iter.Seq2[*ctxfoldv1.ReadToolResultResponse, error] {
-	return func(yield func(*ctxfoldv1.ReadToolResultResponse, error) bool) {
-		req := &ctxfoldv1.ReadToolResultRequest{
-			SessionId: first.GetSessionId(), ToolCallId: first.GetToolCallId(), ResultRef: first.GetResultRef(),
-			Offset: rs.offset, Limit: rs.pageBytes,
-		}
+func (s *Session) pages(ctx context.Context, sel resultSelector, rs readSettings) iter.Seq2[*ToolResultPage, error] {
+	return func(yield func(*ToolResultPage, error) bool) {
+		offset := rs.offset
 		for {
-			page, err := s.ReadToolResultPage(ctx, req)
+			page, err := s.readPage(ctx, sel, offset, rs.pageBytes)
 			if err != nil {
 				yield(nil, err)
 				return
 			}
-			if page.GetOffset() != req.GetOffset() ||
-				(!page.GetComplete() && page.GetNextOffset() <= req.GetOffset()) ||
-				page.GetNextOffset() != page.GetOffset()+int64(len(page.GetData())) {
-				yield(nil, fmt.Errorf("%w: page at %d returned offset %d, next %d, %d bytes",
-					ErrToolResultMismatch, req.GetOffset(), page.GetOffset(), page.GetNextOffset(), len(page.GetData())))
+			if page.Offset != offset || page.NextOffset != offset+int64(len(page.Data)) || (!page.Complete && len(page.Data) == 0) {
+				yield(nil, sdkError("ReadToolResult", codes.DataLoss, ReasonResultChecksumMismatch,
+					"the page asked at offset %d came back at offset %d with %d bytes and next offset %d",
+					offset, page.Offset, len(page.Data), page.NextOffset))
 				return
 			}
-			if !yield(page, nil) || page.GetComplete() {
+			if !yield(page, nil) || page.Complete {
 				return
 			}
 			// Later pages name the result by the reference the server resolved.
-			req = &ctxfoldv1.ReadToolResultRequest{
-				SessionId: s.id, ResultRef: page.GetResultRef(), Offset: page.GetNextOffset(), Limit: rs.pageBytes,
+			if page.ResultRef != "" {
+				sel = resultSelector{ref: page.ResultRef}
 			}
-			if req.ResultRef == "" {
-				req.ResultRef, req.ToolCallId = first.GetResultRef(), first.GetToolCallId()
-			}
+			offset = page.NextOffset
 		}
 	}
 }
 
-// ReadToolResultPage makes one ReadToolResult call (SessionId is filled in when empty).
-func (s *Session) ReadToolResultPage(ctx context.Context, req *ctxfoldv1.ReadToolResultRequest) (*ctxfoldv1.ReadToolResultResponse, error) {
-	if req.GetSessionId() == "" {
-		req.SessionId = s.id
-	}
+// readPage makes one ReadToolResult call.
+func (s *Session) readPage(ctx context.Context, sel resultSelector, offset, pageBytes int64) (*ToolResultPage, error) {
 	ctx, cancel := s.client.unaryContext(ctx)
 	defer cancel()
-	resp, err := s.client.raw.ReadToolResult(ctx, req)
+	resp, err := s.client.raw.ReadToolResult(ctx, &ctxfoldv1.ReadToolResultRequest{
+		SessionId: s.id, ResultRef: sel.ref, ToolCallId: sel.callID, Offset: offset, Limit: pageBytes,
+	})
 	if err != nil {
 		return nil, AsError("ReadToolResult", err)
 	}
-	return resp, nil
+	return &ToolResultPage{
+		Data: resp.GetData(), Offset: resp.GetOffset(), NextOffset: resp.GetNextOffset(), TotalBytes: resp.GetTotalBytes(),
+		SHA256: resp.GetSha256(), Complete: resp.GetComplete(), ResultRef: resp.GetResultRef(),
+	}, nil
 }

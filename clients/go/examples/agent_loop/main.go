@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	ctxfold "github.com/ctxfold/ctxfold/clients/go"
+	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
 	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 )
 
@@ -51,7 +51,7 @@ type report struct {
 	Deltas    int
 	Folds     int
 	Progress  []*ctxfold.FoldProgress
-	Final     *ctxfold.PreparedContext
+	Final     *ctxfold.View
 	Answer    string
 }
 
@@ -108,8 +108,8 @@ func run(ctx context.Context, client *ctxfold.Client, steps int, out io.Writer) 
 		if prepared.Folded() {
 			rep.Folds++
 		}
-		fmt.Fprintf(out, "step %2d: %2d messages (%d received), ~%d tokens, %s, cache %s\n", step,
-			len(prepared.Messages), len(prepared.Received), prepared.EstimatedTokens, prepared.Action, prepared.CacheState)
+		fmt.Fprintf(out, "step %2d: %2d messages (%d appended), ~%d tokens, %s, cache %s\n", step,
+			len(prepared.Messages), len(prepared.Appended), prepared.EstimatedTokens, prepared.Action, prepared.CacheState)
 
 		// "Call the model" with prepared.Messages and prepared.PromptCacheKey.
 		answer := fakeModel(step, steps, prepared.Messages)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	ctxfold "github.com/ctxfold/ctxfold/clients/go"
+	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
 	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 	"github.com/ctxfold/ctxfold/clients/go/internal/testserver"
 )
@@ -68,8 +68,8 @@ func TestAgentLoop(t *testing.T) {
 	if final.EstimatedTokens > final.HardLimitTokens {
 		t.Errorf("estimated %d tokens above the hard limit %d", final.EstimatedTokens, final.HardLimitTokens)
 	}
-	if int64(len(final.Messages)) != final.Raw.GetViewMessageCount() {
-		t.Errorf("view has %d messages, server counts %d", len(final.Messages), final.Raw.GetViewMessageCount())
+	if int64(len(final.Messages)) != final.ViewMessageCount {
+		t.Errorf("view has %d messages, server counts %d", len(final.Messages), final.ViewMessageCount)
 	}
 	if !strings.Contains(out.String(), "FOLD_STAGE_PASS_COMMITTED") {
 		t.Errorf("progress was not printed")
