@@ -151,7 +151,12 @@ func (s *Session) setInfo(info *SessionInfo) {
 
 // HeldView returns the last whole view the client holds for this session and its version (nil, 0
 // before the first Prepare, after a Rewind or once evicted).
-func (s *Session) HeldView() ([]*Message, int64) { return s.client.views.get(s.id) }
+func (s *Session) HeldView() ([]*Message, int64) {
+	if v := s.client.views.get(s.id); v != nil {
+		return v.Messages, v.ViewVersion
+	}
+	return nil, 0
+}
 
 // ForgetView drops the held view, so the next Prepare asks for the whole view.
 func (s *Session) ForgetView() { s.client.views.forget(s.id) }

@@ -246,7 +246,7 @@ func (s *Session) prepare(ctx context.Context, ps *prepareSettings, onProgress f
 	}
 	view := newView(result, messages, progress)
 	view.Appended, view.Delta = appended, result.GetDelta()
-	s.client.views.put(s.id, view.ViewVersion, view.Messages)
+	s.client.views.put(s.id, view)
 	return view, nil
 }
 
@@ -297,7 +297,7 @@ func (s *Session) compact(ctx context.Context, cs *compactSettings, onProgress f
 	}
 	view := newView(result, result.GetMessages(), progress) // Compact sends no known view: never a delta
 	if !cs.dryRun {
-		s.client.views.put(s.id, view.ViewVersion, view.Messages)
+		s.client.views.put(s.id, view)
 	}
 	return view, nil
 }

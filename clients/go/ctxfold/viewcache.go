@@ -11,8 +11,7 @@ const defaultViewCacheSessions = 256
 // cachedView is the last whole view of one session.
 type cachedView struct {
 	sessionID string
-	version   int64
-	messages  []*Message
+	view      *View
 }
 
 // viewCache holds the last whole view of the most recently used sessions (least recently used
@@ -28,32 +27,31 @@ func newViewCache(capacity int) *viewCache {
 	return &viewCache{capacity: capacity, order: list.New(), entries: map[string]*list.Element{}}
 }
 
-// get returns the held view of a session (nil, 0 when none) and marks it used.
-func (c *viewCache) get(sessionID string) ([]*Message, int64) {
+// get returns the held view of a session (nil when none) and marks it used.
+func (c *viewCache) get(sessionID string) *View {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.entries[sessionID]
 	if !ok {
-		return nil, 0
+		return nil
 	}
 	c.order.MoveToFront(el)
-	v := el.Value.(*cachedView)
-	return v.messages, v.version
+	return el.Value.(*cachedView).view
 }
 
 // put holds a session's whole view, evicting the least recently used session when full.
-func (c *viewCache) put(sessionID string, version int64, messages []*Message) {
+func (c *viewCache) put(sessionID string, view *View) {
 	if c.capacity <= 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[sessionID]; ok {
-		el.Value = &cachedView{sessionID, version, messages}
+		el.Value = &cachedView{sessionID, view}
 		c.order.MoveToFront(el)
 		return
 	}
-	c.entries[sessionID] = c.order.PushFront(&cachedView{sessionID, version, messages})
+	c.entries[sessionID] = c.order.PushFront(&cachedView{sessionID, view})
 	if c.order.Len() > c.capacity {
 		oldest := c.order.Back()
 		c.order.Remove(oldest)

@@ -1,0 +1,139 @@
+// Package openaichat converts between ctxfold views and the OpenAI Chat Completions API
+// (POST /v1/chat/completions): [NewRequest] turns a [ctxfold.View] into the request body and
+// [ParseResponse] turns the response body into the messages to append and the usage to report.
+// The types are plain JSON shapes; no OpenAI SDK is needed.
+package openaichat
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
+)
+
+// Request is a Chat Completions request body.
+type Request struct {
+	Model               string           `json:"model"`
+	Messages            []Message        `json:"messages"`
+	Tools               []map[string]any `json:"tools,omitempty"`
+	PromptCacheKey      string           `json:"prompt_cache_key,omitempty"`
+	MaxCompletionTokens int64            `json:"max_completion_tokens,omitempty"`
+}
+
+// Message is one message of a request or of a response choice.
+type Message struct {
+	Role string `json:"role"`
+	// Content is null for an assistant message that only calls tools.
+	Content          *string    `json:"content"`
+	Name             string     `json:"name,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID       string     `json:"tool_call_id,omitempty"`
+	ReasoningContent string     `json:"reasoning_content,omitempty"`
+}
+
+// ToolCall is a function call of an assistant message.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the function and carries the JSON arguments the model wrote.
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Options are the request fields the view does not carry.
+type Options struct {
+	// Model is the model to call.
+	Model string
+	// Tools are the function tools in Chat Completions format (add ctxfold.ToolDefinitions(
+	// ctxfold.FormatOpenAIChat) to let the model read folded results).
+	Tools []map[string]any
+	// MaxCompletionTokens bounds the answer (0 = not sent).
+	MaxCompletionTokens int64
+}
+
+var roles = map[ctxfold.Role]string{
+	ctxfold.RoleSystem: "system", ctxfold.RoleUser: "user", ctxfold.RoleAssistant: "assistant", ctxfold.RoleTool: "tool",
+}
+
+// NewRequest returns the request for a view: its messages in order (the system prompt first,
+// assistant tool calls, tool results as "tool" messages) and its prompt_cache_key. Reasoning text
+// is not sent back: Chat Completions does not take it as input.
+func NewRequest(view *ctxfold.View, opts Options) *Request {
+	req := &Request{
+		Model: opts.Model, Tools: opts.Tools, PromptCacheKey: view.PromptCacheKey,
+		MaxCompletionTokens: opts.MaxCompletionTokens, Messages: make([]Message, 0, len(view.Messages)),
+	}
+	for _, m := range view.Messages {
+		out := Message{Role: roles[m.GetRole()], Name: m.GetName(), ToolCallID: m.GetToolCallId()}
+		if content := m.GetContent(); content != "" || len(m.GetToolCalls()) == 0 {
+			out.Content = &content
+		}
+		for _, call := range m.GetToolCalls() {
+			out.ToolCalls = append(out.ToolCalls, ToolCall{
+				ID: call.GetId(), Type: "function", Function: FunctionCall{Name: call.GetName(), Arguments: call.GetArguments()},
+			})
+		}
+		req.Messages = append(req.Messages, out)
+	}
+	return req
+}
+
+// Response is the part of a Chat Completions response the agent loop needs.
+type Response struct {
+	Choices []Choice `json:"choices"`
+	Usage   Usage    `json:"usage"`
+}
+
+// Choice is one completion; the loop uses the first.
+type Choice struct {
+	Message      Message `json:"message"`
+	FinishReason string  `json:"finish_reason"`
+}
+
+// Usage is the token accounting of a response.
+type Usage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// ParseResponse decodes a Chat Completions response body into the assistant message to append
+// (content, tool calls, reasoning_content where the provider returns it) and the usage.
+func ParseResponse(body []byte) (*ctxfold.Turn, error) {
+	var resp Response
+	if err := json.Unmarshal(body, &resp); err != nil {
+		return nil, fmt.Errorf("openaichat: decode response: %w", err)
+	}
+	return resp.Turn()
+}
+
+// Turn converts a decoded response.
+func (r *Response) Turn() (*ctxfold.Turn, error) {
+	if len(r.Choices) == 0 {
+		return nil, errors.New("openaichat: the response has no choices")
+	}
+	choice := r.Choices[0]
+	msg := &ctxfold.Message{Role: ctxfold.RoleAssistant, ReasoningContent: choice.Message.ReasoningContent}
+	if choice.Message.Content != nil {
+		msg.Content = *choice.Message.Content
+	}
+	for _, call := range choice.Message.ToolCalls {
+		msg.ToolCalls = append(msg.ToolCalls, ctxfold.NewToolCall(call.ID, call.Function.Name, call.Function.Arguments))
+	}
+	return &ctxfold.Turn{
+		Messages: []*ctxfold.Message{msg},
+		Usage: ctxfold.Usage{
+			InputTokens:       r.Usage.PromptTokens,
+			CachedInputTokens: r.Usage.PromptTokensDetails.CachedTokens,
+			OutputTokens:      r.Usage.CompletionTokens,
+			FinishReason:      choice.FinishReason,
+		},
+	}, nil
+}
