@@ -81,6 +81,10 @@ func (v *View) Proto() *ctxfoldv1.PreparedContext {
 	}
 }
 
+// ViewFromProto returns the View of a whole (not delta) PreparedContext, e.g. one read with
+// [Client.Raw] or stored by the caller.
+func ViewFromProto(r *ctxfoldv1.PreparedContext) *View { return newView(r, r.GetMessages(), nil) }
+
 func newView(r *ctxfoldv1.PreparedContext, messages []*Message, progress []*FoldProgress) *View {
 	return &View{
 		Messages: messages, EstimatedTokens: r.GetEstimatedTokens(), ViewVersion: r.GetViewVersion(),
