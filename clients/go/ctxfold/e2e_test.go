@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -364,6 +366,76 @@ func TestE2E(t *testing.T) {
 		}
 		if e.Reason != ctxfold.ReasonOffsetNotCharBoundary {
 			t.Errorf("mid-character offset: %v", e)
+		}
+	})
+
+	t.Run("ToolDispatcher", func(t *testing.T) {
+		s := newSession(t, client, 64000)
+		raw := strings.Repeat("0123456789abcdef", 2500) // 40000 bytes
+		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("dump"), ctxfold.AssistantMessage("", ctxfold.NewToolCall("big", "dump", "{}"))))
+		ref := must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.ToolResultMessage("big", raw)))[0].GetResultRef()
+		dispatch := func(name, arguments string) string {
+			t.Helper()
+			return must[string](t)(s.DispatchToolCall(ctx, name, arguments))
+		}
+
+		if got := dispatch(ctxfold.ToolContextBudget, ""); !strings.HasPrefix(got, "error: no context prepared") {
+			t.Errorf("budget before any prepare: %q", got)
+		}
+		view := must[*ctxfold.View](t)(s.Prepare(ctx))
+		var budget map[string]int64
+		if err := json.Unmarshal([]byte(dispatch(ctxfold.ToolContextBudget, "{}")), &budget); err != nil ||
+			budget["estimated_tokens"] != view.EstimatedTokens || budget["trigger_tokens"] != view.TriggerTokens {
+			t.Errorf("budget %v (%v), view %d / %d", budget, err, view.EstimatedTokens, view.TriggerTokens)
+		}
+
+		// The model pages through the result by following the footers.
+		var text strings.Builder
+		footer := regexp.MustCompile(`\n\n\[read_tool_result: bytes \d+-(\d+) of 40000; call read_tool_result with result_ref "([^"]+)" and offset (\d+) for more\]$`)
+		offset, calls := "0", 0
+		for {
+			calls++
+			answer := dispatch(ctxfold.ToolReadToolResult, fmt.Sprintf(`{"result_ref": %q, "offset": %s}`, ref, offset))
+			m := footer.FindStringSubmatch(answer)
+			if m == nil {
+				text.WriteString(answer)
+				break
+			}
+			if m[2] != ref || m[1] != m[3] {
+				t.Fatalf("footer %q", m[0])
+			}
+			text.WriteString(strings.TrimSuffix(answer, m[0]))
+			offset = m[3]
+		}
+		if text.String() != raw || calls != 3 {
+			t.Errorf("paged %d bytes in %d calls, want 40000 in 3", text.Len(), calls)
+		}
+
+		mistakes := map[string]string{
+			`{"result_ref": "r_unknown"}`:                           "RESULT_REF_NOT_FOUND",
+			fmt.Sprintf(`{"result_ref": %q, "offset": 99999}`, ref): "OFFSET_OUT_OF_RANGE",
+			fmt.Sprintf(`{"result_ref": %q, "offset": -1}`, ref):    `"offset" must be a non-negative integer`,
+			fmt.Sprintf(`{"result_ref": %q, "offset": 1.5}`, ref):   `"offset" must be a non-negative integer`,
+			`{"offset": 0}`:   `"result_ref" (a string from the context) is required`,
+			`{"result_ref": `: "not JSON",
+			`["r_1"]`:         "expected a JSON object",
+		}
+		for arguments, want := range mistakes {
+			if got := dispatch(ctxfold.ToolReadToolResult, arguments); !strings.HasPrefix(got, "error: ") || !strings.Contains(got, want) {
+				t.Errorf("arguments %s: answer %q, want an error naming %s", arguments, got, want)
+			}
+		}
+		if _, err := s.DispatchToolCall(ctx, "list_files", "{}"); !errors.Is(err, ctxfold.ErrNotCtxfoldTool) {
+			t.Errorf("another tool: %v", err)
+		}
+		// A failure that is not the model's is an error, not an answer.
+		gone := client.OpenSession("s_does_not_exist")
+		if _, err := gone.DispatchToolCall(ctx, ctxfold.ToolReadToolResult, `{"result_ref": "r_1"}`); !ctxfold.HasReason(err, ctxfold.ReasonSessionNotFound) {
+			t.Errorf("unknown session: %v", err)
+		}
+		msg := must[*ctxfold.Message](t)(s.ToolCallResult(ctx, ctxfold.NewToolCall("c9", ctxfold.ToolReadToolResult, fmt.Sprintf(`{"result_ref": %q, "offset": 39990}`, ref))))
+		if msg.GetRole() != ctxfold.RoleTool || msg.GetToolCallId() != "c9" || msg.GetContent() != raw[39990:] {
+			t.Errorf("tool call result %v", msg)
 		}
 	})
 

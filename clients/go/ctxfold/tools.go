@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"google.golang.org/grpc/codes"
 )
 
 // The function tools ctxfold offers the model: give [ToolDefinitions] to the provider with the
@@ -38,24 +36,25 @@ type toolSpec struct {
 var toolSpecs = []toolSpec{
 	{
 		name: ToolReadToolResult,
-		description: "Read a stored tool result that the conversation shows shortened or folded, by the result_ref " +
-			"its marker names (also the folded-results index of a summary). Returns one page of the raw text " +
-			"starting at offset (UTF-8 bytes); a footer names the next offset while the result continues.",
+		description: "Read a stored tool result by its result_ref, one page at a time. Use it when the context shows " +
+			"a result_ref for output that was shortened or folded away, including the folded-results index.",
 		parameters: map[string]any{
 			"type": "object",
 			"properties": map[string]any{
-				"result_ref": map[string]any{"type": "string", "description": "The result_ref named in the marker or summary."},
-				"offset":     map[string]any{"type": "integer", "description": "UTF-8 byte offset to start at.", "default": 0, "minimum": 0},
+				"result_ref": map[string]any{"type": "string", "description": "The result_ref named in the context."},
+				"offset": map[string]any{
+					"type": "integer", "minimum": 0, "default": 0,
+					"description": "UTF-8 byte offset to read from; each page names the next offset.",
+				},
 			},
-			"required":             []string{"result_ref"},
-			"additionalProperties": false,
+			"required": []string{"result_ref"},
 		},
 	},
 	{
 		name: ToolContextBudget,
-		description: "Report how full the context is: the estimated tokens of the last prepared view, the token " +
-			"count at which older history is summarized, the hard limit and the model's context window.",
-		parameters: map[string]any{"type": "object", "properties": map[string]any{}, "additionalProperties": false},
+		description: "Report how full the context window is: the tokens of the current context, the level at which " +
+			"older history is folded into a summary, and the hard limit.",
+		parameters: map[string]any{"type": "object", "properties": map[string]any{}},
 	},
 }
 
@@ -92,21 +91,54 @@ var ErrNotCtxfoldTool = errors.New("ctxfold: not a ctxfold tool")
 
 // DispatchToolCall answers a model's call of one of ctxfold's tools with the text to append as
 // that call's tool result. For read_tool_result it is the page at the offset, followed by a footer
-// naming the next offset while the result continues; for context_budget a JSON object.
+// naming the next offset while the result continues; for context_budget a JSON object with the
+// last view's estimated, trigger and hard-limit tokens.
 //
-// The model's mistakes (bad JSON, an unknown result_ref, an offset past the end or inside a
-// character) are answered with a short error text the model can act on, never an error. The error
-// is non-nil only for a tool that is not ctxfold's ([ErrNotCtxfoldTool]) and for failures that are
-// not the model's (the server unreachable, the session gone, ...).
+// The model's mistakes (arguments that are not a JSON object, a missing result_ref, an unknown
+// result_ref, an offset past the end or inside a character) are answered with a short error text
+// the model can act on, never an error. The error is non-nil only for a tool that is not ctxfold's
+// ([ErrNotCtxfoldTool]) and for failures that are not the model's (server unreachable, session
+// gone, ...).
 func (s *Session) DispatchToolCall(ctx context.Context, name, arguments string) (string, error) {
-	switch name {
-	case ToolReadToolResult:
-		return s.dispatchReadToolResult(ctx, arguments)
-	case ToolContextBudget:
-		return s.dispatchContextBudget(ctx)
-	default:
+	if !IsTool(name) {
 		return "", fmt.Errorf("%w: %q", ErrNotCtxfoldTool, name)
 	}
+	var args map[string]any
+	if strings.TrimSpace(arguments) == "" {
+		arguments = "{}" // some models send no arguments at all for a tool without parameters
+	}
+	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return fmt.Sprintf("error: invalid arguments: not JSON (%v)", err), nil
+		}
+		return "error: invalid arguments: expected a JSON object", nil
+	}
+	if args == nil {
+		return "error: invalid arguments: expected a JSON object", nil
+	}
+	if name == ToolContextBudget {
+		return s.budgetAnswer(), nil
+	}
+	ref, _ := args["result_ref"].(string)
+	if ref == "" {
+		return `error: invalid arguments: "result_ref" (a string from the context) is required`, nil
+	}
+	offset := int64(0)
+	if raw, ok := args["offset"]; ok {
+		n, isNumber := raw.(float64)
+		if !isNumber || n < 0 || n != float64(int64(n)) {
+			return `error: invalid arguments: "offset" must be a non-negative integer`, nil
+		}
+		offset = int64(n)
+	}
+	for page, err := range s.ToolResultPages(ctx, ref, FromOffset(offset)) {
+		if err != nil {
+			return mistakeAnswer(err)
+		}
+		return pageAnswer(page), nil
+	}
+	return "", nil // not reached: the iterator yields a page or an error first
 }
 
 // ToolCallResult runs [Session.DispatchToolCall] for call and wraps the answer as its tool result
@@ -119,81 +151,38 @@ func (s *Session) ToolCallResult(ctx context.Context, call *ToolCall) (*Message,
 	return ToolResultMessage(call.GetId(), content), nil
 }
 
-func (s *Session) dispatchReadToolResult(ctx context.Context, arguments string) (string, error) {
-	var args struct {
-		ResultRef string `json:"result_ref"`
-		Offset    *int64 `json:"offset"`
+// pageAnswer is the page's text, with a footer naming the next offset when the result continues.
+func pageAnswer(page *ToolResultPage) string {
+	if page.Complete {
+		return page.Data
 	}
-	if err := json.Unmarshal([]byte(defaultJSON(arguments)), &args); err != nil {
-		return fmt.Sprintf(`error: the arguments are not a JSON object {"result_ref": string, "offset": integer}: %v`, err), nil
-	}
-	if args.ResultRef == "" {
-		return `error: result_ref is required: pass the result_ref that a marker or summary in the conversation names`, nil
-	}
-	offset := int64(0)
-	if args.Offset != nil {
-		offset = *args.Offset
-	}
-	if offset < 0 {
-		return fmt.Sprintf("error: offset %d is negative; start at 0", offset), nil
-	}
-	for page, err := range s.ToolResultPages(ctx, args.ResultRef, FromOffset(offset)) {
-		if err != nil {
-			return modelMistake(err, args.ResultRef, offset)
-		}
-		if page.Complete {
-			return page.Data, nil
-		}
-		return fmt.Sprintf("%s\n[read_tool_result: bytes %d-%d of %d; the result continues: call read_tool_result with "+
-			"result_ref=%q and offset=%d for the next page]", page.Data, page.Offset, page.NextOffset, page.TotalBytes,
-			page.ResultRef, page.NextOffset), nil
-	}
-	return "", nil // not reached: the iterator yields a page or an error first
+	return fmt.Sprintf("%s\n\n[read_tool_result: bytes %d-%d of %d; call read_tool_result with result_ref %q and offset %d for more]",
+		page.Data, page.Offset, page.NextOffset, page.TotalBytes, page.ResultRef, page.NextOffset)
 }
 
-// modelMistake turns the errors a model's arguments cause into a text it can act on and passes
-// every other error on.
-func modelMistake(err error, ref string, offset int64) (string, error) {
+// modelMistakes are the server's answers to a model's mistake, which the model can act on.
+var modelMistakes = map[ErrorReason]bool{
+	ReasonResultRefRequired: true, ReasonResultRefNotFound: true, ReasonResultRefAmbiguous: true,
+	ReasonOffsetOutOfRange: true, ReasonOffsetNotCharBoundary: true, ReasonInvalidRequest: true,
+}
+
+// mistakeAnswer turns a refusal caused by the model's arguments into a text it can act on and
+// passes every other error on.
+func mistakeAnswer(err error) (string, error) {
 	var e *Error
-	if !errors.As(err, &e) {
-		return "", err
-	}
-	switch e.Reason {
-	case ReasonResultRefNotFound:
-		return fmt.Sprintf("error: no stored tool result has result_ref %q in this session (%s); use a result_ref "+
-			"exactly as a marker or summary in the conversation names it", ref, e.Reason), nil
-	case ReasonOffsetOutOfRange:
-		return fmt.Sprintf("error: offset %d is past the end of result %q (%s); start at 0 or at the offset a footer named",
-			offset, ref, e.Reason), nil
-	case ReasonOffsetNotCharBoundary:
-		return fmt.Sprintf("error: offset %d of result %q falls inside a UTF-8 character (%s); use the offset a "+
-			"footer named", offset, ref, e.Reason), nil
-	}
-	if e.Code == codes.InvalidArgument {
-		return fmt.Sprintf("error: read_tool_result(result_ref=%q, offset=%d) was refused: %s (%s)", ref, offset, e.Message, e.Reason), nil
+	if errors.As(err, &e) && modelMistakes[e.Reason] {
+		return fmt.Sprintf("error: %s: %s", e.Reason, e.Message), nil
 	}
 	return "", err
 }
 
-func (s *Session) dispatchContextBudget(ctx context.Context) (string, error) {
-	info, err := s.Refresh(ctx)
-	if err != nil {
-		return "", err
+func (s *Session) budgetAnswer() string {
+	view := s.client.views.get(s.id)
+	if view == nil {
+		return "error: no context prepared by this client yet"
 	}
-	budget := map[string]any{"context_window": info.GetConfig().GetContextWindow()}
-	if view := s.client.views.get(s.id); view != nil {
-		budget["estimated_tokens"] = view.EstimatedTokens
-		budget["trigger_tokens"] = view.TriggerTokens
-		budget["hard_limit_tokens"] = view.HardLimitTokens
-	}
-	data, err := json.Marshal(budget)
-	return string(data), err
-}
-
-// defaultJSON treats empty arguments as an empty object (some models send "" for no arguments).
-func defaultJSON(arguments string) string {
-	if strings.TrimSpace(arguments) == "" {
-		return "{}"
-	}
-	return arguments
+	data, _ := json.Marshal(map[string]int64{ // a map of integers always marshals
+		"estimated_tokens": view.EstimatedTokens, "trigger_tokens": view.TriggerTokens, "hard_limit_tokens": view.HardLimitTokens,
+	})
+	return string(data)
 }
