@@ -83,6 +83,34 @@ func NewRequest(view *ctxfold.View, opts Options) *Request {
 	return req
 }
 
+// FromMessages converts Chat Completions messages (a transcript recorded or kept in this format)
+// to ctxfold messages to append. Roles other than system, user, assistant and tool ("developer")
+// count as system.
+func FromMessages(msgs []Message) []*ctxfold.Message {
+	out := make([]*ctxfold.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = fromMessage(m)
+	}
+	return out
+}
+
+func fromMessage(m Message) *ctxfold.Message {
+	role := ctxfold.RoleSystem
+	for r, name := range roles {
+		if name == m.Role {
+			role = r
+		}
+	}
+	msg := &ctxfold.Message{Role: role, Name: m.Name, ToolCallId: m.ToolCallID, ReasoningContent: m.ReasoningContent}
+	if m.Content != nil {
+		msg.Content = *m.Content
+	}
+	for _, call := range m.ToolCalls {
+		msg.ToolCalls = append(msg.ToolCalls, ctxfold.NewToolCall(call.ID, call.Function.Name, call.Function.Arguments))
+	}
+	return msg
+}
+
 // Response is the part of a Chat Completions response the agent loop needs.
 type Response struct {
 	Choices []Choice `json:"choices"`
@@ -120,13 +148,8 @@ func (r *Response) Turn() (*ctxfold.Turn, error) {
 		return nil, errors.New("openaichat: the response has no choices")
 	}
 	choice := r.Choices[0]
-	msg := &ctxfold.Message{Role: ctxfold.RoleAssistant, ReasoningContent: choice.Message.ReasoningContent}
-	if choice.Message.Content != nil {
-		msg.Content = *choice.Message.Content
-	}
-	for _, call := range choice.Message.ToolCalls {
-		msg.ToolCalls = append(msg.ToolCalls, ctxfold.NewToolCall(call.ID, call.Function.Name, call.Function.Arguments))
-	}
+	msg := fromMessage(choice.Message)
+	msg.Role = ctxfold.RoleAssistant
 	return &ctxfold.Turn{
 		Messages: []*ctxfold.Message{msg},
 		Usage: ctxfold.Usage{

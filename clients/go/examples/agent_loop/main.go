@@ -1,82 +1,60 @@
-// Command agent_loop is a complete agent loop on ctxfold with a fake model: it appends the user
-// turn, prepares the context before every model call, "calls the model" (canned answers that ask
-// for a directory listing, then a final answer), appends the answer, feeds the tool results into
-// the next Prepare and reports the provider's usage. With the default small window (4000 tokens)
-// the history is folded into a summary checkpoint along the way, and the fold progress is printed.
+// Command agent_loop is the README's agent loop: it replays a recorded agent trace (OpenAI chat
+// format, like the repository's tests/data/traces) through ctxfold. Before every model call it
+// prepares the view, converts it with the OpenAI Chat adapter, lets a fake model answer with the
+// recorded assistant message, appends that answer through the adapter, reports the usage and feeds
+// the recorded tool results into the next Prepare. The first time the view shows a shortened tool
+// result, the fake model reads it with the read_tool_result tool, answered by the dispatcher.
 //
-//	ctxfold serve --listen 127.0.0.1:50051 &
-//	go run ./examples/agent_loop -addr 127.0.0.1:50051
+//	go run ./examples/agent_loop -addr 127.0.0.1:50051 -trace ../../tests/data/traces/openhands-multi-swe-bench-1.json
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log"
-	"math/rand/v2"
 	"os"
-	"strings"
-	"time"
+	"regexp"
 
 	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
-	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
+	"github.com/ctxfold/ctxfold/clients/go/ctxfold/openaichat"
 )
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:50051", "ctxfold server address")
-	token := flag.String("token", os.Getenv("CTXFOLD_TOKEN"), "bearer token (servers with an auth tokens file)")
-	steps := flag.Int("steps", 10, "model calls before the final answer")
+	trace := flag.String("trace", "", "recorded trace: {\"messages\": [...], \"tools\": [...]} in OpenAI chat format")
+	window := flag.Int64("window", 8000, "the model's context window in tokens (small, so the history folds)")
 	flag.Parse()
-
-	var opts []ctxfold.Option
-	if *token != "" {
-		opts = append(opts, ctxfold.WithBearerToken(*token))
-	}
-	client, err := ctxfold.New(*addr, opts...)
+	client, err := ctxfold.New(*addr)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
-
-	if _, err := run(context.Background(), client, *steps, os.Stdout); err != nil {
+	if _, err := run(context.Background(), client, *trace, *window, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-// report is what the loop saw; the end-to-end test checks it.
-type report struct {
-	SessionID string
-	Prepares  int
-	Deltas    int
-	Folds     int
-	Progress  []*ctxfold.FoldProgress
-	Final     *ctxfold.View
-	Answer    string
+type recordedTrace struct {
+	Messages []openaichat.Message `json:"messages"`
+	Tools    []map[string]any     `json:"tools"`
 }
 
-var tools = []map[string]any{{
-	"type": "function",
-	"function": map[string]any{
-		"name":        "list_files",
-		"description": "List the files of a directory with sizes and dates.",
-		"parameters": map[string]any{
-			"type":       "object",
-			"properties": map[string]any{"path": map[string]any{"type": "string"}},
-			"required":   []string{"path"},
-		},
-	},
-}}
-
-// run drives one agent conversation of steps tool calls and a final answer.
-func run(ctx context.Context, client *ctxfold.Client, steps int, out io.Writer) (*report, error) {
-	cfg, err := ctxfold.NewSessionConfig(4000,
-		ctxfold.MaxOutputTokens(256),
-		ctxfold.SystemPrompt("You are a careful coding agent. Use list_files to explore the repository."),
-		ctxfold.Tools(tools),
-		ctxfold.Model("fake-model-1"),
-		ctxfold.CacheTTL(5*time.Minute), // the provider's prompt-cache TTL: cache_state becomes WARM/COLD
-	)
+// run replays the trace and returns the last view.
+func run(ctx context.Context, client *ctxfold.Client, tracePath string, window int64, out io.Writer) (*ctxfold.View, error) {
+	data, err := os.ReadFile(tracePath)
+	if err != nil {
+		return nil, err
+	}
+	var trace recordedTrace
+	if err := json.Unmarshal(data, &trace); err != nil {
+		return nil, fmt.Errorf("%s: %w", tracePath, err)
+	}
+	transcript := openaichat.FromMessages(trace.Messages)
+	cfg, err := ctxfold.NewSessionConfig(window, ctxfold.SystemPrompt(transcript[0].GetContent()),
+		ctxfold.Tools(trace.Tools), ctxfold.ToolContentMaxBytes(4096)) // longer results are shortened in the view
 	if err != nil {
 		return nil, err
 	}
@@ -84,86 +62,86 @@ func run(ctx context.Context, client *ctxfold.Client, steps int, out io.Writer) 
 	if err != nil {
 		return nil, err
 	}
-	rep := &report{SessionID: session.ID()}
-	fmt.Fprintf(out, "session %s\n", session.ID())
+	fmt.Fprintf(out, "session %s: replaying %d recorded messages in a %d-token window\n", session.ID(), len(transcript), window)
+	ctxfoldTools, _ := ctxfold.ToolDefinitions(ctxfold.FormatOpenAIChat) // a known format never fails
+	tools := append(trace.Tools, ctxfoldTools...)
 
-	// The new input of the next model call: first the user turn, later the tool results.
-	pending := []*ctxfold.Message{ctxfold.UserMessage("Find where the retry logic lives in this repository and explain it.")}
-	for step := 1; ; step++ {
-		prepared, err := session.Prepare(ctx,
-			ctxfold.WithAppend(pending...),
-			ctxfold.WithProgress(func(p *ctxfold.FoldProgress) {
-				rep.Progress = append(rep.Progress, p)
-				fmt.Fprintf(out, "  %-26s pass %d/%d tokens %d -> %d %s\n", p.GetStage(), p.GetPassIndex(),
-					p.GetPassesPlanned(), p.GetTokensBefore(), p.GetTokensAfter(), p.GetMessage())
-			}),
-		)
-		if err != nil {
-			return nil, fmt.Errorf("step %d: prepare: %w", step, err)
+	var view *ctxfold.View
+	var pending []*ctxfold.Message // the new input of the next model call
+	readResult := true             // the fake model reads one shortened result itself
+	for i := 1; i < len(transcript); i++ {
+		if transcript[i].GetRole() != ctxfold.RoleAssistant {
+			pending = append(pending, transcript[i])
+			continue
 		}
-		rep.Prepares++
-		if prepared.Delta {
-			rep.Deltas++
-		}
-		if prepared.Folded() {
-			rep.Folds++
-		}
-		fmt.Fprintf(out, "step %2d: %2d messages (%d appended), ~%d tokens, %s, cache %s\n", step,
-			len(prepared.Messages), len(prepared.Appended), prepared.EstimatedTokens, prepared.Action, prepared.CacheState)
-
-		// "Call the model" with prepared.Messages and prepared.PromptCacheKey.
-		answer := fakeModel(step, steps, prepared.Messages)
-		if _, err := session.Append(ctx, answer); err != nil {
-			return nil, fmt.Errorf("step %d: append answer: %w", step, err)
-		}
-		finish := "tool_calls"
-		if len(answer.GetToolCalls()) == 0 {
-			finish = "stop"
-		}
-		if _, err := session.ObserveUsage(ctx, ctxfold.Usage{
-			ViewVersion:       prepared.ViewVersion,
-			InputTokens:       prepared.EstimatedTokens, // a real agent passes the provider's numbers
-			CachedInputTokens: 0,
-			OutputTokens:      64,
-			FinishReason:      finish,
-		}); err != nil {
-			return nil, fmt.Errorf("step %d: observe usage: %w", step, err)
-		}
-		if len(answer.GetToolCalls()) == 0 {
-			rep.Final, rep.Answer = prepared, answer.GetContent()
-			fmt.Fprintf(out, "answer: %s\n", answer.GetContent())
-			return rep, nil
-		}
-		pending = pending[:0]
-		for _, call := range answer.GetToolCalls() {
-			pending = append(pending, ctxfold.ToolResultMessage(call.GetId(), runTool(call)))
-		}
-	}
-}
-
-// fakeModel stands in for the provider: it lists one directory per step, then answers.
-func fakeModel(step, steps int, view []*ctxfold.Message) *ctxfold.Message {
-	if step > steps {
-		summarized := ""
-		for _, m := range view {
-			if m.GetSummary() {
-				summarized = " (earlier steps came from the summary checkpoint)"
+		for answered := false; !answered; {
+			view, err = session.Prepare(ctx, ctxfold.WithAppend(pending...), ctxfold.WithProgress(func(p *ctxfold.FoldProgress) {
+				fmt.Fprintf(out, "  %s %d -> %d tokens %s\n", p.GetStage(), p.GetTokensBefore(), p.GetTokensAfter(), p.GetMessage())
+			}))
+			if err != nil {
+				return nil, err
+			}
+			request := openaichat.NewRequest(view, openaichat.Options{Model: "recorded-model", Tools: tools})
+			var body []byte
+			body, answered = fakeModel(request, view.EstimatedTokens, trace.Messages[i], &readResult)
+			turn, err := openaichat.ParseResponse(body)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := session.Append(ctx, turn.Messages...); err != nil {
+				return nil, err
+			}
+			turn.Usage.ViewVersion = view.ViewVersion
+			if _, err := session.ObserveUsage(ctx, turn.Usage); err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(out, "turn %3d: %2d messages, %5d tokens, %s\n", i, len(view.Messages), view.EstimatedTokens, view.Action)
+			pending = nil
+			for _, call := range turn.ToolCalls() {
+				if ctxfold.IsTool(call.GetName()) { // the model asked ctxfold itself
+					answer, err := session.ToolCallResult(ctx, call)
+					if err != nil {
+						return nil, err
+					}
+					fmt.Fprintf(out, "  %s(%s) answered with %d bytes\n", call.GetName(), call.GetArguments(), len(answer.GetContent()))
+					pending = append(pending, answer)
+				}
 			}
 		}
-		return ctxfold.AssistantMessage("The retry logic lives in src/pkg3/retry.go: exponential backoff with jitter." + summarized)
 	}
-	return ctxfold.AssistantMessage(fmt.Sprintf("Listing src/pkg%d next.", step),
-		ctxfold.NewToolCall(fmt.Sprintf("call_%d", step), "list_files", fmt.Sprintf(`{"path": "src/pkg%d"}`, step)))
+	return view, nil
 }
 
-// runTool fakes list_files: about 1500 characters of varied, deterministic listing lines.
-func runTool(call *ctxfoldv1.ToolCall) string {
-	rng := rand.New(rand.NewPCG(uint64(len(call.GetArguments())), uint64(call.GetId()[len(call.GetId())-1])))
-	words := []string{"retry", "backoff", "client", "server", "config", "handler", "cache", "queue", "worker", "metrics", "auth", "store"}
-	var b strings.Builder
-	for b.Len() < 1500 {
-		fmt.Fprintf(&b, "-rw-r--r-- 1 dev dev %6d Nov %2d %02d:%02d %s_%s_%d.go\n", rng.IntN(90000)+100, rng.IntN(28)+1,
-			rng.IntN(24), rng.IntN(60), words[rng.IntN(len(words))], words[rng.IntN(len(words))], rng.IntN(1000))
+// marker is how a shortened tool result names its stored whole.
+var marker = regexp.MustCompile(`result_ref="([^"]+)"`)
+
+// fakeModel stands in for the provider: it answers the request with the recorded assistant message,
+// except that it first reads the first shortened tool result the request shows (answered = false
+// then). It bills the estimated tokens as the prompt.
+func fakeModel(request *openaichat.Request, promptTokens int64, recorded openaichat.Message, readResult *bool) (body []byte, answered bool) {
+	answer, answered := recorded, true
+	for _, m := range request.Messages {
+		if ref := marker.FindStringSubmatch(content(m)); *readResult && m.Role == "tool" && ref != nil {
+			args, _ := json.Marshal(map[string]any{"result_ref": ref[1], "offset": 0})
+			call := openaichat.ToolCall{ID: "call_read_1", Type: "function", Function: openaichat.FunctionCall{Name: ctxfold.ToolReadToolResult, Arguments: string(args)}}
+			answer, answered, *readResult = openaichat.Message{Role: "assistant", ToolCalls: []openaichat.ToolCall{call}}, false, false
+			break
+		}
 	}
-	return b.String()
+	finish := "stop"
+	if len(answer.ToolCalls) > 0 {
+		finish = "tool_calls"
+	}
+	body, _ = json.Marshal(map[string]any{ // plain maps and strings always marshal
+		"choices": []any{map[string]any{"message": answer, "finish_reason": finish}},
+		"usage":   map[string]any{"prompt_tokens": promptTokens, "completion_tokens": 50, "prompt_tokens_details": map[string]any{"cached_tokens": 0}},
+	})
+	return body, answered
+}
+
+func content(m openaichat.Message) string {
+	if m.Content == nil {
+		return ""
+	}
+	return *m.Content
 }
