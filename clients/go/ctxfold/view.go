@@ -224,7 +224,7 @@ func (s *Session) PrepareEvents(ctx context.Context, opts ...PrepareOption) iter
 
 func (s *Session) prepare(ctx context.Context, ps *prepareSettings, onProgress func(*FoldProgress) error) (*View, error) {
 	requestID := ps.requestID
-	if requestID == "" && len(ps.append) > 0 {
+	if requestID == "" {
 		requestID = newRequestID()
 	}
 	baseView, baseVersion := s.HeldView()

@@ -44,13 +44,9 @@ type recordedTrace struct {
 
 // run replays the trace and returns the last view.
 func run(ctx context.Context, client *ctxfold.Client, tracePath string, window int64, out io.Writer) (*ctxfold.View, error) {
-	data, err := os.ReadFile(tracePath)
-	if err != nil {
-		return nil, err
-	}
 	var trace recordedTrace
-	if err := json.Unmarshal(data, &trace); err != nil {
-		return nil, fmt.Errorf("%s: %w", tracePath, err)
+	if data, err := os.ReadFile(tracePath); err != nil || json.Unmarshal(data, &trace) != nil {
+		return nil, fmt.Errorf("%s: not a readable trace (%v)", tracePath, err)
 	}
 	transcript := openaichat.FromMessages(trace.Messages)
 	cfg, err := ctxfold.NewSessionConfig(window, ctxfold.SystemPrompt(transcript[0].GetContent()),
@@ -121,27 +117,19 @@ var marker = regexp.MustCompile(`result_ref="([^"]+)"`)
 func fakeModel(request *openaichat.Request, promptTokens int64, recorded openaichat.Message, readResult *bool) (body []byte, answered bool) {
 	answer, answered := recorded, true
 	for _, m := range request.Messages {
-		if ref := marker.FindStringSubmatch(content(m)); *readResult && m.Role == "tool" && ref != nil {
+		if m.Role != "tool" || !*readResult {
+			continue
+		}
+		if ref := marker.FindStringSubmatch(*m.Content); ref != nil {
 			args, _ := json.Marshal(map[string]any{"result_ref": ref[1], "offset": 0})
 			call := openaichat.ToolCall{ID: "call_read_1", Type: "function", Function: openaichat.FunctionCall{Name: ctxfold.ToolReadToolResult, Arguments: string(args)}}
 			answer, answered, *readResult = openaichat.Message{Role: "assistant", ToolCalls: []openaichat.ToolCall{call}}, false, false
 			break
 		}
 	}
-	finish := "stop"
-	if len(answer.ToolCalls) > 0 {
-		finish = "tool_calls"
-	}
 	body, _ = json.Marshal(map[string]any{ // plain maps and strings always marshal
-		"choices": []any{map[string]any{"message": answer, "finish_reason": finish}},
-		"usage":   map[string]any{"prompt_tokens": promptTokens, "completion_tokens": 50, "prompt_tokens_details": map[string]any{"cached_tokens": 0}},
+		"choices": []any{map[string]any{"message": answer, "finish_reason": "stop"}},
+		"usage":   map[string]any{"prompt_tokens": promptTokens, "completion_tokens": 50},
 	})
 	return body, answered
-}
-
-func content(m openaichat.Message) string {
-	if m.Content == nil {
-		return ""
-	}
-	return *m.Content
 }
