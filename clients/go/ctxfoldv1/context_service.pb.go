@@ -284,6 +284,10 @@ const (
 	// Detected by the client SDKs, never sent by the server: the pages of a tool result read back
 	// do not hash to the server's sha256 (code DATA_LOSS).
 	ErrorReason_RESULT_CHECKSUM_MISMATCH ErrorReason = 38
+	// Detected by the client SDKs, never sent by the server: the server broke the protocol (a page
+	// token repeated, a stream going on after its result, pages of one result that disagree, a whole
+	// view whose count disagrees) (code INTERNAL).
+	ErrorReason_PROTOCOL_VIOLATION ErrorReason = 39
 )
 
 // Enum value maps for ErrorReason.
@@ -328,6 +332,7 @@ var (
 		36: "INTERNAL",
 		37: "STREAM_ENDED_WITHOUT_RESULT",
 		38: "RESULT_CHECKSUM_MISMATCH",
+		39: "PROTOCOL_VIOLATION",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":    0,
@@ -369,6 +374,7 @@ var (
 		"INTERNAL":                    36,
 		"STREAM_ENDED_WITHOUT_RESULT": 37,
 		"RESULT_CHECKSUM_MISMATCH":    38,
+		"PROTOCOL_VIOLATION":          39,
 	}
 )
 
@@ -3575,7 +3581,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x17CACHE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10CACHE_STATE_WARM\x10\x01\x12\x14\n" +
 	"\x10CACHE_STATE_COLD\x10\x02\x12\x17\n" +
-	"\x13CACHE_STATE_UNKNOWN\x10\x03*\xba\a\n" +
+	"\x13CACHE_STATE_UNKNOWN\x10\x03*\xd2\a\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fUNAUTHENTICATED\x10\x01\x12\x13\n" +
@@ -3616,7 +3622,8 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x11STORE_UNAVAILABLE\x10#\x12\f\n" +
 	"\bINTERNAL\x10$\x12\x1f\n" +
 	"\x1bSTREAM_ENDED_WITHOUT_RESULT\x10%\x12\x1c\n" +
-	"\x18RESULT_CHECKSUM_MISMATCH\x10&*\xf3\x01\n" +
+	"\x18RESULT_CHECKSUM_MISMATCH\x10&\x12\x16\n" +
+	"\x12PROTOCOL_VIOLATION\x10'*\xf3\x01\n" +
 	"\x0fNotFoldedReason\x12!\n" +
 	"\x1dNOT_FOLDED_REASON_UNSPECIFIED\x10\x00\x12.\n" +
 	"*NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET\x10\x01\x12#\n" +

@@ -331,6 +331,16 @@ public enum ErrorReason
    * <code>RESULT_CHECKSUM_MISMATCH = 38;</code>
    */
   RESULT_CHECKSUM_MISMATCH(38),
+  /**
+   * <pre>
+   * Detected by the client SDKs, never sent by the server: the server broke the protocol (a page
+   * token repeated, a stream going on after its result, pages of one result that disagree, a whole
+   * view whose count disagrees) (code INTERNAL).
+   * </pre>
+   *
+   * <code>PROTOCOL_VIOLATION = 39;</code>
+   */
+  PROTOCOL_VIOLATION(39),
   UNRECOGNIZED(-1),
   ;
 
@@ -657,6 +667,16 @@ public enum ErrorReason
    * <code>RESULT_CHECKSUM_MISMATCH = 38;</code>
    */
   public static final int RESULT_CHECKSUM_MISMATCH_VALUE = 38;
+  /**
+   * <pre>
+   * Detected by the client SDKs, never sent by the server: the server broke the protocol (a page
+   * token repeated, a stream going on after its result, pages of one result that disagree, a whole
+   * view whose count disagrees) (code INTERNAL).
+   * </pre>
+   *
+   * <code>PROTOCOL_VIOLATION = 39;</code>
+   */
+  public static final int PROTOCOL_VIOLATION_VALUE = 39;
 
 
   public final int getNumber() {
@@ -722,6 +742,7 @@ public enum ErrorReason
       case 36: return INTERNAL;
       case 37: return STREAM_ENDED_WITHOUT_RESULT;
       case 38: return RESULT_CHECKSUM_MISMATCH;
+      case 39: return PROTOCOL_VIOLATION;
       default: return null;
     }
   }
