@@ -20,7 +20,7 @@ func toolView(stable int64) *ctxfold.View {
 		Messages: []*ctxfold.Message{
 			ctxfold.SystemMessage("sys"),
 			ctxfold.UserMessage("fix it"),
-			ctxfold.AssistantMessage("", ctxfold.NewToolCall("c1", "ls", `{"path":"."}`), ctxfold.NewToolCall("c2", "cat", "not json")),
+			ctxfold.AssistantMessage("", ctxfold.NewToolCall("c1", "ls", `{"path":"."}`), ctxfold.NewToolCall("c2", "cat", "")),
 			ctxfold.ToolResultMessage("c1", "a.py"),
 			ctxfold.ToolResultMessage("c2", "print(1)"),
 			ctxfold.UserMessage("go on"),
@@ -60,21 +60,35 @@ func TestAnthropicCacheBreakpoint(t *testing.T) {
 		}
 		return at
 	}
-	cases := map[int64][]string{0: nil, 1: {"system.0"}, 2: {"0.0:text"}, 4: {"2.0:tool_result"}, 5: {"2.1:tool_result"}, 6: {"3.0:text"}}
+	cases := map[int64][]string{0: nil, 1: {"system.0"}, 2: {"0.0:text"}, 3: {"1.1:tool_use"}, 4: {"2.0:tool_result"}, 5: {"2.1:tool_result"}, 6: {"2.2:text"}}
 	for stable, want := range cases {
-		req := anthropic.NewRequest(toolView(stable), anthropic.Options{Model: "m", MaxTokens: 100})
+		req, err := anthropic.NewRequest(toolView(stable), anthropic.Options{Model: "m", MaxTokens: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if got := marked(req); !slices.Equal(got, want) {
 			t.Errorf("stable prefix %d: cache_control at %v, want %v", stable, got, want)
 		}
 	}
-	req := anthropic.NewRequest(toolView(0), anthropic.Options{Model: "m", MaxTokens: 100})
-	if roles := []string{req.Messages[0].Role, req.Messages[1].Role, req.Messages[2].Role, req.Messages[3].Role}; len(req.Messages) != 4 ||
-		roles[0] != "user" || roles[1] != "assistant" || roles[2] != "user" || roles[3] != "user" {
+	req, err := anthropic.NewRequest(toolView(0), anthropic.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var roles []string
+	for _, m := range req.Messages {
+		roles = append(roles, m.Role)
+	}
+	// The two tool results and the next user text form one user turn.
+	if !slices.Equal(roles, []string{"user", "assistant", "user"}) || len(req.Messages[2].Content) != 3 {
 		t.Fatalf("turns %v", asJSON(t, req.Messages))
 	}
-	calls := req.Messages[1].Content
-	if string(calls[0].Input) != `{"path":"."}` || string(calls[1].Input) != `{}` {
-		t.Errorf("tool_use inputs %s, %s (arguments that are not an object become {})", calls[0].Input, calls[1].Input)
+	if calls := req.Messages[1].Content; string(calls[0].Input) != `{"path":"."}` || string(calls[1].Input) != `{}` {
+		t.Errorf("tool_use inputs %s, %s (empty arguments become {})", calls[0].Input, calls[1].Input)
+	}
+	bad := toolView(0)
+	bad.Messages[2].ToolCalls[1].Arguments = "not json"
+	if _, err := anthropic.NewRequest(bad, anthropic.Options{}); err == nil {
+		t.Errorf("arguments that are not a JSON object were accepted")
 	}
 }
 

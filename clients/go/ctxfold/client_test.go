@@ -38,6 +38,7 @@ type fakeServer struct {
 	prepares    []*ctxfoldv1.PrepareRequest
 	reads       []*ctxfoldv1.ReadToolResultRequest
 	listCalls   int
+	listToken   string
 
 	getSession func() (*ctxfoldv1.GetSessionResponse, error)
 	prepare    func(req *ctxfoldv1.PrepareRequest, send func(*ctxfoldv1.PrepareResponse) error) error
@@ -78,6 +79,9 @@ func (f *fakeServer) ListSessions(_ context.Context, req *ctxfoldv1.ListSessions
 	f.mu.Lock()
 	f.listCalls++
 	f.mu.Unlock()
+	if f.listToken != "" { // a broken server: the same next token on every page
+		return &ctxfoldv1.ListSessionsResponse{Sessions: []*ctxfoldv1.Session{{Id: "s"}}, NextPageToken: f.listToken}, nil
+	}
 	// Three pages: s1 s2 | s3 s4 | s5.
 	pages := map[string]*ctxfoldv1.ListSessionsResponse{
 		"":   {Sessions: []*ctxfoldv1.Session{{Id: "s1"}, {Id: "s2"}}, NextPageToken: "p2"},
@@ -348,6 +352,40 @@ func TestPrepareWithoutResult(t *testing.T) {
 	}
 }
 
+// TestProtocolViolations: a server that breaks the protocol gets PROTOCOL_VIOLATION (INTERNAL),
+// never a wrong result.
+func TestProtocolViolations(t *testing.T) {
+	f := &fakeServer{}
+	client := startFake(t, f)
+	ctx := context.Background()
+	violation := func(what string, err error) {
+		t.Helper()
+		var e *ctxfold.Error
+		if !errors.As(err, &e) || e.Reason != ctxfold.ReasonProtocolViolation || e.Code != codes.Internal {
+			t.Errorf("%s: %v, want PROTOCOL_VIOLATION", what, err)
+		}
+	}
+	f.prepare = func(_ *ctxfoldv1.PrepareRequest, send func(*ctxfoldv1.PrepareResponse) error) error {
+		_ = send(result(&ctxfoldv1.PreparedContext{ViewVersion: 1}))
+		return send(progress(ctxfoldv1.FoldStage_FOLD_STAGE_PLANNED))
+	}
+	_, err := client.OpenSession("s1").Prepare(ctx)
+	violation("an event after the result", err)
+
+	f.prepare = func(_ *ctxfoldv1.PrepareRequest, send func(*ctxfoldv1.PrepareResponse) error) error {
+		return send(result(&ctxfoldv1.PreparedContext{Messages: []*ctxfoldv1.Message{msg("a")}, ViewVersion: 1, ViewMessageCount: 3}))
+	}
+	_, err = client.OpenSession("s1").Prepare(ctx)
+	violation("a whole view of 1 message counted 3", err)
+
+	f.listToken = "same"
+	for _, err := range client.Sessions(ctx) {
+		if err != nil {
+			violation("a repeated page token", err)
+		}
+	}
+}
+
 func TestReadToolResultChecks(t *testing.T) {
 	data := "héllo wörld, 日本語 🚀"
 	sum := sha256.Sum256([]byte(data))
@@ -386,7 +424,7 @@ func TestReadToolResultChecks(t *testing.T) {
 	f.read = func(req *ctxfoldv1.ReadToolResultRequest) (*ctxfoldv1.ReadToolResultResponse, error) {
 		return &ctxfoldv1.ReadToolResultResponse{Offset: req.GetOffset(), NextOffset: req.GetOffset(), TotalBytes: 10}, nil
 	}
-	if _, err := s.ReadToolResult(ctx, "tr_1"); !ctxfold.HasReason(err, ctxfold.ReasonResultChecksumMismatch) {
+	if _, err := s.ReadToolResult(ctx, "tr_1"); !ctxfold.HasReason(err, ctxfold.ReasonProtocolViolation) {
 		t.Errorf("a page that does not advance: %v", err)
 	}
 }

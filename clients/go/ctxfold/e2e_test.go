@@ -376,7 +376,11 @@ func TestE2E(t *testing.T) {
 		ref := must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.ToolResultMessage("big", raw)))[0].GetResultRef()
 		dispatch := func(name, arguments string) string {
 			t.Helper()
-			return must[string](t)(s.DispatchToolCall(ctx, name, arguments))
+			content, handled, err := s.DispatchToolCall(ctx, name, arguments)
+			if err != nil || !handled {
+				t.Fatalf("%s(%s): handled %v, %v", name, arguments, handled, err)
+			}
+			return content
 		}
 
 		if got := dispatch(ctxfold.ToolContextBudget, ""); !strings.HasPrefix(got, "error: no context prepared") {
@@ -425,17 +429,16 @@ func TestE2E(t *testing.T) {
 				t.Errorf("arguments %s: answer %q, want an error naming %s", arguments, got, want)
 			}
 		}
-		if _, err := s.DispatchToolCall(ctx, "list_files", "{}"); !errors.Is(err, ctxfold.ErrNotCtxfoldTool) {
-			t.Errorf("another tool: %v", err)
+		if _, handled, err := s.DispatchToolCall(ctx, "list_files", "{}"); handled || err != nil {
+			t.Errorf("another tool: handled %v, %v", handled, err)
 		}
 		// A failure that is not the model's is an error, not an answer.
 		gone := client.OpenSession("s_does_not_exist")
-		if _, err := gone.DispatchToolCall(ctx, ctxfold.ToolReadToolResult, `{"result_ref": "r_1"}`); !ctxfold.HasReason(err, ctxfold.ReasonSessionNotFound) {
+		if _, _, err := gone.DispatchToolCall(ctx, ctxfold.ToolReadToolResult, `{"result_ref": "r_1"}`); !ctxfold.HasReason(err, ctxfold.ReasonSessionNotFound) {
 			t.Errorf("unknown session: %v", err)
 		}
-		msg := must[*ctxfold.Message](t)(s.ToolCallResult(ctx, ctxfold.NewToolCall("c9", ctxfold.ToolReadToolResult, fmt.Sprintf(`{"result_ref": %q, "offset": 39990}`, ref))))
-		if msg.GetRole() != ctxfold.RoleTool || msg.GetToolCallId() != "c9" || msg.GetContent() != raw[39990:] {
-			t.Errorf("tool call result %v", msg)
+		if tail := dispatch(ctxfold.ToolReadToolResult, fmt.Sprintf(`{"result_ref": %q, "offset": 39990}`, ref)); tail != raw[39990:] {
+			t.Errorf("the last page %q", tail)
 		}
 	})
 

@@ -82,6 +82,7 @@ const (
 	ReasonInternal                 = ctxfoldv1.ErrorReason_INTERNAL
 	ReasonStreamEndedWithoutResult = ctxfoldv1.ErrorReason_STREAM_ENDED_WITHOUT_RESULT
 	ReasonResultChecksumMismatch   = ctxfoldv1.ErrorReason_RESULT_CHECKSUM_MISMATCH
+	ReasonProtocolViolation        = ctxfoldv1.ErrorReason_PROTOCOL_VIOLATION
 )
 
 // NotFoldedReason is ctxfoldv1.NotFoldedReason (proto enum ctxfold.v1.NotFoldedReason); it prints as the value's proto name.

@@ -9,6 +9,8 @@ import (
 	"iter"
 	"sync"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 )
 
@@ -92,7 +94,7 @@ func listOptions(opts []ListOption) listSettings {
 //	for info, err := range client.Sessions(ctx) { ... }
 func (c *Client) Sessions(ctx context.Context, opts ...ListOption) iter.Seq2[*SessionInfo, error] {
 	s := listOptions(opts)
-	return paginate(func(token string) ([]*SessionInfo, string, error) {
+	return paginate("ListSessions", func(token string) ([]*SessionInfo, string, error) {
 		cctx, cancel := c.unaryContext(ctx)
 		defer cancel()
 		resp, err := c.raw.ListSessions(cctx, &ctxfoldv1.ListSessionsRequest{PageSize: s.pageSize, PageToken: token})
@@ -103,16 +105,22 @@ func (c *Client) Sessions(ctx context.Context, opts ...ListOption) iter.Seq2[*Se
 	})
 }
 
-func paginate[T any](page func(token string) ([]T, string, error)) iter.Seq2[T, error] {
+// paginate iterates over every item of a paged list RPC (op names it in errors).
+func paginate[T any](op string, page func(token string) ([]T, string, error)) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
-		token := ""
+		var zero T
+		token, seen := "", map[string]bool{}
 		for {
 			items, next, err := page(token)
 			if err != nil {
-				var zero T
 				yield(zero, err)
 				return
 			}
+			if next != "" && seen[next] {
+				yield(zero, sdkError(op, codes.Internal, ReasonProtocolViolation, "the server repeated the page token %q", next))
+				return
+			}
+			seen[next] = true
 			for _, item := range items {
 				if !yield(item, nil) {
 					return
@@ -207,7 +215,7 @@ func (s *Session) AppendWithRequestID(ctx context.Context, requestID string, msg
 // Messages iterates over the canonical transcript in seq order, fetching pages as needed.
 func (s *Session) Messages(ctx context.Context, opts ...ListOption) iter.Seq2[*Message, error] {
 	ls := listOptions(opts)
-	return paginate(func(token string) ([]*Message, string, error) {
+	return paginate("ListMessages", func(token string) ([]*Message, string, error) {
 		cctx, cancel := s.client.unaryContext(ctx)
 		defer cancel()
 		resp, err := s.client.raw.ListMessages(cctx, &ctxfoldv1.ListMessagesRequest{
@@ -355,7 +363,7 @@ func (s *Session) ContextState(ctx context.Context) (map[string]any, error) {
 // ([IncludeAbandoned] adds those of abandoned branches).
 func (s *Session) Checkpoints(ctx context.Context, opts ...ListOption) iter.Seq2[*Checkpoint, error] {
 	ls := listOptions(opts)
-	return paginate(func(token string) ([]*Checkpoint, string, error) {
+	return paginate("ListCheckpoints", func(token string) ([]*Checkpoint, string, error) {
 		cctx, cancel := s.client.unaryContext(ctx)
 		defer cancel()
 		resp, err := s.client.raw.ListCheckpoints(cctx, &ctxfoldv1.ListCheckpointsRequest{

@@ -131,7 +131,7 @@ func (s *Session) pages(ctx context.Context, sel resultSelector, rs readSettings
 				return
 			}
 			if page.Offset != offset || page.NextOffset != offset+int64(len(page.Data)) || (!page.Complete && len(page.Data) == 0) {
-				yield(nil, sdkError("ReadToolResult", codes.DataLoss, ReasonResultChecksumMismatch,
+				yield(nil, sdkError("ReadToolResult", codes.Internal, ReasonProtocolViolation,
 					"the page asked at offset %d came back at offset %d with %d bytes and next offset %d",
 					offset, page.Offset, len(page.Data), page.NextOffset))
 				return

@@ -9,7 +9,7 @@ import (
 )
 
 // The function tools ctxfold offers the model: give [ToolDefinitions] to the provider with the
-// agent's own tools and answer calls of these names with [Session.DispatchToolCall].
+// agent's own tools and let [Session.DispatchToolCall] answer calls of these names.
 const (
 	// ToolReadToolResult reads a page of a stored tool result (or the folded-results index) by the
 	// result_ref the view shows.
@@ -86,22 +86,19 @@ func IsTool(name string) bool {
 	return name == ToolReadToolResult || name == ToolContextBudget
 }
 
-// ErrNotCtxfoldTool is returned by [Session.DispatchToolCall] for a tool that is not ctxfold's.
-var ErrNotCtxfoldTool = errors.New("ctxfold: not a ctxfold tool")
-
 // DispatchToolCall answers a model's call of one of ctxfold's tools with the text to append as
-// that call's tool result. For read_tool_result it is the page at the offset, followed by a footer
-// naming the next offset while the result continues; for context_budget a JSON object with the
-// last view's estimated, trigger and hard-limit tokens.
+// that call's tool result, and handled = true. For read_tool_result it is the page at the offset,
+// followed by a footer naming the next offset while the result continues; for context_budget the
+// JSON of the last view's estimated, trigger and hard-limit tokens. A call of any other tool is not
+// handled (handled = false): the agent runs its own tools.
 //
 // The model's mistakes (arguments that are not a JSON object, a missing result_ref, an unknown
-// result_ref, an offset past the end or inside a character) are answered with a short error text
-// the model can act on, never an error. The error is non-nil only for a tool that is not ctxfold's
-// ([ErrNotCtxfoldTool]) and for failures that are not the model's (server unreachable, session
-// gone, ...).
-func (s *Session) DispatchToolCall(ctx context.Context, name, arguments string) (string, error) {
+// result_ref, an offset past the end or inside a character) are answered with an "error: …" text
+// the model can act on. The error is non-nil only for failures that are not the model's (server
+// unreachable, session gone, ...).
+func (s *Session) DispatchToolCall(ctx context.Context, name, arguments string) (content string, handled bool, err error) {
 	if !IsTool(name) {
-		return "", fmt.Errorf("%w: %q", ErrNotCtxfoldTool, name)
+		return "", false, nil
 	}
 	var args map[string]any
 	if strings.TrimSpace(arguments) == "" {
@@ -110,45 +107,36 @@ func (s *Session) DispatchToolCall(ctx context.Context, name, arguments string) 
 	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
 		var syntax *json.SyntaxError
 		if errors.As(err, &syntax) {
-			return fmt.Sprintf("error: invalid arguments: not JSON (%v)", err), nil
+			return fmt.Sprintf("error: invalid arguments: not JSON (%v)", err), true, nil
 		}
-		return "error: invalid arguments: expected a JSON object", nil
+		return "error: invalid arguments: expected a JSON object", true, nil
 	}
 	if args == nil {
-		return "error: invalid arguments: expected a JSON object", nil
+		return "error: invalid arguments: expected a JSON object", true, nil
 	}
 	if name == ToolContextBudget {
-		return s.budgetAnswer(), nil
+		return s.budgetAnswer(), true, nil
 	}
 	ref, _ := args["result_ref"].(string)
 	if ref == "" {
-		return `error: invalid arguments: "result_ref" (a string from the context) is required`, nil
+		return `error: invalid arguments: "result_ref" (a string from the context) is required`, true, nil
 	}
 	offset := int64(0)
 	if raw, ok := args["offset"]; ok {
 		n, isNumber := raw.(float64)
 		if !isNumber || n < 0 || n != float64(int64(n)) {
-			return `error: invalid arguments: "offset" must be a non-negative integer`, nil
+			return `error: invalid arguments: "offset" must be a non-negative integer`, true, nil
 		}
 		offset = int64(n)
 	}
 	for page, err := range s.ToolResultPages(ctx, ref, FromOffset(offset)) {
 		if err != nil {
-			return mistakeAnswer(err)
+			content, err := mistakeAnswer(err)
+			return content, err == nil, err
 		}
-		return pageAnswer(page), nil
+		return pageAnswer(page), true, nil
 	}
-	return "", nil // not reached: the iterator yields a page or an error first
-}
-
-// ToolCallResult runs [Session.DispatchToolCall] for call and wraps the answer as its tool result
-// message, ready to append.
-func (s *Session) ToolCallResult(ctx context.Context, call *ToolCall) (*Message, error) {
-	content, err := s.DispatchToolCall(ctx, call.GetName(), call.GetArguments())
-	if err != nil {
-		return nil, err
-	}
-	return ToolResultMessage(call.GetId(), content), nil
+	return "", false, nil // not reached: the iterator yields a page or an error first
 }
 
 // pageAnswer is the page's text, with a footer naming the next offset when the result continues.
@@ -181,8 +169,6 @@ func (s *Session) budgetAnswer() string {
 	if view == nil {
 		return "error: no context prepared by this client yet"
 	}
-	data, _ := json.Marshal(map[string]int64{ // a map of integers always marshals
-		"estimated_tokens": view.EstimatedTokens, "trigger_tokens": view.TriggerTokens, "hard_limit_tokens": view.HardLimitTokens,
-	})
-	return string(data)
+	return fmt.Sprintf(`{"estimated_tokens":%d,"trigger_tokens":%d,"hard_limit_tokens":%d}`,
+		view.EstimatedTokens, view.TriggerTokens, view.HardLimitTokens)
 }

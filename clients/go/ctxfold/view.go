@@ -244,9 +244,16 @@ func (s *Session) prepare(ctx context.Context, ps *prepareSettings, onProgress f
 			if err != nil {
 				return nil, err
 			}
+			if again.GetDelta() {
+				return nil, sdkError("Prepare", codes.Internal, ReasonProtocolViolation, "the server answered a request for the whole view with a delta")
+			}
 			result, progress, full = again, append(progress, more...), again.GetMessages()
 		}
 		messages = full
+	}
+	if int64(len(messages)) != result.GetViewMessageCount() {
+		return nil, sdkError("Prepare", codes.Internal, ReasonProtocolViolation,
+			"the whole view has %d messages, the server counts %d", len(messages), result.GetViewMessageCount())
 	}
 	view := newView(result, messages, progress)
 	view.Appended, view.Delta = appended, result.GetDelta()
@@ -299,7 +306,11 @@ func (s *Session) compact(ctx context.Context, cs *compactSettings, onProgress f
 	if err != nil {
 		return nil, err
 	}
-	view := newView(result, result.GetMessages(), progress) // Compact sends no known view: never a delta
+	if result.GetDelta() || int64(len(result.GetMessages())) != result.GetViewMessageCount() { // Compact sends no known view
+		return nil, sdkError("Compact", codes.Internal, ReasonProtocolViolation,
+			"the whole view has %d messages (delta %v), the server counts %d", len(result.GetMessages()), result.GetDelta(), result.GetViewMessageCount())
+	}
+	view := newView(result, result.GetMessages(), progress)
 	if !cs.dryRun {
 		s.client.views.put(s.id, view)
 	}
@@ -379,6 +390,9 @@ func consume[E any, P interface {
 		if err != nil {
 			return nil, progress, AsError(op, err)
 		}
+		if result != nil {
+			return nil, progress, sdkError(op, codes.Internal, ReasonProtocolViolation, "the stream went on after its result")
+		}
 		event := P(received)
 		if p := event.GetProgress(); p != nil {
 			progress = append(progress, p)
@@ -389,9 +403,7 @@ func consume[E any, P interface {
 				return nil, progress, AsError(op, err)
 			}
 		}
-		if r := event.GetResult(); r != nil {
-			result = r
-		}
+		result = event.GetResult()
 	}
 	if result == nil {
 		return nil, progress, sdkError(op, codes.Unavailable, ReasonStreamEndedWithoutResult, "the stream ended without a result")

@@ -6,6 +6,7 @@
 package anthropic
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -13,10 +14,11 @@ import (
 	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
 )
 
-// Request is a Messages request body.
+// Request is a Messages request body: the adapter fills System and Messages from the view, the
+// caller's Options the rest.
 type Request struct {
-	Model     string           `json:"model"`
-	MaxTokens int64            `json:"max_tokens"`
+	Model     string           `json:"model,omitempty"`
+	MaxTokens int64            `json:"max_tokens,omitempty"`
 	System    []Block          `json:"system,omitempty"`
 	Messages  []Message        `json:"messages"`
 	Tools     []map[string]any `json:"tools,omitempty"`
@@ -58,35 +60,40 @@ type Options struct {
 	Tools []map[string]any
 }
 
-// NewRequest returns the request for a view: system messages as the system blocks, the others as
-// alternating turns (tool calls as tool_use blocks, consecutive tool results as tool_result
-// blocks of one user turn), and cache_control {"type": "ephemeral"} on the last block of the
-// view's stable prefix (its first StablePrefixMessages messages), so the provider caches exactly
-// what the next request repeats. Reasoning is not sent back: Anthropic only takes signed thinking
-// blocks.
-func NewRequest(view *ctxfold.View, opts Options) *Request {
+// NewRequest returns the request for a view: a leading system message as the system block, the
+// other messages as turns (user text and later system messages as text blocks, assistant text and
+// a tool_use block per call, tool results as tool_result blocks; consecutive messages of the same
+// role form one turn) and cache_control {"type": "ephemeral"} on the last block of the view's
+// stable prefix (its first StablePrefixMessages messages), so the provider caches exactly what the
+// next request repeats. It fails when a tool call's arguments are not a JSON object (the API takes
+// objects only). Thinking is not sent back: its signature is not kept in the transcript.
+func NewRequest(view *ctxfold.View, opts Options) (*Request, error) {
 	req := &Request{Model: opts.Model, MaxTokens: opts.MaxTokens, Tools: opts.Tools}
 	breakpoint := blockAt{turn: -1, block: -1} // the last block of the stable prefix so far
 	for i, m := range view.Messages {
-		var added blockAt
-		switch m.GetRole() {
-		case ctxfold.RoleSystem:
-			req.System = append(req.System, Block{Type: "text", Text: m.GetContent()})
-			added = blockAt{turn: -1, block: len(req.System) - 1}
-		case ctxfold.RoleTool:
+		added := blockAt{turn: -1, block: -1}
+		switch {
+		case i == 0 && m.GetRole() == ctxfold.RoleSystem:
+			req.System = []Block{{Type: "text", Text: m.GetContent()}}
+			added.block = 0
+		case m.GetRole() == ctxfold.RoleTool:
 			content := m.GetContent()
-			added = req.appendBlocks("user", true, Block{Type: "tool_result", ToolUseID: m.GetToolCallId(), Content: &content})
-		case ctxfold.RoleAssistant:
+			added = req.appendBlocks("user", Block{Type: "tool_result", ToolUseID: m.GetToolCallId(), Content: &content})
+		case m.GetRole() == ctxfold.RoleAssistant:
 			var blocks []Block
 			if m.GetContent() != "" {
 				blocks = append(blocks, Block{Type: "text", Text: m.GetContent()})
 			}
 			for _, call := range m.GetToolCalls() {
-				blocks = append(blocks, Block{Type: "tool_use", ID: call.GetId(), Name: call.GetName(), Input: toolInput(call.GetArguments())})
+				input, err := toolInput(call.GetArguments())
+				if err != nil {
+					return nil, fmt.Errorf("anthropic: tool call %s (%s): %w", call.GetId(), call.GetName(), err)
+				}
+				blocks = append(blocks, Block{Type: "tool_use", ID: call.GetId(), Name: call.GetName(), Input: input})
 			}
-			added = req.appendBlocks("assistant", false, blocks...)
+			added = req.appendBlocks("assistant", blocks...)
 		default:
-			added = req.appendBlocks("user", false, Block{Type: "text", Text: m.GetContent()})
+			added = req.appendBlocks("user", Block{Type: "text", Text: m.GetContent()})
 		}
 		if int64(i) < view.StablePrefixMessages && added.block >= 0 {
 			breakpoint = added
@@ -99,45 +106,38 @@ func NewRequest(view *ctxfold.View, opts Options) *Request {
 	default:
 		req.Messages[breakpoint.turn].Content[breakpoint.block].CacheControl = &CacheControl{Type: "ephemeral"}
 	}
-	return req
+	return req, nil
 }
 
 // blockAt locates a block: in System (turn -1) or in Messages[turn]; block -1 is none.
 type blockAt struct{ turn, block int }
 
-// appendBlocks adds blocks as a new turn, or to the last turn when both are tool results (one user
-// turn answers all calls of an assistant turn), and returns where the last block went.
-func (r *Request) appendBlocks(role string, toolResult bool, blocks ...Block) blockAt {
+// appendBlocks adds blocks to the last turn when it has the same role, else as a new turn, and
+// returns where the last block went (none for no blocks).
+func (r *Request) appendBlocks(role string, blocks ...Block) blockAt {
 	if len(blocks) == 0 {
 		return blockAt{turn: -1, block: -1}
 	}
-	last := len(r.Messages) - 1
-	if toolResult && last >= 0 && isToolResults(r.Messages[last].Content) {
+	if last := len(r.Messages) - 1; last >= 0 && r.Messages[last].Role == role {
 		r.Messages[last].Content = append(r.Messages[last].Content, blocks...)
 	} else {
 		r.Messages = append(r.Messages, Message{Role: role, Content: blocks})
 	}
-	last = len(r.Messages) - 1
+	last := len(r.Messages) - 1
 	return blockAt{turn: last, block: len(r.Messages[last].Content) - 1}
 }
 
-func isToolResults(blocks []Block) bool {
-	for _, b := range blocks {
-		if b.Type != "tool_result" {
-			return false
-		}
+// toolInput is the tool_use input: the model's JSON arguments, which must be an object ({} when
+// empty).
+func toolInput(arguments string) (json.RawMessage, error) {
+	if strings.TrimSpace(arguments) == "" {
+		return json.RawMessage(`{}`), nil
 	}
-	return len(blocks) > 0
-}
-
-// toolInput is the tool_use input: the model's JSON arguments when they are an object, else an
-// empty object (the API takes objects only).
-func toolInput(arguments string) json.RawMessage {
 	var object map[string]json.RawMessage
-	if json.Unmarshal([]byte(arguments), &object) != nil || object == nil {
-		return json.RawMessage(`{}`)
+	if err := json.Unmarshal([]byte(arguments), &object); err != nil || object == nil {
+		return nil, fmt.Errorf("the arguments %.80q are not a JSON object", arguments)
 	}
-	return json.RawMessage(arguments)
+	return json.RawMessage(arguments), nil
 }
 
 // Response is the part of a Messages response the agent loop needs.
@@ -156,7 +156,8 @@ type Usage struct {
 }
 
 // ParseResponse decodes a Messages response body into one assistant message to append (text
-// blocks as content, tool_use blocks as tool calls, thinking as reasoning_content) and the usage:
+// blocks joined with a newline as content, tool_use blocks as tool calls whose arguments are the
+// input as compact JSON, thinking blocks joined with a newline as reasoning_content) and the usage:
 // input is input_tokens + cache_read_input_tokens + cache_creation_input_tokens, cached is
 // cache_read_input_tokens, the finish reason is stop_reason.
 func ParseResponse(body []byte) (*ctxfold.Turn, error) {
@@ -164,11 +165,11 @@ func ParseResponse(body []byte) (*ctxfold.Turn, error) {
 	if err := json.Unmarshal(body, &resp); err != nil {
 		return nil, fmt.Errorf("anthropic: decode response: %w", err)
 	}
-	return resp.Turn(), nil
+	return resp.Turn()
 }
 
 // Turn converts a decoded response.
-func (r *Response) Turn() *ctxfold.Turn {
+func (r *Response) Turn() (*ctxfold.Turn, error) {
 	var text, thinking []string
 	msg := &ctxfold.Message{Role: ctxfold.RoleAssistant}
 	for _, b := range r.Content {
@@ -176,12 +177,16 @@ func (r *Response) Turn() *ctxfold.Turn {
 		case "text":
 			text = append(text, b.Text)
 		case "tool_use":
-			msg.ToolCalls = append(msg.ToolCalls, ctxfold.NewToolCall(b.ID, b.Name, string(b.Input)))
+			arguments, err := compactInput(b.Input)
+			if err != nil {
+				return nil, fmt.Errorf("anthropic: tool_use %s input: %w", b.ID, err)
+			}
+			msg.ToolCalls = append(msg.ToolCalls, ctxfold.NewToolCall(b.ID, b.Name, arguments))
 		case "thinking":
 			thinking = append(thinking, b.Thinking)
 		}
 	}
-	msg.Content, msg.ReasoningContent = strings.Join(text, ""), strings.Join(thinking, "\n\n")
+	msg.Content, msg.ReasoningContent = strings.Join(text, "\n"), strings.Join(thinking, "\n")
 	u := r.Usage
 	return &ctxfold.Turn{
 		Messages: []*ctxfold.Message{msg},
@@ -191,5 +196,17 @@ func (r *Response) Turn() *ctxfold.Turn {
 			OutputTokens:      u.OutputTokens,
 			FinishReason:      r.StopReason,
 		},
+	}, nil
+}
+
+// compactInput is a tool_use input as compact JSON, keys in the order received ({} when absent).
+func compactInput(input json.RawMessage) (string, error) {
+	if len(input) == 0 {
+		return "{}", nil
 	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, input); err != nil {
+		return "", err
+	}
+	return out.String(), nil
 }

@@ -8,20 +8,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
 )
 
-// Request is a Chat Completions request body.
+// Request is a Chat Completions request body: the adapter fills Messages and PromptCacheKey from
+// the view, the caller's Options the rest.
 type Request struct {
-	Model               string           `json:"model"`
+	Model               string           `json:"model,omitempty"`
 	Messages            []Message        `json:"messages"`
 	Tools               []map[string]any `json:"tools,omitempty"`
 	PromptCacheKey      string           `json:"prompt_cache_key,omitempty"`
 	MaxCompletionTokens int64            `json:"max_completion_tokens,omitempty"`
 }
 
-// Message is one message of a request or of a response choice.
+// Message is one message of a request (or of a transcript kept in this format).
 type Message struct {
 	Role string `json:"role"`
 	// Content is null for an assistant message that only calls tools.
@@ -54,6 +56,8 @@ type Options struct {
 	Tools []map[string]any
 	// MaxCompletionTokens bounds the answer (0 = not sent).
 	MaxCompletionTokens int64
+	// SendReasoning sends the messages' reasoning_content back (for providers that take it).
+	SendReasoning bool
 }
 
 var roles = map[ctxfold.Role]string{
@@ -61,15 +65,21 @@ var roles = map[ctxfold.Role]string{
 }
 
 // NewRequest returns the request for a view: its messages in order (the system prompt first,
-// assistant tool calls, tool results as "tool" messages) and its prompt_cache_key. Reasoning text
-// is not sent back: Chat Completions does not take it as input.
+// assistant tool calls with content null when there is no text, tool results as "tool" messages,
+// name when set) and its prompt_cache_key. Reasoning is sent back only with SendReasoning.
 func NewRequest(view *ctxfold.View, opts Options) *Request {
 	req := &Request{
 		Model: opts.Model, Tools: opts.Tools, PromptCacheKey: view.PromptCacheKey,
 		MaxCompletionTokens: opts.MaxCompletionTokens, Messages: make([]Message, 0, len(view.Messages)),
 	}
 	for _, m := range view.Messages {
-		out := Message{Role: roles[m.GetRole()], Name: m.GetName(), ToolCallID: m.GetToolCallId()}
+		out := Message{Role: roles[m.GetRole()], ToolCallID: m.GetToolCallId()}
+		if m.GetRole() != ctxfold.RoleTool {
+			out.Name = m.GetName()
+		}
+		if opts.SendReasoning {
+			out.ReasoningContent = m.GetReasoningContent()
+		}
 		if content := m.GetContent(); content != "" || len(m.GetToolCalls()) == 0 {
 			out.Content = &content
 		}
@@ -119,8 +129,40 @@ type Response struct {
 
 // Choice is one completion; the loop uses the first.
 type Choice struct {
-	Message      Message `json:"message"`
-	FinishReason string  `json:"finish_reason"`
+	Message      ResponseMessage `json:"message"`
+	FinishReason string          `json:"finish_reason"`
+}
+
+// ResponseMessage is the message of a choice. Content is a string, a list of content parts or null.
+type ResponseMessage struct {
+	Content          json.RawMessage `json:"content"`
+	Refusal          string          `json:"refusal"`
+	ToolCalls        []ToolCall      `json:"tool_calls"`
+	ReasoningContent string          `json:"reasoning_content"`
+}
+
+// text is the message's content (text parts joined with a newline), or its refusal when empty.
+func (m *ResponseMessage) text() (string, error) {
+	var text string
+	if len(m.Content) > 0 && string(m.Content) != "null" {
+		if err := json.Unmarshal(m.Content, &text); err != nil {
+			var parts []struct{ Type, Text string }
+			if err := json.Unmarshal(m.Content, &parts); err != nil {
+				return "", fmt.Errorf("openaichat: content is neither text nor parts: %w", err)
+			}
+			var texts []string
+			for _, part := range parts {
+				if part.Type == "text" {
+					texts = append(texts, part.Text)
+				}
+			}
+			text = strings.Join(texts, "\n")
+		}
+	}
+	if text == "" {
+		return m.Refusal, nil
+	}
+	return text, nil
 }
 
 // Usage is the token accounting of a response.
@@ -133,7 +175,8 @@ type Usage struct {
 }
 
 // ParseResponse decodes a Chat Completions response body into the assistant message to append
-// (content, tool calls, reasoning_content where the provider returns it) and the usage.
+// (the first choice's content, or its refusal; tool calls with their arguments as received;
+// reasoning_content where the provider returns it) and the usage.
 func ParseResponse(body []byte) (*ctxfold.Turn, error) {
 	var resp Response
 	if err := json.Unmarshal(body, &resp); err != nil {
@@ -148,8 +191,11 @@ func (r *Response) Turn() (*ctxfold.Turn, error) {
 		return nil, errors.New("openaichat: the response has no choices")
 	}
 	choice := r.Choices[0]
-	msg := fromMessage(choice.Message)
-	msg.Role = ctxfold.RoleAssistant
+	text, err := choice.Message.text()
+	if err != nil {
+		return nil, err
+	}
+	msg := fromMessage(Message{Role: "assistant", Content: &text, ToolCalls: choice.Message.ToolCalls, ReasoningContent: choice.Message.ReasoningContent})
 	return &ctxfold.Turn{
 		Messages: []*ctxfold.Message{msg},
 		Usage: ctxfold.Usage{

@@ -12,10 +12,11 @@ import (
 	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
 )
 
-// Request is a Responses request body. The conversation is sent whole every time (no
+// Request is a Responses request body: the adapter fills Instructions, Input and PromptCacheKey
+// from the view, the caller's Options the rest. The conversation is sent whole every time (no
 // previous_response_id): ctxfold owns the context.
 type Request struct {
-	Model           string           `json:"model"`
+	Model           string           `json:"model,omitempty"`
 	Instructions    string           `json:"instructions,omitempty"`
 	Input           []InputItem      `json:"input"`
 	Tools           []map[string]any `json:"tools,omitempty"`
@@ -46,11 +47,12 @@ type OutputItem struct {
 	Summary   []ContentPart `json:"summary"`
 }
 
-// ContentPart is a piece of an output message (output_text) or of a reasoning summary
+// ContentPart is a piece of an output message (output_text, refusal) or of a reasoning summary
 // (summary_text).
 type ContentPart struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type    string `json:"type"`
+	Text    string `json:"text"`
+	Refusal string `json:"refusal"`
 }
 
 // Options are the request fields the view does not carry.
@@ -64,34 +66,33 @@ type Options struct {
 	MaxOutputTokens int64
 }
 
-// NewRequest returns the request for a view: the system prompt as instructions, the other
-// messages as input items (message, function_call for each tool call, function_call_output for
-// each tool result) and the view's prompt_cache_key. Reasoning is not sent back: Responses only
-// takes its own encrypted reasoning items.
+// NewRequest returns the request for a view: a leading system message as instructions, every
+// other message as input items in order (a message item for its text, left out for an assistant
+// message that only calls tools; a function_call per tool call; a function_call_output per tool
+// result) and the view's prompt_cache_key. Reasoning is not sent back: Responses only takes its own
+// encrypted reasoning items.
 func NewRequest(view *ctxfold.View, opts Options) *Request {
 	req := &Request{Model: opts.Model, Tools: opts.Tools, PromptCacheKey: view.PromptCacheKey, MaxOutputTokens: opts.MaxOutputTokens}
-	var instructions []string
-	for _, m := range view.Messages {
-		switch m.GetRole() {
-		case ctxfold.RoleSystem:
-			instructions = append(instructions, m.GetContent())
-		case ctxfold.RoleUser:
-			req.Input = append(req.Input, message("user", m.GetContent()))
-		case ctxfold.RoleAssistant:
-			if m.GetContent() != "" {
-				req.Input = append(req.Input, message("assistant", m.GetContent()))
+	for i, m := range view.Messages {
+		switch {
+		case i == 0 && m.GetRole() == ctxfold.RoleSystem:
+			req.Instructions = m.GetContent()
+		case m.GetRole() == ctxfold.RoleTool:
+			output := m.GetContent()
+			req.Input = append(req.Input, InputItem{Type: "function_call_output", CallID: m.GetToolCallId(), Output: &output})
+		default:
+			if m.GetContent() != "" || len(m.GetToolCalls()) == 0 {
+				req.Input = append(req.Input, message(roles[m.GetRole()], m.GetContent()))
 			}
 			for _, call := range m.GetToolCalls() {
 				req.Input = append(req.Input, InputItem{Type: "function_call", CallID: call.GetId(), Name: call.GetName(), Arguments: call.GetArguments()})
 			}
-		case ctxfold.RoleTool:
-			output := m.GetContent()
-			req.Input = append(req.Input, InputItem{Type: "function_call_output", CallID: m.GetToolCallId(), Output: &output})
 		}
 	}
-	req.Instructions = strings.Join(instructions, "\n\n")
 	return req
 }
+
+var roles = map[ctxfold.Role]string{ctxfold.RoleSystem: "system", ctxfold.RoleUser: "user", ctxfold.RoleAssistant: "assistant"}
 
 func message(role, content string) InputItem {
 	return InputItem{Type: "message", Role: role, Content: &content}
@@ -114,8 +115,9 @@ type Usage struct {
 }
 
 // ParseResponse decodes a Responses response body into one assistant message to append (the
-// output_text of its messages, a tool call per function_call, the reasoning summary text as
-// reasoning_content) and the usage, with the response status as the finish reason.
+// output_text and refusal parts of its message items joined with a newline, a tool call per
+// function_call, the reasoning summary texts joined with a newline as reasoning_content) and the
+// usage, with the response status as the finish reason.
 func ParseResponse(body []byte) (*ctxfold.Turn, error) {
 	var resp Response
 	if err := json.Unmarshal(body, &resp); err != nil {
@@ -132,19 +134,24 @@ func (r *Response) Turn() *ctxfold.Turn {
 		switch item.Type {
 		case "message":
 			for _, part := range item.Content {
-				if part.Type == "output_text" {
+				switch part.Type {
+				case "output_text":
 					text = append(text, part.Text)
+				case "refusal":
+					text = append(text, part.Refusal)
 				}
 			}
 		case "function_call":
 			msg.ToolCalls = append(msg.ToolCalls, ctxfold.NewToolCall(item.CallID, item.Name, item.Arguments))
 		case "reasoning":
 			for _, part := range item.Summary {
-				reasoning = append(reasoning, part.Text)
+				if part.Type == "summary_text" {
+					reasoning = append(reasoning, part.Text)
+				}
 			}
 		}
 	}
-	msg.Content, msg.ReasoningContent = strings.Join(text, ""), strings.Join(reasoning, "\n\n")
+	msg.Content, msg.ReasoningContent = strings.Join(text, "\n"), strings.Join(reasoning, "\n")
 	return &ctxfold.Turn{
 		Messages: []*ctxfold.Message{msg},
 		Usage: ctxfold.Usage{
