@@ -22,7 +22,7 @@ func TestConsumerProject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trace, err := filepath.Abs("../../../../tests/data/traces/openhands-multi-swe-bench-1.json")
+	trace, err := filepath.Abs(agentTrace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,13 +50,9 @@ func TestConsumerProject(t *testing.T) {
 	}
 
 	srv := testserver.Start(t, testserver.Options{})
-	out, err := exec.Command(filepath.Join(project, "my-agent"), "-addr", srv.Addr, "-trace", trace).CombinedOutput()
+	out, err := exec.Command(filepath.Join(project, "my-agent"), trace, srv.Addr).CombinedOutput()
 	if err != nil {
 		t.Fatalf("my-agent: %v\n%s", err, out)
 	}
-	for _, want := range []string{"FOLD_STAGE_PASS_COMMITTED", "read_tool_result(", "ACTION_FOLDED"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("the consumer's agent printed no %s:\n%s", want, out)
-		}
-	}
+	checkOutput(t, string(out))
 }

@@ -1,135 +1,148 @@
-// Command agent_loop is the README's agent loop: it replays a recorded agent trace (OpenAI chat
-// format, like the repository's tests/data/traces) through ctxfold. Before every model call it
-// prepares the view, converts it with the OpenAI Chat adapter, lets a fake model answer with the
-// recorded assistant message, appends that answer through the adapter, reports the usage and feeds
-// the recorded tool results into the next Prepare. The first time the view shows a shortened tool
-// result, the fake model reads it with the read_tool_result tool, answered by the dispatcher.
+// Command agent_loop is the ctxfold agent loop over a recorded trace: the same program in every
+// SDK's README.
 //
-//	go run ./examples/agent_loop -addr 127.0.0.1:50051 -trace ../../tests/data/traces/openhands-multi-swe-bench-1.json
+//	go run ./examples/agent_loop TRACE.json [HOST:PORT]
+//
+// A recorded coding-agent run stands in for the model and its tools: each model call answers with
+// the trace's next assistant message (as an OpenAI Chat Completions response), and the recorded
+// tool outputs answer the tool calls. When the last tool result came back truncated, the fake model
+// first reads it with the read_tool_result tool, which the SDK's dispatcher answers.
 package main
 
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log"
 	"os"
-	"regexp"
+	"strings"
 
 	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
 	"github.com/ctxfold/ctxfold/clients/go/ctxfold/openaichat"
 )
-
-func main() {
-	addr := flag.String("addr", "127.0.0.1:50051", "ctxfold server address")
-	trace := flag.String("trace", "", "recorded trace: {\"messages\": [...], \"tools\": [...]} in OpenAI chat format")
-	window := flag.Int64("window", 8000, "the model's context window in tokens (small, so the history folds)")
-	flag.Parse()
-	client, err := ctxfold.New(*addr)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer client.Close()
-	if _, err := run(context.Background(), client, *trace, *window, os.Stdout); err != nil {
-		log.Fatal(err)
-	}
-}
 
 type recordedTrace struct {
 	Messages []openaichat.Message `json:"messages"`
 	Tools    []map[string]any     `json:"tools"`
 }
 
-// run replays the trace and returns the last view.
-func run(ctx context.Context, client *ctxfold.Client, tracePath string, window int64, out io.Writer) (*ctxfold.View, error) {
-	var trace recordedTrace
-	if data, err := os.ReadFile(tracePath); err != nil || json.Unmarshal(data, &trace) != nil {
-		return nil, fmt.Errorf("%s: not a readable trace (%v)", tracePath, err)
+// fakeModel returns a Chat Completions response: a read_tool_result call for a truncated last tool
+// result, else the next recorded assistant message (taken off turns).
+func fakeModel(request *openaichat.Request, view *ctxfold.View, turns *[]openaichat.Message) []byte {
+	var message openaichat.Message
+	if last := view.Messages[len(view.Messages)-1]; last.GetTruncated() && !strings.HasPrefix(last.GetToolCallId(), "read_") {
+		arguments, _ := json.Marshal(map[string]string{"result_ref": last.GetResultRef()})
+		message = openaichat.Message{Role: "assistant", ToolCalls: []openaichat.ToolCall{{ID: fmt.Sprintf("read_%d", last.GetSeq()),
+			Type: "function", Function: openaichat.FunctionCall{Name: ctxfold.ToolReadToolResult, Arguments: string(arguments)}}}}
+	} else {
+		message, *turns = (*turns)[0], (*turns)[1:]
 	}
-	transcript := openaichat.FromMessages(trace.Messages)
-	cfg, err := ctxfold.NewSessionConfig(window, ctxfold.SystemPrompt(transcript[0].GetContent()),
-		ctxfold.Tools(trace.Tools), ctxfold.ToolContentMaxBytes(4096)) // longer results are shortened in the view
-	if err != nil {
-		return nil, err
+	requestJSON, _ := json.Marshal(request) // plain structs and strings always marshal
+	messageJSON, _ := json.Marshal(message)
+	finishReason := "stop"
+	if len(message.ToolCalls) > 0 {
+		finishReason = "tool_calls"
 	}
-	session, err := client.CreateSession(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(out, "session %s: replaying %d recorded messages in a %d-token window\n", session.ID(), len(transcript), window)
-	ctxfoldTools, _ := ctxfold.ToolDefinitions(ctxfold.FormatOpenAIChat) // a known format never fails
-	tools := append(trace.Tools, ctxfoldTools...)
-
-	var view *ctxfold.View
-	var pending []*ctxfold.Message // the new input of the next model call
-	readResult := true             // the fake model reads one shortened result itself
-	for i := 1; i < len(transcript); i++ {
-		if transcript[i].GetRole() != ctxfold.RoleAssistant {
-			pending = append(pending, transcript[i])
-			continue
-		}
-		for answered := false; !answered; {
-			view, err = session.Prepare(ctx, ctxfold.WithAppend(pending...), ctxfold.WithProgress(func(p *ctxfold.FoldProgress) {
-				fmt.Fprintf(out, "  %s %d -> %d tokens %s\n", p.GetStage(), p.GetTokensBefore(), p.GetTokensAfter(), p.GetMessage())
-			}))
-			if err != nil {
-				return nil, err
-			}
-			request := openaichat.NewRequest(view, openaichat.Options{Model: "recorded-model", Tools: tools})
-			var body []byte
-			body, answered = fakeModel(request, view.EstimatedTokens, trace.Messages[i], &readResult)
-			turn, err := openaichat.ParseResponse(body)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := session.Append(ctx, turn.Messages...); err != nil {
-				return nil, err
-			}
-			turn.Usage.ViewVersion = view.ViewVersion
-			if _, err := session.ObserveUsage(ctx, turn.Usage); err != nil {
-				return nil, err
-			}
-			fmt.Fprintf(out, "turn %3d: %2d messages, %5d tokens, %s\n", i, len(view.Messages), view.EstimatedTokens, view.Action)
-			pending = nil
-			for _, call := range turn.ToolCalls() {
-				if ctxfold.IsTool(call.GetName()) { // the model asked ctxfold itself
-					answer, err := session.ToolCallResult(ctx, call)
-					if err != nil {
-						return nil, err
-					}
-					fmt.Fprintf(out, "  %s(%s) answered with %d bytes\n", call.GetName(), call.GetArguments(), len(answer.GetContent()))
-					pending = append(pending, answer)
-				}
-			}
-		}
-	}
-	return view, nil
+	body, _ := json.Marshal(map[string]any{
+		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finishReason}},
+		"usage":   map[string]int{"prompt_tokens": len(requestJSON) / 4, "completion_tokens": len(messageJSON) / 4},
+	})
+	return body
 }
 
-// marker is how a shortened tool result names its stored whole.
-var marker = regexp.MustCompile(`result_ref="([^"]+)"`)
-
-// fakeModel stands in for the provider: it answers the request with the recorded assistant message,
-// except that it first reads the first shortened tool result the request shows (answered = false
-// then). It bills the estimated tokens as the prompt.
-func fakeModel(request *openaichat.Request, promptTokens int64, recorded openaichat.Message, readResult *bool) (body []byte, answered bool) {
-	answer, answered := recorded, true
-	for _, m := range request.Messages {
-		if m.Role != "tool" || !*readResult {
-			continue
-		}
-		if ref := marker.FindStringSubmatch(*m.Content); ref != nil {
-			args, _ := json.Marshal(map[string]any{"result_ref": ref[1], "offset": 0})
-			call := openaichat.ToolCall{ID: "call_read_1", Type: "function", Function: openaichat.FunctionCall{Name: ctxfold.ToolReadToolResult, Arguments: string(args)}}
-			answer, answered, *readResult = openaichat.Message{Role: "assistant", ToolCalls: []openaichat.ToolCall{call}}, false, false
-			break
+func run(ctx context.Context, tracePath, address string, out io.Writer) error {
+	var trace recordedTrace
+	if data, err := os.ReadFile(tracePath); err != nil || json.Unmarshal(data, &trace) != nil {
+		return fmt.Errorf("%s: not a readable trace (%v)", tracePath, err)
+	}
+	outputs := map[string]string{}
+	var turns []openaichat.Message
+	for _, m := range trace.Messages[1:] {
+		switch m.Role {
+		case "tool":
+			outputs[m.ToolCallID] = *m.Content
+		case "user", "assistant":
+			turns = append(turns, m)
 		}
 	}
-	body, _ = json.Marshal(map[string]any{ // plain maps and strings always marshal
-		"choices": []any{map[string]any{"message": answer, "finish_reason": "stop"}},
-		"usage":   map[string]any{"prompt_tokens": promptTokens, "completion_tokens": 50},
+	ctxfoldTools, _ := ctxfold.ToolDefinitions(ctxfold.FormatOpenAIChat) // a known format never fails
+	config, err := ctxfold.NewSessionConfig(12000, ctxfold.MaxOutputTokens(1024), ctxfold.ToolContentMaxBytes(4096),
+		ctxfold.SystemPrompt(*trace.Messages[0].Content), ctxfold.Tools(append(trace.Tools, ctxfoldTools...)))
+	if err != nil {
+		return err
+	}
+	client, err := ctxfold.New(address)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	session, err := client.CreateSession(ctx, config)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "session %s: %d recorded turns\n", session.ID(), len(turns))
+	printProgress := ctxfold.WithProgress(func(p *ctxfold.FoldProgress) {
+		if p.GetSummaryDelta() == "" {
+			fmt.Fprintf(out, "  fold %s: %d -> %d tokens. %s\n", p.GetStage(), p.GetTokensBefore(), p.GetTokensAfter(), p.GetMessage())
+		}
 	})
-	return body, answered
+	var pending []*ctxfold.Message
+	var view *ctxfold.View
+	calls, folds, reads := 0, 0, 0
+	for len(turns) > 0 {
+		if turns[0].Role == "user" {
+			pending, turns = append(pending, ctxfold.UserMessage(*turns[0].Content)), turns[1:]
+			continue
+		}
+		if view, err = session.Prepare(ctx, ctxfold.WithAppend(pending...), printProgress); err != nil {
+			return err
+		}
+		if view.Folded() {
+			folds++
+		}
+		reply, err := openaichat.ParseResponse(fakeModel(openaichat.NewRequest(view, openaichat.Options{}), view, &turns))
+		if err != nil {
+			return err
+		}
+		reply.Usage.ViewVersion = view.ViewVersion
+		if _, err := session.ObserveUsage(ctx, reply.Usage); err != nil {
+			return err
+		}
+		calls++
+		pending = reply.Messages
+		for _, call := range reply.ToolCalls() {
+			answer, handled, err := session.DispatchToolCall(ctx, call.GetName(), call.GetArguments())
+			if err != nil {
+				return err
+			}
+			if handled {
+				reads++
+			} else if recorded, ok := outputs[call.GetId()]; ok {
+				answer = recorded
+			} else {
+				answer = "(no output recorded)"
+			}
+			pending = append(pending, ctxfold.ToolResultMessage(call.GetId(), answer))
+		}
+	}
+	if _, err := session.Append(ctx, pending...); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%d model calls, %d folds, %d read_tool_result calls; last view: %d messages, ~%d tokens\n",
+		calls, folds, reads, len(view.Messages), view.EstimatedTokens)
+	return nil
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		log.Fatal("usage: agent_loop TRACE.json [HOST:PORT]")
+	}
+	address := "127.0.0.1:50051"
+	if len(os.Args) > 2 {
+		address = os.Args[2]
+	}
+	if err := run(context.Background(), os.Args[1], address, os.Stdout); err != nil {
+		log.Fatal(err)
+	}
 }
