@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -42,4 +43,20 @@ func TestAgentLoop(t *testing.T) {
 	}
 	t.Logf("agent loop output:\n%s", out.String())
 	checkOutput(t, out.String())
+}
+
+// TestReadmeShowsThisProgram: the README's agent loop is this file, verbatim.
+func TestReadmeShowsThisProgram(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	program, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, found := strings.Cut(string(readme), "<!-- agent-loop -->\n```go\n")
+	if block, _, _ = strings.Cut(block, "```\n"); !found || block != string(program) {
+		t.Errorf("the README's agent loop differs from examples/agent_loop/main.go: copy it")
+	}
 }
