@@ -456,7 +456,7 @@ func TestSessionConfigBuilder(t *testing.T) {
 		ctxfold.CompactRatio(0.7), ctxfold.TailRatio(0.2), ctxfold.MaxOutputTokens(4096), ctxfold.SummaryMaxTokens(2000),
 		ctxfold.ToolContentMaxBytes(8192), ctxfold.SystemPrompt("sys"), ctxfold.Summarizer("gpt"),
 		ctxfold.CacheTTL(5*time.Minute), ctxfold.PromptCacheKey("k"), ctxfold.Model("gpt-x"),
-		ctxfold.Tools([]map[string]string{{"type": "function"}}),
+		ctxfold.Tools([]map[string]string{{"type": "function"}}), ctxfold.DisableTaskAnchor(),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -464,7 +464,7 @@ func TestSessionConfigBuilder(t *testing.T) {
 	if cfg.GetContextWindow() != 128000 || cfg.GetCompactRatio() != 0.7 || cfg.GetTailRatio() != 0.2 || cfg.GetMaxOutputTokens() != 4096 ||
 		cfg.GetSummaryMaxTokens() != 2000 || cfg.GetToolContentMaxBytes() != 8192 || cfg.GetSystemPrompt() != "sys" ||
 		cfg.GetSummarizer() != "gpt" || cfg.GetCacheTtlSeconds() != 300 || cfg.GetPromptCacheKey() != "k" || cfg.GetModel() != "gpt-x" ||
-		cfg.GetToolsJson() != `[{"type":"function"}]` {
+		cfg.GetToolsJson() != `[{"type":"function"}]` || !cfg.GetDisableTaskAnchor() {
 		t.Errorf("config %v", cfg)
 	}
 	if _, err := ctxfold.NewSessionConfig(1000, ctxfold.ToolsJSON("[not json")); err == nil {
