@@ -374,8 +374,8 @@ func (r *runner) call(ctx context.Context, op string, args map[string]any) (any,
 		case float64:
 			version = int64(view)
 		}
-		res, err := session.ObserveUsage(ctx, ctxfold.Usage{
-			ViewVersion: version, InputTokens: num("input_tokens"), CachedInputTokens: num("cached_input_tokens"),
+		res, err := session.ObserveUsage(ctx, version, ctxfold.Usage{
+			InputTokens: num("input_tokens"), CachedInputTokens: num("cached_input_tokens"),
 			OutputTokens: num("output_tokens"), FinishReason: str("finish_reason"),
 		})
 		if err != nil {

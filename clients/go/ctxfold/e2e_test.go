@@ -154,7 +154,7 @@ func TestE2E(t *testing.T) {
 		if prepared.Action != ctxfoldv1.Action_ACTION_NONE || len(prepared.Messages) != 6 || prepared.Messages[0].GetRole() != ctxfoldv1.Role_ROLE_SYSTEM {
 			t.Errorf("prepare: action %s, %d messages", prepared.Action, len(prepared.Messages))
 		}
-		usage := must[*ctxfold.UsageResult](t)(s.ObserveUsage(ctx, ctxfold.Usage{
+		usage := must[*ctxfold.UsageResult](t)(s.ObserveUsage(ctx, 0, ctxfold.Usage{ // 0: the held view
 			InputTokens: prepared.EstimatedTokens, OutputTokens: 12, FinishReason: "stop",
 		}))
 		if usage.Calibration <= 0 {

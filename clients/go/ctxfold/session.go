@@ -230,8 +230,6 @@ func (s *Session) Messages(ctx context.Context, opts ...ListOption) iter.Seq2[*M
 
 // Usage is what the provider reported for one request (the adapters' responses carry it).
 type Usage struct {
-	// ViewVersion is the View.ViewVersion that was sent; 0 = the last view held for the session.
-	ViewVersion       int64
 	InputTokens       int64
 	CachedInputTokens int64
 	OutputTokens      int64
@@ -248,16 +246,18 @@ type UsageResult struct {
 	CalibrationAccepted bool
 }
 
-// ObserveUsage records the provider's usage for a prepared view (statistics and calibration only).
-func (s *Session) ObserveUsage(ctx context.Context, u Usage) (*UsageResult, error) {
-	if u.ViewVersion == 0 {
-		_, u.ViewVersion = s.HeldView()
+// ObserveUsage records the provider's usage of the request made from the view of this version
+// (View.ViewVersion; 0 = the last view held for the session). It feeds statistics and the
+// token-estimate calibration only.
+func (s *Session) ObserveUsage(ctx context.Context, viewVersion int64, u Usage) (*UsageResult, error) {
+	if viewVersion == 0 {
+		_, viewVersion = s.HeldView()
 	}
 	ctx, cancel := s.client.unaryContext(ctx)
 	defer cancel()
 	resp, err := s.client.raw.ObserveUsage(ctx, &ctxfoldv1.ObserveUsageRequest{
 		SessionId:         s.id,
-		ViewVersion:       u.ViewVersion,
+		ViewVersion:       viewVersion,
 		InputTokens:       u.InputTokens,
 		CachedInputTokens: u.CachedInputTokens,
 		OutputTokens:      u.OutputTokens,

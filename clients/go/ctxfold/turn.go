@@ -6,8 +6,7 @@ package ctxfold
 type Turn struct {
 	// Messages are the messages to append, in order.
 	Messages []*Message
-	// Usage is what the provider billed; its ViewVersion is 0 (the session's last view) until the
-	// caller sets the version of the view that was sent.
+	// Usage is what the provider billed.
 	Usage Usage
 }
 

@@ -105,8 +105,7 @@ func run(ctx context.Context, tracePath, address string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		reply.Usage.ViewVersion = view.ViewVersion
-		if _, err := session.ObserveUsage(ctx, reply.Usage); err != nil {
+		if _, err := session.ObserveUsage(ctx, view.ViewVersion, reply.Usage); err != nil {
 			return err
 		}
 		calls++
