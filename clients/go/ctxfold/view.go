@@ -209,7 +209,8 @@ func (s *Session) Prepare(ctx context.Context, opts ...PrepareOption) (*View, er
 }
 
 // PrepareEvents is Prepare as a stream: the progress events as they arrive, then one event with the
-// whole view. The iteration stops after yielding an error.
+// whole view. The iteration stops after yielding an error; stopping it early cancels the call (the
+// append may already be done: prepare again without it).
 //
 //	for ev, err := range session.PrepareEvents(ctx, ctxfold.WithAppend(msg)) { ... }
 func (s *Session) PrepareEvents(ctx context.Context, opts ...PrepareOption) iter.Seq2[Event, error] {
