@@ -39,6 +39,7 @@ type fakeServer struct {
 	reads       []*ctxfoldv1.ReadToolResultRequest
 	listCalls   int
 	listToken   string
+	appends     []*ctxfoldv1.AppendMessagesRequest
 
 	getSession func() (*ctxfoldv1.GetSessionResponse, error)
 	prepare    func(req *ctxfoldv1.PrepareRequest, send func(*ctxfoldv1.PrepareResponse) error) error
@@ -66,6 +67,13 @@ func (f *fakeServer) Prepare(req *ctxfoldv1.PrepareRequest, stream grpc.ServerSt
 	f.prepares = append(f.prepares, req)
 	f.mu.Unlock()
 	return f.prepare(req, stream.Send)
+}
+
+func (f *fakeServer) AppendMessages(_ context.Context, req *ctxfoldv1.AppendMessagesRequest) (*ctxfoldv1.AppendMessagesResponse, error) {
+	f.mu.Lock()
+	f.appends = append(f.appends, req)
+	f.mu.Unlock()
+	return &ctxfoldv1.AppendMessagesResponse{Messages: req.GetMessages()}, nil
 }
 
 func (f *fakeServer) ReadToolResult(_ context.Context, req *ctxfoldv1.ReadToolResultRequest) (*ctxfoldv1.ReadToolResultResponse, error) {
@@ -309,6 +317,25 @@ func TestPrepareDeltaAndFallback(t *testing.T) {
 }
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// TestAppendRequestIDs: every append carries an idempotency key, the caller's or a fresh UUIDv4.
+func TestAppendRequestIDs(t *testing.T) {
+	f := &fakeServer{}
+	s := startFake(t, f).OpenSession("s1")
+	ctx := context.Background()
+	for range 2 {
+		if _, err := s.Append(ctx, msg("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.AppendWithRequestID(ctx, "mine", msg("y")); err != nil {
+		t.Fatal(err)
+	}
+	first, second, mine := f.appends[0].GetRequestId(), f.appends[1].GetRequestId(), f.appends[2].GetRequestId()
+	if !uuidV4.MatchString(first) || !uuidV4.MatchString(second) || first == second || mine != "mine" {
+		t.Errorf("request ids %q %q %q", first, second, mine)
+	}
+}
 
 // TestViewCacheEvictsLeastRecentlyUsed: with room for two sessions, preparing a third evicts the
 // least recently used one, whose next Prepare then asks for the whole view.
