@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the committed Go code for proto/ctxfold/v1 into clients/go/ctxfoldv1/.
 #
-#   clients/go/generate.sh           # writes clients/go/ctxfoldv1/*.pb.go
+#   clients/go/generate.sh           # writes clients/go/ctxfoldv1/*.pb.go, then ctxfold/enums_gen.go
 #   clients/go/generate.sh OUT_DIR   # writes OUT_DIR/ctxfoldv1/*.pb.go (the staleness test compares)
 #   clients/go/generate.sh --tools   # only installs the plugins into clients/go/tools/bin
 #
@@ -50,3 +50,8 @@ rm -f "$OUT"/ctxfoldv1/*.pb.go
 cd "$ROOT"
 PATH="$TOOLS:$PATH" "$BUF" generate proto --template "$HERE/buf.gen.yaml" --output "$OUT"
 echo "generate.sh: wrote $(cd "$OUT" && ls ctxfoldv1/*.pb.go | tr '\n' ' ')" >&2
+if [[ "$OUT" == "$HERE" ]]; then
+  # The enums re-exported in package ctxfold follow the generated ones.
+  (cd "$HERE/ctxfold" && go generate)
+  echo "generate.sh: wrote ctxfold/enums_gen.go" >&2
+fi

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One command for the Go client: installs what it needs, checks formatting and `go vet`, checks that
-# the committed generated code is fresh (a test regenerates it into a temp dir), and runs every test,
-# including the end-to-end tests against a real `ctxfold serve` (../../.venv/bin/ctxfold, which the
-# root Makefile creates; override with CTXFOLD_BIN). Exits non-zero on any failure.
+# One command for the Go client: installs what it needs, checks `gofmt -l` and `go vet`, checks that
+# the committed generated code (ctxfoldv1, ctxfold/enums_gen.go) is fresh, and runs every test: unit,
+# the conformance scenarios, end-to-end and the consumer project (a temp module outside the repo
+# using the SDK through a replace directive), against a real `ctxfold serve`
+# (../../.venv/bin/ctxfold, which the root Makefile creates; override with CTXFOLD_BIN). Exits
+# non-zero on any failure.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -1,169 +1,147 @@
-// Command agent_loop is a complete agent loop on ctxfold with a fake model: it appends the user
-// turn, prepares the context before every model call, "calls the model" (canned answers that ask
-// for a directory listing, then a final answer), appends the answer, feeds the tool results into
-// the next Prepare and reports the provider's usage. With the default small window (4000 tokens)
-// the history is folded into a summary checkpoint along the way, and the fold progress is printed.
+// Command agent_loop is the ctxfold agent loop over a recorded trace: the same program in every
+// SDK's README.
 //
-//	ctxfold serve --listen 127.0.0.1:50051 &
-//	go run ./examples/agent_loop -addr 127.0.0.1:50051
+//	go run ./examples/agent_loop TRACE.json [HOST:PORT]
+//
+// A recorded coding-agent run stands in for the model and its tools: each model call answers with
+// the trace's next assistant message (as an OpenAI Chat Completions response), and the recorded
+// tool outputs answer the tool calls. When the last tool result came back truncated, the fake model
+// first reads it with the read_tool_result tool, which the SDK's dispatcher answers.
 package main
 
 import (
 	"context"
-	"flag"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
-	"math/rand/v2"
 	"os"
 	"strings"
-	"time"
 
-	ctxfold "github.com/ctxfold/ctxfold/clients/go"
-	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
+	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
+	"github.com/ctxfold/ctxfold/clients/go/ctxfold/openaichat"
 )
 
-func main() {
-	addr := flag.String("addr", "127.0.0.1:50051", "ctxfold server address")
-	token := flag.String("token", os.Getenv("CTXFOLD_TOKEN"), "bearer token (servers with an auth tokens file)")
-	steps := flag.Int("steps", 10, "model calls before the final answer")
-	flag.Parse()
+type recordedTrace struct {
+	Messages []openaichat.Message `json:"messages"`
+	Tools    []map[string]any     `json:"tools"`
+}
 
-	var opts []ctxfold.Option
-	if *token != "" {
-		opts = append(opts, ctxfold.WithBearerToken(*token))
+// fakeModel returns a Chat Completions response: a read_tool_result call for a truncated last tool
+// result, else the next recorded assistant message (taken off turns).
+func fakeModel(request *openaichat.Request, view *ctxfold.View, turns *[]openaichat.Message) []byte {
+	var message openaichat.Message
+	if last := view.Messages[len(view.Messages)-1]; last.GetTruncated() && !strings.HasPrefix(last.GetToolCallId(), "read_") {
+		arguments, _ := json.Marshal(map[string]string{"result_ref": last.GetResultRef()})
+		message = openaichat.Message{Role: "assistant", ToolCalls: []openaichat.ToolCall{{ID: fmt.Sprintf("read_%d", last.GetSeq()),
+			Type: "function", Function: openaichat.FunctionCall{Name: ctxfold.ToolReadToolResult, Arguments: string(arguments)}}}}
+	} else {
+		message, *turns = (*turns)[0], (*turns)[1:]
 	}
-	client, err := ctxfold.New(*addr, opts...)
+	requestJSON, _ := json.Marshal(request) // plain structs and strings always marshal
+	messageJSON, _ := json.Marshal(message)
+	finishReason := "stop"
+	if len(message.ToolCalls) > 0 {
+		finishReason = "tool_calls"
+	}
+	body, _ := json.Marshal(map[string]any{
+		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finishReason}},
+		"usage":   map[string]int{"prompt_tokens": len(requestJSON) / 4, "completion_tokens": len(messageJSON) / 4},
+	})
+	return body
+}
+
+func run(ctx context.Context, tracePath, address string, out io.Writer) error {
+	var trace recordedTrace
+	if data, err := os.ReadFile(tracePath); err != nil || json.Unmarshal(data, &trace) != nil {
+		return fmt.Errorf("%s: not a readable trace (%v)", tracePath, err)
+	}
+	outputs := map[string]string{}
+	var turns []openaichat.Message
+	for _, m := range trace.Messages[1:] {
+		switch m.Role {
+		case "tool":
+			outputs[m.ToolCallID] = *m.Content
+		case "user", "assistant":
+			turns = append(turns, m)
+		}
+	}
+	ctxfoldTools, _ := ctxfold.ToolDefinitions(ctxfold.FormatOpenAIChat) // a known format never fails
+	config, err := ctxfold.NewSessionConfig(12000, ctxfold.MaxOutputTokens(1024), ctxfold.ToolContentMaxBytes(4096),
+		ctxfold.SystemPrompt(*trace.Messages[0].Content), ctxfold.Tools(append(trace.Tools, ctxfoldTools...)))
 	if err != nil {
-		log.Fatal(err)
+		return err
+	}
+	client, err := ctxfold.New(address)
+	if err != nil {
+		return err
 	}
 	defer client.Close()
+	session, err := client.CreateSession(ctx, config)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "session %s: %d recorded turns\n", session.ID(), len(turns))
+	printProgress := ctxfold.WithProgress(func(p *ctxfold.FoldProgress) {
+		if p.GetSummaryDelta() == "" {
+			fmt.Fprintf(out, "  fold %s: %d -> %d tokens. %s\n", p.GetStage(), p.GetTokensBefore(), p.GetTokensAfter(), p.GetMessage())
+		}
+	})
+	var pending []*ctxfold.Message
+	var view *ctxfold.View
+	calls, folds, reads := 0, 0, 0
+	for len(turns) > 0 {
+		if turns[0].Role == "user" {
+			pending, turns = append(pending, ctxfold.UserMessage(*turns[0].Content)), turns[1:]
+			continue
+		}
+		if view, err = session.Prepare(ctx, ctxfold.WithAppend(pending...), printProgress); err != nil {
+			return err
+		}
+		if view.Folded() {
+			folds++
+		}
+		reply, err := openaichat.ParseResponse(fakeModel(openaichat.NewRequest(view, openaichat.Options{}), view, &turns))
+		if err != nil {
+			return err
+		}
+		if _, err := session.ObserveUsage(ctx, view.ViewVersion, reply.Usage); err != nil {
+			return err
+		}
+		calls++
+		pending = reply.Messages
+		for _, call := range reply.ToolCalls() {
+			answer, handled, err := session.DispatchToolCall(ctx, call.GetName(), call.GetArguments())
+			if err != nil {
+				return err
+			}
+			if handled {
+				reads++
+			} else if recorded, ok := outputs[call.GetId()]; ok {
+				answer = recorded
+			} else {
+				answer = "(no output recorded)"
+			}
+			pending = append(pending, ctxfold.ToolResultMessage(call.GetId(), answer))
+		}
+	}
+	if _, err := session.Append(ctx, pending...); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%d model calls, %d folds, %d read_tool_result calls; last view: %d messages, ~%d tokens\n",
+		calls, folds, reads, len(view.Messages), view.EstimatedTokens)
+	return nil
+}
 
-	if _, err := run(context.Background(), client, *steps, os.Stdout); err != nil {
+func main() {
+	if len(os.Args) < 2 {
+		log.Fatal("usage: agent_loop TRACE.json [HOST:PORT]")
+	}
+	address := "127.0.0.1:50051"
+	if len(os.Args) > 2 {
+		address = os.Args[2]
+	}
+	if err := run(context.Background(), os.Args[1], address, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
-}
-
-// report is what the loop saw; the end-to-end test checks it.
-type report struct {
-	SessionID string
-	Prepares  int
-	Deltas    int
-	Folds     int
-	Progress  []*ctxfold.FoldProgress
-	Final     *ctxfold.PreparedContext
-	Answer    string
-}
-
-var tools = []map[string]any{{
-	"type": "function",
-	"function": map[string]any{
-		"name":        "list_files",
-		"description": "List the files of a directory with sizes and dates.",
-		"parameters": map[string]any{
-			"type":       "object",
-			"properties": map[string]any{"path": map[string]any{"type": "string"}},
-			"required":   []string{"path"},
-		},
-	},
-}}
-
-// run drives one agent conversation of steps tool calls and a final answer.
-func run(ctx context.Context, client *ctxfold.Client, steps int, out io.Writer) (*report, error) {
-	cfg, err := ctxfold.NewSessionConfig(4000,
-		ctxfold.MaxOutputTokens(256),
-		ctxfold.SystemPrompt("You are a careful coding agent. Use list_files to explore the repository."),
-		ctxfold.Tools(tools),
-		ctxfold.Model("fake-model-1"),
-		ctxfold.CacheTTL(5*time.Minute), // the provider's prompt-cache TTL: cache_state becomes WARM/COLD
-	)
-	if err != nil {
-		return nil, err
-	}
-	session, err := client.CreateSession(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	rep := &report{SessionID: session.ID()}
-	fmt.Fprintf(out, "session %s\n", session.ID())
-
-	// The new input of the next model call: first the user turn, later the tool results.
-	pending := []*ctxfold.Message{ctxfold.UserMessage("Find where the retry logic lives in this repository and explain it.")}
-	for step := 1; ; step++ {
-		prepared, err := session.Prepare(ctx,
-			ctxfold.WithAppend(pending...),
-			ctxfold.WithProgress(func(p *ctxfold.FoldProgress) {
-				rep.Progress = append(rep.Progress, p)
-				fmt.Fprintf(out, "  %-26s pass %d/%d tokens %d -> %d %s\n", p.GetStage(), p.GetPassIndex(),
-					p.GetPassesPlanned(), p.GetTokensBefore(), p.GetTokensAfter(), p.GetMessage())
-			}),
-		)
-		if err != nil {
-			return nil, fmt.Errorf("step %d: prepare: %w", step, err)
-		}
-		rep.Prepares++
-		if prepared.Delta {
-			rep.Deltas++
-		}
-		if prepared.Folded() {
-			rep.Folds++
-		}
-		fmt.Fprintf(out, "step %2d: %2d messages (%d received), ~%d tokens, %s, cache %s\n", step,
-			len(prepared.Messages), len(prepared.Received), prepared.EstimatedTokens, prepared.Action, prepared.CacheState)
-
-		// "Call the model" with prepared.Messages and prepared.PromptCacheKey.
-		answer := fakeModel(step, steps, prepared.Messages)
-		if _, err := session.Append(ctx, answer); err != nil {
-			return nil, fmt.Errorf("step %d: append answer: %w", step, err)
-		}
-		finish := "tool_calls"
-		if len(answer.GetToolCalls()) == 0 {
-			finish = "stop"
-		}
-		if _, err := session.ObserveUsage(ctx, ctxfold.Usage{
-			ViewVersion:       prepared.ViewVersion,
-			InputTokens:       prepared.EstimatedTokens, // a real agent passes the provider's numbers
-			CachedInputTokens: 0,
-			OutputTokens:      64,
-			FinishReason:      finish,
-		}); err != nil {
-			return nil, fmt.Errorf("step %d: observe usage: %w", step, err)
-		}
-		if len(answer.GetToolCalls()) == 0 {
-			rep.Final, rep.Answer = prepared, answer.GetContent()
-			fmt.Fprintf(out, "answer: %s\n", answer.GetContent())
-			return rep, nil
-		}
-		pending = pending[:0]
-		for _, call := range answer.GetToolCalls() {
-			pending = append(pending, ctxfold.ToolResultMessage(call.GetId(), runTool(call)))
-		}
-	}
-}
-
-// fakeModel stands in for the provider: it lists one directory per step, then answers.
-func fakeModel(step, steps int, view []*ctxfold.Message) *ctxfold.Message {
-	if step > steps {
-		summarized := ""
-		for _, m := range view {
-			if m.GetSummary() {
-				summarized = " (earlier steps came from the summary checkpoint)"
-			}
-		}
-		return ctxfold.AssistantMessage("The retry logic lives in src/pkg3/retry.go: exponential backoff with jitter." + summarized)
-	}
-	return ctxfold.AssistantMessage(fmt.Sprintf("Listing src/pkg%d next.", step),
-		ctxfold.NewToolCall(fmt.Sprintf("call_%d", step), "list_files", fmt.Sprintf(`{"path": "src/pkg%d"}`, step)))
-}
-
-// runTool fakes list_files: about 1500 characters of varied, deterministic listing lines.
-func runTool(call *ctxfoldv1.ToolCall) string {
-	rng := rand.New(rand.NewPCG(uint64(len(call.GetArguments())), uint64(call.GetId()[len(call.GetId())-1])))
-	words := []string{"retry", "backoff", "client", "server", "config", "handler", "cache", "queue", "worker", "metrics", "auth", "store"}
-	var b strings.Builder
-	for b.Len() < 1500 {
-		fmt.Fprintf(&b, "-rw-r--r-- 1 dev dev %6d Nov %2d %02d:%02d %s_%s_%d.go\n", rng.IntN(90000)+100, rng.IntN(28)+1,
-			rng.IntN(24), rng.IntN(60), words[rng.IntN(len(words))], words[rng.IntN(len(words))], rng.IntN(1000))
-	}
-	return b.String()
 }

@@ -2,76 +2,61 @@ package main
 
 import (
 	"context"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	ctxfold "github.com/ctxfold/ctxfold/clients/go"
-	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 	"github.com/ctxfold/ctxfold/clients/go/internal/testserver"
 )
 
-// TestAgentLoop runs the README's example against a real server: the history must fold, with
-// progress events, and later prepares must come back as deltas.
+// agentTrace is the shared recorded trace of the README agent loop.
+const agentTrace = "../../../conformance/fixtures/agent_trace.json"
+
+// summary is the loop's last line.
+var summary = regexp.MustCompile(`(\d+) model calls, (\d+) folds, (\d+) read_tool_result calls; last view: \d+ messages, ~(\d+) tokens`)
+
+// checkOutput checks what the loop printed on the shared trace: it folds at least once (with the
+// progress printed), reads a truncated result at least once, and ends in a view under the window.
+func checkOutput(t *testing.T, out string) {
+	t.Helper()
+	m := summary.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary line in the output:\n%s", out)
+	}
+	n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
+	if n(1) < 30 || n(2) < 1 || n(3) < 1 || n(4) > 12000 {
+		t.Errorf("summary %q: want >= 30 model calls, >= 1 fold, >= 1 read, <= 12000 tokens", m[0])
+	}
+	if !strings.Contains(out, "fold FOLD_STAGE_PASS_COMMITTED") || strings.Contains(out, "FOLD_STAGE_SUMMARY_DELTA") {
+		t.Errorf("fold progress (without summary deltas) is not printed:\n%s", out)
+	}
+}
+
+// TestAgentLoop runs the README's loop on the shared trace against a real server.
 func TestAgentLoop(t *testing.T) {
 	srv := testserver.Start(t, testserver.Options{})
-	client, err := ctxfold.New(srv.Addr, ctxfold.WithDefaultTimeout(30*time.Second), ctxfold.WithStreamTimeout(60*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	ctx := context.Background()
-
 	var out strings.Builder
-	rep, err := run(ctx, client, 10, &out)
+	if err := run(context.Background(), agentTrace, srv.Addr, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
 	t.Logf("agent loop output:\n%s", out.String())
+	checkOutput(t, out.String())
+}
+
+// TestReadmeShowsThisProgram: the README's agent loop is this file, verbatim.
+func TestReadmeShowsThisProgram(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Prepares != 11 {
-		t.Errorf("prepares = %d, want 11", rep.Prepares)
+	program, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if rep.Folds < 1 {
-		t.Fatalf("no fold happened in %d prepares", rep.Prepares)
-	}
-	if rep.Deltas < 1 {
-		t.Errorf("no prepare was answered with a delta")
-	}
-	stages := map[ctxfoldv1.FoldStage]int{}
-	for _, p := range rep.Progress {
-		stages[p.GetStage()]++
-	}
-	for _, want := range []ctxfoldv1.FoldStage{ctxfoldv1.FoldStage_FOLD_STAGE_PLANNED, ctxfoldv1.FoldStage_FOLD_STAGE_PASS_STARTED, ctxfoldv1.FoldStage_FOLD_STAGE_PASS_COMMITTED} {
-		if stages[want] == 0 {
-			t.Errorf("no %s progress event (got %v)", want, stages)
-		}
-	}
-	if !strings.Contains(rep.Answer, "retry.go") {
-		t.Errorf("answer = %q", rep.Answer)
-	}
-
-	// The final view is whole (deltas applied): system first, one summary, fits the hard limit, and
-	// it equals the view the server returns when asked for all of it.
-	final := rep.Final
-	if got := final.Messages[0].GetRole(); got != ctxfoldv1.Role_ROLE_SYSTEM {
-		t.Errorf("first view message role = %s", got)
-	}
-	summaries := 0
-	for _, m := range final.Messages {
-		if m.GetSummary() {
-			summaries++
-		}
-	}
-	if summaries != 1 {
-		t.Errorf("final view has %d summaries, want 1", summaries)
-	}
-	if final.EstimatedTokens > final.HardLimitTokens {
-		t.Errorf("estimated %d tokens above the hard limit %d", final.EstimatedTokens, final.HardLimitTokens)
-	}
-	if int64(len(final.Messages)) != final.Raw.GetViewMessageCount() {
-		t.Errorf("view has %d messages, server counts %d", len(final.Messages), final.Raw.GetViewMessageCount())
-	}
-	if !strings.Contains(out.String(), "FOLD_STAGE_PASS_COMMITTED") {
-		t.Errorf("progress was not printed")
+	_, block, found := strings.Cut(string(readme), "<!-- agent-loop -->\n```go\n")
+	if block, _, _ = strings.Cut(block, "```\n"); !found || block != string(program) {
+		t.Errorf("the README's agent loop differs from examples/agent_loop/main.go: copy it")
 	}
 }

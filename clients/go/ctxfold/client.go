@@ -1,24 +1,3 @@
-// Package ctxfold is the Go client of the ctxfold context-maintenance service.
-//
-// ctxfold keeps an LLM agent's canonical transcript and returns, before every model request, the
-// provider-visible context that fits the model's window. This package is a thin idiomatic layer
-// over the generated gRPC code in package ctxfoldv1:
-//
-//   - [New] dials the service with functional options (bearer token, TLS/mTLS, default deadlines,
-//     OpenTelemetry trace propagation).
-//   - [Client.CreateSession] takes a typed config built with [NewSessionConfig] and returns a
-//     [Session] handle.
-//   - [Session.Prepare] consumes the server stream (progress events through a callback or a
-//     channel), keeps the last full view and applies delta answers, so callers always get the
-//     whole view to send to the model.
-//   - [Session.Edit] and [Session.Retry] wrap Rewind + Prepare; [Session.ReadToolResult] pages
-//     through a stored tool result and checks its SHA-256; [Client.Sessions] and
-//     [Session.Messages] are iterators over the paged list RPCs.
-//   - Every error returned by an RPC is an [*Error] (use errors.As) carrying the gRPC code and the
-//     server's google.rpc.ErrorInfo reason and metadata.
-//
-// The generated client stays reachable through [Client.Raw] and benefits from the same
-// authentication, tracing and deadline handling.
 package ctxfold
 
 import (
@@ -48,7 +27,14 @@ type Client struct {
 	timeout       time.Duration
 	streamTimeout time.Duration
 	propagator    propagation.TextMapPropagator
+	views         *viewCache
 }
+
+// Defaults of [New]; see [WithDefaultTimeout], [WithStreamTimeout] and [WithViewCacheSessions].
+const (
+	DefaultTimeout       = 30 * time.Second
+	DefaultStreamTimeout = 600 * time.Second
+)
 
 type settings struct {
 	token         string
@@ -62,6 +48,7 @@ type settings struct {
 	propagator    propagation.TextMapPropagator
 	dialOptions   []grpc.DialOption
 	conn          *grpc.ClientConn
+	viewSessions  int
 	err           error
 }
 
@@ -105,15 +92,15 @@ func WithServerName(name string) Option {
 	return func(s *settings) { s.serverName = name }
 }
 
-// WithDefaultTimeout bounds every unary call whose context has no deadline of its own.
-// Zero (the default) leaves such calls unbounded.
+// WithDefaultTimeout bounds every unary call whose context has no deadline of its own (default
+// [DefaultTimeout], 30 s; zero leaves such calls unbounded). A deadline on the call's context wins.
 func WithDefaultTimeout(d time.Duration) Option {
 	return func(s *settings) { s.timeout = d }
 }
 
 // WithStreamTimeout bounds Prepare and Compact calls whose context has no deadline of its own.
 // They are kept apart from [WithDefaultTimeout] because a fold with an LLM summarizer may take much
-// longer than an ordinary call. Zero (the default) leaves them unbounded.
+// longer than an ordinary call. Default [DefaultStreamTimeout] (600 s); zero leaves them unbounded.
 func WithStreamTimeout(d time.Duration) Option {
 	return func(s *settings) { s.streamTimeout = d }
 }
@@ -126,21 +113,34 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 	return func(s *settings) { s.propagator = p }
 }
 
+// WithViewCacheSessions sets how many sessions' last views the client keeps to apply deltas
+// (default 256, least recently used evicted; 0 keeps none, so every Prepare returns a whole view).
+func WithViewCacheSessions(n int) Option {
+	return func(s *settings) { s.viewSessions = n }
+}
+
 // WithDialOptions appends raw gRPC dial options (interceptors, keepalive, message sizes, ...).
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(s *settings) { s.dialOptions = append(s.dialOptions, opts...) }
 }
 
 // WithConn uses an existing connection instead of dialing; transport options are then ignored and
-// Close does not close it. Bearer token, deadlines and tracing still apply (they are added per call).
+// Close does not close it. Bearer token, deadlines and tracing still apply (they are added per call);
+// the user agent is the one the connection was dialed with.
 func WithConn(conn *grpc.ClientConn) Option {
 	return func(s *settings) { s.conn = conn }
 }
 
 // New connects to the ctxfold server at addr ("host:port", or any gRPC target). Without TLS options
-// the connection is plaintext. The connection is established lazily, on the first call.
+// the connection is plaintext. The connection is established lazily, on the first call. The
+// client identifies itself as "ctxfold-go/<Version>".
 func New(addr string, opts ...Option) (*Client, error) {
-	s := &settings{propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, otel.GetTextMapPropagator())}
+	s := &settings{
+		propagator:    propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, otel.GetTextMapPropagator()),
+		timeout:       DefaultTimeout,
+		streamTimeout: DefaultStreamTimeout,
+		viewSessions:  defaultViewCacheSessions,
+	}
 	for _, opt := range opts {
 		opt(s)
 	}
@@ -152,6 +152,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 		timeout:       s.timeout,
 		streamTimeout: s.streamTimeout,
 		propagator:    s.propagator,
+		views:         newViewCache(s.viewSessions),
 	}
 	if s.conn != nil {
 		c.conn = s.conn
@@ -160,7 +161,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+		dial := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithUserAgent(userAgent)}
 		dial = append(dial, s.dialOptions...)
 		conn, err := grpc.NewClient(addr, dial...)
 		if err != nil {

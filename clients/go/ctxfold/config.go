@@ -15,7 +15,7 @@ type ConfigOption func(*ctxfoldv1.SessionConfig) error
 // NewSessionConfig builds a session config for a model with this context window (tokens, > 0).
 // Fields left unset mean the server's defaults. It fails on an option that cannot be applied
 // (e.g. tools that do not marshal to JSON); ranges are checked by the server (INVALID_CONFIG).
-func NewSessionConfig(contextWindow int64, opts ...ConfigOption) (*ctxfoldv1.SessionConfig, error) {
+func NewSessionConfig(contextWindow int64, opts ...ConfigOption) (*SessionConfig, error) {
 	cfg := &ctxfoldv1.SessionConfig{ContextWindow: contextWindow}
 	if err := applyConfig(cfg, opts); err != nil {
 		return nil, err
@@ -48,12 +48,13 @@ func TailRatio(ratio float64) ConfigOption {
 	return func(c *ctxfoldv1.SessionConfig) error { c.TailRatio = ratio; return nil }
 }
 
-// MaxOutputTokens sets the output tokens the agent asks the provider for (reserved in estimates).
+// MaxOutputTokens sets the output tokens the agent asks the provider for, reserved in every estimate
+// (default 0: only the 256-token safety margin is reserved).
 func MaxOutputTokens(tokens int64) ConfigOption {
 	return func(c *ctxfoldv1.SessionConfig) error { c.MaxOutputTokens = tokens; return nil }
 }
 
-// SummaryMaxTokens bounds one summary in tokens (default 8192).
+// SummaryMaxTokens bounds one summary in tokens (default min(8192, context_window / 8), at least 256).
 func SummaryMaxTokens(tokens int64) ConfigOption {
 	return func(c *ctxfoldv1.SessionConfig) error { c.SummaryMaxTokens = tokens; return nil }
 }
@@ -110,4 +111,10 @@ func PromptCacheKey(key string) ConfigOption {
 // Model names the model the agent calls (telemetry and cache TTL defaults).
 func Model(name string) ConfigOption {
 	return func(c *ctxfoldv1.SessionConfig) error { c.Model = name; return nil }
+}
+
+// DisableTaskAnchor turns off the task anchor: by default the opening user message (the task)
+// stays verbatim right after the system prompt in every view, as part of the stable prefix.
+func DisableTaskAnchor() ConfigOption {
+	return func(c *ctxfoldv1.SessionConfig) error { c.DisableTaskAnchor = true; return nil }
 }

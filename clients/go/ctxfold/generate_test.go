@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/ctxfold/ctxfold/clients/go/internal/enumgen"
 )
 
 // TestGeneratedCodeIsFresh regenerates ctxfoldv1 into a temporary directory with generate.sh and
@@ -17,7 +19,7 @@ func TestGeneratedCodeIsFresh(t *testing.T) {
 		t.Skip("regenerating takes a few seconds; skipped with -short")
 	}
 	out := t.TempDir()
-	cmd := exec.Command("bash", "generate.sh", out)
+	cmd := exec.Command("bash", "../generate.sh", out)
 	if log, err := cmd.CombinedOutput(); err != nil {
 		if os.Getenv("CTXFOLD_REQUIRE_GENERATE") == "1" {
 			t.Fatalf("generate.sh failed: %v\n%s", err, log)
@@ -25,11 +27,11 @@ func TestGeneratedCodeIsFresh(t *testing.T) {
 		t.Skipf("generate.sh could not run (%v); set CTXFOLD_REQUIRE_GENERATE=1 to fail instead:\n%s", err, log)
 	}
 
-	committed, err := filepath.Glob(filepath.Join("ctxfoldv1", "*.go"))
+	committed, err := filepath.Glob(filepath.Join("..", "ctxfoldv1", "*.pb.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := filepath.Glob(filepath.Join(out, "ctxfoldv1", "*.go"))
+	fresh, err := filepath.Glob(filepath.Join(out, "ctxfoldv1", "*.pb.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,12 +51,27 @@ func TestGeneratedCodeIsFresh(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := os.ReadFile(filepath.Join("ctxfoldv1", name))
+		got, err := os.ReadFile(filepath.Join("..", "ctxfoldv1", name))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("ctxfoldv1/%s is stale: run clients/go/generate.sh", name)
 		}
+	}
+}
+
+// TestEnumsAreFresh: enums_gen.go is what internal/cmd/genenums writes from ctxfoldv1 now.
+func TestEnumsAreFresh(t *testing.T) {
+	want, err := enumgen.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("enums_gen.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("ctxfold/enums_gen.go is stale: run go generate ./ctxfold")
 	}
 }

@@ -4,35 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of the server's errors.
 const ErrorDomain = "ctxfold.dev"
 
-// Reasons the server puts in google.rpc.ErrorInfo (not exhaustive: the server may add more).
-const (
-	ReasonSessionNotFound          = "SESSION_NOT_FOUND"
-	ReasonInvalidConfig            = "INVALID_CONFIG"
-	ReasonInvalidMessage           = "INVALID_MESSAGE"
-	ReasonContextBudgetUnsatisfied = "CONTEXT_BUDGET_UNSATISFIED"
-	ReasonStaleContext             = "STALE_CONTEXT"
-	ReasonResultRefAmbiguous       = "RESULT_REF_AMBIGUOUS"
-	ReasonToolResultsPending       = "TOOL_RESULTS_PENDING"
-	ReasonOffsetNotCharBoundary    = "OFFSET_NOT_CHAR_BOUNDARY"
-	ReasonOffsetOutOfRange         = "OFFSET_OUT_OF_RANGE"
-	ReasonToolCallNotFound         = "TOOL_CALL_NOT_FOUND"
-	ReasonToolCallNotOpen          = "TOOL_CALL_NOT_OPEN"
-	ReasonMessageTooLarge          = "MESSAGE_TOO_LARGE"
-	ReasonSummarizerNotConfigured  = "SUMMARIZER_NOT_CONFIGURED"
-	ReasonConcurrentModification   = "CONCURRENT_MODIFICATION"
-	ReasonUnauthenticated          = "UNAUTHENTICATED"
-)
-
-// Error is the error every RPC of this package returns. Retrieve it with errors.As:
+// Error is the error every call of this package returns. Retrieve it with errors.As and compare
+// its Reason with the generated constants:
 //
 //	var e *ctxfold.Error
 //	if errors.As(err, &e) && e.Reason == ctxfold.ReasonSessionNotFound { ... }
@@ -41,15 +26,18 @@ const (
 type Error struct {
 	// Code is the gRPC status code.
 	Code codes.Code
+	// Reason is the google.rpc.ErrorInfo reason; ReasonUnspecified when the status carried none
+	// (e.g. a transport failure). Conditions the SDK detects itself use
+	// ReasonStreamEndedWithoutResult and ReasonResultChecksumMismatch.
+	Reason ErrorReason
 	// Message is the status message, meant for a person.
 	Message string
-	// Reason is the ErrorInfo reason (UPPER_SNAKE, e.g. SESSION_NOT_FOUND); empty when the status
-	// carried no ErrorInfo (e.g. a transport failure).
-	Reason string
-	// Domain is the ErrorInfo domain ("ctxfold.dev" for the server's own errors).
+	// Domain is the ErrorInfo domain (ErrorDomain for the server's own errors).
 	Domain string
 	// Metadata is the ErrorInfo metadata (e.g. session_id); never nil.
 	Metadata map[string]string
+	// RetryDelay is the google.rpc.RetryInfo delay when the server sent one (0 otherwise).
+	RetryDelay time.Duration
 	// Op is the RPC that failed, e.g. "Prepare".
 	Op string
 
@@ -60,8 +48,8 @@ type Error struct {
 // Error implements error.
 func (e *Error) Error() string {
 	msg := fmt.Sprintf("ctxfold: %s: %s", e.Op, e.Code)
-	if e.Reason != "" {
-		msg += " " + e.Reason
+	if e.Reason != ReasonUnspecified {
+		msg += " " + e.Reason.String()
 	}
 	if e.Message != "" {
 		msg += ": " + e.Message
@@ -86,17 +74,14 @@ func (e *Error) Unwrap() error { return e.cause }
 // with errors.Is.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	if !ok {
+	if !ok || (t.Reason == ReasonUnspecified && t.Code == codes.OK) {
 		return false
 	}
-	if t.Reason == "" && t.Code == codes.OK {
-		return false
-	}
-	return (t.Reason == "" || t.Reason == e.Reason) && (t.Code == codes.OK || t.Code == e.Code)
+	return (t.Reason == ReasonUnspecified || t.Reason == e.Reason) && (t.Code == codes.OK || t.Code == e.Code)
 }
 
-// HasReason reports whether err is (or wraps) an [*Error] with this ErrorInfo reason.
-func HasReason(err error, reason string) bool {
+// HasReason reports whether err is (or wraps) an [*Error] with this reason.
+func HasReason(err error, reason ErrorReason) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Reason == reason
 }
@@ -115,21 +100,28 @@ func AsError(op string, err error) error {
 	if !ok {
 		st = status.FromContextError(err)
 	}
-	e := &Error{
-		Code:     st.Code(),
-		Message:  st.Message(),
-		Metadata: map[string]string{},
-		Op:       op,
-		status:   st,
-		cause:    err,
-	}
+	e := &Error{Code: st.Code(), Message: st.Message(), Metadata: map[string]string{}, Op: op, status: st, cause: err}
 	for _, detail := range st.Details() {
-		if info, ok := detail.(*errdetails.ErrorInfo); ok {
-			e.Reason = info.GetReason()
-			e.Domain = info.GetDomain()
-			maps.Copy(e.Metadata, info.GetMetadata())
-			break
+		switch d := detail.(type) {
+		case *errdetails.ErrorInfo:
+			e.Reason = parseReason(d.GetReason())
+			e.Domain = d.GetDomain()
+			maps.Copy(e.Metadata, d.GetMetadata())
+		case *errdetails.RetryInfo:
+			e.RetryDelay = d.GetRetryDelay().AsDuration()
 		}
 	}
 	return e
+}
+
+// parseReason maps an ErrorInfo reason name to its constant. A name this SDK version does not know
+// (a newer server) maps to ReasonUnspecified; the name is kept in the status details.
+func parseReason(name string) ErrorReason {
+	return ErrorReason(ctxfoldv1.ErrorReason_value[name])
+}
+
+// sdkError is an error the SDK detects itself (no RPC failed).
+func sdkError(op string, code codes.Code, reason ErrorReason, format string, args ...any) *Error {
+	msg := fmt.Sprintf(format, args...)
+	return &Error{Code: code, Reason: reason, Message: msg, Domain: ErrorDomain, Metadata: map[string]string{}, Op: op}
 }

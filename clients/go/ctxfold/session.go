@@ -2,25 +2,27 @@ package ctxfold
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"sync"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 )
 
-// Session is a handle on one server session. Besides the session RPCs it keeps the last full view
-// returned by Prepare or Compact, so that Prepare can ask for deltas and still hand the caller the
-// whole view. A Session is safe for concurrent use, though one agent loop per session is the
-// intended use.
+// Session is a handle on one server session: cheap to make ([Client.OpenSession]) and safe for
+// concurrent use. The last whole view of each session is held by the Client (see
+// [WithViewCacheSessions]), so every handle on a session shares it for deltas.
 type Session struct {
 	client *Client
 	id     string
 
-	mu          sync.Mutex
-	info        *SessionInfo
-	view        []*Message
-	viewVersion int64
+	mu   sync.Mutex
+	info *SessionInfo
 }
 
 func (c *Client) newSession(info *SessionInfo) *Session {
@@ -55,11 +57,12 @@ func (c *Client) GetSession(ctx context.Context, id string) (*Session, error) {
 	return s, nil
 }
 
-// DeleteSession deletes a session and everything only it refers to.
+// DeleteSession deletes a session and everything only it refers to, and forgets its held view.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	ctx, cancel := c.unaryContext(ctx)
 	defer cancel()
 	_, err := c.raw.DeleteSession(ctx, &ctxfoldv1.DeleteSessionRequest{SessionId: id})
+	c.views.forget(id)
 	return AsError("DeleteSession", err)
 }
 
@@ -71,10 +74,10 @@ type listSettings struct {
 	includeAbandoned bool
 }
 
-// PageSize sets how many items each underlying list call fetches (1..1000; server default 100).
+// PageSize sets how many items each underlying list call fetches (0 = the server's default).
 func PageSize(n int32) ListOption { return func(s *listSettings) { s.pageSize = n } }
 
-// IncludeAbandoned also lists messages abandoned by Rewind ([Session.Messages] only).
+// IncludeAbandoned also lists what Rewind abandoned ([Session.Messages], [Session.Checkpoints]).
 func IncludeAbandoned() ListOption { return func(s *listSettings) { s.includeAbandoned = true } }
 
 func listOptions(opts []ListOption) listSettings {
@@ -91,7 +94,7 @@ func listOptions(opts []ListOption) listSettings {
 //	for info, err := range client.Sessions(ctx) { ... }
 func (c *Client) Sessions(ctx context.Context, opts ...ListOption) iter.Seq2[*SessionInfo, error] {
 	s := listOptions(opts)
-	return paginate(func(token string) ([]*SessionInfo, string, error) {
+	return paginate("ListSessions", func(token string) ([]*SessionInfo, string, error) {
 		cctx, cancel := c.unaryContext(ctx)
 		defer cancel()
 		resp, err := c.raw.ListSessions(cctx, &ctxfoldv1.ListSessionsRequest{PageSize: s.pageSize, PageToken: token})
@@ -102,16 +105,22 @@ func (c *Client) Sessions(ctx context.Context, opts ...ListOption) iter.Seq2[*Se
 	})
 }
 
-func paginate[T any](page func(token string) ([]T, string, error)) iter.Seq2[T, error] {
+// paginate iterates over every item of a paged list RPC (op names it in errors).
+func paginate[T any](op string, page func(token string) ([]T, string, error)) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
-		token := ""
+		var zero T
+		token, seen := "", map[string]bool{}
 		for {
 			items, next, err := page(token)
 			if err != nil {
-				var zero T
 				yield(zero, err)
 				return
 			}
+			if next != "" && seen[next] {
+				yield(zero, sdkError(op, codes.Internal, ReasonProtocolViolation, "the server repeated the page token %q", next))
+				return
+			}
+			seen[next] = true
 			for _, item := range items {
 				if !yield(item, nil) {
 					return
@@ -148,20 +157,17 @@ func (s *Session) setInfo(info *SessionInfo) {
 	s.mu.Unlock()
 }
 
-// View returns the last full view this handle holds and its version (nil, 0 before the first
-// Prepare or after a Rewind).
-func (s *Session) View() ([]*Message, int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.view, s.viewVersion
+// HeldView returns the last whole view the client holds for this session and its version (nil, 0
+// before the first Prepare, after a Rewind or once evicted).
+func (s *Session) HeldView() ([]*Message, int64) {
+	if v := s.client.views.get(s.id); v != nil {
+		return v.Messages, v.ViewVersion
+	}
+	return nil, 0
 }
 
 // ForgetView drops the held view, so the next Prepare asks for the whole view.
-func (s *Session) ForgetView() {
-	s.mu.Lock()
-	s.view, s.viewVersion = nil, 0
-	s.mu.Unlock()
-}
+func (s *Session) ForgetView() { s.client.views.forget(s.id) }
 
 // Refresh reads the session from the server.
 func (s *Session) Refresh(ctx context.Context) (*SessionInfo, error) {
@@ -175,20 +181,25 @@ func (s *Session) Refresh(ctx context.Context) (*SessionInfo, error) {
 	return resp.GetSession(), nil
 }
 
-// Delete deletes the session.
+// Delete deletes the session (see [Client.DeleteSession]).
 func (s *Session) Delete(ctx context.Context) error {
 	return s.client.DeleteSession(ctx, s.id)
 }
 
 // Append appends messages to the canonical transcript (all or none) and returns them with their
-// ids and seqs. Tool results must answer the pending calls of the last assistant message.
+// ids, seqs and, for tool results, result refs. Tool results must answer the pending calls of the
+// last assistant message. The call carries a fresh request id, so it is idempotent on the server.
 func (s *Session) Append(ctx context.Context, msgs ...*Message) ([]*Message, error) {
 	return s.AppendWithRequestID(ctx, "", msgs...)
 }
 
-// AppendWithRequestID is Append with an idempotency key: a retried call with the same key returns
-// the messages the first call appended instead of appending again.
+// AppendWithRequestID is Append with the caller's idempotency key (empty = a fresh UUIDv4): a
+// retried call with the same key returns the messages the first call appended instead of
+// appending again.
 func (s *Session) AppendWithRequestID(ctx context.Context, requestID string, msgs ...*Message) ([]*Message, error) {
+	if requestID == "" {
+		requestID = newRequestID()
+	}
 	ctx, cancel := s.client.unaryContext(ctx)
 	defer cancel()
 	resp, err := s.client.raw.AppendMessages(ctx, &ctxfoldv1.AppendMessagesRequest{
@@ -204,7 +215,7 @@ func (s *Session) AppendWithRequestID(ctx context.Context, requestID string, msg
 // Messages iterates over the canonical transcript in seq order, fetching pages as needed.
 func (s *Session) Messages(ctx context.Context, opts ...ListOption) iter.Seq2[*Message, error] {
 	ls := listOptions(opts)
-	return paginate(func(token string) ([]*Message, string, error) {
+	return paginate("ListMessages", func(token string) ([]*Message, string, error) {
 		cctx, cancel := s.client.unaryContext(ctx)
 		defer cancel()
 		resp, err := s.client.raw.ListMessages(cctx, &ctxfoldv1.ListMessagesRequest{
@@ -217,11 +228,8 @@ func (s *Session) Messages(ctx context.Context, opts ...ListOption) iter.Seq2[*M
 	})
 }
 
-// Usage is what the provider reported for one request.
+// Usage is what the provider reported for one request (the adapters' responses carry it).
 type Usage struct {
-	// ViewVersion is the PreparedContext.ViewVersion that was sent; 0 = the last view this handle
-	// prepared.
-	ViewVersion       int64
 	InputTokens       int64
 	CachedInputTokens int64
 	OutputTokens      int64
@@ -229,16 +237,27 @@ type Usage struct {
 	FinishReason string
 }
 
-// ObserveUsage records the provider's usage for a prepared view (statistics and calibration only).
-func (s *Session) ObserveUsage(ctx context.Context, u Usage) (*ctxfoldv1.ObserveUsageResponse, error) {
-	if u.ViewVersion == 0 {
-		_, u.ViewVersion = s.View()
+// UsageResult is the server's answer to [Session.ObserveUsage].
+type UsageResult struct {
+	// Calibration is the session's calibration factor after this observation (reported / estimated).
+	Calibration float64
+	// CalibrationAccepted reports whether this observation changed the calibration (it is ignored
+	// when out of bounds).
+	CalibrationAccepted bool
+}
+
+// ObserveUsage records the provider's usage of the request made from the view of this version
+// (View.ViewVersion; 0 = the last view held for the session). It feeds statistics and the
+// token-estimate calibration only.
+func (s *Session) ObserveUsage(ctx context.Context, viewVersion int64, u Usage) (*UsageResult, error) {
+	if viewVersion == 0 {
+		_, viewVersion = s.HeldView()
 	}
 	ctx, cancel := s.client.unaryContext(ctx)
 	defer cancel()
 	resp, err := s.client.raw.ObserveUsage(ctx, &ctxfoldv1.ObserveUsageRequest{
 		SessionId:         s.id,
-		ViewVersion:       u.ViewVersion,
+		ViewVersion:       viewVersion,
 		InputTokens:       u.InputTokens,
 		CachedInputTokens: u.CachedInputTokens,
 		OutputTokens:      u.OutputTokens,
@@ -247,19 +266,31 @@ func (s *Session) ObserveUsage(ctx context.Context, u Usage) (*ctxfoldv1.Observe
 	if err != nil {
 		return nil, AsError("ObserveUsage", err)
 	}
-	return resp, nil
+	return &UsageResult{Calibration: resp.GetCalibration(), CalibrationAccepted: resp.GetCalibrationAccepted()}, nil
 }
 
-// Fork creates a new session holding this session's transcript up to and including atSeq
-// (0 = the current head). Each override replaces the source's config value.
-func (s *Session) Fork(ctx context.Context, atSeq int64, overrides ...ConfigOption) (*Session, error) {
+// ForkPoint says where [Session.Fork] cuts the transcript: [ForkAtHead] or [ForkAtSeq].
+type ForkPoint struct{ seq int64 }
+
+// ForkAtHead forks with every live message of the source.
+func ForkAtHead() ForkPoint { return ForkPoint{} }
+
+// ForkAtSeq forks with the source's messages up to and including seq (>= 1).
+func ForkAtSeq(seq int64) ForkPoint { return ForkPoint{seq: seq} }
+
+// Fork creates a new session holding this session's transcript up to the fork point. Each
+// override replaces the source's config value.
+func (s *Session) Fork(ctx context.Context, at ForkPoint, overrides ...ConfigOption) (*Session, error) {
+	if at != ForkAtHead() && at.seq < 1 {
+		return nil, fmt.Errorf("ctxfold: ForkAtSeq(%d): the seq must be >= 1 (use ForkAtHead for the head)", at.seq)
+	}
 	cfg := &ctxfoldv1.SessionConfig{}
 	if err := applyConfig(cfg, overrides); err != nil {
 		return nil, err
 	}
 	ctx, cancel := s.client.unaryContext(ctx)
 	defer cancel()
-	resp, err := s.client.raw.Fork(ctx, &ctxfoldv1.ForkRequest{SessionId: s.id, AtSeq: atSeq, Config: cfg})
+	resp, err := s.client.raw.Fork(ctx, &ctxfoldv1.ForkRequest{SessionId: s.id, AtSeq: at.seq, Config: cfg})
 	if err != nil {
 		return nil, AsError("Fork", err)
 	}
@@ -281,21 +312,29 @@ func (s *Session) Rewind(ctx context.Context, toSeq int64) (*SessionInfo, error)
 }
 
 // Edit replaces the message at seq with msg: it rewinds to seq-1 (abandoning that message and all
-// later ones) and prepares with msg appended, returning the new view.
-func (s *Session) Edit(ctx context.Context, seq int64, msg *Message, opts ...PrepareOption) (*PreparedContext, error) {
+// later ones) and appends msg, returning the new message (with its id and seq).
+func (s *Session) Edit(ctx context.Context, seq int64, msg *Message) (*Message, error) {
+	return s.EditWithRequestID(ctx, "", seq, msg)
+}
+
+// EditWithRequestID is Edit with the append's idempotency key (empty = a fresh UUIDv4).
+func (s *Session) EditWithRequestID(ctx context.Context, requestID string, seq int64, msg *Message) (*Message, error) {
 	if seq < 1 {
 		return nil, errors.New("ctxfold: Edit needs the seq (>= 1) of the message to replace")
 	}
 	if _, err := s.Rewind(ctx, seq-1); err != nil {
 		return nil, err
 	}
-	return s.Prepare(ctx, append([]PrepareOption{WithAppend(msg)}, opts...)...)
+	appended, err := s.AppendWithRequestID(ctx, requestID, msg)
+	if err != nil {
+		return nil, err
+	}
+	return appended[0], nil
 }
 
 // Retry discards the assistant answer at answerSeq (and everything after it) and prepares again,
-// returning the view to send to the model for a new answer. Extra messages can still be appended
-// with [WithAppend].
-func (s *Session) Retry(ctx context.Context, answerSeq int64, opts ...PrepareOption) (*PreparedContext, error) {
+// returning the view to send to the model for a new answer.
+func (s *Session) Retry(ctx context.Context, answerSeq int64, opts ...PrepareOption) (*View, error) {
 	if answerSeq < 1 {
 		return nil, errors.New("ctxfold: Retry needs the seq (>= 1) of the answer to discard")
 	}
@@ -305,13 +344,54 @@ func (s *Session) Retry(ctx context.Context, answerSeq int64, opts ...PrepareOpt
 	return s.Prepare(ctx, opts...)
 }
 
-// ContextState returns the session's projection state ("sidecar", schema version 3) as JSON.
-func (s *Session) ContextState(ctx context.Context) (string, error) {
+// ContextState returns the session's context state document (schema version 3) decoded from JSON.
+func (s *Session) ContextState(ctx context.Context) (map[string]any, error) {
 	ctx, cancel := s.client.unaryContext(ctx)
 	defer cancel()
 	resp, err := s.client.raw.GetContextState(ctx, &ctxfoldv1.GetContextStateRequest{SessionId: s.id})
 	if err != nil {
-		return "", AsError("GetContextState", err)
+		return nil, AsError("GetContextState", err)
 	}
-	return resp.GetStateJson(), nil
+	var state map[string]any
+	if err := json.Unmarshal([]byte(resp.GetStateJson()), &state); err != nil {
+		return nil, fmt.Errorf("ctxfold: GetContextState: the state is not a JSON object: %w", err)
+	}
+	return state, nil
+}
+
+// Checkpoints iterates over the session's checkpoints, newest first, with their summaries
+// ([IncludeAbandoned] adds those of abandoned branches).
+func (s *Session) Checkpoints(ctx context.Context, opts ...ListOption) iter.Seq2[*Checkpoint, error] {
+	ls := listOptions(opts)
+	return paginate("ListCheckpoints", func(token string) ([]*Checkpoint, string, error) {
+		cctx, cancel := s.client.unaryContext(ctx)
+		defer cancel()
+		resp, err := s.client.raw.ListCheckpoints(cctx, &ctxfoldv1.ListCheckpointsRequest{
+			SessionId: s.id, PageSize: ls.pageSize, PageToken: token, IncludeAbandoned: ls.includeAbandoned,
+		})
+		if err != nil {
+			return nil, "", AsError("ListCheckpoints", err)
+		}
+		return resp.GetCheckpoints(), resp.GetNextPageToken(), nil
+	})
+}
+
+// GetCheckpoint reads one checkpoint of the session.
+func (s *Session) GetCheckpoint(ctx context.Context, checkpointID string) (*Checkpoint, error) {
+	ctx, cancel := s.client.unaryContext(ctx)
+	defer cancel()
+	resp, err := s.client.raw.GetCheckpoint(ctx, &ctxfoldv1.GetCheckpointRequest{SessionId: s.id, CheckpointId: checkpointID})
+	if err != nil {
+		return nil, AsError("GetCheckpoint", err)
+	}
+	return resp.GetCheckpoint(), nil
+}
+
+// newRequestID returns a random UUIDv4, the idempotency key of a call the caller gave none.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it panics if the OS cannot supply)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"net"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
-	ctxfold "github.com/ctxfold/ctxfold/clients/go"
+	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
 	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 )
 
@@ -36,6 +38,8 @@ type fakeServer struct {
 	prepares    []*ctxfoldv1.PrepareRequest
 	reads       []*ctxfoldv1.ReadToolResultRequest
 	listCalls   int
+	listToken   string
+	appends     []*ctxfoldv1.AppendMessagesRequest
 
 	getSession func() (*ctxfoldv1.GetSessionResponse, error)
 	prepare    func(req *ctxfoldv1.PrepareRequest, send func(*ctxfoldv1.PrepareResponse) error) error
@@ -65,6 +69,13 @@ func (f *fakeServer) Prepare(req *ctxfoldv1.PrepareRequest, stream grpc.ServerSt
 	return f.prepare(req, stream.Send)
 }
 
+func (f *fakeServer) AppendMessages(_ context.Context, req *ctxfoldv1.AppendMessagesRequest) (*ctxfoldv1.AppendMessagesResponse, error) {
+	f.mu.Lock()
+	f.appends = append(f.appends, req)
+	f.mu.Unlock()
+	return &ctxfoldv1.AppendMessagesResponse{Messages: req.GetMessages()}, nil
+}
+
 func (f *fakeServer) ReadToolResult(_ context.Context, req *ctxfoldv1.ReadToolResultRequest) (*ctxfoldv1.ReadToolResultResponse, error) {
 	f.mu.Lock()
 	f.reads = append(f.reads, req)
@@ -76,6 +87,9 @@ func (f *fakeServer) ListSessions(_ context.Context, req *ctxfoldv1.ListSessions
 	f.mu.Lock()
 	f.listCalls++
 	f.mu.Unlock()
+	if f.listToken != "" { // a broken server: the same next token on every page
+		return &ctxfoldv1.ListSessionsResponse{Sessions: []*ctxfoldv1.Session{{Id: "s"}}, NextPageToken: f.listToken}, nil
+	}
 	// Three pages: s1 s2 | s3 s4 | s5.
 	pages := map[string]*ctxfoldv1.ListSessionsResponse{
 		"":   {Sessions: []*ctxfoldv1.Session{{Id: "s1"}, {Id: "s2"}}, NextPageToken: "p2"},
@@ -163,12 +177,15 @@ func TestMetadataTokenTraceAndDeadline(t *testing.T) {
 		t.Errorf("explicit trace context = %q %q", get("traceparent"), get("tracestate"))
 	}
 
-	// No span, no explicit value: no traceparent. Streams get no default deadline here.
+	// No span, no explicit value: no traceparent. Streams get their own default deadline.
 	if _, err := s.Prepare(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if get("traceparent") != "" || f.hadDeadline {
+	if get("traceparent") != "" || !f.hadDeadline {
 		t.Errorf("prepare without a span: traceparent %q, deadline %v", get("traceparent"), f.hadDeadline)
+	}
+	if ua := get("user-agent"); !strings.HasPrefix(ua, "ctxfold-go/"+ctxfold.Version+" ") {
+		t.Errorf("user agent %q does not name the SDK and its version", ua)
 	}
 	// Raw generated calls carry the token too.
 	if _, err := client.Raw().GetSession(context.Background(), &ctxfoldv1.GetSessionRequest{SessionId: "s1"}); err != nil {
@@ -223,7 +240,7 @@ func TestErrorDetailsMapping(t *testing.T) {
 	// A status without details maps with an empty reason.
 	f.getSession = func() (*ctxfoldv1.GetSessionResponse, error) { return nil, status.Error(codes.Unavailable, "down") }
 	_, err = client.GetSession(context.Background(), "s1")
-	if !errors.As(err, &e) || e.Code != codes.Unavailable || e.Reason != "" || e.Metadata == nil {
+	if !errors.As(err, &e) || e.Code != codes.Unavailable || e.Reason != ctxfold.ReasonUnspecified || e.Metadata == nil {
 		t.Errorf("no details: %+v", e)
 	}
 	if ctxfold.AsError("X", nil) != nil {
@@ -264,7 +281,7 @@ func TestPrepareDeltaAndFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := contents(p2.Messages); len(got) != 4 || got[2] != "a1" || !p2.Delta || len(p2.Received) != 2 {
+	if got := contents(p2.Messages); len(got) != 4 || got[2] != "a1" || !p2.Delta || len(p2.Appended) != 0 {
 		t.Errorf("delta applied: %v", got)
 	}
 	if len(seen) != 1 || len(p2.Progress) != 1 {
@@ -272,6 +289,9 @@ func TestPrepareDeltaAndFallback(t *testing.T) {
 	}
 	if req := f.prepares[1]; req.GetKnownViewVersion() != 10 || req.GetRequestId() != "r2" {
 		t.Errorf("second request %v", req)
+	}
+	if id := f.prepares[0].GetRequestId(); !uuidV4.MatchString(id) {
+		t.Errorf("a prepare with an append and no request id sent %q, want a fresh UUIDv4", id)
 	}
 
 	p3, err := s.Prepare(ctx, ctxfold.WithAppend(msg("u3")))
@@ -287,8 +307,62 @@ func TestPrepareDeltaAndFallback(t *testing.T) {
 	if got := contents(p3.Messages); len(got) != 5 || got[4] != "u3" || p3.Delta || len(p3.Appended) != 1 {
 		t.Errorf("after fallback: %v delta %v appended %v", got, p3.Delta, p3.Appended)
 	}
-	if _, version := s.View(); version != 12 {
+	if _, version := s.HeldView(); version != 12 {
 		t.Errorf("held version %d", version)
+	}
+	// Another handle on the same session shares the client's held view.
+	if _, version := s.Client().OpenSession(s.ID()).HeldView(); version != 12 {
+		t.Errorf("a second handle sees held version %d", version)
+	}
+}
+
+var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// TestAppendRequestIDs: every append carries an idempotency key, the caller's or a fresh UUIDv4.
+func TestAppendRequestIDs(t *testing.T) {
+	f := &fakeServer{}
+	s := startFake(t, f).OpenSession("s1")
+	ctx := context.Background()
+	for range 2 {
+		if _, err := s.Append(ctx, msg("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.AppendWithRequestID(ctx, "mine", msg("y")); err != nil {
+		t.Fatal(err)
+	}
+	first, second, mine := f.appends[0].GetRequestId(), f.appends[1].GetRequestId(), f.appends[2].GetRequestId()
+	if !uuidV4.MatchString(first) || !uuidV4.MatchString(second) || first == second || mine != "mine" {
+		t.Errorf("request ids %q %q %q", first, second, mine)
+	}
+}
+
+// TestViewCacheEvictsLeastRecentlyUsed: with room for two sessions, preparing a third evicts the
+// least recently used one, whose next Prepare then asks for the whole view.
+func TestViewCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	f := &fakeServer{prepare: func(req *ctxfoldv1.PrepareRequest, send func(*ctxfoldv1.PrepareResponse) error) error {
+		return send(result(&ctxfoldv1.PreparedContext{Messages: []*ctxfoldv1.Message{msg(req.GetSessionId())}, ViewVersion: 5, ViewMessageCount: 1}))
+	}}
+	client := startFake(t, f, ctxfold.WithViewCacheSessions(2))
+	ctx := context.Background()
+	prepare := func(id string) int64 {
+		t.Helper()
+		if _, err := client.OpenSession(id).Prepare(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return f.prepares[len(f.prepares)-1].GetKnownViewVersion()
+	}
+	prepare("a")
+	prepare("b")
+	if known := prepare("a"); known != 5 { // a is now the most recently used
+		t.Errorf("a held: known version %d, want 5", known)
+	}
+	prepare("c") // evicts b
+	if known := prepare("b"); known != 0 {
+		t.Errorf("b was evicted but Prepare sent known version %d", known)
+	}
+	if known := prepare("a"); known != 0 { // b's re-entry evicted a (c was used more recently)
+		t.Errorf("a after two newer sessions: known version %d, want 0", known)
 	}
 }
 
@@ -299,8 +373,43 @@ func TestPrepareWithoutResult(t *testing.T) {
 	}}
 	n := 0
 	_, err := startFake(t, f).OpenSession("s1").Prepare(context.Background(), ctxfold.WithProgress(func(*ctxfold.FoldProgress) { n++ }))
-	if !errors.Is(err, ctxfold.ErrNoResult) || n != 2 {
+	var e *ctxfold.Error
+	if !errors.As(err, &e) || e.Reason != ctxfold.ReasonStreamEndedWithoutResult || e.Code != codes.Unavailable || n != 2 {
 		t.Errorf("err %v after %d progress events", err, n)
+	}
+}
+
+// TestProtocolViolations: a server that breaks the protocol gets PROTOCOL_VIOLATION (INTERNAL),
+// never a wrong result.
+func TestProtocolViolations(t *testing.T) {
+	f := &fakeServer{}
+	client := startFake(t, f)
+	ctx := context.Background()
+	violation := func(what string, err error) {
+		t.Helper()
+		var e *ctxfold.Error
+		if !errors.As(err, &e) || e.Reason != ctxfold.ReasonProtocolViolation || e.Code != codes.Internal {
+			t.Errorf("%s: %v, want PROTOCOL_VIOLATION", what, err)
+		}
+	}
+	f.prepare = func(_ *ctxfoldv1.PrepareRequest, send func(*ctxfoldv1.PrepareResponse) error) error {
+		_ = send(result(&ctxfoldv1.PreparedContext{ViewVersion: 1}))
+		return send(progress(ctxfoldv1.FoldStage_FOLD_STAGE_PLANNED))
+	}
+	_, err := client.OpenSession("s1").Prepare(ctx)
+	violation("an event after the result", err)
+
+	f.prepare = func(_ *ctxfoldv1.PrepareRequest, send func(*ctxfoldv1.PrepareResponse) error) error {
+		return send(result(&ctxfoldv1.PreparedContext{Messages: []*ctxfoldv1.Message{msg("a")}, ViewVersion: 1, ViewMessageCount: 3}))
+	}
+	_, err = client.OpenSession("s1").Prepare(ctx)
+	violation("a whole view of 1 message counted 3", err)
+
+	f.listToken = "same"
+	for _, err := range client.Sessions(ctx) {
+		if err != nil {
+			violation("a repeated page token", err)
+		}
 	}
 }
 
@@ -322,25 +431,27 @@ func TestReadToolResultChecks(t *testing.T) {
 	s := startFake(t, f).OpenSession("s1")
 	ctx := context.Background()
 
-	got, err := s.ReadToolResultByCallID(ctx, "c1", ctxfold.ReadPageBytes(8))
+	got, err := s.ReadToolResultByCallID(ctx, "c1", ctxfold.PageBytes(8))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Data != data || got.Pages < 3 || got.ResultRef != "tr_1" {
-		t.Errorf("read %q in %d pages", got.Data, got.Pages)
+	if got.Text != data || len(f.reads) < 3 || got.ResultRef != "tr_1" || got.SHA256 != announced {
+		t.Errorf("read %q in %d pages", got.Text, len(f.reads))
 	}
 	if f.reads[0].GetToolCallId() != "c1" || f.reads[1].GetResultRef() != "tr_1" || f.reads[1].GetLimit() != 8 {
 		t.Errorf("requests: %v then %v", f.reads[0], f.reads[1])
 	}
 
 	announced = "0000"
-	if _, err := s.ReadToolResult(ctx, "tr_1"); !errors.Is(err, ctxfold.ErrToolResultMismatch) {
+	_, err = s.ReadToolResult(ctx, "tr_1")
+	var e *ctxfold.Error
+	if !errors.As(err, &e) || e.Reason != ctxfold.ReasonResultChecksumMismatch || e.Code != codes.DataLoss {
 		t.Errorf("wrong sha256: %v", err)
 	}
 	f.read = func(req *ctxfoldv1.ReadToolResultRequest) (*ctxfoldv1.ReadToolResultResponse, error) {
 		return &ctxfoldv1.ReadToolResultResponse{Offset: req.GetOffset(), NextOffset: req.GetOffset(), TotalBytes: 10}, nil
 	}
-	if _, err := s.ReadToolResult(ctx, "tr_1"); !errors.Is(err, ctxfold.ErrToolResultMismatch) {
+	if _, err := s.ReadToolResult(ctx, "tr_1"); !ctxfold.HasReason(err, ctxfold.ReasonProtocolViolation) {
 		t.Errorf("a page that does not advance: %v", err)
 	}
 }
@@ -372,7 +483,7 @@ func TestSessionConfigBuilder(t *testing.T) {
 		ctxfold.CompactRatio(0.7), ctxfold.TailRatio(0.2), ctxfold.MaxOutputTokens(4096), ctxfold.SummaryMaxTokens(2000),
 		ctxfold.ToolContentMaxBytes(8192), ctxfold.SystemPrompt("sys"), ctxfold.Summarizer("gpt"),
 		ctxfold.CacheTTL(5*time.Minute), ctxfold.PromptCacheKey("k"), ctxfold.Model("gpt-x"),
-		ctxfold.Tools([]map[string]string{{"type": "function"}}),
+		ctxfold.Tools([]map[string]string{{"type": "function"}}), ctxfold.DisableTaskAnchor(),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -380,7 +491,7 @@ func TestSessionConfigBuilder(t *testing.T) {
 	if cfg.GetContextWindow() != 128000 || cfg.GetCompactRatio() != 0.7 || cfg.GetTailRatio() != 0.2 || cfg.GetMaxOutputTokens() != 4096 ||
 		cfg.GetSummaryMaxTokens() != 2000 || cfg.GetToolContentMaxBytes() != 8192 || cfg.GetSystemPrompt() != "sys" ||
 		cfg.GetSummarizer() != "gpt" || cfg.GetCacheTtlSeconds() != 300 || cfg.GetPromptCacheKey() != "k" || cfg.GetModel() != "gpt-x" ||
-		cfg.GetToolsJson() != `[{"type":"function"}]` {
+		cfg.GetToolsJson() != `[{"type":"function"}]` || !cfg.GetDisableTaskAnchor() {
 		t.Errorf("config %v", cfg)
 	}
 	if _, err := ctxfold.NewSessionConfig(1000, ctxfold.ToolsJSON("[not json")); err == nil {

@@ -2,7 +2,9 @@ package ctxfold
 
 import "github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 
-// Aliases of the generated types most callers touch, so simple programs need only this package.
+// Aliases of the generated message types callers touch, so programs need only this package. The
+// enums (Role, Action, FoldStage, CacheState, NotFoldedReason, ErrorReason) are re-exported in
+// enums_gen.go.
 type (
 	// Message is a message of the transcript or of a view.
 	Message = ctxfoldv1.Message
@@ -12,21 +14,25 @@ type (
 	FoldProgress = ctxfoldv1.FoldProgress
 	// SessionInfo is the server's description of a session.
 	SessionInfo = ctxfoldv1.Session
+	// SessionConfig is a session's configuration (see [NewSessionConfig]).
+	SessionConfig = ctxfoldv1.SessionConfig
+	// Checkpoint is a committed fold with its summary.
+	Checkpoint = ctxfoldv1.Checkpoint
 )
 
 // SystemMessage returns a system message.
 func SystemMessage(content string) *Message {
-	return &Message{Role: ctxfoldv1.Role_ROLE_SYSTEM, Content: content}
+	return &Message{Role: RoleSystem, Content: content}
 }
 
 // UserMessage returns a user turn.
 func UserMessage(content string) *Message {
-	return &Message{Role: ctxfoldv1.Role_ROLE_USER, Content: content}
+	return &Message{Role: RoleUser, Content: content}
 }
 
 // AssistantMessage returns a model answer with optional tool calls.
 func AssistantMessage(content string, calls ...*ToolCall) *Message {
-	return &Message{Role: ctxfoldv1.Role_ROLE_ASSISTANT, Content: content, ToolCalls: calls}
+	return &Message{Role: RoleAssistant, Content: content, ToolCalls: calls}
 }
 
 // NewToolCall returns a tool call; arguments is the JSON text the model wrote.
@@ -36,5 +42,5 @@ func NewToolCall(id, name, arguments string) *ToolCall {
 
 // ToolResultMessage returns the result of the tool call callID.
 func ToolResultMessage(callID, content string) *Message {
-	return &Message{Role: ctxfoldv1.Role_ROLE_TOOL, ToolCallId: callID, Content: content}
+	return &Message{Role: RoleTool, ToolCallId: callID, Content: content}
 }

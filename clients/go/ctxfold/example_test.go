@@ -7,7 +7,7 @@ import (
 	"log"
 	"time"
 
-	ctxfold "github.com/ctxfold/ctxfold/clients/go"
+	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
 )
 
 // The agent loop in short; examples/agent_loop is the complete, tested program.
@@ -38,7 +38,7 @@ func Example() {
 	if _, err := session.Append(ctx, ctxfold.AssistantMessage("In src/retry.go.")); err != nil {
 		log.Fatal(err)
 	}
-	if _, err := session.ObserveUsage(ctx, ctxfold.Usage{ViewVersion: prepared.ViewVersion, InputTokens: 1234, OutputTokens: 12, FinishReason: "stop"}); err != nil {
+	if _, err := session.ObserveUsage(ctx, prepared.ViewVersion, ctxfold.Usage{InputTokens: 1234, OutputTokens: 12, FinishReason: "stop"}); err != nil {
 		log.Fatal(err)
 	}
 }

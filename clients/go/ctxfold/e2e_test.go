@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	ctxfold "github.com/ctxfold/ctxfold/clients/go"
+	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
 	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 	"github.com/ctxfold/ctxfold/clients/go/internal/testserver"
 )
@@ -149,27 +150,24 @@ func TestE2E(t *testing.T) {
 			}
 		}
 
-		prepared := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx))
+		prepared := must[*ctxfold.View](t)(s.Prepare(ctx))
 		if prepared.Action != ctxfoldv1.Action_ACTION_NONE || len(prepared.Messages) != 6 || prepared.Messages[0].GetRole() != ctxfoldv1.Role_ROLE_SYSTEM {
 			t.Errorf("prepare: action %s, %d messages", prepared.Action, len(prepared.Messages))
 		}
-		usage := must[*ctxfoldv1.ObserveUsageResponse](t)(s.ObserveUsage(ctx, ctxfold.Usage{
+		usage := must[*ctxfold.UsageResult](t)(s.ObserveUsage(ctx, 0, ctxfold.Usage{ // 0: the held view
 			InputTokens: prepared.EstimatedTokens, OutputTokens: 12, FinishReason: "stop",
 		}))
-		if usage.GetCalibration() <= 0 {
-			t.Errorf("calibration %v", usage.GetCalibration())
+		if usage.Calibration <= 0 {
+			t.Errorf("calibration %v", usage.Calibration)
 		}
 
-		var state map[string]any
-		if err := json.Unmarshal([]byte(must[string](t)(s.ContextState(ctx))), &state); err != nil {
-			t.Fatal(err)
-		}
+		state := must[map[string]any](t)(s.ContextState(ctx))
 		if state["schema_version"] != float64(3) {
 			t.Errorf("context state schema %v", state["schema_version"])
 		}
 
 		// Fork at seq 3 with an override; the fork outlives its source.
-		fork := must[*ctxfold.Session](t)(s.Fork(ctx, 3, ctxfold.Model("m2")))
+		fork := must[*ctxfold.Session](t)(s.Fork(ctx, ctxfold.ForkAtSeq(3), ctxfold.Model("m2")))
 		if fi := fork.Info(); fi.GetHeadSeq() != 3 || fi.GetForkedFromSessionId() != s.ID() || fi.GetConfig().GetModel() != "m2" || fi.GetConfig().GetSystemPrompt() != "be brief" {
 			t.Errorf("fork %v", fi)
 		}
@@ -234,45 +232,46 @@ func TestE2E(t *testing.T) {
 
 	t.Run("DeltaHandling", func(t *testing.T) {
 		s := newSession(t, client, 100000, ctxfold.SystemPrompt("sys"))
-		first := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u1"))))
+		first := must[*ctxfold.View](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u1"))))
 		if first.Delta || len(first.Messages) != 2 {
 			t.Fatalf("first prepare: delta %v, %d messages", first.Delta, len(first.Messages))
 		}
-		var last *ctxfold.PreparedContext
+		var last *ctxfold.View
 		for i := 1; i <= 3; i++ {
 			must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage(fmt.Sprintf("a%d", i))))
-			last = must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage(fmt.Sprintf("u%d", i+1)))))
-			if !last.Delta || len(last.Received) != 2 || len(last.Messages) != 2+2*i {
-				t.Fatalf("prepare %d: delta %v, received %d, view %d", i, last.Delta, len(last.Received), len(last.Messages))
+			last = must[*ctxfold.View](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage(fmt.Sprintf("u%d", i+1)))))
+			if !last.Delta || len(last.Messages) != 2+2*i {
+				t.Fatalf("prepare %d: delta %v, view %d", i, last.Delta, len(last.Messages))
 			}
 			if len(last.Appended) != 1 || last.Appended[0].GetContent() != fmt.Sprintf("u%d", i+1) {
 				t.Errorf("appended %v", last.Appended)
 			}
 		}
-		// The assembled view equals the whole view a fresh handle gets.
-		full := must[*ctxfold.PreparedContext](t)(client.OpenSession(s.ID()).Prepare(ctx))
+		// The assembled view equals the whole view a client holding no view gets.
+		full := must[*ctxfold.View](t)(dial(t, srv.Addr).OpenSession(s.ID()).Prepare(ctx))
 		if full.Delta || !sameView(full.Messages, last.Messages) {
 			t.Fatalf("assembled view differs from the whole view:\n%v\n%v", contents(last.Messages), contents(full.Messages))
 		}
-		if view, version := s.View(); version != last.ViewVersion || len(view) != 8 {
+		if view, version := s.HeldView(); version != last.ViewVersion || len(view) != 8 {
 			t.Errorf("held view version %d (want %d), %d messages", version, last.ViewVersion, len(view))
 		}
 
-		// Another client rewinds and rewrites the tail behind this handle's back: the next prepare
+		// Another client rewinds and rewrites the tail behind this client's back: the next prepare
 		// must still give the right whole view (the server refuses the stale base).
-		other := client.OpenSession(s.ID())
+		other := dial(t, srv.Addr).OpenSession(s.ID())
 		must[*ctxfold.SessionInfo](t)(other.Rewind(ctx, 2))
 		must[[]*ctxfold.Message](t)(other.Append(ctx, ctxfold.UserMessage("u2-new"), ctxfold.AssistantMessage("a2-new"), ctxfold.UserMessage("u3-new"), ctxfold.AssistantMessage("a3-new")))
-		after := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u4-new"))))
+		after := must[*ctxfold.View](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u4-new"))))
 		want := []string{"sys", "u1", "a1", "u2-new", "a2-new", "u3-new", "a3-new", "u4-new"}
 		if got := contents(after.Messages); strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Errorf("view after a foreign rewind = %v, want %v", got, want)
 		}
 
-		// WithFullView never asks for a delta.
-		again := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithFullView()))
-		if again.Delta || len(again.Received) != 8 {
-			t.Errorf("WithFullView: delta %v, received %d", again.Delta, len(again.Received))
+		// Without a held view (forgotten), the next prepare is whole.
+		s.ForgetView()
+		again := must[*ctxfold.View](t)(s.Prepare(ctx))
+		if again.Delta || len(again.Messages) != 8 {
+			t.Errorf("after ForgetView: delta %v, %d messages", again.Delta, len(again.Messages))
 		}
 	})
 
@@ -286,7 +285,7 @@ func TestE2E(t *testing.T) {
 				ctxfold.AssistantMessage("", ctxfold.NewToolCall(call, "ls", fmt.Sprintf(`{"dir":"pkg%d"}`, i))),
 				ctxfold.ToolResultMessage(call, listing(i, 1500))))
 		}
-		before := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx))
+		before := must[*ctxfold.View](t)(s.Prepare(ctx))
 		if before.Action != ctxfoldv1.Action_ACTION_NONE {
 			t.Fatalf("prepare below the trigger did %s", before.Action)
 		}
@@ -299,7 +298,7 @@ func TestE2E(t *testing.T) {
 			}
 			received <- got
 		}()
-		compacted, err := s.Compact(ctx, "keep the file names", ctxfold.WithProgressChan(ch))
+		compacted, err := s.Compact(ctx, ctxfold.Focus("keep the file names"), ctxfold.WithProgressChan(ch))
 		close(ch)
 		events := <-received
 		if err != nil {
@@ -315,7 +314,7 @@ func TestE2E(t *testing.T) {
 			t.Errorf("progress over the channel: %d events (%d collected)", len(events), len(compacted.Progress))
 		}
 		// The held view is the compacted one: the next prepare is a delta on top of it.
-		next := must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("thanks"))))
+		next := must[*ctxfold.View](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("thanks"))))
 		if !next.Delta || len(next.Messages) != len(compacted.Messages)+1 || next.Summary() == nil {
 			t.Errorf("prepare after compact: delta %v, %d messages", next.Delta, len(next.Messages))
 		}
@@ -338,24 +337,21 @@ func TestE2E(t *testing.T) {
 			t.Errorf("bounded content: %d bytes, names ref %v", len(stored.GetContent()), strings.Contains(stored.GetContent(), stored.GetResultRef()))
 		}
 
-		whole := must[*ctxfold.ToolResult](t)(s.ReadToolResult(ctx, stored.GetResultRef(), ctxfold.ReadPageBytes(5000)))
-		if whole.Data != raw || whole.SHA256 != hex.EncodeToString(sum[:]) || whole.TotalBytes != int64(len(raw)) {
-			t.Fatalf("round trip: %d bytes (want %d), sha %s", len(whole.Data), len(raw), whole.SHA256)
-		}
-		if whole.Pages < 80*1024/5000 {
-			t.Errorf("read in %d pages", whole.Pages)
+		whole := must[*ctxfold.ToolResult](t)(s.ReadToolResult(ctx, stored.GetResultRef(), ctxfold.PageBytes(5000)))
+		if whole.Text != raw || whole.SHA256 != hex.EncodeToString(sum[:]) || whole.TotalBytes != int64(len(raw)) {
+			t.Fatalf("round trip: %d bytes (want %d), sha %s", len(whole.Text), len(raw), whole.SHA256)
 		}
 		byCall := must[*ctxfold.ToolResult](t)(s.ReadToolResultByCallID(ctx, "big"))
-		if byCall.Data != raw || byCall.ResultRef != stored.GetResultRef() {
-			t.Errorf("by call id: %d bytes, ref %s", len(byCall.Data), byCall.ResultRef)
+		if byCall.Text != raw || byCall.ResultRef != stored.GetResultRef() {
+			t.Errorf("by call id: %d bytes, ref %s", len(byCall.Text), byCall.ResultRef)
 		}
 		pages := 0
 		for page, err := range s.ToolResultPages(ctx, stored.GetResultRef()) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !utf8.ValidString(page.GetData()) {
-				t.Errorf("page at %d is not whole UTF-8", page.GetOffset())
+			if !utf8.ValidString(page.Data) {
+				t.Errorf("page at %d is not whole UTF-8", page.Offset)
 			}
 			pages++
 		}
@@ -364,21 +360,97 @@ func TestE2E(t *testing.T) {
 		}
 		// An offset inside a multi-byte character is refused with its reason.
 		mid := strings.Index(raw, "é") + 1
-		e := mustErr(t, errOf(s.ReadToolResultPage(ctx, &ctxfoldv1.ReadToolResultRequest{ResultRef: stored.GetResultRef(), Offset: int64(mid)})))
+		var e *ctxfold.Error
+		for _, err := range s.ToolResultPages(ctx, stored.GetResultRef(), ctxfold.FromOffset(int64(mid))) {
+			e = mustErr(t, err)
+		}
 		if e.Reason != ctxfold.ReasonOffsetNotCharBoundary {
 			t.Errorf("mid-character offset: %v", e)
 		}
 	})
 
+	t.Run("ToolDispatcher", func(t *testing.T) {
+		s := newSession(t, client, 64000)
+		raw := strings.Repeat("0123456789abcdef", 2500) // 40000 bytes
+		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("dump"), ctxfold.AssistantMessage("", ctxfold.NewToolCall("big", "dump", "{}"))))
+		ref := must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.ToolResultMessage("big", raw)))[0].GetResultRef()
+		dispatch := func(name, arguments string) string {
+			t.Helper()
+			content, handled, err := s.DispatchToolCall(ctx, name, arguments)
+			if err != nil || !handled {
+				t.Fatalf("%s(%s): handled %v, %v", name, arguments, handled, err)
+			}
+			return content
+		}
+
+		if got := dispatch(ctxfold.ToolContextBudget, ""); !strings.HasPrefix(got, "error: no context prepared") {
+			t.Errorf("budget before any prepare: %q", got)
+		}
+		view := must[*ctxfold.View](t)(s.Prepare(ctx))
+		var budget map[string]int64
+		if err := json.Unmarshal([]byte(dispatch(ctxfold.ToolContextBudget, "{}")), &budget); err != nil ||
+			budget["estimated_tokens"] != view.EstimatedTokens || budget["trigger_tokens"] != view.TriggerTokens {
+			t.Errorf("budget %v (%v), view %d / %d", budget, err, view.EstimatedTokens, view.TriggerTokens)
+		}
+
+		// The model pages through the result by following the footers.
+		var text strings.Builder
+		footer := regexp.MustCompile(`\n\n\[read_tool_result: bytes \d+-(\d+) of 40000; call read_tool_result with result_ref "([^"]+)" and offset (\d+) for more\]$`)
+		offset, calls := "0", 0
+		for {
+			calls++
+			answer := dispatch(ctxfold.ToolReadToolResult, fmt.Sprintf(`{"result_ref": %q, "offset": %s}`, ref, offset))
+			m := footer.FindStringSubmatch(answer)
+			if m == nil {
+				text.WriteString(answer)
+				break
+			}
+			if m[2] != ref || m[1] != m[3] {
+				t.Fatalf("footer %q", m[0])
+			}
+			text.WriteString(strings.TrimSuffix(answer, m[0]))
+			offset = m[3]
+		}
+		if text.String() != raw || calls != 3 {
+			t.Errorf("paged %d bytes in %d calls, want 40000 in 3", text.Len(), calls)
+		}
+
+		mistakes := map[string]string{
+			`{"result_ref": "r_unknown"}`:                           "RESULT_REF_NOT_FOUND",
+			fmt.Sprintf(`{"result_ref": %q, "offset": 99999}`, ref): "OFFSET_OUT_OF_RANGE",
+			fmt.Sprintf(`{"result_ref": %q, "offset": -1}`, ref):    `"offset" must be a non-negative integer`,
+			fmt.Sprintf(`{"result_ref": %q, "offset": 1.5}`, ref):   `"offset" must be a non-negative integer`,
+			`{"offset": 0}`:   `"result_ref" (a string from the context) is required`,
+			`{"result_ref": `: "not JSON",
+			`["r_1"]`:         "expected a JSON object",
+		}
+		for arguments, want := range mistakes {
+			if got := dispatch(ctxfold.ToolReadToolResult, arguments); !strings.HasPrefix(got, "error: ") || !strings.Contains(got, want) {
+				t.Errorf("arguments %s: answer %q, want an error naming %s", arguments, got, want)
+			}
+		}
+		if _, handled, err := s.DispatchToolCall(ctx, "list_files", "{}"); handled || err != nil {
+			t.Errorf("another tool: handled %v, %v", handled, err)
+		}
+		// A failure that is not the model's is an error, not an answer.
+		gone := client.OpenSession("s_does_not_exist")
+		if _, _, err := gone.DispatchToolCall(ctx, ctxfold.ToolReadToolResult, `{"result_ref": "r_1"}`); !ctxfold.HasReason(err, ctxfold.ReasonSessionNotFound) {
+			t.Errorf("unknown session: %v", err)
+		}
+		if tail := dispatch(ctxfold.ToolReadToolResult, fmt.Sprintf(`{"result_ref": %q, "offset": 39990}`, ref)); tail != raw[39990:] {
+			t.Errorf("the last page %q", tail)
+		}
+	})
+
 	t.Run("EditAndRetry", func(t *testing.T) {
 		s := newSession(t, client, 100000, ctxfold.SystemPrompt("sys"))
-		must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("question one"))))
+		must[*ctxfold.View](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("question one"))))
 		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage("answer one")))
-		must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("question two"))))
+		must[*ctxfold.View](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("question two"))))
 		bad := must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage("a bad answer")))[0]
 
 		// Retry: drop the bad answer (seq 4) and prepare the same request again.
-		retried := must[*ctxfold.PreparedContext](t)(s.Retry(ctx, bad.GetSeq()))
+		retried := must[*ctxfold.View](t)(s.Retry(ctx, bad.GetSeq()))
 		if got := contents(retried.Messages); strings.Join(got, "|") != "sys|question one|answer one|question two" {
 			t.Fatalf("retry view %v", got)
 		}
@@ -388,12 +460,13 @@ func TestE2E(t *testing.T) {
 		}
 
 		// Edit: replace question two (seq 3).
-		edited := must[*ctxfold.PreparedContext](t)(s.Edit(ctx, 3, ctxfold.UserMessage("question two, rephrased")))
-		if got := contents(edited.Messages); strings.Join(got, "|") != "sys|question one|answer one|question two, rephrased" {
-			t.Fatalf("edit view %v", got)
+		edited := must[*ctxfold.Message](t)(s.Edit(ctx, 3, ctxfold.UserMessage("question two, rephrased")))
+		if edited.GetSeq() != 3 || edited.GetId() == "" || edited.GetContent() != "question two, rephrased" {
+			t.Errorf("edit returned %v", edited)
 		}
-		if len(edited.Appended) != 1 || edited.Appended[0].GetSeq() != 3 {
-			t.Errorf("edit appended %v", edited.Appended)
+		view := must[*ctxfold.View](t)(s.Prepare(ctx))
+		if got := contents(view.Messages); strings.Join(got, "|") != "sys|question one|answer one|question two, rephrased" {
+			t.Fatalf("view after edit %v", got)
 		}
 		if info := must[*ctxfold.SessionInfo](t)(s.Refresh(ctx)); info.GetHeadSeq() != 3 {
 			t.Errorf("head seq after edit %d", info.GetHeadSeq())
@@ -421,7 +494,7 @@ func TestE2E(t *testing.T) {
 		sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 		spanCtx := trace.ContextWithSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
 		s := newSession(t, client, 8000)
-		must[*ctxfold.PreparedContext](t)(s.Prepare(spanCtx, ctxfold.WithAppend(ctxfold.UserMessage("traced"))))
+		must[*ctxfold.View](t)(s.Prepare(spanCtx, ctxfold.WithAppend(ctxfold.UserMessage("traced"))))
 		must[*ctxfold.SessionInfo](t)(s.Refresh(ctxfold.ContextWithTraceparent(ctx, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "")))
 	})
 }
@@ -446,7 +519,7 @@ func TestBearerTokenAuth(t *testing.T) {
 	a := dial(t, srv.Addr, ctxfold.WithBearerToken(tokenA))
 	b := dial(t, srv.Addr, ctxfold.WithBearerToken(tokenB))
 	sa := must[*ctxfold.Session](t)(a.CreateSession(ctx, cfg))
-	prepared := must[*ctxfold.PreparedContext](t)(sa.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("secret of tenant a"))))
+	prepared := must[*ctxfold.View](t)(sa.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("secret of tenant a"))))
 	if len(prepared.Messages) != 1 {
 		t.Errorf("prepared %d messages", len(prepared.Messages))
 	}
@@ -473,7 +546,7 @@ func TestMutualTLS(t *testing.T) {
 
 	client := dial(t, srv.Addr, ctxfold.WithTLSFiles(files.CA, files.ClientCert, files.ClientKey))
 	s := must[*ctxfold.Session](t)(client.CreateSession(ctx, cfg))
-	must[*ctxfold.PreparedContext](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("over mTLS"))))
+	must[*ctxfold.View](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("over mTLS"))))
 
 	noCert := dial(t, srv.Addr, ctxfold.WithTLSFiles(files.CA, "", ""), ctxfold.WithDefaultTimeout(10*time.Second))
 	if e := mustErr(t, errOf(noCert.CreateSession(ctx, cfg))); e.Code != codes.Unavailable {

@@ -1,0 +1,174 @@
+package ctxfold
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The function tools ctxfold offers the model: give [ToolDefinitions] to the provider with the
+// agent's own tools and let [Session.DispatchToolCall] answer calls of these names.
+const (
+	// ToolReadToolResult reads a page of a stored tool result (or the folded-results index) by the
+	// result_ref the view shows.
+	ToolReadToolResult = "read_tool_result"
+	// ToolContextBudget reports the tokens of the last view against the trigger and the window.
+	ToolContextBudget = "context_budget"
+)
+
+// ToolFormat is the provider format of a tool definition.
+type ToolFormat string
+
+// The formats of [ToolDefinitions].
+const (
+	FormatOpenAIChat      ToolFormat = "openai_chat"
+	FormatOpenAIResponses ToolFormat = "openai_responses"
+	FormatAnthropic       ToolFormat = "anthropic"
+)
+
+type toolSpec struct {
+	name, description string
+	parameters        map[string]any
+}
+
+var toolSpecs = []toolSpec{
+	{
+		name: ToolReadToolResult,
+		description: "Read a stored tool result by its result_ref, one page at a time. Use it when the context shows " +
+			"a result_ref for output that was shortened or folded away, including the folded-results index.",
+		parameters: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"result_ref": map[string]any{"type": "string", "description": "The result_ref named in the context."},
+				"offset": map[string]any{
+					"type": "integer", "minimum": 0, "default": 0,
+					"description": "UTF-8 byte offset to read from; each page names the next offset.",
+				},
+			},
+			"required": []string{"result_ref"},
+		},
+	},
+	{
+		name: ToolContextBudget,
+		description: "Report how full the context window is: the tokens of the current context, the level at which " +
+			"older history is folded into a summary, and the hard limit.",
+		parameters: map[string]any{"type": "object", "properties": map[string]any{}},
+	},
+}
+
+// ToolDefinitions returns the definitions of ctxfold's tools ([ToolReadToolResult],
+// [ToolContextBudget]) in a provider's format, as JSON-ready maps to append to the request's tools:
+// OpenAI Chat {"type":"function","function":{name, description, parameters}}, OpenAI Responses
+// {"type":"function", name, description, parameters}, Anthropic {name, description, input_schema}.
+func ToolDefinitions(format ToolFormat) ([]map[string]any, error) {
+	out := make([]map[string]any, 0, len(toolSpecs))
+	for _, t := range toolSpecs {
+		switch format {
+		case FormatOpenAIChat:
+			out = append(out, map[string]any{"type": "function", "function": map[string]any{
+				"name": t.name, "description": t.description, "parameters": t.parameters,
+			}})
+		case FormatOpenAIResponses:
+			out = append(out, map[string]any{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters})
+		case FormatAnthropic:
+			out = append(out, map[string]any{"name": t.name, "description": t.description, "input_schema": t.parameters})
+		default:
+			return nil, fmt.Errorf("ctxfold: unknown tool format %q", format)
+		}
+	}
+	return out, nil
+}
+
+// IsTool reports whether a model's tool call names one of ctxfold's tools.
+func IsTool(name string) bool {
+	return name == ToolReadToolResult || name == ToolContextBudget
+}
+
+// DispatchToolCall answers a model's call of one of ctxfold's tools with the text to append as
+// that call's tool result, and handled = true. For read_tool_result it is the page at the offset,
+// followed by a footer naming the next offset while the result continues; for context_budget the
+// JSON of the last view's estimated, trigger and hard-limit tokens. A call of any other tool is not
+// handled (handled = false): the agent runs its own tools.
+//
+// The model's mistakes (arguments that are not a JSON object, a missing result_ref, an unknown
+// result_ref, an offset past the end or inside a character) are answered with an "error: …" text
+// the model can act on. The error is non-nil only for failures that are not the model's (server
+// unreachable, session gone, ...).
+func (s *Session) DispatchToolCall(ctx context.Context, name, arguments string) (content string, handled bool, err error) {
+	if !IsTool(name) {
+		return "", false, nil
+	}
+	var args map[string]any
+	if strings.TrimSpace(arguments) == "" {
+		arguments = "{}" // some models send no arguments at all for a tool without parameters
+	}
+	if err := json.Unmarshal([]byte(arguments), &args); err != nil {
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return fmt.Sprintf("error: invalid arguments: not JSON (%v)", err), true, nil
+		}
+		return "error: invalid arguments: expected a JSON object", true, nil
+	}
+	if args == nil {
+		return "error: invalid arguments: expected a JSON object", true, nil
+	}
+	if name == ToolContextBudget {
+		return s.budgetAnswer(), true, nil
+	}
+	ref, _ := args["result_ref"].(string)
+	if ref == "" {
+		return `error: invalid arguments: "result_ref" (a string from the context) is required`, true, nil
+	}
+	offset := int64(0)
+	if raw, ok := args["offset"]; ok {
+		n, isNumber := raw.(float64)
+		if !isNumber || n < 0 || n != float64(int64(n)) {
+			return `error: invalid arguments: "offset" must be a non-negative integer`, true, nil
+		}
+		offset = int64(n)
+	}
+	for page, err := range s.ToolResultPages(ctx, ref, FromOffset(offset)) {
+		if err != nil {
+			content, err := mistakeAnswer(err)
+			return content, err == nil, err
+		}
+		return pageAnswer(page), true, nil
+	}
+	return "", false, nil // not reached: the iterator yields a page or an error first
+}
+
+// pageAnswer is the page's text, with a footer naming the next offset when the result continues.
+func pageAnswer(page *ToolResultPage) string {
+	if page.Complete {
+		return page.Data
+	}
+	return fmt.Sprintf("%s\n\n[read_tool_result: bytes %d-%d of %d; call read_tool_result with result_ref %q and offset %d for more]",
+		page.Data, page.Offset, page.NextOffset, page.TotalBytes, page.ResultRef, page.NextOffset)
+}
+
+// modelMistakes are the server's answers to a model's mistake, which the model can act on.
+var modelMistakes = map[ErrorReason]bool{
+	ReasonResultRefRequired: true, ReasonResultRefNotFound: true, ReasonResultRefAmbiguous: true,
+	ReasonOffsetOutOfRange: true, ReasonOffsetNotCharBoundary: true, ReasonInvalidRequest: true,
+}
+
+// mistakeAnswer turns a refusal caused by the model's arguments into a text it can act on and
+// passes every other error on.
+func mistakeAnswer(err error) (string, error) {
+	var e *Error
+	if errors.As(err, &e) && modelMistakes[e.Reason] {
+		return fmt.Sprintf("error: %s: %s", e.Reason, e.Message), nil
+	}
+	return "", err
+}
+
+func (s *Session) budgetAnswer() string {
+	view := s.client.views.get(s.id)
+	if view == nil {
+		return "error: no context prepared by this client yet"
+	}
+	return fmt.Sprintf(`{"estimated_tokens":%d,"trigger_tokens":%d,"hard_limit_tokens":%d}`,
+		view.EstimatedTokens, view.TriggerTokens, view.HardLimitTokens)
+}
