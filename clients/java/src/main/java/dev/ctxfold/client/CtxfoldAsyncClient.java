@@ -182,6 +182,11 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
     return new AsyncPaged<>(token -> engine.toolResultPage(sessionId, name, offset, pageBytes, token, null));
   }
 
+  /** See {@link CtxfoldClient#dispatchToolCall}. */
+  public CompletableFuture<Optional<String>> dispatchToolCall(String sessionId, String name, String argumentsJson) {
+    return engine.dispatchToolCall(sessionId, name, argumentsJson, null);
+  }
+
   public AsyncPaged<Checkpoint> listCheckpoints(String sessionId, boolean includeAbandoned, int pageSize) {
     Engine.requireId(sessionId);
     return new AsyncPaged<>(token -> engine.listCheckpointsPage(sessionId, includeAbandoned, pageSize, token, null));

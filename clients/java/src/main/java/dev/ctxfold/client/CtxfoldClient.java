@@ -499,6 +499,22 @@ public final class CtxfoldClient implements AutoCloseable {
     return new Paged<>(token -> await(ex -> engine.toolResultPage(sessionId, name, offset, pageBytes, token, ex)));
   }
 
+  // ---- the model's tools ---------------------------------------------------------------------
+
+  /**
+   * Answers a model's call of a {@link ModelTools} tool with the text to append as that call's
+   * tool result: for {@code read_tool_result} the page (with a footer naming the next offset when
+   * the result continues), for {@code context_budget} the last view's token figures, and for the
+   * model's mistakes (unknown ref, bad offset, malformed arguments) a short error text it can act
+   * on. Empty when {@code name} is not a ctxfold tool (the agent runs its own tools). Other
+   * failures (the server down, the session gone) are thrown.
+   *
+   * @param argumentsJson the call's arguments as the model wrote them (a JSON object)
+   */
+  public Optional<String> dispatchToolCall(String sessionId, String name, String argumentsJson) {
+    return await(ex -> engine.dispatchToolCall(sessionId, name, argumentsJson, ex));
+  }
+
   // ---- checkpoints ----------------------------------------------------------------------------
 
   /** The session's checkpoint chain, newest first, with summaries. */

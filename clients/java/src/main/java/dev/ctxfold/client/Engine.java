@@ -44,6 +44,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Optional;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executor;
@@ -510,6 +511,27 @@ final class Engine {
     } catch (NoSuchAlgorithmException e) {
       throw new IllegalStateException(e);
     }
+  }
+
+  // ---- the model's tools ---------------------------------------------------------------------
+
+  CompletableFuture<Optional<String>> dispatchToolCall(
+      String sessionId, String name, String arguments, Executor executor) {
+    requireId(sessionId);
+    ModelTools.Call call = ModelTools.parse(name, arguments);
+    if (call == null) {
+      return CompletableFuture.completedFuture(Optional.empty());
+    }
+    if (call instanceof ModelTools.BadCall bad) {
+      return CompletableFuture.completedFuture(Optional.of(bad.answer()));
+    }
+    if (call instanceof ModelTools.BudgetCall) {
+      return CompletableFuture.completedFuture(Optional.of(ModelTools.budgetAnswer(cachedView(sessionId))));
+    }
+    ModelTools.ReadCall read = (ModelTools.ReadCall) call;
+    return readPage(sessionId, ResultName.ref(read.resultRef()), read.offset(), DEFAULT_PAGE_BYTES, executor)
+        .thenApply(page -> Optional.of(ModelTools.pageAnswer(page)))
+        .exceptionally(error -> Optional.of(ModelTools.errorAnswer(CtxfoldException.from(error))));
   }
 
   // ---- checkpoints ----------------------------------------------------------------------------
