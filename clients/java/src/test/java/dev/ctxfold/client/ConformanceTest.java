@@ -42,7 +42,9 @@ class ConformanceTest {
    * Scenarios that fail because of the SERVER, not the SDK (file name → why). Each must fail
    * while listed; the lead empties this at merge.
    */
-  static final Map<String, String> SERVER_PENDING = Map.of();
+  static final Map<String, String> SERVER_PENDING = Map.of(
+      "08_checkpoints_and_compact.json",
+      "Compact dry_run / not_folded_reason and ListCheckpoints / GetCheckpoint: the server branch");
 
   private static CtxfoldServer server;
   private static CtxfoldClient client;
@@ -79,12 +81,32 @@ class ConformanceTest {
       Map<String, Object> scenario = Conformance.load(file);
       String pending = SERVER_PENDING.get(file.getFileName().toString());
       if (pending == null) {
-        run(scenario);
+        onLargeStack(() -> run(scenario));
       } else {
-        assertThrows(Throwable.class, () -> run(scenario),
+        assertThrows(Throwable.class, () -> onLargeStack(() -> run(scenario)),
             "listed in SERVER_PENDING (" + pending + ") but passes: remove it from the list");
       }
     }));
+  }
+
+  /**
+   * Runs {@code body} on a thread with a 256 MiB stack: java.util.regex matches a group repeated
+   * over a long text (the scenarios' {@code (.|\n)*}) by recursion, one frame per character.
+   */
+  static void onLargeStack(Runnable body) throws Throwable {
+    Throwable[] failure = new Throwable[1];
+    Thread thread = new Thread(null, () -> {
+      try {
+        body.run();
+      } catch (Throwable t) {
+        failure[0] = t;
+      }
+    }, "conformance", 256L << 20);
+    thread.start();
+    thread.join();
+    if (failure[0] != null) {
+      throw failure[0];
+    }
   }
 
   @Test

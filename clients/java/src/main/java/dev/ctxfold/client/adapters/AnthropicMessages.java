@@ -22,50 +22,50 @@ public final class AnthropicMessages {
   private AnthropicMessages() {}
 
   /**
-   * The request body for the view: the leading system messages as {@code system} text blocks, the
-   * rest as {@code messages} (assistant tool calls as {@code tool_use} blocks, consecutive tool
-   * results as {@code tool_result} blocks of one user turn, later system messages as user text),
-   * and {@code cache_control: {"type": "ephemeral"}} on the last block of the view's stable prefix
-   * ({@link View#stablePrefixMessages()} messages), so the provider caches what the next request
-   * repeats. A mutable map: add {@code model}, {@code max_tokens}, {@code tools}.
+   * The request body for the view: a leading system message as {@code system} (one text block);
+   * assistant messages as text and {@code tool_use} blocks (the input parsed from the arguments);
+   * tool results as {@code tool_result} blocks of the user turn; later system messages as user text.
+   * Consecutive messages of one role form one turn (so the results of parallel tool calls share one
+   * user turn); empty text is left out. The last block of the view's stable prefix
+   * ({@link View#stablePrefixMessages()} messages) gets {@code cache_control: {"type": "ephemeral"}},
+   * so the provider caches what the next request repeats. Thinking is not sent back (its signature
+   * is not kept in the transcript). A mutable map: add {@code model}, {@code max_tokens},
+   * {@code tools}.
    */
   public static Map<String, Object> request(View view) {
     List<Message> messages = view.messages();
-    long stable = Math.min(view.stablePrefixMessages(), messages.size());
     List<Map<String, Object>> system = new ArrayList<>();
     List<Map<String, Object>> turns = new ArrayList<>();
-    Map<String, Object> breakpoint = null;
-    int i = 0;
-    while (i < messages.size() && messages.get(i).getRole() == Role.ROLE_SYSTEM) {
-      system.add(text(messages.get(i).getContent()));
-      if (i < stable) {
-        breakpoint = system.get(system.size() - 1);
-      }
-      i++;
-    }
-    for (; i < messages.size(); i++) {
+    Map<String, Object> lastStable = null;
+    for (int i = 0; i < messages.size(); i++) {
       Message m = messages.get(i);
-      String role = m.getRole() == Role.ROLE_ASSISTANT ? "assistant" : "user";
-      List<Map<String, Object>> blocks = blocks(m);
-      Map<String, Object> last = turns.isEmpty() ? null : turns.get(turns.size() - 1);
-      if (m.getRole() == Role.ROLE_TOOL && last != null && isToolResults(last)) {
-        content(last).addAll(blocks);
+      List<Map<String, Object>> blocks;
+      if (i == 0 && m.getRole() == Role.ROLE_SYSTEM) {
+        blocks = List.of(text(m.getContent()));
+        system = blocks;
       } else {
-        Map<String, Object> turn = new LinkedHashMap<>();
-        turn.put("role", role);
-        turn.put("content", blocks);
-        turns.add(turn);
+        blocks = blocks(m);
+        String role = m.getRole() == Role.ROLE_ASSISTANT ? "assistant" : "user";
+        Map<String, Object> last = turns.isEmpty() ? null : turns.get(turns.size() - 1);
+        if (!blocks.isEmpty() && last != null && role.equals(last.get("role"))) {
+          content(last).addAll(blocks);
+        } else if (!blocks.isEmpty()) {
+          Map<String, Object> turn = new LinkedHashMap<>();
+          turn.put("role", role);
+          turn.put("content", new ArrayList<>(blocks));
+          turns.add(turn);
+        }
       }
-      if (i < stable && !blocks.isEmpty()) {
-        breakpoint = blocks.get(blocks.size() - 1);
+      if (i < view.stablePrefixMessages() && !blocks.isEmpty()) {
+        lastStable = blocks.get(blocks.size() - 1);
       }
     }
-    if (breakpoint != null) {
-      breakpoint.put("cache_control", new LinkedHashMap<>(EPHEMERAL));
+    if (lastStable != null) {
+      lastStable.put("cache_control", new LinkedHashMap<>(EPHEMERAL));
     }
     Map<String, Object> request = new LinkedHashMap<>();
     if (!system.isEmpty()) {
-      request.put("system", system);
+      request.put("system", new ArrayList<>(system));
     }
     request.put("messages", turns);
     return request;
@@ -74,12 +74,6 @@ public final class AnthropicMessages {
   @SuppressWarnings("unchecked")
   private static List<Map<String, Object>> content(Map<String, Object> turn) {
     return (List<Map<String, Object>>) turn.get("content");
-  }
-
-  private static boolean isToolResults(Map<String, Object> turn) {
-    List<Map<String, Object>> blocks = content(turn);
-    return "user".equals(turn.get("role")) && !blocks.isEmpty()
-        && blocks.stream().allMatch(b -> "tool_result".equals(b.get("type")));
   }
 
   private static Map<String, Object> text(String text) {
@@ -99,7 +93,7 @@ public final class AnthropicMessages {
       blocks.add(result);
       return blocks;
     }
-    if (!m.getContent().isEmpty() || m.getToolCallsCount() == 0) {
+    if (!m.getContent().isEmpty()) {
       blocks.add(text(m.getContent()));
     }
     for (ToolCall call : m.getToolCallsList()) {
@@ -107,10 +101,23 @@ public final class AnthropicMessages {
       use.put("type", "tool_use");
       use.put("id", call.getId());
       use.put("name", call.getName());
-      use.put("input", call.getArguments().isBlank() ? new LinkedHashMap<>() : Json.parseObject(call.getArguments()));
+      use.put("input", input(call));
       blocks.add(use);
     }
     return blocks;
+  }
+
+  /** A tool call's arguments as the tool_use input object (malformed arguments are refused). */
+  private static Map<String, Object> input(ToolCall call) {
+    if (call.getArguments().isBlank()) {
+      return new LinkedHashMap<>();
+    }
+    try {
+      return Json.parseObject(call.getArguments());
+    } catch (RuntimeException e) {
+      throw new IllegalArgumentException("tool call " + call.getId() + " has arguments that are not a JSON object: "
+          + call.getArguments(), e);
+    }
   }
 
   /** The response (its JSON text) as the message to append and the usage to observe. */
@@ -127,14 +134,14 @@ public final class AnthropicMessages {
    * {@code stop_reason}.
    */
   public static ProviderTurn response(Map<String, Object> response) {
-    StringBuilder text = new StringBuilder();
-    StringBuilder thinking = new StringBuilder();
+    List<String> text = new ArrayList<>();
+    List<String> thinking = new ArrayList<>();
     Message.Builder out = Message.newBuilder().setRole(Role.ROLE_ASSISTANT);
     for (Object entry : Json.list(response, "content")) {
       Map<String, Object> block = Json.asObject(entry);
       switch (Json.string(block, "type")) {
-        case "text" -> text.append(Json.string(block, "text"));
-        case "thinking" -> thinking.append(Json.string(block, "thinking"));
+        case "text" -> text.add(Json.string(block, "text"));
+        case "thinking" -> thinking.add(Json.string(block, "thinking"));
         case "tool_use" -> out.addToolCalls(ToolCall.newBuilder()
             .setId(Json.string(block, "id"))
             .setName(Json.string(block, "name"))
@@ -144,7 +151,7 @@ public final class AnthropicMessages {
         }
       }
     }
-    out.setContent(text.toString()).setReasoningContent(thinking.toString());
+    out.setContent(Json.join(text)).setReasoningContent(Json.join(thinking));
     Map<String, Object> usage = Json.object(response, "usage");
     long cacheRead = Json.number(usage, "cache_read_input_tokens");
     return new ProviderTurn(List.of(out.build()), new Usage(

@@ -55,6 +55,11 @@ final class Json {
     return value instanceof Number ? ((Number) value).longValue() : 0;
   }
 
+  /** Text parts joined by newlines, empty parts left out. */
+  static String join(List<String> parts) {
+    return String.join("\n", parts.stream().filter(p -> !p.isEmpty()).toList());
+  }
+
   /** A tool call's arguments as a JSON string: a string as it is, an object serialized. */
   static String arguments(Object value) {
     if (value == null) {

@@ -32,8 +32,16 @@ public final class OpenAiChat {
    * {@code tools} and other parameters.
    */
   public static Map<String, Object> request(View view) {
+    return request(view, false);
+  }
+
+  /**
+   * As {@link #request(View)}; with {@code includeReasoning}, assistant messages carry their
+   * {@code reasoning_content} (for the OpenAI-compatible providers that take it back).
+   */
+  public static Map<String, Object> request(View view, boolean includeReasoning) {
     Map<String, Object> request = new LinkedHashMap<>();
-    request.put("messages", messages(view.messages()));
+    request.put("messages", messages(view.messages(), includeReasoning));
     if (!view.promptCacheKey().isEmpty()) {
       request.put("prompt_cache_key", view.promptCacheKey());
     }
@@ -41,15 +49,15 @@ public final class OpenAiChat {
   }
 
   /** The messages of a view (or any ctxfold messages) as Chat Completions messages. */
-  public static List<Map<String, Object>> messages(List<Message> messages) {
+  public static List<Map<String, Object>> messages(List<Message> messages, boolean includeReasoning) {
     List<Map<String, Object>> out = new ArrayList<>(messages.size());
     for (Message m : messages) {
-      out.add(message(m));
+      out.add(message(m, includeReasoning));
     }
     return out;
   }
 
-  private static Map<String, Object> message(Message m) {
+  private static Map<String, Object> message(Message m, boolean includeReasoning) {
     Map<String, Object> out = new LinkedHashMap<>();
     out.put("role", role(m.getRole()));
     if (m.getRole() == Role.ROLE_TOOL) {
@@ -74,6 +82,9 @@ public final class OpenAiChat {
     } else {
       out.put("content", m.getContent());
     }
+    if (includeReasoning && !m.getReasoningContent().isEmpty()) {
+      out.put("reasoning_content", m.getReasoningContent());
+    }
     if (!m.getName().isEmpty()) {
       out.put("name", m.getName());
     }
@@ -88,6 +99,56 @@ public final class OpenAiChat {
       case ROLE_TOOL -> "tool";
       default -> throw new IllegalArgumentException("a view message has no role: " + role);
     };
+  }
+
+  /**
+   * Chat Completions messages (a recorded conversation, or messages the agent built itself) as
+   * ctxfold messages to append: roles one to one ({@code developer} as system), {@code tool_calls},
+   * {@code tool_call_id}, {@code reasoning_content} and {@code name} kept.
+   */
+  public static List<Message> fromMessages(List<?> messages) {
+    List<Message> out = new ArrayList<>(messages.size());
+    for (Object item : messages) {
+      out.add(fromMessage(Json.asObject(item)));
+    }
+    return out;
+  }
+
+  private static Message fromMessage(Map<String, Object> message) {
+    String role = Json.string(message, "role");
+    Message.Builder out = Message.newBuilder()
+        .setRole(switch (role) {
+          case "system", "developer" -> Role.ROLE_SYSTEM;
+          case "user" -> Role.ROLE_USER;
+          case "assistant" -> Role.ROLE_ASSISTANT;
+          case "tool" -> Role.ROLE_TOOL;
+          default -> throw new IllegalArgumentException("unsupported message role '" + role + "'");
+        })
+        .setContent(content(message.get("content")))
+        .setReasoningContent(Json.string(message, "reasoning_content"))
+        .setToolCallId(Json.string(message, "tool_call_id"))
+        .setName(Json.string(message, "name"));
+    for (Object item : Json.list(message, "tool_calls")) {
+      Map<String, Object> call = Json.asObject(item);
+      Map<String, Object> function = Json.object(call, "function");
+      out.addToolCalls(ToolCall.newBuilder()
+          .setId(Json.string(call, "id"))
+          .setName(Json.string(function, "name"))
+          .setArguments(Json.arguments(function.get("arguments"))));
+    }
+    return out.build();
+  }
+
+  /** A message's content: a string, or the text of its content parts. */
+  private static String content(Object content) {
+    if (content instanceof List) {
+      StringBuilder text = new StringBuilder();
+      for (Object part : (List<?>) content) {
+        text.append(Json.string(Json.asObject(part), "text"));
+      }
+      return text.toString();
+    }
+    return content instanceof String ? (String) content : "";
   }
 
   /** The completion (its JSON text) as the message to append and the usage to observe. */
@@ -107,21 +168,15 @@ public final class OpenAiChat {
       throw new IllegalArgumentException("the completion has no choices");
     }
     Map<String, Object> choice = Json.asObject(choices.get(0));
-    Map<String, Object> message = Json.object(choice, "message");
-    Message.Builder out = Message.newBuilder()
+    Map<String, Object> message = new LinkedHashMap<>(Json.object(choice, "message"));
+    message.putIfAbsent("role", "assistant");
+    Message answer = fromMessage(message).toBuilder()
         .setRole(Role.ROLE_ASSISTANT)
-        .setContent(Json.string(message, "content"))
-        .setReasoningContent(Json.string(message, "reasoning_content"));
-    for (Object item : Json.list(message, "tool_calls")) {
-      Map<String, Object> call = Json.asObject(item);
-      Map<String, Object> function = Json.object(call, "function");
-      out.addToolCalls(ToolCall.newBuilder()
-          .setId(Json.string(call, "id"))
-          .setName(Json.string(function, "name"))
-          .setArguments(Json.arguments(function.get("arguments"))));
-    }
+        .setContent(Json.string(message, "content").isEmpty() ? Json.string(message, "refusal")
+            : Json.string(message, "content"))
+        .build();
     Map<String, Object> usage = Json.object(completion, "usage");
-    return new ProviderTurn(List.of(out.build()), new Usage(
+    return new ProviderTurn(List.of(answer), new Usage(
         Json.number(usage, "prompt_tokens"),
         Json.number(Json.object(usage, "prompt_tokens_details"), "cached_tokens"),
         Json.number(usage, "completion_tokens"),

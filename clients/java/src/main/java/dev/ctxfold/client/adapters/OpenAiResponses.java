@@ -19,56 +19,56 @@ public final class OpenAiResponses {
   private OpenAiResponses() {}
 
   /**
-   * The request body for the view: the leading system messages as {@code instructions}, the rest
-   * as {@code input} items ({@code message} for text turns, {@code function_call} for each tool
-   * call, {@code function_call_output} for tool results) and {@code prompt_cache_key}. A mutable
-   * map: add {@code model}, {@code tools} and other parameters.
+   * The request body for the view: a leading system message as {@code instructions}; every other
+   * message as {@code input} items (a {@code message} with role user, assistant or system for its
+   * text, a {@code function_call} per tool call, a {@code function_call_output} per tool result);
+   * and {@code prompt_cache_key}. Reasoning is not sent back (its items are opaque). A mutable map:
+   * add {@code model}, {@code tools} and other parameters.
    */
   public static Map<String, Object> request(View view) {
     List<Message> messages = view.messages();
-    List<String> instructions = new ArrayList<>();
+    Map<String, Object> request = new LinkedHashMap<>();
     int first = 0;
-    while (first < messages.size() && messages.get(first).getRole() == Role.ROLE_SYSTEM) {
-      instructions.add(messages.get(first).getContent());
-      first++;
+    if (!messages.isEmpty() && messages.get(0).getRole() == Role.ROLE_SYSTEM) {
+      request.put("instructions", messages.get(0).getContent());
+      first = 1;
     }
     List<Map<String, Object>> input = new ArrayList<>();
     for (Message m : messages.subList(first, messages.size())) {
-      switch (m.getRole()) {
-        case ROLE_TOOL -> {
-          Map<String, Object> output = new LinkedHashMap<>();
-          output.put("type", "function_call_output");
-          output.put("call_id", m.getToolCallId());
-          output.put("output", m.getContent());
-          input.add(output);
-        }
-        case ROLE_ASSISTANT -> {
-          if (!m.getContent().isEmpty() || m.getToolCallsCount() == 0) {
-            input.add(message("assistant", m.getContent()));
-          }
-          for (ToolCall call : m.getToolCallsList()) {
-            Map<String, Object> item = new LinkedHashMap<>();
-            item.put("type", "function_call");
-            item.put("call_id", call.getId());
-            item.put("name", call.getName());
-            item.put("arguments", call.getArguments());
-            input.add(item);
-          }
-        }
-        case ROLE_USER -> input.add(message("user", m.getContent()));
-        case ROLE_SYSTEM -> input.add(message("developer", m.getContent()));
-        default -> throw new IllegalArgumentException("a view message has no role: " + m.getRole());
+      if (m.getRole() == Role.ROLE_TOOL) {
+        Map<String, Object> output = new LinkedHashMap<>();
+        output.put("type", "function_call_output");
+        output.put("call_id", m.getToolCallId());
+        output.put("output", m.getContent());
+        input.add(output);
+        continue;
       }
-    }
-    Map<String, Object> request = new LinkedHashMap<>();
-    if (!instructions.isEmpty()) {
-      request.put("instructions", String.join("\n\n", instructions));
+      if (!m.getContent().isEmpty() || m.getToolCallsCount() == 0) {
+        input.add(message(role(m.getRole()), m.getContent()));
+      }
+      for (ToolCall call : m.getToolCallsList()) {
+        Map<String, Object> item = new LinkedHashMap<>();
+        item.put("type", "function_call");
+        item.put("call_id", call.getId());
+        item.put("name", call.getName());
+        item.put("arguments", call.getArguments());
+        input.add(item);
+      }
     }
     request.put("input", input);
     if (!view.promptCacheKey().isEmpty()) {
       request.put("prompt_cache_key", view.promptCacheKey());
     }
     return request;
+  }
+
+  private static String role(Role role) {
+    return switch (role) {
+      case ROLE_SYSTEM -> "system";
+      case ROLE_USER -> "user";
+      case ROLE_ASSISTANT -> "assistant";
+      default -> throw new IllegalArgumentException("a view message has no role: " + role);
+    };
   }
 
   private static Map<String, Object> message(String role, String content) {
@@ -92,7 +92,7 @@ public final class OpenAiResponses {
    * {@code status} as the finish reason).
    */
   public static ProviderTurn response(Map<String, Object> response) {
-    StringBuilder text = new StringBuilder();
+    List<String> text = new ArrayList<>();
     List<String> reasoning = new ArrayList<>();
     Message.Builder out = Message.newBuilder().setRole(Role.ROLE_ASSISTANT);
     for (Object entry : Json.list(response, "output")) {
@@ -101,8 +101,12 @@ public final class OpenAiResponses {
         case "message" -> {
           for (Object part : Json.list(item, "content")) {
             Map<String, Object> content = Json.asObject(part);
-            if ("output_text".equals(Json.string(content, "type"))) {
-              text.append(Json.string(content, "text"));
+            switch (Json.string(content, "type")) {
+              case "output_text" -> text.add(Json.string(content, "text"));
+              case "refusal" -> text.add(Json.string(content, "refusal"));
+              default -> {
+                // Annotations, audio, ...: no text.
+              }
             }
           }
         }
@@ -112,10 +116,7 @@ public final class OpenAiResponses {
             .setArguments(Json.arguments(item.get("arguments"))));
         case "reasoning" -> {
           for (Object part : Json.list(item, "summary")) {
-            String summary = Json.string(Json.asObject(part), "text");
-            if (!summary.isEmpty()) {
-              reasoning.add(summary);
-            }
+            reasoning.add(Json.string(Json.asObject(part), "text"));
           }
         }
         default -> {
@@ -123,7 +124,7 @@ public final class OpenAiResponses {
         }
       }
     }
-    out.setContent(text.toString()).setReasoningContent(String.join("\n\n", reasoning));
+    out.setContent(Json.join(text)).setReasoningContent(Json.join(reasoning));
     Map<String, Object> usage = Json.object(response, "usage");
     return new ProviderTurn(List.of(out.build()), new Usage(
         Json.number(usage, "input_tokens"),
