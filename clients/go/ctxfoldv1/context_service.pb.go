@@ -278,6 +278,16 @@ const (
 	ErrorReason_STORE_UNAVAILABLE ErrorReason = 35
 	// A server fault; the server log has the details.
 	ErrorReason_INTERNAL ErrorReason = 36
+	// Detected by the client SDKs, never sent by the server: a Prepare or Compact stream closed
+	// without its result (code UNAVAILABLE).
+	ErrorReason_STREAM_ENDED_WITHOUT_RESULT ErrorReason = 37
+	// Detected by the client SDKs, never sent by the server: the pages of a tool result read back
+	// do not hash to the server's sha256 (code DATA_LOSS).
+	ErrorReason_RESULT_CHECKSUM_MISMATCH ErrorReason = 38
+	// Detected by the client SDKs, never sent by the server: the server broke the protocol (a page
+	// token repeated, a stream going on after its result, pages of one result that disagree, a whole
+	// view whose count disagrees) (code INTERNAL).
+	ErrorReason_PROTOCOL_VIOLATION ErrorReason = 39
 )
 
 // Enum value maps for ErrorReason.
@@ -320,45 +330,51 @@ var (
 		34: "STORAGE_CORRUPT",
 		35: "STORE_UNAVAILABLE",
 		36: "INTERNAL",
+		37: "STREAM_ENDED_WITHOUT_RESULT",
+		38: "RESULT_CHECKSUM_MISMATCH",
+		39: "PROTOCOL_VIOLATION",
 	}
 	ErrorReason_value = map[string]int32{
-		"ERROR_REASON_UNSPECIFIED":   0,
-		"UNAUTHENTICATED":            1,
-		"INVALID_REQUEST":            2,
-		"SESSION_ID_REQUIRED":        3,
-		"SESSION_NOT_FOUND":          4,
-		"INVALID_CONFIG":             5,
-		"INVALID_MESSAGE":            6,
-		"INVALID_TEXT":               7,
-		"MESSAGE_TOO_LARGE":          8,
-		"TOO_MANY_MESSAGES":          9,
-		"INVALID_REQUEST_ID":         10,
-		"TOOL_RESULTS_PENDING":       11,
-		"TOOL_CALL_NOT_OPEN":         12,
-		"TOOL_CALL_NOT_FOUND":        13,
-		"RESULT_REF_REQUIRED":        14,
-		"RESULT_REF_NOT_FOUND":       15,
-		"RESULT_REF_AMBIGUOUS":       16,
-		"OFFSET_OUT_OF_RANGE":        17,
-		"OFFSET_NOT_CHAR_BOUNDARY":   18,
-		"LIMIT_OUT_OF_RANGE":         19,
-		"INVALID_PAGE_SIZE":          20,
-		"INVALID_PAGE_TOKEN":         21,
-		"SEQ_OUT_OF_RANGE":           22,
-		"INVALID_USAGE":              23,
-		"CONTEXT_BUDGET_UNSATISFIED": 24,
-		"FOLD_INPUT_TOO_LARGE":       25,
-		"SUMMARIZER_FAILED":          26,
-		"SUMMARIZER_NOT_CONFIGURED":  27,
-		"COMPACT_FAILED":             28,
-		"CONCURRENT_MODIFICATION":    29,
-		"SESSION_BUSY":               30,
-		"RESPONSE_TOO_LARGE":         31,
-		"CHECKPOINT_NOT_FOUND":       32,
-		"CHECKPOINT_BROKEN":          33,
-		"STORAGE_CORRUPT":            34,
-		"STORE_UNAVAILABLE":          35,
-		"INTERNAL":                   36,
+		"ERROR_REASON_UNSPECIFIED":    0,
+		"UNAUTHENTICATED":             1,
+		"INVALID_REQUEST":             2,
+		"SESSION_ID_REQUIRED":         3,
+		"SESSION_NOT_FOUND":           4,
+		"INVALID_CONFIG":              5,
+		"INVALID_MESSAGE":             6,
+		"INVALID_TEXT":                7,
+		"MESSAGE_TOO_LARGE":           8,
+		"TOO_MANY_MESSAGES":           9,
+		"INVALID_REQUEST_ID":          10,
+		"TOOL_RESULTS_PENDING":        11,
+		"TOOL_CALL_NOT_OPEN":          12,
+		"TOOL_CALL_NOT_FOUND":         13,
+		"RESULT_REF_REQUIRED":         14,
+		"RESULT_REF_NOT_FOUND":        15,
+		"RESULT_REF_AMBIGUOUS":        16,
+		"OFFSET_OUT_OF_RANGE":         17,
+		"OFFSET_NOT_CHAR_BOUNDARY":    18,
+		"LIMIT_OUT_OF_RANGE":          19,
+		"INVALID_PAGE_SIZE":           20,
+		"INVALID_PAGE_TOKEN":          21,
+		"SEQ_OUT_OF_RANGE":            22,
+		"INVALID_USAGE":               23,
+		"CONTEXT_BUDGET_UNSATISFIED":  24,
+		"FOLD_INPUT_TOO_LARGE":        25,
+		"SUMMARIZER_FAILED":           26,
+		"SUMMARIZER_NOT_CONFIGURED":   27,
+		"COMPACT_FAILED":              28,
+		"CONCURRENT_MODIFICATION":     29,
+		"SESSION_BUSY":                30,
+		"RESPONSE_TOO_LARGE":          31,
+		"CHECKPOINT_NOT_FOUND":        32,
+		"CHECKPOINT_BROKEN":           33,
+		"STORAGE_CORRUPT":             34,
+		"STORE_UNAVAILABLE":           35,
+		"INTERNAL":                    36,
+		"STREAM_ENDED_WITHOUT_RESULT": 37,
+		"RESULT_CHECKSUM_MISMATCH":    38,
+		"PROTOCOL_VIOLATION":          39,
 	}
 )
 
@@ -3565,7 +3581,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x17CACHE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10CACHE_STATE_WARM\x10\x01\x12\x14\n" +
 	"\x10CACHE_STATE_COLD\x10\x02\x12\x17\n" +
-	"\x13CACHE_STATE_UNKNOWN\x10\x03*\xfb\x06\n" +
+	"\x13CACHE_STATE_UNKNOWN\x10\x03*\xd2\a\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fUNAUTHENTICATED\x10\x01\x12\x13\n" +
@@ -3604,7 +3620,10 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x11CHECKPOINT_BROKEN\x10!\x12\x13\n" +
 	"\x0fSTORAGE_CORRUPT\x10\"\x12\x15\n" +
 	"\x11STORE_UNAVAILABLE\x10#\x12\f\n" +
-	"\bINTERNAL\x10$*\xf3\x01\n" +
+	"\bINTERNAL\x10$\x12\x1f\n" +
+	"\x1bSTREAM_ENDED_WITHOUT_RESULT\x10%\x12\x1c\n" +
+	"\x18RESULT_CHECKSUM_MISMATCH\x10&\x12\x16\n" +
+	"\x12PROTOCOL_VIOLATION\x10'*\xf3\x01\n" +
 	"\x0fNotFoldedReason\x12!\n" +
 	"\x1dNOT_FOLDED_REASON_UNSPECIFIED\x10\x00\x12.\n" +
 	"*NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET\x10\x01\x12#\n" +

@@ -190,6 +190,19 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The database is unreachable; retry."""
     INTERNAL: _ErrorReason.ValueType  # 36
     """A server fault; the server log has the details."""
+    STREAM_ENDED_WITHOUT_RESULT: _ErrorReason.ValueType  # 37
+    """Detected by the client SDKs, never sent by the server: a Prepare or Compact stream closed
+    without its result (code UNAVAILABLE).
+    """
+    RESULT_CHECKSUM_MISMATCH: _ErrorReason.ValueType  # 38
+    """Detected by the client SDKs, never sent by the server: the pages of a tool result read back
+    do not hash to the server's sha256 (code DATA_LOSS).
+    """
+    PROTOCOL_VIOLATION: _ErrorReason.ValueType  # 39
+    """Detected by the client SDKs, never sent by the server: the server broke the protocol (a page
+    token repeated, a stream going on after its result, pages of one result that disagree, a whole
+    view whose count disagrees) (code INTERNAL).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call failed: every error's google.rpc.ErrorInfo `reason` is the name of one of these
@@ -271,6 +284,19 @@ STORE_UNAVAILABLE: ErrorReason.ValueType  # 35
 """The database is unreachable; retry."""
 INTERNAL: ErrorReason.ValueType  # 36
 """A server fault; the server log has the details."""
+STREAM_ENDED_WITHOUT_RESULT: ErrorReason.ValueType  # 37
+"""Detected by the client SDKs, never sent by the server: a Prepare or Compact stream closed
+without its result (code UNAVAILABLE).
+"""
+RESULT_CHECKSUM_MISMATCH: ErrorReason.ValueType  # 38
+"""Detected by the client SDKs, never sent by the server: the pages of a tool result read back
+do not hash to the server's sha256 (code DATA_LOSS).
+"""
+PROTOCOL_VIOLATION: ErrorReason.ValueType  # 39
+"""Detected by the client SDKs, never sent by the server: the server broke the protocol (a page
+token repeated, a stream going on after its result, pages of one result that disagree, a whole
+view whose count disagrees) (code INTERNAL).
+"""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 class _NotFoldedReason:

@@ -344,7 +344,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "ION_FOLDED\020\003*n\n\nCacheState\022\033\n\027CACHE_STAT" +
       "E_UNSPECIFIED\020\000\022\024\n\020CACHE_STATE_WARM\020\001\022\024\n" +
       "\020CACHE_STATE_COLD\020\002\022\027\n\023CACHE_STATE_UNKNO" +
-      "WN\020\003*\373\006\n\013ErrorReason\022\034\n\030ERROR_REASON_UNS" +
+      "WN\020\003*\322\007\n\013ErrorReason\022\034\n\030ERROR_REASON_UNS" +
       "PECIFIED\020\000\022\023\n\017UNAUTHENTICATED\020\001\022\023\n\017INVAL" +
       "ID_REQUEST\020\002\022\027\n\023SESSION_ID_REQUIRED\020\003\022\025\n" +
       "\021SESSION_NOT_FOUND\020\004\022\022\n\016INVALID_CONFIG\020\005" +
@@ -366,53 +366,55 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "_BUSY\020\036\022\026\n\022RESPONSE_TOO_LARGE\020\037\022\030\n\024CHECK" +
       "POINT_NOT_FOUND\020 \022\025\n\021CHECKPOINT_BROKEN\020!" +
       "\022\023\n\017STORAGE_CORRUPT\020\"\022\025\n\021STORE_UNAVAILAB" +
-      "LE\020#\022\014\n\010INTERNAL\020$*\363\001\n\017NotFoldedReason\022!" +
-      "\n\035NOT_FOLDED_REASON_UNSPECIFIED\020\000\022.\n*NOT" +
-      "_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET\020" +
-      "\001\022#\n\037NOT_FOLDED_REASON_BELOW_TRIGGER\020\002\022&" +
-      "\n\"NOT_FOLDED_REASON_PREVIOUS_FAILURE\020\003\022!" +
-      "\n\035NOT_FOLDED_REASON_NOT_SMALLER\020\004\022\035\n\031NOT" +
-      "_FOLDED_REASON_DRY_RUN\020\005*\360\001\n\tFoldStage\022\032" +
-      "\n\026FOLD_STAGE_UNSPECIFIED\020\000\022\025\n\021FOLD_STAGE" +
-      "_PRUNED\020\001\022\026\n\022FOLD_STAGE_PLANNED\020\002\022\033\n\027FOL" +
-      "D_STAGE_PASS_STARTED\020\003\022\034\n\030FOLD_STAGE_SUM" +
-      "MARY_DELTA\020\004\022\035\n\031FOLD_STAGE_PASS_COMMITTE" +
-      "D\020\005\022\032\n\026FOLD_STAGE_PASS_FAILED\020\006\022\"\n\036FOLD_" +
-      "STAGE_SUMMARIZER_FALLBACK\020\0072\312\t\n\016ContextS" +
-      "ervice\022T\n\rCreateSession\022 .ctxfold.v1.Cre" +
-      "ateSessionRequest\032!.ctxfold.v1.CreateSes" +
-      "sionResponse\022K\n\nGetSession\022\035.ctxfold.v1." +
-      "GetSessionRequest\032\036.ctxfold.v1.GetSessio" +
-      "nResponse\022Q\n\014ListSessions\022\037.ctxfold.v1.L" +
-      "istSessionsRequest\032 .ctxfold.v1.ListSess" +
-      "ionsResponse\022T\n\rDeleteSession\022 .ctxfold." +
-      "v1.DeleteSessionRequest\032!.ctxfold.v1.Del" +
-      "eteSessionResponse\022W\n\016AppendMessages\022!.c" +
-      "txfold.v1.AppendMessagesRequest\032\".ctxfol" +
-      "d.v1.AppendMessagesResponse\022Q\n\014ListMessa" +
-      "ges\022\037.ctxfold.v1.ListMessagesRequest\032 .c" +
-      "txfold.v1.ListMessagesResponse\022D\n\007Prepar" +
-      "e\022\032.ctxfold.v1.PrepareRequest\032\033.ctxfold." +
-      "v1.PrepareResponse0\001\022Q\n\014ObserveUsage\022\037.c" +
-      "txfold.v1.ObserveUsageRequest\032 .ctxfold." +
-      "v1.ObserveUsageResponse\022D\n\007Compact\022\032.ctx" +
-      "fold.v1.CompactRequest\032\033.ctxfold.v1.Comp" +
-      "actResponse0\001\0229\n\004Fork\022\027.ctxfold.v1.ForkR" +
-      "equest\032\030.ctxfold.v1.ForkResponse\022?\n\006Rewi" +
-      "nd\022\031.ctxfold.v1.RewindRequest\032\032.ctxfold." +
-      "v1.RewindResponse\022W\n\016ReadToolResult\022!.ct" +
-      "xfold.v1.ReadToolResultRequest\032\".ctxfold" +
-      ".v1.ReadToolResultResponse\022Z\n\017GetContext" +
-      "State\022\".ctxfold.v1.GetContextStateReques" +
-      "t\032#.ctxfold.v1.GetContextStateResponse\022Z" +
-      "\n\017ListCheckpoints\022\".ctxfold.v1.ListCheck" +
-      "pointsRequest\032#.ctxfold.v1.ListCheckpoin" +
-      "tsResponse\022T\n\rGetCheckpoint\022 .ctxfold.v1" +
-      ".GetCheckpointRequest\032!.ctxfold.v1.GetCh" +
-      "eckpointResponseBb\n\016dev.ctxfold.v1B\023Cont" +
-      "extServiceProtoP\001Z9github.com/ctxfold/ct" +
-      "xfold/clients/go/ctxfoldv1;ctxfoldv1b\006pr" +
-      "oto3"
+      "LE\020#\022\014\n\010INTERNAL\020$\022\037\n\033STREAM_ENDED_WITHO" +
+      "UT_RESULT\020%\022\034\n\030RESULT_CHECKSUM_MISMATCH\020" +
+      "&\022\026\n\022PROTOCOL_VIOLATION\020\'*\363\001\n\017NotFoldedR" +
+      "eason\022!\n\035NOT_FOLDED_REASON_UNSPECIFIED\020\000" +
+      "\022.\n*NOT_FOLDED_REASON_NOTHING_OUTSIDE_KE" +
+      "PT_SET\020\001\022#\n\037NOT_FOLDED_REASON_BELOW_TRIG" +
+      "GER\020\002\022&\n\"NOT_FOLDED_REASON_PREVIOUS_FAIL" +
+      "URE\020\003\022!\n\035NOT_FOLDED_REASON_NOT_SMALLER\020\004" +
+      "\022\035\n\031NOT_FOLDED_REASON_DRY_RUN\020\005*\360\001\n\tFold" +
+      "Stage\022\032\n\026FOLD_STAGE_UNSPECIFIED\020\000\022\025\n\021FOL" +
+      "D_STAGE_PRUNED\020\001\022\026\n\022FOLD_STAGE_PLANNED\020\002" +
+      "\022\033\n\027FOLD_STAGE_PASS_STARTED\020\003\022\034\n\030FOLD_ST" +
+      "AGE_SUMMARY_DELTA\020\004\022\035\n\031FOLD_STAGE_PASS_C" +
+      "OMMITTED\020\005\022\032\n\026FOLD_STAGE_PASS_FAILED\020\006\022\"" +
+      "\n\036FOLD_STAGE_SUMMARIZER_FALLBACK\020\0072\312\t\n\016C" +
+      "ontextService\022T\n\rCreateSession\022 .ctxfold" +
+      ".v1.CreateSessionRequest\032!.ctxfold.v1.Cr" +
+      "eateSessionResponse\022K\n\nGetSession\022\035.ctxf" +
+      "old.v1.GetSessionRequest\032\036.ctxfold.v1.Ge" +
+      "tSessionResponse\022Q\n\014ListSessions\022\037.ctxfo" +
+      "ld.v1.ListSessionsRequest\032 .ctxfold.v1.L" +
+      "istSessionsResponse\022T\n\rDeleteSession\022 .c" +
+      "txfold.v1.DeleteSessionRequest\032!.ctxfold" +
+      ".v1.DeleteSessionResponse\022W\n\016AppendMessa" +
+      "ges\022!.ctxfold.v1.AppendMessagesRequest\032\"" +
+      ".ctxfold.v1.AppendMessagesResponse\022Q\n\014Li" +
+      "stMessages\022\037.ctxfold.v1.ListMessagesRequ" +
+      "est\032 .ctxfold.v1.ListMessagesResponse\022D\n" +
+      "\007Prepare\022\032.ctxfold.v1.PrepareRequest\032\033.c" +
+      "txfold.v1.PrepareResponse0\001\022Q\n\014ObserveUs" +
+      "age\022\037.ctxfold.v1.ObserveUsageRequest\032 .c" +
+      "txfold.v1.ObserveUsageResponse\022D\n\007Compac" +
+      "t\022\032.ctxfold.v1.CompactRequest\032\033.ctxfold." +
+      "v1.CompactResponse0\001\0229\n\004Fork\022\027.ctxfold.v" +
+      "1.ForkRequest\032\030.ctxfold.v1.ForkResponse\022" +
+      "?\n\006Rewind\022\031.ctxfold.v1.RewindRequest\032\032.c" +
+      "txfold.v1.RewindResponse\022W\n\016ReadToolResu" +
+      "lt\022!.ctxfold.v1.ReadToolResultRequest\032\"." +
+      "ctxfold.v1.ReadToolResultResponse\022Z\n\017Get" +
+      "ContextState\022\".ctxfold.v1.GetContextStat" +
+      "eRequest\032#.ctxfold.v1.GetContextStateRes" +
+      "ponse\022Z\n\017ListCheckpoints\022\".ctxfold.v1.Li" +
+      "stCheckpointsRequest\032#.ctxfold.v1.ListCh" +
+      "eckpointsResponse\022T\n\rGetCheckpoint\022 .ctx" +
+      "fold.v1.GetCheckpointRequest\032!.ctxfold.v" +
+      "1.GetCheckpointResponseBb\n\016dev.ctxfold.v" +
+      "1B\023ContextServiceProtoP\001Z9github.com/ctx" +
+      "fold/ctxfold/clients/go/ctxfoldv1;ctxfol" +
+      "dv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,

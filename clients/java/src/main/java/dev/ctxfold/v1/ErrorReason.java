@@ -313,6 +313,34 @@ public enum ErrorReason
    * <code>INTERNAL = 36;</code>
    */
   INTERNAL(36),
+  /**
+   * <pre>
+   * Detected by the client SDKs, never sent by the server: a Prepare or Compact stream closed
+   * without its result (code UNAVAILABLE).
+   * </pre>
+   *
+   * <code>STREAM_ENDED_WITHOUT_RESULT = 37;</code>
+   */
+  STREAM_ENDED_WITHOUT_RESULT(37),
+  /**
+   * <pre>
+   * Detected by the client SDKs, never sent by the server: the pages of a tool result read back
+   * do not hash to the server's sha256 (code DATA_LOSS).
+   * </pre>
+   *
+   * <code>RESULT_CHECKSUM_MISMATCH = 38;</code>
+   */
+  RESULT_CHECKSUM_MISMATCH(38),
+  /**
+   * <pre>
+   * Detected by the client SDKs, never sent by the server: the server broke the protocol (a page
+   * token repeated, a stream going on after its result, pages of one result that disagree, a whole
+   * view whose count disagrees) (code INTERNAL).
+   * </pre>
+   *
+   * <code>PROTOCOL_VIOLATION = 39;</code>
+   */
+  PROTOCOL_VIOLATION(39),
   UNRECOGNIZED(-1),
   ;
 
@@ -621,6 +649,34 @@ public enum ErrorReason
    * <code>INTERNAL = 36;</code>
    */
   public static final int INTERNAL_VALUE = 36;
+  /**
+   * <pre>
+   * Detected by the client SDKs, never sent by the server: a Prepare or Compact stream closed
+   * without its result (code UNAVAILABLE).
+   * </pre>
+   *
+   * <code>STREAM_ENDED_WITHOUT_RESULT = 37;</code>
+   */
+  public static final int STREAM_ENDED_WITHOUT_RESULT_VALUE = 37;
+  /**
+   * <pre>
+   * Detected by the client SDKs, never sent by the server: the pages of a tool result read back
+   * do not hash to the server's sha256 (code DATA_LOSS).
+   * </pre>
+   *
+   * <code>RESULT_CHECKSUM_MISMATCH = 38;</code>
+   */
+  public static final int RESULT_CHECKSUM_MISMATCH_VALUE = 38;
+  /**
+   * <pre>
+   * Detected by the client SDKs, never sent by the server: the server broke the protocol (a page
+   * token repeated, a stream going on after its result, pages of one result that disagree, a whole
+   * view whose count disagrees) (code INTERNAL).
+   * </pre>
+   *
+   * <code>PROTOCOL_VIOLATION = 39;</code>
+   */
+  public static final int PROTOCOL_VIOLATION_VALUE = 39;
 
 
   public final int getNumber() {
@@ -684,6 +740,9 @@ public enum ErrorReason
       case 34: return STORAGE_CORRUPT;
       case 35: return STORE_UNAVAILABLE;
       case 36: return INTERNAL;
+      case 37: return STREAM_ENDED_WITHOUT_RESULT;
+      case 38: return RESULT_CHECKSUM_MISMATCH;
+      case 39: return PROTOCOL_VIOLATION;
       default: return null;
     }
   }
