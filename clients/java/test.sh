@@ -77,15 +77,16 @@ for _ in $(seq 1 100); do
   sleep 0.2
 done
 (cd "$WORK/consumer" && mvn_plain -q -s "$WORK/settings.xml" compile exec:java \
-  -Dexec.args="127.0.0.1:$PORT $ROOT/clients/conformance/fixtures/agent_trace.json") >"$WORK/agent.log"
-for expected in "FOLD_STAGE_PASS_COMMITTED" "ACTION_FOLDED" "read_tool_result(" "answered with"; do
-  grep -qF "$expected" "$WORK/agent.log" || {
-    cat "$WORK/agent.log" "$WORK/server.log" >&2
-    echo "test.sh: the README agent loop printed no '$expected'" >&2
-    exit 1
-  }
-done
-echo "agent loop: $(grep -c '^turn' "$WORK/agent.log") model calls, $(grep -c 'FOLD_STAGE_PASS_COMMITTED' "$WORK/agent.log") folds"
+  -Dexec.args="$ROOT/clients/conformance/fixtures/agent_trace.json 127.0.0.1:$PORT") >"$WORK/agent.log"
+# On the trace the loop folds at least once and reads at least once (clients/README.md).
+summary="$(tail -n 1 "$WORK/agent.log")"
+if ! grep -q "fold FOLD_STAGE_PASS_COMMITTED" "$WORK/agent.log" \
+    || ! [[ "$summary" =~ ^[0-9]+\ model\ calls,\ [1-9][0-9]*\ folds,\ [1-9][0-9]*\ read_tool_result\ calls ]]; then
+  cat "$WORK/agent.log" "$WORK/server.log" >&2
+  echo "test.sh: the README agent loop did not fold and read as it should" >&2
+  exit 1
+fi
+echo "agent loop: $summary"
 kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
 
 echo "== build and test"

@@ -1,5 +1,6 @@
 import com.google.gson.Gson;
 import dev.ctxfold.client.CtxfoldClient;
+import dev.ctxfold.client.Messages;
 import dev.ctxfold.client.ModelTools;
 import dev.ctxfold.client.PrepareOptions;
 import dev.ctxfold.client.SessionSettings;
@@ -7,109 +8,114 @@ import dev.ctxfold.client.ToolFormat;
 import dev.ctxfold.client.View;
 import dev.ctxfold.client.adapters.OpenAiChat;
 import dev.ctxfold.client.adapters.ProviderTurn;
+import dev.ctxfold.v1.FoldProgress;
 import dev.ctxfold.v1.Message;
-import dev.ctxfold.v1.Role;
 import dev.ctxfold.v1.Session;
 import dev.ctxfold.v1.ToolCall;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 
 /**
- * The README's agent loop: replays a recorded agent trace (OpenAI chat format, like the
- * repository's tests/data/traces) through ctxfold. Before every model call it prepares the view,
- * converts it with the OpenAI Chat adapter, lets a fake model answer with the recorded assistant
- * message, appends that answer through the adapter, reports the usage and feeds the recorded tool
- * results into the next prepare. The first time the view shows a shortened tool result, the fake
- * model reads it with the read_tool_result tool, answered by the dispatcher.
+ * The ctxfold agent loop over a recorded trace: the same program in every SDK's README.
  *
- *   java AgentLoop 127.0.0.1:50051 trace.json [window]
+ *   java AgentLoop TRACE.json [HOST:PORT]
+ *
+ * A recorded coding-agent run stands in for the model and its tools: each model call answers with
+ * the trace's next assistant message (as an OpenAI Chat Completions response), and the recorded
+ * tool outputs answer the tool calls. When the last tool result came back truncated, the fake model
+ * first reads it with the read_tool_result tool, which the SDK's dispatcher answers.
  */
 public final class AgentLoop {
   private static final Gson JSON = new Gson();
 
-  public static void main(String[] args) throws Exception {
-    Map<?, ?> trace = JSON.fromJson(Files.readString(Path.of(args[1])), Map.class);
-    List<?> recorded = (List<?>) trace.get("messages");
-    List<Message> transcript = OpenAiChat.fromMessages(recorded);
-    List<Object> tools = new ArrayList<>((List<?>) trace.get("tools"));
-    tools.addAll(ModelTools.definitions(ToolFormat.OPENAI_CHAT));
-    long window = args.length > 2 ? Long.parseLong(args[2]) : 8_000;
-
-    try (CtxfoldClient client = CtxfoldClient.connect(args[0])) {
-      Session session = client.createSession(SessionSettings.builder()
-          .contextWindow(window)
-          .toolContentMaxBytes(4_096)
-          .systemPrompt(transcript.get(0).getContent())
-          .toolsJson(JSON.toJson(tools))
-          .build());
-      String id = session.getId();
-      System.out.printf("session %s: replaying %d recorded messages in a %d-token window%n",
-          id, transcript.size(), window);
-
-      List<Message> pending = new ArrayList<>(); // the new input of the next model call
-      boolean readResult = true; // the fake model reads one shortened result itself
-      for (int i = 1; i < transcript.size(); i++) {
-        if (transcript.get(i).getRole() != Role.ROLE_ASSISTANT) {
-          pending.add(transcript.get(i));
-          continue;
-        }
-        for (boolean answered = false; !answered; ) {
-          View view = client.prepare(id, PrepareOptions.builder()
-              .append(pending)
-              .onProgress(p -> System.out.printf("  %s %d -> %d tokens %s%n",
-                  p.getStage(), p.getTokensBefore(), p.getTokensAfter(), p.getMessage()))
-              .build());
-          Map<String, Object> request = OpenAiChat.request(view);
-          request.put("model", "recorded-model");
-          request.put("tools", tools);
-
-          String shortened = readResult ? shortenedResult(view) : null;
-          answered = shortened == null;
-          readResult &= answered;
-          ProviderTurn turn = OpenAiChat.response(fakeModel(view, answered ? recorded.get(i) : readCall(shortened)));
-
-          client.appendMessages(id, turn.messages(), "");
-          client.observeUsage(id, view, turn.usage());
-          System.out.printf("turn %3d: %2d messages, %5d tokens, %s%n",
-              i, view.messages().size(), view.estimatedTokens(), view.action());
-          pending = new ArrayList<>();
-          for (ToolCall call : turn.toolCalls()) {
-            if (ModelTools.handles(call.getName())) { // the model asked ctxfold itself
-              String answer = client.dispatchToolCall(id, call.getName(), call.getArguments()).orElseThrow();
-              System.out.printf("  %s(%s) answered with %d bytes%n", call.getName(), call.getArguments(),
-                  answer.length());
-              pending.add(Message.newBuilder().setRole(Role.ROLE_TOOL).setToolCallId(call.getId())
-                  .setContent(answer).build());
-            }
-          }
-        }
-      }
+  static void printProgress(FoldProgress event) {
+    if (event.getSummaryDelta().isEmpty()) {
+      System.out.printf("  fold %s: %d -> %d tokens. %s%n",
+          event.getStage(), event.getTokensBefore(), event.getTokensAfter(), event.getMessage());
     }
   }
 
-  /** The result_ref of a tool result the view shows shortened (truncated or pruned), or null. */
-  private static String shortenedResult(View view) {
-    return view.messages().stream()
-        .filter(m -> (m.getTruncated() || m.getPruned()) && !m.getResultRef().isEmpty())
-        .map(Message::getResultRef).findFirst().orElse(null);
+  /** A Chat Completions response: a read_tool_result call for a truncated last tool result, else
+   *  the next recorded assistant message (taken off {@code turns}). */
+  static String fakeModel(Map<String, Object> request, View view, List<Map<?, ?>> turns) {
+    Message last = view.messages().get(view.messages().size() - 1);
+    Map<?, ?> message;
+    if (last.getTruncated() && !last.getToolCallId().startsWith("read_")) {
+      Map<String, Object> call = Map.of("id", "read_" + last.getSeq(), "type", "function", "function",
+          Map.of("name", ModelTools.READ_TOOL_RESULT, "arguments", JSON.toJson(Map.of("result_ref", last.getResultRef()))));
+      Map<String, Object> read = new LinkedHashMap<>();
+      read.put("role", "assistant");
+      read.put("content", null);
+      read.put("tool_calls", List.of(call));
+      message = read;
+    } else {
+      message = turns.remove(0);
+    }
+    Map<String, Object> usage = Map.of("prompt_tokens", JSON.toJson(request).length() / 4,
+        "completion_tokens", JSON.toJson(message).length() / 4);
+    String finishReason = message.get("tool_calls") != null ? "tool_calls" : "stop";
+    return JSON.toJson(Map.of("choices", List.of(Map.of("index", 0, "message", message,
+        "finish_reason", finishReason)), "usage", usage));
   }
 
-  /** An assistant message calling read_tool_result on {@code resultRef}. */
-  private static Map<String, Object> readCall(String resultRef) {
-    String arguments = JSON.toJson(Map.of("result_ref", resultRef, "offset", 0));
-    return Map.of("role", "assistant", "tool_calls", List.of(Map.of("id", "call_read_1", "type", "function",
-        "function", Map.of("name", ModelTools.READ_TOOL_RESULT, "arguments", arguments))));
-  }
-
-  /** The provider's answer: a Chat Completions response carrying {@code answer}. */
-  private static String fakeModel(View view, Object answer) {
-    boolean calls = ((Map<?, ?>) answer).get("tool_calls") != null;
-    return JSON.toJson(Map.of(
-        "choices", List.of(Map.of("message", answer, "finish_reason", calls ? "tool_calls" : "stop")),
-        "usage", Map.of("prompt_tokens", view.estimatedTokens(), "completion_tokens", 50,
-            "prompt_tokens_details", Map.of("cached_tokens", 0))));
+  public static void main(String[] args) throws Exception {
+    Map<?, ?> trace = JSON.fromJson(Files.readString(Path.of(args[0])), Map.class);
+    List<Map<?, ?>> recorded = new ArrayList<>();
+    ((List<?>) trace.get("messages")).forEach(m -> recorded.add((Map<?, ?>) m));
+    Map<Object, Object> outputs = new HashMap<>();
+    List<Map<?, ?>> turns = new ArrayList<>();
+    for (Map<?, ?> m : recorded.subList(1, recorded.size())) {
+      if ("tool".equals(m.get("role"))) {
+        outputs.put(m.get("tool_call_id"), m.get("content"));
+      } else if ("user".equals(m.get("role")) || "assistant".equals(m.get("role"))) {
+        turns.add(m);
+      }
+    }
+    List<Object> tools = new ArrayList<>((List<?>) trace.get("tools"));
+    tools.addAll(ModelTools.definitions(ToolFormat.OPENAI_CHAT));
+    SessionSettings settings = SessionSettings.builder()
+        .contextWindow(12_000)
+        .maxOutputTokens(1_024)
+        .toolContentMaxBytes(4_096)
+        .systemPrompt((String) recorded.get(0).get("content"))
+        .toolsJson(JSON.toJson(tools))
+        .build();
+    try (CtxfoldClient client = CtxfoldClient.connect(args.length > 1 ? args[1] : "127.0.0.1:50051")) {
+      Session session = client.createSession(settings);
+      System.out.printf("session %s: %d recorded turns%n", session.getId(), turns.size());
+      List<Message> pending = new ArrayList<>();
+      View view = null;
+      int calls = 0;
+      int folds = 0;
+      int reads = 0;
+      while (!turns.isEmpty()) {
+        if ("user".equals(turns.get(0).get("role"))) {
+          pending.add(Messages.user((String) turns.remove(0).get("content")));
+          continue;
+        }
+        view = client.prepare(session.getId(),
+            PrepareOptions.builder().append(pending).onProgress(AgentLoop::printProgress).build());
+        folds += view.folded() ? 1 : 0;
+        ProviderTurn reply = OpenAiChat.response(fakeModel(OpenAiChat.request(view), view, turns));
+        client.observeUsage(session.getId(), view, reply.usage());
+        calls++;
+        pending = new ArrayList<>(reply.messages());
+        for (ToolCall call : reply.toolCalls()) {
+          Optional<String> answer = client.dispatchToolCall(session.getId(), call.getName(), call.getArguments());
+          reads += answer.isPresent() ? 1 : 0;
+          String output = answer.orElse((String) outputs.getOrDefault(call.getId(), "(no output recorded)"));
+          pending.add(Messages.toolResult(call.getId(), output));
+        }
+      }
+      client.appendMessages(session.getId(), pending, "");
+      System.out.printf("%d model calls, %d folds, %d read_tool_result calls; last view: %d messages, ~%d tokens%n",
+          calls, folds, reads, view.messages().size(), view.estimatedTokens());
+    }
   }
 }

@@ -1,7 +1,9 @@
 package dev.ctxfold.client;
 
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.function.Consumer;
 import java.util.function.Function;
@@ -23,15 +25,14 @@ public final class AsyncPaged<T> {
 
   /** Hands every item to {@code action} in order; completes after the last page. */
   public CompletableFuture<Void> forEach(Consumer<? super T> action) {
-    return from("", action);
+    return from("", new HashSet<>(), action);
   }
 
-  private CompletableFuture<Void> from(String token, Consumer<? super T> action) {
+  private CompletableFuture<Void> from(String token, Set<String> seen, Consumer<? super T> action) {
     return fetch.apply(token).thenCompose(page -> {
       page.items().forEach(action);
-      return page.nextPageToken().isEmpty()
-          ? CompletableFuture.completedFuture(null)
-          : from(page.nextPageToken(), action);
+      String next = Paged.checkToken(seen, page.nextPageToken());
+      return next.isEmpty() ? CompletableFuture.completedFuture(null) : from(next, seen, action);
     });
   }
 

@@ -19,7 +19,9 @@ import java.util.concurrent.ExecutionException;
  * and the {@code google.rpc.ErrorInfo} the server attaches to every error: {@link #reason()} (the
  * name of an {@link ErrorReason} value, compared with {@link #is(ErrorReason)}), {@link #domain()}
  * and {@link #metadata()}; {@link #retryDelay()} from {@code google.rpc.RetryInfo} when sent.
- * Failures the SDK detects itself carry a {@link ClientReason} ({@link #is(ClientReason)}).
+ * Failures the SDK detects itself carry the reasons of clients/README.md, which the enum also
+ * names: {@link ErrorReason#STREAM_ENDED_WITHOUT_RESULT}, {@link ErrorReason#RESULT_CHECKSUM_MISMATCH},
+ * {@link ErrorReason#PROTOCOL_VIOLATION}.
  *
  * <pre>{@code
  * try {
@@ -70,7 +72,7 @@ public class CtxfoldException extends RuntimeException {
   }
 
   /** An error the SDK detected itself. */
-  static CtxfoldException client(Status.Code code, ClientReason reason, String message) {
+  static CtxfoldException client(Status.Code code, ErrorReason reason, String message) {
     return new CtxfoldException(code, message, reason.name(), "", Map.of(), null, null);
   }
 
@@ -148,8 +150,7 @@ public class CtxfoldException extends RuntimeException {
 
   /**
    * The reason as the generated enum: {@link ErrorReason#ERROR_REASON_UNSPECIFIED} when there is
-   * none, {@link ErrorReason#UNRECOGNIZED} for a name this SDK does not know (or a
-   * {@link ClientReason}).
+   * none, {@link ErrorReason#UNRECOGNIZED} for a name this SDK's enum does not know.
    */
   public ErrorReason errorReason() {
     if (reason.isEmpty()) {
@@ -177,13 +178,8 @@ public class CtxfoldException extends RuntimeException {
     return Optional.ofNullable(retryDelay);
   }
 
-  /** True when the server's reason is {@code reason}. */
+  /** True when the reason (the server's, or the SDK's own) is {@code reason}. */
   public boolean is(ErrorReason reason) {
     return reason != ErrorReason.UNRECOGNIZED && this.reason.equals(reason.name());
-  }
-
-  /** True when the SDK itself failed the call for {@code reason}. */
-  public boolean is(ClientReason reason) {
-    return this.reason.equals(reason.name());
   }
 }

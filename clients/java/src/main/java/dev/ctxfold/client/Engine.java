@@ -7,6 +7,7 @@ import dev.ctxfold.v1.CompactResponse;
 import dev.ctxfold.v1.ContextServiceGrpc;
 import dev.ctxfold.v1.CreateSessionRequest;
 import dev.ctxfold.v1.DeleteSessionRequest;
+import dev.ctxfold.v1.ErrorReason;
 import dev.ctxfold.v1.FoldProgress;
 import dev.ctxfold.v1.ForkRequest;
 import dev.ctxfold.v1.GetCheckpointRequest;
@@ -191,17 +192,25 @@ final class Engine {
 
       @Override
       public void onNext(R item) {
+        if (result != null) {
+          fail(protocolViolation("the stream went on after its result"));
+          return;
+        }
         FoldProgress progress = progressOf.apply(item);
         if (progress != null) {
           try {
             listener.accept(progress);
           } catch (RuntimeException e) {
-            future.completeExceptionally(e);
-            call.cancel("the progress listener failed", e);
+            fail(e);
           }
-        } else if (resultOf.apply(item) != null) {
+        } else {
           result = resultOf.apply(item);
         }
+      }
+
+      private void fail(RuntimeException e) {
+        future.completeExceptionally(e);
+        call.cancel(e.getMessage(), e);
       }
 
       @Override
@@ -213,7 +222,7 @@ final class Engine {
       public void onCompleted() {
         if (result == null) {
           future.completeExceptionally(CtxfoldException.client(Status.Code.UNAVAILABLE,
-              ClientReason.STREAM_ENDED_WITHOUT_RESULT, "the stream ended without a result"));
+              ErrorReason.STREAM_ENDED_WITHOUT_RESULT, "the stream ended without a result"));
         } else {
           future.complete(result);
         }
@@ -225,6 +234,11 @@ final class Engine {
       }
     });
     return future;
+  }
+
+  /** The server broke the protocol this SDK speaks (a bug on one side or the other). */
+  static CtxfoldException protocolViolation(String message) {
+    return CtxfoldException.client(Status.Code.INTERNAL, ErrorReason.PROTOCOL_VIOLATION, message);
   }
 
   // ---- sessions -------------------------------------------------------------------------------
@@ -336,7 +350,12 @@ final class Engine {
       // append already happened, so prepare once more with no append and no known version.
       shared.views.remove(sessionId);
       PrepareRequest again = PrepareRequest.newBuilder().setSessionId(sessionId).setOverflow(options.overflow()).build();
-      return preparing(again, listener, executor).thenApply(r -> assemble(sessionId, null, r, progress));
+      return preparing(again, listener, executor).thenApply(r -> {
+        if (r.getDelta()) {
+          throw protocolViolation("a prepare without known_view_version answered with a delta");
+        }
+        return assemble(sessionId, null, r, progress);
+      });
     });
   }
 
@@ -387,6 +406,10 @@ final class Engine {
       whole.addAll(result.getMessagesList());
     } else {
       whole = result.getMessagesList();
+    }
+    if (whole.size() != result.getViewMessageCount()) {
+      throw protocolViolation("a whole view of " + whole.size() + " messages says it has "
+          + result.getViewMessageCount());
     }
     View view = new View(result, whole, progress);
     shared.views.put(sessionId, view);
@@ -476,11 +499,11 @@ final class Engine {
       // become ambiguous meanwhile).
       ResultName ref = first.resultRef().isEmpty() ? name : ResultName.ref(first.resultRef());
       ByteArrayOutputStream bytes = new ByteArrayOutputStream();
-      return readRest(sessionId, ref, first, bytes, pageBytes, executor).thenApply(v -> {
+      return readRest(sessionId, ref, first, first, bytes, pageBytes, executor).thenApply(v -> {
         byte[] all = bytes.toByteArray();
         String digest = sha256Hex(all);
         if (all.length != first.totalBytes() || !digest.equalsIgnoreCase(first.sha256())) {
-          throw CtxfoldException.client(Status.Code.DATA_LOSS, ClientReason.RESULT_CHECKSUM_MISMATCH,
+          throw CtxfoldException.client(Status.Code.DATA_LOSS, ErrorReason.RESULT_CHECKSUM_MISMATCH,
               "read " + all.length + " bytes hashing to " + digest + "; the server reported "
                   + first.totalBytes() + " bytes with sha256 " + first.sha256());
         }
@@ -490,19 +513,24 @@ final class Engine {
     });
   }
 
-  private CompletableFuture<Void> readRest(String sessionId, ResultName name, ToolResultPage page,
-      ByteArrayOutputStream bytes, int pageBytes, Executor executor) {
+  private CompletableFuture<Void> readRest(String sessionId, ResultName name, ToolResultPage first,
+      ToolResultPage page, ByteArrayOutputStream bytes, int pageBytes, Executor executor) {
+    if (page.offset() != bytes.size() || page.totalBytes() != first.totalBytes()
+        || !page.sha256().equals(first.sha256())) {
+      throw protocolViolation("the page at " + page.offset() + " (" + page.totalBytes() + " bytes, sha256 "
+          + page.sha256() + ") disagrees with the pages before it (" + bytes.size() + " bytes read of "
+          + first.totalBytes() + ", sha256 " + first.sha256() + ")");
+    }
     byte[] data = page.data().getBytes(StandardCharsets.UTF_8);
     bytes.write(data, 0, data.length);
     if (page.complete()) {
       return CompletableFuture.completedFuture(null);
     }
     if (page.nextOffset() <= page.offset()) {
-      throw CtxfoldException.client(Status.Code.DATA_LOSS, ClientReason.RESULT_CHECKSUM_MISMATCH,
-          "next_offset " + page.nextOffset() + " does not advance past " + page.offset());
+      throw protocolViolation("next_offset " + page.nextOffset() + " does not advance past " + page.offset());
     }
     return readPage(sessionId, name, page.nextOffset(), pageBytes, executor)
-        .thenCompose(next -> readRest(sessionId, name, next, bytes, pageBytes, executor));
+        .thenCompose(next -> readRest(sessionId, name, first, next, bytes, pageBytes, executor));
   }
 
   static String sha256Hex(byte[] data) {

@@ -85,6 +85,7 @@ class ClientUnitTest {
     com.google.rpc.Status failure;
     String toolData = "";
     String toolSha = "";
+    boolean loopPageTokens;
 
     @Override
     public void getSession(GetSessionRequest request, StreamObserver<GetSessionResponse> out) {
@@ -106,7 +107,7 @@ class ClientUnitTest {
         r.addSessions(Session.newBuilder().setId("s" + (page * 2 + i)));
       }
       if (page < 2) {
-        r.setNextPageToken(Integer.toString(page + 1));
+        r.setNextPageToken(Integer.toString(loopPageTokens ? 1 : page + 1));
       }
       out.onNext(r.build());
       out.onCompleted();
@@ -367,7 +368,7 @@ class ClientUnitTest {
     fake.prepareScript = List.of(progress(FoldStage.FOLD_STAGE_PLANNED));
     CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().prepare("s1"));
     assertEquals(Status.Code.UNAVAILABLE, e.code());
-    assertTrue(e.is(ClientReason.STREAM_ENDED_WITHOUT_RESULT));
+    assertTrue(e.is(ErrorReason.STREAM_ENDED_WITHOUT_RESULT));
   }
 
   @Test
@@ -443,7 +444,7 @@ class ClientUnitTest {
     fake.toolSha = "0".repeat(64);
     CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().readToolResult("s1", "ref_1"));
     assertEquals(Status.Code.DATA_LOSS, e.code());
-    assertTrue(e.is(ClientReason.RESULT_CHECKSUM_MISMATCH));
+    assertTrue(e.is(ErrorReason.RESULT_CHECKSUM_MISMATCH));
   }
 
   // ---- request ids, fork, async ---------------------------------------------------------------
@@ -546,5 +547,34 @@ class ClientUnitTest {
     assertTrue(c.lastView("s0").isEmpty(), "the least recently used view was evicted");
     assertTrue(c.lastView("s1").isPresent());
     assertEquals(256, java.util.stream.IntStream.range(0, 257).filter(i -> c.lastView("s" + i).isPresent()).count());
+  }
+
+  // ---- the server breaking the protocol -------------------------------------------------------
+
+  private static void assertProtocolViolation(org.junit.jupiter.api.function.Executable call) {
+    CtxfoldException e = assertThrows(CtxfoldException.class, call);
+    assertEquals(Status.Code.INTERNAL, e.code());
+    assertTrue(e.is(ErrorReason.PROTOCOL_VIOLATION), e.toString());
+  }
+
+  @Test
+  void aRepeatedPageTokenIsAProtocolViolation() {
+    fake.loopPageTokens = true;
+    assertProtocolViolation(() -> client().listSessions().toList());
+    Throwable async = assertThrows(java.util.concurrent.CompletionException.class,
+        () -> client().async().listSessions().toList().join()).getCause();
+    assertTrue(((CtxfoldException) async).is(ErrorReason.PROTOCOL_VIOLATION), async.toString());
+  }
+
+  @Test
+  void aStreamGoingOnAfterItsResultIsAProtocolViolation() {
+    fake.prepareScript = List.of(result(1, false, 1, "a"), progress(FoldStage.FOLD_STAGE_PLANNED));
+    assertProtocolViolation(() -> client().prepare("s1"));
+  }
+
+  @Test
+  void aWholeViewWhoseCountDisagreesIsAProtocolViolation() {
+    fake.prepareScript = List.of(result(1, false, 3, "a"));
+    assertProtocolViolation(() -> client().prepare("s1"));
   }
 }
