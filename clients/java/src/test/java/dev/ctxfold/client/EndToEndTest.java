@@ -7,23 +7,21 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import dev.ctxfold.v1.ErrorReason;
 import dev.ctxfold.v1.Action;
+import dev.ctxfold.v1.ErrorReason;
 import dev.ctxfold.v1.FoldProgress;
 import dev.ctxfold.v1.FoldStage;
 import dev.ctxfold.v1.Message;
 import dev.ctxfold.v1.Role;
 import dev.ctxfold.v1.Session;
 import io.grpc.Status;
-import java.io.ByteArrayOutputStream;
-import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.EnumSet;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
 import java.util.stream.Collectors;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -202,6 +200,51 @@ class EndToEndTest {
     View next = client.prepare(s.getId(), Messages.assistant("done"));
     assertEquals(compacted.messages().size() + 1, next.messages().size());
     assertEquals(compacted.messages(), next.messages().subList(0, compacted.messages().size()));
+  }
+
+  @Test
+  void theAsyncClientFoldsAndPublishesProgress() throws Exception {
+    CtxfoldAsyncClient async = client.async();
+    Session s = async.createSession(SessionSettings.builder().contextWindow(16_000).maxOutputTokens(256).build())
+        .get(30, java.util.concurrent.TimeUnit.SECONDS);
+    CompletableFuture<View> chain = async.prepare(s.getId(), PrepareOptions.appending(Messages.user("Survey.")));
+    for (int i = 1; i <= 4; i++) {
+      String id = "c" + i;
+      Message call = Messages.assistant("looking", Messages.toolCall(id, "list_files", "{\"path\":\"m" + i + "\"}"));
+      Message result = Messages.toolResult(id, listing("m" + i));
+      chain = chain.thenCompose(v -> async.prepare(s.getId(), PrepareOptions.appending(call, result)));
+    }
+    assertEquals(9, chain.get(30, java.util.concurrent.TimeUnit.SECONDS).messages().size());
+
+    List<FoldEvent> events = new java.util.concurrent.CopyOnWriteArrayList<>();
+    CompletableFuture<Void> done = new CompletableFuture<>();
+    async.compactEvents(s.getId(), CompactOptions.defaults()).subscribe(new java.util.concurrent.Flow.Subscriber<>() {
+      @Override
+      public void onSubscribe(java.util.concurrent.Flow.Subscription subscription) {
+        subscription.request(Long.MAX_VALUE);
+      }
+
+      @Override
+      public void onNext(FoldEvent event) {
+        events.add(event);
+      }
+
+      @Override
+      public void onError(Throwable error) {
+        done.completeExceptionally(error);
+      }
+
+      @Override
+      public void onComplete() {
+        done.complete(null);
+      }
+    });
+    done.get(60, java.util.concurrent.TimeUnit.SECONDS);
+    View folded = ((FoldEvent.Result) events.get(events.size() - 1)).view();
+    assertEquals(Action.ACTION_FOLDED, folded.action(), folded.toString());
+    assertTrue(events.stream().anyMatch(e -> e instanceof FoldEvent.Progress p
+        && p.progress().getStage() == FoldStage.FOLD_STAGE_PASS_COMMITTED), events.toString());
+    assertEquals(folded.checkpointId(), client.getSession(s.getId()).getCheckpointId(), "the blocking twin sees it");
   }
 
   // ---- tool results ---------------------------------------------------------------------------

@@ -139,14 +139,14 @@ public final class OpenAiChat {
     return out.build();
   }
 
-  /** A message's content: a string, or the text of its content parts. */
+  /** A message's content: a string, or the text of its content parts joined with a newline. */
   private static String content(Object content) {
     if (content instanceof List) {
-      StringBuilder text = new StringBuilder();
+      List<String> text = new ArrayList<>();
       for (Object part : (List<?>) content) {
-        text.append(Json.string(Json.asObject(part), "text"));
+        text.add(Json.string(Json.asObject(part), "text"));
       }
-      return text.toString();
+      return Json.join(text);
     }
     return content instanceof String ? (String) content : "";
   }

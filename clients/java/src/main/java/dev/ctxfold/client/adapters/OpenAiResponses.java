@@ -116,7 +116,10 @@ public final class OpenAiResponses {
             .setArguments(Json.arguments(item.get("arguments"))));
         case "reasoning" -> {
           for (Object part : Json.list(item, "summary")) {
-            reasoning.add(Json.string(Json.asObject(part), "text"));
+            Map<String, Object> summary = Json.asObject(part);
+            if ("summary_text".equals(Json.string(summary, "type"))) {
+              reasoning.add(Json.string(summary, "text"));
+            }
           }
         }
         default -> {
