@@ -76,6 +76,10 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
     return new AsyncPaged<>(token -> engine.listSessionsPage(pageSize, token, null));
   }
 
+  public CompletableFuture<Session> forkAtHead(String sessionId) {
+    return forkAtHead(sessionId, null);
+  }
+
   public CompletableFuture<Session> forkAtHead(String sessionId, SessionSettings overrides) {
     return engine.fork(sessionId, 0, overrides, null);
   }
@@ -185,6 +189,14 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
   /** See {@link CtxfoldClient#dispatchToolCall}. */
   public CompletableFuture<Optional<String>> dispatchToolCall(String sessionId, String name, String argumentsJson) {
     return engine.dispatchToolCall(sessionId, name, argumentsJson, null);
+  }
+
+  public AsyncPaged<ToolResultPage> toolResultPagesOfCall(
+      String sessionId, String toolCallId, long offset, int pageBytes) {
+    Engine.requireId(sessionId);
+    Engine.checkPageBytes(pageBytes);
+    Engine.ResultName name = Engine.ResultName.call(toolCallId);
+    return new AsyncPaged<>(token -> engine.toolResultPage(sessionId, name, offset, pageBytes, token, null));
   }
 
   public AsyncPaged<Checkpoint> listCheckpoints(String sessionId, boolean includeAbandoned, int pageSize) {
