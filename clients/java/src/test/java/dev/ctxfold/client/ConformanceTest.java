@@ -26,10 +26,8 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
-import java.util.function.BiFunction;
 import java.util.stream.Collectors;
 import java.util.stream.Stream;
-import java.util.stream.StreamSupport;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.DynamicTest;
@@ -73,17 +71,31 @@ class ConformanceTest {
     }
   }
 
+  /** One operation of the scenarios: on a surface, a session id and the resolved args, its result. */
+  interface Op {
+    Object apply(Surface client, String session, Map<String, Object> args);
+  }
+
   @TestFactory
-  Stream<DynamicTest> scenarios() {
+  Stream<DynamicTest> blocking() {
+    return scenarios(Surface.blocking(client));
+  }
+
+  @TestFactory
+  Stream<DynamicTest> async() {
+    return scenarios(Surface.async(client.async()));
+  }
+
+  private static Stream<DynamicTest> scenarios(Surface surface) {
     List<Path> files = scenarioFiles();
     assertTrue(!files.isEmpty(), "no scenarios in " + Conformance.dir());
     return files.stream().map(file -> DynamicTest.dynamicTest(file.getFileName().toString(), file.toUri(), () -> {
       Map<String, Object> scenario = Conformance.load(file);
       String pending = SERVER_PENDING.get(file.getFileName().toString());
       if (pending == null) {
-        onLargeStack(() -> run(scenario));
+        onLargeStack(() -> run(surface, scenario));
       } else {
-        assertThrows(Throwable.class, () -> onLargeStack(() -> run(scenario)),
+        assertThrows(Throwable.class, () -> onLargeStack(() -> run(surface, scenario)),
             "listed in SERVER_PENDING (" + pending + ") but passes: remove it from the list");
       }
     }));
@@ -124,17 +136,17 @@ class ConformanceTest {
   // ---- running a scenario ---------------------------------------------------------------------
 
   @SuppressWarnings("unchecked")
-  static void run(Map<String, Object> scenario) {
+  static void run(Surface surface, Map<String, Object> scenario) {
     Map<String, Object> saved = new LinkedHashMap<>();
     if (scenario.containsKey("config")) {
       saved.put("session", Conformance.canonical(
-          client.createSession(SessionSettings.fromProto(config(scenario.get("config"))))));
+          surface.createSession(SessionSettings.fromProto(config(scenario.get("config"))))));
     }
     List<Object> steps = (List<Object>) scenario.get("steps");
     for (int index = 0; index < steps.size(); index++) {
       Map<String, Object> step = (Map<String, Object>) steps.get(index);
       String op = (String) step.get("op");
-      BiFunction<String, Map<String, Object>, Object> binding = OPS.get(op);
+      Op binding = OPS.get(op);
       if (binding == null) {
         fail("unknown op " + op);
       }
@@ -145,14 +157,14 @@ class ConformanceTest {
       int times = step.containsKey("repeat") ? ((Number) step.get("repeat")).intValue() : 1;
       for (int n = 0; n < times; n++) {
         if (step.containsKey("error")) {
-          CtxfoldException e = assertThrows(CtxfoldException.class, () -> binding.apply(session, args), where);
+          CtxfoldException e = assertThrows(CtxfoldException.class, () -> binding.apply(surface, session, args), where);
           Map<String, Object> failure = new LinkedHashMap<>();
           failure.put("code", e.code().name());
           failure.put("reason", e.reason());
           assertEquals(Conformance.JSON.toJson(step.get("error")), Conformance.JSON.toJson(failure), where + ": " + e);
           continue;
         }
-        Object result = Conformance.canonicalValue(binding.apply(session, args));
+        Object result = Conformance.canonicalValue(binding.apply(surface, session, args));
         Conformance.checkAll(result, (Map<String, Object>) step.getOrDefault("expect", Map.of()), saved, where);
         if (step.containsKey("save")) {
           saved.put((String) step.get("save"), result);
@@ -238,16 +250,14 @@ class ConformanceTest {
     return out;
   }
 
-  private static Map<String, Object> events(Stream<FoldEvent> stream) {
+  private static Map<String, Object> events(List<FoldEvent> events) {
     List<Object> progress = new ArrayList<>();
     Object result = null;
-    try (stream) {
-      for (FoldEvent event : (Iterable<FoldEvent>) stream::iterator) {
-        if (event instanceof FoldEvent.Progress p) {
-          progress.add(Conformance.canonical(p.progress()));
-        } else {
-          result = canonical(((FoldEvent.Result) event).view());
-        }
+    for (FoldEvent event : events) {
+      if (event instanceof FoldEvent.Progress p) {
+        progress.add(Conformance.canonical(p.progress()));
+      } else {
+        result = canonical(((FoldEvent.Result) event).view());
       }
     }
     Map<String, Object> out = new LinkedHashMap<>();
@@ -260,10 +270,6 @@ class ConformanceTest {
     Map<String, Object> out = new LinkedHashMap<>();
     out.put(key, Conformance.canonicalValue(value));
     return out;
-  }
-
-  private static <T> List<T> all(Iterable<T> items) {
-    return StreamSupport.stream(items.spliterator(), false).collect(Collectors.toList());
   }
 
   static Map<String, Object> toolResult(ToolResult r) {
@@ -308,24 +314,24 @@ class ConformanceTest {
 
   // ---- the operations -------------------------------------------------------------------------
 
-  static final Map<String, BiFunction<String, Map<String, Object>, Object>> OPS = Map.ofEntries(
-      Map.entry("create_session", (s, a) -> client.createSession(SessionSettings.fromProto(config(a.getOrDefault("config", Map.of()))))),
-      Map.entry("get_session", (s, a) -> client.getSession(s)),
-      Map.entry("list_sessions", (s, a) -> named("sessions", client.listSessions((int) num(a, "page_size", 0)).toList())),
-      Map.entry("delete_session", (s, a) -> {
-        client.deleteSession(s);
+  static final Map<String, Op> OPS = Map.ofEntries(
+      Map.entry("create_session", (c, s, a) -> c.createSession(SessionSettings.fromProto(config(a.getOrDefault("config", Map.of()))))),
+      Map.entry("get_session", (c, s, a) -> c.getSession(s)),
+      Map.entry("list_sessions", (c, s, a) -> named("sessions", c.listSessions((int) num(a, "page_size", 0)))),
+      Map.entry("delete_session", (c, s, a) -> {
+        c.deleteSession(s);
         return Map.of();
       }),
-      Map.entry("append_messages", (s, a) ->
-          named("messages", client.appendMessages(s, messages(a.get("messages")), str(a, "request_id")))),
-      Map.entry("list_messages", (s, a) ->
-          named("messages", client.listMessages(s, flag(a, "include_abandoned"), (int) num(a, "page_size", 0)).toList())),
-      Map.entry("prepare", (s, a) -> canonical(client.prepare(s, prepareOptions(a)))),
-      Map.entry("prepare_events", (s, a) -> events(client.prepareEvents(s, prepareOptions(a)))),
-      Map.entry("compact", (s, a) -> canonical(client.compact(s, compactOptions(a)))),
-      Map.entry("compact_events", (s, a) -> events(client.compactEvents(s, compactOptions(a)))),
-      Map.entry("observe_usage", (s, a) -> {
-        UsageResult r = client.observeUsage(s, viewVersion(a.containsKey("view") ? a.get("view") : a.get("view_version")),
+      Map.entry("append_messages", (c, s, a) ->
+          named("messages", c.appendMessages(s, messages(a.get("messages")), str(a, "request_id")))),
+      Map.entry("list_messages", (c, s, a) ->
+          named("messages", c.listMessages(s, flag(a, "include_abandoned"), (int) num(a, "page_size", 0)))),
+      Map.entry("prepare", (c, s, a) -> canonical(c.prepare(s, prepareOptions(a)))),
+      Map.entry("prepare_events", (c, s, a) -> events(c.prepareEvents(s, prepareOptions(a)))),
+      Map.entry("compact", (c, s, a) -> canonical(c.compact(s, compactOptions(a)))),
+      Map.entry("compact_events", (c, s, a) -> events(c.compactEvents(s, compactOptions(a)))),
+      Map.entry("observe_usage", (c, s, a) -> {
+        UsageResult r = c.observeUsage(s, viewVersion(a.containsKey("view") ? a.get("view") : a.get("view_version")),
             new Usage(num(a, "input_tokens", 0), num(a, "cached_input_tokens", 0), num(a, "output_tokens", 0),
                 str(a, "finish_reason")));
         Map<String, Object> out = new LinkedHashMap<>();
@@ -333,38 +339,38 @@ class ConformanceTest {
         out.put("calibration_accepted", r.calibrationAccepted());
         return out;
       }),
-      Map.entry("get_context_state", (s, a) -> client.getContextState(s)),
-      Map.entry("fork", (s, a) -> {
+      Map.entry("get_context_state", (c, s, a) -> c.getContextState(s)),
+      Map.entry("fork", (c, s, a) -> {
         SessionSettings overrides = a.containsKey("config") ? SessionSettings.fromProto(config(a.get("config"))) : null;
-        return flag(a, "at_head") ? client.forkAtHead(s, overrides) : client.fork(s, num(a, "at_seq", 0), overrides);
+        return flag(a, "at_head") ? c.forkAtHead(s, overrides) : c.fork(s, num(a, "at_seq", 0), overrides);
       }),
-      Map.entry("rewind", (s, a) -> client.rewind(s, num(a, "to_seq", 0))),
-      Map.entry("edit", (s, a) ->
-          client.edit(s, num(a, "seq", 0), messages(List.of(a.get("message"))).get(0), str(a, "request_id"))),
-      Map.entry("retry", (s, a) -> canonical(client.retry(s, num(a, "answer_seq", 0)))),
-      Map.entry("read_tool_result", (s, a) -> toolResult(a.containsKey("result_ref")
-          ? client.readToolResult(s, str(a, "result_ref"), pageBytes(a))
-          : client.readToolResultOfCall(s, str(a, "tool_call_id"), pageBytes(a)))),
-      Map.entry("tool_result_pages", (s, a) -> {
-        Iterable<ToolResultPage> pages = a.containsKey("result_ref")
-            ? client.toolResultPages(s, str(a, "result_ref"), num(a, "offset", 0), pageBytes(a))
-            : client.toolResultPagesOfCall(s, str(a, "tool_call_id"), num(a, "offset", 0), pageBytes(a));
-        return Map.of("pages", all(pages).stream().map(ConformanceTest::page).collect(Collectors.toList()));
+      Map.entry("rewind", (c, s, a) -> c.rewind(s, num(a, "to_seq", 0))),
+      Map.entry("edit", (c, s, a) ->
+          c.edit(s, num(a, "seq", 0), messages(List.of(a.get("message"))).get(0), str(a, "request_id"))),
+      Map.entry("retry", (c, s, a) -> canonical(c.retry(s, num(a, "answer_seq", 0)))),
+      Map.entry("read_tool_result", (c, s, a) -> toolResult(a.containsKey("result_ref")
+          ? c.readToolResult(s, str(a, "result_ref"), pageBytes(a))
+          : c.readToolResultOfCall(s, str(a, "tool_call_id"), pageBytes(a)))),
+      Map.entry("tool_result_pages", (c, s, a) -> {
+        List<ToolResultPage> pages = a.containsKey("result_ref")
+            ? c.toolResultPages(s, str(a, "result_ref"), num(a, "offset", 0), pageBytes(a))
+            : c.toolResultPagesOfCall(s, str(a, "tool_call_id"), num(a, "offset", 0), pageBytes(a));
+        return Map.of("pages", pages.stream().map(ConformanceTest::page).collect(Collectors.toList()));
       }),
-      Map.entry("list_checkpoints", (s, a) -> named("checkpoints",
-          client.listCheckpoints(s, flag(a, "include_abandoned"), (int) num(a, "page_size", 0)).toList())),
-      Map.entry("get_checkpoint", (s, a) -> client.getCheckpoint(s, str(a, "checkpoint_id"))),
-      Map.entry("dispatch_tool_call", (s, a) -> {
+      Map.entry("list_checkpoints", (c, s, a) -> named("checkpoints",
+          c.listCheckpoints(s, flag(a, "include_abandoned"), (int) num(a, "page_size", 0)))),
+      Map.entry("get_checkpoint", (c, s, a) -> c.getCheckpoint(s, str(a, "checkpoint_id"))),
+      Map.entry("dispatch_tool_call", (c, s, a) -> {
         Map<String, Object> out = new LinkedHashMap<>();
-        out.put("content", client.dispatchToolCall(s, str(a, "name"), str(a, "arguments")).orElse(null));
+        out.put("content", c.dispatchToolCall(s, str(a, "name"), str(a, "arguments")).orElse(null));
         return out;
       }),
-      Map.entry("tool_definitions", (s, a) ->
+      Map.entry("tool_definitions", (c, s, a) ->
           named("tools", ModelTools.definitions(ToolFormat.valueOf(str(a, "format").toUpperCase(Locale.ROOT))))),
-      Map.entry("to_openai_chat", (s, a) -> OpenAiChat.request(view(a.get("view")))),
-      Map.entry("to_openai_responses", (s, a) -> OpenAiResponses.request(view(a.get("view")))),
-      Map.entry("to_anthropic_messages", (s, a) -> AnthropicMessages.request(view(a.get("view")))),
-      Map.entry("from_openai_chat", (s, a) -> turn(OpenAiChat.response(fixture(a)))),
-      Map.entry("from_openai_responses", (s, a) -> turn(OpenAiResponses.response(fixture(a)))),
-      Map.entry("from_anthropic_messages", (s, a) -> turn(AnthropicMessages.response(fixture(a)))));
+      Map.entry("to_openai_chat", (c, s, a) -> OpenAiChat.request(view(a.get("view")))),
+      Map.entry("to_openai_responses", (c, s, a) -> OpenAiResponses.request(view(a.get("view")))),
+      Map.entry("to_anthropic_messages", (c, s, a) -> AnthropicMessages.request(view(a.get("view")))),
+      Map.entry("from_openai_chat", (c, s, a) -> turn(OpenAiChat.response(fixture(a)))),
+      Map.entry("from_openai_responses", (c, s, a) -> turn(OpenAiResponses.response(fixture(a)))),
+      Map.entry("from_anthropic_messages", (c, s, a) -> turn(AnthropicMessages.response(fixture(a)))));
 }
