@@ -1,27 +1,13 @@
 package dev.ctxfold.client;
 
-import dev.ctxfold.v1.AppendMessagesRequest;
-import dev.ctxfold.v1.CompactRequest;
-import dev.ctxfold.v1.CompactResponse;
+import com.google.gson.Gson;
+import com.google.gson.GsonBuilder;
+import com.google.gson.ToNumberPolicy;
+import com.google.gson.reflect.TypeToken;
+import dev.ctxfold.v1.Checkpoint;
 import dev.ctxfold.v1.ContextServiceGrpc;
-import dev.ctxfold.v1.CreateSessionRequest;
-import dev.ctxfold.v1.DeleteSessionRequest;
 import dev.ctxfold.v1.FoldProgress;
-import dev.ctxfold.v1.ForkRequest;
-import dev.ctxfold.v1.GetContextStateRequest;
-import dev.ctxfold.v1.GetSessionRequest;
-import dev.ctxfold.v1.ListMessagesRequest;
-import dev.ctxfold.v1.ListMessagesResponse;
-import dev.ctxfold.v1.ListSessionsRequest;
-import dev.ctxfold.v1.ListSessionsResponse;
 import dev.ctxfold.v1.Message;
-import dev.ctxfold.v1.ObserveUsageRequest;
-import dev.ctxfold.v1.ObserveUsageResponse;
-import dev.ctxfold.v1.PrepareRequest;
-import dev.ctxfold.v1.PrepareResponse;
-import dev.ctxfold.v1.ReadToolResultRequest;
-import dev.ctxfold.v1.ReadToolResultResponse;
-import dev.ctxfold.v1.RewindRequest;
 import dev.ctxfold.v1.Session;
 import io.grpc.Channel;
 import io.grpc.ChannelCredentials;
@@ -32,102 +18,77 @@ import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
-import io.grpc.Status;
-import io.grpc.StatusRuntimeException;
 import io.grpc.TlsChannelCredentials;
 import io.grpc.stub.AbstractStub;
 import io.grpc.stub.MetadataUtils;
 import io.opentelemetry.api.OpenTelemetry;
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
-import java.security.MessageDigest;
-import java.security.NoSuchAlgorithmException;
 import java.time.Duration;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
-import java.util.Collections;
-import java.util.HexFormat;
 import java.util.Iterator;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.NoSuchElementException;
 import java.util.Objects;
+import java.util.Optional;
+import java.util.Spliterator;
+import java.util.Spliterators;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executor;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
-import java.util.function.Supplier;
+import java.util.function.Function;
 import java.util.regex.Pattern;
+import java.util.stream.Stream;
+import java.util.stream.StreamSupport;
 
 /**
- * A client of the ctxfold {@code ContextService}.
+ * The blocking client of the ctxfold {@code ContextService}; {@link #async()} is the same client
+ * with {@link CompletableFuture} results. Both share one implementation, one connection and one
+ * view cache.
  *
  * <pre>{@code
  * try (CtxfoldClient client = CtxfoldClient.builder()
  *     .target("127.0.0.1:50051")
  *     .bearerToken(System.getenv("CTXFOLD_TOKEN"))
- *     .defaultDeadline(Duration.ofSeconds(30))
  *     .build()) {
- *   Session session = client.createSession(SessionConfig.builder().contextWindow(128_000).build());
- *   PreparedContext ctx = client.prepare(session.getId(), PrepareOptions.appending(Messages.user("hi")));
- *   // send ctx.messages() to the model ...
+ *   Session session = client.createSession(SessionSettings.builder().contextWindow(128_000).build());
+ *   View view = client.prepare(session.getId(), Messages.user("hi"));
+ *   // send view.messages() to the model ...
  * }
  * }</pre>
  *
- * <p>All methods block and are thread-safe. Failures are thrown as the unchecked
- * {@link CtxfoldException} carrying the gRPC code and the server's ErrorInfo reason and metadata.
+ * <p>All methods are thread-safe. Failures are thrown as the unchecked {@link CtxfoldException}
+ * carrying the gRPC code, the server's {@link dev.ctxfold.v1.ErrorReason} and metadata.
  *
- * <p>The client keeps, per session, the last full view it received (for the 1024 most recently
+ * <p>The client keeps, per session, the last whole view it received (for the 256 most recently
  * used sessions by default, see {@link Builder#maxCachedViews}); {@code prepare} sends its version
  * as {@code known_view_version} so the server may answer with only the new messages, and puts the
- * full view back together ({@link PreparedContext#messages()}).
+ * whole view back together ({@link View#messages()}).
  *
- * <p>{@link #withDeadline(Duration)} and {@link #withTraceparent(String)} return lightweight
- * views of the same client (same connection and view cache); close the client they came from.
+ * <p>Defaults: unary calls 30 s, prepare / compact streams 600 s, user agent
+ * {@code ctxfold-java/<version>}. {@link #withDeadline(Duration)} and
+ * {@link #withTraceparent(String)} return lightweight views of the same client (same connection
+ * and view cache); close the client they came from.
  */
 public final class CtxfoldClient implements AutoCloseable {
   /** Largest page ReadToolResult serves. */
-  public static final int MAX_TOOL_RESULT_PAGE = 24_576;
+  public static final int MAX_PAGE_BYTES = Engine.MAX_PAGE_BYTES;
+  /** The page ReadToolResult serves when none is asked for. */
+  public static final int DEFAULT_PAGE_BYTES = Engine.DEFAULT_PAGE_BYTES;
 
+  static final Gson JSON = new GsonBuilder().setObjectToNumberStrategy(ToNumberPolicy.LONG_OR_DOUBLE).create();
   private static final Pattern TRACEPARENT =
       Pattern.compile("[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}");
 
-  private final Shared shared;
-  private final Duration deadline;
-  private final String traceparent;
-  private final String tracestate;
+  private final Engine engine;
   private final boolean root;
 
-  /** Connection and view cache, shared by a client and the views derived from it. */
-  private static final class Shared {
-    final Channel channel;
-    final ManagedChannel owned;
-    final Map<String, View> views;
-
-    Shared(Channel channel, ManagedChannel owned, int maxViews) {
-      this.channel = channel;
-      this.owned = owned;
-      // The most recently used sessions' views; the oldest is dropped past maxViews (its next
-      // prepare then asks for the whole view).
-      this.views = Collections.synchronizedMap(new LinkedHashMap<>(16, 0.75f, true) {
-        private static final long serialVersionUID = 1L;
-
-        @Override
-        protected boolean removeEldestEntry(Map.Entry<String, View> eldest) {
-          return size() > maxViews;
-        }
-      });
-    }
-  }
-
-  /** The last full view received for a session. */
-  private record View(long version, List<Message> messages) {}
-
-  private CtxfoldClient(Shared shared, Duration deadline, String traceparent, String tracestate, boolean root) {
-    this.shared = shared;
-    this.deadline = deadline;
-    this.traceparent = traceparent;
-    this.tracestate = tracestate;
+  CtxfoldClient(Engine engine, boolean root) {
+    this.engine = engine;
     this.root = root;
   }
 
@@ -140,19 +101,41 @@ public final class CtxfoldClient implements AutoCloseable {
     return builder().target(target).build();
   }
 
+  /** This SDK's version (the project version in the repository's {@code VERSION} file). */
+  public static String version() {
+    return Version.VALUE;
+  }
+
+  /** The same client with {@link CompletableFuture} results (same connection and view cache). */
+  public CtxfoldAsyncClient async() {
+    return new CtxfoldAsyncClient(engine, false);
+  }
+
   // ---- derived views --------------------------------------------------------------------------
 
-  /** The same client with another deadline for each call (a whole Prepare stream counts as one). */
-  public CtxfoldClient withDeadline(Duration deadline) {
+  static Duration checkDeadline(Duration deadline) {
     if (deadline != null && (deadline.isNegative() || deadline.isZero())) {
       throw new IllegalArgumentException("deadline must be positive");
     }
-    return new CtxfoldClient(shared, deadline, traceparent, tracestate, false);
+    return deadline;
+  }
+
+  static String checkTraceparent(String traceparent) {
+    if (traceparent != null && !TRACEPARENT.matcher(traceparent).matches()) {
+      throw new IllegalArgumentException("not a W3C traceparent: " + traceparent);
+    }
+    return traceparent;
+  }
+
+  /** The same client with this deadline for every call (a whole prepare or compact stream counts as one). */
+  public CtxfoldClient withDeadline(Duration deadline) {
+    checkDeadline(deadline);
+    return new CtxfoldClient(engine.withDeadlines(deadline, deadline), false);
   }
 
   /** The same client with no deadline. */
   public CtxfoldClient withoutDeadline() {
-    return new CtxfoldClient(shared, null, traceparent, tracestate, false);
+    return new CtxfoldClient(engine.withDeadlines(null, null), false);
   }
 
   /**
@@ -165,22 +148,19 @@ public final class CtxfoldClient implements AutoCloseable {
 
   /** As {@link #withTraceparent(String)}, with a {@code tracestate}. */
   public CtxfoldClient withTraceparent(String traceparent, String tracestate) {
-    if (traceparent != null && !TRACEPARENT.matcher(traceparent).matches()) {
-      throw new IllegalArgumentException("not a W3C traceparent: " + traceparent);
-    }
-    return new CtxfoldClient(shared, deadline, traceparent, tracestate, false);
+    return new CtxfoldClient(engine.withTraceparent(checkTraceparent(traceparent), tracestate), false);
   }
 
   // ---- stubs ----------------------------------------------------------------------------------
 
   private <S extends AbstractStub<S>> S configure(S stub) {
-    if (deadline != null) {
-      stub = stub.withDeadlineAfter(deadline.toNanos(), TimeUnit.NANOSECONDS);
+    if (engine.unaryDeadline != null) {
+      stub = stub.withDeadlineAfter(engine.unaryDeadline.toNanos(), TimeUnit.NANOSECONDS);
     }
-    if (traceparent != null) {
-      stub = stub.withOption(TraceContextInterceptor.TRACEPARENT, traceparent);
-      if (tracestate != null) {
-        stub = stub.withOption(TraceContextInterceptor.TRACESTATE, tracestate);
+    if (engine.traceparent != null) {
+      stub = stub.withOption(TraceContextInterceptor.TRACEPARENT, engine.traceparent);
+      if (engine.tracestate != null) {
+        stub = stub.withOption(TraceContextInterceptor.TRACESTATE, engine.tracestate);
       }
     }
     return stub;
@@ -188,294 +168,240 @@ public final class CtxfoldClient implements AutoCloseable {
 
   /**
    * A generated blocking stub on this client's channel, with its auth, trace propagation and
-   * deadline: the escape hatch for anything the idiomatic layer does not cover. Its calls throw
-   * {@link StatusRuntimeException}; {@link CtxfoldException#from(Throwable)} converts them.
+   * unary deadline: the escape hatch for anything the idiomatic layer does not cover. Its calls
+   * throw {@link io.grpc.StatusRuntimeException}; {@link CtxfoldException#from(Throwable)} converts them.
    */
   public ContextServiceGrpc.ContextServiceBlockingStub blockingStub() {
-    return configure(ContextServiceGrpc.newBlockingStub(shared.channel));
+    return configure(ContextServiceGrpc.newBlockingStub(engine.shared.channel));
   }
 
   /** A generated async stub on this client's channel (see {@link #blockingStub()}). */
   public ContextServiceGrpc.ContextServiceStub asyncStub() {
-    return configure(ContextServiceGrpc.newStub(shared.channel));
+    return configure(ContextServiceGrpc.newStub(engine.shared.channel));
   }
 
   /** The channel with this client's interceptors (auth, trace context). */
   public Channel channel() {
-    return shared.channel;
+    return engine.shared.channel;
   }
 
-  private static <T> T call(Supplier<T> rpc) {
+  /** Runs one operation of the engine, its callbacks on this thread, and waits for its result. */
+  private static <T> T await(Function<Executor, CompletableFuture<T>> operation) {
+    CallerThreadExecutor executor = new CallerThreadExecutor();
+    CompletableFuture<T> future;
     try {
-      return rpc.get();
-    } catch (StatusRuntimeException e) {
-      throw CtxfoldException.from(e);
+      future = operation.apply(executor);
+    } catch (RuntimeException e) {
+      executor.finish();
+      throw e;
     }
-  }
-
-  private static String requireId(String sessionId) {
-    Objects.requireNonNull(sessionId, "sessionId");
-    if (sessionId.isEmpty()) {
-      throw new IllegalArgumentException("sessionId is empty");
-    }
-    return sessionId;
+    return executor.await(future);
   }
 
   // ---- sessions -------------------------------------------------------------------------------
 
   /** Creates a session; the returned {@link Session} carries its {@code id} and filled-in config. */
-  public Session createSession(SessionConfig config) {
-    Objects.requireNonNull(config, "config");
-    return call(() -> blockingStub()
-        .createSession(CreateSessionRequest.newBuilder().setConfig(config.toProto()).build())
-        .getSession());
+  public Session createSession(SessionSettings settings) {
+    return await(ex -> engine.createSession(settings, ex));
   }
 
   public Session getSession(String sessionId) {
-    return call(() -> blockingStub()
-        .getSession(GetSessionRequest.newBuilder().setSessionId(requireId(sessionId)).build())
-        .getSession());
+    return await(ex -> engine.getSession(sessionId, ex));
   }
 
-  /** Deletes a session and everything only it refers to. */
+  /** Deletes a session and everything only it refers to; forgets its cached view. */
   public void deleteSession(String sessionId) {
-    call(() -> blockingStub()
-        .deleteSession(DeleteSessionRequest.newBuilder().setSessionId(requireId(sessionId)).build()));
-    shared.views.remove(sessionId);
+    await(ex -> engine.deleteSession(sessionId, ex));
   }
 
-  /** The caller's sessions, newest first, fetched page by page (100 a page). */
+  /** The caller's sessions, newest first, fetched page by page (the server's default page). */
   public Paged<Session> listSessions() {
     return listSessions(0);
   }
 
   /** The caller's sessions, newest first; {@code pageSize} 1..1000, 0 = the server's default. */
   public Paged<Session> listSessions(int pageSize) {
-    return new Paged<>(token -> {
-      ListSessionsResponse page = call(() -> blockingStub().listSessions(
-          ListSessionsRequest.newBuilder().setPageSize(pageSize).setPageToken(token).build()));
-      return new Paged.Page<>(page.getSessionsList(), page.getNextPageToken());
-    });
+    return new Paged<>(token -> await(ex -> engine.listSessionsPage(pageSize, token, ex)));
+  }
+
+  /** A new session holding the source's whole transcript (fork at its head). */
+  public Session forkAtHead(String sessionId) {
+    return forkAtHead(sessionId, null);
   }
 
   /**
-   * New session holding the source's transcript up to and including {@code atSeq} (0 = head).
+   * As {@link #forkAtHead(String)}, with config overrides built by {@link SessionSettings#overrides()}:
+   * each field set replaces the source's value.
    */
+  public Session forkAtHead(String sessionId, SessionSettings overrides) {
+    return await(ex -> engine.fork(sessionId, 0, overrides, ex));
+  }
+
+  /** A new session holding the source's transcript up to and including {@code atSeq} (&ge; 1). */
   public Session fork(String sessionId, long atSeq) {
     return fork(sessionId, atSeq, null);
   }
 
-  /**
-   * As {@link #fork(String, long)}, with config overrides built by {@link SessionConfig#overrides()}:
-   * each field set replaces the source's value.
-   */
-  public Session fork(String sessionId, long atSeq, SessionConfig overrides) {
-    ForkRequest.Builder request = ForkRequest.newBuilder().setSessionId(requireId(sessionId)).setAtSeq(atSeq);
-    if (overrides != null) {
-      request.setConfig(overrides.toProto());
+  /** As {@link #fork(String, long)}, with config overrides (see {@link #forkAtHead(String, SessionSettings)}). */
+  public Session fork(String sessionId, long atSeq, SessionSettings overrides) {
+    if (atSeq < 1) {
+      throw new IllegalArgumentException("atSeq must be >= 1 (use forkAtHead for the head), got " + atSeq);
     }
-    return call(() -> blockingStub().fork(request.build()).getSession());
+    return await(ex -> engine.fork(sessionId, atSeq, overrides, ex));
   }
 
   /** Moves the head back to {@code toSeq}; later messages become abandoned (still listable). */
   public Session rewind(String sessionId, long toSeq) {
-    if (toSeq < 0) {
-      throw new IllegalArgumentException("toSeq must be >= 0");
-    }
-    Session session = call(() -> blockingStub()
-        .rewind(RewindRequest.newBuilder().setSessionId(requireId(sessionId)).setToSeq(toSeq).build())
-        .getSession());
-    shared.views.remove(sessionId);
-    return session;
+    return await(ex -> engine.rewind(sessionId, toSeq, ex));
   }
 
-  /** The session's context state ("sidecar", schema version 3) as a JSON document. */
-  public String getContextState(String sessionId) {
-    return call(() -> blockingStub()
-        .getContextState(GetContextStateRequest.newBuilder().setSessionId(requireId(sessionId)).build())
-        .getStateJson());
+  /** The session's context state ("sidecar", schema version 3) as a JSON object. */
+  public Map<String, Object> getContextState(String sessionId) {
+    return parseState(await(ex -> engine.getContextState(sessionId, ex)));
+  }
+
+  static Map<String, Object> parseState(String json) {
+    return JSON.fromJson(json, new TypeToken<Map<String, Object>>() { }.getType());
   }
 
   // ---- transcript -----------------------------------------------------------------------------
 
-  /** Appends messages atomically; returns them with {@code id} and {@code seq}. */
-  public List<Message> append(String sessionId, Message... messages) {
-    return append(sessionId, List.of(messages), "");
+  /** Appends messages atomically; returns them with {@code id}, {@code seq} and {@code result_ref}. */
+  public List<Message> appendMessages(String sessionId, Message... messages) {
+    return appendMessages(sessionId, List.of(messages), "");
   }
 
   /**
-   * Appends messages atomically; with a non-empty {@code requestId}, a retried call returns the
-   * first call's messages instead of appending again.
+   * Appends messages atomically. A retried call with the same {@code requestId} returns the first
+   * call's messages instead of appending again; "" = a random one for this call.
    */
-  public List<Message> append(String sessionId, List<Message> messages, String requestId) {
-    AppendMessagesRequest request = AppendMessagesRequest.newBuilder()
-        .setSessionId(requireId(sessionId))
-        .addAllMessages(messages)
-        .setRequestId(requestId == null ? "" : requestId)
-        .build();
-    return call(() -> blockingStub().appendMessages(request).getMessagesList());
+  public List<Message> appendMessages(String sessionId, List<Message> messages, String requestId) {
+    return await(ex -> engine.appendMessages(sessionId, messages, requestId, ex));
   }
 
   /** The live canonical transcript in seq order, fetched page by page. */
   public Paged<Message> listMessages(String sessionId) {
-    return listMessages(sessionId, 0, false);
+    return listMessages(sessionId, false, 0);
   }
 
   /**
    * The canonical transcript in seq order; with {@code includeAbandoned}, also the messages
-   * abandoned by rewinds (marked {@code abandoned}).
+   * abandoned by rewinds (marked {@code abandoned}). {@code pageSize} 0 = the server's default.
    */
-  public Paged<Message> listMessages(String sessionId, int pageSize, boolean includeAbandoned) {
-    requireId(sessionId);
-    return new Paged<>(token -> {
-      ListMessagesResponse page = call(() -> blockingStub().listMessages(ListMessagesRequest.newBuilder()
-          .setSessionId(sessionId)
-          .setPageSize(pageSize)
-          .setPageToken(token)
-          .setIncludeAbandoned(includeAbandoned)
-          .build()));
-      return new Paged.Page<>(page.getMessagesList(), page.getNextPageToken());
-    });
+  public Paged<Message> listMessages(String sessionId, boolean includeAbandoned, int pageSize) {
+    Engine.requireId(sessionId);
+    return new Paged<>(token -> await(ex -> engine.listMessagesPage(sessionId, includeAbandoned, pageSize, token, ex)));
   }
 
   // ---- prepare / compact ----------------------------------------------------------------------
 
   /** Prepares the view to send now, appending nothing. */
-  public PreparedContext prepare(String sessionId) {
+  public View prepare(String sessionId) {
     return prepare(sessionId, PrepareOptions.defaults());
   }
 
   /** Appends {@code messages} and prepares the view to send. */
-  public PreparedContext prepare(String sessionId, Message... messages) {
+  public View prepare(String sessionId, Message... messages) {
     return prepare(sessionId, PrepareOptions.appending(messages));
   }
 
   /**
    * Appends {@code options.append()}, lets the server maintain the context when it reached the
-   * trigger (streaming {@link FoldProgress} events to {@code options.onProgress()} on this thread)
-   * and returns the full view to send to the model.
+   * trigger (handing {@link FoldProgress} events to {@code options.onProgress()} on this thread)
+   * and returns the whole view to send to the model.
    */
-  public PreparedContext prepare(String sessionId, PrepareOptions options) {
-    requireId(sessionId);
-    Objects.requireNonNull(options, "options");
-    View known = options.useDelta() ? shared.views.get(sessionId) : null;
-    PrepareRequest.Builder request = PrepareRequest.newBuilder()
-        .setSessionId(sessionId)
-        .addAllAppend(options.append())
-        .setOverflow(options.overflow())
-        .setRequestId(options.requestId());
-    if (known != null) {
-      request.setKnownViewVersion(known.version());
-    }
-    List<FoldProgress> progress = new ArrayList<>();
-    dev.ctxfold.v1.PreparedContext result = stream(
-        () -> blockingStub().prepare(request.build()),
-        r -> r.hasProgress() ? r.getProgress() : null,
-        r -> r.hasResult() ? r.getResult() : null,
-        progress, options.onProgress());
-    List<Message> full = assemble(sessionId, known, result);
-    if (full == null) {
-      // The delta did not fit the view held here (it should not happen): ask for the whole view.
-      // The append already happened, so this second call appends nothing.
-      shared.views.remove(sessionId);
-      PreparedContext whole = prepare(sessionId, PrepareOptions.builder().useDelta(false).build());
-      List<FoldProgress> all = new ArrayList<>(progress);
-      all.addAll(whole.progress());
-      return new PreparedContext(whole.toProto(), whole.messages(), all);
-    }
-    return new PreparedContext(result, full, progress);
-  }
-
-  /** Folds the session's history into a summary checkpoint now (manual compaction). */
-  public PreparedContext compact(String sessionId) {
-    return compact(sessionId, "", p -> { });
+  public View prepare(String sessionId, PrepareOptions options) {
+    return await(ex -> engine.prepare(sessionId, options, ex));
   }
 
   /**
-   * Folds history now, even below the trigger, with {@code focus} appended to the summary
-   * instructions; progress events go to {@code onProgress} on this thread.
+   * As {@link #prepare(String, PrepareOptions)}, as a stream: the progress events as they arrive,
+   * then one {@link FoldEvent.Result}. Closing the stream early cancels the call.
    */
-  public PreparedContext compact(String sessionId, String focus, Consumer<FoldProgress> onProgress) {
-    requireId(sessionId);
-    CompactRequest request = CompactRequest.newBuilder()
-        .setSessionId(sessionId)
-        .setFocus(focus == null ? "" : focus)
-        .build();
-    List<FoldProgress> progress = new ArrayList<>();
-    dev.ctxfold.v1.PreparedContext result = stream(
-        () -> blockingStub().compact(request),
-        (CompactResponse r) -> r.hasProgress() ? r.getProgress() : null,
-        r -> r.hasResult() ? r.getResult() : null,
-        progress, onProgress == null ? p -> { } : onProgress);
-    List<Message> full = assemble(sessionId, null, result);
-    return new PreparedContext(result, full, progress);
+  public Stream<FoldEvent> prepareEvents(String sessionId, PrepareOptions options) {
+    return events(listener -> ex -> engine.prepare(sessionId, withListener(options, listener), ex));
   }
 
-  /** Reads a server stream of progress events ending with one result. */
-  private <R> dev.ctxfold.v1.PreparedContext stream(
-      Supplier<Iterator<R>> open,
-      java.util.function.Function<R, FoldProgress> progressOf,
-      java.util.function.Function<R, dev.ctxfold.v1.PreparedContext> resultOf,
-      List<FoldProgress> progress,
-      Consumer<FoldProgress> listener) {
-    io.grpc.Context.CancellableContext scope = io.grpc.Context.current().withCancellation();
-    try {
-      Iterator<R> items;
-      try {
-        items = scope.call(open::get);
-      } catch (RuntimeException e) {
-        throw e;
-      } catch (Exception e) {
-        throw new IllegalStateException(e);
-      }
-      dev.ctxfold.v1.PreparedContext result = null;
-      while (items.hasNext()) {
-        R item = items.next();
-        FoldProgress p = progressOf.apply(item);
-        if (p != null) {
-          progress.add(p);
-          listener.accept(p);
-          continue;
-        }
-        dev.ctxfold.v1.PreparedContext r = resultOf.apply(item);
-        if (r != null) {
-          result = r;
-        }
-      }
-      if (result == null) {
-        throw new CtxfoldException(Status.Code.INTERNAL, "the stream ended without a result",
-            "NO_RESULT", "", Map.of(), null);
-      }
-      return result;
-    } catch (StatusRuntimeException e) {
-      throw CtxfoldException.from(e);
-    } finally {
-      scope.cancel(null);
-    }
+  private static PrepareOptions withListener(PrepareOptions options, Consumer<FoldProgress> listener) {
+    Consumer<FoldProgress> own = options.onProgress();
+    return options.toBuilder().onProgress(p -> {
+      own.accept(p);
+      listener.accept(p);
+    }).build();
   }
 
-  /** The full view of a result (applying a delta to {@code known}); null when it does not fit. */
-  private List<Message> assemble(String sessionId, View known, dev.ctxfold.v1.PreparedContext result) {
-    List<Message> full;
-    if (result.getDelta()) {
-      long keep = result.getViewMessageCount() - result.getMessagesCount();
-      if (known == null || keep != known.messages().size()) {
-        return null;
+  /** Folds the session's history into a summary checkpoint now (manual compaction). */
+  public View compact(String sessionId) {
+    return compact(sessionId, CompactOptions.defaults());
+  }
+
+  /**
+   * Folds history now, even below the trigger. A fold that installs nothing says why in
+   * {@link View#notFoldedReason()}; a failed Compact is thrown.
+   */
+  public View compact(String sessionId, CompactOptions options) {
+    return await(ex -> engine.compact(sessionId, options, ex));
+  }
+
+  /** As {@link #compact(String, CompactOptions)}, as a stream (see {@link #prepareEvents}). */
+  public Stream<FoldEvent> compactEvents(String sessionId, CompactOptions options) {
+    Consumer<FoldProgress> own = options.onProgress();
+    return events(listener -> ex -> engine.compact(sessionId, options.toBuilder().onProgress(p -> {
+      own.accept(p);
+      listener.accept(p);
+    }).build(), ex));
+  }
+
+  /**
+   * A lazy stream over one fold call: pulling the next element runs the call's callbacks on the
+   * pulling thread until a progress event or the result is there.
+   */
+  private static Stream<FoldEvent> events(
+      Function<Consumer<FoldProgress>, Function<Executor, CompletableFuture<View>>> start) {
+    CallerThreadExecutor executor = new CallerThreadExecutor();
+    ArrayDeque<FoldEvent> ready = new ArrayDeque<>();
+    CompletableFuture<View> future = start.apply(p -> ready.add(new FoldEvent.Progress(p))).apply(executor);
+    future.whenComplete((v, e) -> executor.execute(() -> { }));
+    Iterator<FoldEvent> iterator = new Iterator<>() {
+      private boolean resultGiven;
+
+      @Override
+      public boolean hasNext() {
+        while (ready.isEmpty() && !resultGiven) {
+          if (future.isDone()) {
+            resultGiven = true;
+            ready.add(new FoldEvent.Result(executor.await(future)));
+          } else if (!executor.runOne()) {
+            future.cancel(true);
+            throw CtxfoldException.from(new java.util.concurrent.CancellationException("interrupted"));
+          }
+        }
+        return !ready.isEmpty();
       }
-      full = new ArrayList<>(known.messages().size() + result.getMessagesCount());
-      full.addAll(known.messages());
-      full.addAll(result.getMessagesList());
-      full = List.copyOf(full);
-    } else {
-      full = result.getMessagesList();
-    }
-    shared.views.put(sessionId, new View(result.getViewVersion(), full));
-    return full;
+
+      @Override
+      public FoldEvent next() {
+        if (!hasNext()) {
+          throw new NoSuchElementException();
+        }
+        return ready.poll();
+      }
+    };
+    return StreamSupport.stream(Spliterators.spliteratorUnknownSize(iterator, Spliterator.ORDERED), false)
+        .onClose(() -> {
+          future.cancel(true);
+          executor.finish();
+        });
+  }
+
+  /** The last view this client received for the session, while its cache holds it. */
+  public Optional<View> lastView(String sessionId) {
+    return Optional.ofNullable(engine.cachedView(sessionId));
   }
 
   /** Drops the view this client holds for a session: the next prepare asks for the whole view. */
   public void forgetView(String sessionId) {
-    shared.views.remove(sessionId);
+    engine.shared.views.remove(sessionId);
   }
 
   // ---- edit / retry ---------------------------------------------------------------------------
@@ -483,152 +409,129 @@ public final class CtxfoldClient implements AutoCloseable {
   /**
    * Replaces the message at {@code seq} (and abandons everything after it): rewinds to
    * {@code seq - 1} and appends {@code replacement}. Returns the new message with its id and seq.
-   * The old version stays listable with {@code listMessages(id, 0, true)}.
+   * The old version stays listable with {@code listMessages(id, true, 0)}.
    */
   public Message edit(String sessionId, long seq, Message replacement) {
-    if (seq < 1) {
-      throw new IllegalArgumentException("seq must be >= 1");
-    }
-    Objects.requireNonNull(replacement, "replacement");
-    rewind(sessionId, seq - 1);
-    return append(sessionId, replacement).get(0);
+    return edit(sessionId, seq, replacement, "");
   }
 
-  /** As {@link #edit}, then prepares the view in the same round trip as the append. */
-  public PreparedContext editAndPrepare(String sessionId, long seq, Message replacement, PrepareOptions options) {
-    if (seq < 1) {
-      throw new IllegalArgumentException("seq must be >= 1");
-    }
-    Objects.requireNonNull(replacement, "replacement");
-    rewind(sessionId, seq - 1);
-    PrepareOptions.Builder merged = PrepareOptions.builder().append(replacement).append(options.append())
-        .overflow(options.overflow()).onProgress(options.onProgress()).useDelta(options.useDelta());
-    if (!options.requestId().isEmpty()) {
-      merged.requestId(options.requestId());
-    }
-    return prepare(sessionId, merged.build());
+  /** As {@link #edit(String, long, Message)}, with the append's idempotency key. */
+  public Message edit(String sessionId, long seq, Message replacement, String requestId) {
+    return await(ex -> engine.edit(sessionId, seq, replacement, requestId, ex));
+  }
+
+  /** As {@link #edit(String, long, Message)} for the message {@code original} (by its seq). */
+  public Message edit(String sessionId, Message original, Message replacement) {
+    return edit(sessionId, original.getSeq(), replacement);
   }
 
   /**
-   * Retries a model answer: rewinds to just before the assistant message at {@code assistantSeq}
-   * (which, and everything after it, becomes abandoned) and prepares the view again, so the model
-   * can be asked once more.
+   * Retries a model answer: rewinds to just before the answer at {@code answerSeq} (which, and
+   * everything after it, becomes abandoned) and prepares the view again, so the model can be asked
+   * once more. Appends and lists nothing.
    */
-  public PreparedContext retry(String sessionId, long assistantSeq) {
-    return retry(sessionId, assistantSeq, PrepareOptions.defaults());
+  public View retry(String sessionId, long answerSeq) {
+    return retry(sessionId, answerSeq, PrepareOptions.IGNORE);
   }
 
-  /** As {@link #retry(String, long)}, with prepare options (for example a progress listener). */
-  public PreparedContext retry(String sessionId, long assistantSeq, PrepareOptions options) {
-    if (assistantSeq < 1) {
-      throw new IllegalArgumentException("assistantSeq must be >= 1");
-    }
-    rewind(sessionId, assistantSeq - 1);
-    return prepare(sessionId, options);
+  /** As {@link #retry(String, long)}, with a progress listener. */
+  public View retry(String sessionId, long answerSeq, Consumer<FoldProgress> onProgress) {
+    PrepareOptions options = PrepareOptions.builder().onProgress(onProgress).build();
+    return await(ex -> engine.retry(sessionId, answerSeq, options, ex));
+  }
+
+  /** As {@link #retry(String, long)} for the answer message {@code answer} (by its seq). */
+  public View retry(String sessionId, Message answer) {
+    return retry(sessionId, answer.getSeq());
   }
 
   // ---- usage ----------------------------------------------------------------------------------
 
   /** Records the provider's usage for the view {@code viewVersion} (statistics, calibration). */
-  public Calibration observeUsage(String sessionId, long viewVersion, Usage usage) {
-    Objects.requireNonNull(usage, "usage");
-    ObserveUsageResponse response = call(() -> blockingStub().observeUsage(ObserveUsageRequest.newBuilder()
-        .setSessionId(requireId(sessionId))
-        .setViewVersion(viewVersion)
-        .setInputTokens(usage.inputTokens())
-        .setCachedInputTokens(usage.cachedInputTokens())
-        .setOutputTokens(usage.outputTokens())
-        .setFinishReason(usage.finishReason())
-        .build()));
-    return new Calibration(response.getCalibration(), response.getCalibrationAccepted());
+  public UsageResult observeUsage(String sessionId, long viewVersion, Usage usage) {
+    return await(ex -> engine.observeUsage(sessionId, viewVersion, usage, ex));
   }
 
   /** Records the provider's usage for a prepared view. */
-  public Calibration observeUsage(String sessionId, PreparedContext context, Usage usage) {
-    return observeUsage(sessionId, context.viewVersion(), usage);
+  public UsageResult observeUsage(String sessionId, View view, Usage usage) {
+    return observeUsage(sessionId, view.viewVersion(), usage);
   }
 
   // ---- tool results ---------------------------------------------------------------------------
 
-  /**
-   * One page of a stored raw tool result, named by {@code resultRef} (preferred) or
-   * {@code toolCallId} (one of them empty); {@code limit} 4..24576 bytes, 0 = 16384.
-   */
-  public ReadToolResultResponse readToolResultPage(
-      String sessionId, String resultRef, String toolCallId, long offset, int limit) {
-    ReadToolResultRequest request = ReadToolResultRequest.newBuilder()
-        .setSessionId(requireId(sessionId))
-        .setResultRef(resultRef == null ? "" : resultRef)
-        .setToolCallId(toolCallId == null ? "" : toolCallId)
-        .setOffset(offset)
-        .setLimit(limit)
-        .build();
-    return call(() -> blockingStub().readToolResult(request));
-  }
-
-  /** The whole raw tool result named by its {@code result_ref}, read page by page and checked. */
+  /** The whole raw tool result named by its {@code result_ref}, read page by page and sha256-checked. */
   public ToolResult readToolResult(String sessionId, String resultRef) {
-    Objects.requireNonNull(resultRef, "resultRef");
-    return readWhole(sessionId, resultRef, "");
+    return readToolResult(sessionId, resultRef, DEFAULT_PAGE_BYTES);
   }
 
-  /** The whole raw result of the tool call {@code toolCallId} (must be unambiguous). */
+  /** As {@link #readToolResult(String, String)} with pages of {@code pageBytes} (4..24576). */
+  public ToolResult readToolResult(String sessionId, String resultRef, int pageBytes) {
+    return await(ex -> engine.readWhole(sessionId, Engine.ResultName.ref(resultRef), pageBytes, ex));
+  }
+
+  /** The whole raw result of the tool call {@code toolCallId} (which must answer one result). */
   public ToolResult readToolResultOfCall(String sessionId, String toolCallId) {
-    Objects.requireNonNull(toolCallId, "toolCallId");
-    return readWhole(sessionId, "", toolCallId);
+    return readToolResultOfCall(sessionId, toolCallId, DEFAULT_PAGE_BYTES);
   }
 
-  private ToolResult readWhole(String sessionId, String resultRef, String toolCallId) {
-    ByteArrayOutputStream bytes = new ByteArrayOutputStream();
-    String ref = resultRef;
-    String callId = toolCallId;
-    String sha = null;
-    long total = -1;
-    long offset = 0;
-    while (true) {
-      ReadToolResultResponse page = readToolResultPage(sessionId, ref, callId, offset, MAX_TOOL_RESULT_PAGE);
-      if (page.getOffset() != offset) {
-        throw integrity("page starts at " + page.getOffset() + ", asked for " + offset);
-      }
-      if (sha == null) {
-        sha = page.getSha256();
-        total = page.getTotalBytes();
-        if (!page.getResultRef().isEmpty()) {
-          ref = page.getResultRef();
-          callId = "";
-        }
-      }
-      byte[] data = page.getData().getBytes(StandardCharsets.UTF_8);
-      bytes.write(data, 0, data.length);
-      if (page.getComplete()) {
-        break;
-      }
-      if (page.getNextOffset() <= offset) {
-        throw integrity("next_offset " + page.getNextOffset() + " does not advance past " + offset);
-      }
-      offset = page.getNextOffset();
-    }
-    byte[] all = bytes.toByteArray();
-    if (all.length != total) {
-      throw integrity("read " + all.length + " bytes, the server reported " + total);
-    }
-    String digest = sha256Hex(all);
-    if (!digest.equalsIgnoreCase(sha)) {
-      throw integrity("sha256 " + digest + " of the bytes read differs from the server's " + sha);
-    }
-    return new ToolResult(ref, new String(all, StandardCharsets.UTF_8), total, sha);
+  /** As {@link #readToolResultOfCall(String, String)} with pages of {@code pageBytes}. */
+  public ToolResult readToolResultOfCall(String sessionId, String toolCallId, int pageBytes) {
+    return await(ex -> engine.readWhole(sessionId, Engine.ResultName.call(toolCallId), pageBytes, ex));
   }
 
-  private static CtxfoldException integrity(String message) {
-    return new CtxfoldException(Status.Code.DATA_LOSS, message, "TOOL_RESULT_INTEGRITY", "", Map.of(), null);
+  /**
+   * The pages of a stored raw result from {@code offset} (a UTF-8 byte offset on a character
+   * boundary), one request per page, lazily.
+   */
+  public Iterable<ToolResultPage> toolResultPages(String sessionId, String resultRef, long offset, int pageBytes) {
+    return pages(sessionId, Engine.ResultName.ref(resultRef), offset, pageBytes);
   }
 
-  static String sha256Hex(byte[] data) {
-    try {
-      return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(data));
-    } catch (NoSuchAlgorithmException e) {
-      throw new IllegalStateException(e);
-    }
+  /** As {@link #toolResultPages} for the result of the tool call {@code toolCallId}. */
+  public Iterable<ToolResultPage> toolResultPagesOfCall(
+      String sessionId, String toolCallId, long offset, int pageBytes) {
+    return pages(sessionId, Engine.ResultName.call(toolCallId), offset, pageBytes);
+  }
+
+  private Iterable<ToolResultPage> pages(String sessionId, Engine.ResultName name, long offset, int pageBytes) {
+    Engine.requireId(sessionId);
+    Engine.checkPageBytes(pageBytes);
+    return new Paged<>(token -> await(ex -> engine.toolResultPage(sessionId, name, offset, pageBytes, token, ex)));
+  }
+
+  // ---- the model's tools ---------------------------------------------------------------------
+
+  /**
+   * Answers a model's call of a {@link ModelTools} tool with the text to append as that call's
+   * tool result: for {@code read_tool_result} the page (with a footer naming the next offset when
+   * the result continues), for {@code context_budget} the last view's token figures, and for the
+   * model's mistakes (unknown ref, bad offset, malformed arguments) a short error text it can act
+   * on. Empty when {@code name} is not a ctxfold tool (the agent runs its own tools). Other
+   * failures (the server down, the session gone) are thrown.
+   *
+   * @param argumentsJson the call's arguments as the model wrote them (a JSON object)
+   */
+  public Optional<String> dispatchToolCall(String sessionId, String name, String argumentsJson) {
+    return await(ex -> engine.dispatchToolCall(sessionId, name, argumentsJson, ex));
+  }
+
+  // ---- checkpoints ----------------------------------------------------------------------------
+
+  /** The session's checkpoint chain, newest first, with summaries. */
+  public Paged<Checkpoint> listCheckpoints(String sessionId) {
+    return listCheckpoints(sessionId, false, 0);
+  }
+
+  /** As {@link #listCheckpoints(String)}; with {@code includeAbandoned} also those of abandoned branches. */
+  public Paged<Checkpoint> listCheckpoints(String sessionId, boolean includeAbandoned, int pageSize) {
+    Engine.requireId(sessionId);
+    return new Paged<>(token ->
+        await(ex -> engine.listCheckpointsPage(sessionId, includeAbandoned, pageSize, token, ex)));
+  }
+
+  /** One checkpoint of the session, with its summary. */
+  public Checkpoint getCheckpoint(String sessionId, String checkpointId) {
+    return await(ex -> engine.getCheckpoint(sessionId, checkpointId, ex));
   }
 
   // ---- lifecycle ------------------------------------------------------------------------------
@@ -639,21 +542,11 @@ public final class CtxfoldClient implements AutoCloseable {
    */
   @Override
   public void close() {
-    if (!root || shared.owned == null) {
-      return;
-    }
-    shared.owned.shutdown();
-    try {
-      if (!shared.owned.awaitTermination(5, TimeUnit.SECONDS)) {
-        shared.owned.shutdownNow();
-      }
-    } catch (InterruptedException e) {
-      shared.owned.shutdownNow();
-      Thread.currentThread().interrupt();
+    if (root) {
+      engine.close();
     }
   }
 
-  // ---- builder --------------------------------------------------------------------------------
 
   /** Builds a {@link CtxfoldClient}. Plaintext unless a TLS option is set. */
   public static final class Builder {
@@ -665,12 +558,13 @@ public final class CtxfoldClient implements AutoCloseable {
     private Path clientCertChain;
     private Path clientPrivateKey;
     private String authority;
-    private Duration defaultDeadline;
+    private Duration unaryDeadline = Duration.ofSeconds(30);
+    private Duration streamDeadline = Duration.ofSeconds(600);
     private OpenTelemetry openTelemetry;
     private boolean propagateTraceContext = true;
     private int maxInboundMessageBytes = 64 * 1024 * 1024;
-    private String userAgent = "ctxfold-java";
-    private int maxCachedViews = 1024;
+    private String userAgent = "ctxfold-java/" + Version.VALUE;
+    private int maxCachedViews = 256;
     private final List<ClientInterceptor> interceptors = new ArrayList<>();
 
     private Builder() {}
@@ -723,12 +617,15 @@ public final class CtxfoldClient implements AutoCloseable {
       return this;
     }
 
-    /** Deadline of each call (a whole Prepare or Compact stream counts as one call); null = none. */
-    public Builder defaultDeadline(Duration deadline) {
-      if (deadline != null && (deadline.isNegative() || deadline.isZero())) {
-        throw new IllegalArgumentException("deadline must be positive");
-      }
-      this.defaultDeadline = deadline;
+    /** Deadline of each unary call (default 30 s); null = none. */
+    public Builder unaryDeadline(Duration deadline) {
+      this.unaryDeadline = checkDeadline(deadline);
+      return this;
+    }
+
+    /** Deadline of a whole prepare or compact stream (default 600 s); null = none. */
+    public Builder streamDeadline(Duration deadline) {
+      this.streamDeadline = checkDeadline(deadline);
       return this;
     }
 
@@ -753,14 +650,14 @@ public final class CtxfoldClient implements AutoCloseable {
       return this;
     }
 
-    /** The user agent prefix (default {@code ctxfold-java}). */
+    /** The user agent prefix (default {@code ctxfold-java/<version>}; gRPC appends its own). */
     public Builder userAgent(String userAgent) {
       this.userAgent = Objects.requireNonNull(userAgent, "userAgent");
       return this;
     }
 
     /**
-     * How many sessions' last views the client keeps for delta answers (default 1024, least
+     * How many sessions' last views the client keeps for delta answers (default 256, least
      * recently used dropped first; 0 = never ask for deltas).
      */
     public Builder maxCachedViews(int sessions) {
@@ -825,7 +722,15 @@ public final class CtxfoldClient implements AutoCloseable {
         chain.add(MetadataUtils.newAttachHeadersInterceptor(headers));
       }
       Channel intercepted = ClientInterceptors.intercept(base, chain);
-      return new CtxfoldClient(new Shared(intercepted, owned, maxCachedViews), defaultDeadline, null, null, true);
+      Engine engine = new Engine(new Engine.Shared(intercepted, owned, maxCachedViews),
+          unaryDeadline, streamDeadline, null, null);
+      return new CtxfoldClient(engine, true);
+    }
+
+    /** Builds the async client ({@link CtxfoldAsyncClient#sync()} is its blocking twin). */
+    public CtxfoldAsyncClient buildAsync() {
+      CtxfoldClient client = build();
+      return new CtxfoldAsyncClient(client.engine, true);
     }
   }
 }

@@ -3,19 +3,35 @@ package dev.ctxfold.client;
 import com.google.protobuf.Any;
 import com.google.protobuf.InvalidProtocolBufferException;
 import com.google.rpc.ErrorInfo;
+import com.google.rpc.RetryInfo;
+import dev.ctxfold.v1.ErrorReason;
 import io.grpc.Status;
-import io.grpc.StatusException;
-import io.grpc.StatusRuntimeException;
 import io.grpc.protobuf.StatusProto;
+import java.time.Duration;
 import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
 
 /**
- * A failed ctxfold call: the gRPC status {@link #code()}, the server's human-readable
- * {@link #statusMessage()}, and the {@code google.rpc.ErrorInfo} detail the server attaches to every
- * error: {@link #reason()} (an UPPER_SNAKE code such as {@code SESSION_NOT_FOUND}, see
- * {@link Reasons}), {@link #domain()} ({@code ctxfold.dev}) and {@link #metadata()}.
+ * A failed ctxfold call: the gRPC status {@link #code()}, the server's {@link #statusMessage()},
+ * and the {@code google.rpc.ErrorInfo} the server attaches to every error: {@link #reason()} (the
+ * name of an {@link ErrorReason} value, compared with {@link #is(ErrorReason)}), {@link #domain()}
+ * and {@link #metadata()}; {@link #retryDelay()} from {@code google.rpc.RetryInfo} when sent.
+ * Failures the SDK detects itself carry the reasons of clients/README.md, which the enum also
+ * names: {@link ErrorReason#STREAM_ENDED_WITHOUT_RESULT}, {@link ErrorReason#RESULT_CHECKSUM_MISMATCH},
+ * {@link ErrorReason#PROTOCOL_VIOLATION}.
  *
- * <p>Unchecked, like {@link StatusRuntimeException}, which is kept as the {@link #getCause()}.
+ * <pre>{@code
+ * try {
+ *   client.getSession(id);
+ * } catch (CtxfoldException e) {
+ *   if (e.is(ErrorReason.SESSION_NOT_FOUND)) { ... }
+ * }
+ * }</pre>
+ *
+ * <p>Unchecked, like {@link io.grpc.StatusRuntimeException}, which is kept as the {@link #getCause()}.
  */
 public class CtxfoldException extends RuntimeException {
   private static final long serialVersionUID = 1L;
@@ -25,13 +41,26 @@ public class CtxfoldException extends RuntimeException {
   private final String reason;
   private final String domain;
   private final Map<String, String> metadata;
+  private final Duration retryDelay;
 
+  /**
+   * An error with these parts.
+   *
+   * @param code the gRPC status code
+   * @param statusMessage the description for a person
+   * @param reason the ErrorInfo reason ("" when none)
+   * @param domain the ErrorInfo domain ("" when none)
+   * @param metadata the ErrorInfo metadata
+   * @param retryDelay the RetryInfo delay, or null
+   * @param cause the underlying throwable, or null
+   */
   public CtxfoldException(
       Status.Code code,
       String statusMessage,
       String reason,
       String domain,
       Map<String, String> metadata,
+      Duration retryDelay,
       Throwable cause) {
     super(describe(code, statusMessage, reason), cause);
     this.code = code;
@@ -39,34 +68,50 @@ public class CtxfoldException extends RuntimeException {
     this.reason = reason == null ? "" : reason;
     this.domain = domain == null ? "" : domain;
     this.metadata = metadata == null ? Map.of() : Map.copyOf(metadata);
+    this.retryDelay = retryDelay;
+  }
+
+  /** An error the SDK detected itself. */
+  static CtxfoldException client(Status.Code code, ErrorReason reason, String message) {
+    return new CtxfoldException(code, message, reason.name(), "", Map.of(), null, null);
   }
 
   /**
-   * Converts any throwable from a gRPC call. {@link StatusRuntimeException} and
-   * {@link StatusException} are read with {@link StatusProto#fromThrowable} for the ErrorInfo;
-   * a CtxfoldException is returned as it is; anything else becomes code UNKNOWN.
+   * Converts any throwable from a gRPC call: a status exception is read with
+   * {@link StatusProto#fromThrowable} for its ErrorInfo and RetryInfo; a CtxfoldException (also
+   * wrapped in a {@link CompletionException} or {@link ExecutionException}) is returned as it is;
+   * a cancelled future becomes code CANCELLED; anything else becomes code UNKNOWN.
    */
   public static CtxfoldException from(Throwable t) {
+    while ((t instanceof CompletionException || t instanceof ExecutionException) && t.getCause() != null) {
+      t = t.getCause();
+    }
     if (t instanceof CtxfoldException) {
       return (CtxfoldException) t;
+    }
+    if (t instanceof CancellationException) {
+      return new CtxfoldException(Status.Code.CANCELLED, "the call was cancelled", "", "", Map.of(), null, t);
     }
     Status status = Status.fromThrowable(t);
     String reason = "";
     String domain = "";
     Map<String, String> metadata = Map.of();
+    Duration retryDelay = null;
     com.google.rpc.Status details = StatusProto.fromThrowable(t);
     if (details != null) {
       for (Any any : details.getDetailsList()) {
-        if (any.is(ErrorInfo.class)) {
-          try {
+        try {
+          if (any.is(ErrorInfo.class)) {
             ErrorInfo info = any.unpack(ErrorInfo.class);
             reason = info.getReason();
             domain = info.getDomain();
             metadata = info.getMetadataMap();
-          } catch (InvalidProtocolBufferException e) {
-            // A malformed detail: keep the status alone.
+          } else if (any.is(RetryInfo.class)) {
+            com.google.protobuf.Duration d = any.unpack(RetryInfo.class).getRetryDelay();
+            retryDelay = Duration.ofSeconds(d.getSeconds(), d.getNanos());
           }
-          break;
+        } catch (InvalidProtocolBufferException e) {
+          // A malformed detail: keep the status and the other details.
         }
       }
     }
@@ -74,7 +119,7 @@ public class CtxfoldException extends RuntimeException {
     if (details != null && message.isEmpty()) {
       message = details.getMessage();
     }
-    return new CtxfoldException(status.getCode(), message, reason, domain, metadata, t);
+    return new CtxfoldException(status.getCode(), message, reason, domain, metadata, retryDelay, t);
   }
 
   private static String describe(Status.Code code, String message, String reason) {
@@ -98,9 +143,24 @@ public class CtxfoldException extends RuntimeException {
     return statusMessage;
   }
 
-  /** The ErrorInfo reason, e.g. {@code SESSION_NOT_FOUND}; "" when the error carried no ErrorInfo. */
+  /** The reason as sent, e.g. {@code SESSION_NOT_FOUND}; "" when the error carried no ErrorInfo. */
   public String reason() {
     return reason;
+  }
+
+  /**
+   * The reason as the generated enum: {@link ErrorReason#ERROR_REASON_UNSPECIFIED} when there is
+   * none, {@link ErrorReason#UNRECOGNIZED} for a name this SDK's enum does not know.
+   */
+  public ErrorReason errorReason() {
+    if (reason.isEmpty()) {
+      return ErrorReason.ERROR_REASON_UNSPECIFIED;
+    }
+    try {
+      return ErrorReason.valueOf(reason);
+    } catch (IllegalArgumentException unknown) {
+      return ErrorReason.UNRECOGNIZED;
+    }
   }
 
   /** The ErrorInfo domain: {@code ctxfold.dev} for errors of the service, "" when absent. */
@@ -113,8 +173,13 @@ public class CtxfoldException extends RuntimeException {
     return metadata;
   }
 
-  /** True when {@link #reason()} equals {@code reason}. */
-  public boolean is(String reason) {
-    return this.reason.equals(reason);
+  /** How long the server asks to wait before retrying (google.rpc.RetryInfo), when it said. */
+  public Optional<Duration> retryDelay() {
+    return Optional.ofNullable(retryDelay);
+  }
+
+  /** True when the reason (the server's, or the SDK's own) is {@code reason}. */
+  public boolean is(ErrorReason reason) {
+    return reason != ErrorReason.UNRECOGNIZED && this.reason.equals(reason.name());
   }
 }

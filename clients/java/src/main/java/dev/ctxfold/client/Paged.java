@@ -1,9 +1,11 @@
 package dev.ctxfold.client;
 
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
+import java.util.Set;
 import java.util.Spliterator;
 import java.util.Spliterators;
 import java.util.function.Function;
@@ -30,9 +32,18 @@ public final class Paged<T> implements Iterable<T> {
     this.fetch = fetch;
   }
 
+  /** The next page token, refused when the server hands out one it gave before (a loop). */
+  static String checkToken(Set<String> seen, String token) {
+    if (!token.isEmpty() && !seen.add(token)) {
+      throw Engine.protocolViolation("the server repeated the page token " + token);
+    }
+    return token;
+  }
+
   @Override
   public Iterator<T> iterator() {
     return new Iterator<>() {
+      private final Set<String> seen = new HashSet<>();
       private Iterator<T> current = List.<T>of().iterator();
       private String token = "";
       private boolean last;
@@ -45,7 +56,7 @@ public final class Paged<T> implements Iterable<T> {
           }
           Page<T> page = fetch.apply(token);
           current = page.items().iterator();
-          token = page.nextPageToken();
+          token = checkToken(seen, page.nextPageToken());
           last = token.isEmpty();
         }
         return true;
@@ -64,6 +75,7 @@ public final class Paged<T> implements Iterable<T> {
   /** The pages themselves, fetched lazily. */
   public Iterable<Page<T>> pages() {
     return () -> new Iterator<>() {
+      private final Set<String> seen = new HashSet<>();
       private String token = "";
       private boolean done;
 
@@ -78,7 +90,7 @@ public final class Paged<T> implements Iterable<T> {
           throw new NoSuchElementException();
         }
         Page<T> page = fetch.apply(token);
-        token = page.nextPageToken();
+        token = checkToken(seen, page.nextPageToken());
         done = token.isEmpty();
         return page;
       }

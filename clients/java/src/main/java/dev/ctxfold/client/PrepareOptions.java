@@ -11,14 +11,14 @@ import java.util.function.Consumer;
  * Options of one {@link CtxfoldClient#prepare(String, PrepareOptions)} call.
  *
  * <pre>{@code
- * PreparedContext ctx = client.prepare(sessionId, PrepareOptions.builder()
+ * View view = client.prepare(sessionId, PrepareOptions.builder()
  *     .append(Messages.user("Fix the failing test"))
  *     .onProgress(p -> log.info("{} {}", p.getStage(), p.getMessage()))
  *     .build());
  * }</pre>
  */
 public final class PrepareOptions {
-  private static final Consumer<FoldProgress> IGNORE = p -> { };
+  static final Consumer<FoldProgress> IGNORE = p -> { };
   private static final PrepareOptions DEFAULTS = builder().build();
 
   private final List<Message> append;
@@ -109,13 +109,19 @@ public final class PrepareOptions {
       return this;
     }
 
-    /** Idempotency key of the append: a retried call with the same key appends nothing new. */
+    /**
+     * Idempotency key of the append: a retried call with the same key appends nothing new. When
+     * none is given the client sends a random UUID, so a retried call is idempotent anyway.
+     */
     public Builder requestId(String requestId) {
       this.requestId = Objects.requireNonNull(requestId, "requestId");
       return this;
     }
 
-    /** Called on the calling thread for every fold progress event, before prepare returns. */
+    /**
+     * Called for every fold progress event, in order, before prepare returns: on the calling
+     * thread for the blocking client, on a gRPC thread for the async one.
+     */
     public Builder onProgress(Consumer<FoldProgress> listener) {
       this.onProgress = Objects.requireNonNull(listener, "listener");
       return this;
@@ -123,7 +129,7 @@ public final class PrepareOptions {
 
     /**
      * Whether to send the view version this client holds so the server may answer with only the
-     * new messages (default true). The returned {@link PreparedContext#messages()} is the full
+     * new messages (default true). The returned {@link View#messages()} is the full
      * view either way.
      */
     public Builder useDelta(boolean useDelta) {

@@ -9,7 +9,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.google.protobuf.Any;
 import com.google.rpc.Code;
 import com.google.rpc.ErrorInfo;
+import com.google.rpc.RetryInfo;
+import dev.ctxfold.v1.AppendMessagesRequest;
+import dev.ctxfold.v1.AppendMessagesResponse;
 import dev.ctxfold.v1.ContextServiceGrpc;
+import dev.ctxfold.v1.ErrorReason;
+import dev.ctxfold.v1.ForkRequest;
+import dev.ctxfold.v1.ForkResponse;
 import dev.ctxfold.v1.FoldProgress;
 import dev.ctxfold.v1.FoldStage;
 import dev.ctxfold.v1.GetSessionRequest;
@@ -23,6 +29,8 @@ import dev.ctxfold.v1.ReadToolResultRequest;
 import dev.ctxfold.v1.ReadToolResultResponse;
 import dev.ctxfold.v1.Session;
 import io.grpc.Context;
+import io.grpc.Grpc;
+import io.grpc.InsecureServerCredentials;
 import io.grpc.ManagedChannel;
 import io.grpc.Metadata;
 import io.grpc.Server;
@@ -44,7 +52,9 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.Flow;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 import org.junit.jupiter.api.AfterEach;
@@ -60,6 +70,9 @@ class ClientUnitTest {
 
   private final List<Metadata> headers = new CopyOnWriteArrayList<>();
   private final List<PrepareRequest> prepares = new CopyOnWriteArrayList<>();
+  private final List<ReadToolResultRequest> reads = new CopyOnWriteArrayList<>();
+  private final List<AppendMessagesRequest> appends = new CopyOnWriteArrayList<>();
+  private final List<ForkRequest> forks = new CopyOnWriteArrayList<>();
   private final List<Boolean> hadDeadline = new CopyOnWriteArrayList<>();
   private Server server;
   private ManagedChannel channel;
@@ -72,6 +85,7 @@ class ClientUnitTest {
     com.google.rpc.Status failure;
     String toolData = "";
     String toolSha = "";
+    boolean loopPageTokens;
 
     @Override
     public void getSession(GetSessionRequest request, StreamObserver<GetSessionResponse> out) {
@@ -93,9 +107,23 @@ class ClientUnitTest {
         r.addSessions(Session.newBuilder().setId("s" + (page * 2 + i)));
       }
       if (page < 2) {
-        r.setNextPageToken(Integer.toString(page + 1));
+        r.setNextPageToken(Integer.toString(loopPageTokens ? 1 : page + 1));
       }
       out.onNext(r.build());
+      out.onCompleted();
+    }
+
+    @Override
+    public void appendMessages(AppendMessagesRequest request, StreamObserver<AppendMessagesResponse> out) {
+      appends.add(request);
+      out.onNext(AppendMessagesResponse.newBuilder().addAllMessages(request.getMessagesList()).build());
+      out.onCompleted();
+    }
+
+    @Override
+    public void fork(ForkRequest request, StreamObserver<ForkResponse> out) {
+      forks.add(request);
+      out.onNext(ForkResponse.newBuilder().setSession(Session.newBuilder().setId("fork")).build());
       out.onCompleted();
     }
 
@@ -111,6 +139,7 @@ class ClientUnitTest {
 
     @Override
     public void readToolResult(ReadToolResultRequest request, StreamObserver<ReadToolResultResponse> out) {
+      reads.add(request);
       byte[] all = toolData.getBytes(StandardCharsets.UTF_8);
       int from = (int) request.getOffset();
       int to = Math.min(all.length, from + (int) request.getLimit());
@@ -131,7 +160,13 @@ class ClientUnitTest {
   void start() throws Exception {
     String name = InProcessServerBuilder.generateName();
     fake = new Fake();
-    ServerInterceptor capture = new ServerInterceptor() {
+    server = InProcessServerBuilder.forName(name).directExecutor()
+        .addService(ServerInterceptors.intercept(fake, capture())).build().start();
+    channel = InProcessChannelBuilder.forName(name).directExecutor().build();
+  }
+
+  private ServerInterceptor capture() {
+    return new ServerInterceptor() {
       @Override
       public <ReqT, RespT> ServerCall.Listener<ReqT> interceptCall(
           ServerCall<ReqT, RespT> call, Metadata md, ServerCallHandler<ReqT, RespT> next) {
@@ -139,9 +174,6 @@ class ClientUnitTest {
         return next.startCall(call, md);
       }
     };
-    server = InProcessServerBuilder.forName(name).directExecutor()
-        .addService(ServerInterceptors.intercept(fake, capture)).build().start();
-    channel = InProcessChannelBuilder.forName(name).directExecutor().build();
   }
 
   @AfterEach
@@ -220,11 +252,26 @@ class ClientUnitTest {
   }
 
   @Test
-  void defaultDeadlineAppliesToCalls() {
+  void unaryCallsHaveADeadlineByDefault() {
     client().getSession("s1");
-    CtxfoldClient.builder().channel(channel).defaultDeadline(Duration.ofSeconds(5)).build().getSession("s1");
+    CtxfoldClient.builder().channel(channel).unaryDeadline(null).build().getSession("s1");
+    client().withoutDeadline().getSession("s1");
     client().withDeadline(Duration.ofSeconds(5)).getSession("s1");
-    assertEquals(List.of(false, true, true), hadDeadline);
+    assertEquals(List.of(true, false, false, true), hadDeadline);
+  }
+
+  @Test
+  void theUserAgentNamesTheSdkAndItsVersion() throws Exception {
+    Server tcp = Grpc.newServerBuilderForPort(0, InsecureServerCredentials.create())
+        .addService(ServerInterceptors.intercept(fake, capture())).build().start();
+    try (CtxfoldClient c = CtxfoldClient.connect("127.0.0.1:" + tcp.getPort())) {
+      c.getSession("s1");
+    } finally {
+      tcp.shutdownNow().awaitTermination(5, TimeUnit.SECONDS);
+    }
+    String userAgent = headers.get(0).get(Metadata.Key.of("user-agent", Metadata.ASCII_STRING_MARSHALLER));
+    assertTrue(userAgent.startsWith("ctxfold-java/" + CtxfoldClient.version() + " "), userAgent);
+    assertTrue(CtxfoldClient.version().matches("\\d+\\.\\d+\\.\\d+.*"), CtxfoldClient.version());
   }
 
   // ---- errors ---------------------------------------------------------------------------------
@@ -240,10 +287,27 @@ class ClientUnitTest {
     CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().getSession("s9"));
     assertEquals(Status.Code.NOT_FOUND, e.code());
     assertEquals("SESSION_NOT_FOUND", e.reason());
+    assertTrue(e.is(ErrorReason.SESSION_NOT_FOUND));
+    assertEquals(ErrorReason.SESSION_NOT_FOUND, e.errorReason());
+    assertTrue(e.retryDelay().isEmpty());
     assertEquals("ctxfold.dev", e.domain());
     assertEquals("s9", e.metadata().get("session_id"));
     assertEquals("session 's9' not found", e.statusMessage());
     assertEquals("NOT_FOUND [SESSION_NOT_FOUND]: session 's9' not found", e.getMessage());
+  }
+
+  @Test
+  void retryInfoBecomesTheRetryDelay() {
+    fake.failure = com.google.rpc.Status.newBuilder()
+        .setCode(Code.RESOURCE_EXHAUSTED_VALUE)
+        .setMessage("busy")
+        .addDetails(Any.pack(ErrorInfo.newBuilder().setReason("SESSION_BUSY").setDomain("ctxfold.dev").build()))
+        .addDetails(Any.pack(RetryInfo.newBuilder()
+            .setRetryDelay(com.google.protobuf.Duration.newBuilder().setSeconds(1).setNanos(500_000_000)).build()))
+        .build();
+    CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().getSession("s1"));
+    assertTrue(e.is(ErrorReason.SESSION_BUSY));
+    assertEquals(Duration.ofMillis(1500), e.retryDelay().orElseThrow());
   }
 
   @Test
@@ -252,6 +316,7 @@ class ClientUnitTest {
     CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().getSession("s1"));
     assertEquals(Status.Code.UNAVAILABLE, e.code());
     assertEquals("", e.reason());
+    assertEquals(ErrorReason.ERROR_REASON_UNSPECIFIED, e.errorReason());
     assertTrue(e.metadata().isEmpty());
     CtxfoldException same = CtxfoldException.from(e);
     assertSame(e, same);
@@ -267,7 +332,7 @@ class ClientUnitTest {
         progress(FoldStage.FOLD_STAGE_PASS_COMMITTED), result(10, false, 2, "a", "b")));
     fake.prepareScripts.add(List.of(result(11, true, 3, "c")));
     List<FoldStage> seen = new ArrayList<>();
-    PreparedContext first = c.prepare("s1", PrepareOptions.builder()
+    View first = c.prepare("s1", PrepareOptions.builder()
         .append(Messages.user("a"))
         .onProgress(p -> seen.add(p.getStage()))
         .build());
@@ -277,7 +342,7 @@ class ClientUnitTest {
     assertEquals(0, prepares.get(0).getKnownViewVersion());
     assertEquals(1, prepares.get(0).getAppendCount());
 
-    PreparedContext second = c.prepare("s1", Messages.user("c"));
+    View second = c.prepare("s1", Messages.user("c"));
     assertEquals(10, prepares.get(1).getKnownViewVersion(), "the held view's version is sent");
     assertTrue(second.delta());
     assertEquals(List.of("c"), contents(second.received()));
@@ -291,7 +356,7 @@ class ClientUnitTest {
     fake.prepareScripts.add(List.of(result(11, true, 5, "x"))); // claims 4 known messages: not ours
     fake.prepareScripts.add(List.of(result(11, false, 3, "a", "b", "x")));
     c.prepare("s1");
-    PreparedContext ctx = c.prepare("s1", Messages.user("x"));
+    View ctx = c.prepare("s1", Messages.user("x"));
     assertEquals(List.of("a", "b", "x"), contents(ctx.messages()));
     assertEquals(3, prepares.size());
     assertEquals(0, prepares.get(2).getKnownViewVersion());
@@ -302,7 +367,8 @@ class ClientUnitTest {
   void aStreamWithoutResultFails() {
     fake.prepareScript = List.of(progress(FoldStage.FOLD_STAGE_PLANNED));
     CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().prepare("s1"));
-    assertEquals(Status.Code.INTERNAL, e.code());
+    assertEquals(Status.Code.UNAVAILABLE, e.code());
+    assertTrue(e.is(ErrorReason.STREAM_ENDED_WITHOUT_RESULT));
   }
 
   @Test
@@ -366,13 +432,149 @@ class ClientUnitTest {
       text.append("abc");
     }
     fake.toolData = text.toString();
-    fake.toolSha = CtxfoldClient.sha256Hex(fake.toolData.getBytes(StandardCharsets.UTF_8));
+    fake.toolSha = Engine.sha256Hex(fake.toolData.getBytes(StandardCharsets.UTF_8));
     ToolResult r = client().readToolResultOfCall("s1", "call_1");
     assertEquals(fake.toolData, r.text());
     assertEquals("ref_1", r.resultRef());
+    assertEquals(4, reads.size(), "16384-byte pages by default: " + reads);
+    assertEquals(16_384, reads.get(0).getLimit());
+    assertEquals("call_1", reads.get(0).getToolCallId());
+    assertEquals("ref_1", reads.get(1).getResultRef(), "later pages name the result by its ref");
 
     fake.toolSha = "0".repeat(64);
     CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().readToolResult("s1", "ref_1"));
     assertEquals(Status.Code.DATA_LOSS, e.code());
+    assertTrue(e.is(ErrorReason.RESULT_CHECKSUM_MISMATCH));
+  }
+
+  // ---- request ids, fork, async ---------------------------------------------------------------
+
+  @Test
+  void appendAndPrepareAlwaysSendARequestId() {
+    CtxfoldClient c = client();
+    fake.prepareScript = List.of(result(1, false, 1, "a"));
+    c.appendMessages("s1", Messages.user("a"));
+    c.appendMessages("s1", List.of(Messages.user("b")), "mine");
+    c.prepare("s1", Messages.user("c"));
+    String generated = appends.get(0).getRequestId();
+    assertTrue(generated.matches("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"), generated);
+    assertEquals("mine", appends.get(1).getRequestId());
+    assertTrue(!prepares.get(0).getRequestId().isEmpty() && !prepares.get(0).getRequestId().equals(generated));
+  }
+
+  @Test
+  void forkAtHeadIsExplicit() {
+    CtxfoldClient c = client();
+    c.forkAtHead("s1");
+    c.fork("s1", 3);
+    assertEquals(List.of(0L, 3L), forks.stream().map(ForkRequest::getAtSeq).collect(Collectors.toList()));
+    assertThrows(IllegalArgumentException.class, () -> c.fork("s1", 0));
+  }
+
+  @Test
+  void theAsyncClientSharesTheViewCacheAndDeliversProgress() {
+    CtxfoldClient c = client();
+    fake.prepareScripts.add(List.of(progress(FoldStage.FOLD_STAGE_PLANNED), result(10, false, 2, "a", "b")));
+    fake.prepareScripts.add(List.of(result(11, true, 3, "c")));
+    List<FoldStage> seen = new CopyOnWriteArrayList<>();
+    CompletableFuture<View> first = c.async().prepare("s1",
+        PrepareOptions.builder().onProgress(p -> seen.add(p.getStage())).build());
+    assertEquals(List.of("a", "b"), contents(first.join().messages()));
+    assertEquals(List.of(FoldStage.FOLD_STAGE_PLANNED), seen);
+    View second = c.prepare("s1", Messages.user("c"));
+    assertEquals(10, prepares.get(1).getKnownViewVersion(), "the blocking client sees the async view");
+    assertEquals(List.of("a", "b", "c"), contents(second.messages()));
+
+    fake.failure = com.google.rpc.Status.newBuilder().setCode(Code.NOT_FOUND_VALUE)
+        .addDetails(Any.pack(ErrorInfo.newBuilder().setReason("SESSION_NOT_FOUND").build())).build();
+    Throwable failed = assertThrows(java.util.concurrent.CompletionException.class,
+        () -> c.async().getSession("s1").join()).getCause();
+    assertTrue(((CtxfoldException) failed).is(ErrorReason.SESSION_NOT_FOUND));
+  }
+
+  @Test
+  void prepareEventsStreamProgressThenTheResult() {
+    fake.prepareScript = List.of(progress(FoldStage.FOLD_STAGE_PLANNED),
+        progress(FoldStage.FOLD_STAGE_PASS_COMMITTED), result(10, false, 1, "a"));
+    List<FoldEvent> events;
+    try (var stream = client().prepareEvents("s1", PrepareOptions.defaults())) {
+      events = stream.collect(Collectors.toList());
+    }
+    assertEquals(3, events.size());
+    assertEquals(FoldStage.FOLD_STAGE_PLANNED, ((FoldEvent.Progress) events.get(0)).progress().getStage());
+    assertEquals(List.of("a"), contents(((FoldEvent.Result) events.get(2)).view().messages()));
+  }
+
+  @Test
+  void thePublisherEmitsProgressThenTheResultThenCompletes() {
+    fake.prepareScript = List.of(progress(FoldStage.FOLD_STAGE_PLANNED), result(10, false, 1, "a"));
+    List<Object> seen = new CopyOnWriteArrayList<>();
+    CompletableFuture<Void> done = new CompletableFuture<>();
+    client().async().prepareEvents("s1", PrepareOptions.defaults()).subscribe(new Flow.Subscriber<FoldEvent>() {
+      @Override
+      public void onSubscribe(Flow.Subscription subscription) {
+        subscription.request(Long.MAX_VALUE);
+      }
+
+      @Override
+      public void onNext(FoldEvent item) {
+        seen.add(item instanceof FoldEvent.Progress p ? p.progress().getStage() : "result");
+      }
+
+      @Override
+      public void onError(Throwable throwable) {
+        done.completeExceptionally(throwable);
+      }
+
+      @Override
+      public void onComplete() {
+        done.complete(null);
+      }
+    });
+    done.orTimeout(10, TimeUnit.SECONDS).join();
+    assertEquals(List.of(FoldStage.FOLD_STAGE_PLANNED, "result"), seen);
+  }
+
+  @Test
+  void theViewCacheHolds256SessionsByDefault() {
+    CtxfoldClient c = client();
+    for (int i = 0; i < 258; i++) {
+      fake.prepareScripts.add(List.of(result(10 + i, false, 1, "a")));
+    }
+    for (int i = 0; i < 257; i++) {
+      c.prepare("s" + i);
+    }
+    assertTrue(c.lastView("s0").isEmpty(), "the least recently used view was evicted");
+    assertTrue(c.lastView("s1").isPresent());
+    assertEquals(256, java.util.stream.IntStream.range(0, 257).filter(i -> c.lastView("s" + i).isPresent()).count());
+  }
+
+  // ---- the server breaking the protocol -------------------------------------------------------
+
+  private static void assertProtocolViolation(org.junit.jupiter.api.function.Executable call) {
+    CtxfoldException e = assertThrows(CtxfoldException.class, call);
+    assertEquals(Status.Code.INTERNAL, e.code());
+    assertTrue(e.is(ErrorReason.PROTOCOL_VIOLATION), e.toString());
+  }
+
+  @Test
+  void aRepeatedPageTokenIsAProtocolViolation() {
+    fake.loopPageTokens = true;
+    assertProtocolViolation(() -> client().listSessions().toList());
+    Throwable async = assertThrows(java.util.concurrent.CompletionException.class,
+        () -> client().async().listSessions().toList().join()).getCause();
+    assertTrue(((CtxfoldException) async).is(ErrorReason.PROTOCOL_VIOLATION), async.toString());
+  }
+
+  @Test
+  void aStreamGoingOnAfterItsResultIsAProtocolViolation() {
+    fake.prepareScript = List.of(result(1, false, 1, "a"), progress(FoldStage.FOLD_STAGE_PLANNED));
+    assertProtocolViolation(() -> client().prepare("s1"));
+  }
+
+  @Test
+  void aWholeViewWhoseCountDisagreesIsAProtocolViolation() {
+    fake.prepareScript = List.of(result(1, false, 3, "a"));
+    assertProtocolViolation(() -> client().prepare("s1"));
   }
 }

@@ -7,24 +7,21 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import dev.ctxfold.examples.AgentLoop;
 import dev.ctxfold.v1.Action;
+import dev.ctxfold.v1.ErrorReason;
 import dev.ctxfold.v1.FoldProgress;
 import dev.ctxfold.v1.FoldStage;
 import dev.ctxfold.v1.Message;
-import dev.ctxfold.v1.ReadToolResultResponse;
 import dev.ctxfold.v1.Role;
 import dev.ctxfold.v1.Session;
 import io.grpc.Status;
-import java.io.ByteArrayOutputStream;
-import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.EnumSet;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.CompletableFuture;
 import java.util.stream.Collectors;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -40,7 +37,7 @@ class EndToEndTest {
     server = CtxfoldServer.start();
     client = CtxfoldClient.builder()
         .target(server.target())
-        .defaultDeadline(Duration.ofSeconds(60))
+        .unaryDeadline(Duration.ofSeconds(60))
         .build();
     awaitReady(client);
   }
@@ -75,14 +72,14 @@ class EndToEndTest {
   }
 
   private static Session newSession(long window) {
-    return client.createSession(SessionConfig.builder().contextWindow(window).maxOutputTokens(256).build());
+    return client.createSession(SessionSettings.builder().contextWindow(window).maxOutputTokens(256).build());
   }
 
   // ---- session lifecycle ----------------------------------------------------------------------
 
   @Test
   void sessionLifecycle() throws Exception {
-    Session created = client.createSession(SessionConfig.builder()
+    Session created = client.createSession(SessionSettings.builder()
         .contextWindow(32_000)
         .maxOutputTokens(1_000)
         .systemPrompt("be brief")
@@ -90,23 +87,22 @@ class EndToEndTest {
         .build());
     assertFalse(created.getId().isEmpty());
     assertEquals(0, created.getHeadSeq());
-    SessionConfig effective = SessionConfig.fromProto(created.getConfig());
+    SessionSettings effective = SessionSettings.fromProto(created.getConfig());
     assertEquals(32_000, effective.contextWindow());
     assertEquals(0.80, effective.compactRatio(), 1e-9, "defaults are filled in");
     assertEquals("extractive", effective.summarizer());
 
-    List<Message> appended = client.append(created.getId(), Messages.user("hello"), Messages.assistant("hi!"));
+    List<Message> appended = client.appendMessages(created.getId(), Messages.user("hello"), Messages.assistant("hi!"));
     assertEquals(List.of(1L, 2L), appended.stream().map(Message::getSeq).collect(Collectors.toList()));
     assertTrue(appended.stream().allMatch(m -> !m.getId().isEmpty()));
 
     Session read = client.getSession(created.getId());
     assertEquals(2, read.getHeadSeq());
 
-    List<Message> transcript = client.listMessages(created.getId(), 1, false).toList();
+    List<Message> transcript = client.listMessages(created.getId(), false, 1).toList();
     assertEquals(List.of("hello", "hi!"), transcript.stream().map(Message::getContent).collect(Collectors.toList()));
 
-    String state = client.getContextState(created.getId());
-    assertTrue(state.contains("\"schema_version\": 3") || state.contains("\"schema_version\":3"), state);
+    assertEquals(3L, client.getContextState(created.getId()).get("schema_version"));
 
     Session other = newSession(8_000);
     List<String> ids = new ArrayList<>();
@@ -118,57 +114,17 @@ class EndToEndTest {
 
     client.deleteSession(created.getId());
     CtxfoldException gone = assertThrows(CtxfoldException.class, () -> client.getSession(created.getId()));
-    assertEquals(Reasons.SESSION_NOT_FOUND, gone.reason());
+    assertEquals(ErrorReason.SESSION_NOT_FOUND, gone.errorReason());
     client.deleteSession(other.getId());
   }
 
   @Test
   void idempotentAppendWithRequestId() {
     Session s = newSession(8_000);
-    List<Message> first = client.append(s.getId(), List.of(Messages.user("once")), "req-1");
-    List<Message> again = client.append(s.getId(), List.of(Messages.user("once")), "req-1");
+    List<Message> first = client.appendMessages(s.getId(), List.of(Messages.user("once")), "req-1");
+    List<Message> again = client.appendMessages(s.getId(), List.of(Messages.user("once")), "req-1");
     assertEquals(first.get(0).getId(), again.get(0).getId());
     assertEquals(1, client.getSession(s.getId()).getHeadSeq());
-  }
-
-  // ---- the example agent loop with a fold -----------------------------------------------------
-
-  @Test
-  void agentLoopExampleFoldsWithProgress() {
-    ByteArrayOutputStream logBytes = new ByteArrayOutputStream();
-    AgentLoop.Report report = AgentLoop.run(client, 8,
-        new PrintStream(logBytes, true, StandardCharsets.UTF_8));
-    String log = logBytes.toString(StandardCharsets.UTF_8);
-
-    assertTrue(report.folded(), "the loop should fold at least once:\n" + log);
-    Set<FoldStage> stages = report.progress().stream().map(FoldProgress::getStage)
-        .collect(Collectors.toCollection(() -> EnumSet.noneOf(FoldStage.class)));
-    assertTrue(stages.containsAll(EnumSet.of(FoldStage.FOLD_STAGE_PLANNED, FoldStage.FOLD_STAGE_PASS_STARTED,
-        FoldStage.FOLD_STAGE_PASS_COMMITTED)), stages + "\n" + log);
-    assertTrue(log.contains("fold: FOLD_STAGE_PASS_COMMITTED"), log);
-
-    PreparedContext folded = report.contexts().stream().filter(PreparedContext::folded).findFirst().orElseThrow();
-    assertFalse(folded.checkpointId().isEmpty());
-    assertTrue(folded.summary().isPresent(), "a folded view has a summary message");
-    assertEquals(1, folded.messages().stream().filter(Message::getSummary).count());
-    assertEquals(Role.ROLE_SYSTEM, folded.messages().get(0).getRole());
-    assertTrue(folded.progress().stream().anyMatch(p -> p.getStage() == FoldStage.FOLD_STAGE_PASS_COMMITTED
-        && p.getCheckpointId().equals(folded.checkpointId()) && p.getTokensAfter() < p.getTokensBefore()));
-    for (PreparedContext ctx : report.contexts()) {
-      assertTrue(ctx.estimatedTokens() <= ctx.hardLimitTokens(), ctx.toString());
-      assertEquals(ctx.toProto().getViewMessageCount(), ctx.messages().size(), ctx.toString());
-    }
-    assertTrue(report.contexts().stream().anyMatch(PreparedContext::delta), "turns below the trigger use deltas");
-    assertTrue(report.answer().startsWith("The retry policy"), report.answer());
-    assertTrue(report.lastCalibration().factor() > 0);
-
-    // The client's assembled view equals the server's whole view.
-    PreparedContext whole = client.prepare(report.sessionId(), PrepareOptions.builder().useDelta(false).build());
-    PreparedContext last = report.contexts().get(report.contexts().size() - 1);
-    List<Message> expected = new ArrayList<>(last.messages());
-    List<Message> actual = whole.messages();
-    assertEquals(expected, actual.subList(0, expected.size()), "the last view is a prefix of the current one");
-    assertEquals(Role.ROLE_ASSISTANT, actual.get(actual.size() - 1).getRole(), "the final answer follows it");
   }
 
   // ---- deltas ---------------------------------------------------------------------------------
@@ -176,11 +132,11 @@ class EndToEndTest {
   @Test
   void deltaIsAppliedToTheHeldView() throws Exception {
     Session s = newSession(100_000);
-    PreparedContext first = client.prepare(s.getId(), Messages.user("one"));
+    View first = client.prepare(s.getId(), Messages.user("one"));
     assertFalse(first.delta());
     assertEquals(1, first.messages().size());
 
-    PreparedContext second = client.prepare(s.getId(), Messages.assistant("two"), Messages.user("three"));
+    View second = client.prepare(s.getId(), Messages.assistant("two"), Messages.user("three"));
     assertTrue(second.delta(), "the server answers with the new messages only");
     assertEquals(2, second.received().size());
     assertEquals(List.of("one", "two", "three"),
@@ -190,47 +146,105 @@ class EndToEndTest {
 
     // A fresh client (no view held) gets the whole view, equal to the assembled one.
     try (CtxfoldClient fresh = CtxfoldClient.connect(server.target())) {
-      PreparedContext whole = fresh.prepare(s.getId());
+      View whole = fresh.prepare(s.getId());
       assertFalse(whole.delta());
       assertEquals(second.messages(), whole.messages());
       assertEquals(second.viewVersion(), whole.viewVersion());
     }
 
     // Nothing new: an empty delta still yields the whole view.
-    PreparedContext same = client.prepare(s.getId());
+    View same = client.prepare(s.getId());
     assertTrue(same.delta());
     assertEquals(0, same.received().size());
     assertEquals(second.messages(), same.messages());
 
     // useDelta(false) asks for the whole view.
-    PreparedContext full = client.prepare(s.getId(), PrepareOptions.builder().useDelta(false).build());
+    View full = client.prepare(s.getId(), PrepareOptions.builder().useDelta(false).build());
     assertFalse(full.delta());
     assertEquals(second.messages(), full.messages());
   }
 
+  /** About 1500 characters of a directory listing, different for every path. */
+  private static String listing(String path) {
+    StringBuilder out = new StringBuilder();
+    int seed = Math.abs(path.hashCode());
+    for (int i = 0; out.length() < 1500; i++) {
+      out.append(String.format("-rw-r--r-- 1 dev dev %6d Nov %2d 10:%02d %s/%s_%d.java%n",
+          (seed * 31 + i * 7919) % 90_000 + 100, i % 28 + 1, (seed + i) % 60, path,
+          List.of("Handler", "Client", "Config", "Retry", "Backoff", "Test").get((seed + i) % 6), i));
+    }
+    return out.toString();
+  }
+
   @Test
   void manualCompactFoldsWithProgress() {
-    Session s = client.createSession(SessionConfig.builder().contextWindow(16_000).maxOutputTokens(256).build());
+    Session s = client.createSession(SessionSettings.builder().contextWindow(16_000).maxOutputTokens(256).build());
     client.prepare(s.getId(), Messages.user("Survey the modules."));
     for (int i = 1; i <= 4; i++) {
       String id = "c" + i;
       client.prepare(s.getId(),
           Messages.assistant("looking", Messages.toolCall(id, "list_files", "{\"path\":\"m" + i + "\"}")),
-          Messages.toolResult(id, AgentLoop.FakeModel.listFiles(Messages.toolCall(id, "list_files",
-              "{\"path\":\"m" + i + "\"}"))));
+          Messages.toolResult(id, listing("m" + i)));
     }
     List<FoldProgress> seen = new ArrayList<>();
-    PreparedContext compacted = client.compact(s.getId(), "keep the module names", seen::add);
-    assertEquals(Action.ACTION_FOLDED, compacted.action(), compacted.toString());
+    View compacted = client.compact(s.getId(),
+        CompactOptions.builder().focus("keep the module names").onProgress(seen::add).build());
+    assertEquals(Action.ACTION_FOLDED, compacted.action(),
+        compacted + " " + compacted.notFoldedReason() + ": " + compacted.notFoldedDetail());
     assertTrue(compacted.summary().isPresent());
     assertFalse(seen.isEmpty());
     assertEquals(seen, compacted.progress());
     assertEquals(client.getSession(s.getId()).getCheckpointId(), compacted.checkpointId());
 
     // After a compaction, a prepare with the held view gets a delta against the compacted view.
-    PreparedContext next = client.prepare(s.getId(), Messages.assistant("done"));
+    View next = client.prepare(s.getId(), Messages.assistant("done"));
     assertEquals(compacted.messages().size() + 1, next.messages().size());
     assertEquals(compacted.messages(), next.messages().subList(0, compacted.messages().size()));
+  }
+
+  @Test
+  void theAsyncClientFoldsAndPublishesProgress() throws Exception {
+    CtxfoldAsyncClient async = client.async();
+    Session s = async.createSession(SessionSettings.builder().contextWindow(16_000).maxOutputTokens(256).build())
+        .get(30, java.util.concurrent.TimeUnit.SECONDS);
+    CompletableFuture<View> chain = async.prepare(s.getId(), PrepareOptions.appending(Messages.user("Survey.")));
+    for (int i = 1; i <= 4; i++) {
+      String id = "c" + i;
+      Message call = Messages.assistant("looking", Messages.toolCall(id, "list_files", "{\"path\":\"m" + i + "\"}"));
+      Message result = Messages.toolResult(id, listing("m" + i));
+      chain = chain.thenCompose(v -> async.prepare(s.getId(), PrepareOptions.appending(call, result)));
+    }
+    assertEquals(9, chain.get(30, java.util.concurrent.TimeUnit.SECONDS).messages().size());
+
+    List<FoldEvent> events = new java.util.concurrent.CopyOnWriteArrayList<>();
+    CompletableFuture<Void> done = new CompletableFuture<>();
+    async.compactEvents(s.getId(), CompactOptions.defaults()).subscribe(new java.util.concurrent.Flow.Subscriber<>() {
+      @Override
+      public void onSubscribe(java.util.concurrent.Flow.Subscription subscription) {
+        subscription.request(Long.MAX_VALUE);
+      }
+
+      @Override
+      public void onNext(FoldEvent event) {
+        events.add(event);
+      }
+
+      @Override
+      public void onError(Throwable error) {
+        done.completeExceptionally(error);
+      }
+
+      @Override
+      public void onComplete() {
+        done.complete(null);
+      }
+    });
+    done.get(60, java.util.concurrent.TimeUnit.SECONDS);
+    View folded = ((FoldEvent.Result) events.get(events.size() - 1)).view();
+    assertEquals(Action.ACTION_FOLDED, folded.action(), folded.toString());
+    assertTrue(events.stream().anyMatch(e -> e instanceof FoldEvent.Progress p
+        && p.progress().getStage() == FoldStage.FOLD_STAGE_PASS_COMMITTED), events.toString());
+    assertEquals(folded.checkpointId(), client.getSession(s.getId()).getCheckpointId(), "the blocking twin sees it");
   }
 
   // ---- tool results ---------------------------------------------------------------------------
@@ -247,7 +261,7 @@ class EndToEndTest {
 
     Session s = newSession(100_000);
     client.prepare(s.getId(), Messages.user("dump the log"));
-    List<Message> appended = client.append(s.getId(),
+    List<Message> appended = client.appendMessages(s.getId(),
         Messages.assistant("", Messages.toolCall("call_big", "cat", "{\"path\":\"log.txt\"}")),
         Messages.toolResult("call_big", raw));
     Message tool = appended.get(1);
@@ -261,22 +275,22 @@ class EndToEndTest {
     assertEquals(raw, byRef.text());
     assertArrayEquals(rawBytes, byRef.bytes());
     assertEquals(rawBytes.length, byRef.totalBytes());
-    assertEquals(CtxfoldClient.sha256Hex(rawBytes), byRef.sha256());
+    assertEquals(Engine.sha256Hex(rawBytes), byRef.sha256());
     assertEquals(tool.getResultRef(), byRef.resultRef());
 
     ToolResult byCall = client.readToolResultOfCall(s.getId(), "call_big");
     assertEquals(raw, byCall.text());
 
     // Pages end on character boundaries; an offset inside a character is refused.
-    ReadToolResultResponse page = client.readToolResultPage(s.getId(), tool.getResultRef(), "", 0, 4096);
-    assertTrue(page.getNextOffset() <= 4096 && page.getNextOffset() > 4000);
-    assertEquals(page.getNextOffset(), page.getData().getBytes(StandardCharsets.UTF_8).length);
-    assertFalse(page.getComplete());
+    ToolResultPage page = client.toolResultPages(s.getId(), tool.getResultRef(), 0, 4096).iterator().next();
+    assertTrue(page.nextOffset() <= 4096 && page.nextOffset() > 4000);
+    assertEquals(page.nextOffset(), page.data().getBytes(StandardCharsets.UTF_8).length);
+    assertFalse(page.complete());
     int inside = raw.indexOf('é');
     long insideOffset = raw.substring(0, inside).getBytes(StandardCharsets.UTF_8).length + 1;
     CtxfoldException e = assertThrows(CtxfoldException.class,
-        () -> client.readToolResultPage(s.getId(), tool.getResultRef(), "", insideOffset, 100));
-    assertEquals(Reasons.OFFSET_NOT_CHAR_BOUNDARY, e.reason());
+        () -> client.toolResultPages(s.getId(), tool.getResultRef(), insideOffset, 100).iterator().next());
+    assertEquals(ErrorReason.OFFSET_NOT_CHAR_BOUNDARY, e.errorReason());
     assertEquals(Status.Code.INVALID_ARGUMENT, e.code());
   }
 
@@ -286,8 +300,8 @@ class EndToEndTest {
   void editReplacesAMessageAndAbandonsTheRest() {
     Session s = newSession(50_000);
     client.prepare(s.getId(), Messages.user("What is 2+2?"));
-    client.append(s.getId(), Messages.assistant("4"));
-    client.append(s.getId(), Messages.user("And 3+3?"));
+    client.appendMessages(s.getId(), Messages.assistant("4"));
+    client.appendMessages(s.getId(), Messages.user("And 3+3?"));
 
     Message edited = client.edit(s.getId(), 3, Messages.user("And 3+4?"));
     assertEquals(3, edited.getSeq());
@@ -296,12 +310,12 @@ class EndToEndTest {
     List<Message> live = client.listMessages(s.getId()).toList();
     assertEquals(List.of("What is 2+2?", "4", "And 3+4?"),
         live.stream().map(Message::getContent).collect(Collectors.toList()));
-    List<Message> all = client.listMessages(s.getId(), 100, true).toList();
+    List<Message> all = client.listMessages(s.getId(), true, 100).toList();
     assertTrue(all.stream().anyMatch(m -> m.getAbandoned() && m.getContent().equals("And 3+3?")),
         "the old version stays readable as abandoned");
 
-    PreparedContext view = client.editAndPrepare(s.getId(), 1, Messages.user("What is 5+5?"),
-        PrepareOptions.defaults());
+    client.edit(s.getId(), 1, Messages.user("What is 5+5?"));
+    View view = client.prepare(s.getId());
     assertEquals(List.of("What is 5+5?"), view.messages().stream().map(Message::getContent).collect(Collectors.toList()));
     assertEquals(1, client.getSession(s.getId()).getHeadSeq());
   }
@@ -309,16 +323,16 @@ class EndToEndTest {
   @Test
   void retryRewindsBeforeTheAnswerAndPreparesAgain() {
     Session s = newSession(50_000);
-    PreparedContext before = client.prepare(s.getId(), Messages.user("Name a prime."));
-    Message answer = client.append(s.getId(), Messages.assistant("Nine.")).get(0);
+    View before = client.prepare(s.getId(), Messages.user("Name a prime."));
+    Message answer = client.appendMessages(s.getId(), Messages.assistant("Nine.")).get(0);
     assertEquals(2, answer.getSeq());
 
-    PreparedContext again = client.retry(s.getId(), answer.getSeq());
+    View again = client.retry(s.getId(), answer.getSeq());
     assertEquals(before.messages(), again.messages(), "the model sees the same view again");
     assertEquals(Role.ROLE_USER, again.messages().get(again.messages().size() - 1).getRole());
     assertEquals(1, client.getSession(s.getId()).getHeadSeq());
 
-    Message better = client.append(s.getId(), Messages.assistant("Seven.")).get(0);
+    Message better = client.appendMessages(s.getId(), Messages.assistant("Seven.")).get(0);
     assertEquals(2, better.getSeq());
     assertNotEquals(answer.getId(), better.getId());
   }
@@ -326,8 +340,8 @@ class EndToEndTest {
   @Test
   void forkWithOverrides() {
     Session s = newSession(50_000);
-    client.append(s.getId(), Messages.user("a"), Messages.assistant("b"), Messages.user("c"));
-    Session fork = client.fork(s.getId(), 2, SessionConfig.overrides().systemPrompt("forked").build());
+    client.appendMessages(s.getId(), Messages.user("a"), Messages.assistant("b"), Messages.user("c"));
+    Session fork = client.fork(s.getId(), 2, SessionSettings.overrides().systemPrompt("forked").build());
     assertNotEquals(s.getId(), fork.getId());
     assertEquals(2, fork.getHeadSeq());
     assertEquals(s.getId(), fork.getForkedFromSessionId());
@@ -344,8 +358,8 @@ class EndToEndTest {
     CtxfoldException e = assertThrows(CtxfoldException.class,
         () -> client.prepare("s_does_not_exist", Messages.user("hi")));
     assertEquals(Status.Code.NOT_FOUND, e.code());
-    assertEquals(Reasons.SESSION_NOT_FOUND, e.reason());
-    assertTrue(e.is(Reasons.SESSION_NOT_FOUND));
+    assertEquals(ErrorReason.SESSION_NOT_FOUND, e.errorReason());
+    assertTrue(e.is(ErrorReason.SESSION_NOT_FOUND));
     assertEquals("ctxfold.dev", e.domain());
     assertEquals("s_does_not_exist", e.metadata().get("session_id"), e.metadata().toString());
     assertFalse(e.statusMessage().isEmpty());
@@ -355,17 +369,17 @@ class EndToEndTest {
   @Test
   void otherErrorsCarryTheirReasons() {
     CtxfoldException config = assertThrows(CtxfoldException.class,
-        () -> client.createSession(SessionConfig.overrides().build()));
+        () -> client.createSession(SessionSettings.overrides().build()));
     assertEquals(Status.Code.INVALID_ARGUMENT, config.code());
-    assertEquals(Reasons.INVALID_CONFIG, config.reason());
+    assertEquals(ErrorReason.INVALID_CONFIG, config.errorReason());
 
     Session s = newSession(50_000);
-    client.append(s.getId(), Messages.user("run it"),
+    client.appendMessages(s.getId(), Messages.user("run it"),
         Messages.assistant("", Messages.toolCall("t1", "run", "{}")));
     CtxfoldException pending = assertThrows(CtxfoldException.class,
-        () -> client.append(s.getId(), Messages.user("are you there?")));
+        () -> client.appendMessages(s.getId(), Messages.user("are you there?")));
     assertEquals(Status.Code.FAILED_PRECONDITION, pending.code());
-    assertEquals(Reasons.TOOL_RESULTS_PENDING, pending.reason());
+    assertEquals(ErrorReason.TOOL_RESULTS_PENDING, pending.errorReason());
 
     CtxfoldException late = assertThrows(CtxfoldException.class,
         () -> client.withDeadline(Duration.ofNanos(1)).getSession(s.getId()));

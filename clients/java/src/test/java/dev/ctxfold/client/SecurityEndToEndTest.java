@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import dev.ctxfold.v1.ErrorReason;
 import dev.ctxfold.v1.Session;
 import io.grpc.Status;
 import java.io.File;
@@ -32,27 +33,27 @@ class SecurityEndToEndTest {
     Files.writeString(tokens, "# token tenant\n" + TOKEN_A + " alpha\n" + TOKEN_B + " beta\n");
     try (CtxfoldServer server = CtxfoldServer.start("--auth-tokens-file", tokens.toString());
         CtxfoldClient anonymous = CtxfoldClient.builder().target(server.target())
-            .defaultDeadline(Duration.ofSeconds(30)).build();
+            .unaryDeadline(Duration.ofSeconds(30)).build();
         CtxfoldClient wrong = CtxfoldClient.builder().target(server.target())
-            .bearerToken("not-a-known-token-at-all").defaultDeadline(Duration.ofSeconds(30)).build();
+            .bearerToken("not-a-known-token-at-all").unaryDeadline(Duration.ofSeconds(30)).build();
         CtxfoldClient alpha = CtxfoldClient.builder().target(server.target())
-            .bearerToken(TOKEN_A).defaultDeadline(Duration.ofSeconds(30)).build();
+            .bearerToken(TOKEN_A).unaryDeadline(Duration.ofSeconds(30)).build();
         CtxfoldClient beta = CtxfoldClient.builder().target(server.target())
-            .bearerToken(TOKEN_B).defaultDeadline(Duration.ofSeconds(30)).build()) {
+            .bearerToken(TOKEN_B).unaryDeadline(Duration.ofSeconds(30)).build()) {
       EndToEndTest.awaitReady(alpha);
 
       CtxfoldException none = assertThrows(CtxfoldException.class, () -> anonymous.listSessions().toList());
       assertEquals(Status.Code.UNAUTHENTICATED, none.code());
-      assertEquals(Reasons.UNAUTHENTICATED, none.reason());
+      assertEquals(ErrorReason.UNAUTHENTICATED, none.errorReason());
       CtxfoldException bad = assertThrows(CtxfoldException.class, () -> wrong.listSessions().toList());
       assertEquals(Status.Code.UNAUTHENTICATED, bad.code());
 
-      Session mine = alpha.createSession(SessionConfig.builder().contextWindow(8_000).build());
+      Session mine = alpha.createSession(SessionSettings.builder().contextWindow(8_000).build());
       alpha.prepare(mine.getId(), Messages.user("secret plans"));
       assertEquals(mine.getId(), alpha.getSession(mine.getId()).getId());
 
       CtxfoldException hidden = assertThrows(CtxfoldException.class, () -> beta.getSession(mine.getId()));
-      assertEquals(Reasons.SESSION_NOT_FOUND, hidden.reason(), "another tenant's session does not exist");
+      assertEquals(ErrorReason.SESSION_NOT_FOUND, hidden.errorReason(), "another tenant's session does not exist");
       assertFalse(beta.listSessions().stream().anyMatch(s -> s.getId().equals(mine.getId())));
       assertTrue(alpha.listSessions().stream().anyMatch(s -> s.getId().equals(mine.getId())));
     }
@@ -74,14 +75,14 @@ class SecurityEndToEndTest {
         CtxfoldClient mtls = CtxfoldClient.builder().target(server.target())
             .trustCertificates(ca)
             .clientCertificate(clientCert, tmp.resolve("client.key"))
-            .defaultDeadline(Duration.ofSeconds(30))
+            .unaryDeadline(Duration.ofSeconds(30))
             .build();
         CtxfoldClient noClientCert = CtxfoldClient.builder().target(server.target())
             .trustCertificates(ca)
-            .defaultDeadline(Duration.ofSeconds(10))
+            .unaryDeadline(Duration.ofSeconds(10))
             .build()) {
       EndToEndTest.awaitReady(mtls);
-      Session s = mtls.createSession(SessionConfig.builder().contextWindow(8_000).build());
+      Session s = mtls.createSession(SessionSettings.builder().contextWindow(8_000).build());
       assertEquals(1, mtls.prepare(s.getId(), Messages.user("over TLS")).messages().size());
 
       CtxfoldException refused = assertThrows(CtxfoldException.class, () -> noClientCert.getSession(s.getId()));

@@ -4,6 +4,8 @@ import dev.ctxfold.v1.Action;
 import dev.ctxfold.v1.CacheState;
 import dev.ctxfold.v1.FoldProgress;
 import dev.ctxfold.v1.Message;
+import dev.ctxfold.v1.NotFoldedReason;
+import dev.ctxfold.v1.PreparedContext;
 import java.util.List;
 import java.util.Optional;
 
@@ -11,16 +13,17 @@ import java.util.Optional;
  * The provider-visible context to send to the model, as returned by {@code prepare},
  * {@code compact} and {@code retry}.
  *
- * <p>{@link #messages()} is always the <em>full</em> view: when the server answered with a delta
+ * <p>{@link #messages()} is always the <em>whole</em> view: when the server answered with a delta
  * (only the messages after the view this client already held), the client has put the two
- * together. {@link #received()} is what travelled on the wire.
+ * together. {@link #received()} is what travelled on the wire; {@link #toProto()} is the generated
+ * {@link PreparedContext} as received.
  */
-public final class PreparedContext {
-  private final dev.ctxfold.v1.PreparedContext proto;
+public final class View {
+  private final PreparedContext proto;
   private final List<Message> messages;
   private final List<FoldProgress> progress;
 
-  PreparedContext(dev.ctxfold.v1.PreparedContext proto, List<Message> messages, List<FoldProgress> progress) {
+  View(PreparedContext proto, List<Message> messages, List<FoldProgress> progress) {
     this.proto = proto;
     this.messages = List.copyOf(messages);
     this.progress = List.copyOf(progress);
@@ -41,7 +44,7 @@ public final class PreparedContext {
     return proto.getDelta();
   }
 
-  /** The version of this view: pass it to {@code observeUsage}. */
+  /** The version of this view: pass it (or the view) to {@code observeUsage}. */
   public long viewVersion() {
     return proto.getViewVersion();
   }
@@ -76,9 +79,14 @@ public final class PreparedContext {
     return proto.getCheckpointId();
   }
 
-  /** Number of leading messages identical to the previous view. */
+  /** Number of leading messages identical to the previous view (the provider-cacheable prefix). */
   public long stablePrefixMessages() {
     return proto.getStablePrefixMessages();
+  }
+
+  /** Number of messages in the whole view. */
+  public long viewMessageCount() {
+    return proto.getViewMessageCount();
   }
 
   /** The trigger: compact_ratio × context_window. */
@@ -96,6 +104,26 @@ public final class PreparedContext {
     return proto.getAppendedList();
   }
 
+  /** Why the call folded nothing although it was asked to (UNSPECIFIED when it folded or did not try). */
+  public NotFoldedReason notFoldedReason() {
+    return proto.getNotFoldedReason();
+  }
+
+  /** A human-readable explanation of {@link #notFoldedReason()} ("" when none). */
+  public String notFoldedDetail() {
+    return proto.getNotFoldedDetail();
+  }
+
+  /** For a Compact dry run: the summary the fold would install ("" otherwise). */
+  public String candidateSummary() {
+    return proto.getCandidateSummary();
+  }
+
+  /** The reference of the head checkpoint's folded-results index, readable with readToolResult. */
+  public String foldedResultsRef() {
+    return proto.getFoldedResultsRef();
+  }
+
   /** The summary message of the view, if history was folded. */
   public Optional<Message> summary() {
     return messages.stream().filter(Message::getSummary).findFirst();
@@ -106,14 +134,14 @@ public final class PreparedContext {
     return progress;
   }
 
-  /** The result message as received. */
-  public dev.ctxfold.v1.PreparedContext toProto() {
+  /** The result message as received (with {@code delta}, its messages are only the new tail). */
+  public PreparedContext toProto() {
     return proto;
   }
 
   @Override
   public String toString() {
-    return "PreparedContext{viewVersion=" + viewVersion()
+    return "View{viewVersion=" + viewVersion()
         + ", messages=" + messages.size()
         + ", estimatedTokens=" + estimatedTokens()
         + ", action=" + action()

@@ -1,15 +1,17 @@
 package dev.ctxfold.client;
 
+import dev.ctxfold.v1.SessionConfig;
 import java.time.Duration;
 import java.util.Objects;
 
 /**
- * Typed, immutable settings of a session. Unset fields are sent as zero, which the server reads as
+ * Typed, immutable settings of a session (the wire form is the generated
+ * {@link SessionConfig}, see {@link #toProto()}). Unset fields are sent as zero, which the server reads as
  * "use the default" (compact ratio 0.80, tail ratio 0.16, summary 8192 tokens, tool content
  * 32768 bytes, the {@code extractive} summarizer, a derived prompt-cache key).
  *
  * <pre>{@code
- * SessionConfig config = SessionConfig.builder()
+ * SessionSettings settings = SessionSettings.builder()
  *     .contextWindow(128_000)
  *     .maxOutputTokens(4_096)
  *     .systemPrompt("You are a careful coding agent.")
@@ -20,10 +22,10 @@ import java.util.Objects;
  * <p>{@link #overrides()} builds a partial config for {@code fork}: only the fields set replace the
  * source session's.
  */
-public final class SessionConfig {
-  private final dev.ctxfold.v1.SessionConfig proto;
+public final class SessionSettings {
+  private final SessionConfig proto;
 
-  private SessionConfig(dev.ctxfold.v1.SessionConfig proto) {
+  private SessionSettings(SessionConfig proto) {
     this.proto = proto;
   }
 
@@ -38,12 +40,12 @@ public final class SessionConfig {
   }
 
   /** Wraps a config read from the server (for example {@code session.getConfig()}). */
-  public static SessionConfig fromProto(dev.ctxfold.v1.SessionConfig proto) {
-    return new SessionConfig(Objects.requireNonNull(proto, "proto"));
+  public static SessionSettings fromProto(SessionConfig proto) {
+    return new SessionSettings(Objects.requireNonNull(proto, "proto"));
   }
 
   /** The wire message. */
-  public dev.ctxfold.v1.SessionConfig toProto() {
+  public SessionConfig toProto() {
     return proto;
   }
 
@@ -102,9 +104,13 @@ public final class SessionConfig {
     return proto.getModel();
   }
 
+  public boolean disableTaskAnchor() {
+    return proto.getDisableTaskAnchor();
+  }
+
   @Override
   public boolean equals(Object o) {
-    return o instanceof SessionConfig && ((SessionConfig) o).proto.equals(proto);
+    return o instanceof SessionSettings && ((SessionSettings) o).proto.equals(proto);
   }
 
   @Override
@@ -114,12 +120,12 @@ public final class SessionConfig {
 
   @Override
   public String toString() {
-    return "SessionConfig{" + proto.toString().trim().replace('\n', ' ') + "}";
+    return "SessionSettings{" + proto.toString().trim().replace('\n', ' ') + "}";
   }
 
-  /** Builds a {@link SessionConfig}; range checks mirror the server's so mistakes fail early. */
+  /** Builds a {@link SessionSettings}; range checks mirror the server's so mistakes fail early. */
   public static final class Builder {
-    private final dev.ctxfold.v1.SessionConfig.Builder proto = dev.ctxfold.v1.SessionConfig.newBuilder();
+    private final SessionConfig.Builder proto = SessionConfig.newBuilder();
     private final boolean requireWindow;
 
     private Builder(boolean requireWindow) {
@@ -219,11 +225,17 @@ public final class SessionConfig {
       return this;
     }
 
-    public SessionConfig build() {
+    /** Turns off the task anchor (the opening user message kept verbatim after the system prompt). */
+    public Builder disableTaskAnchor(boolean disable) {
+      proto.setDisableTaskAnchor(disable);
+      return this;
+    }
+
+    public SessionSettings build() {
       if (requireWindow && proto.getContextWindow() <= 0) {
         throw new IllegalStateException("contextWindow is required");
       }
-      return new SessionConfig(proto.build());
+      return new SessionSettings(proto.build());
     }
   }
 }

@@ -7,10 +7,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.time.Duration;
 import org.junit.jupiter.api.Test;
 
-class SessionConfigTest {
+class SessionSettingsTest {
   @Test
   void buildsTheWireMessage() {
-    SessionConfig config = SessionConfig.builder()
+    SessionSettings config = SessionSettings.builder()
         .contextWindow(128_000)
         .compactRatio(0.75)
         .tailRatio(0.2)
@@ -37,31 +37,31 @@ class SessionConfigTest {
     assertEquals(300, p.getCacheTtlSeconds());
     assertEquals("key", p.getPromptCacheKey());
     assertEquals("gpt", p.getModel());
-    assertEquals(config, SessionConfig.fromProto(p));
+    assertEquals(config, SessionSettings.fromProto(p));
     assertEquals(config, config.toBuilder().build());
     assertEquals(Duration.ofMinutes(5), config.cacheTtl());
   }
 
   @Test
   void unsetFieldsStayZeroForServerDefaults() {
-    dev.ctxfold.v1.SessionConfig p = SessionConfig.builder().contextWindow(8_000).build().toProto();
+    dev.ctxfold.v1.SessionConfig p = SessionSettings.builder().contextWindow(8_000).build().toProto();
     assertEquals(dev.ctxfold.v1.SessionConfig.newBuilder().setContextWindow(8_000).build(), p);
   }
 
   @Test
   void validatesEarly() {
-    assertThrows(IllegalStateException.class, () -> SessionConfig.builder().build());
-    assertThrows(IllegalArgumentException.class, () -> SessionConfig.builder().contextWindow(0));
-    assertThrows(IllegalArgumentException.class, () -> SessionConfig.builder().compactRatio(0.99));
-    assertThrows(IllegalArgumentException.class, () -> SessionConfig.builder().tailRatio(0));
-    assertThrows(IllegalArgumentException.class, () -> SessionConfig.builder().toolContentMaxBytes(100));
-    assertThrows(IllegalArgumentException.class, () -> SessionConfig.builder().maxOutputTokens(-1));
-    assertThrows(NullPointerException.class, () -> SessionConfig.builder().systemPrompt(null));
+    assertThrows(IllegalStateException.class, () -> SessionSettings.builder().build());
+    assertThrows(IllegalArgumentException.class, () -> SessionSettings.builder().contextWindow(0));
+    assertThrows(IllegalArgumentException.class, () -> SessionSettings.builder().compactRatio(0.99));
+    assertThrows(IllegalArgumentException.class, () -> SessionSettings.builder().tailRatio(0));
+    assertThrows(IllegalArgumentException.class, () -> SessionSettings.builder().toolContentMaxBytes(100));
+    assertThrows(IllegalArgumentException.class, () -> SessionSettings.builder().maxOutputTokens(-1));
+    assertThrows(NullPointerException.class, () -> SessionSettings.builder().systemPrompt(null));
   }
 
   @Test
   void overridesNeedNoWindow() {
-    SessionConfig overrides = SessionConfig.overrides().systemPrompt("other").build();
+    SessionSettings overrides = SessionSettings.overrides().systemPrompt("other").build();
     assertEquals(0, overrides.contextWindow());
     assertEquals("other", overrides.systemPrompt());
     assertTrue(overrides.toString().contains("other"));
