@@ -58,8 +58,10 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 8
 # Calibration moves this far toward each accepted observation.
 CALIBRATION_SMOOTHING = 0.3
-# A fold holds the session's lease this long per pass; a crashed replica's lease runs out by itself.
-FOLD_LEASE_SECONDS = 300.0
+# A fold holds the session's lease for this long at a time and renews it while it runs, so the lease
+# of a crashed holder runs out within seconds, however long its summarizer call would have taken.
+FOLD_LEASE_SECONDS = 10.0
+FOLD_LEASE_RENEW_SECONDS = FOLD_LEASE_SECONDS / 4
 FOLD_LEASE_POLL_SECONDS = 0.25
 
 
@@ -161,6 +163,12 @@ def _common_prefix(a: Sequence[ViewMessage], b: Sequence[ViewMessage]) -> int:
 
 class FoldedElsewhere(Exception):
     """Another server held the session's fold lease; what it installed must be looked at afresh."""
+
+
+class Lease(enum.Enum):
+    TAKEN = "taken"
+    WAITED = "waited"  # another holder's lease ended (released or run out) while we waited
+    HELD_ELSEWHERE = "held_elsewhere"  # another holder folds; we did not wait
 
 
 class KeyedLock:
@@ -376,7 +384,7 @@ class Maintenance:
                 return
             if run.projection.tokens() < run.config.trigger_tokens and not overflow:
                 return
-        await self._fold(run, emit, focus, one_pass=overflow)
+        await self._fold(run, mode, emit, focus, one_pass=overflow)
 
     async def _pruned(self, run: _Run, emit: Emit) -> None:
         projection = run.projection
@@ -412,7 +420,7 @@ class Maintenance:
             )
         )
 
-    async def _fold(self, run: _Run, emit: Emit, focus: str, one_pass: bool) -> None:
+    async def _fold(self, run: _Run, mode: Mode, emit: Emit, focus: str, one_pass: bool) -> None:
         summarizer = self.summarizers.get(run.config.summarizer)
         if summarizer is None:
             raise DomainError(
@@ -427,31 +435,54 @@ class Maintenance:
             await self._record(run, "noop", "summary", before, before, "nothing to fold")
             return
         owner = uuid.uuid4().hex
-        if not await self._take_lease(run, owner):
+        # Only a view above the hard ceiling (or a Compact, which asks for a fold) waits for another
+        # holder's fold: any other Prepare answers with the current view, which still fits.
+        must_fold = mode is Mode.COMPACT or before > run.config.hard_limit_tokens
+        lease = await self._take_lease(run, owner, wait=must_fold)
+        if lease is Lease.WAITED:
             raise FoldedElsewhere(run.session.id)
+        if lease is Lease.HELD_ELSEWHERE:
+            await self._record(run, "blocked", "summary", before, before, "another call is folding this session")
+            return
+        heartbeat = asyncio.create_task(self._renew_lease(run.session, owner))
         try:
-            await self._fold_leased(run, summarizer, plan, owner, emit, focus, one_pass)
+            await self._fold_leased(run, summarizer, plan, emit, focus, one_pass)
         finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
             # Shielded: a cancelled call still hands the lease back (else it would run out by itself).
             await asyncio.shield(self.store.release_fold_lease(run.session, owner))
 
-    async def _take_lease(self, run: _Run, owner: str) -> bool:
-        """Takes the fold lease; when another replica holds it, waits until it is released or runs out
-        and answers False (that replica's fold has probably changed the session)."""
+    async def _renew_lease(self, session: SessionRecord, owner: str) -> None:
+        """Renews the fold lease while the fold runs; a failed renewal is retried at the next beat (the
+        lease outlives a few missed beats)."""
+        while True:
+            await asyncio.sleep(FOLD_LEASE_RENEW_SECONDS)
+            try:
+                await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
+            except Exception as exc:  # the fold goes on; the next beat tries again
+                log.warning("renewing the fold lease of session %s failed: %s", session.id, exc)
+
+    async def _take_lease(self, run: _Run, owner: str, wait: bool) -> Lease:
+        """Takes the fold lease; when another holder has it, either answers HELD_ELSEWHERE at once or
+        (with `wait`) waits until it is released or runs out and answers WAITED (that holder's fold has
+        probably changed the session)."""
         until = await self.store.take_fold_lease(run.session, owner, FOLD_LEASE_SECONDS)
         if not until:
-            return True
+            return Lease.TAKEN
+        if not wait:
+            return Lease.HELD_ELSEWHERE
         while until and until > time.time():
             await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - time.time()))
             until = await self.store.fold_lease_until(run.session)
-        return False
+        return Lease.WAITED
 
     async def _fold_leased(
         self,
         run: _Run,
         summarizer: Summarizer,
         plan: FoldPlan,
-        owner: str,
         emit: Emit,
         focus: str,
         one_pass: bool,
@@ -488,7 +519,6 @@ class Maintenance:
                     break
                 fold = plan_pass(run.projection, summarizer.input_window_tokens).first
                 passes = max(passes, index + 1)
-                await self.store.take_fold_lease(run.session, owner, FOLD_LEASE_SECONDS)  # extend per pass
             span.set_attributes({"ctxfold.fold.passes": index, "ctxfold.tokens.after": run.projection.tokens()})
 
     async def _fold_pass(
