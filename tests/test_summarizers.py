@@ -450,7 +450,7 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
 
 
 @pytest.mark.parametrize("behaviour", sorted(FAILURES))
-async def test_failed_summary_above_the_hard_ceiling_is_budget_unsatisfied(env: Env, behaviour: str) -> None:
+async def test_failed_summary_above_the_hard_ceiling_is_summarizer_failed(env: Env, behaviour: str) -> None:
     stub, fake = env.stub, env.fake
     session = await create(
         stub,
@@ -465,7 +465,11 @@ async def test_failed_summary_above_the_hard_ceiling_is_budget_unsatisfied(env: 
     for index in range(1, 13):
         await append(stub, session.id, tool_turn(index, 900))
     fake.script(behaviour)
-    await expect_error(prepare(stub, session.id), grpc.StatusCode.FAILED_PRECONDITION, "CONTEXT_BUDGET_UNSATISFIED")
+    info = await expect_error(prepare(stub, session.id), grpc.StatusCode.FAILED_PRECONDITION, "SUMMARIZER_FAILED")
+    # Above the ceiling a not-smaller answer is also longer than summary_max_tokens, and is said so.
+    expected = "more than summary_max_tokens" if behaviour == "not_smaller" else FAILURES[behaviour]
+    assert expected in info.metadata["summarizer_error"]
+    assert int(info.metadata["estimated_tokens"]) > int(info.metadata["hard_limit_tokens"])
     assert len(fake.requests) == 1
     assert await session_checkpoint(stub, session.id) == ""
 
@@ -475,6 +479,40 @@ async def test_failed_summary_above_the_hard_ceiling_is_budget_unsatisfied(env: 
     assert result.action == pb.ACTION_FOLDED
     assert result.estimated_tokens <= result.hard_limit_tokens
     assert len(stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)) == 1
+
+
+async def test_a_failed_prepare_keeps_its_append_names_its_seqs_and_a_retry_with_the_request_id_adds_nothing(
+    env: Env,
+) -> None:
+    """The rule for a Prepare that fails after appending: the appended messages are canonical, the
+    error's metadata names their seqs, and a retry with the same request_id appends nothing again."""
+    stub, fake = env.stub, env.fake
+    session = await create(
+        stub, context_window=10000, compact_ratio=0.5, max_output_tokens=500, summarizer="fake", summary_max_tokens=4000
+    )
+    await append(stub, session.id, [user("Make every case pass.")])
+    for index in range(1, 11):
+        await append(stub, session.id, tool_turn(index, 900))
+    head = (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session.head_seq
+    more = [m for index in range(11, 15) for m in tool_turn(index, 900)]
+    fake.kill("error500")
+    try:
+        for _attempt in range(2):
+            info = await expect_error(
+                collect(stub.Prepare(pb.PrepareRequest(session_id=session.id, append=more, request_id="turn-11"))),
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "SUMMARIZER_FAILED",
+                {
+                    "appended_first_seq": str(head + 1),
+                    "appended_last_seq": str(head + len(more)),
+                    "appended_count": str(len(more)),
+                },
+            )
+            assert "500" in info.metadata["summarizer_error"]
+            listed = await stub.ListMessages(pb.ListMessagesRequest(session_id=session.id, page_size=1000))
+            assert len(listed.messages) == head + len(more)  # the retry appended nothing
+    finally:
+        fake.revive()
 
 
 # ---- 3. passes -----------------------------------------------------------------------------------

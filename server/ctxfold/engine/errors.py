@@ -49,3 +49,8 @@ def too_large(reason: str, message: str, **metadata: object) -> DomainError:
 def session_not_found(session_id: str) -> DomainError:
     # Identical for a missing session and another tenant's session: nothing leaks across tenants.
     return not_found("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)
+
+
+def with_context(error: DomainError, note: str, **metadata: object) -> DomainError:
+    """The same error, its message followed by `note` and its metadata extended."""
+    return DomainError(error.kind, error.reason, f"{error.message}; {note}", {**error.metadata, **metadata})

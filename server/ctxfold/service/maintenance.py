@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from ctxfold.engine import estimator
 from ctxfold.engine.cache import cache_state, cache_ttl_seconds
-from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.errors import DomainError, Kind, with_context
 from ctxfold.engine.maintenance import (
     FoldPass,
     FoldPlan,
@@ -137,6 +137,7 @@ class _Run:
     first_view: list[ViewMessage]
     first_tokens: int
     action: Action = Action.NONE
+    fold_failure: str = ""  # why the last fold pass of this round failed
 
 
 def _summary_hash(text: str) -> str:
@@ -159,6 +160,23 @@ def _common_prefix(a: Sequence[ViewMessage], b: Sequence[ViewMessage]) -> int:
             break
         count += 1
     return count
+
+
+def _appended_anyway(error: DomainError, appended: Sequence[StoredMessage], request_id: str) -> DomainError:
+    """The rule for a Prepare that fails after its append: the appended messages are canonical (the
+    append committed first) and the error names their seqs. Retrying with the same request_id
+    appends nothing again; without one, a retry appends them a second time."""
+    if not appended:
+        return error
+    first, last = appended[0].seq, appended[-1].seq
+    retry = "retry with the same request_id" if request_id else "do not append them again"
+    return with_context(
+        error,
+        f"the {len(appended)} appended messages (seqs {first}–{last}) were kept: {retry}",
+        appended_first_seq=first,
+        appended_last_seq=last,
+        appended_count=len(appended),
+    )
 
 
 class FoldedElsewhere(Exception):
@@ -251,7 +269,10 @@ class Maintenance:
             appended: list[StoredMessage] = []
             if append:
                 appended, _ = await self.transcript.append(tenant, session_id, append, request_id, config)
-            result = await self._maintain(tenant, session_id, Mode.PREPARE, emit, overflow=overflow)
+            try:
+                result = await self._maintain(tenant, session_id, Mode.PREPARE, emit, overflow=overflow)
+            except DomainError as error:
+                raise _appended_anyway(error, appended, request_id) from None
             return await self._answer(result, known_view_version, appended, Mode.PREPARE, started)
 
         return self._stream(work)
@@ -360,7 +381,7 @@ class Maintenance:
             if tokens > run.config.hard_limit_tokens:
                 # Keep the receipts (e.g. the failed summary); the view and checkpoints stay as they were.
                 await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
-                raise budget_error(run.projection, tokens)
+                raise budget_error(run.projection, tokens, run.fold_failure)
             return run
         raise DomainError(
             Kind.ABORTED,
@@ -583,6 +604,7 @@ class Maintenance:
             span.set_status(StatusCode.ERROR, failure)
             await emit(Progress(Stage.PASS_FAILED, failure, pass_index=index, passes_planned=passes))
             run.state = replace(run.state, failed_fold_tokens=before)
+            run.fold_failure = failure
             await self._record(run, "failed", "summary", before, before, failure)
             return False
         after = candidate.tokens()
