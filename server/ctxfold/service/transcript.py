@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ctxfold import cpu
 from ctxfold.engine import estimator
 from ctxfold.engine.errors import invalid
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, config_from_json
@@ -45,6 +46,13 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
     return rows
 
 
+def text_size(messages: Sequence[NewMessage]) -> int:
+    """The characters `message_rows` tokenizes (what its cost grows with)."""
+    return sum(
+        len(m.content) + len(m.reasoning_content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages
+    )
+
+
 class Transcript:
     def __init__(self, store: Store, limits: AppendLimits):
         self.store = store
@@ -65,7 +73,7 @@ class Transcript:
         validate_new_messages(messages, self.limits)
         if config is None:
             config = config_from_json((await self.store.get_session(tenant, session_id)).config_json)
-        rows = message_rows(messages, config)
+        rows = await cpu.run(text_size(messages), message_rows, messages, config)
         return await self.store.append_messages(
             tenant, session_id, rows, request_id, lambda waiting: advance_open_calls(waiting, messages)
         )
