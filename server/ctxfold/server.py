@@ -14,6 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
+from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer
 from ctxfold.config import ConfigError, Settings
@@ -112,7 +113,15 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         transcript=transcript,
         tool_results=ToolResults(store),
         lineage=Lineage(store, sessions),
-        maintenance=Maintenance(store, transcript, summarizers, SessionConfigs(store), hooks=hooks),
+        maintenance=Maintenance(
+            store,
+            transcript,
+            summarizers,
+            SessionConfigs(store),
+            hooks=hooks,
+            max_waiting_per_session=settings.max_waiting_per_session,
+        ),
+        admission=Admission(settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant),
     )
     server = grpc.aio.server(
         # A span per RPC; a W3C traceparent in the client's metadata continues the agent's trace.
@@ -122,7 +131,8 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             ("grpc.max_send_message_length", settings.max_send_message_bytes),
             ("grpc.so_reuseport", 0),
         ],
-        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+        # No maximum_concurrent_rpcs: gRPC would count health checks too. ContextService calls are
+        # admitted per server and per tenant by `Admission`; health always answers.
     )
     pb_grpc.add_ContextServiceServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()

@@ -12,6 +12,7 @@ import grpc
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ctxfold.api import convert
+from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.validate import check_request
@@ -50,7 +51,8 @@ def unary(
         try:
             tenant = self.auth.tenant(context)
             check_request(request)  # type: ignore[arg-type]
-            return await method(self, request, context, tenant)
+            with self.admission.admit(tenant):
+                return await method(self, request, context, tenant)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
@@ -71,8 +73,9 @@ def server_stream(
         try:
             tenant = self.auth.tenant(context)
             check_request(request)  # type: ignore[arg-type]
-            async for response in method(self, request, tenant):
-                yield response
+            with self.admission.admit(tenant):
+                async for response in method(self, request, tenant):
+                    yield response
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
@@ -91,8 +94,10 @@ class ContextServicer(pb_grpc.ContextServiceServicer):
         tool_results: ToolResults,
         lineage: Lineage,
         maintenance: Maintenance,
+        admission: Admission,
     ):
         self.auth = auth
+        self.admission = admission
         self.sessions = sessions
         self.transcript = transcript
         self.tool_results = tool_results

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from ctxfold.engine import estimator
 from ctxfold.engine.cache import cache_state, cache_ttl_seconds
-from ctxfold.engine.errors import DomainError, Kind, with_context
+from ctxfold.engine.errors import DomainError, Kind, busy, with_context
 from ctxfold.engine.maintenance import (
     FoldPass,
     FoldPlan,
@@ -190,14 +190,26 @@ class Lease(enum.Enum):
 
 
 class KeyedLock:
-    """One asyncio lock per key, dropped when nobody holds or waits for it."""
+    """One asyncio lock per key, dropped when nobody holds or waits for it. At most `max_waiting` calls
+    wait for one key: more are refused at once (SESSION_BUSY), so a busy session's queue stays short
+    and a client learns to back off instead of piling up calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_waiting: int, retry_after_seconds: float = 1.0) -> None:
+        self.max_waiting = max_waiting
+        self.retry_after_seconds = retry_after_seconds
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     @contextlib.asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
         lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        if users > self.max_waiting:  # one holder and max_waiting waiters already
+            raise busy(
+                f"{users - 1} calls already wait to maintain session {key!r} (at most {self.max_waiting}); retry later",
+                self.retry_after_seconds,
+                scope="session",
+                session_id=key,
+                limit=self.max_waiting,
+            )
         self._locks[key] = (lock, users + 1)
         try:
             async with lock:
@@ -219,6 +231,7 @@ class Maintenance:
         configs: SessionConfigs,
         clock: Callable[[], float] = time.time,
         hooks: Hooks | None = None,
+        max_waiting_per_session: int = 16,
     ):
         self.store = store
         self.transcript = transcript
@@ -228,7 +241,7 @@ class Maintenance:
         self.hooks = hooks or Hooks()
         # Concurrent calls on one session in this process take turns, so they do not summarize the
         # same input twice; across replicas the compare-and-swap alone keeps installs consistent.
-        self._sessions = KeyedLock()
+        self._sessions = KeyedLock(max_waiting_per_session)
 
     # ---- streaming shell ------------------------------------------------------------------------
 
@@ -388,6 +401,7 @@ class Maintenance:
             "CONCURRENT_MODIFICATION",
             f"session {session_id!r} kept changing during maintenance; retry",
             {"session_id": session_id},
+            retry_after_seconds=1.0,
         )
 
     async def _steps(self, run: _Run, mode: Mode, emit: Emit, overflow: bool, focus: str) -> None:
