@@ -16,7 +16,7 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator, load_tokens
-from ctxfold.api.servicer import ContextServicer
+from ctxfold.api.servicer import ContextServicer, add_to_server
 from ctxfold.config import ConfigError, Settings
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.lineage import Lineage
@@ -28,7 +28,6 @@ from ctxfold.store.database import create_engine, migrate
 from ctxfold.store.repository import Store
 from ctxfold.summarizers.registry import build_summarizers
 from ctxfold.v1 import context_service_pb2 as pb
-from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 log = logging.getLogger("ctxfold")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
@@ -134,7 +133,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         # No maximum_concurrent_rpcs: gRPC would count health checks too. ContextService calls are
         # admitted per server and per tenant by `Admission`; health always answers.
     )
-    pb_grpc.add_ContextServiceServicer_to_server(servicer, server)
+    add_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

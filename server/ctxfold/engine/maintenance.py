@@ -97,6 +97,18 @@ def budget_error(projection: Projection, tokens: int, fold_failure: str = "") ->
     return DomainError(Kind.FAILED_PRECONDITION, "CONTEXT_BUDGET_UNSATISFIED", fits, metadata)
 
 
+def check_config_fits(config: SessionConfig, system_tokens: int, tools_tokens: int) -> None:
+    """At CreateSession and Fork: a config whose system prompt and tools alone leave no room for a view
+    is refused as INVALID_CONFIG, naming the field that is too large."""
+    try:
+        check_fixed_costs(config, system_tokens, tools_tokens)
+    except DomainError as error:
+        field_name = "system_prompt" if system_tokens >= tools_tokens else "tools_json"
+        raise DomainError(
+            Kind.INVALID_ARGUMENT, "INVALID_CONFIG", f"config.{field_name}: {error.message}", {"field": field_name}
+        ) from None
+
+
 def check_fixed_costs(config: SessionConfig, system_tokens: int, tools_tokens: int) -> None:
     """Fails before anything is written when the system prompt, the tools and the reserved output
     alone leave no room for a view."""
