@@ -22,6 +22,7 @@ from ctxfold.engine.estimator import PER_MESSAGE_TOKENS, count_text
 from ctxfold.server import RunningServer, start
 from ctxfold.service.maintenance import Hooks
 from ctxfold.store import schema
+from ctxfold.summarizers.base import MAX_BYTES_PER_TOKEN
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import SECTIONS, FakeProvider, Recorded
@@ -34,6 +35,7 @@ KEY = "sk-fake-openai-0123456789"
 ANTHROPIC_KEY_ENV = "CTXFOLD_TEST_FAKE_ANTHROPIC_KEY"
 ANTHROPIC_KEY = "sk-ant-fake-9876543210"
 CLIENT_TIMEOUT = 2.0  # seconds; the fake's "timeout" answers after 3 × that
+DEADLINE = 1.5  # seconds: the whole of one "fake_deadline" call
 
 SYSTEM = "You are a careful coding agent working in /srv/app. Run the tests before claiming success."
 OPENAI_TOOLS = json.dumps(
@@ -97,6 +99,13 @@ def summarizer_specs(fake: FakeProvider) -> dict[str, dict[str, Any]]:
             **common,
         },
         "fake_plain": {"type": "openai", "base_url": fake.base_url, "api_key_env": KEY_ENV, "stream": False, **common},
+        "fake_deadline": {
+            "type": "openai",
+            "base_url": fake.base_url,
+            "api_key_env": KEY_ENV,
+            "deadline_seconds": DEADLINE,
+            **common,
+        },
         "fake_anthropic": {
             "type": "anthropic",
             "base_url": fake.anthropic_base_url,
@@ -401,7 +410,12 @@ FAILURES = {
     "truncated": "truncated",
     "empty": "empty",
     "not_smaller": "not smaller",
+    "huge": "reading stopped",  # read only up to what summary_max_tokens allows
+    "trickle": "deadline",  # keep-alives every 0.5 s never trip the read timeout; the call's deadline ends it
+    "not_json": "not a chat completion",
 }
+# The summarizer each failure is played to ("fake" unless named here).
+SUMMARIZER_FOR = {"trickle": "fake_deadline", "not_json": "fake_plain"}
 
 
 @pytest.mark.parametrize("behaviour", sorted(FAILURES))
@@ -411,7 +425,13 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
     stub, fake = env.stub, env.fake
     # A low trigger leaves room below the hard ceiling; a large summary_max_tokens lets a
     # not-smaller "summary" fail as not smaller rather than as too long.
-    session = await create(stub, context_window=10000, compact_ratio=0.5, summarizer="fake", summary_max_tokens=4700)
+    session = await create(
+        stub,
+        context_window=10000,
+        compact_ratio=0.5,
+        summarizer=SUMMARIZER_FOR.get(behaviour, "fake"),
+        summary_max_tokens=4700,
+    )
     fake.script(behaviour)
     _, result = await prepare(stub, session.id, [user("Make every case pass.")])
     for index in range(1, 60):
@@ -427,6 +447,7 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
     assert not summaries(result.messages)
     failed = stages(progress, pb.FOLD_STAGE_PASS_FAILED)
     assert len(failed) == 1 and FAILURES[behaviour] in failed[0].message, failed
+    assert len(deltas(progress).encode()) <= 4700 * MAX_BYTES_PER_TOKEN  # streamed at most the output bound
     assert not stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)
     receipt = await last_receipt(stub, session.id)
     assert (receipt["status"], receipt["action"]) == ("failed", "summary")
@@ -457,7 +478,7 @@ async def test_failed_summary_above_the_hard_ceiling_is_summarizer_failed(env: E
         context_window=10000,
         compact_ratio=0.5,
         max_output_tokens=500,
-        summarizer="fake",
+        summarizer=SUMMARIZER_FOR.get(behaviour, "fake"),
         summary_max_tokens=4000,
     )
     # Appended without Prepare: the view is now larger than the whole window.
