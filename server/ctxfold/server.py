@@ -105,7 +105,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     )
     summarizers = build_summarizers(settings.summarizers)
     sessions = Sessions(store, frozenset(summarizers))
-    transcript = Transcript(store, limits)
+    transcript = Transcript(store, limits, settings.max_send_message_bytes)
     servicer = ContextServicer(
         auth=Authenticator(tokens),
         sessions=sessions,
@@ -119,6 +119,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             SessionConfigs(store),
             hooks=hooks,
             max_waiting_per_session=settings.max_waiting_per_session,
+            max_response_bytes=settings.max_send_message_bytes,
         ),
         admission=Admission(settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant),
     )

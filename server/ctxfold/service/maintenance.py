@@ -179,6 +179,35 @@ def _appended_anyway(error: DomainError, appended: Sequence[StoredMessage], requ
     )
 
 
+# Room in a response for everything but the view's text: ids, framing, the other fields.
+RESPONSE_FRAMING_BYTES = 1 << 20
+
+
+def _check_response_size(messages: Sequence[ViewMessage], max_response_bytes: int) -> None:
+    """RESPONSE_TOO_LARGE, before anything is sent, when the view's text cannot fit one response."""
+    texts = [
+        text
+        for m in messages
+        for text in (
+            m.content,
+            *((m.source.reasoning_content, *(c.arguments for c in m.source.tool_calls)) if m.source else ()),
+        )
+    ]
+    room = max_response_bytes - RESPONSE_FRAMING_BYTES
+    # Characters are counted first: at most 4 bytes each, so only a view near the bound is encoded.
+    if sum(map(len, texts)) * 4 <= room:
+        return
+    size = sum(len(text.encode()) for text in texts)
+    if size > room:
+        raise DomainError(
+            Kind.RESOURCE_EXHAUSTED,
+            "RESPONSE_TOO_LARGE",
+            f"the view holds {size} bytes of text but one response carries at most {room}: lower the session's "
+            "context_window, or send known_view_version to receive only the new messages",
+            {"view_bytes": size, "max_response_bytes": room},
+        )
+
+
 class FoldedElsewhere(Exception):
     """Another server held the session's fold lease; what it installed must be looked at afresh."""
 
@@ -232,6 +261,7 @@ class Maintenance:
         clock: Callable[[], float] = time.time,
         hooks: Hooks | None = None,
         max_waiting_per_session: int = 16,
+        max_response_bytes: int = 64 << 20,
     ):
         self.store = store
         self.transcript = transcript
@@ -242,6 +272,7 @@ class Maintenance:
         # Concurrent calls on one session in this process take turns, so they do not summarize the
         # same input twice; across replicas the compare-and-swap alone keeps installs consistent.
         self._sessions = KeyedLock(max_waiting_per_session)
+        self.max_response_bytes = max_response_bytes
 
     # ---- streaming shell ------------------------------------------------------------------------
 
@@ -284,9 +315,9 @@ class Maintenance:
                 appended, _ = await self.transcript.append(tenant, session_id, append, request_id, config)
             try:
                 result = await self._maintain(tenant, session_id, Mode.PREPARE, emit, overflow=overflow)
+                return await self._answer(result, known_view_version, appended, Mode.PREPARE, started)
             except DomainError as error:
                 raise _appended_anyway(error, appended, request_id) from None
-            return await self._answer(result, known_view_version, appended, Mode.PREPARE, started)
 
         return self._stream(work)
 
@@ -802,8 +833,10 @@ class Maintenance:
         )
         known_generation, known_count = split_view_version(known_view_version)
         delta = known_view_version > 0 and known_generation == state.generation and known_count <= len(view)
+        sent = view[known_count:] if delta else view
+        _check_response_size(sent, self.max_response_bytes)
         return Prepared(
-            messages=view[known_count:] if delta else view,
+            messages=sent,
             estimated_tokens=estimated,
             view_version=version,
             action=run.action,

@@ -54,9 +54,13 @@ def text_size(messages: Sequence[NewMessage]) -> int:
 
 
 class Transcript:
-    def __init__(self, store: Store, limits: AppendLimits):
+    def __init__(self, store: Store, limits: AppendLimits, max_response_bytes: int = 64 << 20):
         self.store = store
         self.limits = limits
+        # A ListMessages page holds at most this many characters of text (at most 4 bytes each in
+        # UTF-8, and room for the framing), so it fits one response whatever page_size asks; a shorter
+        # page comes with a next_page_token.
+        self.max_page_chars = max_response_bytes // 8
 
     async def append(
         self,
@@ -86,5 +90,5 @@ class Transcript:
         position = decode_token(scope, token, (int, int, str))
         after = (position[0], position[1], position[2]) if position else None
         session = await self.store.get_session(tenant, session_id)
-        messages, cursor = await self.store.list_messages(session, size, after, include_abandoned)
+        messages, cursor = await self.store.list_messages(session, size, after, include_abandoned, self.max_page_chars)
         return messages, encode_token(scope, list(cursor)) if cursor else ""

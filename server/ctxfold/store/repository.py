@@ -620,32 +620,47 @@ class Store:
         limit: int,
         after: tuple[int, int, str] | None,
         include_abandoned: bool,
+        max_chars: int,
     ) -> tuple[list[StoredMessage], tuple[int, int, str] | None]:
-        """One page in (seq, abandoned, id) order; returns the cursor of the last message when more follow."""
+        """One page in (seq, abandoned, id) order, at most `limit` messages and `max_chars` characters
+        of text (always at least one message); returns the cursor of the last message when more follow.
+        Sizes are read first, so a page of large messages is never loaded beyond its bound."""
         m = schema.messages.c
+        size = (
+            func.coalesce(func.length(m.content), 0)
+            + func.coalesce(func.length(m.reasoning_content), 0)
+            + func.coalesce(func.length(m.tool_calls_json), 0)
+        ).label("size")
         after_seq, after_abandoned, after_id = after or (0, 0, "")
         async with self._read() as conn:
             ranges = await self._live_ranges(conn, session)
-            live_query = (
-                select(schema.messages).where(_in_ranges(ranges), m.seq > after_seq).order_by(m.seq).limit(limit + 1)
-            )
-            page = [(_stored_message(r), 0) for r in (await conn.execute(live_query)).all()]
+            live_query = select(m.id, m.seq, size).where(_in_ranges(ranges), m.seq > after_seq).order_by(m.seq)
+            entries = [(r.seq, 0, r.id, r.size) for r in (await conn.execute(live_query.limit(limit + 1))).all()]
             if include_abandoned:
                 history = await self._history_ranges(conn, session)
                 # Abandoned messages follow the live one of the same seq.
                 same_seq = m.seq == after_seq if not after_abandoned else and_(m.seq == after_seq, m.id > after_id)
                 ab_query = (
-                    select(schema.messages)
+                    select(m.id, m.seq, size)
                     .where(_in_ranges(history), ~_in_ranges(ranges), or_(m.seq > after_seq, same_seq))
                     .order_by(m.seq, m.id)
                     .limit(limit + 1)
                 )
-                page += [(_stored_message(r, abandoned=True), 1) for r in (await conn.execute(ab_query)).all()]
-                page.sort(key=lambda item: (item[0].seq, item[1], item[0].id))
-        more = len(page) > limit
-        page = page[:limit]
-        cursor = (page[-1][0].seq, page[-1][1], page[-1][0].id) if more and page else None
-        return [message for message, _ in page], cursor
+                entries += [(r.seq, 1, r.id, r.size) for r in (await conn.execute(ab_query)).all()]
+                entries.sort()
+            page: list[tuple[int, int, str, int]] = []
+            chars = 0
+            for entry in entries[:limit]:
+                if page and chars + entry[3] > max_chars:
+                    break
+                page.append(entry)
+                chars += entry[3]
+            rows = (await conn.execute(select(schema.messages).where(m.id.in_([e[2] for e in page])))).all()
+        by_id = {r.id: r for r in rows}
+        messages = [_stored_message(by_id[message_id], abandoned=bool(flag)) for _, flag, message_id, _ in page]
+        more = len(entries) > len(page)
+        cursor = (page[-1][0], page[-1][1], page[-1][2]) if more and page else None
+        return messages, cursor
 
     # ---- checkpoints and context state ----------------------------------------------------------
 
