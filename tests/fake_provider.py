@@ -36,7 +36,21 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-BEHAVIOURS = ("ok", "error500", "timeout", "truncated", "empty", "not_smaller", "stall", "cut", "close")
+BEHAVIOURS = (
+    "ok",
+    "error500",
+    "timeout",
+    "truncated",
+    "empty",
+    "not_smaller",
+    "stall",
+    "cut",
+    "close",
+    "trickle",  # streams a keep-alive comment every 0.5 s and never finishes (until stall_limit)
+    "huge",  # an 8 MiB summary
+    "not_json",  # a 200 answer that is plain text, not a chat completion
+)
+HUGE_SUMMARY_BYTES = 8 << 20
 KILL_MODES = ("error500", "close", "down")
 SECTIONS = (
     "Standing facts & constraints",
@@ -259,7 +273,21 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         if behaviour == "timeout":
             self._wait(record, None, fake.timeout_sleep)
+        if behaviour == "not_json":
+            data = b"upstream proxy: hello"
+            self._head(200, "text/plain", len(data))
+            self.wfile.write(data)
+            return None
+        if behaviour == "trickle":
+            self._head(200, "text/event-stream")
+            deadline = time.monotonic() + fake.stall_limit
+            while time.monotonic() < deadline and not fake.stopping.is_set():
+                self._chunk(b": keep-alive\n\n")
+                self._wait(record, None, 0.5)
+            return None
         text = summary_for(record.body)
+        if behaviour == "huge":
+            return (text + "\n") * (HUGE_SUMMARY_BYTES // (len(text) + 1) + 1), False
         if behaviour == "truncated":
             return text[: len(text) // 2].strip(), True
         if behaviour == "empty":
@@ -275,6 +303,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._wait(record, fake.released, fake.stall_limit)
 
     def _streamed_pieces(self, record: Recorded, text: str) -> list[str]:
+        if record.behaviour == "huge":
+            return [text[i : i + (64 << 10)] for i in range(0, len(text), 64 << 10)]
         parts = pieces(text)
         if record.behaviour == "cut":
             record.answer = "".join(parts[: len(parts) // 2])

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
 import pytest
+from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ctxfold.server import RunningServer
 from ctxfold.v1 import context_service_pb2 as pb
@@ -55,15 +57,77 @@ def b64(data: bytes) -> str:
 
 
 @dataclass(frozen=True)
+class Raw:
+    """A request sent as raw bytes (for bytes no generated stub would write)."""
+
+    method: str
+    wire: Callable[[str], bytes]  # the request's bytes for session `sid`
+    streaming: bool = False
+
+    def __call__(self, channel: grpc.aio.Channel, sid: str) -> Awaitable[object]:
+        path = f"/ctxfold.v1.ContextService/{self.method}"
+        if self.streaming:
+            return drain(channel.unary_stream(path)(self.wire(sid)))
+        return channel.unary_unary(path)(self.wire(sid))  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
 class Case:
     id: str
     # Makes the bad call for session `sid` (preparing anything it needs first, with calls that succeed).
-    call: Callable[[Stub, str], Awaitable[object]]
+    call: Callable[[Stub, str], Awaitable[object]] | Raw
     code: grpc.StatusCode
     reason: str
     metadata: dict[str, str] = field(default_factory=dict)
     open_call: bool = False
     prepares_rows: bool = False  # the preparation writes rows (a second session), the bad call none
+
+
+async def drain(call: AsyncIterable[object]) -> None:
+    async for _ in call:
+        pass
+
+
+# Text a test replaces on the wire with as many bytes of invalid UTF-8.
+BAD_TEXT = "\x01BAD\x01"
+
+
+def bad_utf8(request: Message) -> bytes:
+    wire = request.SerializeToString()
+    assert BAD_TEXT.encode() in wire
+    return wire.replace(BAD_TEXT.encode(), b"\xff\xfe\xc0\x80\xfd")
+
+
+def truncated(request: Message, cut: int = 3) -> bytes:
+    return request.SerializeToString()[:-cut]
+
+
+def deep_json(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def deep_token(scope: str) -> str:
+    return b64(('{"s": "' + scope + '", "p": ' + deep_json(100_000) + "}").encode())
+
+
+def prepare(*messages: pb.Message, request_id: str = "", sid: str = "") -> Callable[[Stub, str], Awaitable[object]]:
+    return lambda stub, s: drain(
+        stub.Prepare(pb.PrepareRequest(session_id=sid or s, append=list(messages), request_id=request_id))
+    )
+
+
+def fork(at_seq: int = 0, sid: str = "", **config: object) -> Callable[[Stub, str], Awaitable[object]]:
+    return lambda stub, s: stub.Fork(
+        pb.ForkRequest(session_id=sid or s, at_seq=at_seq, config=pb.SessionConfig(**config))  # type: ignore[arg-type]
+    )
+
+
+def rewind(to_seq: int, sid: str = "") -> Callable[[Stub, str], Awaitable[object]]:
+    return lambda stub, s: stub.Rewind(pb.RewindRequest(session_id=sid or s, to_seq=to_seq))
+
+
+def observe(sid: str = "", **usage: object) -> Callable[[Stub, str], Awaitable[object]]:
+    return lambda stub, s: stub.ObserveUsage(pb.ObserveUsageRequest(session_id=sid or s, **usage))  # type: ignore[arg-type]
 
 
 def append(*messages: pb.Message, request_id: str = "") -> Callable[[Stub, str], Awaitable[object]]:
@@ -424,6 +488,198 @@ CASES = [
 ]
 
 
+def _bad_text_cases() -> list[Case]:
+    """Undecodable requests: invalid UTF-8 in a string field, truncated or garbage protobuf bytes."""
+    text = BAD_TEXT
+
+    def in_append(**fields: object) -> Callable[[str], bytes]:
+        return lambda sid: bad_utf8(pb.AppendMessagesRequest(session_id=sid, messages=[pb.Message(**fields)]))  # type: ignore[arg-type]
+
+    return [
+        Case(f"undecodable-{name}", Raw(method, wire, streaming), INVALID, "INVALID_REQUEST")
+        for name, method, wire, streaming in [
+            ("utf8-session-id", "GetSession", lambda sid: bad_utf8(pb.GetSessionRequest(session_id=text)), False),
+            ("utf8-content", "AppendMessages", in_append(role=pb.ROLE_USER, content=text), False),
+            (
+                "utf8-reasoning",
+                "AppendMessages",
+                in_append(role=pb.ROLE_ASSISTANT, content="x", reasoning_content=text),
+                False,
+            ),
+            ("utf8-name", "AppendMessages", in_append(role=pb.ROLE_USER, content="x", name=text), False),
+            (
+                "utf8-arguments",
+                "AppendMessages",
+                in_append(role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id="c", name="f", arguments=text)]),
+                False,
+            ),
+            (
+                "utf8-request-id",
+                "AppendMessages",
+                lambda sid: bad_utf8(pb.AppendMessagesRequest(session_id=sid, messages=[user()], request_id=text)),
+                False,
+            ),
+            (
+                "utf8-system-prompt",
+                "CreateSession",
+                lambda sid: bad_utf8(
+                    pb.CreateSessionRequest(config=pb.SessionConfig(context_window=8000, system_prompt=text))
+                ),
+                False,
+            ),
+            (
+                "utf8-tools-json",
+                "CreateSession",
+                lambda sid: bad_utf8(
+                    pb.CreateSessionRequest(config=pb.SessionConfig(context_window=8000, tools_json=text))
+                ),
+                False,
+            ),
+            ("utf8-page-token", "ListSessions", lambda sid: bad_utf8(pb.ListSessionsRequest(page_token=text)), False),
+            (
+                "utf8-prepare-append",
+                "Prepare",
+                lambda sid: bad_utf8(pb.PrepareRequest(session_id=sid, append=[user(text)])),
+                True,
+            ),
+            (
+                "utf8-compact-focus",
+                "Compact",
+                lambda sid: bad_utf8(pb.CompactRequest(session_id=sid, focus=text)),
+                True,
+            ),
+            (
+                "utf8-result-ref",
+                "ReadToolResult",
+                lambda sid: bad_utf8(pb.ReadToolResultRequest(session_id=sid, result_ref=text)),
+                False,
+            ),
+            (
+                "truncated-append",
+                "AppendMessages",
+                lambda sid: truncated(pb.AppendMessagesRequest(session_id=sid, messages=[user("hello world")])),
+                False,
+            ),
+            (
+                "truncated-create",
+                "CreateSession",
+                lambda sid: truncated(
+                    pb.CreateSessionRequest(config=pb.SessionConfig(context_window=8000, model="gpt-x"))
+                ),
+                False,
+            ),
+            (
+                "truncated-prepare",
+                "Prepare",
+                lambda sid: truncated(pb.PrepareRequest(session_id=sid, append=[user("hello world")])),
+                True,
+            ),
+            (
+                "truncated-fork",
+                "Fork",
+                lambda sid: truncated(pb.ForkRequest(session_id=sid, config=pb.SessionConfig(system_prompt="be good"))),
+                False,
+            ),
+            (
+                "truncated-session-id",
+                "GetSession",
+                lambda sid: truncated(pb.GetSessionRequest(session_id=sid), 1),
+                False,
+            ),
+            ("garbage-bytes", "ListMessages", lambda sid: b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", False),
+            ("end-group-tag", "Rewind", lambda sid: b"\x0c", False),
+            ("length-past-end", "DeleteSession", lambda sid: b"\x0a\x7fshort", False),
+        ]
+    ]
+
+
+CASES += _bad_text_cases()
+CASES += [
+    # ---- deeply nested JSON ---------------------------------------------------------------------
+    bad_config("tools-json-981-deep", "tools_json", context_window=100_000, tools_json=deep_json(981)),
+    bad_config("tools-json-65-deep", "tools_json", context_window=100_000, tools_json=deep_json(65)),
+    Case("fork-tools-json-deep", fork(tools_json=deep_json(981)), INVALID, "INVALID_CONFIG", {"field": "tools_json"}),
+    Case(
+        "messages-page-token-deep",
+        lambda stub, sid: list_messages(token=deep_token(f"messages:{sid}:0"))(stub, sid),
+        INVALID,
+        "INVALID_PAGE_TOKEN",
+    ),
+    Case(
+        "sessions-page-token-deep",
+        lambda stub, sid: stub.ListSessions(pb.ListSessionsRequest(page_token=deep_token("sessions:default"))),
+        INVALID,
+        "INVALID_PAGE_TOKEN",
+    ),
+    # ---- configs that leave no room ---------------------------------------------------------------
+    bad_config("window-too-small", "context_window", context_window=200),
+    bad_config("system-prompt-above-window", "system_prompt", context_window=2000, system_prompt="word " * 3000),
+    Case(
+        "fork-system-prompt-above-window",
+        fork(system_prompt="word " * 200_000),
+        INVALID,
+        "INVALID_CONFIG",
+        {"field": "system_prompt"},
+    ),
+    Case("fork-window-too-small", fork(context_window=100), INVALID, "INVALID_CONFIG", {"field": "context_window"}),
+    # ---- page sizes above the maximum are refused, not clamped -------------------------------------
+    Case("list-messages-page-size-1001", list_messages(page_size=1001), INVALID, "INVALID_PAGE_SIZE"),
+    Case(
+        "list-sessions-page-size-huge",
+        lambda stub, sid: stub.ListSessions(pb.ListSessionsRequest(page_size=2**31 - 1)),
+        INVALID,
+        "INVALID_PAGE_SIZE",
+    ),
+    # ---- Fork, Rewind ---------------------------------------------------------------------------
+    Case("fork-empty-session-id", lambda stub, sid: fork()(stub, ""), INVALID, "SESSION_ID_REQUIRED"),
+    Case("fork-unknown-session", fork(sid="s_nope"), NOT_FOUND, "SESSION_NOT_FOUND"),
+    Case("fork-past-the-head", fork(at_seq=99), INVALID, "SEQ_OUT_OF_RANGE"),
+    Case("fork-negative-seq", fork(at_seq=-1), INVALID, "SEQ_OUT_OF_RANGE"),
+    Case("fork-bad-override", fork(compact_ratio=2.0), INVALID, "INVALID_CONFIG", {"field": "compact_ratio"}),
+    Case("rewind-empty-session-id", lambda stub, sid: rewind(0)(stub, ""), INVALID, "SESSION_ID_REQUIRED"),
+    Case("rewind-unknown-session", rewind(1, sid="s_nope"), NOT_FOUND, "SESSION_NOT_FOUND"),
+    Case("rewind-past-the-head", rewind(99), INVALID, "SEQ_OUT_OF_RANGE"),
+    Case("rewind-negative-seq", rewind(-5), INVALID, "SEQ_OUT_OF_RANGE"),
+    # ---- Prepare, Compact -----------------------------------------------------------------------
+    Case("prepare-empty-session-id", lambda stub, sid: prepare()(stub, ""), INVALID, "SESSION_ID_REQUIRED"),
+    Case("prepare-unknown-session", prepare(sid="s_nope"), NOT_FOUND, "SESSION_NOT_FOUND"),
+    Case("prepare-bad-append", prepare(pb.Message(content="no role")), INVALID, "INVALID_MESSAGE"),
+    Case("prepare-append-answers-no-call", prepare(result("call_a")), PRECONDITION, "TOOL_CALL_NOT_OPEN"),
+    Case("prepare-append-while-calls-wait", prepare(user("hi")), PRECONDITION, "TOOL_RESULTS_PENDING", open_call=True),
+    Case("prepare-request-id-too-long", prepare(user(), request_id="r" * 129), INVALID, "INVALID_REQUEST_ID"),
+    Case("prepare-nul-in-append", prepare(user("a\x00")), INVALID, "INVALID_TEXT"),
+    Case(
+        "compact-empty-session-id",
+        lambda stub, sid: drain(stub.Compact(pb.CompactRequest())),
+        INVALID,
+        "SESSION_ID_REQUIRED",
+    ),
+    Case(
+        "compact-unknown-session",
+        lambda stub, sid: drain(stub.Compact(pb.CompactRequest(session_id="s_nope"))),
+        NOT_FOUND,
+        "SESSION_NOT_FOUND",
+    ),
+    # ---- ObserveUsage, GetContextState ----------------------------------------------------------
+    Case("usage-negative-input", observe(input_tokens=-1), INVALID, "INVALID_USAGE"),
+    Case("usage-negative-output", observe(output_tokens=-3), INVALID, "INVALID_USAGE"),
+    Case("usage-cached-above-input", observe(input_tokens=10, cached_input_tokens=11), INVALID, "INVALID_USAGE"),
+    Case("usage-unknown-session", observe(sid="s_nope", input_tokens=5), NOT_FOUND, "SESSION_NOT_FOUND"),
+    Case(
+        "state-empty-session-id",
+        lambda stub, sid: stub.GetContextState(pb.GetContextStateRequest()),
+        INVALID,
+        "SESSION_ID_REQUIRED",
+    ),
+    Case(
+        "state-unknown-session",
+        lambda stub, sid: stub.GetContextState(pb.GetContextStateRequest(session_id="s_nope")),
+        NOT_FOUND,
+        "SESSION_NOT_FOUND",
+    ),
+]
+
+
 async def new_session(stub: Stub, open_call: bool) -> tuple[str, list[pb.Message]]:
     """A session holding BASELINE (and an open call); returns its id and messages as stored."""
     created = await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=100_000)))
@@ -442,13 +698,18 @@ async def assert_intact(stub: Stub, session_id: str, stored: list[pb.Message]) -
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-async def test_bad_input_is_refused_and_changes_nothing(stub: Stub, server: RunningServer, case: Case) -> None:
+async def test_bad_input_is_refused_and_changes_nothing(
+    stub: Stub, channel: grpc.aio.Channel, server: RunningServer, case: Case
+) -> None:
     session_id, stored = await new_session(stub, case.open_call)
     before = await server.store.row_counts()
-    await expect_error(case.call(stub, session_id), case.code, case.reason, case.metadata)
+    call = case.call(channel, session_id) if isinstance(case.call, Raw) else case.call(stub, session_id)
+    await expect_error(call, case.code, case.reason, case.metadata)
     await assert_intact(stub, session_id, stored)
     if not case.prepares_rows:
         assert await server.store.row_counts() == before
+    health = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
     # The session still accepts a good append afterwards.
     follow_up = result("call_open") if case.open_call else user("still here")
     appended = await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session_id, messages=[follow_up]))
@@ -456,7 +717,7 @@ async def test_bad_input_is_refused_and_changes_nothing(stub: Stub, server: Runn
 
 
 def test_case_ids_are_unique() -> None:
-    assert len({c.id for c in CASES}) == len(CASES)
+    assert len({c.id for c in CASES}) == len(CASES) >= 120
 
 
 async def test_a_request_above_the_grpc_limit_is_refused_by_grpc(stub: Stub, server: RunningServer) -> None:

@@ -1,16 +1,25 @@
-"""Two servers (replicas) on one database: while one folds a session, the other waits for its fold
-instead of asking the summarizer to summarize the same input again."""
+"""The fold lease. Two servers (replicas) on one database: while one folds a session, the other
+answers with the current view when it still fits (and waits for that fold only above the hard
+ceiling, instead of summarizing the same input again). The lease is short and renewed while the fold
+runs, so the lease of a holder that died (kill -9) runs out within seconds."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import pytest
+from sqlalchemy import select, update
 
 from conftest import fresh_database, settings_for
-from ctxfold.server import start
+from ctxfold.server import RunningServer, start
+from ctxfold.service.maintenance import FOLD_LEASE_RENEW_SECONDS, FOLD_LEASE_SECONDS
+from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
@@ -18,43 +27,125 @@ from test_prepare import call, create, prepare, result, state, transcript, user
 from traces import tool_output
 
 
-async def test_a_second_replica_waits_for_the_first_ones_fold(backend: str, tmp_path: Path) -> None:
+@dataclass
+class Replicas:
+    fake: FakeProvider
+    running: list[RunningServer]
+    stubs: list[pb_grpc.ContextServiceStub]
+
+
+@pytest.fixture
+async def replicas(backend: str, tmp_path: Path) -> AsyncIterator[Replicas]:
     with FakeProvider() as fake:
         url = await fresh_database(backend, tmp_path)
         specs = json.dumps({"llm": {"type": "openai", "base_url": fake.base_url, "model": "m", "max_retries": 0}})
-        replicas = [await start(settings_for(url, summarizers=specs)) for _ in range(2)]
+        running = [await start(settings_for(url, summarizers=specs)) for _ in range(2)]
+        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{r.port}") for r in running]
         try:
-            async with (
-                grpc.aio.insecure_channel(f"127.0.0.1:{replicas[0].port}") as first,
-                grpc.aio.insecure_channel(f"127.0.0.1:{replicas[1].port}") as second,
-            ):
-                a, b = pb_grpc.ContextServiceStub(first), pb_grpc.ContextServiceStub(second)
-                session = await create(a, context_window=12_000, summarizer="llm")
-                await prepare(a, session.id, user("Investigate the flaky test"))
-                for i in range(12):
-                    await a.AppendMessages(
-                        pb.AppendMessagesRequest(
-                            session_id=session.id, messages=[call(f"c{i}"), result(f"c{i}", tool_output(i, 4000))]
-                        )
-                    )
-                fake.script("stall")
-                folding = asyncio.create_task(prepare(a, session.id))
-                for _ in range(400):  # the fake answers on its own thread: poll until a's request arrives
-                    if fake.requests:
-                        break
-                    await asyncio.sleep(0.05)
-                waiting = asyncio.create_task(prepare(b, session.id))
-                await asyncio.sleep(1.0)
-                assert not waiting.done()  # b waits on a's lease rather than summarizing too
-                fake.release()
-                first_outcome, second_outcome = await asyncio.wait_for(asyncio.gather(folding, waiting), 30)
-                assert first_outcome.result.action == pb.ACTION_FOLDED
-                assert second_outcome.result.action == pb.ACTION_NONE
-                assert second_outcome.result.checkpoint_id == first_outcome.result.checkpoint_id
-                assert len(fake.requests) == 1
-                telemetry = (await state(b, session.id))["telemetry"]
-                assert isinstance(telemetry, dict) and telemetry["summary_applied"] == 1
-                assert len(await transcript(b, session.id)) == 25
+            yield Replicas(fake, running, [pb_grpc.ContextServiceStub(c) for c in channels])
         finally:
-            for replica in replicas:
+            for channel in channels:
+                await channel.close()
+            for replica in running:
                 await replica.stop(grace=1.0)
+
+
+async def tool_session(stub: pb_grpc.ContextServiceStub) -> pb.Session:
+    """A session above its trigger and below its hard ceiling (large results, prunable)."""
+    session = await create(stub, context_window=12_000, summarizer="llm")
+    await prepare(stub, session.id, user("Investigate the flaky test"))
+    for i in range(12):
+        await stub.AppendMessages(
+            pb.AppendMessagesRequest(
+                session_id=session.id, messages=[call(f"c{i}"), result(f"c{i}", tool_output(i, 4000))]
+            )
+        )
+    return session
+
+
+async def fold_in_flight(fake: FakeProvider, stub: pb_grpc.ContextServiceStub, session_id: str) -> asyncio.Task[object]:
+    """Starts a Prepare whose summarizer call stalls until `fake.release()`; returns once it stalls."""
+    fake.script("stall")
+    folding: asyncio.Task[object] = asyncio.create_task(prepare(stub, session_id))
+    for _ in range(400):  # the fake answers on its own thread: poll until the request arrives
+        if fake.stalled.is_set():
+            return folding
+        await asyncio.sleep(0.05)
+    raise AssertionError("the fold never reached the summarizer")
+
+
+async def lease_of(running: RunningServer, session_id: str) -> tuple[str | None, float | None]:
+    s = schema.sessions.c
+    async with running.store.engine.connect() as conn:
+        row = (await conn.execute(select(s.fold_lease_owner, s.fold_lease_until).where(s.id == session_id))).one()
+    return row.fold_lease_owner, row.fold_lease_until
+
+
+async def test_below_the_ceiling_a_second_replica_answers_the_current_view_without_waiting(
+    replicas: Replicas,
+) -> None:
+    a, b = replicas.stubs
+    session = await tool_session(a)
+    folding = await fold_in_flight(replicas.fake, a, session.id)
+    answered = await asyncio.wait_for(prepare(b, session.id), 5)
+    assert answered.result.action != pb.ACTION_FOLDED
+    assert answered.result.estimated_tokens <= answered.result.hard_limit_tokens
+    assert not folding.done()  # a still folds; b neither waited for it nor summarized too
+    replicas.fake.release()
+    first = await asyncio.wait_for(folding, 30)
+    assert first.result.action == pb.ACTION_FOLDED  # type: ignore[attr-defined]
+    again = await prepare(b, session.id)
+    assert again.result.checkpoint_id == first.result.checkpoint_id  # type: ignore[attr-defined]
+    assert len(replicas.fake.requests) == 1
+    telemetry = (await state(b, session.id))["telemetry"]
+    assert isinstance(telemetry, dict) and telemetry["summary_applied"] == 1
+    assert len(await transcript(b, session.id)) == 25
+
+
+async def test_above_the_ceiling_a_second_replica_waits_for_the_first_ones_fold(replicas: Replicas) -> None:
+    a, b = replicas.stubs
+    session = await create(a, context_window=12_000, summarizer="llm")
+    # Plain text (nothing to prune), appended without Prepare: the view is above the hard ceiling.
+    for i in range(16):
+        await a.AppendMessages(
+            pb.AppendMessagesRequest(session_id=session.id, messages=[user(f"note {i}: " + tool_output(i, 3600))])
+        )
+    folding = await fold_in_flight(replicas.fake, a, session.id)
+    waiting = asyncio.create_task(prepare(b, session.id))
+    await asyncio.sleep(1.0)
+    assert not waiting.done()  # b waits on a's lease rather than summarizing too
+    replicas.fake.release()
+    first, second = await asyncio.wait_for(asyncio.gather(folding, waiting), 30)
+    assert first.result.action == pb.ACTION_FOLDED  # type: ignore[attr-defined]
+    assert second.result.checkpoint_id == first.result.checkpoint_id
+    assert len(replicas.fake.requests) == 1
+
+
+async def test_the_lease_is_short_and_renewed_while_the_fold_runs(replicas: Replicas) -> None:
+    a = replicas.stubs[0]
+    session = await tool_session(a)
+    folding = await fold_in_flight(replicas.fake, a, session.id)
+    owner, until = await lease_of(replicas.running[0], session.id)
+    assert owner and until is not None and until <= time.time() + FOLD_LEASE_SECONDS
+    await asyncio.sleep(FOLD_LEASE_RENEW_SECONDS + 1.0)
+    renewed_owner, renewed_until = await lease_of(replicas.running[0], session.id)
+    assert renewed_owner == owner and renewed_until is not None and renewed_until > until
+    replicas.fake.release()
+    await asyncio.wait_for(folding, 30)
+    assert await lease_of(replicas.running[0], session.id) == (None, None)
+
+
+async def test_a_dead_holders_lease_does_not_stall_a_prepare_that_fits(replicas: Replicas) -> None:
+    """What a kill -9 mid-fold leaves behind (a lease nobody renews): the next Prepare answers now."""
+    a = replicas.stubs[0]
+    session = await tool_session(a)
+    s = schema.sessions.c
+    async with replicas.running[0].store.engine.begin() as conn:
+        await conn.execute(
+            update(schema.sessions)
+            .where(s.id == session.id)
+            .values(fold_lease_owner="dead-replica", fold_lease_until=time.time() + 300)
+        )
+    answered = await asyncio.wait_for(prepare(a, session.id), 5)
+    assert answered.result.estimated_tokens <= answered.result.hard_limit_tokens
+    assert replicas.fake.requests == []

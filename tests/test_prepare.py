@@ -271,18 +271,20 @@ async def test_compact_folds_below_the_trigger_without_pruning(stub: pb_grpc.Con
     assert session_after.checkpoint_id == outcome.result.checkpoint_id
 
 
-async def test_window_too_small_for_fixed_costs_fails_and_changes_nothing(stub: pb_grpc.ContextServiceStub) -> None:
+async def test_window_too_small_for_fixed_costs_is_refused_at_creation(stub: pb_grpc.ContextServiceStub) -> None:
+    """Tools (or a system prompt) that leave no room for a view are a bad config, said at CreateSession,
+    not at the first Prepare."""
     tools = json.dumps(
         [{"type": "function", "function": {"name": f"tool_{i}", "description": "x " * 200}} for i in range(20)]
     )
-    session = await create(stub, context_window=2_000, tools_json=tools)
+    listed = await stub.ListSessions(pb.ListSessionsRequest(page_size=1000))
     await expect_error(
-        prepare(stub, session.id, user("hello")),
-        grpc.StatusCode.FAILED_PRECONDITION,
-        "CONTEXT_BUDGET_UNSATISFIED",
+        create(stub, context_window=2_000, tools_json=tools),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_CONFIG",
+        {"field": "tools_json"},
     )
-    assert await transcript(stub, session.id) == []
-    assert (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session.head_seq == 0
+    assert await stub.ListSessions(pb.ListSessionsRequest(page_size=1000)) == listed
 
 
 async def overwrite_state(running: RunningServer, session_id: str, state_json: str) -> None:

@@ -22,6 +22,7 @@ from ctxfold.engine.estimator import PER_MESSAGE_TOKENS, count_text
 from ctxfold.server import RunningServer, start
 from ctxfold.service.maintenance import Hooks
 from ctxfold.store import schema
+from ctxfold.summarizers.base import MAX_BYTES_PER_TOKEN
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import SECTIONS, FakeProvider, Recorded
@@ -34,6 +35,7 @@ KEY = "sk-fake-openai-0123456789"
 ANTHROPIC_KEY_ENV = "CTXFOLD_TEST_FAKE_ANTHROPIC_KEY"
 ANTHROPIC_KEY = "sk-ant-fake-9876543210"
 CLIENT_TIMEOUT = 2.0  # seconds; the fake's "timeout" answers after 3 × that
+DEADLINE = 1.5  # seconds: the whole of one "fake_deadline" call
 
 SYSTEM = "You are a careful coding agent working in /srv/app. Run the tests before claiming success."
 OPENAI_TOOLS = json.dumps(
@@ -97,6 +99,13 @@ def summarizer_specs(fake: FakeProvider) -> dict[str, dict[str, Any]]:
             **common,
         },
         "fake_plain": {"type": "openai", "base_url": fake.base_url, "api_key_env": KEY_ENV, "stream": False, **common},
+        "fake_deadline": {
+            "type": "openai",
+            "base_url": fake.base_url,
+            "api_key_env": KEY_ENV,
+            "deadline_seconds": DEADLINE,
+            **common,
+        },
         "fake_anthropic": {
             "type": "anthropic",
             "base_url": fake.anthropic_base_url,
@@ -401,7 +410,12 @@ FAILURES = {
     "truncated": "truncated",
     "empty": "empty",
     "not_smaller": "not smaller",
+    "huge": "reading stopped",  # read only up to what summary_max_tokens allows
+    "trickle": "deadline",  # keep-alives every 0.5 s never trip the read timeout; the call's deadline ends it
+    "not_json": "not a chat completion",
 }
+# The summarizer each failure is played to ("fake" unless named here).
+SUMMARIZER_FOR = {"trickle": "fake_deadline", "not_json": "fake_plain"}
 
 
 @pytest.mark.parametrize("behaviour", sorted(FAILURES))
@@ -411,7 +425,13 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
     stub, fake = env.stub, env.fake
     # A low trigger leaves room below the hard ceiling; a large summary_max_tokens lets a
     # not-smaller "summary" fail as not smaller rather than as too long.
-    session = await create(stub, context_window=10000, compact_ratio=0.5, summarizer="fake", summary_max_tokens=4700)
+    session = await create(
+        stub,
+        context_window=10000,
+        compact_ratio=0.5,
+        summarizer=SUMMARIZER_FOR.get(behaviour, "fake"),
+        summary_max_tokens=4700,
+    )
     fake.script(behaviour)
     _, result = await prepare(stub, session.id, [user("Make every case pass.")])
     for index in range(1, 60):
@@ -427,6 +447,7 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
     assert not summaries(result.messages)
     failed = stages(progress, pb.FOLD_STAGE_PASS_FAILED)
     assert len(failed) == 1 and FAILURES[behaviour] in failed[0].message, failed
+    assert len(deltas(progress).encode()) <= 4700 * MAX_BYTES_PER_TOKEN  # streamed at most the output bound
     assert not stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)
     receipt = await last_receipt(stub, session.id)
     assert (receipt["status"], receipt["action"]) == ("failed", "summary")
@@ -450,14 +471,14 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
 
 
 @pytest.mark.parametrize("behaviour", sorted(FAILURES))
-async def test_failed_summary_above_the_hard_ceiling_is_budget_unsatisfied(env: Env, behaviour: str) -> None:
+async def test_failed_summary_above_the_hard_ceiling_is_summarizer_failed(env: Env, behaviour: str) -> None:
     stub, fake = env.stub, env.fake
     session = await create(
         stub,
         context_window=10000,
         compact_ratio=0.5,
         max_output_tokens=500,
-        summarizer="fake",
+        summarizer=SUMMARIZER_FOR.get(behaviour, "fake"),
         summary_max_tokens=4000,
     )
     # Appended without Prepare: the view is now larger than the whole window.
@@ -465,7 +486,11 @@ async def test_failed_summary_above_the_hard_ceiling_is_budget_unsatisfied(env: 
     for index in range(1, 13):
         await append(stub, session.id, tool_turn(index, 900))
     fake.script(behaviour)
-    await expect_error(prepare(stub, session.id), grpc.StatusCode.FAILED_PRECONDITION, "CONTEXT_BUDGET_UNSATISFIED")
+    info = await expect_error(prepare(stub, session.id), grpc.StatusCode.FAILED_PRECONDITION, "SUMMARIZER_FAILED")
+    # Above the ceiling a not-smaller answer is also longer than summary_max_tokens, and is said so.
+    expected = "more than summary_max_tokens" if behaviour == "not_smaller" else FAILURES[behaviour]
+    assert expected in info.metadata["summarizer_error"]
+    assert int(info.metadata["estimated_tokens"]) > int(info.metadata["hard_limit_tokens"])
     assert len(fake.requests) == 1
     assert await session_checkpoint(stub, session.id) == ""
 
@@ -475,6 +500,40 @@ async def test_failed_summary_above_the_hard_ceiling_is_budget_unsatisfied(env: 
     assert result.action == pb.ACTION_FOLDED
     assert result.estimated_tokens <= result.hard_limit_tokens
     assert len(stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)) == 1
+
+
+async def test_a_failed_prepare_keeps_its_append_names_its_seqs_and_a_retry_with_the_request_id_adds_nothing(
+    env: Env,
+) -> None:
+    """The rule for a Prepare that fails after appending: the appended messages are canonical, the
+    error's metadata names their seqs, and a retry with the same request_id appends nothing again."""
+    stub, fake = env.stub, env.fake
+    session = await create(
+        stub, context_window=10000, compact_ratio=0.5, max_output_tokens=500, summarizer="fake", summary_max_tokens=4000
+    )
+    await append(stub, session.id, [user("Make every case pass.")])
+    for index in range(1, 11):
+        await append(stub, session.id, tool_turn(index, 900))
+    head = (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session.head_seq
+    more = [m for index in range(11, 15) for m in tool_turn(index, 900)]
+    fake.kill("error500")
+    try:
+        for _attempt in range(2):
+            info = await expect_error(
+                collect(stub.Prepare(pb.PrepareRequest(session_id=session.id, append=more, request_id="turn-11"))),
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "SUMMARIZER_FAILED",
+                {
+                    "appended_first_seq": str(head + 1),
+                    "appended_last_seq": str(head + len(more)),
+                    "appended_count": str(len(more)),
+                },
+            )
+            assert "500" in info.metadata["summarizer_error"]
+            listed = await stub.ListMessages(pb.ListMessagesRequest(session_id=session.id, page_size=1000))
+            assert len(listed.messages) == head + len(more)  # the retry appended nothing
+    finally:
+        fake.revive()
 
 
 # ---- 3. passes -----------------------------------------------------------------------------------

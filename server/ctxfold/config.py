@@ -35,7 +35,15 @@ class Settings:
     max_send_message_bytes: int = field(default=64 << 20, metadata={"help": "largest gRPC response sent"})
     max_message_bytes: int = field(default=4 << 20, metadata={"help": "largest non-tool message (content+reasoning)"})
     max_tool_result_bytes: int = field(default=32 << 20, metadata={"help": "largest raw tool result"})
-    max_concurrent_rpcs: int = field(default=256, metadata={"help": "RPCs served at once; more are refused"})
+    max_concurrent_rpcs: int = field(
+        default=256, metadata={"help": "ContextService RPCs served at once (health not counted); more are refused"}
+    )
+    max_concurrent_rpcs_per_tenant: int = field(
+        default=64, metadata={"help": "RPCs one tenant may have in progress at once; more are refused"}
+    )
+    max_waiting_per_session: int = field(
+        default=16, metadata={"help": "Prepare/Compact calls that may wait for one session's maintenance"}
+    )
     grace_seconds: float = field(default=30.0, metadata={"help": "time in-flight RPCs get to finish on shutdown"})
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING or ERROR"})
     summarizers: str = field(

@@ -14,8 +14,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
+from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator, load_tokens
-from ctxfold.api.servicer import ContextServicer
+from ctxfold.api.servicer import ContextServicer, add_to_server
 from ctxfold.config import ConfigError, Settings
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.lineage import Lineage
@@ -27,7 +28,6 @@ from ctxfold.store.database import create_engine, migrate
 from ctxfold.store.repository import Store
 from ctxfold.summarizers.registry import build_summarizers
 from ctxfold.v1 import context_service_pb2 as pb
-from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 log = logging.getLogger("ctxfold")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
@@ -105,14 +105,23 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     )
     summarizers = build_summarizers(settings.summarizers)
     sessions = Sessions(store, frozenset(summarizers))
-    transcript = Transcript(store, limits)
+    transcript = Transcript(store, limits, settings.max_send_message_bytes)
     servicer = ContextServicer(
         auth=Authenticator(tokens),
         sessions=sessions,
         transcript=transcript,
         tool_results=ToolResults(store),
         lineage=Lineage(store, sessions),
-        maintenance=Maintenance(store, transcript, summarizers, SessionConfigs(store), hooks=hooks),
+        maintenance=Maintenance(
+            store,
+            transcript,
+            summarizers,
+            SessionConfigs(store),
+            hooks=hooks,
+            max_waiting_per_session=settings.max_waiting_per_session,
+            max_response_bytes=settings.max_send_message_bytes,
+        ),
+        admission=Admission(settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant),
     )
     server = grpc.aio.server(
         # A span per RPC; a W3C traceparent in the client's metadata continues the agent's trace.
@@ -122,9 +131,10 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             ("grpc.max_send_message_length", settings.max_send_message_bytes),
             ("grpc.so_reuseport", 0),
         ],
-        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+        # No maximum_concurrent_rpcs: gRPC would count health checks too. ContextService calls are
+        # admitted per server and per tenant by `Admission`; health always answers.
     )
-    pb_grpc.add_ContextServiceServicer_to_server(servicer, server)
+    add_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Mapping
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -45,12 +47,21 @@ def status_for(error: DomainError) -> grpc.Status:
     code = _CODES[error.kind]
     metadata = {key: _clip(value, MAX_METADATA_VALUE_BYTES) for key, value in error.metadata.items()}
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=metadata)
-    detail = any_pb2.Any()
-    detail.Pack(info)
+    details = [_packed(info)]
+    if error.retry_after_seconds > 0:
+        delay = duration_pb2.Duration()
+        delay.FromTimedelta(datetime.timedelta(seconds=error.retry_after_seconds))
+        details.append(_packed(error_details_pb2.RetryInfo(retry_delay=delay)))
     message = _clip(error.message, MAX_MESSAGE_BYTES)
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=[detail])
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=details)
     converted: grpc.Status = rpc_status.to_status(status)
     return converted
+
+
+def _packed(message: Message) -> any_pb2.Any:
+    detail = any_pb2.Any()
+    detail.Pack(message)
+    return detail
 
 
 def internal_error(exc: BaseException) -> DomainError:

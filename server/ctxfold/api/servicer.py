@@ -9,13 +9,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError, Message
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from ctxfold import cpu
 from ctxfold.api import convert
+from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.validate import check_request
-from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.errors import DomainError, Kind, invalid
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Maintenance
 from ctxfold.service.sessions import Sessions, session_info
@@ -23,7 +26,6 @@ from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
 from ctxfold.store.repository import Usage
 from ctxfold.v1 import context_service_pb2 as pb
-from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +42,48 @@ def _as_domain_error(exc: Exception) -> DomainError:
     return internal_error(exc)
 
 
+SERVICE = pb.DESCRIPTOR.services_by_name["ContextService"]
+_REQUEST_TYPES: dict[str, type[Message]] = {m.name: getattr(pb, m.input_type.name) for m in SERVICE.methods}
+
+
+async def _decode(method_name: str, raw: bytes) -> Any:
+    """The request of `method_name` decoded from its wire bytes (large ones off the event loop)."""
+    request_type = _REQUEST_TYPES[method_name]
+    try:
+        return await cpu.run(len(raw), request_type.FromString, raw)
+    except DecodeError as exc:
+        raise invalid(
+            "INVALID_REQUEST",
+            f"the {request_type.DESCRIPTOR.name} could not be decoded (truncated or invalid UTF-8): {exc}",
+        ) from None
+
+
+def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
+    """Registers the servicer with requests handed over as bytes: its handlers decode them, so an
+    undecodable request answers INVALID_ARGUMENT (INVALID_REQUEST) instead of gRPC's reasonless UNKNOWN."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in SERVICE.methods:
+        make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
+        handlers[method.name] = make(
+            getattr(servicer, method.name), response_serializer=getattr(pb, method.output_type.name).SerializeToString
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
+
+
 def unary(
     method: Callable[[Any, Request, Context, str], Awaitable[Response]],
-) -> Callable[[Any, Request, Context], Awaitable[Response]]:
-    """Authenticates the caller and turns every failure into a status with an ErrorInfo."""
+) -> Callable[[Any, bytes, Context], Awaitable[Response]]:
+    """Decodes the request, authenticates the caller and turns every failure into a status with an
+    ErrorInfo."""
 
     @functools.wraps(method)
-    async def handler(self: ContextServicer, request: Request, context: Context) -> Response:
+    async def handler(self: ContextServicer, raw: bytes, context: Context) -> Response:
         try:
             tenant = self.auth.tenant(context)
-            check_request(request)  # type: ignore[arg-type]
-            return await method(self, request, context, tenant)
+            request = await _decode(method.__name__, raw)
+            check_request(request)
+            with self.admission.admit(tenant):
+                return await method(self, request, context, tenant)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
@@ -63,16 +96,18 @@ def unary(
 
 def server_stream(
     method: Callable[[Any, Request, str], AsyncIterator[Response]],
-) -> Callable[[Any, Request, Context], AsyncIterator[Response]]:
+) -> Callable[[Any, bytes, Context], AsyncIterator[Response]]:
     """`unary` for server-streaming RPCs: errors end the stream with a status and an ErrorInfo."""
 
     @functools.wraps(method)
-    async def handler(self: ContextServicer, request: Request, context: Context) -> AsyncIterator[Response]:
+    async def handler(self: ContextServicer, raw: bytes, context: Context) -> AsyncIterator[Response]:
         try:
             tenant = self.auth.tenant(context)
-            check_request(request)  # type: ignore[arg-type]
-            async for response in method(self, request, tenant):
-                yield response
+            request = await _decode(method.__name__, raw)
+            check_request(request)
+            with self.admission.admit(tenant):
+                async for response in method(self, request, tenant):
+                    yield response
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
@@ -82,7 +117,9 @@ def server_stream(
     return handler
 
 
-class ContextServicer(pb_grpc.ContextServiceServicer):
+class ContextServicer:
+    """The handlers of ContextService, registered by `add_to_server` (every RPC of the service needs one)."""
+
     def __init__(
         self,
         auth: Authenticator,
@@ -91,8 +128,10 @@ class ContextServicer(pb_grpc.ContextServiceServicer):
         tool_results: ToolResults,
         lineage: Lineage,
         maintenance: Maintenance,
+        admission: Admission,
     ):
         self.auth = auth
+        self.admission = admission
         self.sessions = sessions
         self.transcript = transcript
         self.tool_results = tool_results

@@ -22,12 +22,20 @@ class Kind(enum.Enum):
 class DomainError(Exception):
     """An error a caller can act on: `message` is for people, `reason` and `metadata` for programs."""
 
-    def __init__(self, kind: Kind, reason: str, message: str, metadata: Mapping[str, object] | None = None):
+    def __init__(
+        self,
+        kind: Kind,
+        reason: str,
+        message: str,
+        metadata: Mapping[str, object] | None = None,
+        retry_after_seconds: float = 0.0,
+    ):
         super().__init__(message)
         self.kind = kind
         self.reason = reason
         self.message = message
         self.metadata = {k: str(v) for k, v in (metadata or {}).items()}
+        self.retry_after_seconds = retry_after_seconds  # > 0: sent as a google.rpc.RetryInfo delay
 
 
 def invalid(reason: str, message: str, **metadata: object) -> DomainError:
@@ -46,6 +54,18 @@ def too_large(reason: str, message: str, **metadata: object) -> DomainError:
     return DomainError(Kind.RESOURCE_EXHAUSTED, reason, message, metadata)
 
 
+def busy(message: str, retry_after_seconds: float, **metadata: object) -> DomainError:
+    """Too many calls at once (on a session, a tenant or the server): refused now, retry after a delay."""
+    return DomainError(Kind.RESOURCE_EXHAUSTED, "SESSION_BUSY", message, metadata, retry_after_seconds)
+
+
 def session_not_found(session_id: str) -> DomainError:
     # Identical for a missing session and another tenant's session: nothing leaks across tenants.
     return not_found("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)
+
+
+def with_context(error: DomainError, note: str, **metadata: object) -> DomainError:
+    """The same error, its message followed by `note` and its metadata extended."""
+    return DomainError(
+        error.kind, error.reason, f"{error.message}; {note}", {**error.metadata, **metadata}, error.retry_after_seconds
+    )

@@ -77,16 +77,36 @@ class Projection:
         return self.messages[-1].seq if self.messages else (self.checkpoint.position_seq if self.checkpoint else 0)
 
 
-def budget_error(projection: Projection, tokens: int) -> DomainError:
+def budget_error(projection: Projection, tokens: int, fold_failure: str = "") -> DomainError:
+    """The view does not fit. When a fold of this call failed, that failure is the cause the caller
+    can act on (SUMMARIZER_FAILED, with its reason in `summarizer_error`)."""
     config = projection.config
-    return DomainError(
-        Kind.FAILED_PRECONDITION,
-        "CONTEXT_BUDGET_UNSATISFIED",
+    fits = (
         f"the view needs {tokens} tokens but at most {config.hard_limit_tokens} fit "
         f"(context_window {config.context_window} − max_output_tokens {config.max_output_tokens} − "
-        f"{SAFETY_MARGIN_TOKENS})",
-        {"estimated_tokens": tokens, "hard_limit_tokens": config.hard_limit_tokens},
+        f"{SAFETY_MARGIN_TOKENS})"
     )
+    metadata: dict[str, object] = {"estimated_tokens": tokens, "hard_limit_tokens": config.hard_limit_tokens}
+    if fold_failure:
+        return DomainError(
+            Kind.FAILED_PRECONDITION,
+            "SUMMARIZER_FAILED",
+            f"{fold_failure}; without a summary {fits}",
+            {**metadata, "summarizer": config.summarizer, "summarizer_error": fold_failure},
+        )
+    return DomainError(Kind.FAILED_PRECONDITION, "CONTEXT_BUDGET_UNSATISFIED", fits, metadata)
+
+
+def check_config_fits(config: SessionConfig, system_tokens: int, tools_tokens: int) -> None:
+    """At CreateSession and Fork: a config whose system prompt and tools alone leave no room for a view
+    is refused as INVALID_CONFIG, naming the field that is too large."""
+    try:
+        check_fixed_costs(config, system_tokens, tools_tokens)
+    except DomainError as error:
+        field_name = "system_prompt" if system_tokens >= tools_tokens else "tools_json"
+        raise DomainError(
+            Kind.INVALID_ARGUMENT, "INVALID_CONFIG", f"config.{field_name}: {error.message}", {"field": field_name}
+        ) from None
 
 
 def check_fixed_costs(config: SessionConfig, system_tokens: int, tools_tokens: int) -> None:

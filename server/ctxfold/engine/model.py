@@ -109,13 +109,31 @@ class ConfigInput:
 MIN_TOOL_CONTENT_BYTES = 4096
 MAX_TOOL_CONTENT_BYTES = 1 << 20
 MAX_CONTEXT_WINDOW = 100_000_000
+# The smallest window with room for a view, a summary and the safety margin at the default ratio.
+MIN_CONTEXT_WINDOW = 1000
 MAX_SYSTEM_PROMPT_BYTES = 1 << 20
+# Tool schemas nest a few levels; anything deeper than this is refused.
+MAX_JSON_DEPTH = 64
 MAX_TOOLS_JSON_BYTES = 1 << 20
 MAX_NAME_CHARS = 128
 
 
 def _default_summary_max(window: int) -> int:
     return max(256, min(8192, window // 8))
+
+
+def json_depth(value: object) -> int:
+    """How deeply a parsed JSON value nests (a scalar is 0), without recursion."""
+    deepest = 0
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, depth + 1)
+            pending.extend((child, depth + 1) for child in item)
+    return deepest
 
 
 def resolve_config(given: ConfigInput, summarizers: frozenset[str]) -> SessionConfig:
@@ -129,6 +147,9 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str]) -> SessionCo
         raise bad("context_window", "is required and must be > 0")
     if window > MAX_CONTEXT_WINDOW:
         raise bad("context_window", f"must be at most {MAX_CONTEXT_WINDOW}")
+    if window < MIN_CONTEXT_WINDOW:
+        # Said here, not as a max_output_tokens or summary_max_tokens error further down.
+        raise bad("context_window", f"must be at least {MIN_CONTEXT_WINDOW} tokens, got {window}")
     ratio = given.compact_ratio or 0.80
     if not 0.30 <= ratio <= 0.95:
         raise bad("compact_ratio", f"must be within [0.30, 0.95], got {ratio}")
@@ -170,8 +191,13 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str]) -> SessionCo
             tools = json.loads(given.tools_json)
         except ValueError as exc:
             raise bad("tools_json", f"is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise bad("tools_json", f"nests deeper than {MAX_JSON_DEPTH} levels") from None
         if not isinstance(tools, list):
             raise bad("tools_json", "must be a JSON array of tool schemas")
+        if json_depth(tools) > MAX_JSON_DEPTH:
+            # Providers' SDKs walk the schemas recursively: a deep one would fail every fold.
+            raise bad("tools_json", f"nests deeper than {MAX_JSON_DEPTH} levels")
     summarizer = given.summarizer or "extractive"
     if summarizer not in summarizers:
         raise bad("summarizer", f"unknown summarizer {summarizer!r}; configured: {', '.join(sorted(summarizers))}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import ConfigInput, config_from_json, config_to_json, override_config
 from ctxfold.engine.state import ContextState, carried_over, fingerprint, load_state
-from ctxfold.service.sessions import SessionInfo, Sessions, config_tokens, session_info
+from ctxfold.service.sessions import SessionInfo, Sessions, fitting_config_tokens, session_info
 from ctxfold.store.repository import SessionRecord, StaleSession, Store, new_id
 
 REWIND_ATTEMPTS = 10
@@ -26,7 +26,7 @@ class Lineage:
             at_seq or source.head_seq,
             new_session_id,
             config_to_json(config),
-            config_tokens(config),
+            await fitting_config_tokens(config),
         )
         # The fork's first view equals the source's at the fork point: same checkpoint, same pruning.
         source_state, _ = await self._state(source)

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from ctxfold.engine import estimator
 from ctxfold.engine.cache import cache_state, cache_ttl_seconds
-from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.errors import DomainError, Kind, busy, with_context
 from ctxfold.engine.maintenance import (
     FoldPass,
     FoldPlan,
@@ -58,8 +58,10 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 8
 # Calibration moves this far toward each accepted observation.
 CALIBRATION_SMOOTHING = 0.3
-# A fold holds the session's lease this long per pass; a crashed replica's lease runs out by itself.
-FOLD_LEASE_SECONDS = 300.0
+# A fold holds the session's lease for this long at a time and renews it while it runs, so the lease
+# of a crashed holder runs out within seconds, however long its summarizer call would have taken.
+FOLD_LEASE_SECONDS = 10.0
+FOLD_LEASE_RENEW_SECONDS = FOLD_LEASE_SECONDS / 4
 FOLD_LEASE_POLL_SECONDS = 0.25
 
 
@@ -135,6 +137,7 @@ class _Run:
     first_view: list[ViewMessage]
     first_tokens: int
     action: Action = Action.NONE
+    fold_failure: str = ""  # why the last fold pass of this round failed
 
 
 def _summary_hash(text: str) -> str:
@@ -159,19 +162,83 @@ def _common_prefix(a: Sequence[ViewMessage], b: Sequence[ViewMessage]) -> int:
     return count
 
 
+def _appended_anyway(error: DomainError, appended: Sequence[StoredMessage], request_id: str) -> DomainError:
+    """The rule for a Prepare that fails after its append: the appended messages are canonical (the
+    append committed first) and the error names their seqs. Retrying with the same request_id
+    appends nothing again; without one, a retry appends them a second time."""
+    if not appended:
+        return error
+    first, last = appended[0].seq, appended[-1].seq
+    retry = "retry with the same request_id" if request_id else "do not append them again"
+    return with_context(
+        error,
+        f"the {len(appended)} appended messages (seqs {first}–{last}) were kept: {retry}",
+        appended_first_seq=first,
+        appended_last_seq=last,
+        appended_count=len(appended),
+    )
+
+
+# Room in a response for everything but the view's text: ids, framing, the other fields.
+RESPONSE_FRAMING_BYTES = 1 << 20
+
+
+def _check_response_size(messages: Sequence[ViewMessage], max_response_bytes: int) -> None:
+    """RESPONSE_TOO_LARGE, before anything is sent, when the view's text cannot fit one response."""
+    texts = [
+        text
+        for m in messages
+        for text in (
+            m.content,
+            *((m.source.reasoning_content, *(c.arguments for c in m.source.tool_calls)) if m.source else ()),
+        )
+    ]
+    room = max_response_bytes - RESPONSE_FRAMING_BYTES
+    # Characters are counted first: at most 4 bytes each, so only a view near the bound is encoded.
+    if sum(map(len, texts)) * 4 <= room:
+        return
+    size = sum(len(text.encode()) for text in texts)
+    if size > room:
+        raise DomainError(
+            Kind.RESOURCE_EXHAUSTED,
+            "RESPONSE_TOO_LARGE",
+            f"the view holds {size} bytes of text but one response carries at most {room}: lower the session's "
+            "context_window, or send known_view_version to receive only the new messages",
+            {"view_bytes": size, "max_response_bytes": room},
+        )
+
+
 class FoldedElsewhere(Exception):
     """Another server held the session's fold lease; what it installed must be looked at afresh."""
 
 
-class KeyedLock:
-    """One asyncio lock per key, dropped when nobody holds or waits for it."""
+class Lease(enum.Enum):
+    TAKEN = "taken"
+    WAITED = "waited"  # another holder's lease ended (released or run out) while we waited
+    HELD_ELSEWHERE = "held_elsewhere"  # another holder folds; we did not wait
 
-    def __init__(self) -> None:
+
+class KeyedLock:
+    """One asyncio lock per key, dropped when nobody holds or waits for it. At most `max_waiting` calls
+    wait for one key: more are refused at once (SESSION_BUSY), so a busy session's queue stays short
+    and a client learns to back off instead of piling up calls."""
+
+    def __init__(self, max_waiting: int, retry_after_seconds: float = 1.0) -> None:
+        self.max_waiting = max_waiting
+        self.retry_after_seconds = retry_after_seconds
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     @contextlib.asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
         lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        if users > self.max_waiting:  # one holder and max_waiting waiters already
+            raise busy(
+                f"{users - 1} calls already wait to maintain session {key!r} (at most {self.max_waiting}); retry later",
+                self.retry_after_seconds,
+                scope="session",
+                session_id=key,
+                limit=self.max_waiting,
+            )
         self._locks[key] = (lock, users + 1)
         try:
             async with lock:
@@ -193,6 +260,8 @@ class Maintenance:
         configs: SessionConfigs,
         clock: Callable[[], float] = time.time,
         hooks: Hooks | None = None,
+        max_waiting_per_session: int = 16,
+        max_response_bytes: int = 64 << 20,
     ):
         self.store = store
         self.transcript = transcript
@@ -202,7 +271,8 @@ class Maintenance:
         self.hooks = hooks or Hooks()
         # Concurrent calls on one session in this process take turns, so they do not summarize the
         # same input twice; across replicas the compare-and-swap alone keeps installs consistent.
-        self._sessions = KeyedLock()
+        self._sessions = KeyedLock(max_waiting_per_session)
+        self.max_response_bytes = max_response_bytes
 
     # ---- streaming shell ------------------------------------------------------------------------
 
@@ -243,8 +313,11 @@ class Maintenance:
             appended: list[StoredMessage] = []
             if append:
                 appended, _ = await self.transcript.append(tenant, session_id, append, request_id, config)
-            result = await self._maintain(tenant, session_id, Mode.PREPARE, emit, overflow=overflow)
-            return await self._answer(result, known_view_version, appended, Mode.PREPARE, started)
+            try:
+                result = await self._maintain(tenant, session_id, Mode.PREPARE, emit, overflow=overflow)
+                return await self._answer(result, known_view_version, appended, Mode.PREPARE, started)
+            except DomainError as error:
+                raise _appended_anyway(error, appended, request_id) from None
 
         return self._stream(work)
 
@@ -352,13 +425,14 @@ class Maintenance:
             if tokens > run.config.hard_limit_tokens:
                 # Keep the receipts (e.g. the failed summary); the view and checkpoints stay as they were.
                 await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
-                raise budget_error(run.projection, tokens)
+                raise budget_error(run.projection, tokens, run.fold_failure)
             return run
         raise DomainError(
             Kind.ABORTED,
             "CONCURRENT_MODIFICATION",
             f"session {session_id!r} kept changing during maintenance; retry",
             {"session_id": session_id},
+            retry_after_seconds=1.0,
         )
 
     async def _steps(self, run: _Run, mode: Mode, emit: Emit, overflow: bool, focus: str) -> None:
@@ -376,7 +450,7 @@ class Maintenance:
                 return
             if run.projection.tokens() < run.config.trigger_tokens and not overflow:
                 return
-        await self._fold(run, emit, focus, one_pass=overflow)
+        await self._fold(run, mode, emit, focus, one_pass=overflow)
 
     async def _pruned(self, run: _Run, emit: Emit) -> None:
         projection = run.projection
@@ -412,7 +486,7 @@ class Maintenance:
             )
         )
 
-    async def _fold(self, run: _Run, emit: Emit, focus: str, one_pass: bool) -> None:
+    async def _fold(self, run: _Run, mode: Mode, emit: Emit, focus: str, one_pass: bool) -> None:
         summarizer = self.summarizers.get(run.config.summarizer)
         if summarizer is None:
             raise DomainError(
@@ -427,31 +501,54 @@ class Maintenance:
             await self._record(run, "noop", "summary", before, before, "nothing to fold")
             return
         owner = uuid.uuid4().hex
-        if not await self._take_lease(run, owner):
+        # Only a view above the hard ceiling (or a Compact, which asks for a fold) waits for another
+        # holder's fold: any other Prepare answers with the current view, which still fits.
+        must_fold = mode is Mode.COMPACT or before > run.config.hard_limit_tokens
+        lease = await self._take_lease(run, owner, wait=must_fold)
+        if lease is Lease.WAITED:
             raise FoldedElsewhere(run.session.id)
+        if lease is Lease.HELD_ELSEWHERE:
+            await self._record(run, "blocked", "summary", before, before, "another call is folding this session")
+            return
+        heartbeat = asyncio.create_task(self._renew_lease(run.session, owner))
         try:
-            await self._fold_leased(run, summarizer, plan, owner, emit, focus, one_pass)
+            await self._fold_leased(run, summarizer, plan, emit, focus, one_pass)
         finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
             # Shielded: a cancelled call still hands the lease back (else it would run out by itself).
             await asyncio.shield(self.store.release_fold_lease(run.session, owner))
 
-    async def _take_lease(self, run: _Run, owner: str) -> bool:
-        """Takes the fold lease; when another replica holds it, waits until it is released or runs out
-        and answers False (that replica's fold has probably changed the session)."""
+    async def _renew_lease(self, session: SessionRecord, owner: str) -> None:
+        """Renews the fold lease while the fold runs; a failed renewal is retried at the next beat (the
+        lease outlives a few missed beats)."""
+        while True:
+            await asyncio.sleep(FOLD_LEASE_RENEW_SECONDS)
+            try:
+                await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
+            except Exception as exc:  # the fold goes on; the next beat tries again
+                log.warning("renewing the fold lease of session %s failed: %s", session.id, exc)
+
+    async def _take_lease(self, run: _Run, owner: str, wait: bool) -> Lease:
+        """Takes the fold lease; when another holder has it, either answers HELD_ELSEWHERE at once or
+        (with `wait`) waits until it is released or runs out and answers WAITED (that holder's fold has
+        probably changed the session)."""
         until = await self.store.take_fold_lease(run.session, owner, FOLD_LEASE_SECONDS)
         if not until:
-            return True
+            return Lease.TAKEN
+        if not wait:
+            return Lease.HELD_ELSEWHERE
         while until and until > time.time():
             await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - time.time()))
             until = await self.store.fold_lease_until(run.session)
-        return False
+        return Lease.WAITED
 
     async def _fold_leased(
         self,
         run: _Run,
         summarizer: Summarizer,
         plan: FoldPlan,
-        owner: str,
         emit: Emit,
         focus: str,
         one_pass: bool,
@@ -488,7 +585,6 @@ class Maintenance:
                     break
                 fold = plan_pass(run.projection, summarizer.input_window_tokens).first
                 passes = max(passes, index + 1)
-                await self.store.take_fold_lease(run.session, owner, FOLD_LEASE_SECONDS)  # extend per pass
             span.set_attributes({"ctxfold.fold.passes": index, "ctxfold.tokens.after": run.projection.tokens()})
 
     async def _fold_pass(
@@ -553,6 +649,7 @@ class Maintenance:
             span.set_status(StatusCode.ERROR, failure)
             await emit(Progress(Stage.PASS_FAILED, failure, pass_index=index, passes_planned=passes))
             run.state = replace(run.state, failed_fold_tokens=before)
+            run.fold_failure = failure
             await self._record(run, "failed", "summary", before, before, failure)
             return False
         after = candidate.tokens()
@@ -736,8 +833,10 @@ class Maintenance:
         )
         known_generation, known_count = split_view_version(known_view_version)
         delta = known_view_version > 0 and known_generation == state.generation and known_count <= len(view)
+        sent = view[known_count:] if delta else view
+        _check_response_size(sent, self.max_response_bytes)
         return Prepared(
-            messages=view[known_count:] if delta else view,
+            messages=sent,
             estimated_tokens=estimated,
             view_version=version,
             action=run.action,

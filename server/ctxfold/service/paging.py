@@ -16,9 +16,15 @@ MAX_PAGE_SIZE = 1000
 
 
 def page_size(requested: int) -> int:
-    if requested < 0:
-        raise invalid("INVALID_PAGE_SIZE", f"page_size must be >= 0 (0 = {DEFAULT_PAGE_SIZE}), got {requested}")
-    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+    """The page size asked for (0: the default); outside [0, MAX_PAGE_SIZE] it is refused, not clamped,
+    so a client never mistakes a short page for the whole listing."""
+    if not 0 <= requested <= MAX_PAGE_SIZE:
+        raise invalid(
+            "INVALID_PAGE_SIZE",
+            f"page_size must be within [0, {MAX_PAGE_SIZE}] (0 = {DEFAULT_PAGE_SIZE}), got {requested}",
+            max_page_size=MAX_PAGE_SIZE,
+        )
+    return requested or DEFAULT_PAGE_SIZE
 
 
 def encode_token(scope: str, position: list[Any]) -> str:
@@ -40,7 +46,7 @@ def decode_token(scope: str, token: str, shape: tuple[type, ...]) -> tuple[Any, 
         if not all(_has_type(value, kind) for value, kind in zip(position, shape, strict=True)):
             raise ValueError("shape")
         return tuple(position)
-    except (ValueError, KeyError, TypeError, binascii.Error):
+    except (ValueError, KeyError, TypeError, RecursionError, binascii.Error):
         raise invalid("INVALID_PAGE_TOKEN", "page_token is not a token this listing returned") from None
 
 

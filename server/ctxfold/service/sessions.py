@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
+from ctxfold import cpu
 from ctxfold.engine import estimator
+from ctxfold.engine.maintenance import check_config_fits
 from ctxfold.engine.model import ConfigInput, SessionConfig, config_from_json, config_to_json, resolve_config
 from ctxfold.service.paging import decode_token, encode_token, page_size
 from ctxfold.store.repository import ConfigTokens, SessionRecord, Store, new_id
@@ -22,6 +24,14 @@ def config_tokens(config: SessionConfig) -> ConfigTokens:
     return ConfigTokens(
         system=estimator.count_text(config.system_prompt), tools=estimator.count_text(config.tools_json)
     )
+
+
+async def fitting_config_tokens(config: SessionConfig) -> ConfigTokens:
+    """The config's token counts (large prompts counted off the event loop), once they are known to
+    leave room for a view in the window (else INVALID_CONFIG)."""
+    tokens = await cpu.run(len(config.system_prompt) + len(config.tools_json), config_tokens, config)
+    check_config_fits(config, tokens.system, tokens.tools)
+    return tokens
 
 
 def session_info(record: SessionRecord) -> SessionInfo:
@@ -68,10 +78,7 @@ class Sessions:
         session_id = new_id("s")
         config = self.resolve(given, session_id)
         record = await self.store.create_session(
-            tenant,
-            config_to_json(config),
-            config_tokens(config),
-            session_id=session_id,
+            tenant, config_to_json(config), await fitting_config_tokens(config), session_id=session_id
         )
         return SessionInfo(record, config)
 

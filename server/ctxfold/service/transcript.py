@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ctxfold import cpu
 from ctxfold.engine import estimator
 from ctxfold.engine.errors import invalid
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, config_from_json
@@ -45,10 +46,21 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
     return rows
 
 
+def text_size(messages: Sequence[NewMessage]) -> int:
+    """The characters `message_rows` tokenizes (what its cost grows with)."""
+    return sum(
+        len(m.content) + len(m.reasoning_content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages
+    )
+
+
 class Transcript:
-    def __init__(self, store: Store, limits: AppendLimits):
+    def __init__(self, store: Store, limits: AppendLimits, max_response_bytes: int = 64 << 20):
         self.store = store
         self.limits = limits
+        # A ListMessages page holds at most this many characters of text (at most 4 bytes each in
+        # UTF-8, and room for the framing), so it fits one response whatever page_size asks; a shorter
+        # page comes with a next_page_token.
+        self.max_page_chars = max_response_bytes // 8
 
     async def append(
         self,
@@ -65,7 +77,7 @@ class Transcript:
         validate_new_messages(messages, self.limits)
         if config is None:
             config = config_from_json((await self.store.get_session(tenant, session_id)).config_json)
-        rows = message_rows(messages, config)
+        rows = await cpu.run(text_size(messages), message_rows, messages, config)
         return await self.store.append_messages(
             tenant, session_id, rows, request_id, lambda waiting: advance_open_calls(waiting, messages)
         )
@@ -78,5 +90,5 @@ class Transcript:
         position = decode_token(scope, token, (int, int, str))
         after = (position[0], position[1], position[2]) if position else None
         session = await self.store.get_session(tenant, session_id)
-        messages, cursor = await self.store.list_messages(session, size, after, include_abandoned)
+        messages, cursor = await self.store.list_messages(session, size, after, include_abandoned, self.max_page_chars)
         return messages, encode_token(scope, list(cursor)) if cursor else ""

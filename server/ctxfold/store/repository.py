@@ -18,6 +18,7 @@ import zstandard
 from sqlalchemy import ColumnElement, and_, delete, false, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ctxfold import cpu
 from ctxfold.engine.errors import DomainError, Kind, invalid, not_found, session_not_found
 from ctxfold.engine.lineage import (
     CheckpointLink,
@@ -36,8 +37,9 @@ from ctxfold.engine.view import Checkpoint
 from ctxfold.store import schema
 from ctxfold.store.database import WRITE_OPTION
 
-_zstd_compressor = zstandard.ZstdCompressor(level=3)
-_zstd_decompressor = zstandard.ZstdDecompressor()
+# zstd (de)compressor objects are not thread-safe, and (de)compression runs in worker threads: one
+# object per call (they are cheap to make).
+ZSTD_LEVEL = 3
 # Raw results below this size are stored uncompressed; compression costs more than it saves.
 _COMPRESS_MIN_BYTES = 1024
 
@@ -183,6 +185,25 @@ def _in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
     if not ranges:
         return false()
     return or_(*(and_(m.segment_id == r.segment_id, m.seq > r.lo, m.seq <= r.hi) for r in ranges))
+
+
+def _raw_result_row(row: MessageRow) -> dict[str, object]:
+    """The tool_results row of a tool message (its segment aside): compressed when large."""
+    if row.raw is None:
+        # Not truncated: the message content is the raw result; store only its identity.
+        raw, codec, data = row.content.encode(), "inline", b""
+    elif len(row.raw) >= _COMPRESS_MIN_BYTES:
+        raw, codec, data = row.raw, "zstd", zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(row.raw)
+    else:
+        raw, codec, data = row.raw, "identity", row.raw
+    return {
+        "ref": row.result_ref,
+        "message_id": row.id,
+        "codec": codec,
+        "data": data,
+        "total_bytes": len(raw),
+        "sha256": sha256_hex(raw),
+    }
 
 
 class Store:
@@ -489,6 +510,9 @@ class Store:
         lock, so they never conflict: `advance` maps the waiting tool calls before the append to those
         after it (or raises). A `request_id` seen before returns that append's messages instead."""
         now = time.time()
+        # Compressing and hashing raw results is done before the write transaction, off the event loop.
+        raw_size = sum(r.raw_bytes for r in rows if r.result_ref)
+        raw_results = await cpu.run(raw_size, lambda: [_raw_result_row(r) for r in rows if r.result_ref])
         async with self._write() as conn:
             session = await self._get_session(conn, tenant, session_id, lock=True)
             if request_id:
@@ -532,9 +556,10 @@ class Store:
                         for i, r in enumerate(rows)
                     ],
                 )
-                results = [self._raw_result_row(session.segment_id, r) for r in rows if r.result_ref]
-                if results:
-                    await conn.execute(insert(schema.tool_results), results)
+                if raw_results:
+                    await conn.execute(
+                        insert(schema.tool_results), [{**r, "segment_id": session.segment_id} for r in raw_results]
+                    )
             if request_id:
                 await conn.execute(
                     insert(schema.append_requests).values(
@@ -571,25 +596,6 @@ class Store:
             update_time=now,
         )
 
-    @staticmethod
-    def _raw_result_row(segment_id: str, row: MessageRow) -> dict[str, object]:
-        if row.raw is None:
-            # Not truncated: the message content is the raw result; store only its identity.
-            raw, codec, data = row.content.encode(), "inline", b""
-        elif len(row.raw) >= _COMPRESS_MIN_BYTES:
-            raw, codec, data = row.raw, "zstd", _zstd_compressor.compress(row.raw)
-        else:
-            raw, codec, data = row.raw, "identity", row.raw
-        return {
-            "ref": row.result_ref,
-            "segment_id": segment_id,
-            "message_id": row.id,
-            "codec": codec,
-            "data": data,
-            "total_bytes": len(raw),
-            "sha256": sha256_hex(raw),
-        }
-
     async def _append_request(
         self, conn: AsyncConnection, session: SessionRecord, request_id: str
     ) -> list[StoredMessage] | None:
@@ -614,32 +620,47 @@ class Store:
         limit: int,
         after: tuple[int, int, str] | None,
         include_abandoned: bool,
+        max_chars: int,
     ) -> tuple[list[StoredMessage], tuple[int, int, str] | None]:
-        """One page in (seq, abandoned, id) order; returns the cursor of the last message when more follow."""
+        """One page in (seq, abandoned, id) order, at most `limit` messages and `max_chars` characters
+        of text (always at least one message); returns the cursor of the last message when more follow.
+        Sizes are read first, so a page of large messages is never loaded beyond its bound."""
         m = schema.messages.c
+        size = (
+            func.coalesce(func.length(m.content), 0)
+            + func.coalesce(func.length(m.reasoning_content), 0)
+            + func.coalesce(func.length(m.tool_calls_json), 0)
+        ).label("size")
         after_seq, after_abandoned, after_id = after or (0, 0, "")
         async with self._read() as conn:
             ranges = await self._live_ranges(conn, session)
-            live_query = (
-                select(schema.messages).where(_in_ranges(ranges), m.seq > after_seq).order_by(m.seq).limit(limit + 1)
-            )
-            page = [(_stored_message(r), 0) for r in (await conn.execute(live_query)).all()]
+            live_query = select(m.id, m.seq, size).where(_in_ranges(ranges), m.seq > after_seq).order_by(m.seq)
+            entries = [(r.seq, 0, r.id, r.size) for r in (await conn.execute(live_query.limit(limit + 1))).all()]
             if include_abandoned:
                 history = await self._history_ranges(conn, session)
                 # Abandoned messages follow the live one of the same seq.
                 same_seq = m.seq == after_seq if not after_abandoned else and_(m.seq == after_seq, m.id > after_id)
                 ab_query = (
-                    select(schema.messages)
+                    select(m.id, m.seq, size)
                     .where(_in_ranges(history), ~_in_ranges(ranges), or_(m.seq > after_seq, same_seq))
                     .order_by(m.seq, m.id)
                     .limit(limit + 1)
                 )
-                page += [(_stored_message(r, abandoned=True), 1) for r in (await conn.execute(ab_query)).all()]
-                page.sort(key=lambda item: (item[0].seq, item[1], item[0].id))
-        more = len(page) > limit
-        page = page[:limit]
-        cursor = (page[-1][0].seq, page[-1][1], page[-1][0].id) if more and page else None
-        return [message for message, _ in page], cursor
+                entries += [(r.seq, 1, r.id, r.size) for r in (await conn.execute(ab_query)).all()]
+                entries.sort()
+            page: list[tuple[int, int, str, int]] = []
+            chars = 0
+            for entry in entries[:limit]:
+                if page and chars + entry[3] > max_chars:
+                    break
+                page.append(entry)
+                chars += entry[3]
+            rows = (await conn.execute(select(schema.messages).where(m.id.in_([e[2] for e in page])))).all()
+        by_id = {r.id: r for r in rows}
+        messages = [_stored_message(by_id[message_id], abandoned=bool(flag)) for _, flag, message_id, _ in page]
+        more = len(entries) > len(page)
+        cursor = (page[-1][0], page[-1][1], page[-1][2]) if more and page else None
+        return messages, cursor
 
     # ---- checkpoints and context state ----------------------------------------------------------
 
@@ -844,7 +865,7 @@ class Store:
         if row.codec == "inline":
             data = row.content.encode()
         elif row.codec == "zstd":
-            data = _zstd_decompressor.decompress(row.data)
+            data = await cpu.run(len(row.data), zstandard.ZstdDecompressor().decompress, row.data)
         elif row.codec == "identity":
             data = bytes(row.data)
         else:

@@ -12,7 +12,15 @@ from typing import Any
 import anthropic
 
 from ctxfold.config import ConfigError
-from ctxfold.summarizers.base import OnDelta, SummarizerError, SummaryRequest, SummaryResult
+from ctxfold.summarizers.base import (
+    DEFAULT_DEADLINE_SECONDS,
+    OnDelta,
+    OutputBound,
+    SummarizerError,
+    SummaryRequest,
+    SummaryResult,
+    deadline,
+)
 from ctxfold.summarizers.chat_format import anthropic_messages
 
 _EPHEMERAL = {"type": "ephemeral"}
@@ -21,11 +29,19 @@ _EPHEMERAL = {"type": "ephemeral"}
 class AnthropicSummarizer:
     provider = "anthropic"
 
-    def __init__(self, name: str, client: anthropic.AsyncAnthropic, model: str, input_window_tokens: int):
+    def __init__(
+        self,
+        name: str,
+        client: anthropic.AsyncAnthropic,
+        model: str,
+        input_window_tokens: int,
+        deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+    ):
         self.name = name
         self.client = client
         self.model = model
         self.input_window_tokens = input_window_tokens
+        self.deadline_seconds = deadline_seconds
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> AnthropicSummarizer:
@@ -39,7 +55,13 @@ class AnthropicSummarizer:
             timeout=float(spec.get("timeout_seconds", 120)),
             max_retries=int(spec.get("max_retries", 2)),
         )
-        return cls(name, client, model, int(spec.get("input_window_tokens", 200_000)))
+        return cls(
+            name,
+            client,
+            model,
+            int(spec.get("input_window_tokens", 200_000)),
+            float(spec.get("deadline_seconds", DEFAULT_DEADLINE_SECONDS)),
+        )
 
     def build_request(self, request: SummaryRequest) -> dict[str, Any]:
         system_text, messages = anthropic_messages(request.prefix)
@@ -59,9 +81,14 @@ class AnthropicSummarizer:
         return body
 
     async def summarize(self, request: SummaryRequest, on_delta: OnDelta | None = None) -> SummaryResult:
+        bound = OutputBound(request.max_tokens)
         try:
-            async with self.client.messages.stream(**self.build_request(request)) as stream:
+            async with (
+                deadline(self.deadline_seconds),
+                self.client.messages.stream(**self.build_request(request)) as stream,
+            ):
                 async for text in stream.text_stream:
+                    bound.add(len(text.encode()))
                     if on_delta is not None:
                         await on_delta(text)
                 final = await stream.get_final_message()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +30,41 @@ INSTRUCTIONS = (
 
 class SummarizerError(Exception):
     """The summarizer could not produce a summary; the message says why."""
+
+
+# The whole of one summarizer call (retries included) ends by this deadline: a provider that keeps
+# the connection alive without finishing cannot hold a fold, its session and its lease for longer.
+DEFAULT_DEADLINE_SECONDS = 180.0
+# No real text takes more bytes than this per token, so a summary past max_tokens × this many bytes
+# is certainly too long: reading stops there (before it is buffered, streamed or tokenized whole).
+MAX_BYTES_PER_TOKEN = 32
+
+
+@contextlib.asynccontextmanager
+async def deadline(seconds: float) -> AsyncIterator[None]:
+    """Cancels what runs inside after `seconds` and says so as a SummarizerError."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise SummarizerError(f"no complete summary within the deadline of {seconds:g} s (deadline_seconds)") from None
+
+
+class OutputBound:
+    """Counts the bytes of a summary as they arrive; raises SummarizerError once they pass what
+    `max_tokens` tokens can take."""
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens = max_tokens
+        self.limit = max(max_tokens, 1) * MAX_BYTES_PER_TOKEN
+        self.size = 0
+
+    def add(self, size: int) -> None:
+        self.size += size
+        if self.size > self.limit:
+            raise SummarizerError(
+                f"the summary passed {self.limit} bytes, far more than {self.max_tokens} tokens; reading stopped"
+            )
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,19 @@ import os
 from typing import Any
 
 import openai
+import pydantic
+from openai.types.chat import ChatCompletion
 
 from ctxfold.config import ConfigError
-from ctxfold.summarizers.base import OnDelta, SummarizerError, SummaryRequest, SummaryResult
+from ctxfold.summarizers.base import (
+    DEFAULT_DEADLINE_SECONDS,
+    OnDelta,
+    OutputBound,
+    SummarizerError,
+    SummaryRequest,
+    SummaryResult,
+    deadline,
+)
 from ctxfold.summarizers.chat_format import openai_messages
 
 
@@ -27,12 +37,14 @@ class OpenAISummarizer:
         model: str,
         input_window_tokens: int,
         stream: bool = True,
+        deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
     ):
         self.name = name
         self.client = client
         self.model = model
         self.input_window_tokens = input_window_tokens
         self.stream = stream
+        self.deadline_seconds = deadline_seconds
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> OpenAISummarizer:
@@ -47,7 +59,14 @@ class OpenAISummarizer:
             timeout=float(spec.get("timeout_seconds", 120)),
             max_retries=int(spec.get("max_retries", 2)),
         )
-        return cls(name, client, model, int(spec.get("input_window_tokens", 128_000)), bool(spec.get("stream", True)))
+        return cls(
+            name,
+            client,
+            model,
+            int(spec.get("input_window_tokens", 128_000)),
+            bool(spec.get("stream", True)),
+            float(spec.get("deadline_seconds", DEFAULT_DEADLINE_SECONDS)),
+        )
 
     def build_request(self, request: SummaryRequest) -> dict[str, Any]:
         messages = openai_messages(request.prefix)
@@ -66,27 +85,48 @@ class OpenAISummarizer:
 
     async def summarize(self, request: SummaryRequest, on_delta: OnDelta | None = None) -> SummaryResult:
         body = self.build_request(request)
+        bound = OutputBound(request.max_tokens)
         try:
-            if not self.stream:
-                completion = await self.client.chat.completions.create(**body)
-                choice = completion.choices[0]
-                usage = completion.usage
-                return SummaryResult(
-                    text=choice.message.content or "",
-                    finish_reason=choice.finish_reason or "",
-                    input_tokens=usage.prompt_tokens if usage else 0,
-                    output_tokens=usage.completion_tokens if usage else 0,
-                    cached_input_tokens=_cached(usage),
-                )
-            parts: list[str] = []
-            finish_reason = ""
-            input_tokens = output_tokens = cached = 0
-            stream = await self.client.chat.completions.create(
-                **body, stream=True, stream_options={"include_usage": True}
-            )
+            async with deadline(self.deadline_seconds):
+                if self.stream:
+                    return await self._streamed(body, bound, on_delta)
+                return await self._whole(body, bound)
+        except openai.OpenAIError as exc:
+            raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def _whole(self, body: dict[str, Any], bound: OutputBound) -> SummaryResult:
+        """One JSON answer, read only up to the output bound (plus room for its envelope)."""
+        async with self.client.chat.completions.with_streaming_response.create(**body) as response:
+            data = bytearray()
+            async for piece in response.iter_bytes():
+                data += piece
+                bound.add(len(piece) // 2)  # the envelope (usage, ids, escapes) takes its share
+        try:
+            completion = ChatCompletion.model_validate_json(bytes(data))
+        except pydantic.ValidationError:
+            raise SummarizerError(f"the provider's answer is not a chat completion: {bytes(data[:80])!r}") from None
+        if not completion.choices:
+            raise SummarizerError("the provider's answer has no choices")
+        choice = completion.choices[0]
+        usage = completion.usage
+        return SummaryResult(
+            text=choice.message.content or "",
+            finish_reason=choice.finish_reason or "",
+            input_tokens=usage.prompt_tokens if usage else 0,
+            output_tokens=usage.completion_tokens if usage else 0,
+            cached_input_tokens=_cached(usage),
+        )
+
+    async def _streamed(self, body: dict[str, Any], bound: OutputBound, on_delta: OnDelta | None) -> SummaryResult:
+        parts: list[str] = []
+        finish_reason = ""
+        input_tokens = output_tokens = cached = 0
+        stream = await self.client.chat.completions.create(**body, stream=True, stream_options={"include_usage": True})
+        async with stream:
             async for chunk in stream:
                 for choice in chunk.choices:
                     if choice.delta.content:
+                        bound.add(len(choice.delta.content.encode()))
                         parts.append(choice.delta.content)
                         if on_delta is not None:
                             await on_delta(choice.delta.content)
@@ -95,8 +135,6 @@ class OpenAISummarizer:
                 if chunk.usage is not None:
                     input_tokens, output_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
                     cached = _cached(chunk.usage)
-        except openai.OpenAIError as exc:
-            raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
         if not finish_reason:
             # The stream ended cleanly but early (a dropped proxy connection can look like that):
             # what arrived is part of a summary, not a summary.

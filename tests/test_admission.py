@@ -1,0 +1,133 @@
+"""Admission under load: health checks are never refused, a busy session's queue is bounded and
+fails fast (SESSION_BUSY with a RetryInfo delay), and one tenant cannot take the slots of another."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_status import rpc_status
+
+from conftest import fresh_database, settings_for
+from ctxfold.server import start
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from fake_provider import FakeProvider
+from rpc_errors import error_info
+from traces import tool_output
+
+TOKEN_A = "tok-alpha-0123456789abcdef"
+TOKEN_B = "tok-bravo-0123456789abcdef"
+A = (("authorization", f"Bearer {TOKEN_A}"),)
+B = (("authorization", f"Bearer {TOKEN_B}"),)
+PER_TENANT = 4
+
+
+@dataclass
+class Busy:
+    fake: FakeProvider
+    stub: pb_grpc.ContextServiceStub
+    health: health_pb2_grpc.HealthStub
+
+
+@pytest.fixture
+async def busy(backend: str, tmp_path: Path) -> AsyncIterator[Busy]:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN_A} tenant-a\n{TOKEN_B} tenant-b\n")
+    with FakeProvider() as fake:
+        specs = json.dumps({"llm": {"type": "openai", "base_url": fake.base_url, "model": "m", "max_retries": 0}})
+        settings = settings_for(
+            await fresh_database(backend, tmp_path),
+            summarizers=specs,
+            auth_tokens_file=str(tokens),
+            max_concurrent_rpcs=PER_TENANT + 2,
+            max_concurrent_rpcs_per_tenant=PER_TENANT,
+            max_waiting_per_session=1,
+        )
+        running = await start(settings)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+                yield Busy(fake, pb_grpc.ContextServiceStub(channel), health_pb2_grpc.HealthStub(channel))
+        finally:
+            fake.release()
+            await running.stop(grace=1.0)
+
+
+async def session_to_fold(stub: pb_grpc.ContextServiceStub) -> str:
+    """A session of tenant A above its trigger: its next Prepare folds."""
+    config = pb.SessionConfig(context_window=12_000, summarizer="llm")
+    session_id = (await stub.CreateSession(pb.CreateSessionRequest(config=config), metadata=A)).session.id
+    messages = [pb.Message(role=pb.ROLE_USER, content="Investigate the flaky test")]
+    for i in range(12):
+        call = pb.ToolCall(id=f"c{i}", name="bash", arguments='{"cmd":"ls"}')
+        messages += [
+            pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[call]),
+            pb.Message(role=pb.ROLE_TOOL, tool_call_id=f"c{i}", content=tool_output(i, 4000)),
+        ]
+    await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session_id, messages=messages), metadata=A)
+    return session_id
+
+
+async def drain(call: grpc.aio.UnaryStreamCall[pb.PrepareRequest, pb.PrepareResponse]) -> None:
+    async for _ in call:
+        pass
+
+
+async def until_requests(fake: FakeProvider, count: int) -> None:
+    for _ in range(400):
+        if len(fake.requests) >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"expected {count} summarizer requests, got {len(fake.requests)}")
+
+
+async def refused(call: object, scope: str) -> float:
+    """Awaits `call`, which must be refused as SESSION_BUSY for `scope`; returns the RetryInfo delay."""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call  # type: ignore[misc]
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, caught.value.details()
+    info = error_info(caught.value)
+    assert (info.reason, info.metadata["scope"]) == ("SESSION_BUSY", scope)
+    status = rpc_status.from_call(caught.value)
+    assert status is not None
+    retry = error_details_pb2.RetryInfo()
+    assert any(detail.Unpack(retry) for detail in status.details), "no RetryInfo"
+    return retry.retry_delay.ToTimedelta().total_seconds()
+
+
+async def test_health_and_other_tenants_answer_while_one_tenant_saturates_its_slots(busy: Busy) -> None:
+    stub, fake = busy.stub, busy.fake
+    fake.script(then="stall")  # every fold hangs until released
+    sessions = [await session_to_fold(stub) for _ in range(3)]
+
+    def prepare(session_id: str) -> asyncio.Future[None]:
+        return asyncio.ensure_future(drain(stub.Prepare(pb.PrepareRequest(session_id=session_id), metadata=A)))
+
+    folds = [prepare(s) for s in sessions[:2]]
+    await until_requests(fake, 2)
+    # A second Prepare on the first session waits for its fold; a third is one too many: refused now.
+    waiting = prepare(sessions[0])
+    await asyncio.sleep(0.3)
+    delay = await asyncio.wait_for(
+        refused(drain(stub.Prepare(pb.PrepareRequest(session_id=sessions[0]), metadata=A)), "session"), 5
+    )
+    assert delay > 0
+    folds.append(prepare(sessions[2]))
+    await until_requests(fake, 3)
+    # Tenant A has PER_TENANT calls in progress: its next call is refused, tenant B's is served.
+    await asyncio.wait_for(refused(stub.ListSessions(pb.ListSessionsRequest(), metadata=A), "tenant"), 5)
+    assert not (await stub.ListSessions(pb.ListSessionsRequest(), metadata=B, timeout=5)).sessions
+    for _ in range(20):
+        answer = await busy.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    fake.release()
+    await asyncio.wait_for(asyncio.gather(*folds, waiting), 30)
+    # Once the calls are done, tenant A is served again.
+    assert len((await stub.ListSessions(pb.ListSessionsRequest(), metadata=A, timeout=5)).sessions) == 3

@@ -1,0 +1,76 @@
+"""Answers are bounded before they are built: a ListMessages page stops at a byte bound whatever
+page_size asks (the rest follows with next_page_token), and a view that cannot fit one response is
+refused as RESPONSE_TOO_LARGE with a reason instead of gRPC's reasonless RESOURCE_EXHAUSTED."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from conftest import fresh_database, settings_for
+from ctxfold.server import start
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from rpc_errors import expect_error
+
+MiB = 1 << 20
+SEND_LIMIT = 4 * MiB
+
+
+@pytest.fixture
+async def small_responses(backend: str, tmp_path: Path) -> AsyncIterator[pb_grpc.ContextServiceStub]:
+    settings = settings_for(
+        await fresh_database(backend, tmp_path), max_send_message_bytes=SEND_LIMIT, max_message_bytes=MiB
+    )
+    running = await start(settings)
+    options = [("grpc.max_receive_message_length", 64 * MiB), ("grpc.max_send_message_length", 64 * MiB)]
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}", options=options) as channel:
+            yield pb_grpc.ContextServiceStub(channel)
+    finally:
+        await running.stop(grace=1.0)
+
+
+async def large_session(stub: pb_grpc.ContextServiceStub) -> tuple[str, list[str]]:
+    """16 user messages of 300,000 characters: 4.8 MB, more than one response carries."""
+    config = pb.SessionConfig(context_window=50_000_000)
+    session_id = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+    contents = [f"message {i}: " + "lorem ipsum dolor " * 16_666 for i in range(16)]
+    for content in contents:
+        await stub.AppendMessages(
+            pb.AppendMessagesRequest(session_id=session_id, messages=[pb.Message(role=pb.ROLE_USER, content=content)])
+        )
+    return session_id, contents
+
+
+async def test_list_messages_pages_are_bounded_by_bytes(small_responses: pb_grpc.ContextServiceStub) -> None:
+    stub = small_responses
+    session_id, contents = await large_session(stub)
+    pages: list[list[pb.Message]] = []
+    token = ""
+    while True:
+        page = await stub.ListMessages(pb.ListMessagesRequest(session_id=session_id, page_size=1000, page_token=token))
+        pages.append(list(page.messages))
+        assert page.ByteSize() <= SEND_LIMIT
+        token = page.next_page_token
+        if not token:
+            break
+    assert len(pages) > 1 and all(pages)
+    assert [m.content for page in pages for m in page] == contents
+    assert [m.seq for page in pages for m in page] == list(range(1, 17))
+
+
+async def test_a_view_too_large_for_one_response_is_refused_with_a_reason(
+    small_responses: pb_grpc.ContextServiceStub,
+) -> None:
+    stub = small_responses
+    session_id, _ = await large_session(stub)
+    info = await expect_error(
+        anext(aiter(stub.Prepare(pb.PrepareRequest(session_id=session_id)))),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "RESPONSE_TOO_LARGE",
+    )
+    assert int(info.metadata["view_bytes"]) > int(info.metadata["max_response_bytes"])
