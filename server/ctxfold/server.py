@@ -18,6 +18,7 @@ from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer
 from ctxfold.config import ConfigError, Settings
 from ctxfold.engine.transcript import AppendLimits
+from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Hooks, Maintenance
 from ctxfold.service.sessions import SessionConfigs, Sessions
@@ -113,6 +114,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         tool_results=ToolResults(store),
         lineage=Lineage(store, sessions),
         maintenance=Maintenance(store, transcript, summarizers, SessionConfigs(store), hooks=hooks),
+        checkpoints=Checkpoints(store),
     )
     server = grpc.aio.server(
         # A span per RPC; a W3C traceparent in the client's metadata continues the agent's trace.

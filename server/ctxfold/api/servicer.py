@@ -16,6 +16,7 @@ from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Maintenance
 from ctxfold.service.sessions import Sessions, session_info
@@ -91,6 +92,7 @@ class ContextServicer(pb_grpc.ContextServiceServicer):
         tool_results: ToolResults,
         lineage: Lineage,
         maintenance: Maintenance,
+        checkpoints: Checkpoints,
     ):
         self.auth = auth
         self.sessions = sessions
@@ -98,6 +100,7 @@ class ContextServicer(pb_grpc.ContextServiceServicer):
         self.tool_results = tool_results
         self.lineage = lineage
         self.maintenance = maintenance
+        self.checkpoints = checkpoints
 
     @unary
     async def CreateSession(
@@ -216,11 +219,18 @@ class ContextServicer(pb_grpc.ContextServiceServicer):
     ) -> pb.GetContextStateResponse:
         return pb.GetContextStateResponse(state_json=await self.maintenance.context_state(tenant, request.session_id))
 
-    # Implemented on the operations branch (issue 13); until it lands they answer UNIMPLEMENTED.
-    async def ListCheckpoints(self, request: pb.ListCheckpointsRequest, context: Context) -> pb.ListCheckpointsResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListCheckpoints is not implemented yet")
-        raise AssertionError("unreachable: abort raises")
+    @unary
+    async def ListCheckpoints(
+        self, request: pb.ListCheckpointsRequest, context: Context, tenant: str
+    ) -> pb.ListCheckpointsResponse:
+        listed, token = await self.checkpoints.list(
+            tenant, request.session_id, request.page_size, request.page_token, request.include_abandoned
+        )
+        return pb.ListCheckpointsResponse(checkpoints=[convert.checkpoint_pb(c) for c in listed], next_page_token=token)
 
-    async def GetCheckpoint(self, request: pb.GetCheckpointRequest, context: Context) -> pb.GetCheckpointResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetCheckpoint is not implemented yet")
-        raise AssertionError("unreachable: abort raises")
+    @unary
+    async def GetCheckpoint(
+        self, request: pb.GetCheckpointRequest, context: Context, tenant: str
+    ) -> pb.GetCheckpointResponse:
+        stored = await self.checkpoints.get(tenant, request.session_id, request.checkpoint_id)
+        return pb.GetCheckpointResponse(checkpoint=convert.checkpoint_pb(stored))

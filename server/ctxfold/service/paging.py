@@ -15,10 +15,11 @@ DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 
 
-def page_size(requested: int) -> int:
+def page_size(requested: int, default: int = DEFAULT_PAGE_SIZE, maximum: int = MAX_PAGE_SIZE) -> int:
+    """The page size a listing uses: `default` for 0, at most `maximum` (AIP-158)."""
     if requested < 0:
-        raise invalid("INVALID_PAGE_SIZE", f"page_size must be >= 0 (0 = {DEFAULT_PAGE_SIZE}), got {requested}")
-    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        raise invalid("INVALID_PAGE_SIZE", f"page_size must be >= 0 (0 = {default}), got {requested}")
+    return min(requested or default, maximum)
 
 
 def encode_token(scope: str, position: list[Any]) -> str:
