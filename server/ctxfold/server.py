@@ -12,12 +12,12 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from sqlalchemy.exc import SQLAlchemyError
 
 from ctxfold import __version__
 from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer
+from ctxfold.api.tracing import TracingInterceptor
 from ctxfold.config import ConfigError, Settings
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.checkpoints import Checkpoints
@@ -131,7 +131,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     )
     server = grpc.aio.server(
         # A span per RPC; a W3C traceparent in the client's metadata continues the agent's trace.
-        interceptors=[aio_server_interceptor()],
+        interceptors=[TracingInterceptor()],
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
             ("grpc.max_send_message_length", settings.max_send_message_bytes),

@@ -14,6 +14,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from ctxfold.api import convert
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
+from ctxfold.api.tracing import mark_error
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.service.checkpoints import Checkpoints
@@ -55,7 +56,9 @@ def unary(
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
-            status = status_for(_as_domain_error(exc))
+            error = _as_domain_error(exc)
+            mark_error(error, exc)
+            status = status_for(error)
             await context.abort(status.code, status.details, status.trailing_metadata)
             raise AssertionError("unreachable: abort raises") from None
 
@@ -77,7 +80,9 @@ def server_stream(
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
-            status = status_for(_as_domain_error(exc))
+            error = _as_domain_error(exc)
+            mark_error(error, exc)
+            status = status_for(error)
             await context.abort(status.code, status.details, status.trailing_metadata)
 
     return handler
