@@ -1,4 +1,5 @@
-"""The `ctxfold` command: serve, replay, and the read-only `sessions` / `show` for operators.
+"""The `ctxfold` command: serve, replay, the read-only `sessions` / `show` for operators, and
+`healthcheck` for containers.
 
 Failures an operator can cause (a bad setting, an unreachable database, a port in use, an
 unreachable server) end in one `ctxfold: …` line and a non-zero exit, never a traceback."""
@@ -20,7 +21,7 @@ def _default_text(name: str) -> str:
     return repr(value) if value == "" else str(value)
 
 
-def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gRPC service", description="Run the ctxfold gRPC service.")
     serve.add_argument("--config", default="", help="TOML settings file (default: none; env CTXFOLD_CONFIG)")
     for name, f in FIELDS.items():
@@ -28,6 +29,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         # Flags default to None so that only the given ones override the environment and the file.
         help_text = f"{f.metadata['help']} (default {_default_text(name)}; env CTXFOLD_{name.upper()})"
         serve.add_argument(flag, dest=name, default=None, help=help_text.replace("%", "%%"))
+    return serve
 
 
 def _quiet_grpc_core() -> None:
@@ -69,12 +71,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="ctxfold", description="Context maintenance for long-running LLM agents.")
     parser.add_argument("--version", action="version", version=f"ctxfold {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    _serve_parser(sub)
-    from ctxfold import inspection
+    serve_parser = _serve_parser(sub)
+    from ctxfold import healthcheck, inspection
     from ctxfold.replay import cli as replay_cli
 
     replay_cli.add_parser(sub)
     inspection.add_parsers(sub)
+    healthcheck.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "replay":
         sys.exit(replay_cli.run(args, parser))
@@ -83,6 +86,11 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(inspection.run(args))
         except inspection.InspectError as exc:
             parser.exit(1, f"ctxfold {args.command}: {exc}\n")
+    if args.command == "healthcheck":
+        try:
+            sys.exit(healthcheck.run(args, serve_parser, print))
+        except healthcheck.HealthcheckError as exc:
+            parser.exit(1, f"ctxfold healthcheck: {exc}\n")
     _serve(args, parser)
 
 
