@@ -19,6 +19,8 @@ VERSION=v1.76.0
 DIR=${1:-/tmp/ctxfold-jaeger}
 UI=${JAEGER_UI_ASSETS:-}
 mkdir -p "$DIR/src" "$DIR/bin"
+DIR=$(cd "$DIR" && pwd)
+if [ -n "$UI" ]; then UI=$(cd "$(dirname "$UI")" && pwd)/$(basename "$UI"); fi
 cd "$DIR/src"
 cat > go.mod <<MOD
 module ctxfold.local/jaegerbuild

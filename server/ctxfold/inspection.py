@@ -112,7 +112,7 @@ def render_show(report: SessionReport, receipts: int, now: float) -> str:
     pruned = state.get("pruned") or {}
     view = [f"view: ~{state.get('projection_tokens', 0):,} tokens of messages"]
     if state.get("source_tokens"):
-        view.append(f"({state['source_tokens']:,} before pruning, {len(pruned)} tool results pruned)")
+        view.append(f"({state['source_tokens']:,} before the last maintenance, {len(pruned)} tool results pruned)")
     if head is not None:
         view.append(
             f"after checkpoint {head.id} (summary {head.summary_tokens:,} tokens covering seq 1..{head.position_seq}, "
