@@ -3,8 +3,8 @@
 #   docker run -p 50051:50051 -v ctxfold-data:/var/lib/ctxfold ctxfold
 # Settings come from CTXFOLD_* environment variables or flags after the image name
 # (`docker run ctxfold --database postgresql://…`); see `ctxfold serve --help`.
-# In-flight RPCs get CTXFOLD_GRACE_SECONDS (default 30) on SIGTERM: give `docker stop -t` /
-# compose `stop_grace_period` a little more than that.
+# In-flight RPCs get CTXFOLD_GRACE_SECONDS on SIGTERM. The image sets 8 s, inside `docker stop`'s
+# default 10 s; for a longer drain raise both (compose.yaml: 30 s and stop_grace_period 40 s).
 ARG PYTHON_IMAGE=python:3.11-slim
 
 # --- builder: build the project's wheel and install it with its dependencies into /opt/ctxfold ---
@@ -14,12 +14,13 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 RUN python -m venv /opt/ctxfold
-# README.md* / LICENSE*: copied when present (the wildcard tolerates their absence).
-COPY pyproject.toml README.md* LICENSE* ./
+COPY pyproject.toml README.md LICENSE constraints.txt ./
 COPY server/ ./server/
+# constraints.txt pins every runtime dependency (tests/test_packaging.py keeps it in step with
+# pyproject.toml), so two builds of one commit install the same versions.
 RUN python -m pip wheel --no-deps --wheel-dir /tmp/wheels . \
-    && /opt/ctxfold/bin/pip install /tmp/wheels/ctxfold-*.whl \
-    && /opt/ctxfold/bin/ctxfold serve --help >/dev/null
+    && /opt/ctxfold/bin/pip install --constraint constraints.txt /tmp/wheels/ctxfold-*.whl \
+    && /opt/ctxfold/bin/ctxfold --version
 
 # --- final: the slim runtime with only the virtual environment ---
 FROM ${PYTHON_IMAGE}
@@ -37,15 +38,16 @@ ENV PATH=/opt/ctxfold/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     CTXFOLD_LISTEN=0.0.0.0:50051 \
-    CTXFOLD_DATA_DIR=/var/lib/ctxfold
+    CTXFOLD_DATA_DIR=/var/lib/ctxfold \
+    CTXFOLD_GRACE_SECONDS=8
 # Declared after the directory is created and chowned, so a new volume starts owned by ctxfold.
 VOLUME ["/var/lib/ctxfold"]
 WORKDIR /var/lib/ctxfold
 # Numeric uid:gid so Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
 EXPOSE 50051
-# Standard grpc.health.v1 check of the whole server (service ""), on the port CTXFOLD_LISTEN names.
-# The check is plaintext: with CTXFOLD_TLS_CERT set, override HEALTHCHECK.
+# grpc.health.v1 check of the server on the address its own flags, CTXFOLD_* variables and
+# --config file give it (`ctxfold healthcheck` reads them from PID 1, the server).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-    CMD ["/opt/ctxfold/bin/python", "-c", "import os, sys, grpc; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; port = os.environ.get('CTXFOLD_LISTEN', ':50051').rsplit(':', 1)[-1]; r = g.HealthStub(grpc.insecure_channel(f'127.0.0.1:{port}')).Check(h.HealthCheckRequest(), timeout=3); sys.exit(r.status != h.HealthCheckResponse.SERVING)"]
+    CMD ["ctxfold", "healthcheck", "--timeout", "3"]
 ENTRYPOINT ["ctxfold", "serve"]

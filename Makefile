@@ -1,18 +1,31 @@
 # The two commands of the README:
-#   make serve   set up and start ctxfold on its embedded default (SQLite + extractive summarizer)
+#   make serve   install the server alone and start ctxfold on its embedded default (SQLite + the
+#                extractive summarizer) on 127.0.0.1:50051
 #   make test    set up and run the whole test suite: lint, types, proto lint, the
-#                server tests on SQLite and PostgreSQL, and the four client SDKs against a real server
+#                server tests on SQLite and PostgreSQL, and the four client SDKs against a real server.
+#                It leaves nothing running (a PostgreSQL it started is stopped) and keeps its
+#                temporary files in .cache/tmp (gitignored), not in /tmp.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+TEST_TMP := $(CURDIR)/.cache/tmp
 
-.PHONY: setup serve test check pytest clients generate
+.PHONY: setup serve test check pytest clients generate test-tmp
 
+# The server alone (no dev or bench extras): what `make serve` needs.
+$(VENV)/.installed-server: pyproject.toml
+	@echo "make serve: installing ctxfold and its server dependencies into $(VENV) (first run: about a minute)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q -U pip
+	@$(PY) -m pip install -q -e .
+	@touch $@
+
+# Everything the tests, linters and benchmarks need (a superset of the server's).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
 	$(PY) -m pip install -q -e '.[dev,bench]'
-	touch $@
+	touch $@ $(VENV)/.installed-server
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund
@@ -20,8 +33,9 @@ node_modules/.installed: package.json package-lock.json
 
 setup: $(VENV)/.installed node_modules/.installed
 
-serve: $(VENV)/.installed
-	$(VENV)/bin/ctxfold serve
+serve: $(VENV)/.installed-server
+	@echo "make serve: starting ctxfold (SQLite in $${XDG_DATA_HOME:-$$HOME/.local/share}/ctxfold; Ctrl-C stops it)"
+	@$(VENV)/bin/ctxfold serve
 
 # Regenerates every committed generated file from proto/ (server, then each client SDK).
 generate: setup
@@ -37,8 +51,12 @@ check: setup
 	$(VENV)/bin/mypy
 	npx --no-install buf lint
 
+# A fresh temporary folder for each test run, inside the checkout.
+test-tmp:
+	rm -rf $(TEST_TMP) && mkdir -p $(TEST_TMP)
+
 pytest: setup
-	eval "$$(bash .ci/postgres.sh)" && $(PY) -m pytest -q -ra
+	bash .ci/postgres.sh -- $(PY) -m pytest -q -ra
 
 clients: setup
 	bash clients/python/test.sh
@@ -46,4 +64,6 @@ clients: setup
 	bash clients/go/test.sh
 	bash clients/java/test.sh
 
-test: check pytest clients
+# Everything `make test` runs puts its temporary files under TEST_TMP.
+test: export TMPDIR = $(TEST_TMP)
+test: test-tmp check pytest clients

@@ -283,9 +283,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             plot(
                 shown,
                 args.out / f"replay-{Path(trace.name).stem}.png",
-                f"{trace.name}, window {args.window:,}, {SHEETS[0]} prices",
+                f"{trace.name}, window {args.window:,}, compact_ratio 0.80, {SHEETS[0]} prices",
                 window=args.window,
-                trigger=int(0.8 * args.window),
+                compact_ratio=0.80,
             )
     rows = summary_rows(per_trace, names)
     all_input = sum(r.input_tokens for rs in per_trace.values() for r in rs[SHEETS[0]][-1:])

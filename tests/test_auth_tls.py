@@ -196,6 +196,12 @@ async def test_another_tenants_session_looks_exactly_like_a_missing_one(auth_ser
             "ReadToolResult by result_ref": lambda: stub.ReadToolResult(
                 pb.ReadToolResultRequest(session_id=session_id, result_ref=result_ref), metadata=B, timeout=TIMEOUT
             ),
+            "ListCheckpoints": lambda: stub.ListCheckpoints(
+                pb.ListCheckpointsRequest(session_id=session_id, include_abandoned=True), metadata=B, timeout=TIMEOUT
+            ),
+            "GetCheckpoint": lambda: stub.GetCheckpoint(
+                pb.GetCheckpointRequest(session_id=session_id, checkpoint_id="k_1"), metadata=B, timeout=TIMEOUT
+            ),
             "DeleteSession": lambda: stub.DeleteSession(
                 pb.DeleteSessionRequest(session_id=session_id), metadata=B, timeout=TIMEOUT
             ),

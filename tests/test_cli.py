@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from conftest import free_port
+from ctxfold import __version__
 from ctxfold.config import Settings, load_settings
 
 SERVICE = "ctxfold.v1.ContextService"
@@ -222,7 +224,7 @@ def test_serves_health_and_stores_in_the_data_dir(cli: Cli) -> None:
     assert (cli.tmp / "data" / "ctxfold.db").is_file()
     assert not (cli.tmp / "data-from-file").exists()
     stderr = cli.served.stderr()
-    assert f"serving on port {cli.served.port}" in stderr
+    assert f"serving on 127.0.0.1:{cli.served.port}" in stderr
     assert "without authentication" not in stderr  # loopback only: no warning
 
 
@@ -419,6 +421,7 @@ def test_no_warning_beyond_loopback_with_auth(tmp_path: Path) -> None:
         ("cert-without-key", "tls_cert and tls_key must be given together"),
         ("client-ca-without-cert", "tls_client_ca"),
         ("bad-number", "grace_seconds"),
+        ("bad-log-level", "log_level: 'verbose' is not one of DEBUG, INFO, WARNING, ERROR"),
         ("short-token", "auth_tokens_file: "),
         ("missing-tokens-file", "auth_tokens_file: cannot read"),
         ("missing-cert-file", "tls_cert: cannot read"),
@@ -441,6 +444,8 @@ def test_bad_configuration_exits_2_with_a_clear_message(tmp_path: Path, case: st
         args += ["--tls-client-ca", str(tmp_path / "ca.pem")]
     elif case == "bad-number":
         args += ["--grace-seconds", "soon"]
+    elif case == "bad-log-level":
+        args += ["--log-level", "verbose"]
     elif case == "short-token":
         (tmp_path / "tokens").write_text("short tenant-a\n")
         args += ["--auth-tokens-file", str(tmp_path / "tokens")]
@@ -470,3 +475,89 @@ def test_bad_configuration_exits_2_with_a_clear_message(tmp_path: Path, case: st
     if case == "short-token":
         assert "at least 16 characters" in stderr
         assert "tokens:1" in stderr  # names the file and line
+
+
+def run_ctxfold(tmp: Path, args: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*ctxfold_command(), *args],
+        check=False,
+        cwd=tmp,
+        env=clean_environ(tmp, env or {}),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def one_line_failure(done: subprocess.CompletedProcess[str], code: int, prefix: str) -> str:
+    assert done.returncode == code, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(prefix), done.stderr
+    return lines[0]
+
+
+def test_an_unreachable_database_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        dead = closed.getsockname()[1]
+    done = run_ctxfold(
+        tmp_path,
+        ["serve", "--listen", f"127.0.0.1:{free_port()}", "--database", f"postgresql://u:pw@127.0.0.1:{dead}/x"],
+    )
+    line = one_line_failure(done, 1, "ctxfold: database: cannot open ")
+    assert f"127.0.0.1:{dead}" in line and "pw" not in line
+
+
+def test_a_port_in_use_is_one_line_without_grpc_log(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_ctxfold(tmp_path, ["serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path)])
+    one_line_failure(done, 2, f"ctxfold: listen: cannot listen on 127.0.0.1:{port}: the port is in use")
+
+
+def test_a_quiet_start_says_where_it_serves(tmp_path: Path) -> None:
+    """A first start (the schema is created) logs one line until shutdown."""
+    port = free_port()
+    with serving(tmp_path, ["--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "new")], {}, port) as served:
+        served.process.send_signal(signal.SIGTERM)
+        served.process.wait(timeout=10)
+        lines = served.stderr().splitlines()
+    assert len(lines) == 3, lines
+    assert f"INFO ctxfold: ctxfold {__version__} serving on 127.0.0.1:{port} (plaintext" in lines[0]
+    assert "shutting down" in lines[1] and "stopped" in lines[2]
+
+
+def test_version() -> None:
+    done = run_ctxfold(Path.cwd(), ["--version"])
+    assert done.returncode == 0 and done.stdout.strip() == f"ctxfold {__version__}"
+
+
+def option_helps(help_text: str) -> dict[str, str]:
+    """Each option of an argparse --help with its help text (joined over wrapped lines)."""
+    options: dict[str, str] = {}
+    current = ""
+    for line in help_text.split("options:", 1)[1].splitlines():
+        stripped = line.strip()
+        if stripped.startswith("--") or stripped.startswith("-h"):
+            current = stripped.split()[0].rstrip(",")
+            options[current] = stripped
+        elif current and stripped:
+            options[current] += " " + stripped
+    return options
+
+
+@pytest.mark.parametrize("command", ["serve", "sessions", "show", "healthcheck"])
+def test_every_option_shows_its_default(command: str) -> None:
+    done = run_ctxfold(Path.cwd(), [command, "--help"], {"COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    options = option_helps(done.stdout)
+    assert len(options) >= 3
+    missing = [name for name, text in options.items() if name != "-h" and "default" not in text]
+    assert missing == [], done.stdout
+    if command == "serve":
+        assert "--listen LISTEN address to listen on (host:port) (default 127.0.0.1:50051" in " ".join(
+            options["--listen"].split()
+        )

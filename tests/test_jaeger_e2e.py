@@ -1,6 +1,6 @@
 """Opt-in: a fold's trace sent to a real Jaeger and read back from its query API.
 
-    bash .ci/build-jaeger.sh /tmp/jaeger          # builds Jaeger from the Go module proxy (~10 min)
+    bash .ci/build-jaeger.sh /tmp/jaeger          # builds Jaeger from the Go module proxy (~12 min)
     CTXFOLD_JAEGER_BIN=/tmp/jaeger/bin/jaeger .venv/bin/pytest tests/test_jaeger_e2e.py
 
 Jaeger's all-in-one configuration takes fixed ports (OTLP 4317, query 16686, 8888, ...); the test
@@ -28,6 +28,7 @@ from test_prepare import call, create, result, user
 from traces import tool_output
 
 JAEGER = os.environ.get("CTXFOLD_JAEGER_BIN", "")
+ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not JAEGER, reason="opt-in: set CTXFOLD_JAEGER_BIN (see .ci/build-jaeger.sh)")
 
 
@@ -40,7 +41,11 @@ def query(path: str) -> dict[str, object] | None:
 
 
 async def test_a_fold_trace_reaches_jaeger(tmp_path: Path) -> None:
-    jaeger = await asyncio.create_subprocess_exec(JAEGER, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The documented recipe: every Jaeger port on loopback, traces only (Jaeger takes no metrics).
+    jaeger = await asyncio.create_subprocess_exec(
+        "bash", str(ROOT / ".ci" / "jaeger.sh"), JAEGER, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    server_log = tmp_path / "serve.log"
     port = free_port()
     service = f"ctxfold-e2e-{uuid.uuid4().hex[:6]}"
     server = None
@@ -52,12 +57,13 @@ async def test_a_fold_trace_reaches_jaeger(tmp_path: Path) -> None:
         env = {
             **os.environ,
             "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317",
+            "OTEL_METRICS_EXPORTER": "none",
             "OTEL_BSP_SCHEDULE_DELAY": "100",
             "OTEL_SERVICE_NAME": service,
         }
         server = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "ctxfold.cli", "serve", "--listen", f"127.0.0.1:{port}",
-            "--data-dir", str(tmp_path), env=env, stderr=subprocess.DEVNULL,
+            "--data-dir", str(tmp_path), env=env, stderr=server_log.open("wb"),
         )  # fmt: skip
         trace_id = uuid.uuid4().hex
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -75,7 +81,7 @@ async def test_a_fold_trace_reaches_jaeger(tmp_path: Path) -> None:
                 async for event in stub.Prepare(request, metadata=metadata):
                     folded |= event.HasField("result") and event.result.action == pb.ACTION_FOLDED
             assert folded
-        wanted = {"ctxfold.fold", "ctxfold.fold.pass", "chat extractive", "ctxfold.checkpoint.install"}
+        wanted = {"ctxfold.fold", "ctxfold.fold.pass", "ctxfold.summarize extractive", "ctxfold.checkpoint.install"}
         names: set[str] = set()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not wanted <= names:
@@ -86,6 +92,7 @@ async def test_a_fold_trace_reaches_jaeger(tmp_path: Path) -> None:
         assert wanted <= names, names
         services = query("/api/services") or {}
         assert service in (services.get("data") or [])  # type: ignore[operator]
+        assert "Failed to export" not in server_log.read_text(), server_log.read_text()
     finally:
         for process in (server, jaeger):
             if process is not None and process.returncode is None:

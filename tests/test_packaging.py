@@ -15,6 +15,12 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from conftest import free_port
+from ctxfold.healthcheck import check_target
+from test_cli import clean_environ, ctxfold_command, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -109,9 +115,8 @@ def test_dockerfile_runs_ctxfold_serve_as_non_root_with_a_healthcheck() -> None:
 
     healthchecks = [args for keyword, args in instructions if keyword == "HEALTHCHECK"]
     assert healthchecks, "the Dockerfile declares no HEALTHCHECK"
-    command = json.loads(healthchecks[-1].split(" CMD ", 1)[1])
-    assert command[1] == "-c" and "grpc_health.v1" in command[2]
-    compile(command[2], "<healthcheck>", "exec")  # the inline script is valid Python
+    # `ctxfold healthcheck` follows the server's flags, config and environment (tested below).
+    assert json.loads(healthchecks[-1].split(" CMD ", 1)[1])[:2] == ["ctxfold", "healthcheck"]
 
     assert ("EXPOSE", "50051") in instructions
     assert any(k == "VOLUME" and "/var/lib/ctxfold" in a for k, a in instructions)
@@ -122,10 +127,11 @@ def test_dockerfile_copies_only_existing_context_paths() -> None:
         if keyword != "COPY" or args.startswith("--from"):
             continue
         *sources, _dest = args.split()
-        present = [s for s in sources if any(ROOT.glob(s.rstrip("/")))]
-        missing = [s for s in sources if s not in present and "*" not in s]
-        assert not missing, f"COPY {args}: {missing} not in the build context"
-        assert present, f"COPY {args}: nothing to copy"
+        assert not [s for s in sources if "*" in s], f"COPY {args}: a wildcard copies nothing when the file is gone"
+        missing = [s for s in sources if not (ROOT / s.rstrip("/")).exists()]
+        assert not missing, f"COPY {args}: {missing} not in the repository"
+        ignored = [s for s in sources if dockerignored(s.rstrip("/"))]
+        assert not ignored, f"COPY {args}: {ignored} are excluded by .dockerignore"
 
 
 def test_the_repository_stands_alone() -> None:
@@ -143,3 +149,193 @@ def test_the_repository_stands_alone() -> None:
     ]
     assert offenders == []
     assert (ROOT / "tests" / "data" / "traces" / "README.md").is_file()
+
+
+# ---- .dockerignore --------------------------------------------------------------------------------
+
+
+def _dockerignore_pattern(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern (Go filepath.Match plus `**`) as a regex over slash-separated paths;
+    like Docker, a pattern also matches everything below a matching folder."""
+    out = ""
+    index = 0
+    while index < len(pattern):
+        if pattern.startswith("**/", index):
+            out, index = out + "(?:.*/)?", index + 3
+        elif pattern.startswith("**", index):
+            out, index = out + ".*", index + 2
+        elif pattern[index] == "*":
+            out, index = out + "[^/]*", index + 1
+        elif pattern[index] == "?":
+            out, index = out + "[^/]", index + 1
+        else:
+            out, index = out + re.escape(pattern[index]), index + 1
+    return re.compile(out + "(?:/.*)?")
+
+
+def dockerignored(path: str) -> bool:
+    """Whether the build context leaves `path` out: the last matching line decides, `!` re-includes."""
+    excluded = False
+    for raw in (ROOT / ".dockerignore").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        pattern = line.lstrip("!").strip("/")
+        if _dockerignore_pattern(pattern).fullmatch(path):
+            excluded = not negated
+    return excluded
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "clients/go/tools/bin/protoc-gen-go",
+        "clients/java/.tools/protoc/bin/protoc",
+        "clients/python/.venv/bin/python",
+        "clients/typescript/node_modules/x/index.js",
+        "node_modules/@bufbuild/buf/bin/buf",
+        ".venv/bin/python",
+        ".cache/tmp/pytest-of-root/x",
+        ".git/HEAD",
+        "tests/test_cli.py",
+        "bench/results/replay.json",
+        "server/ctxfold/__pycache__/cli.cpython-311.pyc",
+        "server/ctxfold.egg-info/PKG-INFO",
+    ],
+)
+def test_dockerignore_keeps_clients_tool_caches_and_venvs_out(path: str) -> None:
+    assert dockerignored(path)
+
+
+def test_dockerignore_lets_in_every_server_file() -> None:
+    tracked = subprocess.run(["git", "ls-files", "server"], cwd=ROOT, capture_output=True, text=True, check=True)
+    files = tracked.stdout.split()
+    assert len(files) > 50
+    assert [f for f in files if dockerignored(f)] == []
+
+
+# ---- constraints.txt --------------------------------------------------------------------------------
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for raw in (ROOT / "constraints.txt").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not an exact pin"
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_constraints_pin_the_whole_runtime_closure_and_satisfy_it() -> None:
+    """Offline: walk ctxfold's requirements (with the extras it asks for) through the installed
+    distributions' metadata, as pip would on the image's Linux / CPython 3.11, and check that every
+    package reached is pinned and that each pin satisfies every requirement on it."""
+    pins = _pins()
+    environment = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+                   "python_version": "3.11", "python_full_version": "3.11.0", "implementation_name": "cpython",
+                   "platform_python_implementation": "CPython"}  # fmt: skip
+    pending = [(Requirement(r), "ctxfold") for r in metadata.requires("ctxfold") or []]
+    seen: set[str] = set()
+    problems = []
+    while pending:
+        requirement, wanted_by = pending.pop()
+        extras = set(requirement.extras)
+        if requirement.marker is not None and not any(
+            requirement.marker.evaluate({**environment, "extra": extra}) for extra in (extras or {""})
+        ):
+            continue
+        name = canonicalize_name(requirement.name)
+        if name not in pins:
+            problems.append(f"{name} (needed by {wanted_by}) is not pinned")
+            continue
+        if not requirement.specifier.contains(pins[name], prereleases=True):
+            problems.append(f"{name}=={pins[name]} does not satisfy {requirement} (from {wanted_by})")
+        key = f"{name}[{','.join(sorted(extras))}]"
+        if key in seen:
+            continue
+        seen.add(key)
+        for raw in metadata.requires(requirement.name) or []:
+            dependency = Requirement(raw)
+            marker = dependency.marker
+            if marker is None or any(marker.evaluate({**environment, "extra": e}) for e in extras | {""}):
+                dependency.marker = None
+                pending.append((dependency, name))
+    assert problems == []
+    reached = {key.split("[")[0] for key in seen}
+    assert set(pins) == reached, f"pinned but not needed: {set(pins) - reached}; needed: {reached - set(pins)}"
+
+
+# ---- the health check follows the server's settings ---------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["flag", "config", "environment"])
+def test_healthcheck_follows_the_servers_flags_config_and_environment(tmp_path: Path, source: str) -> None:
+    port = free_port()
+    listen = f"127.0.0.1:{port}"
+    args, env = ["--data-dir", str(tmp_path / "data")], {}
+    if source == "flag":
+        args += ["--listen", listen]
+    elif source == "config":
+        (tmp_path / "ctxfold.toml").write_text(f'listen = "{listen}"\n')
+        args += ["--config", str(tmp_path / "ctxfold.toml")]
+    else:
+        env["CTXFOLD_LISTEN"] = listen
+    with serving(tmp_path, args, env, port) as served:
+        done = subprocess.run(
+            [*ctxfold_command(), "healthcheck", "--pid", str(served.process.pid)],
+            env=clean_environ(tmp_path, {}),  # the check's own environment names no port
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"{listen}: SERVING"
+        served.process.terminate()
+        served.process.wait(timeout=15)
+    gone = subprocess.run(
+        [*ctxfold_command(), "healthcheck", "--pid", str(served.process.pid)],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert gone.returncode == 1 and gone.stderr.startswith("ctxfold healthcheck: cannot read process")
+
+
+def test_healthcheck_targets_this_machine_for_a_wildcard_listen() -> None:
+    assert check_target("0.0.0.0:50051") == "127.0.0.1:50051"
+    assert check_target("[::]:50051") == "127.0.0.1:50051"
+    assert check_target("10.1.2.3:7000") == "10.1.2.3:7000"
+    assert check_target("[::1]:7000") == "[::1]:7000"
+
+
+# ---- drain and compose -----------------------------------------------------------------------------------
+
+
+def _compose_services() -> dict[str, str]:
+    """Each service's block of compose.yaml (the file is simple enough not to need a YAML parser)."""
+    text = (ROOT / "compose.yaml").read_text()
+    body = text.split("\nservices:\n", 1)[1].split("\nvolumes:", 1)[0]
+    blocks = re.split(r"^  (\w[\w-]*):\n", body, flags=re.M)
+    return dict(zip(blocks[1::2], blocks[2::2], strict=True))
+
+
+def test_drains_fit_inside_the_stop_timeouts() -> None:
+    env = " ".join(args for keyword, args in _instructions() if keyword == "ENV")
+    image_grace = float(re.search(r"CTXFOLD_GRACE_SECONDS=(\d+(?:\.\d+)?)", env).group(1))  # type: ignore[union-attr]
+    assert image_grace < 10  # `docker stop` waits 10 s before SIGKILL
+    ctxfold = _compose_services()["ctxfold"]
+    compose_grace = float(re.search(r'CTXFOLD_GRACE_SECONDS: "(\d+)"', ctxfold).group(1))  # type: ignore[union-attr]
+    stop_period = float(re.search(r"stop_grace_period: (\d+)s", ctxfold).group(1))  # type: ignore[union-attr]
+    assert stop_period > compose_grace
+
+
+def test_compose_publishes_on_loopback_restarts_and_sends_no_metrics_to_jaeger() -> None:
+    services = _compose_services()
+    assert set(services) == {"jaeger", "ctxfold"}
+    for name, block in services.items():
+        published = re.findall(r'^\s+- "([^"]+)"', block.split("ports:", 1)[1], flags=re.M)
+        assert published and all(p.startswith("127.0.0.1:") for p in published), (name, published)
+        assert "restart: unless-stopped" in block, name
+    assert "OTEL_METRICS_EXPORTER: none" in services["ctxfold"]

@@ -20,11 +20,15 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
 
 from conftest import free_port, fresh_database, settings_for
+from ctxfold import __version__
 from ctxfold.server import start
+from ctxfold.service.maintenance import Hooks
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from fake_provider import FakeProvider
 from test_prepare import call, compact, create, prepare, result, user
 from traces import tool_output
 
@@ -79,20 +83,205 @@ async def test_a_multi_pass_fold_is_one_span_tree(
     assert rpc.attributes["ctxfold.session.id"] == session.id
     (fold,) = [s for s in children(finished, rpc) if s.name == "ctxfold.fold"]
     assert fold.attributes is not None and fold.attributes["ctxfold.fold.passes"] == len(committed)
+    assert fold.attributes["ctxfold.fold.trigger"] == "compact"
+    assert fold.attributes["ctxfold.context_window"] == 64_000
+    assert fold.attributes["ctxfold.trigger_tokens"] == int(0.8 * 64_000)
+    assert fold.attributes["ctxfold.hard_limit_tokens"] == 64_000 - 256
+    assert fold.attributes["ctxfold.summarizer"] == "extractive"
+    assert fold.attributes["ctxfold.summarizer.input_window_tokens"] == 6000
+    positions = {
+        c.id: c.position_seq
+        for c in (
+            await stub.ListCheckpoints(pb.ListCheckpointsRequest(session_id=session.id, page_size=100))
+        ).checkpoints
+    }
+
+    def install_position(event: pb.FoldProgress) -> int:
+        return positions[event.checkpoint_id]
+
     passes = [s for s in children(finished, fold) if s.name == "ctxfold.fold.pass"]
     assert [s.attributes["ctxfold.fold.pass_index"] for s in passes if s.attributes] == list(
         range(1, len(committed) + 1)
     )
     for index, pass_span in enumerate(passes):
         names = [s.name for s in children(finished, pass_span)]
-        assert names == ["chat extractive", "ctxfold.checkpoint.install"]
-        chat, install = children(finished, pass_span)
-        assert chat.attributes is not None and chat.attributes["gen_ai.operation.name"] == "chat"
-        assert chat.attributes["gen_ai.request.model"] == "extractive"
+        assert names == ["ctxfold.summarize extractive", "ctxfold.checkpoint.install"]
+        summarize, install = children(finished, pass_span)
+        # The extractive summarizer calls no model: no GenAI attributes, no client span.
+        assert summarize.kind == SpanKind.INTERNAL and summarize.attributes is not None
+        assert not [key for key in summarize.attributes if key.startswith("gen_ai.")]
+        assert summarize.attributes["ctxfold.summary.tokens"] > 0  # type: ignore[operator]
+        assert pass_span.attributes is not None and pass_span.attributes["ctxfold.session.id"] == session.id
+        first, last = pass_span.attributes["ctxfold.fold.first_seq"], pass_span.attributes["ctxfold.fold.last_seq"]
+        assert 0 < first <= last and last == install_position(committed[index])  # type: ignore[operator]
+        assert pass_span.attributes["ctxfold.fold.messages"] > 0  # type: ignore[operator]
         assert install.attributes is not None
         assert install.attributes["ctxfold.checkpoint.id"] == committed[index].checkpoint_id
         assert install.attributes["ctxfold.tokens.after"] < install.attributes["ctxfold.tokens.before"]  # type: ignore[operator]
     assert all(s.context.trace_id == rpc.context.trace_id for s in passes)
+
+
+async def test_a_model_summary_is_a_genai_chat_span_naming_the_model_and_server(
+    backend: str, tmp_path: Path, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CTXFOLD_TEST_TELEMETRY_KEY", "k")
+    with FakeProvider() as fake:
+        summarizers = {
+            "llm": {
+                "type": "openai",
+                "base_url": fake.base_url,
+                "model": "m-fake",
+                "api_key_env": "CTXFOLD_TEST_TELEMETRY_KEY",
+            }
+        }
+        running = await start(
+            settings_for(await fresh_database(backend, tmp_path), summarizers=json.dumps(summarizers))
+        )
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+                stub = pb_grpc.ContextServiceStub(channel)
+                session = await create(stub, context_window=16_000, summarizer="llm")
+                turns = [user("start")] + [
+                    m for i in range(16) for m in (call(f"c{i}"), result(f"c{i}", tool_output(i, 800)))
+                ]
+                await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session.id, messages=turns))
+                spans.clear()
+                outcome = await compact(stub, session.id)
+                assert outcome.result.action == pb.ACTION_FOLDED, outcome
+        finally:
+            await running.stop(grace=1.0)
+    (chat,) = [s for s in spans.get_finished_spans() if s.name == "chat m-fake"]
+    attributes = chat.attributes or {}
+    assert chat.kind == SpanKind.CLIENT
+    assert attributes["gen_ai.operation.name"] == "chat" and attributes["gen_ai.provider.name"] == "openai"
+    assert attributes["gen_ai.request.model"] == "m-fake" and attributes["gen_ai.response.model"] == "m-fake"
+    assert attributes["server.address"] == "127.0.0.1"
+    assert attributes["ctxfold.session.id"] == session.id
+
+
+# ---- every RPC span, errors, cancellation -------------------------------------------------------
+
+
+def rpc_span(finished: list[ReadableSpan], method: str) -> ReadableSpan:
+    (span,) = [s for s in finished if s.name == f"/ctxfold.v1.ContextService/{method}"]
+    return span
+
+
+async def test_every_rpc_span_names_its_session_and_domain_fields(
+    stub: pb_grpc.ContextServiceStub, spans: InMemorySpanExporter
+) -> None:
+    spans.clear()
+    session = await create(stub, context_window=64_000)
+    appended = await stub.AppendMessages(
+        pb.AppendMessagesRequest(session_id=session.id, messages=[user("go"), call("c1"), result("c1", "x" * 9000)])
+    )
+    result_ref = appended.messages[-1].result_ref
+    await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session.id, tool_call_id="c1", limit=100))
+    prepared = await prepare(stub, session.id)
+    await stub.ObserveUsage(
+        pb.ObserveUsageRequest(
+            session_id=session.id,
+            view_version=prepared.result.view_version,
+            input_tokens=4000,
+            cached_input_tokens=3500,
+            output_tokens=120,
+        )
+    )
+    fork = (await stub.Fork(pb.ForkRequest(session_id=session.id))).session
+    await stub.Rewind(pb.RewindRequest(session_id=fork.id, to_seq=1))
+    await stub.GetContextState(pb.GetContextStateRequest(session_id=session.id))
+    await stub.ListCheckpoints(pb.ListCheckpointsRequest(session_id=session.id))
+    finished = list(spans.get_finished_spans())
+    methods = {
+        "CreateSession": session.id,
+        "AppendMessages": session.id,
+        "ReadToolResult": session.id,
+        "Prepare": session.id,
+        "ObserveUsage": session.id,
+        "Fork": session.id,
+        "Rewind": fork.id,
+        "GetContextState": session.id,
+        "ListCheckpoints": session.id,
+    }
+    attributes = {method: dict(rpc_span(finished, method).attributes or {}) for method in methods}
+    for method, session_id in methods.items():
+        assert attributes[method]["ctxfold.session.id"] == session_id, method
+        assert attributes[method]["rpc.method"] == method and attributes[method]["rpc.grpc.status_code"] == 0
+    assert attributes["AppendMessages"]["ctxfold.request.messages.count"] == 3
+    read = attributes["ReadToolResult"]
+    assert read["ctxfold.request.tool_call_id"] == "c1" and read["ctxfold.response.result_ref"] == result_ref
+    assert read["ctxfold.request.limit"] == 100 and read["ctxfold.response.total_bytes"] == 9000
+    assert "ctxfold.response.data" not in read  # content stays off spans
+    usage = attributes["ObserveUsage"]
+    assert (usage["ctxfold.request.input_tokens"], usage["ctxfold.request.cached_input_tokens"]) == (4000, 3500)
+    assert usage["ctxfold.request.output_tokens"] == 120
+    assert attributes["Fork"]["ctxfold.response.session.id"] == fork.id
+    assert attributes["Rewind"]["ctxfold.request.to_seq"] == 1
+    assert "ctxfold.response.state_json" not in attributes["GetContextState"]
+
+
+async def test_an_error_span_has_status_error_the_reason_and_one_exception_event(
+    stub: pb_grpc.ContextServiceStub, spans: InMemorySpanExporter
+) -> None:
+    spans.clear()
+    with pytest.raises(grpc.aio.AioRpcError):
+        await stub.GetSession(pb.GetSessionRequest(session_id="s_missing"))
+    with pytest.raises(grpc.aio.AioRpcError):
+        await compact(stub, "s_missing")
+    finished = list(spans.get_finished_spans())
+    for method in ("GetSession", "Compact"):
+        span = rpc_span(finished, method)
+        assert span.status.status_code == StatusCode.ERROR, method
+        assert span.status.description == "session 's_missing' not found"
+        attributes = span.attributes or {}
+        assert attributes["ctxfold.error.reason"] == "SESSION_NOT_FOUND"
+        assert attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
+        assert attributes["ctxfold.session.id"] == "s_missing"
+        assert [event.name for event in span.events] == ["exception"], method
+
+
+async def test_a_cancelled_stream_ends_its_span_without_tracebacks(
+    backend: str, tmp_path: Path, spans: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    hooks = Hooks()
+    holding = asyncio.Event()
+
+    async def hold(_session_id: str) -> None:
+        holding.set()
+        await asyncio.Event().wait()  # until cancelled
+
+    hooks.before_install = hold
+    running = await start(settings_for(await fresh_database(backend, tmp_path)), hooks=hooks)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            stub = pb_grpc.ContextServiceStub(channel)
+            session = await create(stub, context_window=8000)
+            turns = [user("start")] + [
+                m for i in range(8) for m in (call(f"c{i}"), result(f"c{i}", tool_output(i, 1500)))
+            ]
+            await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session.id, messages=turns))
+            spans.clear()
+            stream = stub.Compact(pb.CompactRequest(session_id=session.id))
+
+            async def read() -> None:
+                async for _ in stream:
+                    pass
+
+            reader = asyncio.create_task(read())
+            await asyncio.wait_for(holding.wait(), 10)
+            stream.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reader
+            deadline = time.monotonic() + 10
+            while not any(s.name.endswith("/Compact") for s in spans.get_finished_spans()):
+                assert time.monotonic() < deadline, "the Compact span never ended"
+                await asyncio.sleep(0.05)
+    finally:
+        await running.stop(grace=1.0)
+    span = rpc_span(list(spans.get_finished_spans()), "Compact")
+    assert (span.attributes or {})["rpc.grpc.status_code"] == grpc.StatusCode.CANCELLED.value[0]
+    assert span.events == ()
+    assert [r for r in caplog.records if r.name.startswith("opentelemetry") or r.exc_info] == []
 
 
 # ---- over the wire --------------------------------------------------------------------------------
@@ -179,7 +368,12 @@ async def test_spans_and_metrics_reach_an_otlp_receiver_in_the_clients_trace(
                 async for _ in stub.Prepare(request, metadata=metadata):
                     pass
             deadline = time.monotonic() + 45
-            wanted = {"/ctxfold.v1.ContextService/Prepare", "ctxfold.fold", "ctxfold.fold.pass", "chat extractive"}
+            wanted = {
+                "/ctxfold.v1.ContextService/Prepare",
+                "ctxfold.fold",
+                "ctxfold.fold.pass",
+                "ctxfold.summarize extractive",
+            }
             wanted_metrics = {"ctxfold.prepare.duration", "ctxfold.maintenance.operations"}
             while time.monotonic() < deadline:
                 names = collector.span_names(bytes.fromhex(trace_id))
@@ -199,6 +393,14 @@ async def test_spans_and_metrics_reach_an_otlp_receiver_in_the_clients_trace(
                 if attribute.key == "service.name"
             }
             assert service_names == {"ctxfold-under-test"}
+            versions = {
+                attribute.value.string_value
+                for request in collector.traces
+                for resource_spans in request.resource_spans
+                for attribute in resource_spans.resource.attributes
+                if attribute.key == "service.version"
+            }
+            assert versions == {__version__}
     finally:
         process.terminate()
         await asyncio.wait_for(process.wait(), 30)

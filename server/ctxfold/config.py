@@ -60,6 +60,7 @@ class Settings:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class ConfigError(ValueError):
@@ -103,6 +104,8 @@ def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str], config_p
         if value is not None:
             values[name] = _coerce(name, value)
     settings = Settings(**values)
+    if settings.log_level.upper() not in LOG_LEVELS:
+        raise ValueError(f"setting log_level: {settings.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     if bool(settings.tls_cert) != bool(settings.tls_key):
         raise ValueError("tls_cert and tls_key must be given together")
     if settings.tls_client_ca and not settings.tls_cert:

@@ -12,13 +12,16 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from opentelemetry.instrumentation.grpc import aio_server_interceptor
+from sqlalchemy.exc import SQLAlchemyError
 
+from ctxfold import __version__
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer, add_to_server
+from ctxfold.api.tracing import TracingInterceptor
 from ctxfold.config import ConfigError, Settings
 from ctxfold.engine.transcript import AppendLimits
+from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Hooks, Maintenance
 from ctxfold.service.sessions import SessionConfigs, Sessions
@@ -31,6 +34,10 @@ from ctxfold.v1 import context_service_pb2 as pb
 
 log = logging.getLogger("ctxfold")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
+
+
+class StartupError(Exception):
+    """The server cannot start although its settings are well-formed (the database is unreachable)."""
 
 
 @dataclass
@@ -98,7 +105,14 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             settings.listen,
         )
     engine = create_engine(settings.database_url(), pool_size=settings.db_pool_size)
-    await migrate(engine)
+    try:
+        await migrate(engine)
+    except (OSError, SQLAlchemyError) as exc:
+        await engine.dispose()
+        cause = getattr(exc, "orig", None) or exc
+        raise StartupError(
+            f"database: cannot open {engine.url.render_as_string(hide_password=True)}: {cause}"
+        ) from None
     store = Store(engine)
     limits = AppendLimits(
         max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
@@ -122,10 +136,11 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             max_response_bytes=settings.max_send_message_bytes,
         ),
         admission=Admission(settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant),
+        checkpoints=Checkpoints(store),
     )
     server = grpc.aio.server(
         # A span per RPC; a W3C traceparent in the client's metadata continues the agent's trace.
-        interceptors=[aio_server_interceptor()],
+        interceptors=[TracingInterceptor()],
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
             ("grpc.max_send_message_length", settings.max_send_message_bytes),
@@ -148,12 +163,17 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             port = server.add_secure_port(settings.listen, credentials)
     except RuntimeError as exc:  # grpc raises it when the address cannot be bound
         await engine.dispose()
-        raise ConfigError(f"listen: cannot listen on {settings.listen}: {exc}") from None
+        # grpc's own text only says to raise GRPC_VERBOSITY; the causes are these two.
+        raise ConfigError(
+            f"listen: cannot listen on {settings.listen}: the port is in use or the host is not this machine's"
+        ) from exc
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     log.info(
-        "ctxfold serving on port %d (%s, %s, store %s)",
+        "ctxfold %s serving on %s:%d (%s, %s, store %s)",
+        __version__,
+        settings.listen.rsplit(":", 1)[0] or "0.0.0.0",
         port,
         "TLS" if credentials else "plaintext",
         "bearer tokens" if tokens else "single tenant",

@@ -21,6 +21,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
+from ctxfold import __version__
+
 log = logging.getLogger(__name__)
 
 TRACER = trace.get_tracer("ctxfold")
@@ -99,11 +101,19 @@ def _metric_exporter(name: str, environ: Mapping[str, str]) -> MetricExporter | 
     return None
 
 
+def resource_for(environ: Mapping[str, str]) -> Resource:
+    """service.name ctxfold (unless OTEL_SERVICE_NAME names it) and service.version, with whatever
+    OTEL_RESOURCE_ATTRIBUTES adds."""
+    attributes = {"service.version": __version__}
+    if not environ.get("OTEL_SERVICE_NAME"):
+        attributes["service.name"] = "ctxfold"
+    return Resource.create(attributes)
+
+
 def configure(environ: Mapping[str, str]) -> Callable[[], None]:
     """Installs the SDK as the variables say and returns a function that flushes and shuts it down."""
     default = "otlp" if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") else "none"
-    attributes = {} if environ.get("OTEL_SERVICE_NAME") else {"service.name": "ctxfold"}
-    resource = Resource.create(attributes)
+    resource = resource_for(environ)
     shutdowns: list[Callable[[], object]] = []
     span_exporters = [
         e for n in _names(environ.get("OTEL_TRACES_EXPORTER") or default) if (e := _span_exporter(n, environ))

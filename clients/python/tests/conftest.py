@@ -45,7 +45,7 @@ class Server:
                 self.process.wait(timeout=5)
 
 
-_SERVING = re.compile(r"serving on port (\d+)")
+_SERVING = re.compile(r"serving on \S*:(\d+) \(")  # the ready line: "serving on HOST:PORT (…)"
 
 
 def start_server(workdir: Path, *extra: str) -> Server:

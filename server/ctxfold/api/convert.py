@@ -11,6 +11,7 @@ from ctxfold.engine.model import CONFIG_FIELDS, ConfigInput, NewMessage, Role, S
 from ctxfold.engine.view import ViewMessage
 from ctxfold.service.maintenance import Action, Event, Prepared, Progress, Stage
 from ctxfold.service.sessions import SessionInfo
+from ctxfold.store.repository import StoredCheckpoint
 from ctxfold.v1 import context_service_pb2 as pb
 
 _ROLE_FROM_PB = {
@@ -47,6 +48,21 @@ def session_pb(info: SessionInfo) -> pb.Session:
         update_time=timestamp(r.update_time),
         forked_from_session_id=r.forked_from_session_id or "",
         forked_at_seq=r.forked_at_seq,
+    )
+
+
+def checkpoint_pb(stored: StoredCheckpoint) -> pb.Checkpoint:
+    # folded_results_ref and summarizer are not stored yet: they stay empty.
+    c = stored.checkpoint
+    return pb.Checkpoint(
+        id=c.id,
+        parent_id=c.parent_id or "",
+        position_seq=c.position_seq,
+        summary=c.summary,
+        summary_tokens=c.summary_tokens,
+        kept_message_ids=list(c.kept_ids),
+        create_time=timestamp(stored.create_time),
+        on_head_chain=stored.on_head_chain,
     )
 
 

@@ -17,8 +17,10 @@ from ctxfold.api import convert
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
+from ctxfold.api.tracing import annotate_request, annotate_response, mark_error
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind, invalid
+from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Maintenance
 from ctxfold.service.sessions import Sessions, session_info
@@ -81,13 +83,18 @@ def unary(
         try:
             tenant = self.auth.tenant(context)
             request = await _decode(method.__name__, raw)
+            annotate_request(request)
             check_request(request)
             with self.admission.admit(tenant):
-                return await method(self, request, context, tenant)
+                response = await method(self, request, context, tenant)
+            annotate_response(request, response)  # type: ignore[arg-type]
+            return response
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
-            status = status_for(_as_domain_error(exc))
+            error = _as_domain_error(exc)
+            mark_error(error, exc)
+            status = status_for(error)
             await context.abort(status.code, status.details, status.trailing_metadata)
             raise AssertionError("unreachable: abort raises") from None
 
@@ -104,6 +111,7 @@ def server_stream(
         try:
             tenant = self.auth.tenant(context)
             request = await _decode(method.__name__, raw)
+            annotate_request(request)
             check_request(request)
             with self.admission.admit(tenant):
                 async for response in method(self, request, tenant):
@@ -111,7 +119,9 @@ def server_stream(
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
-            status = status_for(_as_domain_error(exc))
+            error = _as_domain_error(exc)
+            mark_error(error, exc)
+            status = status_for(error)
             await context.abort(status.code, status.details, status.trailing_metadata)
 
     return handler
@@ -129,6 +139,7 @@ class ContextServicer:
         lineage: Lineage,
         maintenance: Maintenance,
         admission: Admission,
+        checkpoints: Checkpoints,
     ):
         self.auth = auth
         self.admission = admission
@@ -137,6 +148,7 @@ class ContextServicer:
         self.tool_results = tool_results
         self.lineage = lineage
         self.maintenance = maintenance
+        self.checkpoints = checkpoints
 
     @unary
     async def CreateSession(
@@ -255,11 +267,18 @@ class ContextServicer:
     ) -> pb.GetContextStateResponse:
         return pb.GetContextStateResponse(state_json=await self.maintenance.context_state(tenant, request.session_id))
 
-    # Implemented on the operations branch (issue 13); until it lands they answer UNIMPLEMENTED.
-    async def ListCheckpoints(self, request: pb.ListCheckpointsRequest, context: Context) -> pb.ListCheckpointsResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListCheckpoints is not implemented yet")
-        raise AssertionError("unreachable: abort raises")
+    @unary
+    async def ListCheckpoints(
+        self, request: pb.ListCheckpointsRequest, context: Context, tenant: str
+    ) -> pb.ListCheckpointsResponse:
+        listed, token = await self.checkpoints.list(
+            tenant, request.session_id, request.page_size, request.page_token, request.include_abandoned
+        )
+        return pb.ListCheckpointsResponse(checkpoints=[convert.checkpoint_pb(c) for c in listed], next_page_token=token)
 
-    async def GetCheckpoint(self, request: pb.GetCheckpointRequest, context: Context) -> pb.GetCheckpointResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetCheckpoint is not implemented yet")
-        raise AssertionError("unreachable: abort raises")
+    @unary
+    async def GetCheckpoint(
+        self, request: pb.GetCheckpointRequest, context: Context, tenant: str
+    ) -> pb.GetCheckpointResponse:
+        stored = await self.checkpoints.get(tenant, request.session_id, request.checkpoint_id)
+        return pb.GetCheckpointResponse(checkpoint=convert.checkpoint_pb(stored))

@@ -49,7 +49,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--think-seconds", type=float, default=10.0, help="simulated time between model calls (default 10)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
-    p.add_argument("--plot", default="", metavar="PATH.png", help="also draw view tokens and cumulative cost")
+    p.add_argument(
+        "--plot",
+        default="",
+        metavar="PATH.png",
+        help="also draw view tokens, cache hits per call and cumulative cost into PATH.png, whose folder must "
+        "exist (default: no plot)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -66,6 +72,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.exit(2, f"ctxfold replay: {exc}\n")
     if args.window <= 0:
         parser.exit(2, "ctxfold replay: --window must be > 0\n")
+    if args.plot:
+        # Checked before the replay runs, which can take minutes.
+        from ctxfold.replay.plot import PlotError, pyplot, writable
+
+        try:
+            writable(args.plot)
+            pyplot()
+        except PlotError as exc:
+            parser.exit(2, f"ctxfold replay: --plot: {exc}\n")
     ttl: float | Literal["default"] | None = "default"
     if args.cache_ttl is not None:
         ttl = None if args.cache_ttl == 0 else args.cache_ttl
@@ -90,19 +105,21 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"ctxfold replay: {exc}", file=sys.stderr)
         return 1
     if args.plot:
-        from ctxfold.replay.plot import plot
+        from ctxfold.replay.plot import PlotError, plot
 
+        ratio = float(result.settings["ratio"])  # type: ignore[arg-type]
         try:
-            plot(
+            written = plot(
                 [result],
                 args.plot,
-                f"{trace.name}: ctxfold, window {options.window:,}",
+                f"{trace.name}: ctxfold, window {options.window:,}, compact_ratio {ratio:.2f}, {prices.name} prices",
                 window=options.window,
-                trigger=int((options.ratio or 0.80) * options.window),
+                compact_ratio=ratio,
             )
-        except (RuntimeError, OSError) as exc:
-            print(f"ctxfold replay: cannot draw {args.plot}: {exc}", file=sys.stderr)
+        except PlotError as exc:
+            print(f"ctxfold replay: --plot: {exc}", file=sys.stderr)
             return 1
+        print(f"ctxfold replay: plot written to {written}", file=sys.stderr)
     if args.json:
         document = dataclasses.asdict(result)
         document["price_source"] = prices.source

@@ -86,6 +86,7 @@ class ReplayResult:
     series_view_tokens: list[int] = field(default_factory=list)
     series_actions: list[str] = field(default_factory=list)
     series_cumulative_cost: list[float] = field(default_factory=list)
+    series_cache_hit_tokens: list[int] = field(default_factory=list)  # per call, of series_view_tokens
 
 
 def ideal_hit_ratio(trace: Trace) -> float:
@@ -181,6 +182,7 @@ class Meter:
         r.series_view_tokens.append(bill.cache.input_tokens)
         r.series_actions.append(call.action)
         r.series_cumulative_cost.append(r.cost + r.summarizer_cost)
+        r.series_cache_hit_tokens.append(bill.cache.hit)
         r.summary_tokens = sum(estimator.count_text(m.content) for m in call.view if m.summary)
         self.provider.advance(self.think_seconds)
         return bill

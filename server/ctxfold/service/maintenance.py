@@ -49,7 +49,7 @@ from ctxfold.engine.view import Checkpoint, ViewMessage
 from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.transcript import Transcript
 from ctxfold.store.repository import ContextSnapshot, SessionRecord, StaleSession, Store, Usage, new_id
-from ctxfold.summarizers.base import OnDelta, Summarizer, SummaryRequest
+from ctxfold.summarizers.base import IN_PROCESS_PROVIDER, OnDelta, Summarizer, SummaryRequest
 from ctxfold.telemetry import INSTRUMENTS, TRACER
 
 log = logging.getLogger(__name__)
@@ -138,6 +138,7 @@ class _Run:
     first_tokens: int
     action: Action = Action.NONE
     fold_failure: str = ""  # why the last fold pass of this round failed
+    trigger: str = ""  # why maintenance folds: threshold, overflow or compact (for the fold span)
 
 
 def _summary_hash(text: str) -> str:
@@ -450,6 +451,7 @@ class Maintenance:
                 return
             if run.projection.tokens() < run.config.trigger_tokens and not overflow:
                 return
+        run.trigger = "compact" if mode is Mode.COMPACT else "overflow" if overflow else "threshold"
         await self._fold(run, mode, emit, focus, one_pass=overflow)
 
     async def _pruned(self, run: _Run, emit: Emit) -> None:
@@ -567,16 +569,25 @@ class Maintenance:
             span.set_attributes(
                 {
                     "ctxfold.session.id": run.session.id,
+                    "ctxfold.fold.trigger": run.trigger,
+                    "ctxfold.context_window": run.config.context_window,
+                    "ctxfold.trigger_tokens": run.config.trigger_tokens,
+                    "ctxfold.hard_limit_tokens": run.config.hard_limit_tokens,
                     "ctxfold.fold.passes_planned": passes,
                     "ctxfold.tokens.before": before,
                     "ctxfold.summarizer": summarizer.name,
+                    "ctxfold.summarizer.input_window_tokens": summarizer.input_window_tokens,
                 }
             )
             fold: FoldPass | None = plan.first
             index = 0
             while fold is not None:
                 index += 1
-                attributes = {"ctxfold.fold.pass_index": index, "ctxfold.fold.passes_planned": passes}
+                attributes: dict[str, str | int] = {
+                    "ctxfold.session.id": run.session.id,
+                    "ctxfold.fold.pass_index": index,
+                    "ctxfold.fold.passes_planned": passes,
+                }
                 with TRACER.start_as_current_span("ctxfold.fold.pass", attributes=attributes):
                     committed = await self._fold_pass(run, summarizer, fold, index, passes, focus, emit)
                 if not committed:
@@ -602,7 +613,16 @@ class Maintenance:
         projection = run.projection
         before = projection.tokens()
         span = trace.get_current_span()
-        span.set_attributes({"ctxfold.tokens.before": before, "ctxfold.fold.input_tokens": fold.input_tokens})
+        folded_seqs = [m.source.seq for m in fold.folded if m.source is not None]
+        span.set_attributes(
+            {
+                "ctxfold.tokens.before": before,
+                "ctxfold.fold.input_tokens": fold.input_tokens,
+                "ctxfold.fold.messages": len(fold.folded),
+                "ctxfold.fold.first_seq": min(folded_seqs, default=0),
+                "ctxfold.fold.last_seq": fold.position_seq,
+            }
+        )
         await emit(
             Progress(
                 Stage.PASS_STARTED,
@@ -680,32 +700,40 @@ class Maintenance:
     async def _summarize(
         self, run: _Run, summarizer: Summarizer, request: SummaryRequest, on_delta: OnDelta
     ) -> tuple[str, str]:
-        """(summary text, "") or ("", why it failed): one summarizer call, traced by the GenAI
-        semantic conventions and timed."""
+        """(summary text, "") or ("", why it failed): one summarizer call, timed and traced: a model
+        call as a GenAI `chat` client span, an in-process summarizer (extractive) as what it is."""
         attributes = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": summarizer.provider}
-        with TRACER.start_as_current_span(f"chat {summarizer.model}", kind=SpanKind.CLIENT) as span:
-            span.set_attributes(
-                {
-                    **attributes,
-                    "gen_ai.request.model": summarizer.model,
-                    "gen_ai.request.max_tokens": request.max_tokens,
-                    "ctxfold.session.id": run.session.id,
-                }
-            )
+        calls_model = summarizer.provider != IN_PROCESS_PROVIDER
+        name = f"chat {summarizer.model}" if calls_model else f"ctxfold.summarize {summarizer.name}"
+        with TRACER.start_as_current_span(name, kind=SpanKind.CLIENT if calls_model else SpanKind.INTERNAL) as span:
+            if calls_model:
+                span.set_attributes(
+                    {
+                        **attributes,
+                        "gen_ai.request.model": summarizer.model,
+                        "gen_ai.request.max_tokens": request.max_tokens,
+                        **({"server.address": summarizer.server_address} if summarizer.server_address else {}),
+                    }
+                )
+            span.set_attributes({"ctxfold.session.id": run.session.id, "ctxfold.summarizer": summarizer.name})
             started = time.perf_counter()
             failure = ""
             text = ""
             try:
                 result = await summarizer.summarize(request, on_delta)
                 text = result.text.strip()
-                span.set_attributes(
-                    {
-                        "gen_ai.usage.input_tokens": result.input_tokens,
-                        "gen_ai.usage.output_tokens": result.output_tokens,
-                        "gen_ai.usage.cache_read.input_tokens": result.cached_input_tokens,
-                        "gen_ai.response.finish_reasons": [result.finish_reason],
-                    }
-                )
+                if calls_model:
+                    span.set_attributes(
+                        {
+                            "gen_ai.response.model": result.response_model or summarizer.model,
+                            "gen_ai.usage.input_tokens": result.input_tokens,
+                            "gen_ai.usage.output_tokens": result.output_tokens,
+                            "gen_ai.usage.cache_read.input_tokens": result.cached_input_tokens,
+                            "gen_ai.response.finish_reasons": [result.finish_reason],
+                        }
+                    )
+                else:
+                    span.set_attribute("ctxfold.summary.tokens", estimator.count_text(text))
                 if result.finish_reason == "length":
                     failure = "the summary was truncated (finish_reason=length)"
                 elif not text:

@@ -15,16 +15,16 @@ DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 
 
-def page_size(requested: int) -> int:
-    """The page size asked for (0: the default); outside [0, MAX_PAGE_SIZE] it is refused, not clamped,
-    so a client never mistakes a short page for the whole listing."""
-    if not 0 <= requested <= MAX_PAGE_SIZE:
+def page_size(requested: int, default: int = DEFAULT_PAGE_SIZE, maximum: int = MAX_PAGE_SIZE) -> int:
+    """The page size a listing uses: `default` for 0 (AIP-158). Outside [0, maximum] it is refused, not
+    clamped, so a client never mistakes a short page for the whole listing."""
+    if not 0 <= requested <= maximum:
         raise invalid(
             "INVALID_PAGE_SIZE",
-            f"page_size must be within [0, {MAX_PAGE_SIZE}] (0 = {DEFAULT_PAGE_SIZE}), got {requested}",
-            max_page_size=MAX_PAGE_SIZE,
+            f"page_size must be within [0, {maximum}] (0 = {default}), got {requested}",
+            max_page_size=maximum,
         )
-    return requested or DEFAULT_PAGE_SIZE
+    return requested or default
 
 
 def encode_token(scope: str, position: list[Any]) -> str:

@@ -134,6 +134,15 @@ class Usage:
     finish_reason: str
 
 
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A checkpoint as an operator reads it back."""
+
+    checkpoint: Checkpoint
+    create_time: float
+    on_head_chain: bool  # the session's head checkpoint is this one or descends from it
+
+
 class StaleSession(Exception):
     """The session changed between read and write; the caller re-reads and retries."""
 
@@ -671,6 +680,95 @@ class Store:
         summary = next(e["text"] for e in entries if e["type"] == "summary")
         kept = tuple(e["id"] for e in entries if e["type"] == "message")
         return Checkpoint(m["id"], m["parent_id"], m["position_seq"], summary, m["summary_tokens"], kept)
+
+    async def list_checkpoints(
+        self, session: SessionRecord, include_abandoned: bool, limit: int, after: tuple[float, str] | None
+    ) -> tuple[list[StoredCheckpoint], bool]:
+        """One page, newest first; `after` is the (create_time, id) of the last checkpoint of the
+        previous page. Returns the page and whether more follow."""
+        async with self._read() as conn:
+            index = await self._checkpoint_index(conn, session, include_abandoned)
+            order = sorted(index.items(), key=lambda item: (item[1][0], item[0]), reverse=True)
+            if after is not None:
+                order = [(cid, meta) for cid, meta in order if (meta[0], cid) < after]
+            page = order[: limit + 1]
+            rows = await self._checkpoint_rows(conn, [cid for cid, _ in page[:limit]])
+        listed = [StoredCheckpoint(self._checkpoint(rows[cid]), meta[0], meta[1]) for cid, meta in page[:limit]]
+        return listed, len(page) > limit
+
+    async def get_checkpoint(self, session: SessionRecord, checkpoint_id: str) -> StoredCheckpoint:
+        """A checkpoint of the session's head chain or of one of its abandoned branches; any other id
+        (unknown, another session's, another tenant's) is CHECKPOINT_NOT_FOUND alike."""
+        async with self._read() as conn:
+            found = (await self._checkpoint_index(conn, session, include_abandoned=True)).get(checkpoint_id)
+            if found is None:
+                raise not_found(
+                    "CHECKPOINT_NOT_FOUND",
+                    f"checkpoint {checkpoint_id!r} not found in session {session.id!r}",
+                    checkpoint_id=checkpoint_id,
+                    session_id=session.id,
+                )
+            row = (await self._checkpoint_rows(conn, [checkpoint_id]))[checkpoint_id]
+        return StoredCheckpoint(self._checkpoint(row), found[0], found[1])
+
+    async def _checkpoint_rows(self, conn: AsyncConnection, ids: Sequence[str]) -> dict[str, object]:
+        if not ids:
+            return {}
+        cp = schema.checkpoints.c
+        return {r.id: r for r in (await conn.execute(select(schema.checkpoints).where(cp.id.in_(list(ids))))).all()}
+
+    async def _chain_times(self, conn: AsyncConnection, tenant: str, head_id: str) -> dict[str, float]:
+        """The create_time of every checkpoint on the chain from `head_id` to its root."""
+        cp = schema.checkpoints.c
+        chain = (
+            select(cp.id, cp.parent_id, cp.create_time)
+            .where(cp.id == head_id, cp.tenant == tenant)
+            .cte("timechain", recursive=True)
+        )
+        parent = schema.checkpoints.alias("parent")
+        chain = chain.union_all(
+            select(parent.c.id, parent.c.parent_id, parent.c.create_time).where(parent.c.id == chain.c.parent_id)
+        )
+        return {r.id: r.create_time for r in (await conn.execute(select(chain.c.id, chain.c.create_time))).all()}
+
+    async def _checkpoint_index(
+        self, conn: AsyncConnection, session: SessionRecord, include_abandoned: bool
+    ) -> dict[str, tuple[float, bool]]:
+        """id -> (create_time, on_head_chain) of the session's readable checkpoints.
+
+        Rewind deletes the checkpoints it leaves behind unless a fork still builds on them, so the
+        abandoned checkpoints that still exist are exactly those on the chain of a fork (or a fork of
+        a fork) of this session that were written before that fork was made: the fork inherited them
+        from this session. Work is bounded by the session's fork tree and chains."""
+        index: dict[str, tuple[float, bool]] = {}
+        if session.checkpoint_id is not None:
+            times = await self._chain_times(conn, session.tenant, session.checkpoint_id)
+            index = {cid: (created, True) for cid, created in times.items()}
+        if not include_abandoned:
+            return index
+        s = schema.sessions.c
+        # (session id, cutoff): a descendant fork inherited from this session what was written before
+        # this session's direct fork on its path was created.
+        frontier: dict[str, float | None] = {session.id: None}
+        while frontier:
+            rows = (
+                await conn.execute(
+                    select(s.id, s.checkpoint_id, s.create_time, s.forked_from_session_id).where(
+                        s.tenant == session.tenant, s.forked_from_session_id.in_(list(frontier))
+                    )
+                )
+            ).all()
+            next_frontier: dict[str, float | None] = {}
+            for row in rows:
+                cutoff = frontier[row.forked_from_session_id] or row.create_time
+                next_frontier[row.id] = cutoff
+                if row.checkpoint_id is None:
+                    continue
+                for cid, created in (await self._chain_times(conn, session.tenant, row.checkpoint_id)).items():
+                    if created <= cutoff and cid not in index:
+                        index[cid] = (created, False)
+            frontier = next_frontier
+        return index
 
     async def load_context(self, tenant: str, session_id: str) -> ContextSnapshot:
         """The session, its head checkpoint and kept messages, the messages after the checkpoint's

@@ -40,6 +40,7 @@ class AnthropicSummarizer:
         self.name = name
         self.client = client
         self.model = model
+        self.server_address = client.base_url.host
         self.input_window_tokens = input_window_tokens
         self.deadline_seconds = deadline_seconds
 
@@ -103,4 +104,4 @@ class AnthropicSummarizer:
         cached = usage.cache_read_input_tokens or 0
         # Anthropic reports uncached input apart from cache reads and writes; report the total read.
         total_input = usage.input_tokens + cached + (usage.cache_creation_input_tokens or 0)
-        return SummaryResult(text, finish, total_input, usage.output_tokens, cached)
+        return SummaryResult(text, finish, total_input, usage.output_tokens, cached, final.model)

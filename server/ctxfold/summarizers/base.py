@@ -98,15 +98,21 @@ class SummaryResult:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
+    response_model: str = ""  # the model that answered, as the provider names it
 
 
 OnDelta = Callable[[str], Awaitable[None]]
 
 
+# The provider of summarizers that run in the server and call no model (extractive).
+IN_PROCESS_PROVIDER = "ctxfold"
+
+
 class Summarizer(Protocol):
     name: str
-    provider: str  # for telemetry (gen_ai.provider.name): "openai", "anthropic", "ctxfold"
+    provider: str  # for telemetry (gen_ai.provider.name): "openai", "anthropic", IN_PROCESS_PROVIDER
     model: str
+    server_address: str  # the provider's host, for telemetry; "" in process
     # The largest fold input (tokens) one summary request can read; larger folds run in passes.
     input_window_tokens: int
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from ctxfold.engine import estimator
 from ctxfold.engine.model import Role
 from ctxfold.engine.tool_results import RESULT_REF
-from ctxfold.summarizers.base import SECTIONS, OnDelta, SummaryRequest, SummaryResult
+from ctxfold.summarizers.base import IN_PROCESS_PROVIDER, SECTIONS, OnDelta, SummaryRequest, SummaryResult
 
 _PATH = re.compile(
     r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|pyi|js|ts|tsx|go|java|rs|c|h|cc|cpp|rb|md|txt|json|ya?ml|toml|cfg|ini|sh|sql|html|css)\b"
@@ -126,8 +126,9 @@ def briefing(request: SummaryRequest) -> str:
 
 class ExtractiveSummarizer:
     name = "extractive"
-    provider = "ctxfold"
+    provider = IN_PROCESS_PROVIDER
     model = "extractive"
+    server_address = ""
 
     def __init__(self, input_window_tokens: int = 1_000_000):
         self.input_window_tokens = input_window_tokens

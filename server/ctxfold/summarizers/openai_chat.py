@@ -42,6 +42,7 @@ class OpenAISummarizer:
         self.name = name
         self.client = client
         self.model = model
+        self.server_address = client.base_url.host
         self.input_window_tokens = input_window_tokens
         self.stream = stream
         self.deadline_seconds = deadline_seconds
@@ -115,15 +116,18 @@ class OpenAISummarizer:
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
             cached_input_tokens=_cached(usage),
+            response_model=completion.model,
         )
 
     async def _streamed(self, body: dict[str, Any], bound: OutputBound, on_delta: OnDelta | None) -> SummaryResult:
         parts: list[str] = []
         finish_reason = ""
         input_tokens = output_tokens = cached = 0
+        response_model = ""
         stream = await self.client.chat.completions.create(**body, stream=True, stream_options={"include_usage": True})
         async with stream:
             async for chunk in stream:
+                response_model = chunk.model or response_model
                 for choice in chunk.choices:
                     if choice.delta.content:
                         bound.add(len(choice.delta.content.encode()))
@@ -139,7 +143,7 @@ class OpenAISummarizer:
             # The stream ended cleanly but early (a dropped proxy connection can look like that):
             # what arrived is part of a summary, not a summary.
             raise SummarizerError("the summary stream ended without a finish_reason (incomplete)")
-        return SummaryResult("".join(parts), finish_reason, input_tokens, output_tokens, cached)
+        return SummaryResult("".join(parts), finish_reason, input_tokens, output_tokens, cached, response_model)
 
 
 def _cached(usage: Any) -> int:

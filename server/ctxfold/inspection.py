@@ -1,0 +1,240 @@
+"""`ctxfold sessions` and `ctxfold show SESSION`: what a running server holds, for operators.
+
+Read-only: ListSessions, GetSession, ListCheckpoints and GetContextState over gRPC, with the same
+--server / --token / --tls-ca flags as `ctxfold replay`. The rendering is pure (`render_*`), the
+calls are a thin shell around it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+
+class InspectError(Exception):
+    """A failure to report in one line: unreachable server, unreadable CA file, an RPC error."""
+
+
+def _connection_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", default=DEFAULT_SERVER, help=f"server address host:port (default {DEFAULT_SERVER})")
+    parser.add_argument("--token", default="", help="bearer token (default: none)")
+    parser.add_argument("--tls-ca", default="", help="PEM CA bundle: connect with TLS (default: plaintext)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default 10)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: text)")
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sessions = sub.add_parser(
+        "sessions",
+        help="list the sessions of a running server, newest first",
+        description="List the sessions of a running ctxfold server (the caller's tenant), newest first.",
+    )
+    _connection_flags(sessions)
+    sessions.add_argument("--limit", type=int, default=20, help="sessions to list (default 20)")
+    show = sub.add_parser(
+        "show",
+        help="show one session: view, checkpoint chain with summaries, cache state, last receipts",
+        description=(
+            "Show one session of a running ctxfold server: its view, its checkpoint chain with each summary "
+            "and its tokens, the prompt-cache state and the last maintenance receipts."
+        ),
+    )
+    show.add_argument("session", help="the session id")
+    _connection_flags(show)
+    show.add_argument("--receipts", type=int, default=5, help="maintenance receipts to show (default 5)")
+    show.add_argument("--abandoned", action="store_true", help="also checkpoints of abandoned branches (default off)")
+
+
+# --- rendering (pure) ---------------------------------------------------------------------------------
+
+
+def _when(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%SZ") if seconds else "-"
+
+
+def render_sessions(sessions: Sequence[pb.Session]) -> str:
+    if not sessions:
+        return "no sessions"
+    rows = [("SESSION", "CREATED", "HEAD SEQ", "WINDOW", "SUMMARIZER", "CHECKPOINT", "FORKED FROM")]
+    rows += [
+        (
+            s.id,
+            _when(s.create_time.seconds),
+            str(s.head_seq),
+            f"{s.config.context_window:,}",
+            s.config.summarizer or "-",
+            s.checkpoint_id or "-",
+            f"{s.forked_from_session_id}@{s.forked_at_seq}" if s.forked_from_session_id else "-",
+        )
+        for s in sessions
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    session: pb.Session
+    checkpoints: list[pb.Checkpoint]
+    state: dict[str, Any]  # GetContextState's JSON
+
+
+def _indent(text: str, prefix: str = "      ") -> str:
+    return "\n".join(prefix + line if line else line for line in text.splitlines())
+
+
+def render_show(report: SessionReport, receipts: int, now: float) -> str:
+    s, state = report.session, report.state
+    config = s.config
+    lines = [
+        f"session {s.id}",
+        f"  created {_when(s.create_time.seconds)}, updated {_when(s.update_time.seconds)}, head seq {s.head_seq}",
+        f"  window {config.context_window:,} tokens, compact at {config.compact_ratio:.2f}, "
+        f"summarizer {config.summarizer or 'extractive'}",
+    ]
+    if s.forked_from_session_id:
+        lines.append(f"  forked from {s.forked_from_session_id} at seq {s.forked_at_seq}")
+    head = next((c for c in report.checkpoints if c.id == s.checkpoint_id), None)
+    pruned = state.get("pruned") or {}
+    view = [f"view: ~{state.get('projection_tokens', 0):,} tokens of messages"]
+    if state.get("source_tokens"):
+        view.append(f"({state['source_tokens']:,} before the last maintenance, {len(pruned)} tool results pruned)")
+    if head is not None:
+        view.append(
+            f"after checkpoint {head.id} (summary {head.summary_tokens:,} tokens covering seq 1..{head.position_seq}, "
+            f"{len(head.kept_message_ids)} covered messages kept verbatim)"
+        )
+    else:
+        view.append("(nothing folded)")
+    lines += ["", " ".join(view)]
+    last = float(state.get("last_activity") or 0)
+    idle = f", last activity {now - last:.0f} s ago" if last else ""
+    lines.append(
+        f"cache: {state.get('cache_state', 'unknown')} (key {state.get('prompt_cache_key') or '-'}{idle}), "
+        f"calibration {float(state.get('calibration', 1.0)):.3f}"
+    )
+    lines += [
+        "",
+        f"checkpoints ({len(report.checkpoints)}, newest first):" if report.checkpoints else "checkpoints: none",
+    ]
+    for c in report.checkpoints:
+        marks = ["head" if c.id == s.checkpoint_id else "", "" if c.on_head_chain else "abandoned"]
+        flags = ", ".join(m for m in marks if m)
+        lines.append(
+            f"  {c.id}  seq ≤ {c.position_seq}  {c.summary_tokens:,} tokens  {_when(c.create_time.seconds)}"
+            + (f"  [{flags}]" if flags else "")
+            + (f"  parent {c.parent_id}" if c.parent_id else "")
+        )
+        lines.append(_indent(c.summary))
+    shown = list(state.get("receipts") or [])[-receipts:] if receipts > 0 else []
+    lines += ["", f"receipts (last {len(shown)}, oldest first):" if shown else "receipts: none"]
+    for r in shown:
+        reason = f"  {r['reason']}" if r.get("reason") else ""
+        lines.append(
+            f"  {_when(float(r.get('time', 0)))}  {r.get('action', '?')} {r.get('status', '?')}  "
+            f"{int(r.get('tokens_in', 0)):,} -> {int(r.get('tokens_out', 0)):,} tokens{reason}"
+        )
+    return "\n".join(lines)
+
+
+# --- the calls (shell) --------------------------------------------------------------------------------
+
+
+def _credentials(tls_ca: str) -> grpc.ChannelCredentials | None:
+    if not tls_ca:
+        return None
+    try:
+        return grpc.ssl_channel_credentials(Path(tls_ca).read_bytes())
+    except OSError as exc:
+        raise InspectError(f"cannot read {tls_ca}: {exc.strerror or exc}") from None
+
+
+def _failure(exc: grpc.aio.AioRpcError, server: str) -> InspectError:
+    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return InspectError(f"cannot reach {server}: {exc.code().name}: {exc.details()}")
+    return InspectError(f"{exc.code().name}: {exc.details()}")
+
+
+async def _list_sessions(stub: pb_grpc.ContextServiceAsyncStub, limit: int, call: dict[str, Any]) -> list[pb.Session]:
+    sessions: list[pb.Session] = []
+    token = ""
+    while len(sessions) < limit:
+        page = await stub.ListSessions(
+            pb.ListSessionsRequest(page_size=min(limit - len(sessions), 100), page_token=token), **call
+        )
+        sessions += page.sessions
+        token = page.next_page_token
+        if not token:
+            break
+    return sessions
+
+
+async def _report(
+    stub: pb_grpc.ContextServiceAsyncStub, session_id: str, abandoned: bool, call: dict[str, Any]
+) -> SessionReport:
+    session = (await stub.GetSession(pb.GetSessionRequest(session_id=session_id), **call)).session
+    checkpoints: list[pb.Checkpoint] = []
+    token = ""
+    while True:
+        page = await stub.ListCheckpoints(
+            pb.ListCheckpointsRequest(
+                session_id=session_id, page_size=100, page_token=token, include_abandoned=abandoned
+            ),
+            **call,
+        )
+        checkpoints += page.checkpoints
+        token = page.next_page_token
+        if not token:
+            break
+    state_json = (await stub.GetContextState(pb.GetContextStateRequest(session_id=session_id), **call)).state_json
+    return SessionReport(session, checkpoints, json.loads(state_json) if state_json else {})
+
+
+async def _run(args: argparse.Namespace) -> str:
+    credentials = _credentials(args.tls_ca)
+    call: dict[str, Any] = {"timeout": args.timeout}
+    if args.token:
+        call["metadata"] = (("authorization", f"Bearer {args.token}"),)
+    channel = (
+        grpc.aio.secure_channel(args.server, credentials) if credentials else grpc.aio.insecure_channel(args.server)
+    )
+    async with channel:
+        stub = pb_grpc.ContextServiceStub(channel)
+        try:
+            if args.command == "sessions":
+                sessions = await _list_sessions(stub, args.limit, call)
+                if args.json:
+                    return json.dumps([MessageToDict(s) for s in sessions], indent=2)
+                return render_sessions(sessions)
+            report = await _report(stub, args.session, args.abandoned, call)
+        except grpc.aio.AioRpcError as exc:
+            raise _failure(exc, args.server) from None
+    if args.json:
+        document = {
+            "session": MessageToDict(report.session),
+            "checkpoints": [MessageToDict(c) for c in report.checkpoints],
+            "state": report.state,
+        }
+        return json.dumps(document, indent=2)
+    return render_show(report, args.receipts, time.time())
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "sessions" and args.limit <= 0:
+        raise InspectError("--limit must be > 0")
+    print(asyncio.run(_run(args)))
+    return 0
