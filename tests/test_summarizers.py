@@ -26,7 +26,6 @@ from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import SECTIONS, FakeProvider, Recorded
-from rpc_errors import expect_error
 
 Stub = pb_grpc.ContextServiceStub
 

@@ -130,10 +130,21 @@ def build_view(
     kept messages and those after the checkpoint: the anchors stay in the stable prefix across folds."""
     messages = [*kept, *after]
     anchors = [m for m in messages if m.seq <= anchor_end]
-    users = sum(1 for m in anchors if m.role is Role.USER)
-    limit = anchor_limit(config) // max(1, users)
-    head = system_message(config, system_tokens) + [render(m, pruned, limit) for m in anchors]
+    limits = anchor_shares([m for m in anchors if m.role is Role.USER], anchor_limit(config))
+    head = system_message(config, system_tokens) + [render(m, pruned, limits.get(m.id, 0)) for m in anchors]
     return head + summary_message(checkpoint) + [render(m, pruned) for m in messages if m.seq > anchor_end]
+
+
+def anchor_shares(opening: Sequence[StoredMessage], limit: int) -> dict[str, int]:
+    """Each opening user message's share of the anchor limit: small messages take what they need,
+    the large ones split the rest evenly."""
+    shares: dict[str, int] = {}
+    left = limit
+    by_size = sorted(opening, key=lambda m: m.tokens)
+    for index, message in enumerate(by_size):
+        shares[message.id] = max(1, min(message.tokens, left // (len(by_size) - index)))
+        left -= shares[message.id]
+    return shares
 
 
 def estimate(view: Sequence[ViewMessage], tools_tokens: int, config: SessionConfig, calibration: float) -> int:

@@ -624,6 +624,7 @@ class Maintenance:
             focus=focus,
             send_max_tokens=run.config.max_output_tokens > 0,
         )
+
         async def attempt(with_summarizer: Summarizer) -> tuple[Projection | None, str, str]:
             """(candidate, "", "") or (None, why it failed, its ErrorInfo reason)."""
             text, failure = await self._summarize(run, with_summarizer, request, on_delta)
