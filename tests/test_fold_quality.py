@@ -138,3 +138,75 @@ async def test_a_foreign_index_ref_is_not_found(stub: pb_grpc.ContextServiceStub
         grpc.StatusCode.NOT_FOUND,
         "RESULT_REF_NOT_FOUND",
     )
+
+
+async def compact(stub: pb_grpc.ContextServiceStub, session_id: str, **request: object) -> pb.PreparedContext:
+    results = [
+        event.result
+        async for event in stub.Compact(pb.CompactRequest(session_id=session_id, **request))  # type: ignore[arg-type]
+        if event.HasField("result")
+    ]
+    assert len(results) == 1
+    return results[0]
+
+
+async def replayed_session(stub: pb_grpc.ContextServiceStub, window: int, batches: int) -> pb.Session:
+    trace = load_trace("openhands-django-11149.json")
+    session = await create(stub, context_window=window, system_prompt=trace.system_prompt, tools_json=trace.tools_json)
+    for batch in turns(trace)[:batches]:
+        await prepare(stub, session.id, *batch)
+    return session
+
+
+async def test_compact_folds_everything_outside_the_minimal_kept_set(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await replayed_session(stub, 200_000, 30)  # far below the trigger
+    before = (await prepare(stub, session.id)).result
+    assert before.action == pb.ACTION_NONE
+    result = await compact(stub, session.id)
+    assert result.action == pb.ACTION_FOLDED and result.not_folded_reason == pb.NOT_FOLDED_REASON_UNSPECIFIED
+    view = list(result.messages)
+    # System, the task, the summary, then only the newest call group (an assistant call and its result).
+    assert [m.role for m in view[:2]] == [pb.ROLE_SYSTEM, pb.ROLE_USER] and view[2].summary
+    assert [m.role for m in view[3:]] == [pb.ROLE_ASSISTANT, pb.ROLE_TOOL]
+    assert result.folded_results_ref and result.estimated_tokens < before.estimated_tokens / 3
+
+
+async def test_compact_keeps_the_requested_tokens_verbatim(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await replayed_session(stub, 200_000, 30)
+    minimal = await compact(stub, session.id, dry_run=True)
+    kept = await compact(stub, session.id, keep_tokens=4000)
+    assert kept.action == pb.ACTION_FOLDED
+    verbatim = sum(m.tokens for m in kept.messages[3:])
+    assert len(kept.messages) > len(minimal.messages) and verbatim <= 4000 + max(m.tokens for m in kept.messages[3:])
+
+
+async def test_compact_dry_run_installs_nothing(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await replayed_session(stub, 200_000, 30)
+    before = (await prepare(stub, session.id)).result
+    dry = await compact(stub, session.id, dry_run=True)
+    assert dry.not_folded_reason == pb.NOT_FOLDED_REASON_DRY_RUN and "dry run" in dry.not_folded_detail
+    assert dry.action == pb.ACTION_NONE and dry.checkpoint_id == "" and dry.view_version == 0
+    assert dry.candidate_summary and [m.content for m in dry.messages if m.summary] == [dry.candidate_summary]
+    assert dry.estimated_tokens < before.estimated_tokens
+    after = (await prepare(stub, session.id)).result
+    assert (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session.checkpoint_id == ""
+    assert list(after.messages) == list(before.messages)
+    # The candidate's index was not stored either.
+    await expect_error(
+        stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session.id, result_ref=dry.folded_results_ref)),
+        grpc.StatusCode.NOT_FOUND,
+        "RESULT_REF_NOT_FOUND",
+    )
+
+
+async def test_compact_with_nothing_to_fold_says_why(stub: pb_grpc.ContextServiceStub) -> None:
+    session = await replayed_session(stub, 200_000, 2)  # the task and one call group
+    result = await compact(stub, session.id)
+    assert result.action == pb.ACTION_NONE
+    assert result.not_folded_reason == pb.NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET
+    assert "kept set" in result.not_folded_detail
+    await expect_error(
+        stub.Compact(pb.CompactRequest(session_id=session.id, keep_tokens=-1)).read(),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_REQUEST",
+    )

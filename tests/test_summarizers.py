@@ -26,6 +26,7 @@ from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import SECTIONS, FakeProvider, Recorded
+from rpc_errors import expect_error
 
 Stub = pb_grpc.ContextServiceStub
 
@@ -526,6 +527,25 @@ async def passes_session(stub: Stub, groups: int) -> pb.Session:
         batch = [m for i in range(start_index, min(groups + 1, start_index + 8)) for m in tool_turn(i, 950)]
         await append(stub, session.id, batch)
     return session
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "reason"), [("error500", "SUMMARIZER_FAILED"), ("not_smaller", "COMPACT_FAILED")]
+)
+async def test_a_failed_compact_is_an_error_and_installs_nothing(env: Env, behaviour: str, reason: str) -> None:
+    stub, fake = env.stub, env.fake
+    session = await create(stub, context_window=32000, summarizer="fake", summary_max_tokens=4000)
+    await append(stub, session.id, [user("Make every case pass.")])
+    for index in range(1, 6):
+        await append(stub, session.id, tool_turn(index, 300))
+    fake.script(behaviour)
+    async def drain() -> None:
+        async for _event in stub.Compact(pb.CompactRequest(session_id=session.id)):
+            pass
+
+    await expect_error(drain(), grpc.StatusCode.FAILED_PRECONDITION, reason)
+    assert await session_checkpoint(stub, session.id) == ""
+    assert (await last_receipt(stub, session.id))["status"] == "failed"
 
 
 def request_tokens(request: Recorded) -> int:
