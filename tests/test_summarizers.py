@@ -539,6 +539,7 @@ async def test_a_failed_compact_is_an_error_and_installs_nothing(env: Env, behav
     for index in range(1, 6):
         await append(stub, session.id, tool_turn(index, 300))
     fake.script(behaviour)
+
     async def drain() -> None:
         async for _event in stub.Compact(pb.CompactRequest(session_id=session.id)):
             pass

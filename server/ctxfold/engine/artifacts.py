@@ -80,7 +80,9 @@ _EXIT = re.compile(r"(?i)(?:<returncode>\s*(-?\d+)\s*</returncode>|exit(?:ed)?(?
 _ERROR_LINE = re.compile(
     r"^\s*(?:\w*(?:Error|Exception)\b[:(]?|Traceback \(most recent|error(?:\[\w+\])?:|ERROR\b|FAILED\b|fatal:|panic:)"
 )
-_TASK_ID = re.compile(r"(?i)\b(?:background|task|shell|bash|agent)[ _-]?id\b[\"':= ]+([\w.-]{4,64})")
+_TASK_ID = re.compile(
+    r"(?i)\b(?:(?:background|task|shell|bash|agent)[ _-]?id|in (?:the )?background with id)\b[\"':= ]+([\w.-]{4,64})"
+)
 _FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 _OPEN_FILE = re.compile(r"\((?:Open file|Current file): (/[^)\s]+)\)|\[File: (/[^\]\s]+)")
 _PATH_KEYS = ("path", "file_path", "filepath", "filename", "file", "notebook_path", "target_file", "dir", "directory")
