@@ -49,7 +49,10 @@ def test_openhands_editor_and_bash() -> None:
     edit = ToolCall("t2", "str_replace_editor", json.dumps({"command": "str_replace", "path": path, "old_str": "a"}))
     create = ToolCall("t3", "str_replace_editor", json.dumps({"command": "create", "path": "/workspace/reproduce.py"}))
     bash = ToolCall("t4", "execute_bash", json.dumps({"command": "cd /workspace && python3 reproduce.py"}))
-    result = "Traceback (most recent call last):\nRuntimeError: No active exception to reraise\n[Command finished with exit code 1]"
+    result = (
+        "Traceback (most recent call last):\nRuntimeError: No active exception to reraise\n"
+        "[Command finished with exit code 1]"
+    )
     assert kinds(call_artifacts(view, "")) == {(Kind.READ, path)}
     assert kinds(call_artifacts(edit, "")) == {(Kind.EDITED, path)}
     assert kinds(call_artifacts(create, "")) == {(Kind.WRITTEN, "/workspace/reproduce.py")}
