@@ -22,7 +22,7 @@ _DECISION_CHARS = 240
 _PLAN_CHARS = 600
 # The body takes at most this share of max_tokens: every token of it is paid on every later call,
 # and the engine's sections need room too.
-BODY_SHARE = 0.25
+BODY_SHARE = 0.1
 
 
 def _clip(text: str, limit: int) -> str:
