@@ -24,7 +24,7 @@ from ctxfold.engine.briefing import (
 )
 from ctxfold.engine.folded_index import FoldedIndex
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
-from ctxfold.engine.view import anchor_shares, bounded_anchor, build_view, opening_end
+from ctxfold.engine.view import anchor_shares, bounded_anchor, build_view, call_groups, opening_end
 from traces import TRACES_DIR
 
 _seq = itertools.count(1)
@@ -267,3 +267,11 @@ def test_no_fold_sequence_loses_an_instruction_an_artifact_or_a_result(
     assert expected == {a.key for a in notes.artifacts} | {a.key for a in index.artifacts}
     results = {m.result_ref for m in folded_so_far if m.role is Role.TOOL or m.content.startswith("page")}
     assert results <= index.refs()
+
+
+def test_a_text_action_and_its_observation_are_one_call_group() -> None:
+    action = stored(Role.ASSISTANT, "Run it.\n```\npython reproduce_bug.py\n```")
+    observation = stored(Role.USER, "Traceback (most recent call last):")
+    person = stored(Role.USER, "Please stop and explain.")
+    answer = stored(Role.ASSISTANT, "Sure.")
+    assert call_groups([action, observation, person, answer]) == [[action, observation], [person], [answer]]

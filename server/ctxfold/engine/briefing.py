@@ -30,7 +30,7 @@ ENGINE_TITLES = ("standing instructions", "standing facts", "artifact index", "f
 # One instruction shows this many characters verbatim; the rest is one ReadToolResult away.
 INSTRUCTION_CHARS = 2000
 # The artifact index takes at most this share of summary_max_tokens; the rest moves to the index.
-ARTIFACT_SHARE = 0.15
+ARTIFACT_SHARE = 0.2
 _OBSERVATION_SHAPE = re.compile(
     r"^\s*(?:<returncode>|<output>|<bash-stdout>|<local-command-stdout>|OBSERVATION\b|Observation:|\[File: |"
     r"Exit code|Your command ran successfully|Tool result|Command output)"

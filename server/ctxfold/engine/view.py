@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ctxfold.engine import estimator
+from ctxfold.engine.artifacts import is_text_action
 from ctxfold.engine.briefing import FoldNotes
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage
 
@@ -155,10 +156,16 @@ def estimate(view: Sequence[ViewMessage], tools_tokens: int, config: SessionConf
 
 def call_groups(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
     """Messages split into units that are never separated: an assistant message with tool calls and
-    its results form one group; every other message is a group of its own."""
+    its results form one group, as do an assistant message acting by text (a fenced command block,
+    SWE-agent style) and the user message holding its output; every other message is a group of
+    its own."""
     groups: list[list[StoredMessage]] = []
     for message in messages:
-        if message.role is Role.TOOL and groups and groups[-1][0].tool_calls:
+        answers_call = message.role is Role.TOOL and bool(groups) and bool(groups[-1][0].tool_calls)
+        answers_text_action = (
+            message.role is Role.USER and bool(groups) and len(groups[-1]) == 1 and is_text_action(groups[-1][0])
+        )
+        if answers_call or answers_text_action:
             groups[-1].append(message)
         else:
             groups.append([message])
