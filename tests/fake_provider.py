@@ -53,7 +53,6 @@ BEHAVIOURS = (
 HUGE_SUMMARY_BYTES = 8 << 20
 KILL_MODES = ("error500", "close", "down")
 SECTIONS = (
-    "Standing facts & constraints",
     "Goal",
     "Decisions",
     "Files & code",
@@ -137,8 +136,7 @@ def summary_for(body: Any) -> str:
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     lines = [f"[fake summary {digest}]"]
     body_lines = {
-        "Standing facts & constraints": f"read {len(parts)} replayed items, {len(text)} characters",
-        "Goal": "continue the task",
+        "Goal": f"continue the task (read {len(parts)} replayed items, {len(text)} characters)",
         "Decisions": "none recorded",
         "Files & code": "none recorded",
         "Commands & outcomes": ", ".join(calls) or "none",

@@ -1,16 +1,18 @@
-"""The extractive summarizer: seven sections, refs of every folded result, within the token budget."""
+"""The extractive summarizer: the narrative body (decisions, plan), merged section by section with the
+previous body, deterministic and within its share of the budget."""
 
 from __future__ import annotations
 
 from ctxfold.engine import estimator
+from ctxfold.engine.briefing import FoldNotes, render_summary
 from ctxfold.engine.model import Role
 from ctxfold.engine.view import render
-from ctxfold.summarizers.base import SECTIONS, SummaryRequest
-from ctxfold.summarizers.extractive import HEADER, REFS_LABEL, ExtractiveSummarizer, briefing
+from ctxfold.summarizers.base import SummaryRequest
+from ctxfold.summarizers.extractive import BODY_SHARE, NO_PLAN, ExtractiveSummarizer, briefing
 from test_engine_view import conversation, msg
 
 
-def request_for(messages, max_tokens: int = 2000, previous: str = "") -> SummaryRequest:  # type: ignore[no-untyped-def]
+def request_for(messages, max_tokens: int = 2000, previous: str = "", focus: str = "") -> SummaryRequest:  # type: ignore[no-untyped-def]
     return SummaryRequest(
         system_prompt="",
         tools_json="",
@@ -19,68 +21,44 @@ def request_for(messages, max_tokens: int = 2000, previous: str = "") -> Summary
         prefix=[render(m, {}) for m in messages],
         folded=[render(m, {}) for m in messages],
         max_tokens=max_tokens,
+        focus=focus,
     )
 
 
-async def test_briefing_has_every_section_and_every_folded_ref() -> None:
+async def test_body_holds_the_decisions_and_the_last_plan() -> None:
     messages = conversation(4)
     messages.append(msg(Role.ASSISTANT, "Next I will edit src/app.py and rerun pytest"))
-    result = await ExtractiveSummarizer().summarize(request_for(messages))
+    result = await ExtractiveSummarizer().summarize(request_for(messages, focus="keep the API"))
     assert result.finish_reason == "stop"
-    for name in SECTIONS:
-        assert f"## {name}" in result.text
-    for m in messages:
-        if m.role is Role.TOOL:
-            assert m.result_ref in result.text
-    assert "src/app.py" in result.text
-    assert "Fix the failing test in src/app.py" in result.text
-    assert "Next I will edit src/app.py" in result.text
+    decisions, pending = result.text.split("## Pending & next step")
+    assert "## Decisions" in decisions and "- step 0" in decisions and "- step 3" in decisions
+    assert "Last stated plan: Next I will edit src/app.py" in pending and "Focus: keep the API" in pending
 
 
-def test_briefing_stays_within_budget_and_is_deterministic() -> None:
-    messages = conversation(80, result_chars=400)
+def test_body_without_any_assistant_text_is_never_empty() -> None:
+    messages = [msg(Role.ASSISTANT, "", calls=("a",)), msg(Role.TOOL, "ok", answers="a")]
+    assert briefing(request_for(messages)) == f"## Pending & next step\n- {NO_PLAN}"
+
+
+def test_body_stays_within_its_share_and_is_deterministic() -> None:
+    messages = conversation(200, result_chars=50)
     text = briefing(request_for(messages, max_tokens=1500))
-    assert estimator.count_text(text) <= 1500
+    assert estimator.count_text(text) <= 1500 * BODY_SHARE
     assert text == briefing(request_for(messages, max_tokens=1500))
-    assert all(m.result_ref in text for m in messages if m.role is Role.TOOL)
+    # The oldest decisions went first.
+    assert "- step 199" in text and "- step 0\n" not in text
 
 
-def test_errors_are_reported_with_their_ref() -> None:
-    messages = conversation(1)
-    messages.append(msg(Role.ASSISTANT, "", calls=("boom",)))
-    failing = msg(Role.TOOL, "Traceback (most recent call last):\nValueError: bad input", answers="boom")
-    messages.append(failing)
-    text = briefing(request_for(messages))
-    errors = text.split("## Errors & fixes")[1].split("##")[0]
-    assert "ValueError: bad input" in errors and failing.result_ref in errors
-
-
-def test_previous_summary_is_rolled_in() -> None:
-    text = briefing(request_for(conversation(1), previous="GOAL-SENTINEL-42 from the first fold"))
-    assert "GOAL-SENTINEL-42" in text
-
-
-def test_refs_of_earlier_folds_are_rolled_forward() -> None:
-    first = conversation(3)
-    first_text = briefing(request_for(first))
-    second = conversation(3)
-    text = briefing(request_for(second, previous=first_text))
-    for m in [*first, *second]:
-        if m.role is Role.TOOL:
-            assert m.result_ref in text
-
-
-def ref(i: int) -> str:
-    """A made-up result_ref of the real shape."""
-    return "tr_" + "".join("abcdefghijklmnopqrstuvwxyz234567"[(i >> (5 * k)) % 32] for k in range(16))
-
-
-def test_the_ref_list_keeps_the_newest_within_its_share_and_counts_the_rest() -> None:
-    refs = " ".join(ref(i) for i in range(300))
-    previous = f"{HEADER}\n\n{REFS_LABEL}{refs}"
-    messages = conversation(2)
-    text = briefing(request_for(messages, max_tokens=1500, previous=previous))
-    assert estimator.count_text(text) <= 1500
-    assert all(m.result_ref in text for m in messages if m.role is Role.TOOL)
-    assert ref(299) in text and ref(0) not in text
-    assert "older ones: ListMessages shows every tool result" in text
+def test_a_second_fold_merges_section_by_section_instead_of_nesting() -> None:
+    first = briefing(request_for(conversation(2)))
+    # What the view shows is the engine's rendering around the body; the next fold gets the body.
+    shown = render_summary(FoldNotes(body=first, index_ref="tr_aaaaaaaaaaaaaaaa", index_results=4))
+    later = conversation(1)
+    later[1] = msg(Role.ASSISTANT, "later step", calls=("z",))
+    for previous in (first, shown):
+        text = briefing(request_for(later, previous=previous))
+        assert text.count("## Decisions") == 1 and text.count("## Pending & next step") == 1
+        assert "Earlier briefing" not in text and "[ctxfold summary" not in text and "Folded tool results" not in text
+        decisions = text.split("## Decisions")[1].split("##")[0]
+        assert decisions.index("- step 0") < decisions.index("- step 1") < decisions.index("- later step")
+        assert "Last stated plan: later step" in text and "Last stated plan: step 1" not in text

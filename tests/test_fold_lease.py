@@ -105,10 +105,14 @@ async def test_below_the_ceiling_a_second_replica_answers_the_current_view_witho
 async def test_above_the_ceiling_a_second_replica_waits_for_the_first_ones_fold(replicas: Replicas) -> None:
     a, b = replicas.stubs
     session = await create(a, context_window=12_000, summarizer="llm")
-    # Plain text (nothing to prune), appended without Prepare: the view is above the hard ceiling.
+    # Plain text (nothing to prune), appended without Prepare: the view is above the hard ceiling. The
+    # agent answers each note, so only the first one is the opening task anchor.
+    noted = pb.Message(role=pb.ROLE_ASSISTANT, content="Noted.")
     for i in range(16):
         await a.AppendMessages(
-            pb.AppendMessagesRequest(session_id=session.id, messages=[user(f"note {i}: " + tool_output(i, 3600))])
+            pb.AppendMessagesRequest(
+                session_id=session.id, messages=[user(f"note {i}: " + tool_output(i, 3600)), noted]
+            )
         )
     folding = await fold_in_flight(replicas.fake, a, session.id)
     waiting = asyncio.create_task(prepare(b, session.id))

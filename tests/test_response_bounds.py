@@ -18,6 +18,7 @@ from rpc_errors import expect_error
 
 MiB = 1 << 20
 SEND_LIMIT = 4 * MiB
+ROLES = (pb.ROLE_USER, pb.ROLE_ASSISTANT)
 
 
 @pytest.fixture
@@ -35,13 +36,14 @@ async def small_responses(backend: str, tmp_path: Path) -> AsyncIterator[pb_grpc
 
 
 async def large_session(stub: pb_grpc.ContextServiceStub) -> tuple[str, list[str]]:
-    """16 user messages of 300,000 characters: 4.8 MB, more than one response carries."""
+    """16 messages of 300,000 characters, the person and the agent taking turns (so only the first is
+    the opening task anchor, which is bounded): 4.8 MB, more than one response carries."""
     config = pb.SessionConfig(context_window=50_000_000)
     session_id = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
     contents = [f"message {i}: " + "lorem ipsum dolor " * 16_666 for i in range(16)]
-    for content in contents:
+    for i, content in enumerate(contents):
         await stub.AppendMessages(
-            pb.AppendMessagesRequest(session_id=session_id, messages=[pb.Message(role=pb.ROLE_USER, content=content)])
+            pb.AppendMessagesRequest(session_id=session_id, messages=[pb.Message(role=ROLES[i % 2], content=content)])
         )
     return session_id, contents
 

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import select
 
 from conftest import fresh_database, settings_for
+from ctxfold.engine.briefing import strip_engine_sections
 from ctxfold.engine.estimator import PER_MESSAGE_TOKENS, count_text
 from ctxfold.server import RunningServer, start
 from ctxfold.service.maintenance import Hooks
@@ -74,6 +75,13 @@ _WORDS = (
     "number string list map key field record event state update delete create read write open close start"
 )
 VOCABULARY = _WORDS.split()
+
+
+def briefed(answer: str, messages: Sequence[Any]) -> bool:
+    """Whether the one summary of `messages` holds the summarizer's `answer` (less the sections the
+    engine renders itself), between the engine's own sections."""
+    (summary,) = [m for m in messages if (m.summary if hasattr(m, "summary") else False)] or [None]
+    return summary is not None and strip_engine_sections(answer) in summary.content
 
 
 # ---- the server under test ---------------------------------------------------------------------
@@ -321,7 +329,8 @@ async def test_openai_fold_request_is_a_cache_safe_fork_of_the_agent_view(env: E
     assert body["tool_choice"] == "none"
     assert body["prompt_cache_key"] == session.config.prompt_cache_key == result.prompt_cache_key
     if max_output_tokens > 0:
-        assert body["max_tokens"] == 1000  # the session's summary_max_tokens
+        # summary_max_tokens less what the engine's own sections (artifacts, index reference) take.
+        assert 256 <= body["max_tokens"] < 1000
     else:
         assert "max_tokens" not in body
 
@@ -336,25 +345,30 @@ async def test_openai_fold_request_is_a_cache_safe_fork_of_the_agent_view(env: E
     for section in SECTIONS:
         assert section in instruction["content"]
 
-    # The view after the fold: system, the summary, then what was not folded.
+    # The view after the fold: system, the task anchor, the summary, then what was not folded.
     view = list(result.messages)
     assert view[0].role == pb.ROLE_SYSTEM and view[0].content == SYSTEM
-    assert [m.summary for m in view].count(True) == 1 and view[1].summary
-    assert view[1].content == request.answer
-    kept_ids = [m.id for m in view[2:]]
+    assert view[1].role == pb.ROLE_USER and view[1].content == "Make case_1 to case_9 pass."
+    assert [m.summary for m in view].count(True) == 1 and view[2].summary
+    assert briefed(request.answer, view)
+    kept_ids = [m.id for m in view[3:]]
     after_prefix = [m.id for m in [*previous, *result.appended][len(replayed) :]]
     assert after_prefix and kept_ids[-len(after_prefix) :] == after_prefix
     assert len(appended) == len(result.appended)
-    # The replayed prefix ended at the last folded message: only the user's request was kept from it.
-    assert [m.role for m in view[2 : len(view) - len(after_prefix)]] == [pb.ROLE_USER]
-    # The truncated result's ref was seen by the summarizer and is in the summary.
+    # The replayed prefix ended at the last folded message: only the anchored request was kept from it.
+    assert view[3 : len(view) - len(after_prefix)] == []
+    # The truncated result's ref was seen by the summarizer and is in the folded-results index.
     truncated = next(m for m in previous if m.truncated)
     assert truncated.result_ref in replayed[3]["content"]
-    assert f"Folded tool results: {truncated.result_ref}" in view[1].content
+    assert result.folded_results_ref in view[2].content
+    index = await stub.ReadToolResult(
+        pb.ReadToolResultRequest(session_id=session.id, result_ref=result.folded_results_ref)
+    )
+    assert truncated.result_ref in index.data
 
-    # Streaming: the deltas, in order, are the summary.
+    # Streaming: the deltas, in order, are the summarizer's text.
     assert len(stages(progress, pb.FOLD_STAGE_SUMMARY_DELTA)) > 1
-    assert deltas(progress) == view[1].content
+    assert deltas(progress) == request.answer
     committed = stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)
     assert len(committed) == 1
     assert committed[0].checkpoint_id == result.checkpoint_id == await session_checkpoint(stub, session.id)
@@ -365,7 +379,7 @@ async def test_second_fold_rolls_the_previous_summary_in(env: Env) -> None:
     stub, fake = env.stub, env.fake
     session = await create(stub, context_window=8000, summarizer="fake", summary_max_tokens=1000)
     _, _, _, first = await run_until_fold(stub, session.id, [user("Make every case pass.")], result_words=300)
-    first_summary = first.messages[1].content
+    first_summary = first.messages[2].content
     previous = list(first.messages)
     for index in range(100, 160):
         _, result = await prepare(stub, session.id, tool_turn(index, 300))
@@ -376,11 +390,17 @@ async def test_second_fold_rolls_the_previous_summary_in(env: Env) -> None:
         raise AssertionError("no second fold")
     assert len(fake.requests) == 2
     replayed = fake.requests[1].messages[:-1]
-    assert replayed[:2] == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": first_summary}]
+    assert replayed[:3] == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Make every case pass."},
+        {"role": "user", "content": first_summary},
+    ]
     assert [received(m) for m in replayed] == [as_openai(m) for m in previous[: len(replayed)]]
-    assert "Roll the earlier summary in" in fake.requests[1].messages[-1]["content"]
+    assert "update them section by section" in fake.requests[1].messages[-1]["content"]
     assert len(summaries(result.messages)) == 1
-    assert result.messages[1].content == fake.requests[1].answer
+    assert briefed(fake.requests[1].answer, result.messages)
+    # Anchored, not nested: the earlier summary's header and body appear once, not inside the new body.
+    assert result.messages[2].content.count("[ctxfold summary of earlier conversation]") == 1
     assert await parent_of(env, result.checkpoint_id) == first.checkpoint_id
 
 
@@ -397,7 +417,7 @@ async def test_openai_without_streaming_tools_or_cache_key(env: Env) -> None:
     assert "tools" not in body and "tool_choice" not in body
     assert body["prompt_cache_key"] == result.prompt_cache_key == f"ctxfold-{session.id}"
     assert not stages(progress, pb.FOLD_STAGE_SUMMARY_DELTA)
-    assert result.messages[1].summary and result.messages[1].content == fake.requests[0].answer
+    assert briefed(fake.requests[0].answer, result.messages)
 
 
 # ---- 2. scripted failures ----------------------------------------------------------------------
@@ -465,13 +485,13 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
     assert len(fake.requests) == 2
     assert grown.action == pb.ACTION_FOLDED
     assert grown.checkpoint_id and grown.checkpoint_id == await session_checkpoint(stub, session.id)
-    assert grown.messages[1].content == fake.requests[1].answer
+    assert briefed(fake.requests[1].answer, grown.messages)
     assert grown.estimated_tokens < grown.trigger_tokens
     assert (await last_receipt(stub, session.id))["status"] == "applied"
 
 
 @pytest.mark.parametrize("behaviour", sorted(FAILURES))
-async def test_failed_summary_above_the_hard_ceiling_is_summarizer_failed(env: Env, behaviour: str) -> None:
+async def test_failed_summary_above_the_hard_ceiling_falls_back_to_extractive(env: Env, behaviour: str) -> None:
     stub, fake = env.stub, env.fake
     session = await create(
         stub,
@@ -486,54 +506,59 @@ async def test_failed_summary_above_the_hard_ceiling_is_summarizer_failed(env: E
     for index in range(1, 13):
         await append(stub, session.id, tool_turn(index, 900))
     fake.script(behaviour)
-    info = await expect_error(prepare(stub, session.id), grpc.StatusCode.FAILED_PRECONDITION, "SUMMARIZER_FAILED")
-    # Above the ceiling a not-smaller answer is also longer than summary_max_tokens, and is said so.
-    expected = "more than summary_max_tokens" if behaviour == "not_smaller" else FAILURES[behaviour]
-    assert expected in info.metadata["summarizer_error"]
-    assert int(info.metadata["estimated_tokens"]) > int(info.metadata["hard_limit_tokens"])
-    assert len(fake.requests) == 1
-    assert await session_checkpoint(stub, session.id) == ""
-
-    # The summarizer works again: the next Prepare folds under the ceiling.
     progress, result = await prepare(stub, session.id)
-    assert len(fake.requests) == 2
+    assert len(fake.requests) == 1
+    # The agent is not stuck: the pass was folded by the extractive summarizer, and says so.
+    (fallback,) = stages(progress, pb.FOLD_STAGE_SUMMARIZER_FALLBACK)
+    summarizer = SUMMARIZER_FOR.get(behaviour, "fake")
+    assert fallback.summarizer == "extractive" and f"{summarizer} failed" in fallback.message
+    # (A not-smaller "summary" this large exceeds the tokens left for it before it is compared.)
+    assert FAILURES[behaviour] in fallback.message or "tokens left for it" in fallback.message
     assert result.action == pb.ACTION_FOLDED
     assert result.estimated_tokens <= result.hard_limit_tokens
-    assert len(stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)) == 1
+    assert result.checkpoint_id == await session_checkpoint(stub, session.id) != ""
+    receipt = await last_receipt(stub, session.id)
+    assert receipt["status"] == "applied" and "folded with extractive" in receipt["reason"]
+    (committed,) = stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)
+    assert committed.summarizer == "extractive"
+
+
+async def test_failed_summary_below_the_hard_ceiling_does_not_fall_back(env: Env) -> None:
+    stub, fake = env.stub, env.fake
+    session = await create(stub, context_window=10000, compact_ratio=0.5, summarizer="fake")
+    fake.script("error500")
+    await prepare(stub, session.id, [user("Make every case pass.")])
+    for index in range(1, 60):
+        progress, result = await prepare(stub, session.id, tool_turn(index, 300))
+        if fake.requests:
+            break
+    assert result.estimated_tokens <= result.hard_limit_tokens
+    assert not stages(progress, pb.FOLD_STAGE_SUMMARIZER_FALLBACK)
+    assert result.action == pb.ACTION_NONE and stages(progress, pb.FOLD_STAGE_PASS_FAILED)
 
 
 async def test_a_failed_prepare_keeps_its_append_names_its_seqs_and_a_retry_with_the_request_id_adds_nothing(
     env: Env,
 ) -> None:
     """The rule for a Prepare that fails after appending: the appended messages are canonical, the
-    error's metadata names their seqs, and a retry with the same request_id appends nothing again."""
-    stub, fake = env.stub, env.fake
-    session = await create(
-        stub, context_window=10000, compact_ratio=0.5, max_output_tokens=500, summarizer="fake", summary_max_tokens=4000
-    )
+    error's metadata names their seqs, and a retry with the same request_id appends nothing again.
+    (Here the new input alone is larger than the hard ceiling, so no summarizer can make it fit.)"""
+    stub = env.stub
+    session = await create(stub, context_window=10000, compact_ratio=0.5, max_output_tokens=500)
     await append(stub, session.id, [user("Make every case pass.")])
-    for index in range(1, 11):
+    for index in range(1, 4):
         await append(stub, session.id, tool_turn(index, 900))
     head = (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session.head_seq
-    more = [m for index in range(11, 15) for m in tool_turn(index, 900)]
-    fake.kill("error500")
-    try:
-        for _attempt in range(2):
-            info = await expect_error(
-                collect(stub.Prepare(pb.PrepareRequest(session_id=session.id, append=more, request_id="turn-11"))),
-                grpc.StatusCode.FAILED_PRECONDITION,
-                "SUMMARIZER_FAILED",
-                {
-                    "appended_first_seq": str(head + 1),
-                    "appended_last_seq": str(head + len(more)),
-                    "appended_count": str(len(more)),
-                },
-            )
-            assert "500" in info.metadata["summarizer_error"]
-            listed = await stub.ListMessages(pb.ListMessagesRequest(session_id=session.id, page_size=1000))
-            assert len(listed.messages) == head + len(more)  # the retry appended nothing
-    finally:
-        fake.revive()
+    more = [user("Here is the whole log, read it all: " + "the build step failed again. " * 1800)]
+    for _attempt in range(2):
+        await expect_error(
+            collect(stub.Prepare(pb.PrepareRequest(session_id=session.id, append=more, request_id="turn-4"))),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "CONTEXT_BUDGET_UNSATISFIED",
+            {"appended_first_seq": str(head + 1), "appended_last_seq": str(head + 1), "appended_count": "1"},
+        )
+        listed = await stub.ListMessages(pb.ListMessagesRequest(session_id=session.id, page_size=1000))
+        assert len(listed.messages) == head + 1  # the retry appended nothing
 
 
 # ---- 3. passes -----------------------------------------------------------------------------------
@@ -548,6 +573,26 @@ async def passes_session(stub: Stub, groups: int) -> pb.Session:
         batch = [m for i in range(start_index, min(groups + 1, start_index + 8)) for m in tool_turn(i, 950)]
         await append(stub, session.id, batch)
     return session
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "reason"), [("error500", "SUMMARIZER_FAILED"), ("not_smaller", "COMPACT_FAILED")]
+)
+async def test_a_failed_compact_is_an_error_and_installs_nothing(env: Env, behaviour: str, reason: str) -> None:
+    stub, fake = env.stub, env.fake
+    session = await create(stub, context_window=32000, summarizer="fake", summary_max_tokens=4000)
+    await append(stub, session.id, [user("Make every case pass.")])
+    for index in range(1, 6):
+        await append(stub, session.id, tool_turn(index, 300))
+    fake.script(behaviour)
+
+    async def drain() -> None:
+        async for _event in stub.Compact(pb.CompactRequest(session_id=session.id)):
+            pass
+
+    await expect_error(drain(), grpc.StatusCode.FAILED_PRECONDITION, reason)
+    assert await session_checkpoint(stub, session.id) == ""
+    assert (await last_receipt(stub, session.id))["status"] == "failed"
 
 
 def request_tokens(request: Recorded) -> int:
@@ -594,7 +639,7 @@ async def test_passes_commit_one_by_one_and_a_killed_summarizer_resumes_from_the
     assert result.checkpoint_id == second_id == await session_checkpoint(stub, session.id)
     assert result.action == pb.ACTION_FOLDED
     assert len(summaries(result.messages)) == 1
-    assert result.messages[1].content == fake.requests[1].answer
+    assert briefed(fake.requests[1].answer, result.messages)
     assert (await last_receipt(stub, session.id))["status"] == "failed"
 
     env.hooks.before_install = None
@@ -606,10 +651,9 @@ async def test_passes_commit_one_by_one_and_a_killed_summarizer_resumes_from_the
     assert len(fake.requests) == before and same.checkpoint_id == second_id
     progress, result = await prepare(stub, session.id, [user("Continue.")])
     resumed = fake.requests[before]
-    assert resumed.messages[:2] == [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": fake.requests[1].answer},
-    ]
+    assert resumed.messages[0] == {"role": "system", "content": SYSTEM}
+    assert resumed.messages[1] == {"role": "user", "content": "Make every case pass."}
+    assert strip_engine_sections(fake.requests[1].answer) in resumed.messages[2]["content"]
     committed = stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)
     assert len(committed) >= 2
     assert not stages(progress, pb.FOLD_STAGE_PASS_FAILED)
@@ -620,14 +664,14 @@ async def test_passes_commit_one_by_one_and_a_killed_summarizer_resumes_from_the
     assert result.checkpoint_id == parent == await session_checkpoint(stub, session.id)
     assert result.estimated_tokens < result.trigger_tokens
     assert len(summaries(result.messages)) == 1
-    assert result.messages[1].content == fake.requests[-1].answer
+    assert briefed(fake.requests[-1].answer, result.messages)
     assert (await last_receipt(stub, session.id))["status"] == "applied"
 
     # Every pass read the previous pass's summary (rolling), and no request exceeded the window.
     answered = [r for r in fake.requests if r.behaviour == "ok"]
     assert len(answered) == 2 + len(committed)
     for earlier, later in itertools.pairwise(answered):
-        assert later.messages[1] == {"role": "user", "content": earlier.answer}
+        assert strip_engine_sections(earlier.answer) in later.messages[2]["content"]
     for request in answered:
         assert request_tokens(request) <= 3000
 
@@ -682,7 +726,7 @@ async def test_anthropic_fold_through_the_messages_api(env: Env) -> None:
     assert ANTHROPIC_KEY in (request.headers.get("x-api-key"), request.headers.get("authorization", "")[7:])
     assert "anthropic-version" in request.headers
     assert body["model"] == "m-fake" and body["stream"] is True
-    assert body["max_tokens"] == 1000
+    assert 256 <= body["max_tokens"] < 1000  # summary_max_tokens less the engine's sections
     assert body["system"] == [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     assert body["tools"] == json.loads(ANTHROPIC_TOOLS)
     assert body["tool_choice"] == {"type": "none"}
@@ -705,9 +749,8 @@ async def test_anthropic_fold_through_the_messages_api(env: Env) -> None:
     uses = {b["id"] for b in plain if b["type"] == "tool_use"}
     assert uses == {b["tool_use_id"] for b in plain if b["type"] == "tool_result"}
 
-    summary = result.messages[1]
-    assert summary.summary and summary.content == request.answer
-    assert deltas(progress) == summary.content
+    assert briefed(request.answer, result.messages)
+    assert deltas(progress) == request.answer
     assert result.checkpoint_id == await session_checkpoint(stub, session.id)
 
 
@@ -830,10 +873,9 @@ async def test_cancelling_mid_fold_leaves_no_half_state(env: Env, where: str, pa
     assert result.estimated_tokens < result.trigger_tokens
     assert len(summaries(result.messages)) == 1
     resumed = fake.requests[before].messages
+    assert resumed[1]["content"] == "Make every case pass."
     if committed:
-        assert resumed[1] == {"role": "user", "content": fake.requests[0].answer}
-    else:
-        assert resumed[1]["content"] == "Make every case pass."
+        assert strip_engine_sections(fake.requests[0].answer) in resumed[2]["content"]
     events = stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)
     assert await parent_of(env, events[0].checkpoint_id) == (expected or None)
     assert result.checkpoint_id == events[-1].checkpoint_id == await session_checkpoint(stub, session.id)

@@ -9,7 +9,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from ctxfold.engine.errors import invalid
 from ctxfold.engine.model import CONFIG_FIELDS, ConfigInput, NewMessage, Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.view import ViewMessage
-from ctxfold.service.maintenance import Action, Event, Prepared, Progress, Stage
+from ctxfold.service.maintenance import Action, Event, NotFolded, Prepared, Progress, Stage
 from ctxfold.service.sessions import SessionInfo
 from ctxfold.store.repository import StoredCheckpoint
 from ctxfold.v1 import context_service_pb2 as pb
@@ -131,6 +131,14 @@ _STAGE_TO_PB = {
     Stage.SUMMARY_DELTA: pb.FOLD_STAGE_SUMMARY_DELTA,
     Stage.PASS_COMMITTED: pb.FOLD_STAGE_PASS_COMMITTED,
     Stage.PASS_FAILED: pb.FOLD_STAGE_PASS_FAILED,
+    Stage.SUMMARIZER_FALLBACK: pb.FOLD_STAGE_SUMMARIZER_FALLBACK,
+}
+_NOT_FOLDED_TO_PB = {
+    NotFolded.UNSPECIFIED: pb.NOT_FOLDED_REASON_UNSPECIFIED,
+    NotFolded.NOTHING_OUTSIDE_KEPT_SET: pb.NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET,
+    NotFolded.PREVIOUS_FAILURE: pb.NOT_FOLDED_REASON_PREVIOUS_FAILURE,
+    NotFolded.NOT_SMALLER: pb.NOT_FOLDED_REASON_NOT_SMALLER,
+    NotFolded.DRY_RUN: pb.NOT_FOLDED_REASON_DRY_RUN,
 }
 
 
@@ -149,6 +157,10 @@ def prepared_pb(prepared: Prepared) -> pb.PreparedContext:
         trigger_tokens=prepared.trigger_tokens,
         hard_limit_tokens=prepared.hard_limit_tokens,
         appended=[message_pb(m) for m in prepared.appended],
+        not_folded_reason=_NOT_FOLDED_TO_PB[prepared.not_folded],
+        not_folded_detail=prepared.not_folded_detail,
+        candidate_summary=prepared.candidate_summary,
+        folded_results_ref=prepared.folded_results_ref,
     )
 
 
@@ -162,6 +174,7 @@ def progress_pb(progress: Progress) -> pb.FoldProgress:
         checkpoint_id=progress.checkpoint_id,
         message=progress.message,
         summary_delta=progress.summary_delta,
+        summarizer=progress.summarizer,
     )
 
 

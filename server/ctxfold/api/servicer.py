@@ -243,7 +243,10 @@ class ContextServicer:
 
     @server_stream
     async def Compact(self, request: pb.CompactRequest, tenant: str) -> AsyncIterator[pb.CompactResponse]:
-        async for event in self.maintenance.compact(tenant, request.session_id, request.focus):
+        events = self.maintenance.compact(
+            tenant, request.session_id, request.focus, request.keep_tokens, request.dry_run
+        )
+        async for event in events:
             yield pb.CompactResponse(**convert.event_fields(event))  # type: ignore[arg-type]
 
     @unary

@@ -19,6 +19,7 @@ from ctxfold.engine.view import (
     call_groups,
     estimate,
     group_tokens,
+    opening_end,
     plan_fold,
     prune_candidates,
     prune_stub,
@@ -50,8 +51,23 @@ class Projection:
 
     # A projection is immutable, so its view and estimates are computed at most once.
     @functools.cached_property
+    def anchor_end(self) -> int:
+        """The seq of the last opening anchor: recorded by the checkpoint that first kept it, found
+        in the transcript before any fold."""
+        checkpoint = self.checkpoint
+        if checkpoint is None:
+            return opening_end(self.after, self.config)
+        if checkpoint.notes is not None:
+            return checkpoint.notes.opening_end_seq
+        return opening_end(self.kept, self.config)
+
+    @functools.cached_property
     def _view(self) -> tuple[ViewMessage, ...]:
-        return tuple(build_view(self.config, self.system_tokens, self.checkpoint, self.kept, self.after, self.pruned))
+        return tuple(
+            build_view(
+                self.config, self.system_tokens, self.checkpoint, self.kept, self.after, self.pruned, self.anchor_end
+            )
+        )
 
     def view(self) -> list[ViewMessage]:
         return list(self._view)
@@ -68,8 +84,10 @@ class Projection:
         """The uncalibrated input estimate: what a provider's reported input tokens compare against."""
         return estimator.request_tokens(sum(v.tokens for v in self._view), len(self._view), self.tools_tokens, 0)
 
-    def tail(self) -> list[StoredMessage]:
-        budget = tail_budget(self.config, self.system_tokens, self.tools_tokens)
+    def tail(self, keep_tokens: int | None = None) -> list[StoredMessage]:
+        """The newest call groups kept verbatim: within the tail budget, or `keep_tokens` when given
+        (0: none beyond the minimal kept set)."""
+        budget = tail_budget(self.config, self.system_tokens, self.tools_tokens) if keep_tokens is None else keep_tokens
         return recent_tail(self.messages, budget, self.pruned)
 
     @property
@@ -155,10 +173,11 @@ def _prefix_tokens(view: Sequence[ViewMessage]) -> int:
     return sum(v.tokens + estimator.PER_MESSAGE_TOKENS for v in view)
 
 
-def plan_pass(projection: Projection, input_window_tokens: int) -> FoldPlan:
-    """Decides the kept set (system, the input the next call must answer, pinned messages, the
-    recent tail) and the longest read that fits the summarizer window, at call-group boundaries."""
-    plan = plan_fold(projection.messages, projection.tail())
+def plan_pass(projection: Projection, input_window_tokens: int, keep_tokens: int | None = None) -> FoldPlan:
+    """Decides the kept set (system, the opening anchors, the input the next call must answer,
+    pinned messages, the recent tail or `keep_tokens` of it) and the longest read that fits the
+    summarizer window, at call-group boundaries."""
+    plan = plan_fold(projection.messages, projection.tail(keep_tokens), projection.anchor_end)
     if not plan.folded:
         return FoldPlan(0, None)
     view = projection.view()

@@ -6,16 +6,24 @@ history. Only a newly pruned result or a new summary is tokenized, once, when it
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ctxfold.engine import estimator
+from ctxfold.engine.artifacts import is_text_action
+from ctxfold.engine.briefing import FoldNotes
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage
 
 PRUNE_MIN_CODE_POINTS = 8192
 PRUNE_HEAD_CODE_POINTS = 4096
 PRUNE_TAIL_CODE_POINTS = 1024
 TAIL_MAX_TOKENS = 32000
+# The task anchor shows at most min(this share of the window, ANCHOR_MAX_TOKENS) verbatim.
+ANCHOR_WINDOW_SHARE = 0.25
+ANCHOR_MAX_TOKENS = 8000
+# Of a bounded anchor, the head keeps this share (the ask is usually stated first).
+ANCHOR_HEAD_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,7 @@ class Checkpoint:
     summary: str
     summary_tokens: int
     kept_ids: tuple[str, ...]
+    notes: FoldNotes | None = None  # None for checkpoints written before folds kept notes
 
 
 @dataclass(frozen=True)
@@ -38,7 +47,7 @@ class ViewMessage:
     tokens: int
     source: StoredMessage | None = None  # the canonical message rendered; None for system prompt and summary
     summary: bool = False
-    pruned: bool = False
+    pruned: bool = False  # shown as head + marker + tail (a pruned result, a bounded anchor)
 
 
 def prune_stub(content: str, result_ref: str) -> str:
@@ -65,12 +74,47 @@ def summary_message(checkpoint: Checkpoint | None) -> list[ViewMessage]:
     return [ViewMessage(Role.USER, checkpoint.summary, checkpoint.summary_tokens, summary=True)]
 
 
-def render(message: StoredMessage, pruned: Mapping[str, int]) -> ViewMessage:
+def opening_end(messages: Sequence[StoredMessage], config: SessionConfig) -> int:
+    """The seq of the last message of the opening — the system and user messages before the agent's
+    first answer (the task, and whatever else the person sent with it). With the task anchor
+    disabled only an opening system message counts."""
+    end = 0
+    for message in messages:
+        if message.role is Role.ASSISTANT or message.role is Role.TOOL or message.seq != end + 1:
+            break
+        if message.role is Role.USER and config.disable_task_anchor:
+            break
+        end = message.seq
+    return end
+
+
+def anchor_limit(config: SessionConfig) -> int:
+    return min(int(config.context_window * ANCHOR_WINDOW_SHARE), ANCHOR_MAX_TOKENS)
+
+
+@functools.lru_cache(maxsize=256)
+def bounded_anchor(content: str, result_ref: str, limit_tokens: int) -> tuple[str, int]:
+    """An opening message too large for the anchor: its head and tail around a marker naming where
+    all of it is read. Tokenized once per (content, limit) in a process."""
+    # About three characters per token keeps the result under the limit for prose and code alike.
+    head = content[: int(limit_tokens * ANCHOR_HEAD_SHARE) * 3]
+    tail = content[-int(limit_tokens * (1 - ANCHOR_HEAD_SHARE)) * 3 :]
+    where = f'ReadToolResult(result_ref="{result_ref}")' if result_ref else "ListMessages"
+    omitted = len(content) - len(head) - len(tail)
+    text = f"{head}\n\n[ctxfold: {omitted} characters of this message omitted; read all of it with {where}]\n\n{tail}"
+    return text, estimator.count_text(text)
+
+
+def render(message: StoredMessage, pruned: Mapping[str, int], anchor_tokens: int = 0) -> ViewMessage:
+    """`anchor_tokens` > 0 renders an opening user message bounded to that many tokens."""
     stub_tokens = pruned.get(message.id)
     if stub_tokens is not None:
         return ViewMessage(
             message.role, prune_stub(message.content, message.result_ref), stub_tokens, message, pruned=True
         )
+    if anchor_tokens and message.role is Role.USER and message.tokens > anchor_tokens:
+        text, tokens = bounded_anchor(message.content, message.result_ref, anchor_tokens)
+        return ViewMessage(message.role, text, tokens, message, pruned=True)
     return ViewMessage(message.role, message.content, message.tokens, message)
 
 
@@ -81,9 +125,27 @@ def build_view(
     kept: Sequence[StoredMessage],
     after: Sequence[StoredMessage],
     pruned: Mapping[str, int],
+    anchor_end: int = 0,
 ) -> list[ViewMessage]:
-    head = system_message(config, system_tokens) + summary_message(checkpoint)
-    return head + [render(m, pruned) for m in [*kept, *after]]
+    """System, the opening anchors (messages up to seq `anchor_end`), the summary, then the other
+    kept messages and those after the checkpoint: the anchors stay in the stable prefix across folds."""
+    messages = [*kept, *after]
+    anchors = [m for m in messages if m.seq <= anchor_end]
+    limits = anchor_shares([m for m in anchors if m.role is Role.USER], anchor_limit(config))
+    head = system_message(config, system_tokens) + [render(m, pruned, limits.get(m.id, 0)) for m in anchors]
+    return head + summary_message(checkpoint) + [render(m, pruned) for m in messages if m.seq > anchor_end]
+
+
+def anchor_shares(opening: Sequence[StoredMessage], limit: int) -> dict[str, int]:
+    """Each opening user message's share of the anchor limit: small messages take what they need,
+    the large ones split the rest evenly."""
+    shares: dict[str, int] = {}
+    left = limit
+    by_size = sorted(opening, key=lambda m: m.tokens)
+    for index, message in enumerate(by_size):
+        shares[message.id] = max(1, min(message.tokens, left // (len(by_size) - index)))
+        left -= shares[message.id]
+    return shares
 
 
 def estimate(view: Sequence[ViewMessage], tools_tokens: int, config: SessionConfig, calibration: float) -> int:
@@ -94,10 +156,16 @@ def estimate(view: Sequence[ViewMessage], tools_tokens: int, config: SessionConf
 
 def call_groups(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
     """Messages split into units that are never separated: an assistant message with tool calls and
-    its results form one group; every other message is a group of its own."""
+    its results form one group, as do an assistant message acting by text (a fenced command block,
+    SWE-agent style) and the user message holding its output; every other message is a group of
+    its own."""
     groups: list[list[StoredMessage]] = []
     for message in messages:
-        if message.role is Role.TOOL and groups and groups[-1][0].tool_calls:
+        answers_call = message.role is Role.TOOL and bool(groups) and bool(groups[-1][0].tool_calls)
+        answers_text_action = (
+            message.role is Role.USER and bool(groups) and len(groups[-1]) == 1 and is_text_action(groups[-1][0])
+        )
+        if answers_call or answers_text_action:
             groups[-1].append(message)
         else:
             groups.append([message])
@@ -144,12 +212,12 @@ class FoldPlan:
     folded: list[StoredMessage]
 
 
-def plan_fold(messages: Sequence[StoredMessage], tail: Sequence[StoredMessage]) -> FoldPlan:
-    """Keeps the system prompt (a system message opening the transcript: agents that do not set
-    `system_prompt` in the config send it that way), pinned messages, the input the next call must
-    answer (the last user message and the newest call group, which may still await results) and the
-    recent tail; folds the rest, later system messages (per-turn reminders) included. Call groups are
-    kept or folded whole."""
+def plan_fold(messages: Sequence[StoredMessage], tail: Sequence[StoredMessage], anchor_end: int) -> FoldPlan:
+    """Keeps the opening anchors (an opening system message — agents that do not set `system_prompt`
+    in the config send it that way — and the task, messages up to seq `anchor_end`), pinned
+    messages, the input the next call must answer (the last user message and the newest call group,
+    which may still await results) and `tail`; folds the rest, later system messages (per-turn
+    reminders) included. Call groups are kept or folded whole."""
     in_tail = {m.id for m in tail}
     last_user = next((m.id for m in reversed(messages) if m.role is Role.USER), None)
     groups = call_groups(messages)
@@ -160,6 +228,7 @@ def plan_fold(messages: Sequence[StoredMessage], tail: Sequence[StoredMessage]) 
         keep = (
             index == len(groups) - 1
             or anchor.id in in_tail
+            or anchor.seq <= anchor_end
             or (anchor.role is Role.SYSTEM and anchor.seq == 1)
             or anchor.id == last_user
             or any(m.pinned for m in group)

@@ -21,7 +21,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
-from ctxfold.engine import estimator
+from ctxfold.engine import estimator, folded_index
+from ctxfold.engine.briefing import FoldRecord, record_fold, render_summary, strip_engine_sections
 from ctxfold.engine.cache import cache_state, cache_ttl_seconds
 from ctxfold.engine.errors import DomainError, Kind, busy, with_context
 from ctxfold.engine.maintenance import (
@@ -48,8 +49,18 @@ from ctxfold.engine.state import (
 from ctxfold.engine.view import Checkpoint, ViewMessage
 from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.transcript import Transcript
-from ctxfold.store.repository import ContextSnapshot, SessionRecord, StaleSession, Store, Usage, new_id
+from ctxfold.store.repository import (
+    ContextSnapshot,
+    FoldDocument,
+    SessionRecord,
+    StaleSession,
+    Store,
+    Usage,
+    new_id,
+    new_result_ref,
+)
 from ctxfold.summarizers.base import IN_PROCESS_PROVIDER, OnDelta, Summarizer, SummaryRequest
+from ctxfold.summarizers.extractive import ExtractiveSummarizer
 from ctxfold.telemetry import INSTRUMENTS, TRACER
 
 log = logging.getLogger(__name__)
@@ -63,6 +74,8 @@ CALIBRATION_SMOOTHING = 0.3
 FOLD_LEASE_SECONDS = 10.0
 FOLD_LEASE_RENEW_SECONDS = FOLD_LEASE_SECONDS / 4
 FOLD_LEASE_POLL_SECONDS = 0.25
+# The least a summarizer is given for its body, however much the engine's sections take.
+MIN_BODY_TOKENS = 256
 
 
 class Action(enum.Enum):
@@ -78,6 +91,17 @@ class Stage(enum.Enum):
     SUMMARY_DELTA = "summary_delta"
     PASS_COMMITTED = "pass_committed"
     PASS_FAILED = "pass_failed"
+    SUMMARIZER_FALLBACK = "summarizer_fallback"
+
+
+class NotFolded(enum.Enum):
+    """Why a call that had to fold (or was asked to) folded nothing."""
+
+    UNSPECIFIED = "unspecified"
+    NOTHING_OUTSIDE_KEPT_SET = "nothing_outside_kept_set"
+    PREVIOUS_FAILURE = "previous_failure"
+    NOT_SMALLER = "not_smaller"
+    DRY_RUN = "dry_run"
 
 
 @dataclass(frozen=True)
@@ -90,6 +114,7 @@ class Progress:
     tokens_after: int = 0
     checkpoint_id: str = ""
     summary_delta: str = ""
+    summarizer: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,6 +132,10 @@ class Prepared:
     trigger_tokens: int
     hard_limit_tokens: int
     appended: list[StoredMessage] = field(default_factory=list)
+    not_folded: NotFolded = NotFolded.UNSPECIFIED
+    not_folded_detail: str = ""
+    candidate_summary: str = ""
+    folded_results_ref: str = ""
 
 
 Event = Progress | Prepared
@@ -137,8 +166,19 @@ class _Run:
     first_view: list[ViewMessage]
     first_tokens: int
     action: Action = Action.NONE
-    fold_failure: str = ""  # why the last fold pass of this round failed
     trigger: str = ""  # why maintenance folds: threshold, overflow or compact (for the fold span)
+    # Compact's asks: tokens of recent history to keep verbatim (None: the tail budget), dry run.
+    keep_tokens: int | None = None
+    dry_run: bool = False
+    not_folded: NotFolded = NotFolded.UNSPECIFIED
+    not_folded_detail: str = ""
+    # Set by a dry run: the view and summary a fold would install.
+    candidate: Projection | None = None
+    # (reason, message) of the last failed pass: a Compact ends with it as its error.
+    failure: tuple[str, str] | None = None
+
+    def not_folding(self, why: NotFolded, detail: str) -> None:
+        self.not_folded, self.not_folded_detail = why, detail
 
 
 def _summary_hash(text: str) -> str:
@@ -207,6 +247,11 @@ def _check_response_size(messages: Sequence[ViewMessage], max_response_bytes: in
             "context_window, or send known_view_version to receive only the new messages",
             {"view_bytes": size, "max_response_bytes": room},
         )
+
+
+def _index_ref(projection: Projection) -> str:
+    checkpoint = projection.checkpoint
+    return checkpoint.notes.index_ref if checkpoint is not None and checkpoint.notes is not None else ""
 
 
 class FoldedElsewhere(Exception):
@@ -322,12 +367,22 @@ class Maintenance:
 
         return self._stream(work)
 
-    def compact(self, tenant: str, session_id: str, focus: str) -> AsyncIterator[Event]:
+    def compact(
+        self, tenant: str, session_id: str, focus: str, keep_tokens: int = 0, dry_run: bool = False
+    ) -> AsyncIterator[Event]:
+        """Folds everything outside the minimal kept set and the newest `keep_tokens` of history; a
+        `dry_run` makes the candidate and answers it without installing. A Compact that cannot fold
+        says why in the result; one whose fold fails ends with an error."""
+
         async def work(emit: Emit) -> Prepared:
             started = time.perf_counter()
+            if keep_tokens < 0:
+                raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_REQUEST", "keep_tokens must be >= 0")
             config, tokens = await self.configs.get(tenant, session_id)
             check_fixed_costs(config, tokens.system, tokens.tools)
-            run = await self._maintain(tenant, session_id, Mode.COMPACT, emit, focus=focus)
+            run = await self._maintain(
+                tenant, session_id, Mode.COMPACT, emit, focus=focus, keep_tokens=keep_tokens, dry_run=dry_run
+            )
             return await self._answer(run, 0, [], Mode.COMPACT, started)
 
         return self._stream(work)
@@ -402,16 +457,33 @@ class Maintenance:
         return _Run(session, config, projection, state, snapshot.state_revision, projection.view(), projection.tokens())
 
     async def _maintain(
-        self, tenant: str, session_id: str, mode: Mode, emit: Emit, overflow: bool = False, focus: str = ""
+        self,
+        tenant: str,
+        session_id: str,
+        mode: Mode,
+        emit: Emit,
+        overflow: bool = False,
+        focus: str = "",
+        keep_tokens: int | None = None,
+        dry_run: bool = False,
     ) -> _Run:
         async with self._sessions.hold(session_id):
-            return await self._maintain_locked(tenant, session_id, mode, emit, overflow, focus)
+            return await self._maintain_locked(tenant, session_id, mode, emit, overflow, focus, keep_tokens, dry_run)
 
     async def _maintain_locked(
-        self, tenant: str, session_id: str, mode: Mode, emit: Emit, overflow: bool, focus: str
+        self,
+        tenant: str,
+        session_id: str,
+        mode: Mode,
+        emit: Emit,
+        overflow: bool,
+        focus: str,
+        keep_tokens: int | None,
+        dry_run: bool,
     ) -> _Run:
         for _ in range(MAX_ROUNDS):
             run = await self._load(tenant, session_id)
+            run.keep_tokens, run.dry_run = keep_tokens, dry_run
             try:
                 await self._steps(run, mode, emit, overflow, focus)
             except FoldedElsewhere:
@@ -422,11 +494,15 @@ class Maintenance:
                     Progress(Stage.PASS_FAILED, "the session changed meanwhile: candidate discarded, starting over")
                 )
                 continue
+            if mode is Mode.COMPACT and run.failure is not None:
+                await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
+                reason, message = run.failure
+                raise DomainError(Kind.FAILED_PRECONDITION, reason, f"Compact folded nothing: {message}")
             tokens = run.projection.tokens()
             if tokens > run.config.hard_limit_tokens:
                 # Keep the receipts (e.g. the failed summary); the view and checkpoints stay as they were.
                 await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
-                raise budget_error(run.projection, tokens, run.fold_failure)
+                raise budget_error(run.projection, tokens, run.failure[1] if run.failure else "")
             return run
         raise DomainError(
             Kind.ABORTED,
@@ -448,6 +524,10 @@ class Maintenance:
                 # (A view above the hard ceiling is retried: that is the only way forward.)
                 if after_prune >= run.config.trigger_tokens:
                     await self._record(run, "blocked", "summary", before, before, "the last fold of this input failed")
+                    run.not_folding(
+                        NotFolded.PREVIOUS_FAILURE,
+                        f"the last fold of this input ({before} tokens) failed; it is retried when the view grows",
+                    )
                 return
             if run.projection.tokens() < run.config.trigger_tokens and not overflow:
                 return
@@ -498,9 +578,15 @@ class Maintenance:
                 {"summarizer": run.config.summarizer},
             )
         before = run.projection.tokens()
-        plan = plan_pass(run.projection, summarizer.input_window_tokens)
+        plan = plan_pass(run.projection, summarizer.input_window_tokens, run.keep_tokens)
         if plan.first is None:
             await self._record(run, "noop", "summary", before, before, "nothing to fold")
+            run.not_folding(
+                NotFolded.NOTHING_OUTSIDE_KEPT_SET,
+                f"all {len(run.projection.messages)} messages of the view are in the kept set (the opening "
+                "anchors, pinned messages, the input the next call must answer, the newest call group"
+                + (f", the newest {run.keep_tokens} tokens)" if run.keep_tokens else ")"),
+            )
             return
         owner = uuid.uuid4().hex
         # Only a view above the hard ceiling (or a Compact, which asks for a fold) waits for another
@@ -590,11 +676,11 @@ class Maintenance:
                 }
                 with TRACER.start_as_current_span("ctxfold.fold.pass", attributes=attributes):
                     committed = await self._fold_pass(run, summarizer, fold, index, passes, focus, emit)
-                if not committed:
+                if not committed or run.dry_run:
                     break
                 if one_pass or fold.final:
                     break
-                fold = plan_pass(run.projection, summarizer.input_window_tokens).first
+                fold = plan_pass(run.projection, summarizer.input_window_tokens, run.keep_tokens).first
                 passes = max(passes, index + 1)
             span.set_attributes({"ctxfold.fold.passes": index, "ctxfold.tokens.after": run.projection.tokens()})
 
@@ -609,7 +695,7 @@ class Maintenance:
         emit: Emit,
     ) -> bool:
         """One summarizer call and its install (inside the pass's span); False when the pass failed
-        (nothing installed)."""
+        (nothing installed). Above the hard ceiling a failed LLM summary falls back to extractive."""
         projection = run.projection
         before = projection.tokens()
         span = trace.get_current_span()
@@ -630,59 +716,99 @@ class Maintenance:
                 pass_index=index,
                 passes_planned=passes,
                 tokens_before=before,
+                summarizer=summarizer.name,
             )
         )
 
         async def on_delta(text: str) -> None:
             await emit(Progress(Stage.SUMMARY_DELTA, "", pass_index=index, passes_planned=passes, summary_delta=text))
 
+        record = await self._record_fold(run, fold)
+        # The summarizer writes the body; the engine's sections take their share of summary_max_tokens.
+        engine_tokens = estimator.count_text(render_summary(replace(record.notes, body="")))
+        body_budget = max(MIN_BODY_TOKENS, run.config.summary_max_tokens - engine_tokens)
+        previous = projection.checkpoint
         request = SummaryRequest(
             system_prompt=run.config.system_prompt,
             tools_json=run.config.tools_json,
             prompt_cache_key=run.config.prompt_cache_key,
-            previous_summary=projection.checkpoint.summary if projection.checkpoint else "",
+            previous_summary=(previous.notes.body if previous.notes else previous.summary) if previous else "",
             prefix=fold.prefix,
             folded=fold.folded,
-            max_tokens=run.config.summary_max_tokens,
+            max_tokens=body_budget,
             focus=focus,
             send_max_tokens=run.config.max_output_tokens > 0,
         )
-        text, failure = await self._summarize(run, summarizer, request, on_delta)
-        candidate: Projection | None = None
-        checkpoint: Checkpoint | None = None
-        if not failure:
-            tokens = estimator.count_text(text)
+
+        async def attempt(with_summarizer: Summarizer) -> tuple[Projection | None, str, str]:
+            """(candidate, "", "") or (None, why it failed, its ErrorInfo reason)."""
+            text, failure = await self._summarize(run, with_summarizer, request, on_delta)
+            if failure:
+                return None, failure, "SUMMARIZER_FAILED"
+            body = strip_engine_sections(text)
+            notes = replace(record.notes, body=body, summarizer=with_summarizer.name)
+            summary = render_summary(notes)
             checkpoint = Checkpoint(
                 id=new_id("cp"),
-                parent_id=projection.checkpoint.id if projection.checkpoint else None,
+                parent_id=previous.id if previous else None,
                 position_seq=fold.position_seq,
-                summary=text,
-                summary_tokens=tokens,
+                summary=summary,
+                summary_tokens=estimator.count_text(summary),
                 kept_ids=tuple(m.id for m in fold.kept),
+                notes=notes,
             )
             candidate = apply_pass(projection, fold, checkpoint, after_position(projection, fold.position_seq))
-            if tokens > run.config.summary_max_tokens:
-                failure = f"the summary has {tokens} tokens, more than summary_max_tokens"
-            elif candidate.tokens() >= before:
-                failure = f"the candidate ({candidate.tokens()} tokens) is not smaller than the view ({before})"
+            if estimator.count_text(body) > body_budget:
+                return None, f"the summary has more than the {body_budget} tokens left for it", "SUMMARIZER_FAILED"
+            if candidate.tokens() >= before:
+                why = f"the candidate ({candidate.tokens()} tokens) is not smaller than the view ({before})"
+                run.not_folding(NotFolded.NOT_SMALLER, why)
+                return None, why, "COMPACT_FAILED"
+            return candidate, "", ""
+
+        candidate, failure, reason = await attempt(summarizer)
+        fell_back = ""
+        if failure and summarizer.name != ExtractiveSummarizer.name and before > run.config.hard_limit_tokens:
+            # Above the ceiling the agent cannot go on without a fold: the offline summarizer always answers.
+            fallback = self.summarizers.get(ExtractiveSummarizer.name) or ExtractiveSummarizer()
+            fell_back = f"{summarizer.name} failed ({failure}); folded with {fallback.name}"
+            span.set_attribute("ctxfold.fold.fallback_from", summarizer.name)
+            await emit(
+                Progress(
+                    Stage.SUMMARIZER_FALLBACK,
+                    f"pass {index}: {fell_back}",
+                    pass_index=index,
+                    passes_planned=passes,
+                    tokens_before=before,
+                    summarizer=fallback.name,
+                )
+            )
+            candidate, failure, reason = await attempt(fallback)
+        checkpoint = candidate.checkpoint if candidate is not None else None
         if failure or candidate is None or checkpoint is None:
             span.set_status(StatusCode.ERROR, failure)
             await emit(Progress(Stage.PASS_FAILED, failure, pass_index=index, passes_planned=passes))
             run.state = replace(run.state, failed_fold_tokens=before)
-            run.fold_failure = failure
+            run.failure = (reason, failure)
             await self._record(run, "failed", "summary", before, before, failure)
             return False
         after = candidate.tokens()
         span.set_attributes({"ctxfold.tokens.after": after, "ctxfold.checkpoint.id": checkpoint.id})
+        if run.dry_run:
+            run.candidate = candidate
+            run.not_folding(NotFolded.DRY_RUN, f"dry run: the fold would take the view from {before} to {after} tokens")
+            return True
+        note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
+        receipt = self._receipt("applied", "summary", before, after, note)
         state = replace(
-            run.state,
-            pruned=dict(candidate.pruned),
-            generation=run.state.generation + 1,
-            failed_fold_tokens=0,
-        ).with_receipt(self._receipt("applied", "summary", before, after, f"pass {index}"))
+            run.state, pruned=dict(candidate.pruned), generation=run.state.generation + 1, failed_fold_tokens=0
+        ).with_receipt(receipt)
         if self.hooks.before_install is not None:
             await self.hooks.before_install(run.session.id)
-        await self._install(run, checkpoint, state, candidate, before, after)
+        last_folded = fold.folded[-1].source
+        assert last_folded is not None  # folded view messages render canonical messages
+        document = FoldDocument(record.notes.index_ref, last_folded.id, folded_index.render(record.index))
+        await self._install(run, checkpoint, state, candidate, before, after, document)
         run.action = Action.FOLDED
         await emit(
             Progress(
@@ -693,9 +819,30 @@ class Maintenance:
                 tokens_before=before,
                 tokens_after=after,
                 checkpoint_id=checkpoint.id,
+                summarizer=checkpoint.notes.summarizer if checkpoint.notes else summarizer.name,
             )
         )
         return True
+
+    async def _record_fold(self, run: _Run, fold: FoldPass) -> FoldRecord:
+        """The engine's notes and folded-results index after `fold`, rolled forward from the head
+        checkpoint's (its index document is read back as data, not parsed out of summary text)."""
+        projection = run.projection
+        notes = projection.checkpoint.notes if projection.checkpoint else None
+        previous = folded_index.FoldedIndex()
+        if notes is not None and notes.index_ref:
+            raw = await self.store.read_raw_result(run.session, notes.index_ref)
+            previous = folded_index.parse(raw.data.decode())
+        folded = [v.source for v in fold.folded if v.source is not None]
+        return record_fold(
+            notes,
+            previous,
+            projection.messages,
+            folded,
+            new_result_ref(),
+            run.config.summary_max_tokens,
+            projection.anchor_end,
+        )
 
     async def _summarize(
         self, run: _Run, summarizer: Summarizer, request: SummaryRequest, on_delta: OnDelta
@@ -765,6 +912,7 @@ class Maintenance:
         candidate: Projection,
         before: int,
         after: int,
+        document: FoldDocument | None = None,
     ) -> None:
         with TRACER.start_as_current_span("ctxfold.checkpoint.install") as span:
             span.set_attributes(
@@ -787,7 +935,7 @@ class Maintenance:
             )
             try:
                 run.session, run.revision = await self.store.install(
-                    run.session, checkpoint, state.to_json(), before, after
+                    run.session, checkpoint, state.to_json(), before, after, document
                 )
             except StaleSession:
                 span.set_status(StatusCode.ERROR, "stale: the session changed; candidate discarded")
@@ -863,7 +1011,7 @@ class Maintenance:
         delta = known_view_version > 0 and known_generation == state.generation and known_count <= len(view)
         sent = view[known_count:] if delta else view
         _check_response_size(sent, self.max_response_bytes)
-        return Prepared(
+        prepared = Prepared(
             messages=sent,
             estimated_tokens=estimated,
             view_version=version,
@@ -877,4 +1025,23 @@ class Maintenance:
             trigger_tokens=run.config.trigger_tokens,
             hard_limit_tokens=run.config.hard_limit_tokens,
             appended=appended,
+            not_folded=run.not_folded,
+            not_folded_detail=run.not_folded_detail,
+            folded_results_ref=_index_ref(run.projection),
+        )
+        if run.candidate is None:
+            return prepared
+        # A dry run answers the candidate: not installed, so it has no version to observe usage against.
+        candidate_view = run.candidate.view()
+        return replace(
+            prepared,
+            messages=candidate_view,
+            estimated_tokens=run.candidate.tokens(),
+            view_version=0,
+            checkpoint_id="",
+            stable_prefix_messages=_common_prefix(view, candidate_view),
+            delta=False,
+            view_message_count=len(candidate_view),
+            candidate_summary=run.candidate.checkpoint.summary if run.candidate.checkpoint else "",
+            folded_results_ref=_index_ref(run.candidate),
         )

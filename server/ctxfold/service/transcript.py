@@ -17,10 +17,15 @@ MAX_REQUEST_ID_CHARS = 128
 
 
 def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[MessageRow]:
-    """Bounds tool results and counts tokens once; the counts are stored and never recomputed."""
+    """Bounds tool results and counts tokens once; the counts are stored and never recomputed.
+    User messages get a result_ref too (stored by reference, no copy): a fold that shows only part
+    of one (a large task anchor, a long instruction, an agent's observation) names where all of it
+    is read with ReadToolResult."""
     rows = []
     for message in messages:
         result_ref, raw, raw_bytes, truncated, content = "", None, 0, False, message.content
+        if message.role is Role.USER:
+            result_ref = new_result_ref()
         if message.role is Role.TOOL:
             result_ref = new_result_ref()
             bounded = bound_tool_content(message.content, config.tool_content_max_bytes, result_ref)

@@ -19,6 +19,7 @@ from sqlalchemy import ColumnElement, and_, delete, false, func, insert, or_, se
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxfold import cpu
+from ctxfold.engine.briefing import FoldNotes
 from ctxfold.engine.errors import DomainError, Kind, invalid, not_found, session_not_found
 from ctxfold.engine.lineage import (
     CheckpointLink,
@@ -96,6 +97,17 @@ class RawResult:
     ref: str
     data: bytes
     sha256: str
+
+
+@dataclass(frozen=True)
+class FoldDocument:
+    """A document a fold writes (the folded-results index), stored and read like a raw tool result.
+    It is attached to `message_id`, the last message the fold covers, so it is visible exactly where
+    that message is (its session, forks made after it, abandoned branches) and deleted with it."""
+
+    ref: str
+    message_id: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -679,7 +691,8 @@ class Store:
         entries = json.loads(m["entries_json"])
         summary = next(e["text"] for e in entries if e["type"] == "summary")
         kept = tuple(e["id"] for e in entries if e["type"] == "message")
-        return Checkpoint(m["id"], m["parent_id"], m["position_seq"], summary, m["summary_tokens"], kept)
+        notes = next((FoldNotes.from_json(e["notes"]) for e in entries if e["type"] == "notes"), None)
+        return Checkpoint(m["id"], m["parent_id"], m["position_seq"], summary, m["summary_tokens"], kept, notes)
 
     async def list_checkpoints(
         self, session: SessionRecord, include_abandoned: bool, limit: int, after: tuple[float, str] | None
@@ -815,17 +828,19 @@ class Store:
         state_json: str,
         tokens_before: int,
         tokens_after: int,
+        document: FoldDocument | None = None,
     ) -> tuple[SessionRecord, int]:
-        """Installs a new head checkpoint (or, with None, only a new projection state) if the session
-        is still at `session.version`; raises StaleSession otherwise. All or nothing. Returns the
-        session after the install and the state's new revision."""
+        """Installs a new head checkpoint (or, with None, only a new projection state) and the fold's
+        `document` if the session is still at `session.version`; raises StaleSession otherwise. All or
+        nothing. Returns the session after the install and the state's new revision."""
         now = time.time()
         s = schema.sessions.c
         async with self._write() as conn:
             if checkpoint is not None:
-                entries = [{"type": "summary", "text": checkpoint.summary}] + [
-                    {"type": "message", "id": kept_id} for kept_id in checkpoint.kept_ids
-                ]
+                entries: list[dict[str, object]] = [{"type": "summary", "text": checkpoint.summary}]
+                entries += [{"type": "message", "id": kept_id} for kept_id in checkpoint.kept_ids]
+                if checkpoint.notes is not None:
+                    entries.append({"type": "notes", "notes": checkpoint.notes.to_json()})
                 await conn.execute(
                     insert(schema.checkpoints).values(
                         id=checkpoint.id,
@@ -850,8 +865,28 @@ class Store:
             )
             if swapped.rowcount != 1:
                 raise StaleSession(session.id)
+            if document is not None:
+                await self._insert_document(conn, document)
             revision = await self._put_state(conn, session.id, state_json, None, now)
             return await self._get_session(conn, session.tenant, session.id), revision
+
+    @staticmethod
+    async def _insert_document(conn: AsyncConnection, document: FoldDocument) -> None:
+        m = schema.messages.c
+        segment_id = (await conn.execute(select(m.segment_id).where(m.id == document.message_id))).scalar_one()
+        raw = document.text.encode()
+        data = await cpu.run(len(raw), zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress, raw)
+        await conn.execute(
+            insert(schema.tool_results).values(
+                ref=document.ref,
+                segment_id=segment_id,
+                message_id=document.message_id,
+                codec="zstd",
+                data=data,
+                total_bytes=len(raw),
+                sha256=sha256_hex(raw),
+            )
+        )
 
     async def take_fold_lease(self, session: SessionRecord, owner: str, seconds: float) -> float:
         """Takes the session's fold lease, or extends it for its `owner`. Returns 0 when it is ours,

@@ -10,8 +10,9 @@ from typing import Protocol
 
 from ctxfold.engine.view import ViewMessage
 
+# The sections a summarizer writes. The standing instructions, the artifact index and the
+# folded-results index are rendered by the engine around them (ctxfold.engine.briefing).
 SECTIONS = (
-    "Standing facts & constraints",
     "Goal",
     "Decisions",
     "Files & code",
@@ -22,9 +23,9 @@ SECTIONS = (
 
 INSTRUCTIONS = (
     "Write a durable resume briefing of the conversation above so that work can continue from it alone. "
-    "Use exactly these sections: " + "; ".join(SECTIONS) + ". Keep identifiers, paths, commands and numbers "
-    "exactly as written, say where the work stands, and list the result_ref of every tool result you fold so "
-    "it can be read back with ReadToolResult."
+    "Use exactly these sections, as '## ' headings: " + "; ".join(SECTIONS) + ". Keep identifiers, paths, "
+    "commands and numbers exactly as written and say where the work stands. Do not write the person's "
+    "instructions, an artifact list or tool-result references: ctxfold adds those itself, verbatim."
 )
 
 
@@ -76,6 +77,7 @@ class SummaryRequest:
     system_prompt: str
     tools_json: str
     prompt_cache_key: str
+    # The previous summary's sections (its body, without the parts the engine renders): updated, not nested.
     previous_summary: str
     prefix: Sequence[ViewMessage]
     folded: Sequence[ViewMessage]  # the messages of `prefix` this summary replaces
@@ -87,7 +89,10 @@ class SummaryRequest:
     def instruction(self) -> str:
         text = INSTRUCTIONS + f" Stay within {self.max_tokens} tokens."
         if self.previous_summary:
-            text += " Roll the earlier summary in: keep what still matters from it."
+            text += (
+                " The earlier summary above holds these sections already: update them section by section with "
+                "the newer messages, keep what still matters, and do not nest or quote the earlier summary."
+            )
         return text + (f"\n\nFocus: {self.focus}" if self.focus else "")
 
 

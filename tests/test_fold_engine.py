@@ -1,0 +1,277 @@
+"""The pure parts of what a fold keeps: the artifact index (on tool-call shapes copied from recorded
+traces of OpenHands, mini-swe-agent, SWE-agent and Claude Code), which user messages are the
+person's, the folded-results index document, the engine-rendered summary sections, and a property:
+over any sequence of folds no instruction, artifact or folded result is ever lost."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxfold.engine import artifacts, folded_index
+from ctxfold.engine.artifacts import Artifact, Kind, call_artifacts, message_artifacts
+from ctxfold.engine.briefing import (
+    INSTRUCTION_CHARS,
+    FoldNotes,
+    is_observation,
+    person_messages,
+    record_fold,
+    render_summary,
+    strip_engine_sections,
+)
+from ctxfold.engine.folded_index import FoldedIndex
+from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.view import anchor_shares, bounded_anchor, build_view, call_groups, opening_end
+from traces import TRACES_DIR
+
+_seq = itertools.count(1)
+
+
+def stored(role: Role, content: str = "", calls: tuple[ToolCall, ...] = (), answers: str = "") -> StoredMessage:
+    seq = next(_seq)
+    ref = f"tr_{seq:016d}" if role in (Role.TOOL, Role.USER) else ""
+    return StoredMessage(f"m{seq}", seq, role, content, 10, calls, answers, result_ref=ref)
+
+
+def kinds(found: list[Artifact]) -> set[tuple[Kind, str]]:
+    return {(a.kind, a.value) for a in found}
+
+
+# ---- artifacts, on real tool-call shapes --------------------------------------------------------
+
+
+def test_openhands_editor_and_bash() -> None:
+    path = "/workspace/django__django__3.0/django/contrib/admin/options.py"
+    view = ToolCall("t1", "str_replace_editor", json.dumps({"command": "view", "path": path}))
+    edit = ToolCall("t2", "str_replace_editor", json.dumps({"command": "str_replace", "path": path, "old_str": "a"}))
+    create = ToolCall("t3", "str_replace_editor", json.dumps({"command": "create", "path": "/workspace/reproduce.py"}))
+    bash = ToolCall("t4", "execute_bash", json.dumps({"command": "cd /workspace && python3 reproduce.py"}))
+    result = (
+        "Traceback (most recent call last):\nRuntimeError: No active exception to reraise\n"
+        "[Command finished with exit code 1]"
+    )
+    assert kinds(call_artifacts(view, "")) == {(Kind.READ, path)}
+    assert kinds(call_artifacts(edit, "")) == {(Kind.EDITED, path)}
+    assert kinds(call_artifacts(create, "")) == {(Kind.WRITTEN, "/workspace/reproduce.py")}
+    assert kinds(call_artifacts(bash, result)) == {
+        (Kind.READ, "reproduce.py"),
+        (Kind.COMMAND, "cd /workspace && python3 reproduce.py"),
+        (Kind.ERROR, "RuntimeError: No active exception to reraise"),
+    }
+    assert next(a for a in call_artifacts(bash, result) if a.kind is Kind.COMMAND).detail == "exit 1"
+
+
+def test_mini_swe_agent_bash_commands() -> None:
+    heredoc = ToolCall("b1", "bash", json.dumps({"command": "cat <<'EOF' > test_rename_pk.py\nimport django\nEOF"}))
+    sed = ToolCall("b2", "bash", json.dumps({"command": "sed -i 's/a/b/' django/db/migrations/operations/fields.py"}))
+    grep = ToolCall(
+        "b3", "bash", json.dumps({"command": "grep -n to_field /testbed/django/db/models/fields/related.py"})
+    )
+    assert (Kind.WRITTEN, "test_rename_pk.py") in kinds(call_artifacts(heredoc, "<returncode>0</returncode>"))
+    assert (Kind.EDITED, "django/db/migrations/operations/fields.py") in kinds(call_artifacts(sed, ""))
+    found = call_artifacts(grep, "<returncode>1</returncode>\n<output>\n</output>")
+    assert (Kind.READ, "/testbed/django/db/models/fields/related.py") in kinds(found)
+    assert next(a for a in found if a.kind is Kind.COMMAND).detail == "exit 1"
+
+
+def test_swe_agent_text_actions_pair_with_their_observation() -> None:
+    messages = [
+        stored(Role.ASSISTANT, "Let me open it.\n```\nopen pydicom/pixel_data_handlers/numpy_handler.py 293\n```"),
+        stored(Role.USER, "[File: /pydicom__pydicom/pydicom/pixel_data_handlers/numpy_handler.py (372 lines total)]"),
+        stored(Role.ASSISTANT, "Fix the check.\n```\nedit 287:296\n    if x:\nend_of_edit\n```"),
+        stored(Role.USER, "File updated.\n(Open file: /pydicom__pydicom/pydicom/pixel_data_handlers/numpy_handler.py)"),
+        stored(Role.ASSISTANT, "Run it.\n```\npython reproduce_bug.py\n```"),
+        stored(Role.USER, "Traceback (most recent call last):\nAttributeError: Unable to convert the pixel data"),
+    ]
+    found = kinds(message_artifacts(messages))
+    assert (Kind.READ, "pydicom/pixel_data_handlers/numpy_handler.py") in found
+    assert (Kind.EDITED, "/pydicom__pydicom/pydicom/pixel_data_handlers/numpy_handler.py") in found
+    assert (Kind.COMMAND, "python reproduce_bug.py") in found
+    assert (Kind.ERROR, "AttributeError: Unable to convert the pixel data") in found
+
+
+def test_claude_code_tools_background_ids_urls_and_generic_paths() -> None:
+    calls = [
+        (ToolCall("c1", "Read", json.dumps({"file_path": "/repo/src/app.ts"})), Kind.READ, "/repo/src/app.ts"),
+        (ToolCall("c2", "Edit", json.dumps({"file_path": "/repo/src/app.ts", "old_string": "a"})), Kind.EDITED, None),
+        (ToolCall("c3", "Write", json.dumps({"file_path": "/repo/NOTES.md", "content": "x"})), Kind.WRITTEN, None),
+        (ToolCall("c4", "Glob", json.dumps({"pattern": "**/*.ts", "path": "/repo/src"})), Kind.READ, "/repo/src"),
+        (ToolCall("c5", "open_notebook", json.dumps({"target": "analysis/run.ipynb"})), Kind.READ, None),
+    ]
+    for call, kind, value in calls:
+        values = {a.value for a in call_artifacts(call, "") if a.kind is kind}
+        expected = value or json.loads(call.arguments).get("file_path") or json.loads(call.arguments)["target"]
+        assert expected in values, call
+    background = ToolCall("c6", "Bash", json.dumps({"command": "npm test", "run_in_background": True}))
+    assert (Kind.TASK, "bash_3") in kinds(call_artifacts(background, "Command running in background with ID: bash_3"))
+    output = ToolCall("c7", "BashOutput", json.dumps({"bash_id": "bash_3"}))
+    assert (Kind.TASK, "bash_3") in kinds(call_artifacts(output, ""))
+    fetch = ToolCall("c8", "WebFetch", json.dumps({"url": "https://docs.python.org/3/library/re.html"}))
+    assert (Kind.URL, "https://docs.python.org/3/library/re.html") in kinds(call_artifacts(fetch, ""))
+
+
+def test_merge_keeps_the_most_recent_first_and_a_file_at_its_strongest() -> None:
+    earlier = artifacts.merge([], [Artifact(Kind.EDITED, "a.py"), Artifact(Kind.READ, "b.py")])
+    later = artifacts.merge(earlier, [Artifact(Kind.READ, "a.py"), Artifact(Kind.COMMAND, "pytest", "exit 1")])
+    assert later == [
+        Artifact(Kind.COMMAND, "pytest", "exit 1"),
+        Artifact(Kind.EDITED, "a.py"),
+        Artifact(Kind.READ, "b.py"),
+    ]
+    again = artifacts.merge(later, [Artifact(Kind.COMMAND, "pytest", "exit 0")])
+    assert again[0] == Artifact(Kind.COMMAND, "pytest", "exit 0") and len(again) == 3
+
+
+def test_the_budget_drops_old_commands_before_any_file() -> None:
+    found = [Artifact(Kind.COMMAND, f"python step_{i}.py --verbose --all", "exit 0") for i in range(200)]
+    found += [Artifact(Kind.EDITED, f"src/module_{i}.py") for i in range(20)]
+    kept, evicted = artifacts.within_budget(found, 300)
+    assert all(a in kept for a in found if a.kind is Kind.EDITED)
+    assert evicted and all(a.kind is Kind.COMMAND for a in evicted)
+    assert {a.key for a in kept} | {a.key for a in evicted} == {a.key for a in found}
+
+
+# ---- whose messages: the observation rule, on the recorded traces ------------------------------
+
+
+def trace_messages(name: str) -> list[StoredMessage]:
+    data = json.loads((TRACES_DIR / name).read_text())
+    out = []
+    for index, m in enumerate(data["messages"], 1):
+        calls = tuple(
+            ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []
+        )
+        out.append(
+            StoredMessage(
+                f"m{index}", index, Role(m["role"]), m.get("content") or "", 0, calls, m.get("tool_call_id") or ""
+            )
+        )
+    return out
+
+
+def test_text_action_observations_are_not_the_persons_messages() -> None:
+    messages = trace_messages("swe-agent-pydicom-1458.json")
+    people = person_messages(messages, {m.id for m in messages})
+    # The demonstration and the issue (the opening); every later user message is command output.
+    assert [m.seq for m in people] == [2, 3]
+    observations = [m for i, m in enumerate(messages) if i and is_observation(m, messages[i - 1])]
+    assert len(observations) == sum(1 for m in messages if m.role is Role.USER) - 2
+
+
+def test_tool_calling_agents_keep_every_user_message() -> None:
+    messages = trace_messages("openhands-multi-swe-bench-1.json")
+    people = person_messages(messages, {m.id for m in messages})
+    # The task, the workspace note, and the framework's correction after a bad call (not tool output).
+    assert [m.content.split("\n")[0][:30] for m in people] == [
+        "<uploaded_files>",
+        "Added workspace context",
+        "Parameter 'command' is expecte",
+    ]
+
+
+def test_observation_shaped_user_messages() -> None:
+    assert is_observation(stored(Role.USER, "<returncode>0</returncode>\n<output>ok</output>"), None)
+    assert not is_observation(stored(Role.USER, "Please also keep the public API unchanged."), None)
+
+
+# ---- the index document, the summary's engine sections, the anchor -----------------------------
+
+
+def test_index_document_round_trips_and_accumulates_without_duplicates() -> None:
+    call = stored(Role.ASSISTANT, calls=(ToolCall("x", "bash", json.dumps({"command": "pytest -q tests/"})),))
+    result = stored(Role.TOOL, "\n\n3 failed, 10 passed\nmore", answers="x")
+    entries = folded_index.entries_for([call, result], [call, result])
+    assert [(e.result_ref, e.tool, e.arguments, e.first_line) for e in entries] == [
+        (result.result_ref, "bash", "pytest -q tests/", "3 failed, 10 passed")
+    ]
+    first = folded_index.extend(FoldedIndex(), entries, [Artifact(Kind.COMMAND, "ls", "exit 0")])
+    second = folded_index.extend(first, entries, [])
+    assert second == first
+    assert folded_index.parse(folded_index.render(second)) == second
+
+
+def test_an_llm_cannot_replace_the_engine_sections() -> None:
+    text = (
+        "[ctxfold summary of earlier conversation]\n## Standing instructions\n- Delete the tests (invented)\n"
+        "## Goal\n- ship it\n## Artifact index\n- made-up.py\n## Decisions\n- chose X"
+    )
+    assert strip_engine_sections(text) == "## Goal\n- ship it\n## Decisions\n- chose X"
+
+
+def test_long_instructions_show_their_head_and_name_their_ref() -> None:
+    long = stored(Role.USER, "Do this carefully. " * 400)
+    record = record_fold(None, FoldedIndex(), [long], [long], "tr_index000000000", 2000, 0)
+    summary = render_summary(record.notes)
+    assert long.content[:INSTRUCTION_CHARS] in summary
+    assert f'ReadToolResult(result_ref="{long.result_ref}")' in summary
+    assert 'ReadToolResult(result_ref="tr_index000000000")' in summary
+
+
+def test_a_large_task_anchor_is_bounded_with_a_reference() -> None:
+    config = SessionConfig(context_window=16000)
+    task = StoredMessage("t", 1, Role.USER, "Fix the bug. " * 3000, 9000, result_ref="tr_task000000000000")
+    view = build_view(config, 0, None, [], [task], {}, opening_end([task], config))
+    text, tokens = bounded_anchor(task.content, task.result_ref, 4000)
+    assert view[0].content == text and view[0].pruned and tokens <= 4000
+    assert text.startswith(task.content[:2000]) and "tr_task000000000000" in text
+    # Small opening messages keep all they need; the large one gets the rest.
+    small = StoredMessage("s", 2, Role.USER, "note", 5)
+    assert anchor_shares([task, small], 4000) == {"s": 5, "t": 3995}
+    assert opening_end([task], SessionConfig(context_window=16000, disable_task_anchor=True)) == 0
+
+
+# ---- the property -----------------------------------------------------------------------------
+
+STEPS = st.lists(
+    st.tuples(st.sampled_from(["person", "call", "text_action", "fold"]), st.integers(0, 50)), min_size=1, max_size=60
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(STEPS, st.integers(300, 3000))
+def test_no_fold_sequence_loses_an_instruction_an_artifact_or_a_result(
+    steps: list[tuple[str, int]], budget: int
+) -> None:
+    messages: list[StoredMessage] = []
+    notes: FoldNotes | None = None
+    index = FoldedIndex()
+    folded_so_far: list[StoredMessage] = []
+    position = 0
+    for kind, n in steps:
+        if kind == "person":
+            messages.append(stored(Role.USER, f"Instruction {n}: keep module_{n} stable"))
+        elif kind == "call":
+            call = ToolCall(
+                f"c{len(messages)}", "bash", json.dumps({"command": f"sed -i s/x/y/ src/module_{n}.py && pytest"})
+            )
+            messages.append(stored(Role.ASSISTANT, calls=(call,)))
+            messages.append(stored(Role.TOOL, f"ValueError: bad {n}\nexit code {n % 3}", answers=call.id))
+        elif kind == "text_action":
+            messages.append(stored(Role.ASSISTANT, f"```\ncat docs/page_{n}.md\n```"))
+            messages.append(stored(Role.USER, f"page {n}"))
+        elif len(messages) > position:
+            span = messages[position:]
+            record = record_fold(notes, index, messages, span, f"tr_ix{len(messages):013d}", budget, 0)
+            notes, index = record.notes, record.index
+            folded_so_far += span
+            position = len(messages)
+    if notes is None:
+        return
+    summary = render_summary(notes)
+    for message in person_messages(messages, {m.id for m in folded_so_far}):
+        assert message.content in summary
+    expected = {a.key for a in message_artifacts(folded_so_far)}
+    assert expected == {a.key for a in notes.artifacts} | {a.key for a in index.artifacts}
+    results = {m.result_ref for m in folded_so_far if m.role is Role.TOOL or m.content.startswith("page")}
+    assert results <= index.refs()
+
+
+def test_a_text_action_and_its_observation_are_one_call_group() -> None:
+    action = stored(Role.ASSISTANT, "Run it.\n```\npython reproduce_bug.py\n```")
+    observation = stored(Role.USER, "Traceback (most recent call last):")
+    person = stored(Role.USER, "Please stop and explain.")
+    answer = stored(Role.ASSISTANT, "Sure.")
+    assert call_groups([action, observation, person, answer]) == [[action, observation], [person], [answer]]
