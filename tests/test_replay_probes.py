@@ -182,39 +182,31 @@ def test_a_result_shown_in_full_is_not_hidden_wherever_it_is() -> None:
 # ---- through a real server --------------------------------------------------------------------------
 
 
-async def test_documents_are_what_the_service_serves_for_the_references_a_view_names(tmp_path: Path) -> None:
-    running = await start(settings_for(f"sqlite:///{tmp_path / 'db.sqlite'}"))
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
-            stub = pb_grpc.ContextServiceStub(channel)
-            session = (
-                await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=32000)))
-            ).session
-            big = "".join(f"line {i:05d}\n" for i in range(3000))  # 33 KB: three pages
-            appended = await stub.AppendMessages(
-                pb.AppendMessagesRequest(
-                    session_id=session.id,
-                    messages=[
-                        pb.Message(role=pb.ROLE_USER, content="go"),
-                        pb.Message(
-                            role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id="c", name="cat", arguments="{}")]
-                        ),
-                        pb.Message(role=pb.ROLE_TOOL, tool_call_id="c", content=big),
-                    ],
-                )
-            )
-            ref = appended.messages[2].result_ref
-            unknown = "tr_zzzzzzzzzzzzzzzz"
-            view = [Msg("user", f"index: {ref}; stale: {unknown}")]
-            trace = trace_of(Msg("user", "go"))
-            assert await read_documents(stub, session.id, view, trace, {}, ()) == {ref: big}
-            # A tool result's own reference is not a document: it is scored as that result.
-            tool_trace = trace_of(
-                Msg("user", "go"), Msg("assistant", "", tool_calls=(call("c", "cat"),)), Msg("tool", big)
-            )
-            assert await read_documents(stub, session.id, view, tool_trace, {2: ref}, ()) == {}
-    finally:
-        await running.stop(grace=1.0)
+async def test_documents_are_what_the_service_serves_for_the_references_a_view_names(
+    stub: pb_grpc.ContextServiceStub,
+) -> None:
+    session = (await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=32000)))).session
+    big = "".join(f"line {i:05d}\n" for i in range(3000))  # 33 KB: three pages
+    appended = await stub.AppendMessages(
+        pb.AppendMessagesRequest(
+            session_id=session.id,
+            messages=[
+                pb.Message(role=pb.ROLE_USER, content="go"),
+                pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id="c", name="cat", arguments="{}")]),
+                pb.Message(role=pb.ROLE_TOOL, tool_call_id="c", content=big),
+            ],
+        )
+    )
+    ref = appended.messages[2].result_ref
+    unknown = "tr_zzzzzzzzzzzzzzzz"  # not served: left out, not an error
+    view = [Msg("user", f"index: {ref}; stale: {unknown}")]
+    assert await read_documents(stub, session.id, view, trace_of(Msg("user", "go")), {}, ()) == {ref: big}
+    # A tool result's own reference is not a document: it is scored as that result.
+    tool_trace = trace_of(Msg("user", "go"), Msg("assistant", "", tool_calls=(call("c", "cat"),)), Msg("tool", big))
+    assert await read_documents(stub, session.id, view, tool_trace, {2: ref}, ()) == {}
+    # Another session's reference is NOT_FOUND in this one: nothing is read.
+    other = (await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=32000)))).session
+    assert await read_documents(stub, other.id, view, trace_of(Msg("user", "go")), {}, ()) == {}
 
 
 @needs_traces
