@@ -74,6 +74,20 @@ def test_in_a_text_action_trace_a_reply_to_an_assistant_that_did_not_act_is_the_
     assert (set(roles.person), set(roles.tool_output)) == ({0, 4}, {2})
 
 
+def test_with_tool_calls_a_reply_after_an_answer_with_a_code_block_is_still_the_persons() -> None:
+    # A chat agent's answer often ends in a code block; the person's reply to it is no tool output.
+    trace = trace_of(
+        Msg("user", "Fix the bug"),
+        Msg("assistant", "", tool_calls=(call("a", "Read", file_path="app/x.py"),)),
+        Msg("tool", "def f(): ...", tool_call_id="a"),
+        Msg("assistant", "Here is the fix:\n```python\ndef f(): return 1\n```"),
+        Msg("user", "Good, now add a test for it"),
+        Msg("assistant", "Done."),
+    )
+    roles = probes.classify(trace)
+    assert (set(roles.person), set(roles.tool_output)) == ({0, 4}, {2})
+
+
 # ---- touched paths ----------------------------------------------------------------------------------
 
 
