@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from ctxfold.engine import estimator
 from ctxfold.engine.model import ToolCall
 from ctxfold.replay import baselines as b
-from ctxfold.replay import probes
+from ctxfold.replay import peer_summary, probes
 from ctxfold.replay.metrics import AGENT_KEY, bill
 from ctxfold.replay.prices import BUILT_IN
 from ctxfold.replay.runner import load_trace_file
@@ -57,6 +58,18 @@ def test_budget_uses_ctxfold_window_arithmetic() -> None:
     budget = b.Budget(window=16000, ratio=0.8, max_output_tokens=1000)
     assert (budget.trigger, budget.hard, budget.summary_max) == (12800, 16000 - 1000 - 256, 2000)
     assert b.Budget(window=1000).summary_max == 256
+
+
+def test_peer_summary_is_a_self_contained_briefing_within_its_budget() -> None:
+    trace = agent_trace(30)
+    roles, folded = probes.classify(trace), trace.messages[:-1]
+    text = peer_summary.briefing("", folded, roles, False, 400)
+    assert estimator.count_text(text) <= 400
+    assert "## Goal\n- Fix the failing test in app/models.py" in text  # the task survives the trimming
+    assert "## Commands & outcomes" in text and 'bash({"cmd": "run 29"}) -> output29' in text  # newest kept
+    assert 'run 0"' not in text  # the oldest commands went first
+    later = peer_summary.briefing(text, folded[-2:], roles, False, 400)
+    assert later.count(peer_summary.HEADER) == 1 and "- Earlier: " in later
 
 
 def test_full_history_sends_everything() -> None:

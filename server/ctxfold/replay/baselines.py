@@ -25,9 +25,10 @@ same recorded turns and the same simulated provider as ctxfold.
 Tool outputs are what `ctxfold.replay.probes.classify` says they are (role `tool`, or the user
 message answering a text action), the same rule the probes score with.
 
-Summaries are the extractive briefing of `ctxfold.summarizers.extractive` (the default ctxfold
-summarizer), so every policy's summary text is made the same way; the baselines have no store, so
-their briefings carry no `result_ref`. Token budgets use ctxfold's own estimator."""
+Summaries are `ctxfold.replay.peer_summary`'s fixed, self-contained briefing (not ctxfold's
+summarizer, whose output depends on what ctxfold's engine renders around it), so the baselines do
+not move when ctxfold changes; they have no store, so their briefings carry no `result_ref`. Token
+budgets use ctxfold's own estimator."""
 
 from __future__ import annotations
 
@@ -37,13 +38,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ctxfold.engine import estimator
-from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, Role, StoredMessage, ToolCall
-from ctxfold.engine.view import ViewMessage
-from ctxfold.replay import probes
+from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, ToolCall
+from ctxfold.replay import peer_summary, probes
 from ctxfold.replay.metrics import AGENT_KEY, ModelCall, Recording, SummaryCall
 from ctxfold.replay.trace import Msg, Trace, turns
-from ctxfold.summarizers.base import SummaryRequest
-from ctxfold.summarizers.extractive import briefing
 
 CONDENSER_KEY = "condenser"
 CONDENSER_PROMPT = (
@@ -117,19 +115,6 @@ def call_groups(messages: Sequence[Msg]) -> list[list[Msg]]:
     return groups
 
 
-def _stored(message: Msg) -> StoredMessage:
-    return StoredMessage(
-        id=f"m{message.source}",
-        seq=message.source + 1,
-        role=Role(message.role),
-        content=message.content,
-        tokens=message_estimate(message),
-        tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in message.tool_calls),
-        tool_call_id=message.tool_call_id,
-        reasoning_content=message.reasoning,
-    )
-
-
 class _Base:
     name = "base"
 
@@ -139,7 +124,8 @@ class _Base:
         self.system: tuple[Msg, ...] = (Msg("system", trace.system_prompt),) if trace.system_prompt else ()
         self.tools_tokens = estimator.count_text(trace.tools_json)
         self.history: list[Msg] = []
-        self.tool_outputs = probes.classify(trace).tool_output
+        self.roles = probes.classify(trace)
+        self.tool_outputs = self.roles.tool_output
         self.settings: dict[str, object] = {"window": budget.window, "max_output_tokens": budget.max_output_tokens}
 
     def placeholder(self, message: Msg, text: str) -> Msg:
@@ -164,24 +150,9 @@ class _Base:
         return [m for g in groups for m in g]
 
     def summarize(self, previous: str, folded: Sequence[Msg]) -> str:
-        views = [ViewMessage(Role(m.role), m.content, message_estimate(m), _stored(m)) for m in folded]
-        request = self._request(previous, views)
-        # No store behind a baseline: its briefing names no result_ref.
-        return briefing(request).replace(" [result_ref=]", "")
-
-    def _request(self, previous: str, views: Sequence[ViewMessage]) -> SummaryRequest:
-        return SummaryRequest(
-            system_prompt=self.trace.system_prompt,
-            tools_json=self.trace.tools_json,
-            prompt_cache_key="",
-            previous_summary=previous,
-            prefix=views,
-            folded=views,
-            max_tokens=self.budget.summary_max,
+        return peer_summary.briefing(
+            previous, folded, self.roles, probes.acts_in_text(self.trace), self.budget.summary_max
         )
-
-    def instruction(self, previous: str) -> Msg:
-        return Msg("user", self._request(previous, []).instruction())
 
 
 class FullHistory(_Base):
@@ -220,7 +191,6 @@ class SummarizeAll(_Base):
         self.briefing = ""  # the summary without the quoted user messages: what the next fold rolls in
         self.body: list[Msg] = []
         self.keep_user_messages = keep_user_messages
-        self.person = probes.classify(trace).person
         self.user_messages: list[str] = []
         if keep_user_messages:
             self.name = "summarize-all, keeps user messages"
@@ -232,7 +202,7 @@ class SummarizeAll(_Base):
         self.briefing = self.summarize(self.briefing, folded)
         if not self.keep_user_messages:
             return self.briefing
-        self.user_messages += [m.content for m in folded if m.source in self.person]
+        self.user_messages += [m.content for m in folded if m.source in self.roles.person]
         return "\n\n".join([self.briefing, USER_MESSAGES_HEADING, *self.user_messages])
 
     def _view(self) -> tuple[Msg, ...]:
@@ -246,7 +216,7 @@ class SummarizeAll(_Base):
         if self.estimate(view) < self.budget.trigger or len(groups) < 2:
             return Step(view)
         folded = [m for g in groups[:-1] for m in g]
-        call_prompt = (*view, self.instruction(self.summary))
+        call_prompt = peer_summary.request(view, self.summary, self.budget.summary_max)
         text = self._summary_text(folded)
         call = SummaryCall(AGENT_KEY, call_prompt, estimator.count_text(text))
         self.summary, self.body = text, groups[-1]

@@ -134,22 +134,27 @@ def text_action(message: Msg) -> str:
     return blocks[-1] if blocks else ""
 
 
+def message_paths(message: Msg, text_actions: bool) -> list[str]:
+    """The paths one assistant message's actions touch: path-like arguments of its tool calls
+    (`path`, `file_path`, ...), paths in shell commands, and — when the agent acts in text — paths in
+    its fenced command (only the command line of an `edit`, whose body is code)."""
+    if message.role != "assistant":
+        return []
+    found = [path for call in message.tool_calls for path in _argument_paths(call.arguments)]
+    if text_actions:
+        command = text_action(message).lstrip()
+        if command.startswith("edit "):
+            command = command.splitlines()[0]
+        found += _command_paths(command)
+    return found
+
+
 def touched_paths(trace: Trace, upto: int) -> list[str]:
-    """The paths the agent's actions among the first `upto` trace messages touched, first touch
-    first: path-like arguments of tool calls (`path`, `file_path`, ...), paths in shell commands, and
-    paths in text actions (only the command line of an `edit`, whose body is code)."""
+    """The paths the agent's actions among the first `upto` trace messages touched, first touch first."""
     text_actions = acts_in_text(trace)
     seen: dict[str, None] = {}
     for message in trace.messages[:upto]:
-        if message.role != "assistant":
-            continue
-        for call in message.tool_calls:
-            seen.update(dict.fromkeys(_argument_paths(call.arguments)))
-        if text_actions:
-            command = text_action(message)
-            if command.lstrip().startswith("edit "):
-                command = command.lstrip().splitlines()[0]
-            seen.update(dict.fromkeys(_command_paths(command)))
+        seen.update(dict.fromkeys(message_paths(message, text_actions)))
     return list(seen)
 
 
