@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""Tokens, prompt-cache hits and cost of ctxfold against baseline context policies, on the recorded
-agent traces in tests/data/traces, with the same turns and the same simulated provider for all.
+"""Tokens, prompt-cache hits, cost and what the last view still holds, for ctxfold against baseline
+context policies, on the recorded agent traces in tests/data/traces, with the same turns and the same
+simulated provider for all, at each context window asked for (default 16k and 32k).
 
 ctxfold runs through a real server started in this process (temporary SQLite, extractive summarizer)
 at its defaults and at two other compact ratios; the baselines (ctxfold.replay.baselines) are pure
-view policies over the trace: full history with no window (the reference), oldest-first truncation,
-summarize-everything at the trigger, a rolling condenser, and tool-output masking. Every policy's
-requests are recorded once and billed under each price sheet with that sheet's provider cache rules.
+view policies over the trace: full history with no window (the reference), summarize-everything at
+the trigger (also in the variant that quotes every user message, as Claude Code's compaction does),
+Anthropic's clear_tool_uses context edit, observation masking (M=10), a rolling condenser and
+oldest-first truncation. Every policy's requests are recorded once and billed under each price sheet
+with that sheet's provider cache rules. The probes (ctxfold.replay.probes) score each policy's last
+view against the trace: task kept, the person's later instructions kept, touched file paths named,
+hidden tool results reachable (ctxfold's index documents are read back through ReadToolResult).
 
-Prints one table per trace and a summary, and writes bench/results/replay.json and PNG plots
-(bench/results/replay-<trace>.png, replay-summary.png).
+Prints one table per trace and window and a compact summary per window, and writes
+bench/results/replay.json and PNG plots (bench/results/replay-<trace>-w<window>.png,
+replay-summary-w<window>.png).
 
-    .venv/bin/python bench/replay_compare.py [--window 16000] [--traces FILE_OR_DIR ...] [--out DIR]
+    .venv/bin/python bench/replay_compare.py [--window 16000 32000] [--traces FILE_OR_DIR ...] [--out DIR]
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ DEFAULT_TRACES = REPO / "tests" / "data" / "traces"
 DEFAULT_OUT = REPO / "bench" / "results"
 SHEETS = ("deepseek-chat", "gpt-5", "claude-sonnet-4.5")
 CTXFOLD_RATIOS = (0.80, 0.60, 0.90)  # the default first
+WINDOWS = (16000, 32000)
 BILLING_FIELDS = (
     "policy",
     "prices",
@@ -58,36 +65,42 @@ BILLING_FIELDS = (
 )
 
 
-def policy_names(ratios: Sequence[float]) -> list[str]:
-    names = [f"ctxfold ratio {r:.2f}" + (" (default)" if i == 0 else "") for i, r in enumerate(ratios)]
-    return [*names, "summarize-all", "rolling", "masking", "truncate", "full-history (no window)"]
+def ctxfold_name(ratio: float, default: bool) -> str:
+    return f"ctxfold ratio {ratio:.2f}" + (" (default)" if default else "")
 
 
 async def record_ctxfold(
-    traces: Sequence[Trace], window: int, ratios: Sequence[float], think: float, quiet: bool
-) -> dict[str, list[Recording]]:
-    """Every trace through one embedded server at each compact ratio."""
-    out: dict[str, list[Recording]] = {t.name: [] for t in traces}
+    traces: Sequence[Trace], windows: Sequence[int], ratios: Sequence[float], think: float, quiet: bool
+) -> dict[tuple[int, str], list[Recording]]:
+    """Every trace through one embedded server at each window and compact ratio."""
+    out: dict[tuple[int, str], list[Recording]] = {}
     async with embedded_server() as address, grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.ContextServiceStub(channel)
-        for trace in traces:
-            for index, ratio in enumerate(ratios):
-                started = time.monotonic()
-                options = Options(window=window, ratio=ratio, think_seconds=think)
-                name = f"ctxfold ratio {ratio:.2f}" + (" (default)" if index == 0 else "")
-                _, recording = await replay_through(stub, trace, options, policy=name)
-                out[trace.name].append(recording)
-                if not quiet:
-                    print(f"  {trace.name}: {name}: {time.monotonic() - started:.1f} s", file=sys.stderr)
+        for window in windows:
+            for trace in traces:
+                runs = out.setdefault((window, trace.name), [])
+                for index, ratio in enumerate(ratios):
+                    started = time.monotonic()
+                    options = Options(window=window, ratio=ratio, think_seconds=think)
+                    name = ctxfold_name(ratio, index == 0)
+                    _, recording = await replay_through(stub, trace, options, policy=name)
+                    runs.append(recording)
+                    if not quiet:
+                        elapsed = time.monotonic() - started
+                        print(f"  window {window}: {trace.name}: {name}: {elapsed:.1f} s", file=sys.stderr)
     return out
 
 
-def record_baselines(trace: Trace, window: int, max_events: int, keep_recent: int) -> list[Recording]:
+def record_baselines(
+    trace: Trace, window: int, max_events: int, keep_recent: int, clear_at_least: int
+) -> list[Recording]:
     budget = baselines.Budget(window)
     policies: list[baselines.Policy] = [
         baselines.SummarizeAll(trace, budget),
-        baselines.RollingCondenser(trace, budget, max_events=max_events),
+        baselines.SummarizeAll(trace, budget, keep_user_messages=True),
+        baselines.ContextEditing(trace, budget, clear_at_least=clear_at_least),
         baselines.ToolMasking(trace, budget, keep_recent=keep_recent),
+        baselines.RollingCondenser(trace, budget, max_events=max_events),
         baselines.Truncate(trace, budget),
         baselines.FullHistory(trace),
     ]
@@ -122,30 +135,55 @@ def _compact(result: ReplayResult, with_series: bool) -> dict[str, Any]:
     return data
 
 
-def summary_rows(per_trace: dict[str, dict[str, list[ReplayResult]]], names: Sequence[str]) -> list[dict[str, Any]]:
+def _fraction(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def summary_rows(
+    per_trace: dict[str, dict[str, list[ReplayResult]]], names: Sequence[str], window: int
+) -> list[dict[str, Any]]:
+    """One row per policy over all traces at one window: totals per price sheet and the probes
+    (counts over all traces, and their fractions)."""
     rows = []
     for index, name in enumerate(names):
         runs = {sheet: [results[sheet][index] for results in per_trace.values()] for sheet in SHEETS}
         primary = runs[SHEETS[0]]
-        dropped = sum(r.dropped_tool_results for r in primary)
-        recoverable = sum(r.recoverable_tool_results for r in primary)
-        total_input = sum(r.input_tokens for r in primary)
+        counts = {
+            field: sum(getattr(r, field) for r in primary)
+            for field in (
+                "task_kept",
+                "instructions",
+                "instructions_kept",
+                "paths",
+                "paths_named",
+                "dropped_tool_results",
+                "recoverable_tool_results",
+            )
+        }
         rows.append(
             {
                 "policy": name,
+                "window": window,
                 "model_calls": sum(r.turns for r in primary),
                 "folds": sum(r.folds for r in primary),
+                "prunes": sum(r.prunes for r in primary),
                 "summarizer_calls": sum(r.summarizer_calls for r in primary),
                 "peak_view_tokens": max(r.peak_view_tokens for r in primary),
-                "input_tokens": total_input,
+                "input_tokens": sum(r.input_tokens for r in primary),
                 "cache_hit_ratio": {
                     sheet: round(sum(r.cache_hit_tokens for r in rs) / max(1, sum(r.input_tokens for r in rs)), 4)
                     for sheet, rs in runs.items()
                 },
                 "total_cost": {sheet: round(sum(r.total_cost for r in rs), 6) for sheet, rs in runs.items()},
                 "summarizer_cost": {sheet: round(sum(r.summarizer_cost for r in rs), 6) for sheet, rs in runs.items()},
-                "dropped_tool_results": dropped,
-                "recoverable_tool_results": recoverable,
+                "traces": len(primary),
+                **counts,
+                "probes": {
+                    "task": _fraction(counts["task_kept"], len(primary)),
+                    "instructions": _fraction(counts["instructions_kept"], counts["instructions"]),
+                    "paths": _fraction(counts["paths_named"], counts["paths"]),
+                    "reachable": _fraction(counts["recoverable_tool_results"], counts["dropped_tool_results"]),
+                },
             }
         )
     return rows
@@ -154,22 +192,36 @@ def summary_rows(per_trace: dict[str, dict[str, list[ReplayResult]]], names: Seq
 SHEET_LABELS = {"deepseek-chat": "deepseek", "gpt-5": "gpt-5", "claude-sonnet-4.5": "sonnet"}
 
 
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
 def summary_table(rows: Sequence[dict[str, Any]], ideal: float) -> str:
-    head = f"{'policy':<29}{'calls':>5}{'folds':>6}{'summ':>5}{'peak':>8}{'input':>11}"
-    for sheet in SHEETS:
-        label = SHEET_LABELS.get(sheet, sheet[:8])
-        head += f"{'hit% ' + label:>15}{'$ ' + label:>12}"
-    head += f"{'recoverable':>13}"
+    """The compact table of one window: cost and cache hits per price sheet, then the probes."""
+    labels = [SHEET_LABELS.get(sheet, sheet[:8]) for sheet in SHEETS]
+    head = f"{'policy':<35}{'folds':>6}{'input':>11}"
+    head += "".join(f"{'$ ' + label:>11}" for label in labels) + "".join(f"{'hit ' + label:>13}" for label in labels)
+    head += f"{'task':>6}{'instr':>7}{'paths':>7}{'reach':>7}"
     lines = [head, "-" * len(head)]
     for row in rows:
-        line = f"{row['policy']:<29}{row['model_calls']:>5}{row['folds']:>6}{row['summarizer_calls']:>5}"
-        line += f"{row['peak_view_tokens']:>8,}{row['input_tokens']:>11,}"
-        for sheet in SHEETS:
-            line += f"{100 * row['cache_hit_ratio'][sheet]:>14.1f}%{row['total_cost'][sheet]:>12.4f}"
-        recoverable = f"{row['recoverable_tool_results']}/{row['dropped_tool_results']}"
-        line += f"{recoverable:>13}"
+        line = f"{row['policy']:<35}{row['folds']:>6}{row['input_tokens']:>11,}"
+        line += "".join(f"{row['total_cost'][sheet]:>11.4f}" for sheet in SHEETS)
+        line += "".join(f"{100 * row['cache_hit_ratio'][sheet]:>12.1f}%" for sheet in SHEETS)
+        probes = row["probes"]
+        line += f"{_pct(probes['task']):>6}{_pct(probes['instructions']):>7}"
+        line += f"{_pct(probes['paths']):>7}{_pct(probes['reachable']):>7}"
         lines.append(line)
+    windowed = [row for row in rows if not row["policy"].startswith("full-history")]
+    cheapest = "; ".join(
+        f"{label} {min(windowed, key=lambda r: r['total_cost'][sheet])['policy']}"
+        for sheet, label in zip(SHEETS, labels, strict=True)
+    )
+    lines.append(f"cheapest within the window: {cheapest}")
     lines.append(f"ideal cache-hit ratio over all traces (full history, token granularity): {100 * ideal:.1f}%")
+    lines.append(
+        "task: traces whose opening user message the last view keeps; instr: the person's later messages kept; "
+        "paths: touched paths the view names; reach: hidden tool results reachable from the view"
+    )
     return "\n".join(lines)
 
 
@@ -234,12 +286,20 @@ def trace_files(given: Sequence[Path]) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", type=Path, nargs="+", default=[DEFAULT_TRACES], help="trace files or directories")
-    parser.add_argument("--window", type=int, default=16000, help="context window of every policy (default 16000)")
+    parser.add_argument(
+        "--window", type=int, nargs="+", default=list(WINDOWS), help="context windows (default 16000 32000)"
+    )
     parser.add_argument(
         "--ratios", type=float, nargs="+", default=list(CTXFOLD_RATIOS), help="ctxfold compact ratios, default first"
     )
     parser.add_argument("--max-events", type=int, default=100, help="rolling condenser: messages before it condenses")
-    parser.add_argument("--keep-recent", type=int, default=10, help="masking: newest tool outputs kept")
+    parser.add_argument("--keep-recent", type=int, default=10, help="masking: newest tool outputs kept (M)")
+    parser.add_argument(
+        "--clear-at-least",
+        type=int,
+        default=baselines.CLEAR_AT_LEAST_TOKENS,
+        help="clear-tool-uses: fewest tokens a clearing must free",
+    )
     parser.add_argument("--think-seconds", type=float, default=10.0, help="simulated time between model calls")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where replay.json and the plots go")
     parser.add_argument("--no-plots", action="store_true", help="write no PNG")
@@ -249,50 +309,60 @@ def main(argv: Sequence[str] | None = None) -> None:
     traces = [load_trace_file(p) for p in trace_files(args.traces)]
     if not traces:
         parser.exit(2, "no traces found\n")
+    if any(w <= 0 for w in args.window):
+        parser.exit(2, "--window must be > 0\n")
     sheets = [BUILT_IN[s] for s in SHEETS]
-    names = policy_names(args.ratios)
     started = time.monotonic()
     ctxfold_runs = asyncio.run(record_ctxfold(traces, args.window, args.ratios, args.think_seconds, args.quiet))
-    per_trace: dict[str, dict[str, list[ReplayResult]]] = {}
+    rows: list[dict[str, Any]] = []
     documents = []
-    for trace in traces:
-        recordings = ctxfold_runs[trace.name] + record_baselines(trace, args.window, args.max_events, args.keep_recent)
-        results = bill_all(trace, recordings, sheets, args.think_seconds)
-        per_trace[trace.name] = results
-        primary = results[SHEETS[0]]
-        title = (
-            f"{trace.name}: {len(turns(trace)[0])} model calls, window {args.window:,}, prices {SHEETS[0]}; "
-            f"ideal cache-hit ratio {100 * primary[0].ideal_cache_hit_ratio:.1f}%"
-        )
-        print(report.comparison(primary, title) + "\n")
-        documents.append(
-            {
-                "trace": trace.name,
-                "messages": len(trace.messages) + (1 if trace.system_prompt else 0),
-                "model_calls": len(turns(trace)[0]),
-                "ideal_cache_hit_ratio": round(primary[0].ideal_cache_hit_ratio, 6),
-                "results": [_compact(r, with_series=True) for r in primary],
-                "other_sheets": {s: [_compact(r, with_series=False) for r in results[s]] for s in SHEETS[1:]},
-            }
-        )
-        if not args.no_plots:
-            from ctxfold.replay.plot import plot
-
-            args.out.mkdir(parents=True, exist_ok=True)
-            shown = [r for r in primary if not r.policy.startswith("full-history")]
-            plot(
-                shown,
-                args.out / f"replay-{Path(trace.name).stem}.png",
-                f"{trace.name}, window {args.window:,}, compact_ratio 0.80, {SHEETS[0]} prices",
-                window=args.window,
-                compact_ratio=0.80,
+    tables = []
+    for window in args.window:
+        per_trace: dict[str, dict[str, list[ReplayResult]]] = {}
+        for trace in traces:
+            recordings = ctxfold_runs[(window, trace.name)] + record_baselines(
+                trace, window, args.max_events, args.keep_recent, args.clear_at_least
             )
-    rows = summary_rows(per_trace, names)
-    all_input = sum(r.input_tokens for rs in per_trace.values() for r in rs[SHEETS[0]][-1:])
-    all_hits = sum(r.ideal_cache_hit_ratio * r.input_tokens for rs in per_trace.values() for r in rs[SHEETS[0]][-1:])
-    ideal = all_hits / all_input if all_input else 0.0
-    print(f"summary: {len(traces)} traces, window {args.window:,}, total cost in $ under each price sheet")
-    print(summary_table(rows, ideal))
+            results = bill_all(trace, recordings, sheets, args.think_seconds)
+            per_trace[trace.name] = results
+            primary = results[SHEETS[0]]
+            title = (
+                f"{trace.name}: {len(turns(trace)[0])} model calls, window {window:,}, prices {SHEETS[0]}; "
+                f"ideal cache-hit ratio {100 * primary[0].ideal_cache_hit_ratio:.1f}%"
+            )
+            print(report.comparison(primary, title) + "\n")
+            documents.append(
+                {
+                    "trace": trace.name,
+                    "window": window,
+                    "messages": len(trace.messages) + (1 if trace.system_prompt else 0),
+                    "model_calls": len(turns(trace)[0]),
+                    "ideal_cache_hit_ratio": round(primary[0].ideal_cache_hit_ratio, 6),
+                    "results": [_compact(r, with_series=True) for r in primary],
+                    "other_sheets": {s: [_compact(r, with_series=False) for r in results[s]] for s in SHEETS[1:]},
+                }
+            )
+            if not args.no_plots:
+                from ctxfold.replay.plot import plot
+
+                args.out.mkdir(parents=True, exist_ok=True)
+                shown = [r for r in primary if not r.policy.startswith("full-history")]
+                plot(
+                    shown,
+                    args.out / f"replay-{Path(trace.name).stem}-w{window}.png",
+                    f"{trace.name}, window {window:,}, compact_ratio 0.80, {SHEETS[0]} prices",
+                    window=window,
+                    compact_ratio=0.80,
+                )
+        names = [r.policy for r in next(iter(per_trace.values()))[SHEETS[0]]]
+        window_rows = summary_rows(per_trace, names, window)
+        rows += window_rows
+        ideal = ideal_over(per_trace)
+        tables.append(f"summary: {len(traces)} traces, window {window:,}, total cost in $ under each price sheet\n")
+        tables[-1] += summary_table(window_rows, ideal)
+        if not args.no_plots:
+            plot_summary(window_rows, args.out / f"replay-summary-w{window}.png", ideal)
+    print("\n\n".join(tables))
     print("\n" + "\n".join(f"  {s.name}: {s.source}" for s in sheets))
     args.out.mkdir(parents=True, exist_ok=True)
     document = {
@@ -300,21 +370,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         "commit": git_commit(),
         "seconds": round(time.monotonic() - started, 1),
         "settings": {
-            "window": args.window,
+            "windows": args.window,
             "ctxfold_ratios": args.ratios,
             "rolling_max_events": args.max_events,
             "masking_keep_recent": args.keep_recent,
+            "clear_at_least": args.clear_at_least,
             "think_seconds": args.think_seconds,
             "summarizer": "extractive",
         },
         "price_sheets": {s.name: dataclasses.asdict(s) for s in sheets},
         "summary": rows,
-        "ideal_cache_hit_ratio": round(ideal, 6),
         "traces": documents,
     }
     (args.out / "replay.json").write_text(dumps(document) + "\n")
-    if not args.no_plots:
-        plot_summary(rows, args.out / "replay-summary.png", ideal)
+
+
+def ideal_over(per_trace: dict[str, dict[str, list[ReplayResult]]]) -> float:
+    """The ideal cache-hit ratio over all traces, weighted by the full history's input tokens."""
+    references = [results[SHEETS[0]][-1] for results in per_trace.values()]
+    total = sum(r.input_tokens for r in references)
+    return sum(r.ideal_cache_hit_ratio * r.input_tokens for r in references) / total if total else 0.0
 
 
 if __name__ == "__main__":

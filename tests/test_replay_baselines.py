@@ -3,13 +3,17 @@ conversations whose sizes are known, and their invariants on a real recorded tra
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from ctxfold.engine import estimator
 from ctxfold.engine.model import ToolCall
 from ctxfold.replay import baselines as b
+from ctxfold.replay import peer_summary, probes
 from ctxfold.replay.metrics import AGENT_KEY, bill
 from ctxfold.replay.prices import BUILT_IN
 from ctxfold.replay.runner import load_trace_file
@@ -54,6 +58,18 @@ def test_budget_uses_ctxfold_window_arithmetic() -> None:
     budget = b.Budget(window=16000, ratio=0.8, max_output_tokens=1000)
     assert (budget.trigger, budget.hard, budget.summary_max) == (12800, 16000 - 1000 - 256, 2000)
     assert b.Budget(window=1000).summary_max == 256
+
+
+def test_peer_summary_is_a_self_contained_briefing_within_its_budget() -> None:
+    trace = agent_trace(30)
+    roles, folded = probes.classify(trace), trace.messages[:-1]
+    text = peer_summary.briefing("", folded, roles, False, 400)
+    assert estimator.count_text(text) <= 400
+    assert "## Goal\n- Fix the failing test in app/models.py" in text  # the task survives the trimming
+    assert "## Commands & outcomes" in text and 'bash({"cmd": "run 29"}) -> output29' in text  # newest kept
+    assert 'run 0"' not in text  # the oldest commands went first
+    later = peer_summary.briefing(text, folded[-2:], roles, False, 400)
+    assert later.count(peer_summary.HEADER) == 1 and "- Earlier: " in later
 
 
 def test_full_history_sends_everything() -> None:
@@ -138,6 +154,78 @@ def test_masking_replaces_all_but_the_newest_tool_outputs() -> None:
     assert_well_formed(last)
 
 
+def test_masking_masks_text_action_observations_too() -> None:
+    # SWE-agent's observations are user messages answering a fenced command; the person's are not masked.
+    messages = [Msg("user", "Fix the bug in app/x.py", source=0)]
+    for step in range(12):
+        messages.append(Msg("assistant", f"```\nrun {step}\n```", source=len(messages)))
+        messages.append(Msg("user", f"output {step} " + "lorem " * 20, source=len(messages)))
+    messages.append(Msg("assistant", "```\nsubmit\n```", source=len(messages)))
+    trace = Trace("text", "sys", "[]", tuple(messages))
+    last = views(trace, b.ToolMasking(trace, b.Budget(window=100_000)))[-1].view
+    assert [m.content == b.MASK for m in last if m.role == "user"] == [False] + [True] * 2 + [False] * 10
+
+
+def test_context_editing_clears_all_but_the_newest_three_when_that_frees_enough() -> None:
+    trace = agent_trace(30)  # ~310 tokens per step
+    budget = b.Budget(window=6000)  # trigger 4800
+    policy = b.ContextEditing(trace, budget, keep=3, clear_at_least=2000)
+    steps = views(trace, policy)
+    clearings = [i for i, s in enumerate(steps) if s.action == "pruned"]
+    assert clearings and all(steps[i].prunes == 1 for i in clearings)
+    for index in clearings:
+        view = steps[index].view
+        results = [m for m in view if m.role == "tool"]
+        assert [m.content == b.CLEARED for m in results[-3:]] == [False] * 3  # the newest three stay
+        assert all(m.content == b.CLEARED and m.elided for m in results[:-3])
+        cleared_ids = {m.tool_call_id for m in results[:-3]}
+        calls = [c for m in view for c in m.tool_calls if c.id in cleared_ids]
+        assert calls and all(c.arguments == b.CLEARED_INPUT for c in calls)  # clear_tool_inputs
+        assert policy.estimate(view) < budget.trigger
+    # Between clearings nothing is cleared again: each view extends the previous one (a stable prefix).
+    for before, after in itertools.pairwise(steps):
+        if after.action == "none":
+            assert after.view[: len(before.view)] == before.view
+    for step in steps:
+        assert_well_formed(step.view)
+        assert policy.estimate(step.view) <= budget.hard
+
+
+def test_context_editing_does_not_clear_when_it_would_free_too_little() -> None:
+    trace = agent_trace(30)
+    policy = b.ContextEditing(trace, b.Budget(window=6000), clear_at_least=100_000)
+    steps = views(trace, policy)
+    assert not any(s.action == "pruned" for s in steps)
+    assert any(s.action == "truncated" for s in steps)  # it falls back to dropping the oldest groups
+    assert all(m.content != b.CLEARED for s in steps for m in s.view)
+
+
+def test_summarize_all_keeping_user_messages_quotes_every_one_verbatim() -> None:
+    messages = list(agent_trace(30).messages[:-1])
+    # Longer than the extractive briefing quotes (400 characters), so plain summarize-all clips them.
+    messages[0] = Msg("user", "Fix the failing test in app/models.py. " + "Detail. " * 80)
+    asks = {5: "Please keep the public API unchanged.", 31: "Also add a regression test. " + "Reason. " * 80}
+    for index, text in asks.items():  # the person speaks after a final answer, before the next call
+        messages.insert(index, Msg("user", text))
+        messages.insert(index, Msg("assistant", "Done with this part."))
+    messages.append(Msg("assistant", "All tests pass."))
+    trace = Trace("t", "sys", "[]", tuple(dataclasses.replace(m, source=i) for i, m in enumerate(messages)))
+    budget = b.Budget(window=4000)
+    keeping, plain = b.SummarizeAll(trace, budget, keep_user_messages=True), b.SummarizeAll(trace, budget)
+    kept_steps, plain_steps = views(trace, keeping), views(trace, plain)
+    assert sum(s.action == "folded" for s in kept_steps) >= 2
+    appended = turns(trace)[0][-1].answer.source
+    kept = probes.score(trace, kept_steps[-1].view, appended)
+    lost = probes.score(trace, plain_steps[-1].view, appended)
+    assert (kept.task_kept, kept.instructions_kept, kept.instructions) == (1, 2, 2)
+    assert (lost.task_kept, lost.instructions_kept) == (0, 1)  # only the short request survives
+    summary = next(m for m in kept_steps[-1].view if m.summary).content
+    assert summary.count(b.USER_MESSAGES_HEADING) == 1  # carried forward, not nested
+    quoted = summary.split(b.USER_MESSAGES_HEADING)[1]
+    assert [quoted.count(text) for text in asks.values()] == [1, 1]
+    assert all(call.output_tokens > 0 for s in kept_steps for call in s.summary_calls)
+
+
 @pytest.mark.skipif(not (TRACES / "openhands-multi-swe-bench-0.json").exists(), reason="no traces")
 def test_every_policy_on_a_real_trace_stays_well_formed_and_bills_consistently() -> None:
     trace = load_trace_file(TRACES / "openhands-multi-swe-bench-0.json")
@@ -146,8 +234,10 @@ def test_every_policy_on_a_real_trace_stays_well_formed_and_bills_consistently()
     policies: list[b.Policy] = [
         b.Truncate(trace, budget),
         b.SummarizeAll(trace, budget),
+        b.SummarizeAll(trace, budget, keep_user_messages=True),
         b.RollingCondenser(trace, budget),
         b.ToolMasking(trace, budget),
+        b.ContextEditing(trace, budget),
     ]
     for policy in policies:
         recording = b.record(trace, policy)

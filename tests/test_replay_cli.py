@@ -76,6 +76,9 @@ def test_replay_json_is_consistent_and_folds_at_a_small_window(tmp_path: Path) -
     assert doc["total_cost"] == pytest.approx(doc["cost"] + doc["summarizer_cost"])
     assert doc["total_cost"] == pytest.approx(doc["series_cumulative_cost"][-1])
     assert 0 <= doc["recoverable_tool_results"] <= doc["dropped_tool_results"] > 0
+    # The probes of the last view, next to cost: the trace has one later user message and 9 touched paths.
+    assert doc["task_kept"] in (0, 1) and doc["instructions"] == 1 and doc["paths"] == 9
+    assert 0 <= doc["instructions_kept"] <= 1 and 0 <= doc["paths_named"] <= 9
     assert doc["settings"]["window"] == 8000 and doc["settings"]["ratio"] == 0.8
     if can_plot:
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -89,7 +92,9 @@ def test_replay_table_with_anthropic_prices(tmp_path: Path) -> None:
     table = result.stdout
     assert "provider cache: anthropic" in table and "as published" in table
     assert f"turns (model calls) {model_calls(trace)}" in " ".join(table.split())
-    for row in ("folds", "prunes", "peak view tokens", "mean view tokens", "cache hits", "cache misses", "total cost"):
+    rows = ("folds", "prunes", "peak view tokens", "mean view tokens", "cache hits", "cache misses", "total cost")
+    probes = ("task (opening user message) kept", "person's later instructions kept", "touched file paths named")
+    for row in (*rows, *probes, "hidden tool results reachable"):
         assert row in table
     assert "written)" in table  # Anthropic bills cache writes
 

@@ -9,7 +9,7 @@ import pytest
 
 from ctxfold.engine import estimator
 from ctxfold.engine.model import ToolCall
-from ctxfold.replay.metrics import ModelCall, Recording, bill, ideal_hit_ratio, recoverability
+from ctxfold.replay.metrics import ModelCall, Recording, bill, ideal_hit_ratio
 from ctxfold.replay.prices import BUILT_IN, PriceError, PriceSheet, sheet_from_mapping
 from ctxfold.replay.simulator import (
     END,
@@ -238,31 +238,7 @@ def test_bill_keeps_hits_plus_misses_equal_to_billed_input() -> None:
         assert result.total_cost == pytest.approx(result.series_cumulative_cost[-1])
 
 
-# ---- recoverability and traces ------------------------------------------------------------------------
-
-
-def test_recoverable_means_the_ref_or_the_whole_content_is_still_in_the_view() -> None:
-    messages = (
-        Msg("user", "go", source=0),
-        Msg(
-            "assistant",
-            "",
-            tool_calls=(ToolCall("a", "cat", "x"), ToolCall("b", "cat", "y"), ToolCall("c", "cat", "z")),
-            source=1,
-        ),
-        Msg("tool", "alpha output", tool_call_id="a", source=2),
-        Msg("tool", "beta output", tool_call_id="b", source=3),
-        Msg("tool", "gamma output", tool_call_id="c", source=4),
-        Msg("tool", "", tool_call_id="d", source=5),  # empty results are not counted
-    )
-    trace = Trace("t", "", "[]", messages)
-    view = [
-        Msg("user", "summary: beta output; read tr_a back", summary=True),
-        Msg("tool", "gamma [pruned]", source=4, elided=True, ref="tr_c"),
-    ]
-    dropped, recoverable = recoverability(trace, view, appended=6, refs={2: "tr_a", 4: "tr_c"})
-    # alpha: its ref is in the summary; beta: its content is; gamma: pruned, its ref is not in the text.
-    assert (dropped, recoverable) == (3, 2)
+# ---- traces ------------------------------------------------------------------------------------------
 
 
 def test_traces_parse_from_chat_json_and_jsonl_and_split_into_model_calls() -> None:

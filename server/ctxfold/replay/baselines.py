@@ -5,17 +5,30 @@ same recorded turns and the same simulated provider as ctxfold.
 * `Truncate`: no compaction; the oldest call groups are dropped until the request fits the window.
 * `SummarizeAll`: at the trigger, the whole history (but the newest call group, which the next call
   must answer) is replaced by one summary, like common CLI agents' auto-compact. The summary request
-  is a cache-safe fork: the current view plus an instruction, with the agent's cache key.
+  is a cache-safe fork: the current view plus an instruction, with the agent's cache key. With
+  `keep_user_messages` the summary also quotes every message the person typed, verbatim and oldest
+  first, as Claude Code's compaction asks its summarizer to ("all user messages").
+* `ContextEditing`: Anthropic's `clear_tool_uses` context edit: when the view reaches the trigger,
+  the content of every tool result but the newest `keep` (3) is replaced by a placeholder, but only
+  when that frees at least `clear_at_least` tokens (so the cache is not broken for a small gain);
+  with `clear_tool_inputs` (on: the stronger setting on these traces, whose calls carry whole
+  scripts) the calls' arguments are cleared too. Cleared stays cleared. If the view still does not
+  fit, oldest-first truncation.
 * `RollingCondenser`: keeps the first messages and a half-window tail and summarizes what lies
   between whenever the view holds more than `max_events` messages or reaches the trigger, like
   common condenser designs (OpenHands' LLM summarizing condenser). Its summary request is a separate
   prompt (instruction, previous summary, forgotten events) with a cache key of its own.
-* `ToolMasking`: tool outputs older than the newest `keep_recent` are replaced by a placeholder
-  (observation masking); if the view still does not fit, oldest-first truncation.
+* `ToolMasking`: observation masking as in "The Complexity Trap" (arXiv 2508.21433): at every call,
+  tool outputs older than the newest `keep_recent` (M = 10) are replaced by a placeholder; if the
+  view still does not fit, oldest-first truncation.
 
-Summaries are the extractive briefing of `ctxfold.summarizers.extractive` (the default ctxfold
-summarizer), so every policy's summary text is made the same way; the baselines have no store, so
-their briefings carry no `result_ref`. Token budgets use ctxfold's own estimator."""
+Tool outputs are what `ctxfold.replay.probes.classify` says they are (role `tool`, or the user
+message answering a text action), the same rule the probes score with.
+
+Summaries are `ctxfold.replay.peer_summary`'s fixed, self-contained briefing (not ctxfold's
+summarizer, whose output depends on what ctxfold's engine renders around it), so the baselines do
+not move when ctxfold changes; they have no store, so their briefings carry no `result_ref`. Token
+budgets use ctxfold's own estimator."""
 
 from __future__ import annotations
 
@@ -25,12 +38,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ctxfold.engine import estimator
-from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, Role, StoredMessage, ToolCall
-from ctxfold.engine.view import ViewMessage
+from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, ToolCall
+from ctxfold.replay import peer_summary, probes
 from ctxfold.replay.metrics import AGENT_KEY, ModelCall, Recording, SummaryCall
 from ctxfold.replay.trace import Msg, Trace, turns
-from ctxfold.summarizers.base import SummaryRequest
-from ctxfold.summarizers.extractive import briefing
 
 CONDENSER_KEY = "condenser"
 CONDENSER_PROMPT = (
@@ -39,6 +50,11 @@ CONDENSER_PROMPT = (
     "done and found, files changed, test results, and what remains to do. Keep identifiers exactly."
 )
 MASK = "[tool output masked]"
+CLEARED = "[tool result cleared to save context]"
+# The cheapest clear_at_least of 500-12,000 tokens over the recorded traces at windows 16k and 32k.
+CLEAR_AT_LEAST_TOKENS = 4000
+CLEARED_INPUT = '{"cleared": true}'  # a cleared call's arguments: still valid JSON
+USER_MESSAGES_HEADING = "User messages (verbatim, oldest first):"
 
 
 @dataclass(frozen=True)
@@ -67,8 +83,9 @@ class Budget:
 @dataclass(frozen=True)
 class Step:
     view: tuple[Msg, ...]
-    action: str = "none"  # none | folded | truncated
+    action: str = "none"  # none | folded | pruned | truncated
     summary_calls: tuple[SummaryCall, ...] = ()
+    prunes: int = 0  # 1 when tool results were cleared at this step (ContextEditing)
 
 
 class Policy(Protocol):
@@ -98,19 +115,6 @@ def call_groups(messages: Sequence[Msg]) -> list[list[Msg]]:
     return groups
 
 
-def _stored(message: Msg) -> StoredMessage:
-    return StoredMessage(
-        id=f"m{message.source}",
-        seq=message.source + 1,
-        role=Role(message.role),
-        content=message.content,
-        tokens=message_estimate(message),
-        tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in message.tool_calls),
-        tool_call_id=message.tool_call_id,
-        reasoning_content=message.reasoning,
-    )
-
-
 class _Base:
     name = "base"
 
@@ -120,7 +124,13 @@ class _Base:
         self.system: tuple[Msg, ...] = (Msg("system", trace.system_prompt),) if trace.system_prompt else ()
         self.tools_tokens = estimator.count_text(trace.tools_json)
         self.history: list[Msg] = []
+        self.roles = probes.classify(trace)
+        self.tool_outputs = self.roles.tool_output
         self.settings: dict[str, object] = {"window": budget.window, "max_output_tokens": budget.max_output_tokens}
+
+    def placeholder(self, message: Msg, text: str) -> Msg:
+        """`message` with its content replaced (the rest of the message, and where it came from, kept)."""
+        return Msg(message.role, text, tool_call_id=message.tool_call_id, source=message.source, elided=True)
 
     def estimate(self, view: Sequence[Msg]) -> int:
         return estimator.request_tokens(
@@ -140,24 +150,9 @@ class _Base:
         return [m for g in groups for m in g]
 
     def summarize(self, previous: str, folded: Sequence[Msg]) -> str:
-        views = [ViewMessage(Role(m.role), m.content, message_estimate(m), _stored(m)) for m in folded]
-        request = self._request(previous, views)
-        # No store behind a baseline: its briefing names no result_ref.
-        return briefing(request).replace(" [result_ref=]", "")
-
-    def _request(self, previous: str, views: Sequence[ViewMessage]) -> SummaryRequest:
-        return SummaryRequest(
-            system_prompt=self.trace.system_prompt,
-            tools_json=self.trace.tools_json,
-            prompt_cache_key="",
-            previous_summary=previous,
-            prefix=views,
-            folded=views,
-            max_tokens=self.budget.summary_max,
+        return peer_summary.briefing(
+            previous, folded, self.roles, probes.acts_in_text(self.trace), self.budget.summary_max
         )
-
-    def instruction(self, previous: str) -> Msg:
-        return Msg("user", self._request(previous, []).instruction())
 
 
 class FullHistory(_Base):
@@ -190,11 +185,25 @@ class Truncate(_Base):
 class SummarizeAll(_Base):
     name = "summarize-all"
 
-    def __init__(self, trace: Trace, budget: Budget):
+    def __init__(self, trace: Trace, budget: Budget, keep_user_messages: bool = False):
         super().__init__(trace, budget)
         self.summary = ""
+        self.briefing = ""  # the summary without the quoted user messages: what the next fold rolls in
         self.body: list[Msg] = []
-        self.settings.update(ratio=budget.ratio, summary_max_tokens=budget.summary_max)
+        self.keep_user_messages = keep_user_messages
+        self.user_messages: list[str] = []
+        if keep_user_messages:
+            self.name = "summarize-all, keeps user messages"
+        self.settings.update(
+            ratio=budget.ratio, summary_max_tokens=budget.summary_max, keep_user_messages=keep_user_messages
+        )
+
+    def _summary_text(self, folded: Sequence[Msg]) -> str:
+        self.briefing = self.summarize(self.briefing, folded)
+        if not self.keep_user_messages:
+            return self.briefing
+        self.user_messages += [m.content for m in folded if m.source in self.roles.person]
+        return "\n\n".join([self.briefing, USER_MESSAGES_HEADING, *self.user_messages])
 
     def _view(self) -> tuple[Msg, ...]:
         summary = (Msg("user", self.summary, summary=True),) if self.summary else ()
@@ -207,8 +216,9 @@ class SummarizeAll(_Base):
         if self.estimate(view) < self.budget.trigger or len(groups) < 2:
             return Step(view)
         folded = [m for g in groups[:-1] for m in g]
-        text = self.summarize(self.summary, folded)
-        call = SummaryCall(AGENT_KEY, (*view, self.instruction(self.summary)), estimator.count_text(text))
+        call_prompt = peer_summary.request(view, self.summary, self.budget.summary_max)
+        text = self._summary_text(folded)
+        call = SummaryCall(AGENT_KEY, call_prompt, estimator.count_text(text))
         self.summary, self.body = text, groups[-1]
         view = self._view()
         if self.estimate(view) > self.budget.hard:  # the newest group alone is too large
@@ -286,21 +296,82 @@ class ToolMasking(_Base):
     def __init__(self, trace: Trace, budget: Budget, keep_recent: int = 10):
         super().__init__(trace, budget)
         self.keep_recent = keep_recent
+        self.name = f"masking M={keep_recent}"
         self.start = 0
         self.settings.update(keep_recent=keep_recent)
 
     def step(self, append: Sequence[Msg]) -> Step:
         self.history.extend(append)
-        results = [i for i, m in enumerate(self.history) if m.role == "tool"]
+        results = [i for i, m in enumerate(self.history) if m.source in self.tool_outputs]
         masked = set(results[: max(0, len(results) - self.keep_recent)])
-        shown = [
-            Msg(m.role, MASK, tool_call_id=m.tool_call_id, source=m.source, elided=True) if i in masked else m
-            for i, m in enumerate(self.history)
-        ]
+        shown = [self.placeholder(m, MASK) if i in masked else m for i, m in enumerate(self.history)]
         body = self.fit(self.system, shown[self.start :])
         dropped = len(shown) - len(body) - self.start
         self.start += dropped
         return Step((*self.system, *body), "truncated" if dropped else "none")
+
+
+class ContextEditing(_Base):
+    name = "clear-tool-uses"
+
+    def __init__(
+        self,
+        trace: Trace,
+        budget: Budget,
+        keep: int = 3,
+        clear_at_least: int = CLEAR_AT_LEAST_TOKENS,
+        clear_tool_inputs: bool = True,
+    ):
+        super().__init__(trace, budget)
+        self.keep = keep
+        self.clear_at_least = clear_at_least
+        self.clear_tool_inputs = clear_tool_inputs
+        self.cleared: set[int] = set()  # trace indexes of cleared results
+        self.cleared_calls: set[str] = set()  # their tool call ids
+        self.start = 0
+        self.settings.update(
+            ratio=budget.ratio, keep=keep, clear_at_least=self.clear_at_least, clear_tool_inputs=clear_tool_inputs
+        )
+
+    def _shown(self, message: Msg) -> Msg:
+        if message.source in self.cleared:
+            return self.placeholder(message, CLEARED)
+        if self.clear_tool_inputs and any(c.id in self.cleared_calls for c in message.tool_calls):
+            calls = tuple(
+                ToolCall(c.id, c.name, CLEARED_INPUT) if c.id in self.cleared_calls else c for c in message.tool_calls
+            )
+            return Msg(message.role, message.content, calls, reasoning=message.reasoning, source=message.source)
+        return message
+
+    def _freed(self, results: Sequence[Msg]) -> int:
+        """Tokens that clearing `results` (and, with clear_tool_inputs, their calls' arguments) frees."""
+        ids = {m.tool_call_id for m in results}
+        freed = sum(message_estimate(m) - message_estimate(self.placeholder(m, CLEARED)) for m in results)
+        if self.clear_tool_inputs:
+            freed += sum(
+                estimator.count_text(c.arguments) - estimator.count_text(CLEARED_INPUT)
+                for m in self.history
+                for c in m.tool_calls
+                if c.id in ids
+            )
+        return freed
+
+    def step(self, append: Sequence[Msg]) -> Step:
+        self.history.extend(append)
+        cleared = False
+        if self.estimate([*self.system, *map(self._shown, self.history[self.start :])]) >= self.budget.trigger:
+            results = [m for m in self.history[self.start :] if m.source in self.tool_outputs]
+            candidates = [m for m in results[: max(0, len(results) - self.keep)] if m.source not in self.cleared]
+            if candidates and self._freed(candidates) >= self.clear_at_least:
+                self.cleared.update(m.source for m in candidates)
+                self.cleared_calls.update(m.tool_call_id for m in candidates if m.tool_call_id)
+                cleared = True
+        shown = [self._shown(m) for m in self.history]
+        body = self.fit(self.system, shown[self.start :])
+        dropped = len(shown) - len(body) - self.start
+        self.start += dropped
+        action = "truncated" if dropped else "pruned" if cleared else "none"
+        return Step((*self.system, *body), action, prunes=int(cleared))
 
 
 def record(trace: Trace, policy: Policy) -> Recording:
@@ -310,5 +381,9 @@ def record(trace: Trace, policy: Policy) -> Recording:
     for turn in calls:
         step = policy.step(turn.append)
         over = policy.over_limit(step.view)
-        out.append(ModelCall(step.view, turn.answer, step.action, AGENT_KEY, step.summary_calls, over_limit=over))
+        out.append(
+            ModelCall(
+                step.view, turn.answer, step.action, AGENT_KEY, step.summary_calls, prunes=step.prunes, over_limit=over
+            )
+        )
     return Recording(policy.name, dict(policy.settings), tuple(out), calls[-1].answer.source if calls else 0)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctxfold.engine import estimator
+from ctxfold.replay import probes
 from ctxfold.replay.simulator import Bill, Provider, answer_tokens, render
 from ctxfold.replay.trace import Msg, Trace, turns
 
@@ -42,13 +43,16 @@ class ModelCall:
 class Recording:
     """Everything a policy sent during a replay, independent of the provider: it can be billed
     under any cache model and price sheet. `appended` is how many trace messages the agent had
-    appended by the last call; `refs` maps trace indexes of stored tool results to result_refs."""
+    appended by the last call; `refs` maps trace indexes of stored tool results to result_refs;
+    `documents` are the texts, by reference, that the policy served for references named in the
+    last view (ctxfold: read back through ReadToolResult)."""
 
     policy: str
     settings: Mapping[str, object]
     calls: tuple[ModelCall, ...]
     appended: int
     refs: Mapping[int, str] = field(default_factory=dict)
+    documents: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -80,8 +84,14 @@ class ReplayResult:
     total_cost: float = 0.0
     cache_hit_ratio: float = 0.0
     ideal_cache_hit_ratio: float = 0.0
+    # Probes of the last view (ctxfold.replay.probes), computed from the trace and the view text.
+    task_kept: int = 0  # 1: the opening user message is there (or its head and a readable reference)
+    instructions: int = 0  # messages a person typed after the first
+    instructions_kept: int = 0
+    paths: int = 0  # paths the agent's actions touched
+    paths_named: int = 0
     dropped_tool_results: int = 0  # tool results no longer shown in full in the last view
-    recoverable_tool_results: int = 0  # of those, still recoverable from the last view
+    recoverable_tool_results: int = 0  # of those, reachable by a result_ref the view or one document it names holds
     recoverable_fraction: float | None = None
     series_view_tokens: list[int] = field(default_factory=list)
     series_actions: list[str] = field(default_factory=list)
@@ -102,26 +112,6 @@ def ideal_hit_ratio(trace: Trace) -> float:
         hits += previous
         previous = size
     return hits / total if total else 0.0
-
-
-def recoverability(
-    trace: Trace, view: Sequence[Msg], appended: int, refs: Mapping[int, str] | None = None
-) -> tuple[int, int]:
-    """(dropped, recoverable) over the non-empty tool results among the first `appended` trace
-    messages: dropped = not shown in full in `view`; recoverable = its `result_ref` (from `refs`,
-    trace index -> ref, when a store keeps results) or its whole content still appears in the view."""
-    shown = {m.source for m in view if m.source >= 0 and not m.elided}
-    text = "\n".join(m.content for m in view)
-    dropped = recoverable = 0
-    for message in trace.messages[:appended]:
-        content = message.content.strip()
-        if message.role != "tool" or not content or message.source in shown:
-            continue
-        dropped += 1
-        ref = (refs or {}).get(message.source, "")
-        if (ref and ref in text) or content in text:
-            recoverable += 1
-    return dropped, recoverable
 
 
 class Meter:
@@ -187,14 +177,25 @@ class Meter:
         self.provider.advance(self.think_seconds)
         return bill
 
-    def finish(self, final_view: Sequence[Msg], appended: int, refs: Mapping[int, str] | None = None) -> ReplayResult:
-        """The totals; `final_view` is the last view sent, `appended` how many trace messages the
-        agent had appended by then, `refs` the result_ref of each stored tool result."""
+    def finish(
+        self,
+        final_view: Sequence[Msg],
+        appended: int,
+        refs: Mapping[int, str] | None = None,
+        documents: Mapping[str, str] | None = None,
+    ) -> ReplayResult:
+        """The totals and the probes; `final_view` is the last view sent, `appended` how many trace
+        messages the agent had appended by then, `refs` the result_ref of each stored tool result,
+        `documents` what the policy serves by reference (see `Recording`)."""
         r = self.result
         r.mean_view_tokens = self._view_token_sum / r.turns if r.turns else 0.0
         r.total_cost = r.cost + r.summarizer_cost
         r.cache_hit_ratio = r.cache_hit_tokens / r.input_tokens if r.input_tokens else 0.0
-        r.dropped_tool_results, r.recoverable_tool_results = recoverability(self.trace, final_view, appended, refs)
+        scores = probes.score(self.trace, final_view, appended, refs, documents)
+        r.task_kept = scores.task_kept
+        r.instructions, r.instructions_kept = scores.instructions, scores.instructions_kept
+        r.paths, r.paths_named = scores.paths, scores.paths_named
+        r.dropped_tool_results, r.recoverable_tool_results = scores.hidden_tool_results, scores.reachable_tool_results
         r.recoverable_fraction = r.recoverable_tool_results / r.dropped_tool_results if r.dropped_tool_results else None
         return r
 
@@ -207,4 +208,4 @@ def bill(
     for call in recording.calls:
         meter.call(call)
     final = recording.calls[-1].view if recording.calls else ()
-    return meter.finish(final, recording.appended, recording.refs)
+    return meter.finish(final, recording.appended, recording.refs, recording.documents)

@@ -11,10 +11,12 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
-def _recoverable(r: ReplayResult) -> str:
-    if r.recoverable_fraction is None:
-        return "n/a"
-    return f"{r.recoverable_tool_results}/{r.dropped_tool_results} ({_pct(r.recoverable_fraction)})"
+def _ratio(part: int, whole: int) -> str:
+    return f"{part}/{whole}" if whole else "n/a"
+
+
+def _of(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({_pct(part / whole)})" if whole else "n/a (none)"
 
 
 def _money(value: float) -> str:
@@ -46,7 +48,10 @@ def single(r: ReplayResult, price_source: str = "") -> str:
         ("cost of model calls", _money(r.cost)),
         ("cost of summary requests", f"{_money(r.summarizer_cost)} (modeled as LLM calls)"),
         ("total cost", _money(r.total_cost)),
-        ("folded/dropped tool results recoverable", _recoverable(r)),
+        ("task (opening user message) kept", "yes" if r.task_kept else "no"),
+        ("person's later instructions kept", _of(r.instructions_kept, r.instructions)),
+        ("touched file paths named", _of(r.paths_named, r.paths)),
+        ("hidden tool results reachable", _of(r.recoverable_tool_results, r.dropped_tool_results)),
     ]
     width = max(len(name) for name, _ in rows)
     lines = [
@@ -58,7 +63,7 @@ def single(r: ReplayResult, price_source: str = "") -> str:
 
 
 COLUMNS = (
-    ("policy", 28),
+    ("policy", 34),
     ("calls", 5),
     ("folds", 5),
     ("summ", 4),
@@ -69,12 +74,16 @@ COLUMNS = (
     ("cost $", 8),
     ("summ $", 7),
     ("total $", 8),
-    ("recoverable", 14),
+    ("task", 4),
+    ("instr", 5),
+    ("paths", 7),
+    ("reachable", 9),
 )
 
 
 def comparison(results: Sequence[ReplayResult], title: str = "") -> str:
-    """One row per policy."""
+    """One row per policy: cost, then the probes of its last view (task kept, the person's later
+    instructions kept, touched paths named, hidden tool results reachable)."""
     header = "  ".join(f"{name:<{w}}" if i == 0 else f"{name:>{w}}" for i, (name, w) in enumerate(COLUMNS))
     lines = [title] if title else []
     lines += [header, "-" * len(header)]
@@ -92,7 +101,10 @@ def comparison(results: Sequence[ReplayResult], title: str = "") -> str:
             f"{r.cost:.4f}",
             f"{r.summarizer_cost:.4f}",
             f"{r.total_cost:.4f}",
-            "n/a" if r.recoverable_fraction is None else f"{r.recoverable_tool_results}/{r.dropped_tool_results}",
+            "yes" if r.task_kept else "no",
+            _ratio(r.instructions_kept, r.instructions),
+            _ratio(r.paths_named, r.paths),
+            _ratio(r.recoverable_tool_results, r.dropped_tool_results),
         )
         lines.append(
             "  ".join(

@@ -20,6 +20,7 @@ import grpc
 
 from ctxfold.engine import estimator
 from ctxfold.engine.model import ToolCall
+from ctxfold.replay import probes
 from ctxfold.replay.metrics import AGENT_KEY, Meter, ModelCall, Recording, ReplayResult, SummaryCall
 from ctxfold.replay.prices import BUILT_IN, DEFAULT_SHEET, PriceError, PriceSheet, sheet_from_mapping
 from ctxfold.replay.simulator import Provider, cache_model
@@ -244,6 +245,7 @@ async def replay_through(
                 raise ReplayError(f"turn {number}: ObserveUsage failed: {exc.code().name}: {exc.details()}") from None
             if on_turn is not None:
                 on_turn(number, len(calls), meter.result)
+        documents = await read_documents(stub, session.id, view, trace, refs, metadata)
         if trailing:
             try:
                 await stub.AppendMessages(
@@ -256,8 +258,42 @@ async def replay_through(
         with contextlib.suppress(grpc.aio.AioRpcError):
             await stub.DeleteSession(pb.DeleteSessionRequest(session_id=session.id), metadata=metadata)
     appended_count = calls[-1].answer.source if calls else 0
-    recording = Recording(policy, options.settings(), tuple(recorded), appended_count, refs)
-    return meter.finish(view, appended_count, refs), recording
+    recording = Recording(policy, options.settings(), tuple(recorded), appended_count, refs, documents)
+    return meter.finish(view, appended_count, refs, documents), recording
+
+
+async def read_documents(
+    stub: pb_grpc.ContextServiceAsyncStub,
+    session_id: str,
+    view: Sequence[Msg],
+    trace: Trace,
+    refs: dict[int, str],
+    metadata: tuple[tuple[str, str], ...],
+) -> dict[str, str]:
+    """Every reference the view names that is not a tool result's own (the folded-results index, a
+    bounded task or instruction), read in full through ReadToolResult as an agent would: what the
+    service really serves is what the probes may count as reachable. A reference the service does
+    not serve is left out."""
+    results = {ref for source, ref in refs.items() if trace.messages[source].role == "tool"}
+    documents: dict[str, str] = {}
+    for ref in probes.refs_named(probes.view_text(view)):
+        if ref in results:
+            continue
+        pages: list[str] = []
+        offset, complete = 0, False
+        try:
+            while not complete:
+                page = await stub.ReadToolResult(
+                    pb.ReadToolResultRequest(session_id=session_id, result_ref=ref, offset=offset), metadata=metadata
+                )
+                pages.append(page.data)
+                offset, complete = page.next_offset, page.complete or page.next_offset <= offset
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
+                continue
+            raise ReplayError(f"ReadToolResult({ref}) failed: {exc.code().name}: {exc.details()}") from None
+        documents[ref] = "".join(pages)
+    return documents
 
 
 async def _prepare(
