@@ -1,147 +1,112 @@
 /**
- * A runnable agent loop against ctxfold, with a fake model (canned answers) and a fake tool.
+ * The README agent loop: a recorded agent trace (OpenAI chat format, as in tests/data/traces)
+ * replayed through ctxfold. Each model turn: prepare (append what is new, fold when full, progress
+ * printed) → the view as an OpenAI Chat request (adapter) → the model (here: the recorded answer)
+ * → its messages and usage back through the adapter → observeUsage → tool calls answered, ctxfold's
+ * own read_tool_result by the dispatcher, the others from the trace.
  *
- *   CTXFOLD_ADDRESS=127.0.0.1:50051 [CTXFOLD_TOKEN=…] node dist/examples/agent_loop.js
- *
- * Each step: prepare (appending the user turn, or the previous answer and its tool results) →
- * "call the model" with the prepared view → observe usage → run the tools the model asked for.
- * The window is small (4000 tokens) so the history soon folds into a summary checkpoint.
+ *   node dist/esm/examples/agent_loop.js TRACE.json [host:port]
  */
+import { readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import {
-  Action,
   CtxfoldClient,
-  FoldStage,
-  type FoldProgress,
   type MessageInput,
-  type PreparedView,
-  assistantMessage,
+  type OpenAIChatRequest,
+  type OpenAIChatResponse,
+  type View,
+  dispatchToolCall,
+  fromOpenAIChat,
   sessionConfig,
-  toolCall,
+  toOpenAIChat,
+  toolDefinitions,
   toolResultMessage,
   userMessage,
 } from "@ctxfold/client";
 
-/** What the (fake) model answered. */
-interface ModelAnswer {
-  content: string;
-  toolCalls: { id: string; name: string; arguments: Record<string, unknown> }[];
-  usage: { inputTokens: number; outputTokens: number; finishReason: string };
+/** One message of a recorded trace (OpenAI chat format). */
+interface Recorded {
+  role: "system" | "user" | "assistant" | "tool";
+  content: string | null;
+  tool_calls?: { id: string; type: "function"; function: { name: string; arguments: string } }[];
+  tool_call_id?: string;
 }
 
 /**
- * A stand-in for the provider: a script of canned answers. It asks to list one directory per
- * call until it has made `steps` calls, then answers. A real agent would send `view.messages`
- * (and `view.promptCacheKey`) to its model here and get the usage back from the provider.
+ * The model, faked from the recording: it answers with the recorded assistant message, except
+ * that when the newest tool result is one ctxfold shortened, it first reads the omitted part with
+ * read_tool_result, as the marker in the result tells it to. It bills `promptTokens` of input.
  */
-class FakeModel {
-  private calls = 0;
-  constructor(private readonly steps: number) {}
-
-  complete(view: PreparedView): ModelAnswer {
-    const usage = { inputTokens: Number(view.estimatedTokens), outputTokens: 40, finishReason: "tool_calls" };
-    if (this.calls < this.steps) {
-      this.calls++;
-      const id = `call_${this.calls}`;
-      return { content: "", toolCalls: [{ id, name: "list_files", arguments: { dir: `src/module_${this.calls}` } }], usage };
-    }
-    return {
-      content: `Listed ${this.steps} directories; the biggest file is in src/module_3.`,
-      toolCalls: [],
-      usage: { ...usage, finishReason: "stop" },
-    };
+function recordedModel(request: OpenAIChatRequest, recorded: Recorded, promptTokens: number): OpenAIChatResponse {
+  const last = request.messages.at(-1);
+  const usage = { prompt_tokens: promptTokens, completion_tokens: 64, prompt_tokens_details: { cached_tokens: 0 } };
+  const fromAgentTool = last?.role === "tool" && !last.tool_call_id?.startsWith("read_");
+  const marker = fromAgentTool ? /ReadToolResult\(result_ref="([^"]+)"(?:, offset=(\d+))?/.exec(last.content ?? "") : null;
+  if (marker) {
+    const args = JSON.stringify({ result_ref: marker[1], offset: Number(marker[2] ?? 0) });
+    const call = { id: `read_${marker[1]}`, type: "function" as const, function: { name: "read_tool_result", arguments: args } };
+    return { choices: [{ message: { content: null, tool_calls: [call] }, finish_reason: "tool_calls" }], usage };
   }
+  return { choices: [{ message: recorded, finish_reason: recorded.tool_calls?.length ? "tool_calls" : "stop" }], usage };
 }
 
-/** A fake tool: a ~1500-character directory listing with varied names and sizes. */
-export function listFiles(dir: string): string {
-  const lines: string[] = [];
-  for (let i = 0; lines.join("\n").length < 1500; i++) {
-    const size = ((i * 7919 + dir.length * 104729) % 90000) + 120;
-    lines.push(`-rw-r--r--  1 agent staff ${String(size).padStart(6)} 2025-01-${String((i % 28) + 1).padStart(2, "0")} ${dir}/part_${i}_${(size % 97).toString(36)}.ts`);
-  }
-  return lines.join("\n");
-}
-
-export interface AgentLoopOptions {
-  /** Tool-call steps before the final answer (default 8). */
-  steps?: number;
-  /** Log lines (default console.log). */
-  log?: (line: string) => void;
-}
-
-export interface AgentLoopResult {
+export interface LoopResult {
   sessionId: string;
-  /** Every FoldProgress event seen, in order. */
-  progress: FoldProgress[];
-  /** The action of each prepare, in order. */
-  actions: Action[];
-  /** How many prepared views arrived as deltas. */
-  deltas: number;
-  finalAnswer: string;
-  lastView: PreparedView;
+  turns: number;
+  folds: number;
+  reads: number;
+  lastView: View | undefined;
 }
 
-/** Runs one task through the agent loop and returns what happened. */
-export async function runAgentLoop(client: CtxfoldClient, options: AgentLoopOptions = {}): Promise<AgentLoopResult> {
-  const steps = options.steps ?? 8;
-  const log = options.log ?? console.log;
+/** Replays the trace at `tracePath` through ctxfold and returns what happened. */
+export async function runAgentLoop(client: CtxfoldClient, tracePath: string, log: (line: string) => void = console.log): Promise<LoopResult> {
+  const trace = JSON.parse(readFileSync(tracePath, "utf8")) as { messages: Recorded[]; tools?: unknown[] };
+  const [system, ...messages] = trace.messages;
+  const tools = [...(trace.tools ?? []), ...toolDefinitions("openai_chat")];
   const session = await client.createSession(
-    sessionConfig(4000).maxOutputTokens(256).systemPrompt("You are a careful coding agent. Use tools to inspect the repository.").model("fake-model"),
+    sessionConfig(16000).systemPrompt(system?.content ?? "").tools(tools).toolContentMaxBytes(4096).maxOutputTokens(512),
   );
-  log(`session ${session.id}`);
+  const recordedResults = new Map(messages.filter((m) => m.role === "tool").map((m) => [m.tool_call_id, m.content ?? ""]));
+  const result: LoopResult = { sessionId: session.id, turns: 0, folds: 0, reads: 0, lastView: undefined };
+  let pending: MessageInput[] = [];
 
-  const progress: FoldProgress[] = [];
-  const actions: Action[] = [];
-  let deltas = 0;
-  const model = new FakeModel(steps);
-  let pending: MessageInput[] = [userMessage("List the source directories and tell me where the biggest file is.")];
-
-  for (let step = 0; step <= steps + 1; step++) {
-    // 1. Append what is new and get the view that fits the window (folding if needed).
-    const view = await client.prepare(session.id, {
-      append: pending,
-      onProgress: (p) => {
-        progress.push(p);
-        const detail = p.stage === FoldStage.SUMMARY_DELTA ? `${p.summaryDelta.length} chars of summary` : p.message;
-        log(`  fold ${FoldStage[p.stage]} (pass ${p.passIndex}/${p.passesPlanned}): ${detail}`);
-      },
-    });
-    actions.push(view.action);
-    if (view.delta) deltas++;
-    log(`step ${step}: ${view.messages.length} messages, ~${view.estimatedTokens} tokens, action ${Action[view.action]}${view.delta ? " (delta)" : ""}`);
-
-    // 2. Call the model with view.messages (fake).
-    const answer = model.complete(view);
-
-    // 3. Report the provider's usage for that view.
-    await client.observeUsage(session.id, { viewVersion: view.viewVersion, ...answer.usage });
-
-    // 4. Run the tools it asked for; their results go with the answer into the next prepare.
-    const assistant = assistantMessage(
-      answer.content,
-      answer.toolCalls.map((c) => toolCall(c.id, c.name, c.arguments)),
-    );
-    if (answer.toolCalls.length === 0) {
-      await client.append(session.id, [assistant]);
-      log(`answer: ${answer.content}`);
-      return { sessionId: session.id, progress, actions, deltas, finalAnswer: answer.content, lastView: view };
+  for (const recorded of messages) {
+    if (recorded.role === "user") pending.push(userMessage(recorded.content ?? ""));
+    if (recorded.role !== "assistant") continue; // tool results come from the tools below
+    for (let answered = false; !answered; ) {
+      const view = await client.prepare(session.id, {
+        append: pending,
+        onProgress: (p) => log(`  ${p.stage} ${p.passIndex}/${p.passesPlanned} ${p.tokensBefore} -> ${p.tokensAfter} tokens`),
+      });
+      log(`turn ${++result.turns}: ${view.messages.length} messages, ~${view.estimatedTokens} tokens, ${view.action}`);
+      if (view.action === "ACTION_FOLDED") result.folds++;
+      const request = { model: "recorded", ...toOpenAIChat(view), tools };
+      const reply = fromOpenAIChat(recordedModel(request, recorded, view.estimatedTokens));
+      await client.observeUsage(session.id, view, reply.usage);
+      pending = [...reply.messages];
+      answered = true;
+      for (const call of reply.messages.flatMap((m) => m.toolCalls)) {
+        const answer = await dispatchToolCall(client, session.id, call);
+        if (answer !== undefined) {
+          result.reads++;
+          answered = false; // the model read a result back; the recorded answer is still to come
+        }
+        pending.push(toolResultMessage(call.id, answer ?? recordedResults.get(call.id) ?? ""));
+      }
+      result.lastView = view;
     }
-    pending = [assistant, ...answer.toolCalls.map((c) => toolResultMessage(c.id, listFiles(String(c.arguments.dir))))];
   }
-  throw new Error("the fake model never answered");
+  await client.appendMessages(session.id, pending);
+  return result;
 }
 
-// Run directly: node dist/examples/agent_loop.js
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const client = new CtxfoldClient({
-    address: process.env.CTXFOLD_ADDRESS ?? "127.0.0.1:50051",
-    token: process.env.CTXFOLD_TOKEN,
-    timeoutMs: 30_000,
-  });
+  const [tracePath, address = "127.0.0.1:50051"] = process.argv.slice(2);
+  if (!tracePath) throw new Error("usage: agent_loop.js TRACE.json [host:port]");
+  const client = new CtxfoldClient({ address, token: process.env.CTXFOLD_TOKEN });
   try {
-    const result = await runAgentLoop(client);
-    console.log(`done: ${result.actions.filter((a) => a === Action.FOLDED).length} fold(s), ${result.progress.length} progress events, ${result.deltas} delta views`);
+    const r = await runAgentLoop(client, tracePath);
+    console.log(`done: ${r.turns} model turns, ${r.folds} folds, ${r.reads} results read back with read_tool_result`);
   } finally {
     client.close();
   }
