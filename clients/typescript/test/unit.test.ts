@@ -68,6 +68,14 @@ describe("version and user agent", () => {
     assert.equal(USER_AGENT, `ctxfold-typescript/${VERSION}`);
   });
 
+  it("ships the project's licence: the package LICENSE is the repository's, and package.json names it", () => {
+    const pkg = JSON.parse(readFileSync(join(PACKAGE_DIR, "package.json"), "utf8")) as { license: string; files: string[] };
+    assert.equal(readFileSync(join(PACKAGE_DIR, "LICENSE"), "utf8"), readFileSync(join(REPO_ROOT, "LICENSE"), "utf8"));
+    assert.match(readFileSync(join(REPO_ROOT, "LICENSE"), "utf8"), /^MIT License/);
+    assert.equal(pkg.license, "MIT");
+    assert.ok(pkg.files.includes("LICENSE"));
+  });
+
   it("names itself in the user agent of every call", async () => {
     const seen: (string | null)[] = [];
     const client = fakeClient({
