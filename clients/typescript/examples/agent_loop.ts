@@ -1,16 +1,17 @@
 /**
- * The README agent loop: a recorded agent trace (OpenAI chat format, as in tests/data/traces)
- * replayed through ctxfold. Each model turn: prepare (append what is new, fold when full, progress
- * printed) → the view as an OpenAI Chat request (adapter) → the model (here: the recorded answer)
- * → its messages and usage back through the adapter → observeUsage → tool calls answered, ctxfold's
- * own read_tool_result by the dispatcher, the others from the trace.
+ * The ctxfold agent loop over a recorded trace: the same program in every SDK's README.
  *
- *   node dist/esm/examples/agent_loop.js TRACE.json [host:port]
+ *   node agent_loop.js TRACE.json [HOST:PORT]
+ *
+ * A recorded coding-agent run stands in for the model and its tools: each model call answers with
+ * the trace's next assistant message (as an OpenAI Chat Completions response), and the recorded tool
+ * outputs answer the tool calls. When the last tool result came back truncated, the fake model first
+ * reads it with the read_tool_result tool, which the SDK's dispatcher answers.
  */
 import { readFileSync } from "node:fs";
-import { pathToFileURL } from "node:url";
 import {
   CtxfoldClient,
+  type FoldProgress,
   type MessageInput,
   type OpenAIChatRequest,
   type OpenAIChatResponse,
@@ -24,7 +25,7 @@ import {
   userMessage,
 } from "@ctxfold/client";
 
-/** One message of a recorded trace (OpenAI chat format). */
+/** A message of the recorded trace (OpenAI Chat format). */
 interface Recorded {
   role: "system" | "user" | "assistant" | "tool";
   content: string | null;
@@ -32,82 +33,70 @@ interface Recorded {
   tool_call_id?: string;
 }
 
-/**
- * The model, faked from the recording: it answers with the recorded assistant message, except
- * that when the newest tool result is one ctxfold shortened, it first reads the omitted part with
- * read_tool_result, as the marker in the result tells it to. It bills `promptTokens` of input.
- */
-function recordedModel(request: OpenAIChatRequest, recorded: Recorded, promptTokens: number): OpenAIChatResponse {
-  const last = request.messages.at(-1);
-  const usage = { prompt_tokens: promptTokens, completion_tokens: 64, prompt_tokens_details: { cached_tokens: 0 } };
-  const fromAgentTool = last?.role === "tool" && !last.tool_call_id?.startsWith("read_");
-  const marker = fromAgentTool ? /ReadToolResult\(result_ref="([^"]+)"(?:, offset=(\d+))?/.exec(last.content ?? "") : null;
-  if (marker) {
-    const args = JSON.stringify({ result_ref: marker[1], offset: Number(marker[2] ?? 0) });
-    const call = { id: `read_${marker[1]}`, type: "function" as const, function: { name: "read_tool_result", arguments: args } };
-    return { choices: [{ message: { content: null, tool_calls: [call] }, finish_reason: "tool_calls" }], usage };
+function printProgress(event: FoldProgress): void {
+  if (!event.summaryDelta) {
+    console.log(`  fold ${event.stage}: ${event.tokensBefore} -> ${event.tokensAfter} tokens. ${event.message}`);
   }
-  return { choices: [{ message: recorded, finish_reason: recorded.tool_calls?.length ? "tool_calls" : "stop" }], usage };
 }
 
-export interface LoopResult {
-  sessionId: string;
-  turns: number;
-  folds: number;
-  reads: number;
-  lastView: View | undefined;
+/** A Chat Completions response: a read_tool_result call for a truncated last tool result, else the next recorded assistant message (taken off `turns`). */
+function fakeModel(request: OpenAIChatRequest, view: View, turns: Recorded[]): OpenAIChatResponse {
+  const last = view.messages.at(-1)!;
+  let message: Recorded;
+  if (last.truncated && !last.toolCallId.startsWith("read_")) {
+    const args = JSON.stringify({ result_ref: last.resultRef });
+    const call = { id: `read_${last.seq}`, type: "function" as const, function: { name: "read_tool_result", arguments: args } };
+    message = { role: "assistant", content: null, tool_calls: [call] };
+  } else {
+    message = turns.shift()!;
+  }
+  const usage = { prompt_tokens: Math.floor(JSON.stringify(request).length / 4), completion_tokens: Math.floor(JSON.stringify(message).length / 4) };
+  const finishReason = message.tool_calls?.length ? "tool_calls" : "stop";
+  return { choices: [{ message, finish_reason: finishReason }], usage };
 }
 
-/** Replays the trace at `tracePath` through ctxfold and returns what happened. */
-export async function runAgentLoop(client: CtxfoldClient, tracePath: string, log: (line: string) => void = console.log): Promise<LoopResult> {
-  const trace = JSON.parse(readFileSync(tracePath, "utf8")) as { messages: Recorded[]; tools?: unknown[] };
-  const [system, ...messages] = trace.messages;
-  const tools = [...(trace.tools ?? []), ...toolDefinitions("openai_chat")];
-  const session = await client.createSession(
-    sessionConfig(16000).systemPrompt(system?.content ?? "").tools(tools).toolContentMaxBytes(4096).maxOutputTokens(512),
-  );
-  const recordedResults = new Map(messages.filter((m) => m.role === "tool").map((m) => [m.tool_call_id, m.content ?? ""]));
-  const result: LoopResult = { sessionId: session.id, turns: 0, folds: 0, reads: 0, lastView: undefined };
+async function main(client: CtxfoldClient, tracePath: string): Promise<void> {
+  const trace = JSON.parse(readFileSync(tracePath, "utf8")) as { messages: Recorded[]; tools: unknown[] };
+  const recorded = trace.messages;
+  const outputs = new Map(recorded.filter((m) => m.role === "tool").map((m) => [m.tool_call_id, m.content ?? ""]));
+  const turns = recorded.slice(1).filter((m) => m.role === "user" || m.role === "assistant");
+  const config = sessionConfig(12000)
+    .maxOutputTokens(1024)
+    .toolContentMaxBytes(4096)
+    .systemPrompt(recorded[0]!.content ?? "")
+    .tools([...trace.tools, ...toolDefinitions("openai_chat")]);
+  const session = await client.createSession(config);
+  console.log(`session ${session.id}: ${turns.length} recorded turns`);
   let pending: MessageInput[] = [];
-
-  for (const recorded of messages) {
-    if (recorded.role === "user") pending.push(userMessage(recorded.content ?? ""));
-    if (recorded.role !== "assistant") continue; // tool results come from the tools below
-    for (let answered = false; !answered; ) {
-      const view = await client.prepare(session.id, {
-        append: pending,
-        onProgress: (p) => log(`  ${p.stage} ${p.passIndex}/${p.passesPlanned} ${p.tokensBefore} -> ${p.tokensAfter} tokens`),
-      });
-      log(`turn ${++result.turns}: ${view.messages.length} messages, ~${view.estimatedTokens} tokens, ${view.action}`);
-      if (view.action === "ACTION_FOLDED") result.folds++;
-      const request = { model: "recorded", ...toOpenAIChat(view), tools };
-      const reply = fromOpenAIChat(recordedModel(request, recorded, view.estimatedTokens));
-      await client.observeUsage(session.id, view, reply.usage);
-      pending = [...reply.messages];
-      answered = true;
-      for (const call of reply.messages.flatMap((m) => m.toolCalls)) {
-        const answer = await dispatchToolCall(client, session.id, call);
-        if (answer !== undefined) {
-          result.reads++;
-          answered = false; // the model read a result back; the recorded answer is still to come
-        }
-        pending.push(toolResultMessage(call.id, answer ?? recordedResults.get(call.id) ?? ""));
-      }
-      result.lastView = view;
+  let view: View | undefined;
+  let calls = 0;
+  let folds = 0;
+  let reads = 0;
+  while (turns.length > 0) {
+    if (turns[0]!.role === "user") {
+      pending.push(userMessage(turns.shift()!.content ?? ""));
+      continue;
+    }
+    view = await client.prepare(session.id, { append: pending, onProgress: printProgress });
+    if (view.action === "ACTION_FOLDED") folds++;
+    const response = fakeModel(toOpenAIChat(view), view, turns);
+    const reply = fromOpenAIChat(response);
+    await client.observeUsage(session.id, view, reply.usage);
+    calls++;
+    pending = [...reply.messages];
+    for (const call of reply.messages[0]!.toolCalls) {
+      const answer = await dispatchToolCall(client, session.id, call);
+      if (answer !== undefined) reads++;
+      pending.push(toolResultMessage(call.id, answer ?? outputs.get(call.id) ?? "(no output recorded)"));
     }
   }
   await client.appendMessages(session.id, pending);
-  return result;
+  console.log(`${calls} model calls, ${folds} folds, ${reads} read_tool_result calls; last view: ${view?.messages.length} messages, ~${view?.estimatedTokens} tokens`);
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const [tracePath, address = "127.0.0.1:50051"] = process.argv.slice(2);
-  if (!tracePath) throw new Error("usage: agent_loop.js TRACE.json [host:port]");
-  const client = new CtxfoldClient({ address, token: process.env.CTXFOLD_TOKEN });
-  try {
-    const r = await runAgentLoop(client, tracePath);
-    console.log(`done: ${r.turns} model turns, ${r.folds} folds, ${r.reads} results read back with read_tool_result`);
-  } finally {
-    client.close();
-  }
+const client = new CtxfoldClient({ address: process.argv[3] ?? "127.0.0.1:50051" });
+try {
+  await main(client, process.argv[2]!);
+} finally {
+  client.close();
 }

@@ -24,10 +24,9 @@ import {
   toolResultMessage,
   userMessage,
 } from "@ctxfold/client";
-import { runAgentLoop } from "../examples/agent_loop.js";
-import { REPO_ROOT, type RunningServer, startServer } from "./server.js";
+import { PACKAGE_DIR, REPO_ROOT, type RunningServer, startServer } from "./server.js";
 
-const TRACE = join(REPO_ROOT, "tests", "data", "traces", "openhands-multi-swe-bench-1.json");
+const TRACE = join(REPO_ROOT, "clients", "conformance", "fixtures", "agent_trace.json");
 
 /** Asserts that `promise` rejects with a CtxfoldError and returns it. */
 async function rejection(promise: Promise<unknown>): Promise<CtxfoldError> {
@@ -76,19 +75,25 @@ describe("ctxfold e2e", () => {
     await server?.stop();
   });
 
-  it("runs the README agent loop over a recorded trace: folds with progress, reads shortened results back", async () => {
-    const lines: string[] = [];
-    const result = await runAgentLoop(client, TRACE, (line) => lines.push(line));
-    assert.ok(result.folds > 0, `folded:\n${lines.join("\n")}`);
-    assert.ok(result.reads > 0, "the model read a shortened result with read_tool_result");
-    assert.ok(lines.some((l) => l.includes("FOLD_STAGE_PASS_COMMITTED")), "progress is printed by stage name");
-    assert.ok(lines.some((l) => l.includes("ACTION_FOLDED")));
-    assert.equal(result.lastView?.messages[0]?.role, "ROLE_SYSTEM");
-    assert.ok(result.lastView!.estimatedTokens <= result.lastView!.hardLimitTokens);
-    const transcript = await collect(client.listMessages(result.sessionId));
-    const reads = transcript.filter((m) => m.role === "ROLE_TOOL" && m.toolCallId.startsWith("read_"));
-    assert.equal(reads.length, result.reads);
-    assert.ok(reads.every((m) => m.content.length > 0 && !m.content.startsWith("error:")), "every read answered with a page");
+  it("runs the README agent loop over the shared recorded trace: folds with progress, reads truncated results back", async () => {
+    const output = execFileSync("node", [join(PACKAGE_DIR, "dist", "esm", "examples", "agent_loop.js"), TRACE, server.address], { encoding: "utf8" });
+    const summary = /(\d+) model calls, (\d+) folds, (\d+) read_tool_result calls; last view: (\d+) messages, ~(\d+) tokens/.exec(output);
+    assert.ok(summary, output.slice(-2000));
+    const [calls, folds, reads, , tokens] = summary.slice(1).map(Number) as [number, number, number, number, number];
+    assert.ok(folds >= 1 && reads >= 1, summary[0]);
+    assert.match(output, /fold FOLD_STAGE_PASS_COMMITTED: \d+ -> \d+ tokens/, "progress is printed by stage name");
+    assert.doesNotMatch(output, /FOLD_STAGE_SUMMARY_DELTA/, "summary deltas are not printed");
+    assert.ok(tokens <= 12000 - 1024 - 256, "the last view fits under the hard limit");
+
+    const sessionId = /^session (\S+):/m.exec(output)![1]!;
+    const transcript = await collect(client.listMessages(sessionId));
+    const trace = JSON.parse(await readFile(TRACE, "utf8")) as { messages: { role: string }[] };
+    const recordedAnswers = trace.messages.filter((m) => m.role === "assistant").length;
+    assert.equal(transcript.filter((m) => m.role === "ROLE_ASSISTANT").length, calls, "every model call's answer was appended");
+    assert.equal(calls, recordedAnswers + reads, "each recorded answer, plus one call per read");
+    const readAnswers = transcript.filter((m) => m.role === "ROLE_TOOL" && m.toolCallId.startsWith("read_"));
+    assert.equal(readAnswers.length, reads);
+    assert.ok(readAnswers.every((m) => m.rawBytes > 0 && !m.content.startsWith("error:")), "every read was answered with a page");
   });
 
   it("returns typed results: numbers, dates, enum names; lists every page; appends idempotently", async () => {
