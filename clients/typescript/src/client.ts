@@ -4,7 +4,7 @@ import { type CallOptions as ConnectCallOptions, type Client, Code, type Interce
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
 import * as pb from "./gen/ctxfold/v1/context_service_pb.js";
 import { type MessageInput, type SessionConfigInput, type SessionConfigOverrides, int64, toProtoConfig, toProtoMessage } from "./config.js";
-import { CtxfoldError, ErrorReason } from "./errors.js";
+import { CtxfoldError, ErrorReason, protocolViolation } from "./errors.js";
 import {
   type Checkpoint,
   type FoldProgress,
@@ -265,15 +265,16 @@ export class CtxfoldClient {
     const answer = yield* this.maintenance(opts, (o) =>
       this.raw.prepare({ sessionId, append, overflow, knownViewVersion: int64(known), requestId }, o),
     );
-    const delta = { delta: answer.delta, messages: answer.messages.map(messageOf), viewMessageCount: Number(answer.viewMessageCount) };
-    let messages = applyDelta(delta, base, known);
     let result = answer;
+    let messages = answer.delta
+      ? applyDelta({ messages: answer.messages.map(messageOf), viewMessageCount: Number(answer.viewMessageCount) }, base, known)
+      : wholeMessages(answer);
     if (messages === undefined) {
       // The delta does not fit the view held here: ask once for the whole view, appending nothing
       // (the append happened).
       this.views.delete(sessionId);
       result = yield* this.maintenance(opts, (o) => this.raw.prepare({ sessionId, overflow, requestId }, o));
-      messages = result.messages.map(messageOf);
+      messages = wholeMessages(result);
     }
     const view = viewOf(result, messages);
     this.views.set(sessionId, view);
@@ -290,7 +291,7 @@ export class CtxfoldClient {
   async *compactEvents(sessionId: string, opts: CompactOptions = {}): AsyncGenerator<PrepareEvent, View, undefined> {
     const request = { sessionId, focus: opts.focus ?? "", keepTokens: int64(opts.keepTokens ?? 0), dryRun: opts.dryRun ?? false };
     const result = yield* this.maintenance(opts, (o) => this.raw.compact(request, o));
-    const view = viewOf(result, result.messages.map(messageOf));
+    const view = viewOf(result, wholeMessages(result));
     if (!request.dryRun) {
       this.views.set(sessionId, view);
     }
@@ -390,6 +391,7 @@ export class CtxfoldClient {
     let named = typeof ref === "string" ? { resultRef: ref } : ref;
     let offset = opts.offset ?? 0;
     const limit = int64(opts.pageBytes ?? DEFAULT_PAGE_BYTES);
+    let first: ToolResultPage | undefined;
     for (;;) {
       const request = {
         sessionId,
@@ -399,9 +401,13 @@ export class CtxfoldClient {
         limit,
       };
       const page = pageOf(await this.unary(opts, (o) => this.raw.readToolResult(request, o)));
+      first ??= page;
+      const disagrees = page.totalBytes !== first.totalBytes || page.sha256 !== first.sha256 || page.resultRef !== first.resultRef;
+      if (disagrees || page.offset !== offset || (!page.complete && page.nextOffset <= offset)) {
+        throw protocolViolation(`page at offset ${offset} of ${page.resultRef} disagrees with the pages before it or does not advance`);
+      }
       yield page;
-      // A page that does not advance ends the reading too (readToolResult then reports the mismatch).
-      if (page.complete || page.nextOffset <= offset) {
+      if (page.complete) {
         return;
       }
       offset = page.nextOffset;
@@ -463,10 +469,15 @@ export class CtxfoldClient {
     opts: CallOptions,
     fetch: (pageToken: string, o: ConnectCallOptions) => Promise<{ items: T[]; next: string }>,
   ): AsyncGenerator<T, void, undefined> {
+    const seen = new Set<string>();
     let pageToken = "";
     do {
       const page = await this.unary(opts, (o) => fetch(pageToken, o));
       yield* page.items;
+      if (seen.has(page.next)) {
+        throw protocolViolation(`the server repeated the page token ${JSON.stringify(page.next)}`);
+      }
+      seen.add(page.next);
       pageToken = page.next;
     } while (pageToken);
   }
@@ -480,6 +491,9 @@ export class CtxfoldClient {
     let result: pb.PreparedContext | undefined;
     try {
       for await (const item of open(callOpts)) {
+        if (result !== undefined) {
+          throw protocolViolation("the stream went on after its result");
+        }
         if (item.event.case === "progress") {
           yield { kind: "progress", progress: progressOf(item.event.value) };
         } else if (item.event.case === "result") {
@@ -494,6 +508,14 @@ export class CtxfoldClient {
     }
     return result;
   }
+}
+
+/** The messages of an answer that must hold the whole view (a compact, or a prepare without a known version). */
+function wholeMessages(result: pb.PreparedContext): Message[] {
+  if (result.delta || BigInt(result.messages.length) !== result.viewMessageCount) {
+    throw protocolViolation(`a whole view of ${result.messages.length} messages says it has ${result.viewMessageCount} (delta ${result.delta})`);
+  }
+  return result.messages.map(messageOf);
 }
 
 function seqOf(at: number | Message): number {

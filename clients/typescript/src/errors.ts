@@ -5,14 +5,16 @@ import { ErrorInfoSchema, RetryInfoSchema } from "./gen/google/rpc/error_details
 /** The `domain` of every google.rpc.ErrorInfo the ctxfold server sends. */
 export const ERROR_DOMAIN = "ctxfold.dev";
 
-/** The two conditions the SDK detects itself (clients/README.md, "Errors"). */
-const SDK_REASONS = ["STREAM_ENDED_WITHOUT_RESULT", "RESULT_CHECKSUM_MISMATCH"] as const;
+/** The conditions the SDK detects itself (clients/README.md, "Errors"). */
+const SDK_REASONS = ["STREAM_ENDED_WITHOUT_RESULT", "RESULT_CHECKSUM_MISMATCH", "PROTOCOL_VIOLATION"] as const;
 
 /**
  * Why a call failed: a name of the proto's ErrorReason enum (what the server writes in
- * ErrorInfo.reason), or one of the SDK's own two — STREAM_ENDED_WITHOUT_RESULT (a prepare or
- * compact stream closed without its result) and RESULT_CHECKSUM_MISMATCH (the pages of a tool
- * result do not hash to the server's sha256).
+ * ErrorInfo.reason), or one of the SDK's own — STREAM_ENDED_WITHOUT_RESULT (a prepare or compact
+ * stream closed without its result; UNAVAILABLE), RESULT_CHECKSUM_MISMATCH (the pages of a tool
+ * result do not hash to the server's sha256; DATA_LOSS) and PROTOCOL_VIOLATION (the server broke
+ * the protocol: a repeated page token, a stream going on after its result, pages of one result
+ * that disagree, a whole view whose count disagrees; INTERNAL).
  */
 export type ErrorReason = Exclude<ErrorReasonJson, "ERROR_REASON_UNSPECIFIED"> | (typeof SDK_REASONS)[number];
 
@@ -124,6 +126,11 @@ export class CtxfoldError extends Error {
       cause: err,
     });
   }
+}
+
+/** @internal The error for a server that broke the protocol. */
+export function protocolViolation(message: string): CtxfoldError {
+  return new CtxfoldError({ code: Code.Internal, reason: "PROTOCOL_VIOLATION", rawMessage: message });
 }
 
 /** Type guard: `err` is a CtxfoldError (with this reason, when given). */

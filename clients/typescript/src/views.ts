@@ -47,22 +47,18 @@ export class ViewCache {
 }
 
 /**
- * The whole message list of an answer: the answer's own messages when it is whole, else the
- * cached base view (of version `knownVersion`) followed by the delta. Undefined when the delta
- * does not fit the base (no base, another version, or a count that does not add up) — the caller
- * then asks for the whole view.
+ * The whole view of a delta answer: the cached base view (of version `knownVersion`) followed by
+ * the delta's messages. Undefined when the delta does not fit the base (no base, another version,
+ * or a count that does not add up) — the caller then asks for the whole view.
  */
 export function applyDelta<M>(
-  answer: { delta: boolean; messages: readonly M[]; viewMessageCount: number },
+  delta: { messages: readonly M[]; viewMessageCount: number },
   base: { viewVersion: number; messages: readonly M[] } | undefined,
   knownVersion: number,
 ): M[] | undefined {
-  if (!answer.delta) {
-    return [...answer.messages];
-  }
   if (base === undefined || knownVersion === 0 || base.viewVersion !== knownVersion) {
     return undefined;
   }
-  const messages = [...base.messages, ...answer.messages];
-  return messages.length === answer.viewMessageCount ? messages : undefined;
+  const messages = [...base.messages, ...delta.messages];
+  return messages.length === delta.viewMessageCount ? messages : undefined;
 }

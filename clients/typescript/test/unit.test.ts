@@ -24,12 +24,13 @@ import {
   USER_AGENT,
   VERSION,
   isValidTraceparent,
+  toAnthropicMessages,
   toolDefinitions,
   userMessage,
 } from "@ctxfold/client";
 import * as pb from "@ctxfold/client/proto";
 import { budgetAnswer, pageAnswer, parseToolCall } from "../src/tools.js";
-import { viewOf } from "../src/model.js";
+import { messageOf, viewOf } from "../src/model.js";
 import { ViewCache, applyDelta } from "../src/views.js";
 import { PACKAGE_DIR, REPO_ROOT } from "./server.js";
 
@@ -95,9 +96,9 @@ describe("version and user agent", () => {
 });
 
 describe("errors", () => {
-  it("offers every reason of the generated enum as a constant, plus the SDK's two, and nothing else", () => {
+  it("offers every reason of the generated enum as a constant, plus the SDK's own three, and nothing else", () => {
     const generated = pb.ErrorReasonSchema.values.filter((v) => v.number !== 0).map((v) => v.name);
-    assert.deepEqual(Object.keys(ErrorReason).sort(), [...generated, "RESULT_CHECKSUM_MISMATCH", "STREAM_ENDED_WITHOUT_RESULT"].sort());
+    assert.deepEqual(Object.keys(ErrorReason).sort(), [...generated, "PROTOCOL_VIOLATION", "RESULT_CHECKSUM_MISMATCH", "STREAM_ENDED_WITHOUT_RESULT"].sort());
     assert.equal(ErrorReason.SESSION_NOT_FOUND, "SESSION_NOT_FOUND");
     assert.ok(!("STALE_CONTEXT" in ErrorReason), "the server never sends STALE_CONTEXT");
   });
@@ -142,6 +143,54 @@ describe("errors", () => {
   });
 });
 
+describe("a server that breaks the protocol: INTERNAL / PROTOCOL_VIOLATION", () => {
+  const violation = (e: unknown) => e instanceof CtxfoldError && e.code === Code.Internal && e.reason === ErrorReason.PROTOCOL_VIOLATION;
+
+  it("a list whose page token repeats", async () => {
+    let pages = 0;
+    const client = fakeClient({
+      listSessions() {
+        pages++;
+        return { sessions: [create(pb.SessionSchema, { id: `s${pages}` })], nextPageToken: "again" };
+      },
+    });
+    await assert.rejects(async () => {
+      for await (const _ of client.listSessions()) {
+        assert.ok(pages <= 2, "stopped at the repeated token");
+      }
+    }, violation);
+  });
+
+  it("a stream going on after its result", async () => {
+    const client = fakeClient({
+      async *prepare() {
+        yield { event: { case: "result", value: answer(1, []) } };
+        yield { event: { case: "progress", value: { stage: pb.FoldStage.PLANNED } } };
+      },
+    });
+    await assert.rejects(client.prepare("s"), violation);
+  });
+
+  it("a whole view whose count disagrees", async () => {
+    const client = fakeClient({
+      async *prepare() {
+        yield { event: { case: "result", value: answer(1, [msg(1, "a")], { viewMessageCount: 2n }) } };
+      },
+    });
+    await assert.rejects(client.prepare("s"), violation);
+  });
+
+  it("pages of one result that disagree", async () => {
+    const client = fakeClient({
+      readToolResult(req) {
+        const first = req.offset === 0n;
+        return { data: "abcd", offset: req.offset, nextOffset: req.offset + 4n, totalBytes: 8n, sha256: first ? "a".repeat(64) : "b".repeat(64), complete: !first, resultRef: "r1" };
+      },
+    });
+    await assert.rejects(client.readToolResult("s", "r1", { pageBytes: 4 }), violation);
+  });
+});
+
 describe("request ids", () => {
   it("sends a fresh UUIDv4 on every append and prepare without one, and the caller's when given", async () => {
     const ids: string[] = [];
@@ -168,12 +217,11 @@ describe("request ids", () => {
 describe("delta views", () => {
   it("applyDelta appends a delta to the base of its version and checks the count", () => {
     const base = { viewVersion: 3, messages: ["a", "b"] };
-    const delta = (count: number) => ({ delta: true, messages: ["c"], viewMessageCount: count });
+    const delta = (count: number) => ({ messages: ["c"], viewMessageCount: count });
     assert.deepEqual(applyDelta(delta(3), base, 3), ["a", "b", "c"]);
     assert.equal(applyDelta(delta(3), undefined, 3), undefined, "no base");
     assert.equal(applyDelta(delta(3), base, 2), undefined, "base of another version");
     assert.equal(applyDelta(delta(5), base, 3), undefined, "the count does not add up");
-    assert.deepEqual(applyDelta({ delta: false, messages: ["z"], viewMessageCount: 1 }, base, 3), ["z"], "a whole view replaces");
   });
 
   it("the view cache holds 256 sessions by default, least recently used evicted", async () => {
@@ -282,6 +330,15 @@ describe("tool results", () => {
       assert.match(parsed.kind === "bad" ? parsed.answer : "", /^error: invalid arguments/);
     }
     assert.equal(budgetAnswer(undefined), "error: no context prepared by this client yet");
+  });
+
+  it("refuses tool call arguments that are not a JSON object in an Anthropic request", () => {
+    const view = viewOf(answer(1, []), []);
+    const call = (args: string) => ({ ...messageOf(msg(1, "")), role: "ROLE_ASSISTANT" as const, toolCalls: [{ id: "c1", name: "ls", arguments: args }] });
+    assert.deepEqual((toAnthropicMessages({ ...view, messages: [call("")] }).messages[0]?.content[0] as { input: unknown }).input, {});
+    for (const bad of ["[1]", "not json", "3"]) {
+      assert.throws(() => toAnthropicMessages({ ...view, messages: [call(bad)] }), /tool call c1: arguments are not/);
+    }
   });
 
   it("defines both tools in the three provider formats", () => {

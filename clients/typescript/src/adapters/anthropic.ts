@@ -12,7 +12,7 @@ export interface AnthropicCacheControl {
 
 export type AnthropicBlock = (
   | { type: "text"; text: string }
-  | { type: "tool_use"; id: string; name: string; input: unknown }
+  | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> }
   | { type: "tool_result"; tool_use_id: string; content: string }
 ) & { cache_control?: AnthropicCacheControl };
 
@@ -39,13 +39,18 @@ export interface AnthropicResponse {
   } | null;
 }
 
-function toolInput(args: string): unknown {
+/** A tool call's arguments as the `input` object of a tool_use block (`{}` when empty). */
+function toolInput(callId: string, args: string): Record<string, unknown> {
+  let input: unknown;
   try {
-    return JSON.parse(args || "{}");
-  } catch {
-    // The model wrote arguments that are not JSON: pass them on as text rather than drop them.
-    return { arguments: args };
+    input = JSON.parse(args || "{}");
+  } catch (err) {
+    throw new TypeError(`tool call ${callId}: arguments are not JSON (${(err as Error).message})`);
   }
+  if (typeof input !== "object" || input === null || Array.isArray(input)) {
+    throw new TypeError(`tool call ${callId}: arguments are not a JSON object`);
+  }
+  return input as Record<string, unknown>;
 }
 
 function blocksOf(m: Message): AnthropicBlock[] {
@@ -53,7 +58,7 @@ function blocksOf(m: Message): AnthropicBlock[] {
     return [{ type: "tool_result", tool_use_id: m.toolCallId, content: m.content }];
   }
   const text: AnthropicBlock[] = m.content ? [{ type: "text", text: m.content }] : [];
-  return [...text, ...m.toolCalls.map((c) => ({ type: "tool_use" as const, id: c.id, name: c.name, input: toolInput(c.arguments) }))];
+  return [...text, ...m.toolCalls.map((c) => ({ type: "tool_use" as const, id: c.id, name: c.name, input: toolInput(c.id, c.arguments) }))];
 }
 
 /**
