@@ -482,15 +482,23 @@ export class CtxfoldClient {
     } while (pageToken);
   }
 
-  /** Runs one prepare/compact stream: yields its progress, returns its result. */
+  /**
+   * Runs one prepare/compact stream: yields its progress, returns its result. However the loop
+   * ends (the caller breaks out, a violation, an error), the call is aborted, so no stream or
+   * deadline timer outlives it.
+   */
   private async *maintenance(
     opts: CallOptions,
     open: (o: ConnectCallOptions) => AsyncIterable<MaintenanceItem>,
   ): AsyncGenerator<PrepareEvent, pb.PreparedContext, undefined> {
     const callOpts = await this.callOptions(opts, true);
+    const call = new AbortController();
+    const abort = () => call.abort(opts.signal?.reason);
+    opts.signal?.addEventListener("abort", abort, { once: true });
+    if (opts.signal?.aborted) abort();
     let result: pb.PreparedContext | undefined;
     try {
-      for await (const item of open(callOpts)) {
+      for await (const item of open({ ...callOpts, signal: call.signal })) {
         if (result !== undefined) {
           throw protocolViolation("the stream went on after its result");
         }
@@ -502,6 +510,9 @@ export class CtxfoldClient {
       }
     } catch (err) {
       throw CtxfoldError.from(err);
+    } finally {
+      opts.signal?.removeEventListener("abort", abort);
+      call.abort();
     }
     if (result === undefined) {
       throw new CtxfoldError({ code: Code.Unavailable, reason: ErrorReason.STREAM_ENDED_WITHOUT_RESULT, rawMessage: "the stream closed without its result" });

@@ -168,7 +168,8 @@ describe("a server that breaks the protocol: INTERNAL / PROTOCOL_VIOLATION", () 
         yield { event: { case: "progress", value: { stage: pb.FoldStage.PLANNED } } };
       },
     });
-    await assert.rejects(client.prepare("s"), violation);
+    // No deadline: the in-memory handler, left suspended, would keep its deadline timer running.
+    await assert.rejects(client.prepare("s", { timeoutMs: 0 }), violation);
   });
 
   it("a whole view whose count disagrees", async () => {
