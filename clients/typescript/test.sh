@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One command for the TypeScript client: install dependencies (npm ci from package-lock.json,
-# and the repository root's buf when missing), build with tsc, then run every test with node's
-# test runner: unit tests, the staleness check of the generated code (regenerates into a temp
-# dir and compares bytes), and the end-to-end tests against a real ctxfold server
-# (<repo>/.venv/bin/ctxfold, or $CTXFOLD_BIN). Exits non-zero on any failure.
+# One command for the TypeScript SDK: install dependencies (npm ci from package-lock.json, and the
+# repository root's buf when missing), build (ESM and CommonJS), then run every test with node's
+# test runner against real ctxfold servers (<repo>/.venv/bin/ctxfold, or $CTXFOLD_BIN): unit
+# tests, the conformance scenarios, end-to-end tests, the staleness check of the generated code,
+# and the consumer project (npm pack, installed into a temp dir outside the repository, the
+# README agent loop compiled and run there). Exits non-zero on any failure.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -34,6 +35,6 @@ if [ ! -x "$CTXFOLD_BIN" ]; then
 fi
 
 rm -rf dist
-./node_modules/.bin/tsc -p tsconfig.json
+npm run build --silent
 
-node --test --test-reporter=spec dist/test/*.test.js
+node --test --test-reporter=spec dist/esm/test/*.test.js

@@ -1,148 +1,102 @@
 /**
- * A runnable agent loop against ctxfold, with a fake model (canned answers) and a fake tool.
+ * The ctxfold agent loop over a recorded trace: the same program in every SDK's README.
  *
- *   CTXFOLD_ADDRESS=127.0.0.1:50051 [CTXFOLD_TOKEN=…] node dist/examples/agent_loop.js
+ *   node agent_loop.js TRACE.json [HOST:PORT]
  *
- * Each step: prepare (appending the user turn, or the previous answer and its tool results) →
- * "call the model" with the prepared view → observe usage → run the tools the model asked for.
- * The window is small (4000 tokens) so the history soon folds into a summary checkpoint.
+ * A recorded coding-agent run stands in for the model and its tools: each model call answers with
+ * the trace's next assistant message (as an OpenAI Chat Completions response), and the recorded tool
+ * outputs answer the tool calls. When the last tool result came back truncated, the fake model first
+ * reads it with the read_tool_result tool, which the SDK's dispatcher answers.
  */
-import { pathToFileURL } from "node:url";
+import { readFileSync } from "node:fs";
 import {
-  Action,
   CtxfoldClient,
-  FoldStage,
   type FoldProgress,
   type MessageInput,
-  type PreparedView,
-  assistantMessage,
+  type OpenAIChatRequest,
+  type OpenAIChatResponse,
+  type View,
+  dispatchToolCall,
+  fromOpenAIChat,
   sessionConfig,
-  toolCall,
+  toOpenAIChat,
+  toolDefinitions,
   toolResultMessage,
   userMessage,
 } from "@ctxfold/client";
 
-/** What the (fake) model answered. */
-interface ModelAnswer {
-  content: string;
-  toolCalls: { id: string; name: string; arguments: Record<string, unknown> }[];
-  usage: { inputTokens: number; outputTokens: number; finishReason: string };
+/** A message of the recorded trace (OpenAI Chat format). */
+interface Recorded {
+  role: "system" | "user" | "assistant" | "tool";
+  content: string | null;
+  tool_calls?: { id: string; type: "function"; function: { name: string; arguments: string } }[];
+  tool_call_id?: string;
 }
 
-/**
- * A stand-in for the provider: a script of canned answers. It asks to list one directory per
- * call until it has made `steps` calls, then answers. A real agent would send `view.messages`
- * (and `view.promptCacheKey`) to its model here and get the usage back from the provider.
- */
-class FakeModel {
-  private calls = 0;
-  constructor(private readonly steps: number) {}
+function printProgress(event: FoldProgress): void {
+  if (!event.summaryDelta) {
+    console.log(`  fold ${event.stage}: ${event.tokensBefore} -> ${event.tokensAfter} tokens. ${event.message}`);
+  }
+}
 
-  complete(view: PreparedView): ModelAnswer {
-    const usage = { inputTokens: Number(view.estimatedTokens), outputTokens: 40, finishReason: "tool_calls" };
-    if (this.calls < this.steps) {
-      this.calls++;
-      const id = `call_${this.calls}`;
-      return { content: "", toolCalls: [{ id, name: "list_files", arguments: { dir: `src/module_${this.calls}` } }], usage };
+/** A Chat Completions response: a read_tool_result call for a truncated last tool result, else the next recorded assistant message (taken off `turns`). */
+function fakeModel(request: OpenAIChatRequest, view: View, turns: Recorded[]): OpenAIChatResponse {
+  const last = view.messages.at(-1)!;
+  let message: Recorded;
+  if (last.truncated && !last.toolCallId.startsWith("read_")) {
+    const args = JSON.stringify({ result_ref: last.resultRef });
+    const call = { id: `read_${last.seq}`, type: "function" as const, function: { name: "read_tool_result", arguments: args } };
+    message = { role: "assistant", content: null, tool_calls: [call] };
+  } else {
+    message = turns.shift()!;
+  }
+  const usage = { prompt_tokens: Math.floor(JSON.stringify(request).length / 4), completion_tokens: Math.floor(JSON.stringify(message).length / 4) };
+  const finishReason = message.tool_calls?.length ? "tool_calls" : "stop";
+  return { choices: [{ message, finish_reason: finishReason }], usage };
+}
+
+async function main(client: CtxfoldClient, tracePath: string): Promise<void> {
+  const trace = JSON.parse(readFileSync(tracePath, "utf8")) as { messages: Recorded[]; tools: unknown[] };
+  const recorded = trace.messages;
+  const outputs = new Map(recorded.filter((m) => m.role === "tool").map((m) => [m.tool_call_id, m.content ?? ""]));
+  const turns = recorded.slice(1).filter((m) => m.role === "user" || m.role === "assistant");
+  const config = sessionConfig(12000)
+    .maxOutputTokens(1024)
+    .toolContentMaxBytes(4096)
+    .systemPrompt(recorded[0]!.content ?? "")
+    .tools([...trace.tools, ...toolDefinitions("openai_chat")]);
+  const session = await client.createSession(config);
+  console.log(`session ${session.id}: ${turns.length} recorded turns`);
+  let pending: MessageInput[] = [];
+  let view: View | undefined;
+  let calls = 0;
+  let folds = 0;
+  let reads = 0;
+  while (turns.length > 0) {
+    if (turns[0]!.role === "user") {
+      pending.push(userMessage(turns.shift()!.content ?? ""));
+      continue;
     }
-    return {
-      content: `Listed ${this.steps} directories; the biggest file is in src/module_3.`,
-      toolCalls: [],
-      usage: { ...usage, finishReason: "stop" },
-    };
-  }
-}
-
-/** A fake tool: a ~1500-character directory listing with varied names and sizes. */
-export function listFiles(dir: string): string {
-  const lines: string[] = [];
-  for (let i = 0; lines.join("\n").length < 1500; i++) {
-    const size = ((i * 7919 + dir.length * 104729) % 90000) + 120;
-    lines.push(`-rw-r--r--  1 agent staff ${String(size).padStart(6)} 2025-01-${String((i % 28) + 1).padStart(2, "0")} ${dir}/part_${i}_${(size % 97).toString(36)}.ts`);
-  }
-  return lines.join("\n");
-}
-
-export interface AgentLoopOptions {
-  /** Tool-call steps before the final answer (default 8). */
-  steps?: number;
-  /** Log lines (default console.log). */
-  log?: (line: string) => void;
-}
-
-export interface AgentLoopResult {
-  sessionId: string;
-  /** Every FoldProgress event seen, in order. */
-  progress: FoldProgress[];
-  /** The action of each prepare, in order. */
-  actions: Action[];
-  /** How many prepared views arrived as deltas. */
-  deltas: number;
-  finalAnswer: string;
-  lastView: PreparedView;
-}
-
-/** Runs one task through the agent loop and returns what happened. */
-export async function runAgentLoop(client: CtxfoldClient, options: AgentLoopOptions = {}): Promise<AgentLoopResult> {
-  const steps = options.steps ?? 8;
-  const log = options.log ?? console.log;
-  const session = await client.createSession(
-    sessionConfig(4000).maxOutputTokens(256).systemPrompt("You are a careful coding agent. Use tools to inspect the repository.").model("fake-model"),
-  );
-  log(`session ${session.id}`);
-
-  const progress: FoldProgress[] = [];
-  const actions: Action[] = [];
-  let deltas = 0;
-  const model = new FakeModel(steps);
-  let pending: MessageInput[] = [userMessage("List the source directories and tell me where the biggest file is.")];
-
-  for (let step = 0; step <= steps + 1; step++) {
-    // 1. Append what is new and get the view that fits the window (folding if needed).
-    const view = await client.prepare(session.id, {
-      append: pending,
-      onProgress: (p) => {
-        progress.push(p);
-        const detail = p.stage === FoldStage.SUMMARY_DELTA ? `${p.summaryDelta.length} chars of summary` : p.message;
-        log(`  fold ${FoldStage[p.stage]} (pass ${p.passIndex}/${p.passesPlanned}): ${detail}`);
-      },
-    });
-    actions.push(view.action);
-    if (view.delta) deltas++;
-    log(`step ${step}: ${view.messages.length} messages, ~${view.estimatedTokens} tokens, action ${Action[view.action]}${view.delta ? " (delta)" : ""}`);
-
-    // 2. Call the model with view.messages (fake).
-    const answer = model.complete(view);
-
-    // 3. Report the provider's usage for that view.
-    await client.observeUsage(session.id, { viewVersion: view.viewVersion, ...answer.usage });
-
-    // 4. Run the tools it asked for; their results go with the answer into the next prepare.
-    const assistant = assistantMessage(
-      answer.content,
-      answer.toolCalls.map((c) => toolCall(c.id, c.name, c.arguments)),
-    );
-    if (answer.toolCalls.length === 0) {
-      await client.append(session.id, [assistant]);
-      log(`answer: ${answer.content}`);
-      return { sessionId: session.id, progress, actions, deltas, finalAnswer: answer.content, lastView: view };
+    view = await client.prepare(session.id, { append: pending, onProgress: printProgress });
+    if (view.action === "ACTION_FOLDED") folds++;
+    const response = fakeModel(toOpenAIChat(view), view, turns);
+    const reply = fromOpenAIChat(response);
+    await client.observeUsage(session.id, view, reply.usage);
+    calls++;
+    pending = [...reply.messages];
+    for (const call of reply.messages[0]!.toolCalls) {
+      const answer = await dispatchToolCall(client, session.id, call);
+      if (answer !== undefined) reads++;
+      pending.push(toolResultMessage(call.id, answer ?? outputs.get(call.id) ?? "(no output recorded)"));
     }
-    pending = [assistant, ...answer.toolCalls.map((c) => toolResultMessage(c.id, listFiles(String(c.arguments.dir))))];
   }
-  throw new Error("the fake model never answered");
+  await client.appendMessages(session.id, pending);
+  console.log(`${calls} model calls, ${folds} folds, ${reads} read_tool_result calls; last view: ${view?.messages.length} messages, ~${view?.estimatedTokens} tokens`);
 }
 
-// Run directly: node dist/examples/agent_loop.js
-if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const client = new CtxfoldClient({
-    address: process.env.CTXFOLD_ADDRESS ?? "127.0.0.1:50051",
-    token: process.env.CTXFOLD_TOKEN,
-    timeoutMs: 30_000,
-  });
-  try {
-    const result = await runAgentLoop(client);
-    console.log(`done: ${result.actions.filter((a) => a === Action.FOLDED).length} fold(s), ${result.progress.length} progress events, ${result.deltas} delta views`);
-  } finally {
-    client.close();
-  }
+const client = new CtxfoldClient({ address: process.argv[3] ?? "127.0.0.1:50051" });
+try {
+  await main(client, process.argv[2]!);
+} finally {
+  client.close();
 }

@@ -1,43 +1,32 @@
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import type * as http2 from "node:http2";
-import { create } from "@bufbuild/protobuf";
-import {
-  type CallOptions as ConnectCallOptions,
-  type Client,
-  Code,
-  type Interceptor,
-  type Transport,
-  createClient,
-} from "@connectrpc/connect";
+import { type CallOptions as ConnectCallOptions, type Client, Code, type Interceptor, type Transport, createClient } from "@connectrpc/connect";
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
+import * as pb from "./gen/ctxfold/v1/context_service_pb.js";
+import { type MessageInput, type SessionConfigInput, type SessionConfigOverrides, int64, toProtoConfig, toProtoMessage } from "./config.js";
+import { CtxfoldError, ErrorReason, protocolViolation } from "./errors.js";
 import {
-  type AppendMessagesResponse,
-  ContextService,
+  type Checkpoint,
   type FoldProgress,
   type Message,
-  type ObserveUsageResponse,
-  type PreparedContext,
-  PreparedContextSchema,
-  type ReadToolResultResponse,
-  Role,
   type Session,
-  type SessionConfig,
-} from "./gen/ctxfold/v1/context_service_pb.js";
-import {
-  type Int64,
-  type MessageInput,
-  type SessionConfigInput,
-  type SessionConfigOverrides,
-  toBigInt,
-  toConfigOverrides,
-  toMessage,
-  toSessionConfig,
-} from "./config.js";
-import { CtxfoldError, ErrorReason } from "./errors.js";
+  type ToolResult,
+  type ToolResultPage,
+  type Usage,
+  type UsageResult,
+  type View,
+  checkpointOf,
+  messageOf,
+  pageOf,
+  progressOf,
+  sessionOf,
+  viewOf,
+} from "./model.js";
 import { type TraceContext, injectTraceContext } from "./trace.js";
-import { type CachedView, ViewCache, applyView } from "./views.js";
+import { USER_AGENT } from "./version.js";
+import { ViewCache, applyDelta } from "./views.js";
 
-/** TLS settings. PEM strings or Buffers; `cert` + `key` enable mutual TLS. */
+/** TLS settings: PEM strings or Buffers; `cert` + `key` enable mutual TLS. */
 export interface TlsOptions {
   /** CA bundle that signs the server certificate (default: the system roots). */
   ca?: string | Buffer;
@@ -54,29 +43,29 @@ export interface CtxfoldClientOptions {
   address: string;
   /** Bearer token sent as `authorization: Bearer <token>` on every call. */
   token?: string;
-  /** TLS: true for system roots, or CA / client cert options. Implied by an https:// address. */
+  /** TLS: true for the system roots, or CA / client certificate options. Implied by an https:// address. */
   tls?: boolean | TlsOptions;
-  /** Default deadline of unary calls in milliseconds (none when unset). */
+  /** Deadline of unary calls in milliseconds (default 30 000; 0 = none). */
   timeoutMs?: number;
-  /** Default deadline of the streaming calls Prepare and Compact (folds can take a while); default: timeoutMs. */
+  /** Deadline of the prepare and compact streams in milliseconds (default 600 000; 0 = none). */
   streamTimeoutMs?: number;
   /** Inject the active OpenTelemetry context when @opentelemetry/api is installed (default true). */
   openTelemetry?: boolean;
   /** An explicit trace context for every call without one of its own (e.g. from a non-OTel tracer). */
   traceContext?: () => TraceContext | undefined;
-  /** Sessions whose last full view is kept for delta Prepare (default 256; 0 disables deltas). */
+  /** Sessions whose last view is kept for deltas (default 256, least recently used evicted; 0 = no deltas). */
   viewCacheSize?: number;
-  /** Extra connect interceptors (ignored when `transport` is given). */
+  /** Extra connect interceptors (ignored with `transport`). */
   interceptors?: Interceptor[];
-  /** Extra node:http2 session options (ignored when `transport` is given). */
+  /** Extra node:http2 session options (ignored with `transport`). */
   nodeOptions?: http2.SecureClientSessionOptions;
-  /** Use this connect Transport instead of building a gRPC one (tests, custom setups). */
+  /** Use this connect Transport instead of a gRPC one over HTTP/2 (tests, custom setups). */
   transport?: Transport;
 }
 
-/** Per-call options. */
+/** Options every call takes. */
 export interface CallOptions {
-  /** Deadline of this call in milliseconds (overrides the client default; 0 = none). */
+  /** Deadline of this call in milliseconds (overrides the client's; 0 = none). */
   timeoutMs?: number;
   /** Cancels the call. */
   signal?: AbortSignal;
@@ -87,15 +76,16 @@ export interface CallOptions {
   tracestate?: string;
 }
 
-export interface PrepareOptions extends CallOptions {
-  /** Messages appended before preparing (the user turn, tool results, …). */
-  append?: readonly (MessageInput | Message)[];
+/** An idempotency key: a retried call with the same key is applied once (default: a fresh UUIDv4). */
+export interface IdempotentOptions extends CallOptions {
+  requestId?: string;
+}
+
+export interface PrepareOptions extends IdempotentOptions {
+  /** Messages appended before preparing (the user turn, the answer and its tool results, …). */
+  append?: readonly MessageInput[];
   /** The provider rejected the last view as too long: maintain even below the trigger. */
   overflow?: boolean;
-  /** Idempotency key of the append. */
-  requestId?: string;
-  /** Ask for a delta against the cached last view (default true). The result is always the full view. */
-  delta?: boolean;
   /** Called for each FoldProgress event, in order, before the result. */
   onProgress?: (progress: FoldProgress) => void;
 }
@@ -103,60 +93,35 @@ export interface PrepareOptions extends CallOptions {
 export interface CompactOptions extends CallOptions {
   /** Extra instructions for the summary (what to keep in focus). */
   focus?: string;
+  /** Tokens of the newest history to keep verbatim (default: the minimal kept set). */
+  keepTokens?: number;
+  /** Make the candidate view and summary and return them without installing anything. */
+  dryRun?: boolean;
   onProgress?: (progress: FoldProgress) => void;
 }
 
-/**
- * The result of prepare()/compact(): the PreparedContext with `messages` always holding the FULL
- * view to send to the model (a delta from the server is applied to the cached previous view).
- * `delta` tells whether the server sent only the new tail.
- */
-export type PreparedView = PreparedContext;
-
-/** One item of prepareEvents()/compactEvents(). */
-export type PrepareEvent = { kind: "progress"; progress: FoldProgress } | { kind: "result"; view: PreparedView };
-
-export interface AppendResult {
-  /** The appended messages with id, seq and (tool results) result_ref. */
-  messages: Message[];
-  /** The session after the append. */
-  session: Session;
+export interface RetryOptions extends IdempotentOptions {
+  onProgress?: (progress: FoldProgress) => void;
 }
 
-export interface UsageReport {
-  /** The view_version of the prepared view that was sent. */
-  viewVersion: Int64;
-  inputTokens: Int64;
-  cachedInputTokens?: Int64;
-  outputTokens?: Int64;
-  /** stop, length, tool_calls, … */
-  finishReason?: string;
+/** One item of prepareEvents() / compactEvents(): progress events, then exactly one result. */
+export type PrepareEvent = { kind: "progress"; progress: FoldProgress } | { kind: "result"; view: View };
+
+/** A stored tool result: its `result_ref` (a string), or the id of the tool call it answers. */
+export type ToolResultRef = string | { resultRef: string } | { toolCallId: string };
+
+export interface ReadToolResultOptions extends CallOptions {
+  /** Bytes per page request: 4..24576 (default 16384). */
+  pageBytes?: number;
 }
 
-/** Names a stored tool result: by its result_ref, or by the tool call id when unique. */
-export type ToolResultRef = { resultRef: string } | { toolCallId: string };
-
-export interface ReadPageOptions extends CallOptions {
-  /** UTF-8 byte offset (on a character boundary). */
-  offset?: Int64;
-  /** Page size in bytes: 4..24576 (server default 16384). */
-  limit?: Int64;
-}
-
-export interface WholeToolResult {
-  /** The full raw result. */
-  text: string;
-  /** Its size in UTF-8 bytes. */
-  totalBytes: number;
-  /** Lowercase hex SHA-256 of the UTF-8 bytes (checked). */
-  sha256: string;
-  resultRef: string;
-  /** Pages read. */
-  pages: number;
+export interface ToolResultPagesOptions extends ReadToolResultOptions {
+  /** UTF-8 byte offset of the first page (on a character boundary; default 0). */
+  offset?: number;
 }
 
 export interface ListOptions extends CallOptions {
-  /** Items per page: 1..1000 (server default 100). */
+  /** Items per page request (default: the server's). */
   pageSize?: number;
 }
 
@@ -166,16 +131,18 @@ export interface ListMessagesOptions extends ListOptions {
 }
 
 export interface ForkOptions extends CallOptions {
-  /** The fork holds messages up to and including this seq (default: the head). */
-  atSeq?: Int64;
-  /** Config overrides: each set field replaces the source's value. */
-  config?: SessionConfigOverrides | SessionConfig;
+  /** Each set field replaces the source session's value. */
+  config?: SessionConfigOverrides;
 }
 
-export interface RetryOptions extends PrepareOptions {
-  /** Seq of the assistant answer to retry (default: the newest live assistant message). */
-  assistantSeq?: Int64;
-}
+/** Where fork() cuts: the source's head, or a seq (the fork holds the messages up to it). */
+export type ForkPoint = "head" | number;
+
+/** The default page of readToolResult / toolResultPages (the server's maximum is 24576). */
+export const DEFAULT_PAGE_BYTES = 16384;
+
+const DEFAULT_TIMEOUT_MS = 30_000;
+const DEFAULT_STREAM_TIMEOUT_MS = 600_000;
 
 /** "host:port" or URL → base URL. */
 export function baseUrlFor(address: string, tls: boolean): string {
@@ -185,20 +152,21 @@ export function baseUrlFor(address: string, tls: boolean): string {
   return `${tls ? "https" : "http"}://${address}`;
 }
 
+type MaintenanceItem = { event: { case: "progress"; value: pb.FoldProgress } | { case: "result"; value: pb.PreparedContext } | { case: undefined } };
+
 /**
- * A client of ctxfold's ContextService over gRPC (HTTP/2).
+ * A client of ctxfold's ContextService over gRPC (HTTP/2). Every method throws CtxfoldError; the
+ * operations and their defaults are those of clients/README.md. Call close() when done.
  *
  * ```ts
- * const client = new CtxfoldClient({ address: "127.0.0.1:50051", token: process.env.CTXFOLD_TOKEN });
+ * const client = new CtxfoldClient({ address: "127.0.0.1:50051" });
  * const session = await client.createSession(sessionConfig(128_000).maxOutputTokens(4096));
- * const view = await client.prepare(session.id, { append: [userMessage("hi")], onProgress: console.log });
+ * const view = await client.prepare(session.id, { append: [userMessage("hi")], onProgress: (p) => console.log(p.stage) });
  * ```
- *
- * Every method throws CtxfoldError. Call close() when done (it closes the HTTP/2 connection).
  */
 export class CtxfoldClient {
-  /** The generated connect client, for anything the helpers do not cover (throws ConnectError). */
-  readonly raw: Client<typeof ContextService>;
+  /** The generated connect client, for anything this layer does not cover (it throws ConnectError). */
+  readonly raw: Client<typeof pb.ContextService>;
   private readonly options: CtxfoldClientOptions;
   private readonly sessionManager: Http2SessionManager | undefined;
   private readonly views: ViewCache;
@@ -207,31 +175,262 @@ export class CtxfoldClient {
     this.options = options;
     this.views = new ViewCache(options.viewCacheSize ?? 256);
     let transport = options.transport;
-    if (!transport) {
-      const tlsOpt = options.tls;
-      const useTls = Boolean(tlsOpt) || /^https:\/\//i.test(options.address);
-      const baseUrl = baseUrlFor(options.address, useTls);
-      const nodeOptions: http2.SecureClientSessionOptions = { ...(options.nodeOptions ?? {}) };
-      if (tlsOpt && typeof tlsOpt === "object") {
-        if (tlsOpt.ca !== undefined) nodeOptions.ca = tlsOpt.ca;
-        if (tlsOpt.cert !== undefined) nodeOptions.cert = tlsOpt.cert;
-        if (tlsOpt.key !== undefined) nodeOptions.key = tlsOpt.key;
-        if (tlsOpt.serverName !== undefined) nodeOptions.servername = tlsOpt.serverName;
+    if (transport === undefined) {
+      const tls = options.tls;
+      const baseUrl = baseUrlFor(options.address, Boolean(tls) || /^https:\/\//i.test(options.address));
+      const nodeOptions: http2.SecureClientSessionOptions = { ...options.nodeOptions };
+      if (typeof tls === "object") {
+        if (tls.ca !== undefined) nodeOptions.ca = tls.ca;
+        if (tls.cert !== undefined) nodeOptions.cert = tls.cert;
+        if (tls.key !== undefined) nodeOptions.key = tls.key;
+        if (tls.serverName !== undefined) nodeOptions.servername = tls.serverName;
       }
       this.sessionManager = new Http2SessionManager(baseUrl, {}, nodeOptions);
-      transport = createGrpcTransport({
-        baseUrl,
-        sessionManager: this.sessionManager,
-        interceptors: options.interceptors ?? [],
-      });
+      transport = createGrpcTransport({ baseUrl, sessionManager: this.sessionManager, interceptors: options.interceptors ?? [] });
     }
-    this.raw = createClient(ContextService, transport);
+    this.raw = createClient(pb.ContextService, transport);
   }
 
-  /** Closes the HTTP/2 connection (and any open streams). The client cannot be used afterwards. */
+  /** Closes the HTTP/2 connection (and any open streams). */
   close(): void {
     this.sessionManager?.abort();
     this.views.clear();
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // sessions
+
+  /** Creates a session; the server fills in the defaults and validates (INVALID_CONFIG). */
+  async createSession(config: SessionConfigInput, opts?: CallOptions): Promise<Session> {
+    const res = await this.unary(opts, (o) => this.raw.createSession({ config: toProtoConfig(config) }, o));
+    return sessionOf(res.session);
+  }
+
+  async getSession(sessionId: string, opts?: CallOptions): Promise<Session> {
+    const res = await this.unary(opts, (o) => this.raw.getSession({ sessionId }, o));
+    return sessionOf(res.session);
+  }
+
+  /** The caller's sessions, newest first, one page request at a time. */
+  listSessions(opts: ListOptions = {}): AsyncGenerator<Session, void, undefined> {
+    return this.pages(opts, async (pageToken, o) => {
+      const res = await this.raw.listSessions({ pageSize: opts.pageSize ?? 0, pageToken }, o);
+      return { items: res.sessions.map(sessionOf), next: res.nextPageToken };
+    });
+  }
+
+  /** Deletes a session (and forgets its cached view). */
+  async deleteSession(sessionId: string, opts?: CallOptions): Promise<void> {
+    await this.unary(opts, (o) => this.raw.deleteSession({ sessionId }, o));
+    this.views.delete(sessionId);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // transcript
+
+  /** Appends messages atomically; returns them with `id`, `seq` and (tool results) `resultRef`. */
+  async appendMessages(sessionId: string, messages: readonly MessageInput[], opts: IdempotentOptions = {}): Promise<Message[]> {
+    const request = { sessionId, messages: messages.map(toProtoMessage), requestId: opts.requestId ?? randomUUID() };
+    const res = await this.unary(opts, (o) => this.raw.appendMessages(request, o));
+    return res.messages.map(messageOf);
+  }
+
+  /** The transcript in seq order, one page request at a time. */
+  listMessages(sessionId: string, opts: ListMessagesOptions = {}): AsyncGenerator<Message, void, undefined> {
+    return this.pages(opts, async (pageToken, o) => {
+      const request = { sessionId, pageSize: opts.pageSize ?? 0, pageToken, includeAbandoned: opts.includeAbandoned ?? false };
+      const res = await this.raw.listMessages(request, o);
+      return { items: res.messages.map(messageOf), next: res.nextPageToken };
+    });
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // prepare / compact
+
+  /** Appends `append`, maintains the context when needed and returns the whole view to send. */
+  async prepare(sessionId: string, opts: PrepareOptions = {}): Promise<View> {
+    return drain(this.prepareEvents(sessionId, opts), opts.onProgress);
+  }
+
+  /**
+   * prepare() as an async iterator: each progress event, then one `result` with the whole view
+   * (also the generator's return value). Breaking out of the loop cancels the call.
+   */
+  async *prepareEvents(sessionId: string, opts: PrepareOptions = {}): AsyncGenerator<PrepareEvent, View, undefined> {
+    const requestId = opts.requestId ?? randomUUID();
+    const base = this.views.get(sessionId);
+    const known = base?.viewVersion ?? 0;
+    const append = (opts.append ?? []).map(toProtoMessage);
+    const overflow = opts.overflow ?? false;
+    const answer = yield* this.maintenance(opts, (o) =>
+      this.raw.prepare({ sessionId, append, overflow, knownViewVersion: int64(known), requestId }, o),
+    );
+    let result = answer;
+    let messages = answer.delta
+      ? applyDelta({ messages: answer.messages.map(messageOf), viewMessageCount: Number(answer.viewMessageCount) }, base, known)
+      : wholeMessages(answer);
+    if (messages === undefined) {
+      // The delta does not fit the view held here: ask once for the whole view, appending nothing
+      // (the append happened).
+      this.views.delete(sessionId);
+      result = yield* this.maintenance(opts, (o) => this.raw.prepare({ sessionId, overflow, requestId }, o));
+      messages = wholeMessages(result);
+    }
+    const view = viewOf(result, messages);
+    this.views.set(sessionId, view);
+    yield { kind: "result", view };
+    return view;
+  }
+
+  /** Folds history into a summary checkpoint now; a failed compact is an error (COMPACT_FAILED). */
+  async compact(sessionId: string, opts: CompactOptions = {}): Promise<View> {
+    return drain(this.compactEvents(sessionId, opts), opts.onProgress);
+  }
+
+  /** compact() as an async iterator, like prepareEvents(). */
+  async *compactEvents(sessionId: string, opts: CompactOptions = {}): AsyncGenerator<PrepareEvent, View, undefined> {
+    const request = { sessionId, focus: opts.focus ?? "", keepTokens: int64(opts.keepTokens ?? 0), dryRun: opts.dryRun ?? false };
+    const result = yield* this.maintenance(opts, (o) => this.raw.compact(request, o));
+    const view = viewOf(result, wholeMessages(result));
+    if (!request.dryRun) {
+      this.views.set(sessionId, view);
+    }
+    yield { kind: "result", view };
+    return view;
+  }
+
+  /** The last view prepared for this session by this client (undefined when none is held). */
+  lastView(sessionId: string): View | undefined {
+    return this.views.get(sessionId);
+  }
+
+  /** Records the provider's usage of a view (calibration and statistics; it never maintains). */
+  async observeUsage(sessionId: string, view: View | number, usage: Usage, opts?: CallOptions): Promise<UsageResult> {
+    const request = {
+      sessionId,
+      viewVersion: int64(typeof view === "number" ? view : view.viewVersion),
+      inputTokens: int64(usage.inputTokens),
+      cachedInputTokens: int64(usage.cachedInputTokens ?? 0),
+      outputTokens: int64(usage.outputTokens ?? 0),
+      finishReason: usage.finishReason ?? "",
+    };
+    const res = await this.unary(opts, (o) => this.raw.observeUsage(request, o));
+    return { calibration: res.calibration, calibrationAccepted: res.calibrationAccepted };
+  }
+
+  /** The session's context state document (schema version 3), parsed. */
+  async getContextState(sessionId: string, opts?: CallOptions): Promise<Record<string, unknown>> {
+    const res = await this.unary(opts, (o) => this.raw.getContextState({ sessionId }, o));
+    return JSON.parse(res.stateJson) as Record<string, unknown>;
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // lineage
+
+  /** A new session holding this one's transcript up to `at`: "head", or a seq (>= 1). */
+  async fork(sessionId: string, at: ForkPoint, opts: ForkOptions = {}): Promise<Session> {
+    if (at !== "head" && !(Number.isSafeInteger(at) && at >= 1)) {
+      // The wire's 0 means "the head"; a seq must never turn into it by accident.
+      throw new CtxfoldError({ code: Code.InvalidArgument, reason: ErrorReason.SEQ_OUT_OF_RANGE, rawMessage: `fork at "head" or a seq >= 1, not ${at}` });
+    }
+    const request = { sessionId, atSeq: at === "head" ? 0n : int64(at), config: opts.config ? toProtoConfig(opts.config) : undefined };
+    const res = await this.unary(opts, (o) => this.raw.fork(request, o));
+    return sessionOf(res.session);
+  }
+
+  /** Moves the head back to `toSeq` (0 = empty); later messages become abandoned. */
+  async rewind(sessionId: string, toSeq: number, opts?: CallOptions): Promise<Session> {
+    const res = await this.unary(opts, (o) => this.raw.rewind({ sessionId, toSeq: int64(toSeq) }, o));
+    this.views.delete(sessionId);
+    return sessionOf(res.session);
+  }
+
+  /** Replaces the message at `at` (a seq or the Message): rewinds before it, appends `message`; returns the new version. */
+  async edit(sessionId: string, at: number | Message, message: MessageInput, opts: IdempotentOptions = {}): Promise<Message> {
+    await this.rewind(sessionId, seqOf(at) - 1, opts);
+    const [edited] = await this.appendMessages(sessionId, [message], opts);
+    return edited!;
+  }
+
+  /** Retries a model answer (a seq or the Message): rewinds before it and prepares again. */
+  async retry(sessionId: string, answer: number | Message, opts: RetryOptions = {}): Promise<View> {
+    await this.rewind(sessionId, seqOf(answer) - 1, opts);
+    return this.prepare(sessionId, opts);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // tool results
+
+  /**
+   * The whole raw tool result, read page by page and checked against the server's size and
+   * SHA-256 (CtxfoldError DATA_LOSS / RESULT_CHECKSUM_MISMATCH otherwise).
+   */
+  async readToolResult(sessionId: string, ref: ToolResultRef, opts: ReadToolResultOptions = {}): Promise<ToolResult> {
+    const chunks: string[] = [];
+    let last: ToolResultPage | undefined;
+    for await (const page of this.toolResultPages(sessionId, ref, opts)) {
+      chunks.push(page.data);
+      last = page;
+    }
+    const text = chunks.join("");
+    const bytes = Buffer.byteLength(text, "utf8");
+    const sha256 = createHash("sha256").update(text, "utf8").digest("hex");
+    if (last === undefined || !last.complete || bytes !== last.totalBytes || sha256 !== last.sha256) {
+      throw new CtxfoldError({
+        code: Code.DataLoss,
+        reason: ErrorReason.RESULT_CHECKSUM_MISMATCH,
+        rawMessage: `the pages of ${last?.resultRef ?? "the result"} (${bytes} bytes) do not hash to the server's sha256`,
+        metadata: { result_ref: last?.resultRef ?? "", expected_sha256: last?.sha256 ?? "", actual_sha256: sha256 },
+      });
+    }
+    return { text, sha256, totalBytes: bytes, resultRef: last.resultRef };
+  }
+
+  /** The pages of a stored tool result from `offset` on, one ReadToolResult request per page. */
+  async *toolResultPages(sessionId: string, ref: ToolResultRef, opts: ToolResultPagesOptions = {}): AsyncGenerator<ToolResultPage, void, undefined> {
+    let named = typeof ref === "string" ? { resultRef: ref } : ref;
+    let offset = opts.offset ?? 0;
+    const limit = int64(opts.pageBytes ?? DEFAULT_PAGE_BYTES);
+    let first: ToolResultPage | undefined;
+    for (;;) {
+      const request = {
+        sessionId,
+        resultRef: "resultRef" in named ? named.resultRef : "",
+        toolCallId: "toolCallId" in named ? named.toolCallId : "",
+        offset: int64(offset),
+        limit,
+      };
+      const page = pageOf(await this.unary(opts, (o) => this.raw.readToolResult(request, o)));
+      first ??= page;
+      const disagrees = page.totalBytes !== first.totalBytes || page.sha256 !== first.sha256 || page.resultRef !== first.resultRef;
+      if (disagrees || page.offset !== offset || (!page.complete && page.nextOffset <= offset)) {
+        throw protocolViolation(`page at offset ${offset} of ${page.resultRef} disagrees with the pages before it or does not advance`);
+      }
+      yield page;
+      if (page.complete) {
+        return;
+      }
+      offset = page.nextOffset;
+      // Later pages name the result by its ref: a tool call id could become ambiguous meanwhile.
+      named = { resultRef: page.resultRef };
+    }
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // checkpoints
+
+  /** The session's checkpoints, newest first, each with its summary. */
+  listCheckpoints(sessionId: string, opts: ListMessagesOptions = {}): AsyncGenerator<Checkpoint, void, undefined> {
+    return this.pages(opts, async (pageToken, o) => {
+      const request = { sessionId, pageSize: opts.pageSize ?? 0, pageToken, includeAbandoned: opts.includeAbandoned ?? false };
+      const res = await this.raw.listCheckpoints(request, o);
+      return { items: res.checkpoints.map(checkpointOf), next: res.nextPageToken };
+    });
+  }
+
+  async getCheckpoint(sessionId: string, checkpointId: string, opts?: CallOptions): Promise<Checkpoint> {
+    const res = await this.unary(opts, (o) => this.raw.getCheckpoint({ sessionId, checkpointId }, o));
+    return checkpointOf(res.checkpoint);
   }
 
   // -------------------------------------------------------------------------------------------
@@ -242,17 +441,18 @@ export class CtxfoldClient {
     if (this.options.token && !headers.has("authorization")) {
       headers.set("authorization", `Bearer ${this.options.token}`);
     }
+    if (!headers.has("user-agent")) {
+      headers.set("user-agent", USER_AGENT);
+    }
     const explicit: TraceContext | undefined = opts?.traceparent
       ? { traceparent: opts.traceparent, tracestate: opts.tracestate }
       : this.options.traceContext?.();
     await injectTraceContext(headers, explicit, this.options.openTelemetry ?? true);
-    const defaultTimeout = streaming ? (this.options.streamTimeoutMs ?? this.options.timeoutMs) : this.options.timeoutMs;
-    const timeoutMs = opts?.timeoutMs ?? defaultTimeout;
-    return {
-      headers,
-      signal: opts?.signal,
-      timeoutMs: timeoutMs && timeoutMs > 0 ? timeoutMs : undefined,
-    };
+    const clientDefault = streaming
+      ? (this.options.streamTimeoutMs ?? DEFAULT_STREAM_TIMEOUT_MS)
+      : (this.options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+    const timeoutMs = opts?.timeoutMs ?? clientDefault;
+    return { headers, signal: opts?.signal, timeoutMs: timeoutMs > 0 ? timeoutMs : undefined };
   }
 
   private async unary<T>(opts: CallOptions | undefined, call: (o: ConnectCallOptions) => Promise<T>): Promise<T> {
@@ -264,338 +464,84 @@ export class CtxfoldClient {
     }
   }
 
-  // -------------------------------------------------------------------------------------------
-  // sessions
-
-  /** Creates a session. `config` may be a builder, idiomatic options or a SessionConfig. */
-  async createSession(config: SessionConfigInput, opts?: CallOptions): Promise<Session> {
-    const message = toSessionConfig(config);
-    const res = await this.unary(opts, (o) => this.raw.createSession({ config: message }, o));
-    return res.session!;
-  }
-
-  async getSession(sessionId: string, opts?: CallOptions): Promise<Session> {
-    const res = await this.unary(opts, (o) => this.raw.getSession({ sessionId }, o));
-    return res.session!;
-  }
-
-  /** Deletes a session and everything only it refers to. */
-  async deleteSession(sessionId: string, opts?: CallOptions): Promise<void> {
-    await this.unary(opts, (o) => this.raw.deleteSession({ sessionId }, o));
-    this.views.delete(sessionId);
-  }
-
-  /** All sessions of the caller's tenant, newest first, fetched page by page. */
-  async *listSessions(opts?: ListOptions): AsyncGenerator<Session, void, undefined> {
+  /** A lazy iterator over every page of a list call. */
+  private async *pages<T>(
+    opts: CallOptions,
+    fetch: (pageToken: string, o: ConnectCallOptions) => Promise<{ items: T[]; next: string }>,
+  ): AsyncGenerator<T, void, undefined> {
+    const seen = new Set<string>();
     let pageToken = "";
     do {
-      const res = await this.unary(opts, (o) => this.raw.listSessions({ pageSize: opts?.pageSize ?? 0, pageToken }, o));
-      yield* res.sessions;
-      pageToken = res.nextPageToken;
+      const page = await this.unary(opts, (o) => fetch(pageToken, o));
+      yield* page.items;
+      if (seen.has(page.next)) {
+        throw protocolViolation(`the server repeated the page token ${JSON.stringify(page.next)}`);
+      }
+      seen.add(page.next);
+      pageToken = page.next;
     } while (pageToken);
   }
 
-  // -------------------------------------------------------------------------------------------
-  // transcript
-
-  /** Appends messages atomically; returns them with id and seq. */
-  async append(
-    sessionId: string,
-    messages: readonly (MessageInput | Message)[],
-    opts?: CallOptions & { requestId?: string },
-  ): Promise<AppendResult> {
-    const res: AppendMessagesResponse = await this.unary(opts, (o) =>
-      this.raw.appendMessages({ sessionId, messages: messages.map(toMessage), requestId: opts?.requestId ?? "" }, o),
-    );
-    return { messages: res.messages, session: res.session! };
-  }
-
-  /** The canonical transcript in seq order, fetched page by page. */
-  async *listMessages(sessionId: string, opts?: ListMessagesOptions): AsyncGenerator<Message, void, undefined> {
-    let pageToken = "";
-    do {
-      const res = await this.unary(opts, (o) =>
-        this.raw.listMessages(
-          { sessionId, pageSize: opts?.pageSize ?? 0, pageToken, includeAbandoned: opts?.includeAbandoned ?? false },
-          o,
-        ),
-      );
-      yield* res.messages;
-      pageToken = res.nextPageToken;
-    } while (pageToken);
-  }
-
-  // -------------------------------------------------------------------------------------------
-  // prepare / compact
-
   /**
-   * Appends `append`, runs maintenance when needed and returns the full view to send to the model.
-   * Progress events of a prune or fold go to `onProgress`. Uses deltas under the hood.
+   * Runs one prepare/compact stream: yields its progress, returns its result. However the loop
+   * ends (the caller breaks out, a violation, an error), the call is aborted, so no stream or
+   * deadline timer outlives it.
    */
-  async prepare(sessionId: string, opts: PrepareOptions = {}): Promise<PreparedView> {
-    return drain(this.prepareEvents(sessionId, opts), opts.onProgress);
-  }
-
-  /**
-   * The iterator form of prepare(): yields each progress event, then one `result` event with the
-   * full view (which is also the generator's return value). Breaking out cancels the call.
-   */
-  async *prepareEvents(sessionId: string, opts: PrepareOptions = {}): AsyncGenerator<PrepareEvent, PreparedView, undefined> {
-    const base = opts.delta === false ? undefined : this.views.get(sessionId);
-    const known = base?.viewVersion ?? 0n;
+  private async *maintenance(
+    opts: CallOptions,
+    open: (o: ConnectCallOptions) => AsyncIterable<MaintenanceItem>,
+  ): AsyncGenerator<PrepareEvent, pb.PreparedContext, undefined> {
     const callOpts = await this.callOptions(opts, true);
-    const request = {
-      sessionId,
-      append: (opts.append ?? []).map(toMessage),
-      overflow: opts.overflow ?? false,
-      knownViewVersion: known,
-      requestId: opts.requestId ?? "",
-    };
-    let result: PreparedContext | undefined;
+    const call = new AbortController();
+    const abort = () => call.abort(opts.signal?.reason);
+    opts.signal?.addEventListener("abort", abort, { once: true });
+    if (opts.signal?.aborted) abort();
+    let result: pb.PreparedContext | undefined;
     try {
-      for await (const res of this.raw.prepare(request, callOpts)) {
-        if (res.event.case === "progress") {
-          yield { kind: "progress", progress: res.event.value };
-        } else if (res.event.case === "result") {
-          result = res.event.value;
+      for await (const item of open({ ...callOpts, signal: call.signal })) {
+        if (result !== undefined) {
+          throw protocolViolation("the stream went on after its result");
+        }
+        if (item.event.case === "progress") {
+          yield { kind: "progress", progress: progressOf(item.event.value) };
+        } else if (item.event.case === "result") {
+          result = item.event.value;
         }
       }
     } catch (err) {
       throw CtxfoldError.from(err);
+    } finally {
+      opts.signal?.removeEventListener("abort", abort);
+      call.abort();
     }
-    if (!result) {
-      throw CtxfoldError.client(Code.Internal, ErrorReason.CLIENT_NO_RESULT, "Prepare stream ended without a result");
+    if (result === undefined) {
+      throw new CtxfoldError({ code: Code.Unavailable, reason: ErrorReason.STREAM_ENDED_WITHOUT_RESULT, rawMessage: "the stream closed without its result" });
     }
-    let view = this.resolve(sessionId, result, base, known);
-    if (!view) {
-      // The delta did not fit the cached view: ask again for the whole view (nothing to append).
-      this.views.delete(sessionId);
-      const full = await this.prepare(sessionId, { ...opts, append: [], requestId: undefined, delta: false, onProgress: undefined });
-      view = full;
-    }
-    yield { kind: "result", view };
-    return view;
-  }
-
-  /** Folds history into a summary checkpoint now (manual compaction); returns the new full view. */
-  async compact(sessionId: string, opts: CompactOptions = {}): Promise<PreparedView> {
-    return drain(this.compactEvents(sessionId, opts), opts.onProgress);
-  }
-
-  /** The iterator form of compact(). */
-  async *compactEvents(sessionId: string, opts: CompactOptions = {}): AsyncGenerator<PrepareEvent, PreparedView, undefined> {
-    const callOpts = await this.callOptions(opts, true);
-    let result: PreparedContext | undefined;
-    try {
-      for await (const res of this.raw.compact({ sessionId, focus: opts.focus ?? "" }, callOpts)) {
-        if (res.event.case === "progress") {
-          yield { kind: "progress", progress: res.event.value };
-        } else if (res.event.case === "result") {
-          result = res.event.value;
-        }
-      }
-    } catch (err) {
-      throw CtxfoldError.from(err);
-    }
-    if (!result) {
-      throw CtxfoldError.client(Code.Internal, ErrorReason.CLIENT_NO_RESULT, "Compact stream ended without a result");
-    }
-    const view = this.resolve(sessionId, result, undefined, 0n);
-    if (!view) {
-      throw CtxfoldError.client(Code.Internal, ErrorReason.CLIENT_DELTA_MISMATCH, "Compact answered a delta without a base view");
-    }
-    yield { kind: "result", view };
-    return view;
-  }
-
-  private resolve(sessionId: string, result: PreparedContext, base: CachedView | undefined, known: bigint): PreparedView | undefined {
-    const messages = applyView(result, base, known);
-    if (!messages) {
-      return undefined;
-    }
-    this.views.set(sessionId, { viewVersion: result.viewVersion, messages });
-    if (!result.delta) {
-      return result;
-    }
-    return create(PreparedContextSchema, { ...result, messages });
-  }
-
-  /** Forgets the cached view of a session (the next prepare() asks for the whole view). */
-  forgetView(sessionId: string): void {
-    this.views.delete(sessionId);
-  }
-
-  /** Records the provider's usage for a prepared view (calibration and statistics only). */
-  async observeUsage(sessionId: string, usage: UsageReport, opts?: CallOptions): Promise<ObserveUsageResponse> {
-    return this.unary(opts, (o) =>
-      this.raw.observeUsage(
-        {
-          sessionId,
-          viewVersion: toBigInt(usage.viewVersion),
-          inputTokens: toBigInt(usage.inputTokens),
-          cachedInputTokens: toBigInt(usage.cachedInputTokens ?? 0),
-          outputTokens: toBigInt(usage.outputTokens ?? 0),
-          finishReason: usage.finishReason ?? "",
-        },
-        o,
-      ),
-    );
-  }
-
-  // -------------------------------------------------------------------------------------------
-  // tool results
-
-  /** Reads one page of a stored raw tool result. */
-  async readToolResult(sessionId: string, ref: ToolResultRef, opts: ReadPageOptions = {}): Promise<ReadToolResultResponse> {
-    return this.unary(opts, (o) =>
-      this.raw.readToolResult(
-        {
-          sessionId,
-          resultRef: "resultRef" in ref ? ref.resultRef : "",
-          toolCallId: "toolCallId" in ref ? ref.toolCallId : "",
-          offset: toBigInt(opts.offset ?? 0),
-          limit: toBigInt(opts.limit ?? 0),
-        },
-        o,
-      ),
-    );
-  }
-
-  /** Every page of a stored tool result from `offset` on, in order. */
-  async *toolResultPages(sessionId: string, ref: ToolResultRef, opts: ReadPageOptions = {}): AsyncGenerator<ReadToolResultResponse, void, undefined> {
-    let offset = toBigInt(opts.offset ?? 0);
-    // After the first page, name the result by its ref (a tool call id could become ambiguous).
-    let current: ToolResultRef = ref;
-    for (;;) {
-      const page = await this.readToolResult(sessionId, current, { ...opts, offset });
-      yield page;
-      if (page.complete || page.nextOffset >= page.totalBytes) {
-        return;
-      }
-      if (page.nextOffset <= offset) {
-        throw CtxfoldError.client(Code.DataLoss, ErrorReason.CLIENT_INTEGRITY, `ReadToolResult made no progress at offset ${offset}`);
-      }
-      offset = page.nextOffset;
-      if (page.resultRef) {
-        current = { resultRef: page.resultRef };
-      }
-    }
-  }
-
-  /**
-   * Reads a whole stored tool result by paging and checks its size and SHA-256 against the
-   * server's (throws CtxfoldError CLIENT_INTEGRITY on mismatch).
-   */
-  async readWholeToolResult(sessionId: string, ref: ToolResultRef, opts: Omit<ReadPageOptions, "offset"> = {}): Promise<WholeToolResult> {
-    const chunks: string[] = [];
-    let last: ReadToolResultResponse | undefined;
-    let pages = 0;
-    for await (const page of this.toolResultPages(sessionId, ref, opts)) {
-      chunks.push(page.data);
-      last = page;
-      pages++;
-    }
-    const text = chunks.join("");
-    const bytes = Buffer.from(text, "utf8");
-    const sha256 = createHash("sha256").update(bytes).digest("hex");
-    if (!last || BigInt(bytes.length) !== last.totalBytes || sha256 !== last.sha256) {
-      throw CtxfoldError.client(Code.DataLoss, ErrorReason.CLIENT_INTEGRITY, "tool result bytes do not match the server's size/sha256", {
-        expected_sha256: last?.sha256 ?? "",
-        actual_sha256: sha256,
-      });
-    }
-    return { text, totalBytes: bytes.length, sha256, resultRef: last.resultRef, pages };
-  }
-
-  // -------------------------------------------------------------------------------------------
-  // lineage: fork, rewind, edit, retry
-
-  /** A new session holding this one's transcript up to `atSeq` (default: the head). */
-  async fork(sessionId: string, opts: ForkOptions = {}): Promise<Session> {
-    const res = await this.unary(opts, (o) =>
-      this.raw.fork(
-        {
-          sessionId,
-          atSeq: toBigInt(opts.atSeq ?? 0),
-          config: opts.config ? toConfigOverrides(opts.config) : undefined,
-        },
-        o,
-      ),
-    );
-    return res.session!;
-  }
-
-  /** Moves the head back to `toSeq` (0 = empty); later messages become abandoned. */
-  async rewind(sessionId: string, toSeq: Int64, opts?: CallOptions): Promise<Session> {
-    const res = await this.unary(opts, (o) => this.raw.rewind({ sessionId, toSeq: toBigInt(toSeq) }, o));
-    this.views.delete(sessionId);
-    return res.session!;
-  }
-
-  /**
-   * Replaces the message at `seq` with `replacement`: rewinds to seq − 1 (the old message and
-   * everything after it become abandoned) and appends the new version.
-   */
-  async edit(
-    sessionId: string,
-    seq: Int64,
-    replacement: MessageInput | Message | readonly (MessageInput | Message)[],
-    opts?: CallOptions & { requestId?: string },
-  ): Promise<AppendResult> {
-    const at = toBigInt(seq);
-    if (at < 1n) {
-      throw new RangeError(`seq must be >= 1, got ${seq}`);
-    }
-    await this.rewind(sessionId, at - 1n, opts);
-    const messages = Array.isArray(replacement) ? replacement : [replacement as MessageInput | Message];
-    return this.append(sessionId, messages, opts);
-  }
-
-  /**
-   * Retries a model answer: rewinds to the seq before the assistant message (default: the newest
-   * live one) and prepares again, returning the view to send to the model.
-   */
-  async retry(sessionId: string, opts: RetryOptions = {}): Promise<PreparedView> {
-    let seq = opts.assistantSeq === undefined ? undefined : toBigInt(opts.assistantSeq);
-    if (seq === undefined) {
-      for await (const message of this.listMessages(sessionId, { ...opts, pageSize: 1000 })) {
-        if (message.role === Role.ASSISTANT && !message.abandoned) {
-          seq = message.seq;
-        }
-      }
-    }
-    if (seq === undefined || seq < 1n) {
-      throw CtxfoldError.client(Code.FailedPrecondition, ErrorReason.CLIENT_NO_ASSISTANT_MESSAGE, `session ${sessionId} has no assistant message to retry`, {
-        session_id: sessionId,
-      });
-    }
-    await this.rewind(sessionId, seq - 1n, opts);
-    const { assistantSeq: _ignored, ...prepareOpts } = opts;
-    return this.prepare(sessionId, prepareOpts);
-  }
-
-  // -------------------------------------------------------------------------------------------
-  // state
-
-  /** The session's context state ("sidecar", schema v3) parsed from JSON. */
-  async getContextState(sessionId: string, opts?: CallOptions): Promise<Record<string, unknown>> {
-    const res = await this.unary(opts, (o) => this.raw.getContextState({ sessionId }, o));
-    return JSON.parse(res.stateJson) as Record<string, unknown>;
+    return result;
   }
 }
 
-/** Runs an event generator to its end, feeding progress to the callback; returns the view. */
-async function drain(events: AsyncGenerator<PrepareEvent, PreparedView, undefined>, onProgress?: (p: FoldProgress) => void): Promise<PreparedView> {
-  let view: PreparedView | undefined;
-  for await (const event of events) {
-    if (event.kind === "progress") {
-      onProgress?.(event.progress);
-    } else {
-      view = event.view;
+/** The messages of an answer that must hold the whole view (a compact, or a prepare without a known version). */
+function wholeMessages(result: pb.PreparedContext): Message[] {
+  if (result.delta || BigInt(result.messages.length) !== result.viewMessageCount) {
+    throw protocolViolation(`a whole view of ${result.messages.length} messages says it has ${result.viewMessageCount} (delta ${result.delta})`);
+  }
+  return result.messages.map(messageOf);
+}
+
+function seqOf(at: number | Message): number {
+  return typeof at === "number" ? at : at.seq;
+}
+
+/** Runs an event stream to its end, feeding progress to the callback; returns the view. */
+async function drain(events: AsyncGenerator<PrepareEvent, View, undefined>, onProgress?: (p: FoldProgress) => void): Promise<View> {
+  for (;;) {
+    const next = await events.next();
+    if (next.done) {
+      return next.value;
+    }
+    if (next.value.kind === "progress") {
+      onProgress?.(next.value.progress);
     }
   }
-  if (!view) {
-    throw CtxfoldError.client(Code.Internal, ErrorReason.CLIENT_NO_RESULT, "stream ended without a result");
-  }
-  return view;
 }

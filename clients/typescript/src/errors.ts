@@ -1,53 +1,34 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { type ErrorInfo, ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
+import { type ErrorReasonJson, ErrorReasonSchema } from "./gen/ctxfold/v1/context_service_pb.js";
+import { ErrorInfoSchema, RetryInfoSchema } from "./gen/google/rpc/error_details_pb.js";
 
 /** The `domain` of every google.rpc.ErrorInfo the ctxfold server sends. */
 export const ERROR_DOMAIN = "ctxfold.dev";
 
-/**
- * ErrorInfo reasons the server is known to send (the server may add more; compare strings).
- * The reasons prefixed `CLIENT_` are raised by this SDK itself, never by the server.
- */
-export const ErrorReason = {
-  SESSION_NOT_FOUND: "SESSION_NOT_FOUND",
-  SESSION_ID_REQUIRED: "SESSION_ID_REQUIRED",
-  INVALID_CONFIG: "INVALID_CONFIG",
-  INVALID_MESSAGE: "INVALID_MESSAGE",
-  INVALID_TEXT: "INVALID_TEXT",
-  INVALID_USAGE: "INVALID_USAGE",
-  INVALID_PAGE_SIZE: "INVALID_PAGE_SIZE",
-  INVALID_PAGE_TOKEN: "INVALID_PAGE_TOKEN",
-  INVALID_REQUEST_ID: "INVALID_REQUEST_ID",
-  MESSAGE_TOO_LARGE: "MESSAGE_TOO_LARGE",
-  TOO_MANY_MESSAGES: "TOO_MANY_MESSAGES",
-  TOOL_CALL_NOT_FOUND: "TOOL_CALL_NOT_FOUND",
-  TOOL_CALL_NOT_OPEN: "TOOL_CALL_NOT_OPEN",
-  TOOL_RESULTS_PENDING: "TOOL_RESULTS_PENDING",
-  CONTEXT_BUDGET_UNSATISFIED: "CONTEXT_BUDGET_UNSATISFIED",
-  FOLD_INPUT_TOO_LARGE: "FOLD_INPUT_TOO_LARGE",
-  STALE_CONTEXT: "STALE_CONTEXT",
-  CONCURRENT_MODIFICATION: "CONCURRENT_MODIFICATION",
-  RESULT_REF_AMBIGUOUS: "RESULT_REF_AMBIGUOUS",
-  RESULT_REF_REQUIRED: "RESULT_REF_REQUIRED",
-  OFFSET_NOT_CHAR_BOUNDARY: "OFFSET_NOT_CHAR_BOUNDARY",
-  OFFSET_OUT_OF_RANGE: "OFFSET_OUT_OF_RANGE",
-  LIMIT_OUT_OF_RANGE: "LIMIT_OUT_OF_RANGE",
-  SUMMARIZER_NOT_CONFIGURED: "SUMMARIZER_NOT_CONFIGURED",
-  UNAUTHENTICATED: "UNAUTHENTICATED",
-  STORE_UNAVAILABLE: "STORE_UNAVAILABLE",
-  STORAGE_CORRUPT: "STORAGE_CORRUPT",
-  INTERNAL: "INTERNAL",
-  /** Prepare/Compact stream ended without its `result` item. */
-  CLIENT_NO_RESULT: "CLIENT_NO_RESULT",
-  /** A delta view could not be applied to the cached view (and a full refetch failed). */
-  CLIENT_DELTA_MISMATCH: "CLIENT_DELTA_MISMATCH",
-  /** readWholeToolResult: the reassembled bytes do not match total_bytes / sha256. */
-  CLIENT_INTEGRITY: "CLIENT_INTEGRITY",
-  /** retry(): the session has no live assistant message to retry. */
-  CLIENT_NO_ASSISTANT_MESSAGE: "CLIENT_NO_ASSISTANT_MESSAGE",
-} as const;
+/** The conditions the SDK detects itself (clients/README.md, "Errors"). */
+const SDK_REASONS = ["STREAM_ENDED_WITHOUT_RESULT", "RESULT_CHECKSUM_MISMATCH", "PROTOCOL_VIOLATION"] as const;
 
-/** Canonical gRPC status code names, indexed by code number. */
+/**
+ * Why a call failed: a name of the proto's ErrorReason enum (what the server writes in
+ * ErrorInfo.reason), or one of the SDK's own — STREAM_ENDED_WITHOUT_RESULT (a prepare or compact
+ * stream closed without its result; UNAVAILABLE), RESULT_CHECKSUM_MISMATCH (the pages of a tool
+ * result do not hash to the server's sha256; DATA_LOSS) and PROTOCOL_VIOLATION (the server broke
+ * the protocol: a repeated page token, a stream going on after its result, pages of one result
+ * that disagree, a whole view whose count disagrees; INTERNAL).
+ */
+export type ErrorReason = Exclude<ErrorReasonJson, "ERROR_REASON_UNSPECIFIED"> | (typeof SDK_REASONS)[number];
+
+/**
+ * The reasons as constants, built from the generated ErrorReason enum (so a reason added to the
+ * proto appears here on regeneration): `err.reason === ErrorReason.SESSION_NOT_FOUND`.
+ */
+export const ErrorReason: { readonly [R in ErrorReason]: R } = Object.freeze(
+  Object.fromEntries(
+    [...ErrorReasonSchema.values.filter((v) => v.number !== 0).map((v) => v.name), ...SDK_REASONS].map((name) => [name, name]),
+  ),
+) as { readonly [R in ErrorReason]: R };
+
+/** gRPC status code names, indexed by code number. */
 const CODE_NAMES = [
   "OK",
   "CANCELLED",
@@ -68,55 +49,49 @@ const CODE_NAMES = [
   "UNAUTHENTICATED",
 ] as const;
 
+/** A gRPC status code by name ("NOT_FOUND"). */
 export type GrpcCodeName = (typeof CODE_NAMES)[number];
 
-/** The canonical gRPC name of a status code number ("NOT_FOUND" for 5). */
+/** The gRPC name of a status code number ("NOT_FOUND" for 5). */
 export function grpcCodeName(code: number): GrpcCodeName {
   return CODE_NAMES[code] ?? "UNKNOWN";
 }
 
 export interface CtxfoldErrorInit {
-  /** gRPC status code (connect's `Code` uses the same numbers). */
   code: Code;
-  /** The status message as the server wrote it (without the code prefix). */
+  /** The status message as the server wrote it. */
   rawMessage: string;
-  /** google.rpc.ErrorInfo.reason, "" when the status carried no ErrorInfo. */
+  /** ErrorInfo.reason; "" when the status carried none (transport failures). */
   reason?: string;
-  domain?: string;
   metadata?: Record<string, string>;
-  /** Response headers and trailers of the failed call. */
-  responseMetadata?: Headers;
-  errorInfo?: ErrorInfo;
+  /** RetryInfo.retry_delay in milliseconds, when the server sent one. */
+  retryDelayMs?: number;
   cause?: unknown;
 }
 
 /**
- * Every error the ctxfold client raises. Carries the gRPC status code, the google.rpc.ErrorInfo
- * reason (e.g. "SESSION_NOT_FOUND") and its metadata (e.g. `{ session_id: "…" }`).
+ * The one error every SDK call throws: the gRPC status `code` (and its `codeName`), the
+ * google.rpc.ErrorInfo `reason` and `metadata`, and the RetryInfo delay when the server sent one.
  *
  * ```ts
  * try { await client.getSession(id); }
- * catch (err) { if (err instanceof CtxfoldError && err.reason === "SESSION_NOT_FOUND") … }
+ * catch (err) { if (isCtxfoldError(err, ErrorReason.SESSION_NOT_FOUND)) … }
  * ```
  */
 export class CtxfoldError extends Error {
   override readonly name = "CtxfoldError";
-  /** Numeric gRPC status code (connect's `Code` enum; Code.NotFound === 5). */
+  /** gRPC status code (connect's `Code`: Code.NotFound === 5). */
   readonly code: Code;
-  /** Canonical gRPC code name, e.g. "NOT_FOUND". */
+  /** The gRPC name of the code, e.g. "NOT_FOUND". */
   readonly codeName: GrpcCodeName;
-  /** ErrorInfo.reason in UPPER_SNAKE, e.g. "SESSION_NOT_FOUND"; "" when absent. */
-  readonly reason: string;
-  /** ErrorInfo.domain ("ctxfold.dev" for server errors); "" when absent. */
-  readonly domain: string;
-  /** ErrorInfo.metadata (e.g. session_id). */
+  /** ErrorInfo.reason (compare with `ErrorReason.*`); "" when absent. A newer server may send a reason this version does not list. */
+  readonly reason: ErrorReason | (string & {});
+  /** ErrorInfo.metadata, e.g. `{ session_id: "…" }`. */
   readonly metadata: Readonly<Record<string, string>>;
-  /** The status message without the "[code]" prefix. */
+  /** The status message without the code and reason prefix. */
   readonly rawMessage: string;
-  /** Response headers and trailers of the call (empty for client-side errors). */
-  readonly responseMetadata: Headers;
-  /** The decoded ErrorInfo detail, when there was one. */
-  readonly errorInfo: ErrorInfo | undefined;
+  /** RetryInfo.retry_delay in milliseconds, when the server sent one. */
+  readonly retryDelayMs: number | undefined;
 
   constructor(init: CtxfoldErrorInit) {
     const codeName = grpcCodeName(init.code);
@@ -125,54 +100,41 @@ export class CtxfoldError extends Error {
     this.code = init.code;
     this.codeName = codeName;
     this.reason = reason;
-    this.domain = init.domain ?? "";
-    this.metadata = Object.freeze({ ...(init.metadata ?? {}) });
+    this.metadata = Object.freeze({ ...init.metadata });
     this.rawMessage = init.rawMessage;
-    this.responseMetadata = init.responseMetadata ?? new Headers();
-    this.errorInfo = init.errorInfo;
-  }
-
-  /** True when this error carries the given ErrorInfo reason. */
-  is(reason: string): boolean {
-    return this.reason === reason;
+    this.retryDelayMs = init.retryDelayMs;
   }
 
   /**
-   * Converts anything thrown by a call (a ConnectError from the transport, an AbortError, …) into
-   * a CtxfoldError, decoding the google.rpc.ErrorInfo from `grpc-status-details-bin`.
+   * Converts anything a call threw (a ConnectError from the transport, an AbortError, …) into a
+   * CtxfoldError, decoding ErrorInfo and RetryInfo from `grpc-status-details-bin`.
    */
   static from(err: unknown): CtxfoldError {
     if (err instanceof CtxfoldError) {
       return err;
     }
     const connectErr = ConnectError.from(err);
-    let info: ErrorInfo | undefined;
-    try {
-      const infos = connectErr.findDetails(ErrorInfoSchema);
-      info = infos.find((i) => i.domain === ERROR_DOMAIN) ?? infos[0];
-    } catch {
-      info = undefined;
-    }
+    const infos = connectErr.findDetails(ErrorInfoSchema);
+    const info = infos.find((i) => i.domain === ERROR_DOMAIN) ?? infos[0];
+    const delay = connectErr.findDetails(RetryInfoSchema)[0]?.retryDelay;
     return new CtxfoldError({
       code: connectErr.code,
       rawMessage: connectErr.rawMessage,
       reason: info?.reason,
-      domain: info?.domain,
       metadata: info ? { ...info.metadata } : {},
-      responseMetadata: connectErr.metadata,
-      errorInfo: info,
+      retryDelayMs: delay === undefined ? undefined : Number(delay.seconds) * 1000 + Math.round(delay.nanos / 1e6),
       cause: err,
     });
   }
-
-  /** A client-side error (not sent by the server). */
-  static client(code: Code, reason: string, message: string, metadata?: Record<string, string>): CtxfoldError {
-    return new CtxfoldError({ code, rawMessage: message, reason, metadata });
-  }
 }
 
-/** Type guard: `err` is a CtxfoldError (optionally with the given reason). */
-export function isCtxfoldError(err: unknown, reason?: string): err is CtxfoldError {
+/** @internal The error for a server that broke the protocol. */
+export function protocolViolation(message: string): CtxfoldError {
+  return new CtxfoldError({ code: Code.Internal, reason: "PROTOCOL_VIOLATION", rawMessage: message });
+}
+
+/** Type guard: `err` is a CtxfoldError (with this reason, when given). */
+export function isCtxfoldError(err: unknown, reason?: ErrorReason): err is CtxfoldError {
   return err instanceof CtxfoldError && (reason === undefined || err.reason === reason);
 }
 

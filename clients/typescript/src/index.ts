@@ -1,41 +1,37 @@
 /**
- * @ctxfold/client — TypeScript client of ctxfold's ContextService (gRPC over HTTP/2).
+ * @ctxfold/client — the TypeScript SDK of ctxfold's ContextService (gRPC over HTTP/2).
  *
- * The hand-written layer (CtxfoldClient, config builder, message helpers, CtxfoldError) sits on
- * the generated code, which is re-exported too (messages, enums, the ContextService descriptor).
+ * The operations, defaults and errors are those of clients/README.md. Results are typed plain
+ * objects with enum values as their proto names; the generated protobuf-es code stays reachable
+ * as `@ctxfold/client/proto` (and `client.raw`) for anything this layer does not cover.
  */
 export {
   CtxfoldClient,
+  DEFAULT_PAGE_BYTES,
   baseUrlFor,
-  type AppendResult,
   type CallOptions,
   type CompactOptions,
   type CtxfoldClientOptions,
   type ForkOptions,
+  type ForkPoint,
+  type IdempotentOptions,
   type ListMessagesOptions,
   type ListOptions,
   type PrepareEvent,
   type PrepareOptions,
-  type PreparedView,
-  type ReadPageOptions,
+  type ReadToolResultOptions,
   type RetryOptions,
   type TlsOptions,
+  type ToolResultPagesOptions,
   type ToolResultRef,
-  type UsageReport,
-  type WholeToolResult,
 } from "./client.js";
 export {
   SessionConfigBuilder,
   assistantMessage,
-  buildSessionConfig,
   sessionConfig,
   systemMessage,
-  toBigInt,
-  toMessage,
-  toolCall,
   toolResultMessage,
   userMessage,
-  type Int64,
   type MessageExtras,
   type MessageInput,
   type SessionConfigInput,
@@ -44,7 +40,51 @@ export {
   type ToolCallInput,
 } from "./config.js";
 export { Code, CtxfoldError, ERROR_DOMAIN, ErrorReason, grpcCodeName, isCtxfoldError, type GrpcCodeName } from "./errors.js";
-export { injectTraceContext, isValidTraceparent, loadOpenTelemetry, type TraceContext } from "./trace.js";
-export { ViewCache, applyView, type CachedView } from "./views.js";
-export * from "./gen/ctxfold/v1/context_service_pb.js";
-export { type ErrorInfo, ErrorInfoSchema } from "./gen/google/rpc/error_details_pb.js";
+export type {
+  Action,
+  CacheState,
+  Checkpoint,
+  FoldProgress,
+  FoldStage,
+  Message,
+  NotFoldedReason,
+  Role,
+  Session,
+  SessionConfig,
+  ToolCall,
+  ToolResult,
+  ToolResultPage,
+  Usage,
+  UsageResult,
+  View,
+} from "./model.js";
+export { CONTEXT_BUDGET, READ_TOOL_RESULT, dispatchToolCall, isCtxfoldTool, toolDefinitions, type ToolCallRequest, type ToolFormat } from "./tools.js";
+export { type ProviderMessage, type ProviderToolCall, type ProviderTurn } from "./adapters/common.js";
+export {
+  fromOpenAIChat,
+  toOpenAIChat,
+  toOpenAIChatMessage,
+  type OpenAIChatMessage,
+  type OpenAIChatOptions,
+  type OpenAIChatRequest,
+  type OpenAIChatResponse,
+  type OpenAIChatToolCall,
+} from "./adapters/openai-chat.js";
+export {
+  fromOpenAIResponses,
+  toOpenAIResponses,
+  type OpenAIResponsesInputItem,
+  type OpenAIResponsesRequest,
+  type OpenAIResponsesResponse,
+} from "./adapters/openai-responses.js";
+export {
+  fromAnthropicMessages,
+  toAnthropicMessages,
+  type AnthropicBlock,
+  type AnthropicCacheControl,
+  type AnthropicMessage,
+  type AnthropicRequest,
+  type AnthropicResponse,
+} from "./adapters/anthropic.js";
+export { isValidTraceparent, type TraceContext } from "./trace.js";
+export { USER_AGENT, VERSION } from "./version.js";

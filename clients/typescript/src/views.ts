@@ -1,37 +1,34 @@
-import type { Message, PreparedContext } from "./gen/ctxfold/v1/context_service_pb.js";
-
-/** The last full view the client holds for one session. */
-export interface CachedView {
-  viewVersion: bigint;
-  messages: readonly Message[];
-}
+import type { View } from "./model.js";
 
 /**
- * A bounded, least-recently-used map from session id to the last full view, used to ask
- * Prepare for deltas (`known_view_version`) and to rebuild the full view from them.
+ * The last whole view of each session, least recently used evicted beyond `capacity` (default
+ * 256 sessions): what prepare() names as `known_view_version` and applies a delta to.
  */
 export class ViewCache {
-  private readonly entries = new Map<string, CachedView>();
+  private readonly entries = new Map<string, View>();
 
   constructor(readonly capacity: number) {}
 
-  get(sessionId: string): CachedView | undefined {
-    const entry = this.entries.get(sessionId);
-    if (entry) {
+  /** The session's last view, now the most recently used. */
+  get(sessionId: string): View | undefined {
+    const view = this.entries.get(sessionId);
+    if (view !== undefined) {
       this.entries.delete(sessionId);
-      this.entries.set(sessionId, entry);
+      this.entries.set(sessionId, view);
     }
-    return entry;
+    return view;
   }
 
-  set(sessionId: string, view: CachedView): void {
+  set(sessionId: string, view: View): void {
     if (this.capacity <= 0) {
       return;
     }
     this.entries.delete(sessionId);
     this.entries.set(sessionId, view);
-    while (this.entries.size > this.capacity) {
-      const oldest = this.entries.keys().next().value as string;
+    for (const oldest of this.entries.keys()) {
+      if (this.entries.size <= this.capacity) {
+        break;
+      }
       this.entries.delete(oldest);
     }
   }
@@ -50,21 +47,18 @@ export class ViewCache {
 }
 
 /**
- * The full view of a Prepare/Compact result. For a full result this is `result.messages`; for a
- * delta it is the cached base followed by the new tail. Returns undefined when the delta cannot
- * be applied (no base, wrong base version, or the message count does not add up).
+ * The whole view of a delta answer: the cached base view (of version `knownVersion`) followed by
+ * the delta's messages. Undefined when the delta does not fit the base (no base, another version,
+ * or a count that does not add up) — the caller then asks for the whole view.
  */
-export function applyView(result: PreparedContext, base: CachedView | undefined, sentKnownVersion: bigint): Message[] | undefined {
-  if (!result.delta) {
-    return [...result.messages];
-  }
-  if (!base || sentKnownVersion === 0n || base.viewVersion !== sentKnownVersion) {
+export function applyDelta<M>(
+  delta: { messages: readonly M[]; viewMessageCount: number },
+  base: { viewVersion: number; messages: readonly M[] } | undefined,
+  knownVersion: number,
+): M[] | undefined {
+  if (base === undefined || knownVersion === 0 || base.viewVersion !== knownVersion) {
     return undefined;
   }
-  const messages = [...base.messages, ...result.messages];
-  // view_message_count is the whole view's size; 0 (not reported) skips the check.
-  if (result.viewMessageCount !== 0n && BigInt(messages.length) !== result.viewMessageCount) {
-    return undefined;
-  }
-  return messages;
+  const messages = [...base.messages, ...delta.messages];
+  return messages.length === delta.viewMessageCount ? messages : undefined;
 }

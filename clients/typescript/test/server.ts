@@ -7,8 +7,8 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Code, CtxfoldClient, type CtxfoldClientOptions, CtxfoldError } from "@ctxfold/client";
 
-/** clients/typescript (this file is dist/test/server.js once compiled). */
-export const PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+/** clients/typescript (this file is dist/esm/test/server.js once compiled). */
+export const PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 /** The repository root (clients/typescript/../..). */
 export const REPO_ROOT = resolve(PACKAGE_DIR, "..", "..");
 

@@ -1,316 +1,366 @@
 /**
- * Unit tests: the hand-written layer against an in-memory ContextService (connect router
- * transport), plus the pure pieces (config builder, errors, delta application, trace context).
+ * What the SDK decides on its own, where a real server cannot make it happen on demand: against an
+ * in-memory ContextService (connect router transport) — request ids, the user agent, delta
+ * recovery, a stream without a result, a corrupted reassembly, retry listing nothing, trace
+ * context — plus the pure pieces (errors from the generated enum, the view cache, the tool answers).
  */
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { anyPack } from "@bufbuild/protobuf/wkt";
+import { anyPack, durationFromMs } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type ServiceImpl, createRouterTransport } from "@connectrpc/connect";
 import { findTrailerError } from "@connectrpc/connect/protocol-grpc";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { ROOT_CONTEXT, TraceFlags, context, propagation, trace } from "@opentelemetry/api";
 import {
-  Action,
   Code,
-  ContextService,
   CtxfoldClient,
+  type CtxfoldClientOptions,
   CtxfoldError,
-  ErrorInfoSchema,
   ErrorReason,
-  FoldStage,
-  type Message,
-  MessageSchema,
-  type PrepareRequest,
-  type PreparedContext,
-  PreparedContextSchema,
-  Role,
-  SessionConfigSchema,
-  SessionSchema,
-  ViewCache,
-  applyView,
-  assistantMessage,
-  baseUrlFor,
-  buildSessionConfig,
-  grpcCodeName,
+  USER_AGENT,
+  VERSION,
   isValidTraceparent,
-  sessionConfig,
-  toMessage,
-  toolCall,
-  toolResultMessage,
+  toAnthropicMessages,
+  toolDefinitions,
   userMessage,
 } from "@ctxfold/client";
-import { StatusSchema } from "@ctxfold/client/gen/google/rpc/status_pb";
+import * as pb from "@ctxfold/client/proto";
+import { budgetAnswer, pageAnswer, parseToolCall } from "../src/tools.js";
+import { messageOf, viewOf } from "../src/model.js";
+import { ViewCache, applyDelta } from "../src/views.js";
+import { PACKAGE_DIR, REPO_ROOT } from "./server.js";
 
 const clients: CtxfoldClient[] = [];
 after(() => clients.forEach((c) => c.close()));
 
-/** A client over an in-memory ContextService with the given handlers. */
-function fakeClient(impl: Partial<ServiceImpl<typeof ContextService>>, options: Partial<ConstructorParameters<typeof CtxfoldClient>[0]> = {}) {
-  const transport = createRouterTransport((router) => router.service(ContextService, impl));
+/** A client over an in-memory ContextService with these handlers. */
+function fakeClient(impl: Partial<ServiceImpl<typeof pb.ContextService>>, options: Partial<CtxfoldClientOptions> = {}) {
+  const transport = createRouterTransport((router) => router.service(pb.ContextService, impl));
   const client = new CtxfoldClient({ address: "in-memory", transport, ...options });
   clients.push(client);
   return client;
 }
 
-function msg(seq: number, content: string, role = Role.USER): Message {
-  return create(MessageSchema, { id: `m${seq}`, seq: BigInt(seq), role, content });
+function msg(seq: number, content: string): pb.Message {
+  return create(pb.MessageSchema, { id: `m${seq}`, seq: BigInt(seq), role: pb.Role.USER, content });
 }
 
-function view(version: number, messages: Message[], extra: { delta?: boolean; viewMessageCount?: bigint; action?: Action } = {}): PreparedContext {
-  return create(PreparedContextSchema, {
+function answer(version: number, messages: pb.Message[], extra: Partial<{ delta: boolean; viewMessageCount: bigint; action: pb.Action }> = {}) {
+  return create(pb.PreparedContextSchema, {
     messages,
     viewVersion: BigInt(version),
     viewMessageCount: BigInt(messages.length),
-    action: Action.NONE,
+    action: pb.Action.NONE,
     ...extra,
   });
 }
 
-describe("session config builder", () => {
-  it("builds a typed SessionConfig with defaults left at zero", () => {
-    const config = sessionConfig(128_000)
-      .compactRatio(0.75)
-      .maxOutputTokens(4096)
-      .systemPrompt("sys")
-      .tools([{ type: "function", function: { name: "ls" } }])
-      .model("gpt-x")
-      .build();
-    assert.equal(config.contextWindow, 128_000n);
-    assert.equal(config.compactRatio, 0.75);
-    assert.equal(config.tailRatio, 0);
-    assert.equal(config.maxOutputTokens, 4096n);
-    assert.equal(config.toolsJson, '[{"type":"function","function":{"name":"ls"}}]');
-    assert.equal(config.summarizer, "");
-    assert.equal(config.model, "gpt-x");
+const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+describe("version and user agent", () => {
+  it("has one version: package.json, the SDK constant and the repository's VERSION agree", () => {
+    const pkg = JSON.parse(readFileSync(join(PACKAGE_DIR, "package.json"), "utf8")) as { version: string };
+    assert.equal(VERSION, pkg.version);
+    assert.equal(VERSION, readFileSync(join(REPO_ROOT, "VERSION"), "utf8").trim());
+    assert.equal(USER_AGENT, `ctxfold-typescript/${VERSION}`);
   });
 
-  it("rejects values outside the documented ranges", () => {
-    assert.throws(() => sessionConfig(0).build(), RangeError);
-    assert.throws(() => sessionConfig(1000).compactRatio(0.99).build(), /compactRatio/);
-    assert.throws(() => sessionConfig(1000).tailRatio(0.6).build(), /tailRatio/);
-    assert.throws(() => sessionConfig(1000).toolContentMaxBytes(100).build(), /toolContentMaxBytes/);
-    assert.throws(() => buildSessionConfig({ contextWindow: 1.5 }), /integer/);
-    assert.throws(() => buildSessionConfig({ contextWindow: 1000, maxOutputTokens: -1 }), /maxOutputTokens/);
+  it("ships the project's licence: the package LICENSE is the repository's, and package.json names it", () => {
+    const pkg = JSON.parse(readFileSync(join(PACKAGE_DIR, "package.json"), "utf8")) as { license: string; files: string[] };
+    assert.equal(readFileSync(join(PACKAGE_DIR, "LICENSE"), "utf8"), readFileSync(join(REPO_ROOT, "LICENSE"), "utf8"));
+    assert.match(readFileSync(join(REPO_ROOT, "LICENSE"), "utf8"), /^MIT License/);
+    assert.equal(pkg.license, "MIT");
+    assert.ok(pkg.files.includes("LICENSE"));
   });
 
-  it("turns message helpers into messages", () => {
-    const m = toMessage(assistantMessage("thinking", [toolCall("c1", "ls", { dir: "." })], { pinned: true }));
-    assert.equal(m.role, Role.ASSISTANT);
-    assert.equal(m.toolCalls[0]?.arguments, '{"dir":"."}');
-    assert.equal(m.pinned, true);
-    const t = toMessage(toolResultMessage("c1", "a.txt"));
-    assert.equal(t.role, Role.TOOL);
-    assert.equal(t.toolCallId, "c1");
-    assert.equal(toMessage(userMessage("hi")).content, "hi");
-    const already = create(MessageSchema, { role: Role.SYSTEM, content: "x" });
-    assert.equal(toMessage(already), already);
-  });
-
-  it("builds base URLs from addresses", () => {
-    assert.equal(baseUrlFor("127.0.0.1:50051", false), "http://127.0.0.1:50051");
-    assert.equal(baseUrlFor("example.com:443", true), "https://example.com:443");
-    assert.equal(baseUrlFor("https://example.com/", false), "https://example.com");
+  it("names itself in the user agent of every call", async () => {
+    const seen: (string | null)[] = [];
+    const client = fakeClient({
+      getSession(req, ctx) {
+        seen.push(ctx.requestHeader.get("user-agent"));
+        return { session: create(pb.SessionSchema, { id: req.sessionId }) };
+      },
+      async *prepare(_req, ctx) {
+        seen.push(ctx.requestHeader.get("user-agent"));
+        yield { event: { case: "result", value: answer(1, []) } };
+      },
+    });
+    await client.getSession("s");
+    await client.prepare("s");
+    assert.deepEqual(seen, [USER_AGENT, USER_AGENT]);
   });
 });
 
 describe("errors", () => {
-  it("decodes grpc-status-details-bin into reason and metadata", () => {
-    const info = create(ErrorInfoSchema, { reason: "SESSION_NOT_FOUND", domain: "ctxfold.dev", metadata: { session_id: "s1" } });
-    const status = create(StatusSchema, { code: 5, message: "session 's1' not found", details: [anyPack(ErrorInfoSchema, info)] });
-    const trailer = new Headers({
-      "grpc-status": "5",
-      "grpc-message": encodeURIComponent("session 's1' not found"),
-      "grpc-status-details-bin": Buffer.from(toBinary(StatusSchema, status)).toString("base64").replace(/=+$/, ""),
-    });
-    const connectErr = findTrailerError(trailer);
-    assert.ok(connectErr);
-    const err = CtxfoldError.from(connectErr);
-    assert.ok(err instanceof Error);
-    assert.equal(err.code, Code.NotFound);
-    assert.equal(err.codeName, "NOT_FOUND");
-    assert.equal(err.reason, "SESSION_NOT_FOUND");
-    assert.equal(err.domain, "ctxfold.dev");
-    assert.deepEqual({ ...err.metadata }, { session_id: "s1" });
-    assert.equal(err.rawMessage, "session 's1' not found");
-    assert.equal(err.message, "[NOT_FOUND] SESSION_NOT_FOUND: session 's1' not found");
-    assert.ok(err.is("SESSION_NOT_FOUND"));
+  it("offers every reason of the generated enum as a constant, plus the SDK's own three, and nothing else", () => {
+    const generated = pb.ErrorReasonSchema.values.filter((v) => v.number !== 0).map((v) => v.name);
+    assert.deepEqual(Object.keys(ErrorReason).sort(), [...generated, "PROTOCOL_VIOLATION", "RESULT_CHECKSUM_MISMATCH", "STREAM_ENDED_WITHOUT_RESULT"].sort());
+    assert.equal(ErrorReason.SESSION_NOT_FOUND, "SESSION_NOT_FOUND");
+    assert.ok(!("STALE_CONTEXT" in ErrorReason), "the server never sends STALE_CONTEXT");
   });
 
-  it("wraps errors without details and non-connect errors", () => {
+  it("decodes ErrorInfo and RetryInfo from grpc-status-details-bin", () => {
+    const info = create(pb.ErrorInfoSchema, { reason: "SESSION_BUSY", domain: "ctxfold.dev", metadata: { session_id: "s1" } });
+    const retry = create(pb.RetryInfoSchema, { retryDelay: durationFromMs(1500) });
+    const status = create(pb.StatusSchema, { code: 14, message: "busy", details: [anyPack(pb.ErrorInfoSchema, info), anyPack(pb.RetryInfoSchema, retry)] });
+    const trailer = new Headers({
+      "grpc-status": "14",
+      "grpc-message": "busy",
+      "grpc-status-details-bin": Buffer.from(toBinary(pb.StatusSchema, status)).toString("base64").replace(/=+$/, ""),
+    });
+    const err = CtxfoldError.from(findTrailerError(trailer));
+    assert.equal(err.code, Code.Unavailable);
+    assert.equal(err.codeName, "UNAVAILABLE");
+    assert.equal(err.reason, ErrorReason.SESSION_BUSY);
+    assert.deepEqual({ ...err.metadata }, { session_id: "s1" });
+    assert.equal(err.retryDelayMs, 1500);
+    assert.equal(err.message, "[UNAVAILABLE] SESSION_BUSY: busy");
+  });
+
+  it("wraps transport failures without details", () => {
     const plain = CtxfoldError.from(new ConnectError("boom", Code.Unavailable));
     assert.equal(plain.reason, "");
-    assert.equal(plain.codeName, "UNAVAILABLE");
-    const other = CtxfoldError.from(new TypeError("bad"));
-    assert.equal(other.code, Code.Unknown);
-    assert.ok(other.cause instanceof TypeError);
-    assert.equal(CtxfoldError.from(plain), plain);
-    assert.equal(grpcCodeName(16), "UNAUTHENTICATED");
-    assert.equal(grpcCodeName(99), "UNKNOWN");
+    assert.equal(plain.retryDelayMs, undefined);
+    assert.equal(CtxfoldError.from(new TypeError("bad")).code, Code.Unknown);
   });
 
-  it("surfaces handler errors from unary and streaming calls", async () => {
-    const fail = () => {
-      throw new ConnectError("no such session", Code.NotFound, undefined, [
-        { desc: ErrorInfoSchema, value: { reason: "SESSION_NOT_FOUND", domain: "ctxfold.dev", metadata: { session_id: "x" } } },
-      ]);
-    };
+  it("reports a stream that closes without its result as UNAVAILABLE / STREAM_ENDED_WITHOUT_RESULT", async () => {
     const client = fakeClient({
-      getSession: fail,
       async *prepare() {
-        yield { event: { case: "progress", value: { stage: FoldStage.PLANNED } } };
-        fail();
+        yield { event: { case: "progress", value: { stage: pb.FoldStage.PLANNED } } };
       },
     });
-    await assert.rejects(client.getSession("x"), (e: unknown) => e instanceof CtxfoldError && e.reason === "SESSION_NOT_FOUND" && e.metadata.session_id === "x");
-    const seen: FoldStage[] = [];
+    const stages: string[] = [];
     await assert.rejects(
-      client.prepare("x", { onProgress: (p) => seen.push(p.stage) }),
-      (e: unknown) => e instanceof CtxfoldError && e.code === Code.NotFound && e.reason === "SESSION_NOT_FOUND",
+      client.prepare("s", { onProgress: (p) => stages.push(p.stage) }),
+      (e: unknown) => e instanceof CtxfoldError && e.code === Code.Unavailable && e.reason === ErrorReason.STREAM_ENDED_WITHOUT_RESULT,
     );
-    assert.deepEqual(seen, [FoldStage.PLANNED]);
+    assert.deepEqual(stages, ["FOLD_STAGE_PLANNED"], "progress printed by name");
   });
+});
 
-  it("reports a stream that ends without a result", async () => {
+describe("a server that breaks the protocol: INTERNAL / PROTOCOL_VIOLATION", () => {
+  const violation = (e: unknown) => e instanceof CtxfoldError && e.code === Code.Internal && e.reason === ErrorReason.PROTOCOL_VIOLATION;
+
+  it("a list whose page token repeats", async () => {
+    let pages = 0;
     const client = fakeClient({
-      async *prepare() {
-        yield { event: { case: "progress", value: { stage: FoldStage.PLANNED } } };
+      listSessions() {
+        pages++;
+        return { sessions: [create(pb.SessionSchema, { id: `s${pages}` })], nextPageToken: "again" };
       },
     });
-    await assert.rejects(client.prepare("s"), (e: unknown) => e instanceof CtxfoldError && e.reason === ErrorReason.CLIENT_NO_RESULT);
+    await assert.rejects(async () => {
+      for await (const _ of client.listSessions()) {
+        assert.ok(pages <= 2, "stopped at the repeated token");
+      }
+    }, violation);
+  });
+
+  it("a stream going on after its result", async () => {
+    const client = fakeClient({
+      async *prepare() {
+        yield { event: { case: "result", value: answer(1, []) } };
+        yield { event: { case: "progress", value: { stage: pb.FoldStage.PLANNED } } };
+      },
+    });
+    // No deadline: the in-memory handler, left suspended, would keep its deadline timer running.
+    await assert.rejects(client.prepare("s", { timeoutMs: 0 }), violation);
+  });
+
+  it("a whole view whose count disagrees", async () => {
+    const client = fakeClient({
+      async *prepare() {
+        yield { event: { case: "result", value: answer(1, [msg(1, "a")], { viewMessageCount: 2n }) } };
+      },
+    });
+    await assert.rejects(client.prepare("s"), violation);
+  });
+
+  it("pages of one result that disagree", async () => {
+    const client = fakeClient({
+      readToolResult(req) {
+        const first = req.offset === 0n;
+        return { data: "abcd", offset: req.offset, nextOffset: req.offset + 4n, totalBytes: 8n, sha256: first ? "a".repeat(64) : "b".repeat(64), complete: !first, resultRef: "r1" };
+      },
+    });
+    await assert.rejects(client.readToolResult("s", "r1", { pageBytes: 4 }), violation);
+  });
+});
+
+describe("request ids", () => {
+  it("sends a fresh UUIDv4 on every append and prepare without one, and the caller's when given", async () => {
+    const ids: string[] = [];
+    const client = fakeClient({
+      appendMessages(req) {
+        ids.push(req.requestId);
+        return { messages: req.messages.map((m, i) => ({ ...m, seq: BigInt(i + 1) })) };
+      },
+      async *prepare(req) {
+        ids.push(req.requestId);
+        yield { event: { case: "result", value: answer(1, []) } };
+      },
+    });
+    await client.appendMessages("s", [userMessage("a")]);
+    await client.appendMessages("s", [userMessage("a")]);
+    await client.prepare("s", { append: [userMessage("b")] });
+    await client.prepare("s", { requestId: "mine" });
+    assert.ok(ids.slice(0, 3).every((id) => UUID_V4.test(id)), ids.join(" "));
+    assert.equal(new Set(ids.slice(0, 3)).size, 3);
+    assert.equal(ids[3], "mine");
   });
 });
 
 describe("delta views", () => {
-  it("applyView concatenates a delta onto the base and checks the count", () => {
-    const base = { viewVersion: 3n, messages: [msg(1, "a"), msg(2, "b")] };
-    const delta = view(4, [msg(3, "c")], { delta: true, viewMessageCount: 3n });
-    assert.deepEqual(applyView(delta, base, 3n)?.map((m) => m.content), ["a", "b", "c"]);
-    assert.equal(applyView(delta, undefined, 3n), undefined, "no base");
-    assert.equal(applyView(delta, base, 2n), undefined, "base of another version");
-    assert.equal(applyView(view(4, [msg(3, "c")], { delta: true, viewMessageCount: 5n }), base, 3n), undefined, "count mismatch");
-    assert.deepEqual(applyView(view(5, [msg(9, "z")]), base, 3n)?.map((m) => m.content), ["z"], "a full view replaces");
+  it("applyDelta appends a delta to the base of its version and checks the count", () => {
+    const base = { viewVersion: 3, messages: ["a", "b"] };
+    const delta = (count: number) => ({ messages: ["c"], viewMessageCount: count });
+    assert.deepEqual(applyDelta(delta(3), base, 3), ["a", "b", "c"]);
+    assert.equal(applyDelta(delta(3), undefined, 3), undefined, "no base");
+    assert.equal(applyDelta(delta(3), base, 2), undefined, "base of another version");
+    assert.equal(applyDelta(delta(5), base, 3), undefined, "the count does not add up");
   });
 
-  it("ViewCache evicts the least recently used session", () => {
+  it("the view cache holds 256 sessions by default, least recently used evicted", async () => {
     const cache = new ViewCache(2);
-    cache.set("a", { viewVersion: 1n, messages: [] });
-    cache.set("b", { viewVersion: 1n, messages: [] });
+    const view = viewOf(answer(1, []), []);
+    cache.set("a", view);
+    cache.set("b", view);
     cache.get("a");
-    cache.set("c", { viewVersion: 1n, messages: [] });
+    cache.set("c", view);
     assert.ok(cache.get("a") && cache.get("c") && !cache.get("b"));
-    const off = new ViewCache(0);
-    off.set("a", { viewVersion: 1n, messages: [] });
-    assert.equal(off.size, 0);
+
+    const client = fakeClient({
+      async *prepare(req) {
+        yield { event: { case: "result", value: answer(1, [msg(1, req.sessionId)]) } };
+      },
+    });
+    for (let i = 0; i <= 256; i++) await client.prepare(`s${i}`);
+    assert.equal(client.lastView("s0"), undefined, "the 257th session evicted the first");
+    assert.equal(client.lastView("s1")?.messages[0]?.content, "s1");
   });
 
-  it("sends known_view_version, rebuilds the full view, and refetches when a delta does not fit", async () => {
-    const requests: PrepareRequest[] = [];
-    const replies: PreparedContext[] = [
-      view(1, [msg(1, "a")]),
-      view(2, [msg(2, "b")], { delta: true, viewMessageCount: 2n }),
-      view(3, [msg(3, "c")], { delta: true, viewMessageCount: 7n }), // does not add up
-      view(3, [msg(1, "a"), msg(2, "b"), msg(3, "c")]), // the refetch
+  it("re-prepares once without append or known version when a delta does not fit, never appending twice", async () => {
+    const requests: pb.PrepareRequest[] = [];
+    const replies = [
+      answer(1, [msg(1, "a")]),
+      answer(2, [msg(2, "b")], { delta: true, viewMessageCount: 2n }),
+      answer(3, [msg(3, "c")], { delta: true, viewMessageCount: 7n }), // does not add up
+      answer(3, [msg(1, "a"), msg(2, "b"), msg(3, "c")]), // the whole view
     ];
     const client = fakeClient({
       async *prepare(req) {
         requests.push(req);
         yield { event: { case: "result", value: replies.shift()! } };
       },
-      rewind: (req) => ({ session: create(SessionSchema, { id: req.sessionId, headSeq: req.toSeq }) }),
     });
-    const v1 = await client.prepare("s", { append: [userMessage("a")] });
-    assert.deepEqual(v1.messages.map((m) => m.content), ["a"]);
+    await client.prepare("s", { append: [userMessage("a")] });
     const v2 = await client.prepare("s", { append: [userMessage("b")] });
-    assert.equal(v2.delta, true);
-    assert.deepEqual(v2.messages.map((m) => m.content), ["a", "b"]);
-    const v3 = await client.prepare("s", { append: [userMessage("c")], requestId: "r3" });
+    assert.deepEqual(v2.messages.map((m) => m.content), ["a", "b"], "a delta is applied: the view is whole");
+    const v3 = await client.prepare("s", { append: [userMessage("c")] });
     assert.deepEqual(v3.messages.map((m) => m.content), ["a", "b", "c"]);
     assert.deepEqual(requests.map((r) => r.knownViewVersion), [0n, 1n, 2n, 0n]);
-    assert.deepEqual(requests.map((r) => r.append.length), [1, 1, 1, 0], "the refetch appends nothing");
-    assert.equal(requests[3]?.requestId, "");
-
-    // Rewind forgets the cached view.
-    await client.rewind("s", 1);
-    replies.push(view(4, [msg(1, "a")]));
-    await client.prepare("s");
-    assert.equal(requests.at(-1)?.knownViewVersion, 0n);
-  });
-
-  it("yields progress events in order, then the result", async () => {
-    const client = fakeClient({
-      async *prepare() {
-        for (const stage of [FoldStage.PLANNED, FoldStage.PASS_STARTED, FoldStage.SUMMARY_DELTA, FoldStage.PASS_COMMITTED]) {
-          yield { event: { case: "progress", value: { stage, passIndex: 1, passesPlanned: 1, summaryDelta: stage === FoldStage.SUMMARY_DELTA ? "sum" : "" } } };
-        }
-        yield { event: { case: "result", value: view(7, [msg(1, "summary")], { action: Action.FOLDED }) } };
-      },
-    });
-    const kinds: string[] = [];
-    const gen = client.prepareEvents("s");
-    for await (const e of gen) kinds.push(e.kind === "progress" ? FoldStage[e.progress.stage] : `result:${Action[e.view.action]}`);
-    assert.deepEqual(kinds, ["PLANNED", "PASS_STARTED", "SUMMARY_DELTA", "PASS_COMMITTED", "result:FOLDED"]);
+    assert.deepEqual(requests.map((r) => r.append.length), [1, 1, 1, 0], "the recovery appends nothing");
+    assert.equal(requests[3]?.requestId, requests[2]?.requestId, "the recovery is the same request");
   });
 });
 
-describe("tool result paging", () => {
-  const raw = "héllo wörld ✓ ".repeat(300);
-  const bytes = Buffer.from(raw);
-  const sha = createHash("sha256").update(bytes).digest("hex");
-
-  function pager(corrupt = false) {
-    const refsSeen: string[] = [];
+describe("lineage without listing", () => {
+  it("retry rewinds before the answer and prepares: it lists nothing", async () => {
+    const calls: string[] = [];
     const client = fakeClient({
-      readToolResult(req) {
-        refsSeen.push(req.resultRef || `call:${req.toolCallId}`);
-        let end = Math.min(bytes.length, Number(req.offset) + Number(req.limit || 1000n));
-        while (end < bytes.length && (bytes[end]! & 0xc0) === 0x80) end--;
-        const data = bytes.subarray(Number(req.offset), end).toString("utf8");
-        return {
-          data: corrupt && end === bytes.length ? data.slice(0, -1) + "!" : data,
-          offset: req.offset,
-          nextOffset: BigInt(end),
-          totalBytes: BigInt(bytes.length),
-          sha256: sha,
-          complete: end === bytes.length,
-          resultRef: "rr_1",
-        };
+      listMessages() {
+        throw new ConnectError("retry must not list", Code.Internal);
+      },
+      rewind(req) {
+        calls.push(`rewind ${req.toSeq}`);
+        return { session: create(pb.SessionSchema, { id: req.sessionId, headSeq: req.toSeq }) };
+      },
+      async *prepare() {
+        calls.push("prepare");
+        yield { event: { case: "result", value: answer(2, [msg(1, "q")]) } };
       },
     });
-    return { client, refsSeen };
-  }
-
-  it("reads a whole result page by page and checks size and sha256", async () => {
-    const { client, refsSeen } = pager();
-    const whole = await client.readWholeToolResult("s", { toolCallId: "c1" }, { limit: 333 });
-    assert.equal(whole.text, raw);
-    assert.equal(whole.sha256, sha);
-    assert.equal(whole.totalBytes, bytes.length);
-    assert.equal(whole.pages, refsSeen.length);
-    assert.equal(refsSeen[0], "call:c1");
-    assert.ok(refsSeen.slice(1).every((r) => r === "rr_1"), "later pages use the result_ref");
+    const view = await client.retry("s", 4);
+    assert.deepEqual(calls, ["rewind 3", "prepare"]);
+    assert.equal(view.messages[0]?.content, "q");
   });
 
-  it("detects a corrupted reassembly", async () => {
-    const { client } = pager(true);
-    await assert.rejects(client.readWholeToolResult("s", { resultRef: "rr_1" }), (e: unknown) => e instanceof CtxfoldError && e.reason === ErrorReason.CLIENT_INTEGRITY);
+  it("forks at the head only when asked to, never for a seq of 0", async () => {
+    const atSeqs: bigint[] = [];
+    const client = fakeClient({
+      fork(req) {
+        atSeqs.push(req.atSeq);
+        return { session: create(pb.SessionSchema, { id: "f", headSeq: 4n }) };
+      },
+    });
+    await client.fork("s", "head");
+    await client.fork("s", 2);
+    await assert.rejects(client.fork("s", 0), (e: unknown) => e instanceof CtxfoldError && e.code === Code.InvalidArgument && e.reason === ErrorReason.SEQ_OUT_OF_RANGE);
+    assert.deepEqual(atSeqs, [0n, 2n]);
+  });
+});
+
+describe("tool results", () => {
+  it("reports pages that do not hash to the server's sha256 as DATA_LOSS / RESULT_CHECKSUM_MISMATCH", async () => {
+    const client = fakeClient({
+      readToolResult(req) {
+        return { data: "tampered", offset: req.offset, nextOffset: 8n, totalBytes: 8n, sha256: "0".repeat(64), complete: true, resultRef: "r1" };
+      },
+    });
+    await assert.rejects(
+      client.readToolResult("s", "r1"),
+      (e: unknown) => e instanceof CtxfoldError && e.code === Code.DataLoss && e.reason === ErrorReason.RESULT_CHECKSUM_MISMATCH,
+    );
+  });
+
+  it("answers a model's tool call: pages with a footer, mistakes as text", () => {
+    const page = { data: "abc", offset: 0, nextOffset: 3, totalBytes: 9, sha256: "", complete: false, resultRef: "r1" };
+    assert.equal(pageAnswer(page), 'abc\n\n[read_tool_result: bytes 0-3 of 9; call read_tool_result with result_ref "r1" and offset 3 for more]');
+    assert.equal(pageAnswer({ ...page, complete: true }), "abc");
+    assert.equal(parseToolCall({ name: "bash", arguments: "{}" }), undefined, "not a ctxfold tool");
+    assert.deepEqual(parseToolCall({ name: "read_tool_result", arguments: '{"result_ref": "r1", "offset": 7}' }), { kind: "read", resultRef: "r1", offset: 7 });
+    assert.deepEqual(parseToolCall({ name: "read_tool_result", arguments: { result_ref: "r1" } }), { kind: "read", resultRef: "r1", offset: 0 });
+    for (const bad of ["{", "[1]", '{"offset": 1}', '{"result_ref": "r1", "offset": -1}', '{"result_ref": "r1", "offset": 1.5}']) {
+      const parsed = parseToolCall({ name: "read_tool_result", arguments: bad });
+      assert.equal(parsed?.kind, "bad", bad);
+      assert.match(parsed.kind === "bad" ? parsed.answer : "", /^error: invalid arguments/);
+    }
+    assert.equal(budgetAnswer(undefined), "error: no context prepared by this client yet");
+  });
+
+  it("refuses tool call arguments that are not a JSON object in an Anthropic request", () => {
+    const view = viewOf(answer(1, []), []);
+    const call = (args: string) => ({ ...messageOf(msg(1, "")), role: "ROLE_ASSISTANT" as const, toolCalls: [{ id: "c1", name: "ls", arguments: args }] });
+    assert.deepEqual((toAnthropicMessages({ ...view, messages: [call("")] }).messages[0]?.content[0] as { input: unknown }).input, {});
+    for (const bad of ["[1]", "not json", "3"]) {
+      assert.throws(() => toAnthropicMessages({ ...view, messages: [call(bad)] }), /tool call c1: arguments are not/);
+    }
+  });
+
+  it("defines both tools in the three provider formats", () => {
+    const chat = toolDefinitions("openai_chat") as { function: { name: string; parameters: { required?: string[] } } }[];
+    assert.deepEqual(chat.map((t) => t.function.name), ["read_tool_result", "context_budget"]);
+    assert.deepEqual(chat[0]?.function.parameters.required, ["result_ref"]);
+    const responses = toolDefinitions("openai_responses") as { type: string; name: string }[];
+    assert.deepEqual(responses.map((t) => [t.type, t.name]), [["function", "read_tool_result"], ["function", "context_budget"]]);
+    const anthropic = toolDefinitions("anthropic") as { name: string; input_schema: { properties: Record<string, unknown> } }[];
+    assert.deepEqual(Object.keys(anthropic[0]!.input_schema.properties), ["result_ref", "offset"]);
   });
 });
 
 describe("metadata: bearer token and trace context", () => {
-  function headerEcho(options: Partial<ConstructorParameters<typeof CtxfoldClient>[0]> = {}) {
+  function headerEcho(options: Partial<CtxfoldClientOptions> = {}) {
     const seen: Headers[] = [];
     const client = fakeClient(
       {
         getSession(req, ctx) {
           seen.push(ctx.requestHeader);
-          return { session: create(SessionSchema, { id: req.sessionId }) };
-        },
-        createSession(req, ctx) {
-          seen.push(ctx.requestHeader);
-          return { session: create(SessionSchema, { id: "new", config: req.config }) };
+          return { session: create(pb.SessionSchema, { id: req.sessionId }) };
         },
       },
       options,
@@ -341,8 +391,7 @@ describe("metadata: bearer token and trace context", () => {
     assert.equal(seen[0]?.get("traceparent"), null, "no propagator registered: nothing injected");
 
     // What the OpenTelemetry Node SDK registers: an async-context manager and the W3C propagator.
-    const contextManager = new AsyncLocalStorageContextManager().enable();
-    context.setGlobalContextManager(contextManager);
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
     propagation.setGlobalPropagator(new W3CTraceContextPropagator());
     try {
       const spanContext = { traceId: "4bf92f3577b34da6a3ce929d0e0e4736", spanId: "00f067aa0ba902b7", traceFlags: TraceFlags.SAMPLED };
@@ -350,15 +399,13 @@ describe("metadata: bearer token and trace context", () => {
       await context.with(active, () => client.getSession("s"));
       assert.equal(seen[1]?.get("traceparent"), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
 
-      // An explicit traceparent wins over the active context.
       const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
       await context.with(active, () => client.getSession("s", { traceparent: tp }));
-      assert.equal(seen[2]?.get("traceparent"), tp);
+      assert.equal(seen[2]?.get("traceparent"), tp, "an explicit traceparent wins");
 
-      // It can be switched off per client.
       const { client: quiet, seen: quietSeen } = headerEcho({ openTelemetry: false });
       await context.with(active, () => quiet.getSession("s"));
-      assert.equal(quietSeen[0]?.get("traceparent"), null);
+      assert.equal(quietSeen[0]?.get("traceparent"), null, "switched off per client");
     } finally {
       propagation.disable();
       context.disable();
@@ -368,7 +415,7 @@ describe("metadata: bearer token and trace context", () => {
   it("uses a client-level trace context provider", async () => {
     const tp = "00-11111111111111111111111111111111-2222222222222222-01";
     const { client, seen } = headerEcho({ traceContext: () => ({ traceparent: tp }) });
-    await client.createSession(create(SessionConfigSchema, { contextWindow: 1000n }));
+    await client.getSession("s");
     assert.equal(seen[0]?.get("traceparent"), tp);
   });
 });

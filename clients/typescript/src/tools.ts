@@ -1,0 +1,175 @@
+/**
+ * Tools the model can call: `read_tool_result` (page through any stored result whose
+ * `result_ref` the view shows — a bounded tool result, a pruned one, the folded-results index)
+ * and `context_budget` (how full the window is). The definitions come in the three provider
+ * formats; dispatchToolCall() answers such a call with the text to append as its tool result.
+ */
+import type { CallOptions, CtxfoldClient } from "./client.js";
+import { DEFAULT_PAGE_BYTES } from "./client.js";
+import { ErrorReason, isCtxfoldError } from "./errors.js";
+import type { ToolResultPage, View } from "./model.js";
+
+export const READ_TOOL_RESULT = "read_tool_result";
+export const CONTEXT_BUDGET = "context_budget";
+
+/** The provider formats of toolDefinitions(). */
+export type ToolFormat = "openai_chat" | "openai_responses" | "anthropic";
+
+interface ToolSpec {
+  name: string;
+  description: string;
+  parameters: { type: "object"; properties: Record<string, unknown>; required?: string[] };
+}
+
+const SPECS: readonly ToolSpec[] = [
+  {
+    name: READ_TOOL_RESULT,
+    description:
+      "Read a stored tool result by its result_ref, one page at a time. Use it when the context shows " +
+      "a result_ref for output that was shortened or folded away, including the folded-results index.",
+    parameters: {
+      type: "object",
+      properties: {
+        result_ref: { type: "string", description: "The result_ref named in the context." },
+        offset: {
+          type: "integer",
+          minimum: 0,
+          default: 0,
+          description: "UTF-8 byte offset to read from; each page names the next offset.",
+        },
+      },
+      required: ["result_ref"],
+    },
+  },
+  {
+    name: CONTEXT_BUDGET,
+    description:
+      "Report how full the context window is: the tokens of the current context, the level at which " +
+      "older history is folded into a summary, and the hard limit.",
+    parameters: { type: "object", properties: {} },
+  },
+];
+
+/** The definitions of read_tool_result and context_budget in a provider's tool format. */
+export function toolDefinitions(format: ToolFormat): Record<string, unknown>[] {
+  return SPECS.map((spec) => {
+    switch (format) {
+      case "openai_chat":
+        return { type: "function", function: { name: spec.name, description: spec.description, parameters: spec.parameters } };
+      case "openai_responses":
+        return { type: "function", name: spec.name, description: spec.description, parameters: spec.parameters };
+      case "anthropic":
+        return { name: spec.name, description: spec.description, input_schema: spec.parameters };
+    }
+  });
+}
+
+/** True for the names of the tools above. */
+export function isCtxfoldTool(name: string): boolean {
+  return SPECS.some((spec) => spec.name === name);
+}
+
+/** A model's tool call: its name and arguments (the JSON text the model wrote, or parsed). */
+export interface ToolCallRequest {
+  name: string;
+  arguments: string | Readonly<Record<string, unknown>>;
+}
+
+/** The server's answers to a model's mistake, which the model can act on (other failures throw). */
+const MODEL_MISTAKES: ReadonlySet<string> = new Set([
+  ErrorReason.RESULT_REF_REQUIRED,
+  ErrorReason.RESULT_REF_NOT_FOUND,
+  ErrorReason.RESULT_REF_AMBIGUOUS,
+  ErrorReason.OFFSET_OUT_OF_RANGE,
+  ErrorReason.OFFSET_NOT_CHAR_BOUNDARY,
+  ErrorReason.INVALID_REQUEST,
+]);
+
+/** A parsed call: what to read, or the answer to a malformed call. */
+type ParsedCall = { kind: "read"; resultRef: string; offset: number } | { kind: "budget" } | { kind: "bad"; answer: string };
+
+/** The call of a ctxfold tool (undefined when `name` is not one: the agent runs its own tools). */
+export function parseToolCall(call: ToolCallRequest): ParsedCall | undefined {
+  if (!isCtxfoldTool(call.name)) {
+    return undefined;
+  }
+  let decoded: unknown;
+  if (typeof call.arguments === "string") {
+    try {
+      decoded = JSON.parse(call.arguments || "{}");
+    } catch (err) {
+      return { kind: "bad", answer: `error: invalid arguments: not JSON (${(err as Error).message})` };
+    }
+  } else {
+    decoded = call.arguments;
+  }
+  if (typeof decoded !== "object" || decoded === null || Array.isArray(decoded)) {
+    return { kind: "bad", answer: "error: invalid arguments: expected a JSON object" };
+  }
+  if (call.name === CONTEXT_BUDGET) {
+    return { kind: "budget" };
+  }
+  const { result_ref: ref, offset = 0 } = decoded as { result_ref?: unknown; offset?: unknown };
+  if (typeof ref !== "string" || ref === "") {
+    return { kind: "bad", answer: 'error: invalid arguments: "result_ref" (a string from the context) is required' };
+  }
+  if (typeof offset !== "number" || !Number.isSafeInteger(offset) || offset < 0) {
+    return { kind: "bad", answer: 'error: invalid arguments: "offset" must be a non-negative integer' };
+  }
+  return { kind: "read", resultRef: ref, offset };
+}
+
+/** The page's text, with a footer naming the next offset when the result continues. */
+export function pageAnswer(page: ToolResultPage): string {
+  if (page.complete) {
+    return page.data;
+  }
+  return (
+    `${page.data}\n\n[${READ_TOOL_RESULT}: bytes ${page.offset}-${page.nextOffset} of ${page.totalBytes}; ` +
+    `call ${READ_TOOL_RESULT} with result_ref "${page.resultRef}" and offset ${page.nextOffset} for more]`
+  );
+}
+
+/** The answer of context_budget for the last view this client prepared. */
+export function budgetAnswer(view: View | undefined): string {
+  if (view === undefined) {
+    return "error: no context prepared by this client yet";
+  }
+  return JSON.stringify({ estimated_tokens: view.estimatedTokens, trigger_tokens: view.triggerTokens, hard_limit_tokens: view.hardLimitTokens });
+}
+
+/**
+ * Answers a model's call of one of these tools with the text to append as its tool result, or
+ * undefined for any other tool (the agent runs its own). The model's mistakes (bad arguments, an
+ * unknown ref, a bad offset) come back as a short `error: …` text it can act on; failures of the
+ * service itself (unavailable, unknown session) throw CtxfoldError. One page is one
+ * ReadToolResult request of DEFAULT_PAGE_BYTES.
+ */
+export async function dispatchToolCall(
+  client: CtxfoldClient,
+  sessionId: string,
+  call: ToolCallRequest,
+  opts?: CallOptions,
+): Promise<string | undefined> {
+  const parsed = parseToolCall(call);
+  if (parsed === undefined) {
+    return undefined;
+  }
+  if (parsed.kind === "bad") {
+    return parsed.answer;
+  }
+  if (parsed.kind === "budget") {
+    return budgetAnswer(client.lastView(sessionId));
+  }
+  try {
+    const pages = client.toolResultPages(sessionId, parsed.resultRef, { ...opts, offset: parsed.offset, pageBytes: DEFAULT_PAGE_BYTES });
+    const first = await pages.next();
+    await pages.return();
+    return first.done ? "" : pageAnswer(first.value);
+  } catch (err) {
+    if (isCtxfoldError(err) && MODEL_MISTAKES.has(err.reason)) {
+      return `error: ${err.reason}: ${err.rawMessage}`;
+    }
+    throw err;
+  }
+}
