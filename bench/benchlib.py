@@ -407,6 +407,10 @@ def timed_async_generator(owner: Any, name: str, samples: Samples, session_arg: 
 
 def _session_of(args: Sequence[Any], index: int) -> str:
     value = args[index]
+    if isinstance(value, bytes):
+        # A servicer handler gets the request's wire bytes (it decodes them itself); every request about
+        # a session has session_id as field 1, so any such message type reads it.
+        value = pb.GetSessionRequest.FromString(value)
     return str(getattr(value, "session_id", value))
 
 

@@ -265,8 +265,10 @@ def clone_rows(
             if entry["type"] == "summary":
                 summary = template_refs.sub(lambda m: ref_map[m.group(0)], entry["text"])
                 entries.append({"type": "summary", "text": summary})
-            else:
+            elif entry["type"] == "message":
                 entries.append({"type": "message", "id": ids[template.kept_seqs[entry["id"]]]})
+            else:  # the fold's notes (artifact index, folded-results index ref): copied as they are
+                entries.append(entry)
         summary_tokens = estimator.count_text(summary)
         checkpoint_row = (
             cpid,
