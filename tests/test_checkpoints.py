@@ -41,8 +41,15 @@ async def test_the_chain_is_listed_newest_first_with_each_summary(stub: pb_grpc.
     # Each checkpoint folds its parent: the listing walks the chain to its root.
     assert [c.parent_id for c in chain] == [c.id for c in chain[1:]] + [""]
     assert [c.position_seq for c in chain] == sorted((c.position_seq for c in chain), reverse=True)
-    state_summary = (await prepare(stub, session.id)).result.messages
-    assert chain[0].summary in [m.content for m in state_summary if m.summary]
+    view = (await prepare(stub, session.id)).result
+    assert chain[0].summary in [m.content for m in view.messages if m.summary]
+    # Each checkpoint names the summarizer that wrote it and its folded-results index, readable as any result.
+    assert all(c.summarizer == "extractive" and c.folded_results_ref for c in chain)
+    assert chain[0].folded_results_ref == view.folded_results_ref
+    index = await stub.ReadToolResult(
+        pb.ReadToolResultRequest(session_id=session.id, result_ref=chain[0].folded_results_ref)
+    )
+    assert index.total_bytes > 0 and index.data
     assert all(c.summary and c.summary_tokens > 0 and c.on_head_chain for c in chain)
     assert all(c.create_time.seconds > 0 for c in chain)
     # Paging returns the same chain one checkpoint at a time.

@@ -52,8 +52,8 @@ def session_pb(info: SessionInfo) -> pb.Session:
 
 
 def checkpoint_pb(stored: StoredCheckpoint) -> pb.Checkpoint:
-    # folded_results_ref and summarizer are not stored yet: they stay empty.
     c = stored.checkpoint
+    notes = c.notes
     return pb.Checkpoint(
         id=c.id,
         parent_id=c.parent_id or "",
@@ -63,6 +63,8 @@ def checkpoint_pb(stored: StoredCheckpoint) -> pb.Checkpoint:
         kept_message_ids=list(c.kept_ids),
         create_time=timestamp(stored.create_time),
         on_head_chain=stored.on_head_chain,
+        folded_results_ref=notes.index_ref if notes else "",
+        summarizer=notes.summarizer if notes else "",
     )
 
 
