@@ -107,17 +107,19 @@ async def test_health_and_other_tenants_answer_while_one_tenant_saturates_its_sl
     fake.script(then="stall")  # every fold hangs until released
     sessions = [await session_to_fold(stub) for _ in range(3)]
 
-    def prepare(session_id: str) -> asyncio.Future[None]:
-        return asyncio.ensure_future(drain(stub.Prepare(pb.PrepareRequest(session_id=session_id), metadata=A)))
+    def prepare(session_id: str, overflow: bool = False) -> asyncio.Future[None]:
+        request = pb.PrepareRequest(session_id=session_id, overflow=overflow)
+        return asyncio.ensure_future(drain(stub.Prepare(request, metadata=A)))
 
     folds = [prepare(s) for s in sessions[:2]]
     await until_requests(fake, 2)
-    # A second Prepare on the first session waits for its fold; a third is one too many: refused now.
-    waiting = prepare(sessions[0])
+    # A view that fits is answered without waiting for the fold in flight; one the provider refused
+    # (overflow) must be maintained, so it waits for that fold; a third is one too many: refused now.
+    await asyncio.wait_for(prepare(sessions[0]), 5)
+    waiting = prepare(sessions[0], overflow=True)
     await asyncio.sleep(0.3)
-    delay = await asyncio.wait_for(
-        refused(drain(stub.Prepare(pb.PrepareRequest(session_id=sessions[0]), metadata=A)), "session"), 5
-    )
+    overflowing = pb.PrepareRequest(session_id=sessions[0], overflow=True)
+    delay = await asyncio.wait_for(refused(drain(stub.Prepare(overflowing, metadata=A)), "session"), 5)
     assert delay > 0
     folds.append(prepare(sessions[2]))
     await until_requests(fake, 3)

@@ -81,10 +81,11 @@ async def lease_of(running: RunningServer, session_id: str) -> tuple[str | None,
     return row.fold_lease_owner, row.fold_lease_until
 
 
-async def test_below_the_ceiling_a_second_replica_answers_the_current_view_without_waiting(
-    replicas: Replicas,
+@pytest.mark.parametrize("second", ["another replica", "the same replica"])
+async def test_below_the_ceiling_a_second_call_answers_the_current_view_without_waiting(
+    replicas: Replicas, second: str
 ) -> None:
-    a, b = replicas.stubs
+    a, b = replicas.stubs[0], replicas.stubs[1 if second == "another replica" else 0]
     session = await tool_session(a)
     folding = await fold_in_flight(replicas.fake, a, session.id)
     answered = await asyncio.wait_for(prepare(b, session.id), 5)

@@ -274,6 +274,9 @@ class KeyedLock:
         self.retry_after_seconds = retry_after_seconds
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
+    def held(self, key: str) -> bool:
+        return key in self._locks
+
     @contextlib.asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
         lock, users = self._locks.get(key, (asyncio.Lock(), 0))
@@ -315,8 +318,9 @@ class Maintenance:
         self.configs = configs
         self.clock = clock
         self.hooks = hooks or Hooks()
-        # Concurrent calls on one session in this process take turns, so they do not summarize the
-        # same input twice; across replicas the compare-and-swap alone keeps installs consistent.
+        # Concurrent calls on one session in this process that must maintain it take turns, so they do
+        # not summarize the same input twice (a view that fits is answered without waiting); across
+        # replicas the fold lease and the compare-and-swap do the same.
         self._sessions = KeyedLock(max_waiting_per_session)
         self.max_response_bytes = max_response_bytes
 
@@ -467,6 +471,12 @@ class Maintenance:
         keep_tokens: int | None = None,
         dry_run: bool = False,
     ) -> _Run:
+        if mode is Mode.PREPARE and not overflow and self._sessions.held(session_id):
+            # Another call of this process is maintaining (folding) the session: a view that still fits
+            # is answered now, as committed, instead of waiting for that fold (as across replicas).
+            run = await self._load(tenant, session_id)
+            if run.projection.tokens() <= run.config.hard_limit_tokens:
+                return run
         async with self._sessions.hold(session_id):
             return await self._maintain_locked(tenant, session_id, mode, emit, overflow, focus, keep_tokens, dry_run)
 
