@@ -56,7 +56,7 @@ cp ../conformance/fixtures/agent_trace.json "$work/project/"
 server_pid=$!
 port=""
 for _ in $(seq 1 600); do
-  port=$(sed -n 's/.*serving on port \([0-9][0-9]*\).*/\1/p' "$work/server.log" | head -1)
+  port=$(sed -n 's/.*serving on [^ ]*:\([0-9][0-9]*\) (.*/\1/p' "$work/server.log" | head -1)  # "serving on HOST:PORT (…)"
   [ -n "$port" ] && break
   kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
   sleep 0.1

@@ -33,13 +33,6 @@ import (
 
 const conformanceDir = "../../conformance"
 
-// failingOnServer lists scenario files that fail because of the server, not of this SDK (another
-// branch implements what they need), with why. Such a scenario is skipped while it fails and
-// fails once it passes, so the list is emptied at merge.
-var failingOnServer = map[string]string{
-	"08_checkpoints_and_compact": "Compact dry_run / not_folded_reason, ListCheckpoints and GetCheckpoint are on another branch",
-}
-
 type scenario struct {
 	Name   string         `json:"name"`
 	Config map[string]any `json:"config"`
@@ -77,13 +70,7 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("%s: %v", file, err)
 			}
 			err = (&runner{client: client, saved: map[string]any{}}).run(context.Background(), sc)
-			why, knownGap := failingOnServer[name]
-			switch {
-			case knownGap && err != nil:
-				t.Skipf("fails on the server (%s): %v", why, err)
-			case knownGap:
-				t.Fatalf("passes now: remove %q from failingOnServer", name)
-			case err != nil:
+			if err != nil {
 				t.Fatalf("%s: %v", sc.Name, err)
 			}
 		})

@@ -61,7 +61,7 @@ var toolSpecs = []toolSpec{
 // ToolDefinitions returns the definitions of ctxfold's tools ([ToolReadToolResult],
 // [ToolContextBudget]) in a provider's format, as JSON-ready maps to append to the request's tools:
 // OpenAI Chat {"type":"function","function":{name, description, parameters}}, OpenAI Responses
-// {"type":"function", name, description, parameters}, Anthropic {name, description, input_schema}.
+// {"type":"function", name, description, parameters, "strict":false}, Anthropic {name, description, input_schema}.
 func ToolDefinitions(format ToolFormat) ([]map[string]any, error) {
 	out := make([]map[string]any, 0, len(toolSpecs))
 	for _, t := range toolSpecs {
@@ -71,7 +71,10 @@ func ToolDefinitions(format ToolFormat) ([]map[string]any, error) {
 				"name": t.name, "description": t.description, "parameters": t.parameters,
 			}})
 		case FormatOpenAIResponses:
-			out = append(out, map[string]any{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters})
+			// Responses function tools default to strict, whose schemas cannot have optional fields (offset).
+			out = append(out, map[string]any{
+				"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters, "strict": false,
+			})
 		case FormatAnthropic:
 			out = append(out, map[string]any{"name": t.name, "description": t.description, "input_schema": t.parameters})
 		default:

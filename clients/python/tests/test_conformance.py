@@ -24,12 +24,6 @@ from ctxfold_client import (
     tool_definitions,
 )
 
-# Scenarios that fail because of the SERVER of this branch, not the SDK: expected to fail (strictly,
-# so a server that gains the feature turns them red until the entry goes). The lead empties this at merge.
-SERVER_PENDING: dict[str, str] = {
-    "08_checkpoints_and_compact": "Compact dry_run/not_folded_reason and ListCheckpoints/GetCheckpoint: server branch",
-}
-
 
 def _messages(value: Json) -> list[Message]:
     return [Message.from_json(m) for m in value]
@@ -162,14 +156,6 @@ def run_scenario(client: Client, scenario: dict[str, Json]) -> None:
                 saved[step["save"]] = result
 
 
-SCENARIOS = [
-    pytest.param(p, marks=pytest.mark.xfail(reason=SERVER_PENDING[p.stem], strict=True))
-    if p.stem in SERVER_PENDING
-    else p
-    for p in scenario_files()
-]
-
-
 class BlockingAsyncClient:
     """The AsyncClient driven from a test thread: every coroutine is run on a private event loop
     and every async iterator is read to its end, so the scenarios run through it as they are."""
@@ -204,12 +190,12 @@ async def _drain(items: AsyncIterator[object]) -> list[object]:
     return [item async for item in items]
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", scenario_files(), ids=lambda p: p.stem)
 def test_scenario(client: Client, path: Path) -> None:
     run_scenario(client, load(path))
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", scenario_files(), ids=lambda p: p.stem)
 def test_scenario_async(server: Server, path: Path) -> None:
     """The same scenario through AsyncClient (the blocking client is generated from it)."""
     bridge = BlockingAsyncClient(server.address)

@@ -13,7 +13,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from ctxfold_client import VERSION, AsyncClient, Client, ClientReason, CtxfoldError, FoldProgress, pb, user
+from ctxfold_client import VERSION, AsyncClient, Client, CtxfoldError, ErrorReason, FoldProgress, pb, user
 from ctxfold_client._gen import context_service_pb2_grpc as pb_grpc
 
 TOKEN = "fake-token-0123456789"
@@ -121,7 +121,7 @@ def test_stream_without_result_is_an_error(fake: tuple[FakeService, str]) -> Non
     seen: list[FoldProgress] = []
     with Client(address) as client, pytest.raises(CtxfoldError) as raised:
         client.prepare("no-result", on_progress=seen.append)
-    assert raised.value.reason == ClientReason.STREAM_ENDED_WITHOUT_RESULT
+    assert raised.value.reason == ErrorReason.STREAM_ENDED_WITHOUT_RESULT
     assert raised.value.code is grpc.StatusCode.UNAVAILABLE
     assert [e.message for e in seen] == ["planning"]
 
@@ -131,7 +131,7 @@ async def test_async_stream_without_result_is_an_error(fake: tuple[FakeService, 
     async with AsyncClient(address) as client:
         with pytest.raises(CtxfoldError) as raised:
             await client.prepare("no-result")
-        assert raised.value.reason == ClientReason.STREAM_ENDED_WITHOUT_RESULT
+        assert raised.value.reason == ErrorReason.STREAM_ENDED_WITHOUT_RESULT
 
 
 def test_a_failing_callback_cancels_the_stream(fake: tuple[FakeService, str]) -> None:

@@ -19,7 +19,6 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from ctxfold_client import (
     Action,
     CacheState,
-    ClientReason,
     CtxfoldError,
     ErrorReason,
     FoldProgress,
@@ -221,7 +220,7 @@ def test_fold_stream_progress_then_result() -> None:
     assert known.version == 7
     with pytest.raises(CtxfoldError) as raised:
         stream.feed(_result([], 8))
-    assert raised.value.reason == ClientReason.PROTOCOL_VIOLATION
+    assert raised.value.reason == ErrorReason.PROTOCOL_VIOLATION
 
 
 def test_fold_stream_applies_a_delta_to_the_known_view() -> None:
@@ -251,7 +250,7 @@ def test_a_whole_view_whose_count_disagrees_is_a_protocol_violation() -> None:
     stream = core.FoldStream("s1", None, core.ViewCache(4))
     with pytest.raises(CtxfoldError) as raised:
         stream.feed(_result([user("a").to_proto()], 8, count=2))
-    assert raised.value.reason == ClientReason.PROTOCOL_VIOLATION
+    assert raised.value.reason == ErrorReason.PROTOCOL_VIOLATION
 
 
 def test_fold_stream_without_result() -> None:
@@ -259,7 +258,7 @@ def test_fold_stream_without_result() -> None:
     stream.feed(pb.PrepareResponse(progress=pb.FoldProgress(stage=pb.FOLD_STAGE_PASS_STARTED)))
     with pytest.raises(CtxfoldError) as raised:
         stream.finish()
-    assert raised.value.reason == ClientReason.STREAM_ENDED_WITHOUT_RESULT
+    assert raised.value.reason == ErrorReason.STREAM_ENDED_WITHOUT_RESULT
     assert raised.value.code is grpc.StatusCode.UNAVAILABLE
 
 
@@ -333,7 +332,7 @@ def test_tool_result_reader_detects_corruption_and_bad_paging() -> None:
         reader.feed(page)
     with pytest.raises(CtxfoldError) as raised:
         reader.result()
-    assert raised.value.reason == ClientReason.RESULT_CHECKSUM_MISMATCH
+    assert raised.value.reason == ErrorReason.RESULT_CHECKSUM_MISMATCH
     assert raised.value.code is grpc.StatusCode.DATA_LOSS
 
     stuck = core.ToolResultReader("s1", tool_call_id="", result_ref="tr_1", page_bytes=4, whole=True)

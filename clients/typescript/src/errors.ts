@@ -5,27 +5,22 @@ import { ErrorInfoSchema, RetryInfoSchema } from "./gen/google/rpc/error_details
 /** The `domain` of every google.rpc.ErrorInfo the ctxfold server sends. */
 export const ERROR_DOMAIN = "ctxfold.dev";
 
-/** The conditions the SDK detects itself (clients/README.md, "Errors"). */
-const SDK_REASONS = ["STREAM_ENDED_WITHOUT_RESULT", "RESULT_CHECKSUM_MISMATCH", "PROTOCOL_VIOLATION"] as const;
-
 /**
- * Why a call failed: a name of the proto's ErrorReason enum (what the server writes in
- * ErrorInfo.reason), or one of the SDK's own — STREAM_ENDED_WITHOUT_RESULT (a prepare or compact
- * stream closed without its result; UNAVAILABLE), RESULT_CHECKSUM_MISMATCH (the pages of a tool
- * result do not hash to the server's sha256; DATA_LOSS) and PROTOCOL_VIOLATION (the server broke
- * the protocol: a repeated page token, a stream going on after its result, pages of one result
- * that disagree, a whole view whose count disagrees; INTERNAL).
+ * Why a call failed: a name of the proto's ErrorReason enum. The server writes one in every
+ * ErrorInfo.reason; the SDK raises three of them itself — STREAM_ENDED_WITHOUT_RESULT (a prepare or
+ * compact stream closed without its result; UNAVAILABLE), RESULT_CHECKSUM_MISMATCH (the pages of a
+ * tool result do not hash to the server's sha256; DATA_LOSS) and PROTOCOL_VIOLATION (the server
+ * broke the protocol: a repeated page token, a stream going on after its result, pages of one
+ * result that disagree, a whole view whose count disagrees; INTERNAL).
  */
-export type ErrorReason = Exclude<ErrorReasonJson, "ERROR_REASON_UNSPECIFIED"> | (typeof SDK_REASONS)[number];
+export type ErrorReason = Exclude<ErrorReasonJson, "ERROR_REASON_UNSPECIFIED">;
 
 /**
  * The reasons as constants, built from the generated ErrorReason enum (so a reason added to the
  * proto appears here on regeneration): `err.reason === ErrorReason.SESSION_NOT_FOUND`.
  */
 export const ErrorReason: { readonly [R in ErrorReason]: R } = Object.freeze(
-  Object.fromEntries(
-    [...ErrorReasonSchema.values.filter((v) => v.number !== 0).map((v) => v.name), ...SDK_REASONS].map((name) => [name, name]),
-  ),
+  Object.fromEntries(ErrorReasonSchema.values.filter((v) => v.number !== 0).map((v) => [v.name, v.name])),
 ) as { readonly [R in ErrorReason]: R };
 
 /** gRPC status code names, indexed by code number. */
@@ -130,7 +125,7 @@ export class CtxfoldError extends Error {
 
 /** @internal The error for a server that broke the protocol. */
 export function protocolViolation(message: string): CtxfoldError {
-  return new CtxfoldError({ code: Code.Internal, reason: "PROTOCOL_VIOLATION", rawMessage: message });
+  return new CtxfoldError({ code: Code.Internal, reason: ErrorReason.PROTOCOL_VIOLATION, rawMessage: message });
 }
 
 /** Type guard: `err` is a CtxfoldError (with this reason, when given). */

@@ -57,7 +57,8 @@ export function toolDefinitions(format: ToolFormat): Record<string, unknown>[] {
       case "openai_chat":
         return { type: "function", function: { name: spec.name, description: spec.description, parameters: spec.parameters } };
       case "openai_responses":
-        return { type: "function", name: spec.name, description: spec.description, parameters: spec.parameters };
+        // Responses function tools default to strict, whose schemas cannot have optional fields (offset).
+        return { type: "function", name: spec.name, description: spec.description, parameters: spec.parameters, strict: false };
       case "anthropic":
         return { name: spec.name, description: spec.description, input_schema: spec.parameters };
     }

@@ -30,15 +30,6 @@ const CONFORMANCE_DIR = join(REPO_ROOT, "clients", "conformance");
 const SCENARIO_DIR = join(CONFORMANCE_DIR, "scenarios");
 const FIXTURE_DIR = join(CONFORMANCE_DIR, "fixtures");
 
-/**
- * Scenarios that fail because of the SERVER of this branch (not the SDK): file name → why. They
- * must fail (strictly: one that passes turns red, so the entry goes as soon as the server has the
- * feature). The lead empties this list at merge.
- */
-const EXPECTED_TO_FAIL_BY_SERVER: Readonly<Record<string, string>> = {
-  "08_checkpoints_and_compact.json": "server pending: Compact dry_run / not_folded_reason, ListCheckpoints, GetCheckpoint",
-};
-
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type JsonObject = { [key: string]: Json };
 
@@ -370,13 +361,8 @@ describe("conformance scenarios", () => {
 
   for (const file of readdirSync(SCENARIO_DIR).filter((f) => f.endsWith(".json")).sort()) {
     const scenario = JSON.parse(readFileSync(join(SCENARIO_DIR, file), "utf8")) as Scenario;
-    const pending = EXPECTED_TO_FAIL_BY_SERVER[file];
-    it(`${file}: ${scenario.name}${pending ? ` (expected to fail: ${pending})` : ""}`, async () => {
-      if (pending === undefined) {
-        await runScenario(client, scenario);
-      } else {
-        await assert.rejects(runScenario(client, scenario), `${file} passes now: remove it from EXPECTED_TO_FAIL_BY_SERVER`);
-      }
+    it(`${file}: ${scenario.name}`, async () => {
+      await runScenario(client, scenario);
     });
   }
 });

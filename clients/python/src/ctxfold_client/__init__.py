@@ -20,7 +20,7 @@ from ctxfold_client._sync_client import Client
 from ctxfold_client._version import VERSION
 from ctxfold_client.adapters import Reply
 from ctxfold_client.config import SessionConfig
-from ctxfold_client.errors import ClientReason, CtxfoldError
+from ctxfold_client.errors import CtxfoldError
 from ctxfold_client.messages import assistant, system, tool_call, tool_result, user
 from ctxfold_client.models import (
     CallOptions,
@@ -48,7 +48,6 @@ __all__ = [
     "CallOptions",
     "Checkpoint",
     "Client",
-    "ClientReason",
     "CtxfoldError",
     "ErrorReason",
     "FoldProgress",

@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 import grpc
 
 from ctxfold_client._gen import context_service_pb2 as pb
+from ctxfold_client._gen.enums import ErrorReason
 from ctxfold_client._version import VERSION
 from ctxfold_client.config import SessionConfig
-from ctxfold_client.errors import ClientReason, CtxfoldError
+from ctxfold_client.errors import CtxfoldError
 from ctxfold_client.models import (
     CallOptions,
     FoldProgress,
@@ -246,7 +247,7 @@ def context_state(response: pb.GetContextStateResponse) -> dict[str, Any]:
 
 def protocol_error(message: str, **metadata: str) -> CtxfoldError:
     """The server broke the protocol this SDK speaks (a bug on one side or the other)."""
-    return CtxfoldError.client(grpc.StatusCode.INTERNAL, ClientReason.PROTOCOL_VIOLATION, message, **metadata)
+    return CtxfoldError.client(grpc.StatusCode.INTERNAL, ErrorReason.PROTOCOL_VIOLATION, message, **metadata)
 
 
 # ---- views ------------------------------------------------------------------------------------
@@ -334,7 +335,7 @@ class FoldStream:
         if not self._ended:
             raise CtxfoldError.client(
                 grpc.StatusCode.UNAVAILABLE,
-                ClientReason.STREAM_ENDED_WITHOUT_RESULT,
+                ErrorReason.STREAM_ENDED_WITHOUT_RESULT,
                 "the stream ended without a result",
                 session_id=self.session_id,
             )
@@ -454,7 +455,7 @@ class ToolResultReader:
         if not whole.verify():
             raise CtxfoldError.client(
                 grpc.StatusCode.DATA_LOSS,
-                ClientReason.RESULT_CHECKSUM_MISMATCH,
+                ErrorReason.RESULT_CHECKSUM_MISMATCH,
                 f"the pages of {first.result_ref} do not add up to its {first.total_bytes} bytes / sha256",
                 result_ref=first.result_ref,
             )

@@ -4,12 +4,12 @@ The server answers every error with a gRPC status whose trailing metadata (`grpc
 holds a `google.rpc.Status` with one `google.rpc.ErrorInfo` (domain "ctxfold.dev", an UPPER_SNAKE
 `reason` such as SESSION_NOT_FOUND and string `metadata`), plus a `google.rpc.RetryInfo` when
 waiting helps. Compare `reason` with the generated `ErrorReason` constants. Failures detected by
-this SDK itself use the `ClientReason` constants and the domain "client.ctxfold.dev".
+this SDK itself carry ErrorReason values too (STREAM_ENDED_WITHOUT_RESULT, RESULT_CHECKSUM_MISMATCH,
+PROTOCOL_VIOLATION), with the domain "client.ctxfold.dev".
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import MappingProxyType
@@ -18,20 +18,10 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from ctxfold_client._gen.enums import ErrorReason
+
 SERVER_DOMAIN = "ctxfold.dev"
 CLIENT_DOMAIN = "client.ctxfold.dev"
-
-
-class ClientReason(enum.StrEnum):
-    """The reasons of failures the SDK detects itself (clients/README.md, "Errors")."""
-
-    STREAM_ENDED_WITHOUT_RESULT = "STREAM_ENDED_WITHOUT_RESULT"
-    """A Prepare or Compact stream closed without its result (code UNAVAILABLE)."""
-    RESULT_CHECKSUM_MISMATCH = "RESULT_CHECKSUM_MISMATCH"
-    """The pages of `read_tool_result()` do not hash to the server's sha256 (code DATA_LOSS)."""
-    PROTOCOL_VIOLATION = "PROTOCOL_VIOLATION"
-    """The server broke the protocol: a repeated page token, a stream going on after its result,
-    pages of one result that disagree (code INTERNAL)."""
 
 
 class CtxfoldError(Exception):
@@ -39,8 +29,8 @@ class CtxfoldError(Exception):
 
     Attributes:
         code: the gRPC status code (`grpc.StatusCode.NOT_FOUND`, ...).
-        reason: the ErrorInfo reason, to compare with `ErrorReason` (server) or `ClientReason`
-            (SDK) constants; "" when the status had none (e.g. UNAVAILABLE from the transport).
+        reason: the ErrorInfo reason, to compare with the `ErrorReason` constants; "" when the status
+            had none (e.g. UNAVAILABLE from the transport).
         domain: the ErrorInfo domain ("ctxfold.dev" for server errors).
         metadata: the ErrorInfo metadata (e.g. `{"session_id": "s_..."}`), read-only.
         message: the human-readable status message.
@@ -114,7 +104,7 @@ class CtxfoldError(Exception):
         )
 
     @classmethod
-    def client(cls, code: grpc.StatusCode, reason: ClientReason, message: str, **metadata: str) -> CtxfoldError:
+    def client(cls, code: grpc.StatusCode, reason: ErrorReason, message: str, **metadata: str) -> CtxfoldError:
         """An error detected by the SDK itself (domain "client.ctxfold.dev")."""
         return cls(code, message, reason=reason, domain=CLIENT_DOMAIN, metadata=metadata)
 

@@ -69,7 +69,16 @@ def tool_definitions(format: ToolFormat) -> list[dict[str, Any]]:
                 {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
             )
         elif format == "openai_responses":
-            out.append({"type": "function", "name": name, "description": description, "parameters": parameters})
+            # Responses function tools default to strict, whose schemas cannot have optional fields (offset).
+            out.append(
+                {
+                    "type": "function",
+                    "name": name,
+                    "description": description,
+                    "parameters": parameters,
+                    "strict": False,
+                }
+            )
         elif format == "anthropic":
             out.append({"name": name, "description": description, "input_schema": parameters})
         else:

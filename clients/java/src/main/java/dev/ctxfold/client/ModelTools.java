@@ -99,6 +99,8 @@ public final class ModelTools {
         tool.put("name", name);
         tool.put("description", description);
         tool.put("parameters", parameters);
+        // Responses function tools default to strict, whose schemas cannot have optional fields (offset).
+        tool.put("strict", false);
       }
       case ANTHROPIC -> {
         tool.put("name", name);

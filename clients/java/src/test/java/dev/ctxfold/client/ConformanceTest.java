@@ -36,14 +36,6 @@ import org.junit.jupiter.api.TestFactory;
 
 /** Every scenario of clients/conformance/scenarios as one test, against a real {@code ctxfold serve}. */
 class ConformanceTest {
-  /**
-   * Scenarios that fail because of the SERVER, not the SDK (file name → why). Each must fail
-   * while listed; the lead empties this at merge.
-   */
-  static final Map<String, String> SERVER_PENDING = Map.of(
-      "08_checkpoints_and_compact.json",
-      "Compact dry_run / not_folded_reason and ListCheckpoints / GetCheckpoint: the server branch");
-
   private static CtxfoldServer server;
   private static CtxfoldClient client;
 
@@ -91,13 +83,7 @@ class ConformanceTest {
     assertTrue(!files.isEmpty(), "no scenarios in " + Conformance.dir());
     return files.stream().map(file -> DynamicTest.dynamicTest(file.getFileName().toString(), file.toUri(), () -> {
       Map<String, Object> scenario = Conformance.load(file);
-      String pending = SERVER_PENDING.get(file.getFileName().toString());
-      if (pending == null) {
-        onLargeStack(() -> run(surface, scenario));
-      } else {
-        assertThrows(Throwable.class, () -> onLargeStack(() -> run(surface, scenario)),
-            "listed in SERVER_PENDING (" + pending + ") but passes: remove it from the list");
-      }
+      onLargeStack(() -> run(surface, scenario));
     }));
   }
 
