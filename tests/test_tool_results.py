@@ -8,13 +8,17 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from pathlib import Path
 
 import grpc
 import pytest
 import zstandard
-from sqlalchemy import delete, update
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from conftest import fresh_database, settings_for
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.tool_results import (
     DEFAULT_PAGE_BYTES,
@@ -25,7 +29,9 @@ from ctxfold.engine.tool_results import (
     read_page,
 )
 from ctxfold.server import RunningServer
+from ctxfold.server import start as start_server
 from ctxfold.store import schema
+from ctxfold.store.database import MIGRATIONS_DIR, create_engine
 from ctxfold.store.repository import CHUNK_BYTES
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -597,18 +603,48 @@ async def test_a_page_read_fetches_only_the_chunks_it_covers(
     assert fetched[1][1] - fetched[1][0] == 1  # the page across a boundary reads both chunks
 
 
-@pytest.mark.parametrize("codec", ["zstd", "identity"])
-async def test_a_result_stored_whole_before_chunking_stays_readable(
-    server: RunningServer, stub: pb_grpc.ContextServiceStub, codec: str
-) -> None:
-    session_id = await new_session(stub)
+def _downgrade(connection: Connection, revision: str) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)
+
+
+async def test_a_result_stored_before_migration_0003_stays_readable(backend: str, tmp_path: Path) -> None:
+    url = await fresh_database(backend, tmp_path)
     raw = chunk_text(200_001).encode()
-    ref = (await append_result(stub, session_id, "call_old", raw.decode())).result_ref
-    # Rewrite the row as migrations 0001–0002 stored it: the whole result in `data`, no chunks.
-    tr, chunks = schema.tool_results, schema.tool_result_chunks
-    data = zstandard.ZstdCompressor().compress(raw) if codec == "zstd" else raw
-    async with server.store.engine.begin() as conn:
-        deleted = await conn.execute(delete(chunks).where(chunks.c.ref == ref))
-        assert deleted.rowcount == -(-len(raw) // CHUNK_BYTES)
-        await conn.execute(update(tr).where(tr.c.ref == ref).values(codec=codec, data=data, chunk_bytes=None))
-    await read_all(stub, session_id, ref, raw, MAX_PAGE_BYTES)
+    running = await start_server(settings_for(url))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            stub = pb_grpc.ContextServiceStub(channel)
+            session_id = await new_session(stub)
+            ref = (await append_result(stub, session_id, "call_old", raw.decode())).result_ref
+    finally:
+        await running.stop(grace=0.5)
+    # Make the database what migration 0002 left: the result as one zstd frame in `data`, no chunks.
+    tr = schema.tool_results
+    # Every column migration 0002 has.
+    columns = [tr.c.ref, tr.c.segment_id, tr.c.message_id, tr.c.codec, tr.c.data, tr.c.total_bytes, tr.c.sha256]
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(delete(schema.tool_result_chunks))
+            await conn.execute(
+                update(tr).where(tr.c.ref == ref).values(codec="zstd", data=zstandard.ZstdCompressor().compress(raw))
+            )
+            await conn.run_sync(_downgrade, "0002")
+            before = (await conn.execute(select(*columns).order_by(tr.c.ref))).all()
+    finally:
+        await engine.dispose()
+
+    running = await start_server(settings_for(url))  # migrates to the newest revision
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            await read_all(pb_grpc.ContextServiceStub(channel), session_id, ref, raw, MAX_PAGE_BYTES)
+        async with running.store.engine.connect() as conn:
+            after = (await conn.execute(select(*columns).order_by(tr.c.ref))).all()
+            chunk_bytes = (await conn.execute(select(tr.c.chunk_bytes).where(tr.c.ref == ref))).scalar_one()
+        assert after == before  # the upgrade rewrote nothing
+        assert chunk_bytes is None
+    finally:
+        await running.stop(grace=0.5)
