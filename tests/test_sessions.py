@@ -14,6 +14,7 @@ from conftest import fresh_database, settings_for
 from ctxfold.engine.estimator import message_tokens
 from ctxfold.engine.model import ToolCall
 from ctxfold.server import RunningServer, start
+from ctxfold.store.repository import CHUNK_BYTES
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
@@ -236,6 +237,10 @@ async def test_delete_removes_every_row(fresh: Fresh) -> None:
     # One row per tool result and per user message (readable by reference), per session.
     readable = sum(m.role in (pb.ROLE_TOOL, pb.ROLE_USER) for m in conversation()) + 1
     assert counts["tool_results"] == 3 * readable
+    # The big result is stored in independently compressed chunks; only it is that large.
+    chunks = -(-len(big.encode()) // CHUNK_BYTES)
+    assert chunks > 1
+    assert counts["tool_result_chunks"] == 3 * chunks
     assert counts["append_requests"] == 3
     assert counts["segments"] >= 3
 
@@ -245,6 +250,7 @@ async def test_delete_removes_every_row(fresh: Fresh) -> None:
     assert after_one["sessions"] == 2
     assert after_one["messages"] == 2 * (len(conversation()) + 2)
     assert after_one["tool_results"] == 2 * readable
+    assert after_one["tool_result_chunks"] == 2 * chunks
     assert after_one["append_requests"] == 2
     # The others are untouched, raw results included.
     assert await list_all(stub, sessions[2]) == keep

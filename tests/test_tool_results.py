@@ -8,17 +8,31 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from pathlib import Path
 
 import grpc
 import pytest
+import zstandard
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, delete, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from conftest import fresh_database, settings_for
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.tool_results import (
     DEFAULT_PAGE_BYTES,
     MAX_PAGE_BYTES,
+    RawSpan,
     bound_tool_content,
+    page_span,
     read_page,
 )
+from ctxfold.server import RunningServer
+from ctxfold.server import start as start_server
+from ctxfold.store import schema
+from ctxfold.store.database import MIGRATIONS_DIR, create_engine
+from ctxfold.store.repository import CHUNK_BYTES
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
@@ -165,32 +179,36 @@ def test_other_error_endings_also_keep_more_tail(ending: str) -> None:
 # ---- read_page ---------------------------------------------------------------------------------
 
 
+def whole(raw: bytes) -> RawSpan:
+    return RawSpan(0, raw, len(raw))
+
+
 def domain_error(raw: bytes, offset: int, limit: int) -> DomainError:
     with pytest.raises(DomainError) as caught:
-        read_page(raw, offset, limit)
+        read_page(whole(raw), offset, limit)
     assert caught.value.kind is Kind.INVALID_ARGUMENT
     return caught.value
 
 
 def test_read_page_snaps_the_end_back_to_a_char_boundary() -> None:
     raw = ("a" + "😀" * 3 + "汉").encode()  # 1 + 12 + 3 bytes
-    page = read_page(raw, 0, 4)
+    page = read_page(whole(raw), 0, 4)
     assert (page.data, page.offset, page.next_offset, page.complete) == ("a", 0, 1, False)
-    page = read_page(raw, 1, 7)
+    page = read_page(whole(raw), 1, 7)
     assert (page.data, page.next_offset) == ("😀", 5)
-    page = read_page(raw, 5, 8)
+    page = read_page(whole(raw), 5, 8)
     assert (page.data, page.next_offset) == ("😀😀", 13)
-    page = read_page(raw, 13, 4)
+    page = read_page(whole(raw), 13, 4)
     assert (page.data, page.next_offset, page.total_bytes, page.complete) == ("汉", 16, 16, True)
-    page = read_page(raw, 16, 4)  # reading at the very end is an empty, complete page
+    page = read_page(whole(raw), 16, 4)  # reading at the very end is an empty, complete page
     assert (page.data, page.next_offset, page.complete) == ("", 16, True)
 
 
 def test_read_page_limit_zero_means_the_default() -> None:
     raw = b"x" * (DEFAULT_PAGE_BYTES * 2)
-    page = read_page(raw, 0, 0)
+    page = read_page(whole(raw), 0, 0)
     assert page.next_offset == DEFAULT_PAGE_BYTES
-    page = read_page(raw, 0, MAX_PAGE_BYTES)
+    page = read_page(whole(raw), 0, MAX_PAGE_BYTES)
     assert page.next_offset == MAX_PAGE_BYTES
 
 
@@ -199,7 +217,7 @@ def test_read_page_pages_concatenate_to_the_original(limit: int) -> None:
     raw = mixed_text(60_000, seed=limit).encode()
     offset, chunks = 0, []
     while True:
-        page = read_page(raw, offset, limit)
+        page = read_page(whole(raw), offset, limit)
         assert page.offset == offset
         assert page.total_bytes == len(raw)
         size = page.next_offset - offset
@@ -212,6 +230,29 @@ def test_read_page_pages_concatenate_to_the_original(limit: int) -> None:
         chunks.append(page.data)
         offset = page.next_offset
     assert "".join(chunks).encode() == raw
+
+
+@pytest.mark.parametrize("limit", [4, 5, 7, 4096, MAX_PAGE_BYTES])
+def test_a_page_cut_from_its_span_equals_the_page_cut_from_the_whole_result(limit: int) -> None:
+    raw = mixed_text(40_000, seed=limit).encode()
+    for offset in range(0, len(raw) + 1, 997):
+        start, stop = page_span(offset, limit, len(raw))
+        assert stop - start <= limit + 4
+        span = RawSpan(start, raw[start:stop], len(raw))
+        try:
+            expected = read_page(whole(raw), offset, limit)
+        except DomainError as error:
+            with pytest.raises(DomainError) as caught:
+                read_page(span, offset, limit)
+            assert (caught.value.reason, caught.value.metadata) == (error.reason, error.metadata)
+        else:
+            assert read_page(span, offset, limit) == expected
+
+
+def test_read_page_refuses_a_span_that_misses_the_pages_bytes() -> None:
+    raw = b"x" * 100
+    with pytest.raises(ValueError, match="does not cover"):
+        read_page(RawSpan(10, raw[10:30], len(raw)), 10, 20)
 
 
 @pytest.mark.parametrize("limit", [-1, 1, 3, MAX_PAGE_BYTES + 1, 1 << 40])
@@ -505,3 +546,105 @@ async def test_bad_offsets_and_limits_are_invalid(
     )
     # Valid reads still work afterwards.
     assert (await read(stub, session_id, stored.result_ref)).data == "结果 😀 ok"
+
+
+# ---- chunked storage: a page read costs O(page) --------------------------------------------------
+
+
+def chunk_text(n_bytes: int) -> str:
+    """`n_bytes` of mixed UTF-8 built from one odd-sized block, so chunk boundaries (every 64 KiB)
+    fall inside characters of every width."""
+    block = mixed_text(100_003, seed=42)
+    text = block * (n_bytes // len(block.encode())) + "x" * (n_bytes % len(block.encode()))
+    assert len(text.encode()) == n_bytes
+    return text
+
+
+async def test_a_multi_mib_result_pages_back_exactly_with_its_sha256(stub: pb_grpc.ContextServiceStub) -> None:
+    session_id = await new_session(stub)
+    raw = chunk_text(3 * (1 << 20) + 12_345).encode()
+    stored = await append_result(stub, session_id, "call_big", raw.decode())
+    assert stored.truncated
+    pages = await read_all(stub, session_id, stored.result_ref, raw, MAX_PAGE_BYTES)
+    assert pages >= len(raw) // MAX_PAGE_BYTES
+    # A fork shares the chunks (nothing is copied) and pages them the same way.
+    fork = (await stub.Fork(pb.ForkRequest(session_id=session_id))).session
+    await read_all(stub, fork.id, stored.result_ref, raw, MAX_PAGE_BYTES)
+
+
+async def test_a_page_read_fetches_only_the_chunks_it_covers(
+    server: RunningServer, stub: pb_grpc.ContextServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session_id = await new_session(stub)
+    raw = chunk_text(8 << 20).encode()
+    ref = (await append_result(stub, session_id, "call_big", raw.decode())).result_ref
+    fetched: list[tuple[int, int]] = []
+    fetch = server.store._fetch_chunks
+
+    async def counting(conn: AsyncConnection, ref: str, first: int, last: int) -> list[bytes]:
+        fetched.append((first, last))
+        return await fetch(conn, ref, first, last)
+
+    monkeypatch.setattr(server.store, "_fetch_chunks", counting)
+    # Offsets at the start, across a chunk boundary, deep inside and at the very end.
+    starts = [0, 5 * CHUNK_BYTES - 100, len(raw) // 2, len(raw) - 10, len(raw)]
+    for start in starts:
+        offset = start
+        while offset < len(raw) and raw[offset] & 0xC0 == 0x80:
+            offset -= 1
+        page = await read(stub, session_id, ref, offset, MAX_PAGE_BYTES)
+        assert page.data.encode() == raw[offset : page.next_offset]
+        assert page.sha256 == hashlib.sha256(raw).hexdigest()
+        # Only the chunks covering the page's bytes (with 3 bytes before it and 1 after) are read.
+        lo, hi = max(offset - 3, 0), min(offset + MAX_PAGE_BYTES + 1, len(raw))
+        assert fetched[-1] == (lo // CHUNK_BYTES, (hi - 1) // CHUNK_BYTES)
+    assert len(fetched) == len(starts)
+    assert all(last - first <= 1 for first, last in fetched), fetched
+    assert fetched[1][1] - fetched[1][0] == 1  # the page across a boundary reads both chunks
+
+
+def _downgrade(connection: Connection, revision: str) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)
+
+
+async def test_a_result_stored_before_migration_0003_stays_readable(backend: str, tmp_path: Path) -> None:
+    url = await fresh_database(backend, tmp_path)
+    raw = chunk_text(200_001).encode()
+    running = await start_server(settings_for(url))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            stub = pb_grpc.ContextServiceStub(channel)
+            session_id = await new_session(stub)
+            ref = (await append_result(stub, session_id, "call_old", raw.decode())).result_ref
+    finally:
+        await running.stop(grace=0.5)
+    # Make the database what migration 0002 left: the result as one zstd frame in `data`, no chunks.
+    tr = schema.tool_results
+    # Every column migration 0002 has.
+    columns = [tr.c.ref, tr.c.segment_id, tr.c.message_id, tr.c.codec, tr.c.data, tr.c.total_bytes, tr.c.sha256]
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(delete(schema.tool_result_chunks))
+            await conn.execute(
+                update(tr).where(tr.c.ref == ref).values(codec="zstd", data=zstandard.ZstdCompressor().compress(raw))
+            )
+            await conn.run_sync(_downgrade, "0002")
+            before = (await conn.execute(select(*columns).order_by(tr.c.ref))).all()
+    finally:
+        await engine.dispose()
+
+    running = await start_server(settings_for(url))  # migrates to the newest revision
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            await read_all(pb_grpc.ContextServiceStub(channel), session_id, ref, raw, MAX_PAGE_BYTES)
+        async with running.store.engine.connect() as conn:
+            after = (await conn.execute(select(*columns).order_by(tr.c.ref))).all()
+            chunk_bytes = (await conn.execute(select(tr.c.chunk_bytes).where(tr.c.ref == ref))).scalar_one()
+        assert after == before  # the upgrade rewrote nothing
+        assert chunk_bytes is None
+    finally:
+        await running.stop(grace=0.5)

@@ -88,9 +88,19 @@ class Page:
     complete: bool
 
 
-def read_page(raw: bytes, offset: int, limit: int) -> Page:
-    """One page of `raw` from byte `offset`, at most `limit` bytes, ending on a character boundary."""
-    total = len(raw)
+@dataclass(frozen=True)
+class RawSpan:
+    """Bytes [start, start + len(data)) of a raw result of `total` bytes: what a page is cut from."""
+
+    start: int
+    data: bytes
+    total: int
+
+
+def page_span(offset: int, limit: int, total: int) -> tuple[int, int]:
+    """The byte range [start, stop) of a `total`-byte result that the page at `offset` is cut from:
+    up to 3 bytes before it (where a character the offset falls inside starts) and one byte after
+    `offset + limit` (whether the page's end would cut a character). Raises on a bad offset or limit."""
     limit = limit or DEFAULT_PAGE_BYTES
     if not MIN_PAGE_BYTES <= limit <= MAX_PAGE_BYTES:
         raise invalid(
@@ -105,21 +115,31 @@ def read_page(raw: bytes, offset: int, limit: int) -> Page:
             offset=offset,
             total_bytes=total,
         )
-    if offset < total and _is_continuation(raw[offset]):
-        previous = _snap_back(raw, offset)
+    return max(offset - 3, 0), min(offset + limit + 1, total)
+
+
+def read_page(raw: RawSpan, offset: int, limit: int) -> Page:
+    """One page from byte `offset`, at most `limit` bytes, ending on a character boundary. `raw` must
+    cover `page_span(offset, limit, raw.total)`; indices below are relative to `raw.start`."""
+    start, stop = page_span(offset, limit, raw.total)
+    if raw.start > start or raw.start + len(raw.data) < stop:
+        raise ValueError(f"span {raw.start}+{len(raw.data)} does not cover the page's bytes {start}..{stop}")
+    data, at = raw.data, offset - raw.start
+    if offset < raw.total and _is_continuation(data[at]):
+        previous = raw.start + _snap_back(data, at)
         raise invalid(
             "OFFSET_NOT_CHAR_BOUNDARY",
             f"offset {offset} is inside a UTF-8 character; the character starts at byte {previous}",
             offset=offset,
             char_start=previous,
         )
-    end = _snap_back(raw, min(offset + limit, total))
+    end = _snap_back(data, min(offset + (limit or DEFAULT_PAGE_BYTES), raw.total) - raw.start)
     return Page(
-        data=raw[offset:end].decode(),
+        data=data[at:end].decode(),
         offset=offset,
-        next_offset=end,
-        total_bytes=total,
-        complete=end == total,
+        next_offset=raw.start + end,
+        total_bytes=raw.total,
+        complete=raw.start + end == raw.total,
     )
 
 

@@ -42,5 +42,5 @@ class ToolResults:
                     candidates=",".join(refs),
                 )
             result_ref = refs[0]
-        raw = await self.store.read_raw_result(session, result_ref)
-        return ResultPage(read_page(raw.data, offset, limit), raw.sha256, raw.ref)
+        span, sha256 = await self.store.read_raw_span(session, result_ref, offset, limit)
+        return ResultPage(read_page(span, offset, limit), sha256, result_ref)

@@ -32,7 +32,7 @@ from ctxfold.engine.lineage import (
     segment_holding,
 )
 from ctxfold.engine.model import Role, StoredMessage, ToolCall
-from ctxfold.engine.tool_results import sha256_hex
+from ctxfold.engine.tool_results import RawSpan, page_span, sha256_hex
 from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_end
 from ctxfold.engine.view import Checkpoint
 from ctxfold.store import schema
@@ -43,6 +43,9 @@ from ctxfold.store.database import WRITE_OPTION
 ZSTD_LEVEL = 3
 # Raw results below this size are stored uncompressed; compression costs more than it saves.
 _COMPRESS_MIN_BYTES = 1024
+# Larger ones are stored in chunks of this many raw bytes, each compressed on its own: a page read
+# (at most 24 KiB) decompresses one or two chunks, whatever the size of the result.
+CHUNK_BYTES = 64 << 10
 
 
 def new_id(prefix: str) -> str:
@@ -97,6 +100,14 @@ class RawResult:
     ref: str
     data: bytes
     sha256: str
+
+
+@dataclass(frozen=True)
+class EncodedResult:
+    """A raw result as stored: its tool_results row (segment aside) and its tool_result_chunks rows."""
+
+    row: dict[str, object]
+    chunks: list[dict[str, object]]
 
 
 @dataclass(frozen=True)
@@ -208,23 +219,43 @@ def _in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
     return or_(*(and_(m.segment_id == r.segment_id, m.seq > r.lo, m.seq <= r.hi) for r in ranges))
 
 
-def _raw_result_row(row: MessageRow) -> dict[str, object]:
-    """The tool_results row of a tool message (its segment aside): compressed when large."""
-    if row.raw is None:
-        # Not truncated: the message content is the raw result; store only its identity.
-        raw, codec, data = row.content.encode(), "inline", b""
-    elif len(row.raw) >= _COMPRESS_MIN_BYTES:
-        raw, codec, data = row.raw, "zstd", zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(row.raw)
-    else:
-        raw, codec, data = row.raw, "identity", row.raw
-    return {
-        "ref": row.result_ref,
-        "message_id": row.id,
-        "codec": codec,
-        "data": data,
+def _encode_result(ref: str, message_id: str, raw: bytes, *, inline: bool = False) -> EncodedResult:
+    """How `raw` is stored: only its identity when it is the message content (`inline`), whole when
+    small, else in independently compressed chunks. The sha256 is of the whole result."""
+    row: dict[str, object] = {
+        "ref": ref,
+        "message_id": message_id,
+        "codec": "inline",
+        "data": b"",
         "total_bytes": len(raw),
         "sha256": sha256_hex(raw),
+        "chunk_bytes": None,
     }
+    if inline:
+        return EncodedResult(row, [])
+    if len(raw) < _COMPRESS_MIN_BYTES:
+        return EncodedResult({**row, "codec": "identity", "data": raw}, [])
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    view = memoryview(raw)
+    chunks: list[dict[str, object]] = [
+        {"ref": ref, "chunk_index": index, "data": compressor.compress(view[start : start + CHUNK_BYTES])}
+        for index, start in enumerate(range(0, len(raw), CHUNK_BYTES))
+    ]
+    return EncodedResult({**row, "codec": "zstd_chunks", "chunk_bytes": CHUNK_BYTES}, chunks)
+
+
+def _raw_result(row: MessageRow) -> EncodedResult:
+    """The stored raw result of a tool message; not truncated, its content is the raw result."""
+    if row.raw is None:
+        return _encode_result(row.result_ref, row.id, row.content.encode(), inline=True)
+    return _encode_result(row.result_ref, row.id, row.raw)
+
+
+def _decompress_span(chunks: Sequence[bytes], first_start: int, start: int, stop: int) -> bytes:
+    """Bytes [start, stop) of a result from its consecutive chunks, the first starting at `first_start`."""
+    decompressor = zstandard.ZstdDecompressor()
+    joined = b"".join(decompressor.decompress(chunk) for chunk in chunks)
+    return joined[start - first_start : stop - first_start]
 
 
 class Store:
@@ -399,7 +430,10 @@ class Store:
             if not ids:
                 return
             # Messages and raw results go with their segment (ON DELETE CASCADE, stated for clarity).
-            await conn.execute(delete(schema.tool_results).where(schema.tool_results.c.segment_id.in_(ids)))
+            tr = schema.tool_results.c
+            refs = select(tr.ref).where(tr.segment_id.in_(ids))
+            await conn.execute(delete(schema.tool_result_chunks).where(schema.tool_result_chunks.c.ref.in_(refs)))
+            await conn.execute(delete(schema.tool_results).where(tr.segment_id.in_(ids)))
             await conn.execute(delete(schema.messages).where(schema.messages.c.segment_id.in_(ids)))
             await conn.execute(delete(schema.segments).where(seg.id.in_(ids)))
             remaining -= set(ids)
@@ -533,7 +567,7 @@ class Store:
         now = time.time()
         # Compressing and hashing raw results is done before the write transaction, off the event loop.
         raw_size = sum(r.raw_bytes for r in rows if r.result_ref)
-        raw_results = await cpu.run(raw_size, lambda: [_raw_result_row(r) for r in rows if r.result_ref])
+        raw_results = await cpu.run(raw_size, lambda: [_raw_result(r) for r in rows if r.result_ref])
         async with self._write() as conn:
             session = await self._get_session(conn, tenant, session_id, lock=True)
             if request_id:
@@ -578,9 +612,7 @@ class Store:
                     ],
                 )
                 if raw_results:
-                    await conn.execute(
-                        insert(schema.tool_results), [{**r, "segment_id": session.segment_id} for r in raw_results]
-                    )
+                    await self._insert_results(conn, session.segment_id, raw_results)
             if request_id:
                 await conn.execute(
                     insert(schema.append_requests).values(
@@ -870,23 +902,19 @@ class Store:
             revision = await self._put_state(conn, session.id, state_json, None, now)
             return await self._get_session(conn, session.tenant, session.id), revision
 
-    @staticmethod
-    async def _insert_document(conn: AsyncConnection, document: FoldDocument) -> None:
+    async def _insert_document(self, conn: AsyncConnection, document: FoldDocument) -> None:
         m = schema.messages.c
         segment_id = (await conn.execute(select(m.segment_id).where(m.id == document.message_id))).scalar_one()
         raw = document.text.encode()
-        data = await cpu.run(len(raw), zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress, raw)
-        await conn.execute(
-            insert(schema.tool_results).values(
-                ref=document.ref,
-                segment_id=segment_id,
-                message_id=document.message_id,
-                codec="zstd",
-                data=data,
-                total_bytes=len(raw),
-                sha256=sha256_hex(raw),
-            )
-        )
+        encoded = await cpu.run(len(raw), _encode_result, document.ref, document.message_id, raw)
+        await self._insert_results(conn, segment_id, [encoded])
+
+    @staticmethod
+    async def _insert_results(conn: AsyncConnection, segment_id: str, results: Sequence[EncodedResult]) -> None:
+        await conn.execute(insert(schema.tool_results), [{**r.row, "segment_id": segment_id} for r in results])
+        chunks = [chunk for r in results for chunk in r.chunks]
+        if chunks:
+            await conn.execute(insert(schema.tool_result_chunks), chunks)
 
     async def take_fold_lease(self, session: SessionRecord, owner: str, seconds: float) -> float:
         """Takes the session's fold lease, or extends it for its `owner`. Returns 0 when it is ours,
@@ -981,29 +1009,71 @@ class Store:
             return [r for r in rows.scalars().all() if r]
 
     async def read_raw_result(self, session: SessionRecord, ref: str) -> RawResult:
-        """The raw bytes of a tool result the session can see: on its lineage, or on a branch it
-        abandoned. Any other ref answers NOT_FOUND, whoever owns it."""
+        """The whole raw result `ref`, if the session can see it (see `read_raw_span`)."""
+        span, sha256 = await self._read_raw(session, ref, lambda total: (0, total))
+        return RawResult(ref=ref, data=span.data, sha256=sha256)
+
+    async def read_raw_span(self, session: SessionRecord, ref: str, offset: int, limit: int) -> tuple[RawSpan, str]:
+        """The bytes of raw result `ref` that the page at `offset` of at most `limit` bytes is cut from
+        (`page_span`), and the sha256 of the whole result. The session can read a result on its lineage
+        or on a branch it abandoned; any other ref answers NOT_FOUND, whoever owns it."""
+        return await self._read_raw(session, ref, lambda total: page_span(offset, limit, total))
+
+    async def _read_raw(
+        self, session: SessionRecord, ref: str, span_of: Callable[[int], tuple[int, int]]
+    ) -> tuple[RawSpan, str]:
         tr, m = schema.tool_results.c, schema.messages.c
         async with self._read() as conn:
             history = await self._history_ranges(conn, session)
             row = (
                 await conn.execute(
-                    select(tr.codec, tr.data, tr.sha256, m.content)
+                    select(tr.codec, tr.total_bytes, tr.chunk_bytes, tr.sha256, tr.message_id)
                     .join(schema.messages, m.id == tr.message_id)
                     .where(tr.ref == ref, _in_ranges(history))
                 )
             ).first()
-        if row is None:
-            raise not_found("RESULT_REF_NOT_FOUND", f"no tool result {ref!r} in this session", result_ref=ref)
-        if row.codec == "inline":
-            data = row.content.encode()
-        elif row.codec == "zstd":
-            data = await cpu.run(len(row.data), zstandard.ZstdDecompressor().decompress, row.data)
-        elif row.codec == "identity":
-            data = bytes(row.data)
-        else:
-            raise DomainError(Kind.INTERNAL, "STORAGE_CORRUPT", f"unknown codec {row.codec!r} for {ref}")
-        return RawResult(ref=ref, data=data, sha256=row.sha256)
+            if row is None:
+                raise not_found("RESULT_REF_NOT_FOUND", f"no tool result {ref!r} in this session", result_ref=ref)
+            start, stop = span_of(row.total_bytes)
+            if row.codec == "zstd_chunks":
+                data = await self._chunked_span(conn, ref, row.chunk_bytes, start, stop)
+            elif row.codec in ("inline", "identity", "zstd"):
+                # Whole-stored rows: results small enough to be the message content or below
+                # _COMPRESS_MIN_BYTES, and rows written before results were chunked (migration 0003).
+                data = (await self._whole_raw(conn, ref, row.codec, row.message_id))[start:stop]
+            else:
+                raise DomainError(Kind.INTERNAL, "STORAGE_CORRUPT", f"unknown codec {row.codec!r} for {ref}")
+        return RawSpan(start, data, row.total_bytes), row.sha256
+
+    async def _chunked_span(self, conn: AsyncConnection, ref: str, chunk_bytes: int, start: int, stop: int) -> bytes:
+        if stop <= start:
+            return b""
+        first, last = start // chunk_bytes, (stop - 1) // chunk_bytes
+        chunks = await self._fetch_chunks(conn, ref, first, last)
+        if len(chunks) != last - first + 1:
+            raise DomainError(Kind.INTERNAL, "STORAGE_CORRUPT", f"chunks {first}..{last} of {ref} are incomplete")
+        return await cpu.run(stop - start, _decompress_span, chunks, first * chunk_bytes, start, stop)
+
+    @staticmethod
+    async def _fetch_chunks(conn: AsyncConnection, ref: str, first: int, last: int) -> list[bytes]:
+        """Compressed chunks `first`..`last` of a chunked result, in order (the one place chunks are read)."""
+        c = schema.tool_result_chunks.c
+        rows = await conn.execute(
+            select(c.data).where(c.ref == ref, c.chunk_index.between(first, last)).order_by(c.chunk_index)
+        )
+        return [bytes(data) for data in rows.scalars().all()]
+
+    @staticmethod
+    async def _whole_raw(conn: AsyncConnection, ref: str, codec: str, message_id: str) -> bytes:
+        if codec == "inline":
+            m = schema.messages.c
+            content = (await conn.execute(select(m.content).where(m.id == message_id))).scalar_one()
+            return str(content).encode()
+        tr = schema.tool_results.c
+        data = bytes((await conn.execute(select(tr.data).where(tr.ref == ref))).scalar_one())
+        if codec == "zstd":
+            return await cpu.run(len(data), zstandard.ZstdDecompressor().decompress, data)
+        return data
 
     # ---- introspection (tests, benchmarks, operations) ------------------------------------------
 

@@ -93,7 +93,9 @@ messages = Table(
     Index("ix_messages_segment_tool_call", "segment_id", "tool_call_id"),
 )
 
-# The full text of every tool result, compressed; readable page by page with ReadToolResult.
+# The full text of every tool result; readable page by page with ReadToolResult. `codec` says where
+# the bytes are: "inline" (the message content), "identity" or "zstd" (all of them in `data`), or
+# "zstd_chunks" (in `tool_result_chunks`, `chunk_bytes` raw bytes per chunk; `data` is empty).
 tool_results = Table(
     "tool_results",
     metadata,
@@ -104,7 +106,18 @@ tool_results = Table(
     Column("data", LargeBinary, nullable=False),
     Column("total_bytes", BigInteger, nullable=False),
     Column("sha256", String(64), nullable=False),
+    Column("chunk_bytes", Integer, nullable=True),
     Index("ix_tool_results_segment_id", "segment_id"),
+)
+
+# Raw bytes [chunk_index × chunk_bytes, +chunk_bytes) of a "zstd_chunks" result, each compressed on
+# its own, so a page read fetches and decompresses only the one or two chunks it covers.
+tool_result_chunks = Table(
+    "tool_result_chunks",
+    metadata,
+    Column("ref", ID, ForeignKey("tool_results.ref", ondelete="CASCADE"), primary_key=True),
+    Column("chunk_index", Integer, primary_key=True),
+    Column("data", LargeBinary, nullable=False),
 )
 
 # Immutable once written; sessions share them across forks. Entries: JSON list of kept message refs
