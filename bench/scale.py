@@ -244,7 +244,6 @@ async def load_template(conn: Any, session_id: str) -> Template:
     return Template(session, state, checkpoint, kept, pruned, refs)
 
 
-REF = re.compile(r"\btr_[A-Za-z0-9]+")
 
 
 def clone_rows(
@@ -310,8 +309,10 @@ async def clone_chunk(conn: Any, template: Template, first: int, n: int) -> None
         "CREATE TEMP TABLE tmpl_msg AS SELECT * FROM messages WHERE segment_id = $1", template.session["segment_id"]
     )
     await conn.execute(
+        # Each message's own result (not the fold's folded-results index stored beside one of them:
+        # clones keep the template's fold notes as they are, so their index ref reads nothing).
         "CREATE TEMP TABLE tmpl_tr AS SELECT tr.*, m.seq FROM tool_results tr "
-        "JOIN messages m ON m.id = tr.message_id WHERE tr.segment_id = $1",
+        "JOIN messages m ON m.id = tr.message_id AND m.result_ref = tr.ref WHERE tr.segment_id = $1",
         template.session["segment_id"],
     )
     await conn.execute(
@@ -368,9 +369,14 @@ async def clone_chunk(conn: Any, template: Template, first: int, n: int) -> None
         "m.raw_bytes, m.truncated, m.create_time FROM fm JOIN tmpl_msg m ON m.seq = fm.seq"
     )
     await conn.execute(
-        "INSERT INTO tool_results (ref, segment_id, message_id, codec, data, total_bytes, sha256) "
-        "SELECT fm.ref, fm.gid, fm.mid, t.codec, t.data, t.total_bytes, t.sha256 "
+        "INSERT INTO tool_results (ref, segment_id, message_id, codec, data, total_bytes, sha256, chunk_bytes) "
+        "SELECT fm.ref, fm.gid, fm.mid, t.codec, t.data, t.total_bytes, t.sha256, t.chunk_bytes "
         "FROM fm JOIN tmpl_tr t ON t.seq = fm.seq"
+    )
+    await conn.execute(
+        "INSERT INTO tool_result_chunks (ref, chunk_index, data) "
+        "SELECT fm.ref, c.chunk_index, c.data FROM fm JOIN tmpl_tr t ON t.seq = fm.seq "
+        "JOIN tool_result_chunks c ON c.ref = t.ref"
     )
     await conn.copy_records_to_table(
         "context_states", records=states, columns=["session_id", "state_json", "revision", "update_time"]
@@ -429,10 +435,10 @@ async def verify_clones(side: Side, session_ids: Sequence[str]) -> int:
         result = outcome.result
         if result.action != pb.ACTION_NONE or result.checkpoint_id != session.checkpoint_id:
             raise SystemExit(f"bulk-loaded session {sid} is not what the server would have written: {result.action}")
-        summary = next((m.content for m in result.messages if m.summary), "")
-        refs = REF.findall(summary) if session.checkpoint_id else []
-        if session.checkpoint_id and not refs:
-            raise SystemExit(f"bulk-loaded session {sid}: no summary with result refs in its view")
+        if session.checkpoint_id and not any(m.summary for m in result.messages):
+            raise SystemExit(f"bulk-loaded session {sid}: no summary in its view")
+        # A result the view names (the summary names the fold's index, which clones do not copy).
+        refs = [m.result_ref for m in result.messages if m.result_ref]
         for ref in refs[:1]:
             page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=sid, result_ref=ref))
             if page.total_bytes <= 0:
