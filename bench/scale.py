@@ -244,8 +244,6 @@ async def load_template(conn: Any, session_id: str) -> Template:
     return Template(session, state, checkpoint, kept, pruned, refs)
 
 
-
-
 def clone_rows(
     template: Template, sid: str, gid: str, cpid: str, ids: dict[int, str], refs: dict[int, str]
 ) -> tuple[tuple[Any, ...] | None, tuple[Any, ...]]:
