@@ -14,7 +14,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 RUN python -m venv /opt/ctxfold
-COPY pyproject.toml README.md LICENSE constraints.txt ./
+COPY pyproject.toml README.md LICENSE VERSION constraints.txt ./
 COPY server/ ./server/
 # constraints.txt pins every runtime dependency (tests/test_packaging.py keeps it in step with
 # pyproject.toml), so two builds of one commit install the same versions.

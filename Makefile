@@ -13,7 +13,7 @@ TEST_TMP := $(CURDIR)/.cache/tmp
 .PHONY: setup serve test check pytest clients generate test-tmp
 
 # The server alone (no dev or bench extras): what `make serve` needs.
-$(VENV)/.installed-server: pyproject.toml
+$(VENV)/.installed-server: pyproject.toml VERSION
 	@echo "make serve: installing ctxfold and its server dependencies into $(VENV) (first run: about a minute)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q -U pip
@@ -21,7 +21,7 @@ $(VENV)/.installed-server: pyproject.toml
 	@touch $@
 
 # Everything the tests, linters and benchmarks need (a superset of the server's).
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml VERSION
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
 	$(PY) -m pip install -q -e '.[dev,bench]'

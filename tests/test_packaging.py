@@ -42,7 +42,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src.mkdir()
     # The same files the Dockerfile's builder stage copies, so a stale build/ or egg-info of the
     # working tree cannot leak into (or mask something missing from) the wheel.
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "VERSION"):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, src / name)
     shutil.copytree(
@@ -339,3 +339,8 @@ def test_compose_publishes_on_loopback_restarts_and_sends_no_metrics_to_jaeger()
         assert published and all(p.startswith("127.0.0.1:") for p in published), (name, published)
         assert "restart: unless-stopped" in block, name
     assert "OTEL_METRICS_EXPORTER: none" in services["ctxfold"]
+
+
+def test_the_server_version_is_the_project_version() -> None:
+    """One version for the server and every SDK: the root VERSION file (the SDKs' own tests check theirs)."""
+    assert metadata.version("ctxfold") == (ROOT / "VERSION").read_text().strip()

@@ -1,3 +1,6 @@
 """ctxfold: context maintenance for long-running LLM agents."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+# From the installed package metadata, whose version is the repository's VERSION file.
+__version__ = version("ctxfold")
