@@ -223,7 +223,7 @@ func TestErrorDetailsMapping(t *testing.T) {
 	if !errors.As(err, &e) {
 		t.Fatalf("%T is not *ctxfold.Error", err)
 	}
-	if e.Code != codes.FailedPrecondition || e.Reason != ctxfold.ReasonResultRefAmbiguous || e.Domain != ctxfold.ErrorDomain ||
+	if e.Code != codes.FailedPrecondition || e.Reason != ctxfold.ReasonResultRefAmbiguous || e.Domain != "ctxfold.dev" ||
 		e.Metadata["tool_call_id"] != "c1" || e.Message != "two results answer call c1" || e.Op != "GetSession" {
 		t.Errorf("mapped %+v", e)
 	}
@@ -377,6 +377,10 @@ func TestPrepareWithoutResult(t *testing.T) {
 	if !errors.As(err, &e) || e.Reason != ctxfold.ReasonStreamEndedWithoutResult || e.Code != codes.Unavailable || n != 2 {
 		t.Errorf("err %v after %d progress events", err, n)
 	}
+	// The SDK raised it, not the server: the client domain of clients/README.md.
+	if e.Domain != "client.ctxfold.dev" {
+		t.Errorf("SDK-raised error in domain %q", e.Domain)
+	}
 }
 
 // TestProtocolViolations: a server that breaks the protocol gets PROTOCOL_VIOLATION (INTERNAL),
@@ -388,7 +392,7 @@ func TestProtocolViolations(t *testing.T) {
 	violation := func(what string, err error) {
 		t.Helper()
 		var e *ctxfold.Error
-		if !errors.As(err, &e) || e.Reason != ctxfold.ReasonProtocolViolation || e.Code != codes.Internal {
+		if !errors.As(err, &e) || e.Reason != ctxfold.ReasonProtocolViolation || e.Code != codes.Internal || e.Domain != ctxfold.ClientErrorDomain {
 			t.Errorf("%s: %v, want PROTOCOL_VIOLATION", what, err)
 		}
 	}

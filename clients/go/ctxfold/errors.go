@@ -16,6 +16,9 @@ import (
 // ErrorDomain is the google.rpc.ErrorInfo domain of the server's errors.
 const ErrorDomain = "ctxfold.dev"
 
+// ClientErrorDomain is the Domain of the errors this SDK raises itself (no server sent them).
+const ClientErrorDomain = "client.ctxfold.dev"
+
 // Error is the error every call of this package returns. Retrieve it with errors.As and compare
 // its Reason with the generated constants:
 //
@@ -28,11 +31,12 @@ type Error struct {
 	Code codes.Code
 	// Reason is the google.rpc.ErrorInfo reason; ReasonUnspecified when the status carried none
 	// (e.g. a transport failure). Conditions the SDK detects itself use
-	// ReasonStreamEndedWithoutResult and ReasonResultChecksumMismatch.
+	// ReasonStreamEndedWithoutResult, ReasonResultChecksumMismatch and ReasonProtocolViolation.
 	Reason ErrorReason
 	// Message is the status message, meant for a person.
 	Message string
-	// Domain is the ErrorInfo domain (ErrorDomain for the server's own errors).
+	// Domain says who raised the error: ErrorDomain (the server's ErrorInfo, as sent),
+	// ClientErrorDomain (the SDK itself), or "" when the status carried no ErrorInfo.
 	Domain string
 	// Metadata is the ErrorInfo metadata (e.g. session_id); never nil.
 	Metadata map[string]string
@@ -120,8 +124,8 @@ func parseReason(name string) ErrorReason {
 	return ErrorReason(ctxfoldv1.ErrorReason_value[name])
 }
 
-// sdkError is an error the SDK detects itself (no RPC failed).
+// sdkError is an error the SDK detects itself (no RPC failed), in ClientErrorDomain.
 func sdkError(op string, code codes.Code, reason ErrorReason, format string, args ...any) *Error {
 	msg := fmt.Sprintf(format, args...)
-	return &Error{Code: code, Reason: reason, Message: msg, Domain: ErrorDomain, Metadata: map[string]string{}, Op: op}
+	return &Error{Code: code, Reason: reason, Message: msg, Domain: ClientErrorDomain, Metadata: map[string]string{}, Op: op}
 }

@@ -17,6 +17,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from ctxfold_client import (
+    CLIENT_DOMAIN,
     Action,
     CacheState,
     CtxfoldError,
@@ -260,6 +261,7 @@ def test_fold_stream_without_result() -> None:
         stream.finish()
     assert raised.value.reason == ErrorReason.STREAM_ENDED_WITHOUT_RESULT
     assert raised.value.code is grpc.StatusCode.UNAVAILABLE
+    assert raised.value.domain == "client.ctxfold.dev"  # raised by the SDK itself, not the server
 
 
 def test_view_cache_is_bounded() -> None:
@@ -334,6 +336,7 @@ def test_tool_result_reader_detects_corruption_and_bad_paging() -> None:
         reader.result()
     assert raised.value.reason == ErrorReason.RESULT_CHECKSUM_MISMATCH
     assert raised.value.code is grpc.StatusCode.DATA_LOSS
+    assert raised.value.domain == CLIENT_DOMAIN
 
     stuck = core.ToolResultReader("s1", tool_call_id="", result_ref="tr_1", page_bytes=4, whole=True)
     page = _pages("hello world", 4)[0]
@@ -448,12 +451,17 @@ def test_error_from_a_rich_status() -> None:
     )
     assert error.code is grpc.StatusCode.FAILED_PRECONDITION
     assert error.reason == ErrorReason.RESULT_REF_AMBIGUOUS
-    assert error.domain == "ctxfold.dev"
+    assert error.domain == "ctxfold.dev"  # the server's, as sent
     assert dict(error.metadata) == {"tool_call_id": "c1"}
     assert error.message == "ambiguous"
     assert str(error) == "FAILED_PRECONDITION RESULT_REF_AMBIGUOUS: ambiguous"
     copy = pickle.loads(pickle.dumps(error))
-    assert (copy.code, copy.reason, dict(copy.metadata)) == (error.code, error.reason, dict(error.metadata))
+    assert (copy.code, copy.reason, copy.domain, dict(copy.metadata)) == (
+        error.code,
+        error.reason,
+        error.domain,
+        dict(error.metadata),
+    )
     with pytest.raises(TypeError):
         error.metadata["x"] = "y"  # type: ignore[index]
 
@@ -462,6 +470,7 @@ def test_error_without_a_rich_status() -> None:
     error = CtxfoldError.from_rpc_error(FakeRpcError(grpc.StatusCode.UNAVAILABLE, "connection refused"))
     assert error.code is grpc.StatusCode.UNAVAILABLE
     assert error.reason == ""
+    assert error.domain == ""
     assert error.status is None
     assert str(error) == "UNAVAILABLE: connection refused"
     mismatched = _rich(grpc.StatusCode.NOT_FOUND, "gone", "SESSION_NOT_FOUND")

@@ -4,7 +4,7 @@ import { type CallOptions as ConnectCallOptions, type Client, Code, type Interce
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
 import * as pb from "./gen/ctxfold/v1/context_service_pb.js";
 import { type MessageInput, type SessionConfigInput, type SessionConfigOverrides, int64, toProtoConfig, toProtoMessage } from "./config.js";
-import { CtxfoldError, ErrorReason, protocolViolation } from "./errors.js";
+import { CtxfoldError, ErrorReason, protocolViolation, sdkError } from "./errors.js";
 import {
   type Checkpoint,
   type FoldProgress,
@@ -331,7 +331,7 @@ export class CtxfoldClient {
   async fork(sessionId: string, at: ForkPoint, opts: ForkOptions = {}): Promise<Session> {
     if (at !== "head" && !(Number.isSafeInteger(at) && at >= 1)) {
       // The wire's 0 means "the head"; a seq must never turn into it by accident.
-      throw new CtxfoldError({ code: Code.InvalidArgument, reason: ErrorReason.SEQ_OUT_OF_RANGE, rawMessage: `fork at "head" or a seq >= 1, not ${at}` });
+      throw sdkError(Code.InvalidArgument, ErrorReason.SEQ_OUT_OF_RANGE, `fork at "head" or a seq >= 1, not ${at}`);
     }
     const request = { sessionId, atSeq: at === "head" ? 0n : int64(at), config: opts.config ? toProtoConfig(opts.config) : undefined };
     const res = await this.unary(opts, (o) => this.raw.fork(request, o));
@@ -376,12 +376,12 @@ export class CtxfoldClient {
     const bytes = Buffer.byteLength(text, "utf8");
     const sha256 = createHash("sha256").update(text, "utf8").digest("hex");
     if (last === undefined || !last.complete || bytes !== last.totalBytes || sha256 !== last.sha256) {
-      throw new CtxfoldError({
-        code: Code.DataLoss,
-        reason: ErrorReason.RESULT_CHECKSUM_MISMATCH,
-        rawMessage: `the pages of ${last?.resultRef ?? "the result"} (${bytes} bytes) do not hash to the server's sha256`,
-        metadata: { result_ref: last?.resultRef ?? "", expected_sha256: last?.sha256 ?? "", actual_sha256: sha256 },
-      });
+      throw sdkError(
+        Code.DataLoss,
+        ErrorReason.RESULT_CHECKSUM_MISMATCH,
+        `the pages of ${last?.resultRef ?? "the result"} (${bytes} bytes) do not hash to the server's sha256`,
+        { result_ref: last?.resultRef ?? "", expected_sha256: last?.sha256 ?? "", actual_sha256: sha256 },
+      );
     }
     return { text, sha256, totalBytes: bytes, resultRef: last.resultRef };
   }
@@ -515,7 +515,7 @@ export class CtxfoldClient {
       call.abort();
     }
     if (result === undefined) {
-      throw new CtxfoldError({ code: Code.Unavailable, reason: ErrorReason.STREAM_ENDED_WITHOUT_RESULT, rawMessage: "the stream closed without its result" });
+      throw sdkError(Code.Unavailable, ErrorReason.STREAM_ENDED_WITHOUT_RESULT, "the stream closed without its result");
     }
     return result;
   }

@@ -5,6 +5,9 @@ import { ErrorInfoSchema, RetryInfoSchema } from "./gen/google/rpc/error_details
 /** The `domain` of every google.rpc.ErrorInfo the ctxfold server sends. */
 export const ERROR_DOMAIN = "ctxfold.dev";
 
+/** The `domain` of the errors this SDK raises itself (no server sent them). */
+export const CLIENT_ERROR_DOMAIN = "client.ctxfold.dev";
+
 /**
  * Why a call failed: a name of the proto's ErrorReason enum. The server writes one in every
  * ErrorInfo.reason; the SDK raises three of them itself — STREAM_ENDED_WITHOUT_RESULT (a prepare or
@@ -58,6 +61,8 @@ export interface CtxfoldErrorInit {
   rawMessage: string;
   /** ErrorInfo.reason; "" when the status carried none (transport failures). */
   reason?: string;
+  /** ErrorInfo.domain; "" when the status carried none. */
+  domain?: string;
   metadata?: Record<string, string>;
   /** RetryInfo.retry_delay in milliseconds, when the server sent one. */
   retryDelayMs?: number;
@@ -81,6 +86,11 @@ export class CtxfoldError extends Error {
   readonly codeName: GrpcCodeName;
   /** ErrorInfo.reason (compare with `ErrorReason.*`); "" when absent. A newer server may send a reason this version does not list. */
   readonly reason: ErrorReason | (string & {});
+  /**
+   * Who raised it: `ERROR_DOMAIN` ("ctxfold.dev", the server's ErrorInfo as sent),
+   * `CLIENT_ERROR_DOMAIN` ("client.ctxfold.dev", the SDK itself), or "" when the status carried no ErrorInfo.
+   */
+  readonly domain: string;
   /** ErrorInfo.metadata, e.g. `{ session_id: "…" }`. */
   readonly metadata: Readonly<Record<string, string>>;
   /** The status message without the code and reason prefix. */
@@ -95,6 +105,7 @@ export class CtxfoldError extends Error {
     this.code = init.code;
     this.codeName = codeName;
     this.reason = reason;
+    this.domain = init.domain ?? "";
     this.metadata = Object.freeze({ ...init.metadata });
     this.rawMessage = init.rawMessage;
     this.retryDelayMs = init.retryDelayMs;
@@ -116,6 +127,7 @@ export class CtxfoldError extends Error {
       code: connectErr.code,
       rawMessage: connectErr.rawMessage,
       reason: info?.reason,
+      domain: info?.domain,
       metadata: info ? { ...info.metadata } : {},
       retryDelayMs: delay === undefined ? undefined : Number(delay.seconds) * 1000 + Math.round(delay.nanos / 1e6),
       cause: err,
@@ -123,9 +135,14 @@ export class CtxfoldError extends Error {
   }
 }
 
+/** @internal An error the SDK raises itself, in `CLIENT_ERROR_DOMAIN`. */
+export function sdkError(code: Code, reason: ErrorReason, rawMessage: string, metadata?: Record<string, string>): CtxfoldError {
+  return new CtxfoldError({ code, reason, domain: CLIENT_ERROR_DOMAIN, rawMessage, metadata });
+}
+
 /** @internal The error for a server that broke the protocol. */
 export function protocolViolation(message: string): CtxfoldError {
-  return new CtxfoldError({ code: Code.Internal, reason: ErrorReason.PROTOCOL_VIOLATION, rawMessage: message });
+  return sdkError(Code.Internal, ErrorReason.PROTOCOL_VIOLATION, message);
 }
 
 /** Type guard: `err` is a CtxfoldError (with this reason, when given). */

@@ -39,7 +39,7 @@ export {
   type SessionConfigOverrides,
   type ToolCallInput,
 } from "./config.js";
-export { Code, CtxfoldError, ERROR_DOMAIN, ErrorReason, grpcCodeName, isCtxfoldError, type GrpcCodeName } from "./errors.js";
+export { CLIENT_ERROR_DOMAIN, Code, CtxfoldError, ERROR_DOMAIN, ErrorReason, grpcCodeName, isCtxfoldError, type GrpcCodeName } from "./errors.js";
 export type {
   Action,
   CacheState,

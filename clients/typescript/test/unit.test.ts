@@ -17,6 +17,7 @@ import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { ROOT_CONTEXT, TraceFlags, context, propagation, trace } from "@opentelemetry/api";
 import {
   Code,
+  CLIENT_ERROR_DOMAIN,
   CtxfoldClient,
   type CtxfoldClientOptions,
   CtxfoldError,
@@ -119,6 +120,7 @@ describe("errors", () => {
     assert.equal(err.code, Code.Unavailable);
     assert.equal(err.codeName, "UNAVAILABLE");
     assert.equal(err.reason, ErrorReason.SESSION_BUSY);
+    assert.equal(err.domain, "ctxfold.dev", "a server error keeps the server's domain, as sent");
     assert.deepEqual({ ...err.metadata }, { session_id: "s1" });
     assert.equal(err.retryDelayMs, 1500);
     assert.equal(err.message, "[UNAVAILABLE] SESSION_BUSY: busy");
@@ -127,6 +129,7 @@ describe("errors", () => {
   it("wraps transport failures without details", () => {
     const plain = CtxfoldError.from(new ConnectError("boom", Code.Unavailable));
     assert.equal(plain.reason, "");
+    assert.equal(plain.domain, "");
     assert.equal(plain.retryDelayMs, undefined);
     assert.equal(CtxfoldError.from(new TypeError("bad")).code, Code.Unknown);
   });
@@ -140,14 +143,19 @@ describe("errors", () => {
     const stages: string[] = [];
     await assert.rejects(
       client.prepare("s", { onProgress: (p) => stages.push(p.stage) }),
-      (e: unknown) => e instanceof CtxfoldError && e.code === Code.Unavailable && e.reason === ErrorReason.STREAM_ENDED_WITHOUT_RESULT,
+      (e: unknown) =>
+        e instanceof CtxfoldError &&
+        e.code === Code.Unavailable &&
+        e.reason === ErrorReason.STREAM_ENDED_WITHOUT_RESULT &&
+        e.domain === "client.ctxfold.dev", // raised by the SDK itself, not the server
     );
     assert.deepEqual(stages, ["FOLD_STAGE_PLANNED"], "progress printed by name");
   });
 });
 
 describe("a server that breaks the protocol: INTERNAL / PROTOCOL_VIOLATION", () => {
-  const violation = (e: unknown) => e instanceof CtxfoldError && e.code === Code.Internal && e.reason === ErrorReason.PROTOCOL_VIOLATION;
+  const violation = (e: unknown) =>
+    e instanceof CtxfoldError && e.code === Code.Internal && e.reason === ErrorReason.PROTOCOL_VIOLATION && e.domain === CLIENT_ERROR_DOMAIN;
 
   it("a list whose page token repeats", async () => {
     let pages = 0;

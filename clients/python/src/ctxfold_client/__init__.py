@@ -20,7 +20,7 @@ from ctxfold_client._sync_client import Client
 from ctxfold_client._version import VERSION
 from ctxfold_client.adapters import Reply
 from ctxfold_client.config import SessionConfig
-from ctxfold_client.errors import CtxfoldError
+from ctxfold_client.errors import CLIENT_DOMAIN, SERVER_DOMAIN, CtxfoldError
 from ctxfold_client.messages import assistant, system, tool_call, tool_result, user
 from ctxfold_client.models import (
     CallOptions,
@@ -41,6 +41,8 @@ from ctxfold_client.tracing import trace_metadata
 __version__ = VERSION
 
 __all__ = [
+    "CLIENT_DOMAIN",
+    "SERVER_DOMAIN",
     "VERSION",
     "Action",
     "AsyncClient",

@@ -31,7 +31,8 @@ class CtxfoldError(Exception):
         code: the gRPC status code (`grpc.StatusCode.NOT_FOUND`, ...).
         reason: the ErrorInfo reason, to compare with the `ErrorReason` constants; "" when the status
             had none (e.g. UNAVAILABLE from the transport).
-        domain: the ErrorInfo domain ("ctxfold.dev" for server errors).
+        domain: who raised it: SERVER_DOMAIN ("ctxfold.dev", the server's ErrorInfo as sent), CLIENT_DOMAIN
+            ("client.ctxfold.dev", this SDK itself), or "" when the status had no ErrorInfo.
         metadata: the ErrorInfo metadata (e.g. `{"session_id": "s_..."}`), read-only.
         message: the human-readable status message.
         retry_delay: seconds to wait before retrying, from `google.rpc.RetryInfo` (None if unsent).

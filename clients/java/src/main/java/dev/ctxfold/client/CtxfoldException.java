@@ -19,8 +19,8 @@ import java.util.concurrent.ExecutionException;
  * and the {@code google.rpc.ErrorInfo} the server attaches to every error: {@link #reason()} (the
  * name of an {@link ErrorReason} value, compared with {@link #is(ErrorReason)}), {@link #domain()}
  * and {@link #metadata()}; {@link #retryDelay()} from {@code google.rpc.RetryInfo} when sent.
- * Failures the SDK detects itself carry the reasons of clients/README.md, which the enum also
- * names: {@link ErrorReason#STREAM_ENDED_WITHOUT_RESULT}, {@link ErrorReason#RESULT_CHECKSUM_MISMATCH},
+ * Failures the SDK detects itself carry the domain {@link #CLIENT_DOMAIN} and the reasons of
+ * clients/README.md, which the enum also names: {@link ErrorReason#STREAM_ENDED_WITHOUT_RESULT}, {@link ErrorReason#RESULT_CHECKSUM_MISMATCH},
  * {@link ErrorReason#PROTOCOL_VIOLATION}.
  *
  * <pre>{@code
@@ -35,6 +35,12 @@ import java.util.concurrent.ExecutionException;
  */
 public class CtxfoldException extends RuntimeException {
   private static final long serialVersionUID = 1L;
+
+  /** The {@link #domain()} of the server's errors: its ErrorInfo domain, as sent. */
+  public static final String SERVER_DOMAIN = "ctxfold.dev";
+
+  /** The {@link #domain()} of the errors this SDK raises itself (no server sent them). */
+  public static final String CLIENT_DOMAIN = "client.ctxfold.dev";
 
   private final Status.Code code;
   private final String statusMessage;
@@ -71,9 +77,9 @@ public class CtxfoldException extends RuntimeException {
     this.retryDelay = retryDelay;
   }
 
-  /** An error the SDK detected itself. */
+  /** An error the SDK detected itself, in {@link #CLIENT_DOMAIN}. */
   static CtxfoldException client(Status.Code code, ErrorReason reason, String message) {
-    return new CtxfoldException(code, message, reason.name(), "", Map.of(), null, null);
+    return new CtxfoldException(code, message, reason.name(), CLIENT_DOMAIN, Map.of(), null, null);
   }
 
   /**
@@ -163,7 +169,11 @@ public class CtxfoldException extends RuntimeException {
     }
   }
 
-  /** The ErrorInfo domain: {@code ctxfold.dev} for errors of the service, "" when absent. */
+  /**
+   * Who raised the error: {@link #SERVER_DOMAIN} ({@code ctxfold.dev}, the server's ErrorInfo as
+   * sent), {@link #CLIENT_DOMAIN} ({@code client.ctxfold.dev}, the SDK itself), or "" when the error
+   * carried no ErrorInfo (transport failures, cancellation).
+   */
   public String domain() {
     return domain;
   }

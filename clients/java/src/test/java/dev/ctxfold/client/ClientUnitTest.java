@@ -290,7 +290,7 @@ class ClientUnitTest {
     assertTrue(e.is(ErrorReason.SESSION_NOT_FOUND));
     assertEquals(ErrorReason.SESSION_NOT_FOUND, e.errorReason());
     assertTrue(e.retryDelay().isEmpty());
-    assertEquals("ctxfold.dev", e.domain());
+    assertEquals("ctxfold.dev", e.domain(), "the server's domain, as sent");
     assertEquals("s9", e.metadata().get("session_id"));
     assertEquals("session 's9' not found", e.statusMessage());
     assertEquals("NOT_FOUND [SESSION_NOT_FOUND]: session 's9' not found", e.getMessage());
@@ -369,6 +369,7 @@ class ClientUnitTest {
     CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().prepare("s1"));
     assertEquals(Status.Code.UNAVAILABLE, e.code());
     assertTrue(e.is(ErrorReason.STREAM_ENDED_WITHOUT_RESULT));
+    assertEquals("client.ctxfold.dev", e.domain(), "raised by the SDK itself, not the server");
   }
 
   @Test
@@ -445,6 +446,7 @@ class ClientUnitTest {
     CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().readToolResult("s1", "ref_1"));
     assertEquals(Status.Code.DATA_LOSS, e.code());
     assertTrue(e.is(ErrorReason.RESULT_CHECKSUM_MISMATCH));
+    assertEquals(CtxfoldException.CLIENT_DOMAIN, e.domain());
   }
 
   // ---- request ids, fork, async ---------------------------------------------------------------
@@ -555,6 +557,7 @@ class ClientUnitTest {
     CtxfoldException e = assertThrows(CtxfoldException.class, call);
     assertEquals(Status.Code.INTERNAL, e.code());
     assertTrue(e.is(ErrorReason.PROTOCOL_VIOLATION), e.toString());
+    assertEquals(CtxfoldException.CLIENT_DOMAIN, e.domain());
   }
 
   @Test
