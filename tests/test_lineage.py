@@ -9,9 +9,10 @@ import grpc
 import pytest
 from sqlalchemy import select
 
-from conftest import fresh_database, settings_for
+from conftest import downgrade, fresh_database, settings_for
 from ctxfold.server import RunningServer, start
 from ctxfold.store import schema
+from ctxfold.store.database import create_engine
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
@@ -199,3 +200,32 @@ async def test_long_rewind_chains_stay_bounded_and_working(
     assert len(await live_chain(running, sid)) == 1
     # Same head segment, new branch: state derived before the rewind no longer matches.
     assert after.segment_id == before.segment_id and after.branch_id != before.branch_id
+
+
+async def test_sessions_from_before_migration_0004_keep_their_state_fingerprint(backend: str, tmp_path: Path) -> None:
+    url = await fresh_database(backend, tmp_path)
+    running = await start(settings_for(url))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        stub = pb_grpc.ContextServiceStub(channel)
+        sid = await new_session(stub)
+        await append(stub, sid, user("one"), user("two"), user("three"))
+    await running.stop(grace=0.5)
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(downgrade, "0003")
+    finally:
+        await engine.dispose()
+    running = await start(settings_for(url))  # migrates to the newest revision
+    try:
+        record = await running.store.get_session("default", sid)
+        # Its stored state was fingerprinted with the segment id: the branch id takes that value.
+        assert record.branch_id == record.segment_id
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            stub = pb_grpc.ContextServiceStub(channel)
+            await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=1))
+            everything = await listing(stub, sid, abandoned=True)
+            assert [(m.content, m.abandoned) for m in everything] == [("one", False), ("two", True), ("three", True)]
+        assert (await running.store.get_session("default", sid)).branch_id != record.branch_id
+    finally:
+        await running.stop(grace=0.5)
