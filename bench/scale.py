@@ -352,9 +352,9 @@ async def clone_chunk(conn: Any, template: Template, first: int, n: int) -> None
     checkpoint_id = "f.cpid" if template.checkpoint is not None else "NULL"
     await conn.execute(
         "INSERT INTO sessions (id, tenant, config_json, system_tokens, tools_tokens, segment_id, head_seq, "
-        "checkpoint_id, open_tool_calls, version, forked_from_session_id, forked_at_seq, create_time, "
+        "branch_id, checkpoint_id, open_tool_calls, version, forked_from_session_id, forked_at_seq, create_time, "
         f"update_time) SELECT f.sid, t.tenant, replace(t.config_json, t.id, f.sid), t.system_tokens, "
-        f"t.tools_tokens, f.gid, t.head_seq, {checkpoint_id}, t.open_tool_calls, t.version, NULL, 0, "
+        f"t.tools_tokens, f.gid, t.head_seq, f.gid, {checkpoint_id}, t.open_tool_calls, t.version, NULL, 0, "
         "t.create_time + f.n * 0.001, t.update_time + f.n * 0.001 FROM fill f, sessions t WHERE t.id = $1",
         tid,
     )

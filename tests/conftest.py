@@ -13,10 +13,14 @@ from pathlib import Path
 
 import grpc
 import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection
 from sqlalchemy.engine import make_url
 
 from ctxfold.config import Settings
 from ctxfold.server import RunningServer, start
+from ctxfold.store.database import MIGRATIONS_DIR
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -107,3 +111,11 @@ async def channel(server: RunningServer) -> AsyncIterator[grpc.aio.Channel]:
 @pytest.fixture(scope="session")
 def stub(channel: grpc.aio.Channel) -> pb_grpc.ContextServiceStub:
     return pb_grpc.ContextServiceStub(channel)
+
+
+def downgrade(connection: Connection, revision: str) -> None:
+    """Migrates the database down to `revision` (to test upgrades from it)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    command.downgrade(config, revision)

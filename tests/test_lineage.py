@@ -7,9 +7,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from sqlalchemy import select
 
-from conftest import fresh_database, settings_for
+from conftest import downgrade, fresh_database, settings_for
 from ctxfold.server import RunningServer, start
+from ctxfold.store import schema
+from ctxfold.store.database import create_engine
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
@@ -36,12 +39,16 @@ async def append(stub: pb_grpc.ContextServiceStub, session_id: str, *messages: p
     return list(response.messages)
 
 
-async def listing(stub: pb_grpc.ContextServiceStub, session_id: str, abandoned: bool = False) -> list[pb.Message]:
+async def listing(
+    stub: pb_grpc.ContextServiceStub, session_id: str, abandoned: bool = False, page_size: int = 3
+) -> list[pb.Message]:
     out: list[pb.Message] = []
     token = ""
     while True:
         page = await stub.ListMessages(
-            pb.ListMessagesRequest(session_id=session_id, page_size=3, page_token=token, include_abandoned=abandoned)
+            pb.ListMessagesRequest(
+                session_id=session_id, page_size=page_size, page_token=token, include_abandoned=abandoned
+            )
         )
         out += page.messages
         token = page.next_page_token
@@ -138,3 +145,87 @@ async def test_deleting_source_keeps_fork_and_deleting_all_leaves_no_rows(
     await stub.DeleteSession(pb.DeleteSessionRequest(session_id=fork_of_fork.id))
     counts = await running.store.row_counts()
     assert all(count == 0 for count in counts.values()), counts
+
+
+async def live_chain(running: RunningServer, session_id: str) -> list[str]:
+    """The segments the session's live transcript reads, newest first, walked in the database."""
+    seg = schema.segments.c
+    async with running.store.engine.connect() as conn:
+        current = (
+            await conn.execute(select(schema.sessions.c.segment_id).where(schema.sessions.c.id == session_id))
+        ).scalar_one()
+        chain: list[str] = []
+        while current is not None:
+            chain.append(current)
+            current = (await conn.execute(select(seg.parent_id).where(seg.id == current))).scalar_one()
+        return chain
+
+
+async def test_long_rewind_chains_stay_bounded_and_working(
+    isolated: tuple[RunningServer, pb_grpc.ContextServiceStub],
+) -> None:
+    """The issue's loop, 'append 2 call groups, Rewind(head-3)', 1,200 times (past SQLite's expression
+    depth of 1,000 when every rewind added a range to each query): the rewinds land in the head segment,
+    so the live chain stays one segment, and every operation still works."""
+    running, stub = isolated
+    sid = await new_session(stub)
+    cycles = 1200
+    pending: list[pb.Message] = []
+    for cycle in range(cycles):
+        groups = [m for g in (0, 1) for m in (call(f"c{cycle}-{g}"), result(f"c{cycle}-{g}", f"out {cycle} {g}"))]
+        head = (await append(stub, sid, *pending, *groups))[-1].seq
+        # The rewind lands after the first group's call: the next cycle answers it first.
+        head = (await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=head - 3))).session.head_seq
+        pending = [result(f"c{cycle}-0", f"again {cycle}")]
+    assert len(await live_chain(running, sid)) == 1
+    live = await listing(stub, sid, page_size=1000)
+    assert [m.seq for m in live] == list(range(1, head + 1)) and head == 1 + 2 * (cycles - 1)
+    everything = await listing(stub, sid, abandoned=True, page_size=1000)
+    assert len(everything) == 4 * cycles + cycles - 1
+    assert sum(m.abandoned for m in everything) == 3 * cycles
+    # Live: the answer appended in the next cycle; abandoned: the first answer, still readable by ref.
+    page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=sid, tool_call_id=f"c{cycles - 3}-0"))
+    assert page.data == f"again {cycles - 3}"
+    first_answer = next(m for m in everything if m.content == "out 0 0")
+    assert first_answer.abandoned
+    page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=sid, result_ref=first_answer.result_ref))
+    assert page.data == "out 0 0"
+    fork = (await stub.Fork(pb.ForkRequest(session_id=sid, at_seq=head - 1))).session
+    assert [m.id for m in await listing(stub, fork.id, page_size=1000)] == [m.id for m in live[: head - 1]]
+    assert len(await live_chain(running, fork.id)) == 2
+    assert (await stub.Rewind(pb.RewindRequest(session_id=fork.id, to_seq=1))).session.head_seq == 1
+    before = await running.store.get_session("default", sid)
+    assert (await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=2))).session.head_seq == 2
+    after = await running.store.get_session("default", sid)
+    assert len(await live_chain(running, sid)) == 1
+    # Same head segment, new branch: state derived before the rewind no longer matches.
+    assert after.segment_id == before.segment_id and after.branch_id != before.branch_id
+
+
+async def test_sessions_from_before_migration_0004_keep_their_state_fingerprint(backend: str, tmp_path: Path) -> None:
+    url = await fresh_database(backend, tmp_path)
+    running = await start(settings_for(url))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        stub = pb_grpc.ContextServiceStub(channel)
+        sid = await new_session(stub)
+        await append(stub, sid, user("one"), user("two"), user("three"))
+    await running.stop(grace=0.5)
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(downgrade, "0003")
+    finally:
+        await engine.dispose()
+    running = await start(settings_for(url))  # migrates to the newest revision
+    try:
+        record = await running.store.get_session("default", sid)
+        # Its stored state was fingerprinted with the segment id: the branch id takes that value.
+        assert record.branch_id == record.segment_id
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            stub = pb_grpc.ContextServiceStub(channel)
+            await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=1))
+            everything = await listing(stub, sid, abandoned=True)
+            assert [(m.content, m.abandoned) for m in everything] == [("one", False), ("two", True), ("three", True)]
+        assert (await running.store.get_session("default", sid)).branch_id != record.branch_id
+    finally:
+        await running.stop(grace=0.5)

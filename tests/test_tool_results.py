@@ -13,12 +13,10 @@ from pathlib import Path
 import grpc
 import pytest
 import zstandard
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from conftest import fresh_database, settings_for
+from conftest import downgrade, fresh_database, settings_for
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.tool_results import (
     DEFAULT_PAGE_BYTES,
@@ -31,7 +29,7 @@ from ctxfold.engine.tool_results import (
 from ctxfold.server import RunningServer
 from ctxfold.server import start as start_server
 from ctxfold.store import schema
-from ctxfold.store.database import MIGRATIONS_DIR, create_engine
+from ctxfold.store.database import create_engine
 from ctxfold.store.repository import CHUNK_BYTES
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -603,13 +601,6 @@ async def test_a_page_read_fetches_only_the_chunks_it_covers(
     assert fetched[1][1] - fetched[1][0] == 1  # the page across a boundary reads both chunks
 
 
-def _downgrade(connection: Connection, revision: str) -> None:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.attributes["connection"] = connection
-    command.downgrade(config, revision)
-
-
 async def test_a_result_stored_before_migration_0003_stays_readable(backend: str, tmp_path: Path) -> None:
     url = await fresh_database(backend, tmp_path)
     raw = chunk_text(200_001).encode()
@@ -632,7 +623,7 @@ async def test_a_result_stored_before_migration_0003_stays_readable(backend: str
             await conn.execute(
                 update(tr).where(tr.c.ref == ref).values(codec="zstd", data=zstandard.ZstdCompressor().compress(raw))
             )
-            await conn.run_sync(_downgrade, "0002")
+            await conn.run_sync(downgrade, "0002")
             before = (await conn.execute(select(*columns).order_by(tr.c.ref))).all()
     finally:
         await engine.dispose()

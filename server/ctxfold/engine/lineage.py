@@ -1,8 +1,10 @@
 """Transcript lineage: how a session's messages are found in shared, immutable segments.
 
 A segment holds messages with seq > its `base_seq`; for seq <= base_seq the transcript continues in
-the parent segment. Fork and Rewind never copy messages: they start a new segment whose parent is
-the segment holding the fork or rewind point, so history is shared structurally (O(1) per fork)."""
+the parent segment. Fork and Rewind never copy messages: a fork starts a new segment whose parent is
+the segment holding the fork point, so history is shared structurally (O(1) per fork). A rewind into
+the head segment moves that segment's tail to a new (abandoned) segment and keeps the head, so the
+live chain does not grow with rewinds (see Store.rewind)."""
 
 from __future__ import annotations
 

@@ -31,9 +31,9 @@ def split_view_version(version: int) -> tuple[int, int]:
     return version >> _COUNT_BITS, version & ((1 << _COUNT_BITS) - 1)
 
 
-def fingerprint(segment_id: str, checkpoint_id: str | None) -> str:
-    """Identifies the lineage and the covered prefix (the head checkpoint) a projection belongs to."""
-    return hashlib.sha256(f"{segment_id}\0{checkpoint_id or ''}".encode()).hexdigest()[:32]
+def fingerprint(branch_id: str, checkpoint_id: str | None) -> str:
+    """Identifies the branch and the covered prefix (the head checkpoint) a projection belongs to."""
+    return hashlib.sha256(f"{branch_id}\0{checkpoint_id or ''}".encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Lineage use cases: Fork and Rewind. Neither copies history: both start a new transcript segment
-whose parent holds the branch point (see engine/lineage.py)."""
+"""Lineage use cases: Fork and Rewind. Neither copies history: a fork starts a new transcript segment
+whose parent holds the branch point; a rewind abandons the later messages in a segment of their own
+(see engine/lineage.py)."""
 
 from __future__ import annotations
 
@@ -36,11 +37,11 @@ class Lineage:
 
     async def _state(self, session: SessionRecord) -> tuple[ContextState, int]:
         text, revision = await self.store.read_state(session)
-        return load_state(text, fingerprint(session.segment_id, session.checkpoint_id))[0], revision
+        return load_state(text, fingerprint(session.branch_id, session.checkpoint_id))[0], revision
 
     @staticmethod
     def _carried(state: ContextState, branch: SessionRecord) -> str:
-        return carried_over(state, fingerprint(branch.segment_id, branch.checkpoint_id), branch.checkpoint_id).to_json()
+        return carried_over(state, fingerprint(branch.branch_id, branch.checkpoint_id), branch.checkpoint_id).to_json()
 
     async def rewind(self, tenant: str, session_id: str, to_seq: int) -> SessionInfo:
         for _ in range(REWIND_ATTEMPTS):

@@ -405,7 +405,7 @@ class Maintenance:
         calibration = 1.0
         for _ in range(MAX_ROUNDS):
             text, revision = await self.store.read_state(session)
-            state, _why = load_state(text, fingerprint(session.segment_id, session.checkpoint_id))
+            state, _why = load_state(text, fingerprint(session.branch_id, session.checkpoint_id))
             record = state.view(usage.view_version)
             estimated = record.estimated_tokens if record else 0
             ratio = usage.input_tokens / estimated if estimated else 0.0
@@ -432,7 +432,7 @@ class Maintenance:
         """The stored state when it is valid for the session, else the state it would be rebuilt to."""
         session = await self.store.get_session(tenant, session_id)
         text, _revision = await self.store.read_state(session)
-        state, _why = load_state(text, fingerprint(session.segment_id, session.checkpoint_id))
+        state, _why = load_state(text, fingerprint(session.branch_id, session.checkpoint_id))
         return state.to_json()
 
     # ---- the flow -------------------------------------------------------------------------------
@@ -441,7 +441,7 @@ class Maintenance:
         snapshot: ContextSnapshot = await self.store.load_context(tenant, session_id)
         session = snapshot.session
         config = config_from_json(session.config_json)
-        state, why = load_state(snapshot.state_json, fingerprint(session.segment_id, session.checkpoint_id))
+        state, why = load_state(snapshot.state_json, fingerprint(session.branch_id, session.checkpoint_id))
         if why not in ("", "new"):
             log.warning("context state of session %s rebuilt: %s", session.id, why)
             state = state.count("state_rebuilds")
@@ -937,7 +937,7 @@ class Maintenance:
             checkpoint_id = checkpoint.id if checkpoint else run.session.checkpoint_id
             state = replace(
                 state,
-                fingerprint=fingerprint(run.session.segment_id, checkpoint_id),
+                fingerprint=fingerprint(run.session.branch_id, checkpoint_id),
                 checkpoint_id=checkpoint_id,
                 covered_count=checkpoint.position_seq if checkpoint else state.covered_count,
                 summary_hash=_summary_hash(checkpoint.summary) if checkpoint else state.summary_hash,

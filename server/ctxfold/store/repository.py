@@ -67,6 +67,7 @@ class SessionRecord:
     tools_tokens: int
     segment_id: str
     head_seq: int
+    branch_id: str
     checkpoint_id: str | None
     open_tool_calls: tuple[str, ...]
     version: int
@@ -180,6 +181,7 @@ def _session_record(row: object) -> SessionRecord:
         tools_tokens=m["tools_tokens"],
         segment_id=m["segment_id"],
         head_seq=m["head_seq"],
+        branch_id=m["branch_id"],
         checkpoint_id=m["checkpoint_id"],
         open_tool_calls=tuple(json.loads(m["open_tool_calls"])),
         version=m["version"],
@@ -335,6 +337,7 @@ class Store:
                 tools_tokens=tokens.tools,
                 segment_id=segment_id,
                 head_seq=point.seq,
+                branch_id=new_id("b"),
                 checkpoint_id=point.checkpoint_id,
                 open_tool_calls=json.dumps(list(point.open_tool_calls)),
                 version=1,
@@ -453,9 +456,11 @@ class Store:
         rows = (await conn.execute(select(chain))).all()
         return {r.id: Segment(r.id, r.parent_id, r.base_seq) for r in rows}
 
-    async def _history_ranges(self, conn: AsyncConnection, session: SessionRecord) -> list[SeqRange]:
-        """Everything that was ever in the session's transcript, abandoned branches included (but not
-        what a fork's source wrote after the fork point)."""
+    async def _in_history(self, conn: AsyncConnection, session: SessionRecord) -> ColumnElement[bool]:
+        """Matches everything that was ever in the session's transcript, abandoned branches included (but
+        not what a fork's source wrote after the fork point). Every message of a segment the session owns
+        is in its history, so those are matched by owner, however many rewinds made them; only the
+        ranges of ancestors written by other sessions (one per fork level) are listed."""
         seg, m = schema.segments.c, schema.messages.c
         tips = {
             row.id: row.tip
@@ -469,7 +474,11 @@ class Store:
             ).all()
         }
         tips[session.segment_id] = max(tips.get(session.segment_id, 0), session.head_seq)
-        return history_ranges(await self._segments(conn, list(tips)), tips)
+        inherited = [
+            r for r in history_ranges(await self._segments(conn, list(tips)), tips) if r.segment_id not in tips
+        ]
+        owned = select(seg.id).where(seg.owner_session_id == session.id)
+        return or_(m.segment_id.in_(owned), _in_ranges(inherited))
 
     async def _live_ranges(self, conn: AsyncConnection, session: SessionRecord) -> list[SeqRange]:
         return live_ranges(await self._segments(conn, [session.segment_id]), session.segment_id, session.head_seq)
@@ -516,15 +525,15 @@ class Store:
         )
 
     async def rewind(self, session: SessionRecord, to_seq: int) -> None:
-        """Moves the head back to `to_seq` on a new branch; the later messages stay, abandoned.
+        """Moves the head back to `to_seq`; the later messages stay, abandoned.
         Raises StaleSession when the session changed since it was read."""
         now = time.time()
         async with self._write() as conn:
             point = await self._branch_point(conn, session, to_seq)
-            segment_id = new_id("g")
+            new_segment_id = new_id("g")
             await conn.execute(
                 insert(schema.segments).values(
-                    id=segment_id,
+                    id=new_segment_id,
                     tenant=session.tenant,
                     parent_id=point.parent_segment_id,
                     base_seq=to_seq,
@@ -532,6 +541,14 @@ class Store:
                     create_time=now,
                 )
             )
+            if point.parent_segment_id == session.segment_id:
+                # The point is in the head segment: its tail moves to the new segment, which becomes an
+                # abandoned branch, and the head keeps appending in place. Otherwise every rewind would
+                # add a segment to the live chain and a range to every query.
+                await self._split_tail(conn, session.segment_id, to_seq, new_segment_id)
+                segment_id = session.segment_id
+            else:
+                segment_id = new_segment_id
             s = schema.sessions.c
             swapped = await conn.execute(
                 update(schema.sessions)
@@ -539,6 +556,7 @@ class Store:
                 .values(
                     segment_id=segment_id,
                     head_seq=to_seq,
+                    branch_id=new_id("b"),
                     checkpoint_id=point.checkpoint_id,
                     open_tool_calls=json.dumps(list(point.open_tool_calls)),
                     version=s.version + 1,
@@ -550,6 +568,27 @@ class Store:
             # Checkpoints past the new head are unreachable now unless a fork still uses them.
             chain = await self._checkpoint_chain(conn, session.checkpoint_id)
             await self._drop_unreachable_checkpoints(conn, chain, session.checkpoint_id, stop_at=point.checkpoint_id)
+
+    @staticmethod
+    async def _split_tail(conn: AsyncConnection, segment_id: str, seq: int, tail_id: str) -> None:
+        """Moves the messages of `segment_id` after `seq` (with their raw results) to the new segment
+        `tail_id`, whose parent is `segment_id` at `seq`, and re-parents the branches that start after
+        `seq` onto it. Message ids, seqs and contents stay; every lineage reads the same messages."""
+        m, tr, seg = schema.messages.c, schema.tool_results.c, schema.segments.c
+        tail = select(m.id).where(m.segment_id == segment_id, m.seq > seq)
+        await conn.execute(
+            update(schema.tool_results)
+            .where(tr.segment_id == segment_id, tr.message_id.in_(tail))
+            .values(segment_id=tail_id)
+        )
+        await conn.execute(
+            update(schema.messages).where(m.segment_id == segment_id, m.seq > seq).values(segment_id=tail_id)
+        )
+        await conn.execute(
+            update(schema.segments)
+            .where(seg.parent_id == segment_id, seg.base_seq > seq, seg.id != tail_id)
+            .values(parent_id=tail_id)
+        )
 
     # ---- transcript -----------------------------------------------------------------------------
 
@@ -690,12 +729,12 @@ class Store:
             live_query = select(m.id, m.seq, size).where(_in_ranges(ranges), m.seq > after_seq).order_by(m.seq)
             entries = [(r.seq, 0, r.id, r.size) for r in (await conn.execute(live_query.limit(limit + 1))).all()]
             if include_abandoned:
-                history = await self._history_ranges(conn, session)
+                in_history = await self._in_history(conn, session)
                 # Abandoned messages follow the live one of the same seq.
                 same_seq = m.seq == after_seq if not after_abandoned else and_(m.seq == after_seq, m.id > after_id)
                 ab_query = (
                     select(m.id, m.seq, size)
-                    .where(_in_ranges(history), ~_in_ranges(ranges), or_(m.seq > after_seq, same_seq))
+                    .where(in_history, ~_in_ranges(ranges), or_(m.seq > after_seq, same_seq))
                     .order_by(m.seq, m.id)
                     .limit(limit + 1)
                 )
@@ -1024,12 +1063,12 @@ class Store:
     ) -> tuple[RawSpan, str]:
         tr, m = schema.tool_results.c, schema.messages.c
         async with self._read() as conn:
-            history = await self._history_ranges(conn, session)
+            in_history = await self._in_history(conn, session)
             row = (
                 await conn.execute(
                     select(tr.codec, tr.total_bytes, tr.chunk_bytes, tr.sha256, tr.message_id)
                     .join(schema.messages, m.id == tr.message_id)
-                    .where(tr.ref == ref, _in_ranges(history))
+                    .where(tr.ref == ref, in_history)
                 )
             ).first()
             if row is None:

@@ -53,6 +53,9 @@ sessions = Table(
     Column("tools_tokens", Integer, nullable=False),
     Column("segment_id", ID, ForeignKey("segments.id"), nullable=False),
     Column("head_seq", BigInteger, nullable=False),
+    # A new id at every Create, Fork and Rewind: names the branch a derived state belongs to (a rewind
+    # may keep the head segment, so the segment id alone does not).
+    Column("branch_id", ID, nullable=False),
     Column("checkpoint_id", ID, ForeignKey("checkpoints.id"), nullable=True),
     # Tool call ids of the last assistant message still waiting for results (JSON array).
     Column("open_tool_calls", Text, nullable=False),
