@@ -25,6 +25,10 @@ async def test_kill_minus_nine_during_appends_and_folds_loses_nothing(backend: s
     for delay in (0.7, 2.5):
 
         async def kill_after(acknowledged: list[int], delay: float = delay) -> None:
+            # Counted from the first acknowledged turn, not from the start: a loaded machine may take
+            # longer than `delay` to start the server, and a kill before any work tests nothing.
+            while not acknowledged:  # noqa: ASYNC110 - the agent task appends to a plain list
+                await asyncio.sleep(0.05)
             await asyncio.sleep(delay)
 
         result = await chaos.trial(backend, await fresh_database(backend, tmp_path), tmp_path, kill_after)
