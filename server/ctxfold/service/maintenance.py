@@ -756,6 +756,8 @@ class Maintenance:
             if failure:
                 return None, failure, "SUMMARIZER_FAILED"
             body = strip_engine_sections(text)
+            if estimator.count_text(body) > body_budget:  # before any candidate is built from it
+                return None, f"the summary has more than the {body_budget} tokens left for it", "SUMMARIZER_FAILED"
             notes = replace(record.notes, body=body, summarizer=with_summarizer.name)
             summary = render_summary(notes)
             checkpoint = Checkpoint(
@@ -768,8 +770,6 @@ class Maintenance:
                 notes=notes,
             )
             candidate = apply_pass(projection, fold, checkpoint, after_position(projection, fold.position_seq))
-            if estimator.count_text(body) > body_budget:
-                return None, f"the summary has more than the {body_budget} tokens left for it", "SUMMARIZER_FAILED"
             if candidate.tokens() >= before:
                 why = f"the candidate ({candidate.tokens()} tokens) is not smaller than the view ({before})"
                 run.not_folding(NotFolded.NOT_SMALLER, why)
