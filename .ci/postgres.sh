@@ -45,9 +45,10 @@ fi
 shift
 if [ -n "$started" ]; then
   echo "started a private PostgreSQL on 127.0.0.1:$PORT for this run (stopped at the end)" >&2
+  # The trap's last status becomes the script's, so stop() must always succeed.
   stop() {
     run "$bindir/pg_ctl" -D "$DIR" -m fast -w stop >/dev/null || true
-    [ "$started" = 1 ] && rm -rf "$DIR"
+    if [ "$started" = 1 ]; then rm -rf "$DIR"; fi
   }
   trap stop EXIT
 fi
