@@ -228,6 +228,66 @@ async def close_served(served: Served) -> None:
     await served.database.drop()
 
 
+# ---- what a database holds, read directly (the server may be another process) ----------------------
+
+
+async def row_counts(database: Database) -> dict[str, int]:
+    """Rows of every table of the schema (not the migration bookkeeping)."""
+    if database.backend == "postgresql":
+        conn = await pg_connect(database.url)
+        try:
+            tables = [r["relname"] for r in await conn.fetch("SELECT relname FROM pg_stat_user_tables")]
+            return {
+                t: int(await conn.fetchval(f'SELECT count(*) FROM "{t}"')) for t in tables if t != "alembic_version"
+            }
+        finally:
+            await conn.close()
+    assert database.path is not None
+    return await asyncio.to_thread(_sqlite_row_counts, database.path)
+
+
+def _sqlite_row_counts(path: Path) -> dict[str, int]:
+    conn = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {
+            t: int(conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0])
+            for t in tables
+            if not t.startswith("sqlite_") and t != "alembic_version"
+        }
+    finally:
+        conn.close()
+
+
+async def table_bytes(database: Database) -> dict[str, int]:
+    """Bytes of each table with its indexes (PostgreSQL: pg_total_relation_size, with TOAST; SQLite: the
+    pages of each table and index, from dbstat)."""
+    if database.backend == "postgresql":
+        conn = await pg_connect(database.url)
+        try:
+            rows = await conn.fetch("SELECT relname, pg_total_relation_size(relid) AS size FROM pg_stat_user_tables")
+        finally:
+            await conn.close()
+        return {r["relname"]: int(r["size"]) for r in rows if r["relname"] != "alembic_version"}
+    assert database.path is not None
+    return await asyncio.to_thread(_sqlite_table_bytes, database.path)
+
+
+def _sqlite_table_bytes(path: Path) -> dict[str, int]:
+    conn = sqlite3.connect(path)
+    try:
+        index_owner = dict(conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE type IN ('table','index')"))
+        sizes: dict[str, int] = {}
+        for name, size in conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
+            table = index_owner.get(name, name)
+            if table.startswith("sqlite_") or table == "alembic_version":
+                continue
+            sizes[table] = sizes.get(table, 0) + int(size)
+        return sizes
+    finally:
+        conn.close()
+
+
 # ---- processes: `ctxfold serve` and the echo server ----------------------------------------------
 
 
@@ -336,6 +396,9 @@ async def stop_process(popen: subprocess.Popen[bytes], seconds: float = 15.0) ->
 def ctxfold_env() -> dict[str, str]:
     """This environment without CTXFOLD_ settings, so only the command line configures the server."""
     return {k: v for k, v in os.environ.items() if not k.startswith("CTXFOLD_")}
+
+
+QUIET = ("--log-level", "WARNING", "--grace-seconds", "2")  # serve flags: warnings only, a short shutdown
 
 
 def serve_process(

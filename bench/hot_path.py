@@ -45,7 +45,6 @@ from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 GOAL_CONCURRENCY = 16
-SERVE_FLAGS = ("--log-level", "WARNING", "--grace-seconds", "2")
 # Admission limits above the benchmark's own concurrency: what is measured is serving, not refusing.
 ADMISSION_FLAGS = ("--max-concurrent-rpcs", "1024", "--max-concurrent-rpcs-per-tenant", "1024")
 
@@ -199,7 +198,7 @@ async def run(opts: Options) -> dict[str, Any]:
                 database = await bl.fresh_database(name, tmp / name, opts.postgres_url, "hot_path")
                 stack.push_async_callback(database.drop)
                 serve = bl.serve_process(
-                    database.url, tmp / f"{name}.log", "--data-dir", str(tmp / name), *SERVE_FLAGS, *ADMISSION_FLAGS
+                    database.url, tmp / f"{name}.log", "--data-dir", str(tmp / name), *bl.QUIET, *ADMISSION_FLAGS
                 )
                 process = await stack.enter_async_context(serve)
                 backends[name] = Backend(name, database.version, process)
