@@ -462,11 +462,17 @@ async def echo_server(address: str) -> None:
 
 
 def add_common_arguments(
-    parser: argparse.ArgumentParser, *, rounds: int, seconds: float | None = None, sessions: int | None = None
+    parser: argparse.ArgumentParser,
+    *,
+    rounds: int,
+    seconds: float | None = None,
+    sessions: int | None = None,
+    backends: bool = True,
 ) -> None:
-    """--backends, --postgres-url, --traces, --json and --rounds, and --seconds / --sessions where the
-    benchmark has them, with its own defaults."""
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="sqlite,postgresql (default both)")
+    """--backends (unless the benchmark runs on PostgreSQL only), --postgres-url, --traces, --json and
+    --rounds, and --seconds / --sessions where the benchmark has them, with its own defaults."""
+    if backends:
+        parser.add_argument("--backends", default=",".join(BACKENDS), help="sqlite,postgresql (default both)")
     parser.add_argument(
         "--postgres-url",
         default="",
