@@ -62,6 +62,7 @@ def _message(raw: dict[str, Any]) -> pb.Message:
         ],
         tool_call_id=raw.get("tool_call_id") or "",
         reasoning_content=raw.get("reasoning_content") or "",
+        name=raw.get("name") or "",
     )
 
 
