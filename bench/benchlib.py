@@ -360,16 +360,16 @@ async def _wait_serving(process: Process, seconds: float = 60.0) -> None:
 
 @contextlib.asynccontextmanager
 async def running(
-    name: str, command: Sequence[str], log_path: Path, env: dict[str, str] | None = None
+    name: str, command: Callable[[str], list[str]], log_path: Path, env: dict[str, str] | None = None
 ) -> AsyncIterator[Process]:
-    """Starts `command` (which must serve gRPC health on the address it is given as `{address}`), yields
-    once it reports SERVING, and stops it (SIGTERM, then SIGKILL) afterwards."""
+    """Starts `command(address)` (which must serve gRPC health on that loopback address), yields once it
+    reports SERVING, and stops it (SIGTERM, then SIGKILL) afterwards."""
     address = f"127.0.0.1:{free_port()}"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as out:
         # Popen returns once the process is started; nothing here waits on it.
         popen = subprocess.Popen(  # noqa: ASYNC220
-            [part.format(address=address) for part in command],
+            command(address),
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -406,8 +406,12 @@ def serve_process(
     database_url: str, log_path: Path, *args: str, name: str = "ctxfold"
 ) -> contextlib.AbstractAsyncContextManager[Process]:
     """`ctxfold serve` on `database_url` in its own process; `args` are further `serve` flags."""
-    command = [*ctxfold_command(), "serve", "--listen", "{address}", "--database", database_url, *args]
-    return running(name, command, log_path, ctxfold_env())
+    return running(
+        name,
+        lambda address: [*ctxfold_command(), "serve", "--listen", address, "--database", database_url, *args],
+        log_path,
+        ctxfold_env(),
+    )
 
 
 ECHO_METHOD = "/ctxfold.bench.Echo/Echo"
@@ -416,7 +420,9 @@ ECHO_PAYLOAD_BYTES = 256
 
 def echo_process(log_path: Path) -> contextlib.AbstractAsyncContextManager[Process]:
     """The raw grpc.aio unary echo server (this file with --echo-server) in its own process."""
-    return running("echo", [sys.executable, str(Path(__file__).resolve()), "--echo-server", "{address}"], log_path)
+    return running(
+        "echo", lambda address: [sys.executable, str(Path(__file__).resolve()), "--echo-server", address], log_path
+    )
 
 
 def echo_call(process: Process) -> Callable[[], Awaitable[bytes]]:
