@@ -298,7 +298,7 @@ def goals(ratios: dict[str, Any], opts: Options) -> list[dict[str, Any]]:
 
     def goal(text: str, value: float, limit: float, at_most: bool) -> None:
         ok = value <= limit if at_most else value >= limit
-        out.append({"goal": text, "value": value, "limit": limit, "pass": ok})
+        out.append({"goal": text, "value": value, "limit": limit, "at_most": at_most, "pass": ok})
 
     for name in opts.backends:
         r = ratios[name]
