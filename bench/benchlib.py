@@ -29,7 +29,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -42,6 +42,7 @@ from ctxfold.server import RunningServer, start
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TRACES = REPO / "tests" / "data" / "traces"
 BACKENDS = ("sqlite", "postgresql")
@@ -210,7 +211,7 @@ class Served:
     database: Database
     server: RunningServer
     channel: grpc.aio.Channel
-    stub: pb_grpc.ContextServiceStub
+    stub: pb_grpc.ContextServiceAsyncStub
 
     @property
     def backend(self) -> str:
@@ -332,7 +333,7 @@ class Process:
         return self.popen.pid
 
     @property
-    def stub(self) -> pb_grpc.ContextServiceStub:
+    def stub(self) -> pb_grpc.ContextServiceAsyncStub:
         return pb_grpc.ContextServiceStub(self.channel)
 
     def log_tail(self) -> str:
@@ -427,7 +428,7 @@ def echo_process(log_path: Path) -> contextlib.AbstractAsyncContextManager[Proce
 
 def echo_call(process: Process) -> Callable[[], Awaitable[bytes]]:
     """One echo of a 256-byte payload through the same client library the ctxfold calls use."""
-    method = process.channel.unary_unary(ECHO_METHOD)
+    method: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = process.channel.unary_unary(ECHO_METHOD)
     payload = os.urandom(ECHO_PAYLOAD_BYTES)
 
     async def call() -> bytes:
@@ -561,7 +562,7 @@ class PrepareOutcome:
     seconds: float
 
 
-async def prepare(stub: pb_grpc.ContextServiceStub, request: pb.PrepareRequest) -> PrepareOutcome:
+async def prepare(stub: pb_grpc.ContextServiceAsyncStub, request: pb.PrepareRequest) -> PrepareOutcome:
     started = time.perf_counter()
     result: pb.PreparedContext | None = None
     size = 0
@@ -576,7 +577,7 @@ async def prepare(stub: pb_grpc.ContextServiceStub, request: pb.PrepareRequest) 
     return PrepareOutcome(result, size, progress, elapsed)
 
 
-async def compact(stub: pb_grpc.ContextServiceStub, session_id: str) -> PrepareOutcome:
+async def compact(stub: pb_grpc.ContextServiceAsyncStub, session_id: str) -> PrepareOutcome:
     started = time.perf_counter()
     result: pb.PreparedContext | None = None
     size = 0
@@ -590,7 +591,7 @@ async def compact(stub: pb_grpc.ContextServiceStub, session_id: str) -> PrepareO
     return PrepareOutcome(result, size, progress, time.perf_counter() - started)
 
 
-async def append(stub: pb_grpc.ContextServiceStub, session_id: str, messages: Sequence[pb.Message]) -> int:
+async def append(stub: pb_grpc.ContextServiceAsyncStub, session_id: str, messages: Sequence[pb.Message]) -> int:
     """Appends; returns the tokens the server counted for the stored messages (with overhead)."""
     total = 0
     for offset in range(0, len(messages), 500):
@@ -616,7 +617,7 @@ class Built:
 
 
 async def build_session(
-    stub: pb_grpc.ContextServiceStub,
+    stub: pb_grpc.ContextServiceAsyncStub,
     config: pb.SessionConfig,
     canonical_tokens: int,
     view_tokens: int,
@@ -678,7 +679,7 @@ async def build_session(
 # ---- rounds, timed from the client ----------------------------------------------------------------
 
 
-def round_order(names: Sequence[str], round_index: int) -> list[str]:
+def round_order(names: Sequence[T], round_index: int) -> list[T]:
     """The targets of one round: as given in even rounds, reversed in odd ones, so drift hits all."""
     return list(names) if round_index % 2 == 0 else list(names)[::-1]
 

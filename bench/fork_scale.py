@@ -66,7 +66,7 @@ class Backend:
     chain: dict[int, int]  # checkpoints on each source's chain
 
 
-async def chain_length(stub: pb_grpc.ContextServiceStub, session_id: str) -> int:
+async def chain_length(stub: pb_grpc.ContextServiceAsyncStub, session_id: str) -> int:
     """Checkpoints on the session's chain (ListCheckpoints, all pages)."""
     count, token = 0, ""
     while True:
@@ -109,7 +109,8 @@ async def measure(backend: Backend, size: int, forks: int) -> dict[str, Any]:
         first_views.append(int(outcome.result.estimated_tokens))
     # rewinds: by 2 messages on every other fork, to half the history on the rest
     head = (await stub.GetSession(pb.GetSessionRequest(session_id=fork_ids[0]))).session.head_seq
-    rewind_short, rewind_half = [], []
+    rewind_short: list[float] = []
+    rewind_half: list[float] = []
     for index, fork_id in enumerate(fork_ids):
         to_seq = head - 2 if index % 2 == 0 else head // 2
         _, seconds = await timed(stub.Rewind(pb.RewindRequest(session_id=fork_id, to_seq=to_seq)))

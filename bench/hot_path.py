@@ -76,7 +76,7 @@ class Options:
 class Session:
     """One session's side of the conversation: the last view version it was answered with."""
 
-    stub: pb_grpc.ContextServiceStub
+    stub: pb_grpc.ContextServiceAsyncStub
     session_id: str
     view_version: int = 0
     step: int = 0
@@ -105,7 +105,7 @@ class Session:
         self.deltas += result.delta
 
 
-async def new_session(stub: pb_grpc.ContextServiceStub, opts: Options, view_tokens: int, start: int) -> Session:
+async def new_session(stub: pb_grpc.ContextServiceAsyncStub, opts: Options, view_tokens: int, start: int) -> Session:
     """A session whose view holds about `view_tokens` of recorded agent trace, appended in batches and
     never prepared (so nothing about it is cached yet)."""
     config = pb.SessionConfig(context_window=opts.window)
