@@ -81,6 +81,7 @@ class Session:
     view_version: int = 0
     step: int = 0
     view_tokens: int = 0
+    first_view_tokens: int = 0  # of the first, full Prepare: every call adds ~30 tokens after it
     answers: int = 0
     deltas: int = 0
 
@@ -121,7 +122,7 @@ async def full_prepare(session: Session) -> None:
     if outcome.result.action != pb.ACTION_NONE:
         raise RuntimeError(f"the first Prepare did maintenance (action {outcome.result.action}); lower the views")
     session.view_version = outcome.result.view_version
-    session.view_tokens = outcome.result.estimated_tokens
+    session.view_tokens = session.first_view_tokens = outcome.result.estimated_tokens
 
 
 # ---- one backend's server -------------------------------------------------------------------------
@@ -238,7 +239,8 @@ def report(opts: Options, backends: dict[str, Backend], rounds: list[dict[str, A
             "latency": {
                 label: {
                     **pooled(name, label),
-                    "view_tokens": backend.latency_sessions[label].view_tokens,
+                    "view_tokens_first": backend.latency_sessions[label].first_view_tokens,
+                    "view_tokens_last": backend.latency_sessions[label].view_tokens,
                     "delta_fraction": _fraction(
                         backend.latency_sessions[label].deltas, backend.latency_sessions[label].answers
                     ),
@@ -346,7 +348,7 @@ def table(result: dict[str, Any]) -> str:
             rows.append(
                 [
                     name,
-                    f"{cell['view_tokens']:,}",
+                    f"{cell['view_tokens_first']:,}-{cell['view_tokens_last']:,}",
                     cell["p50_ms"],
                     cell["p99_ms"],
                     f"{r[f'p50_{label}_over_echo']:.2f}",
@@ -354,7 +356,11 @@ def table(result: dict[str, Any]) -> str:
                     f"{cell['delta_fraction']:.0%}",
                 ]
             )
-    lines.append(bl.render_table(["target", "view tokens", "p50", "p99", "x echo p50", "large/small", "delta"], rows))
+    lines.append(
+        bl.render_table(
+            ["target", "view tokens (first-last)", "p50", "p99", "x echo p50", "large/small", "delta"], rows
+        )
+    )
     lines += ["", "throughput (calls/s, median over rounds; share of echo at the same concurrency):"]
     header = ["target", *(f"{c} in flight" for c in s["concurrency"])]
     rows = [["echo", *(echo["calls_per_s"][str(c)] for c in s["concurrency"])]]

@@ -54,8 +54,10 @@ def test_hot_path_smoke(tmp_path: Path) -> None:
             assert cell["calls"] == calls and 0 < cell["p50_ms"] <= cell["p99_ms"], (name, cell)
             # every call after the first full Prepare named the version it had: all answers are deltas
             assert cell["delta_fraction"] == 1.0, (name, cell)
-        assert large["view_tokens"] > 5 * small["view_tokens"] > 0, name
-        assert large["view_tokens"] < 0.8 * doc["settings"]["window"], name  # below the trigger: never folds
+        for cell in (small, large):  # each call appended two messages to the view it measured
+            assert cell["view_tokens_last"] > cell["view_tokens_first"] > 0, (name, cell)
+        assert large["view_tokens_first"] > 5 * small["view_tokens_last"], name
+        assert large["view_tokens_last"] < 0.8 * doc["settings"]["window"], name  # below the trigger: never folds
         assert measured["load_delta_fraction"] == 1.0, name
         assert all(measured["calls_per_s"][c] > 0 for c in concurrency), name
         assert measured["rss_kib_before_warming"] > 10_000 and measured["rss_kib_after_warming"] > 10_000, name
