@@ -12,7 +12,8 @@ Each call is the agent's delta Prepare: append one assistant and one user messag
   latency     per round, `--calls` sequential calls on a session with a ~8k-token and one with a
               ~100k-token view; the echo the same number of sequential calls. p50/p99 over all rounds.
   throughput  per round and concurrency (1, 16, 64), a closed loop of that many sessions in flight
-              for `--seconds`, and the echo at the same concurrency. calls/s: median over rounds.
+              for `--seconds`, and the echo at the same concurrency. calls/s and the server process's
+              CPU time per call (/proc/PID/stat): medians over rounds.
   memory      RSS of the server after `--sessions` sessions were appended to, and again after one
               Prepare each (which is when a server caches a session's hot state); the difference / N.
 
@@ -172,7 +173,9 @@ def callers(backends: dict[str, Backend], echo: Caller, concurrency: int) -> dic
     return out
 
 
-async def measure_round(backends: dict[str, Backend], echo: Caller, opts: Options, index: int) -> dict[str, Any]:
+async def measure_round(
+    backends: dict[str, Backend], echo: Caller, pids: dict[str, int], opts: Options, index: int
+) -> dict[str, Any]:
     order = bl.round_order(["echo", *backends], index)
     latency: dict[str, dict[str, list[float]]] = {name: {} for name in order}
     for name in order:
@@ -182,12 +185,16 @@ async def measure_round(backends: dict[str, Backend], echo: Caller, opts: Option
         for label in opts.views:
             latency[name][label] = await bl.sequential(backends[name].latency_sessions[label].delta_prepare, opts.calls)
     calls_per_s: dict[str, dict[str, float]] = {name: {} for name in order}
+    cpu_ms_per_call: dict[str, dict[str, float]] = {name: {} for name in order}
     for concurrency in opts.concurrency:
         loops = callers(backends, echo, concurrency)
         for name in order:
+            cpu_before = bl.cpu_seconds(pids[name])
             window = await bl.closed_loop(loops[name], opts.seconds)
+            cpu = bl.cpu_seconds(pids[name]) - cpu_before
             calls_per_s[name][str(concurrency)] = window.calls_per_s
-    return {"latency_s": latency, "calls_per_s": calls_per_s}
+            cpu_ms_per_call[name][str(concurrency)] = cpu * 1e3 / max(1, len(window.latencies))
+    return {"latency_s": latency, "calls_per_s": calls_per_s, "server_cpu_ms_per_call": cpu_ms_per_call}
 
 
 async def run(opts: Options) -> dict[str, Any]:
@@ -206,11 +213,12 @@ async def run(opts: Options) -> dict[str, Any]:
                 await prepare_backend(backends[name], opts)
             echo_process = await stack.enter_async_context(bl.echo_process(tmp / "echo.log"))
             echo = bl.echo_call(echo_process)
+            pids = {"echo": echo_process.pid, **{name: b.process.pid for name, b in backends.items()}}
             # Warm-up, not counted: every target at every concurrency once.
-            await measure_round(backends, echo, warmup_options(opts), 0)
+            await measure_round(backends, echo, pids, warmup_options(opts), 0)
             rounds = []
             for index in range(opts.rounds):
-                rounds.append(await measure_round(backends, echo, opts, index))
+                rounds.append(await measure_round(backends, echo, pids, opts, index))
                 bl.log(f"round {index + 1}/{opts.rounds} done")
             return report(opts, backends, rounds)
 
@@ -226,10 +234,14 @@ def report(opts: Options, backends: dict[str, Backend], rounds: list[dict[str, A
     def pooled(name: str, label: str) -> dict[str, float]:
         return bl.latency_summary([x for r in rounds for x in r["latency_s"][name][label]])
 
-    def throughput(name: str) -> dict[str, float]:
-        return {str(c): statistics.median(r["calls_per_s"][name][str(c)] for r in rounds) for c in opts.concurrency}
+    def throughput(name: str, key: str = "calls_per_s") -> dict[str, float]:
+        return {str(c): statistics.median(r[key][name][str(c)] for r in rounds) for c in opts.concurrency}
 
-    echo = {"latency": pooled("echo", "echo"), "calls_per_s": throughput("echo")}
+    echo = {
+        "latency": pooled("echo", "echo"),
+        "calls_per_s": throughput("echo"),
+        "server_cpu_ms_per_call": throughput("echo", "server_cpu_ms_per_call"),
+    }
     measured: dict[str, Any] = {}
     for name, backend in backends.items():
         before, after = backend.rss_kib
@@ -248,6 +260,7 @@ def report(opts: Options, backends: dict[str, Backend], rounds: list[dict[str, A
                 for label in opts.views
             },
             "calls_per_s": throughput(name),
+            "server_cpu_ms_per_call": throughput(name, "server_cpu_ms_per_call"),
             "load_delta_fraction": _fraction(load_deltas, load_answers),
             "rss_kib_before_warming": before,
             "rss_kib_after_warming": after,
@@ -367,6 +380,15 @@ def table(result: dict[str, Any]) -> str:
     for name, b in result["backends"].items():
         share = result["ratios"][name]["calls_per_s_of_echo"]
         rows.append([name, *(f"{b['calls_per_s'][str(c)]:,.0f} ({share[str(c)]:.0%})" for c in s["concurrency"])])
+    lines.append(bl.render_table(header, rows))
+    lines += [
+        "",
+        "server CPU per call (ms, user + system of the server process; PostgreSQL's own processes not counted):",
+    ]
+    rows = [
+        [name, *(cells["server_cpu_ms_per_call"][str(c)] for c in s["concurrency"])]
+        for name, cells in [("echo", echo), *result["backends"].items()]
+    ]
     lines.append(bl.render_table(header, rows))
     if "postgresql_over_sqlite" in result["ratios"]:
         r = result["ratios"]["postgresql_over_sqlite"]

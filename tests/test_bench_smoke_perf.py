@@ -60,6 +60,7 @@ def test_hot_path_smoke(tmp_path: Path) -> None:
         assert large["view_tokens_last"] < 0.8 * doc["settings"]["window"], name  # below the trigger: never folds
         assert measured["load_delta_fraction"] == 1.0, name
         assert all(measured["calls_per_s"][c] > 0 for c in concurrency), name
+        assert all(measured["server_cpu_ms_per_call"][c] > 0 for c in concurrency), name
         assert measured["rss_kib_before_warming"] > 10_000 and measured["rss_kib_after_warming"] > 10_000, name
         assert measured["rss_kib_per_cached_session"] == pytest.approx(
             (measured["rss_kib_after_warming"] - measured["rss_kib_before_warming"]) / doc["settings"]["sessions"]
