@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import statistics
 import sys
@@ -224,7 +225,7 @@ async def run(opts: Options) -> dict[str, Any]:
 
 
 def warmup_options(opts: Options) -> Options:
-    return Options(**{**opts.__dict__, "calls": min(opts.calls, 5), "seconds": opts.warmup_seconds})
+    return dataclasses.replace(opts, calls=min(opts.calls, 5), seconds=opts.warmup_seconds)
 
 
 # ---- the report -----------------------------------------------------------------------------------
