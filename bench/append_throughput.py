@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """AppendMessages throughput of a real ctxfold server, SQLite against PostgreSQL.
 
-Starts the server in this process (`ctxfold.server.start`) once on a temporary SQLite file and once
-on a fresh PostgreSQL database (when CTXFOLD_TEST_POSTGRES_URL or --postgres-url names a cluster),
-and drives it with the real gRPC client over loopback with messages replayed from the recorded agent
-traces in tests/data/traces (OpenAI chat format). Three scenarios:
+Starts `ctxfold serve` in its own process once on a temporary SQLite file and once on a fresh
+PostgreSQL database (when CTXFOLD_TEST_POSTGRES_URL or --postgres-url names a cluster), and drives it
+with the real gRPC client over loopback with messages replayed from the recorded agent traces in
+tests/data/traces (OpenAI chat format; one trace per session, without its system prompt). Three
+scenarios:
 
   a) sequential   one client appends single messages, one call after another
   b) concurrent   N sessions (default 16) append batches of 10 messages at the same time
@@ -20,13 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import glob
-import json
+import contextlib
 import logging
 import math
-import os
-import platform
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -37,58 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
-from sqlalchemy.engine import make_url
+import benchlib as bl
 
-from ctxfold.config import Settings
-from ctxfold.server import RunningServer, start
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TRACES = REPO / "tests" / "data" / "traces"
-BACKENDS = ("sqlite", "postgresql")
 SCENARIOS = ("sequential", "concurrent", "tool_results")
-ROLES = {"system": pb.ROLE_SYSTEM, "user": pb.ROLE_USER, "assistant": pb.ROLE_ASSISTANT, "tool": pb.ROLE_TOOL}
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 SESSION_CONFIG = pb.SessionConfig(context_window=200_000)
 MIB = float(1 << 20)
-
-
-# ---- traces ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Trace:
-    name: str
-    messages: tuple[pb.Message, ...]
-
-
-def to_message(raw: dict[str, Any]) -> pb.Message:
-    """One OpenAI chat-format message as a ctxfold Message."""
-    calls = [
-        pb.ToolCall(id=c["id"], name=c["function"]["name"], arguments=c["function"].get("arguments") or "")
-        for c in raw.get("tool_calls") or []
-    ]
-    return pb.Message(
-        role=ROLES[raw["role"]],
-        content=raw.get("content") or "",
-        tool_calls=calls,
-        tool_call_id=raw.get("tool_call_id") or "",
-        reasoning_content=raw.get("reasoning_content") or "",
-        name=raw.get("name") or "",
-    )
-
-
-def load_traces(directory: Path) -> list[Trace]:
-    traces = []
-    for path in sorted(glob.glob(str(directory / "*.json"))):
-        with open(path, encoding="utf-8") as f:
-            document = json.load(f)
-        traces.append(Trace(Path(path).stem, tuple(to_message(m) for m in document["messages"])))
-    if not traces:
-        raise SystemExit(f"no traces (*.json) in {directory}")
-    return traces
+Trace = tuple[pb.Message, ...]
 
 
 @dataclass(frozen=True)
@@ -103,8 +57,8 @@ class ToolPair:
 def tool_pairs(traces: Sequence[Trace], result_bytes: int, count: int = 8) -> list[ToolPair]:
     """`count` distinct results of about `result_bytes` UTF-8 bytes, cut from the traces' tool outputs
     laid end to end (at different offsets), each behind a real assistant tool-call message."""
-    outputs = "\n".join(m.content for t in traces for m in t.messages if m.role == pb.ROLE_TOOL and m.content)
-    callers = [m for t in traces for m in t.messages if m.role == pb.ROLE_ASSISTANT and len(m.tool_calls) == 1]
+    outputs = "\n".join(m.content for t in traces for m in t if m.role == pb.ROLE_TOOL and m.content)
+    callers = [m for t in traces for m in t if m.role == pb.ROLE_ASSISTANT and len(m.tool_calls) == 1]
     if not outputs or not callers:
         raise SystemExit("the traces hold no tool calls with results")
     stream = outputs.encode()
@@ -129,14 +83,6 @@ def cycle_traces(traces: Sequence[Trace], first: int) -> Iterator[Trace]:
 # ---- measurement ----------------------------------------------------------------------------------
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100); 0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
 @dataclass
 class Window:
     """What one scenario did in one timed window."""
@@ -154,8 +100,8 @@ class Window:
         out = {
             "messages_per_s": self.messages / elapsed,
             "calls_per_s": self.calls / elapsed,
-            "p50_ms": percentile(self.latencies, 50) * 1e3,
-            "p99_ms": percentile(self.latencies, 99) * 1e3,
+            "p50_ms": bl.percentile(self.latencies, 50) * 1e3,
+            "p99_ms": bl.percentile(self.latencies, 99) * 1e3,
         }
         if self.payload_bytes:
             out["mib_per_s"] = self.payload_bytes / MIB / elapsed
@@ -213,7 +159,7 @@ async def run_sequential(
         before = time.perf_counter()
         session_id = await pool.take()
         paused += time.perf_counter() - before  # creating a session on demand is not an append
-        for message in trace.messages:
+        for message in trace:
             if time.perf_counter() >= deadline:
                 break
             window.latencies.append(await append(stub, session_id, [message]))
@@ -242,10 +188,10 @@ async def run_concurrent(
     async def worker(first_trace: int) -> None:
         for trace in cycle_traces(traces, first_trace):
             session_id = await pool.take()
-            for offset in range(0, len(trace.messages), batch):
+            for offset in range(0, len(trace), batch):
                 if time.perf_counter() >= deadline:
                     return
-                chunk = trace.messages[offset : offset + batch]
+                chunk = trace[offset : offset + batch]
                 window.latencies.append(await append(stub, session_id, chunk))
                 window.messages += len(chunk)
                 window.calls += 1
@@ -288,68 +234,10 @@ async def run_tool_results(
 @dataclass
 class Backend:
     name: str
-    url: str
-    server: RunningServer
-    channel: grpc.aio.Channel
+    version: str
     stub: pb_grpc.ContextServiceAsyncStub
     pool: SessionPool
-    version: str
-    drop: str = ""  # PostgreSQL: the database to drop afterwards
-    admin_url: str = ""
     sessions_per_second: dict[str, float] = field(default_factory=dict)
-
-
-async def admin_execute(admin_url: str, statement: str) -> str:
-    """Runs one statement on the cluster's admin database; returns the first value (or "")."""
-    import asyncpg  # type: ignore[import-untyped]
-
-    url = make_url(admin_url)
-    conn = await asyncpg.connect(
-        host=url.host, port=url.port, user=url.username, password=url.password, database=url.database
-    )
-    try:
-        value = await conn.fetchval(statement)
-    finally:
-        await conn.close()
-    return "" if value is None else str(value)
-
-
-async def postgres_database(admin_url: str) -> tuple[str, str, str]:
-    """Creates a fresh database; returns (its URL, its name, the server version)."""
-    name = f"ctxfold_bench_{uuid.uuid4().hex[:12]}"
-    await admin_execute(admin_url, f'CREATE DATABASE "{name}"')
-    version = await admin_execute(admin_url, "SHOW server_version")
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    return url, name, version
-
-
-async def drop_postgres_database(admin_url: str, name: str) -> None:
-    await admin_execute(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-async def open_backend(name: str, tmp: Path, postgres_url: str) -> Backend:
-    drop, version = "", ""
-    if name == "sqlite":
-        url = f"sqlite:///{tmp / 'bench.db'}"
-        version = sqlite3.sqlite_version
-    else:
-        url, drop, version = await postgres_database(postgres_url)
-    try:
-        server = await start(Settings(listen="127.0.0.1:0", database=url, data_dir=str(tmp), grace_seconds=2.0))
-    except BaseException:
-        if drop:
-            await drop_postgres_database(postgres_url, drop)
-        raise
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}", options=CHANNEL_OPTIONS)
-    stub = pb_grpc.ContextServiceStub(channel)
-    return Backend(name, url, server, channel, stub, SessionPool(stub), version, drop, postgres_url)
-
-
-async def close_backend(backend: Backend) -> None:
-    await backend.channel.close()
-    await backend.server.stop(grace=1.0)
-    if backend.drop:
-        await drop_postgres_database(backend.admin_url, backend.drop)
 
 
 # ---- the run --------------------------------------------------------------------------------------
@@ -386,32 +274,33 @@ async def run_window(
 
 
 async def run(opts: Options) -> dict[str, Any]:
-    traces = load_traces(opts.traces)
+    traces = bl.trace_messages(opts.traces)
     pairs = tool_pairs(traces, opts.tool_result_kib * 1024)
     rounds: list[dict[str, dict[str, dict[str, float]]]] = []
-    with tempfile.TemporaryDirectory(prefix="ctxfold-bench-") as tmp:
-        backends: list[Backend] = []
-        try:
+    with tempfile.TemporaryDirectory(prefix="ctxfold-append-") as tmp_name:
+        tmp = Path(tmp_name)
+        async with contextlib.AsyncExitStack() as stack:
+            backends: list[Backend] = []
             for name in opts.backends:
-                backends.append(await open_backend(name, Path(tmp) / name, opts.postgres_url))
+                database = await bl.fresh_database(name, tmp / name, opts.postgres_url, "append")
+                stack.push_async_callback(database.drop)
+                serve = bl.serve_process(database.url, tmp / f"{name}.log", "--data-dir", str(tmp / name), *bl.QUIET)
+                stub = (await stack.enter_async_context(serve)).stub
+                backends.append(Backend(name, database.version, stub, SessionPool(stub)))
             for backend in backends:  # warm-up: connections, caches, first session-rate estimate
                 for scenario in SCENARIOS:
                     await run_window(backend, scenario, opts.warmup_seconds, traces, pairs, opts)
             for index in range(opts.rounds):
-                order = backends if index % 2 == 0 else backends[::-1]
                 result: dict[str, dict[str, dict[str, float]]] = {b.name: {} for b in backends}
                 for scenario in SCENARIOS:
-                    for backend in order:
+                    for backend in bl.round_order(backends, index):
                         window = await run_window(backend, scenario, opts.seconds, traces, pairs, opts)
                         metrics = window.metrics()
                         metrics["sessions_created_in_window"] = window.sessions_created_in_window
                         result[backend.name][scenario] = metrics
                 rounds.append(result)
-                print(f"round {index + 1}/{opts.rounds} done", file=sys.stderr, flush=True)
-            versions = {b.name: b.version for b in backends}
-        finally:
-            for backend in backends:
-                await close_backend(backend)
+                bl.log(f"round {index + 1}/{opts.rounds} done")
+    versions = {b.name: b.version for b in backends}
     return report(opts, traces, pairs, rounds, versions)
 
 
@@ -436,12 +325,7 @@ def report(
                 k: v / pg[k] for k, v in medians["sqlite"][scenario].items() if pg.get(k) and k.endswith(("_s", "_ms"))
             }
     return {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "grpc": grpc.__version__,
-        },
+        "machine": bl.machine(),
         "backend_versions": versions,
         "settings": {
             "rounds": opts.rounds,
@@ -450,8 +334,8 @@ def report(
             "concurrent_sessions": opts.sessions,
             "batch": opts.batch,
             "tool_result_bytes": pairs[0].result_bytes,
-            "traces": [t.name for t in traces],
-            "trace_messages": sum(len(t.messages) for t in traces),
+            "traces": sorted(p.stem for p in opts.traces.glob("*.json")),
+            "trace_messages": sum(len(t) for t in traces),
         },
         "median": medians,
         "sqlite_over_postgresql": ratio,
@@ -512,42 +396,16 @@ def table(result: dict[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, str | None]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
-    parser.add_argument("--seconds", type=float, default=2.5, help="seconds per scenario, backend and round")
+    bl.add_common_arguments(parser, rounds=5, seconds=2.5)
     parser.add_argument("--warmup", type=float, default=None, help="warm-up seconds per scenario (default min(0.5, S))")
-    parser.add_argument(
-        "--backends", default=",".join(BACKENDS), help="comma-separated: sqlite,postgresql (default both)"
-    )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get("CTXFOLD_TEST_POSTGRES_URL", ""),
-        help="admin URL of a PostgreSQL cluster (default $CTXFOLD_TEST_POSTGRES_URL); a fresh database "
-        "is created in it and dropped afterwards",
-    )
     parser.add_argument("--sessions", type=int, default=16, help="concurrent sessions in scenario b")
     parser.add_argument("--batch", type=int, default=10, help="messages per call in scenario b")
     parser.add_argument("--tool-result-kib", type=int, default=200, help="tool result size in scenario c")
-    parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="directory of trace *.json files")
-    parser.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        default=None,
-        metavar="PATH",
-        help="write the full result as JSON to PATH (the table still prints), or alone: JSON instead of the table",
-    )
     args = parser.parse_args(argv)
-    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
-    unknown = set(backends) - set(BACKENDS)
-    if unknown or not backends:
-        parser.error(f"--backends: choose from {', '.join(BACKENDS)}")
-    if "postgresql" in backends and not args.postgres_url:
-        print("PostgreSQL skipped: set CTXFOLD_TEST_POSTGRES_URL or --postgres-url", file=sys.stderr)
-        backends = tuple(b for b in backends if b != "postgresql")
-        if not backends:
-            parser.error("no backend left to measure")
-    if args.rounds < 1 or args.seconds <= 0 or args.sessions < 1 or args.batch < 1 or args.tool_result_kib < 1:
-        parser.error("--rounds, --seconds, --sessions, --batch and --tool-result-kib must be positive")
+    postgres_url = bl.postgres_url_arg(args.postgres_url)
+    backends = bl.backends_arg(args.backends, postgres_url, parser.error)
+    if args.sessions < 1 or args.batch < 1 or args.tool_result_kib < 1:
+        parser.error("--sessions, --batch and --tool-result-kib must be positive")
     warmup = min(0.5, args.seconds) if args.warmup is None else args.warmup
     opts = Options(
         rounds=args.rounds,
@@ -557,7 +415,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, str | None]:
         batch=args.batch,
         tool_result_kib=args.tool_result_kib,
         backends=backends,
-        postgres_url=args.postgres_url,
+        postgres_url=postgres_url,
         traces=args.traces,
     )
     return opts, args.json
@@ -567,12 +425,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     opts, json_path = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     result = asyncio.run(run(opts))
-    if json_path == "-":
-        print(json.dumps(result, indent=2), flush=True)
-        return
-    print(table(result), flush=True)
-    if json_path:
-        Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
+    bl.write_json(result, json_path, table(result))
 
 
 if __name__ == "__main__":

@@ -26,13 +26,12 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chaos import serving
+import benchlib as bl
 
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 MiB = 1 << 20
-OPTIONS = [("grpc.max_send_message_length", 64 * MiB), ("grpc.max_receive_message_length", 64 * MiB)]
 
 
 def spaceless(size: int, seed: int) -> str:
@@ -62,7 +61,7 @@ async def health_during(address: str, request: pb.AppendMessagesRequest) -> tupl
     stop = threading.Event()
     thread = threading.Thread(target=probe_health, args=(address, stop, latencies), daemon=True)
     thread.start()
-    async with grpc.aio.insecure_channel(address, options=OPTIONS) as channel:
+    async with grpc.aio.insecure_channel(address, options=bl.CHANNEL_OPTIONS) as channel:
         started = time.perf_counter()
         await pb_grpc.ContextServiceStub(channel).AppendMessages(request, timeout=600)
         took = time.perf_counter() - started
@@ -92,37 +91,34 @@ async def page_costs(
 
 
 async def run(database: str, work: Path) -> None:
-    async with serving(database, "{}", work / "serve.log") as (_, address):
-        async with grpc.aio.insecure_channel(address, options=OPTIONS) as channel:
-            stub = pb_grpc.ContextServiceStub(channel)
-            config = pb.SessionConfig(context_window=1_000_000)
-            users = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
-            tools = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
-            call = pb.ToolCall(id="big", name="cat", arguments="{}")
-            small_call = pb.ToolCall(id="small", name="cat", arguments="{}")  # 1 MiB
-            await stub.AppendMessages(
-                pb.AppendMessagesRequest(
-                    session_id=tools,
-                    messages=[
-                        pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[small_call]),
-                        pb.Message(role=pb.ROLE_TOOL, tool_call_id="small", content=incompressible(MiB, 9)),
-                        pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[call]),
-                    ],
-                )
+    async with bl.serve_process(database, work / "serve.log") as server:
+        stub = server.stub
+        config = pb.SessionConfig(context_window=1_000_000)
+        users = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+        tools = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+        call = pb.ToolCall(id="big", name="cat", arguments="{}")
+        small_call = pb.ToolCall(id="small", name="cat", arguments="{}")  # 1 MiB
+        await stub.AppendMessages(
+            pb.AppendMessagesRequest(
+                session_id=tools,
+                messages=[
+                    pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[small_call]),
+                    pb.Message(role=pb.ROLE_TOOL, tool_call_id="small", content=incompressible(MiB, 9)),
+                    pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[call]),
+                ],
             )
+        )
         messages = [pb.Message(role=pb.ROLE_USER, content=spaceless(4 * MiB, seed)) for seed in range(8)]
         took, worst, median = await health_during(
-            address, pb.AppendMessagesRequest(session_id=users, messages=messages)
+            server.address, pb.AppendMessagesRequest(session_id=users, messages=messages)
         )
         print(f"a) 8 x 4 MiB user messages: append {took:6.2f} s; health max {worst:8.1f} ms, median {median:6.1f} ms")
         result = pb.Message(role=pb.ROLE_TOOL, tool_call_id="big", content=incompressible(32 * MiB, 7))
         took, worst, median = await health_during(
-            address, pb.AppendMessagesRequest(session_id=tools, messages=[result])
+            server.address, pb.AppendMessagesRequest(session_id=tools, messages=[result])
         )
         print(f"a) 1 x 32 MiB tool result:  append {took:6.2f} s; health max {worst:8.1f} ms, median {median:6.1f} ms")
-        async with grpc.aio.insecure_channel(address, options=OPTIONS) as channel:
-            stub = pb_grpc.ContextServiceStub(channel)
-            big, small = await page_costs(stub, tools, ["big", "small"], 100)
+        big, small = await page_costs(stub, tools, ["big", "small"], 100)
         print(
             f"b) one 16 KiB page: of a 32 MiB result {big:6.2f} ms, of a 1 MiB result {small:6.2f} ms "
             f"(ratio {big / small:4.2f})"

@@ -1,10 +1,15 @@
-"""Shared pieces of the Prepare, fork, load and scale benchmarks (not a benchmark itself).
+"""The plumbing every benchmark in bench/ shares (not a benchmark itself).
 
-Real traces as a endless message source, fresh databases on both backends, an in-process server,
-timing hooks around the server's own code, and small statistics and table helpers."""
+Common arguments; real traces as an endless message source; fresh databases on both backends;
+`ctxfold serve` in its own process (or in this one, for the benchmarks that read the server's SQL);
+the raw grpc.aio echo server in its own process, the ceiling every ratio is taken against; closed-loop
+rounds timed from the client; RSS and CPU of a process; percentiles, tables and JSON output.
+
+`python bench/benchlib.py --echo-server PORT` is the echo process itself."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import functools
@@ -13,17 +18,21 @@ import json
 import math
 import os
 import platform
+import signal
+import socket
 import sqlite3
 import statistics
+import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy.engine import make_url
 
 from ctxfold.config import Settings
@@ -33,6 +42,7 @@ from ctxfold.server import RunningServer, start
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TRACES = REPO / "tests" / "data" / "traces"
 BACKENDS = ("sqlite", "postgresql")
@@ -53,6 +63,7 @@ def _message(raw: dict[str, Any]) -> pb.Message:
         ],
         tool_call_id=raw.get("tool_call_id") or "",
         reasoning_content=raw.get("reasoning_content") or "",
+        name=raw.get("name") or "",
     )
 
 
@@ -200,7 +211,7 @@ class Served:
     database: Database
     server: RunningServer
     channel: grpc.aio.Channel
-    stub: pb_grpc.ContextServiceStub
+    stub: pb_grpc.ContextServiceAsyncStub
 
     @property
     def backend(self) -> str:
@@ -217,6 +228,306 @@ async def close_served(served: Served) -> None:
     await served.channel.close()
     await served.server.stop(grace=1.0)
     await served.database.drop()
+
+
+# ---- what a database holds, read directly (the server may be another process) ----------------------
+
+
+async def row_counts(database: Database) -> dict[str, int]:
+    """Rows of every table of the schema (not the migration bookkeeping)."""
+    if database.backend == "postgresql":
+        conn = await pg_connect(database.url)
+        try:
+            tables = [r["relname"] for r in await conn.fetch("SELECT relname FROM pg_stat_user_tables")]
+            return {
+                t: int(await conn.fetchval(f'SELECT count(*) FROM "{t}"')) for t in tables if t != "alembic_version"
+            }
+        finally:
+            await conn.close()
+    assert database.path is not None
+    return await asyncio.to_thread(_sqlite_row_counts, database.path)
+
+
+def _sqlite_row_counts(path: Path) -> dict[str, int]:
+    conn = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {
+            t: int(conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0])
+            for t in tables
+            if not t.startswith("sqlite_") and t != "alembic_version"
+        }
+    finally:
+        conn.close()
+
+
+async def table_bytes(database: Database) -> dict[str, int]:
+    """Bytes of each table with its indexes (PostgreSQL: pg_total_relation_size, with TOAST; SQLite: the
+    pages of each table and index, from dbstat)."""
+    if database.backend == "postgresql":
+        conn = await pg_connect(database.url)
+        try:
+            rows = await conn.fetch("SELECT relname, pg_total_relation_size(relid) AS size FROM pg_stat_user_tables")
+        finally:
+            await conn.close()
+        return {r["relname"]: int(r["size"]) for r in rows if r["relname"] != "alembic_version"}
+    assert database.path is not None
+    return await asyncio.to_thread(_sqlite_table_bytes, database.path)
+
+
+def _sqlite_table_bytes(path: Path) -> dict[str, int]:
+    conn = sqlite3.connect(path)
+    try:
+        index_owner = dict(conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE type IN ('table','index')"))
+        sizes: dict[str, int] = {}
+        for name, size in conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
+            table = index_owner.get(name, name)
+            if table.startswith("sqlite_") or table == "alembic_version":
+                continue
+            sizes[table] = sizes.get(table, 0) + int(size)
+        return sizes
+    finally:
+        conn.close()
+
+
+# ---- processes: `ctxfold serve` and the echo server ----------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of a process (VmRSS in /proc/PID/status)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+@dataclass
+class Process:
+    """A server process on a loopback port, and one client channel to it."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    address: str
+    log_path: Path
+    channel: grpc.aio.Channel
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def stub(self) -> pb_grpc.ContextServiceAsyncStub:
+        return pb_grpc.ContextServiceStub(self.channel)
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-2000:]
+
+
+def ctxfold_command() -> list[str]:
+    script = Path(sys.executable).parent / "ctxfold"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ctxfold.cli"]
+
+
+async def _wait_serving(process: Process, seconds: float = 60.0) -> None:
+    health = health_pb2_grpc.HealthStub(process.channel)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.popen.poll() is not None:
+            raise RuntimeError(f"{process.name} exited with {process.popen.returncode}: {process.log_tail()}")
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            answer = await health.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+            if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{process.name} on {process.address} not serving after {seconds:g} s")
+
+
+@contextlib.asynccontextmanager
+async def running(
+    name: str, command: Callable[[str], list[str]], log_path: Path, env: dict[str, str] | None = None
+) -> AsyncIterator[Process]:
+    """Starts `command(address)` (which must serve gRPC health on that loopback address), yields once it
+    reports SERVING, and stops it (SIGTERM, then SIGKILL) afterwards."""
+    address = f"127.0.0.1:{free_port()}"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:
+        # Popen returns once the process is started; nothing here waits on it.
+        popen = subprocess.Popen(  # noqa: ASYNC220
+            command(address),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+    process = Process(name, popen, address, log_path, grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS))
+    try:
+        await _wait_serving(process)
+        yield process
+    finally:
+        await process.channel.close()
+        await stop_process(popen)
+
+
+async def stop_process(popen: subprocess.Popen[bytes], seconds: float = 15.0) -> None:
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(popen.wait, seconds)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+    await asyncio.to_thread(popen.wait)
+
+
+def ctxfold_env() -> dict[str, str]:
+    """This environment without CTXFOLD_ settings, so only the command line configures the server."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CTXFOLD_")}
+
+
+QUIET = ("--log-level", "WARNING", "--grace-seconds", "2")  # serve flags: warnings only, a short shutdown
+
+
+def serve_process(
+    database_url: str, log_path: Path, *args: str, name: str = "ctxfold"
+) -> contextlib.AbstractAsyncContextManager[Process]:
+    """`ctxfold serve` on `database_url` in its own process; `args` are further `serve` flags."""
+    return running(
+        name,
+        lambda address: [*ctxfold_command(), "serve", "--listen", address, "--database", database_url, *args],
+        log_path,
+        ctxfold_env(),
+    )
+
+
+ECHO_METHOD = "/ctxfold.bench.Echo/Echo"
+ECHO_PAYLOAD_BYTES = 256
+
+
+def echo_process(log_path: Path) -> contextlib.AbstractAsyncContextManager[Process]:
+    """The raw grpc.aio unary echo server (this file with --echo-server) in its own process."""
+    return running(
+        "echo", lambda address: [sys.executable, str(Path(__file__).resolve()), "--echo-server", address], log_path
+    )
+
+
+def echo_call(process: Process) -> Callable[[], Awaitable[bytes]]:
+    """One echo of a 256-byte payload through the same client library the ctxfold calls use."""
+    method: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = process.channel.unary_unary(ECHO_METHOD)
+    payload = os.urandom(ECHO_PAYLOAD_BYTES)
+
+    async def call() -> bytes:
+        answer: bytes = await method(payload)
+        return answer
+
+    return call
+
+
+async def echo_server(address: str) -> None:
+    """Answers every request with its own bytes: no (de)serialization, no work beyond gRPC itself."""
+    from grpc_health.v1 import health
+
+    async def echo(request: bytes, _context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return request
+
+    server = grpc.aio.server(maximum_concurrent_rpcs=1024)
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "ctxfold.bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+            ),
+        )
+    )
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    server.add_insecure_port(address)
+    await server.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+    await server.stop(1.0)
+
+
+# ---- arguments ------------------------------------------------------------------------------------
+
+
+def add_common_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    rounds: int,
+    seconds: float | None = None,
+    sessions: int | None = None,
+    backends: bool = True,
+) -> None:
+    """--backends (unless the benchmark runs on PostgreSQL only), --postgres-url, --traces, --json and
+    --rounds, and --seconds / --sessions where the benchmark has them, with its own defaults."""
+    if backends:
+        parser.add_argument("--backends", default=",".join(BACKENDS), help="sqlite,postgresql (default both)")
+    parser.add_argument(
+        "--postgres-url",
+        default="",
+        help="admin URL of a PostgreSQL cluster (default $CTXFOLD_TEST_POSTGRES_URL); a fresh database is "
+        "created in it and dropped afterwards",
+    )
+    parser.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="directory of trace *.json files")
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="PATH",
+        help="write the full result as JSON to PATH (the table still prints), or alone: JSON instead of the table",
+    )
+    parser.add_argument("--rounds", type=positive_int, default=rounds, help=f"interleaved rounds (default {rounds})")
+    if seconds is not None:
+        parser.add_argument(
+            "--seconds", type=positive_float, default=seconds, help=f"seconds per timed window (default {seconds:g})"
+        )
+    if sessions is not None:
+        parser.add_argument("--sessions", type=positive_int, default=sessions, help=f"sessions (default {sessions})")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be >= 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be > 0")
+    return value
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """A comma-separated list of positive integers, e.g. "1,16,64"."""
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: comma-separated integers") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text}: positive integers")
+    return values
 
 
 def postgres_url_arg(value: str) -> str:
@@ -251,7 +562,7 @@ class PrepareOutcome:
     seconds: float
 
 
-async def prepare(stub: pb_grpc.ContextServiceStub, request: pb.PrepareRequest) -> PrepareOutcome:
+async def prepare(stub: pb_grpc.ContextServiceAsyncStub, request: pb.PrepareRequest) -> PrepareOutcome:
     started = time.perf_counter()
     result: pb.PreparedContext | None = None
     size = 0
@@ -266,7 +577,7 @@ async def prepare(stub: pb_grpc.ContextServiceStub, request: pb.PrepareRequest) 
     return PrepareOutcome(result, size, progress, elapsed)
 
 
-async def compact(stub: pb_grpc.ContextServiceStub, session_id: str) -> PrepareOutcome:
+async def compact(stub: pb_grpc.ContextServiceAsyncStub, session_id: str) -> PrepareOutcome:
     started = time.perf_counter()
     result: pb.PreparedContext | None = None
     size = 0
@@ -280,7 +591,7 @@ async def compact(stub: pb_grpc.ContextServiceStub, session_id: str) -> PrepareO
     return PrepareOutcome(result, size, progress, time.perf_counter() - started)
 
 
-async def append(stub: pb_grpc.ContextServiceStub, session_id: str, messages: Sequence[pb.Message]) -> int:
+async def append(stub: pb_grpc.ContextServiceAsyncStub, session_id: str, messages: Sequence[pb.Message]) -> int:
     """Appends; returns the tokens the server counted for the stored messages (with overhead)."""
     total = 0
     for offset in range(0, len(messages), 500):
@@ -306,7 +617,7 @@ class Built:
 
 
 async def build_session(
-    stub: pb_grpc.ContextServiceStub,
+    stub: pb_grpc.ContextServiceAsyncStub,
     config: pb.SessionConfig,
     canonical_tokens: int,
     view_tokens: int,
@@ -365,73 +676,52 @@ async def build_session(
     )
 
 
-# ---- timing hooks around the server's own code (in-process servers only) --------------------------
+# ---- rounds, timed from the client ----------------------------------------------------------------
+
+
+def round_order(names: Sequence[T], round_index: int) -> list[T]:
+    """The targets of one round: as given in even rounds, reversed in odd ones, so drift hits all."""
+    return list(names) if round_index % 2 == 0 else list(names)[::-1]
 
 
 @dataclass
-class Samples:
-    """Durations recorded by a hook, tagged by the session they belong to."""
+class Window:
+    """A closed-loop window: `concurrency` callers, each calling again as soon as its call returns."""
 
-    by_session: dict[str, list[float]] = field(default_factory=dict)
+    concurrency: int
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
 
-    def add(self, session_id: str, seconds: float) -> None:
-        self.by_session.setdefault(session_id, []).append(seconds)
-
-    def take(self, session_id: str) -> list[float]:
-        return self.by_session.pop(session_id, [])
-
-
-@contextlib.contextmanager
-def timed_async_generator(owner: Any, name: str, samples: Samples, session_arg: int) -> Iterator[None]:
-    """Wraps the method `owner.name` (returning an async iterator) so that the time from its first
-    iteration until it is exhausted is recorded under the session id (positional argument `session_arg`,
-    counting `self` as 0). Restores the method on exit."""
-    original = getattr(owner, name)
-
-    # An async generator function itself: grpc.aio treats any other streaming handler as synchronous.
-    @functools.wraps(original)
-    async def wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        started = time.perf_counter()
-        try:
-            async for item in original(*args, **kwargs):
-                yield item
-        finally:
-            samples.add(_session_of(args, session_arg), time.perf_counter() - started)
-
-    setattr(owner, name, wrapper)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
+    @property
+    def calls_per_s(self) -> float:
+        return len(self.latencies) / self.seconds if self.seconds else 0.0
 
 
-def _session_of(args: Sequence[Any], index: int) -> str:
-    value = args[index]
-    if isinstance(value, bytes):
-        # A servicer handler gets the request's wire bytes (it decodes them itself); every request about
-        # a session has session_id as field 1, so any such message type reads it.
-        value = pb.GetSessionRequest.FromString(value)
-    return str(getattr(value, "session_id", value))
+async def closed_loop(callers: Sequence[Callable[[], Awaitable[object]]], seconds: float) -> Window:
+    """Runs every caller in a loop for `seconds`; each latency is one call as the client saw it."""
+    window = Window(len(callers))
+    started = time.perf_counter()
+    deadline = started + seconds
+
+    async def loop(call: Callable[[], Awaitable[object]]) -> None:
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            await call()
+            window.latencies.append(time.perf_counter() - t0)
+
+    await asyncio.gather(*(loop(c) for c in callers))
+    window.seconds = time.perf_counter() - started
+    return window
 
 
-@contextlib.contextmanager
-def timed_coroutine(owner: Any, name: str, samples: Samples, key: Callable[..., str]) -> Iterator[None]:
-    """Wraps the coroutine method `owner.name`; records its duration under `key(*args)`."""
-    original = getattr(owner, name)
-
-    @functools.wraps(original)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return await original(*args, **kwargs)
-        finally:
-            samples.add(key(*args, **kwargs), time.perf_counter() - started)
-
-    setattr(owner, name, wrapper)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
+async def sequential(call: Callable[[], Awaitable[object]], count: int) -> list[float]:
+    """`count` calls one after another; their latencies as the client saw them."""
+    latencies = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        await call()
+        latencies.append(time.perf_counter() - t0)
+    return latencies
 
 
 # ---- statistics and output ------------------------------------------------------------------------
@@ -443,6 +733,11 @@ def percentile(values: Sequence[float], q: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
+    """p50/p99 in milliseconds and the number of calls."""
+    return {"p50_ms": percentile(seconds, 50) * 1e3, "p99_ms": percentile(seconds, 99) * 1e3, "calls": len(seconds)}
 
 
 def median(values: Sequence[float]) -> float:
@@ -508,3 +803,15 @@ async def gather_limited(coroutines: Sequence[Any], limit: int) -> list[Any]:
             return await c
 
     return await asyncio.gather(*(one(c) for c in coroutines))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="the echo server process of the benchmarks")
+    parser.add_argument("--echo-server", required=True, metavar="ADDRESS", help="host:port to serve on")
+    args = parser.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(echo_server(args.echo_server))
+
+
+if __name__ == "__main__":
+    main()

@@ -20,21 +20,18 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import os
 import random
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import benchlib as bl
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -51,45 +48,6 @@ class Trial:
     prepare_seconds: float  # the first Prepare after the restart
     messages: int
     problems: list[str] = field(default_factory=list)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def ctxfold_command() -> list[str]:
-    script = Path(sys.executable).parent / "ctxfold"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "ctxfold.cli"]
-
-
-@contextlib.asynccontextmanager
-async def serving(database_url: str, summarizers: str, log: Path) -> AsyncIterator[tuple[subprocess.Popen[bytes], str]]:
-    """`ctxfold serve` as a process on a free loopback port, once it reports SERVING."""
-    address = f"127.0.0.1:{free_port()}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXFOLD_")}
-    command = [*ctxfold_command(), "serve", "--listen", address, "--database", database_url]
-    command += ["--summarizers", summarizers]
-    with log.open("ab") as out:
-        # Popen returns once the process is started; nothing here waits on it.
-        process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)  # noqa: ASYNC220
-    try:
-        async with grpc.aio.insecure_channel(address) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            for _ in range(300):
-                if process.poll() is not None:
-                    raise RuntimeError(f"ctxfold serve exited with {process.returncode}; see {log}")
-                with contextlib.suppress(grpc.aio.AioRpcError):
-                    answer = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                    if answer.status == health_pb2.HealthCheckResponse.SERVING:
-                        break
-                await asyncio.sleep(0.1)
-        yield process, address
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
 
 
 def tool_text(turn: int) -> str:
@@ -182,18 +140,18 @@ async def trial(
     """One run: start, drive the agent until `kill_when(acknowledged)` returns, SIGKILL, restart, check."""
     log = work / f"serve-{uuid.uuid4().hex[:6]}.log"
     acknowledged: list[int] = []
-    async with serving(database_url, summarizers, log) as (process, address), grpc.aio.insecure_channel(address) as ch:
-        stub = pb_grpc.ContextServiceStub(ch)
+    async with bl.serve_process(database_url, log, "--summarizers", summarizers) as server:
+        stub = server.stub
         config = pb.SessionConfig(context_window=16_000, summarizer=summarizer)
         session_id = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
         running = asyncio.ensure_future(agent(stub, session_id, acknowledged))
         await kill_when(acknowledged)
-        process.send_signal(signal.SIGKILL)
+        server.popen.send_signal(signal.SIGKILL)
         with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
             await running
     killed_after = len(acknowledged)
-    async with serving(database_url, summarizers, log) as (_, address), grpc.aio.insecure_channel(address) as channel:
-        stub = pb_grpc.ContextServiceStub(channel)
+    async with bl.serve_process(database_url, log, "--summarizers", summarizers) as server:
+        stub = server.stub
         started = time.perf_counter()
         problems = []
         try:
@@ -208,31 +166,13 @@ async def trial(
     return Trial(backend, killed_after, took, count, problems + more)
 
 
-async def fresh_postgres(admin_url: str) -> str:
-    import asyncpg
-    from sqlalchemy.engine import make_url
-
-    url = make_url(admin_url)
-    name = f"ctxfold_chaos_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(
-        host=url.host, port=url.port, user=url.username, password=url.password, database=url.database
-    )
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return url.set(database=name).render_as_string(hide_password=False)
-
-
 async def campaign(trials: int, backends: Sequence[str], work: Path, seed: int) -> list[Trial]:
     rng = random.Random(seed)
     results = []
     for index in range(trials):
         backend = backends[index % len(backends)]
-        if backend == "sqlite":
-            url = f"sqlite:///{work / f'chaos-{index}.db'}"
-        else:
-            url = await fresh_postgres(os.environ["CTXFOLD_TEST_POSTGRES_URL"])
+        # Kept afterwards (PostgreSQL databases too), for a look at what a failed trial left.
+        url = (await bl.fresh_database(backend, work, bl.postgres_url_arg(""), f"chaos_{index}")).url
         delay = rng.uniform(0.5, 6.0)
 
         async def kill_after(acknowledged: list[int], delay: float = delay) -> None:

@@ -5,9 +5,9 @@ On each backend, two sessions are built from the recorded agent traces (tests/da
 about 10k canonical tokens and one of about 1M (which has folded several times, so it also has a
 checkpoint chain). Each round then, per session and backend (interleaved):
 
-  fork       N Forks at the head: RPC time, time inside the server's Fork use case, SQL statements,
-             and the growth of every table in rows and bytes (PostgreSQL: pg_total_relation_size;
-             SQLite: the pages of each table and index, from dbstat) divided by N
+  fork       N Forks at the head: RPC time, and the growth of every table in rows and bytes
+             (PostgreSQL: pg_total_relation_size; SQLite: the pages of each table and index, from
+             dbstat; read from the database directly) divided by N
   prepare    the first Prepare of each fork (no append): it must not fold again; its time and view
   rewind     a Rewind of each fork by 2 messages, and of another fork to half its history
   delete     DeleteSession of each fork (and its garbage collection); rows must return to what they
@@ -16,6 +16,9 @@ checkpoint chain). Each round then, per session and backend (interleaved):
 A last section measures edit churn: Prepare latency on one session after 0, E and 4E edits
 (Rewind one message back + append a new version), since every edit starts a new transcript segment.
 
+The server is `ctxfold serve` in its own process; every time is an RPC as the client on loopback sees
+it. Rounds interleave the backends, alternating which goes first.
+
     .venv/bin/python bench/fork_scale.py [--rounds 3] [--forks 20] [--json [PATH]]
 """
 
@@ -23,23 +26,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
-import sqlite3
 import statistics
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import benchlib as bl
-from sqlalchemy import event
 
-from ctxfold.service.lineage import Lineage
-from ctxfold.service.maintenance import Maintenance
-from ctxfold.service.sessions import Sessions
 from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,140 +58,89 @@ class Options:
     traces: Path
 
 
-class StatementCounter:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, *_args: Any) -> None:
-        self.count += 1
-
-
 @dataclass
 class Backend:
-    served: bl.Served
-    counter: StatementCounter
+    database: bl.Database
+    process: bl.Process
     sessions: dict[int, bl.Built]
     chain: dict[int, int]  # checkpoints on each source's chain
 
 
-@dataclass
-class Hooks:
-    fork: bl.Samples
-    rewind: bl.Samples
-    delete: bl.Samples
-    prepare: bl.Samples
+async def chain_length(stub: pb_grpc.ContextServiceAsyncStub, session_id: str) -> int:
+    """Checkpoints on the session's chain (ListCheckpoints, all pages)."""
+    count, token = 0, ""
+    while True:
+        page = await stub.ListCheckpoints(
+            pb.ListCheckpointsRequest(session_id=session_id, page_size=100, page_token=token)
+        )
+        count += len(page.checkpoints)
+        token = page.next_page_token
+        if not token:
+            return count
 
 
-def _key(*args: Any, **_kwargs: Any) -> str:
-    return str(args[2])  # (self, tenant, session_id, ...)
-
-
-# ---- storage --------------------------------------------------------------------------------------
-
-
-async def table_bytes(served: bl.Served) -> dict[str, int]:
-    """Bytes of each table with its indexes (and TOAST on PostgreSQL)."""
-    database = served.database
-    if database.backend == "postgresql":
-        conn = await bl.pg_connect(database.url)
-        try:
-            rows = await conn.fetch("SELECT relname, pg_total_relation_size(relid) AS size FROM pg_stat_user_tables")
-        finally:
-            await conn.close()
-        return {r["relname"]: int(r["size"]) for r in rows if r["relname"] != "alembic_version"}
-    assert database.path is not None
-    return await asyncio.to_thread(_sqlite_table_bytes, database.path)
-
-
-def _sqlite_table_bytes(path: Path) -> dict[str, int]:
-    conn = sqlite3.connect(path)
-    try:
-        index_owner = dict(conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE type IN ('table','index')"))
-        sizes: dict[str, int] = {}
-        for name, size in conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name"):
-            table = index_owner.get(name, name)
-            if table.startswith("sqlite_") or table == "alembic_version":
-                continue
-            sizes[table] = sizes.get(table, 0) + int(size)
-        return sizes
-    finally:
-        conn.close()
-
-
-async def chain_length(served: bl.Served, session_id: str) -> int:
-    session = await served.stub.GetSession(pb.GetSessionRequest(session_id=session_id))
-    store = served.server.store
-    async with store._read() as conn:
-        return len(await store._checkpoint_chain(conn, session.session.checkpoint_id or None))
+async def timed(call: Awaitable[T]) -> tuple[T, float]:
+    started = time.perf_counter()
+    answer = await call
+    return answer, time.perf_counter() - started
 
 
 # ---- one round for one source session -------------------------------------------------------------
 
 
-async def measure(backend: Backend, hooks: Hooks, size: int, forks: int) -> dict[str, Any]:
-    served = backend.served
-    stub = served.stub
+async def measure(backend: Backend, size: int, forks: int) -> dict[str, Any]:
+    stub = backend.process.stub
     source = backend.sessions[size]
-    rows_before = await served.server.store.row_counts()
-    bytes_before = await table_bytes(served)
-    fork_rpc, fork_server, statements = [], [], []
-    fork_ids = []
+    rows_before = await bl.row_counts(backend.database)
+    bytes_before = await bl.table_bytes(backend.database)
+    fork_rpc, fork_ids = [], []
     for _ in range(forks):
-        before = backend.counter.count
-        outcome_start = asyncio.get_running_loop().time()
-        response = await stub.Fork(pb.ForkRequest(session_id=source.session_id))
-        fork_rpc.append(asyncio.get_running_loop().time() - outcome_start)
-        statements.append(backend.counter.count - before)
-        (server_time,) = hooks.fork.take(source.session_id)
-        fork_server.append(server_time)
+        response, seconds = await timed(stub.Fork(pb.ForkRequest(session_id=source.session_id)))
+        fork_rpc.append(seconds)
         fork_ids.append(response.session.id)
-    rows_after = await served.server.store.row_counts()
-    bytes_after = await table_bytes(served)
+    rows_after = await bl.row_counts(backend.database)
+    bytes_after = await bl.table_bytes(backend.database)
     # first Prepare of each fork: no fold again, same view size as the source
     first_prepare, first_actions, first_views = [], [], []
     for fork_id in fork_ids:
         outcome = await bl.prepare(stub, pb.PrepareRequest(session_id=fork_id))
-        (server_time,) = hooks.prepare.take(fork_id)
-        first_prepare.append(server_time)
+        first_prepare.append(outcome.seconds)
         first_actions.append(int(outcome.result.action))
         first_views.append(int(outcome.result.estimated_tokens))
     # rewinds: by 2 messages on every other fork, to half the history on the rest
     head = (await stub.GetSession(pb.GetSessionRequest(session_id=fork_ids[0]))).session.head_seq
-    rewind_short, rewind_half = [], []
+    rewind_short: list[float] = []
+    rewind_half: list[float] = []
     for index, fork_id in enumerate(fork_ids):
         to_seq = head - 2 if index % 2 == 0 else head // 2
-        await stub.Rewind(pb.RewindRequest(session_id=fork_id, to_seq=to_seq))
-        (server_time,) = hooks.rewind.take(fork_id)
-        (rewind_short if index % 2 == 0 else rewind_half).append(server_time)
+        _, seconds = await timed(stub.Rewind(pb.RewindRequest(session_id=fork_id, to_seq=to_seq)))
+        (rewind_short if index % 2 == 0 else rewind_half).append(seconds)
     deletes = []
     for fork_id in fork_ids:
-        await stub.DeleteSession(pb.DeleteSessionRequest(session_id=fork_id))
-        (server_time,) = hooks.delete.take(fork_id)
-        deletes.append(server_time)
-    rows_final = await served.server.store.row_counts()
+        _, seconds = await timed(stub.DeleteSession(pb.DeleteSessionRequest(session_id=fork_id)))
+        deletes.append(seconds)
+    rows_final = await bl.row_counts(backend.database)
     ms = 1e3
     return {
-        "fork_rpc_p50_ms": bl.percentile(fork_rpc, 50) * ms,
-        "fork_rpc_p99_ms": bl.percentile(fork_rpc, 99) * ms,
-        "fork_server_p50_ms": bl.percentile(fork_server, 50) * ms,
-        "fork_statements": statistics.median(statements),
+        "fork_p50_ms": bl.percentile(fork_rpc, 50) * ms,
+        "fork_p99_ms": bl.percentile(fork_rpc, 99) * ms,
         "rows_per_fork": {t: (rows_after[t] - rows_before[t]) / forks for t in rows_after},
         "bytes_per_fork": {t: (bytes_after.get(t, 0) - bytes_before.get(t, 0)) / forks for t in bytes_after},
         "table_bytes_before": bytes_before,
-        "first_prepare_server_p50_ms": bl.percentile(first_prepare, 50) * ms,
+        "first_prepare_p50_ms": bl.percentile(first_prepare, 50) * ms,
         "first_prepare_folded": sum(a != pb.ACTION_NONE for a in first_actions),
         "first_prepare_view_tokens": statistics.median(first_views),
-        "rewind_2_server_p50_ms": bl.percentile(rewind_short, 50) * ms,
-        "rewind_half_server_p50_ms": bl.percentile(rewind_half, 50) * ms,
-        "delete_server_p50_ms": bl.percentile(deletes, 50) * ms,
+        "rewind_2_p50_ms": bl.percentile(rewind_short, 50) * ms,
+        "rewind_half_p50_ms": bl.percentile(rewind_half, 50) * ms,
+        "delete_p50_ms": bl.percentile(deletes, 50) * ms,
         "rows_leaked_after_delete": {t: n - rows_before[t] for t, n in rows_final.items() if n != rows_before[t]},
     }
 
 
-async def edit_churn(backend: Backend, hooks: Hooks, size: int, edits: int, calls: int) -> dict[str, float]:
-    """Prepare p50 on a fork of the source after 0, `edits` and 4 x `edits` edits (Rewind by one
+async def edit_churn(backend: Backend, size: int, edits: int, calls: int) -> dict[str, float]:
+    """Delta Prepare p50 on a fork of the source after 0, `edits` and 4 x `edits` edits (Rewind by one
     message, append the new version), each edit being one more transcript segment."""
-    stub = backend.served.stub
+    stub = backend.process.stub
     source = backend.sessions[size]
     fork_id = (await stub.Fork(pb.ForkRequest(session_id=source.session_id))).session.id
     out: dict[str, float] = {}
@@ -201,18 +153,15 @@ async def edit_churn(backend: Backend, hooks: Hooks, size: int, edits: int, call
             await stub.Rewind(pb.RewindRequest(session_id=fork_id, to_seq=head - 1))
             await stub.AppendMessages(pb.AppendMessagesRequest(session_id=fork_id, messages=[bl.user_message(done)]))
             done += 1
-        hooks.prepare.take(fork_id)
         times = []
         for _ in range(calls):
             step += 1
             request = pb.PrepareRequest(session_id=fork_id, append=[bl.user_message(step)], known_view_version=version)
             outcome = await bl.prepare(stub, request)
             version = outcome.result.view_version
-            (server_time,) = hooks.prepare.take(fork_id)
-            times.append(server_time)
+            times.append(outcome.seconds)
         out[str(target)] = bl.percentile(times, 50) * 1e3
     await stub.DeleteSession(pb.DeleteSessionRequest(session_id=fork_id))
-    hooks.rewind.by_session.clear()
     return out
 
 
@@ -220,64 +169,49 @@ async def edit_churn(backend: Backend, hooks: Hooks, size: int, edits: int, call
 
 
 async def run(opts: Options) -> dict[str, Any]:
-    hooks = Hooks(bl.Samples(), bl.Samples(), bl.Samples(), bl.Samples())
-    with (
-        bl.timed_coroutine(Lineage, "fork", hooks.fork, key=_key),
-        bl.timed_coroutine(Lineage, "rewind", hooks.rewind, key=_key),
-        bl.timed_coroutine(Sessions, "delete", hooks.delete, key=_key),
-        bl.timed_async_generator(Maintenance, "prepare", hooks.prepare, session_arg=2),
-        tempfile.TemporaryDirectory(prefix="ctxfold-bench-") as tmp,
-    ):
-        return await run_backends(opts, hooks, Path(tmp))
-
-
-async def run_backends(opts: Options, hooks: Hooks, tmp: Path) -> dict[str, Any]:
     backends: dict[str, Backend] = {}
     versions: dict[str, str] = {}
     sessions: dict[str, dict[str, Any]] = {}
     rounds: list[dict[str, Any]] = []
     churn: dict[str, dict[str, float]] = {}
-    try:
-        for name in opts.backends:
-            database = await bl.fresh_database(name, tmp / name, opts.postgres_url, "fork")
-            served = await bl.serve_in_process(database, tmp / name)
-            counter = StatementCounter()
-            event.listen(served.server.store.engine.sync_engine, "before_cursor_execute", counter)
-            backend = Backend(served, counter, {}, {})
-            backends[name] = backend
-            versions[name] = database.version
-            source = bl.MessageSource(opts.traces)
-            sessions[name] = {}
-            for size in opts.sizes:
-                built = await bl.build_session(
-                    served.stub, pb.SessionConfig(context_window=opts.window), size, opts.view_tokens, source
-                )
-                backend.sessions[size] = built
-                backend.chain[size] = await chain_length(served, built.session_id)
-                sessions[name][str(size)] = {**built.__dict__, "checkpoint_chain": backend.chain[size]}
-                bl.log(
-                    f"{name}: source of ~{built.canonical_tokens:,} tokens ({built.messages} messages, "
-                    f"{backend.chain[size]} checkpoints) built in {built.seconds:.1f}s"
-                )
-            sessions[name]["table_bytes"] = await table_bytes(served)
-            sessions[name]["rows"] = await served.server.store.row_counts()
-            for samples in (hooks.fork, hooks.rewind, hooks.delete, hooks.prepare):
-                samples.by_session.clear()
-        for index in range(opts.rounds):
-            order = list(backends) if index % 2 == 0 else list(backends)[::-1]
-            result: dict[str, Any] = {name: {} for name in order}
-            for size in opts.sizes:
-                for name in order:
-                    result[name][str(size)] = await measure(backends[name], hooks, size, opts.forks)
-            rounds.append(result)
-            bl.log(f"round {index + 1}/{opts.rounds} done")
-        if opts.edits:
-            for name, backend in backends.items():
-                churn[name] = await edit_churn(backend, hooks, min(opts.sizes), opts.edits, 10)
-                bl.log(f"{name}: edit churn done")
-    finally:
-        for backend in backends.values():
-            await bl.close_served(backend.served)
+    with tempfile.TemporaryDirectory(prefix="ctxfold-fork-") as tmp_name:
+        tmp = Path(tmp_name)
+        async with contextlib.AsyncExitStack() as stack:
+            for name in opts.backends:
+                database = await bl.fresh_database(name, tmp / name, opts.postgres_url, "fork")
+                stack.push_async_callback(database.drop)
+                serve = bl.serve_process(database.url, tmp / f"{name}.log", "--data-dir", str(tmp / name), *bl.QUIET)
+                process = await stack.enter_async_context(serve)
+                backend = Backend(database, process, {}, {})
+                backends[name] = backend
+                versions[name] = database.version
+                source = bl.MessageSource(opts.traces)
+                sessions[name] = {}
+                for size in opts.sizes:
+                    built = await bl.build_session(
+                        process.stub, pb.SessionConfig(context_window=opts.window), size, opts.view_tokens, source
+                    )
+                    backend.sessions[size] = built
+                    backend.chain[size] = await chain_length(process.stub, built.session_id)
+                    sessions[name][str(size)] = {**built.__dict__, "checkpoint_chain": backend.chain[size]}
+                    bl.log(
+                        f"{name}: source of ~{built.canonical_tokens:,} tokens ({built.messages} messages, "
+                        f"{backend.chain[size]} checkpoints) built in {built.seconds:.1f}s"
+                    )
+                sessions[name]["table_bytes"] = await bl.table_bytes(database)
+                sessions[name]["rows"] = await bl.row_counts(database)
+            for index in range(opts.rounds):
+                order = bl.round_order(list(backends), index)
+                result: dict[str, Any] = {name: {} for name in order}
+                for size in opts.sizes:
+                    for name in order:
+                        result[name][str(size)] = await measure(backends[name], size, opts.forks)
+                rounds.append(result)
+                bl.log(f"round {index + 1}/{opts.rounds} done")
+            if opts.edits:
+                for name, backend in backends.items():
+                    churn[name] = await edit_churn(backend, min(opts.sizes), opts.edits, 10)
+                    bl.log(f"{name}: edit churn done")
     return report(opts, versions, sessions, rounds, churn)
 
 
@@ -317,7 +251,7 @@ def report(
             a, b = medians[name][str(smaller)], medians[name][large]
             ratio = {
                 k: b[k] / a[k]
-                for k in ("fork_rpc_p50_ms", "fork_server_p50_ms", "rewind_2_server_p50_ms", "delete_server_p50_ms")
+                for k in ("fork_p50_ms", "first_prepare_p50_ms", "rewind_2_p50_ms", "delete_p50_ms")
                 if a[k]
             }
             if sum(a["bytes_per_fork"].values()) > 0:
@@ -353,7 +287,7 @@ def table(result: dict[str, Any]) -> str:
         f"ctxfold Fork/Rewind vs history size: medians of {s['rounds']} interleaved rounds x {s['forks_per_round']} "
         f"forks; {m['cpus']} CPUs, load average {m['load_average'][0]}, Python {m['python']}",
         "backends: " + ", ".join(f"{b} {v}" for b, v in result["backend_versions"].items()),
-        "server = time inside the use case (ms); rows/bytes per fork = growth of all tables / forks",
+        "times = RPC p50 as the client sees it (ms); rows/bytes per fork = growth of all tables / forks",
         "",
     ]
     header = [
@@ -361,10 +295,8 @@ def table(result: dict[str, Any]) -> str:
         "source",
         "msgs",
         "cps",
-        "fork rpc p50",
+        "fork p50",
         "p99",
-        "fork server",
-        "SQL",
         "rows/fork",
         "bytes/fork",
         "1st Prepare",
@@ -385,17 +317,15 @@ def table(result: dict[str, Any]) -> str:
                     tokens_label(source["canonical_tokens"]),
                     source["messages"],
                     source["checkpoint_chain"],
-                    c["fork_rpc_p50_ms"],
-                    c["fork_rpc_p99_ms"],
-                    c["fork_server_p50_ms"],
-                    c["fork_statements"],
+                    c["fork_p50_ms"],
+                    c["fork_p99_ms"],
                     " ".join(f"{t[:3]}+{v:g}" for t, v in sorted(rows_per.items())),
                     int(sum(c["bytes_per_fork"].values())),
-                    c["first_prepare_server_p50_ms"],
+                    c["first_prepare_p50_ms"],
                     int(c["first_prepare_folded"]),
-                    c["rewind_2_server_p50_ms"],
-                    c["rewind_half_server_p50_ms"],
-                    c["delete_server_p50_ms"],
+                    c["rewind_2_p50_ms"],
+                    c["rewind_half_p50_ms"],
+                    c["delete_p50_ms"],
                 ]
             )
     lines.append(bl.render_table(header, rows, align_left=2))
@@ -421,7 +351,7 @@ def table(result: dict[str, Any]) -> str:
     lines.append(f"rows left after deleting the forks: {leaks or 'none'}")
     if result["edit_churn_prepare_p50_ms"]:
         e = s["edits"]
-        lines += ["", f"edit churn: append-only Prepare p50 (server, ms) after 0 / {e} / {4 * e} edits:"]
+        lines += ["", f"edit churn: delta Prepare p50 (ms) after 0 / {e} / {4 * e} edits:"]
         for name, c in result["edit_churn_prepare_p50_ms"].items():
             lines.append(f"  {name}: " + " / ".join(f"{v:.1f}" for v in c.values()))
     return "\n".join(lines)
@@ -434,25 +364,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, str | None]:
     )
     parser.add_argument("--view-tokens", type=int, default=100_000, help="target view of the sources")
     parser.add_argument("--window", type=int, default=200_000, help="context_window of the sources")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--forks", type=int, default=20, help="forks per source, backend and round (default 20)")
     parser.add_argument("--edits", type=int, default=100, help="edit churn step E (0 = skip; default 100)")
-    parser.add_argument("--backends", default=",".join(bl.BACKENDS), help="sqlite,postgresql (default both)")
-    parser.add_argument(
-        "--postgres-url",
-        default="",
-        help="admin URL of a PostgreSQL cluster (default $CTXFOLD_TEST_POSTGRES_URL); a fresh database is "
-        "created in it and dropped afterwards",
-    )
-    parser.add_argument("--traces", type=Path, default=bl.DEFAULT_TRACES, help="directory of trace *.json files")
-    parser.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        default=None,
-        metavar="PATH",
-        help="write the full result as JSON to PATH (the table still prints), or alone: JSON instead of the table",
-    )
+    bl.add_common_arguments(parser, rounds=3)
     args = parser.parse_args(argv)
     postgres_url = bl.postgres_url_arg(args.postgres_url)
     try:
@@ -461,8 +375,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, str | None]:
         parser.error("--sizes: comma-separated integers")
     if not sizes or min(sizes) < 1000:
         parser.error("--sizes: at least one size, each >= 1000")
-    if args.rounds < 1 or args.forks < 2 or args.edits < 0:
-        parser.error("--rounds >= 1, --forks >= 2, --edits >= 0")
+    if args.forks < 2 or args.edits < 0:
+        parser.error("--forks >= 2, --edits >= 0")
     opts = Options(
         sizes=sizes,
         view_tokens=args.view_tokens,

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import benchlib as bl
 import grpc
 
 from ctxfold.replay import baselines, report
@@ -44,8 +45,7 @@ from ctxfold.replay.simulator import Provider, cache_model
 from ctxfold.replay.trace import Trace, turns
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TRACES = REPO / "tests" / "data" / "traces"
+REPO = bl.REPO
 DEFAULT_OUT = REPO / "bench" / "results"
 SHEETS = ("deepseek-chat", "gpt-5", "claude-sonnet-4.5")
 CTXFOLD_RATIOS = (0.80, 0.60, 0.90)  # the default first
@@ -285,7 +285,9 @@ def trace_files(given: Sequence[Path]) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--traces", type=Path, nargs="+", default=[DEFAULT_TRACES], help="trace files or directories")
+    parser.add_argument(
+        "--traces", type=Path, nargs="+", default=[bl.DEFAULT_TRACES], help="trace files or directories"
+    )
     parser.add_argument(
         "--window", type=int, nargs="+", default=list(WINDOWS), help="context windows (default 16000 32000)"
     )

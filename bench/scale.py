@@ -25,9 +25,11 @@ Measured sessions, created through the API in both databases:
           picked at random among the bulk-loaded sessions
 
 Rounds interleave the databases (alternating which goes first); each Prepare appends one short user
-message and asks for a delta view. Reported: p50/p99 server-side time (`Maintenance.prepare`) and
-RPC time, big/small ratios, DeleteSession time, and EXPLAIN (ANALYZE, BUFFERS) of every SQL statement
-one Prepare and one DeleteSession issue on each database, captured as the server sent them.
+message and asks for a delta view. Reported: p50/p99 RPC time as the client sees it, big/small
+ratios, DeleteSession time, and EXPLAIN (ANALYZE, BUFFERS) of every SQL statement one Prepare and one
+DeleteSession issue on each database, captured as the server sent them. That capture is why the
+server runs in this process: a SQLAlchemy statement listener observes its engine (nothing is timed
+inside the server).
 
     .venv/bin/python bench/scale.py [--sessions 10000] [--messages 1000000] [--json [PATH]]
     .venv/bin/python bench/scale.py --quick       # 300 sessions, 30k messages: a smoke run
@@ -45,7 +47,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,8 +57,6 @@ from sqlalchemy import event
 
 from ctxfold.engine import estimator
 from ctxfold.engine.state import fingerprint
-from ctxfold.service.maintenance import Maintenance
-from ctxfold.service.sessions import Sessions
 from ctxfold.store.repository import new_id, new_result_ref
 from ctxfold.v1 import context_service_pb2 as pb
 
@@ -447,8 +447,8 @@ async def verify_clones(side: Side, session_ids: Sequence[str]) -> int:
 # ---- measurement ----------------------------------------------------------------------------------
 
 
-async def measure(side: Side, samples: bl.Samples, session_ids: Sequence[str], calls: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"server": [], "rpc": []}
+async def measure(side: Side, session_ids: Sequence[str], calls: int) -> list[float]:
+    latencies: list[float] = []
     for sid in session_ids:
         for _ in range(calls):
             side.step += 1
@@ -459,10 +459,8 @@ async def measure(side: Side, samples: bl.Samples, session_ids: Sequence[str], c
             if outcome.result.action != pb.ACTION_NONE:
                 raise SystemExit(f"a measured Prepare did maintenance ({outcome.result.action}); not append-only")
             side.versions[sid] = outcome.result.view_version
-            (server,) = samples.take(sid)
-            out["server"].append(server)
-            out["rpc"].append(outcome.seconds)
-    return out
+            latencies.append(outcome.seconds)
+    return latencies
 
 
 async def captured(side: Side, action: Any) -> list[tuple[str, Any]]:
@@ -476,16 +474,17 @@ async def captured(side: Side, action: Any) -> list[tuple[str, Any]]:
 
 
 async def run(opts: Options) -> dict[str, Any]:
-    prepare_samples, delete_samples = bl.Samples(), bl.Samples()
-    with (
-        bl.timed_async_generator(Maintenance, "prepare", prepare_samples, session_arg=2),
-        bl.timed_coroutine(Sessions, "delete", delete_samples, key=lambda *a, **_k: str(a[2])),
-        tempfile.TemporaryDirectory(prefix="ctxfold-scale-") as tmp,
-    ):
-        return await run_sides(opts, prepare_samples, delete_samples, Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="ctxfold-scale-") as tmp:
+        return await run_sides(opts, Path(tmp))
 
 
-async def run_sides(opts: Options, samples: bl.Samples, deletes: bl.Samples, tmp: Path) -> dict[str, Any]:
+async def delete_session(side: Side, session_id: str) -> float:
+    started = time.perf_counter()
+    await side.served.stub.DeleteSession(pb.DeleteSessionRequest(session_id=session_id))
+    return time.perf_counter() - started
+
+
+async def run_sides(opts: Options, tmp: Path) -> dict[str, Any]:
     sides: dict[str, Side] = {}
     try:
         for name in ("small", "big"):
@@ -519,18 +518,17 @@ async def run_sides(opts: Options, samples: bl.Samples, deletes: bl.Samples, tmp
         big.plain = await pick_clones(big, templates, opts.plain, folded=False)
         verified = await verify_clones(big, await pick_clones(big, templates | set(big.plain), 5, folded=True))
         verified += await verify_clones(big, await pick_clones(big, templates | set(big.plain), 2, folded=False))
-        rows = {name: await side.served.server.store.row_counts() for name, side in sides.items()}
+        rows = {name: await bl.row_counts(side.served.database) for name, side in sides.items()}
         bl.log(f"big database: {rows['big']['sessions']:,} sessions, {rows['big']['messages']:,} messages")
-        samples.by_session.clear()  # what creating the sessions recorded
         for side in sides.values():  # warm-up
-            await measure(side, samples, side.folded[:2] + side.plain[:2], 2)
+            await measure(side, side.folded[:2] + side.plain[:2], 2)
         rounds: list[dict[str, Any]] = []
         for index in range(opts.rounds):
-            order = [small, big] if index % 2 == 0 else [big, small]
+            order = bl.round_order([small, big], index)
             result: dict[str, Any] = {side.name: {} for side in order}
             for kind in ("folded", "plain"):
                 for side in order:
-                    result[side.name][kind] = await measure(side, samples, getattr(side, kind), opts.calls)
+                    result[side.name][kind] = await measure(side, getattr(side, kind), opts.calls)
             rounds.append(result)
             bl.log(f"round {index + 1}/{opts.rounds} done")
         plans: dict[str, dict[str, Any]] = {}
@@ -541,21 +539,18 @@ async def run_sides(opts: Options, samples: bl.Samples, deletes: bl.Samples, tmp
                 session_id=sid, append=[bl.user_message(0)], known_view_version=side.versions.get(sid, 0)
             )
             prepare_statements = await captured(side, lambda s=side, r=request: bl.prepare(s.served.stub, r))
-            samples.take(sid)
             plans[side.name] = {"prepare": await explain(side.served.database.url, prepare_statements)}
             # DeleteSession of measured-shape sessions made for it (the folded probes stay)
             victims = [
                 (await create_session(side.served.stub, template_messages, folded_window))[0]
                 for _ in range(opts.deletes)
             ]
+            delete_times[side.name] = []
             delete_statements = await captured(
-                side,
-                lambda s=side, v=victims[0]: s.served.stub.DeleteSession(pb.DeleteSessionRequest(session_id=v)),
+                side, lambda s=side, v=victims[0]: record(delete_times[s.name], delete_session(s, v))
             )
-            delete_times[side.name] = deletes.take(victims[0])
             for victim in victims[1:]:
-                await side.served.stub.DeleteSession(pb.DeleteSessionRequest(session_id=victim))
-                delete_times[side.name] += deletes.take(victim)
+                delete_times[side.name].append(await delete_session(side, victim))
             # re-create the deleted session's rows for EXPLAIN would change the DB; plan the GC as issued
             plans[side.name]["delete"] = await explain(side.served.database.url, delete_statements)
     finally:
@@ -563,6 +558,10 @@ async def run_sides(opts: Options, samples: bl.Samples, deletes: bl.Samples, tmp
             await bl.close_served(side.served)
     load["verified_clones"] = verified
     return report(opts, rows, load, rounds, plans, delete_times, per)
+
+
+async def record(times: list[float], call: Awaitable[float]) -> None:
+    times.append(await call)
 
 
 def order_sides(sides: dict[str, Side]) -> list[Side]:
@@ -582,23 +581,21 @@ def report(
     for name in ("small", "big"):
         cells[name] = {}
         for kind in ("folded", "plain"):
-            server = [x for r in rounds for x in r[name][kind]["server"]]
-            rpc = [x for r in rounds for x in r[name][kind]["rpc"]]
+            rpc = [x for r in rounds for x in r[name][kind]]
             cells[name][kind] = {
-                "server_p50_ms": bl.percentile(server, 50) * 1e3,
-                "server_p99_ms": bl.percentile(server, 99) * 1e3,
-                "rpc_p50_ms": bl.percentile(rpc, 50) * 1e3,
-                "rpc_p99_ms": bl.percentile(rpc, 99) * 1e3,
-                "calls": len(server),
-                "server_p50_ms_per_round": [bl.percentile(r[name][kind]["server"], 50) * 1e3 for r in rounds],
+                **bl.latency_summary(rpc),
+                "p50_ms_per_round": [bl.percentile(r[name][kind], 50) * 1e3 for r in rounds],
             }
         cells[name]["delete"] = {
-            "server_p50_ms": bl.percentile(delete_times[name], 50) * 1e3,
-            "server_max_ms": max(delete_times[name]) * 1e3 if delete_times[name] else 0.0,
+            "p50_ms": bl.percentile(delete_times[name], 50) * 1e3,
+            "max_ms": max(delete_times[name]) * 1e3 if delete_times[name] else 0.0,
             "calls": len(delete_times[name]),
         }
     ratio = {
-        kind: {k: cells["big"][kind][k] / cells["small"][kind][k] for k in cells["big"][kind] if k.endswith("_ms")}
+        kind: {
+            k: cells["big"][kind][k] / cells["small"][kind][k]
+            for k in ("p50_ms", "p99_ms" if kind != "delete" else "max_ms")
+        }
         for kind in ("folded", "plain", "delete")
     }
     return {
@@ -633,24 +630,22 @@ def table(result: dict[str, Any]) -> str:
         f"{rows['big']['tool_results']:,} raw tool results, {load['database_bytes'] / 2**20:,.0f} MiB "
         f"(bulk load {load['load_seconds']:.0f}s + ANALYZE {load['analyze_seconds']:.0f}s)",
         f"Prepare appends one message, delta view; {s['calls_per_session_and_round']} calls per session and round; "
-        "server = Maintenance.prepare, ms",
+        "RPC time as the client sees it, ms",
         "",
     ]
-    header = ["sessions", "database", "calls", "server p50", "p99", "rpc p50", "p99", "big/small p50"]
+    header = ["sessions", "database", "calls", "p50", "p99", "big/small p50"]
     table_rows = []
     for kind, title in (("folded", f"folded ({s['folded_sessions']})"), ("plain", f"plain ({s['plain_sessions']})")):
         for name in ("small", "big"):
             c = result["prepare"][name][kind]
-            ratio = result["big_over_small"][kind]["server_p50_ms"] if name == "big" else None
+            ratio = result["big_over_small"][kind]["p50_ms"] if name == "big" else None
             table_rows.append(
                 [
                     title if name == "small" else "",
                     name,
                     c["calls"],
-                    c["server_p50_ms"],
-                    c["server_p99_ms"],
-                    c["rpc_p50_ms"],
-                    c["rpc_p99_ms"],
+                    c["p50_ms"],
+                    c["p99_ms"],
                     f"x{ratio:.2f}" if ratio is not None else "",
                 ]
             )
@@ -658,8 +653,8 @@ def table(result: dict[str, Any]) -> str:
     small_delete, big_delete = result["prepare"]["small"]["delete"], result["prepare"]["big"]["delete"]
     lines += [
         "",
-        f"DeleteSession (server, p50 of {small_delete['calls']}): small {small_delete['server_p50_ms']:.1f} ms, "
-        f"big {big_delete['server_p50_ms']:.1f} ms (x{result['big_over_small']['delete']['server_p50_ms']:.2f})",
+        f"DeleteSession (RPC, p50 of {small_delete['calls']}): small {small_delete['p50_ms']:.1f} ms, "
+        f"big {big_delete['p50_ms']:.1f} ms (x{result['big_over_small']['delete']['p50_ms']:.2f})",
         "",
         "query plans (EXPLAIN ANALYZE of the statements one Prepare / one DeleteSession sent; big database):",
     ]
@@ -693,25 +688,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Options, str | None]:
     parser.add_argument("--folded", type=int, default=8, help="measured folded sessions per database")
     parser.add_argument("--plain", type=int, default=8, help="measured plain sessions per database")
     parser.add_argument("--calls", type=int, default=10, help="Prepare calls per session and round")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--deletes", type=int, default=5, help="DeleteSession calls timed per database")
     parser.add_argument("--chunk", type=int, default=1000, help="sessions cloned per transaction")
     parser.add_argument("--quick", action="store_true", help="300 sessions, 30k messages, fewer calls: a smoke run")
-    parser.add_argument(
-        "--postgres-url",
-        default="",
-        help="admin URL of a PostgreSQL cluster (default $CTXFOLD_TEST_POSTGRES_URL); two fresh databases are "
-        "created in it and dropped afterwards",
-    )
-    parser.add_argument("--traces", type=Path, default=bl.DEFAULT_TRACES, help="directory of trace *.json files")
-    parser.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        default=None,
-        metavar="PATH",
-        help="write the full result as JSON to PATH (the table still prints), or alone: JSON instead of the table",
-    )
+    bl.add_common_arguments(parser, rounds=5, backends=False)
     args = parser.parse_args(argv)
     postgres_url = bl.postgres_url_arg(args.postgres_url)
     if not postgres_url:

@@ -24,7 +24,8 @@ from pathlib import Path
 import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chaos import prepare, serving, turn_messages
+import benchlib as bl
+from chaos import prepare, turn_messages
 
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -35,13 +36,6 @@ class Soak:
     operations: int = 0
     errors: collections.Counter[str] = field(default_factory=collections.Counter)
     samples: list[tuple[float, int, int]] = field(default_factory=list)  # (elapsed s, operations, RSS KiB)
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 async def guarded(soak: Soak, name: str, call: object) -> object | None:
@@ -101,7 +95,7 @@ async def rewind_agent(stub: pb_grpc.ContextServiceStub, soak: Soak, cycles: int
 async def sampler(pid: int, soak: Soak, every: float, stop: asyncio.Event) -> None:
     started = time.perf_counter()
     while True:
-        sample = (time.perf_counter() - started, soak.operations, rss_kib(pid))
+        sample = (time.perf_counter() - started, soak.operations, bl.rss_kib(pid))
         soak.samples.append(sample)
         errors = sum(soak.errors.values())
         print(f"{sample[0]:8.1f} s {sample[1]:8d} ops {errors:6d} errors {sample[2] / 1024:8.1f} MiB RSS", flush=True)
@@ -115,12 +109,9 @@ async def run(args: argparse.Namespace, work: Path) -> Soak:
     database = args.database or f"sqlite:///{work / 'soak.db'}"
     soak = Soak()
     stop = asyncio.Event()
-    async with (
-        serving(database, "{}", work / "serve.log") as (process, address),
-        grpc.aio.insecure_channel(address) as channel,
-    ):
-        stub = pb_grpc.ContextServiceStub(channel)
-        sampling = asyncio.ensure_future(sampler(process.pid, soak, args.sample_seconds, stop))
+    async with bl.serve_process(database, work / "serve.log") as server:
+        stub = server.stub
+        sampling = asyncio.ensure_future(sampler(server.pid, soak, args.sample_seconds, stop))
         if args.workload == "rewinds":
             await rewind_agent(stub, soak, args.cycles)
         else:
