@@ -22,6 +22,7 @@ from ctxfold.api.tracing import TracingInterceptor
 from ctxfold.config import ConfigError, Settings
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.checkpoints import Checkpoints
+from ctxfold.service.hot_state import HotState
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Hooks, Maintenance
 from ctxfold.service.sessions import SessionConfigs, Sessions
@@ -134,6 +135,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             hooks=hooks,
             max_waiting_per_session=settings.max_waiting_per_session,
             max_response_bytes=settings.max_send_message_bytes,
+            hot_state=HotState(settings.hot_state_max_bytes),
         ),
         admission=Admission(settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant),
         checkpoints=Checkpoints(store),

@@ -167,6 +167,14 @@ class StoredCheckpoint:
     on_head_chain: bool  # the session's head checkpoint is this one or descends from it
 
 
+@dataclass(frozen=True)
+class StateWrite:
+    """A state document to store over `revision` (compare-and-swap)."""
+
+    state_json: str
+    revision: int
+
+
 class StaleSession(Exception):
     """The session changed between read and write; the caller re-reads and retries."""
 
@@ -258,6 +266,56 @@ def _decompress_span(chunks: Sequence[bytes], first_start: int, start: int, stop
     decompressor = zstandard.ZstdDecompressor()
     joined = b"".join(decompressor.decompress(chunk) for chunk in chunks)
     return joined[start - first_start : stop - first_start]
+
+
+async def _encode_raw_results(rows: Sequence[MessageRow]) -> list[EncodedResult]:
+    """Compressing and hashing raw results is done before the write transaction, off the event loop."""
+    raw_size = sum(r.raw_bytes for r in rows if r.result_ref)
+    return await cpu.run(raw_size, lambda: [_raw_result(r) for r in rows if r.result_ref])
+
+
+def appended_session(session: SessionRecord, count: int, open_tool_calls: tuple[str, ...], now: float) -> SessionRecord:
+    """`session` after an append of `count` messages."""
+    return replace(
+        session,
+        head_seq=session.head_seq + count,
+        open_tool_calls=open_tool_calls,
+        version=session.version + 1,
+        update_time=now,
+    )
+
+
+def _head_values(after: SessionRecord) -> dict[str, object]:
+    """The columns an append changes, to become `after`."""
+    return {
+        "head_seq": after.head_seq,
+        "open_tool_calls": json.dumps(list(after.open_tool_calls)),
+        "version": after.version,
+        "update_time": after.update_time,
+    }
+
+
+def stored_messages(rows: Sequence[MessageRow], first_seq: int, now: float) -> list[StoredMessage]:
+    """`rows` as they are stored by an append at `first_seq` at time `now`."""
+    return [
+        StoredMessage(
+            id=r.id,
+            seq=first_seq + i,
+            role=r.role,
+            content=r.content,
+            tokens=r.tokens,
+            tool_calls=r.tool_calls,
+            tool_call_id=r.tool_call_id,
+            reasoning_content=r.reasoning_content,
+            pinned=r.pinned,
+            name=r.name,
+            result_ref=r.result_ref,
+            raw_bytes=r.raw_bytes,
+            truncated=r.truncated,
+            create_time=now,
+        )
+        for i, r in enumerate(rows)
+    ]
 
 
 class Store:
@@ -604,89 +662,99 @@ class Store:
         lock, so they never conflict: `advance` maps the waiting tool calls before the append to those
         after it (or raises). A `request_id` seen before returns that append's messages instead."""
         now = time.time()
-        # Compressing and hashing raw results is done before the write transaction, off the event loop.
-        raw_size = sum(r.raw_bytes for r in rows if r.result_ref)
-        raw_results = await cpu.run(raw_size, lambda: [_raw_result(r) for r in rows if r.result_ref])
+        raw_results = await _encode_raw_results(rows)
         async with self._write() as conn:
             session = await self._get_session(conn, tenant, session_id, lock=True)
             if request_id:
                 previous = await self._append_request(conn, session, request_id)
                 if previous is not None:
                     return previous, session
-            open_tool_calls = advance(session.open_tool_calls)
-            first_seq = session.head_seq + 1
+            after = appended_session(session, len(rows), advance(session.open_tool_calls), now)
             s = schema.sessions.c
-            await conn.execute(
-                update(schema.sessions)
-                .where(s.id == session.id)
-                .values(
-                    head_seq=session.head_seq + len(rows),
-                    open_tool_calls=json.dumps(list(open_tool_calls)),
-                    version=s.version + 1,
-                    update_time=now,
-                )
-            )
+            await conn.execute(update(schema.sessions).where(s.id == session.id).values(**_head_values(after)))
+            await self._insert_messages(conn, session, rows, raw_results, request_id, now)
+        return stored_messages(rows, session.head_seq + 1, now), after
+
+    async def append_answered(
+        self,
+        session: SessionRecord,
+        rows: Sequence[MessageRow],
+        request_id: str,
+        open_tool_calls: tuple[str, ...],
+        state: StateWrite,
+        now: float,
+    ) -> int:
+        """The hot path of an append-only Prepare, in one transaction: appends `rows` (maybe none) and
+        writes the answer's bookkeeping state, only if the session is still `session` (same version and
+        branch) and the state still at `state.revision`; raises StaleSession otherwise and writes
+        nothing. A `request_id` seen before also raises StaleSession: the caller's full path answers it.
+        Returns the state's new revision."""
+        raw_results = await _encode_raw_results(rows)
+        s = schema.sessions.c
+        current = and_(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+        current = and_(current, s.branch_id == session.branch_id)
+        async with self._write() as conn:
             if rows:
-                await conn.execute(
-                    insert(schema.messages),
-                    [
-                        {
-                            "id": r.id,
-                            "segment_id": session.segment_id,
-                            "seq": first_seq + i,
-                            "role": r.role.value,
-                            "content": r.content,
-                            "tool_calls_json": json.dumps([c.__dict__ for c in r.tool_calls]) if r.tool_calls else None,
-                            "tool_call_id": r.tool_call_id or None,
-                            "reasoning_content": r.reasoning_content,
-                            "name": r.name,
-                            "pinned": r.pinned,
-                            "tokens": r.tokens,
-                            "result_ref": r.result_ref or None,
-                            "raw_bytes": r.raw_bytes,
-                            "truncated": r.truncated,
-                            "create_time": now,
-                        }
-                        for i, r in enumerate(rows)
-                    ],
-                )
-                if raw_results:
-                    await self._insert_results(conn, session.segment_id, raw_results)
-            if request_id:
-                await conn.execute(
-                    insert(schema.append_requests).values(
-                        session_id=session.id,
-                        request_id=request_id,
-                        message_ids_json=json.dumps([r.id for r in rows]),
-                        create_time=now,
-                    )
-                )
-        stored = [
-            StoredMessage(
-                id=r.id,
-                seq=first_seq + i,
-                role=r.role,
-                content=r.content,
-                tokens=r.tokens,
-                tool_calls=r.tool_calls,
-                tool_call_id=r.tool_call_id,
-                reasoning_content=r.reasoning_content,
-                pinned=r.pinned,
-                name=r.name,
-                result_ref=r.result_ref,
-                raw_bytes=r.raw_bytes,
-                truncated=r.truncated,
-                create_time=now,
+                if request_id and await self._append_request(conn, session, request_id) is not None:
+                    raise StaleSession(session.id)
+                after = appended_session(session, len(rows), open_tool_calls, now)
+                swapped = await conn.execute(update(schema.sessions).where(current).values(**_head_values(after)))
+                if swapped.rowcount != 1:
+                    raise StaleSession(session.id)
+                await self._insert_messages(conn, session, rows, raw_results, request_id, now)
+            elif (await conn.execute(select(s.id).where(current))).first() is None:
+                raise StaleSession(session.id)
+            revision = await self._put_state(conn, session.id, state.state_json, state.revision, now)
+            if not revision:
+                raise StaleSession(session.id)
+            return revision
+
+    async def _insert_messages(
+        self,
+        conn: AsyncConnection,
+        session: SessionRecord,
+        rows: Sequence[MessageRow],
+        raw_results: Sequence[EncodedResult],
+        request_id: str,
+        now: float,
+    ) -> None:
+        """The rows of an append after `session`'s head: messages, raw results, the request id."""
+        first_seq = session.head_seq + 1
+        if rows:
+            await conn.execute(
+                insert(schema.messages),
+                [
+                    {
+                        "id": r.id,
+                        "segment_id": session.segment_id,
+                        "seq": first_seq + i,
+                        "role": r.role.value,
+                        "content": r.content,
+                        "tool_calls_json": json.dumps([c.__dict__ for c in r.tool_calls]) if r.tool_calls else None,
+                        "tool_call_id": r.tool_call_id or None,
+                        "reasoning_content": r.reasoning_content,
+                        "name": r.name,
+                        "pinned": r.pinned,
+                        "tokens": r.tokens,
+                        "result_ref": r.result_ref or None,
+                        "raw_bytes": r.raw_bytes,
+                        "truncated": r.truncated,
+                        "create_time": now,
+                    }
+                    for i, r in enumerate(rows)
+                ],
             )
-            for i, r in enumerate(rows)
-        ]
-        return stored, replace(
-            session,
-            head_seq=session.head_seq + len(rows),
-            open_tool_calls=open_tool_calls,
-            version=session.version + 1,
-            update_time=now,
-        )
+            if raw_results:
+                await self._insert_results(conn, session.segment_id, raw_results)
+        if request_id:
+            await conn.execute(
+                insert(schema.append_requests).values(
+                    session_id=session.id,
+                    request_id=request_id,
+                    message_ids_json=json.dumps([r.id for r in rows]),
+                    create_time=now,
+                )
+            )
 
     async def _append_request(
         self, conn: AsyncConnection, session: SessionRecord, request_id: str
