@@ -4,9 +4,11 @@ bounded by bytes; and what it answers is what a server without the cache answers
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -14,10 +16,10 @@ import pytest
 from conftest import fresh_database, settings_for
 from ctxfold.engine.maintenance import Projection
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
-from ctxfold.engine.state import ContextState
+from ctxfold.engine.state import ContextState, Receipt, ViewRecord, load_state, view_version
 from ctxfold.server import RunningServer, start
 from ctxfold.service.hot_state import SESSION_OVERHEAD_BYTES, HotSession, HotState, message_bytes
-from ctxfold.store.repository import SessionRecord
+from ctxfold.store.repository import SessionRecord, state_document
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import call, create, prepare, result, transcript, user
@@ -237,3 +239,34 @@ def test_extended_projection_equals_the_rebuilt_one(before: list[StoredMessage],
     assert recalibrated.view() == rebuilt.view()
     assert recalibrated.tokens() == projection(*before, *appended).recalibrated(1.5).tokens()
     assert recalibrated.tokens() > rebuilt.tokens()
+
+
+# ---- the bookkeeping is stored on its own ---------------------------------------------------------
+
+
+def test_bookkeeping_laid_over_the_stored_state_is_the_new_state() -> None:
+    stored = ContextState(
+        fingerprint="f",
+        pruned={"m1": 40},
+        receipts=(Receipt("op", "applied", "prune", 900, 300, "threshold", 1.0),),
+        telemetry={"prune_applied": 1, "prepares": 3},
+        views=(ViewRecord(view_version(1, 4), 120),),
+    )
+    answered = replace(
+        stored.with_view(ViewRecord(view_version(1, 6), 180)),
+        transcript_version=6,
+        last_activity=42.0,
+        cache_state="warm",
+        projection_tokens=900,
+    ).count("prepares")
+    row = SimpleNamespace(_mapping={"state_json": stored.to_json(), "bookkeeping_json": answered.bookkeeping_json()})
+    document = state_document(row)
+    assert json.loads(document) == json.loads(answered.to_json())
+    assert load_state(document, "f") == (answered, "")
+    assert len(answered.bookkeeping_json()) < len(answered.to_json())
+
+
+@pytest.mark.parametrize("base", ["{not json", "[1]", ""])
+def test_bookkeeping_over_a_document_that_is_no_state_leaves_it_for_the_reader_to_reject(base: str) -> None:
+    row = SimpleNamespace(_mapping={"state_json": base, "bookkeeping_json": ContextState("f").bookkeeping_json()})
+    assert state_document(row) == base

@@ -57,7 +57,6 @@ from ctxfold.store.repository import (
     MessageRow,
     SessionRecord,
     StaleSession,
-    StateWrite,
     Store,
     Usage,
     appended_session,
@@ -421,7 +420,7 @@ class Maintenance:
         state, prepared = self._answered(run, known_view_version, appended, Mode.PREPARE)
         try:
             revision = await self.store.append_answered(
-                hot.session, rows, request_id, open_calls, StateWrite(state.to_json(), hot.revision), now
+                hot.session, rows, request_id, open_calls, state.bookkeeping_json(), hot.revision, now
             )
         except StaleSession:
             self.hot_state.drop(tenant, session_id)

@@ -167,14 +167,6 @@ class StoredCheckpoint:
     on_head_chain: bool  # the session's head checkpoint is this one or descends from it
 
 
-@dataclass(frozen=True)
-class StateWrite:
-    """A state document to store over `revision` (compare-and-swap)."""
-
-    state_json: str
-    revision: int
-
-
 class StaleSession(Exception):
     """The session changed between read and write; the caller re-reads and retries."""
 
@@ -220,6 +212,33 @@ def _stored_message(row: object, abandoned: bool = False) -> StoredMessage:
         create_time=m["create_time"],
         abandoned=abandoned,
     )
+
+
+_STATE_QUERY = select(
+    schema.context_states.c.state_json, schema.context_states.c.bookkeeping_json, schema.context_states.c.revision
+)
+
+
+def _whole_state(state_json: str) -> dict[str, str | None]:
+    """The columns of a write of the whole state: its bookkeeping is in it."""
+    return {"state_json": state_json, "bookkeeping_json": None}
+
+
+def state_document(row: object) -> str:
+    """The stored state of a context_states row: `state_json` with the fields of `bookkeeping_json`
+    laid over it (the store knows nothing else of either). A document that is not a JSON object is
+    answered as it is, for the reader to reject."""
+    m = row._mapping  # type: ignore[attr-defined]
+    text, bookkeeping = str(m["state_json"]), m["bookkeeping_json"]
+    if not bookkeeping:
+        return text
+    try:
+        base, fields = json.loads(text), json.loads(bookkeeping)
+    except ValueError:
+        return text
+    if not isinstance(base, dict) or not isinstance(fields, dict):
+        return text
+    return json.dumps({**base, **fields}, sort_keys=True, separators=(",", ":"))
 
 
 def _in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
@@ -681,14 +700,15 @@ class Store:
         rows: Sequence[MessageRow],
         request_id: str,
         open_tool_calls: tuple[str, ...],
-        state: StateWrite,
+        bookkeeping_json: str,
+        revision: int,
         now: float,
     ) -> int:
         """The hot path of an append-only Prepare, in one transaction: appends `rows` (maybe none) and
-        writes the answer's bookkeeping state, only if the session is still `session` (same version and
-        branch) and the state still at `state.revision`; raises StaleSession otherwise and writes
-        nothing. A `request_id` seen before also raises StaleSession: the caller's full path answers it.
-        Returns the state's new revision."""
+        writes the answer's bookkeeping (not the rest of the state), only if the session is still
+        `session` (same version and branch) and the state still at `revision`; raises StaleSession
+        otherwise and writes nothing. A `request_id` seen before also raises StaleSession: the caller's
+        full path answers it. Returns the state's new revision."""
         raw_results = await _encode_raw_results(rows)
         s = schema.sessions.c
         current = and_(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
@@ -704,10 +724,10 @@ class Store:
                 await self._insert_messages(conn, session, rows, raw_results, request_id, now)
             elif (await conn.execute(select(s.id).where(current))).first() is None:
                 raise StaleSession(session.id)
-            revision = await self._put_state(conn, session.id, state.state_json, state.revision, now)
-            if not revision:
+            written = await self._put_state(conn, session.id, {"bookkeeping_json": bookkeeping_json}, revision, now)
+            if not written:
                 raise StaleSession(session.id)
-            return revision
+            return written
 
     async def _insert_messages(
         self,
@@ -955,9 +975,9 @@ class Store:
                 _stored_message(r)
                 for r in (await conn.execute(select(schema.messages).where(_in_ranges(ranges)).order_by(m.seq))).all()
             ]
-            state = (await conn.execute(select(cs.state_json, cs.revision).where(cs.session_id == session.id))).first()
+            state = (await conn.execute(_STATE_QUERY.where(cs.session_id == session.id))).first()
         return ContextSnapshot(
-            session, checkpoint, kept, after, state.state_json if state else None, state.revision if state else 0
+            session, checkpoint, kept, after, state_document(state) if state else None, state.revision if state else 0
         )
 
     async def install(
@@ -1006,7 +1026,7 @@ class Store:
                 raise StaleSession(session.id)
             if document is not None:
                 await self._insert_document(conn, document)
-            revision = await self._put_state(conn, session.id, state_json, None, now)
+            revision = await self._put_state(conn, session.id, _whole_state(state_json), None, now)
             return await self._get_session(conn, session.tenant, session.id), revision
 
     async def _insert_document(self, conn: AsyncConnection, document: FoldDocument) -> None:
@@ -1063,25 +1083,26 @@ class Store:
         """Bookkeeping write: stores the state only if nobody wrote it since `revision` was read.
         Returns the new revision, or 0 when someone else wrote first."""
         async with self._write() as conn:
-            return await self._put_state(conn, session_id, state_json, revision, time.time())
+            return await self._put_state(conn, session_id, _whole_state(state_json), revision, time.time())
 
     async def read_state(self, session: SessionRecord) -> tuple[str | None, int]:
         cs = schema.context_states.c
         async with self._read() as conn:
-            row = (await conn.execute(select(cs.state_json, cs.revision).where(cs.session_id == session.id))).first()
-        return (row.state_json, row.revision) if row else (None, 0)
+            row = (await conn.execute(_STATE_QUERY.where(cs.session_id == session.id))).first()
+        return (state_document(row), row.revision) if row else (None, 0)
 
     async def _put_state(
-        self, conn: AsyncConnection, session_id: str, state_json: str, revision: int | None, now: float
+        self, conn: AsyncConnection, session_id: str, values: dict[str, str | None], revision: int | None, now: float
     ) -> int:
-        """Writes the state (its row exists from the session's creation): with a `revision`, only over
-        that revision. Returns the new revision, or 0 when the expected revision was not there."""
+        """Writes the state's columns `values` (its row exists from the session's creation): with a
+        `revision`, only over that revision. Returns the new revision, or 0 when the expected revision
+        was not there."""
         cs = schema.context_states.c
         query = update(schema.context_states).where(cs.session_id == session_id)
         if revision is not None:
             query = query.where(cs.revision == revision)
         written = await conn.execute(
-            query.values(state_json=state_json, revision=cs.revision + 1, update_time=now).returning(cs.revision)
+            query.values(**values, revision=cs.revision + 1, update_time=now).returning(cs.revision)
         )
         new_revision = written.scalar_one_or_none()
         return int(new_revision) if new_revision is not None else 0
