@@ -21,8 +21,9 @@ from ctxfold.store.repository import SessionRecord
 from ctxfold.telemetry import INSTRUMENTS
 
 DEFAULT_MAX_BYTES = 256 << 20
-# What a cached message costs beyond its text: its StoredMessage and ViewMessage objects, the string
-# headers and the tuple slots (an upper estimate).
+# What a cached message costs beyond its text: its StoredMessage and ViewMessage objects, ids, string
+# headers and tuple slots. tracemalloc measures about 530 bytes for a message without tool calls; the
+# rest is room for tool calls and view-only text (pruned stubs, bounded anchors).
 MESSAGE_OVERHEAD_BYTES = 1024
 # The session record, the state (views, receipts, counters) and the projection itself.
 SESSION_OVERHEAD_BYTES = 16 << 10

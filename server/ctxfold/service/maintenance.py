@@ -413,9 +413,9 @@ class Maintenance:
         appended = stored_messages(rows, hot.session.head_seq + 1, now)
         session = appended_session(hot.session, len(rows), open_calls, now) if rows else hot.session
         projection = hot.projection.extended(appended)
-        if projection.tokens() >= projection.config.trigger_tokens:
-            return None
         tokens = projection.tokens()
+        if tokens >= projection.config.trigger_tokens:
+            return None
         run = _Run(session, projection.config, projection, hot.state, hot.revision, projection.view(), tokens)
         state, prepared = self._answered(run, known_view_version, appended, Mode.PREPARE)
         try:
