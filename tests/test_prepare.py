@@ -288,10 +288,15 @@ async def test_window_too_small_for_fixed_costs_is_refused_at_creation(stub: pb_
 
 
 async def overwrite_state(running: RunningServer, session_id: str, state_json: str) -> None:
-    """Writes a context state as is, straight into the database, as a bug or a bad restore might."""
+    """Writes a context state as is, straight into the database, as a bug or a bad restore might. It
+    bumps the revision like every state write, so a server's hot state of the session is stale."""
     table = schema.context_states
     async with running.store.engine.begin() as conn:
-        await conn.execute(update(table).where(table.c.session_id == session_id).values(state_json=state_json))
+        await conn.execute(
+            update(table)
+            .where(table.c.session_id == session_id)
+            .values(state_json=state_json, revision=table.c.revision + 1)
+        )
 
 
 async def test_corrupt_context_state_is_rebuilt(

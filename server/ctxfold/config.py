@@ -44,6 +44,10 @@ class Settings:
     max_waiting_per_session: int = field(
         default=16, metadata={"help": "Prepare/Compact calls that may wait for one session's maintenance"}
     )
+    hot_state_max_bytes: int = field(
+        default=256 << 20,
+        metadata={"help": "estimated bytes of active sessions' views kept in memory (0 = none): the Prepare hot path"},
+    )
     grace_seconds: float = field(default=30.0, metadata={"help": "time in-flight RPCs get to finish on shutdown"})
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING or ERROR"})
     summarizers: str = field(

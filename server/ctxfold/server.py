@@ -22,6 +22,7 @@ from ctxfold.api.tracing import TracingInterceptor
 from ctxfold.config import ConfigError, Settings
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.checkpoints import Checkpoints
+from ctxfold.service.hot_state import HotState
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Hooks, Maintenance
 from ctxfold.service.sessions import SessionConfigs, Sessions
@@ -47,6 +48,7 @@ class RunningServer:
     store: Store
     port: int
     settings: Settings
+    hot_state: HotState
 
     async def stop(self, grace: float | None = None) -> None:
         """Health turns NOT_SERVING first so balancers drain; in-flight RPCs get `grace` seconds."""
@@ -118,6 +120,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
     )
     summarizers = build_summarizers(settings.summarizers)
+    hot_state = HotState(settings.hot_state_max_bytes)
     sessions = Sessions(store, frozenset(summarizers))
     transcript = Transcript(store, limits, settings.max_send_message_bytes)
     servicer = ContextServicer(
@@ -134,6 +137,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             hooks=hooks,
             max_waiting_per_session=settings.max_waiting_per_session,
             max_response_bytes=settings.max_send_message_bytes,
+            hot_state=hot_state,
         ),
         admission=Admission(settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant),
         checkpoints=Checkpoints(store),
@@ -179,7 +183,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         "bearer tokens" if tokens else "single tenant",
         engine.url.render_as_string(hide_password=True),
     )
-    return RunningServer(server, health_servicer, store, port, settings)
+    return RunningServer(server, health_servicer, store, port, settings, hot_state)
 
 
 async def serve(settings: Settings) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from opentelemetry import metrics, trace
-from opentelemetry.metrics import Counter, Histogram
+from opentelemetry.metrics import Counter, Histogram, UpDownCounter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -36,6 +36,10 @@ class Instruments:
     tokens_saved: Counter
     summarizer_duration: Histogram
     usage_input_tokens: Counter
+    hot_state_lookups: Counter
+    hot_state_evictions: Counter
+    hot_state_bytes: UpDownCounter
+    hot_state_sessions: UpDownCounter
 
 
 INSTRUMENTS = Instruments(
@@ -55,6 +59,18 @@ INSTRUMENTS = Instruments(
         "ctxfold.usage.input_tokens",
         unit="{token}",
         description="Provider-billed input tokens from ObserveUsage; cached=true are prompt-cache hits",
+    ),
+    hot_state_lookups=_METER.create_counter(
+        "ctxfold.hot_state.lookups", unit="{lookup}", description="Hot-state cache lookups; hit=false are misses"
+    ),
+    hot_state_evictions=_METER.create_counter(
+        "ctxfold.hot_state.evictions", unit="{session}", description="Sessions evicted from the hot-state cache"
+    ),
+    hot_state_bytes=_METER.create_up_down_counter(
+        "ctxfold.hot_state.size", unit="By", description="Estimated bytes held by the hot-state cache"
+    ),
+    hot_state_sessions=_METER.create_up_down_counter(
+        "ctxfold.hot_state.sessions", unit="{session}", description="Sessions held by the hot-state cache"
     ),
 )
 

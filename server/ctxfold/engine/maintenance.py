@@ -7,7 +7,7 @@ import bisect
 import functools
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ctxfold.engine import estimator
 from ctxfold.engine.errors import DomainError, Kind
@@ -17,13 +17,13 @@ from ctxfold.engine.view import (
     ViewMessage,
     build_view,
     call_groups,
-    estimate,
     group_tokens,
     opening_end,
     plan_fold,
     prune_candidates,
     prune_stub,
     recent_tail,
+    render,
     tail_budget,
 )
 
@@ -73,16 +73,35 @@ class Projection:
         return list(self._view)
 
     @functools.cached_property
-    def _tokens(self) -> int:
-        return estimate(self._view, self.tools_tokens, self.config, self.calibration)
+    def _message_tokens(self) -> int:
+        return sum(v.tokens for v in self._view)
 
     def tokens(self) -> int:
         """The calibrated request estimate, reserved output included."""
-        return self._tokens
+        return estimator.request_tokens(
+            self._message_tokens, len(self._view), self.tools_tokens, self.config.max_output_tokens, self.calibration
+        )
 
     def raw_tokens(self) -> int:
         """The uncalibrated input estimate: what a provider's reported input tokens compare against."""
-        return estimator.request_tokens(sum(v.tokens for v in self._view), len(self._view), self.tools_tokens, 0)
+        return estimator.request_tokens(self._message_tokens, len(self._view), self.tools_tokens, 0)
+
+    def extended(self, appended: Sequence[StoredMessage]) -> Projection:
+        """This projection with `appended` (newer than all its messages) after its messages. When they
+        render on their own (past the opening anchors, which they leave unchanged) the view and its
+        token sum are extended, not rebuilt: the cost is that of the new messages."""
+        grown = replace(self, after=(*self.after, *appended))
+        if "_view" in self.__dict__ and grown.anchor_end == self.anchor_end:
+            tail = tuple(render(m, self.pruned) for m in appended)
+            _seed(grown, self._view + tail, self._message_tokens + sum(v.tokens for v in tail))
+        return grown
+
+    def recalibrated(self, calibration: float) -> Projection:
+        """This projection with another calibration; the view does not depend on it and is kept."""
+        changed = replace(self, calibration=calibration)
+        if "_view" in self.__dict__:
+            _seed(changed, self._view, self._message_tokens)
+        return changed
 
     def tail(self, keep_tokens: int | None = None) -> list[StoredMessage]:
         """The newest call groups kept verbatim: within the tail budget, or `keep_tokens` when given
@@ -93,6 +112,12 @@ class Projection:
     @property
     def head_seq(self) -> int:
         return self.messages[-1].seq if self.messages else (self.checkpoint.position_seq if self.checkpoint else 0)
+
+
+def _seed(projection: Projection, view: tuple[ViewMessage, ...], message_tokens: int) -> None:
+    """Fills the (write-once) cached view and token sum of a projection just made, before any use."""
+    projection.__dict__["_view"] = view
+    projection.__dict__["_message_tokens"] = message_tokens
 
 
 def budget_error(projection: Projection, tokens: int, fold_failure: str = "") -> DomainError:

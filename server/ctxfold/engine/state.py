@@ -23,6 +23,23 @@ MAX_VIEWS = 16
 _COUNT_BITS = 32
 
 
+# What every Prepare changes (its view record, counters and activity) and nothing else: written on its
+# own by an append-only Prepare, so the per-call write does not grow with the rest (pruned results,
+# receipts).
+BOOKKEEPING_FIELDS = (
+    "transcript_version",
+    "checkpoint_id",
+    "covered_count",
+    "source_tokens",
+    "projection_tokens",
+    "prompt_cache_key",
+    "cache_state",
+    "last_activity",
+    "views",
+    "telemetry",
+)
+
+
 def view_version(generation: int, message_count: int) -> int:
     return (generation << _COUNT_BITS) | message_count
 
@@ -108,6 +125,13 @@ class ContextState:
         data["last_receipt"] = asdict(self.last_receipt) if self.last_receipt else None
         if self.last_receipt:
             data["last_receipt"]["tokens_saved"] = self.last_receipt.tokens_saved
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    def bookkeeping_json(self) -> str:
+        """The BOOKKEEPING_FIELDS of `to_json()`: laid over the stored document of a state that differs
+        from this one only in them, they make this one."""
+        data: dict[str, Any] = {name: getattr(self, name) for name in BOOKKEEPING_FIELDS}
+        data["views"] = [asdict(v) for v in self.views]
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 

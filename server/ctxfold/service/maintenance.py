@@ -46,18 +46,23 @@ from ctxfold.engine.state import (
     split_view_version,
     view_version,
 )
+from ctxfold.engine.transcript import advance_open_calls
 from ctxfold.engine.view import Checkpoint, ViewMessage
+from ctxfold.service.hot_state import HotSession, HotState
 from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.transcript import Transcript
 from ctxfold.store.repository import (
     ContextSnapshot,
     FoldDocument,
+    MessageRow,
     SessionRecord,
     StaleSession,
     Store,
     Usage,
+    appended_session,
     new_id,
     new_result_ref,
+    stored_messages,
 )
 from ctxfold.summarizers.base import IN_PROCESS_PROVIDER, OnDelta, Summarizer, SummaryRequest
 from ctxfold.summarizers.extractive import ExtractiveSummarizer
@@ -311,6 +316,7 @@ class Maintenance:
         hooks: Hooks | None = None,
         max_waiting_per_session: int = 16,
         max_response_bytes: int = 64 << 20,
+        hot_state: HotState | None = None,
     ):
         self.store = store
         self.transcript = transcript
@@ -323,6 +329,7 @@ class Maintenance:
         # replicas the fold lease and the compare-and-swap do the same.
         self._sessions = KeyedLock(max_waiting_per_session)
         self.max_response_bytes = max_response_bytes
+        self.hot_state = hot_state if hot_state is not None else HotState()
 
     # ---- streaming shell ------------------------------------------------------------------------
 
@@ -360,9 +367,19 @@ class Maintenance:
             started = time.perf_counter()
             config, tokens = await self.configs.get(tenant, session_id)
             check_fixed_costs(config, tokens.system, tokens.tools)
+            rows = await self.transcript.rows(append, request_id, config) if append else []
+            if not overflow:
+                answered = await self._prepare_hot(tenant, session_id, append, rows, request_id, known_view_version)
+                if answered is not None:
+                    run, prepared = answered
+                    try:
+                        self._finish(run, prepared, Mode.PREPARE, started)
+                    except DomainError as error:
+                        raise _appended_anyway(error, prepared.appended, request_id) from None
+                    return prepared
             appended: list[StoredMessage] = []
             if append:
-                appended, _ = await self.transcript.append(tenant, session_id, append, request_id, config)
+                appended, _ = await self.transcript.append_rows(tenant, session_id, append, rows, request_id)
             try:
                 result = await self._maintain(tenant, session_id, Mode.PREPARE, emit, overflow=overflow)
                 return await self._answer(result, known_view_version, appended, Mode.PREPARE, started)
@@ -370,6 +387,46 @@ class Maintenance:
                 raise _appended_anyway(error, appended, request_id) from None
 
         return self._stream(work)
+
+    async def _prepare_hot(
+        self,
+        tenant: str,
+        session_id: str,
+        append: Sequence[NewMessage],
+        rows: Sequence[MessageRow],
+        request_id: str,
+        known_view_version: int,
+    ) -> tuple[_Run, Prepared] | None:
+        """A Prepare that needs no maintenance, from this process's hot state: the view is extended by
+        the appended messages and the append and the bookkeeping commit in one transaction that
+        compare-and-swaps on the cached session and state. None, with nothing written, when that is not
+        possible (no entry, the view reaches the trigger, the session or state changed elsewhere, a
+        repeated request id): the full path then reloads from the database."""
+        hot = self.hot_state.get(tenant, session_id)
+        if hot is None:
+            return None
+        try:
+            open_calls = advance_open_calls(hot.session.open_tool_calls, append)
+        except DomainError:
+            return None  # the full path checks against what is stored and answers the error
+        now = time.time()  # the stamp the store gives appended messages
+        appended = stored_messages(rows, hot.session.head_seq + 1, now)
+        session = appended_session(hot.session, len(rows), open_calls, now) if rows else hot.session
+        projection = hot.projection.extended(appended)
+        tokens = projection.tokens()
+        if tokens >= projection.config.trigger_tokens:
+            return None
+        run = _Run(session, projection.config, projection, hot.state, hot.revision, projection.view(), tokens)
+        state, prepared = self._answered(run, known_view_version, appended, Mode.PREPARE)
+        try:
+            revision = await self.store.append_answered(
+                hot.session, rows, request_id, open_calls, state.bookkeeping_json(), hot.revision, now
+            )
+        except StaleSession:
+            self.hot_state.drop(tenant, session_id)
+            return None
+        self.hot_state.put(hot.advanced(session, projection, appended, state, revision))
+        return run, prepared
 
     def compact(
         self, tenant: str, session_id: str, focus: str, keep_tokens: int = 0, dry_run: bool = False
@@ -420,13 +477,27 @@ class Maintenance:
                 .count("cached_input_tokens", usage.cached_input_tokens)
                 .count("output_tokens", usage.output_tokens)
             )
-            if await self.store.save_state(session.id, state.to_json(), revision):
+            written = await self.store.save_state(session.id, state.to_json(), revision)
+            if written:
+                self._recalibrate_hot(tenant, session_id, revision, state, written)
                 break
             session = await self.store.get_session(tenant, session_id)
         await self.store.record_usage(session, replace(usage, estimated_tokens=estimated))
         INSTRUMENTS.usage_input_tokens.add(usage.cached_input_tokens, {"ctxfold.cached": True})
         INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, {"ctxfold.cached": False})
         return calibration, accepted
+
+    def _recalibrate_hot(self, tenant: str, session_id: str, read: int, state: ContextState, written: int) -> None:
+        """Moves the hot state of a session to the state ObserveUsage wrote over revision `read`; an
+        entry for another revision is stale and dropped."""
+        hot = self.hot_state.get(tenant, session_id)
+        if hot is None:
+            return
+        if hot.revision != read:
+            self.hot_state.drop(tenant, session_id)
+            return
+        projection = hot.projection.recalibrated(state.calibration)
+        self.hot_state.put(replace(hot, projection=projection, state=state, revision=written))
 
     async def context_state(self, tenant: str, session_id: str) -> str:
         """The stored state when it is valid for the session, else the state it would be rebuilt to."""
@@ -976,7 +1047,26 @@ class Maintenance:
         self, run: _Run, known_view_version: int, appended: list[StoredMessage], mode: Mode, started: float
     ) -> Prepared:
         """The result, plus the bookkeeping write (view record, activity, receipts); that write is
-        skipped, never retried over someone else's, if the state changed meanwhile."""
+        skipped, never retried over someone else's, if the state changed meanwhile. What was answered
+        becomes the session's hot state."""
+        state, prepared = self._answered(run, known_view_version, appended, mode)
+        revision = await self.store.save_state(run.session.id, state.to_json(), run.revision)
+        if revision:
+            self.hot_state.put(HotSession.of(run.session, run.projection, state, revision))
+        else:
+            self.hot_state.drop(run.session.tenant, run.session.id)
+            log.debug(
+                "state of session %s changed meanwhile; bookkeeping of view %d skipped",
+                run.session.id,
+                prepared.view_version,
+            )
+        self._finish(run, prepared, mode, started)
+        return prepared
+
+    def _answered(
+        self, run: _Run, known_view_version: int, appended: list[StoredMessage], mode: Mode
+    ) -> tuple[ContextState, Prepared]:
+        """The result of `run` and the state that records it (its view, activity and counters)."""
         view = run.projection.view()
         state = run.state
         now = self.clock()
@@ -1001,28 +1091,10 @@ class Maintenance:
             source_tokens=run.first_tokens,
             projection_tokens=estimated,
         ).count("prepares")
-        if not await self.store.save_state(run.session.id, state.to_json(), run.revision):
-            log.debug("state of session %s changed meanwhile; bookkeeping of view %d skipped", run.session.id, version)
-        trace.get_current_span().set_attributes(
-            {
-                "ctxfold.session.id": run.session.id,
-                "ctxfold.view.version": version,
-                "ctxfold.view.messages": len(view),
-                "ctxfold.tokens.before": run.first_tokens,
-                "ctxfold.tokens.after": estimated,
-                "ctxfold.action": run.action.value,
-                "ctxfold.cache_state": cache,
-            }
-        )
-        INSTRUMENTS.prepare_duration.record(
-            time.perf_counter() - started, {"ctxfold.operation": mode.value, "ctxfold.action": run.action.value}
-        )
         known_generation, known_count = split_view_version(known_view_version)
         delta = known_view_version > 0 and known_generation == state.generation and known_count <= len(view)
-        sent = view[known_count:] if delta else view
-        _check_response_size(sent, self.max_response_bytes)
         prepared = Prepared(
-            messages=sent,
+            messages=view[known_count:] if delta else view,
             estimated_tokens=estimated,
             view_version=version,
             action=run.action,
@@ -1040,10 +1112,10 @@ class Maintenance:
             folded_results_ref=_index_ref(run.projection),
         )
         if run.candidate is None:
-            return prepared
+            return state, prepared
         # A dry run answers the candidate: not installed, so it has no version to observe usage against.
         candidate_view = run.candidate.view()
-        return replace(
+        return state, replace(
             prepared,
             messages=candidate_view,
             estimated_tokens=run.candidate.tokens(),
@@ -1055,3 +1127,21 @@ class Maintenance:
             candidate_summary=run.candidate.checkpoint.summary if run.candidate.checkpoint else "",
             folded_results_ref=_index_ref(run.candidate),
         )
+
+    def _finish(self, run: _Run, prepared: Prepared, mode: Mode, started: float) -> None:
+        """Telemetry of an answered call, and RESPONSE_TOO_LARGE when its view cannot be sent."""
+        trace.get_current_span().set_attributes(
+            {
+                "ctxfold.session.id": run.session.id,
+                "ctxfold.view.version": prepared.view_version,
+                "ctxfold.view.messages": prepared.view_message_count,
+                "ctxfold.tokens.before": run.first_tokens,
+                "ctxfold.tokens.after": prepared.estimated_tokens,
+                "ctxfold.action": run.action.value,
+                "ctxfold.cache_state": prepared.cache_state,
+            }
+        )
+        INSTRUMENTS.prepare_duration.record(
+            time.perf_counter() - started, {"ctxfold.operation": mode.value, "ctxfold.action": run.action.value}
+        )
+        _check_response_size(prepared.messages, self.max_response_bytes)

@@ -77,12 +77,27 @@ class Transcript:
     ) -> tuple[list[StoredMessage], SessionRecord]:
         """Appends all of `messages` or none; returns them stored and the session after the append.
         `config` spares a read when the caller already has the session's (immutable) config."""
+        if config is None:
+            config = config_from_json((await self.store.get_session(tenant, session_id)).config_json)
+        rows = await self.rows(messages, request_id, config)
+        return await self.append_rows(tenant, session_id, messages, rows, request_id)
+
+    async def rows(self, messages: Sequence[NewMessage], request_id: str, config: SessionConfig) -> list[MessageRow]:
+        """Checks an append and makes its rows (ids, bounded content, token counts), off the event loop."""
         if len(request_id) > MAX_REQUEST_ID_CHARS:
             raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
         validate_new_messages(messages, self.limits)
-        if config is None:
-            config = config_from_json((await self.store.get_session(tenant, session_id)).config_json)
-        rows = await cpu.run(text_size(messages), message_rows, messages, config)
+        return await cpu.run(text_size(messages), message_rows, messages, config)
+
+    async def append_rows(
+        self,
+        tenant: str,
+        session_id: str,
+        messages: Sequence[NewMessage],
+        rows: Sequence[MessageRow],
+        request_id: str,
+    ) -> tuple[list[StoredMessage], SessionRecord]:
+        """Appends the `rows` made from `messages` by `rows()`."""
         return await self.store.append_messages(
             tenant, session_id, rows, request_id, lambda waiting: advance_open_calls(waiting, messages)
         )

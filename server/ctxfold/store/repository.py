@@ -214,6 +214,33 @@ def _stored_message(row: object, abandoned: bool = False) -> StoredMessage:
     )
 
 
+_STATE_QUERY = select(
+    schema.context_states.c.state_json, schema.context_states.c.bookkeeping_json, schema.context_states.c.revision
+)
+
+
+def _whole_state(state_json: str) -> dict[str, str | None]:
+    """The columns of a write of the whole state: its bookkeeping is in it."""
+    return {"state_json": state_json, "bookkeeping_json": None}
+
+
+def state_document(row: object) -> str:
+    """The stored state of a context_states row: `state_json` with the fields of `bookkeeping_json`
+    laid over it (the store knows nothing else of either). A document that is not a JSON object is
+    answered as it is, for the reader to reject."""
+    m = row._mapping  # type: ignore[attr-defined]
+    text, bookkeeping = str(m["state_json"]), m["bookkeeping_json"]
+    if not bookkeeping:
+        return text
+    try:
+        base, fields = json.loads(text), json.loads(bookkeeping)
+    except ValueError:
+        return text
+    if not isinstance(base, dict) or not isinstance(fields, dict):
+        return text
+    return json.dumps({**base, **fields}, sort_keys=True, separators=(",", ":"))
+
+
 def _in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
     m = schema.messages.c
     if not ranges:
@@ -258,6 +285,56 @@ def _decompress_span(chunks: Sequence[bytes], first_start: int, start: int, stop
     decompressor = zstandard.ZstdDecompressor()
     joined = b"".join(decompressor.decompress(chunk) for chunk in chunks)
     return joined[start - first_start : stop - first_start]
+
+
+async def _encode_raw_results(rows: Sequence[MessageRow]) -> list[EncodedResult]:
+    """Compressing and hashing raw results is done before the write transaction, off the event loop."""
+    raw_size = sum(r.raw_bytes for r in rows if r.result_ref)
+    return await cpu.run(raw_size, lambda: [_raw_result(r) for r in rows if r.result_ref])
+
+
+def appended_session(session: SessionRecord, count: int, open_tool_calls: tuple[str, ...], now: float) -> SessionRecord:
+    """`session` after an append of `count` messages."""
+    return replace(
+        session,
+        head_seq=session.head_seq + count,
+        open_tool_calls=open_tool_calls,
+        version=session.version + 1,
+        update_time=now,
+    )
+
+
+def _head_values(after: SessionRecord) -> dict[str, object]:
+    """The columns an append changes, to become `after`."""
+    return {
+        "head_seq": after.head_seq,
+        "open_tool_calls": json.dumps(list(after.open_tool_calls)),
+        "version": after.version,
+        "update_time": after.update_time,
+    }
+
+
+def stored_messages(rows: Sequence[MessageRow], first_seq: int, now: float) -> list[StoredMessage]:
+    """`rows` as they are stored by an append at `first_seq` at time `now`."""
+    return [
+        StoredMessage(
+            id=r.id,
+            seq=first_seq + i,
+            role=r.role,
+            content=r.content,
+            tokens=r.tokens,
+            tool_calls=r.tool_calls,
+            tool_call_id=r.tool_call_id,
+            reasoning_content=r.reasoning_content,
+            pinned=r.pinned,
+            name=r.name,
+            result_ref=r.result_ref,
+            raw_bytes=r.raw_bytes,
+            truncated=r.truncated,
+            create_time=now,
+        )
+        for i, r in enumerate(rows)
+    ]
 
 
 class Store:
@@ -604,89 +681,100 @@ class Store:
         lock, so they never conflict: `advance` maps the waiting tool calls before the append to those
         after it (or raises). A `request_id` seen before returns that append's messages instead."""
         now = time.time()
-        # Compressing and hashing raw results is done before the write transaction, off the event loop.
-        raw_size = sum(r.raw_bytes for r in rows if r.result_ref)
-        raw_results = await cpu.run(raw_size, lambda: [_raw_result(r) for r in rows if r.result_ref])
+        raw_results = await _encode_raw_results(rows)
         async with self._write() as conn:
             session = await self._get_session(conn, tenant, session_id, lock=True)
             if request_id:
                 previous = await self._append_request(conn, session, request_id)
                 if previous is not None:
                     return previous, session
-            open_tool_calls = advance(session.open_tool_calls)
-            first_seq = session.head_seq + 1
+            after = appended_session(session, len(rows), advance(session.open_tool_calls), now)
             s = schema.sessions.c
-            await conn.execute(
-                update(schema.sessions)
-                .where(s.id == session.id)
-                .values(
-                    head_seq=session.head_seq + len(rows),
-                    open_tool_calls=json.dumps(list(open_tool_calls)),
-                    version=s.version + 1,
-                    update_time=now,
-                )
-            )
+            await conn.execute(update(schema.sessions).where(s.id == session.id).values(**_head_values(after)))
+            await self._insert_messages(conn, session, rows, raw_results, request_id, now)
+        return stored_messages(rows, session.head_seq + 1, now), after
+
+    async def append_answered(
+        self,
+        session: SessionRecord,
+        rows: Sequence[MessageRow],
+        request_id: str,
+        open_tool_calls: tuple[str, ...],
+        bookkeeping_json: str,
+        revision: int,
+        now: float,
+    ) -> int:
+        """The hot path of an append-only Prepare, in one transaction: appends `rows` (maybe none) and
+        writes the answer's bookkeeping (not the rest of the state), only if the session is still
+        `session` (same version and branch) and the state still at `revision`; raises StaleSession
+        otherwise and writes nothing. A `request_id` seen before also raises StaleSession: the caller's
+        full path answers it. Returns the state's new revision."""
+        raw_results = await _encode_raw_results(rows)
+        s = schema.sessions.c
+        current = and_(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+        current = and_(current, s.branch_id == session.branch_id)
+        async with self._write() as conn:
             if rows:
-                await conn.execute(
-                    insert(schema.messages),
-                    [
-                        {
-                            "id": r.id,
-                            "segment_id": session.segment_id,
-                            "seq": first_seq + i,
-                            "role": r.role.value,
-                            "content": r.content,
-                            "tool_calls_json": json.dumps([c.__dict__ for c in r.tool_calls]) if r.tool_calls else None,
-                            "tool_call_id": r.tool_call_id or None,
-                            "reasoning_content": r.reasoning_content,
-                            "name": r.name,
-                            "pinned": r.pinned,
-                            "tokens": r.tokens,
-                            "result_ref": r.result_ref or None,
-                            "raw_bytes": r.raw_bytes,
-                            "truncated": r.truncated,
-                            "create_time": now,
-                        }
-                        for i, r in enumerate(rows)
-                    ],
-                )
-                if raw_results:
-                    await self._insert_results(conn, session.segment_id, raw_results)
-            if request_id:
-                await conn.execute(
-                    insert(schema.append_requests).values(
-                        session_id=session.id,
-                        request_id=request_id,
-                        message_ids_json=json.dumps([r.id for r in rows]),
-                        create_time=now,
-                    )
-                )
-        stored = [
-            StoredMessage(
-                id=r.id,
-                seq=first_seq + i,
-                role=r.role,
-                content=r.content,
-                tokens=r.tokens,
-                tool_calls=r.tool_calls,
-                tool_call_id=r.tool_call_id,
-                reasoning_content=r.reasoning_content,
-                pinned=r.pinned,
-                name=r.name,
-                result_ref=r.result_ref,
-                raw_bytes=r.raw_bytes,
-                truncated=r.truncated,
-                create_time=now,
+                if request_id and await self._append_request(conn, session, request_id) is not None:
+                    raise StaleSession(session.id)
+                after = appended_session(session, len(rows), open_tool_calls, now)
+                swapped = await conn.execute(update(schema.sessions).where(current).values(**_head_values(after)))
+                if swapped.rowcount != 1:
+                    raise StaleSession(session.id)
+                await self._insert_messages(conn, session, rows, raw_results, request_id, now)
+            elif (await conn.execute(select(s.id).where(current))).first() is None:
+                raise StaleSession(session.id)
+            written = await self._put_state(conn, session.id, {"bookkeeping_json": bookkeeping_json}, revision, now)
+            if not written:
+                raise StaleSession(session.id)
+            return written
+
+    async def _insert_messages(
+        self,
+        conn: AsyncConnection,
+        session: SessionRecord,
+        rows: Sequence[MessageRow],
+        raw_results: Sequence[EncodedResult],
+        request_id: str,
+        now: float,
+    ) -> None:
+        """The rows of an append after `session`'s head: messages, raw results, the request id."""
+        first_seq = session.head_seq + 1
+        if rows:
+            await conn.execute(
+                insert(schema.messages),
+                [
+                    {
+                        "id": r.id,
+                        "segment_id": session.segment_id,
+                        "seq": first_seq + i,
+                        "role": r.role.value,
+                        "content": r.content,
+                        "tool_calls_json": json.dumps([c.__dict__ for c in r.tool_calls]) if r.tool_calls else None,
+                        "tool_call_id": r.tool_call_id or None,
+                        "reasoning_content": r.reasoning_content,
+                        "name": r.name,
+                        "pinned": r.pinned,
+                        "tokens": r.tokens,
+                        "result_ref": r.result_ref or None,
+                        "raw_bytes": r.raw_bytes,
+                        "truncated": r.truncated,
+                        "create_time": now,
+                    }
+                    for i, r in enumerate(rows)
+                ],
             )
-            for i, r in enumerate(rows)
-        ]
-        return stored, replace(
-            session,
-            head_seq=session.head_seq + len(rows),
-            open_tool_calls=open_tool_calls,
-            version=session.version + 1,
-            update_time=now,
-        )
+            if raw_results:
+                await self._insert_results(conn, session.segment_id, raw_results)
+        if request_id:
+            await conn.execute(
+                insert(schema.append_requests).values(
+                    session_id=session.id,
+                    request_id=request_id,
+                    message_ids_json=json.dumps([r.id for r in rows]),
+                    create_time=now,
+                )
+            )
 
     async def _append_request(
         self, conn: AsyncConnection, session: SessionRecord, request_id: str
@@ -887,9 +975,9 @@ class Store:
                 _stored_message(r)
                 for r in (await conn.execute(select(schema.messages).where(_in_ranges(ranges)).order_by(m.seq))).all()
             ]
-            state = (await conn.execute(select(cs.state_json, cs.revision).where(cs.session_id == session.id))).first()
+            state = (await conn.execute(_STATE_QUERY.where(cs.session_id == session.id))).first()
         return ContextSnapshot(
-            session, checkpoint, kept, after, state.state_json if state else None, state.revision if state else 0
+            session, checkpoint, kept, after, state_document(state) if state else None, state.revision if state else 0
         )
 
     async def install(
@@ -938,7 +1026,7 @@ class Store:
                 raise StaleSession(session.id)
             if document is not None:
                 await self._insert_document(conn, document)
-            revision = await self._put_state(conn, session.id, state_json, None, now)
+            revision = await self._put_state(conn, session.id, _whole_state(state_json), None, now)
             return await self._get_session(conn, session.tenant, session.id), revision
 
     async def _insert_document(self, conn: AsyncConnection, document: FoldDocument) -> None:
@@ -995,25 +1083,26 @@ class Store:
         """Bookkeeping write: stores the state only if nobody wrote it since `revision` was read.
         Returns the new revision, or 0 when someone else wrote first."""
         async with self._write() as conn:
-            return await self._put_state(conn, session_id, state_json, revision, time.time())
+            return await self._put_state(conn, session_id, _whole_state(state_json), revision, time.time())
 
     async def read_state(self, session: SessionRecord) -> tuple[str | None, int]:
         cs = schema.context_states.c
         async with self._read() as conn:
-            row = (await conn.execute(select(cs.state_json, cs.revision).where(cs.session_id == session.id))).first()
-        return (row.state_json, row.revision) if row else (None, 0)
+            row = (await conn.execute(_STATE_QUERY.where(cs.session_id == session.id))).first()
+        return (state_document(row), row.revision) if row else (None, 0)
 
     async def _put_state(
-        self, conn: AsyncConnection, session_id: str, state_json: str, revision: int | None, now: float
+        self, conn: AsyncConnection, session_id: str, values: dict[str, str | None], revision: int | None, now: float
     ) -> int:
-        """Writes the state (its row exists from the session's creation): with a `revision`, only over
-        that revision. Returns the new revision, or 0 when the expected revision was not there."""
+        """Writes the state's columns `values` (its row exists from the session's creation): with a
+        `revision`, only over that revision. Returns the new revision, or 0 when the expected revision
+        was not there."""
         cs = schema.context_states.c
         query = update(schema.context_states).where(cs.session_id == session_id)
         if revision is not None:
             query = query.where(cs.revision == revision)
         written = await conn.execute(
-            query.values(state_json=state_json, revision=cs.revision + 1, update_time=now).returning(cs.revision)
+            query.values(**values, revision=cs.revision + 1, update_time=now).returning(cs.revision)
         )
         new_revision = written.scalar_one_or_none()
         return int(new_revision) if new_revision is not None else 0

@@ -149,12 +149,15 @@ append_requests = Table(
     Column("create_time", Float, nullable=False),
 )
 
-# The projection "sidecar" (schema v3 JSON) per session.
+# The projection "sidecar" (schema v3 JSON) per session. The state is `state_json` with the fields of
+# `bookkeeping_json` over it: an append-only Prepare writes only those (its view record, counters,
+# activity), any other write the whole state and NULL there.
 context_states = Table(
     "context_states",
     metadata,
     Column("session_id", ID, ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True),
     Column("state_json", Text, nullable=False),
+    Column("bookkeeping_json", Text, nullable=True),
     # Bumped by every write; bookkeeping writes compare-and-swap on it.
     Column("revision", BigInteger, nullable=False),
     Column("update_time", Float, nullable=False),

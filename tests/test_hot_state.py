@@ -1,0 +1,272 @@
+"""The Prepare hot path: a server answers from its cached view of a session only while nobody else
+wrote it (compare-and-swap on the session's version and branch and the state's revision); its cache is
+bounded by bytes; and what it answers is what a server without the cache answers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import grpc
+import pytest
+
+from conftest import fresh_database, settings_for
+from ctxfold.engine.maintenance import Projection
+from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.state import ContextState, Receipt, ViewRecord, load_state, view_version
+from ctxfold.server import RunningServer, start
+from ctxfold.service.hot_state import SESSION_OVERHEAD_BYTES, HotSession, HotState, message_bytes
+from ctxfold.store.repository import SessionRecord, state_document
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from test_prepare import call, create, prepare, result, transcript, user
+
+TENANT = "default"  # of a server without a tokens file
+
+
+@dataclass
+class Replica:
+    running: RunningServer
+    stub: pb_grpc.ContextServiceStub
+
+    async def version(self, session_id: str) -> int:
+        return (await self.running.store.get_session(TENANT, session_id)).version
+
+    def cached_version(self, session_id: str) -> int:
+        """The session version this replica's hot state holds (0: none); peeks without counting a lookup."""
+        entry = self.running.hot_state._entries.get((TENANT, session_id))
+        return entry.session.version if entry else 0
+
+
+@pytest.fixture
+async def replicas(backend: str, tmp_path: Path) -> AsyncIterator[tuple[Replica, Replica]]:
+    """Two servers on one database (PostgreSQL, or one SQLite file), as two replicas."""
+    url = await fresh_database(backend, tmp_path)
+    servers = [await start(settings_for(url)) for _ in range(2)]
+    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") for s in servers]
+    try:
+        first, second = (Replica(s, pb_grpc.ContextServiceStub(c)) for s, c in zip(servers, channels, strict=True))
+        yield first, second
+    finally:
+        for channel in channels:
+            await channel.close()
+        for server in servers:
+            await server.stop(grace=1.0)
+
+
+def contents(messages: object) -> list[str]:
+    return [m.content for m in messages if m.role != pb.ROLE_SYSTEM]  # type: ignore[attr-defined]
+
+
+async def test_append_by_another_replica_between_two_prepares_is_in_the_next_view(
+    replicas: tuple[Replica, Replica],
+) -> None:
+    a, b = replicas
+    session = await create(a.stub, context_window=200_000, system_prompt="You are a careful agent.")
+    await prepare(a.stub, session.id, user("Investigate the flaky test"))
+    last = (await prepare(a.stub, session.id, call("c0", "look"), result("c0", "log line"))).result
+    assert a.cached_version(session.id) == await a.version(session.id)  # A's next Prepare could use its cache
+
+    await prepare(b.stub, session.id, user("from B, by Prepare"))
+    await b.stub.AppendMessages(
+        pb.AppendMessagesRequest(session_id=session.id, messages=[call("c1", "B acts"), result("c1", "B's output")])
+    )
+    assert a.cached_version(session.id) < await a.version(session.id)
+
+    answer = (await prepare(a.stub, session.id, user("A again"), known_view_version=last.view_version)).result
+    stored = [m.content for m in await transcript(a.stub, session.id)]
+    assert stored == [
+        "Investigate the flaky test",
+        "look",
+        "log line",
+        "from B, by Prepare",
+        "B acts",
+        "B's output",
+        "A again",
+    ]
+    assert answer.delta and contents(answer.messages) == stored[3:]
+    assert answer.view_message_count == len(stored) + 1  # and the system prompt
+    full = (await prepare(a.stub, session.id)).result
+    assert contents(full.messages) == stored
+    assert a.cached_version(session.id) == await a.version(session.id)
+
+
+async def test_rewind_by_another_replica_is_never_answered_from_the_cache(replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    session = await create(a.stub, context_window=200_000)
+    for i in range(3):
+        await prepare(a.stub, session.id, user(f"turn {i}"), pb.Message(role=pb.ROLE_ASSISTANT, content=f"answer {i}"))
+    await b.stub.Rewind(pb.RewindRequest(session_id=session.id, to_seq=2))
+    answer = (await prepare(a.stub, session.id, user("after the rewind"))).result
+    assert contents(answer.messages) == ["turn 0", "answer 0", "after the rewind"]
+    assert [m.content for m in await transcript(a.stub, session.id)] == contents(answer.messages)
+
+
+async def test_hot_answers_equal_a_cold_load(replicas: tuple[Replica, Replica]) -> None:
+    """A runs every call on its hot state (usage observed between them); B, which never saw the
+    session, loads it from the database: both answer the same view, version and estimate."""
+    a, b = replicas
+    session = await create(a.stub, context_window=100_000, system_prompt="system")
+    await prepare(a.stub, session.id, user("task " * 50))
+    for i in range(6):
+        answer = (await prepare(a.stub, session.id, call(f"c{i}", "run"), result(f"c{i}", f"output {i} " * 40))).result
+        await a.stub.ObserveUsage(
+            pb.ObserveUsageRequest(
+                session_id=session.id, view_version=answer.view_version, input_tokens=answer.estimated_tokens
+            )
+        )
+    assert a.cached_version(session.id) == await a.version(session.id)
+    hot = (await prepare(a.stub, session.id)).result
+    cold = (await prepare(b.stub, session.id)).result
+    assert (hot.view_version, hot.estimated_tokens, hot.view_message_count) == (
+        cold.view_version,
+        cold.estimated_tokens,
+        cold.view_message_count,
+    )
+    assert [(m.role, m.content) for m in hot.messages] == [(m.role, m.content) for m in cold.messages]
+
+
+async def test_a_repeated_request_id_appends_once_on_the_hot_path(replicas: tuple[Replica, Replica]) -> None:
+    a, _ = replicas
+    session = await create(a.stub, context_window=200_000)
+    await prepare(a.stub, session.id, user("start"))
+    first = (await prepare(a.stub, session.id, user("once"), request_id="r-1")).result
+    again = (await prepare(a.stub, session.id, user("once"), request_id="r-1")).result
+    assert [m.content for m in await transcript(a.stub, session.id)] == ["start", "once"]
+    assert [m.id for m in again.appended] == [m.id for m in first.appended]
+    assert again.view_version == first.view_version
+
+
+# ---- the cache itself --------------------------------------------------------------------------
+
+CONFIG = SessionConfig(context_window=200_000)
+
+
+def message(seq: int, role: Role, content: str, *calls: ToolCall) -> StoredMessage:
+    return StoredMessage(
+        id=f"m{seq}",
+        seq=seq,
+        role=role,
+        content=content,
+        tokens=len(content) // 4 + 1,
+        tool_calls=calls,
+        tool_call_id="",
+        reasoning_content="",
+        pinned=False,
+        name="",
+        result_ref="",
+        raw_bytes=0,
+        truncated=False,
+        create_time=0.0,
+    )
+
+
+def projection(*messages: StoredMessage) -> Projection:
+    return Projection(CONFIG, 10, 0, 1.0, None, (), messages, {})
+
+
+def entry(session_id: str, version: int, text_bytes: int) -> HotSession:
+    record = SessionRecord(session_id, "", "{}", 10, 0, "g", 1, "b", None, (), version, None, 0, 0.0, 0.0)
+    return HotSession.of(record, projection(message(1, Role.USER, "x" * text_bytes)), ContextState("f"), 1)
+
+
+def test_cache_is_bounded_by_bytes_and_evicts_the_least_recently_used() -> None:
+    one = entry("s1", 1, 10_000).size_bytes
+    assert one == SESSION_OVERHEAD_BYTES + message_bytes([message(1, Role.USER, "x" * 10_000)])
+    cache = HotState(max_bytes=3 * one)
+    for name in ("s1", "s2", "s3"):
+        cache.put(entry(name, 1, 10_000))
+    assert len(cache) == 3 and cache.bytes == 3 * one
+    assert cache.get("", "s1") is not None  # s1 is now the most recently used
+    cache.put(entry("s4", 1, 10_000))
+    assert cache.get("", "s2") is None and len(cache) == 3 and cache.bytes == 3 * one
+    assert all(cache.get("", name) is not None for name in ("s1", "s3", "s4"))
+    cache.put(entry("big", 1, 4 * one))  # larger than the whole bound: not kept, nothing evicted for it
+    assert cache.get("", "big") is None and len(cache) == 3
+    cache.drop("", "s3")
+    assert cache.get("", "s3") is None and cache.bytes == 2 * one
+
+
+def test_cache_keeps_the_newer_snapshot_of_a_session() -> None:
+    cache = HotState()
+    cache.put(entry("s", 5, 10))
+    cache.put(entry("s", 4, 10))  # a call that finished later with an older snapshot
+    found = cache.get("", "s")
+    assert found is not None and found.session.version == 5
+    assert cache.bytes == found.size_bytes
+
+
+def test_advanced_entry_grows_by_the_appended_messages_only() -> None:
+    start = entry("s", 1, 100)
+    appended = [message(2, Role.ASSISTANT, "y" * 500)]
+    grown = start.advanced(start.session, start.projection.extended(appended), appended, start.state, 2)
+    assert grown.size_bytes == start.size_bytes + message_bytes(appended)
+
+
+# ---- the extended projection is the rebuilt one ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("before", "appended"),
+    [
+        # past the opening: extended
+        (
+            [message(1, Role.USER, "task"), message(2, Role.ASSISTANT, "ok")],
+            [message(3, Role.USER, "more"), message(4, Role.ASSISTANT, "done")],
+        ),
+        # the opening grows (a second user message before any answer): rebuilt
+        ([message(1, Role.USER, "task")], [message(2, Role.USER, "and also"), message(3, Role.ASSISTANT, "ok")]),
+        # from nothing
+        ([], [message(1, Role.USER, "task " * 3000)]),
+        # tool calls and results
+        (
+            [message(1, Role.USER, "task"), message(2, Role.ASSISTANT, "", ToolCall("c1", "sh", "{}"))],
+            [message(3, Role.TOOL, "out " * 5000), message(4, Role.ASSISTANT, "next")],
+        ),
+    ],
+)
+def test_extended_projection_equals_the_rebuilt_one(before: list[StoredMessage], appended: list[StoredMessage]) -> None:
+    cached = projection(*before)
+    cached.view()  # computed, as a cached entry's view is
+    extended = cached.extended(appended)
+    rebuilt = projection(*before, *appended)
+    assert extended.view() == rebuilt.view()
+    assert (extended.tokens(), extended.raw_tokens()) == (rebuilt.tokens(), rebuilt.raw_tokens())
+    recalibrated = extended.recalibrated(1.5)
+    assert recalibrated.view() == rebuilt.view()
+    assert recalibrated.tokens() == projection(*before, *appended).recalibrated(1.5).tokens()
+    assert recalibrated.tokens() > rebuilt.tokens()
+
+
+# ---- the bookkeeping is stored on its own ---------------------------------------------------------
+
+
+def test_bookkeeping_laid_over_the_stored_state_is_the_new_state() -> None:
+    stored = ContextState(
+        fingerprint="f",
+        pruned={"m1": 40},
+        receipts=(Receipt("op", "applied", "prune", 900, 300, "threshold", 1.0),),
+        telemetry={"prune_applied": 1, "prepares": 3},
+        views=(ViewRecord(view_version(1, 4), 120),),
+    )
+    answered = replace(
+        stored.with_view(ViewRecord(view_version(1, 6), 180)),
+        transcript_version=6,
+        last_activity=42.0,
+        cache_state="warm",
+        projection_tokens=900,
+    ).count("prepares")
+    row = SimpleNamespace(_mapping={"state_json": stored.to_json(), "bookkeeping_json": answered.bookkeeping_json()})
+    document = state_document(row)
+    assert json.loads(document) == json.loads(answered.to_json())
+    assert load_state(document, "f") == (answered, "")
+    assert len(answered.bookkeeping_json()) < len(answered.to_json())
+
+
+@pytest.mark.parametrize("base", ["{not json", "[1]", ""])
+def test_bookkeeping_over_a_document_that_is_no_state_leaves_it_for_the_reader_to_reject(base: str) -> None:
+    row = SimpleNamespace(_mapping={"state_json": base, "bookkeeping_json": ContextState("f").bookkeeping_json()})
+    assert state_document(row) == base
