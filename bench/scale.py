@@ -489,7 +489,9 @@ async def run_sides(opts: Options, tmp: Path) -> dict[str, Any]:
     try:
         for name in ("small", "big"):
             database = await bl.fresh_database("postgresql", tmp / name, opts.postgres_url, f"scale_{name}")
-            served = await bl.serve_in_process(database, tmp / name)
+            # No hot-state cache: every Prepare takes the cold load (what a cache miss, a restart or
+            # another replica's write costs), which is the path whose plans depend on the database size.
+            served = await bl.serve_in_process(database, tmp / name, hot_state_max_bytes=0)
             capture = Capture()
             event.listen(served.server.store.engine.sync_engine, "before_cursor_execute", capture)
             sides[name] = Side(name, served, capture)
