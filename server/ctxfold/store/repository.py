@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
 import zstandard
-from sqlalchemy import ColumnElement, and_, delete, false, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, false, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxfold import cpu
@@ -26,9 +26,9 @@ from ctxfold.engine.lineage import (
     Segment,
     SeqRange,
     checkpoint_at_or_before,
-    history_ranges,
     live_ranges,
     ranges_within,
+    rewind_splits_head,
     segment_holding,
 )
 from ctxfold.engine.model import Role, StoredMessage, ToolCall
@@ -459,24 +459,30 @@ class Store:
     async def _in_history(self, conn: AsyncConnection, session: SessionRecord) -> ColumnElement[bool]:
         """Matches everything that was ever in the session's transcript, abandoned branches included (but
         not what a fork's source wrote after the fork point). Every message of a segment the session owns
-        is in its history, so those are matched by owner, however many rewinds made them; only the
-        ranges of ancestors written by other sessions (one per fork level) are listed."""
+        is in its history, so those are matched by owner, however many rewinds made them. The rest is the
+        source history the session was forked from: each owned segment whose parent another session wrote
+        branched off that one lineage (at the fork, or lower after a rewind below the fork point), so the
+        one branching highest covers all of them, and its chain is as long as the fork's, not the session's
+        number of segments."""
         seg, m = schema.segments.c, schema.messages.c
-        tips = {
-            row.id: row.tip
-            for row in (
-                await conn.execute(
-                    select(seg.id, func.coalesce(func.max(m.seq), seg.base_seq).label("tip"))
-                    .select_from(schema.segments.outerjoin(schema.messages, m.segment_id == seg.id))
-                    .where(seg.owner_session_id == session.id)
-                    .group_by(seg.id, seg.base_seq)
+        parent = schema.segments.alias("parent")
+        branch = (
+            await conn.execute(
+                select(seg.parent_id, seg.base_seq)
+                .join(parent, parent.c.id == seg.parent_id)
+                .where(
+                    seg.owner_session_id == session.id,
+                    or_(parent.c.owner_session_id.is_(None), parent.c.owner_session_id != session.id),
                 )
-            ).all()
-        }
-        tips[session.segment_id] = max(tips.get(session.segment_id, 0), session.head_seq)
-        inherited = [
-            r for r in history_ranges(await self._segments(conn, list(tips)), tips) if r.segment_id not in tips
-        ]
+                .order_by(seg.base_seq.desc())
+                .limit(1)
+            )
+        ).first()
+        inherited = (
+            []
+            if branch is None
+            else live_ranges(await self._segments(conn, [branch.parent_id]), branch.parent_id, branch.base_seq)
+        )
         owned = select(seg.id).where(seg.owner_session_id == session.id)
         return or_(m.segment_id.in_(owned), _in_ranges(inherited))
 
@@ -541,7 +547,10 @@ class Store:
                     create_time=now,
                 )
             )
-            if point.parent_segment_id == session.segment_id:
+            if point.parent_segment_id == session.segment_id and rewind_splits_head(
+                len(await self._segments(conn, [session.segment_id])),
+                await self._live_branch_depth_after(conn, session.segment_id, to_seq),
+            ):
                 # The point is in the head segment: its tail moves to the new segment, which becomes an
                 # abandoned branch, and the head keeps appending in place. Otherwise every rewind would
                 # add a segment to the live chain and a range to every query.
@@ -568,6 +577,23 @@ class Store:
             # Checkpoints past the new head are unreachable now unless a fork still uses them.
             chain = await self._checkpoint_chain(conn, session.checkpoint_id)
             await self._drop_unreachable_checkpoints(conn, chain, session.checkpoint_id, stop_at=point.checkpoint_id)
+
+    @staticmethod
+    async def _live_branch_depth_after(conn: AsyncConnection, segment_id: str, seq: int) -> int:
+        """How many segments below `segment_id` the deepest session head lies, among the branches that
+        start after `seq` (what moving that tail re-parents); 0 when no session's head is there."""
+        seg, s = schema.segments.c, schema.sessions.c
+        below = (
+            select(seg.id, literal(1).label("depth"))
+            .where(seg.parent_id == segment_id, seg.base_seq > seq)
+            .cte("below", recursive=True)
+        )
+        child = schema.segments.alias("child")
+        below = below.union_all(
+            select(child.c.id, (below.c.depth + 1).label("depth")).where(child.c.parent_id == below.c.id)
+        )
+        query = select(func.max(below.c.depth)).select_from(below.join(schema.sessions, s.segment_id == below.c.id))
+        return int((await conn.execute(query)).scalar_one() or 0)
 
     @staticmethod
     async def _split_tail(conn: AsyncConnection, segment_id: str, seq: int, tail_id: str) -> None:
