@@ -43,8 +43,10 @@ from ctxfold.store.database import WRITE_OPTION
 ZSTD_LEVEL = 3
 # Raw results below this size are stored uncompressed; compression costs more than it saves.
 _COMPRESS_MIN_BYTES = 1024
-# Larger ones are stored in chunks of this many raw bytes, each compressed on its own: a page read
-# (at most 24 KiB) decompresses one or two chunks, whatever the size of the result.
+# Results longer than this many raw bytes are stored in chunks of it, each compressed on its own; shorter
+# ones are kept whole (in `data`, or as the message content). So a page read (at most 24 KiB) fetches
+# and decompresses at most two chunks or one whole result of at most one chunk, whatever the result's
+# size (migration 0006 chunks the longer rows stored whole before).
 CHUNK_BYTES = 64 << 10
 
 
@@ -222,8 +224,8 @@ def _in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
 
 
 def _encode_result(ref: str, message_id: str, raw: bytes, *, inline: bool = False) -> EncodedResult:
-    """How `raw` is stored: only its identity when it is the message content (`inline`), whole when
-    small, else in independently compressed chunks. The sha256 is of the whole result."""
+    """How `raw` is stored: only its identity when it is the message content (`inline`) of at most one
+    chunk, whole when small, else in independently compressed chunks. The sha256 is of the whole result."""
     row: dict[str, object] = {
         "ref": ref,
         "message_id": message_id,
@@ -233,7 +235,7 @@ def _encode_result(ref: str, message_id: str, raw: bytes, *, inline: bool = Fals
         "sha256": sha256_hex(raw),
         "chunk_bytes": None,
     }
-    if inline:
+    if inline and len(raw) <= CHUNK_BYTES:
         return EncodedResult(row, [])
     if len(raw) < _COMPRESS_MIN_BYTES:
         return EncodedResult({**row, "codec": "identity", "data": raw}, [])
@@ -1102,9 +1104,8 @@ class Store:
             start, stop = span_of(row.total_bytes)
             if row.codec == "zstd_chunks":
                 data = await self._chunked_span(conn, ref, row.chunk_bytes, start, stop)
-            elif row.codec in ("inline", "identity", "zstd"):
-                # Whole-stored rows: results small enough to be the message content or below
-                # _COMPRESS_MIN_BYTES, and rows written before results were chunked (migration 0003).
+            elif row.codec in ("inline", "identity"):
+                # Kept whole: at most CHUNK_BYTES (see CHUNK_BYTES), no more than a chunked read costs.
                 data = (await self._whole_raw(conn, ref, row.codec, row.message_id))[start:stop]
             else:
                 raise DomainError(Kind.INTERNAL, "STORAGE_CORRUPT", f"unknown codec {row.codec!r} for {ref}")
@@ -1130,15 +1131,13 @@ class Store:
 
     @staticmethod
     async def _whole_raw(conn: AsyncConnection, ref: str, codec: str, message_id: str) -> bytes:
+        """A result kept whole (the one place those are read)."""
         if codec == "inline":
             m = schema.messages.c
             content = (await conn.execute(select(m.content).where(m.id == message_id))).scalar_one()
             return str(content).encode()
         tr = schema.tool_results.c
-        data = bytes((await conn.execute(select(tr.data).where(tr.ref == ref))).scalar_one())
-        if codec == "zstd":
-            return await cpu.run(len(data), zstandard.ZstdDecompressor().decompress, data)
-        return data
+        return bytes((await conn.execute(select(tr.data).where(tr.ref == ref))).scalar_one())
 
     # ---- introspection (tests, benchmarks, operations) ------------------------------------------
 
