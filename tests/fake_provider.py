@@ -49,6 +49,8 @@ BEHAVIOURS = (
     "trickle",  # streams a keep-alive comment every 0.5 s and never finishes (until stall_limit)
     "huge",  # an 8 MiB summary
     "not_json",  # a 200 answer that is plain text, not a chat completion
+    "wrong_shape",  # a 200 answer of another shape: no content (Anthropic), choices not a list (OpenAI)
+    "bad_event",  # a text delta that is a number instead of a string
 )
 HUGE_SUMMARY_BYTES = 8 << 20
 KILL_MODES = ("error500", "close", "down")
@@ -324,7 +326,18 @@ class _Handler(BaseHTTPRequestHandler):
             "completion_tokens": max(1, len(text) // 4),
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        content: Any = 5 if record.behaviour == "bad_event" else text
         if not record.streamed:
+            choices: Any = [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": finish,
+                    "logprobs": None,
+                }
+            ]
+            if record.behaviour == "wrong_shape":
+                choices = "none"
             self._json(
                 200,
                 {
@@ -332,14 +345,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "object": "chat.completion",
                     "created": 0,
                     "model": model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": text},
-                            "finish_reason": finish,
-                            "logprobs": None,
-                        }
-                    ],
+                    "choices": choices,
                     "usage": usage,
                 },
             )
@@ -355,9 +361,10 @@ class _Handler(BaseHTTPRequestHandler):
             }
 
         self._head(200, "text/event-stream")
-        self._event(chunk({"role": "assistant", "content": ""}))
+        first = chunk({"role": "assistant", "content": ""})
+        self._event({**first, "choices": "none"} if record.behaviour == "wrong_shape" else first)
         for index, piece in enumerate(self._streamed_pieces(record, text), start=1):
-            self._event(chunk({"content": piece}))
+            self._event(chunk({"content": 5 if record.behaviour == "bad_event" else piece}))
             self._stalled(record, index)
         if record.behaviour == "cut":
             self._end_chunks()
@@ -407,6 +414,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
             self._json(200, message)
             return
+        if record.behaviour == "wrong_shape":
+            del message["content"]
         self._head(200, "text/event-stream")
         self._event({"type": "message_start", "message": message}, "message_start")
         self._event(
@@ -415,7 +424,11 @@ class _Handler(BaseHTTPRequestHandler):
         )
         for index, piece in enumerate(self._streamed_pieces(record, text), start=1):
             self._event(
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": 5 if record.behaviour == "bad_event" else piece},
+                },
                 "content_block_delta",
             )
             self._stalled(record, index)

@@ -432,7 +432,7 @@ FAILURES = {
     "not_smaller": "not smaller",
     "huge": "reading stopped",  # read only up to what summary_max_tokens allows
     "trickle": "deadline",  # keep-alives every 0.5 s never trip the read timeout; the call's deadline ends it
-    "not_json": "not a chat completion",
+    "not_json": "the chat completion is malformed",
 }
 # The summarizer each failure is played to ("fake" unless named here).
 SUMMARIZER_FOR = {"trickle": "fake_deadline", "not_json": "fake_plain"}

@@ -4,7 +4,7 @@ A segment holds messages with seq > its `base_seq`; for seq <= base_seq the tran
 the parent segment. Fork and Rewind never copy messages: a fork starts a new segment whose parent is
 the segment holding the fork point, so history is shared structurally (O(1) per fork). A rewind into
 the head segment moves that segment's tail to a new (abandoned) segment and keeps the head, so the
-live chain does not grow with rewinds (see Store.rewind)."""
+live chain does not grow with rewinds (see Store.rewind and `rewind_splits_head`)."""
 
 from __future__ import annotations
 
@@ -42,26 +42,22 @@ def live_ranges(segments: Mapping[str, Segment], head_segment_id: str, head_seq:
     return ranges
 
 
-def history_ranges(segments: Mapping[str, Segment], tips: Mapping[str, int]) -> list[SeqRange]:
-    """Every range that was ever part of a session's transcript: from each segment the session wrote
-    (`tips`: segment id -> the highest seq in it, or its base when it is empty) down its parents.
-    Ranges of one segment reached along several paths are merged."""
-    spans: dict[str, list[tuple[int, int]]] = {}
-    for segment_id, tip in tips.items():
-        for r in live_ranges(segments, segment_id, tip):
-            spans.setdefault(r.segment_id, []).append((r.lo, r.hi))
-    merged: list[SeqRange] = []
-    for segment_id, intervals in spans.items():
-        intervals.sort()
-        lo, hi = intervals[0]
-        for next_lo, next_hi in intervals[1:]:
-            if next_lo <= hi:
-                hi = max(hi, next_hi)
-            else:
-                merged.append(SeqRange(segment_id, lo, hi))
-                lo, hi = next_lo, next_hi
-        merged.append(SeqRange(segment_id, lo, hi))
-    return merged
+# A rewind that would push some live branch's chain past this many segments starts a new head segment
+# instead (see `rewind_splits_head`).
+MAX_LIVE_CHAIN = 6
+
+
+def rewind_splits_head(head_chain: int, live_branch_depth: int) -> bool:
+    """Whether a rewind into the head segment moves the head's tail to a new segment (the session keeps
+    its chain of `head_chain` segments) rather than starting a new head segment (its chain grows by one).
+    Moving the tail re-parents the branches that start in it onto the new segment, lengthening each of
+    their chains by one; the deepest session head among them lies `live_branch_depth` segments below the
+    head segment (0: none). Each choice lengthens someone's chain: the tail moves unless that takes a
+    live branch past MAX_LIVE_CHAIN, or when the session's own chain is already that long (a new head
+    segment would be no shorter). So repeated "fork at the head, rewind below the fork, append" keeps
+    every chain within MAX_LIVE_CHAIN whether the rewinds go up or down the transcript."""
+    moved_chain = head_chain + live_branch_depth + 1 if live_branch_depth else 0
+    return moved_chain <= MAX_LIVE_CHAIN or head_chain >= MAX_LIVE_CHAIN
 
 
 def ranges_within(ranges: list[SeqRange], lo: int, hi: int) -> list[SeqRange]:

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
 import zstandard
-from sqlalchemy import ColumnElement, and_, delete, false, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, delete, false, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxfold import cpu
@@ -26,9 +26,9 @@ from ctxfold.engine.lineage import (
     Segment,
     SeqRange,
     checkpoint_at_or_before,
-    history_ranges,
     live_ranges,
     ranges_within,
+    rewind_splits_head,
     segment_holding,
 )
 from ctxfold.engine.model import Role, StoredMessage, ToolCall
@@ -43,8 +43,10 @@ from ctxfold.store.database import WRITE_OPTION
 ZSTD_LEVEL = 3
 # Raw results below this size are stored uncompressed; compression costs more than it saves.
 _COMPRESS_MIN_BYTES = 1024
-# Larger ones are stored in chunks of this many raw bytes, each compressed on its own: a page read
-# (at most 24 KiB) decompresses one or two chunks, whatever the size of the result.
+# Results longer than this many raw bytes are stored in chunks of it, each compressed on its own; shorter
+# ones are kept whole (in `data`, or as the message content). So a page read (at most 24 KiB) fetches
+# and decompresses at most two chunks or one whole result of at most one chunk, whatever the result's
+# size (migration 0006 chunks the longer rows stored whole before).
 CHUNK_BYTES = 64 << 10
 
 
@@ -249,8 +251,8 @@ def _in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
 
 
 def _encode_result(ref: str, message_id: str, raw: bytes, *, inline: bool = False) -> EncodedResult:
-    """How `raw` is stored: only its identity when it is the message content (`inline`), whole when
-    small, else in independently compressed chunks. The sha256 is of the whole result."""
+    """How `raw` is stored: only its identity when it is the message content (`inline`) of at most one
+    chunk, whole when small, else in independently compressed chunks. The sha256 is of the whole result."""
     row: dict[str, object] = {
         "ref": ref,
         "message_id": message_id,
@@ -260,7 +262,7 @@ def _encode_result(ref: str, message_id: str, raw: bytes, *, inline: bool = Fals
         "sha256": sha256_hex(raw),
         "chunk_bytes": None,
     }
-    if inline:
+    if inline and len(raw) <= CHUNK_BYTES:
         return EncodedResult(row, [])
     if len(raw) < _COMPRESS_MIN_BYTES:
         return EncodedResult({**row, "codec": "identity", "data": raw}, [])
@@ -536,24 +538,30 @@ class Store:
     async def _in_history(self, conn: AsyncConnection, session: SessionRecord) -> ColumnElement[bool]:
         """Matches everything that was ever in the session's transcript, abandoned branches included (but
         not what a fork's source wrote after the fork point). Every message of a segment the session owns
-        is in its history, so those are matched by owner, however many rewinds made them; only the
-        ranges of ancestors written by other sessions (one per fork level) are listed."""
+        is in its history, so those are matched by owner, however many rewinds made them. The rest is the
+        source history the session was forked from: each owned segment whose parent another session wrote
+        branched off that one lineage (at the fork, or lower after a rewind below the fork point), so the
+        one branching highest covers all of them, and its chain is as long as the fork's, not the session's
+        number of segments."""
         seg, m = schema.segments.c, schema.messages.c
-        tips = {
-            row.id: row.tip
-            for row in (
-                await conn.execute(
-                    select(seg.id, func.coalesce(func.max(m.seq), seg.base_seq).label("tip"))
-                    .select_from(schema.segments.outerjoin(schema.messages, m.segment_id == seg.id))
-                    .where(seg.owner_session_id == session.id)
-                    .group_by(seg.id, seg.base_seq)
+        parent = schema.segments.alias("parent")
+        branch = (
+            await conn.execute(
+                select(seg.parent_id, seg.base_seq)
+                .join(parent, parent.c.id == seg.parent_id)
+                .where(
+                    seg.owner_session_id == session.id,
+                    or_(parent.c.owner_session_id.is_(None), parent.c.owner_session_id != session.id),
                 )
-            ).all()
-        }
-        tips[session.segment_id] = max(tips.get(session.segment_id, 0), session.head_seq)
-        inherited = [
-            r for r in history_ranges(await self._segments(conn, list(tips)), tips) if r.segment_id not in tips
-        ]
+                .order_by(seg.base_seq.desc())
+                .limit(1)
+            )
+        ).first()
+        inherited = (
+            []
+            if branch is None
+            else live_ranges(await self._segments(conn, [branch.parent_id]), branch.parent_id, branch.base_seq)
+        )
         owned = select(seg.id).where(seg.owner_session_id == session.id)
         return or_(m.segment_id.in_(owned), _in_ranges(inherited))
 
@@ -618,7 +626,10 @@ class Store:
                     create_time=now,
                 )
             )
-            if point.parent_segment_id == session.segment_id:
+            if point.parent_segment_id == session.segment_id and rewind_splits_head(
+                len(await self._segments(conn, [session.segment_id])),
+                await self._live_branch_depth_after(conn, session.segment_id, to_seq),
+            ):
                 # The point is in the head segment: its tail moves to the new segment, which becomes an
                 # abandoned branch, and the head keeps appending in place. Otherwise every rewind would
                 # add a segment to the live chain and a range to every query.
@@ -645,6 +656,23 @@ class Store:
             # Checkpoints past the new head are unreachable now unless a fork still uses them.
             chain = await self._checkpoint_chain(conn, session.checkpoint_id)
             await self._drop_unreachable_checkpoints(conn, chain, session.checkpoint_id, stop_at=point.checkpoint_id)
+
+    @staticmethod
+    async def _live_branch_depth_after(conn: AsyncConnection, segment_id: str, seq: int) -> int:
+        """How many segments below `segment_id` the deepest session head lies, among the branches that
+        start after `seq` (what moving that tail re-parents); 0 when no session's head is there."""
+        seg, s = schema.segments.c, schema.sessions.c
+        below = (
+            select(seg.id, literal(1).label("depth"))
+            .where(seg.parent_id == segment_id, seg.base_seq > seq)
+            .cte("below", recursive=True)
+        )
+        child = schema.segments.alias("child")
+        below = below.union_all(
+            select(child.c.id, (below.c.depth + 1).label("depth")).where(child.c.parent_id == below.c.id)
+        )
+        query = select(func.max(below.c.depth)).select_from(below.join(schema.sessions, s.segment_id == below.c.id))
+        return int((await conn.execute(query)).scalar_one() or 0)
 
     @staticmethod
     async def _split_tail(conn: AsyncConnection, segment_id: str, seq: int, tail_id: str) -> None:
@@ -1165,9 +1193,8 @@ class Store:
             start, stop = span_of(row.total_bytes)
             if row.codec == "zstd_chunks":
                 data = await self._chunked_span(conn, ref, row.chunk_bytes, start, stop)
-            elif row.codec in ("inline", "identity", "zstd"):
-                # Whole-stored rows: results small enough to be the message content or below
-                # _COMPRESS_MIN_BYTES, and rows written before results were chunked (migration 0003).
+            elif row.codec in ("inline", "identity"):
+                # Kept whole: at most CHUNK_BYTES (see CHUNK_BYTES), no more than a chunked read costs.
                 data = (await self._whole_raw(conn, ref, row.codec, row.message_id))[start:stop]
             else:
                 raise DomainError(Kind.INTERNAL, "STORAGE_CORRUPT", f"unknown codec {row.codec!r} for {ref}")
@@ -1193,15 +1220,13 @@ class Store:
 
     @staticmethod
     async def _whole_raw(conn: AsyncConnection, ref: str, codec: str, message_id: str) -> bytes:
+        """A result kept whole (the one place those are read)."""
         if codec == "inline":
             m = schema.messages.c
             content = (await conn.execute(select(m.content).where(m.id == message_id))).scalar_one()
             return str(content).encode()
         tr = schema.tool_results.c
-        data = bytes((await conn.execute(select(tr.data).where(tr.ref == ref))).scalar_one())
-        if codec == "zstd":
-            return await cpu.run(len(data), zstandard.ZstdDecompressor().decompress, data)
-        return data
+        return bytes((await conn.execute(select(tr.data).where(tr.ref == ref))).scalar_one())
 
     # ---- introspection (tests, benchmarks, operations) ------------------------------------------
 

@@ -97,8 +97,9 @@ messages = Table(
 )
 
 # The full text of every tool result; readable page by page with ReadToolResult. `codec` says where
-# the bytes are: "inline" (the message content), "identity" or "zstd" (all of them in `data`), or
-# "zstd_chunks" (in `tool_result_chunks`, `chunk_bytes` raw bytes per chunk; `data` is empty).
+# the bytes are: "inline" (the message content) or "identity" (all of them in `data`), both for results
+# of at most one chunk, or "zstd_chunks" (in `tool_result_chunks`, `chunk_bytes` raw bytes per chunk;
+# `data` is empty). Rows of codec "zstd" (one frame, before 0003) are chunked by migration 0006.
 tool_results = Table(
     "tool_results",
     metadata,

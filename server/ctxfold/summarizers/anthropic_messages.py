@@ -10,24 +10,40 @@ import os
 from typing import Any
 
 import anthropic
+import pydantic
 
 from ctxfold.config import ConfigError
 from ctxfold.summarizers.base import (
     DEFAULT_DEADLINE_SECONDS,
     OnDelta,
     OutputBound,
+    StreamedAnswer,
     SummarizerError,
     SummaryRequest,
     SummaryResult,
     deadline,
+    event_data,
+    parsed,
 )
 from ctxfold.summarizers.chat_format import anthropic_messages
 
 _EPHEMERAL = {"type": "ephemeral"}
+PROVIDER = "anthropic"
+# The Messages stream events by name (the SDK's union of them carries no discriminator pydantic uses,
+# so a bad event would be reported against every member). Events of other names are skipped, as the
+# SDK does (ping, and types added later).
+_EVENTS: dict[str, pydantic.TypeAdapter[anthropic.types.RawMessageStreamEvent]] = {
+    "message_start": pydantic.TypeAdapter(anthropic.types.RawMessageStartEvent),
+    "content_block_start": pydantic.TypeAdapter(anthropic.types.RawContentBlockStartEvent),
+    "content_block_delta": pydantic.TypeAdapter(anthropic.types.RawContentBlockDeltaEvent),
+    "content_block_stop": pydantic.TypeAdapter(anthropic.types.RawContentBlockStopEvent),
+    "message_delta": pydantic.TypeAdapter(anthropic.types.RawMessageDeltaEvent),
+    "message_stop": pydantic.TypeAdapter(anthropic.types.RawMessageStopEvent),
+}
 
 
 class AnthropicSummarizer:
-    provider = "anthropic"
+    provider = PROVIDER
 
     def __init__(
         self,
@@ -86,22 +102,57 @@ class AnthropicSummarizer:
         try:
             async with (
                 deadline(self.deadline_seconds),
-                self.client.messages.stream(**self.build_request(request)) as stream,
+                self.client.messages.with_streaming_response.create(
+                    **self.build_request(request), stream=True
+                ) as answer,
             ):
-                async for text in stream.text_stream:
-                    bound.add(len(text.encode()))
-                    if on_delta is not None:
-                        await on_delta(text)
-                final = await stream.get_final_message()
+                return await _read_stream(answer, bound, on_delta)
         except anthropic.AnthropicError as exc:
             raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
-        if final.stop_reason is None:
-            # The stream ended before message_delta / message_stop: part of a summary, not a summary.
-            raise SummarizerError("the summary stream ended without a stop_reason (incomplete)")
-        text = "".join(block.text for block in final.content if block.type == "text")
-        finish = "length" if final.stop_reason == "max_tokens" else "stop"
-        usage = final.usage
-        cached = usage.cache_read_input_tokens or 0
-        # Anthropic reports uncached input apart from cache reads and writes; report the total read.
-        total_input = usage.input_tokens + cached + (usage.cache_creation_input_tokens or 0)
-        return SummaryResult(text, finish, total_input, usage.output_tokens, cached, final.model)
+
+
+async def _read_stream(answer: StreamedAnswer, bound: OutputBound, on_delta: OnDelta | None) -> SummaryResult:
+    """The summary from a Messages event stream, each event validated before it is used."""
+    texts: dict[int, list[str]] = {}
+    started: set[int] = set()
+    start: anthropic.types.Message | None = None
+    stop_reason: str | None = None
+    output_tokens = 0
+    async for name, data in event_data(answer, PROVIDER):
+        if name == "error":
+            raise SummarizerError(f"{PROVIDER}: the stream reported an error: {data[:200]}")
+        if name not in _EVENTS:
+            continue
+        event = parsed(_EVENTS[name], data, PROVIDER, f"a {name} event")
+        if event.type == "message_start":
+            start, output_tokens = event.message, event.message.usage.output_tokens
+        elif start is None:
+            raise SummarizerError(f"{PROVIDER}: the stream sent {event.type} before message_start")
+        elif event.type == "content_block_start":
+            started.add(event.index)
+            if event.content_block.type == "text":
+                texts[event.index] = [event.content_block.text]
+        elif event.type == "content_block_delta":
+            if event.index not in started:
+                raise SummarizerError(
+                    f"{PROVIDER}: the stream sent a delta for content block {event.index}, never started"
+                )
+            if event.delta.type == "text_delta" and event.index in texts:
+                bound.add(len(event.delta.text.encode()))
+                texts[event.index].append(event.delta.text)
+                if on_delta is not None:
+                    await on_delta(event.delta.text)
+        elif event.type == "message_delta":
+            stop_reason, output_tokens = event.delta.stop_reason, event.usage.output_tokens
+        elif event.type == "message_stop":
+            break
+    if start is None or stop_reason is None:
+        # The stream ended before message_delta / message_stop: part of a summary, not a summary.
+        raise SummarizerError("the summary stream ended without a stop_reason (incomplete)")
+    text = "".join("".join(texts[index]) for index in sorted(texts))
+    finish = "length" if stop_reason == "max_tokens" else "stop"
+    usage = start.usage
+    cached = usage.cache_read_input_tokens or 0
+    # Anthropic reports uncached input apart from cache reads and writes; report the total read.
+    total_input = usage.input_tokens + cached + (usage.cache_creation_input_tokens or 0)
+    return SummaryResult(text, finish, total_input, output_tokens, cached, start.model)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+import httpx2
+import pydantic
 
 from ctxfold.engine.view import ViewMessage
 
@@ -49,6 +52,70 @@ async def deadline(seconds: float) -> AsyncIterator[None]:
             yield
     except TimeoutError:
         raise SummarizerError(f"no complete summary within the deadline of {seconds:g} s (deadline_seconds)") from None
+
+
+T = TypeVar("T")
+
+
+def parsed(shape: pydantic.TypeAdapter[T], data: bytes | str, provider: str, what: str) -> T:
+    """`data` (JSON) read as `shape`, validated field by field: the provider SDKs build their answer
+    objects without validating them, so a 200 answer of another shape would otherwise fail later as a
+    Python internal. Raises a SummarizerError that names the provider, `what` and the first bad field."""
+    try:
+        return shape.validate_json(data)
+    except pydantic.ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False, include_input=False)
+        first = errors[0]
+        where = ".".join(str(part) for part in first["loc"]) or "its JSON"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        head = data[:80] if isinstance(data, bytes) else data[:80].encode()
+        raise SummarizerError(
+            f"{provider}: {what} is malformed: {where}: {first['msg']}{more}; it starts {head!r}"
+        ) from None
+
+
+class StreamedAnswer(Protocol):
+    """What both provider SDKs' raw streamed responses offer (`with_streaming_response`)."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    def iter_lines(self) -> AsyncIterator[str]: ...
+
+    async def read(self) -> bytes: ...
+
+
+async def event_data(answer: StreamedAnswer, provider: str) -> AsyncIterator[tuple[str, str]]:
+    """The (event name, data) of each server-sent event of a streamed answer; a 200 answer that is not
+    an event stream is refused with a SummarizerError naming the provider and what came instead."""
+    content_type = answer.headers.get("content-type", "")
+    if not content_type.startswith("text/event-stream"):
+        head = (await answer.read())[:80]
+        raise SummarizerError(
+            f"{provider}: the answer is not an event stream but {content_type or 'untyped'}: it starts {head!r}"
+        )
+    name, data = "", list[str]()
+    lines = answer.iter_lines()
+    while True:
+        try:
+            line = await anext(lines)
+        except StopAsyncIteration:
+            break
+        except httpx2.TimeoutException:
+            # Read outside the SDK's own stream wrapper, so its transport errors arrive as they are.
+            raise SummarizerError(f"{provider}: the answer stream timed out between reads") from None
+        except httpx2.TransportError as exc:
+            raise SummarizerError(f"{provider}: the answer stream broke off ({type(exc).__name__}: {exc})") from None
+        if not line:
+            if data:
+                yield name, "\n".join(data)
+            name, data = "", []
+        elif line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+    if data:
+        yield name, "\n".join(data)
 
 
 class OutputBound:

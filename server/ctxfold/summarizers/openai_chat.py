@@ -12,7 +12,7 @@ from typing import Any
 
 import openai
 import pydantic
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ctxfold.config import ConfigError
 from ctxfold.summarizers.base import (
@@ -23,12 +23,18 @@ from ctxfold.summarizers.base import (
     SummaryRequest,
     SummaryResult,
     deadline,
+    event_data,
+    parsed,
 )
 from ctxfold.summarizers.chat_format import openai_messages
 
+PROVIDER = "openai"
+_COMPLETION = pydantic.TypeAdapter(ChatCompletion)
+_CHUNK = pydantic.TypeAdapter(ChatCompletionChunk)
+
 
 class OpenAISummarizer:
-    provider = "openai"
+    provider = PROVIDER
 
     def __init__(
         self,
@@ -102,12 +108,9 @@ class OpenAISummarizer:
             async for piece in response.iter_bytes():
                 data += piece
                 bound.add(len(piece) // 2)  # the envelope (usage, ids, escapes) takes its share
-        try:
-            completion = ChatCompletion.model_validate_json(bytes(data))
-        except pydantic.ValidationError:
-            raise SummarizerError(f"the provider's answer is not a chat completion: {bytes(data[:80])!r}") from None
+        completion = parsed(_COMPLETION, bytes(data), PROVIDER, "the chat completion")
         if not completion.choices:
-            raise SummarizerError("the provider's answer has no choices")
+            raise SummarizerError(f"{PROVIDER}: the chat completion has no choices")
         choice = completion.choices[0]
         usage = completion.usage
         return SummaryResult(
@@ -124,9 +127,13 @@ class OpenAISummarizer:
         finish_reason = ""
         input_tokens = output_tokens = cached = 0
         response_model = ""
-        stream = await self.client.chat.completions.create(**body, stream=True, stream_options={"include_usage": True})
-        async with stream:
-            async for chunk in stream:
+        async with self.client.chat.completions.with_streaming_response.create(
+            **body, stream=True, stream_options={"include_usage": True}
+        ) as answer:
+            async for _, data in event_data(answer, PROVIDER):
+                if data == "[DONE]":
+                    break
+                chunk = parsed(_CHUNK, data, PROVIDER, "a chat completion chunk")
                 response_model = chunk.model or response_model
                 for choice in chunk.choices:
                     if choice.delta.content:
