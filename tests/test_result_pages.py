@@ -111,7 +111,7 @@ async def test_results_stored_whole_before_migration_0006_are_chunked_and_page_b
             await conn.execute(update(schema.tool_results).where(tr.ref == frame).values(**one_frame))
             await conn.execute(update(schema.tool_results).where(tr.ref == inline).values(codec="inline", data=b""))
             await conn.execute(update(schema.tool_results).values(chunk_bytes=None).where(tr.ref != small))
-            await conn.run_sync(downgrade, "0004")
+            await conn.run_sync(downgrade, "0005")
             before = {r.ref: r for r in (await conn.execute(select(tr.ref, tr.total_bytes, tr.sha256))).all()}
     finally:
         await engine.dispose()

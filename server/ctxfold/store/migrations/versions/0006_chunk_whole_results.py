@@ -1,7 +1,7 @@
 """results longer than one chunk stored whole are rewritten into chunks
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import zstandard
 from alembic import op
 
 revision = "0006"
-down_revision = "0004"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
