@@ -20,10 +20,10 @@ from ctxfold.engine.view import (
     estimate,
     group_tokens,
     opening_end,
-    plan_fold,
     prune_candidates,
     prune_stub,
     recent_tail,
+    split_fold,
     tail_budget,
 )
 
@@ -177,15 +177,15 @@ def plan_pass(projection: Projection, input_window_tokens: int, keep_tokens: int
     """Decides the kept set (system, the opening anchors, the input the next call must answer,
     pinned messages, the recent tail or `keep_tokens` of it) and the longest read that fits the
     summarizer window, at call-group boundaries."""
-    plan = plan_fold(projection.messages, projection.tail(keep_tokens), projection.anchor_end)
-    if not plan.folded:
+    split = split_fold(projection.messages, projection.tail(keep_tokens), projection.anchor_end)
+    if not split.folded:
         return FoldPlan(0, None)
     view = projection.view()
     index_of = {v.source.id: i for i, v in enumerate(view) if v.source is not None}
-    folded_ids = {m.id for m in plan.folded}
+    folded_ids = {m.id for m in split.folded}
     # The fixed part of every pass: tools and instruction; the prefix carries system and summary.
     available = input_window_tokens - projection.tools_tokens - INSTRUCTION_TOKENS
-    groups = call_groups(plan.folded)
+    groups = call_groups(split.folded)
     # A pass reads the view up to the end of its last folded group; cost of reading through group i:
     ends = [index_of[group[-1].id] + 1 for group in groups]
     costs = list(itertools.accumulate(v.tokens + estimator.PER_MESSAGE_TOKENS for v in view))
@@ -203,7 +203,7 @@ def plan_pass(projection: Projection, input_window_tokens: int, keep_tokens: int
     prefix = view[:end]
     last_folded_seq = groups[fits - 1][-1].seq
     position = projection.head_seq if final else last_folded_seq
-    kept = [m for m in plan.kept if m.seq <= position]
+    kept = [m for m in split.kept if m.seq <= position]
     folded_view = [v for v in prefix if v.source is not None and v.source.id in folded_ids]
     remaining = sum(group_tokens(g, projection.pruned) for g in groups[fits:])
     # Later passes re-read the system prompt and a summary about as long as the current one; a rough

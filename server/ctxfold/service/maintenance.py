@@ -36,7 +36,7 @@ from ctxfold.engine.maintenance import (
     plan_pass,
     prune,
 )
-from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, config_from_json
+from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, Usage, config_from_json
 from ctxfold.engine.state import (
     ContextState,
     Receipt,
@@ -55,7 +55,6 @@ from ctxfold.store.repository import (
     SessionRecord,
     StaleSession,
     Store,
-    Usage,
     new_id,
     new_result_ref,
 )

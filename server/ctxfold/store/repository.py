@@ -31,7 +31,7 @@ from ctxfold.engine.lineage import (
     ranges_within,
     segment_holding,
 )
-from ctxfold.engine.model import Role, StoredMessage, ToolCall
+from ctxfold.engine.model import Role, StoredMessage, ToolCall, Usage
 from ctxfold.engine.tool_results import RawSpan, page_span, sha256_hex
 from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_end
 from ctxfold.engine.view import Checkpoint
@@ -146,16 +146,6 @@ class ContextSnapshot:
     after: list[StoredMessage]
     state_json: str | None
     state_revision: int  # 0 when the session has no stored state yet
-
-
-@dataclass(frozen=True)
-class Usage:
-    view_version: int
-    estimated_tokens: int
-    input_tokens: int
-    cached_input_tokens: int
-    output_tokens: int
-    finish_reason: str
 
 
 @dataclass(frozen=True)
