@@ -17,6 +17,7 @@ from ctxfold.engine.errors import DomainError
 from ctxfold.engine.lineage import Segment, history_ranges, live_ranges
 from ctxfold.engine.maintenance import (
     INSTRUCTION_TOKENS,
+    RESPONSE_FRAMING_BYTES,
     Accepted,
     Action,
     Answer,
@@ -35,6 +36,7 @@ from ctxfold.engine.maintenance import (
     accept,
     answer,
     body_budget,
+    check_response_size,
     decide,
     plan_pass,
     summary_failure,
@@ -367,6 +369,21 @@ def test_a_dry_run_answers_its_candidate_without_a_version() -> None:
     assert answered.folded_results_ref == "tr-index"
     # The bookkeeping records the installed view, not the candidate.
     assert answered.state.views[-1].version == view_version(1, len(view.view()))
+
+
+@pytest.mark.parametrize(("extra_bytes", "too_large"), [(-1, False), (0, False), (1, True)])
+def test_a_view_whose_text_cannot_fit_one_response_is_refused(extra_bytes: int, too_large: bool) -> None:
+    view = projection(conversation([3000] * 4)).view()
+    calls = [c for v in view if v.source is not None for c in v.source.tool_calls]
+    size = sum(len(v.content.encode()) for v in view) + sum(len(c.arguments.encode()) for c in calls)
+    bound = size + RESPONSE_FRAMING_BYTES - extra_bytes  # the text's size is at the bound's edge
+    if not too_large:
+        check_response_size(view, bound)
+        return
+    with pytest.raises(DomainError) as refused:
+        check_response_size(view, bound)
+    assert refused.value.reason == "RESPONSE_TOO_LARGE"
+    assert refused.value.metadata == {"view_bytes": str(size), "max_response_bytes": str(size - 1)}
 
 
 # ---- lineage, open calls, rolled-forward refs ---------------------------------------------------------

@@ -607,3 +607,32 @@ def answer(answering: Answering, known_view_version: int, now: float) -> Answere
         checkpoint_id=answering.checkpoint_id or "",
         folded_results_ref=_index_ref(projection),
     )
+
+
+# Room in a response for everything but the view's text: ids, framing, the other fields.
+RESPONSE_FRAMING_BYTES = 1 << 20
+
+
+def check_response_size(messages: Sequence[ViewMessage], max_response_bytes: int) -> None:
+    """RESPONSE_TOO_LARGE, before anything is sent, when the view's text cannot fit one response."""
+    texts = [
+        text
+        for m in messages
+        for text in (
+            m.content,
+            *((m.source.reasoning_content, *(c.arguments for c in m.source.tool_calls)) if m.source else ()),
+        )
+    ]
+    room = max_response_bytes - RESPONSE_FRAMING_BYTES
+    # Characters are counted first: at most 4 bytes each, so only a view near the bound is encoded.
+    if sum(map(len, texts)) * 4 <= room:
+        return
+    size = sum(len(text.encode()) for text in texts)
+    if size > room:
+        raise DomainError(
+            Kind.RESOURCE_EXHAUSTED,
+            "RESPONSE_TOO_LARGE",
+            f"the view holds {size} bytes of text but one response carries at most {room}: lower the session's "
+            "context_window, or send known_view_version to receive only the new messages",
+            {"view_bytes": size, "max_response_bytes": room},
+        )

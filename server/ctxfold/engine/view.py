@@ -41,6 +41,15 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class StoredCheckpoint:
+    """A checkpoint as an operator reads it back."""
+
+    checkpoint: Checkpoint
+    create_time: float
+    on_head_chain: bool  # the session's head checkpoint is this one or descends from it
+
+
+@dataclass(frozen=True)
 class ViewMessage:
     role: Role
     content: str

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import time
 import uuid
@@ -20,7 +19,7 @@ from typing import Any
 
 from ctxfold.engine import estimator, folded_index
 from ctxfold.engine.briefing import FoldRecord, record_fold, strip_engine_sections
-from ctxfold.engine.errors import DomainError, Kind, busy, with_context
+from ctxfold.engine.errors import DomainError, Kind, with_context
 from ctxfold.engine.maintenance import (
     Accepted,
     Action,
@@ -44,6 +43,7 @@ from ctxfold.engine.maintenance import (
     body_budget,
     budget_error,
     check_fixed_costs,
+    check_response_size,
     decide,
     fold_install,
     plan_pass,
@@ -58,6 +58,7 @@ from ctxfold.engine.state import (
     load_state,
 )
 from ctxfold.engine.view import ViewMessage
+from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
 from ctxfold.service.observer import Emit, MaintenanceObserver, Progress
 from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.transcript import Transcript
@@ -79,11 +80,6 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 8
 # Calibration moves this far toward each accepted observation.
 CALIBRATION_SMOOTHING = 0.3
-# A fold holds the session's lease for this long at a time and renews it while it runs, so the lease
-# of a crashed holder runs out within seconds, however long its summarizer call would have taken.
-FOLD_LEASE_SECONDS = 10.0
-FOLD_LEASE_RENEW_SECONDS = FOLD_LEASE_SECONDS / 4
-FOLD_LEASE_POLL_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
@@ -158,79 +154,8 @@ def _appended_anyway(error: DomainError, appended: Sequence[StoredMessage], requ
     )
 
 
-# Room in a response for everything but the view's text: ids, framing, the other fields.
-RESPONSE_FRAMING_BYTES = 1 << 20
-
-
-def _check_response_size(messages: Sequence[ViewMessage], max_response_bytes: int) -> None:
-    """RESPONSE_TOO_LARGE, before anything is sent, when the view's text cannot fit one response."""
-    texts = [
-        text
-        for m in messages
-        for text in (
-            m.content,
-            *((m.source.reasoning_content, *(c.arguments for c in m.source.tool_calls)) if m.source else ()),
-        )
-    ]
-    room = max_response_bytes - RESPONSE_FRAMING_BYTES
-    # Characters are counted first: at most 4 bytes each, so only a view near the bound is encoded.
-    if sum(map(len, texts)) * 4 <= room:
-        return
-    size = sum(len(text.encode()) for text in texts)
-    if size > room:
-        raise DomainError(
-            Kind.RESOURCE_EXHAUSTED,
-            "RESPONSE_TOO_LARGE",
-            f"the view holds {size} bytes of text but one response carries at most {room}: lower the session's "
-            "context_window, or send known_view_version to receive only the new messages",
-            {"view_bytes": size, "max_response_bytes": room},
-        )
-
-
 class FoldedElsewhere(Exception):
     """Another server held the session's fold lease; what it installed must be looked at afresh."""
-
-
-class Lease(enum.Enum):
-    TAKEN = "taken"
-    WAITED = "waited"  # another holder's lease ended (released or run out) while we waited
-    HELD_ELSEWHERE = "held_elsewhere"  # another holder folds; we did not wait
-
-
-class KeyedLock:
-    """One asyncio lock per key, dropped when nobody holds or waits for it. At most `max_waiting` calls
-    wait for one key: more are refused at once (SESSION_BUSY), so a busy session's queue stays short
-    and a client learns to back off instead of piling up calls."""
-
-    def __init__(self, max_waiting: int, retry_after_seconds: float = 1.0) -> None:
-        self.max_waiting = max_waiting
-        self.retry_after_seconds = retry_after_seconds
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    def held(self, key: str) -> bool:
-        return key in self._locks
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        if users > self.max_waiting:  # one holder and max_waiting waiters already
-            raise busy(
-                f"{users - 1} calls already wait to maintain session {key!r} (at most {self.max_waiting}); retry later",
-                self.retry_after_seconds,
-                scope="session",
-                session_id=key,
-                limit=self.max_waiting,
-            )
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
 
 
 class Maintenance:
@@ -255,6 +180,7 @@ class Maintenance:
         # not summarize the same input twice (a view that fits is answered without waiting); across
         # replicas the fold lease and the compare-and-swap do the same.
         self._sessions = KeyedLock(max_waiting_per_session)
+        self._leases = FoldLeases(store)
         self.max_response_bytes = max_response_bytes
 
     # ---- streaming shell ------------------------------------------------------------------------
@@ -487,48 +413,16 @@ class Maintenance:
                 + (f", the newest {keep_tokens} tokens)" if keep_tokens else ")"),
             )
             return
-        owner = uuid.uuid4().hex
         # Only a call that must fold waits for another holder's fold: any other Prepare answers with
         # the current view, which still fits.
-        lease = await self._take_lease(run, owner, wait=fold.must_fold)
-        if lease is Lease.WAITED:
-            raise FoldedElsewhere(run.session.id)
-        if lease is Lease.HELD_ELSEWHERE:
-            self._record(run, observer, "blocked", "summary", before, before, "another call is folding this session")
-            return
-        heartbeat = asyncio.create_task(self._renew_lease(run.session, owner))
-        try:
+        async with self._leases.holding(run.session, wait=fold.must_fold) as lease:
+            if lease is Lease.WAITED:
+                raise FoldedElsewhere(run.session.id)
+            if lease is Lease.HELD_ELSEWHERE:
+                why = "another call is folding this session"
+                self._record(run, observer, "blocked", "summary", before, before, why)
+                return
             await self._fold_passes(run, summarizer, plan, observer)
-        finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
-            # Shielded: a cancelled call still hands the lease back (else it would run out by itself).
-            await asyncio.shield(self.store.release_fold_lease(run.session, owner))
-
-    async def _renew_lease(self, session: SessionRecord, owner: str) -> None:
-        """Renews the fold lease while the fold runs; a failed renewal is retried at the next beat (the
-        lease outlives a few missed beats)."""
-        while True:
-            await asyncio.sleep(FOLD_LEASE_RENEW_SECONDS)
-            try:
-                await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
-            except Exception as exc:  # the fold goes on; the next beat tries again
-                log.warning("renewing the fold lease of session %s failed: %s", session.id, exc)
-
-    async def _take_lease(self, run: _Run, owner: str, wait: bool) -> Lease:
-        """Takes the fold lease; when another holder has it, either answers HELD_ELSEWHERE at once or
-        (with `wait`) waits until it is released or runs out and answers WAITED (that holder's fold has
-        probably changed the session)."""
-        until = await self.store.take_fold_lease(run.session, owner, FOLD_LEASE_SECONDS)
-        if not until:
-            return Lease.TAKEN
-        if not wait:
-            return Lease.HELD_ELSEWHERE
-        while until and until > time.time():
-            await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - time.time()))
-            until = await self.store.fold_lease_until(run.session)
-        return Lease.WAITED
 
     async def _fold_passes(
         self, run: _Run, summarizer: Summarizer, plan: FoldPlan, observer: MaintenanceObserver
@@ -706,7 +600,7 @@ class Maintenance:
         if not await self.store.save_state(run.session.id, state.to_json(), run.revision):
             log.debug("state of session %s changed meanwhile; bookkeeping of view %d skipped", run.session.id, version)
         MaintenanceObserver.answered(run.session.id, state, run.request.operation, run.action, started)
-        _check_response_size(answered.messages, self.max_response_bytes)
+        check_response_size(answered.messages, self.max_response_bytes)
         return Prepared(
             messages=answered.messages,
             estimated_tokens=answered.estimated_tokens,

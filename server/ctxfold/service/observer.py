@@ -87,13 +87,10 @@ class MaintenanceObserver:
     session_id: str
     _fold_span: Span | None = field(default=None, init=False)
 
-    async def _progress(self, progress: Progress) -> None:
-        await self.emit(progress)
-
     # ---- rounds and installs ------------------------------------------------------------------
 
     async def discarded(self) -> None:
-        await self._progress(
+        await self.emit(
             Progress(Stage.PASS_FAILED, "the session changed meanwhile: candidate discarded, starting over")
         )
 
@@ -139,7 +136,7 @@ class MaintenanceObserver:
 
     async def pruned(self, results: int, before: int, after: int) -> None:
         message = f"pruned {results} old tool results: {before} → {after} tokens"
-        await self._progress(Progress(Stage.PRUNED, message, tokens_before=before, tokens_after=after))
+        await self.emit(Progress(Stage.PRUNED, message, tokens_before=before, tokens_after=after))
 
     # ---- fold ---------------------------------------------------------------------------------
 
@@ -169,7 +166,7 @@ class MaintenanceObserver:
 
     async def planned(self, passes: int, before: int) -> None:
         message = f"folding in {passes} pass(es) from {before} tokens"
-        await self._progress(Progress(Stage.PLANNED, message, passes_planned=passes, tokens_before=before))
+        await self.emit(Progress(Stage.PLANNED, message, passes_planned=passes, tokens_before=before))
 
     def folded(self, passes: int, after: int) -> None:
         if self._fold_span is not None:
@@ -196,7 +193,7 @@ class MaintenanceObserver:
                 "ctxfold.fold.last_seq": fold.position_seq,
             }
         )
-        await self._progress(
+        await self.emit(
             Progress(
                 Stage.PASS_STARTED,
                 f"pass {index}: summarizing {len(fold.folded)} messages ({fold.input_tokens} tokens read)",
@@ -209,7 +206,7 @@ class MaintenanceObserver:
 
     def summary_deltas(self, index: int, passes: int) -> Callable[[str], Awaitable[None]]:
         async def on_delta(text: str) -> None:
-            await self._progress(
+            await self.emit(
                 Progress(Stage.SUMMARY_DELTA, "", pass_index=index, passes_planned=passes, summary_delta=text)
             )
 
@@ -217,7 +214,7 @@ class MaintenanceObserver:
 
     async def fell_back(self, index: int, passes: int, before: int, failed: str, fallback: str, note: str) -> None:
         trace.get_current_span().set_attribute("ctxfold.fold.fallback_from", failed)
-        await self._progress(
+        await self.emit(
             Progress(
                 Stage.SUMMARIZER_FALLBACK,
                 f"pass {index}: {note}",
@@ -230,7 +227,7 @@ class MaintenanceObserver:
 
     async def pass_failed(self, index: int, passes: int, why: str) -> None:
         trace.get_current_span().set_status(StatusCode.ERROR, why)
-        await self._progress(Progress(Stage.PASS_FAILED, why, pass_index=index, passes_planned=passes))
+        await self.emit(Progress(Stage.PASS_FAILED, why, pass_index=index, passes_planned=passes))
 
     @staticmethod
     def candidate(checkpoint_id: str, after: int) -> None:
@@ -239,7 +236,7 @@ class MaintenanceObserver:
     async def pass_committed(
         self, index: int, passes: int, before: int, after: int, checkpoint_id: str, summarizer: str
     ) -> None:
-        await self._progress(
+        await self.emit(
             Progress(
                 Stage.PASS_COMMITTED,
                 f"pass {index} committed checkpoint {checkpoint_id}: {before} → {after} tokens",

@@ -35,7 +35,7 @@ from ctxfold.engine.maintenance import FoldDocument, FoldInstall, Install
 from ctxfold.engine.model import Role, StoredMessage, ToolCall, Usage
 from ctxfold.engine.tool_results import RawSpan, page_span, sha256_hex
 from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_end
-from ctxfold.engine.view import Checkpoint
+from ctxfold.engine.view import Checkpoint, StoredCheckpoint
 from ctxfold.store import schema
 from ctxfold.store.database import WRITE_OPTION
 
@@ -136,15 +136,6 @@ class ContextSnapshot:
     after: list[StoredMessage]
     state_json: str | None
     state_revision: int  # 0 when the session has no stored state yet
-
-
-@dataclass(frozen=True)
-class StoredCheckpoint:
-    """A checkpoint as an operator reads it back."""
-
-    checkpoint: Checkpoint
-    create_time: float
-    on_head_chain: bool  # the session's head checkpoint is this one or descends from it
 
 
 class StaleSession(Exception):
