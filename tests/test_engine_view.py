@@ -13,10 +13,10 @@ from ctxfold.engine.view import (
     build_view,
     call_groups,
     estimate,
-    plan_fold,
     prune_candidates,
     prune_stub,
     recent_tail,
+    split_fold,
     tail_budget,
 )
 
@@ -119,7 +119,7 @@ def test_fold_plan_keeps_last_user_input_pinned_and_tail_and_never_splits_groups
     messages.append(last_user)
     messages.append(msg(Role.ASSISTANT, "running", calls=("final",)))  # awaits its result
     tail = recent_tail(messages, budget=200, pruned={})
-    plan = plan_fold(messages, tail, anchor_end=0)
+    plan = split_fold(messages, tail, anchor_end=0)
     kept_ids = {m.id for m in plan.kept}
     assert pinned.id in kept_ids and last_user.id in kept_ids and messages[-1].id in kept_ids
     assert {m.id for m in plan.folded} | kept_ids == {m.id for m in messages}
@@ -134,6 +134,6 @@ def test_the_opening_system_message_is_kept_and_later_reminders_fold() -> None:
     messages = [opening, *conversation(4)]
     reminder = msg(Role.SYSTEM, "Reminder: keep answers short")
     messages += [reminder, *conversation(4)[1:]]
-    plan = plan_fold(messages, recent_tail(messages, budget=100, pruned={}), anchor_end=0)
+    plan = split_fold(messages, recent_tail(messages, budget=100, pruned={}), anchor_end=0)
     assert opening in plan.kept
     assert reminder in plan.folded

@@ -18,7 +18,7 @@ from sqlalchemy import select, update
 
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, start
-from ctxfold.service.maintenance import FOLD_LEASE_RENEW_SECONDS, FOLD_LEASE_SECONDS
+from ctxfold.service.exclusion import FOLD_LEASE_RENEW_SECONDS, FOLD_LEASE_SECONDS
 from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc

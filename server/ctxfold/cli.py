@@ -13,7 +13,8 @@ import os
 import sys
 
 from ctxfold import __version__
-from ctxfold.config import FIELDS, ConfigError, Settings, load_settings
+from ctxfold.config import FIELDS, Settings, load_settings
+from ctxfold.engine.errors import ConfigError
 
 
 def _default_text(name: str) -> str:

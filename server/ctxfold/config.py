@@ -67,10 +67,6 @@ FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-class ConfigError(ValueError):
-    """A setting names a file that cannot be read or is malformed; found at start-up, reported as a usage error."""
-
-
 def _coerce(name: str, value: Any) -> Any:
     kind = FIELDS[name].type
     try:

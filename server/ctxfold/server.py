@@ -19,7 +19,8 @@ from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer, add_to_server
 from ctxfold.api.tracing import TracingInterceptor
-from ctxfold.config import ConfigError, Settings
+from ctxfold.config import Settings
+from ctxfold.engine.errors import ConfigError
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.hot_state import HotState

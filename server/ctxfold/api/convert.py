@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ctxfold.engine.errors import invalid
+from ctxfold.engine.maintenance import Action, NotFolded
 from ctxfold.engine.model import CONFIG_FIELDS, ConfigInput, NewMessage, Role, SessionConfig, StoredMessage, ToolCall
-from ctxfold.engine.view import ViewMessage
-from ctxfold.service.maintenance import Action, Event, NotFolded, Prepared, Progress, Stage
+from ctxfold.engine.view import StoredCheckpoint, ViewMessage
+from ctxfold.service.maintenance import Event, Prepared
+from ctxfold.service.observer import Progress, Stage
 from ctxfold.service.sessions import SessionInfo
-from ctxfold.store.repository import StoredCheckpoint
 from ctxfold.v1 import context_service_pb2 as pb
 
 _ROLE_FROM_PB = {

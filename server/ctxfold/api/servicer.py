@@ -20,13 +20,13 @@ from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.tracing import annotate_request, annotate_response, mark_error
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind, invalid
+from ctxfold.engine.model import Usage
 from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Maintenance
 from ctxfold.service.sessions import Sessions, session_info
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
-from ctxfold.store.repository import Usage
 from ctxfold.v1 import context_service_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -69,3 +69,8 @@ def with_context(error: DomainError, note: str, **metadata: object) -> DomainErr
     return DomainError(
         error.kind, error.reason, f"{error.message}; {note}", {**error.metadata, **metadata}, error.retry_after_seconds
     )
+
+
+class ConfigError(ValueError):
+    """A setting (of the server or of a summarizer) names a file that cannot be read or is malformed;
+    found at start-up, reported as a usage error."""

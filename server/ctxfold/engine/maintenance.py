@@ -1,17 +1,24 @@
-"""Maintenance decisions, pure: when to act, what to prune, what one fold pass reads and keeps, and
-whether a candidate may replace the current view. The service runs the summarizer and installs."""
+"""Maintenance decisions, pure: when to act (`decide`), what to prune, what one fold pass reads and
+keeps (`plan_pass`), whether a candidate may replace the current view (`accept`), what is installed
+(`PruneInstall`, `FoldInstall`) and what a call answers (`answer`). The service loads, runs the
+summarizer, installs and reports; every choice it makes on the way is one of these functions."""
 
 from __future__ import annotations
 
 import bisect
+import enum
 import functools
+import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ctxfold.engine import estimator
+from ctxfold.engine.briefing import FoldNotes, render_summary
+from ctxfold.engine.cache import cache_state, cache_ttl_seconds
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, SessionConfig, StoredMessage
+from ctxfold.engine.state import ContextState, ViewRecord, fingerprint, split_view_version, view_version
 from ctxfold.engine.view import (
     Checkpoint,
     ViewMessage,
@@ -19,16 +26,60 @@ from ctxfold.engine.view import (
     call_groups,
     group_tokens,
     opening_end,
-    plan_fold,
     prune_candidates,
     prune_stub,
     recent_tail,
     render,
+    split_fold,
     tail_budget,
 )
 
 # Room for the summary instruction (and focus text) appended to a fold request.
 INSTRUCTION_TOKENS = 400
+# The least a summarizer is given for its body, however much the engine's sections take.
+MIN_BODY_TOKENS = 256
+
+
+class Trigger(enum.Enum):
+    """Why a call maintains the session."""
+
+    THRESHOLD = "threshold"  # a Prepare: maintain at or above the trigger
+    OVERFLOW = "overflow"  # a Prepare after the provider refused the view: fold one pass whatever the size
+    COMPACT = "compact"  # asked to fold now
+
+
+@dataclass(frozen=True)
+class MaintainRequest:
+    trigger: Trigger = Trigger.THRESHOLD
+    focus: str = ""  # what the summary should keep in view (Compact)
+    # Tokens of recent history kept verbatim: None is the tail budget, 0 none beyond the minimal kept set.
+    keep_tokens: int | None = None
+    dry_run: bool = False  # make the candidate and answer it without installing it
+
+    @property
+    def operation(self) -> str:
+        return "compact" if self.trigger is Trigger.COMPACT else "prepare"
+
+    @property
+    def one_pass(self) -> bool:
+        """An overflow retry is answered after one pass: the smaller view is what the agent needs now."""
+        return self.trigger is Trigger.OVERFLOW
+
+
+class Action(enum.Enum):
+    NONE = "none"
+    PRUNED = "pruned"
+    FOLDED = "folded"
+
+
+class NotFolded(enum.Enum):
+    """Why a call that had to fold (or was asked to) folded nothing."""
+
+    UNSPECIFIED = "unspecified"
+    NOTHING_OUTSIDE_KEPT_SET = "nothing_outside_kept_set"
+    PREVIOUS_FAILURE = "previous_failure"
+    NOT_SMALLER = "not_smaller"
+    DRY_RUN = "dry_run"
 
 
 @dataclass(frozen=True)
@@ -202,15 +253,15 @@ def plan_pass(projection: Projection, input_window_tokens: int, keep_tokens: int
     """Decides the kept set (system, the opening anchors, the input the next call must answer,
     pinned messages, the recent tail or `keep_tokens` of it) and the longest read that fits the
     summarizer window, at call-group boundaries."""
-    plan = plan_fold(projection.messages, projection.tail(keep_tokens), projection.anchor_end)
-    if not plan.folded:
+    split = split_fold(projection.messages, projection.tail(keep_tokens), projection.anchor_end)
+    if not split.folded:
         return FoldPlan(0, None)
     view = projection.view()
     index_of = {v.source.id: i for i, v in enumerate(view) if v.source is not None}
-    folded_ids = {m.id for m in plan.folded}
+    folded_ids = {m.id for m in split.folded}
     # The fixed part of every pass: tools and instruction; the prefix carries system and summary.
     available = input_window_tokens - projection.tools_tokens - INSTRUCTION_TOKENS
-    groups = call_groups(plan.folded)
+    groups = call_groups(split.folded)
     # A pass reads the view up to the end of its last folded group; cost of reading through group i:
     ends = [index_of[group[-1].id] + 1 for group in groups]
     costs = list(itertools.accumulate(v.tokens + estimator.PER_MESSAGE_TOKENS for v in view))
@@ -228,7 +279,7 @@ def plan_pass(projection: Projection, input_window_tokens: int, keep_tokens: int
     prefix = view[:end]
     last_folded_seq = groups[fits - 1][-1].seq
     position = projection.head_seq if final else last_folded_seq
-    kept = [m for m in plan.kept if m.seq <= position]
+    kept = [m for m in split.kept if m.seq <= position]
     folded_view = [v for v in prefix if v.source is not None and v.source.id in folded_ids]
     remaining = sum(group_tokens(g, projection.pruned) for g in groups[fits:])
     # Later passes re-read the system prompt and a summary about as long as the current one; a rough
@@ -262,3 +313,351 @@ def apply_pass(
 
 def after_position(projection: Projection, position_seq: int) -> list[StoredMessage]:
     return [m for m in projection.after if m.seq > position_seq]
+
+
+# ---- what to do next -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a decision reads: the current projection, the view's tokens when this round loaded it
+    (before any install of the round) and the failed-fold memo."""
+
+    projection: Projection
+    loaded_tokens: int
+    failed_fold_tokens: int
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Nothing (more) to do: answer the current view."""
+
+
+@dataclass(frozen=True)
+class Prune:
+    """Install `candidate` (more tool results pruned), then decide again."""
+
+    candidate: Projection
+    results: int  # how many results this prune adds
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """The same input failed to fold before and the view still fits: it is retried when it grows."""
+
+    tokens: int
+
+    @property
+    def detail(self) -> str:
+        return f"the last fold of this input ({self.tokens} tokens) failed; it is retried when the view grows"
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Fold in passes. `must_fold`: the caller cannot go on without it (a Compact, or a view above the
+    hard ceiling), so it waits for another holder's fold instead of answering the current view."""
+
+    must_fold: bool
+
+
+Decision = Answer | Prune | Blocked | Fold
+
+
+def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
+    """SPEC §3: below the trigger nothing happens (unless the provider overflowed); at or above it,
+    prune first and stop if that is enough; otherwise fold, unless the same input failed to fold
+    before and the view still fits. A Compact folds whatever the size."""
+    projection = snapshot.projection
+    config = projection.config
+    tokens = projection.tokens()
+    if request.trigger is Trigger.COMPACT:
+        return Fold(must_fold=True)
+    overflow = request.trigger is Trigger.OVERFLOW
+    if snapshot.loaded_tokens < config.trigger_tokens and not overflow:
+        return Answer()
+    pruned = prune(projection)
+    if pruned != dict(projection.pruned):
+        candidate = replace(projection, pruned=pruned)
+        if candidate.tokens() < tokens:  # strictly smaller, so deciding again after the install ends
+            return Prune(candidate, len(pruned) - len(projection.pruned))
+    if not overflow and snapshot.loaded_tokens <= snapshot.failed_fold_tokens and tokens <= config.hard_limit_tokens:
+        # A view above the hard ceiling is retried: that is the only way forward.
+        return Blocked(snapshot.loaded_tokens) if tokens >= config.trigger_tokens else Answer()
+    if tokens < config.trigger_tokens and not overflow:
+        return Answer()
+    return Fold(must_fold=tokens > config.hard_limit_tokens)
+
+
+# ---- one candidate -----------------------------------------------------------------------------------
+
+
+def summary_failure(text: str, finish_reason: str) -> str:
+    """Why a summarizer's answer (stripped `text`) cannot be a summary, or ""."""
+    if finish_reason == "length":
+        return "the summary was truncated (finish_reason=length)"
+    return "" if text else "the summary was empty"
+
+
+def body_budget(notes: FoldNotes, config: SessionConfig) -> int:
+    """The summarizer writes the body; the engine's sections take their share of summary_max_tokens."""
+    engine_tokens = estimator.count_text(render_summary(replace(notes, body="")))
+    return max(MIN_BODY_TOKENS, config.summary_max_tokens - engine_tokens)
+
+
+@dataclass(frozen=True)
+class Accepted:
+    candidate: Projection
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        checkpoint = self.candidate.checkpoint
+        assert checkpoint is not None  # a fold's candidate always has its checkpoint
+        return checkpoint
+
+
+@dataclass(frozen=True)
+class Rejected:
+    why: str
+    reason: str  # the ErrorInfo reason a Compact that ends with this fails with
+    not_folded: NotFolded = NotFolded.UNSPECIFIED
+
+
+def accept(
+    projection: Projection, fold: FoldPass, notes: FoldNotes, body: str, checkpoint_id: str
+) -> Accepted | Rejected:
+    """The candidate view after `fold` with the summarizer's `body` (engine sections stripped) in
+    `notes`, if the body is within its budget (checked before any candidate is built from it) and the
+    candidate is strictly smaller than the current view."""
+    budget = body_budget(notes, projection.config)
+    if estimator.count_text(body) > budget:
+        return Rejected(f"the summary has more than the {budget} tokens left for it", "SUMMARIZER_FAILED")
+    notes = replace(notes, body=body)
+    summary = render_summary(notes)
+    previous = projection.checkpoint
+    checkpoint = Checkpoint(
+        id=checkpoint_id,
+        parent_id=previous.id if previous else None,
+        position_seq=fold.position_seq,
+        summary=summary,
+        summary_tokens=estimator.count_text(summary),
+        kept_ids=tuple(m.id for m in fold.kept),
+        notes=notes,
+    )
+    candidate = apply_pass(projection, fold, checkpoint, after_position(projection, fold.position_seq))
+    before = projection.tokens()
+    if candidate.tokens() >= before:
+        why = f"the candidate ({candidate.tokens()} tokens) is not smaller than the view ({before})"
+        return Rejected(why, "COMPACT_FAILED", NotFolded.NOT_SMALLER)
+    return Accepted(candidate)
+
+
+# ---- what is installed -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FoldDocument:
+    """A document a fold writes (the folded-results index), stored and read like a raw tool result.
+    It is attached to `message_id`, the last message the fold covers, so it is visible exactly where
+    that message is (its session, forks made after it, abandoned branches) and deleted with it."""
+
+    ref: str
+    message_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class PruneInstall:
+    """A new projection state under the same head checkpoint."""
+
+    state: ContextState
+
+
+@dataclass(frozen=True)
+class FoldInstall:
+    """A new head checkpoint, its document and the projection state that goes with it."""
+
+    checkpoint: Checkpoint
+    document: FoldDocument
+    state: ContextState
+    tokens_before: int
+    tokens_after: int
+
+
+Install = PruneInstall | FoldInstall
+
+
+def _summary_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def prune_install(state: ContextState, branch_id: str, checkpoint_id: str | None) -> PruneInstall:
+    """`state` (its new pruned set and receipt) stamped for the head checkpoint it stays under."""
+    stamped = replace(
+        state,
+        fingerprint=fingerprint(branch_id, checkpoint_id),
+        checkpoint_id=checkpoint_id,
+        projection_version=state.projection_version + 1,
+    )
+    return PruneInstall(stamped)
+
+
+def fold_install(
+    state: ContextState, branch_id: str, accepted: Accepted, document: FoldDocument, tokens_before: int
+) -> FoldInstall:
+    """`state` (its new pruned set and receipt) stamped for the checkpoint the fold installs."""
+    checkpoint = accepted.checkpoint
+    stamped = replace(
+        state,
+        fingerprint=fingerprint(branch_id, checkpoint.id),
+        checkpoint_id=checkpoint.id,
+        covered_count=checkpoint.position_seq,
+        summary_hash=_summary_hash(checkpoint.summary),
+        projection_version=state.projection_version + 1,
+    )
+    return FoldInstall(checkpoint, document, stamped, tokens_before, accepted.candidate.tokens())
+
+
+# ---- the answer ------------------------------------------------------------------------------------
+
+
+def _same(a: ViewMessage, b: ViewMessage) -> bool:
+    return (a.role, a.content, a.summary, a.source.id if a.source else "") == (
+        b.role,
+        b.content,
+        b.summary,
+        b.source.id if b.source else "",
+    )
+
+
+def common_prefix(a: Sequence[ViewMessage], b: Sequence[ViewMessage]) -> int:
+    count = 0
+    for x, y in zip(a, b, strict=False):
+        if not _same(x, y):
+            break
+        count += 1
+    return count
+
+
+def _index_ref(projection: Projection) -> str:
+    checkpoint = projection.checkpoint
+    return checkpoint.notes.index_ref if checkpoint is not None and checkpoint.notes is not None else ""
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What a call answers, and the bookkeeping state to save with it."""
+
+    state: ContextState
+    messages: list[ViewMessage]  # the view, only its new messages when `delta`, or a dry run's candidate
+    estimated_tokens: int
+    view_version: int  # 0 for a dry run's candidate: not installed, so no usage is observed against it
+    view_message_count: int
+    stable_prefix_messages: int
+    delta: bool
+    cache_state: str
+    checkpoint_id: str
+    folded_results_ref: str
+    candidate_summary: str = ""
+
+
+@dataclass(frozen=True)
+class Answering:
+    """What the answer is made from: the round's projection and state once maintenance is done."""
+
+    projection: Projection
+    state: ContextState
+    first_view: Sequence[ViewMessage]  # the view as loaded, before this call's installs
+    first_tokens: int
+    action: Action
+    head_seq: int
+    checkpoint_id: str | None
+    candidate: Projection | None = None  # a dry run's candidate
+
+
+def answer(answering: Answering, known_view_version: int, now: float) -> Answered:
+    """The view's version (generation and message count), how much of it the previous answer already
+    had (the stable prefix, for prompt caching), only the new messages when the client's
+    `known_view_version` is a prefix of it, and the bookkeeping: the view record, activity, counters."""
+    projection, state = answering.projection, answering.state
+    config = projection.config
+    view = projection.view()
+    cache = cache_state(state.last_activity, now, cache_ttl_seconds(config))
+    version = view_version(state.generation, len(view))
+    previous = state.views[-1] if state.views else None
+    if answering.action is not Action.NONE:
+        stable = common_prefix(answering.first_view, view)
+    elif previous is not None and split_view_version(previous.version)[0] == state.generation:
+        stable = min(split_view_version(previous.version)[1], len(view))
+    else:
+        stable = 0
+    estimated = projection.tokens()
+    state = replace(
+        state.with_view(ViewRecord(version, projection.raw_tokens())),
+        last_activity=now,
+        cache_state=cache,
+        transcript_version=answering.head_seq,
+        checkpoint_id=answering.checkpoint_id,
+        covered_count=projection.checkpoint.position_seq if projection.checkpoint else 0,
+        prompt_cache_key=config.prompt_cache_key,
+        source_tokens=answering.first_tokens,
+        projection_tokens=estimated,
+    ).count("prepares")
+    candidate = answering.candidate
+    if candidate is not None:
+        candidate_view = candidate.view()
+        return Answered(
+            state=state,
+            messages=candidate_view,
+            estimated_tokens=candidate.tokens(),
+            view_version=0,
+            view_message_count=len(candidate_view),
+            stable_prefix_messages=common_prefix(view, candidate_view),
+            delta=False,
+            cache_state=cache,
+            checkpoint_id="",
+            folded_results_ref=_index_ref(candidate),
+            candidate_summary=candidate.checkpoint.summary if candidate.checkpoint else "",
+        )
+    known_generation, known_count = split_view_version(known_view_version)
+    delta = known_view_version > 0 and known_generation == state.generation and known_count <= len(view)
+    return Answered(
+        state=state,
+        messages=view[known_count:] if delta else view,
+        estimated_tokens=estimated,
+        view_version=version,
+        view_message_count=len(view),
+        stable_prefix_messages=stable,
+        delta=delta,
+        cache_state=cache,
+        checkpoint_id=answering.checkpoint_id or "",
+        folded_results_ref=_index_ref(projection),
+    )
+
+
+# Room in a response for everything but the view's text: ids, framing, the other fields.
+RESPONSE_FRAMING_BYTES = 1 << 20
+
+
+def check_response_size(messages: Sequence[ViewMessage], max_response_bytes: int) -> None:
+    """RESPONSE_TOO_LARGE, before anything is sent, when the view's text cannot fit one response."""
+    texts = [
+        text
+        for m in messages
+        for text in (
+            m.content,
+            *((m.source.reasoning_content, *(c.arguments for c in m.source.tool_calls)) if m.source else ()),
+        )
+    ]
+    room = max_response_bytes - RESPONSE_FRAMING_BYTES
+    # Characters are counted first: at most 4 bytes each, so only a view near the bound is encoded.
+    if sum(map(len, texts)) * 4 <= room:
+        return
+    size = sum(len(text.encode()) for text in texts)
+    if size > room:
+        raise DomainError(
+            Kind.RESOURCE_EXHAUSTED,
+            "RESPONSE_TOO_LARGE",
+            f"the view holds {size} bytes of text but one response carries at most {room}: lower the session's "
+            "context_window, or send known_view_version to receive only the new messages",
+            {"view_bytes": size, "max_response_bytes": room},
+        )

@@ -239,3 +239,15 @@ def config_from_json(text: str) -> SessionConfig:
     data = json.loads(text)
     known = {k: v for k, v in data.items() if k in SessionConfig.__dataclass_fields__}
     return SessionConfig(**known)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A provider's reported usage for one request built from view `view_version`."""
+
+    view_version: int
+    estimated_tokens: int  # ctxfold's estimate of that view (filled in when recorded)
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    finish_reason: str

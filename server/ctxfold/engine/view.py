@@ -41,6 +41,15 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class StoredCheckpoint:
+    """A checkpoint as an operator reads it back."""
+
+    checkpoint: Checkpoint
+    create_time: float
+    on_head_chain: bool  # the session's head checkpoint is this one or descends from it
+
+
+@dataclass(frozen=True)
 class ViewMessage:
     role: Role
     content: str
@@ -205,14 +214,14 @@ def prune_candidates(
 
 
 @dataclass(frozen=True)
-class FoldPlan:
+class FoldSplit:
     """What one fold keeps verbatim and what it summarizes."""
 
     kept: list[StoredMessage]
     folded: list[StoredMessage]
 
 
-def plan_fold(messages: Sequence[StoredMessage], tail: Sequence[StoredMessage], anchor_end: int) -> FoldPlan:
+def split_fold(messages: Sequence[StoredMessage], tail: Sequence[StoredMessage], anchor_end: int) -> FoldSplit:
     """Keeps the opening anchors (an opening system message — agents that do not set `system_prompt`
     in the config send it that way — and the task, messages up to seq `anchor_end`), pinned
     messages, the input the next call must answer (the last user message and the newest call group,
@@ -237,4 +246,4 @@ def plan_fold(messages: Sequence[StoredMessage], tail: Sequence[StoredMessage], 
             kept_groups.append(group)
         else:
             folded.extend(group)
-    return FoldPlan(kept=[m for g in kept_groups for m in g], folded=folded)
+    return FoldSplit(kept=[m for g in kept_groups for m in g], folded=folded)

@@ -31,10 +31,11 @@ from ctxfold.engine.lineage import (
     rewind_splits_head,
     segment_holding,
 )
-from ctxfold.engine.model import Role, StoredMessage, ToolCall
+from ctxfold.engine.maintenance import FoldDocument, FoldInstall, Install
+from ctxfold.engine.model import Role, StoredMessage, ToolCall, Usage
 from ctxfold.engine.tool_results import RawSpan, page_span, sha256_hex
 from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_end
-from ctxfold.engine.view import Checkpoint
+from ctxfold.engine.view import Checkpoint, StoredCheckpoint
 from ctxfold.store import schema
 from ctxfold.store.database import WRITE_OPTION
 
@@ -114,17 +115,6 @@ class EncodedResult:
 
 
 @dataclass(frozen=True)
-class FoldDocument:
-    """A document a fold writes (the folded-results index), stored and read like a raw tool result.
-    It is attached to `message_id`, the last message the fold covers, so it is visible exactly where
-    that message is (its session, forks made after it, abandoned branches) and deleted with it."""
-
-    ref: str
-    message_id: str
-    text: str
-
-
-@dataclass(frozen=True)
 class ConfigTokens:
     system: int
     tools: int
@@ -148,25 +138,6 @@ class ContextSnapshot:
     after: list[StoredMessage]
     state_json: str | None
     state_revision: int  # 0 when the session has no stored state yet
-
-
-@dataclass(frozen=True)
-class Usage:
-    view_version: int
-    estimated_tokens: int
-    input_tokens: int
-    cached_input_tokens: int
-    output_tokens: int
-    finish_reason: str
-
-
-@dataclass(frozen=True)
-class StoredCheckpoint:
-    """A checkpoint as an operator reads it back."""
-
-    checkpoint: Checkpoint
-    create_time: float
-    on_head_chain: bool  # the session's head checkpoint is this one or descends from it
 
 
 class StaleSession(Exception):
@@ -1008,22 +979,16 @@ class Store:
             session, checkpoint, kept, after, state_document(state) if state else None, state.revision if state else 0
         )
 
-    async def install(
-        self,
-        session: SessionRecord,
-        checkpoint: Checkpoint | None,
-        state_json: str,
-        tokens_before: int,
-        tokens_after: int,
-        document: FoldDocument | None = None,
-    ) -> tuple[SessionRecord, int]:
-        """Installs a new head checkpoint (or, with None, only a new projection state) and the fold's
-        `document` if the session is still at `session.version`; raises StaleSession otherwise. All or
-        nothing. Returns the session after the install and the state's new revision."""
+    async def install(self, session: SessionRecord, install: Install) -> tuple[SessionRecord, int]:
+        """Installs a fold (a new head checkpoint, its document and projection state) or a prune (only
+        a new projection state) if the session is still at `session.version`; raises StaleSession
+        otherwise. All or nothing. Returns the session after the install and the state's new revision."""
         now = time.time()
         s = schema.sessions.c
+        fold = install if isinstance(install, FoldInstall) else None
         async with self._write() as conn:
-            if checkpoint is not None:
+            if fold is not None:
+                checkpoint = fold.checkpoint
                 entries: list[dict[str, object]] = [{"type": "summary", "text": checkpoint.summary}]
                 entries += [{"type": "message", "id": kept_id} for kept_id in checkpoint.kept_ids]
                 if checkpoint.notes is not None:
@@ -1036,8 +1001,8 @@ class Store:
                         position_seq=checkpoint.position_seq,
                         entries_json=json.dumps(entries),
                         summary_tokens=checkpoint.summary_tokens,
-                        tokens_before=tokens_before,
-                        tokens_after=tokens_after,
+                        tokens_before=fold.tokens_before,
+                        tokens_after=fold.tokens_after,
                         create_time=now,
                     )
                 )
@@ -1045,16 +1010,16 @@ class Store:
                 update(schema.sessions)
                 .where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
                 .values(
-                    checkpoint_id=checkpoint.id if checkpoint else session.checkpoint_id,
+                    checkpoint_id=fold.checkpoint.id if fold else session.checkpoint_id,
                     version=s.version + 1,
                     update_time=now,
                 )
             )
             if swapped.rowcount != 1:
                 raise StaleSession(session.id)
-            if document is not None:
-                await self._insert_document(conn, document)
-            revision = await self._put_state(conn, session.id, _whole_state(state_json), None, now)
+            if fold is not None:
+                await self._insert_document(conn, fold.document)
+            revision = await self._put_state(conn, session.id, _whole_state(install.state.to_json()), None, now)
             return await self._get_session(conn, session.tenant, session.id), revision
 
     async def _insert_document(self, conn: AsyncConnection, document: FoldDocument) -> None:

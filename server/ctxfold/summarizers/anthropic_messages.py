@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pydantic
 
-from ctxfold.config import ConfigError
+from ctxfold.engine.errors import ConfigError
 from ctxfold.summarizers.base import (
     DEFAULT_DEADLINE_SECONDS,
     OnDelta,

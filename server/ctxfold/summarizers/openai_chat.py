@@ -14,7 +14,7 @@ import openai
 import pydantic
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from ctxfold.config import ConfigError
+from ctxfold.engine.errors import ConfigError
 from ctxfold.summarizers.base import (
     DEFAULT_DEADLINE_SECONDS,
     OnDelta,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ctxfold.config import ConfigError
+from ctxfold.engine.errors import ConfigError
 from ctxfold.summarizers.base import Summarizer
 from ctxfold.summarizers.extractive import ExtractiveSummarizer
 

@@ -1,0 +1,107 @@
+"""Who may maintain a session at a time: one call per process (`KeyedLock`, so calls of one process
+do not summarize the same input twice) and one replica per database (the fold lease, so replicas do
+not either). Neither is needed for consistency — every install is a compare-and-swap — only to avoid
+wasted summarizer calls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from ctxfold.engine.errors import busy
+from ctxfold.store.repository import SessionRecord, Store
+
+log = logging.getLogger(__name__)
+
+# A fold holds the session's lease for this long at a time and renews it while it runs, so the lease
+# of a crashed holder runs out within seconds, however long its summarizer call would have taken.
+FOLD_LEASE_SECONDS = 10.0
+FOLD_LEASE_RENEW_SECONDS = FOLD_LEASE_SECONDS / 4
+FOLD_LEASE_POLL_SECONDS = 0.25
+
+
+class KeyedLock:
+    """One asyncio lock per key, dropped when nobody holds or waits for it. At most `max_waiting` calls
+    wait for one key: more are refused at once (SESSION_BUSY), so a busy session's queue stays short
+    and a client learns to back off instead of piling up calls."""
+
+    def __init__(self, max_waiting: int, retry_after_seconds: float = 1.0) -> None:
+        self.max_waiting = max_waiting
+        self.retry_after_seconds = retry_after_seconds
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    def held(self, key: str) -> bool:
+        return key in self._locks
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        if users > self.max_waiting:  # one holder and max_waiting waiters already
+            raise busy(
+                f"{users - 1} calls already wait to maintain session {key!r} (at most {self.max_waiting}); retry later",
+                self.retry_after_seconds,
+                scope="session",
+                session_id=key,
+                limit=self.max_waiting,
+            )
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+class Lease(enum.Enum):
+    TAKEN = "taken"
+    WAITED = "waited"  # another holder's lease ended (released or run out) while we waited
+    HELD_ELSEWHERE = "held_elsewhere"  # another holder folds; we did not wait
+
+
+class FoldLeases:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @contextlib.asynccontextmanager
+    async def holding(self, session: SessionRecord, wait: bool) -> AsyncIterator[Lease]:
+        """Takes the session's fold lease and, while the body runs, renews it; hands it back after,
+        even when the call is cancelled. When another holder has it, yields HELD_ELSEWHERE at once or
+        (with `wait`) waits until it is released or runs out and yields WAITED (that holder's fold
+        has probably changed the session); either way nothing is held."""
+        owner = uuid.uuid4().hex
+        until = await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
+        if until:
+            if wait:
+                while until and until > time.time():
+                    await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - time.time()))
+                    until = await self.store.fold_lease_until(session)
+            yield Lease.WAITED if wait else Lease.HELD_ELSEWHERE
+            return
+        heartbeat = asyncio.create_task(self._renew(session, owner))
+        try:
+            yield Lease.TAKEN
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+            # Shielded: a cancelled call still hands the lease back (else it would run out by itself).
+            await asyncio.shield(self.store.release_fold_lease(session, owner))
+
+    async def _renew(self, session: SessionRecord, owner: str) -> None:
+        """Renews the fold lease while the fold runs; a failed renewal is retried at the next beat (the
+        lease outlives a few missed beats)."""
+        while True:
+            await asyncio.sleep(FOLD_LEASE_RENEW_SECONDS)
+            try:
+                await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
+            except Exception as exc:  # the fold goes on; the next beat tries again
+                log.warning("renewing the fold lease of session %s failed: %s", session.id, exc)

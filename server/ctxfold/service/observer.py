@@ -1,0 +1,306 @@
+"""What one Prepare or Compact reports while it runs, kept out of the flow: progress events on the
+call's stream, OpenTelemetry spans (prune, fold, fold pass, summarizer call, install) and metrics.
+The maintenance driver notifies one `MaintenanceObserver` at each step; nothing here decides."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, StatusCode
+
+from ctxfold.engine import estimator
+from ctxfold.engine.maintenance import Action, FoldInstall, FoldPass, Install, MaintainRequest
+from ctxfold.engine.model import SessionConfig
+from ctxfold.engine.state import ContextState, Receipt, split_view_version
+from ctxfold.store.repository import StaleSession
+from ctxfold.summarizers.base import IN_PROCESS_PROVIDER, Summarizer, SummaryRequest, SummaryResult
+from ctxfold.telemetry import INSTRUMENTS, TRACER
+
+
+class Stage(enum.Enum):
+    PRUNED = "pruned"
+    PLANNED = "planned"
+    PASS_STARTED = "pass_started"
+    SUMMARY_DELTA = "summary_delta"
+    PASS_COMMITTED = "pass_committed"
+    PASS_FAILED = "pass_failed"
+    SUMMARIZER_FALLBACK = "summarizer_fallback"
+
+
+@dataclass(frozen=True)
+class Progress:
+    stage: Stage
+    message: str
+    pass_index: int = 0
+    passes_planned: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    checkpoint_id: str = ""
+    summary_delta: str = ""
+    summarizer: str = ""
+
+
+Emit = Callable[[Progress], Awaitable[None]]
+
+
+@dataclass
+class SummarizerCall:
+    """One summarizer call as its span sees it; `failure` decides the duration metric's error type."""
+
+    span: Span
+    summarizer: Summarizer
+    failure: str = ""
+
+    @property
+    def calls_model(self) -> bool:
+        return self.summarizer.provider != IN_PROCESS_PROVIDER
+
+    def answered(self, result: SummaryResult, text: str, failure: str) -> None:
+        if self.calls_model:
+            self.span.set_attributes(
+                {
+                    "gen_ai.response.model": result.response_model or self.summarizer.model,
+                    "gen_ai.usage.input_tokens": result.input_tokens,
+                    "gen_ai.usage.output_tokens": result.output_tokens,
+                    "gen_ai.usage.cache_read.input_tokens": result.cached_input_tokens,
+                    "gen_ai.response.finish_reasons": [result.finish_reason],
+                }
+            )
+        else:
+            self.span.set_attribute("ctxfold.summary.tokens", estimator.count_text(text))
+        self.failure = failure
+
+    def raised(self, exc: Exception, failure: str) -> None:
+        self.span.record_exception(exc)
+        self.span.set_attribute("error.type", type(exc).__name__)
+        self.failure = failure
+
+
+@dataclass
+class MaintenanceObserver:
+    emit: Emit
+    session_id: str
+    _fold_span: Span | None = field(default=None, init=False)
+
+    # ---- rounds and installs ------------------------------------------------------------------
+
+    async def discarded(self) -> None:
+        await self.emit(
+            Progress(Stage.PASS_FAILED, "the session changed meanwhile: candidate discarded, starting over")
+        )
+
+    @contextlib.contextmanager
+    def installing(self, install: Install, before: int, after: int) -> Iterator[None]:
+        fold = install if isinstance(install, FoldInstall) else None
+        with TRACER.start_as_current_span("ctxfold.checkpoint.install") as span:
+            span.set_attributes(
+                {
+                    "ctxfold.session.id": self.session_id,
+                    "ctxfold.install.kind": "checkpoint" if fold else "prune",
+                    "ctxfold.checkpoint.id": fold.checkpoint.id if fold else "",
+                    "ctxfold.tokens.before": before,
+                    "ctxfold.tokens.after": after,
+                }
+            )
+            try:
+                yield
+            except StaleSession:
+                span.set_status(StatusCode.ERROR, "stale: the session changed; candidate discarded")
+                raise
+
+    @staticmethod
+    def receipt(receipt: Receipt) -> None:
+        INSTRUMENTS.maintenance_operations.add(1, {"ctxfold.action": receipt.action, "ctxfold.status": receipt.status})
+        if receipt.status == "applied":
+            INSTRUMENTS.tokens_saved.add(receipt.tokens_saved, {"ctxfold.action": receipt.action})
+
+    # ---- prune --------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def pruning(self, results: int, before: int, after: int) -> Iterator[None]:
+        with TRACER.start_as_current_span("ctxfold.prune") as span:
+            span.set_attributes(
+                {
+                    "ctxfold.session.id": self.session_id,
+                    "ctxfold.prune.results": results,
+                    "ctxfold.tokens.before": before,
+                    "ctxfold.tokens.after": after,
+                }
+            )
+            yield
+
+    async def pruned(self, results: int, before: int, after: int) -> None:
+        message = f"pruned {results} old tool results: {before} → {after} tokens"
+        await self.emit(Progress(Stage.PRUNED, message, tokens_before=before, tokens_after=after))
+
+    # ---- fold ---------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def folding(
+        self, request: MaintainRequest, config: SessionConfig, summarizer: Summarizer, passes: int, before: int
+    ) -> Iterator[None]:
+        with TRACER.start_as_current_span("ctxfold.fold") as span:
+            span.set_attributes(
+                {
+                    "ctxfold.session.id": self.session_id,
+                    "ctxfold.fold.trigger": request.trigger.value,
+                    "ctxfold.context_window": config.context_window,
+                    "ctxfold.trigger_tokens": config.trigger_tokens,
+                    "ctxfold.hard_limit_tokens": config.hard_limit_tokens,
+                    "ctxfold.fold.passes_planned": passes,
+                    "ctxfold.tokens.before": before,
+                    "ctxfold.summarizer": summarizer.name,
+                    "ctxfold.summarizer.input_window_tokens": summarizer.input_window_tokens,
+                }
+            )
+            self._fold_span = span
+            try:
+                yield
+            finally:
+                self._fold_span = None
+
+    async def planned(self, passes: int, before: int) -> None:
+        message = f"folding in {passes} pass(es) from {before} tokens"
+        await self.emit(Progress(Stage.PLANNED, message, passes_planned=passes, tokens_before=before))
+
+    def folded(self, passes: int, after: int) -> None:
+        if self._fold_span is not None:
+            self._fold_span.set_attributes({"ctxfold.fold.passes": passes, "ctxfold.tokens.after": after})
+
+    @contextlib.contextmanager
+    def fold_pass(self, index: int, passes: int) -> Iterator[None]:
+        attributes: dict[str, str | int] = {
+            "ctxfold.session.id": self.session_id,
+            "ctxfold.fold.pass_index": index,
+            "ctxfold.fold.passes_planned": passes,
+        }
+        with TRACER.start_as_current_span("ctxfold.fold.pass", attributes=attributes):
+            yield
+
+    async def pass_started(self, fold: FoldPass, index: int, passes: int, before: int, summarizer: str) -> None:
+        folded_seqs = [m.source.seq for m in fold.folded if m.source is not None]
+        trace.get_current_span().set_attributes(
+            {
+                "ctxfold.tokens.before": before,
+                "ctxfold.fold.input_tokens": fold.input_tokens,
+                "ctxfold.fold.messages": len(fold.folded),
+                "ctxfold.fold.first_seq": min(folded_seqs, default=0),
+                "ctxfold.fold.last_seq": fold.position_seq,
+            }
+        )
+        await self.emit(
+            Progress(
+                Stage.PASS_STARTED,
+                f"pass {index}: summarizing {len(fold.folded)} messages ({fold.input_tokens} tokens read)",
+                pass_index=index,
+                passes_planned=passes,
+                tokens_before=before,
+                summarizer=summarizer,
+            )
+        )
+
+    def summary_deltas(self, index: int, passes: int) -> Callable[[str], Awaitable[None]]:
+        async def on_delta(text: str) -> None:
+            await self.emit(
+                Progress(Stage.SUMMARY_DELTA, "", pass_index=index, passes_planned=passes, summary_delta=text)
+            )
+
+        return on_delta
+
+    async def fell_back(self, index: int, passes: int, before: int, failed: str, fallback: str, note: str) -> None:
+        trace.get_current_span().set_attribute("ctxfold.fold.fallback_from", failed)
+        await self.emit(
+            Progress(
+                Stage.SUMMARIZER_FALLBACK,
+                f"pass {index}: {note}",
+                pass_index=index,
+                passes_planned=passes,
+                tokens_before=before,
+                summarizer=fallback,
+            )
+        )
+
+    async def pass_failed(self, index: int, passes: int, why: str) -> None:
+        trace.get_current_span().set_status(StatusCode.ERROR, why)
+        await self.emit(Progress(Stage.PASS_FAILED, why, pass_index=index, passes_planned=passes))
+
+    @staticmethod
+    def candidate(checkpoint_id: str, after: int) -> None:
+        trace.get_current_span().set_attributes({"ctxfold.tokens.after": after, "ctxfold.checkpoint.id": checkpoint_id})
+
+    async def pass_committed(
+        self, index: int, passes: int, before: int, after: int, checkpoint_id: str, summarizer: str
+    ) -> None:
+        await self.emit(
+            Progress(
+                Stage.PASS_COMMITTED,
+                f"pass {index} committed checkpoint {checkpoint_id}: {before} → {after} tokens",
+                pass_index=index,
+                passes_planned=passes,
+                tokens_before=before,
+                tokens_after=after,
+                checkpoint_id=checkpoint_id,
+                summarizer=summarizer,
+            )
+        )
+
+    @contextlib.contextmanager
+    def summarizing(self, summarizer: Summarizer, request: SummaryRequest) -> Iterator[SummarizerCall]:
+        """A model call as a GenAI `chat` client span, an in-process summarizer (extractive) as what
+        it is; its duration as a metric."""
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": summarizer.provider}
+        calls_model = summarizer.provider != IN_PROCESS_PROVIDER
+        name = f"chat {summarizer.model}" if calls_model else f"ctxfold.summarize {summarizer.name}"
+        with TRACER.start_as_current_span(name, kind=SpanKind.CLIENT if calls_model else SpanKind.INTERNAL) as span:
+            if calls_model:
+                span.set_attributes(
+                    {
+                        **attributes,
+                        "gen_ai.request.model": summarizer.model,
+                        "gen_ai.request.max_tokens": request.max_tokens,
+                        **({"server.address": summarizer.server_address} if summarizer.server_address else {}),
+                    }
+                )
+            span.set_attributes({"ctxfold.session.id": self.session_id, "ctxfold.summarizer": summarizer.name})
+            started = time.perf_counter()
+            call = SummarizerCall(span, summarizer)
+            try:
+                yield call
+            finally:
+                if call.failure:
+                    span.set_status(StatusCode.ERROR, call.failure)
+                INSTRUMENTS.summarizer_duration.record(
+                    time.perf_counter() - started,
+                    {
+                        **attributes,
+                        "gen_ai.request.model": summarizer.model,
+                        **({"error.type": "summary"} if call.failure else {}),
+                    },
+                )
+
+    # ---- the answer ---------------------------------------------------------------------------
+
+    @staticmethod
+    def answered(session_id: str, state: ContextState, operation: str, action: Action, started: float) -> None:
+        """The answered view, as its bookkeeping `state` recorded it (the installed view, also on a dry
+        run); static, as a view that fits is answered without maintenance (and its observer)."""
+        version = state.views[-1].version
+        trace.get_current_span().set_attributes(
+            {
+                "ctxfold.session.id": session_id,
+                "ctxfold.view.version": version,
+                "ctxfold.view.messages": split_view_version(version)[1],
+                "ctxfold.tokens.before": state.source_tokens,
+                "ctxfold.tokens.after": state.projection_tokens,
+                "ctxfold.action": action.value,
+                "ctxfold.cache_state": state.cache_state,
+            }
+        )
+        INSTRUMENTS.prepare_duration.record(
+            time.perf_counter() - started, {"ctxfold.operation": operation, "ctxfold.action": action.value}
+        )

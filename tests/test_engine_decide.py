@@ -1,0 +1,473 @@
+"""The maintenance decisions, directly on the pure engine (no database, no server): what `decide`
+chooses, why `accept` refuses a candidate, how `plan_pass` bisects the fold input, what `answer`
+sends, and the lineage, open-call and folded-index functions the shell relies on."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxfold.engine import estimator, folded_index
+from ctxfold.engine.briefing import FoldNotes, record_fold
+from ctxfold.engine.errors import DomainError
+from ctxfold.engine.lineage import Segment, history_ranges, live_ranges
+from ctxfold.engine.maintenance import (
+    INSTRUCTION_TOKENS,
+    RESPONSE_FRAMING_BYTES,
+    Accepted,
+    Action,
+    Answer,
+    Answering,
+    Blocked,
+    Decision,
+    Fold,
+    FoldPass,
+    MaintainRequest,
+    NotFolded,
+    Projection,
+    Prune,
+    Rejected,
+    Snapshot,
+    Trigger,
+    accept,
+    answer,
+    body_budget,
+    check_response_size,
+    decide,
+    plan_pass,
+    summary_failure,
+)
+from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.state import ContextState, ViewRecord, view_version
+from ctxfold.engine.transcript import advance_open_calls, open_calls_at_end
+from ctxfold.engine.view import PRUNE_MIN_CODE_POINTS, call_groups, prunable, split_fold
+
+_ids = itertools.count(1)
+
+
+def text(chars: int, salt: str = "") -> str:
+    """Tool-output-like text (paths and numbers), about four characters per token."""
+    body = "".join(f"src/{salt}module_{i}/file_{i * 7 % 13}.py:{i} ok\n" for i in range(chars // 20 + 1))
+    return body[:chars]
+
+
+def conversation(result_chars: list[int]) -> list[StoredMessage]:
+    """A task, then one assistant call and its result per entry of `result_chars`."""
+    messages: list[StoredMessage] = []
+
+    def add(role: Role, content: str, calls: tuple[ToolCall, ...] = (), answers: str = "") -> None:
+        seq = len(messages) + 1
+        messages.append(
+            StoredMessage(
+                id=f"m{next(_ids)}",
+                seq=seq,
+                role=role,
+                content=content,
+                tokens=estimator.message_tokens(content, calls),
+                tool_calls=calls,
+                tool_call_id=answers,
+                result_ref=f"tr{seq}" if role is Role.TOOL else "",
+            )
+        )
+
+    add(Role.USER, "Fix the failing test in src/app.py")
+    for turn, chars in enumerate(result_chars):
+        call = ToolCall(f"call{turn}", "bash", f'{{"command": "pytest -k case{turn}"}}')
+        add(Role.ASSISTANT, f"step {turn}", (call,))
+        add(Role.TOOL, text(chars, salt=str(turn)), answers=call.id)
+    return messages
+
+
+def projection(messages: list[StoredMessage], window: int = 1_000_000, **config: object) -> Projection:
+    return Projection(
+        config=SessionConfig(context_window=window, **config),  # type: ignore[arg-type]
+        system_tokens=0,
+        tools_tokens=0,
+        calibration=1.0,
+        checkpoint=None,
+        kept=(),
+        after=tuple(messages),
+        pruned={},
+    )
+
+
+def sized(messages: list[StoredMessage], ratio: float) -> Projection:
+    """The projection of `messages` in a window they fill to `ratio` (the estimate does not depend on
+    the window here: no reserved output, a small opening)."""
+    tokens = projection(messages).tokens()
+    return projection(messages, window=int(tokens / ratio))
+
+
+SMALL = [2000] * 30  # ~15k tokens, nothing prunable
+LARGE = [PRUNE_MIN_CODE_POINTS * 4] * 12 + [2000] * 2  # old results worth pruning, a small recent tail
+
+
+def snapshot(projection: Projection, failed_fold_tokens: int = 0) -> Snapshot:
+    return Snapshot(projection, projection.tokens(), failed_fold_tokens)
+
+
+def run_decisions(snap: Snapshot, request: MaintainRequest) -> list[Decision]:
+    """Decides, applies each Prune as the driver installs it, and decides again until anything else."""
+    decisions: list[Decision] = []
+    while True:
+        decision = decide(snap, request)
+        decisions.append(decision)
+        if not isinstance(decision, Prune):
+            return decisions
+        snap = replace(snap, projection=decision.candidate)
+
+
+THRESHOLD = MaintainRequest(Trigger.THRESHOLD)
+OVERFLOW = MaintainRequest(Trigger.OVERFLOW)
+COMPACT = MaintainRequest(Trigger.COMPACT, keep_tokens=0)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    results: list[int]
+    ratio: float
+    request: MaintainRequest
+    expected: list[type]
+    failed_fold: bool = False  # the memo holds exactly the loaded view's tokens
+    must_fold: bool | None = None  # of the final Fold, when it is one
+
+
+CASES = [
+    Case("below the trigger nothing happens", SMALL, 0.5, THRESHOLD, [Answer]),
+    Case("at the trigger with nothing to prune it folds", SMALL, 0.9, THRESHOLD, [Fold], must_fold=False),
+    Case("above the hard ceiling it must fold", SMALL, 1.3, THRESHOLD, [Fold], must_fold=True),
+    Case("an overflow folds below the trigger", SMALL, 0.5, OVERFLOW, [Fold], must_fold=False),
+    Case("a compact folds below the trigger", SMALL, 0.3, COMPACT, [Fold], must_fold=True),
+    Case("a dry run decides as its compact", SMALL, 0.3, replace(COMPACT, dry_run=True), [Fold], must_fold=True),
+    Case("a compact does not prune first", LARGE, 0.9, COMPACT, [Fold], must_fold=True),
+    Case("pruning enough answers", LARGE, 0.85, THRESHOLD, [Prune, Answer]),
+    Case("pruning not enough folds", LARGE, 5.0, THRESHOLD, [Prune, Fold], must_fold=False),
+    Case("pruned but above the ceiling it must fold", LARGE, 8.0, THRESHOLD, [Prune, Fold], must_fold=True),
+    Case("a failed fold of the same input blocks", SMALL, 0.9, THRESHOLD, [Blocked], failed_fold=True),
+    Case("the memo yields above the ceiling", SMALL, 1.3, THRESHOLD, [Fold], failed_fold=True, must_fold=True),
+    Case("the memo yields to an overflow", SMALL, 0.9, OVERFLOW, [Fold], failed_fold=True, must_fold=False),
+    Case("the memo answers once a prune is enough", LARGE, 0.85, THRESHOLD, [Prune, Answer], failed_fold=True),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_decide(case: Case) -> None:
+    view = sized(conversation(case.results), case.ratio)
+    decisions = run_decisions(snapshot(view, view.tokens() if case.failed_fold else 0), case.request)
+    assert [type(d) for d in decisions] == case.expected
+    last = decisions[-1]
+    if isinstance(last, Fold):
+        assert last.must_fold is case.must_fold
+    if isinstance(last, Blocked):
+        assert last.tokens == view.tokens()
+        assert f"({view.tokens()} tokens) failed" in last.detail
+
+
+def test_a_view_grown_past_the_failed_fold_is_folded_again() -> None:
+    view = sized(conversation(SMALL), 0.9)
+    assert isinstance(decide(snapshot(view, view.tokens() - 1), THRESHOLD), Fold)
+
+
+def test_a_prune_is_only_proposed_when_it_makes_the_view_smaller() -> None:
+    view = sized(conversation(LARGE), 0.85)
+    prune = decide(snapshot(view), THRESHOLD)
+    assert isinstance(prune, Prune)
+    in_tail = {m.id for m in view.tail()}
+    large_and_old = {m.id for m in view.messages if prunable(m) and m.id not in in_tail}
+    assert set(prune.candidate.pruned) == large_and_old
+    assert prune.results == len(large_and_old) > 0
+    assert prune.candidate.tokens() < view.tokens()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    results=st.lists(st.integers(100, 40_000), min_size=1, max_size=25),
+    ratio=st.floats(0.1, 3.0),
+    trigger=st.sampled_from(list(Trigger)),
+)
+def test_deciding_after_each_prune_ends_and_every_prune_shrinks_the_view(
+    results: list[int], ratio: float, trigger: Trigger
+) -> None:
+    view = sized(conversation(results), ratio)
+    decisions = run_decisions(snapshot(view), MaintainRequest(trigger))
+    prunes = [d for d in decisions if isinstance(d, Prune)]
+    assert len(prunes) <= 1  # the tail only grows as results are pruned, so one prune takes them all
+    tokens = [view.tokens()] + [p.candidate.tokens() for p in prunes]
+    assert tokens == sorted(tokens, reverse=True) and len(set(tokens)) == len(tokens)
+    if trigger is Trigger.COMPACT:
+        assert decisions == [Fold(must_fold=True)]
+
+
+# ---- accept ------------------------------------------------------------------------------------------
+
+
+def first_pass(view: Projection, window: int = 1_000_000) -> tuple[FoldPass, FoldNotes]:
+    plan = plan_pass(view, window)
+    assert plan.first is not None
+    folded = [v.source for v in plan.first.folded if v.source is not None]
+    record = record_fold(None, folded_index.FoldedIndex(), view.messages, folded, "tr-index", 8192, view.anchor_end)
+    return plan.first, replace(record.notes, summarizer="extractive")
+
+
+def test_accept_a_smaller_candidate() -> None:
+    view = sized(conversation(SMALL), 0.9)
+    fold, notes = first_pass(view)
+    outcome = accept(view, fold, notes, "## Goal\nfix the test", "cp-1")
+    assert isinstance(outcome, Accepted)
+    checkpoint = outcome.checkpoint
+    assert (checkpoint.id, checkpoint.parent_id, checkpoint.position_seq) == ("cp-1", None, fold.position_seq)
+    assert checkpoint.kept_ids == tuple(m.id for m in fold.kept)
+    assert checkpoint.notes is not None and checkpoint.notes.body == "## Goal\nfix the test"
+    assert outcome.candidate.tokens() < view.tokens()
+    assert [v.summary for v in outcome.candidate.view()].count(True) == 1
+
+
+def test_accept_refuses_a_body_over_its_budget_before_building_a_candidate() -> None:
+    view = sized(conversation(SMALL), 0.9)
+    fold, notes = first_pass(view)
+    budget = body_budget(notes, view.config)
+    outcome = accept(view, fold, notes, text(budget * 8), "cp-1")
+    assert outcome == Rejected(f"the summary has more than the {budget} tokens left for it", "SUMMARIZER_FAILED")
+
+
+def test_accept_refuses_a_candidate_that_is_not_smaller() -> None:
+    view = sized(conversation([40] * 6), 0.9)  # a few short results: any real summary is longer
+    fold, notes = first_pass(view)
+    body = "word " * (body_budget(notes, view.config) // 2)  # within its budget, longer than the view
+    outcome = accept(view, fold, notes, body, "cp-1")
+    assert isinstance(outcome, Rejected)
+    assert (outcome.reason, outcome.not_folded) == ("COMPACT_FAILED", NotFolded.NOT_SMALLER)
+    assert f"is not smaller than the view ({view.tokens()})" in outcome.why
+
+
+@pytest.mark.parametrize(
+    ("text", "finish_reason", "failure"),
+    [
+        ("## Goal\nx", "stop", ""),
+        ("## Goal\nx", "length", "the summary was truncated (finish_reason=length)"),
+        ("", "stop", "the summary was empty"),
+    ],
+)
+def test_summary_failure(text: str, finish_reason: str, failure: str) -> None:
+    assert summary_failure(text, finish_reason) == failure
+
+
+# ---- plan_pass: the bisection over call groups ---------------------------------------------------------
+
+
+def read_through(view: Projection, group: list[StoredMessage]) -> int:
+    """Tokens of the view up to and including the end of `group`: what a pass folding it reads."""
+    shown = view.view()
+    end = next(i for i, v in enumerate(shown) if v.source is not None and v.source.id == group[-1].id)
+    return sum(v.tokens + estimator.PER_MESSAGE_TOKENS for v in shown[: end + 1])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    results=st.lists(st.integers(100, 12_000), min_size=2, max_size=30),
+    window=st.integers(600, 40_000),
+    keep_tokens=st.one_of(st.none(), st.integers(0, 5_000)),
+)
+def test_a_pass_reads_the_longest_prefix_of_whole_groups_that_fits(
+    results: list[int], window: int, keep_tokens: int | None
+) -> None:
+    view = projection(conversation(results), window=60_000)
+    groups = call_groups(split_fold(view.messages, view.tail(keep_tokens), view.anchor_end).folded)
+    available = window - INSTRUCTION_TOKENS
+    try:
+        plan = plan_pass(view, window, keep_tokens)
+    except DomainError as error:
+        assert error.reason == "FOLD_INPUT_TOO_LARGE"
+        assert read_through(view, groups[0]) > available  # not even the first group fits
+        return
+    if not groups:
+        assert plan.first is None and plan.passes_planned == 0
+        return
+    fold = plan.first
+    assert fold is not None
+    assert fold.input_tokens == read_through(view, fold_groups(groups, fold)[-1]) <= available
+    taken = fold_groups(groups, fold)
+    assert [v.source.id for v in fold.folded if v.source] == [m.id for g in taken for m in g]  # whole groups
+    assert fold.final is (len(taken) == len(groups))
+    if fold.final:
+        assert (fold.position_seq, plan.passes_planned) == (view.head_seq, 1)
+    else:
+        assert read_through(view, groups[len(taken)]) > available  # one more group would not fit
+        assert fold.position_seq == taken[-1][-1].seq
+        assert plan.passes_planned >= 2
+    assert all(m.seq <= fold.position_seq for m in fold.kept)
+
+
+def fold_groups(groups: list[list[StoredMessage]], fold: FoldPass) -> list[list[StoredMessage]]:
+    """The oldest groups whose messages `fold` folds, up to the first it does not."""
+    folded = {v.source.id for v in fold.folded if v.source is not None}
+    return list(itertools.takewhile(lambda group: group[0].id in folded, groups))
+
+
+# ---- answer ------------------------------------------------------------------------------------------
+
+
+def answering(view: Projection, state: ContextState, **changes: object) -> Answering:
+    base = Answering(view, state, view.view(), view.tokens(), Action.NONE, view.head_seq, None)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_an_append_only_prepare_sends_only_the_new_messages() -> None:
+    view = projection(conversation(SMALL))
+    count = len(view.view())
+    previous = view_version(1, count - 2)
+    state = ContextState(fingerprint="f").with_view(ViewRecord(previous, 100))
+    answered = answer(answering(view, state), previous, now=50.0)
+    assert answered.delta
+    assert answered.messages == view.view()[count - 2 :]
+    assert answered.view_version == view_version(1, count)
+    assert answered.stable_prefix_messages == count - 2
+    assert answered.state.views[-1] == ViewRecord(view_version(1, count), view.raw_tokens())
+    assert (answered.state.last_activity, answered.state.telemetry["prepares"]) == (50.0, 1)
+
+
+@pytest.mark.parametrize(
+    ("known", "why"),
+    [
+        (0, "no known version"),
+        (view_version(2, 3), "another generation"),
+        (view_version(1, 10_000), "longer than the view"),
+    ],
+)
+def test_a_version_that_is_not_a_prefix_gets_the_whole_view(known: int, why: str) -> None:
+    view = projection(conversation(SMALL))
+    answered = answer(answering(view, ContextState(fingerprint="f")), known, now=0.0)
+    assert not answered.delta, why
+    assert answered.messages == view.view()
+
+
+def test_after_a_prune_the_stable_prefix_is_what_the_two_views_share() -> None:
+    before = sized(conversation(LARGE), 0.85)
+    prune = decide(snapshot(before), THRESHOLD)
+    assert isinstance(prune, Prune)
+    state = ContextState(fingerprint="f", generation=2)
+    answered = answer(answering(prune.candidate, state, first_view=before.view(), action=Action.PRUNED), 0, 0.0)
+    first_pruned = next(i for i, v in enumerate(prune.candidate.view()) if v.pruned)
+    assert answered.stable_prefix_messages == first_pruned
+    assert answered.view_version == view_version(2, len(prune.candidate.view()))
+
+
+def test_a_dry_run_answers_its_candidate_without_a_version() -> None:
+    view = sized(conversation(SMALL), 0.9)
+    fold, notes = first_pass(view)
+    outcome = accept(view, fold, notes, "## Goal\nfix the test", "cp-1")
+    assert isinstance(outcome, Accepted)
+    answered = answer(answering(view, ContextState(fingerprint="f"), candidate=outcome.candidate), 0, 0.0)
+    assert (answered.view_version, answered.checkpoint_id, answered.delta) == (0, "", False)
+    assert answered.messages == outcome.candidate.view()
+    assert answered.candidate_summary == outcome.checkpoint.summary
+    assert answered.folded_results_ref == "tr-index"
+    # The bookkeeping records the installed view, not the candidate.
+    assert answered.state.views[-1].version == view_version(1, len(view.view()))
+
+
+@pytest.mark.parametrize(("extra_bytes", "too_large"), [(-1, False), (0, False), (1, True)])
+def test_a_view_whose_text_cannot_fit_one_response_is_refused(extra_bytes: int, too_large: bool) -> None:
+    view = projection(conversation([3000] * 4)).view()
+    calls = [c for v in view if v.source is not None for c in v.source.tool_calls]
+    size = sum(len(v.content.encode()) for v in view) + sum(len(c.arguments.encode()) for c in calls)
+    bound = size + RESPONSE_FRAMING_BYTES - extra_bytes  # the text's size is at the bound's edge
+    if not too_large:
+        check_response_size(view, bound)
+        return
+    with pytest.raises(DomainError) as refused:
+        check_response_size(view, bound)
+    assert refused.value.reason == "RESPONSE_TOO_LARGE"
+    assert refused.value.metadata == {"view_bytes": str(size), "max_response_bytes": str(size - 1)}
+
+
+# ---- lineage, open calls, rolled-forward refs ---------------------------------------------------------
+
+
+@st.composite
+def segment_trees(draw: st.DrawFn) -> tuple[dict[str, Segment], dict[str, int]]:
+    """Segments where each child starts at or below its parent's tip, and a tip in some of them."""
+    segments = {"s0": Segment("s0", None, 0)}
+    tips = {"s0": draw(st.integers(0, 30))}
+    for index in range(1, draw(st.integers(1, 8))):
+        parent = draw(st.sampled_from(sorted(segments)))
+        base = draw(st.integers(segments[parent].base_seq, max(segments[parent].base_seq, tips.get(parent, 0))))
+        segments[f"s{index}"] = Segment(f"s{index}", parent, base)
+        tips[f"s{index}"] = base + draw(st.integers(0, 10))
+    chosen = draw(st.lists(st.sampled_from(sorted(tips)), min_size=1, unique=True))
+    return segments, {s: tips[s] for s in chosen}
+
+
+@settings(max_examples=100, deadline=None)
+@given(tree=segment_trees())
+def test_history_ranges_hold_every_message_ever_live_exactly_once(
+    tree: tuple[dict[str, Segment], dict[str, int]],
+) -> None:
+    segments, tips = tree
+    live = {
+        (r.segment_id, seq)
+        for s, tip in tips.items()
+        for r in live_ranges(segments, s, tip)
+        for seq in range(r.lo + 1, r.hi + 1)
+    }
+    ranges = history_ranges(segments, tips)
+    held = [(r.segment_id, seq) for r in ranges for seq in range(r.lo + 1, r.hi + 1)]
+    assert sorted(held) == sorted(live)  # all of them, none twice (merged ranges do not overlap)
+    assert all(r.hi > r.lo for r in ranges)
+
+
+@st.composite
+def valid_appends(draw: st.DrawFn) -> list[NewMessage]:
+    """Turns an agent may append: user text, or an assistant message whose calls are all answered
+    (in any order) before anything else, the last turn possibly still waiting for some."""
+    messages: list[NewMessage] = []
+    for turn in range(draw(st.integers(0, 8))):
+        if draw(st.booleans()):
+            messages.append(NewMessage(Role.USER, f"ask {turn}"))
+            continue
+        calls = tuple(ToolCall(f"t{turn}c{i}", "bash", "{}") for i in range(draw(st.integers(0, 3))))
+        messages.append(NewMessage(Role.ASSISTANT, f"act {turn}", calls))
+        order = draw(st.permutations([c.id for c in calls]))
+        messages += [NewMessage(Role.TOOL, "out", tool_call_id=call_id) for call_id in order]
+    if draw(st.booleans()):
+        calls = tuple(ToolCall(f"lastc{i}", "bash", "{}") for i in range(draw(st.integers(1, 3))))
+        messages.append(NewMessage(Role.ASSISTANT, "last", calls))
+        answered = draw(st.lists(st.sampled_from([c.id for c in calls]), unique=True))
+        messages += [NewMessage(Role.TOOL, "out", tool_call_id=call_id) for call_id in answered]
+    return messages
+
+
+@settings(max_examples=100, deadline=None)
+@given(appends=valid_appends(), cut=st.integers(0, 40))
+def test_open_calls_read_back_from_the_transcript_are_those_the_appends_left(
+    appends: list[NewMessage], cut: int
+) -> None:
+    stored = [
+        StoredMessage(f"m{i}", i + 1, m.role, m.content, 1, m.tool_calls, m.tool_call_id) for i, m in enumerate(appends)
+    ]
+    assert open_calls_at_end(stored) == advance_open_calls((), appends)
+    # After a rewind to any earlier point the calls still open there are the appends' up to it.
+    prefix = appends[: min(cut, len(appends))]
+    assert open_calls_at_end(stored[: len(prefix)]) == advance_open_calls((), prefix)
+
+
+@settings(max_examples=40, deadline=None)
+@given(results=st.lists(st.integers(50, 3_000), min_size=6, max_size=20), first=st.integers(1, 4))
+def test_a_second_fold_rolls_the_first_folds_refs_forward(results: list[int], first: int) -> None:
+    messages = conversation(results)
+    folded_once = [m for m in messages[1 : 1 + 2 * first]]
+    one = record_fold(None, folded_index.FoldedIndex(), messages, folded_once, "tr-a", 8192, 1)
+    stored = folded_index.parse(folded_index.render(one.index))
+    assert stored == one.index  # the document reads back as written
+    folded_twice = messages[1 + 2 * first : -2]
+    two = record_fold(one.notes, stored, messages, folded_twice, "tr-b", 8192, 1)
+    refs = [e.result_ref for e in two.index.entries]
+    expected = {m.result_ref for m in [*folded_once, *folded_twice] if m.role is Role.TOOL}
+    assert sorted(refs) == sorted(expected) and len(refs) == len(set(refs))
+    assert two.new_results == len([m for m in folded_twice if m.role is Role.TOOL])
+    assert (two.notes.index_ref, two.notes.index_results) == ("tr-b", len(expected))
