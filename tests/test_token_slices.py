@@ -11,8 +11,10 @@ from ctxfold.engine import estimator
 # Characters around which the tokenizer's pre-split is subtle: spaces and other whitespace (also
 # those only Python calls whitespace), newlines after punctuation, contractions, digit groups,
 # numbers that are not decimal digits, letters outside ASCII, CJK without spaces, emoji.
-TRICKY = list(" \t\n\r\x0b\x0c\x1c\x85\xa0\u3000'.,;:!?/+-_=()[]{}\"#") + list("sdmtlverSDMT") + list(
-    "aZq0123456789²½٣éßЖ漢字かな。、😀"
+TRICKY = (
+    list(" \t\n\r\x0b\x0c\x1c\x85\xa0\u3000'.,;:!?/+-_=()[]{}\"#")
+    + list("sdmtlverSDMT")
+    + list("aZq0123456789²½٣éßЖ漢字かな。、😀")
 )
 texts = st.text(alphabet=st.sampled_from(TRICKY) | st.characters(), max_size=300)
 

@@ -605,7 +605,8 @@ class Store:
         after it (or raises). A `request_id` seen before returns that append's messages instead."""
         now = time.time()
         # Compressing and hashing raw results is done before the write transaction, off the event loop.
-        raw_size = sum(r.raw_bytes for r in rows if r.result_ref)
+        # A user message's result is its content (raw_bytes 0): it is encoded and hashed all the same.
+        raw_size = sum(len(r.content) if r.raw is None else len(r.raw) for r in rows if r.result_ref)
         raw_results = await cpu.run(raw_size, lambda: [_raw_result(r) for r in rows if r.result_ref])
         async with self._write() as conn:
             session = await self._get_session(conn, tenant, session_id, lock=True)
