@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -20,7 +20,7 @@ from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.tracing import annotate_request, annotate_response, mark_error
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind, invalid
-from ctxfold.engine.model import NewMessage
+from ctxfold.engine.model import NewMessage, StoredMessage
 from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Event, Maintenance, Prepared
@@ -71,16 +71,26 @@ def _parse(method_name: str, raw: bytes) -> tuple[Any, tuple[list[NewMessage], .
     return request, (() if field is None else (convert.new_messages(getattr(request, field), field=field),))
 
 
-async def _encoded(request: Message, size: int, build: Callable[[], Message]) -> bytes:
-    """The response `build` makes, annotated and serialized, off the event loop when it carries `size`
-    characters of text or more (building copies each content into the message, serializing again)."""
+async def _encoded(
+    request: Message,
+    response_type: type[Message],
+    field: str,
+    elements: Sequence[StoredMessage],
+    build: Callable[[StoredMessage], Message],
+    **rest: Any,
+) -> bytes:
+    """`response_type(**{field: [build(e) for e in elements]}, **rest)` annotated and serialized, off
+    the event loop when the elements carry 64 KiB of text or more (`cpu.run`). The wire form of a
+    message is the concatenation of its fields' and of a repeated field's elements', so it is made one
+    element at a time: no single call (each holds the GIL) copies more than one message's content."""
 
     def encode() -> bytes:
-        response = build()
-        annotate_response(request, response)
-        return response.SerializeToString()
+        head = response_type(**rest)
+        annotate_response(request, head, {field: len(elements)})
+        parts = [response_type(**{field: [build(element)]}).SerializeToString() for element in elements]
+        return b"".join([*parts, head.SerializeToString()])
 
-    return await cpu.run(size, encode)
+    return await cpu.run(convert.text_chars(elements), encode)
 
 
 def _serialize(response: Message | bytes) -> bytes:
@@ -218,12 +228,9 @@ class ContextServicer:
         self, request: pb.AppendMessagesRequest, context: Context, tenant: str, messages: list[NewMessage]
     ) -> bytes:
         stored, record = await self.transcript.append(tenant, request.session_id, messages, request.request_id)
+        session = convert.session_pb(session_info(record))
         return await _encoded(
-            request,
-            convert.text_chars(stored),
-            lambda: pb.AppendMessagesResponse(
-                messages=[convert.message_pb(m) for m in stored], session=convert.session_pb(session_info(record))
-            ),
+            request, pb.AppendMessagesResponse, "messages", stored, convert.message_pb, session=session
         )
 
     @unary
@@ -232,9 +239,7 @@ class ContextServicer:
             tenant, request.session_id, request.page_size, request.page_token, request.include_abandoned
         )
         return await _encoded(
-            request,
-            convert.text_chars(messages),
-            lambda: pb.ListMessagesResponse(messages=[convert.message_pb(m) for m in messages], next_page_token=token),
+            request, pb.ListMessagesResponse, "messages", messages, convert.message_pb, next_page_token=token
         )
 
     @unary

@@ -85,8 +85,11 @@ def annotate_request(request: Message) -> None:
     trace.get_current_span().set_attributes(message_attributes(request, "ctxfold.request"))
 
 
-def annotate_response(request: Message, response: Message) -> None:
-    trace.get_current_span().set_attributes(response_attributes(request, response))
+def annotate_response(request: Message, response: Message, counts: Mapping[str, int] | None = None) -> None:
+    """`counts` gives the sizes of repeated fields the response is serialized without (in parts)."""
+    attributes = response_attributes(request, response)
+    attributes |= {f"ctxfold.response.{name}.count": count for name, count in (counts or {}).items()}
+    trace.get_current_span().set_attributes(attributes)
 
 
 def mark_error(error: DomainError, exc: BaseException) -> None:
