@@ -18,13 +18,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
-from conftest import fresh_database, free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from test_availability import spaceless_text
 
+from conftest import free_port, fresh_database
 from ctxfold.config import Settings
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from test_availability import spaceless_text
 
 MiB = 1 << 20
 ANSWER_WITHIN_SECONDS = 1.0
@@ -52,7 +52,7 @@ async def serving(database: str, log: Path) -> AsyncIterator[str]:
                 except grpc.aio.AioRpcError:
                     await asyncio.sleep(0.1)
             else:
-                raise AssertionError(f"ctxfold serve did not start: {log.read_text()}")
+                raise AssertionError(f"ctxfold serve did not start; its log is {log}")
         yield address
     finally:
         process.send_signal(signal.SIGTERM)
