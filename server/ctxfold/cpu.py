@@ -1,6 +1,9 @@
 """CPU-heavy work (tokenizing, compressing, hashing, decoding large requests) runs in a worker thread
 when its input is large, so that one big request never stalls the event loop, and with it health
-checks and every other session. tiktoken, zstandard and hashlib release the GIL while they work."""
+checks and every other session. zstandard, hashlib and tiktoken's encoder release the GIL while
+they work; what still holds it (building token lists, copying strings) is kept to short calls by the
+callers (token counts in slices, answers serialized per message), since a worker holding the GIL
+stalls the loop just the same."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer, add_to_server
 from ctxfold.api.tracing import TracingInterceptor
 from ctxfold.config import Settings
+from ctxfold.engine import estimator
 from ctxfold.engine.errors import ConfigError
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.checkpoints import Checkpoints
@@ -117,6 +118,8 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             f"database: cannot open {engine.url.render_as_string(hide_password=True)}: {cause}"
         ) from None
     store = Store(engine)
+    # Loaded now, off the loop: loading on the first count would stall the event loop ~0.5 s.
+    await asyncio.to_thread(estimator.warm_up)
     limits = AppendLimits(
         max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -20,10 +20,10 @@ from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.tracing import annotate_request, annotate_response, mark_error
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind, invalid
-from ctxfold.engine.model import Usage
+from ctxfold.engine.model import NewMessage, StoredMessage, Usage
 from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
-from ctxfold.service.maintenance import Maintenance
+from ctxfold.service.maintenance import Event, Maintenance, Prepared
 from ctxfold.service.sessions import Sessions, session_info
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
@@ -31,8 +31,8 @@ from ctxfold.v1 import context_service_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-Request = TypeVar("Request")
 Response = TypeVar("Response")
+EventResponse = TypeVar("EventResponse", pb.PrepareResponse, pb.CompactResponse)
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
@@ -48,46 +48,81 @@ SERVICE = pb.DESCRIPTOR.services_by_name["ContextService"]
 _REQUEST_TYPES: dict[str, type[Message]] = {m.name: getattr(pb, m.input_type.name) for m in SERVICE.methods}
 
 
-async def _decode(method_name: str, raw: bytes) -> Any:
-    """The request of `method_name` decoded from its wire bytes (large ones off the event loop)."""
+# Requests that carry messages get them converted while they are decoded: contents are what make a
+# request large, and every read of a proto string field copies it (~20 ms per 32 MiB of ASCII).
+_MESSAGE_FIELDS = {"AppendMessages": "messages", "Prepare": "append"}
+
+
+def _parse(method_name: str, raw: bytes) -> tuple[Any, tuple[list[NewMessage], ...]]:
+    """The request of `method_name` decoded from its wire bytes and checked, and the arguments its
+    method takes besides it: the converted messages of the RPCs in `_MESSAGE_FIELDS`."""
     request_type = _REQUEST_TYPES[method_name]
     try:
-        return await cpu.run(len(raw), request_type.FromString, raw)
+        request = request_type.FromString(raw)
     except DecodeError as exc:
         raise invalid(
             "INVALID_REQUEST",
             f"the {request_type.DESCRIPTOR.name} could not be decoded (truncated or invalid UTF-8): {exc}",
         ) from None
+    annotate_request(request)
+    check_request(request)
+    field = _MESSAGE_FIELDS.get(method_name)
+    return request, (() if field is None else (convert.new_messages(getattr(request, field), field=field),))
+
+
+async def _encoded(
+    request: Message,
+    response_type: type[Message],
+    field: str,
+    elements: Sequence[StoredMessage],
+    build: Callable[[StoredMessage], Message],
+    **rest: Any,
+) -> bytes:
+    """`response_type(**{field: [build(e) for e in elements]}, **rest)` annotated and serialized, off
+    the event loop when the elements carry 64 KiB of text or more (`cpu.run`). The wire form of a
+    message is the concatenation of its fields' and of a repeated field's elements', so it is made one
+    element at a time: no single call (each holds the GIL) copies more than one message's content."""
+
+    def encode() -> bytes:
+        head = response_type(**rest)
+        annotate_response(request, head, {field: len(elements)})
+        parts = [response_type(**{field: [build(element)]}).SerializeToString() for element in elements]
+        return b"".join([*parts, head.SerializeToString()])
+
+    return await cpu.run(convert.text_chars(elements), encode)
+
+
+def _serialize(response: Message | bytes) -> bytes:
+    return response if isinstance(response, bytes) else response.SerializeToString()
 
 
 def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
-    """Registers the servicer with requests handed over as bytes: its handlers decode them, so an
-    undecodable request answers INVALID_ARGUMENT (INVALID_REQUEST) instead of gRPC's reasonless UNKNOWN."""
+    """Registers the servicer with requests handed over as bytes: its handlers decode them (large ones
+    off the event loop), so an undecodable request answers INVALID_ARGUMENT (INVALID_REQUEST) instead
+    of gRPC's reasonless UNKNOWN. A handler may answer bytes it serialized itself (`_encoded`)."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in SERVICE.methods:
         make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
-        handlers[method.name] = make(
-            getattr(servicer, method.name), response_serializer=getattr(pb, method.output_type.name).SerializeToString
-        )
+        handlers[method.name] = make(getattr(servicer, method.name), response_serializer=_serialize)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
 
 
 def unary(
-    method: Callable[[Any, Request, Context, str], Awaitable[Response]],
-) -> Callable[[Any, bytes, Context], Awaitable[Response]]:
+    method: Callable[..., Awaitable[Response | bytes]],
+) -> Callable[[Any, bytes, Context], Awaitable[Response | bytes]]:
     """Decodes the request, authenticates the caller and turns every failure into a status with an
-    ErrorInfo."""
+    ErrorInfo. The method is called with the request, the context, the tenant and the converted
+    messages of the RPCs in `_MESSAGE_FIELDS`."""
 
     @functools.wraps(method)
-    async def handler(self: ContextServicer, raw: bytes, context: Context) -> Response:
+    async def handler(self: ContextServicer, raw: bytes, context: Context) -> Response | bytes:
         try:
             tenant = self.auth.tenant(context)
-            request = await _decode(method.__name__, raw)
-            annotate_request(request)
-            check_request(request)
+            request, inputs = await cpu.run(len(raw), _parse, method.__name__, raw)
             with self.admission.admit(tenant):
-                response = await method(self, request, context, tenant)
-            annotate_response(request, response)  # type: ignore[arg-type]
+                response = await method(self, request, context, tenant, *inputs)
+            if not isinstance(response, bytes):  # `_encoded` annotated it
+                annotate_response(request, response)  # type: ignore[arg-type]
             return response
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
@@ -102,19 +137,18 @@ def unary(
 
 
 def server_stream(
-    method: Callable[[Any, Request, str], AsyncIterator[Response]],
-) -> Callable[[Any, bytes, Context], AsyncIterator[Response]]:
-    """`unary` for server-streaming RPCs: errors end the stream with a status and an ErrorInfo."""
+    method: Callable[..., AsyncIterator[Response | bytes]],
+) -> Callable[[Any, bytes, Context], AsyncIterator[Response | bytes]]:
+    """`unary` for server-streaming RPCs (the method gets no context): errors end the stream with a
+    status and an ErrorInfo."""
 
     @functools.wraps(method)
-    async def handler(self: ContextServicer, raw: bytes, context: Context) -> AsyncIterator[Response]:
+    async def handler(self: ContextServicer, raw: bytes, context: Context) -> AsyncIterator[Response | bytes]:
         try:
             tenant = self.auth.tenant(context)
-            request = await _decode(method.__name__, raw)
-            annotate_request(request)
-            check_request(request)
+            request, inputs = await cpu.run(len(raw), _parse, method.__name__, raw)
             with self.admission.admit(tenant):
-                async for response in method(self, request, tenant):
+                async for response in method(self, request, tenant, *inputs):
                     yield response
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
@@ -125,6 +159,18 @@ def server_stream(
             await context.abort(status.code, status.details, status.trailing_metadata)
 
     return handler
+
+
+async def _event_response(response_type: type[EventResponse], event: Event) -> EventResponse | bytes:
+    """A fold progress event as it is; a result (the whole view) serialized off the loop when large."""
+
+    def build() -> EventResponse:
+        return response_type(**convert.event_fields(event))  # type: ignore[arg-type]
+
+    if not isinstance(event, Prepared):
+        return build()
+    size = sum(len(v.content) for v in event.messages) + convert.text_chars(event.appended)
+    return await cpu.run(size, lambda: build().SerializeToString())
 
 
 class ContextServicer:
@@ -178,22 +224,22 @@ class ContextServicer:
 
     @unary
     async def AppendMessages(
-        self, request: pb.AppendMessagesRequest, context: Context, tenant: str
-    ) -> pb.AppendMessagesResponse:
-        messages = convert.new_messages(request.messages)
+        self, request: pb.AppendMessagesRequest, context: Context, tenant: str, messages: list[NewMessage]
+    ) -> bytes:
         stored, record = await self.transcript.append(tenant, request.session_id, messages, request.request_id)
-        return pb.AppendMessagesResponse(
-            messages=[convert.message_pb(m) for m in stored], session=convert.session_pb(session_info(record))
+        session = convert.session_pb(session_info(record))
+        return await _encoded(
+            request, pb.AppendMessagesResponse, "messages", stored, convert.message_pb, session=session
         )
 
     @unary
-    async def ListMessages(
-        self, request: pb.ListMessagesRequest, context: Context, tenant: str
-    ) -> pb.ListMessagesResponse:
+    async def ListMessages(self, request: pb.ListMessagesRequest, context: Context, tenant: str) -> bytes:
         messages, token = await self.transcript.list(
             tenant, request.session_id, request.page_size, request.page_token, request.include_abandoned
         )
-        return pb.ListMessagesResponse(messages=[convert.message_pb(m) for m in messages], next_page_token=token)
+        return await _encoded(
+            request, pb.ListMessagesResponse, "messages", messages, convert.message_pb, next_page_token=token
+        )
 
     @unary
     async def ReadToolResult(
@@ -229,25 +275,22 @@ class ContextServicer:
         return pb.RewindResponse(session=convert.session_pb(info))
 
     @server_stream
-    async def Prepare(self, request: pb.PrepareRequest, tenant: str) -> AsyncIterator[pb.PrepareResponse]:
+    async def Prepare(
+        self, request: pb.PrepareRequest, tenant: str, append: list[NewMessage]
+    ) -> AsyncIterator[pb.PrepareResponse | bytes]:
         events = self.maintenance.prepare(
-            tenant,
-            request.session_id,
-            convert.new_messages(request.append, field="append"),
-            request.overflow,
-            request.known_view_version,
-            request.request_id,
+            tenant, request.session_id, append, request.overflow, request.known_view_version, request.request_id
         )
         async for event in events:
-            yield pb.PrepareResponse(**convert.event_fields(event))  # type: ignore[arg-type]
+            yield await _event_response(pb.PrepareResponse, event)
 
     @server_stream
-    async def Compact(self, request: pb.CompactRequest, tenant: str) -> AsyncIterator[pb.CompactResponse]:
+    async def Compact(self, request: pb.CompactRequest, tenant: str) -> AsyncIterator[pb.CompactResponse | bytes]:
         events = self.maintenance.compact(
             tenant, request.session_id, request.focus, request.keep_tokens, request.dry_run
         )
         async for event in events:
-            yield pb.CompactResponse(**convert.event_fields(event))  # type: ignore[arg-type]
+            yield await _event_response(pb.CompactResponse, event)
 
     @unary
     async def ObserveUsage(

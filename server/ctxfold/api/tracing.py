@@ -52,17 +52,17 @@ def message_attributes(message: Message, prefix: str) -> dict[str, AttributeValu
     `ctxfold.session.id`."""
     attributes: dict[str, AttributeValue] = {}
     for field in message.DESCRIPTOR.fields:
-        value = getattr(message, field.name)
+        # Only the fields used are read: reading a string field copies it (a content can be MiBs).
         if field.is_repeated:
-            attributes[f"{prefix}.{field.name}.count"] = len(value)
+            attributes[f"{prefix}.{field.name}.count"] = len(getattr(message, field.name))
         elif field.name == "session_id":
-            if value:
+            if value := getattr(message, field.name):
                 attributes["ctxfold.session.id"] = value
         elif field.type == FieldDescriptor.TYPE_STRING:
-            if value and _identifier(field.name):
+            if _identifier(field.name) and (value := getattr(message, field.name)):
                 attributes[f"{prefix}.{field.name}"] = value
         elif field.type in _SCALARS:
-            attributes[f"{prefix}.{field.name}"] = value
+            attributes[f"{prefix}.{field.name}"] = getattr(message, field.name)
     return attributes
 
 
@@ -85,8 +85,11 @@ def annotate_request(request: Message) -> None:
     trace.get_current_span().set_attributes(message_attributes(request, "ctxfold.request"))
 
 
-def annotate_response(request: Message, response: Message) -> None:
-    trace.get_current_span().set_attributes(response_attributes(request, response))
+def annotate_response(request: Message, response: Message, counts: Mapping[str, int] | None = None) -> None:
+    """`counts` gives the sizes of repeated fields the response is serialized without (in parts)."""
+    attributes = response_attributes(request, response)
+    attributes |= {f"ctxfold.response.{name}.count": count for name, count in (counts or {}).items()}
+    trace.get_current_span().set_attributes(attributes)
 
 
 def mark_error(error: DomainError, exc: BaseException) -> None:

@@ -261,8 +261,9 @@ def _decompress_span(chunks: Sequence[bytes], first_start: int, start: int, stop
 
 
 async def _encode_raw_results(rows: Sequence[MessageRow]) -> list[EncodedResult]:
-    """Compressing and hashing raw results is done before the write transaction, off the event loop."""
-    raw_size = sum(r.raw_bytes for r in rows if r.result_ref)
+    """Compressing and hashing raw results is done before the write transaction, off the event loop.
+    A user message's result is its content (raw_bytes 0): it is encoded and hashed all the same."""
+    raw_size = sum(len(r.content) if r.raw is None else len(r.raw) for r in rows if r.result_ref)
     return await cpu.run(raw_size, lambda: [_raw_result(r) for r in rows if r.result_ref])
 
 
