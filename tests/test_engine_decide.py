@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from ctxfold.engine import estimator, folded_index
 from ctxfold.engine.briefing import FoldNotes, record_fold
 from ctxfold.engine.errors import DomainError
-from ctxfold.engine.lineage import Segment, history_ranges, live_ranges
+from ctxfold.engine.lineage import Segment, live_ranges, ranges_within, segment_holding
 from ctxfold.engine.maintenance import (
     INSTRUCTION_TOKENS,
     RESPONSE_FRAMING_BYTES,
@@ -404,21 +404,27 @@ def segment_trees(draw: st.DrawFn) -> tuple[dict[str, Segment], dict[str, int]]:
 
 
 @settings(max_examples=100, deadline=None)
-@given(tree=segment_trees())
-def test_history_ranges_hold_every_message_ever_live_exactly_once(
-    tree: tuple[dict[str, Segment], dict[str, int]],
+@given(tree=segment_trees(), window=st.tuples(st.integers(0, 45), st.integers(0, 45)))
+def test_live_ranges_hold_seqs_one_to_the_head_once_each_along_the_parent_chain(
+    tree: tuple[dict[str, Segment], dict[str, int]], window: tuple[int, int]
 ) -> None:
     segments, tips = tree
-    live = {
-        (r.segment_id, seq)
-        for s, tip in tips.items()
-        for r in live_ranges(segments, s, tip)
-        for seq in range(r.lo + 1, r.hi + 1)
-    }
-    ranges = history_ranges(segments, tips)
-    held = [(r.segment_id, seq) for r in ranges for seq in range(r.lo + 1, r.hi + 1)]
-    assert sorted(held) == sorted(live)  # all of them, none twice (merged ranges do not overlap)
-    assert all(r.hi > r.lo for r in ranges)
+    for head, tip in tips.items():
+        chain, current = [], head
+        while current is not None:
+            chain.append(current)
+            current = segments[current].parent_id
+        ranges = live_ranges(segments, head, tip)
+        held = [seq for r in reversed(ranges) for seq in range(r.lo + 1, r.hi + 1)]
+        assert held == list(range(1, tip + 1))  # every seq once, oldest first when reversed
+        assert all(r.hi > r.lo for r in ranges)
+        assert [r.segment_id for r in ranges] == [s for s in chain if s in {r.segment_id for r in ranges}]
+        for seq in range(1, tip + 1):
+            owner = segment_holding(ranges, seq)
+            assert owner is not None and segments[owner].base_seq < seq
+        lo, hi = sorted(window)
+        inside = [seq for r in ranges_within(ranges, lo, hi) for seq in range(r.lo + 1, r.hi + 1)]
+        assert sorted(inside) == [seq for seq in range(1, tip + 1) if lo < seq <= hi]
 
 
 @st.composite
