@@ -860,6 +860,9 @@ async def test_cancelling_mid_fold_leaves_no_half_state(env: Env, where: str, pa
     else:
         assert len(fake.requests) == pass_index
     env.hooks.before_install = None
+    # The server learns of the cancel asynchronously: until the cancelled call has unwound, a Prepare
+    # whose view fits answers it as committed instead of waiting (by design), so wait for that first.
+    await until(lambda: not env.running.maintenance.maintaining(session.id))
 
     expected = committed[-1] if committed else ""
     assert await session_checkpoint(stub, session.id) == expected

@@ -51,6 +51,7 @@ class RunningServer:
     port: int
     settings: Settings
     hot_state: HotState
+    maintenance: Maintenance
 
     async def stop(self, grace: float | None = None) -> None:
         """Health turns NOT_SERVING first so balancers drain; in-flight RPCs get `grace` seconds."""
@@ -127,22 +128,23 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     hot_state = HotState(settings.hot_state_max_bytes)
     sessions = Sessions(store, frozenset(summarizers))
     transcript = Transcript(store, limits, settings.max_send_message_bytes)
+    maintenance = Maintenance(
+        store,
+        transcript,
+        summarizers,
+        SessionConfigs(store),
+        hooks=hooks,
+        max_waiting_per_session=settings.max_waiting_per_session,
+        max_response_bytes=settings.max_send_message_bytes,
+        hot_state=hot_state,
+    )
     servicer = ContextServicer(
         auth=Authenticator(tokens),
         sessions=sessions,
         transcript=transcript,
         tool_results=ToolResults(store),
         lineage=Lineage(store, sessions),
-        maintenance=Maintenance(
-            store,
-            transcript,
-            summarizers,
-            SessionConfigs(store),
-            hooks=hooks,
-            max_waiting_per_session=settings.max_waiting_per_session,
-            max_response_bytes=settings.max_send_message_bytes,
-            hot_state=hot_state,
-        ),
+        maintenance=maintenance,
         admission=Admission(settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant),
         checkpoints=Checkpoints(store),
     )
@@ -187,7 +189,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         "bearer tokens" if tokens else "single tenant",
         engine.url.render_as_string(hide_password=True),
     )
-    return RunningServer(server, health_servicer, store, port, settings, hot_state)
+    return RunningServer(server, health_servicer, store, port, settings, hot_state, maintenance)
 
 
 async def serve(settings: Settings) -> None:

@@ -390,8 +390,14 @@ class Maintenance:
         )
         return _Run(session, config, projection, state, snapshot.state_revision, projection.view(), projection.tokens())
 
+    def maintaining(self, session_id: str) -> bool:
+        """Whether a call of this process is maintaining (or waiting to maintain) the session. A call the
+        client cancelled counts until its task has unwound (a pass it was installing is then committed
+        or discarded, and its fold lease released)."""
+        return self._sessions.held(session_id)
+
     async def _maintain(self, tenant: str, session_id: str, request: MaintainRequest, emit: Emit) -> _Run:
-        if request.trigger is Trigger.THRESHOLD and self._sessions.held(session_id):
+        if request.trigger is Trigger.THRESHOLD and self.maintaining(session_id):
             # Another call of this process is maintaining (folding) the session: a view that still fits
             # is answered now, as committed, instead of waiting for that fold (as across replicas).
             run = await self._load(tenant, session_id)
