@@ -14,11 +14,12 @@ context is attached only while the handler runs, never across a yield."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -46,23 +47,39 @@ def _identifier(name: str) -> bool:
     return name.endswith("_id") or name.endswith("_ref")
 
 
+@functools.cache
+def _attribute_fields(descriptor: Descriptor) -> tuple[tuple[str, str], ...]:
+    """(field name, how it goes on a span) for the fields of a message type that do: `count` for
+    repeated fields, `session` for session_id, `identifier` for other ids, `scalar` for numbers,
+    flags and enums. Derived once per message type: it is the same for every call."""
+    fields: list[tuple[str, str]] = []
+    for field in descriptor.fields:
+        if field.is_repeated:
+            fields.append((field.name, "count"))
+        elif field.name == "session_id":
+            fields.append((field.name, "session"))
+        elif field.type == FieldDescriptor.TYPE_STRING:
+            if _identifier(field.name):
+                fields.append((field.name, "identifier"))
+        elif field.type in _SCALARS:
+            fields.append((field.name, "scalar"))
+    return tuple(fields)
+
+
 def message_attributes(message: Message, prefix: str) -> dict[str, AttributeValue]:
     """The domain fields of a request or response as span attributes: numbers, flags, enums and ids
     (`prefix.<field>`), the sizes of repeated fields (`prefix.<field>.count`), and `session_id` as
     `ctxfold.session.id`."""
     attributes: dict[str, AttributeValue] = {}
-    for field in message.DESCRIPTOR.fields:
-        # Only the fields used are read: reading a string field copies it (a content can be MiBs).
-        if field.is_repeated:
-            attributes[f"{prefix}.{field.name}.count"] = len(getattr(message, field.name))
-        elif field.name == "session_id":
-            if value := getattr(message, field.name):
-                attributes["ctxfold.session.id"] = value
-        elif field.type == FieldDescriptor.TYPE_STRING:
-            if _identifier(field.name) and (value := getattr(message, field.name)):
-                attributes[f"{prefix}.{field.name}"] = value
-        elif field.type in _SCALARS:
-            attributes[f"{prefix}.{field.name}"] = getattr(message, field.name)
+    # Only the fields used are read: reading a string field copies it (a content can be MiBs).
+    for name, kind in _attribute_fields(message.DESCRIPTOR):
+        value = getattr(message, name)
+        if kind == "count":
+            attributes[f"{prefix}.{name}.count"] = len(value)
+        elif kind == "scalar":
+            attributes[f"{prefix}.{name}"] = value
+        elif value:
+            attributes["ctxfold.session.id" if kind == "session" else f"{prefix}.{name}"] = value
     return attributes
 
 
@@ -82,14 +99,19 @@ def response_attributes(request: Message, response: Message) -> dict[str, Attrib
 def annotate_request(request: Message) -> None:
     """Puts the decoded request's domain fields on the current RPC span (the servicer decodes requests
     itself, so this is where they are first seen)."""
-    trace.get_current_span().set_attributes(message_attributes(request, "ctxfold.request"))
+    span = trace.get_current_span()
+    if span.is_recording():  # attributes of a span that is not recorded are dropped: not built
+        span.set_attributes(message_attributes(request, "ctxfold.request"))
 
 
 def annotate_response(request: Message, response: Message, counts: Mapping[str, int] | None = None) -> None:
     """`counts` gives the sizes of repeated fields the response is serialized without (in parts)."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
     attributes = response_attributes(request, response)
     attributes |= {f"ctxfold.response.{name}.count": count for name, count in (counts or {}).items()}
-    trace.get_current_span().set_attributes(attributes)
+    span.set_attributes(attributes)
 
 
 def mark_error(error: DomainError, exc: BaseException) -> None:

@@ -213,7 +213,7 @@ class Maintenance:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    def prepare(
+    async def prepare(
         self,
         tenant: str,
         session_id: str,
@@ -222,23 +222,28 @@ class Maintenance:
         known_view_version: int,
         request_id: str = "",
     ) -> AsyncIterator[Event]:
+        """The checks, the append and an answer from the hot state run in the caller's task: they emit
+        no progress, so the common call (one result) pays for no task and queue. Only maintenance,
+        which may report progress, runs as a `_stream` task."""
+        started = time.perf_counter()
+        config, tokens = await self.configs.get(tenant, session_id)
+        check_fixed_costs(config, tokens.system, tokens.tools)
+        rows = await self.transcript.rows(append, request_id, config) if append else []
+        if not overflow:
+            answered = await self._prepare_hot(tenant, session_id, append, rows, request_id, known_view_version)
+            if answered is not None:
+                run, state, prepared = answered
+                try:
+                    self._finish(run, state, prepared, started)
+                except DomainError as error:
+                    raise _appended_anyway(error, prepared.appended, request_id) from None
+                yield prepared
+                return
+        appended: list[StoredMessage] = []
+        if append:
+            appended, _ = await self.transcript.append_rows(tenant, session_id, append, rows, request_id)
+
         async def work(emit: Emit) -> Prepared:
-            started = time.perf_counter()
-            config, tokens = await self.configs.get(tenant, session_id)
-            check_fixed_costs(config, tokens.system, tokens.tools)
-            rows = await self.transcript.rows(append, request_id, config) if append else []
-            if not overflow:
-                answered = await self._prepare_hot(tenant, session_id, append, rows, request_id, known_view_version)
-                if answered is not None:
-                    run, state, prepared = answered
-                    try:
-                        self._finish(run, state, prepared, started)
-                    except DomainError as error:
-                        raise _appended_anyway(error, prepared.appended, request_id) from None
-                    return prepared
-            appended: list[StoredMessage] = []
-            if append:
-                appended, _ = await self.transcript.append_rows(tenant, session_id, append, rows, request_id)
             try:
                 request = MaintainRequest(Trigger.OVERFLOW if overflow else Trigger.THRESHOLD)
                 result = await self._maintain(tenant, session_id, request, emit)
@@ -246,7 +251,8 @@ class Maintenance:
             except DomainError as error:
                 raise _appended_anyway(error, appended, request_id) from None
 
-        return self._stream(work)
+        async for event in self._stream(work):
+            yield event
 
     async def _prepare_hot(
         self,

@@ -290,17 +290,19 @@ class MaintenanceObserver:
         """The answered view, as its bookkeeping `state` recorded it (the installed view, also on a dry
         run); static, as a view that fits is answered without maintenance (and its observer)."""
         version = state.views[-1].version
-        trace.get_current_span().set_attributes(
-            {
-                "ctxfold.session.id": session_id,
-                "ctxfold.view.version": version,
-                "ctxfold.view.messages": split_view_version(version)[1],
-                "ctxfold.tokens.before": state.source_tokens,
-                "ctxfold.tokens.after": state.projection_tokens,
-                "ctxfold.action": action.value,
-                "ctxfold.cache_state": state.cache_state,
-            }
-        )
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "ctxfold.session.id": session_id,
+                    "ctxfold.view.version": version,
+                    "ctxfold.view.messages": split_view_version(version)[1],
+                    "ctxfold.tokens.before": state.source_tokens,
+                    "ctxfold.tokens.after": state.projection_tokens,
+                    "ctxfold.action": action.value,
+                    "ctxfold.cache_state": state.cache_state,
+                }
+            )
         INSTRUMENTS.prepare_duration.record(
             time.perf_counter() - started, {"ctxfold.operation": operation, "ctxfold.action": action.value}
         )
