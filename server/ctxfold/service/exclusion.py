@@ -14,7 +14,8 @@ import uuid
 from collections.abc import AsyncIterator
 
 from ctxfold.engine.errors import busy
-from ctxfold.store.repository import SessionRecord, Store
+from ctxfold.store import Store
+from ctxfold.store.rows import SessionRecord
 
 log = logging.getLogger(__name__)
 

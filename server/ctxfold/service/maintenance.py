@@ -64,12 +64,11 @@ from ctxfold.service.hot_state import HotSession, HotState
 from ctxfold.service.observer import Emit, MaintenanceObserver, Progress
 from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.transcript import Transcript
-from ctxfold.store.repository import (
+from ctxfold.store import StaleSession, Store
+from ctxfold.store.rows import (
     ContextSnapshot,
     MessageRow,
     SessionRecord,
-    StaleSession,
-    Store,
     appended_session,
     new_id,
     new_result_ref,
