@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import enum
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -82,8 +81,9 @@ class FoldLeases:
         until = await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
         if until:
             if wait:
-                while until and until > time.time():
-                    await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - time.time()))
+                # Lease times are the store's clock.
+                while until and until > self.store.clock():
+                    await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - self.store.clock()))
                     until = await self.store.fold_lease_until(session)
             yield Lease.WAITED if wait else Lease.HELD_ELSEWHERE
             return

@@ -268,7 +268,7 @@ class Maintenance:
             open_calls = advance_open_calls(hot.session.open_tool_calls, append)
         except DomainError:
             return None  # the full path checks against what is stored and answers the error
-        now = time.time()  # the stamp the store gives appended messages
+        now = self.clock()  # the stamp of the appended messages, from the store's clock
         appended = stored_messages(rows, hot.session.head_seq + 1, now)
         session = appended_session(hot.session, len(rows), open_calls, now) if rows else hot.session
         projection = hot.projection.extended(appended)
