@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from ctxfold import cpu
 from ctxfold.engine import estimator
 from ctxfold.engine.errors import invalid
-from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, config_from_json
+from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, config_from_json, text_chars
 from ctxfold.engine.tool_results import bound_tool_content
 from ctxfold.engine.transcript import AppendLimits, advance_open_calls, validate_new_messages
 from ctxfold.service.paging import decode_token, encode_token, page_size
@@ -57,13 +57,6 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
     return rows
 
 
-def text_size(messages: Sequence[NewMessage]) -> int:
-    """The characters `message_rows` tokenizes (what its cost grows with)."""
-    return sum(
-        len(m.content) + len(m.reasoning_content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages
-    )
-
-
 class Transcript:
     def __init__(self, store: Store, limits: AppendLimits, max_response_bytes: int = 64 << 20):
         self.store = store
@@ -93,7 +86,7 @@ class Transcript:
         if len(request_id) > MAX_REQUEST_ID_CHARS:
             raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
         validate_new_messages(messages, self.limits)
-        return await cpu.run(text_size(messages), message_rows, messages, config)
+        return await cpu.run(text_chars(messages), message_rows, messages, config)
 
     async def append_rows(
         self,
