@@ -66,9 +66,9 @@ from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.transcript import Transcript
 from ctxfold.store import StaleSession, Store
 from ctxfold.store.rows import (
-    ContextSnapshot,
     MessageRow,
     SessionRecord,
+    StoredContext,
     appended_session,
     new_id,
     new_result_ref,
@@ -367,27 +367,27 @@ class Maintenance:
     # ---- the flow -------------------------------------------------------------------------------
 
     async def _load(self, tenant: str, session_id: str) -> _Run:
-        snapshot: ContextSnapshot = await self.store.load_context(tenant, session_id)
-        session = snapshot.session
+        stored: StoredContext = await self.store.load_context(tenant, session_id)
+        session = stored.session
         config = config_from_json(session.config_json)
-        state, why = load_state(snapshot.state_json, fingerprint(session.branch_id, session.checkpoint_id))
+        state, why = load_state(stored.state_json, fingerprint(session.branch_id, session.checkpoint_id))
         if why not in ("", "new"):
             log.warning("context state of session %s rebuilt: %s", session.id, why)
             state = state.count("state_rebuilds")
         # Built once: a set expression inside the comprehension's condition would be rebuilt for every
         # pruned entry (O(pruned × view) per Prepare).
-        in_view = {m.id for m in [*snapshot.kept, *snapshot.after]}
+        in_view = {m.id for m in [*stored.kept, *stored.after]}
         projection = Projection(
             config=config,
             system_tokens=session.system_tokens,
             tools_tokens=session.tools_tokens,
             calibration=state.calibration,
-            checkpoint=snapshot.checkpoint,
-            kept=tuple(snapshot.kept),
-            after=tuple(snapshot.after),
+            checkpoint=stored.checkpoint,
+            kept=tuple(stored.kept),
+            after=tuple(stored.after),
             pruned={k: v for k, v in state.pruned.items() if k in in_view},
         )
-        return _Run(session, config, projection, state, snapshot.state_revision, projection.view(), projection.tokens())
+        return _Run(session, config, projection, state, stored.state_revision, projection.view(), projection.tokens())
 
     async def _maintain(self, tenant: str, session_id: str, request: MaintainRequest, emit: Emit) -> _Run:
         if request.trigger is Trigger.THRESHOLD and self._sessions.held(session_id):

@@ -85,8 +85,9 @@ class BranchPoint:
 
 
 @dataclass(frozen=True)
-class ContextSnapshot:
-    """What a view is built from, read in one transaction."""
+class StoredContext:
+    """The rows a view is built from, read in one transaction (the engine's `Snapshot` is what a decision
+    is made from, once these became a projection)."""
 
     session: SessionRecord
     checkpoint: Checkpoint | None

@@ -19,9 +19,9 @@ from ctxfold.store.base import StaleSession, StoreBase
 from ctxfold.store.checkpoints import insert_checkpoint, load_checkpoint
 from ctxfold.store.lineage import in_ranges, session_live_ranges
 from ctxfold.store.rows import (
-    ContextSnapshot,
     MessageRow,
     SessionRecord,
+    StoredContext,
     appended_session,
     head_values,
     message_from_row,
@@ -55,7 +55,7 @@ async def _put_state(
 
 
 class StateStore(StoreBase):
-    async def load_context(self, tenant: str, session_id: str) -> ContextSnapshot:
+    async def load_context(self, tenant: str, session_id: str) -> StoredContext:
         """The session, its head checkpoint and kept messages, the messages after the checkpoint's
         position and the state, in one transaction. Work is bounded by the view, not the transcript."""
         m, cs = schema.messages.c, schema.context_states.c
@@ -84,7 +84,7 @@ class StateStore(StoreBase):
                 for r in (await conn.execute(select(schema.messages).where(in_ranges(ranges)).order_by(m.seq))).all()
             ]
             state = (await conn.execute(_STATE_QUERY.where(cs.session_id == session.id))).first()
-        return ContextSnapshot(
+        return StoredContext(
             session, checkpoint, kept, after, state_document(state) if state else None, state.revision if state else 0
         )
 
