@@ -16,7 +16,7 @@ aggregates inside one transaction (an append checks the session row and inserts 
 install writes a checkpoint, the session and the state) calls the other modules' query functions,
 which take the open connection, never another aggregate's method."""
 
-from ctxfold.store.base import StaleSession, StoreBase
+from ctxfold.store.base import StaleSession
 from ctxfold.store.checkpoints import CheckpointStore
 from ctxfold.store.lineage import LineageStore
 from ctxfold.store.sessions import SessionStore
@@ -29,4 +29,4 @@ class Store(SessionStore, LineageStore, TranscriptStore, CheckpointStore, ToolRe
     """The one store the service uses (see the module docstring); `clock` stamps every row it writes."""
 
 
-__all__ = ["StaleSession", "Store", "StoreBase"]
+__all__ = ["StaleSession", "Store"]
