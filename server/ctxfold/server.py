@@ -6,7 +6,6 @@ import asyncio
 import ipaddress
 import logging
 import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,9 +117,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         raise StartupError(
             f"database: cannot open {engine.url.render_as_string(hide_password=True)}: {cause}"
         ) from None
-    # One clock for the store's row stamps and the service's (receipts, the stamp of hot appends).
-    clock = time.time
-    store = Store(engine, clock)
+    store = Store(engine)
     # Loaded now, off the loop: loading on the first count would stall the event loop ~0.5 s.
     await asyncio.to_thread(estimator.warm_up)
     limits = AppendLimits(
@@ -141,7 +138,6 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             transcript,
             summarizers,
             SessionConfigs(store),
-            clock=clock,
             hooks=hooks,
             max_waiting_per_session=settings.max_waiting_per_session,
             max_response_bytes=settings.max_send_message_bytes,

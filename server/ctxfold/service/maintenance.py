@@ -169,7 +169,6 @@ class Maintenance:
         transcript: Transcript,
         summarizers: Mapping[str, Summarizer],
         configs: SessionConfigs,
-        clock: Callable[[], float] = time.time,
         hooks: Hooks | None = None,
         max_waiting_per_session: int = 16,
         max_response_bytes: int = 64 << 20,
@@ -179,7 +178,8 @@ class Maintenance:
         self.transcript = transcript
         self.summarizers = summarizers
         self.configs = configs
-        self.clock = clock
+        # The store's clock: receipts and the stamps of hot appends agree with what the store writes.
+        self.clock = store.clock
         self.hooks = hooks or Hooks()
         # Concurrent calls on one session in this process that must maintain it take turns, so they do
         # not summarize the same input twice (a view that fits is answered without waiting); across
@@ -268,7 +268,7 @@ class Maintenance:
             open_calls = advance_open_calls(hot.session.open_tool_calls, append)
         except DomainError:
             return None  # the full path checks against what is stored and answers the error
-        now = self.clock()  # the stamp of the appended messages, from the store's clock
+        now = self.clock()  # the stamp the store gives appended messages
         appended = stored_messages(rows, hot.session.head_seq + 1, now)
         session = appended_session(hot.session, len(rows), open_calls, now) if rows else hot.session
         projection = hot.projection.extended(appended)
