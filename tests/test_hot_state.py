@@ -19,7 +19,7 @@ from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.state import ContextState, Receipt, ViewRecord, load_state, view_version
 from ctxfold.server import RunningServer, start
 from ctxfold.service.hot_state import SESSION_OVERHEAD_BYTES, HotSession, HotState, message_bytes
-from ctxfold.store.repository import SessionRecord, state_document
+from ctxfold.store.rows import SessionRecord, state_document
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import call, create, prepare, result, transcript, user

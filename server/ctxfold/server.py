@@ -30,8 +30,8 @@ from ctxfold.service.maintenance import Hooks, Maintenance
 from ctxfold.service.sessions import SessionConfigs, Sessions
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
+from ctxfold.store import Store
 from ctxfold.store.database import create_engine, migrate
-from ctxfold.store.repository import Store
 from ctxfold.summarizers.registry import build_summarizers
 from ctxfold.v1 import context_service_pb2 as pb
 

@@ -94,13 +94,6 @@ def new_messages(messages: Sequence[pb.Message], field: str = "messages") -> lis
     return out
 
 
-def text_chars(messages: Sequence[StoredMessage]) -> int:
-    """The characters of text `messages` carry (what building and serializing them costs)."""
-    return sum(
-        len(m.content) + len(m.reasoning_content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages
-    )
-
-
 def message_pb(message: StoredMessage) -> pb.Message:
     return pb.Message(
         id=message.id,

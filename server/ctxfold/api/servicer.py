@@ -20,7 +20,7 @@ from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.tracing import annotate_request, annotate_response, mark_error
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind, invalid
-from ctxfold.engine.model import NewMessage, StoredMessage, Usage
+from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
 from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Event, Maintenance, Prepared
@@ -89,7 +89,7 @@ async def _encoded(
         parts = [response_type(**{field: [build(element)]}).SerializeToString() for element in elements]
         return b"".join([*parts, head.SerializeToString()])
 
-    return await cpu.run(convert.text_chars(elements), encode)
+    return await cpu.run(text_chars(elements), encode)
 
 
 def _serialize(response: Message | bytes) -> bytes:
@@ -169,7 +169,7 @@ async def _event_response(response_type: type[EventResponse], event: Event) -> E
 
     if not isinstance(event, Prepared):
         return build()
-    size = sum(len(v.content) for v in event.messages) + convert.text_chars(event.appended)
+    size = sum(len(v.content) for v in event.messages) + text_chars(event.appended)
     return await cpu.run(size, lambda: build().SerializeToString())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxfold.engine.errors import invalid
@@ -58,6 +59,13 @@ class StoredMessage:
     truncated: bool = False
     create_time: float = 0.0
     abandoned: bool = False
+
+
+def text_chars(messages: Sequence[NewMessage | StoredMessage]) -> int:
+    """The characters of text `messages` carry (what tokenizing, building and serializing them costs)."""
+    return sum(
+        len(m.content) + len(m.reasoning_content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages
+    )
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ctxfold.engine.view import StoredCheckpoint
 from ctxfold.service.paging import decode_token, encode_token, page_size
-from ctxfold.store.repository import Store
+from ctxfold.store import Store
 
 # Checkpoints carry whole summaries, so pages are smaller than the other listings' (see the proto).
 DEFAULT_CHECKPOINT_PAGE_SIZE = 20

@@ -9,12 +9,12 @@ import asyncio
 import contextlib
 import enum
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator
 
 from ctxfold.engine.errors import busy
-from ctxfold.store.repository import SessionRecord, Store
+from ctxfold.store import Store
+from ctxfold.store.rows import SessionRecord
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,9 @@ class FoldLeases:
         until = await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
         if until:
             if wait:
-                while until and until > time.time():
-                    await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - time.time()))
+                # Lease times are the store's clock.
+                while until and until > self.store.clock():
+                    await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - self.store.clock()))
                     until = await self.store.fold_lease_until(session)
             yield Lease.WAITED if wait else Lease.HELD_ELSEWHERE
             return

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ctxfold.engine.maintenance import Projection
 from ctxfold.engine.model import StoredMessage
 from ctxfold.engine.state import ContextState
-from ctxfold.store.repository import SessionRecord
+from ctxfold.store.rows import SessionRecord
 from ctxfold.telemetry import INSTRUMENTS
 
 DEFAULT_MAX_BYTES = 256 << 20

@@ -8,7 +8,8 @@ from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import ConfigInput, config_from_json, config_to_json, override_config
 from ctxfold.engine.state import ContextState, carried_over, fingerprint, load_state
 from ctxfold.service.sessions import SessionInfo, Sessions, fitting_config_tokens, session_info
-from ctxfold.store.repository import SessionRecord, StaleSession, Store, new_id
+from ctxfold.store import StaleSession, Store
+from ctxfold.store.rows import SessionRecord, new_id
 
 REWIND_ATTEMPTS = 10
 

@@ -64,12 +64,11 @@ from ctxfold.service.hot_state import HotSession, HotState
 from ctxfold.service.observer import Emit, MaintenanceObserver, Progress
 from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.transcript import Transcript
-from ctxfold.store.repository import (
-    ContextSnapshot,
+from ctxfold.store import StaleSession, Store
+from ctxfold.store.rows import (
     MessageRow,
     SessionRecord,
-    StaleSession,
-    Store,
+    StoredContext,
     appended_session,
     new_id,
     new_result_ref,
@@ -170,7 +169,6 @@ class Maintenance:
         transcript: Transcript,
         summarizers: Mapping[str, Summarizer],
         configs: SessionConfigs,
-        clock: Callable[[], float] = time.time,
         hooks: Hooks | None = None,
         max_waiting_per_session: int = 16,
         max_response_bytes: int = 64 << 20,
@@ -180,7 +178,8 @@ class Maintenance:
         self.transcript = transcript
         self.summarizers = summarizers
         self.configs = configs
-        self.clock = clock
+        # The store's clock: receipts and the stamps of hot appends agree with what the store writes.
+        self.clock = store.clock
         self.hooks = hooks or Hooks()
         # Concurrent calls on one session in this process that must maintain it take turns, so they do
         # not summarize the same input twice (a view that fits is answered without waiting); across
@@ -275,7 +274,7 @@ class Maintenance:
             open_calls = advance_open_calls(hot.session.open_tool_calls, append)
         except DomainError:
             return None  # the full path checks against what is stored and answers the error
-        now = time.time()  # the stamp the store gives appended messages
+        now = self.clock()  # the stamp the store gives appended messages
         appended = stored_messages(rows, hot.session.head_seq + 1, now)
         session = appended_session(hot.session, len(rows), open_calls, now) if rows else hot.session
         projection = hot.projection.extended(appended)
@@ -374,27 +373,27 @@ class Maintenance:
     # ---- the flow -------------------------------------------------------------------------------
 
     async def _load(self, tenant: str, session_id: str) -> _Run:
-        snapshot: ContextSnapshot = await self.store.load_context(tenant, session_id)
-        session = snapshot.session
+        stored: StoredContext = await self.store.load_context(tenant, session_id)
+        session = stored.session
         config = config_from_json(session.config_json)
-        state, why = load_state(snapshot.state_json, fingerprint(session.branch_id, session.checkpoint_id))
+        state, why = load_state(stored.state_json, fingerprint(session.branch_id, session.checkpoint_id))
         if why not in ("", "new"):
             log.warning("context state of session %s rebuilt: %s", session.id, why)
             state = state.count("state_rebuilds")
         # Built once: a set expression inside the comprehension's condition would be rebuilt for every
         # pruned entry (O(pruned × view) per Prepare).
-        in_view = {m.id for m in [*snapshot.kept, *snapshot.after]}
+        in_view = {m.id for m in [*stored.kept, *stored.after]}
         projection = Projection(
             config=config,
             system_tokens=session.system_tokens,
             tools_tokens=session.tools_tokens,
             calibration=state.calibration,
-            checkpoint=snapshot.checkpoint,
-            kept=tuple(snapshot.kept),
-            after=tuple(snapshot.after),
+            checkpoint=stored.checkpoint,
+            kept=tuple(stored.kept),
+            after=tuple(stored.after),
             pruned={k: v for k, v in state.pruned.items() if k in in_view},
         )
-        return _Run(session, config, projection, state, snapshot.state_revision, projection.view(), projection.tokens())
+        return _Run(session, config, projection, state, stored.state_revision, projection.view(), projection.tokens())
 
     def maintaining(self, session_id: str) -> bool:
         """Whether a call of this process is maintaining (or waiting to maintain) the session. A call the

@@ -17,7 +17,7 @@ from ctxfold.engine import estimator
 from ctxfold.engine.maintenance import Action, FoldInstall, FoldPass, Install, MaintainRequest
 from ctxfold.engine.model import SessionConfig
 from ctxfold.engine.state import ContextState, Receipt, split_view_version
-from ctxfold.store.repository import StaleSession
+from ctxfold.store import StaleSession
 from ctxfold.summarizers.base import IN_PROCESS_PROVIDER, Summarizer, SummaryRequest, SummaryResult
 from ctxfold.telemetry import INSTRUMENTS, TRACER
 

@@ -10,7 +10,8 @@ from ctxfold.engine import estimator
 from ctxfold.engine.maintenance import check_config_fits
 from ctxfold.engine.model import ConfigInput, SessionConfig, config_from_json, config_to_json, resolve_config
 from ctxfold.service.paging import decode_token, encode_token, page_size
-from ctxfold.store.repository import ConfigTokens, SessionRecord, Store, new_id
+from ctxfold.store import Store
+from ctxfold.store.rows import ConfigTokens, SessionRecord, new_id
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ctxfold.engine.errors import failed_precondition, invalid, not_found
 from ctxfold.engine.tool_results import Page, read_page
-from ctxfold.store.repository import Store
+from ctxfold.store import Store
 
 
 @dataclass(frozen=True)

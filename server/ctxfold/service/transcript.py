@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from ctxfold import cpu
 from ctxfold.engine import estimator
 from ctxfold.engine.errors import invalid
-from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, config_from_json
+from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, config_from_json, text_chars
 from ctxfold.engine.tool_results import bound_tool_content
 from ctxfold.engine.transcript import AppendLimits, advance_open_calls, validate_new_messages
 from ctxfold.service.paging import decode_token, encode_token, page_size
-from ctxfold.store.repository import MessageRow, SessionRecord, Store, new_id, new_result_ref
+from ctxfold.store import Store
+from ctxfold.store.rows import MessageRow, SessionRecord, new_id, new_result_ref
 
 MAX_REQUEST_ID_CHARS = 128
 
@@ -33,29 +34,27 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
             raw = message.content.encode() if truncated else None
         rows.append(
             MessageRow(
-                id=new_id("m"),
-                role=message.role,
-                content=content,
-                tokens=estimator.message_tokens(content, message.tool_calls, message.reasoning_content, message.name),
-                tool_calls=message.tool_calls,
-                tool_call_id=message.tool_call_id,
-                reasoning_content=message.reasoning_content,
-                name=message.name,
-                pinned=message.pinned,
-                result_ref=result_ref,
-                raw=raw,
-                raw_bytes=raw_bytes,
-                truncated=truncated,
+                StoredMessage(
+                    id=new_id("m"),
+                    seq=0,  # given by the append, with the create_time
+                    role=message.role,
+                    content=content,
+                    tokens=estimator.message_tokens(
+                        content, message.tool_calls, message.reasoning_content, message.name
+                    ),
+                    tool_calls=message.tool_calls,
+                    tool_call_id=message.tool_call_id,
+                    reasoning_content=message.reasoning_content,
+                    pinned=message.pinned,
+                    name=message.name,
+                    result_ref=result_ref,
+                    raw_bytes=raw_bytes,
+                    truncated=truncated,
+                ),
+                raw,
             )
         )
     return rows
-
-
-def text_size(messages: Sequence[NewMessage]) -> int:
-    """The characters `message_rows` tokenizes (what its cost grows with)."""
-    return sum(
-        len(m.content) + len(m.reasoning_content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages
-    )
 
 
 class Transcript:
@@ -87,7 +86,7 @@ class Transcript:
         if len(request_id) > MAX_REQUEST_ID_CHARS:
             raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
         validate_new_messages(messages, self.limits)
-        return await cpu.run(text_size(messages), message_rows, messages, config)
+        return await cpu.run(text_chars(messages), message_rows, messages, config)
 
     async def append_rows(
         self,

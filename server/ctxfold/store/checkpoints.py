@@ -1,0 +1,169 @@
+"""Checkpoints: immutable rows shared between forks, each building on its parent. The session's head
+chain, the index of what a session can read (its head chain and the abandoned checkpoints its forks
+inherited), the insert of a fold's checkpoint and the collection of checkpoints nothing reaches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ctxfold.engine.errors import not_found
+from ctxfold.engine.lineage import CheckpointLink
+from ctxfold.engine.maintenance import FoldInstall
+from ctxfold.engine.view import Checkpoint, StoredCheckpoint
+from ctxfold.store import schema
+from ctxfold.store.base import StoreBase
+from ctxfold.store.rows import SessionRecord, checkpoint_entries, checkpoint_from_row
+
+
+async def checkpoint_chain(conn: AsyncConnection, head_id: str | None) -> dict[str, CheckpointLink]:
+    if head_id is None:
+        return {}
+    cp = schema.checkpoints.c
+    chain = select(cp.id, cp.parent_id, cp.position_seq).where(cp.id == head_id).cte("cpchain", recursive=True)
+    parent = schema.checkpoints.alias("parent")
+    chain = chain.union_all(
+        select(parent.c.id, parent.c.parent_id, parent.c.position_seq).where(parent.c.id == chain.c.parent_id)
+    )
+    rows = (await conn.execute(select(chain))).all()
+    return {r.id: CheckpointLink(r.id, r.parent_id, r.position_seq) for r in rows}
+
+
+async def load_checkpoint(conn: AsyncConnection, checkpoint_id: str) -> Checkpoint:
+    """A checkpoint a session points at (the foreign key guarantees it exists)."""
+    query = select(schema.checkpoints).where(schema.checkpoints.c.id == checkpoint_id)
+    return checkpoint_from_row((await conn.execute(query)).one())
+
+
+async def insert_checkpoint(conn: AsyncConnection, tenant: str, fold: FoldInstall, now: float) -> None:
+    checkpoint = fold.checkpoint
+    await conn.execute(
+        insert(schema.checkpoints).values(
+            id=checkpoint.id,
+            tenant=tenant,
+            parent_id=checkpoint.parent_id,
+            position_seq=checkpoint.position_seq,
+            entries_json=checkpoint_entries(checkpoint),
+            summary_tokens=checkpoint.summary_tokens,
+            tokens_before=fold.tokens_before,
+            tokens_after=fold.tokens_after,
+            create_time=now,
+        )
+    )
+
+
+async def drop_unreachable_checkpoints(
+    conn: AsyncConnection, chain: dict[str, CheckpointLink], start: str | None, stop_at: str | None
+) -> None:
+    """Walks the chain from `start` towards the root (not reaching `stop_at`) and deletes each
+    checkpoint no session points at and no other checkpoint builds on; stops at the first that is
+    still needed, since everything below it is then needed too."""
+    cp, s = schema.checkpoints.c, schema.sessions.c
+    current = start
+    while current is not None and current != stop_at:
+        used = await conn.execute(
+            select(
+                select(s.id).where(s.checkpoint_id == current).exists()
+                | select(cp.id).where(cp.parent_id == current).exists()
+            )
+        )
+        if used.scalar_one():
+            return
+        await conn.execute(delete(schema.checkpoints).where(cp.id == current))
+        current = chain[current].parent_id
+
+
+async def _checkpoint_rows(conn: AsyncConnection, ids: Sequence[str]) -> dict[str, object]:
+    if not ids:
+        return {}
+    cp = schema.checkpoints.c
+    return {r.id: r for r in (await conn.execute(select(schema.checkpoints).where(cp.id.in_(list(ids))))).all()}
+
+
+async def _chain_times(conn: AsyncConnection, tenant: str, head_id: str) -> dict[str, float]:
+    """The create_time of every checkpoint on the chain from `head_id` to its root."""
+    cp = schema.checkpoints.c
+    chain = (
+        select(cp.id, cp.parent_id, cp.create_time)
+        .where(cp.id == head_id, cp.tenant == tenant)
+        .cte("timechain", recursive=True)
+    )
+    parent = schema.checkpoints.alias("parent")
+    chain = chain.union_all(
+        select(parent.c.id, parent.c.parent_id, parent.c.create_time).where(parent.c.id == chain.c.parent_id)
+    )
+    return {r.id: r.create_time for r in (await conn.execute(select(chain.c.id, chain.c.create_time))).all()}
+
+
+async def _checkpoint_index(
+    conn: AsyncConnection, session: SessionRecord, include_abandoned: bool
+) -> dict[str, tuple[float, bool]]:
+    """id -> (create_time, on_head_chain) of the session's readable checkpoints.
+
+    Rewind deletes the checkpoints it leaves behind unless a fork still builds on them, so the
+    abandoned checkpoints that still exist are exactly those on the chain of a fork (or a fork of
+    a fork) of this session that were written before that fork was made: the fork inherited them
+    from this session. Work is bounded by the session's fork tree and chains."""
+    index: dict[str, tuple[float, bool]] = {}
+    if session.checkpoint_id is not None:
+        times = await _chain_times(conn, session.tenant, session.checkpoint_id)
+        index = {cid: (created, True) for cid, created in times.items()}
+    if not include_abandoned:
+        return index
+    s = schema.sessions.c
+    # (session id, cutoff): a descendant fork inherited from this session what was written before
+    # this session's direct fork on its path was created.
+    frontier: dict[str, float | None] = {session.id: None}
+    while frontier:
+        rows = (
+            await conn.execute(
+                select(s.id, s.checkpoint_id, s.create_time, s.forked_from_session_id).where(
+                    s.tenant == session.tenant, s.forked_from_session_id.in_(list(frontier))
+                )
+            )
+        ).all()
+        next_frontier: dict[str, float | None] = {}
+        for row in rows:
+            cutoff = frontier[row.forked_from_session_id] or row.create_time
+            next_frontier[row.id] = cutoff
+            if row.checkpoint_id is None:
+                continue
+            for cid, created in (await _chain_times(conn, session.tenant, row.checkpoint_id)).items():
+                if created <= cutoff and cid not in index:
+                    index[cid] = (created, False)
+        frontier = next_frontier
+    return index
+
+
+class CheckpointStore(StoreBase):
+    async def list_checkpoints(
+        self, session: SessionRecord, include_abandoned: bool, limit: int, after: tuple[float, str] | None
+    ) -> tuple[list[StoredCheckpoint], bool]:
+        """One page, newest first; `after` is the (create_time, id) of the last checkpoint of the
+        previous page. Returns the page and whether more follow."""
+        async with self._read() as conn:
+            index = await _checkpoint_index(conn, session, include_abandoned)
+            order = sorted(index.items(), key=lambda item: (item[1][0], item[0]), reverse=True)
+            if after is not None:
+                order = [(cid, meta) for cid, meta in order if (meta[0], cid) < after]
+            page = order[: limit + 1]
+            rows = await _checkpoint_rows(conn, [cid for cid, _ in page[:limit]])
+        listed = [StoredCheckpoint(checkpoint_from_row(rows[cid]), meta[0], meta[1]) for cid, meta in page[:limit]]
+        return listed, len(page) > limit
+
+    async def get_checkpoint(self, session: SessionRecord, checkpoint_id: str) -> StoredCheckpoint:
+        """A checkpoint of the session's head chain or of one of its abandoned branches; any other id
+        (unknown, another session's, another tenant's) is CHECKPOINT_NOT_FOUND alike."""
+        async with self._read() as conn:
+            found = (await _checkpoint_index(conn, session, include_abandoned=True)).get(checkpoint_id)
+            if found is None:
+                raise not_found(
+                    "CHECKPOINT_NOT_FOUND",
+                    f"checkpoint {checkpoint_id!r} not found in session {session.id!r}",
+                    checkpoint_id=checkpoint_id,
+                    session_id=session.id,
+                )
+            row = (await _checkpoint_rows(conn, [checkpoint_id]))[checkpoint_id]
+        return StoredCheckpoint(checkpoint_from_row(row), found[0], found[1])

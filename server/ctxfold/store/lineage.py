@@ -1,0 +1,226 @@
+"""Lineage: the segments that hold a session's transcript (shared with forks, split by rewinds), the
+seq ranges that are live, the history a session can read (abandoned branches included), branch points,
+Rewind, and the collection of segments nothing reaches. The decisions are `engine/lineage.py`'s."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from sqlalchemy import ColumnElement, and_, delete, false, func, insert, literal, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ctxfold.engine.errors import invalid
+from ctxfold.engine.lineage import (
+    Segment,
+    SeqRange,
+    checkpoint_at_or_before,
+    live_ranges,
+    rewind_splits_head,
+    segment_holding,
+)
+from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_end
+from ctxfold.store import schema
+from ctxfold.store.base import StaleSession, StoreBase
+from ctxfold.store.checkpoints import checkpoint_chain, drop_unreachable_checkpoints
+from ctxfold.store.rows import BranchPoint, SessionRecord, message_from_row, new_id
+
+
+def in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
+    """Matches the messages in `ranges`."""
+    m = schema.messages.c
+    if not ranges:
+        return false()
+    return or_(*(and_(m.segment_id == r.segment_id, m.seq > r.lo, m.seq <= r.hi) for r in ranges))
+
+
+async def segments(conn: AsyncConnection, start_ids: Sequence[str]) -> dict[str, Segment]:
+    """The given segments and all their ancestors, in one recursive query."""
+    seg = schema.segments.c
+    chain = select(seg.id, seg.parent_id, seg.base_seq).where(seg.id.in_(list(start_ids))).cte("chain", recursive=True)
+    parent = schema.segments.alias("parent")
+    chain = chain.union(
+        select(parent.c.id, parent.c.parent_id, parent.c.base_seq).where(parent.c.id == chain.c.parent_id)
+    )
+    rows = (await conn.execute(select(chain))).all()
+    return {r.id: Segment(r.id, r.parent_id, r.base_seq) for r in rows}
+
+
+async def session_live_ranges(conn: AsyncConnection, session: SessionRecord) -> list[SeqRange]:
+    return live_ranges(await segments(conn, [session.segment_id]), session.segment_id, session.head_seq)
+
+
+async def in_history(conn: AsyncConnection, session: SessionRecord) -> ColumnElement[bool]:
+    """Matches everything that was ever in the session's transcript, abandoned branches included (but
+    not what a fork's source wrote after the fork point). Every message of a segment the session owns
+    is in its history, so those are matched by owner, however many rewinds made them. The rest is the
+    source history the session was forked from: each owned segment whose parent another session wrote
+    branched off that one lineage (at the fork, or lower after a rewind below the fork point), so the
+    one branching highest covers all of them, and its chain is as long as the fork's, not the session's
+    number of segments."""
+    seg, m = schema.segments.c, schema.messages.c
+    parent = schema.segments.alias("parent")
+    branch = (
+        await conn.execute(
+            select(seg.parent_id, seg.base_seq)
+            .join(parent, parent.c.id == seg.parent_id)
+            .where(
+                seg.owner_session_id == session.id,
+                or_(parent.c.owner_session_id.is_(None), parent.c.owner_session_id != session.id),
+            )
+            .order_by(seg.base_seq.desc())
+            .limit(1)
+        )
+    ).first()
+    inherited = (
+        []
+        if branch is None
+        else live_ranges(await segments(conn, [branch.parent_id]), branch.parent_id, branch.base_seq)
+    )
+    owned = select(seg.id).where(seg.owner_session_id == session.id)
+    return or_(m.segment_id.in_(owned), in_ranges(inherited))
+
+
+async def branch_point(conn: AsyncConnection, session: SessionRecord, seq: int) -> BranchPoint:
+    """Everything a new branch at `seq` of `session` starts from (used by Rewind and Fork)."""
+    if not 0 <= seq <= session.head_seq:
+        raise invalid(
+            "SEQ_OUT_OF_RANGE",
+            f"seq {seq} is outside the session's transcript (0..{session.head_seq})",
+            seq=seq,
+            head_seq=session.head_seq,
+        )
+    ranges = await session_live_ranges(conn, session)
+    checkpoint_id = checkpoint_at_or_before(
+        await checkpoint_chain(conn, session.checkpoint_id), session.checkpoint_id, seq
+    )
+    # Calls still waiting at `seq` can only belong to the last assistant message, whose group is at
+    # most 1 + MAX_TOOL_CALLS_PER_MESSAGE messages long.
+    m = schema.messages.c
+    window = MAX_TOOL_CALLS_PER_MESSAGE + 1
+    rows = (
+        await conn.execute(
+            select(schema.messages).where(in_ranges(ranges), m.seq <= seq, m.seq > seq - window).order_by(m.seq)
+        )
+    ).all()
+    return BranchPoint(
+        parent_segment_id=segment_holding(ranges, seq),
+        seq=seq,
+        checkpoint_id=checkpoint_id,
+        open_tool_calls=open_calls_at_end([message_from_row(r) for r in rows]),
+    )
+
+
+async def drop_unreachable_segments(conn: AsyncConnection, candidates: dict[str, Segment]) -> None:
+    """Deletes the candidate segments (with their messages and raw results) that no session has as
+    its head, no live session owns (its abandoned branches stay listable) and no segment builds on.
+    Children go first, which frees their parents, so a pass repeats until nothing changes."""
+    seg, s = schema.segments.c, schema.sessions.c
+    remaining = set(candidates)
+    while remaining:
+        child = schema.segments.alias("child")
+        unreachable = select(seg.id).where(
+            seg.id.in_(remaining),
+            ~select(s.id).where(s.segment_id == seg.id).exists(),
+            ~select(s.id).where(s.id == seg.owner_session_id).exists(),
+            ~select(child.c.id).where(child.c.parent_id == seg.id).exists(),
+        )
+        ids = (await conn.execute(unreachable)).scalars().all()
+        if not ids:
+            return
+        # Messages and raw results go with their segment (ON DELETE CASCADE, stated for clarity).
+        tr = schema.tool_results.c
+        refs = select(tr.ref).where(tr.segment_id.in_(ids))
+        await conn.execute(delete(schema.tool_result_chunks).where(schema.tool_result_chunks.c.ref.in_(refs)))
+        await conn.execute(delete(schema.tool_results).where(tr.segment_id.in_(ids)))
+        await conn.execute(delete(schema.messages).where(schema.messages.c.segment_id.in_(ids)))
+        await conn.execute(delete(schema.segments).where(seg.id.in_(ids)))
+        remaining -= set(ids)
+
+
+async def _live_branch_depth_after(conn: AsyncConnection, segment_id: str, seq: int) -> int:
+    """How many segments below `segment_id` the deepest session head lies, among the branches that
+    start after `seq` (what moving that tail re-parents); 0 when no session's head is there."""
+    seg, s = schema.segments.c, schema.sessions.c
+    below = (
+        select(seg.id, literal(1).label("depth"))
+        .where(seg.parent_id == segment_id, seg.base_seq > seq)
+        .cte("below", recursive=True)
+    )
+    child = schema.segments.alias("child")
+    below = below.union_all(
+        select(child.c.id, (below.c.depth + 1).label("depth")).where(child.c.parent_id == below.c.id)
+    )
+    query = select(func.max(below.c.depth)).select_from(below.join(schema.sessions, s.segment_id == below.c.id))
+    return int((await conn.execute(query)).scalar_one() or 0)
+
+
+async def _split_tail(conn: AsyncConnection, segment_id: str, seq: int, tail_id: str) -> None:
+    """Moves the messages of `segment_id` after `seq` (with their raw results) to the new segment
+    `tail_id`, whose parent is `segment_id` at `seq`, and re-parents the branches that start after
+    `seq` onto it. Message ids, seqs and contents stay; every lineage reads the same messages."""
+    m, tr, seg = schema.messages.c, schema.tool_results.c, schema.segments.c
+    tail = select(m.id).where(m.segment_id == segment_id, m.seq > seq)
+    await conn.execute(
+        update(schema.tool_results)
+        .where(tr.segment_id == segment_id, tr.message_id.in_(tail))
+        .values(segment_id=tail_id)
+    )
+    await conn.execute(
+        update(schema.messages).where(m.segment_id == segment_id, m.seq > seq).values(segment_id=tail_id)
+    )
+    await conn.execute(
+        update(schema.segments)
+        .where(seg.parent_id == segment_id, seg.base_seq > seq, seg.id != tail_id)
+        .values(parent_id=tail_id)
+    )
+
+
+class LineageStore(StoreBase):
+    async def rewind(self, session: SessionRecord, to_seq: int) -> None:
+        """Moves the head back to `to_seq`; the later messages stay, abandoned.
+        Raises StaleSession when the session changed since it was read."""
+        now = self.clock()
+        async with self._write() as conn:
+            point = await branch_point(conn, session, to_seq)
+            new_segment_id = new_id("g")
+            await conn.execute(
+                insert(schema.segments).values(
+                    id=new_segment_id,
+                    tenant=session.tenant,
+                    parent_id=point.parent_segment_id,
+                    base_seq=to_seq,
+                    owner_session_id=session.id,
+                    create_time=now,
+                )
+            )
+            if point.parent_segment_id == session.segment_id and rewind_splits_head(
+                len(await segments(conn, [session.segment_id])),
+                await _live_branch_depth_after(conn, session.segment_id, to_seq),
+            ):
+                # The point is in the head segment: its tail moves to the new segment, which becomes an
+                # abandoned branch, and the head keeps appending in place. Otherwise every rewind would
+                # add a segment to the live chain and a range to every query.
+                await _split_tail(conn, session.segment_id, to_seq, new_segment_id)
+                segment_id = session.segment_id
+            else:
+                segment_id = new_segment_id
+            s = schema.sessions.c
+            swapped = await conn.execute(
+                update(schema.sessions)
+                .where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+                .values(
+                    segment_id=segment_id,
+                    head_seq=to_seq,
+                    branch_id=new_id("b"),
+                    checkpoint_id=point.checkpoint_id,
+                    open_tool_calls=json.dumps(list(point.open_tool_calls)),
+                    version=s.version + 1,
+                    update_time=now,
+                )
+            )
+            if swapped.rowcount != 1:
+                raise StaleSession(session.id)
+            # Checkpoints past the new head are unreachable now unless a fork still uses them.
+            chain = await checkpoint_chain(conn, session.checkpoint_id)
+            await drop_unreachable_checkpoints(conn, chain, session.checkpoint_id, stop_at=point.checkpoint_id)

@@ -1,0 +1,243 @@
+"""The store's records and the one row mapper of each: every query that reads a session, a message or a
+checkpoint row turns it into its record here, and every insert of a message or a checkpoint takes its
+columns from here, so a new field is added in one place (plus its schema column)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ctxfold.engine.briefing import FoldNotes
+from ctxfold.engine.model import Role, StoredMessage, ToolCall
+from ctxfold.engine.view import Checkpoint
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def new_result_ref() -> str:
+    """80 random bits in base32: refs are written into summaries, where each costs tokens (about
+    11 here against 20 for a hex UUID)."""
+    return "tr_" + base64.b32encode(secrets.token_bytes(10)).decode().lower()
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    id: str
+    tenant: str
+    config_json: str
+    system_tokens: int
+    tools_tokens: int
+    segment_id: str
+    head_seq: int
+    branch_id: str
+    checkpoint_id: str | None
+    open_tool_calls: tuple[str, ...]
+    version: int
+    forked_from_session_id: str | None
+    forked_at_seq: int
+    create_time: float
+    update_time: float
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """A message ready to insert: ids, bounded content and token count already computed. `message` is
+    the message as it will be stored, but for its seq and create_time, which the append gives it."""
+
+    message: StoredMessage
+    raw: bytes | None  # the raw tool result when `message.content` is a bounded cut of it
+
+
+@dataclass(frozen=True)
+class RawResult:
+    ref: str
+    data: bytes
+    sha256: str
+
+
+@dataclass(frozen=True)
+class EncodedResult:
+    """A raw result as stored: its tool_results row (segment aside) and its tool_result_chunks rows."""
+
+    row: dict[str, object]
+    chunks: list[dict[str, object]]
+
+
+@dataclass(frozen=True)
+class ConfigTokens:
+    system: int
+    tools: int
+
+
+@dataclass(frozen=True)
+class BranchPoint:
+    parent_segment_id: str | None
+    seq: int
+    checkpoint_id: str | None
+    open_tool_calls: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StoredContext:
+    """The rows a view is built from, read in one transaction (the engine's `Snapshot` is what a decision
+    is made from, once these became a projection)."""
+
+    session: SessionRecord
+    checkpoint: Checkpoint | None
+    kept: list[StoredMessage]
+    after: list[StoredMessage]
+    state_json: str | None
+    state_revision: int  # 0 when the session has no stored state yet
+
+
+def _columns(row: object) -> Any:
+    return row._mapping  # type: ignore[attr-defined]
+
+
+# ---- sessions -----------------------------------------------------------------------------------
+
+
+def session_from_row(row: object) -> SessionRecord:
+    m = _columns(row)
+    return SessionRecord(
+        id=m["id"],
+        tenant=m["tenant"],
+        config_json=m["config_json"],
+        system_tokens=m["system_tokens"],
+        tools_tokens=m["tools_tokens"],
+        segment_id=m["segment_id"],
+        head_seq=m["head_seq"],
+        branch_id=m["branch_id"],
+        checkpoint_id=m["checkpoint_id"],
+        open_tool_calls=tuple(json.loads(m["open_tool_calls"])),
+        version=m["version"],
+        forked_from_session_id=m["forked_from_session_id"],
+        forked_at_seq=m["forked_at_seq"],
+        create_time=m["create_time"],
+        update_time=m["update_time"],
+    )
+
+
+def appended_session(session: SessionRecord, count: int, open_tool_calls: tuple[str, ...], now: float) -> SessionRecord:
+    """`session` after an append of `count` messages."""
+    return replace(
+        session,
+        head_seq=session.head_seq + count,
+        open_tool_calls=open_tool_calls,
+        version=session.version + 1,
+        update_time=now,
+    )
+
+
+def head_values(after: SessionRecord) -> dict[str, object]:
+    """The columns an append changes, to become `after`."""
+    return {
+        "head_seq": after.head_seq,
+        "open_tool_calls": json.dumps(list(after.open_tool_calls)),
+        "version": after.version,
+        "update_time": after.update_time,
+    }
+
+
+# ---- messages -----------------------------------------------------------------------------------
+
+
+def message_from_row(row: object, abandoned: bool = False) -> StoredMessage:
+    m = _columns(row)
+    calls = tuple(ToolCall(**c) for c in json.loads(m["tool_calls_json"])) if m["tool_calls_json"] else ()
+    return StoredMessage(
+        id=m["id"],
+        seq=m["seq"],
+        role=Role(m["role"]),
+        content=m["content"],
+        tokens=m["tokens"],
+        tool_calls=calls,
+        tool_call_id=m["tool_call_id"] or "",
+        reasoning_content=m["reasoning_content"],
+        pinned=m["pinned"],
+        name=m["name"],
+        result_ref=m["result_ref"] or "",
+        raw_bytes=m["raw_bytes"],
+        truncated=m["truncated"],
+        create_time=m["create_time"],
+        abandoned=abandoned,
+    )
+
+
+def message_values(message: StoredMessage, segment_id: str) -> dict[str, object]:
+    """The columns of `message`'s row in `segment_id` (the inverse of `message_from_row`)."""
+    return {
+        "id": message.id,
+        "segment_id": segment_id,
+        "seq": message.seq,
+        "role": message.role.value,
+        "content": message.content,
+        "tool_calls_json": json.dumps([c.__dict__ for c in message.tool_calls]) if message.tool_calls else None,
+        "tool_call_id": message.tool_call_id or None,
+        "reasoning_content": message.reasoning_content,
+        "name": message.name,
+        "pinned": message.pinned,
+        "tokens": message.tokens,
+        "result_ref": message.result_ref or None,
+        "raw_bytes": message.raw_bytes,
+        "truncated": message.truncated,
+        "create_time": message.create_time,
+    }
+
+
+def stored_messages(rows: Sequence[MessageRow], first_seq: int, now: float) -> list[StoredMessage]:
+    """`rows` as they are stored by an append at `first_seq` at time `now`."""
+    return [replace(r.message, seq=first_seq + i, create_time=now) for i, r in enumerate(rows)]
+
+
+# ---- checkpoints --------------------------------------------------------------------------------
+
+
+def checkpoint_from_row(row: object) -> Checkpoint:
+    m = _columns(row)
+    entries = json.loads(m["entries_json"])
+    summary = next(e["text"] for e in entries if e["type"] == "summary")
+    kept = tuple(e["id"] for e in entries if e["type"] == "message")
+    notes = next((FoldNotes.from_json(e["notes"]) for e in entries if e["type"] == "notes"), None)
+    return Checkpoint(m["id"], m["parent_id"], m["position_seq"], summary, m["summary_tokens"], kept, notes)
+
+
+def checkpoint_entries(checkpoint: Checkpoint) -> str:
+    """The `entries_json` column of `checkpoint` (read back by `checkpoint_from_row`)."""
+    entries: list[dict[str, object]] = [{"type": "summary", "text": checkpoint.summary}]
+    entries += [{"type": "message", "id": kept_id} for kept_id in checkpoint.kept_ids]
+    if checkpoint.notes is not None:
+        entries.append({"type": "notes", "notes": checkpoint.notes.to_json()})
+    return json.dumps(entries)
+
+
+# ---- context states -----------------------------------------------------------------------------
+
+
+def state_document(row: object) -> str:
+    """The stored state of a context_states row: `state_json` with the fields of `bookkeeping_json`
+    laid over it (the store knows nothing else of either). A document that is not a JSON object is
+    answered as it is, for the reader to reject."""
+    m = _columns(row)
+    text, bookkeeping = str(m["state_json"]), m["bookkeeping_json"]
+    if not bookkeeping:
+        return text
+    try:
+        base, fields = json.loads(text), json.loads(bookkeeping)
+    except ValueError:
+        return text
+    if not isinstance(base, dict) or not isinstance(fields, dict):
+        return text
+    return json.dumps({**base, **fields}, sort_keys=True, separators=(",", ":"))
+
+
+def whole_state(state_json: str) -> dict[str, str | None]:
+    """The columns of a write of the whole state: its bookkeeping is in it."""
+    return {"state_json": state_json, "bookkeeping_json": None}

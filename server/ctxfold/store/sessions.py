@@ -1,0 +1,163 @@
+"""Session rows: create (with its first segment and empty context state), fork, get, list, delete
+(with whatever only the session reached), and the fold lease."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import and_, delete, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ctxfold.engine.errors import session_not_found
+from ctxfold.store import schema
+from ctxfold.store.base import StoreBase
+from ctxfold.store.checkpoints import checkpoint_chain, drop_unreachable_checkpoints
+from ctxfold.store.lineage import branch_point, drop_unreachable_segments, segments
+from ctxfold.store.rows import BranchPoint, ConfigTokens, SessionRecord, new_id, session_from_row
+
+
+async def session_row(conn: AsyncConnection, tenant: str, session_id: str, lock: bool = False) -> SessionRecord:
+    """With `lock`, the row stays locked until the transaction ends (PostgreSQL; SQLite write
+    transactions already hold the database lock)."""
+    s = schema.sessions.c
+    query = select(schema.sessions).where(s.id == session_id, s.tenant == tenant)
+    row = (await conn.execute(query.with_for_update() if lock else query)).first()
+    if row is None:
+        raise session_not_found(session_id)
+    return session_from_row(row)
+
+
+class SessionStore(StoreBase):
+    async def create_session(
+        self, tenant: str, config_json: str, tokens: ConfigTokens, *, session_id: str | None = None
+    ) -> SessionRecord:
+        session_id = session_id or new_id("s")
+        async with self._write() as conn:
+            await self._insert_session(conn, tenant, session_id, config_json, tokens, BranchPoint(None, 0, None, ()))
+        return await self.get_session(tenant, session_id)
+
+    async def fork(
+        self, source: SessionRecord, at_seq: int, session_id: str, config_json: str, tokens: ConfigTokens
+    ) -> SessionRecord:
+        """A new session sharing `source`'s history up to `at_seq` and its checkpoint chain up to there."""
+        async with self._write() as conn:
+            # Re-read inside the write transaction: a concurrent delete must not leave a dangling parent.
+            current = await session_row(conn, source.tenant, source.id)
+            point = await branch_point(conn, current, at_seq)
+            await self._insert_session(
+                conn, source.tenant, session_id, config_json, tokens, point, forked_from=source.id
+            )
+        return await self.get_session(source.tenant, session_id)
+
+    async def _insert_session(
+        self,
+        conn: AsyncConnection,
+        tenant: str,
+        session_id: str,
+        config_json: str,
+        tokens: ConfigTokens,
+        point: BranchPoint,
+        forked_from: str | None = None,
+    ) -> None:
+        now = self.clock()
+        segment_id = new_id("g")
+        await conn.execute(
+            insert(schema.segments).values(
+                id=segment_id,
+                tenant=tenant,
+                parent_id=point.parent_segment_id,
+                base_seq=point.seq,
+                owner_session_id=session_id,
+                create_time=now,
+            )
+        )
+        await conn.execute(
+            insert(schema.sessions).values(
+                id=session_id,
+                tenant=tenant,
+                config_json=config_json,
+                system_tokens=tokens.system,
+                tools_tokens=tokens.tools,
+                segment_id=segment_id,
+                head_seq=point.seq,
+                branch_id=new_id("b"),
+                checkpoint_id=point.checkpoint_id,
+                open_tool_calls=json.dumps(list(point.open_tool_calls)),
+                version=1,
+                forked_from_session_id=forked_from,
+                forked_at_seq=point.seq if forked_from else 0,
+                create_time=now,
+                update_time=now,
+            )
+        )
+        # An empty state ("new"); every later write is then an update with a compare-and-swap.
+        await conn.execute(
+            insert(schema.context_states).values(session_id=session_id, state_json="", revision=1, update_time=now)
+        )
+
+    async def get_session(self, tenant: str, session_id: str) -> SessionRecord:
+        async with self._read() as conn:
+            return await session_row(conn, tenant, session_id)
+
+    async def list_sessions(
+        self, tenant: str, limit: int, after: tuple[float, str] | None
+    ) -> tuple[list[SessionRecord], bool]:
+        """Newest first; `after` is the (create_time, id) of the last session of the previous page."""
+        s = schema.sessions.c
+        query = select(schema.sessions).where(s.tenant == tenant)
+        if after is not None:
+            query = query.where(or_(s.create_time < after[0], and_(s.create_time == after[0], s.id < after[1])))
+        query = query.order_by(s.create_time.desc(), s.id.desc()).limit(limit + 1)
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        records = [session_from_row(r) for r in rows[:limit]]
+        return records, len(rows) > limit
+
+    async def delete_session(self, tenant: str, session_id: str) -> None:
+        """Deletes the session and whatever only it could reach: work is bounded by the session's own
+        segments and checkpoint chain, not by the tenant's size."""
+        s, seg = schema.sessions.c, schema.segments.c
+        async with self._write() as conn:
+            session = await session_row(conn, tenant, session_id, lock=True)
+            owned = (await conn.execute(select(seg.id).where(seg.owner_session_id == session.id))).scalars().all()
+            candidates = await segments(conn, [session.segment_id, *owned])
+            chain = await checkpoint_chain(conn, session.checkpoint_id)
+            await conn.execute(delete(schema.sessions).where(s.id == session.id))
+            await drop_unreachable_checkpoints(conn, chain, session.checkpoint_id, stop_at=None)
+            await drop_unreachable_segments(conn, candidates)
+
+    async def take_fold_lease(self, session: SessionRecord, owner: str, seconds: float) -> float:
+        """Takes the session's fold lease, or extends it for its `owner`. Returns 0 when it is ours,
+        else the time at which the other holder's lease runs out."""
+        now = self.clock()
+        s = schema.sessions.c
+        async with self._write() as conn:
+            taken = await conn.execute(
+                update(schema.sessions)
+                .where(
+                    s.id == session.id,
+                    s.tenant == session.tenant,
+                    or_(s.fold_lease_until.is_(None), s.fold_lease_until < now, s.fold_lease_owner == owner),
+                )
+                .values(fold_lease_owner=owner, fold_lease_until=now + seconds)
+            )
+            if taken.rowcount == 1:
+                return 0.0
+            until = (await conn.execute(select(s.fold_lease_until).where(s.id == session.id))).scalar_one_or_none()
+        return float(until or now)
+
+    async def fold_lease_until(self, session: SessionRecord) -> float:
+        """When the current fold lease runs out (0 when nobody holds one)."""
+        s = schema.sessions.c
+        async with self._read() as conn:
+            until = (await conn.execute(select(s.fold_lease_until).where(s.id == session.id))).scalar_one_or_none()
+        return float(until or 0.0)
+
+    async def release_fold_lease(self, session: SessionRecord, owner: str) -> None:
+        s = schema.sessions.c
+        async with self._write() as conn:
+            await conn.execute(
+                update(schema.sessions)
+                .where(s.id == session.id, s.fold_lease_owner == owner)
+                .values(fold_lease_owner=None, fold_lease_until=None)
+            )

@@ -1,0 +1,178 @@
+"""A session's context state and what reads and writes it with the view: the snapshot a view is built
+from, installs (prune or fold), the hot path's append with its answer's bookkeeping, plain state
+writes, and usage observations. The state document is opaque here (`engine/state.py` owns it); its
+row carries a revision every write compare-and-swaps on."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import and_, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.lineage import ranges_within
+from ctxfold.engine.maintenance import FoldInstall, Install
+from ctxfold.engine.model import StoredMessage, Usage
+from ctxfold.store import schema
+from ctxfold.store.base import StaleSession, StoreBase
+from ctxfold.store.checkpoints import insert_checkpoint, load_checkpoint
+from ctxfold.store.lineage import in_ranges, session_live_ranges
+from ctxfold.store.rows import (
+    MessageRow,
+    SessionRecord,
+    StoredContext,
+    appended_session,
+    head_values,
+    message_from_row,
+    state_document,
+    whole_state,
+)
+from ctxfold.store.sessions import session_row
+from ctxfold.store.tool_results import encode_raw_results, insert_document
+from ctxfold.store.transcript import appended_by, insert_messages
+
+_STATE_QUERY = select(
+    schema.context_states.c.state_json, schema.context_states.c.bookkeeping_json, schema.context_states.c.revision
+)
+
+
+async def _put_state(
+    conn: AsyncConnection, session_id: str, values: dict[str, str | None], revision: int | None, now: float
+) -> int:
+    """Writes the state's columns `values` (its row exists from the session's creation): with a
+    `revision`, only over that revision. Returns the new revision, or 0 when the expected revision
+    was not there."""
+    cs = schema.context_states.c
+    query = update(schema.context_states).where(cs.session_id == session_id)
+    if revision is not None:
+        query = query.where(cs.revision == revision)
+    written = await conn.execute(
+        query.values(**values, revision=cs.revision + 1, update_time=now).returning(cs.revision)
+    )
+    new_revision = written.scalar_one_or_none()
+    return int(new_revision) if new_revision is not None else 0
+
+
+class StateStore(StoreBase):
+    async def load_context(self, tenant: str, session_id: str) -> StoredContext:
+        """The session, its head checkpoint and kept messages, the messages after the checkpoint's
+        position and the state, in one transaction. Work is bounded by the view, not the transcript."""
+        m, cs = schema.messages.c, schema.context_states.c
+        async with self._read() as conn:
+            session = await session_row(conn, tenant, session_id)
+            checkpoint = None
+            kept: list[StoredMessage] = []
+            if session.checkpoint_id is not None:
+                checkpoint = await load_checkpoint(conn, session.checkpoint_id)
+                if checkpoint.kept_ids:
+                    rows = (
+                        await conn.execute(select(schema.messages).where(m.id.in_(checkpoint.kept_ids)).order_by(m.seq))
+                    ).all()
+                    kept = [message_from_row(r) for r in rows]
+                    if len(kept) != len(checkpoint.kept_ids):
+                        raise DomainError(
+                            Kind.INTERNAL,
+                            "CHECKPOINT_BROKEN",
+                            f"checkpoint {checkpoint.id} keeps messages that cannot be loaded",
+                            {"checkpoint_id": checkpoint.id},
+                        )
+            position = checkpoint.position_seq if checkpoint else 0
+            ranges = ranges_within(await session_live_ranges(conn, session), position, session.head_seq)
+            after = [
+                message_from_row(r)
+                for r in (await conn.execute(select(schema.messages).where(in_ranges(ranges)).order_by(m.seq))).all()
+            ]
+            state = (await conn.execute(_STATE_QUERY.where(cs.session_id == session.id))).first()
+        return StoredContext(
+            session, checkpoint, kept, after, state_document(state) if state else None, state.revision if state else 0
+        )
+
+    async def install(self, session: SessionRecord, install: Install) -> tuple[SessionRecord, int]:
+        """Installs a fold (a new head checkpoint, its document and projection state) or a prune (only
+        a new projection state) if the session is still at `session.version`; raises StaleSession
+        otherwise. All or nothing. Returns the session after the install and the state's new revision."""
+        now = self.clock()
+        s = schema.sessions.c
+        fold = install if isinstance(install, FoldInstall) else None
+        async with self._write() as conn:
+            if fold is not None:
+                await insert_checkpoint(conn, session.tenant, fold, now)
+            swapped = await conn.execute(
+                update(schema.sessions)
+                .where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+                .values(
+                    checkpoint_id=fold.checkpoint.id if fold else session.checkpoint_id,
+                    version=s.version + 1,
+                    update_time=now,
+                )
+            )
+            if swapped.rowcount != 1:
+                raise StaleSession(session.id)
+            if fold is not None:
+                await insert_document(conn, fold.document)
+            revision = await _put_state(conn, session.id, whole_state(install.state.to_json()), None, now)
+            return await session_row(conn, session.tenant, session.id), revision
+
+    async def append_answered(
+        self,
+        session: SessionRecord,
+        rows: Sequence[MessageRow],
+        request_id: str,
+        open_tool_calls: tuple[str, ...],
+        bookkeeping_json: str,
+        revision: int,
+        now: float,
+    ) -> int:
+        """The hot path of an append-only Prepare, in one transaction: appends `rows` (maybe none) and
+        writes the answer's bookkeeping (not the rest of the state), only if the session is still
+        `session` (same version and branch) and the state still at `revision`; raises StaleSession
+        otherwise and writes nothing. A `request_id` seen before also raises StaleSession: the caller's
+        full path answers it. `now` is the stamp the caller gave the appended messages (from `clock`).
+        Returns the state's new revision."""
+        raw_results = await encode_raw_results(rows)
+        s = schema.sessions.c
+        current = and_(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+        current = and_(current, s.branch_id == session.branch_id)
+        async with self._write() as conn:
+            if rows:
+                if request_id and await appended_by(conn, session, request_id) is not None:
+                    raise StaleSession(session.id)
+                after = appended_session(session, len(rows), open_tool_calls, now)
+                swapped = await conn.execute(update(schema.sessions).where(current).values(**head_values(after)))
+                if swapped.rowcount != 1:
+                    raise StaleSession(session.id)
+                await insert_messages(conn, session, rows, raw_results, request_id, now)
+            elif (await conn.execute(select(s.id).where(current))).first() is None:
+                raise StaleSession(session.id)
+            written = await _put_state(conn, session.id, {"bookkeeping_json": bookkeeping_json}, revision, now)
+            if not written:
+                raise StaleSession(session.id)
+            return written
+
+    async def save_state(self, session_id: str, state_json: str, revision: int) -> int:
+        """Bookkeeping write: stores the state only if nobody wrote it since `revision` was read.
+        Returns the new revision, or 0 when someone else wrote first."""
+        async with self._write() as conn:
+            return await _put_state(conn, session_id, whole_state(state_json), revision, self.clock())
+
+    async def read_state(self, session: SessionRecord) -> tuple[str | None, int]:
+        cs = schema.context_states.c
+        async with self._read() as conn:
+            row = (await conn.execute(_STATE_QUERY.where(cs.session_id == session.id))).first()
+        return (state_document(row), row.revision) if row else (None, 0)
+
+    async def record_usage(self, session: SessionRecord, usage: Usage) -> None:
+        async with self._write() as conn:
+            await conn.execute(
+                insert(schema.usage_observations).values(
+                    session_id=session.id,
+                    view_version=usage.view_version,
+                    estimated_tokens=usage.estimated_tokens,
+                    input_tokens=usage.input_tokens,
+                    cached_input_tokens=usage.cached_input_tokens,
+                    output_tokens=usage.output_tokens,
+                    finish_reason=usage.finish_reason,
+                    create_time=self.clock(),
+                )
+            )

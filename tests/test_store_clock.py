@@ -1,0 +1,46 @@
+"""The store stamps every row and times every lease with the clock it is given, never the system's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import fresh_database
+from ctxfold.engine.model import Role, StoredMessage
+from ctxfold.store import Store
+from ctxfold.store.database import create_engine, migrate
+from ctxfold.store.rows import ConfigTokens, MessageRow, new_id
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_rows_and_fold_leases_follow_the_injected_clock(backend: str, tmp_path: Path) -> None:
+    engine = create_engine(await fresh_database(backend, tmp_path))
+    try:
+        await migrate(engine)
+        clock = FakeClock(1_000.0)
+        store = Store(engine, clock)
+        session = await store.create_session("tenant", "{}", ConfigTokens(0, 0))
+        assert (session.create_time, session.update_time) == (1_000.0, 1_000.0)
+
+        clock.now = 2_000.0
+        row = MessageRow(StoredMessage(id=new_id("m"), seq=0, role=Role.USER, content="hello", tokens=2), None)
+        appended, after = await store.append_messages("tenant", session.id, [row], "", lambda waiting: waiting)
+        assert [(m.seq, m.create_time) for m in appended] == [(1, 2_000.0)]
+        assert after.update_time == 2_000.0
+        snapshot = await store.load_context("tenant", session.id)
+        assert [m.create_time for m in snapshot.after] == [2_000.0]
+
+        # A lease taken at 2000 for 30 s holds until 2030 on the store's clock, whatever the wall clock says.
+        assert await store.take_fold_lease(after, "a", 30.0) == 0.0
+        assert await store.take_fold_lease(after, "b", 30.0) == 2_030.0
+        clock.now = 2_031.0
+        assert await store.take_fold_lease(after, "b", 30.0) == 0.0
+        assert await store.fold_lease_until(after) == 2_061.0
+    finally:
+        await engine.dispose()
