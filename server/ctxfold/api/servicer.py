@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -107,6 +107,15 @@ def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
 
 
+async def _abort(context: Context, exc: Exception) -> NoReturn:
+    """Ends the call with `exc` as a status with an ErrorInfo, recorded on the RPC's span."""
+    error = _as_domain_error(exc)
+    mark_error(error, exc)
+    status = status_for(error)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+    raise AssertionError("unreachable: abort raises")
+
+
 def unary(
     method: Callable[..., Awaitable[Response | bytes]],
 ) -> Callable[[Any, bytes, Context], Awaitable[Response | bytes]]:
@@ -127,11 +136,7 @@ def unary(
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
-            error = _as_domain_error(exc)
-            mark_error(error, exc)
-            status = status_for(error)
-            await context.abort(status.code, status.details, status.trailing_metadata)
-            raise AssertionError("unreachable: abort raises") from None
+            await _abort(context, exc)
 
     return handler
 
@@ -153,10 +158,7 @@ def server_stream(
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
-            error = _as_domain_error(exc)
-            mark_error(error, exc)
-            status = status_for(error)
-            await context.abort(status.code, status.details, status.trailing_metadata)
+            await _abort(context, exc)
 
     return handler
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxfold.engine.maintenance import Projection
-from ctxfold.engine.model import StoredMessage
+from ctxfold.engine.model import StoredMessage, text_chars
 from ctxfold.engine.state import ContextState
 from ctxfold.store.rows import SessionRecord
 from ctxfold.telemetry import INSTRUMENTS
@@ -23,21 +23,16 @@ from ctxfold.telemetry import INSTRUMENTS
 DEFAULT_MAX_BYTES = 256 << 20
 # What a cached message costs beyond its text: its StoredMessage and ViewMessage objects, ids, string
 # headers and tuple slots. tracemalloc measures about 530 bytes for a message without tool calls; the
-# rest is room for tool calls and view-only text (pruned stubs, bounded anchors).
+# rest is room for tool-call ids and names and view-only text (pruned stubs, bounded anchors).
 MESSAGE_OVERHEAD_BYTES = 1024
 # The session record, the state (views, receipts, counters) and the projection itself.
 SESSION_OVERHEAD_BYTES = 16 << 10
 
 
 def message_bytes(messages: Sequence[StoredMessage]) -> int:
-    """The estimated memory of cached messages: text (a pruned stub adds at most its 5 KiB to it)."""
-    return sum(
-        MESSAGE_OVERHEAD_BYTES
-        + len(m.content)
-        + len(m.reasoning_content)
-        + sum(len(c.arguments) + len(c.name) for c in m.tool_calls)
-        for m in messages
-    )
+    """The estimated memory of cached messages: their text (a pruned stub adds at most its 5 KiB to
+    it) and the fixed overhead of each."""
+    return MESSAGE_OVERHEAD_BYTES * len(messages) + text_chars(messages)
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,6 @@ class _Run:
     """The state of one Prepare or Compact call as it moves through a round."""
 
     session: SessionRecord
-    config: SessionConfig
     projection: Projection
     state: ContextState
     revision: int
@@ -136,6 +135,11 @@ class _Run:
     candidate: Projection | None = None
     # (reason, message) of the last failed pass: a Compact ends with it as its error.
     failure: tuple[str, str] | None = None
+
+    @property
+    def config(self) -> SessionConfig:
+        """The session's config (installs replace the projection, never its config)."""
+        return self.projection.config
 
     def not_folding(self, why: NotFolded, detail: str) -> None:
         self.not_folded, self.not_folded_detail = why, detail
@@ -279,9 +283,10 @@ class Maintenance:
         session = appended_session(hot.session, len(rows), open_calls, now) if rows else hot.session
         projection = hot.projection.extended(appended)
         tokens = projection.tokens()
-        if tokens >= projection.config.trigger_tokens:
-            return None
-        run = _Run(session, projection.config, projection, hot.state, hot.revision, projection.view(), tokens)
+        snapshot = Snapshot(projection, tokens, hot.state.failed_fold_tokens)
+        if not isinstance(decide(snapshot, MaintainRequest()), Answer):
+            return None  # maintenance is due: the full path does it under the session's lock
+        run = _Run(session, projection, hot.state, hot.revision, projection.view(), tokens)
         state, prepared = self._answered(run, known_view_version, appended)
         try:
             revision = await self.store.append_answered(
@@ -375,7 +380,6 @@ class Maintenance:
     async def _load(self, tenant: str, session_id: str) -> _Run:
         stored: StoredContext = await self.store.load_context(tenant, session_id)
         session = stored.session
-        config = config_from_json(session.config_json)
         state, why = load_state(stored.state_json, fingerprint(session.branch_id, session.checkpoint_id))
         if why not in ("", "new"):
             log.warning("context state of session %s rebuilt: %s", session.id, why)
@@ -384,7 +388,7 @@ class Maintenance:
         # pruned entry (O(pruned × view) per Prepare).
         in_view = {m.id for m in [*stored.kept, *stored.after]}
         projection = Projection(
-            config=config,
+            config=config_from_json(session.config_json),
             system_tokens=session.system_tokens,
             tools_tokens=session.tools_tokens,
             calibration=state.calibration,
@@ -393,7 +397,7 @@ class Maintenance:
             after=tuple(stored.after),
             pruned={k: v for k, v in state.pruned.items() if k in in_view},
         )
-        return _Run(session, config, projection, state, stored.state_revision, projection.view(), projection.tokens())
+        return _Run(session, projection, state, stored.state_revision, projection.view(), projection.tokens())
 
     def maintaining(self, session_id: str) -> bool:
         """Whether a call of this process is maintaining (or waiting to maintain) the session. A call the
