@@ -57,7 +57,7 @@ class RunningServer:
         """Health turns NOT_SERVING first so balancers drain; in-flight RPCs get `grace` seconds."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(self.settings.grace_seconds if grace is None else grace)
-        await self.store.engine.dispose()
+        await self.store.close()
 
 
 def _listens_beyond_loopback(listen: str) -> bool:

@@ -30,6 +30,9 @@ class StoreBase:
         # hands the lock over at once (writers in other processes still rely on busy_timeout).
         self._writer_turn: asyncio.Lock | None = asyncio.Lock() if engine.dialect.name == "sqlite" else None
 
+    async def close(self) -> None:
+        await self.engine.dispose()
+
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
         async with self.engine.connect() as conn, conn.begin():

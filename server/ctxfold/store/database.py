@@ -46,12 +46,7 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy's "begin" event below emit BEGIN itself, so writers can take the lock up front.
         dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=10000")
-        cursor.close()
+        configure_sqlite_connection(dbapi_connection)
 
     @event.listens_for(engine.sync_engine, "begin")
     def on_begin(conn: Connection) -> None:
@@ -59,6 +54,16 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         # under WAL when another writer got in between; BEGIN IMMEDIATE waits for the lock instead.
         immediate = conn.get_execution_options().get(WRITE_OPTION, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def configure_sqlite_connection(connection: Any) -> None:
+    """What every SQLite connection of ctxfold runs first (the engine's and the hot path's own)."""
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
 
 
 async def migrate(engine: AsyncEngine) -> None:

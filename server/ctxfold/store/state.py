@@ -5,10 +5,11 @@ row carries a revision every write compare-and-swaps on."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
-from sqlalchemy import and_, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.lineage import ranges_within
@@ -17,20 +18,18 @@ from ctxfold.engine.model import StoredMessage, Usage
 from ctxfold.store import schema
 from ctxfold.store.base import StaleSession, StoreBase
 from ctxfold.store.checkpoints import insert_checkpoint, load_checkpoint
+from ctxfold.store.hot_write import append_answered_plan, hot_writer
 from ctxfold.store.lineage import in_ranges, session_live_ranges
 from ctxfold.store.rows import (
     MessageRow,
     SessionRecord,
     StoredContext,
-    appended_session,
-    head_values,
     message_from_row,
     state_document,
     whole_state,
 )
 from ctxfold.store.sessions import session_row
 from ctxfold.store.tool_results import encode_raw_results, insert_document
-from ctxfold.store.transcript import appended_by, insert_messages
 
 _STATE_QUERY = select(
     schema.context_states.c.state_json, schema.context_states.c.bookkeeping_json, schema.context_states.c.revision
@@ -55,6 +54,14 @@ async def _put_state(
 
 
 class StateStore(StoreBase):
+    def __init__(self, engine: AsyncEngine, clock: Callable[[], float] = time.time):
+        super().__init__(engine, clock)
+        self._hot_writer = hot_writer(engine, self._writer_turn)
+
+    async def close(self) -> None:
+        await self._hot_writer.close()
+        await super().close()
+
     async def load_context(self, tenant: str, session_id: str) -> StoredContext:
         """The session, its head checkpoint and kept messages, the messages after the checkpoint's
         position and the state, in one transaction. Work is bounded by the view, not the transcript."""
@@ -131,24 +138,15 @@ class StateStore(StoreBase):
         full path answers it. `now` is the stamp the caller gave the appended messages (from `clock`).
         Returns the state's new revision."""
         raw_results = await encode_raw_results(rows)
-        s = schema.sessions.c
-        current = and_(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
-        current = and_(current, s.branch_id == session.branch_id)
-        async with self._write() as conn:
-            if rows:
-                if request_id and await appended_by(conn, session, request_id) is not None:
-                    raise StaleSession(session.id)
-                after = appended_session(session, len(rows), open_tool_calls, now)
-                swapped = await conn.execute(update(schema.sessions).where(current).values(**head_values(after)))
-                if swapped.rowcount != 1:
-                    raise StaleSession(session.id)
-                await insert_messages(conn, session, rows, raw_results, request_id, now)
-            elif (await conn.execute(select(s.id).where(current))).first() is None:
-                raise StaleSession(session.id)
-            written = await _put_state(conn, session.id, {"bookkeeping_json": bookkeeping_json}, revision, now)
-            if not written:
-                raise StaleSession(session.id)
-            return written
+        writer = self._hot_writer
+        plan = append_answered_plan(
+            writer.statements, session, rows, raw_results, request_id, open_tool_calls, bookkeeping_json, revision, now
+        )
+        try:
+            await writer.commit(plan)
+        except StaleSession:
+            raise StaleSession(session.id) from None
+        return revision + 1
 
     async def save_state(self, session_id: str, state_json: str, revision: int) -> int:
         """Bookkeeping write: stores the state only if nobody wrote it since `revision` was read.
