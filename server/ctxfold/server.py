@@ -126,7 +126,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     )
     summarizers = build_summarizers(settings.summarizers)
     hot_state = HotState(settings.hot_state_max_bytes)
-    sessions = Sessions(store, frozenset(summarizers))
+    sessions = Sessions(store, frozenset(summarizers), hot_state)
     transcript = Transcript(store, limits, settings.max_send_message_bytes)
     maintenance = Maintenance(
         store,

@@ -54,6 +54,7 @@ class Lineage:
                 await self.store.rewind(session, to_seq)
             except StaleSession:
                 continue
+            self.sessions.hot_state.drop(tenant, session_id)  # as for a delete (Sessions.delete)
             info = await self.sessions.get(tenant, session_id)
             # Best effort: if the state changed meanwhile, the next Prepare rebuilds it safely.
             await self.store.save_state(session_id, self._carried(state, info.record), revision)

@@ -6,7 +6,8 @@ The store is split by aggregate, one module each: `sessions` (session rows, fold
 (segments, branch points, Rewind, live ranges, collection of unreachable segments), `transcript`
 (appends, request ids, message pages), `checkpoints` (checkpoint rows, chains, the readable index),
 `tool_results` (encoding, chunks, page reads, fold documents) and `state` (the view's snapshot,
-installs, the hot path's append, context states, usage). `rows` holds the records and the one row
+installs, the hot path's append, context states, usage), whose hot-path write runs on the driver
+itself (`hot_write`). `rows` holds the records and the one row
 mapper of each; `base` the engine, the transactions and the clock they share.
 
 `Store` is one class assembled from the aggregates' classes rather than an object holding six: the

@@ -188,6 +188,13 @@ def _unavailable(error: Exception) -> DomainError:
 
 # ---- SQLite -------------------------------------------------------------------------------------
 
+
+def _driver_error(error: Exception) -> Exception:
+    """What a caller gets for `error`: a database that cannot be written now (locked past the busy
+    timeout, I/O, disk full) is UNAVAILABLE; anything else is what it is."""
+    return _unavailable(error) if isinstance(error, sqlite3.OperationalError) else error
+
+
 _Outcome = BaseException | None
 
 
@@ -202,6 +209,7 @@ class SqliteHotWriter:
         self._connection: sqlite3.Connection | None = None  # opened, used and closed in the thread
         self._pending: list[tuple[Sequence[Write], asyncio.Future[None]]] = []
         self._draining: asyncio.Task[None] | None = None
+        self._closed = False
 
     async def commit(self, plan: Sequence[Write]) -> None:
         future = asyncio.get_running_loop().create_future()
@@ -211,10 +219,14 @@ class SqliteHotWriter:
         await future
 
     async def close(self) -> None:
+        """Waits for the batches in flight, then closes the connection; closing twice is harmless."""
+        if self._closed:
+            return
+        self._closed = True
         if self._draining is not None:
             await asyncio.shield(self._draining)
         await asyncio.get_running_loop().run_in_executor(self._thread, self._close_connection)
-        self._thread.shutdown(wait=True)
+        self._thread.shutdown()
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
@@ -223,16 +235,15 @@ class SqliteHotWriter:
                 batch, self._pending = self._pending, []
                 plans = [plan for plan, _ in batch]
                 outcomes: list[_Outcome]
-                async with self._writer_turn:
-                    try:
+                try:
+                    async with self._writer_turn:
                         outcomes = await loop.run_in_executor(self._thread, self._commit_batch, plans)
-                    except sqlite3.Error as error:  # the transaction itself failed: nothing was written
-                        outcomes = [_unavailable(error)] * len(batch)
-                    except BaseException as error:  # a bug, or the loop is closing: no caller waits forever
-                        for _, future in [*batch, *self._pending]:
-                            if not future.done():
-                                future.set_exception(error)
-                        raise
+                except asyncio.CancelledError:  # the loop is closing: no caller waits forever
+                    for _, future in [*batch, *self._pending]:
+                        future.cancel()
+                    raise
+                except Exception as error:  # the transaction itself failed: nothing of the batch was written
+                    outcomes = [_driver_error(error)] * len(batch)
                 for (_, future), outcome in zip(batch, outcomes, strict=True):
                     if future.done():  # its caller was cancelled (its write may still have committed)
                         continue
@@ -256,7 +267,7 @@ class SqliteHotWriter:
                     outcomes.append(None)
                 except (StaleSession, sqlite3.Error) as error:  # this plan is undone, the others stay
                     conn.execute("ROLLBACK TO hot_write")
-                    outcomes.append(error if isinstance(error, StaleSession) else _unavailable(error))
+                    outcomes.append(_driver_error(error))
                 conn.execute("RELEASE hot_write")
             conn.execute("COMMIT")
         except BaseException:
