@@ -11,8 +11,9 @@ Each call is the agent's delta Prepare: append one assistant and one user messag
 
   latency     per round, `--calls` sequential calls on a session with a ~8k-token and one with a
               ~100k-token view; the echo the same number of sequential calls. p50/p99 over all rounds.
-  throughput  per round and concurrency (1, 16, 64), a closed loop of that many sessions in flight
-              for `--seconds`, and the echo at the same concurrency. calls/s and the server process's
+  throughput  per round and concurrency (1, 16, 64), a closed loop of that many calls in flight for
+              `--seconds` (each caller calls its share of the `--sessions` in turn, so every session
+              stays far below the trigger), and the echo at the same concurrency. calls/s and the server process's
               CPU time per call (/proc/PID/stat): medians over rounds.
   memory      RSS of the server after `--sessions` sessions were appended to, and again after one
               Prepare each (which is when a server caches a session's hot state); the difference / N.
@@ -32,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import statistics
 import sys
@@ -167,10 +169,21 @@ async def prepare_backend(backend: Backend, opts: Options) -> None:
 Caller = Callable[[], Awaitable[object]]
 
 
+def rotating(sessions: Sequence[Session]) -> Caller:
+    """Calls `sessions` in turn: the load spreads over all of them, so no view grows toward the
+    trigger however many calls a window makes."""
+    turn = itertools.cycle(sessions)
+
+    async def call() -> None:
+        await next(turn).delta_prepare()
+
+    return call
+
+
 def callers(backends: dict[str, Backend], echo: Caller, concurrency: int) -> dict[str, list[Caller]]:
     out: dict[str, list[Caller]] = {"echo": [echo] * concurrency}
     for name, backend in backends.items():
-        out[name] = [s.delta_prepare for s in backend.load_sessions[:concurrency]]
+        out[name] = [rotating(backend.load_sessions[k::concurrency]) for k in range(concurrency)]
     return out
 
 
