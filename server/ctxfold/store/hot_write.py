@@ -19,7 +19,6 @@ A `Write` that compare-and-swaps must change exactly one row; when it does not, 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import sqlite3
@@ -304,27 +303,52 @@ _STATUS_COUNT = re.compile(r"(\d+)$")  # "UPDATE 1", "INSERT 0 1": the rows the 
 
 
 class PostgresHotWriter:
-    """asyncpg on a connection of the engine's pool, one transaction per plan."""
+    """asyncpg, one transaction per plan, on a pool of its own: a checkout from the engine's pool
+    costs a liveness ping and SQLAlchemy's bookkeeping (about 0.3 ms, as much as the transaction). A
+    broken connection fails its plan (UNAVAILABLE) and is replaced at the next acquire; these
+    connections keep no session state, so giving one back needs no reset query."""
 
     def __init__(self, engine: AsyncEngine):
         self.statements = HotStatements.compile(engine.dialect)
-        self._engine = engine
+        args, options = engine.dialect.create_connect_args(engine.url)
+        self._connect_args: tuple[Any, ...] = tuple(args)
+        self._connect_options: dict[str, Any] = dict(options)
+        self._max_size = engine.sync_engine.pool.size()  # type: ignore[attr-defined]
+        self._pool: Any = None
+        self._opening = asyncio.Lock()
 
     async def commit(self, plan: Sequence[Write]) -> None:
-        async with self._engine.connect() as conn:
-            raw = await conn.get_raw_connection()
-            driver: Any = raw.driver_connection
-            try:
-                async with driver.transaction():
-                    for write in plan:
-                        await _run_asyncpg(driver, write)
-            except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as error:
-                with contextlib.suppress(Exception):
-                    await conn.invalidate()
-                raise _unavailable(error) from None
+        pool = self._pool or await self._open()
+        try:
+            async with pool.acquire() as driver, driver.transaction():
+                for write in plan:
+                    await _run_asyncpg(driver, write)
+        except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as error:
+            raise _unavailable(error) from None
 
     async def close(self) -> None:
-        return None  # the engine's pool owns the connections
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def _open(self) -> Any:
+        async with self._opening:
+            if self._pool is None:
+                try:
+                    self._pool = await asyncpg.create_pool(
+                        *self._connect_args,
+                        **self._connect_options,
+                        min_size=0,
+                        max_size=self._max_size,
+                        reset=_keep_as_is,
+                    )
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+                    raise _unavailable(error) from None
+            return self._pool
+
+
+async def _keep_as_is(_connection: Any) -> None:
+    """A hot-write connection runs only the plans' statements: nothing to reset on release."""
 
 
 async def _run_asyncpg(driver: Any, write: Write) -> None:
