@@ -1,6 +1,5 @@
-"""The hot path's write (`store/hot_write.py`), on both stores: appends committed together (SQLite
-batches them into one transaction) stay apart, so a stale one writes nothing and the others all
-commit, whole, with their raw results; a repeated request id writes nothing; a caller that gives up
+"""The hot path's write (`store/hot_write.py`), on both stores: concurrent appends stay apart, so a
+stale one writes nothing and the others all commit, whole, with their raw results; a repeated request id writes nothing; a caller that gives up
 does not stop the writer; deleting or rewinding a session drops this process's cached entry."""
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ async def append(
     return await server.store.append_answered(record, rows, request_id, (), "{}", revision, time.time())
 
 
-async def test_appends_committed_together_stay_apart(server: RunningServer, stub: pb_grpc.ContextServiceStub) -> None:
+async def test_concurrent_appends_stay_apart(server: RunningServer, stub: pb_grpc.ContextServiceStub) -> None:
     started = [await started_session(stub, server) for _ in range(8)]
     plans = []
     for i, (record, revision) in enumerate(started):

@@ -7,14 +7,12 @@ statements cost about 5 ms of server CPU: a thread hop per statement and per tra
 statements are compiled once per dialect from the same tables (`schema`), and a write is a plan, a
 list of (statement, rows), that the driver runs as it is:
 
-- SQLite: one connection owned by one thread. Appends that arrive while a transaction runs wait for
-  the next one, each within its own savepoint: SQLite has one writer anyway, so a batch costs one
-  thread hop and one commit for all of its appends.
-- PostgreSQL: asyncpg on a pooled connection, in one transaction; asyncpg caches the prepared
-  statements per connection.
+- SQLite: one connection owned by one thread: the whole transaction is one hop to that thread.
+- PostgreSQL: asyncpg in one transaction on a pool of its own; asyncpg caches the prepared statements
+  per connection.
 
 A `Write` that compare-and-swaps must change exactly one row; when it does not, its plan is undone
-(the others of a batch are not) and the caller gets StaleSession."""
+and the caller gets StaleSession."""
 
 from __future__ import annotations
 
@@ -188,17 +186,12 @@ def _unavailable(error: Exception) -> DomainError:
 # ---- SQLite -------------------------------------------------------------------------------------
 
 
-def _driver_error(error: Exception) -> Exception:
-    """What a caller gets for `error`: a database that cannot be written now (locked past the busy
-    timeout, I/O, disk full) is UNAVAILABLE; anything else is what it is."""
-    return _unavailable(error) if isinstance(error, sqlite3.OperationalError) else error
-
-
-_Outcome = BaseException | None
-
-
 class SqliteHotWriter:
-    """One connection in one thread; plans queued while a batch runs go into the next batch."""
+    """One connection in one thread of its own, taking its turn with the store's other writers.
+
+    Batching the appends that wait into one transaction (a savepoint each) was measured and dropped:
+    at 16 sessions in flight it made no difference beyond noise, since the loop thread, not the
+    writer, is what a call waits for (WAL with synchronous=NORMAL does not sync on commit)."""
 
     def __init__(self, engine: AsyncEngine, writer_turn: asyncio.Lock):
         self.statements = HotStatements.compile(engine.dialect)
@@ -206,74 +199,33 @@ class SqliteHotWriter:
         self._writer_turn = writer_turn  # the in-process writers' queue for SQLite's one write lock
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctxfold-hot-write")
         self._connection: sqlite3.Connection | None = None  # opened, used and closed in the thread
-        self._pending: list[tuple[Sequence[Write], asyncio.Future[None]]] = []
-        self._draining: asyncio.Task[None] | None = None
         self._closed = False
 
     async def commit(self, plan: Sequence[Write]) -> None:
-        future = asyncio.get_running_loop().create_future()
-        self._pending.append((plan, future))
-        if self._draining is None:
-            self._draining = asyncio.create_task(self._drain())
-        await future
+        async with self._writer_turn:
+            await asyncio.get_running_loop().run_in_executor(self._thread, self._commit, plan)
 
     async def close(self) -> None:
-        """Waits for the batches in flight, then closes the connection; closing twice is harmless."""
+        """Closes the connection after the write in flight; closing twice is harmless."""
         if self._closed:
             return
         self._closed = True
-        if self._draining is not None:
-            await asyncio.shield(self._draining)
         await asyncio.get_running_loop().run_in_executor(self._thread, self._close_connection)
         self._thread.shutdown()
 
-    async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while self._pending:
-                batch, self._pending = self._pending, []
-                plans = [plan for plan, _ in batch]
-                outcomes: list[_Outcome]
-                try:
-                    async with self._writer_turn:
-                        outcomes = await loop.run_in_executor(self._thread, self._commit_batch, plans)
-                except asyncio.CancelledError:  # the loop is closing: no caller waits forever
-                    for _, future in [*batch, *self._pending]:
-                        future.cancel()
-                    raise
-                except Exception as error:  # the transaction itself failed: nothing of the batch was written
-                    outcomes = [_driver_error(error)] * len(batch)
-                for (_, future), outcome in zip(batch, outcomes, strict=True):
-                    if future.done():  # its caller was cancelled (its write may still have committed)
-                        continue
-                    if outcome is None:
-                        future.set_result(None)
-                    else:
-                        future.set_exception(outcome)
-        finally:
-            self._draining = None
-
-    def _commit_batch(self, plans: Sequence[Sequence[Write]]) -> list[_Outcome]:
+    def _commit(self, plan: Sequence[Write]) -> None:
         conn = self._connect()
-        outcomes: list[_Outcome] = []
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            for plan in plans:
-                conn.execute("SAVEPOINT hot_write")
-                try:
-                    for write in plan:
-                        _run_sqlite(conn, write)
-                    outcomes.append(None)
-                except (StaleSession, sqlite3.Error) as error:  # this plan is undone, the others stay
-                    conn.execute("ROLLBACK TO hot_write")
-                    outcomes.append(_driver_error(error))
-                conn.execute("RELEASE hot_write")
+            conn.execute("BEGIN IMMEDIATE")
+            for write in plan:
+                _run_sqlite(conn, write)
             conn.execute("COMMIT")
-        except BaseException:
+        except BaseException as error:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            if isinstance(error, sqlite3.OperationalError):  # locked past the busy timeout, I/O, disk full
+                raise _unavailable(error) from None
             raise
-        return outcomes
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is None:
