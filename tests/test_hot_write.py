@@ -1,6 +1,7 @@
 """The hot path's write (`store/hot_write.py`), on both stores: concurrent appends stay apart, so a
-stale one writes nothing and the others all commit, whole, with their raw results; a repeated request id writes nothing; a caller that gives up
-does not stop the writer; deleting or rewinding a session drops this process's cached entry."""
+stale one writes nothing and the others all commit, whole, with their raw results; a repeated request
+id writes nothing; a caller that gives up does not stop the writer; deleting or rewinding a session
+drops this process's cached entry."""
 
 from __future__ import annotations
 
@@ -57,11 +58,9 @@ async def test_concurrent_appends_stay_apart(server: RunningServer, stub: pb_grp
     started = [await started_session(stub, server) for _ in range(8)]
     plans = []
     for i, (record, revision) in enumerate(started):
-        if i == 2:
-            record = replace(record, version=record.version - 1)  # someone appended since it was read
-        if i == 5:
-            revision -= 1  # someone wrote the state since it was read
-        plans.append(append(server, record, turn(i), revision))
+        # 2: someone appended since the session was read; 5: someone wrote its state since.
+        seen = replace(record, version=record.version - 1) if i == 2 else record
+        plans.append(append(server, seen, turn(i), revision - 1 if i == 5 else revision))
     outcomes = await asyncio.gather(*plans, return_exceptions=True)
 
     assert [isinstance(o, StaleSession) for o in outcomes] == [i in (2, 5) for i in range(8)]
