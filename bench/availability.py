@@ -12,8 +12,8 @@ a) health-check latency (count, p50, p99, max, checks over 100 ms), probed every
 b) the cost of one ReadToolResult page (16 KiB) of the largest result against one of a 1 MiB result
    (results are stored in independently compressed chunks, so the ratio should be about 1).
 
-The server runs with the default limits unless --max-receive-message-bytes / --max-tool-result-bytes
-/ --max-message-bytes are given (they are passed to `ctxfold serve`, and the loads follow them).
+The server runs with the default limits unless --max-receive-message-bytes / --max-send-message-bytes /
+--max-tool-result-bytes / --max-message-bytes are given (they are passed to `ctxfold serve`, and the loads follow them).
 
     python bench/availability.py [--backends sqlite,postgresql] [--postgres-url URL]"""
 
@@ -47,6 +47,7 @@ IDLE_SECONDS = 2.0
 # Room left in a request for everything but the contents (ids, roles, framing).
 REQUEST_OVERHEAD_BYTES = 64 << 10
 LARGEST_WINDOW = 100_000_000
+CASES = ("idle", "append", "result", "prepare", "clients")
 
 
 def spaceless(size: int, seed: int) -> str:
@@ -64,6 +65,7 @@ def incompressible(size: int, seed: int) -> str:
 @dataclass(frozen=True)
 class Limits:
     max_receive_message_bytes: int
+    max_send_message_bytes: int
     max_message_bytes: int
     max_tool_result_bytes: int
 
@@ -135,7 +137,9 @@ async def page_costs(
     return [bl.median(samples) * 1000 for samples in times]
 
 
-async def run(database: bl.Database, work: Path, limits: Limits, max_messages: int, clients: int) -> None:
+async def run(
+    database: bl.Database, work: Path, limits: Limits, max_messages: int, clients: int, selected: Sequence[str]
+) -> None:
     per_request = limits.max_receive_message_bytes - REQUEST_OVERHEAD_BYTES
     count = max(1, min(max_messages, per_request // limits.max_message_bytes))
     result_bytes = min(limits.max_tool_result_bytes, per_request)
@@ -164,53 +168,45 @@ async def run(database: bl.Database, work: Path, limits: Limits, max_messages: i
         )
         users = [await session() for _ in range(clients + 2)]
         channels = [grpc.aio.insecure_channel(server.address, options=bl.CHANNEL_OPTIONS) for _ in range(clients)]
-        cases = [await probed(server.address, "idle", 0, lambda: asyncio.sleep(IDLE_SECONDS, "OK"))]
 
         def append(client_stub: pb_grpc.ContextServiceAsyncStub, session_id: str) -> Awaitable[str]:
             request = pb.AppendMessagesRequest(session_id=session_id, messages=messages)
             return outcome_of(client_stub.AppendMessages(request, timeout=600))
-
-        cases.append(
-            await probed(
-                server.address, f"append {count} x user message", messages_bytes, lambda: append(stub, users[0])
-            )
-        )
-        cases.append(
-            await probed(
-                server.address,
-                "append 1 x tool result",
-                result_bytes,
-                lambda: outcome_of(stub.AppendMessages(pb.AppendMessagesRequest(session_id=tools, messages=[result]))),
-            )
-        )
-        cases.append(
-            await probed(
-                server.address,
-                f"prepare, append {count} x user message",
-                messages_bytes,
-                lambda: outcome_of(prepared(stub, pb.PrepareRequest(session_id=users[1], append=messages))),
-            )
-        )
 
         async def concurrent() -> str:
             stubs = [pb_grpc.ContextServiceStub(channel) for channel in channels]
             outcomes = await asyncio.gather(*(append(s, u) for s, u in zip(stubs, users[2:], strict=True)))
             return ",".join(sorted(set(outcomes)))
 
-        cases.append(
-            await probed(server.address, f"{clients} clients x append {count} x user", clients * messages_bytes, concurrent)
-        )
+        loads: dict[str, tuple[str, int, Callable[[], Awaitable[str]]]] = {
+            "idle": ("idle", 0, lambda: asyncio.sleep(IDLE_SECONDS, "OK")),
+            "append": (f"append {count} x user message", messages_bytes, lambda: append(stub, users[0])),
+            "result": (
+                "append 1 x tool result",
+                result_bytes,
+                lambda: outcome_of(stub.AppendMessages(pb.AppendMessagesRequest(session_id=tools, messages=[result]))),
+            ),
+            "prepare": (
+                f"prepare, append {count} x user message",
+                messages_bytes,
+                lambda: outcome_of(prepared(stub, pb.PrepareRequest(session_id=users[1], append=messages))),
+            ),
+            "clients": (f"{clients} clients x append {count} x user", clients * messages_bytes, concurrent),
+        }
+        cases = [await probed(server.address, *loads[name]) for name in selected]
         for channel in channels:
             await channel.close()
-        big, small = await page_costs(stub, tools, ["big", "small"], 100)
+        pages = await page_costs(stub, tools, ["big", "small"], 100) if "result" in selected else None
     header = ["load", "request MiB", "client s", "outcome", "checks", "p50 ms", "p99 ms", "max ms", f">{SLOW_MS:g} ms"]
     print(f"\n{database.backend}: {' '.join(limits.serve_flags())}, load average {bl.machine()['load_average']}")
     print(bl.render_table(header, [case.row() for case in cases]))
-    print(
-        f"b) one 16 KiB page: of a {result_bytes / MiB:g} MiB result {big:6.2f} ms, of a 1 MiB result {small:6.2f} ms "
-        f"(ratio {big / small:4.2f})",
-        flush=True,
-    )
+    if pages:
+        big, small = pages
+        print(
+            f"b) one 16 KiB page: of a {result_bytes / MiB:g} MiB result {big:6.2f} ms, "
+            f"of a 1 MiB result {small:6.2f} ms (ratio {big / small:4.2f})",
+            flush=True,
+        )
 
 
 async def main_async(args: argparse.Namespace, backends: Sequence[str], limits: Limits) -> None:
@@ -218,7 +214,7 @@ async def main_async(args: argparse.Namespace, backends: Sequence[str], limits: 
     for backend in backends:
         database = await bl.fresh_database(backend, work, args.postgres_url, "availability")
         try:
-            await run(database, work, limits, args.messages, args.clients)
+            await run(database, work, limits, args.messages, args.clients, args.cases)
         finally:
             await database.drop()
 
@@ -228,6 +224,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--backends", default="sqlite", help="sqlite,postgresql (default sqlite)")
     parser.add_argument("--postgres-url", default="", help="admin URL (default $CTXFOLD_TEST_POSTGRES_URL)")
     parser.add_argument("--messages", type=bl.positive_int, default=8, help="user messages per request, at most")
+    parser.add_argument(
+        "--cases",
+        type=lambda text: text.split(","),
+        default=CASES,
+        help=f"loads to measure, in order (default {','.join(CASES)}); b) needs 'result'",
+    )
     parser.add_argument("--clients", type=bl.positive_int, default=8, help="concurrent clients of the last case")
     defaults = Settings()
     for name in Limits.__dataclass_fields__:

@@ -471,6 +471,7 @@ async def echo_server(address: str) -> None:
 
 HEALTH_PROBE_INTERVAL_S = 0.02
 HEALTH_PROBE_TIMEOUT_S = 30.0
+_THIS_FILE = str(Path(__file__).resolve())
 
 
 @contextlib.asynccontextmanager
@@ -481,7 +482,7 @@ async def health_probe(address: str, interval: float = HEALTH_PROBE_INTERVAL_S) 
     timeout (`HEALTH_PROBE_TIMEOUT_S`)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(Path(__file__).resolve()),
+        _THIS_FILE,
         "--health-probe",
         address,
         "--interval",
@@ -512,7 +513,12 @@ def probe_health(address: str, interval: float) -> None:
     """The prober of `health_probe`: prints "ready", then one latency (seconds) per line until stdin
     closes."""
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+
+    def wait_for_stdin_to_close() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=wait_for_stdin_to_close, daemon=True).start()
     with grpc.insecure_channel(address) as channel:
         check = health_pb2_grpc.HealthStub(channel).Check
         check(health_pb2.HealthCheckRequest(), timeout=HEALTH_PROBE_TIMEOUT_S, wait_for_ready=True)
@@ -872,7 +878,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     role = parser.add_mutually_exclusive_group(required=True)
     role.add_argument("--echo-server", metavar="ADDRESS", help="serve the echo service on host:port")
     role.add_argument("--health-probe", metavar="ADDRESS", help="probe the health of host:port until stdin closes")
-    parser.add_argument("--interval", type=positive_float, default=HEALTH_PROBE_INTERVAL_S, help="seconds between probes")
+    parser.add_argument(
+        "--interval", type=positive_float, default=HEALTH_PROBE_INTERVAL_S, help="seconds between probes"
+    )
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
         if args.health_probe:
