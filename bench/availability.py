@@ -3,8 +3,8 @@
 a) health-check latency (count, p50, p99, max, checks over 100 ms), probed every 20 ms from a process
    of its own (`benchlib.health_probe`, so this client's own work on big requests does not delay the
    probes), while the server is idle and while it serves, one case at a time:
-   - an AppendMessages of user messages of the largest size (`max_message_bytes`), as many as one
-     request carries (`max_receive_message_bytes`; at most --messages);
+   - an AppendMessages of user messages of the largest size (`max_message_bytes`; the last one
+     smaller) that fill one request (`max_receive_message_bytes`), or of --messages such messages;
    - an AppendMessages of one tool result of the largest size (`max_tool_result_bytes`, or as much as
      one request carries);
    - a Prepare whose append is the first case's messages (its answer carries them back);
@@ -141,10 +141,12 @@ async def run(
     database: bl.Database, work: Path, limits: Limits, max_messages: int, clients: int, selected: Sequence[str]
 ) -> None:
     per_request = limits.max_receive_message_bytes - REQUEST_OVERHEAD_BYTES
-    count = max(1, min(max_messages, per_request // limits.max_message_bytes))
+    messages_bytes = min(max_messages * limits.max_message_bytes, per_request)
+    sizes = [limits.max_message_bytes] * (messages_bytes // limits.max_message_bytes)
+    sizes += [messages_bytes % limits.max_message_bytes] if messages_bytes % limits.max_message_bytes else []
+    count = len(sizes)
+    messages = [pb.Message(role=pb.ROLE_USER, content=spaceless(size, seed)) for seed, size in enumerate(sizes)]
     result_bytes = min(limits.max_tool_result_bytes, per_request)
-    messages = [pb.Message(role=pb.ROLE_USER, content=spaceless(limits.max_message_bytes, s)) for s in range(count)]
-    messages_bytes = count * limits.max_message_bytes
     result = pb.Message(role=pb.ROLE_TOOL, tool_call_id="big", content=incompressible(result_bytes, 7))
     log_path = work / f"serve-{database.backend}.log"
     async with bl.serve_process(database.url, log_path, *bl.QUIET, *limits.serve_flags()) as server:
