@@ -9,6 +9,9 @@ a) health-check latency (count, p50, p99, max, checks over 100 ms), probed every
      one request carries);
    - a Prepare whose append is the first case's messages (its answer carries them back);
    - --clients concurrent clients, each sending the first case's AppendMessages;
+   - an AppendMessages twice as large as a request may be: gRPC refuses it (RESOURCE_EXHAUSTED) before
+     copying it into Python, so the loop does not stall (a refusal by the handler would come after
+     the copy);
 b) the cost of one ReadToolResult page (16 KiB) of the largest result against one of a 1 MiB result
    (results are stored in independently compressed chunks, so the ratio should be about 1).
 
@@ -47,7 +50,7 @@ IDLE_SECONDS = 2.0
 # Room left in a request for everything but the contents (ids, roles, framing).
 REQUEST_OVERHEAD_BYTES = 64 << 10
 LARGEST_WINDOW = 100_000_000
-CASES = ("idle", "append", "result", "prepare", "clients")
+CASES = ("idle", "append", "result", "prepare", "clients", "oversized")
 
 
 def spaceless(size: int, seed: int) -> str:
@@ -145,6 +148,8 @@ async def run(
     sizes = [limits.max_message_bytes] * (messages_bytes // limits.max_message_bytes)
     sizes += [messages_bytes % limits.max_message_bytes] if messages_bytes % limits.max_message_bytes else []
     count = len(sizes)
+    over = 2 * limits.max_receive_message_bytes // limits.max_message_bytes + 1
+    oversized = [pb.Message(role=pb.ROLE_USER, content=spaceless(limits.max_message_bytes, s)) for s in range(over)]
     messages = [pb.Message(role=pb.ROLE_USER, content=spaceless(size, seed)) for seed, size in enumerate(sizes)]
     result_bytes = min(limits.max_tool_result_bytes, per_request)
     result = pb.Message(role=pb.ROLE_TOOL, tool_call_id="big", content=incompressible(result_bytes, 7))
@@ -180,6 +185,13 @@ async def run(
             outcomes = await asyncio.gather(*(append(s, u) for s, u in zip(stubs, users[2:], strict=True)))
             return ",".join(sorted(set(outcomes)))
 
+        async def send_oversized(session_id: str) -> str:
+            # A channel that lets it leave this process: the refusal must be the server's.
+            options = [("grpc.max_send_message_length", 2 * len(oversized) * limits.max_message_bytes)]
+            async with grpc.aio.insecure_channel(server.address, options=options) as channel:
+                request = pb.AppendMessagesRequest(session_id=session_id, messages=oversized)
+                return await outcome_of(pb_grpc.ContextServiceStub(channel).AppendMessages(request, timeout=600))
+
         loads: dict[str, tuple[str, int, Callable[[], Awaitable[str]]]] = {
             "idle": ("idle", 0, lambda: asyncio.sleep(IDLE_SECONDS, "OK")),
             "append": (f"append {count} x user message", messages_bytes, lambda: append(stub, users[0])),
@@ -194,6 +206,11 @@ async def run(
                 lambda: outcome_of(prepared(stub, pb.PrepareRequest(session_id=users[1], append=messages))),
             ),
             "clients": (f"{clients} clients x append {count} x user", clients * messages_bytes, concurrent),
+            "oversized": (
+                f"append {len(oversized)} x user message",
+                len(oversized) * limits.max_message_bytes,
+                lambda: send_oversized(users[0]),
+            ),
         }
         cases = [await probed(server.address, *loads[name]) for name in selected]
         for channel in channels:
