@@ -17,13 +17,16 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from conftest import free_port, fresh_database
 from ctxfold import cpu
 from ctxfold.config import Settings
+from ctxfold.service import transcript as service_transcript
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_availability import spaceless_text
@@ -168,3 +171,29 @@ async def test_large_work_runs_in_at_most_the_pools_workers_at_once_and_small_wo
     assert most == cpu.WORKERS == max(1, len(os.sched_getaffinity(0)) - 1)
     assert all(name.startswith("ctxfold-cpu") for name in names), set(names)
     assert await cpu.run(cpu.OFFLOAD_MIN_BYTES - 1, work) == threading.current_thread().name
+
+
+async def test_a_large_append_is_checked_and_counted_off_the_event_loop(
+    stub: pb_grpc.ContextServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checking an append measures each text's UTF-8 size, a copy of every non-ASCII one (~10 ms per
+    16 MiB), and making its rows counts its tokens: for a large append both run in the pool."""
+    threads: dict[str, str] = {}
+
+    def recorded(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            threads[name] = threading.current_thread().name
+            return function(*args)
+
+        return call
+
+    for name in ("validate_new_messages", "message_rows"):
+        monkeypatch.setattr(service_transcript, name, recorded(name, getattr(service_transcript, name)))
+    config = pb.SessionConfig(context_window=1_000_000)
+    session = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session
+    content = "héllo wörld, 你好 " * (cpu.OFFLOAD_MIN_BYTES // 8)
+    await stub.AppendMessages(
+        pb.AppendMessagesRequest(session_id=session.id, messages=[pb.Message(role=pb.ROLE_USER, content=content)])
+    )
+    assert threads.keys() == {"validate_new_messages", "message_rows"}
+    assert all(name.startswith("ctxfold-cpu") for name in threads.values()), threads
