@@ -1,11 +1,24 @@
-"""Availability under one large valid request, against `ctxfold serve` (a real process):
+"""Availability under the largest valid requests, against `ctxfold serve` (a real process):
 
-a) health-check latency (max, median) while one client appends 8 user messages of 4 MiB, and while
-   it appends one 32 MiB tool result (probes on a thread of their own, every 20 ms);
-b) the cost of one ReadToolResult page (16 KiB) of a 32 MiB result against one of a 1 MiB result
+a) health-check latency (count, p50, p99, max, checks over 100 ms), probed every 20 ms from a process
+   of its own (`benchlib.health_probe`, so this client's own work on big requests does not delay the
+   probes), while the server is idle and while it serves, one case at a time:
+   - an AppendMessages of user messages of the largest size (`max_message_bytes`; the last one
+     smaller) that fill one request (`max_receive_message_bytes`), or of --messages such messages;
+   - an AppendMessages of one tool result of the largest size (`max_tool_result_bytes`, or as much as
+     one request carries);
+   - a Prepare whose append is the first case's messages (its answer carries them back);
+   - --clients concurrent clients, each sending the first case's AppendMessages;
+   - an AppendMessages twice as large as a request may be: gRPC refuses it (RESOURCE_EXHAUSTED) before
+     copying it into Python, so the loop does not stall (a refusal by the handler would come after
+     the copy);
+b) the cost of one ReadToolResult page (16 KiB) of the largest result against one of a 1 MiB result
    (results are stored in independently compressed chunks, so the ratio should be about 1).
 
-    python bench/availability.py [--database postgresql://…]"""
+The server runs with the default limits unless --max-receive-message-bytes / --max-send-message-bytes /
+--max-tool-result-bytes / --max-message-bytes are given (they are passed to `ctxfold serve`, and the loads follow them).
+
+    python bench/availability.py [--backends sqlite,postgresql] [--postgres-url URL]"""
 
 from __future__ import annotations
 
@@ -13,28 +26,35 @@ import argparse
 import asyncio
 import base64
 import random
-import statistics
 import string
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl
 
+from ctxfold.config import Settings
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 MiB = 1 << 20
+SLOW_MS = 100.0
+IDLE_SECONDS = 2.0
+# Room left in a request for everything but the contents (ids, roles, framing).
+REQUEST_OVERHEAD_BYTES = 64 << 10
+LARGEST_WINDOW = 100_000_000
+CASES = ("idle", "append", "result", "prepare", "clients", "oversized")
 
 
 def spaceless(size: int, seed: int) -> str:
+    """Text without spaces: the slowest kind for the tokenizer."""
     block = "".join(random.Random(seed).choices(string.ascii_letters + string.digits, k=64 << 10))
     return (block * (size // len(block) + 1))[:size]
 
@@ -45,33 +65,63 @@ def incompressible(size: int, seed: int) -> str:
     return base64.b64encode(random.Random(seed).randbytes(size * 3 // 4 + 3)).decode()[:size]
 
 
-def probe_health(address: str, stop: threading.Event, latencies: list[float]) -> None:
-    with grpc.insecure_channel(address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        while not stop.is_set():
-            started = time.perf_counter()
-            health.Check(health_pb2.HealthCheckRequest(), timeout=120)
-            latencies.append(time.perf_counter() - started)
-            stop.wait(0.02)
+@dataclass(frozen=True)
+class Limits:
+    max_receive_message_bytes: int
+    max_send_message_bytes: int
+    max_message_bytes: int
+    max_tool_result_bytes: int
+
+    def serve_flags(self) -> list[str]:
+        return [f"--{name.replace('_', '-')}={value}" for name, value in vars(self).items()]
 
 
-async def health_during(address: str, request: pb.AppendMessagesRequest) -> tuple[float, float, float]:
-    """(append seconds, max health ms, median health ms)."""
-    latencies: list[float] = []
-    stop = threading.Event()
-    thread = threading.Thread(target=probe_health, args=(address, stop, latencies), daemon=True)
-    thread.start()
-    async with grpc.aio.insecure_channel(address, options=bl.CHANNEL_OPTIONS) as channel:
+@dataclass(frozen=True)
+class Case:
+    name: str
+    request_mib: float
+    client_seconds: float
+    outcome: str
+    latencies: list[float]
+
+    def row(self) -> list[Any]:
+        ms = [x * 1000 for x in self.latencies]
+        return [
+            self.name,
+            self.request_mib,
+            self.client_seconds,
+            self.outcome,
+            len(ms),
+            bl.percentile(ms, 50),
+            bl.percentile(ms, 99),
+            max(ms, default=0.0),
+            sum(x > SLOW_MS for x in ms),
+        ]
+
+
+async def probed(address: str, name: str, request_bytes: int, load: Callable[[], Awaitable[str]]) -> Case:
+    async with bl.health_probe(address) as latencies:
         started = time.perf_counter()
-        await pb_grpc.ContextServiceStub(channel).AppendMessages(request, timeout=600)
+        outcome = await load()
         took = time.perf_counter() - started
-    stop.set()
-    await asyncio.to_thread(thread.join)
-    return took, max(latencies) * 1000, statistics.median(latencies) * 1000
+    return Case(name, request_bytes / MiB, took, outcome, latencies)
+
+
+async def outcome_of(call: Awaitable[object]) -> str:
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        return exc.code().name
+    return "OK"
+
+
+async def prepared(stub: pb_grpc.ContextServiceAsyncStub, request: pb.PrepareRequest) -> None:
+    async for _event in stub.Prepare(request, timeout=600):
+        pass
 
 
 async def page_costs(
-    stub: pb_grpc.ContextServiceStub, session_id: str, call_ids: Sequence[str], pages: int
+    stub: pb_grpc.ContextServiceAsyncStub, session_id: str, call_ids: Sequence[str], pages: int
 ) -> list[float]:
     """Median milliseconds of one 16 KiB page of each result, read at offsets spread over it; the
     results take turns, so drift on a shared machine (caches, background writes) hits them alike."""
@@ -87,16 +137,31 @@ async def page_costs(
             started = time.perf_counter()
             await stub.ReadToolResult(request)
             samples.append(time.perf_counter() - started)
-    return [statistics.median(samples) * 1000 for samples in times]
+    return [bl.median(samples) * 1000 for samples in times]
 
 
-async def run(database: str, work: Path) -> None:
-    async with bl.serve_process(database, work / "serve.log") as server:
+async def run(
+    database: bl.Database, work: Path, limits: Limits, max_messages: int, clients: int, selected: Sequence[str]
+) -> None:
+    per_request = limits.max_receive_message_bytes - REQUEST_OVERHEAD_BYTES
+    messages_bytes = min(max_messages * limits.max_message_bytes, per_request)
+    sizes = [limits.max_message_bytes] * (messages_bytes // limits.max_message_bytes)
+    sizes += [messages_bytes % limits.max_message_bytes] if messages_bytes % limits.max_message_bytes else []
+    count = len(sizes)
+    over = 2 * limits.max_receive_message_bytes // limits.max_message_bytes + 1
+    oversized = [pb.Message(role=pb.ROLE_USER, content=spaceless(limits.max_message_bytes, s)) for s in range(over)]
+    messages = [pb.Message(role=pb.ROLE_USER, content=spaceless(size, seed)) for seed, size in enumerate(sizes)]
+    result_bytes = min(limits.max_tool_result_bytes, per_request)
+    result = pb.Message(role=pb.ROLE_TOOL, tool_call_id="big", content=incompressible(result_bytes, 7))
+    log_path = work / f"serve-{database.backend}.log"
+    async with bl.serve_process(database.url, log_path, *bl.QUIET, *limits.serve_flags()) as server:
         stub = server.stub
-        config = pb.SessionConfig(context_window=1_000_000)
-        users = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
-        tools = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
-        call = pb.ToolCall(id="big", name="cat", arguments="{}")
+        config = pb.SessionConfig(context_window=LARGEST_WINDOW)
+
+        async def session() -> str:
+            return (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+
+        tools = await session()
         small_call = pb.ToolCall(id="small", name="cat", arguments="{}")  # 1 MiB
         await stub.AppendMessages(
             pb.AppendMessagesRequest(
@@ -104,34 +169,96 @@ async def run(database: str, work: Path) -> None:
                 messages=[
                     pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[small_call]),
                     pb.Message(role=pb.ROLE_TOOL, tool_call_id="small", content=incompressible(MiB, 9)),
-                    pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[call]),
+                    pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id="big", name="cat", arguments="{}")]),
                 ],
             )
         )
-        messages = [pb.Message(role=pb.ROLE_USER, content=spaceless(4 * MiB, seed)) for seed in range(8)]
-        took, worst, median = await health_during(
-            server.address, pb.AppendMessagesRequest(session_id=users, messages=messages)
-        )
-        print(f"a) 8 x 4 MiB user messages: append {took:6.2f} s; health max {worst:8.1f} ms, median {median:6.1f} ms")
-        result = pb.Message(role=pb.ROLE_TOOL, tool_call_id="big", content=incompressible(32 * MiB, 7))
-        took, worst, median = await health_during(
-            server.address, pb.AppendMessagesRequest(session_id=tools, messages=[result])
-        )
-        print(f"a) 1 x 32 MiB tool result:  append {took:6.2f} s; health max {worst:8.1f} ms, median {median:6.1f} ms")
-        big, small = await page_costs(stub, tools, ["big", "small"], 100)
+        users = [await session() for _ in range(clients + 2)]
+        channels = [grpc.aio.insecure_channel(server.address, options=bl.CHANNEL_OPTIONS) for _ in range(clients)]
+
+        def append(client_stub: pb_grpc.ContextServiceAsyncStub, session_id: str) -> Awaitable[str]:
+            request = pb.AppendMessagesRequest(session_id=session_id, messages=messages)
+            return outcome_of(client_stub.AppendMessages(request, timeout=600))
+
+        async def concurrent() -> str:
+            stubs = [pb_grpc.ContextServiceStub(channel) for channel in channels]
+            outcomes = await asyncio.gather(*(append(s, u) for s, u in zip(stubs, users[2:], strict=True)))
+            return ",".join(sorted(set(outcomes)))
+
+        async def send_oversized(session_id: str) -> str:
+            # A channel that lets it leave this process: the refusal must be the server's.
+            options = [("grpc.max_send_message_length", 2 * len(oversized) * limits.max_message_bytes)]
+            async with grpc.aio.insecure_channel(server.address, options=options) as channel:
+                request = pb.AppendMessagesRequest(session_id=session_id, messages=oversized)
+                return await outcome_of(pb_grpc.ContextServiceStub(channel).AppendMessages(request, timeout=600))
+
+        loads: dict[str, tuple[str, int, Callable[[], Awaitable[str]]]] = {
+            "idle": ("idle", 0, lambda: asyncio.sleep(IDLE_SECONDS, "OK")),
+            "append": (f"append {count} x user message", messages_bytes, lambda: append(stub, users[0])),
+            "result": (
+                "append 1 x tool result",
+                result_bytes,
+                lambda: outcome_of(stub.AppendMessages(pb.AppendMessagesRequest(session_id=tools, messages=[result]))),
+            ),
+            "prepare": (
+                f"prepare, append {count} x user message",
+                messages_bytes,
+                lambda: outcome_of(prepared(stub, pb.PrepareRequest(session_id=users[1], append=messages))),
+            ),
+            "clients": (f"{clients} clients x append {count} x user", clients * messages_bytes, concurrent),
+            "oversized": (
+                f"append {len(oversized)} x user message",
+                len(oversized) * limits.max_message_bytes,
+                lambda: send_oversized(users[0]),
+            ),
+        }
+        cases = [await probed(server.address, *loads[name]) for name in selected]
+        for channel in channels:
+            await channel.close()
+        pages = await page_costs(stub, tools, ["big", "small"], 100) if "result" in selected else None
+    header = ["load", "request MiB", "client s", "outcome", "checks", "p50 ms", "p99 ms", "max ms", f">{SLOW_MS:g} ms"]
+    print(f"\n{database.backend}: {' '.join(limits.serve_flags())}, load average {bl.machine()['load_average']}")
+    print(bl.render_table(header, [case.row() for case in cases]))
+    if pages:
+        big, small = pages
         print(
-            f"b) one 16 KiB page: of a 32 MiB result {big:6.2f} ms, of a 1 MiB result {small:6.2f} ms "
-            f"(ratio {big / small:4.2f})"
+            f"b) one 16 KiB page: of a {result_bytes / MiB:g} MiB result {big:6.2f} ms, "
+            f"of a 1 MiB result {small:6.2f} ms (ratio {big / small:4.2f})",
+            flush=True,
         )
+
+
+async def main_async(args: argparse.Namespace, backends: Sequence[str], limits: Limits) -> None:
+    work = Path(f"/tmp/ctxfold-availability-{uuid.uuid4().hex[:6]}")
+    for backend in backends:
+        database = await bl.fresh_database(backend, work, args.postgres_url, "availability")
+        try:
+            await run(database, work, limits, args.messages, args.clients, args.cases)
+        finally:
+            await database.drop()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--database", default="", help="default: a fresh SQLite file")
+    parser.add_argument("--backends", default="sqlite", help="sqlite,postgresql (default sqlite)")
+    parser.add_argument("--postgres-url", default="", help="admin URL (default $CTXFOLD_TEST_POSTGRES_URL)")
+    parser.add_argument("--messages", type=bl.positive_int, default=8, help="user messages per request, at most")
+    parser.add_argument(
+        "--cases",
+        type=lambda text: text.split(","),
+        default=CASES,
+        help=f"loads to measure, in order (default {','.join(CASES)}); b) needs 'result'",
+    )
+    parser.add_argument("--clients", type=bl.positive_int, default=8, help="concurrent clients of the last case")
+    defaults = Settings()
+    for name in Limits.__dataclass_fields__:
+        parser.add_argument(f"--{name.replace('_', '-')}", type=bl.positive_int, default=getattr(defaults, name))
     args = parser.parse_args(argv)
-    work = Path(f"/tmp/ctxfold-availability-{uuid.uuid4().hex[:6]}")
-    work.mkdir(parents=True)
-    asyncio.run(run(args.database or f"sqlite:///{work / 'a.db'}", work))
+    postgres_url = bl.postgres_url_arg(args.postgres_url)
+    args.postgres_url = postgres_url
+    backends = bl.backends_arg(args.backends, postgres_url, parser.error)
+    limits = Limits(**{name: getattr(args, name) for name in Limits.__dataclass_fields__})
+    asyncio.run(main_async(args, backends, limits))
 
 
 if __name__ == "__main__":

@@ -2,10 +2,12 @@
 
 Common arguments; real traces as an endless message source; fresh databases on both backends;
 `ctxfold serve` in its own process (or in this one, for the benchmarks that read the server's SQL);
-the raw grpc.aio echo server in its own process, the ceiling every ratio is taken against; closed-loop
-rounds timed from the client; RSS and CPU of a process; percentiles, tables and JSON output.
+the raw grpc.aio echo server in its own process, the ceiling every ratio is taken against; a health
+prober in its own process; closed-loop rounds timed from the client; RSS and CPU of a process;
+percentiles, tables and JSON output.
 
-`python bench/benchlib.py --echo-server PORT` is the echo process itself."""
+`python bench/benchlib.py --echo-server PORT` is the echo process itself, `--health-probe ADDRESS` the
+prober."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -466,6 +469,71 @@ async def echo_server(address: str) -> None:
     await server.stop(1.0)
 
 
+HEALTH_PROBE_INTERVAL_S = 0.02
+HEALTH_PROBE_TIMEOUT_S = 30.0
+_THIS_FILE = str(Path(__file__).resolve())
+
+
+@contextlib.asynccontextmanager
+async def health_probe(address: str, interval: float = HEALTH_PROBE_INTERVAL_S) -> AsyncIterator[list[float]]:
+    """Calls grpc.health.v1 Check on `address` every `interval` seconds from a process of its own (so
+    this process's own work, e.g. serializing a 32 MiB request, does not delay the probes); yields the
+    latencies in seconds, every one, complete when the block ends. A failed check counts as its
+    timeout (`HEALTH_PROBE_TIMEOUT_S`)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        _THIS_FILE,
+        "--health-probe",
+        address,
+        "--interval",
+        str(interval),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    if await process.stdout.readline() != b"ready\n":  # its channel is connected and one check answered
+        await process.wait()
+        raise RuntimeError(f"the health prober of {address} did not start (exit {process.returncode})")
+    latencies: list[float] = []
+
+    async def read(stdout: asyncio.StreamReader) -> None:
+        async for line in stdout:
+            latencies.append(float(line))
+
+    reader = asyncio.create_task(read(process.stdout))
+    try:
+        yield latencies
+    finally:
+        process.stdin.close()  # the prober stops when its stdin closes
+        await reader
+        await process.wait()
+
+
+def probe_health(address: str, interval: float) -> None:
+    """The prober of `health_probe`: prints "ready", then one latency (seconds) per line until stdin
+    closes."""
+    stop = threading.Event()
+
+    def wait_for_stdin_to_close() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=wait_for_stdin_to_close, daemon=True).start()
+    with grpc.insecure_channel(address) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        check(health_pb2.HealthCheckRequest(), timeout=HEALTH_PROBE_TIMEOUT_S, wait_for_ready=True)
+        print("ready", flush=True)
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                check(health_pb2.HealthCheckRequest(), timeout=HEALTH_PROBE_TIMEOUT_S)
+                took = time.perf_counter() - started
+            except grpc.RpcError:
+                took = HEALTH_PROBE_TIMEOUT_S
+            print(f"{took:.6f}", flush=True)
+            stop.wait(interval)
+
+
 # ---- arguments ------------------------------------------------------------------------------------
 
 
@@ -806,11 +874,19 @@ async def gather_limited(coroutines: Sequence[Any], limit: int) -> list[Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="the echo server process of the benchmarks")
-    parser.add_argument("--echo-server", required=True, metavar="ADDRESS", help="host:port to serve on")
+    parser = argparse.ArgumentParser(description="the echo server and health prober processes of the benchmarks")
+    role = parser.add_mutually_exclusive_group(required=True)
+    role.add_argument("--echo-server", metavar="ADDRESS", help="serve the echo service on host:port")
+    role.add_argument("--health-probe", metavar="ADDRESS", help="probe the health of host:port until stdin closes")
+    parser.add_argument(
+        "--interval", type=positive_float, default=HEALTH_PROBE_INTERVAL_S, help="seconds between probes"
+    )
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(echo_server(args.echo_server))
+        if args.health_probe:
+            probe_health(args.health_probe, args.interval)
+        else:
+            asyncio.run(echo_server(args.echo_server))
 
 
 if __name__ == "__main__":

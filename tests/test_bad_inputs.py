@@ -13,6 +13,7 @@ import pytest
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from ctxfold.config import Settings
 from ctxfold.server import RunningServer
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -399,8 +400,8 @@ CASES = [
         "MESSAGE_TOO_LARGE",
     ),
     Case(
-        "tool-result-over-32MiB",
-        append(result("call_open", "r" * (32 * MiB + 1))),
+        "tool-result-over-the-limit",
+        append(result("call_open", "r" * (Settings().max_tool_result_bytes + 1))),
         EXHAUSTED,
         "MESSAGE_TOO_LARGE",
         open_call=True,
@@ -721,7 +722,7 @@ def test_case_ids_are_unique() -> None:
 
 
 async def test_a_request_above_the_grpc_limit_is_refused_by_grpc(stub: Stub, server: RunningServer) -> None:
-    """Above max_receive_message_bytes (64 MiB) gRPC itself refuses the request: RESOURCE_EXHAUSTED,
+    """Above max_receive_message_bytes (20 MiB) gRPC itself refuses the request: RESOURCE_EXHAUSTED,
     before any handler runs, and the server keeps serving."""
     session_id, stored = await new_session(stub, open_call=False)
     limit = server.settings.max_receive_message_bytes

@@ -31,10 +31,14 @@ class Settings:
     tls_cert: str = field(default="", metadata={"help": "PEM server certificate (enables TLS)"})
     tls_key: str = field(default="", metadata={"help": "PEM server private key"})
     tls_client_ca: str = field(default="", metadata={"help": "PEM CA bundle; when set, clients must present a cert"})
-    max_receive_message_bytes: int = field(default=64 << 20, metadata={"help": "largest gRPC request accepted"})
-    max_send_message_bytes: int = field(default=64 << 20, metadata={"help": "largest gRPC response sent"})
+    # gRPC copies each request and response whole on the event loop (about 2 ms per MiB, more under
+    # load): these bounds keep that copy, and with it every health check, well under 100 ms
+    # (docs/operations.md, "Large work never blocks the server"). A response may be a little larger
+    # than its request: AppendMessages echoes the messages with their ids, seqs and times.
+    max_receive_message_bytes: int = field(default=20 << 20, metadata={"help": "largest gRPC request accepted"})
+    max_send_message_bytes: int = field(default=24 << 20, metadata={"help": "largest gRPC response sent"})
     max_message_bytes: int = field(default=4 << 20, metadata={"help": "largest non-tool message (content+reasoning)"})
-    max_tool_result_bytes: int = field(default=32 << 20, metadata={"help": "largest raw tool result"})
+    max_tool_result_bytes: int = field(default=16 << 20, metadata={"help": "largest raw tool result"})
     max_concurrent_rpcs: int = field(
         default=256, metadata={"help": "ContextService RPCs served at once (health not counted); more are refused"}
     )

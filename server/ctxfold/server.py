@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import logging
 import signal
@@ -194,6 +195,11 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
 
 async def serve(settings: Settings) -> None:
     running = await start(settings)
+    # What is alive once serving (modules, classes, the schema, gRPC's and SQLAlchemy's machinery: about
+    # 100k objects) lives as long as the process. Out of the collector's sight, a full collection,
+    # which runs on whichever thread allocates (the event loop, mostly), takes about 1 ms instead of 50.
+    gc.collect()
+    gc.freeze()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -33,7 +33,7 @@ def validate_new_messages(messages: Sequence[NewMessage], limits: AppendLimits) 
 
 def _utf8_bytes(text: str) -> int:
     # `isascii` reads a flag of the string: most texts are measured without the copy `encode` makes
-    # (this runs on the event loop, for contents of up to 32 MiB).
+    # (for contents of up to `max_tool_result_bytes`; large appends are checked in a worker).
     return len(text) if text.isascii() else len(text.encode())
 
 
