@@ -194,3 +194,21 @@ async def test_the_write_ahead_log_stays_bounded(
     assert len(await transcript(stub, record.id)) == 1 + 2 * 1500
     # Every append writes about 12 pages of 4 KiB: without checkpoints the log would pass 70 MiB.
     assert max(sizes) < 12 << 20, sizes
+
+
+async def test_two_appends_from_one_version_commit_once(
+    server: RunningServer, stub: pb_grpc.ContextServiceStub
+) -> None:
+    """Two appends decided on the same session version race for the same seqs: one commits, the
+    other writes nothing and says the session went stale."""
+    record, revision = await started_session(stub, server)
+    outcomes = await asyncio.gather(
+        append(server, record, small_turn(1), revision),
+        append(server, record, small_turn(2), revision),
+        return_exceptions=True,
+    )
+    assert sorted(type(o).__name__ for o in outcomes) == ["StaleSession", "int"]
+    stored = [m.content for m in await transcript(stub, record.id)]
+    assert stored in (["start", "ran step 1", "go on after 1"], ["start", "ran step 2", "go on after 2"])
+    after = await server.store.get_session(TENANT, record.id)
+    assert (after.version, after.head_seq) == (record.version + 1, 3)
