@@ -63,6 +63,8 @@ def configure_sqlite_connection(connection: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA busy_timeout=10000")
+    # A checkpointed log is reused from its start; after a burst, cut the file back to this size.
+    cursor.execute("PRAGMA journal_size_limit=33554432")
     cursor.close()
 
 
