@@ -33,13 +33,13 @@ def spaceless_text(size: int, seed: int) -> str:
 
 
 @asynccontextmanager
-async def probing(port: int, probe: Callable[[grpc.Channel], None]) -> AsyncIterator[list[float]]:
-    """Calls `probe` over and over on a thread of its own; yields the latencies, filled when done."""
+async def probing(address: str, probe: Callable[[grpc.Channel], None]) -> AsyncIterator[list[float]]:
+    """Calls `probe` every 50 ms on a thread of its own; yields its latencies, complete when done."""
     latencies: list[float] = []
     stop = threading.Event()
 
     def loop() -> None:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with grpc.insecure_channel(address) as channel:
             while not stop.is_set():
                 started = time.perf_counter()
                 probe(channel)
@@ -77,8 +77,8 @@ async def test_health_and_other_sessions_answer_during_a_large_append(
     options = [("grpc.max_send_message_length", 64 * MiB), ("grpc.max_receive_message_length", 64 * MiB)]
     async with (
         grpc.aio.insecure_channel(f"127.0.0.1:{server.port}", options=options) as big,
-        probing(server.port, check_health) as health,
-        probing(server.port, get_other) as others,
+        probing(f"127.0.0.1:{server.port}", check_health) as health,
+        probing(f"127.0.0.1:{server.port}", get_other) as others,
     ):
         started = time.perf_counter()
         appended = await pb_grpc.ContextServiceStub(big).AppendMessages(

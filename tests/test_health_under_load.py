@@ -29,7 +29,7 @@ from ctxfold.config import Settings
 from ctxfold.service import transcript as service_transcript
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_availability import spaceless_text
+from test_availability import probing, spaceless_text
 
 MiB = 1 << 20
 CLIENTS = 4
@@ -68,29 +68,6 @@ async def serving(database: str, log: Path) -> AsyncIterator[str]:
     finally:
         process.send_signal(signal.SIGTERM)
         await asyncio.to_thread(process.wait, 30)
-
-
-@asynccontextmanager
-async def probing(address: str, probe: Callable[[grpc.Channel], None]) -> AsyncIterator[list[float]]:
-    """Calls `probe` every 50 ms on a thread of its own; yields its latencies, complete when done."""
-    latencies: list[float] = []
-    stop = threading.Event()
-
-    def loop() -> None:
-        with grpc.insecure_channel(address) as channel:
-            while not stop.is_set():
-                started = time.perf_counter()
-                probe(channel)
-                latencies.append(time.perf_counter() - started)
-                stop.wait(0.05)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield latencies
-    finally:
-        stop.set()
-        await asyncio.to_thread(thread.join, 60)
 
 
 def largest_append(session_id: str, settings: Settings, seed: int) -> bytes:
