@@ -173,9 +173,10 @@ class Maintenance:
         transcript: Transcript,
         summarizers: Mapping[str, Summarizer],
         configs: SessionConfigs,
+        *,
+        max_response_bytes: int,
         hooks: Hooks | None = None,
         max_waiting_per_session: int = 16,
-        max_response_bytes: int = 64 << 20,
         hot_state: HotState | None = None,
     ):
         self.store = store

@@ -58,7 +58,7 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
 
 
 class Transcript:
-    def __init__(self, store: Store, limits: AppendLimits, max_response_bytes: int = 64 << 20):
+    def __init__(self, store: Store, limits: AppendLimits, max_response_bytes: int):
         self.store = store
         self.limits = limits
         # A ListMessages page holds at most this many characters of text (at most 4 bytes each in
