@@ -19,7 +19,6 @@ from ctxfold import __version__
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer, add_to_server
-from ctxfold.api.tracing import TracingInterceptor
 from ctxfold.config import Settings
 from ctxfold.engine import estimator
 from ctxfold.engine.errors import ConfigError
@@ -150,8 +149,6 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         checkpoints=Checkpoints(store),
     )
     server = grpc.aio.server(
-        # A span per RPC; a W3C traceparent in the client's metadata continues the agent's trace.
-        interceptors=[TracingInterceptor()],
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
             ("grpc.max_send_message_length", settings.max_send_message_bytes),

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -17,7 +18,7 @@ from ctxfold.api import convert
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
-from ctxfold.api.tracing import annotate_request, annotate_response, mark_error
+from ctxfold.api.tracing import annotate_request, annotate_response, mark_error, traced
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind, invalid
 from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
@@ -32,6 +33,7 @@ from ctxfold.v1 import context_service_pb2 as pb
 log = logging.getLogger(__name__)
 
 Response = TypeVar("Response")
+StreamResponse = TypeVar("StreamResponse", bound=Message)
 EventResponse = TypeVar("EventResponse", pb.PrepareResponse, pb.CompactResponse)
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -97,14 +99,19 @@ def _serialize(response: Message | bytes) -> bytes:
 
 
 def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
-    """Registers the servicer with requests handed over as bytes: its handlers decode them (large ones
-    off the event loop), so an undecodable request answers INVALID_ARGUMENT (INVALID_REQUEST) instead
-    of gRPC's reasonless UNKNOWN. A handler may answer bytes it serialized itself (`_encoded`)."""
-    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
-    for method in SERVICE.methods:
-        make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
-        handlers[method.name] = make(getattr(servicer, method.name), response_serializer=_serialize)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
+    """Registers the servicer, each handler traced (`traced`), with requests handed over as bytes: its
+    handlers decode them (large ones off the event loop), so an undecodable request answers
+    INVALID_ARGUMENT (INVALID_REQUEST) instead of gRPC's reasonless UNKNOWN. A handler may answer bytes
+    it serialized itself (`_encoded`). Every handler is a coroutine, the server-streaming ones too
+    (`server_stream`)."""
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        method.name: grpc.unary_unary_rpc_method_handler(
+            traced(f"/{SERVICE.full_name}/{method.name}", getattr(servicer, method.name)),
+            response_serializer=_serialize,
+        )
+        for method in SERVICE.methods
+    }
+    server.add_registered_method_handlers(SERVICE.full_name, handlers)
 
 
 async def _abort(context: Context, exc: Exception) -> NoReturn:
@@ -142,19 +149,28 @@ def unary(
 
 
 def server_stream(
-    method: Callable[..., AsyncIterator[Response | bytes]],
-) -> Callable[[Any, bytes, Context], AsyncIterator[Response | bytes]]:
-    """`unary` for server-streaming RPCs (the method gets no context): errors end the stream with a
-    status and an ErrorInfo."""
+    method: Callable[..., AsyncGenerator[StreamResponse | bytes, None]],
+) -> Callable[[Any, bytes, Context], Awaitable[StreamResponse | bytes]]:
+    """`unary` for server-streaming RPCs (the method gets no context and yields its messages): every
+    message but the last is written as it comes, the last is returned. On the wire that is the same
+    server stream, but gRPC sends a returned message together with the status, one batch fewer than a
+    streaming handler's: the common Prepare has a single message. Errors end the stream with a status
+    and an ErrorInfo."""
 
     @functools.wraps(method)
-    async def handler(self: ContextServicer, raw: bytes, context: Context) -> AsyncIterator[Response | bytes]:
+    async def handler(self: ContextServicer, raw: bytes, context: Context) -> StreamResponse | bytes:
         try:
             tenant = self.auth.tenant(context)
             request, inputs = await cpu.run(len(raw), _parse, method.__name__, raw)
             with self.admission.admit(tenant):
-                async for response in method(self, request, tenant, *inputs):
-                    yield response
+                # Closed here, not by the collector: a cancelled call stops its maintenance task now.
+                async with contextlib.aclosing(method(self, request, tenant, *inputs)) as responses:
+                    last = await anext(responses)
+                    async for response in responses:
+                        # The context of a handler gRPC runs as unary has no serializer: bytes go as they are.
+                        await context.write(_serialize(last))
+                        last = response
+                return last
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
@@ -279,7 +295,7 @@ class ContextServicer:
     @server_stream
     async def Prepare(
         self, request: pb.PrepareRequest, tenant: str, append: list[NewMessage]
-    ) -> AsyncIterator[pb.PrepareResponse | bytes]:
+    ) -> AsyncGenerator[pb.PrepareResponse | bytes, None]:
         events = self.maintenance.prepare(
             tenant, request.session_id, append, request.overflow, request.known_view_version, request.request_id
         )
@@ -287,7 +303,9 @@ class ContextServicer:
             yield await _event_response(pb.PrepareResponse, event)
 
     @server_stream
-    async def Compact(self, request: pb.CompactRequest, tenant: str) -> AsyncIterator[pb.CompactResponse | bytes]:
+    async def Compact(
+        self, request: pb.CompactRequest, tenant: str
+    ) -> AsyncGenerator[pb.CompactResponse | bytes, None]:
         events = self.maintenance.compact(
             tenant, request.session_id, request.focus, request.keep_tokens, request.dry_run
         )

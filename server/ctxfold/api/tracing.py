@@ -1,4 +1,5 @@
-"""One server span per ContextService RPC, attached in one place: this interceptor.
+"""One server span per ContextService RPC, attached in one place: `traced`, which wraps every handler
+when the servicer is registered.
 
 It continues the caller's W3C trace (a `traceparent` in the metadata) and names the span after the
 method. The servicer's one wrapper, which decodes every request, puts the session id and the
@@ -8,14 +9,15 @@ alone knows the ErrorInfo reason: status ERROR, the reason, and one exception ev
 
 Why not opentelemetry-instrumentation-grpc: it records every abort twice ("Locally aborted."),
 leaves the status of client errors unset, and keeps its context attached across a stream's yields,
-so a client that cancels a stream logs "Failed to detach context" tracebacks. Here the span's
-context is attached only while the handler runs, never across a yield."""
+so a client that cancels a stream logs "Failed to detach context" tracebacks. Here every handler is
+one coroutine (the streaming ones too) and the span's context is attached only while it runs. Health
+checks and reflection stay untraced: they are noise."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
@@ -29,7 +31,6 @@ from opentelemetry.util.types import AttributeValue
 from ctxfold.engine.errors import DomainError
 from ctxfold.telemetry import TRACER
 
-SERVICE_PREFIX = "/ctxfold.v1.ContextService/"
 _SCALARS = {
     FieldDescriptor.TYPE_BOOL,
     FieldDescriptor.TYPE_INT32,
@@ -178,12 +179,23 @@ class _RpcSpan:
         self.span.end()
 
 
-Unary = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
-Streaming = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncGenerator[Any, None]]
+Handler = Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
-def _traced_unary(method: str, behavior: Unary) -> Unary:
+def _tracing() -> bool:
+    # Without an SDK's provider every span is a no-op: an RPC's span (its parent context, its
+    # attributes) is then not built at all. Asked per call: a provider may be installed at any time.
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def traced(method: str, behavior: Handler) -> Handler:
+    """`behavior` (a handler of `method`, "/service/Method") run inside the RPC's span, which it ends
+    with the call's status. Every ContextService handler is a coroutine run in one task, the
+    server-streaming ones too, so the span's context is attached and detached in that task."""
+
     async def handler(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if not _tracing():
+            return await behavior(request, context)
         rpc = _RpcSpan(method, context)
         cancelled = False
         try:
@@ -200,59 +212,3 @@ def _traced_unary(method: str, behavior: Unary) -> Unary:
             rpc.end(cancelled)
 
     return handler
-
-
-def _traced_stream(method: str, behavior: Streaming) -> Streaming:
-    async def handler(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncGenerator[Any, None]:
-        rpc = _RpcSpan(method, context)
-        responses = behavior(request, context)
-        cancelled = False
-        try:
-            while True:
-                try:
-                    response = await rpc.run(anext(responses))
-                except StopAsyncIteration:
-                    break
-                yield response  # nothing attached here: the consumer may close us from another context
-        except (asyncio.CancelledError, GeneratorExit):
-            cancelled = True
-            raise
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:
-            rpc.unexpected(exc)
-            raise
-        finally:
-            await responses.aclose()
-            rpc.end(cancelled)
-
-    return handler
-
-
-class TracingInterceptor(grpc.aio.ServerInterceptor):
-    """Traces the ContextService RPCs (health checks and reflection stay untraced: they are noise)."""
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or not method.startswith(SERVICE_PREFIX):
-            return handler
-        # The aio server hands coroutine functions and async generators here; grpc's stubs type the
-        # sync server's callables.
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _traced_unary(method, handler.unary_unary),  # type: ignore[arg-type]
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _traced_stream(method, handler.unary_stream),  # type: ignore[arg-type]
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler  # the service has no client-streaming RPCs
