@@ -321,7 +321,7 @@ def test_an_append_only_prepare_sends_only_the_new_messages() -> None:
     view = projection(conversation(SMALL))
     count = len(view.view())
     previous = view_version(1, count - 2)
-    state = ContextState(fingerprint="f").with_view(ViewRecord(previous, 100))
+    state = replace(ContextState(fingerprint="f"), views=(ViewRecord(previous, 100),))
     answered = answer(answering(view, state), previous, now=50.0)
     assert answered.delta
     assert answered.messages == view.view()[count - 2 :]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from ctxfold.engine.cache import COLD, UNKNOWN, WARM, cache_state, cache_ttl_seconds
 from ctxfold.engine.model import SessionConfig
 from ctxfold.engine.state import (
+    MAX_VIEWS,
     ContextState,
     Receipt,
     ViewRecord,
@@ -23,7 +25,7 @@ FP = fingerprint("g_1", "cp_1")
 def stored() -> ContextState:
     state = ContextState(fingerprint=FP, generation=4, pruned={"m_1": 120}, calibration=1.2)
     state = state.with_receipt(Receipt("op", "applied", "summary", 9000, 4000, "pass 1", 1.0))
-    return state.with_view(ViewRecord(view_version(4, 12), 8000))
+    return replace(state, views=state.views_with(ViewRecord(view_version(4, 12), 8000)))
 
 
 def test_a_valid_state_round_trips() -> None:
@@ -83,3 +85,14 @@ def test_cache_state_comes_from_activity_and_ttl_only() -> None:
     assert cache_ttl_seconds(SessionConfig(context_window=1000, model="deepseek-chat")) == 3600
     assert cache_ttl_seconds(SessionConfig(context_window=1000, cache_ttl_seconds=42)) == 42
     assert cache_ttl_seconds(SessionConfig(context_window=1000)) == 0
+
+
+def test_views_with_keeps_the_newest_records_and_one_per_version() -> None:
+    state = ContextState(fingerprint=FP)
+    for count in range(MAX_VIEWS + 3):
+        state = replace(state, views=state.views_with(ViewRecord(view_version(1, count), 100 + count)))
+    assert [v.version for v in state.views] == [view_version(1, c) for c in range(3, MAX_VIEWS + 3)]
+    again = state.views_with(ViewRecord(view_version(1, 5), 7))
+    assert len(again) == MAX_VIEWS
+    assert again[-1] == ViewRecord(view_version(1, 5), 7)
+    assert [v.version for v in again].count(view_version(1, 5)) == 1

@@ -253,7 +253,8 @@ def test_bookkeeping_laid_over_the_stored_state_is_the_new_state() -> None:
         views=(ViewRecord(view_version(1, 4), 120),),
     )
     answered = replace(
-        stored.with_view(ViewRecord(view_version(1, 6), 180)),
+        stored,
+        views=stored.views_with(ViewRecord(view_version(1, 6), 180)),
         transcript_version=6,
         last_activity=42.0,
         cache_state="warm",

@@ -19,7 +19,7 @@ from ctxfold.engine.model import NewMessage, Role, SessionConfig, ToolCall
 from ctxfold.server import RunningServer
 from ctxfold.service.transcript import message_rows
 from ctxfold.store import StaleSession
-from ctxfold.store.rows import MessageRow, SessionRecord
+from ctxfold.store.rows import MessageRow, SessionRecord, appended_session, stored_messages
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import create, prepare, transcript, user
@@ -54,7 +54,10 @@ async def append(
     server: RunningServer, record: SessionRecord, rows: list[MessageRow], revision: int, request_id: str = ""
 ) -> int:
     # Every turn answers its own tool call: nothing is left open.
-    return await server.store.append_answered(record, rows, request_id, (), "{}", revision, time.time())
+    now = time.time()
+    after = appended_session(record, len(rows), (), now) if rows else record
+    appended = stored_messages(rows, record.head_seq + 1, now)
+    return await server.store.append_answered(record, after, rows, appended, request_id, "{}", revision, now)
 
 
 async def test_concurrent_appends_stay_apart(server: RunningServer, stub: pb_grpc.ContextServiceStub) -> None:

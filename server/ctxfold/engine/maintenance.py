@@ -591,8 +591,10 @@ def answer(answering: Answering, known_view_version: int, now: float) -> Answere
     else:
         stable = 0
     estimated = projection.tokens()
-    state = replace(
-        state.with_view(ViewRecord(version, projection.raw_tokens())),
+    state = replace(  # one replace: this is every Prepare's
+        state,
+        views=state.views_with(ViewRecord(version, projection.raw_tokens())),
+        telemetry=state.counted("prepares"),
         last_activity=now,
         cache_state=cache,
         transcript_version=answering.head_seq,
@@ -601,7 +603,7 @@ def answer(answering: Answering, known_view_version: int, now: float) -> Answere
         prompt_cache_key=config.prompt_cache_key,
         source_tokens=answering.first_tokens,
         projection_tokens=estimated,
-    ).count("prepares")
+    )
     candidate = answering.candidate
     if candidate is not None:
         candidate_view = candidate.view()

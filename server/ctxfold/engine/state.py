@@ -107,17 +107,22 @@ class ContextState:
             counters["tokens_saved"] = counters.get("tokens_saved", 0) + receipt.tokens_saved
         return replace(self, receipts=(*self.receipts, receipt)[-MAX_RECEIPTS:], telemetry=counters)
 
-    def with_view(self, record: ViewRecord) -> ContextState:
+    def views_with(self, record: ViewRecord) -> tuple[ViewRecord, ...]:
+        """The newest MAX_VIEWS view records once `record` is the last (it replaces one of its version)."""
         kept = tuple(v for v in self.views if v.version != record.version)
-        return replace(self, views=(*kept, record)[-MAX_VIEWS:])
+        return (*kept, record)[-MAX_VIEWS:]
 
     def view(self, version: int) -> ViewRecord | None:
         return next((v for v in self.views if v.version == version), None)
 
-    def count(self, name: str, amount: int = 1) -> ContextState:
+    def counted(self, name: str, amount: int = 1) -> dict[str, int]:
+        """The telemetry counters with `amount` added to `name`."""
         counters = dict(self.telemetry)
         counters[name] = counters.get(name, 0) + amount
-        return replace(self, telemetry=counters)
+        return counters
+
+    def count(self, name: str, amount: int = 1) -> ContextState:
+        return replace(self, telemetry=self.counted(name, amount))
 
     def to_json(self) -> str:
         data = asdict(self)

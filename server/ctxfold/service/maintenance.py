@@ -291,7 +291,7 @@ class Maintenance:
         state, prepared = self._answered(run, known_view_version, appended)
         try:
             revision = await self.store.append_answered(
-                hot.session, rows, request_id, open_calls, state.bookkeeping_json(), hot.revision, now
+                hot.session, session, rows, appended, request_id, state.bookkeeping_json(), hot.revision, now
             )
         except StaleSession:
             self.hot_state.drop(tenant, session_id)

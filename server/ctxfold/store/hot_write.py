@@ -34,17 +34,15 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from ctxfold import cpu
 from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.model import StoredMessage
 from ctxfold.store import schema
 from ctxfold.store.base import StaleSession
 from ctxfold.store.database import configure_sqlite_connection
 from ctxfold.store.rows import (
     EncodedResult,
-    MessageRow,
     SessionRecord,
-    appended_session,
     head_values,
     message_values,
-    stored_messages,
 )
 
 
@@ -117,17 +115,18 @@ class HotStatements:
 def append_answered_plan(
     statements: HotStatements,
     session: SessionRecord,
-    rows: Sequence[MessageRow],
+    after: SessionRecord,
+    messages: Sequence[StoredMessage],
     raw_results: Sequence[EncodedResult],
     request_id: str,
-    open_tool_calls: tuple[str, ...],
     bookkeeping_json: str,
     revision: int,
     now: float,
 ) -> list[Write]:
-    """The writes of `StateStore.append_answered`: `rows` after `session`'s head and the answer's
-    bookkeeping over `revision`, each guarded so that nothing is written unless the session and the
-    state are still those the answer was built on, and a request id seen before writes nothing."""
+    """The writes of `StateStore.append_answered`: `messages` after `session`'s head, which make it
+    `after`, and the answer's bookkeeping over `revision`, each guarded so that nothing is written
+    unless the session and the state are still those the answer was built on, and a request id seen
+    before writes nothing."""
     current = dict(zip(_CURRENT, (session.id, session.tenant, session.version, session.branch_id), strict=True))
     bookkeeping = {
         "at_id": session.id,
@@ -136,11 +135,9 @@ def append_answered_plan(
         "bookkeeping_json": bookkeeping_json,
         "now": now,
     }
-    if not rows:
+    if not messages:
         guarded = statements.write_bookkeeping_if_current
         return [Write(guarded, (guarded.bind({**current, **bookkeeping}),), swap=True)]
-    messages = stored_messages(rows, session.head_seq + 1, now)
-    after = appended_session(session, len(rows), open_tool_calls, now)
     advance = statements.advance_session
     plan = [Write(advance, (advance.bind({**current, **head_values(after)}),), swap=True)]
     if request_id:

@@ -124,23 +124,25 @@ class StateStore(StoreBase):
     async def append_answered(
         self,
         session: SessionRecord,
+        after: SessionRecord,
         rows: Sequence[MessageRow],
+        appended: Sequence[StoredMessage],
         request_id: str,
-        open_tool_calls: tuple[str, ...],
         bookkeeping_json: str,
         revision: int,
         now: float,
     ) -> int:
-        """The hot path of an append-only Prepare, in one transaction: appends `rows` (maybe none) and
-        writes the answer's bookkeeping (not the rest of the state), only if the session is still
-        `session` (same version and branch) and the state still at `revision`; raises StaleSession
-        otherwise and writes nothing. A `request_id` seen before also raises StaleSession: the caller's
-        full path answers it. `now` is the stamp the caller gave the appended messages (from `clock`).
-        Returns the state's new revision."""
+        """The hot path of an append-only Prepare, in one transaction: appends `rows` (maybe none),
+        which are `appended` once stored (`stored_messages`), so that the session becomes `after`
+        (`appended_session`), and writes the answer's bookkeeping (not the rest of the state), only if
+        the session is still `session` (same version and branch) and the state still at `revision`;
+        raises StaleSession otherwise and writes nothing. A `request_id` seen before also raises
+        StaleSession: the caller's full path answers it. `now` is the stamp the caller gave the appended
+        messages (from `clock`). Returns the state's new revision."""
         raw_results = await encode_raw_results(rows)
         writer = self._hot_writer
         plan = append_answered_plan(
-            writer.statements, session, rows, raw_results, request_id, open_tool_calls, bookkeeping_json, revision, now
+            writer.statements, session, after, appended, raw_results, request_id, bookkeeping_json, revision, now
         )
         try:
             await writer.commit(plan)
