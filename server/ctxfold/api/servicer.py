@@ -67,7 +67,7 @@ def _parse(method_name: str, raw: bytes) -> tuple[Any, tuple[list[NewMessage], .
             f"the {request_type.DESCRIPTOR.name} could not be decoded (truncated or invalid UTF-8): {exc}",
         ) from None
     annotate_request(request)
-    check_request(request)
+    check_request(request, raw)
     field = _MESSAGE_FIELDS.get(method_name)
     return request, (() if field is None else (convert.new_messages(getattr(request, field), field=field),))
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -18,7 +18,8 @@ from ctxfold.engine.view import Checkpoint
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    """`prefix`, an underscore and 128 random bits in hex (a UUID's digits without its version bits)."""
+    return f"{prefix}_{os.urandom(16).hex()}"
 
 
 def new_result_ref() -> str:
