@@ -882,3 +882,36 @@ async def test_cancelling_mid_fold_leaves_no_half_state(env: Env, where: str, pa
     events = stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)
     assert await parent_of(env, events[0].checkpoint_id) == (expected or None)
     assert result.checkpoint_id == events[-1].checkpoint_id == await session_checkpoint(stub, session.id)
+
+
+async def test_progress_reaches_the_client_as_it_happens(env: Env) -> None:
+    """While a pass's install is held, the client already has every event the pass emitted before
+    it: none waits for the next one (the result alone goes out with the status)."""
+    stub = env.stub
+    session = await passes_session(stub, groups=20)
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(_session_id: str) -> None:
+        holding.set()
+        await release.wait()
+
+    env.hooks.before_install = hold
+    seen: list[pb.FoldProgress] = []
+
+    async def read() -> None:
+        async for response in stub.Prepare(pb.PrepareRequest(session_id=session.id)):
+            if response.WhichOneof("event") == "progress":
+                seen.append(response.progress)
+
+    reader = asyncio.create_task(read())
+    try:
+        await asyncio.wait_for(holding.wait(), timeout=10)
+        await asyncio.sleep(0.5)  # what was written has long arrived by then
+        at_hold = list(seen)
+    finally:
+        env.hooks.before_install = None
+        release.set()
+    await asyncio.wait_for(reader, timeout=30)
+    first_commit = next(i for i, e in enumerate(seen) if e.stage == pb.FOLD_STAGE_PASS_COMMITTED)
+    assert at_hold == seen[:first_commit]
+    assert stages(at_hold, pb.FOLD_STAGE_PASS_STARTED) and stages(at_hold, pb.FOLD_STAGE_SUMMARY_DELTA)

@@ -33,7 +33,6 @@ from ctxfold.v1 import context_service_pb2 as pb
 log = logging.getLogger(__name__)
 
 Response = TypeVar("Response")
-StreamResponse = TypeVar("StreamResponse", bound=Message)
 EventResponse = TypeVar("EventResponse", pb.PrepareResponse, pb.CompactResponse)
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -103,7 +102,7 @@ def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
     handlers decode them (large ones off the event loop), so an undecodable request answers
     INVALID_ARGUMENT (INVALID_REQUEST) instead of gRPC's reasonless UNKNOWN. A handler may answer bytes
     it serialized itself (`_encoded`). Every handler is a coroutine, the server-streaming ones too
-    (`server_stream`)."""
+    (`_streamed`)."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         method.name: grpc.unary_unary_rpc_method_handler(
             traced(f"/{SERVICE.full_name}/{method.name}", getattr(servicer, method.name)),
@@ -148,37 +147,6 @@ def unary(
     return handler
 
 
-def server_stream(
-    method: Callable[..., AsyncGenerator[StreamResponse | bytes, None]],
-) -> Callable[[Any, bytes, Context], Awaitable[StreamResponse | bytes]]:
-    """`unary` for server-streaming RPCs (the method gets no context and yields its messages): every
-    message but the last is written as it comes, the last is returned. On the wire that is the same
-    server stream, but gRPC sends a returned message together with the status, one batch fewer than a
-    streaming handler's: the common Prepare has a single message. Errors end the stream with a status
-    and an ErrorInfo."""
-
-    @functools.wraps(method)
-    async def handler(self: ContextServicer, raw: bytes, context: Context) -> StreamResponse | bytes:
-        try:
-            tenant = self.auth.tenant(context)
-            request, inputs = await cpu.run(len(raw), _parse, method.__name__, raw)
-            with self.admission.admit(tenant):
-                # Closed here, not by the collector: a cancelled call stops its maintenance task now.
-                async with contextlib.aclosing(method(self, request, tenant, *inputs)) as responses:
-                    last = await anext(responses)
-                    async for response in responses:
-                        # The context of a handler gRPC runs as unary has no serializer: bytes go as they are.
-                        await context.write(_serialize(last))
-                        last = response
-                return last
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception as exc:
-            await _abort(context, exc)
-
-    return handler
-
-
 async def _event_response(response_type: type[EventResponse], event: Event) -> EventResponse | bytes:
     """A fold progress event as it is; a result (the whole view) serialized off the loop when large."""
 
@@ -189,6 +157,24 @@ async def _event_response(response_type: type[EventResponse], event: Event) -> E
         return build()
     size = sum(len(v.content) for v in event.messages) + text_chars(event.appended)
     return await cpu.run(size, lambda: build().SerializeToString())
+
+
+async def _streamed(
+    response_type: type[EventResponse], events: AsyncGenerator[Event, None], context: Context
+) -> EventResponse | bytes:
+    """The answer of a server-streaming RPC: progress events are written as they come, the result is
+    returned. gRPC runs the handler as unary (`add_to_server`), so it sends the result together with
+    the status, one batch fewer than a streaming handler's; on the wire it is the same server stream,
+    and the common Prepare is the result alone."""
+    # Closed here, not by the collector: a cancelled call stops its maintenance task now.
+    async with contextlib.aclosing(events):
+        async for event in events:
+            response = await _event_response(response_type, event)
+            if isinstance(event, Prepared):
+                return response
+            # The context of a handler gRPC runs as unary has no serializer: bytes go as they are.
+            await context.write(_serialize(response))
+    raise AssertionError("unreachable: a maintenance stream ends with its result")
 
 
 class ContextServicer:
@@ -292,25 +278,21 @@ class ContextServicer:
         info = await self.lineage.rewind(tenant, request.session_id, request.to_seq)
         return pb.RewindResponse(session=convert.session_pb(info))
 
-    @server_stream
+    @unary
     async def Prepare(
-        self, request: pb.PrepareRequest, tenant: str, append: list[NewMessage]
-    ) -> AsyncGenerator[pb.PrepareResponse | bytes, None]:
+        self, request: pb.PrepareRequest, context: Context, tenant: str, append: list[NewMessage]
+    ) -> pb.PrepareResponse | bytes:
         events = self.maintenance.prepare(
             tenant, request.session_id, append, request.overflow, request.known_view_version, request.request_id
         )
-        async for event in events:
-            yield await _event_response(pb.PrepareResponse, event)
+        return await _streamed(pb.PrepareResponse, events, context)
 
-    @server_stream
-    async def Compact(
-        self, request: pb.CompactRequest, tenant: str
-    ) -> AsyncGenerator[pb.CompactResponse | bytes, None]:
+    @unary
+    async def Compact(self, request: pb.CompactRequest, context: Context, tenant: str) -> pb.CompactResponse | bytes:
         events = self.maintenance.compact(
             tenant, request.session_id, request.focus, request.keep_tokens, request.dry_run
         )
-        async for event in events:
-            yield await _event_response(pb.CompactResponse, event)
+        return await _streamed(pb.CompactResponse, events, context)
 
     @unary
     async def ObserveUsage(

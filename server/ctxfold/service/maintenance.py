@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -196,7 +196,7 @@ class Maintenance:
 
     # ---- streaming shell ------------------------------------------------------------------------
 
-    async def _stream(self, work: Callable[[Emit], Coroutine[Any, Any, Prepared]]) -> AsyncIterator[Event]:
+    async def _stream(self, work: Callable[[Emit], Coroutine[Any, Any, Prepared]]) -> AsyncGenerator[Event, None]:
         """Runs `work` as a task and yields its progress events, then its result. If the consumer
         goes away (client cancelled), the task is cancelled: installs are single transactions, so
         nothing is left half-written and committed passes stay."""
@@ -225,7 +225,7 @@ class Maintenance:
         overflow: bool,
         known_view_version: int,
         request_id: str = "",
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """The checks, the append and an answer from the hot state run in the caller's task: they emit
         no progress, so the common call (one result) pays for no task and queue. Only maintenance,
         which may report progress, runs as a `_stream` task."""
@@ -301,7 +301,7 @@ class Maintenance:
 
     def compact(
         self, tenant: str, session_id: str, focus: str, keep_tokens: int = 0, dry_run: bool = False
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Folds everything outside the minimal kept set and the newest `keep_tokens` of history; a
         `dry_run` makes the candidate and answers it without installing. A Compact that cannot fold
         says why in the result; one whose fold fails ends with an error."""
