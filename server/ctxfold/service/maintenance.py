@@ -175,9 +175,9 @@ class Maintenance:
         configs: SessionConfigs,
         *,
         max_response_bytes: int,
+        hot_state: HotState,
         hooks: Hooks | None = None,
         max_waiting_per_session: int = 16,
-        hot_state: HotState | None = None,
     ):
         self.store = store
         self.transcript = transcript
@@ -192,7 +192,8 @@ class Maintenance:
         self._sessions = KeyedLock(max_waiting_per_session)
         self._leases = FoldLeases(store)
         self.max_response_bytes = max_response_bytes
-        self.hot_state = hot_state if hot_state is not None else HotState()
+        # Shared with Sessions, which drops an entry when its session is deleted or rewound.
+        self.hot_state = hot_state
 
     # ---- streaming shell ------------------------------------------------------------------------
 
