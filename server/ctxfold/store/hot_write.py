@@ -8,8 +8,8 @@ statements are compiled once per dialect from the same tables (`schema`), and a 
 list of (statement, rows), that the driver runs as it is:
 
 - SQLite: a small plan commits on the event loop (about 0.1 ms), a large one in a thread of its own.
-- PostgreSQL: asyncpg, the whole plan one statement of data-modifying CTEs in one transaction, on a
-  pool of its own; asyncpg caches the prepared statements per connection.
+- PostgreSQL: asyncpg, the whole plan one statement of data-modifying CTEs, a transaction of its
+  own (one round trip), on a pool of its own; asyncpg caches the prepared statements per connection.
 
 A `Write` that compare-and-swaps must change exactly one row; when it does not, its plan is undone
 and the caller gets StaleSession."""
