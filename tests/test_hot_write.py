@@ -14,12 +14,15 @@ import time
 from dataclasses import replace
 
 import pytest
+from sqlalchemy.dialects import sqlite
 
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, ToolCall
 from ctxfold.server import RunningServer
 from ctxfold.service.transcript import message_rows
 from ctxfold.store import StaleSession
+from ctxfold.store.hot_write import INLINE_MAX_BYTES, HotStatements, append_answered_plan
 from ctxfold.store.rows import MessageRow, SessionRecord, appended_session, stored_messages
+from ctxfold.store.tool_results import encode_raw_results
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import create, prepare, transcript, user
@@ -58,6 +61,27 @@ async def append(
     after = appended_session(record, len(rows), (), now) if rows else record
     appended = stored_messages(rows, record.head_seq + 1, now)
     return await server.store.append_answered(record, after, rows, appended, request_id, "{}", revision, now)
+
+
+async def test_a_plan_counts_the_text_and_data_it_carries() -> None:
+    """What decides whether a plan commits on the event loop: the text of its messages, the stored
+    (compressed) bytes of its raw results and its bookkeeping, counted from the inputs."""
+    statements = HotStatements.compile(sqlite.dialect())
+    record = SessionRecord("s", TENANT, "{}", 0, 0, "g", 0, "b", None, (), 1, None, 0, 0.0, 0.0)
+    now = time.time()
+    sizes = {}
+    result = NewMessage(Role.TOOL, os.urandom(256 << 10).hex(), tool_call_id="c")  # compresses to ~half
+    large = message_rows([NewMessage(Role.ASSISTANT, "", tool_calls=(ToolCall("c", "cat", "{}"),)), result], CONFIG)
+    for name, rows in (("small", message_rows([NewMessage(Role.USER, "go on")], CONFIG)), ("large", large)):
+        appended = stored_messages(rows, 1, now)
+        raw_results = await encode_raw_results(rows)
+        after = appended_session(record, len(rows), (), now)
+        plan = append_answered_plan(statements, record, after, appended, raw_results, "r", '{"a":1}', 3, now)
+        text = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in appended)
+        stored = [d for r in raw_results for d in (r.row["data"], *(c["data"] for c in r.chunks))]
+        assert plan.size == text + sum(len(d) for d in stored if isinstance(d, bytes)) + len('{"a":1}')
+        sizes[name] = plan.size
+    assert sizes["small"] < INLINE_MAX_BYTES < sizes["large"]
 
 
 async def test_concurrent_appends_stay_apart(server: RunningServer, stub: pb_grpc.ContextServiceStub) -> None:

@@ -25,9 +25,8 @@ _ROLE_TO_PB = {role: value for value, role in _ROLE_FROM_PB.items()}
 
 
 def timestamp(seconds: float) -> Timestamp:
-    ts = Timestamp()
-    ts.FromNanoseconds(int(seconds * 1e9))
-    return ts
+    nanos = int(seconds * 1e9)
+    return Timestamp(seconds=nanos // 1_000_000_000, nanos=nanos % 1_000_000_000)
 
 
 def config_input(config: pb.SessionConfig) -> ConfigInput:

@@ -34,7 +34,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from ctxfold import cpu
 from ctxfold.engine.errors import DomainError, Kind
-from ctxfold.engine.model import StoredMessage
+from ctxfold.engine.model import StoredMessage, text_chars
 from ctxfold.store import schema
 from ctxfold.store.base import StaleSession
 from ctxfold.store.database import configure_sqlite_connection
@@ -68,6 +68,15 @@ class Write:
     statement: Statement
     rows: tuple[tuple[object, ...], ...]
     swap: bool = False  # a compare-and-swap: exactly one row must change
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The writes of one transaction, and the bytes of text and data they carry (what running them on
+    the event loop would cost), counted from the inputs rather than by walking every row."""
+
+    writes: tuple[Write, ...]
+    size: int
 
 
 _CURRENT = ("at_id", "at_tenant", "at_version", "at_branch")  # the session an append was decided on
@@ -122,7 +131,7 @@ def append_answered_plan(
     bookkeeping_json: str,
     revision: int,
     now: float,
-) -> list[Write]:
+) -> Plan:
     """The writes of `StateStore.append_answered`: `messages` after `session`'s head, which make it
     `after`, and the answer's bookkeeping over `revision`, each guarded so that nothing is written
     unless the session and the state are still those the answer was built on, and a request id seen
@@ -137,7 +146,7 @@ def append_answered_plan(
     }
     if not messages:
         guarded = statements.write_bookkeeping_if_current
-        return [Write(guarded, (guarded.bind({**current, **bookkeeping}),), swap=True)]
+        return Plan((Write(guarded, (guarded.bind({**current, **bookkeeping}),), swap=True),), len(bookkeeping_json))
     advance = statements.advance_session
     plan = [Write(advance, (advance.bind({**current, **head_values(after)}),), swap=True)]
     if request_id:
@@ -155,7 +164,13 @@ def append_answered_plan(
         if chunks:
             plan.append(_many(statements.insert_chunk, chunks))
     plan.append(Write(statements.write_bookkeeping, (statements.write_bookkeeping.bind(bookkeeping),), swap=True))
-    return plan
+    data = sum(_data_bytes(r) for r in raw_results)
+    return Plan(tuple(plan), text_chars(messages) + data + len(bookkeeping_json))
+
+
+def _data_bytes(result: EncodedResult) -> int:
+    data = [result.row["data"], *(chunk["data"] for chunk in result.chunks)]
+    return sum(len(part) for part in data if isinstance(part, bytes))
 
 
 def _many(statement: Statement, values: Sequence[Mapping[str, object]]) -> Write:
@@ -165,7 +180,7 @@ def _many(statement: Statement, values: Sequence[Mapping[str, object]]) -> Write
 class HotWriter(Protocol):
     statements: HotStatements
 
-    async def commit(self, plan: Sequence[Write]) -> None:
+    async def commit(self, plan: Plan) -> None:
         """Runs `plan` in one transaction, all or nothing; StaleSession when a swap changed no row."""
 
     async def close(self) -> None: ...
@@ -218,10 +233,10 @@ class SqliteHotWriter:
         self._inline_commits = 0
         self._closed = False
 
-    async def commit(self, plan: Sequence[Write]) -> None:
+    async def commit(self, plan: Plan) -> None:
         loop = asyncio.get_running_loop()
         async with self._writer_turn:
-            if _plan_bytes(plan) <= INLINE_MAX_BYTES:
+            if plan.size <= INLINE_MAX_BYTES:
                 try:
                     _commit(self._inline_connection(), plan, on_loop=True)
                 except _Busy:
@@ -278,11 +293,7 @@ def _connect(path: str) -> sqlite3.Connection:
     return connection
 
 
-def _plan_bytes(plan: Sequence[Write]) -> int:
-    return sum(len(v) for w in plan for row in w.rows for v in row if isinstance(v, str | bytes))
-
-
-def _commit(conn: sqlite3.Connection, plan: Sequence[Write], *, on_loop: bool = False) -> None:
+def _commit(conn: sqlite3.Connection, plan: Plan, *, on_loop: bool = False) -> None:
     """`plan` in one transaction. On the loop's connection (which does not wait for the write lock)
     a lock held elsewhere raises _Busy before anything is written."""
     try:
@@ -292,7 +303,7 @@ def _commit(conn: sqlite3.Connection, plan: Sequence[Write], *, on_loop: bool = 
             raise _Busy from None
         raise _unavailable(error) from None
     try:
-        for write in plan:
+        for write in plan.writes:
             _run_sqlite(conn, write)
         conn.execute("COMMIT")
     except BaseException as error:
@@ -331,9 +342,9 @@ class PostgresHotWriter:
         self._pool: Any = None
         self._opening = asyncio.Lock()
 
-    async def commit(self, plan: Sequence[Write]) -> None:
+    async def commit(self, plan: Plan) -> None:
         pool = self._pool or await self._open()
-        sql, args = one_statement(plan)
+        sql, args = one_statement(plan.writes)
         try:
             async with pool.acquire() as driver:
                 await driver.execute(sql, *args)
