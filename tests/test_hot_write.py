@@ -172,6 +172,50 @@ def small_turn(index: int) -> list[MessageRow]:
     )
 
 
+async def hot_write_backends(server: RunningServer, terminate: bool = False) -> int:
+    """The PostgreSQL backends serving the hot writer's connections (their last statement is a plan),
+    terminated when `terminate` is set."""
+    import asyncpg
+
+    url = server.store.engine.url
+    admin = await asyncpg.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, database=url.database
+    )
+    try:
+        pids = [
+            row["pid"]
+            for row in await admin.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND query LIKE 'WITH w0 AS%'"
+            )
+        ]
+        for pid in pids if terminate else ():
+            await admin.execute("SELECT pg_terminate_backend($1)", pid)
+        return len(pids)
+    finally:
+        await admin.close()
+
+
+async def test_the_postgresql_writer_replaces_lost_connections_and_bounds_them(
+    backend: str, server: RunningServer, stub: pb_grpc.ContextServiceStub
+) -> None:
+    """PostgreSQL: the hot writer's connections are at most the pool size however many appends run at
+    once, and one the server closed while it was idle is replaced without failing an append."""
+    if backend != "postgresql":
+        pytest.skip("the PostgreSQL writer's connections")
+    started = [await started_session(stub, server) for _ in range(3 * server.settings.db_pool_size)]
+    revisions = await asyncio.gather(*(append(server, r, small_turn(0), v) for r, v in started))
+    assert revisions == [v + 1 for _, v in started]
+    assert 1 <= await hot_write_backends(server) <= server.settings.db_pool_size
+
+    assert await hot_write_backends(server, terminate=True) >= 1
+    await asyncio.sleep(0.5)  # the writer's connections read the server's goodbye
+    for record, revision in started[:2]:
+        current = await server.store.get_session(TENANT, record.id)
+        assert await append(server, current, small_turn(1), revision + 1) == revision + 2
+    assert await hot_write_backends(server) >= 1
+
+
 async def test_an_append_waits_for_another_process_off_the_event_loop(
     backend: str, server: RunningServer, stub: pb_grpc.ContextServiceStub
 ) -> None:
