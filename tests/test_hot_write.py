@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 from sqlalchemy.dialects import sqlite
 
+from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, ToolCall
 from ctxfold.server import RunningServer
 from ctxfold.service.transcript import message_rows
@@ -214,6 +215,50 @@ async def test_the_postgresql_writer_replaces_lost_connections_and_bounds_them(
         current = await server.store.get_session(TENANT, record.id)
         assert await append(server, current, small_turn(1), revision + 1) == revision + 2
     assert await hot_write_backends(server) >= 1
+
+
+async def test_a_postgresql_write_cut_off_by_the_server_is_unavailable(
+    backend: str, server: RunningServer, stub: pb_grpc.ContextServiceStub
+) -> None:
+    """PostgreSQL: an administrator terminates the hot writer's backend while its statement waits for
+    a row lock: the append fails with UNAVAILABLE (a retryable status, not an internal error) and
+    wrote nothing, and the next one commits on a new connection."""
+    if backend != "postgresql":
+        pytest.skip("the PostgreSQL writer's connections")
+    import asyncpg
+
+    record, revision = await started_session(stub, server)
+    url = server.store.engine.url
+    holder = await asyncpg.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, database=url.database
+    )
+    try:
+        locked = holder.transaction()
+        await locked.start()
+        await holder.execute("SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE", record.id)
+        appending = asyncio.ensure_future(append(server, record, small_turn(0), revision))
+        waiting: list[int] = []
+        for _ in range(200):
+            waiting = [
+                row["pid"]
+                for row in await holder.fetch(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND query LIKE 'WITH w0 AS%'"
+                )
+            ]
+            if waiting:
+                break
+            await asyncio.sleep(0.02)
+        assert len(waiting) == 1, "the append never waited for the lock"
+        await holder.execute("SELECT pg_terminate_backend($1)", waiting[0])
+        with pytest.raises(DomainError) as failed:
+            await appending
+        assert failed.value.kind is Kind.UNAVAILABLE and failed.value.reason == "STORE_UNAVAILABLE"
+        await locked.rollback()
+    finally:
+        await holder.close()
+    assert len(await transcript(stub, record.id)) == 1
+    assert await append(server, record, small_turn(1), revision) == revision + 1
 
 
 async def test_an_append_waits_for_another_process_off_the_event_loop(

@@ -355,11 +355,22 @@ class PostgresHotWriter:
         except asyncpg.UniqueViolationError:
             # Another append took these seqs first: its swap of the session won, so this one's lost.
             raise StaleSession("the seqs were taken") from None
-        except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as error:
+        except _POSTGRES_UNAVAILABLE as error:
             raise _unavailable(error) from None
 
     async def close(self) -> None:
         await self._connections.close()
+
+
+# The server or the way to it is gone or refuses work for now (an administrator's or a crash's
+# shutdown, no connection slots, a full disk), not the statement: the client may retry.
+_POSTGRES_UNAVAILABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.InsufficientResourcesError,
+    asyncpg.InterfaceError,
+)
 
 
 class _Connections:
