@@ -15,13 +15,14 @@ from dataclasses import replace
 
 import pytest
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, ToolCall
 from ctxfold.server import RunningServer
 from ctxfold.service.transcript import message_rows
 from ctxfold.store import StaleSession
-from ctxfold.store.hot_write import INLINE_MAX_BYTES, HotStatements, append_answered_plan
+from ctxfold.store.hot_write import INLINE_MAX_BYTES, HotStatements, PostgresHotWriter, append_answered_plan
 from ctxfold.store.rows import MessageRow, SessionRecord, appended_session, stored_messages
 from ctxfold.store.tool_results import encode_raw_results
 from ctxfold.v1 import context_service_pb2 as pb
@@ -259,6 +260,24 @@ async def test_a_postgresql_write_cut_off_by_the_server_is_unavailable(
         await holder.close()
     assert len(await transcript(stub, record.id)) == 1
     assert await append(server, record, small_turn(1), revision) == revision + 1
+
+
+async def test_a_postgresql_writer_that_cannot_connect_is_unavailable(backend: str, server: RunningServer) -> None:
+    """PostgreSQL: a hot write that cannot open a connection (here: the database is not there) fails
+    with UNAVAILABLE, whatever the server's reason."""
+    if backend != "postgresql":
+        pytest.skip("the PostgreSQL writer's connections")
+    engine = create_async_engine(server.store.engine.url.set(database=f"ctxfold_missing_{os.getpid()}"))
+    writer = PostgresHotWriter(engine)
+    record = SessionRecord("s", TENANT, "{}", 0, 0, "g", 0, "b", None, (), 1, None, 0, 0.0, 0.0)
+    plan = append_answered_plan(writer.statements, record, record, [], [], "", "{}", 1, time.time())
+    try:
+        with pytest.raises(DomainError) as failed:
+            await writer.commit(plan)
+        assert failed.value.kind is Kind.UNAVAILABLE and failed.value.reason == "STORE_UNAVAILABLE"
+    finally:
+        await writer.close()
+        await engine.dispose()
 
 
 async def test_an_append_waits_for_another_process_off_the_event_loop(

@@ -340,7 +340,10 @@ class PostgresHotWriter:
         connect_options: dict[str, Any] = dict(options)
 
         async def connect() -> Any:
-            return await asyncpg.connect(*connect_args, **connect_options)
+            try:
+                return await asyncpg.connect(*connect_args, **connect_options)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+                raise _unavailable(error) from None
 
         self._connections = _Connections(connect, engine.sync_engine.pool.size())  # type: ignore[attr-defined]
 
@@ -392,8 +395,11 @@ class _Connections:
             connection = await self._checkout()
             try:
                 await connection.execute(sql, *args)
-            except asyncpg.PostgresError:
-                self._give_back(connection)  # the statement failed; the connection may be fine
+            except asyncpg.PostgresError as error:
+                if isinstance(error, _POSTGRES_UNAVAILABLE):
+                    connection.terminate()
+                else:
+                    self._give_back(connection)  # the statement failed, not the connection
                 raise
             except BaseException:
                 connection.terminate()
