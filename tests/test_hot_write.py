@@ -12,6 +12,7 @@ import os
 import sqlite3
 import time
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from sqlalchemy.dialects import sqlite
@@ -32,6 +33,8 @@ from test_prepare import create, prepare, transcript, user
 TENANT = "default"
 CONFIG = SessionConfig(context_window=200_000)
 RAW = bytes(range(256)) * 1024  # a 256 KiB tool result: stored in several chunks
+# A session as plans take it, for the tests that build plans without a store.
+UNSTORED_RECORD = SessionRecord("s", TENANT, "{}", 0, 0, "g", 0, "b", None, (), 1, None, 0, 0.0, 0.0)
 
 
 def turn(index: int) -> list[MessageRow]:
@@ -69,7 +72,7 @@ async def test_a_plan_counts_the_text_and_data_it_carries() -> None:
     """What decides whether a plan commits on the event loop: the text of its messages, the stored
     (compressed) bytes of its raw results and its bookkeeping, counted from the inputs."""
     statements = HotStatements.compile(sqlite.dialect())
-    record = SessionRecord("s", TENANT, "{}", 0, 0, "g", 0, "b", None, (), 1, None, 0, 0.0, 0.0)
+    record = UNSTORED_RECORD
     now = time.time()
     sizes = {}
     result = NewMessage(Role.TOOL, os.urandom(256 << 10).hex(), tool_call_id="c")  # compresses to ~half
@@ -174,23 +177,31 @@ def small_turn(index: int) -> list[MessageRow]:
     )
 
 
-async def hot_write_backends(server: RunningServer, terminate: bool = False) -> int:
-    """The PostgreSQL backends serving the hot writer's connections (their last statement is a plan),
-    terminated when `terminate` is set."""
+async def connect_to_store(server: RunningServer) -> Any:
+    """A connection of the test's own to the server's PostgreSQL database."""
     import asyncpg
 
     url = server.store.engine.url
-    admin = await asyncpg.connect(
+    return await asyncpg.connect(
         host=url.host, port=url.port, user=url.username, password=url.password, database=url.database
     )
+
+
+async def hot_write_pids(connection: Any, waiting_for_a_lock: bool = False) -> list[int]:
+    """The backends serving the hot writer's connections (their last statement is a plan)."""
+    waiting = " AND wait_event_type = 'Lock'" if waiting_for_a_lock else ""
+    rows = await connection.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        f" AND query LIKE 'WITH w0 AS%'{waiting}"
+    )
+    return [row["pid"] for row in rows]
+
+
+async def hot_write_backends(server: RunningServer, terminate: bool = False) -> int:
+    """How many backends serve the hot writer's connections, terminated when `terminate` is set."""
+    admin = await connect_to_store(server)
     try:
-        pids = [
-            row["pid"]
-            for row in await admin.fetch(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                " AND query LIKE 'WITH w0 AS%'"
-            )
-        ]
+        pids = await hot_write_pids(admin)
         for pid in pids if terminate else ():
             await admin.execute("SELECT pg_terminate_backend($1)", pid)
         return len(pids)
@@ -226,13 +237,8 @@ async def test_a_postgresql_write_cut_off_by_the_server_is_unavailable(
     wrote nothing, and the next one commits on a new connection."""
     if backend != "postgresql":
         pytest.skip("the PostgreSQL writer's connections")
-    import asyncpg
-
     record, revision = await started_session(stub, server)
-    url = server.store.engine.url
-    holder = await asyncpg.connect(
-        host=url.host, port=url.port, user=url.username, password=url.password, database=url.database
-    )
+    holder = await connect_to_store(server)
     try:
         locked = holder.transaction()
         await locked.start()
@@ -240,13 +246,7 @@ async def test_a_postgresql_write_cut_off_by_the_server_is_unavailable(
         appending = asyncio.ensure_future(append(server, record, small_turn(0), revision))
         waiting: list[int] = []
         for _ in range(200):
-            waiting = [
-                row["pid"]
-                for row in await holder.fetch(
-                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock' AND query LIKE 'WITH w0 AS%'"
-                )
-            ]
+            waiting = await hot_write_pids(holder, waiting_for_a_lock=True)
             if waiting:
                 break
             await asyncio.sleep(0.02)
@@ -269,7 +269,7 @@ async def test_a_postgresql_writer_that_cannot_connect_is_unavailable(backend: s
         pytest.skip("the PostgreSQL writer's connections")
     engine = create_async_engine(server.store.engine.url.set(database=f"ctxfold_missing_{os.getpid()}"))
     writer = PostgresHotWriter(engine)
-    record = SessionRecord("s", TENANT, "{}", 0, 0, "g", 0, "b", None, (), 1, None, 0, 0.0, 0.0)
+    record = UNSTORED_RECORD
     plan = append_answered_plan(writer.statements, record, record, [], [], "", "{}", 1, time.time())
     try:
         with pytest.raises(DomainError) as failed:
