@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from conftest import free_port, fresh_database
 from ctxfold import cpu
+from ctxfold.api.pacing import LARGE_ANSWER_BYTES, AnswerPacer
 from ctxfold.config import Settings
 from ctxfold.service import transcript as service_transcript
 from ctxfold.v1 import context_service_pb2 as pb
@@ -174,3 +175,48 @@ async def test_a_large_append_is_checked_and_counted_off_the_event_loop(
     )
     assert threads.keys() == {"validate_new_messages", "message_rows"}
     assert all(name.startswith("ctxfold-cpu") for name in threads.values()), threads
+
+
+async def test_large_answers_go_out_a_loop_turn_apart_and_small_ones_at_once() -> None:
+    """gRPC copies an answer in the step that returns it: a second large answer waits for the loop's
+    next turn, so what became ready during the first copy (here `after a`) runs before it; a small
+    answer does not wait at all."""
+    pacer = AnswerPacer()
+    order: list[str] = []
+
+    async def answer(name: str, size: int) -> None:
+        await pacer.turn(size)
+        order.append(name)
+        asyncio.get_running_loop().call_soon(order.append, f"after {name}")
+
+    await asyncio.gather(
+        answer("a", LARGE_ANSWER_BYTES), answer("b", LARGE_ANSWER_BYTES), answer("small", LARGE_ANSWER_BYTES - 1)
+    )
+    assert order.index("small") < order.index("after a") < order.index("b"), order
+    await asyncio.wait_for(pacer.turn(LARGE_ANSWER_BYTES), 1)  # the last turn was given back
+
+
+def test_freed_large_buffers_are_kept_for_the_next_requests() -> None:
+    """After `retain_large_buffers`, three 20 MiB buffers (what gRPC holds for one large request) are
+    served again and again from memory touched once, at start; with glibc's own thresholds the freed
+    heap is handed back and every round faults its pages in anew."""
+    rounds = 5
+    probe = f"""
+import resource, sys
+from ctxfold import memory
+if sys.argv[1] == "retained":
+    assert memory.retain_large_buffers(80 << 20)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range({rounds}):
+    buffers = [b"x" * (20 << 20) for _ in range(3)]
+    del buffers
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+    def faults(mode: str) -> int:
+        done = subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, check=True)
+        return int(done.stdout)
+
+    pages = rounds * 3 * (20 << 20) // os.sysconf("SC_PAGE_SIZE")
+    assert faults("retained") < pages // 20
+    assert faults("defaults") > pages // 2

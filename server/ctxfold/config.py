@@ -39,6 +39,12 @@ class Settings:
     max_send_message_bytes: int = field(default=24 << 20, metadata={"help": "largest gRPC response sent"})
     max_message_bytes: int = field(default=4 << 20, metadata={"help": "largest non-tool message (content+reasoning)"})
     max_tool_result_bytes: int = field(default=16 << 20, metadata={"help": "largest raw tool result"})
+    # Without it glibc unmaps each large buffer when freed, and every copy of the next request faults
+    # its pages in again, on the event loop (`ctxfold.memory`).
+    retained_heap_bytes: int = field(
+        default=80 << 20,
+        metadata={"help": "freed memory kept for the next large requests, not returned to the OS (glibc; 0 = off)"},
+    )
     max_concurrent_rpcs: int = field(
         default=256, metadata={"help": "ContextService RPCs served at once (health not counted); more are refused"}
     )

@@ -15,7 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from sqlalchemy.exc import SQLAlchemyError
 
-from ctxfold import __version__
+from ctxfold import __version__, memory
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer, add_to_server
@@ -191,6 +191,8 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
 
 
 async def serve(settings: Settings) -> None:
+    if settings.retained_heap_bytes > 0:
+        memory.retain_large_buffers(settings.retained_heap_bytes)
     running = await start(settings)
     # What is alive once serving (modules, classes, the schema, gRPC's and SQLAlchemy's machinery: about
     # 100k objects) lives as long as the process. Out of the collector's sight, a full collection,

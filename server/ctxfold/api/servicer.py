@@ -18,6 +18,7 @@ from ctxfold.api import convert
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
+from ctxfold.api.pacing import AnswerPacer
 from ctxfold.api.tracing import annotate_request, annotate_response, mark_error, traced
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind, invalid
@@ -136,7 +137,9 @@ def unary(
             request, inputs = await cpu.run(len(raw), _parse, method.__name__, raw)
             with self.admission.admit(tenant):
                 response = await method(self, request, context, tenant, *inputs)
-            if not isinstance(response, bytes):  # `_encoded` annotated it
+            if isinstance(response, bytes):  # `_encoded` annotated it; it may be large
+                await self.pacer.turn(len(response))
+            else:
                 annotate_response(request, response)  # type: ignore[arg-type]
             return response
         except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -199,6 +202,7 @@ class ContextServicer:
         self.lineage = lineage
         self.maintenance = maintenance
         self.checkpoints = checkpoints
+        self.pacer = AnswerPacer()
 
     @unary
     async def CreateSession(
