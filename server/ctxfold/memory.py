@@ -8,10 +8,10 @@ with a bare `grpc.aio` server, sending a 20 MiB answer held the loop 40-50 ms, a
 the buffers were kept.
 
 `retain_large_buffers` makes glibc serve buffers up to 32 MiB (its ceiling for `M_MMAP_THRESHOLD`)
-from its heap, keep up to twice `retained_bytes` of freed heap instead of returning it (`M_TRIM_THRESHOLD`),
-and touches that much heap once, now, so that the first large requests find it ready too. The price
-is resident memory that stays near its high-water mark: at most twice `retained_bytes` unused per
-allocator arena. Elsewhere than glibc (musl, macOS) it does nothing."""
+from its heap, keep up to `retained_bytes` (and one more such buffer) of freed heap instead of
+returning it (`M_TRIM_THRESHOLD`), and touches that much heap once, now, so that the first large
+requests find it ready too. The price is resident memory that starts `retained_bytes` higher and
+stays near its high-water mark: at most `retained_bytes` + 32 MiB unused per allocator arena. Elsewhere than glibc (musl, macOS) it does nothing."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def retain_large_buffers(retained_bytes: int) -> bool:
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
-    # glibc trims once the free top of its heap reaches the threshold: twice the touched heap keeps it.
-    trim_threshold = 2 * retained_bytes
+    # glibc trims once the free top of its heap reaches the threshold: it must exceed the touched heap.
+    trim_threshold = retained_bytes + MMAP_THRESHOLD_CEILING
     tuned = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_CEILING) and libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold)
     if not tuned:
         log.warning("glibc refused the allocator settings for large messages; large requests may stall the loop")
