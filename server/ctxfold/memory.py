@@ -11,7 +11,8 @@ the buffers were kept.
 from its heap, keep up to `retained_bytes` (and one more such buffer) of freed heap instead of
 returning it (`M_TRIM_THRESHOLD`), and touches that much heap once, now, so that the first large
 requests find it ready too. The price is resident memory that starts `retained_bytes` higher and
-stays near its high-water mark: at most `retained_bytes` + 32 MiB unused per allocator arena. Elsewhere than glibc (musl, macOS) it does nothing."""
+stays near its high-water mark: at most `retained_bytes` + 32 MiB unused per allocator arena.
+Elsewhere than glibc (musl, macOS) it does nothing."""
 
 from __future__ import annotations
 
