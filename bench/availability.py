@@ -2,7 +2,9 @@
 
 a) health-check latency (count, p50, p99, max, checks over 100 ms), probed every 20 ms from a process
    of its own (`benchlib.health_probe`, so this client's own work on big requests does not delay the
-   probes), while the server is idle and while it serves, one case at a time:
+   probes), and how often the server warned that its event loop was held 100 ms or more
+   (`ctxfold.loop_lag`: a slow check without one waited outside the loop), while the server is idle
+   and while it serves, one case at a time:
    - an AppendMessages of user messages of the largest size (`max_message_bytes`; the last one
      smaller) that fill one request (`max_receive_message_bytes`), or of --messages such messages;
    - an AppendMessages of one tool result of the largest size (`max_tool_result_bytes`, or as much as
@@ -40,6 +42,7 @@ import grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl
 
+from ctxfold import loop_lag
 from ctxfold.config import Settings
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -83,6 +86,7 @@ class Case:
     client_seconds: float
     outcome: str
     latencies: list[float]
+    loop_held: int  # the server's warnings that its event loop was held 100 ms or more
 
     def row(self) -> list[Any]:
         ms = [x * 1000 for x in self.latencies]
@@ -96,15 +100,25 @@ class Case:
             bl.percentile(ms, 99),
             max(ms, default=0.0),
             sum(x > SLOW_MS for x in ms),
+            self.loop_held,
         ]
 
 
-async def probed(address: str, name: str, request_bytes: int, load: Callable[[], Awaitable[str]]) -> Case:
+def loop_held(log_path: Path) -> int:
+    """How often the server has logged that its event loop was held 100 ms or more (`ctxfold.loop_lag`)."""
+    return log_path.read_text(errors="replace").count(loop_lag.HELD)
+
+
+async def probed(
+    address: str, log_path: Path, name: str, request_bytes: int, load: Callable[[], Awaitable[str]]
+) -> Case:
+    held = loop_held(log_path)
     async with bl.health_probe(address) as latencies:
         started = time.perf_counter()
         outcome = await load()
         took = time.perf_counter() - started
-    return Case(name, request_bytes / MiB, took, outcome, latencies)
+    await asyncio.sleep(2 * loop_lag.INTERVAL_SECONDS)  # the last lag is measured and logged
+    return Case(name, request_bytes / MiB, took, outcome, latencies, loop_held(log_path) - held)
 
 
 async def outcome_of(call: Awaitable[object]) -> str:
@@ -212,11 +226,12 @@ async def run(
                 lambda: send_oversized(users[0]),
             ),
         }
-        cases = [await probed(server.address, *loads[name]) for name in selected]
+        cases = [await probed(server.address, log_path, *loads[name]) for name in selected]
         for channel in channels:
             await channel.close()
         pages = await page_costs(stub, tools, ["big", "small"], 100) if "result" in selected else None
     header = ["load", "request MiB", "client s", "outcome", "checks", "p50 ms", "p99 ms", "max ms", f">{SLOW_MS:g} ms"]
+    header.append(f"loop held >={loop_lag.WARN_SECONDS * 1000:g} ms")
     print(f"\n{database.backend}: {' '.join(limits.serve_flags())}, load average {bl.machine()['load_average']}")
     print(bl.render_table(header, [case.row() for case in cases]))
     if pages:

@@ -8,6 +8,8 @@ these bounds are generous for a loaded CI machine and far below what a frozen se
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import os
 import signal
 import subprocess
@@ -24,10 +26,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from conftest import free_port, fresh_database
-from ctxfold import cpu
+from ctxfold import cpu, loop_lag
 from ctxfold.api.pacing import LARGE_ANSWER_BYTES, AnswerPacer
 from ctxfold.config import Settings
 from ctxfold.service import transcript as service_transcript
+from ctxfold.telemetry import INSTRUMENTS
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_availability import probing, spaceless_text
@@ -220,3 +223,28 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     pages = rounds * 3 * (20 << 20) // os.sysconf("SC_PAGE_SIZE")
     assert faults("retained") < pages // 20
     assert faults("defaults") > pages // 2
+
+
+async def test_a_held_event_loop_is_recorded_and_warned_of(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loop_lag.watch` records how late its timer fired, and warns when the loop was held 100 ms or
+    more."""
+    recorded: list[float] = []
+    monkeypatch.setattr(loop_lag, "INSTRUMENTS", dataclasses.replace(INSTRUMENTS, event_loop_lag=_Recorder(recorded)))
+    watching = asyncio.create_task(loop_lag.watch(interval=0.01))
+    with caplog.at_level(logging.WARNING, logger="ctxfold.loop_lag"):
+        await asyncio.sleep(0.05)
+        time.sleep(0.15)  # noqa: ASYNC251 (holding the loop is the point)
+        await asyncio.sleep(0.05)
+        watching.cancel()
+    assert len(recorded) > 5 and max(recorded) >= 0.14, recorded
+    assert any("event loop held" in r.getMessage() for r in caplog.records), caplog.records
+
+
+class _Recorder:
+    def __init__(self, into: list[float]) -> None:
+        self.into = into
+
+    def record(self, value: float) -> None:
+        self.into.append(value)

@@ -15,7 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from sqlalchemy.exc import SQLAlchemyError
 
-from ctxfold import __version__, memory
+from ctxfold import __version__, loop_lag, memory
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer, add_to_server
@@ -199,11 +199,13 @@ async def serve(settings: Settings) -> None:
     # which runs on whichever thread allocates (the event loop, mostly), takes about 1 ms instead of 50.
     gc.collect()
     gc.freeze()
+    watching = asyncio.create_task(loop_lag.watch())
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     await stopping.wait()
+    watching.cancel()
     log.info("shutting down: draining for up to %.0fs", settings.grace_seconds)
     await running.stop()
     log.info("stopped")

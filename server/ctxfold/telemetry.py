@@ -40,6 +40,7 @@ class Instruments:
     hot_state_evictions: Counter
     hot_state_bytes: UpDownCounter
     hot_state_sessions: UpDownCounter
+    event_loop_lag: Histogram
 
 
 INSTRUMENTS = Instruments(
@@ -71,6 +72,9 @@ INSTRUMENTS = Instruments(
     ),
     hot_state_sessions=_METER.create_up_down_counter(
         "ctxfold.hot_state.sessions", unit="{session}", description="Sessions held by the hot-state cache"
+    ),
+    event_loop_lag=_METER.create_histogram(
+        "ctxfold.event_loop.lag", unit="s", description="How late a timer set every 50 ms fired on the event loop"
     ),
 )
 

@@ -1,0 +1,32 @@
+"""The event loop's lag, watched: how late a timer set every 50 ms fires.
+
+Health checks and every call are answered on the event loop, so anything that holds it (a long step,
+or a thread holding the GIL) delays them all by as much. The lag is recorded as the histogram
+`ctxfold.event_loop.lag`, and a lag of 100 ms or more is logged as a warning: where a slow health
+check coincides with none, the wait was outside the loop (for a CPU, in gRPC's own threads)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import NoReturn
+
+from ctxfold.telemetry import INSTRUMENTS
+
+log = logging.getLogger(__name__)
+
+INTERVAL_SECONDS = 0.05
+WARN_SECONDS = 0.1
+HELD = "event loop held"  # how the warning starts (bench/availability.py counts them)
+
+
+async def watch(interval: float = INTERVAL_SECONDS, warn: float = WARN_SECONDS) -> NoReturn:
+    """Runs until cancelled."""
+    while True:
+        due = time.perf_counter() + interval
+        await asyncio.sleep(interval)
+        lag = max(0.0, time.perf_counter() - due)
+        INSTRUMENTS.event_loop_lag.record(lag)
+        if lag >= warn:
+            log.warning("%s %.0f ms: health checks and every call waited as long", HELD, lag * 1000)
