@@ -8,10 +8,11 @@ with a bare `grpc.aio` server, sending a 20 MiB answer held the loop 40-50 ms, a
 the buffers were kept.
 
 `retain_large_buffers` makes glibc serve buffers up to 32 MiB (its ceiling for `M_MMAP_THRESHOLD`)
-from its heap, keep up to `retained_bytes` (and one more such buffer) of freed heap instead of
-returning it (`M_TRIM_THRESHOLD`), and touches that much heap once, now, so that the first large
-requests find it ready too. The price is resident memory that starts `retained_bytes` higher and
-stays near its high-water mark: at most `retained_bytes` + 32 MiB unused per allocator arena.
+from its heap, keep `retained_bytes` of freed heap at its top whenever it gives the rest back
+(`M_TOP_PAD`; it gives back only beyond one more such buffer, `M_TRIM_THRESHOLD`), and touches that
+much heap once, now, so that the first large requests find it ready too. The price is resident
+memory that starts `retained_bytes` higher and stays near its high-water mark: at most
+`retained_bytes` + 32 MiB unused per allocator arena.
 Elsewhere than glibc (musl, macOS) it does nothing."""
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ log = logging.getLogger(__name__)
 
 # mallopt(3) parameters.
 _M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
+_INT_MAX = (1 << 31) - 1  # mallopt takes an int
 # glibc refuses a larger M_MMAP_THRESHOLD (HEAP_MAX_SIZE / 2 on 64-bit).
 MMAP_THRESHOLD_CEILING = 32 << 20
 # Heap is touched in pieces below the mmap threshold, so that it stays in the heap once freed.
@@ -48,13 +51,21 @@ def retain_large_buffers(retained_bytes: int) -> bool:
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
-    # glibc trims once the free top of its heap reaches the threshold: it must exceed the touched heap.
-    trim_threshold = retained_bytes + MMAP_THRESHOLD_CEILING
-    tuned = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_CEILING) and libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold)
+    # glibc trims the free top of its heap once it reaches the threshold, and keeps the pad when it
+    # does (without a pad it would hand back the touched heap too, all of it at once).
+    pad = min(retained_bytes, _INT_MAX - MMAP_THRESHOLD_CEILING)
+    tuned = all(
+        libc.mallopt(parameter, value)
+        for parameter, value in (
+            (_M_MMAP_THRESHOLD, MMAP_THRESHOLD_CEILING),
+            (_M_TOP_PAD, pad),
+            (_M_TRIM_THRESHOLD, pad + MMAP_THRESHOLD_CEILING),
+        )
+    )
     if not tuned:
         log.warning("glibc refused the allocator settings for large messages; large requests may stall the loop")
         return False
-    pieces = [libc.malloc(_PREFAULT_PIECE) for _ in range(retained_bytes // _PREFAULT_PIECE)]
+    pieces = [libc.malloc(_PREFAULT_PIECE) for _ in range(pad // _PREFAULT_PIECE)]
     for piece in pieces:
         if piece:
             ctypes.memset(piece, 0, _PREFAULT_PIECE)
