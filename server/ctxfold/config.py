@@ -40,8 +40,8 @@ class Settings:
     max_message_bytes: int = field(default=4 << 20, metadata={"help": "largest non-tool message (content+reasoning)"})
     max_tool_result_bytes: int = field(default=16 << 20, metadata={"help": "largest raw tool result"})
     # Without it glibc unmaps each large buffer when freed, and every copy of the next request faults
-    # its pages in again, on the event loop (`ctxfold.memory`). 256 MiB holds what 8 concurrent
-    # requests of the largest size keep alive at once.
+    # its pages in again, on the event loop (`ctxfold.memory`). With 256 MiB, 8 clients repeating
+    # requests of the largest size found their buffers ready (`bench/availability.py`); 80 did not.
     retained_heap_bytes: int = field(
         default=256 << 20,
         metadata={"help": "freed memory kept for the next large requests, not returned to the OS (glibc; 0 = off)"},
