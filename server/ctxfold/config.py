@@ -41,7 +41,7 @@ class Settings:
     max_tool_result_bytes: int = field(default=16 << 20, metadata={"help": "largest raw tool result"})
     # Without it glibc unmaps each large buffer when freed, and every copy of the next request faults
     # its pages in again, on the event loop (`ctxfold.memory`). With 256 MiB, 8 clients repeating
-    # requests of the largest size found their buffers ready (`bench/availability.py`); 80 did not.
+    # requests of the largest size kept health under 62 ms; with 80 MiB, under 98 (`bench/availability.py`).
     retained_heap_bytes: int = field(
         default=256 << 20,
         metadata={"help": "freed memory kept for the next large requests, not returned to the OS (glibc; 0 = off)"},
