@@ -42,7 +42,7 @@ _PREFAULT_PIECE = 16 << 20
 def _glibc() -> ctypes.CDLL | None:
     if platform.libc_ver()[0] != "glibc":
         return None
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 
 
 def retain_large_buffers(retained_bytes: int) -> bool:
