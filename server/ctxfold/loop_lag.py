@@ -8,7 +8,8 @@ check coincides with none, the wait was outside the loop (for a CPU, in gRPC's o
 The lag falls short of how long the loop was held by up to the interval (a hold that starts late in
 one wait is seen only from that wait's end). Every 50 ms, a hold of 140 ms could pass unwarned; a
 5 ms timer saw holds of 70-100 ms in runs of `bench/availability.py` like those where the 50 ms one
-warned of none. Every 10 ms costs about 100 wake-ups a second, a few microseconds each."""
+warned of none. Every 10 ms costs under 1 % of one CPU on an idle loop (30-50 ms of CPU per 5 s,
+against about 20 at 50 ms, measured on this 2-core machine)."""
 
 from __future__ import annotations
 
