@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from conftest import free_port, fresh_database
 from ctxfold import cpu, loop_lag
 from ctxfold.api.pacing import LARGE_ANSWER_BYTES, AnswerPacer
 from ctxfold.config import Settings
+from ctxfold.engine import estimator
 from ctxfold.service import transcript as service_transcript
 from ctxfold.telemetry import INSTRUMENTS
 from ctxfold.v1 import context_service_pb2 as pb
@@ -51,8 +53,9 @@ APPEND_METHOD = "/ctxfold.v1.ContextService/AppendMessages"
 
 
 @asynccontextmanager
-async def serving(database: str, log: Path) -> AsyncIterator[str]:
-    """`ctxfold serve` on a free loopback port; yields its address once health answers SERVING."""
+async def serving(database: str, log: Path) -> AsyncIterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`ctxfold serve` on a free loopback port; yields its address and process once health answers
+    SERVING."""
     address = f"127.0.0.1:{free_port()}"
     command = [sys.executable, "-m", "ctxfold.cli", "serve", "--listen", address, "--database", database]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXFOLD_")}
@@ -69,7 +72,7 @@ async def serving(database: str, log: Path) -> AsyncIterator[str]:
                     await asyncio.sleep(0.1)
             else:
                 raise AssertionError(f"ctxfold serve did not start; its log is {log}")
-        yield address
+        yield address, process
     finally:
         process.send_signal(signal.SIGTERM)
         await asyncio.to_thread(process.wait, 30)
@@ -92,7 +95,7 @@ async def test_health_and_another_sessions_prepare_answer_while_clients_send_the
     backend: str, tmp_path: Path
 ) -> None:
     settings = Settings()
-    async with serving(await fresh_database(backend, tmp_path), tmp_path / "serve.log") as address:
+    async with serving(await fresh_database(backend, tmp_path), tmp_path / "serve.log") as (address, _):
         channels = [grpc.aio.insecure_channel(address, options=OPTIONS) for _ in range(CLIENTS)]
         stub = pb_grpc.ContextServiceStub(channels[0])
         big = pb.SessionConfig(context_window=100_000_000)
@@ -198,6 +201,63 @@ async def test_large_answers_go_out_a_loop_turn_apart_and_small_ones_at_once() -
     )
     assert order.index("small") < order.index("after a") < order.index("b"), order
     await asyncio.wait_for(pacer.turn(LARGE_ANSWER_BYTES), 1)  # the last turn was given back
+
+
+def test_large_texts_are_counted_in_a_process_of_their_own_at_the_lowest_priority() -> None:
+    """The counts are the tokenizer's own; the process runs at nice 19; a counting process that dies
+    is replaced, and the count it did not answer is made anyway."""
+    text = spaceless_text(cpu.OFFLOAD_MIN_BYTES * 4, 7)
+
+    def counting_processes() -> list[multiprocessing.Process]:
+        return [p for p in multiprocessing.active_children() if p.is_alive()]
+
+    assert cpu.count_text(text) == estimator.count_text(text)
+    (process,) = counting_processes()
+    assert process.pid is not None and process.pid != os.getpid()
+    assert os.getpriority(os.PRIO_PROCESS, process.pid) == cpu.COUNTING_NICE
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(10)
+    assert cpu.count_text(text) == estimator.count_text(text)
+    assert cpu.count_text(text + " more") == estimator.count_text(text + " more")
+    (replacement,) = counting_processes()
+    assert replacement.pid != process.pid
+    assert cpu.count_text("short") == estimator.count_text("short")
+
+
+def children(pid: int) -> set[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            # The command name (field 2) may hold spaces: the parent pid follows its closing bracket.
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(stat.parent.name))
+    return found
+
+
+def alive(pids: set[int]) -> dict[int, str]:
+    """The command lines of those of `pids` still running."""
+    found = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return found
+
+
+async def test_the_counting_process_of_a_server_killed_with_sigkill_exits(tmp_path: Path) -> None:
+    """A server killed with SIGKILL cannot stop its counting process: that process sees it is orphaned
+    and exits within a second, so crashes and restarts leave nothing behind."""
+    async with serving(f"sqlite:///{tmp_path / 'ctxfold.db'}", tmp_path / "serve.log") as (_, process):
+        helpers = alive(children(process.pid))
+        counting = [pid for pid, command in helpers.items() if "spawn_main" in command]
+        assert counting and os.getpriority(os.PRIO_PROCESS, counting[0]) == cpu.COUNTING_NICE, helpers
+        process.kill()
+        await asyncio.to_thread(process.wait, 10)
+        for _ in range(100):
+            if not alive(set(helpers)):
+                break
+            await asyncio.sleep(0.1)
+        assert not alive(set(helpers))
 
 
 def test_freed_large_buffers_are_kept_for_the_next_requests() -> None:

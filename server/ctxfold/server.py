@@ -15,7 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from sqlalchemy.exc import SQLAlchemyError
 
-from ctxfold import __version__, loop_lag, memory
+from ctxfold import __version__, cpu, loop_lag, memory
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator, load_tokens
 from ctxfold.api.servicer import ContextServicer, add_to_server
@@ -119,8 +119,10 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             f"database: cannot open {engine.url.render_as_string(hide_password=True)}: {cause}"
         ) from None
     store = Store(engine)
-    # Loaded now, off the loop: loading on the first count would stall the event loop ~0.5 s.
+    # Loaded now, off the loop: loading on the first count would stall the event loop ~0.5 s; and the
+    # counting process started, so that the first large append does not wait for it.
     await asyncio.to_thread(estimator.warm_up)
+    await asyncio.to_thread(cpu.start_counting)
     limits = AppendLimits(
         max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import tiktoken
 
@@ -73,11 +73,18 @@ def count_text(text: str) -> int:
     return sum(len(encoding.encode_ordinary(part)) for part in token_slices(text)) if text else 0
 
 
-def message_tokens(content: str, tool_calls: Iterable[ToolCall] = (), reasoning: str = "", name: str = "") -> int:
-    """Tokens of one message's own text, without the per-message overhead."""
-    total = count_text(content) + count_text(reasoning) + count_text(name)
+def message_tokens(
+    content: str,
+    tool_calls: Iterable[ToolCall] = (),
+    reasoning: str = "",
+    name: str = "",
+    count: Callable[[str], int] = count_text,
+) -> int:
+    """Tokens of one message's own text, without the per-message overhead; each text is counted by
+    `count` (the server's counts large texts in a process of their own: `ctxfold.cpu.count_text`)."""
+    total = count(content) + count(reasoning) + count(name)
     for call in tool_calls:
-        total += count_text(call.name) + count_text(call.arguments) + PER_TOOL_CALL_TOKENS
+        total += count(call.name) + count(call.arguments) + PER_TOOL_CALL_TOKENS
     return total
 
 

@@ -6,7 +6,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from ctxfold import cpu
-from ctxfold.engine import estimator
 from ctxfold.engine.maintenance import check_config_fits
 from ctxfold.engine.model import ConfigInput, SessionConfig, config_from_json, config_to_json, resolve_config
 from ctxfold.service.hot_state import HotState
@@ -22,10 +21,9 @@ class SessionInfo:
 
 
 def config_tokens(config: SessionConfig) -> ConfigTokens:
-    """Counted once, when a config is set, and stored with the session."""
-    return ConfigTokens(
-        system=estimator.count_text(config.system_prompt), tools=estimator.count_text(config.tools_json)
-    )
+    """Counted once, when a config is set, and stored with the session (large texts in the counting
+    process: call it from a worker of `cpu.run`)."""
+    return ConfigTokens(system=cpu.count_text(config.system_prompt), tools=cpu.count_text(config.tools_json))
 
 
 async def fitting_config_tokens(config: SessionConfig) -> ConfigTokens:

@@ -18,7 +18,8 @@ MAX_REQUEST_ID_CHARS = 128
 
 
 def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[MessageRow]:
-    """Bounds tool results and counts tokens once; the counts are stored and never recomputed.
+    """Bounds tool results and counts tokens once (large texts in the counting process: call it from a
+    worker of `cpu.run`); the counts are stored and never recomputed.
     User messages get a result_ref too (stored by reference, no copy): a fold that shows only part
     of one (a large task anchor, a long instruction, an agent's observation) names where all of it
     is read with ReadToolResult."""
@@ -40,7 +41,7 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
                     role=message.role,
                     content=content,
                     tokens=estimator.message_tokens(
-                        content, message.tool_calls, message.reasoning_content, message.name
+                        content, message.tool_calls, message.reasoning_content, message.name, cpu.count_text
                     ),
                     tool_calls=message.tool_calls,
                     tool_call_id=message.tool_call_id,
