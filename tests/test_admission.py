@@ -28,6 +28,10 @@ TOKEN_B = "tok-bravo-0123456789abcdef"
 A = (("authorization", f"Bearer {TOKEN_A}"),)
 B = (("authorization", f"Bearer {TOKEN_B}"),)
 PER_TENANT = 4
+MiB = 1 << 20
+REQUEST_BYTES = 3 * MiB  # large requests (1 MiB or more) in progress at once, in bytes
+# The largest request, and so the bytes of large requests worked on at once (`RequestPacer`).
+RECEIVE_BYTES = 2 * MiB + 64 * 1024
 
 
 @dataclass
@@ -50,6 +54,8 @@ async def busy(backend: str, tmp_path: Path) -> AsyncIterator[Busy]:
             max_concurrent_rpcs=PER_TENANT + 2,
             max_concurrent_rpcs_per_tenant=PER_TENANT,
             max_waiting_per_session=1,
+            max_concurrent_request_bytes=REQUEST_BYTES,
+            max_receive_message_bytes=RECEIVE_BYTES,
         )
         running = await start(settings)
         try:
@@ -133,3 +139,51 @@ async def test_health_and_other_tenants_answer_while_one_tenant_saturates_its_sl
     await asyncio.wait_for(asyncio.gather(*folds, waiting), 30)
     # Once the calls are done, tenant A is served again.
     assert len((await stub.ListSessions(pb.ListSessionsRequest(), metadata=A, timeout=5)).sessions) == 3
+
+
+def user_text(size: int) -> str:
+    return ("the build log says nothing new " * (size // 31 + 1))[:size]
+
+
+async def test_a_prepare_waiting_after_its_large_append_holds_its_bytes_but_not_the_next_large_requests_turn(
+    busy: Busy,
+) -> None:
+    """Large requests take turns, but a Prepare's turn ends once its append is stored: one that then
+    waits for its session's fold does not hold up other large requests. Its bytes stay counted until
+    its call ends: a large request past the server's bound is refused at once (SESSION_BUSY, scope
+    server, with `limit_bytes` and a RetryInfo), small ones are served, and once the Prepare is done
+    the refused request is accepted."""
+    stub, fake = busy.stub, busy.fake
+    fake.script(then="stall")
+    folding = await session_to_fold(stub)
+    fold = asyncio.ensure_future(drain(stub.Prepare(pb.PrepareRequest(session_id=folding), metadata=A)))
+    await until_requests(fake, 1)
+    # Must be maintained (overflow): waits for the fold in flight, after appending 1.5 MiB.
+    big_turn = [pb.Message(role=pb.ROLE_USER, content=user_text(3 * MiB // 2))]
+    overflowing = pb.PrepareRequest(session_id=folding, overflow=True, append=big_turn)
+    waiting = asyncio.ensure_future(drain(stub.Prepare(overflowing, metadata=A)))
+    for _ in range(200):
+        listed = await stub.ListMessages(pb.ListMessagesRequest(session_id=folding, page_size=1000), metadata=A)
+        if listed.messages[-1].content == big_turn[0].content:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the Prepare's append was not stored")
+    config = pb.SessionConfig(context_window=10_000_000)
+    other = (await stub.CreateSession(pb.CreateSessionRequest(config=config), metadata=B)).session.id
+
+    def append(size: int) -> grpc.aio.UnaryUnaryCall[pb.AppendMessagesRequest, pb.AppendMessagesResponse]:
+        messages = [pb.Message(role=pb.ROLE_USER, content=user_text(size))]
+        return stub.AppendMessages(pb.AppendMessagesRequest(session_id=other, messages=messages), metadata=B)
+
+    # 2.75 MiB with the Prepare's: admitted, and worked on at once although both do not fit in one
+    # turn (RECEIVE_BYTES): the Prepare's turn ended with its append.
+    await asyncio.wait_for(append(MiB + MiB // 4), 10)
+    delay = await asyncio.wait_for(refused(append(2 * MiB), "server"), 10)  # 3.5 MiB: past the bound
+    assert delay > 0
+    await asyncio.wait_for(append(MiB // 2), 10)  # small requests are not counted
+    assert not waiting.done()
+    fake.release()
+    await asyncio.wait_for(asyncio.gather(fold, waiting, return_exceptions=True), 30)
+    stored = (await asyncio.wait_for(append(2 * MiB), 10)).messages
+    assert len(stored[0].content) == 2 * MiB

@@ -29,9 +29,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from conftest import free_port, fresh_database
 from ctxfold import cpu, loop_lag
-from ctxfold.api.pacing import LARGE_ANSWER_BYTES, AnswerPacer
+from ctxfold.api.admission import Admission
+from ctxfold.api.pacing import LARGE_BYTES, AnswerPacer, RequestPacer
 from ctxfold.config import Settings
 from ctxfold.engine import estimator
+from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.service import transcript as service_transcript
 from ctxfold.telemetry import INSTRUMENTS
 from ctxfold.v1 import context_service_pb2 as pb
@@ -196,11 +198,85 @@ async def test_large_answers_go_out_a_loop_turn_apart_and_small_ones_at_once() -
         order.append(name)
         asyncio.get_running_loop().call_soon(order.append, f"after {name}")
 
-    await asyncio.gather(
-        answer("a", LARGE_ANSWER_BYTES), answer("b", LARGE_ANSWER_BYTES), answer("small", LARGE_ANSWER_BYTES - 1)
-    )
+    await asyncio.gather(answer("a", LARGE_BYTES), answer("b", LARGE_BYTES), answer("small", LARGE_BYTES - 1))
     assert order.index("small") < order.index("after a") < order.index("b"), order
-    await asyncio.wait_for(pacer.turn(LARGE_ANSWER_BYTES), 1)  # the last turn was given back
+    await asyncio.wait_for(pacer.turn(LARGE_BYTES), 1)  # the last turn was given back
+
+
+async def test_large_requests_take_turns_in_order_of_arrival_by_bytes_and_small_ones_do_not_wait() -> None:
+    """A large request is worked on once the large ones before it are done, up to one largest
+    request's bytes at once; a later one never overtakes an earlier one that does not fit yet; a
+    small request never waits; a cancelled waiter gives its place on, and a turn ended early
+    (`Turn.end`, once or twice) lets the next one start."""
+    capacity = 4 * LARGE_BYTES
+    pacer = RequestPacer(capacity)
+    order: list[str] = []
+    gates = {name: asyncio.Event() for name in ("a", "b", "c", "d", "e")}
+
+    async def request(name: str, size: int, end_early: bool = False) -> None:
+        async with pacer.turn(size) as turn:
+            order.append(f"{name} starts")
+            if end_early:
+                turn.end()
+                turn.end()
+            await gates[name].wait()
+            order.append(f"{name} ends")
+
+    async def settled() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    tasks = {"a": asyncio.create_task(request("a", 2 * LARGE_BYTES))}
+    await settled()
+    tasks["b"] = asyncio.create_task(request("b", 10 * capacity))  # larger than the capacity: alone
+    await settled()
+    tasks["c"] = asyncio.create_task(request("c", LARGE_BYTES))  # fits beside a, but b came first
+    tasks["d"] = asyncio.create_task(request("d", LARGE_BYTES))
+    await settled()
+    async with pacer.turn(LARGE_BYTES - 1):
+        order.append("small")
+    assert order == ["a starts", "small"], order
+    tasks["d"].cancel()  # its client went away while it waited
+    gates["a"].set()
+    await settled()
+    assert order[-2:] == ["a ends", "b starts"], order
+    gates["b"].set()
+    await settled()
+    assert order[-2:] == ["b ends", "c starts"], order
+    tasks["e"] = asyncio.create_task(request("e", capacity, end_early=True))
+    await settled()
+    assert "e starts" not in order  # c still holds a part of the capacity
+    gates["c"].set()
+    await settled()
+    assert order[-2:] == ["c ends", "e starts"], order
+    # e ended its turn early: the next large request starts while e is still running.
+    async with asyncio.timeout(1), pacer.turn(capacity):
+        order.append("after e's turn")
+    gates["e"].set()
+    await asyncio.gather(*tasks.values(), return_exceptions=True)
+    assert tasks["d"].cancelled() and "d starts" not in order
+    async with asyncio.timeout(1), pacer.turn(capacity):  # everything was given back
+        pass
+
+
+def test_an_admitted_large_request_holds_its_bytes_until_its_call_ends() -> None:
+    """Large requests in progress hold at most `max_request_bytes` in all (one is admitted alone
+    whatever its size); small requests are not counted."""
+    admission = Admission(max_calls=10, max_calls_per_tenant=10, max_request_bytes=3 * LARGE_BYTES)
+    with admission.admit("a", 2 * LARGE_BYTES):
+        with pytest.raises(DomainError) as caught, admission.admit("b", 2 * LARGE_BYTES):
+            pass
+        error = caught.value
+        assert (error.kind, error.reason) == (Kind.RESOURCE_EXHAUSTED, "SESSION_BUSY")
+        assert error.metadata["scope"] == "server" and error.metadata["limit_bytes"] == str(3 * LARGE_BYTES)
+        assert error.retry_after_seconds > 0
+        with admission.admit("b", LARGE_BYTES), admission.admit("b", LARGE_BYTES - 1):
+            pass
+    # Alone, a request above the bound is admitted; beside it, none is.
+    with admission.admit("b", 10 * LARGE_BYTES), pytest.raises(DomainError), admission.admit("a", LARGE_BYTES):
+        pass
+    with admission.admit("a", 3 * LARGE_BYTES):
+        pass
 
 
 def test_large_texts_are_counted_in_a_process_of_their_own_at_the_lowest_priority() -> None:

@@ -52,6 +52,12 @@ class Settings:
     max_concurrent_rpcs_per_tenant: int = field(
         default=64, metadata={"help": "RPCs one tenant may have in progress at once; more are refused"}
     )
+    # Eight requests of the largest size: what they hold while they wait their turn, and the one worked
+    # on, fit in `retained_heap_bytes` (`ctxfold.api.admission`, `ctxfold.api.pacing`).
+    max_concurrent_request_bytes: int = field(
+        default=160 << 20,
+        metadata={"help": "bytes of large requests (1 MiB or more) in progress at once; more are refused"},
+    )
     max_waiting_per_session: int = field(
         default=16, metadata={"help": "Prepare/Compact calls that may wait for one session's maintenance"}
     )

@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ctxfold import __version__, cpu, loop_lag, memory
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator, load_tokens
+from ctxfold.api.pacing import RequestPacer
 from ctxfold.api.servicer import ContextServicer, add_to_server
 from ctxfold.config import Settings
 from ctxfold.engine import estimator
@@ -147,7 +148,10 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         tool_results=ToolResults(store),
         lineage=Lineage(store, sessions),
         maintenance=maintenance,
-        admission=Admission(settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant),
+        admission=Admission(
+            settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant, settings.max_concurrent_request_bytes
+        ),
+        requests=RequestPacer(settings.max_receive_message_bytes),
         checkpoints=Checkpoints(store),
     )
     server = grpc.aio.server(

@@ -1,7 +1,13 @@
-"""Admission of ContextService calls: how many run at once in the whole server and per tenant. A call
-past a bound is refused at once (RESOURCE_EXHAUSTED, SESSION_BUSY, with a RetryInfo delay) instead of
-queueing. Health and reflection are not counted, so they answer however busy the server is, and no
-tenant can take the slots every other tenant needs."""
+"""Admission of ContextService calls: how many run at once in the whole server and per tenant, and
+how many bytes of large requests the server holds at once. A call past a bound is refused at once
+(RESOURCE_EXHAUSTED, SESSION_BUSY, with a RetryInfo delay) instead of queueing. Health and
+reflection are not counted, so they answer however busy the server is, and no tenant can take the
+slots every other tenant needs.
+
+The bytes bound is what keeps memory bounded under any number of clients: gRPC hands a request over
+whole, so each large call holds its request (and, while it is worked on, a few times that: see
+`ctxfold.api.pacing`) until it ends. A large request past the bound is refused as soon as it is
+handed over, and its bytes are freed at once."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ctxfold.api.pacing import LARGE_BYTES
 from ctxfold.engine.errors import busy
 
 
@@ -16,12 +23,16 @@ from ctxfold.engine.errors import busy
 class Admission:
     max_calls: int
     max_calls_per_tenant: int
+    # Large requests (`LARGE_BYTES` or more) in progress hold at most this many bytes in all; one
+    # is admitted on its own whatever its size.
+    max_request_bytes: int
     retry_after_seconds: float = 1.0
     _calls: int = 0
     _per_tenant: dict[str, int] = field(default_factory=dict)
+    _request_bytes: int = 0
 
     @contextlib.contextmanager
-    def admit(self, tenant: str) -> Iterator[None]:
+    def admit(self, tenant: str, request_bytes: int) -> Iterator[None]:
         held = self._per_tenant.get(tenant, 0)
         if held >= self.max_calls_per_tenant:
             raise busy(
@@ -37,12 +48,24 @@ class Admission:
                 scope="server",
                 limit=self.max_calls,
             )
+        counted = request_bytes if request_bytes >= LARGE_BYTES else 0
+        if counted and self._request_bytes and self._request_bytes + counted > self.max_request_bytes:
+            raise busy(
+                f"the server already holds {self._request_bytes} bytes of large requests in progress "
+                f"(at most {self.max_request_bytes}, this one has {request_bytes}); retry later",
+                self.retry_after_seconds,
+                scope="server",
+                limit_bytes=self.max_request_bytes,
+                request_bytes=request_bytes,
+            )
         self._calls += 1
         self._per_tenant[tenant] = held + 1
+        self._request_bytes += counted
         try:
             yield
         finally:
             self._calls -= 1
+            self._request_bytes -= counted
             remaining = self._per_tenant[tenant] - 1
             if remaining:
                 self._per_tenant[tenant] = remaining

@@ -18,7 +18,7 @@ from ctxfold.api import convert
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
-from ctxfold.api.pacing import AnswerPacer
+from ctxfold.api.pacing import AnswerPacer, RequestPacer, Turn
 from ctxfold.api.tracing import annotate_request, annotate_response, mark_error, traced
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind, invalid
@@ -55,9 +55,9 @@ _REQUEST_TYPES: dict[str, type[Message]] = {m.name: getattr(pb, m.input_type.nam
 _MESSAGE_FIELDS = {"AppendMessages": "messages", "Prepare": "append"}
 
 
-def _parse(method_name: str, raw: bytes) -> tuple[Any, tuple[list[NewMessage], ...]]:
-    """The request of `method_name` decoded from its wire bytes and checked, and the arguments its
-    method takes besides it: the converted messages of the RPCs in `_MESSAGE_FIELDS`."""
+def _parse(method_name: str, raw: bytes) -> tuple[Any, list[NewMessage] | None]:
+    """The request of `method_name` decoded from its wire bytes and checked, and for the RPCs in
+    `_MESSAGE_FIELDS` its messages converted."""
     request_type = _REQUEST_TYPES[method_name]
     try:
         request = request_type.FromString(raw)
@@ -69,7 +69,12 @@ def _parse(method_name: str, raw: bytes) -> tuple[Any, tuple[list[NewMessage], .
     annotate_request(request)
     check_request(request, raw)
     field = _MESSAGE_FIELDS.get(method_name)
-    return request, (() if field is None else (convert.new_messages(getattr(request, field), field=field),))
+    if field is None:
+        return request, None
+    messages = convert.new_messages(getattr(request, field), field=field)
+    # The decoded request keeps a copy of every content until it is freed: the call keeps the rest.
+    request.ClearField(field)
+    return request_type.FromString(request.SerializeToString()), messages
 
 
 async def _encoded(
@@ -126,19 +131,22 @@ async def _abort(context: Context, exc: Exception) -> NoReturn:
 def unary(
     method: Callable[..., Awaitable[Response | bytes]],
 ) -> Callable[[Any, bytes, Context], Awaitable[Response | bytes]]:
-    """Decodes the request, authenticates the caller and turns every failure into a status with an
-    ErrorInfo. The method is called with the request, the context, the tenant and the converted
-    messages of the RPCs in `_MESSAGE_FIELDS`."""
+    """Authenticates the caller, admits the call, waits for a large request's turn (`RequestPacer`),
+    decodes the request and turns every failure into a status with an ErrorInfo. The method is called
+    with the request, the context and the tenant, and for the RPCs in `_MESSAGE_FIELDS` with the
+    converted messages and the request's turn (which the method may end early)."""
 
     @functools.wraps(method)
     async def handler(self: ContextServicer, raw: bytes, context: Context) -> Response | bytes:
         try:
             tenant = self.auth.tenant(context)
-            request, inputs = await cpu.run(len(raw), _parse, method.__name__, raw)
-            with self.admission.admit(tenant):
-                response = await method(self, request, context, tenant, *inputs)
+            with self.admission.admit(tenant, len(raw)):
+                async with self.requests.turn(len(raw)) as turn:
+                    request, messages = await cpu.run(len(raw), _parse, method.__name__, raw)
+                    inputs = () if messages is None else (messages, turn)
+                    response = await method(self, request, context, tenant, *inputs)
             if isinstance(response, bytes):  # `_encoded` annotated it; it may be large
-                await self.pacer.turn(len(response))
+                await self.answers.turn(len(response))
             else:
                 annotate_response(request, response)  # type: ignore[arg-type]
             return response
@@ -192,6 +200,7 @@ class ContextServicer:
         lineage: Lineage,
         maintenance: Maintenance,
         admission: Admission,
+        requests: RequestPacer,
         checkpoints: Checkpoints,
     ):
         self.auth = auth
@@ -202,7 +211,8 @@ class ContextServicer:
         self.lineage = lineage
         self.maintenance = maintenance
         self.checkpoints = checkpoints
-        self.pacer = AnswerPacer()
+        self.requests = requests
+        self.answers = AnswerPacer()
 
     @unary
     async def CreateSession(
@@ -232,7 +242,7 @@ class ContextServicer:
 
     @unary
     async def AppendMessages(
-        self, request: pb.AppendMessagesRequest, context: Context, tenant: str, messages: list[NewMessage]
+        self, request: pb.AppendMessagesRequest, context: Context, tenant: str, messages: list[NewMessage], turn: Turn
     ) -> bytes:
         stored, record = await self.transcript.append(tenant, request.session_id, messages, request.request_id)
         session = convert.session_pb(session_info(record))
@@ -284,10 +294,17 @@ class ContextServicer:
 
     @unary
     async def Prepare(
-        self, request: pb.PrepareRequest, context: Context, tenant: str, append: list[NewMessage]
+        self, request: pb.PrepareRequest, context: Context, tenant: str, append: list[NewMessage], turn: Turn
     ) -> pb.PrepareResponse | bytes:
+        # The turn ends once the append is stored: maintenance may wait for a summarizer.
         events = self.maintenance.prepare(
-            tenant, request.session_id, append, request.overflow, request.known_view_version, request.request_id
+            tenant,
+            request.session_id,
+            append,
+            request.overflow,
+            request.known_view_version,
+            request.request_id,
+            on_appended=turn.end,
         )
         return await _streamed(pb.PrepareResponse, events, context)
 

@@ -226,10 +226,12 @@ class Maintenance:
         overflow: bool,
         known_view_version: int,
         request_id: str = "",
+        on_appended: Callable[[], None] = lambda: None,
     ) -> AsyncGenerator[Event, None]:
         """The checks, the append and an answer from the hot state run in the caller's task: they emit
         no progress, so the common call (one result) pays for no task and queue. Only maintenance,
-        which may report progress, runs as a `_stream` task."""
+        which may report progress, runs as a `_stream` task. `on_appended` is called once the append
+        is stored (or found to be nothing), before anything waits for a lock or a summarizer."""
         started = time.perf_counter()
         config, tokens = await self.configs.get(tenant, session_id)
         check_fixed_costs(config, tokens.system, tokens.tools)
@@ -237,6 +239,7 @@ class Maintenance:
         if not overflow:
             answered = await self._prepare_hot(tenant, session_id, append, rows, request_id, known_view_version)
             if answered is not None:
+                on_appended()
                 run, state, prepared = answered
                 try:
                     self._finish(run, state, prepared, started)
@@ -247,6 +250,7 @@ class Maintenance:
         appended: list[StoredMessage] = []
         if append:
             appended, _ = await self.transcript.append_rows(tenant, session_id, append, rows, request_id)
+        on_appended()
 
         async def work(emit: Emit) -> Prepared:
             try:
