@@ -11,7 +11,13 @@ import grpc
 import pytest
 
 from conftest import fresh_database, settings_for
+from ctxfold.api import convert
+from ctxfold.api.servicer import _result_bytes
+from ctxfold.engine.maintenance import Action
+from ctxfold.engine.model import Role, StoredMessage, ToolCall
+from ctxfold.engine.view import ViewMessage
 from ctxfold.server import start
+from ctxfold.service.maintenance import Prepared
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
@@ -76,3 +82,44 @@ async def test_a_view_too_large_for_one_response_is_refused_with_a_reason(
         "RESPONSE_TOO_LARGE",
     )
     assert int(info.metadata["view_bytes"]) > int(info.metadata["max_response_bytes"])
+
+
+@pytest.mark.parametrize("response_type", [pb.PrepareResponse, pb.CompactResponse])
+def test_a_result_serialized_one_message_at_a_time_is_the_result_built_whole(
+    response_type: type[pb.PrepareResponse] | type[pb.CompactResponse],
+) -> None:
+    """Prepare and Compact results are serialized message by message (no single call copies the whole
+    view); their bytes decode to exactly the response built whole: every message in order, every other
+    field, with a length that takes several bytes to write."""
+    stored = [
+        StoredMessage(
+            id=f"m{i}", seq=i + 1, role=Role.USER if i % 2 else Role.ASSISTANT, content="x" * (i * 70_000), tokens=i
+        )
+        for i in range(4)
+    ]
+    calls = (ToolCall(id="c1", name="bash", arguments='{"cmd": "ls"}'),)
+    stored.append(StoredMessage(id="m9", seq=9, role=Role.ASSISTANT, content="", tokens=3, tool_calls=calls))
+    prepared = Prepared(
+        messages=[
+            ViewMessage(Role.SYSTEM, "be brief", 2),
+            *(ViewMessage(m.role, m.content, m.tokens, m) for m in stored),
+        ],
+        estimated_tokens=1234,
+        view_version=7,
+        action=Action.FOLDED,
+        cache_state="cold",
+        prompt_cache_key="key",
+        checkpoint_id="cp1",
+        stable_prefix_messages=2,
+        delta=False,
+        view_message_count=6,
+        trigger_tokens=900,
+        hard_limit_tokens=1000,
+        appended=stored[-2:],
+        not_folded_detail="",
+        candidate_summary="summary",
+        folded_results_ref="ref",
+    )
+    whole = response_type(result=convert.prepared_pb(prepared))
+    parsed = response_type.FromString(_result_bytes(response_type, prepared))
+    assert parsed == whole and len(whole.result.messages) == 6 and len(whole.result.appended) == 2

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -158,16 +159,40 @@ def unary(
     return handler
 
 
+_LENGTH_DELIMITED = 2  # the protobuf wire type of strings, bytes and messages
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _result_bytes(response_type: type[EventResponse], prepared: Prepared) -> bytes:
+    """`response_type(result=prepared_pb(prepared))` serialized one message at a time, as `_encoded`
+    does: built whole, the view (20 MiB and more) was copied in single calls holding the GIL, three
+    times (protobuf copies a sub-message given to a constructor by serializing it). The result's
+    wire form is its repeated fields' elements and its other fields, concatenated, behind the
+    result field's tag and length."""
+    parts: list[bytes] = [
+        pb.PreparedContext(messages=[convert.view_message_pb(v)]).SerializeToString() for v in prepared.messages
+    ]
+    parts += [pb.PreparedContext(appended=[convert.message_pb(m)]).SerializeToString() for m in prepared.appended]
+    parts.append(convert.prepared_pb(replace(prepared, messages=[], appended=[])).SerializeToString())
+    result_field = response_type.DESCRIPTOR.fields_by_name["result"]
+    tag = _varint(result_field.number << 3 | _LENGTH_DELIMITED)
+    return b"".join([tag, _varint(sum(map(len, parts))), *parts])
+
+
 async def _event_response(response_type: type[EventResponse], event: Event) -> EventResponse | bytes:
     """A fold progress event as it is; a result (the whole view) serialized off the loop when large."""
-
-    def build() -> EventResponse:
-        return response_type(**convert.event_fields(event))  # type: ignore[arg-type]
-
     if not isinstance(event, Prepared):
-        return build()
+        return response_type(**convert.event_fields(event))  # type: ignore[arg-type]
     size = sum(len(v.content) for v in event.messages) + text_chars(event.appended)
-    return await cpu.run(size, lambda: build().SerializeToString())
+    return await cpu.run(size, _result_bytes, response_type, event)
 
 
 async def _streamed(
