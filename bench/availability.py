@@ -11,6 +11,8 @@ a) health-check latency (count, p50, p99, max, checks over 100 ms), probed every
      one request carries);
    - a Prepare whose append is the first case's messages (its answer carries them back);
    - --clients concurrent clients, each sending the first case's AppendMessages;
+   - --clients concurrent clients, each a Prepare answered with its whole view: the first case's
+     messages (appended by the previous case, or beforehand);
    - an AppendMessages twice as large as a request may be: gRPC refuses it (RESOURCE_EXHAUSTED) before
      copying it into Python, so the loop does not stall (a refusal by the handler would come after
      the copy);
@@ -53,7 +55,7 @@ IDLE_SECONDS = 2.0
 # Room left in a request for everything but the contents (ids, roles, framing).
 REQUEST_OVERHEAD_BYTES = 64 << 10
 LARGEST_WINDOW = 100_000_000
-CASES = ("idle", "append", "result", "prepare", "clients", "oversized")
+CASES = ("idle", "append", "result", "prepare", "clients", "views", "oversized")
 
 
 def spaceless(size: int, seed: int) -> str:
@@ -194,10 +196,16 @@ async def run(
             request = pb.AppendMessagesRequest(session_id=session_id, messages=messages)
             return outcome_of(client_stub.AppendMessages(request, timeout=600))
 
-        async def concurrent() -> str:
-            stubs = [pb_grpc.ContextServiceStub(channel) for channel in channels]
-            outcomes = await asyncio.gather(*(append(s, u) for s, u in zip(stubs, users[2:], strict=True)))
-            return ",".join(sorted(set(outcomes)))
+        def each_client(call: Callable[[pb_grpc.ContextServiceAsyncStub, str], Awaitable[str]]) -> Awaitable[str]:
+            async def calls() -> str:
+                stubs = [pb_grpc.ContextServiceStub(channel) for channel in channels]
+                outcomes = await asyncio.gather(*(call(s, u) for s, u in zip(stubs, users[2:], strict=True)))
+                return ",".join(sorted(set(outcomes)))
+
+            return calls()
+
+        def view(client_stub: pb_grpc.ContextServiceAsyncStub, session_id: str) -> Awaitable[str]:
+            return outcome_of(prepared(client_stub, pb.PrepareRequest(session_id=session_id)))
 
         async def send_oversized(session_id: str) -> str:
             # A channel that lets it leave this process: the refusal must be the server's.
@@ -219,13 +227,20 @@ async def run(
                 messages_bytes,
                 lambda: outcome_of(prepared(stub, pb.PrepareRequest(session_id=users[1], append=messages))),
             ),
-            "clients": (f"{clients} clients x append {count} x user", clients * messages_bytes, concurrent),
+            "clients": (
+                f"{clients} clients x append {count} x user",
+                clients * messages_bytes,
+                lambda: each_client(append),
+            ),
+            "views": (f"{clients} clients x prepare, whole view", clients * messages_bytes, lambda: each_client(view)),
             "oversized": (
                 f"append {len(oversized)} x user message",
                 len(oversized) * limits.max_message_bytes,
                 lambda: send_oversized(users[0]),
             ),
         }
+        if "views" in selected and "clients" not in selected[: selected.index("views")]:
+            await each_client(append)  # the views to answer
         cases = [await probed(server.address, log_path, *loads[name]) for name in selected]
         for channel in channels:
             await channel.close()

@@ -1,5 +1,6 @@
-"""The AppendMessages benchmark runs end to end (tiny settings, SQLite only) and reports positive
-numbers, both as the table and as JSON. It measures nothing here; it only must not rot."""
+"""The AppendMessages and availability benchmarks run end to end (tiny settings, SQLite only) and
+report what they should: positive numbers, as the table and as JSON; every load's outcome. They
+measure nothing here; they only must not rot."""
 
 from __future__ import annotations
 
@@ -46,3 +47,26 @@ def test_append_throughput_benchmark_smoke(tmp_path: Path) -> None:
     assert medians["tool_results"]["mib_per_s"] > 0
     assert document["settings"]["tool_result_bytes"] > 190 * 1024
     assert document["settings"]["trace_messages"] > 0
+
+
+def test_availability_benchmark_smoke(tmp_path: Path) -> None:
+    """Every load of `bench/availability.py` runs at small limits and gets the outcome it should: the
+    appends, Prepares and views answer, the request twice the limit is refused by gRPC."""
+    command = [sys.executable, str(ROOT / "bench" / "availability.py"), "--backends", "sqlite", "--clients", "2"]
+    command += ["--max-receive-message-bytes", str(2 << 20), "--max-send-message-bytes", str(3 << 20)]
+    command += ["--max-message-bytes", str(256 << 10), "--max-tool-result-bytes", str(1 << 20)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Each load's row: its name, then request MiB, client s, outcome and six numbers.
+    rows = {line.split("  ")[0].strip(): line.split()[-7] for line in result.stdout.splitlines() if "  " in line}
+    expected = {
+        "idle": "OK",
+        "append 8 x user message": "OK",
+        "append 1 x tool result": "OK",
+        "prepare, append 8 x user message": "OK",
+        "2 clients x append 8 x user": "OK",
+        "2 clients x prepare, whole view": "OK",
+        "append 17 x user message": "RESOURCE_EXHAUSTED",
+    }
+    assert {name: rows.get(name) for name in expected} == expected, result.stdout
+    assert "b) one 16 KiB page" in result.stdout, result.stdout

@@ -1,9 +1,11 @@
 """`ctxfold serve` (a process of its own, as deployed) keeps answering health checks and other
 sessions' Prepares while clients send it the largest requests its default limits allow: decoding,
-checking, token counting, hashing and answering them never hold the event loop or the GIL for long,
-the CPU work of all of them queues for a pool that leaves the loop a CPU (`ctxfold.cpu`), and the
-limits bound what gRPC copies on the loop. The 100 ms goal is measured by `bench/availability.py`;
-these bounds are generous for a loaded CI machine and far below what a frozen server takes."""
+checking, hashing and answering them never hold the event loop or the GIL for long, their CPU work
+queues for a pool that leaves the loop a CPU and their token counts are made in a low-priority
+process (`ctxfold.cpu`), large requests take turns and their bytes in progress are bounded
+(`ctxfold.api.pacing`, `ctxfold.api.admission`), and the limits bound what gRPC copies on the loop.
+The 100 ms goal is measured by `bench/availability.py`; these bounds are generous for a loaded CI
+machine and far below what a frozen server takes."""
 
 from __future__ import annotations
 
