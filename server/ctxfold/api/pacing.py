@@ -53,13 +53,15 @@ class RequestPacer:
         self._in_use = 0
         self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
 
-    @contextlib.asynccontextmanager
-    async def turn(self, request_bytes: int) -> AsyncIterator[Turn]:
-        """Waits for the turn of a request of `request_bytes`; a small one has its turn at once."""
+    def turn(self, request_bytes: int) -> contextlib.AbstractAsyncContextManager[Turn]:
+        """Waits for the turn of a request of `request_bytes`; a small one has its turn at once (at
+        no cost: most calls are small)."""
         if request_bytes < LARGE_BYTES:
-            yield Turn()
-            return
-        weight = min(request_bytes, self.capacity_bytes)
+            return _AT_ONCE
+        return self._large_turn(min(request_bytes, self.capacity_bytes))
+
+    @contextlib.asynccontextmanager
+    async def _large_turn(self, weight: int) -> AsyncIterator[Turn]:
         await self._acquire(weight)
         turn = Turn(self, weight)
         try:
@@ -94,6 +96,9 @@ class RequestPacer:
             weight, granted = self._waiting.popleft()
             self._in_use += weight
             granted.set_result(None)
+
+
+_AT_ONCE = contextlib.nullcontext(Turn())
 
 
 class AnswerPacer:

@@ -19,7 +19,7 @@ from ctxfold.api import convert
 from ctxfold.api.admission import Admission
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
-from ctxfold.api.pacing import AnswerPacer, RequestPacer, Turn
+from ctxfold.api.pacing import LARGE_BYTES, AnswerPacer, RequestPacer, Turn
 from ctxfold.api.tracing import annotate_request, annotate_response, mark_error, traced
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, Kind, invalid
@@ -73,6 +73,8 @@ def _parse(method_name: str, raw: bytes) -> tuple[Any, list[NewMessage] | None]:
     if field is None:
         return request, None
     messages = convert.new_messages(getattr(request, field), field=field)
+    if len(raw) < LARGE_BYTES:
+        return request, messages
     # The decoded request keeps a copy of every content until it is freed: the call keeps the rest.
     request.ClearField(field)
     return request_type.FromString(request.SerializeToString()), messages
