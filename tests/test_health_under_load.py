@@ -302,6 +302,24 @@ def test_large_texts_are_counted_in_a_process_of_their_own_at_the_lowest_priorit
     assert cpu.count_text("short") == estimator.count_text("short")
 
 
+def test_without_a_counting_process_texts_are_counted_in_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a process cannot be started (no /dev/shm for its queue's locks, say), every count is made
+    in the calling thread, and after `MAX_FAILURES` attempts no more are made."""
+    attempts = 0
+
+    def no_processes(method: str) -> Any:
+        nonlocal attempts
+        attempts += 1
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(cpu.multiprocessing, "get_context", no_processes)
+    counting = cpu._CountingProcess()
+    text = spaceless_text(cpu.OFFLOAD_MIN_BYTES * 2, 3)
+    for _ in range(counting.MAX_FAILURES + 2):
+        assert counting.run(estimator.count_text, text) == estimator.count_text(text)
+    assert attempts == counting.MAX_FAILURES
+
+
 def children(pid: int) -> set[int]:
     """The processes whose parent is `pid` (from /proc)."""
     found = set()

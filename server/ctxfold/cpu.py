@@ -78,34 +78,55 @@ def _start_counting() -> None:
 
 class _CountingProcess:
     """The process that counts large texts, started on first use (or by `start_counting`), and
-    started again if it dies: a count it did not answer is made in the calling thread instead."""
+    started again if it dies: a count it did not answer is made in the calling thread instead. A
+    process that cannot start, or dies `MAX_FAILURES` times in a row, is given up for this server's
+    life: counts are then made in the calling thread, as a warning says."""
+
+    MAX_FAILURES = 3
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._executor: ProcessPoolExecutor | None = None
+        self._failures = 0
 
-    def executor(self) -> ProcessPoolExecutor:
+    def _executor_or_none(self) -> ProcessPoolExecutor | None:
         with self._lock:
-            if self._executor is None:
+            if self._executor is None and self._failures < self.MAX_FAILURES:
                 # spawn: a fork of a process running gRPC's threads is not safe.
                 context = multiprocessing.get_context("spawn")
                 self._executor = ProcessPoolExecutor(1, mp_context=context, initializer=_start_counting)
             return self._executor
 
-    def replace(self, broken: ProcessPoolExecutor) -> None:
+    def _failed(self, executor: ProcessPoolExecutor | None, error: BaseException) -> None:
         with self._lock:
-            if self._executor is broken:
-                self._executor = None
-        broken.shutdown(wait=False, cancel_futures=True)
+            if executor is not None and self._executor is not executor:
+                return  # another thread has already replaced it
+            self._executor = None
+            self._failures += 1
+            given_up = self._failures >= self.MAX_FAILURES
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+        if given_up:
+            log.error(
+                "the token counting process failed %d times (%s); counting in the server's threads",
+                self._failures,
+                error,
+            )
+        else:
+            log.warning("the token counting process failed (%s); starting another, counting this text here", error)
 
-    def count(self, text: str) -> int:
-        executor = self.executor()
+    def run(self, function: Callable[[str], int], text: str) -> int:
+        executor = None
         try:
-            return executor.submit(estimator.count_text, text).result()
-        except BrokenProcessPool:
-            log.warning("the token counting process died; starting another, counting this text here")
-            self.replace(executor)
-            return estimator.count_text(text)
+            executor = self._executor_or_none()
+            if executor is None:
+                return function(text)
+            counted = executor.submit(function, text).result()
+        except (BrokenProcessPool, OSError) as error:
+            self._failed(executor, error)
+            return function(text)
+        self._failures = 0
+        return counted
 
 
 _counting = _CountingProcess()
@@ -114,7 +135,7 @@ _counting = _CountingProcess()
 def start_counting() -> None:
     """Starts the counting process and waits until it has loaded the encoding (about a second), so
     that the first large append does not wait for it. Blocks: call it off the event loop."""
-    _counting.executor().submit(int).result()
+    _counting.run(len, "")
 
 
 def count_text(text: str) -> int:
@@ -122,4 +143,4 @@ def count_text(text: str) -> int:
     the process counts: call it from a worker of the pool (`run`), never on the event loop."""
     if len(text) < OFFLOAD_MIN_BYTES:
         return estimator.count_text(text)
-    return _counting.count(text)
+    return _counting.run(estimator.count_text, text)
