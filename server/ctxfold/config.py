@@ -52,8 +52,9 @@ class Settings:
     max_concurrent_rpcs_per_tenant: int = field(
         default=64, metadata={"help": "RPCs one tenant may have in progress at once; more are refused"}
     )
-    # Eight requests of the largest size: what they hold while they wait their turn, and the one worked
-    # on, fit in `retained_heap_bytes` (`ctxfold.api.admission`, `ctxfold.api.pacing`).
+    # Eight requests of the largest size, waiting for their turns with one worked on, kept 275-315 MiB of
+    # heap in use at the peak: about what `retained_heap_bytes` keeps plus the server's own heap
+    # (`bench/availability.py`; `ctxfold.api.admission`, `ctxfold.api.pacing`).
     max_concurrent_request_bytes: int = field(
         default=160 << 20,
         metadata={"help": "bytes of large requests (1 MiB or more) in progress at once; more are refused"},

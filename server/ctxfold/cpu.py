@@ -15,8 +15,9 @@ slowest text), runs in a process of its own at the lowest CPU priority (`count_t
 it held the GIL a few hundred times a second, to build each slice's list of token ids, and on a
 machine whose CPUs were all busy it was preempted holding it, and the loop waited for it; and it
 took a CPU from the loop, gRPC's threads and the clients on the same machine as much as any of them.
-Niced in a thread, the GIL made it worse: preempted more, it held up the loop longer. A process
-has no GIL to hold, and at nice 19 anything else that wants a CPU gets it first."""
+Renicing the server's other threads did not help (an earlier session measured it): a thread
+preempted while it holds the GIL holds up the loop whatever its priority. A process has no GIL to
+hold, and at nice 19 anything else that wants a CPU gets it first."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ class _CountingProcess:
     """The process that counts large texts, started on first use (or by `start_counting`), and
     started again if it dies: a count it did not answer is made in the calling thread instead. A
     process that cannot start, or dies `MAX_FAILURES` times in a row, is given up for this server's
-    life: counts are then made in the calling thread, as a warning says."""
+    life: counts are then made in the calling thread, as the log says."""
 
     MAX_FAILURES = 3
 
@@ -135,7 +136,7 @@ _counting = _CountingProcess()
 def start_counting() -> None:
     """Starts the counting process and waits until it has loaded the encoding (about a second), so
     that the first large append does not wait for it. Blocks: call it off the event loop."""
-    _counting.run(len, "")
+    _counting.run(len, "")  # a trivial call, answered once the process has started
 
 
 def count_text(text: str) -> int:

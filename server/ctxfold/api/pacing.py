@@ -8,9 +8,9 @@ times the copy, and the event loop, with every health check, waits for it. `Requ
 that memory small and reused: a large request is decoded and worked on only once the large
 requests before it are done, so eight clients sending 20 MiB at once hold eight requests' wire
 bytes and one request's working memory, not eight (the CPU pool, which works on one request at a
-time anyway, would otherwise decode all of them first and count them after: 500 MiB in use instead
-of 250, `bench/availability.py`). Throughput is the same: their CPU work queued for the same
-worker before.
+time anyway, would otherwise decode all of them first and count them after: 500-660 MiB of heap in
+use at the peak instead of 275-315, glibc's `mallinfo2` during `bench/availability.py`). The eight
+take as long either way (20-30 s): their CPU work queued for the same worker before.
 
 When a handler returns its answer, gRPC copies it whole into a buffer of its own in the same step of
 the event loop, holding the GIL (`SendMessageOperation`): 10-30 ms for 20 MiB here. When several large

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn, TypeVar
 
@@ -80,6 +80,21 @@ def _parse(method_name: str, raw: bytes) -> tuple[Any, list[NewMessage] | None]:
     return request_type.FromString(request.SerializeToString()), messages
 
 
+def _in_parts(message_type: type[Message], head: Message, repeated: Mapping[str, Iterable[Message]]) -> list[bytes]:
+    """The wire form of `head` with the `repeated` fields' elements added, in pieces whose
+    concatenation is that message: a message's wire form is its fields', and a repeated field's its
+    elements', concatenated. No single call (each holds the GIL) copies more than one element's
+    content, where serializing the whole message would copy all of it at once, and protobuf copies a
+    sub-message given to a constructor by serializing it too."""
+    parts = [
+        message_type(**{field: [element]}).SerializeToString()
+        for field, elements in repeated.items()
+        for element in elements
+    ]
+    parts.append(head.SerializeToString())
+    return parts
+
+
 async def _encoded(
     request: Message,
     response_type: type[Message],
@@ -88,16 +103,13 @@ async def _encoded(
     build: Callable[[StoredMessage], Message],
     **rest: Any,
 ) -> bytes:
-    """`response_type(**{field: [build(e) for e in elements]}, **rest)` annotated and serialized, off
-    the event loop when the elements carry 64 KiB of text or more (`cpu.run`). The wire form of a
-    message is the concatenation of its fields' and of a repeated field's elements', so it is made one
-    element at a time: no single call (each holds the GIL) copies more than one message's content."""
+    """`response_type(**{field: [build(e) for e in elements]}, **rest)` annotated and serialized
+    `_in_parts`, off the event loop when the elements carry 64 KiB of text or more (`cpu.run`)."""
 
     def encode() -> bytes:
         head = response_type(**rest)
         annotate_response(request, head, {field: len(elements)})
-        parts = [response_type(**{field: [build(element)]}).SerializeToString() for element in elements]
-        return b"".join([*parts, head.SerializeToString()])
+        return b"".join(_in_parts(response_type, head, {field: map(build, elements)}))
 
     return await cpu.run(text_chars(elements), encode)
 
@@ -174,18 +186,16 @@ def _varint(value: int) -> bytes:
 
 
 def _result_bytes(response_type: type[EventResponse], prepared: Prepared) -> bytes:
-    """`response_type(result=prepared_pb(prepared))` serialized one message at a time, as `_encoded`
-    does: built whole, the view (20 MiB and more) was copied in single calls holding the GIL, three
-    times (protobuf copies a sub-message given to a constructor by serializing it). The result's
-    wire form is its repeated fields' elements and its other fields, concatenated, behind the
+    """`response_type(result=prepared_pb(prepared))` serialized: the result `_in_parts` (a 20 MiB
+    view built whole was copied in single calls holding the GIL, three times over), behind the
     result field's tag and length."""
-    parts: list[bytes] = [
-        pb.PreparedContext(messages=[convert.view_message_pb(v)]).SerializeToString() for v in prepared.messages
-    ]
-    parts += [pb.PreparedContext(appended=[convert.message_pb(m)]).SerializeToString() for m in prepared.appended]
-    parts.append(convert.prepared_pb(replace(prepared, messages=[], appended=[])).SerializeToString())
-    result_field = response_type.DESCRIPTOR.fields_by_name["result"]
-    tag = _varint(result_field.number << 3 | _LENGTH_DELIMITED)
+    head = convert.prepared_pb(replace(prepared, messages=[], appended=[]))
+    repeated: dict[str, Iterable[Message]] = {
+        "messages": map(convert.view_message_pb, prepared.messages),
+        "appended": map(convert.message_pb, prepared.appended),
+    }
+    parts: list[bytes] = _in_parts(pb.PreparedContext, head, repeated)
+    tag = _varint(response_type.DESCRIPTOR.fields_by_name["result"].number << 3 | _LENGTH_DELIMITED)
     return b"".join([tag, _varint(sum(map(len, parts))), *parts])
 
 
