@@ -32,7 +32,7 @@ from ctxfold.service.sessions import SessionConfigs, Sessions
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
 from ctxfold.store import Store
-from ctxfold.store.database import create_engine, migrate
+from ctxfold.store.database import SchemaError, create_engine, migrate
 from ctxfold.summarizers.registry import build_summarizers
 from ctxfold.v1 import context_service_pb2 as pb
 
@@ -113,6 +113,9 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     engine = create_engine(settings.database_url(), pool_size=settings.db_pool_size)
     try:
         await migrate(engine)
+    except SchemaError as exc:
+        await engine.dispose()
+        raise StartupError(f"database: {engine.url.render_as_string(hide_password=True)}: {exc}") from None
     except (OSError, SQLAlchemyError) as exc:
         await engine.dispose()
         cause = getattr(exc, "orig", None) or exc

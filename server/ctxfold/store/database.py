@@ -7,7 +7,9 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, event, text
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, event, func, inspect, select, table, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -68,19 +70,73 @@ def configure_sqlite_connection(connection: Any) -> None:
     cursor.close()
 
 
+class SchemaError(Exception):
+    """The database's schema cannot be brought to this version's: it is newer than any this version
+    knows, or an upgrade would lose rows (then nothing was changed)."""
+
+
+def _row_counts(connection: Connection) -> dict[str, int]:
+    names = inspect(connection).get_table_names()
+    return {name: connection.execute(select(func.count()).select_from(table(name))).scalar_one() for name in names}
+
+
+def _upgrade(connection: Connection) -> None:
+    """Upgrades to the newest revision inside the caller's transaction, or raises SchemaError (and the
+    caller's rollback undoes everything) when the database is newer than this version or any table
+    would have fewer rows after the upgrade than before."""
+    if connection.dialect.name == "postgresql":
+        # Replicas starting together migrate one at a time.
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    scripts = ScriptDirectory.from_config(config)
+    current = set(MigrationContext.configure(connection).get_current_heads())
+    known = {script.revision for script in scripts.walk_revisions()}
+    if current - known:
+        raise SchemaError(
+            f"the database's schema is at revision {', '.join(sorted(current - known))}, newer than this "
+            f"ctxfold knows (its newest is {scripts.get_current_head()}); run the ctxfold that wrote it or a newer one"
+        )
+    if current == set(scripts.get_heads()):
+        return
+    before = _row_counts(connection)
+    command.upgrade(config, "head")
+    after = _row_counts(connection)
+    lost = {name: (count, after.get(name, 0)) for name, count in before.items() if after.get(name, 0) < count}
+    if lost:
+        raise SchemaError(
+            "the upgrade would lose rows, so nothing was changed: "
+            + ", ".join(f"{name} {was} -> {now}" for name, (was, now) in sorted(lost.items()))
+        )
+    if connection.dialect.name == "sqlite":
+        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+        if broken:
+            raise SchemaError(f"the upgrade would break {len(broken)} foreign keys, so nothing was changed")
+
+
+def _sqlite_foreign_keys(connection: Connection, on: bool) -> None:
+    # Outside any transaction (SQLite ignores the pragma inside one), on the driver's connection.
+    cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    cursor.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+    cursor.close()
+
+
 async def migrate(engine: AsyncEngine) -> None:
-    """Upgrades the schema to the newest revision (a no-op when it is current)."""
+    """Upgrades the schema to the newest revision (a no-op when it is current), all or nothing.
 
-    def upgrade(connection: Connection) -> None:
-        if connection.dialect.name == "postgresql":
-            # Replicas starting together migrate one at a time.
-            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
-        config = Config()
-        config.set_main_option("script_location", str(MIGRATIONS_DIR))
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
-
+    On SQLite, foreign keys are off while it runs: Alembic changes a column there by rebuilding its
+    table, and dropping the old table with them on would let ON DELETE CASCADE empty every child table
+    (append_requests, context_states, usage_observations of `sessions`). The upgrade then checks the
+    keys itself, and counts the rows of every table before and after."""
     async with engine.connect() as plain:
-        conn = await plain.execution_options(**{WRITE_OPTION: True})
-        async with conn.begin():
-            await conn.run_sync(upgrade)
+        sqlite = engine.dialect.name == "sqlite"
+        if sqlite:
+            await plain.run_sync(_sqlite_foreign_keys, False)
+        try:
+            conn = await plain.execution_options(**{WRITE_OPTION: True})
+            async with conn.begin():
+                await conn.run_sync(_upgrade)
+        finally:
+            if sqlite:
+                await plain.run_sync(_sqlite_foreign_keys, True)
