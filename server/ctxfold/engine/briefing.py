@@ -52,7 +52,13 @@ class Instruction:
             if self.result_ref:
                 where = f'ReadToolResult(result_ref="{self.result_ref}")'
             more = f"\n[ctxfold: {self.omitted_chars} more characters of this message: {where}]"
-        return f"[message {self.seq}]\n{self.text}{more}"
+        return f"[message {self.seq}]\n{quoted(self.text)}{more}"
+
+
+def quoted(text: str) -> str:
+    """A person's text, every line behind "> ": no line of it can read as one the engine writes (a
+    section heading, a `[message N]` or `[ctxfold: …]` line), whatever the person typed."""
+    return "\n".join("> " + line for line in text.split("\n"))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ctxfold.engine.briefing import quoted
 from ctxfold.engine.tool_results import RESULT_REF
 from ctxfold.replay.trace import Msg, Trace
 
@@ -173,11 +174,13 @@ def readable_documents(text: str, documents: Mapping[str, str]) -> str:
 
 
 def _kept(content: str, text: str, reachable: str) -> bool:
-    """Verbatim in the view, or its head is in the view and the whole is in a readable document."""
+    """Verbatim in the view (as written, or quoted line by line as the summary shows a person's
+    message), or its head is in the view and the whole is in a readable document."""
     content = content.strip()
-    if content in text:
+    if content in text or quoted(content) in text:
         return True
-    return content[:HEAD_CHARS] in text and content in reachable
+    head = content[:HEAD_CHARS]
+    return (head in text or quoted(head) in text) and content in reachable
 
 
 @dataclass(frozen=True)
