@@ -24,6 +24,7 @@ from ctxfold.engine.tool_results import (
     RawSpan,
     bound_tool_content,
     page_span,
+    pictured,
     read_page,
 )
 from ctxfold.server import RunningServer
@@ -134,6 +135,37 @@ def test_results_within_the_limit_are_kept_whole(kind: str, size: int) -> None:
 )
 def test_results_above_the_limit_are_cut_with_a_marker(text: str) -> None:
     check_bounded(text, LIMIT, "tr_0123456789abcdef")
+
+
+def binary_text(n_chars: int, seed: int) -> str:
+    """What `cat` of a binary file prints, decoded: control characters (NUL most), text, escapes."""
+    rng = random.Random(seed)
+    alphabet = ["\x00"] * 6 + ["\x1b[31m", "\x07", "\x7f", "\x01", "\t", "\n", "ELF", "汉", "😀", "a"]
+    return "".join(rng.choice(alphabet) for _ in range(n_chars))
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("n_chars", [10, 5_000, 40_000])
+def test_control_characters_are_pictured_within_the_bound_and_cut_at_raw_offsets(seed: int, n_chars: int) -> None:
+    text = binary_text(n_chars, seed)
+    raw = text.encode()
+    bounded = bound_tool_content(text, LIMIT, "tr_0123456789abcdef")
+    out = bounded.content.encode()
+    assert len(out) <= LIMIT and "\x00" not in bounded.content and "\x1b" not in bounded.content
+    assert not bounded.exact and bounded.raw_bytes == len(raw)
+    match = MARKER.search(bounded.content)
+    if match is None:
+        assert not bounded.truncated and bounded.content == pictured(text)
+        return
+    start, end = int(match["start"]), int(match["end"])
+    # The marker's offsets are the raw text's: head and tail are its slices, pictured.
+    assert bounded.content == pictured(raw[:start].decode()) + match.group(0) + pictured(raw[end:].decode())
+    assert int(match["kept"]) == start + len(raw) - end == bounded.kept_bytes
+
+
+def test_pictures_keep_tab_newline_and_carriage_return_and_show_the_rest() -> None:
+    assert pictured("a\x00b\tc\nd\re\x1b[0m\x7f") == "a\u2400b\tc\nd\re\u241b[0m\u2421"
+    assert bound_tool_content("plain text", LIMIT, "tr_x").exact
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -338,6 +370,20 @@ async def read_all(stub: pb_grpc.ContextServiceStub, session_id: str, ref: str, 
         offset = page.next_offset
     assert b"".join(chunks) == raw
     return pages
+
+
+@pytest.mark.parametrize("n_chars", [50, 20_000])
+async def test_a_binary_tool_result_is_accepted_pictured_in_the_view_and_read_back_byte_for_byte(
+    stub: pb_grpc.ContextServiceStub, n_chars: int
+) -> None:
+    session_id = await new_session(stub)
+    text = binary_text(n_chars, seed=n_chars)
+    stored = await append_result(stub, session_id, "call_cat", text)
+    assert "\x00" not in stored.content and "\u2400" in stored.content
+    assert stored.raw_bytes == len(text.encode())
+    events = [e async for e in stub.Prepare(pb.PrepareRequest(session_id=session_id))]
+    assert stored.content in [m.content for m in events[-1].result.messages]
+    await read_all(stub, session_id, stored.result_ref, text.encode(), MAX_PAGE_BYTES)
 
 
 async def test_a_200k_result_is_bounded_and_pages_back_exactly(stub: pb_grpc.ContextServiceStub) -> None:

@@ -1,6 +1,8 @@
 """Checks every request passes before its use case runs, the same for every RPC: a request about a
 session must name one, and no text may hold a NUL character, which PostgreSQL cannot store or
-compare (SQLite can: refusing it everywhere keeps both stores answering alike)."""
+compare (SQLite can: refusing it everywhere keeps both stores answering alike) — but a tool result,
+which is whatever a tool printed: its raw text is stored as bytes, and the view shows NUL as a
+picture (`engine/tool_results.py`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from ctxfold.engine.errors import invalid
+from ctxfold.v1.context_service_pb2 import ROLE_TOOL
 
 
 def check_request(request: Message, wire: bytes) -> None:
@@ -21,11 +24,15 @@ def check_request(request: Message, wire: bytes) -> None:
 
 
 def _nul_field(message: Message, prefix: str) -> str:
-    """The path of the first string field holding a NUL character, or ""."""
+    """The path of the first string field holding a NUL character, or "" (a tool result's content
+    excepted)."""
+    tool_result = message.DESCRIPTOR.full_name == "ctxfold.v1.Message" and getattr(message, "role", 0) == ROLE_TOOL
     for field, value in message.ListFields():
         values = list(value) if field.is_repeated else [value]
         for index, item in enumerate(values):
             path = f"{prefix}{field.name}" + (f"[{index}]" if field.is_repeated else "")
+            if tool_result and field.name == "content":
+                continue
             if field.type == FieldDescriptor.TYPE_STRING and "\x00" in item:
                 return path
             if field.type == FieldDescriptor.TYPE_MESSAGE:

@@ -2,7 +2,12 @@
 
 At append, a tool result above the session's byte bound keeps a head and a tail, cut on UTF-8
 character boundaries, around a marker that names the stored raw result. Results that end in an
-error keep more tail, because that is where the error is."""
+error keep more tail, because that is where the error is.
+
+Control characters (the output of `cat` on a binary file: NUL, escape sequences, other C0 bytes but
+tab, newline and carriage return) are shown as their Unicode control pictures (NUL as "␀"): visible
+to the model, storable by every database (PostgreSQL's text cannot hold NUL), and the raw result,
+read with ReadToolResult, keeps them exactly as they came."""
 
 from __future__ import annotations
 
@@ -28,6 +33,26 @@ class BoundedContent:
     truncated: bool
     raw_bytes: int
     kept_bytes: int
+    pictured: bool = False  # control characters were shown as pictures: the content is not the raw text
+
+    @property
+    def exact(self) -> bool:
+        """Whether the content is the raw text itself (so the raw text need not be stored apart)."""
+        return not (self.truncated or self.pictured)
+
+
+# C0 controls but tab, newline and carriage return, and DEL: each becomes its control picture.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _picture(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return "\u2421" if code == 0x7F else chr(0x2400 + code)
+
+
+def pictured(text: str) -> str:
+    """`text` with its control characters shown as control pictures (see the module docstring)."""
+    return _CONTROL.sub(_picture, text)
 
 
 def _is_continuation(byte: int) -> bool:
@@ -61,22 +86,33 @@ def marker(result_ref: str, original_bytes: int, kept_bytes: int, omitted_from: 
 
 
 def bound_tool_content(text: str, max_bytes: int, result_ref: str) -> BoundedContent:
-    """Cuts `text` to at most `max_bytes` UTF-8 bytes (marker included) when it is longer."""
+    """`text` as the view shows it: control characters pictured, and cut to at most `max_bytes` UTF-8
+    bytes (marker included) when longer. The marker's offsets are the raw text's."""
     data = text.encode()
     total = len(data)
-    if total <= max_bytes:
-        return BoundedContent(text, truncated=False, raw_bytes=total, kept_bytes=total)
+    shown = pictured(text)
+    if len(shown.encode()) <= max_bytes:
+        return BoundedContent(shown, False, total, total, pictured=shown != text)
     # The marker's length depends on the numbers in it; size it with the widest numbers possible.
     widest = marker(result_ref, total, total, total, total)
     budget = max_bytes - len(widest.encode())
     tail_share = 0.7 if ends_in_error(text) else 0.3
-    tail_len = int(budget * tail_share)
-    head_end = _snap_back(data, budget - tail_len)
-    tail_start = _snap_forward(data, total - tail_len)
+    while True:
+        # Cut in the raw bytes (the offsets ReadToolResult reads), then picture; a picture takes three
+        # bytes where its control character took one, so a cut that grew past the bound is cut shorter.
+        tail_len = int(budget * tail_share)
+        head_end = _snap_back(data, budget - tail_len)
+        tail_start = _snap_forward(data, total - tail_len)
+        raw_head, raw_tail = data[:head_end].decode(), data[tail_start:].decode()
+        head, tail = pictured(raw_head), pictured(raw_tail)
+        excess = len(head.encode()) + len(tail.encode()) - (max_bytes - len(widest.encode()))
+        if excess <= 0:
+            break
+        budget = max(budget - excess, 0)
     kept = head_end + (total - tail_start)
     note = marker(result_ref, total, kept, head_end, tail_start)
-    content = data[:head_end].decode() + note + data[tail_start:].decode()
-    return BoundedContent(content, truncated=True, raw_bytes=total, kept_bytes=kept)
+    changed = head != raw_head or tail != raw_tail
+    return BoundedContent(head + note + tail, truncated=True, raw_bytes=total, kept_bytes=kept, pictured=changed)
 
 
 @dataclass(frozen=True)

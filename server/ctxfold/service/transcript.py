@@ -32,7 +32,7 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
             result_ref = new_result_ref()
             bounded = bound_tool_content(message.content, config.tool_content_max_bytes, result_ref)
             content, raw_bytes, truncated = bounded.content, bounded.raw_bytes, bounded.truncated
-            raw = message.content.encode() if truncated else None
+            raw = None if bounded.exact else message.content.encode()
         rows.append(
             MessageRow(
                 StoredMessage(
