@@ -251,14 +251,7 @@ CASES = [
     ),
     # ---- text PostgreSQL cannot hold: refused on every store alike ---------------------------------
     Case("nul-in-content", append(user("a\x00b")), INVALID, "INVALID_TEXT", {"field": "messages[0].content"}),
-    Case(
-        "nul-in-tool-result",
-        append(result("call_open", "binary\x00data")),
-        INVALID,
-        "INVALID_TEXT",
-        {"field": "messages[0].content"},
-        open_call=True,
-    ),
+    # (a NUL in a tool result's content is accepted: test_tool_results.py, binary results)
     Case(
         "nul-in-call-arguments",
         append(
@@ -634,12 +627,12 @@ CASES += [
     # ---- Fork, Rewind ---------------------------------------------------------------------------
     Case("fork-empty-session-id", lambda stub, sid: fork()(stub, ""), INVALID, "SESSION_ID_REQUIRED"),
     Case("fork-unknown-session", fork(sid="s_nope"), NOT_FOUND, "SESSION_NOT_FOUND"),
-    Case("fork-past-the-head", fork(at_seq=99), INVALID, "SEQ_OUT_OF_RANGE"),
+    Case("fork-past-the-head", fork(at_seq=99), PRECONDITION, "SEQ_OUT_OF_RANGE"),
     Case("fork-negative-seq", fork(at_seq=-1), INVALID, "SEQ_OUT_OF_RANGE"),
     Case("fork-bad-override", fork(compact_ratio=2.0), INVALID, "INVALID_CONFIG", {"field": "compact_ratio"}),
     Case("rewind-empty-session-id", lambda stub, sid: rewind(0)(stub, ""), INVALID, "SESSION_ID_REQUIRED"),
     Case("rewind-unknown-session", rewind(1, sid="s_nope"), NOT_FOUND, "SESSION_NOT_FOUND"),
-    Case("rewind-past-the-head", rewind(99), INVALID, "SEQ_OUT_OF_RANGE"),
+    Case("rewind-past-the-head", rewind(99), PRECONDITION, "SEQ_OUT_OF_RANGE"),
     Case("rewind-negative-seq", rewind(-5), INVALID, "SEQ_OUT_OF_RANGE"),
     # ---- Prepare, Compact -----------------------------------------------------------------------
     Case("prepare-empty-session-id", lambda stub, sid: prepare()(stub, ""), INVALID, "SESSION_ID_REQUIRED"),

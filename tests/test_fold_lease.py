@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -153,4 +154,42 @@ async def test_a_dead_holders_lease_does_not_stall_a_prepare_that_fits(replicas:
         )
     answered = await asyncio.wait_for(prepare(a, session.id), 5)
     assert answered.result.estimated_tokens <= answered.result.hard_limit_tokens
+    assert replicas.fake.requests == []
+    assert answered.result.not_folded_reason == pb.NOT_FOLDED_REASON_FOLD_IN_PROGRESS
+    assert "dead-replica" in answered.result.not_folded_detail  # who holds the lease
+
+
+async def _hold_lease(running: RunningServer, session_id: str, owner: str) -> None:
+    s = schema.sessions.c
+    async with running.store.engine.begin() as conn:
+        await conn.execute(
+            update(schema.sessions)
+            .where(s.id == session_id)
+            .values(fold_lease_owner=owner, fold_lease_until=time.time() + 300)
+        )
+
+
+async def test_a_lease_whose_holder_died_on_this_host_is_taken_over_at_once(replicas: Replicas) -> None:
+    """After kill -9 and a restart, the first Prepare above the trigger folds: the dead process's lease
+    (its pid is gone) is not waited out."""
+    a = replicas.stubs[0]
+    session = await tool_session(a)
+    finished = await asyncio.create_subprocess_exec("true")
+    await finished.wait()
+    await _hold_lease(replicas.running[0], session.id, f"{socket.gethostname()[:24]}:{finished.pid}:deadbeef:00000000")
+    answered = await asyncio.wait_for(prepare(a, session.id), 30)
+    assert answered.result.action == pb.ACTION_FOLDED
+    assert answered.result.not_folded_reason == pb.NOT_FOLDED_REASON_UNSPECIFIED
+    assert await lease_of(replicas.running[0], session.id) == (None, None)
+
+
+async def test_a_lease_held_by_a_live_process_or_another_host_is_named_and_left_alone(replicas: Replicas) -> None:
+    a = replicas.stubs[0]
+    session = await tool_session(a)
+    for holder in (f"{socket.gethostname()[:24]}:1:0a0b0c0d:00000000", "another-host:4242:0a0b0c0d:00000000"):
+        await _hold_lease(replicas.running[0], session.id, holder)
+        answered = await asyncio.wait_for(prepare(a, session.id), 5)
+        assert answered.result.action != pb.ACTION_FOLDED
+        assert answered.result.not_folded_reason == pb.NOT_FOLDED_REASON_FOLD_IN_PROGRESS
+        assert holder in answered.result.not_folded_detail
     assert replicas.fake.requests == []

@@ -86,13 +86,14 @@ async def test_rewind_restores_waiting_tool_calls(stub: pb_grpc.ContextServiceSt
     await append(stub, sid, result("c1", "done again"))
 
 
-async def test_rewind_out_of_range_is_invalid(stub: pb_grpc.ContextServiceStub) -> None:
+async def test_rewind_out_of_range_is_refused(stub: pb_grpc.ContextServiceStub) -> None:
+    """A negative seq is a bad argument; one past the head depends on the head, which moves."""
     sid = await new_session(stub)
     await append(stub, sid, user("one"))
-    for bad in (-1, 2):
+    for bad, code in ((-1, grpc.StatusCode.INVALID_ARGUMENT), (2, grpc.StatusCode.FAILED_PRECONDITION)):
         with pytest.raises(grpc.aio.AioRpcError) as error:
             await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=bad))
-        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.value.code() == code
 
 
 async def test_fork_shares_history_and_then_diverges(stub: pb_grpc.ContextServiceStub) -> None:

@@ -193,7 +193,7 @@ async def test_concurrent_rewinds_leave_one_consistent_result(stub: pb_grpc.Cont
     assert [m.content for m in live] == [f"m{i}" for i in range(final.head_seq)]
     for r in results:
         assert not isinstance(r, BaseException) or (
-            isinstance(r, grpc.aio.AioRpcError) and r.code() == grpc.StatusCode.INVALID_ARGUMENT
+            isinstance(r, grpc.aio.AioRpcError) and r.code() == grpc.StatusCode.FAILED_PRECONDITION
         )
 
 

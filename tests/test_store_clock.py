@@ -37,10 +37,10 @@ async def test_rows_and_fold_leases_follow_the_injected_clock(backend: str, tmp_
         assert [m.create_time for m in snapshot.after] == [2_000.0]
 
         # A lease taken at 2000 for 30 s holds until 2030 on the store's clock, whatever the wall clock says.
-        assert await store.take_fold_lease(after, "a", 30.0) == 0.0
-        assert await store.take_fold_lease(after, "b", 30.0) == 2_030.0
+        assert await store.take_fold_lease(after, "a", 30.0) == (0.0, "a")
+        assert await store.take_fold_lease(after, "b", 30.0) == (2_030.0, "a")
         clock.now = 2_031.0
-        assert await store.take_fold_lease(after, "b", 30.0) == 0.0
+        assert await store.take_fold_lease(after, "b", 30.0) == (0.0, "b")
         assert await store.fold_lease_until(after) == 2_061.0
     finally:
         await engine.dispose()

@@ -53,11 +53,15 @@ class RunningServer:
     settings: Settings
     hot_state: HotState
     maintenance: Maintenance
+    admission: Admission
 
     async def stop(self, grace: float | None = None) -> None:
-        """Health turns NOT_SERVING first so balancers drain; in-flight RPCs get `grace` seconds."""
+        """Health turns NOT_SERVING first so balancers drain; new calls are refused and in-flight calls
+        get `grace` seconds, then answer SERVER_SHUTTING_DOWN (`Admission.drain`)."""
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(self.settings.grace_seconds if grace is None else grace)
+        await self.admission.drain(self.settings.grace_seconds if grace is None else grace)
+        # Only health and reflection calls may still run: they end at once.
+        await self.server.stop(1.0)
         await self.store.close()
 
 
@@ -144,6 +148,9 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         max_response_bytes=settings.max_send_message_bytes,
         hot_state=hot_state,
     )
+    admission = Admission(
+        settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant, settings.max_concurrent_request_bytes
+    )
     servicer = ContextServicer(
         auth=Authenticator(tokens),
         sessions=sessions,
@@ -151,9 +158,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         tool_results=ToolResults(store),
         lineage=Lineage(store, sessions),
         maintenance=maintenance,
-        admission=Admission(
-            settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant, settings.max_concurrent_request_bytes
-        ),
+        admission=admission,
         requests=RequestPacer(settings.max_receive_message_bytes),
         checkpoints=Checkpoints(store),
     )
@@ -196,7 +201,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         "bearer tokens" if tokens else "single tenant",
         engine.url.render_as_string(hide_password=True),
     )
-    return RunningServer(server, health_servicer, store, port, settings, hot_state, maintenance)
+    return RunningServer(server, health_servicer, store, port, settings, hot_state, maintenance, admission)
 
 
 async def serve(settings: Settings) -> None:

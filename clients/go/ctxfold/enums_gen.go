@@ -96,6 +96,8 @@ const (
 	NotFoldedReasonPreviousFailure       = ctxfoldv1.NotFoldedReason_NOT_FOLDED_REASON_PREVIOUS_FAILURE
 	NotFoldedReasonNotSmaller            = ctxfoldv1.NotFoldedReason_NOT_FOLDED_REASON_NOT_SMALLER
 	NotFoldedReasonDryRun                = ctxfoldv1.NotFoldedReason_NOT_FOLDED_REASON_DRY_RUN
+	NotFoldedReasonFoldInProgress        = ctxfoldv1.NotFoldedReason_NOT_FOLDED_REASON_FOLD_IN_PROGRESS
+	NotFoldedReasonSummarizerFailed      = ctxfoldv1.NotFoldedReason_NOT_FOLDED_REASON_SUMMARIZER_FAILED
 )
 
 // FoldStage is ctxfoldv1.FoldStage (proto enum ctxfold.v1.FoldStage); it prints as the value's proto name.

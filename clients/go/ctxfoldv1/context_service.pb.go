@@ -248,7 +248,8 @@ const (
 	ErrorReason_INVALID_PAGE_SIZE ErrorReason = 20
 	// page_token was not produced by this server for this request.
 	ErrorReason_INVALID_PAGE_TOKEN ErrorReason = 21
-	// A seq (fork point, rewind target) is outside the session's transcript.
+	// A seq (fork point, rewind target) is outside the session's transcript: negative (INVALID_ARGUMENT) or
+	// past its head (FAILED_PRECONDITION: the head moves with appends and rewinds).
 	ErrorReason_SEQ_OUT_OF_RANGE ErrorReason = 22
 	// ObserveUsage numbers are inconsistent (negative, cached above input).
 	ErrorReason_INVALID_USAGE ErrorReason = 23
@@ -422,6 +423,12 @@ const (
 	NotFoldedReason_NOT_FOLDED_REASON_NOT_SMALLER NotFoldedReason = 4
 	// A dry run: a candidate was made and returned, nothing was installed.
 	NotFoldedReason_NOT_FOLDED_REASON_DRY_RUN NotFoldedReason = 5
+	// Another call (of this server or of another replica) is folding the session; the view that
+	// still fits is answered as it is. The detail names the fold lease's holder.
+	NotFoldedReason_NOT_FOLDED_REASON_FOLD_IN_PROGRESS NotFoldedReason = 6
+	// The summarizer failed on this call (not_folded_detail says how); the view still fits and is
+	// answered as it is; the same input is summarized again once the view grows.
+	NotFoldedReason_NOT_FOLDED_REASON_SUMMARIZER_FAILED NotFoldedReason = 7
 )
 
 // Enum value maps for NotFoldedReason.
@@ -433,6 +440,8 @@ var (
 		3: "NOT_FOLDED_REASON_PREVIOUS_FAILURE",
 		4: "NOT_FOLDED_REASON_NOT_SMALLER",
 		5: "NOT_FOLDED_REASON_DRY_RUN",
+		6: "NOT_FOLDED_REASON_FOLD_IN_PROGRESS",
+		7: "NOT_FOLDED_REASON_SUMMARIZER_FAILED",
 	}
 	NotFoldedReason_value = map[string]int32{
 		"NOT_FOLDED_REASON_UNSPECIFIED":              0,
@@ -441,6 +450,8 @@ var (
 		"NOT_FOLDED_REASON_PREVIOUS_FAILURE":         3,
 		"NOT_FOLDED_REASON_NOT_SMALLER":              4,
 		"NOT_FOLDED_REASON_DRY_RUN":                  5,
+		"NOT_FOLDED_REASON_FOLD_IN_PROGRESS":         6,
+		"NOT_FOLDED_REASON_SUMMARIZER_FAILED":        7,
 	}
 )
 
@@ -2012,7 +2023,8 @@ type PreparedContext struct {
 	HardLimitTokens int64 `protobuf:"varint,12,opt,name=hard_limit_tokens,json=hardLimitTokens,proto3" json:"hard_limit_tokens,omitempty"`
 	// The messages this call appended, with ids and seqs.
 	Appended []*Message `protobuf:"bytes,13,rep,name=appended,proto3" json:"appended,omitempty"`
-	// Set when the call folded nothing although it was asked to (Compact) or would have had to.
+	// Set when the call folded nothing although it was asked to (Compact) or the view is at or above
+	// the trigger (Prepare).
 	NotFoldedReason NotFoldedReason `protobuf:"varint,14,opt,name=not_folded_reason,json=notFoldedReason,proto3,enum=ctxfold.v1.NotFoldedReason" json:"not_folded_reason,omitempty"`
 	// A human-readable explanation of not_folded_reason.
 	NotFoldedDetail string `protobuf:"bytes,15,opt,name=not_folded_detail,json=notFoldedDetail,proto3" json:"not_folded_detail,omitempty"`
@@ -3623,14 +3635,16 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\bINTERNAL\x10$\x12\x1f\n" +
 	"\x1bSTREAM_ENDED_WITHOUT_RESULT\x10%\x12\x1c\n" +
 	"\x18RESULT_CHECKSUM_MISMATCH\x10&\x12\x16\n" +
-	"\x12PROTOCOL_VIOLATION\x10'*\xf3\x01\n" +
+	"\x12PROTOCOL_VIOLATION\x10'*\xc4\x02\n" +
 	"\x0fNotFoldedReason\x12!\n" +
 	"\x1dNOT_FOLDED_REASON_UNSPECIFIED\x10\x00\x12.\n" +
 	"*NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET\x10\x01\x12#\n" +
 	"\x1fNOT_FOLDED_REASON_BELOW_TRIGGER\x10\x02\x12&\n" +
 	"\"NOT_FOLDED_REASON_PREVIOUS_FAILURE\x10\x03\x12!\n" +
 	"\x1dNOT_FOLDED_REASON_NOT_SMALLER\x10\x04\x12\x1d\n" +
-	"\x19NOT_FOLDED_REASON_DRY_RUN\x10\x05*\xf0\x01\n" +
+	"\x19NOT_FOLDED_REASON_DRY_RUN\x10\x05\x12&\n" +
+	"\"NOT_FOLDED_REASON_FOLD_IN_PROGRESS\x10\x06\x12'\n" +
+	"#NOT_FOLDED_REASON_SUMMARIZER_FAILED\x10\a*\xf0\x01\n" +
 	"\tFoldStage\x12\x1a\n" +
 	"\x16FOLD_STAGE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FOLD_STAGE_PRUNED\x10\x01\x12\x16\n" +

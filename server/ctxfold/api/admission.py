@@ -7,16 +7,35 @@ slots every other tenant needs.
 The bytes bound is what keeps memory bounded under any number of clients: gRPC hands a request over
 whole, so each large call holds its request (and, while it is worked on, a few times that: see
 `ctxfold.api.pacing`) until it ends. A large request past the bound is refused as soon as it is
-handed over, and its bytes are freed at once."""
+handed over, and its bytes are freed at once.
+
+Admission also drains the server at shutdown: new calls are refused, calls in progress get the grace
+period, and those still running then are cancelled and answer UNAVAILABLE (SERVER_SHUTTING_DOWN, with
+a retry delay) rather than gRPC's bare cancellation."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ctxfold.api.pacing import LARGE_BYTES
-from ctxfold.engine.errors import busy
+from ctxfold.engine.errors import DomainError, Kind, busy
+
+# How long cancelled calls get to send their status once the grace period is over.
+CANCELLED_CALLS_SECONDS = 2.0
+
+
+def shutting_down() -> DomainError:
+    return DomainError(
+        Kind.UNAVAILABLE,
+        "SERVER_SHUTTING_DOWN",
+        "the server is shutting down; retry (on another replica, or on this one once it is back); what a call "
+        "committed before it ended stays (an append, a fold's finished passes): retry with the same request_id",
+        retry_after_seconds=1.0,
+    )
 
 
 @dataclass
@@ -30,9 +49,13 @@ class Admission:
     _calls: int = 0
     _per_tenant: dict[str, int] = field(default_factory=dict)
     _request_bytes: int = 0
+    draining: bool = False
+    _running: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @contextlib.contextmanager
     def admit(self, tenant: str, request_bytes: int) -> Iterator[None]:
+        if self.draining:
+            raise shutting_down()
         held = self._per_tenant.get(tenant, 0)
         if held >= self.max_calls_per_tenant:
             raise busy(
@@ -61,9 +84,14 @@ class Admission:
         self._calls += 1
         self._per_tenant[tenant] = held + 1
         self._request_bytes += counted
+        task = asyncio.current_task()
+        if task is not None:
+            self._running.add(task)
         try:
             yield
         finally:
+            if task is not None:
+                self._running.discard(task)
             self._calls -= 1
             self._request_bytes -= counted
             remaining = self._per_tenant[tenant] - 1
@@ -71,3 +99,16 @@ class Admission:
                 self._per_tenant[tenant] = remaining
             else:
                 del self._per_tenant[tenant]
+
+    async def drain(self, grace_seconds: float) -> None:
+        """Refuses new calls, waits up to `grace_seconds` for those in progress, then cancels the rest
+        (each answers SERVER_SHUTTING_DOWN: the servicer turns a cancellation while draining into it)."""
+        self.draining = True
+        running = set(self._running)
+        if not running:
+            return
+        _, late = await asyncio.wait(running, timeout=grace_seconds)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late, timeout=CANCELLED_CALLS_SECONDS)

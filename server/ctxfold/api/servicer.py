@@ -12,17 +12,16 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
-from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ctxfold import cpu
 from ctxfold.api import convert
-from ctxfold.api.admission import Admission
+from ctxfold.api.admission import Admission, shutting_down
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.pacing import LARGE_BYTES, AnswerPacer, RequestPacer, Turn
 from ctxfold.api.tracing import annotate_request, annotate_response, mark_error, traced
 from ctxfold.api.validate import check_request
-from ctxfold.engine.errors import DomainError, Kind, invalid
+from ctxfold.engine.errors import DomainError, invalid
 from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
 from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
@@ -40,11 +39,8 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def _as_domain_error(exc: Exception) -> DomainError:
-    if isinstance(exc, DomainError):
-        return exc
-    if isinstance(exc, OperationalError | DBAPIError) and exc.connection_invalidated:
-        return DomainError(Kind.UNAVAILABLE, "STORE_UNAVAILABLE", "the database is unavailable; retry")
-    return internal_error(exc)
+    # The store raises what a database failure means itself (store/errors.py): anything else is a bug.
+    return exc if isinstance(exc, DomainError) else internal_error(exc)
 
 
 SERVICE = pb.DESCRIPTOR.services_by_name["ContextService"]
@@ -165,8 +161,12 @@ def unary(
             else:
                 annotate_response(request, response)  # type: ignore[arg-type]
             return response
-        except (asyncio.CancelledError, grpc.aio.AbortError):
+        except grpc.aio.AbortError:
             raise
+        except asyncio.CancelledError:
+            if not self.admission.draining:
+                raise  # the client went away
+            await _abort(context, shutting_down())
         except Exception as exc:
             await _abort(context, exc)
 

@@ -80,6 +80,8 @@ class NotFolded(enum.Enum):
     PREVIOUS_FAILURE = "previous_failure"
     NOT_SMALLER = "not_smaller"
     DRY_RUN = "dry_run"
+    FOLD_IN_PROGRESS = "fold_in_progress"  # another call (of this server or another) holds the fold lease
+    SUMMARIZER_FAILED = "summarizer_failed"  # this call's summary failed; the view still fits, as it is
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,11 @@ import asyncio
 import contextlib
 import enum
 import logging
+import os
+import socket
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from ctxfold.engine.errors import busy
 from ctxfold.store import Store
@@ -67,29 +70,69 @@ class Lease(enum.Enum):
     HELD_ELSEWHERE = "held_elsewhere"  # another holder folds; we did not wait
 
 
+@dataclass(frozen=True)
+class LeaseOutcome:
+    lease: Lease
+    holder: str = ""  # who holds it, when not us
+    until: float = 0.0  # when its lease runs out (the store's clock)
+
+
+# Who holds a lease: host, process id and a token of this process (a restarted server in a container
+# has the pid of the one that died), then one id per call. A holder on this host whose process is gone
+# died with its lease (kill -9); its lease is taken over at once instead of waited out.
+_HOST = socket.gethostname()[:24]
+_PROCESS = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def new_owner() -> str:
+    return f"{_PROCESS}:{uuid.uuid4().hex[:8]}"
+
+
+def died(holder: str) -> bool:
+    """Whether `holder` was a process of this host that no longer runs (False when it cannot be told)."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != _HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return not holder.startswith(f"{_PROCESS}:")  # an earlier process with our pid
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # a process of another user runs with that pid
+    return False
+
+
 class FoldLeases:
     def __init__(self, store: Store) -> None:
         self.store = store
 
     @contextlib.asynccontextmanager
-    async def holding(self, session: SessionRecord, wait: bool) -> AsyncIterator[Lease]:
+    async def holding(self, session: SessionRecord, wait: bool) -> AsyncIterator[LeaseOutcome]:
         """Takes the session's fold lease and, while the body runs, renews it; hands it back after,
-        even when the call is cancelled. When another holder has it, yields HELD_ELSEWHERE at once or
-        (with `wait`) waits until it is released or runs out and yields WAITED (that holder's fold
-        has probably changed the session); either way nothing is held."""
-        owner = uuid.uuid4().hex
-        until = await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
+        even when the call is cancelled. When another holder has it, yields HELD_ELSEWHERE (with the
+        holder) at once or (with `wait`) waits until it is released or runs out and yields WAITED (that
+        holder's fold has probably changed the session); either way nothing is held. A holder that
+        died on this host loses its lease to us at once."""
+        owner = new_owner()
+        until, holder = await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
+        if until and died(holder):
+            log.info("session %s: the fold lease of %s, which no longer runs, is taken over", session.id, holder)
+            until, holder = await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS, replacing=holder)
         if until:
             if wait:
                 # Lease times are the store's clock.
                 while until and until > self.store.clock():
                     await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - self.store.clock()))
                     until = await self.store.fold_lease_until(session)
-            yield Lease.WAITED if wait else Lease.HELD_ELSEWHERE
+            yield LeaseOutcome(Lease.WAITED if wait else Lease.HELD_ELSEWHERE, holder, until)
             return
         heartbeat = asyncio.create_task(self._renew(session, owner))
         try:
-            yield Lease.TAKEN
+            yield LeaseOutcome(Lease.TAKEN)
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):

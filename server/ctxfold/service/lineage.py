@@ -25,7 +25,7 @@ class Lineage:
         config = self.sessions.resolve(override_config(config_from_json(source.config_json), overrides), new_session_id)
         record = await self.store.fork(
             source,
-            at_seq or source.head_seq,
+            at_seq,
             new_session_id,
             config_to_json(config),
             await fitting_config_tokens(config),
@@ -64,4 +64,5 @@ class Lineage:
             "CONCURRENT_MODIFICATION",
             f"session {session_id!r} kept changing during the rewind; retry",
             {"session_id": session_id},
+            retry_after_seconds=1.0,
         )

@@ -418,6 +418,8 @@ class Maintenance:
             run = await self._load(tenant, session_id)
             if run.projection.tokens() <= run.config.hard_limit_tokens:
                 run.request = request
+                if run.projection.tokens() >= run.config.trigger_tokens:
+                    run.not_folding(NotFolded.FOLD_IN_PROGRESS, "another call of this server is folding this session")
                 return run
         async with self._sessions.hold(session_id):
             return await self._maintain_locked(tenant, session_id, request, MaintenanceObserver(emit, session_id))
@@ -507,12 +509,16 @@ class Maintenance:
             return
         # Only a call that must fold waits for another holder's fold: any other Prepare answers with
         # the current view, which still fits.
-        async with self._leases.holding(run.session, wait=fold.must_fold) as lease:
-            if lease is Lease.WAITED:
+        async with self._leases.holding(run.session, wait=fold.must_fold) as held:
+            if held.lease is Lease.WAITED:
                 raise FoldedElsewhere(run.session.id)
-            if lease is Lease.HELD_ELSEWHERE:
-                why = "another call is folding this session"
+            if held.lease is Lease.HELD_ELSEWHERE:
+                why = (
+                    f"another call folds this session (fold lease holder {held.holder}, renewed while it "
+                    f"runs; it runs out {max(held.until - self.clock(), 0):.0f} s from now unless renewed)"
+                )
                 self._record(run, observer, "blocked", "summary", before, before, why)
+                run.not_folding(NotFolded.FOLD_IN_PROGRESS, why)
                 return
             await self._fold_passes(run, summarizer, plan, observer)
 
@@ -583,6 +589,8 @@ class Maintenance:
             await observer.pass_failed(index, passes, outcome.why)
             run.state = replace(run.state, failed_fold_tokens=before)
             run.failure = (outcome.reason, outcome.why)
+            if run.not_folded is NotFolded.UNSPECIFIED and run.action is not Action.FOLDED:
+                run.not_folding(NotFolded.SUMMARIZER_FAILED, outcome.why)
             self._record(run, observer, "failed", "summary", before, before, outcome.why)
             return False
         checkpoint, after = outcome.checkpoint, outcome.candidate.tokens()
@@ -729,4 +737,6 @@ class Maintenance:
     def _finish(self, run: _Run, state: ContextState, prepared: Prepared, started: float) -> None:
         """Telemetry of an answered call, and RESPONSE_TOO_LARGE when its view cannot be sent."""
         MaintenanceObserver.answered(run.session.id, state, run.request.operation, run.action, started)
+        if run.not_folded is not NotFolded.UNSPECIFIED:
+            MaintenanceObserver.not_folded(run.not_folded.value, run.not_folded_detail)
         check_response_size(prepared.messages, self.max_response_bytes)

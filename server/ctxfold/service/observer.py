@@ -306,3 +306,10 @@ class MaintenanceObserver:
         INSTRUMENTS.prepare_duration.record(
             time.perf_counter() - started, {"ctxfold.operation": operation, "ctxfold.action": action.value}
         )
+
+    @staticmethod
+    def not_folded(reason: str, detail: str) -> None:
+        """Why a call that had to fold (or was asked to) folded nothing, on its RPC's span."""
+        trace.get_current_span().set_attributes(
+            {"ctxfold.not_folded.reason": reason, "ctxfold.not_folded.detail": detail}
+        )

@@ -1,4 +1,5 @@
-"""What every aggregate of the store shares: the engine, the transactions and the clock."""
+"""What every aggregate of the store shares: the engine, the transactions, the clock and the session row
+every write of a session takes first."""
 
 from __future__ import annotations
 
@@ -11,12 +12,32 @@ from contextlib import asynccontextmanager
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ctxfold.engine.errors import session_not_found
 from ctxfold.store import schema
 from ctxfold.store.database import WRITE_OPTION
+from ctxfold.store.errors import raise_store_error
+from ctxfold.store.rows import SessionRecord, session_from_row
 
 
 class StaleSession(Exception):
     """The session changed between read and write; the caller re-reads and retries."""
+
+
+async def session_row(
+    conn: AsyncConnection, tenant: str, session_id: str, lock: bool = False, shared: bool = False
+) -> SessionRecord:
+    """With `lock`, the row stays locked until the transaction ends, `shared` with other shared holders
+    (PostgreSQL; SQLite write transactions already hold the database lock). Every write transaction
+    of a session takes its row first, so the writers of one session queue on it rather than deadlock
+    on the rows they touch after it, and decide on the session as it is, not as it was read before."""
+    s = schema.sessions.c
+    query = select(schema.sessions).where(s.id == session_id, s.tenant == tenant)
+    if lock:
+        query = query.with_for_update(read=shared)
+    row = (await conn.execute(query)).first()
+    if row is None:
+        raise session_not_found(session_id)
+    return session_from_row(row)
 
 
 class StoreBase:
@@ -29,24 +50,54 @@ class StoreBase:
         # to 100 ms, which makes tail latency under concurrent appends seconds long. Queueing them here
         # hands the lock over at once (writers in other processes still rely on busy_timeout).
         self._writer_turn: asyncio.Lock | None = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        # PostgreSQL: one snapshot for every statement of a read (its default, READ COMMITTED, takes one
+        # per statement, so a rewind between two of them showed half of each state); asyncpg names it in
+        # its BEGIN, no round trip more. SQLite's read transactions see one snapshot already (WAL).
+        self._read_options = {"isolation_level": "REPEATABLE READ"} if engine.dialect.name == "postgresql" else {}
 
     async def close(self) -> None:
         await self.engine.dispose()
 
+    # Every statement of the store runs in one of these two (or in the hot writer), so a failure of the
+    # database (gone, full, a deadlock) reaches the caller as the domain error it means, never as a
+    # driver's (`store/errors.py`).
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection]:
+        plain = self.engine.connect()
+        try:
+            await plain.start()
+        except Exception as error:
+            raise_store_error(error, connecting=True)
+        try:
+            yield plain
+        finally:
+            await plain.close()
+
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn, conn.begin():
-            yield conn
+        try:
+            async with self._connection() as plain:
+                conn = await plain.execution_options(**self._read_options)
+                async with conn.begin():
+                    yield conn
+        except Exception as error:
+            raise_store_error(error)
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
-        async with contextlib.AsyncExitStack() as stack:
-            if self._writer_turn is not None:
-                await stack.enter_async_context(self._writer_turn)
-            plain = await stack.enter_async_context(self.engine.connect())
-            conn = await plain.execution_options(**{WRITE_OPTION: True})
-            async with conn.begin():
-                yield conn
+        committing = False
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if self._writer_turn is not None:
+                    await stack.enter_async_context(self._writer_turn)
+                plain = await stack.enter_async_context(self._connection())
+                conn = await plain.execution_options(**{WRITE_OPTION: True})
+                async with conn.begin():
+                    yield conn
+                    committing = True
+        except Exception as error:
+            raise_store_error(error, may_have_committed=committing)
 
     async def row_counts(self) -> dict[str, int]:
         """Rows per table (tests, benchmarks, operations)."""

@@ -34,11 +34,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from ctxfold import cpu
-from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import StoredMessage, text_chars
 from ctxfold.store import schema
 from ctxfold.store.base import StaleSession
 from ctxfold.store.database import configure_sqlite_connection
+from ctxfold.store.errors import raise_store_error
 from ctxfold.store.rows import (
     EncodedResult,
     SessionRecord,
@@ -194,10 +194,6 @@ def hot_writer(engine: AsyncEngine, writer_turn: asyncio.Lock | None) -> HotWrit
     return PostgresHotWriter(engine)
 
 
-def _unavailable(error: Exception) -> DomainError:
-    return DomainError(Kind.UNAVAILABLE, "STORE_UNAVAILABLE", f"the database is unavailable; retry ({error})")
-
-
 # ---- SQLite -------------------------------------------------------------------------------------
 
 
@@ -302,17 +298,18 @@ def _commit(conn: sqlite3.Connection, plan: Plan, *, on_loop: bool = False) -> N
     except sqlite3.OperationalError as error:
         if on_loop and error.sqlite_errorcode == sqlite3.SQLITE_BUSY:
             raise _Busy from None
-        raise _unavailable(error) from None
+        raise_store_error(error)
+    committing = False
     try:
         for write in plan.writes:
             _run_sqlite(conn, write)
+        committing = True
         conn.execute("COMMIT")
     except BaseException as error:
         if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        if isinstance(error, sqlite3.OperationalError):  # I/O, disk full
-            raise _unavailable(error) from None
-        raise
+            with contextlib.suppress(sqlite3.Error):  # a disk that failed the write may fail this too
+                conn.execute("ROLLBACK")
+        raise_store_error(error, may_have_committed=committing)
 
 
 def _run_sqlite(conn: sqlite3.Connection, write: Write) -> None:
@@ -342,8 +339,8 @@ class PostgresHotWriter:
         async def connect() -> Any:
             try:
                 return await asyncpg.connect(*connect_args, **connect_options)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
-                raise _unavailable(error) from None
+            except Exception as error:
+                raise_store_error(error, connecting=True)
 
         self._connections = _Connections(connect, engine.sync_engine.pool.size())  # type: ignore[attr-defined]
 
@@ -358,8 +355,10 @@ class PostgresHotWriter:
         except asyncpg.UniqueViolationError:
             # Another append took these seqs first: its swap of the session won, so this one's lost.
             raise StaleSession("the seqs were taken") from None
-        except _POSTGRES_UNAVAILABLE as error:
-            raise _unavailable(error) from None
+        except Exception as error:
+            # The statement is its own transaction: one the server answered with an error did not commit;
+            # one cut off on the way (the connection lost) may have.
+            raise_store_error(error, may_have_committed=not isinstance(error, asyncpg.PostgresError))
 
     async def close(self) -> None:
         await self._connections.close()

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from sqlalchemy import ColumnElement, and_, delete, false, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ctxfold.engine.errors import invalid
+from ctxfold.engine.errors import failed_precondition, invalid
 from ctxfold.engine.lineage import (
     Segment,
     SeqRange,
@@ -21,7 +21,7 @@ from ctxfold.engine.lineage import (
 )
 from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_end
 from ctxfold.store import schema
-from ctxfold.store.base import StaleSession, StoreBase
+from ctxfold.store.base import StaleSession, StoreBase, session_row
 from ctxfold.store.checkpoints import checkpoint_chain, drop_unreachable_checkpoints
 from ctxfold.store.rows import BranchPoint, SessionRecord, message_from_row, new_id
 
@@ -83,10 +83,13 @@ async def in_history(conn: AsyncConnection, session: SessionRecord) -> ColumnEle
 
 async def branch_point(conn: AsyncConnection, session: SessionRecord, seq: int) -> BranchPoint:
     """Everything a new branch at `seq` of `session` starts from (used by Rewind and Fork)."""
-    if not 0 <= seq <= session.head_seq:
-        raise invalid(
+    if seq < 0:
+        raise invalid("SEQ_OUT_OF_RANGE", f"seq {seq} is negative", seq=seq, head_seq=session.head_seq)
+    if seq > session.head_seq:
+        # The head moves (appends, rewinds), so a seq above it is a matter of state, not of the argument.
+        raise failed_precondition(
             "SEQ_OUT_OF_RANGE",
-            f"seq {seq} is outside the session's transcript (0..{session.head_seq})",
+            f"seq {seq} is past the session's head (its transcript is 1..{session.head_seq})",
             seq=seq,
             head_seq=session.head_seq,
         )
@@ -182,6 +185,8 @@ class LineageStore(StoreBase):
         Raises StaleSession when the session changed since it was read."""
         now = self.clock()
         async with self._write() as conn:
+            if (await session_row(conn, session.tenant, session.id, lock=True)).version != session.version:
+                raise StaleSession(session.id)
             point = await branch_point(conn, session, to_seq)
             new_segment_id = new_id("g")
             await conn.execute(

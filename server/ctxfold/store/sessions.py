@@ -8,23 +8,11 @@ import json
 from sqlalchemy import and_, delete, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ctxfold.engine.errors import session_not_found
 from ctxfold.store import schema
-from ctxfold.store.base import StoreBase
+from ctxfold.store.base import StoreBase, session_row
 from ctxfold.store.checkpoints import checkpoint_chain, drop_unreachable_checkpoints
 from ctxfold.store.lineage import branch_point, drop_unreachable_segments, segments
 from ctxfold.store.rows import BranchPoint, ConfigTokens, SessionRecord, new_id, session_from_row
-
-
-async def session_row(conn: AsyncConnection, tenant: str, session_id: str, lock: bool = False) -> SessionRecord:
-    """With `lock`, the row stays locked until the transaction ends (PostgreSQL; SQLite write
-    transactions already hold the database lock)."""
-    s = schema.sessions.c
-    query = select(schema.sessions).where(s.id == session_id, s.tenant == tenant)
-    row = (await conn.execute(query.with_for_update() if lock else query)).first()
-    if row is None:
-        raise session_not_found(session_id)
-    return session_from_row(row)
 
 
 class SessionStore(StoreBase):
@@ -39,11 +27,12 @@ class SessionStore(StoreBase):
     async def fork(
         self, source: SessionRecord, at_seq: int, session_id: str, config_json: str, tokens: ConfigTokens
     ) -> SessionRecord:
-        """A new session sharing `source`'s history up to `at_seq` and its checkpoint chain up to there."""
+        """A new session sharing `source`'s history up to `at_seq` (0: its head as it is now) and its
+        checkpoint chain up to there: a snapshot of the source, whatever appends, rewinds or deletes
+        run beside it (they wait for the source's row, which the fork holds shared)."""
         async with self._write() as conn:
-            # Re-read inside the write transaction: a concurrent delete must not leave a dangling parent.
-            current = await session_row(conn, source.tenant, source.id)
-            point = await branch_point(conn, current, at_seq)
+            current = await session_row(conn, source.tenant, source.id, lock=True, shared=True)
+            point = await branch_point(conn, current, at_seq or current.head_seq)
             await self._insert_session(
                 conn, source.tenant, session_id, config_json, tokens, point, forked_from=source.id
             )
@@ -126,25 +115,27 @@ class SessionStore(StoreBase):
             await drop_unreachable_checkpoints(conn, chain, session.checkpoint_id, stop_at=None)
             await drop_unreachable_segments(conn, candidates)
 
-    async def take_fold_lease(self, session: SessionRecord, owner: str, seconds: float) -> float:
-        """Takes the session's fold lease, or extends it for its `owner`. Returns 0 when it is ours,
-        else the time at which the other holder's lease runs out."""
+    async def take_fold_lease(
+        self, session: SessionRecord, owner: str, seconds: float, replacing: str = ""
+    ) -> tuple[float, str]:
+        """Takes the session's fold lease, or extends it for its `owner`, or takes it from `replacing`
+        (a holder known to be dead). Returns (0, owner) when it is ours, else (when the other holder's
+        lease runs out, that holder)."""
         now = self.clock()
         s = schema.sessions.c
+        free = or_(s.fold_lease_until.is_(None), s.fold_lease_until < now, s.fold_lease_owner == owner)
         async with self._write() as conn:
             taken = await conn.execute(
                 update(schema.sessions)
-                .where(
-                    s.id == session.id,
-                    s.tenant == session.tenant,
-                    or_(s.fold_lease_until.is_(None), s.fold_lease_until < now, s.fold_lease_owner == owner),
-                )
+                .where(s.id == session.id, s.tenant == session.tenant, or_(free, s.fold_lease_owner == replacing))
                 .values(fold_lease_owner=owner, fold_lease_until=now + seconds)
             )
             if taken.rowcount == 1:
-                return 0.0
-            until = (await conn.execute(select(s.fold_lease_until).where(s.id == session.id))).scalar_one_or_none()
-        return float(until or now)
+                return 0.0, owner
+            held = (
+                await conn.execute(select(s.fold_lease_until, s.fold_lease_owner).where(s.id == session.id))
+            ).first()
+        return (float(held.fold_lease_until or now), str(held.fold_lease_owner or "")) if held else (now, "")
 
     async def fold_lease_until(self, session: SessionRecord) -> float:
         """When the current fold lease runs out (0 when nobody holds one)."""

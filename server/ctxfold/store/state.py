@@ -16,7 +16,7 @@ from ctxfold.engine.lineage import ranges_within
 from ctxfold.engine.maintenance import FoldInstall, Install
 from ctxfold.engine.model import StoredMessage, Usage
 from ctxfold.store import schema
-from ctxfold.store.base import StaleSession, StoreBase
+from ctxfold.store.base import StaleSession, StoreBase, session_row
 from ctxfold.store.checkpoints import insert_checkpoint, load_checkpoint
 from ctxfold.store.hot_write import append_answered_plan, hot_writer
 from ctxfold.store.lineage import in_ranges, session_live_ranges
@@ -28,7 +28,6 @@ from ctxfold.store.rows import (
     state_document,
     whole_state,
 )
-from ctxfold.store.sessions import session_row
 from ctxfold.store.tool_results import encode_raw_results, insert_document
 
 _STATE_QUERY = select(
@@ -103,20 +102,20 @@ class StateStore(StoreBase):
         s = schema.sessions.c
         fold = install if isinstance(install, FoldInstall) else None
         async with self._write() as conn:
-            if fold is not None:
-                await insert_checkpoint(conn, session.tenant, fold, now)
+            # The swap first: the checkpoint builds on the session's head checkpoint, which a rewind that
+            # won the race may have deleted.
             swapped = await conn.execute(
                 update(schema.sessions)
                 .where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
-                .values(
-                    checkpoint_id=fold.checkpoint.id if fold else session.checkpoint_id,
-                    version=s.version + 1,
-                    update_time=now,
-                )
+                .values(version=s.version + 1, update_time=now)
             )
             if swapped.rowcount != 1:
                 raise StaleSession(session.id)
             if fold is not None:
+                await insert_checkpoint(conn, session.tenant, fold, now)
+                await conn.execute(
+                    update(schema.sessions).where(s.id == session.id).values(checkpoint_id=fold.checkpoint.id)
+                )
                 await insert_document(conn, fold.document)
             revision = await _put_state(conn, session.id, whole_state(install.state.to_json()), None, now)
             return await session_row(conn, session.tenant, session.id), revision

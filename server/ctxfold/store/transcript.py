@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold.engine.model import StoredMessage
 from ctxfold.store import schema
-from ctxfold.store.base import StoreBase
+from ctxfold.store.base import StoreBase, session_row
 from ctxfold.store.lineage import in_history, in_ranges, session_live_ranges
 from ctxfold.store.rows import (
     EncodedResult,
@@ -23,7 +23,6 @@ from ctxfold.store.rows import (
     message_values,
     stored_messages,
 )
-from ctxfold.store.sessions import session_row
 from ctxfold.store.tool_results import encode_raw_results, insert_results
 
 

@@ -161,7 +161,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     INVALID_PAGE_TOKEN: _ErrorReason.ValueType  # 21
     """page_token was not produced by this server for this request."""
     SEQ_OUT_OF_RANGE: _ErrorReason.ValueType  # 22
-    """A seq (fork point, rewind target) is outside the session's transcript."""
+    """A seq (fork point, rewind target) is outside the session's transcript: negative (INVALID_ARGUMENT) or
+    past its head (FAILED_PRECONDITION: the head moves with appends and rewinds).
+    """
     INVALID_USAGE: _ErrorReason.ValueType  # 23
     """ObserveUsage numbers are inconsistent (negative, cached above input)."""
     CONTEXT_BUDGET_UNSATISFIED: _ErrorReason.ValueType  # 24
@@ -255,7 +257,9 @@ INVALID_PAGE_SIZE: ErrorReason.ValueType  # 20
 INVALID_PAGE_TOKEN: ErrorReason.ValueType  # 21
 """page_token was not produced by this server for this request."""
 SEQ_OUT_OF_RANGE: ErrorReason.ValueType  # 22
-"""A seq (fork point, rewind target) is outside the session's transcript."""
+"""A seq (fork point, rewind target) is outside the session's transcript: negative (INVALID_ARGUMENT) or
+past its head (FAILED_PRECONDITION: the head moves with appends and rewinds).
+"""
 INVALID_USAGE: ErrorReason.ValueType  # 23
 """ObserveUsage numbers are inconsistent (negative, cached above input)."""
 CONTEXT_BUDGET_UNSATISFIED: ErrorReason.ValueType  # 24
@@ -319,6 +323,14 @@ class _NotFoldedReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NotFo
     """A candidate was made but was not smaller than the view it would replace."""
     NOT_FOLDED_REASON_DRY_RUN: _NotFoldedReason.ValueType  # 5
     """A dry run: a candidate was made and returned, nothing was installed."""
+    NOT_FOLDED_REASON_FOLD_IN_PROGRESS: _NotFoldedReason.ValueType  # 6
+    """Another call (of this server or of another replica) is folding the session; the view that
+    still fits is answered as it is. The detail names the fold lease's holder.
+    """
+    NOT_FOLDED_REASON_SUMMARIZER_FAILED: _NotFoldedReason.ValueType  # 7
+    """The summarizer failed on this call (not_folded_detail says how); the view still fits and is
+    answered as it is; the same input is summarized again once the view grows.
+    """
 
 class NotFoldedReason(_NotFoldedReason, metaclass=_NotFoldedReasonEnumTypeWrapper):
     """Why a fold or Compact folded nothing (PreparedContext.not_folded_reason)."""
@@ -337,6 +349,14 @@ NOT_FOLDED_REASON_NOT_SMALLER: NotFoldedReason.ValueType  # 4
 """A candidate was made but was not smaller than the view it would replace."""
 NOT_FOLDED_REASON_DRY_RUN: NotFoldedReason.ValueType  # 5
 """A dry run: a candidate was made and returned, nothing was installed."""
+NOT_FOLDED_REASON_FOLD_IN_PROGRESS: NotFoldedReason.ValueType  # 6
+"""Another call (of this server or of another replica) is folding the session; the view that
+still fits is answered as it is. The detail names the fold lease's holder.
+"""
+NOT_FOLDED_REASON_SUMMARIZER_FAILED: NotFoldedReason.ValueType  # 7
+"""The summarizer failed on this call (not_folded_detail says how); the view still fits and is
+answered as it is; the same input is summarized again once the view grows.
+"""
 Global___NotFoldedReason: _TypeAlias = NotFoldedReason  # noqa: Y015
 
 class _FoldStage:
@@ -1134,7 +1154,9 @@ class PreparedContext(_message.Message):
     hard_limit_tokens: _builtins.int
     """The hard ceiling: context_window − max_output_tokens − 256."""
     not_folded_reason: Global___NotFoldedReason.ValueType
-    """Set when the call folded nothing although it was asked to (Compact) or would have had to."""
+    """Set when the call folded nothing although it was asked to (Compact) or the view is at or above
+    the trigger (Prepare).
+    """
     not_folded_detail: _builtins.str
     """A human-readable explanation of not_folded_reason."""
     candidate_summary: _builtins.str

@@ -114,6 +114,8 @@ class NotFoldedReason(ProtoEnum):
     PREVIOUS_FAILURE = 3
     NOT_SMALLER = 4
     DRY_RUN = 5
+    FOLD_IN_PROGRESS = 6
+    SUMMARIZER_FAILED = 7
 
 
 class FoldStage(ProtoEnum):

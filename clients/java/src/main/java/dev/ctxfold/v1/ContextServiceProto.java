@@ -368,53 +368,55 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "\022\023\n\017STORAGE_CORRUPT\020\"\022\025\n\021STORE_UNAVAILAB" +
       "LE\020#\022\014\n\010INTERNAL\020$\022\037\n\033STREAM_ENDED_WITHO" +
       "UT_RESULT\020%\022\034\n\030RESULT_CHECKSUM_MISMATCH\020" +
-      "&\022\026\n\022PROTOCOL_VIOLATION\020\'*\363\001\n\017NotFoldedR" +
+      "&\022\026\n\022PROTOCOL_VIOLATION\020\'*\304\002\n\017NotFoldedR" +
       "eason\022!\n\035NOT_FOLDED_REASON_UNSPECIFIED\020\000" +
       "\022.\n*NOT_FOLDED_REASON_NOTHING_OUTSIDE_KE" +
       "PT_SET\020\001\022#\n\037NOT_FOLDED_REASON_BELOW_TRIG" +
       "GER\020\002\022&\n\"NOT_FOLDED_REASON_PREVIOUS_FAIL" +
       "URE\020\003\022!\n\035NOT_FOLDED_REASON_NOT_SMALLER\020\004" +
-      "\022\035\n\031NOT_FOLDED_REASON_DRY_RUN\020\005*\360\001\n\tFold" +
-      "Stage\022\032\n\026FOLD_STAGE_UNSPECIFIED\020\000\022\025\n\021FOL" +
-      "D_STAGE_PRUNED\020\001\022\026\n\022FOLD_STAGE_PLANNED\020\002" +
-      "\022\033\n\027FOLD_STAGE_PASS_STARTED\020\003\022\034\n\030FOLD_ST" +
-      "AGE_SUMMARY_DELTA\020\004\022\035\n\031FOLD_STAGE_PASS_C" +
-      "OMMITTED\020\005\022\032\n\026FOLD_STAGE_PASS_FAILED\020\006\022\"" +
-      "\n\036FOLD_STAGE_SUMMARIZER_FALLBACK\020\0072\312\t\n\016C" +
-      "ontextService\022T\n\rCreateSession\022 .ctxfold" +
-      ".v1.CreateSessionRequest\032!.ctxfold.v1.Cr" +
-      "eateSessionResponse\022K\n\nGetSession\022\035.ctxf" +
-      "old.v1.GetSessionRequest\032\036.ctxfold.v1.Ge" +
-      "tSessionResponse\022Q\n\014ListSessions\022\037.ctxfo" +
-      "ld.v1.ListSessionsRequest\032 .ctxfold.v1.L" +
-      "istSessionsResponse\022T\n\rDeleteSession\022 .c" +
-      "txfold.v1.DeleteSessionRequest\032!.ctxfold" +
-      ".v1.DeleteSessionResponse\022W\n\016AppendMessa" +
-      "ges\022!.ctxfold.v1.AppendMessagesRequest\032\"" +
-      ".ctxfold.v1.AppendMessagesResponse\022Q\n\014Li" +
-      "stMessages\022\037.ctxfold.v1.ListMessagesRequ" +
-      "est\032 .ctxfold.v1.ListMessagesResponse\022D\n" +
-      "\007Prepare\022\032.ctxfold.v1.PrepareRequest\032\033.c" +
-      "txfold.v1.PrepareResponse0\001\022Q\n\014ObserveUs" +
-      "age\022\037.ctxfold.v1.ObserveUsageRequest\032 .c" +
-      "txfold.v1.ObserveUsageResponse\022D\n\007Compac" +
-      "t\022\032.ctxfold.v1.CompactRequest\032\033.ctxfold." +
-      "v1.CompactResponse0\001\0229\n\004Fork\022\027.ctxfold.v" +
-      "1.ForkRequest\032\030.ctxfold.v1.ForkResponse\022" +
-      "?\n\006Rewind\022\031.ctxfold.v1.RewindRequest\032\032.c" +
-      "txfold.v1.RewindResponse\022W\n\016ReadToolResu" +
-      "lt\022!.ctxfold.v1.ReadToolResultRequest\032\"." +
-      "ctxfold.v1.ReadToolResultResponse\022Z\n\017Get" +
-      "ContextState\022\".ctxfold.v1.GetContextStat" +
-      "eRequest\032#.ctxfold.v1.GetContextStateRes" +
-      "ponse\022Z\n\017ListCheckpoints\022\".ctxfold.v1.Li" +
-      "stCheckpointsRequest\032#.ctxfold.v1.ListCh" +
-      "eckpointsResponse\022T\n\rGetCheckpoint\022 .ctx" +
-      "fold.v1.GetCheckpointRequest\032!.ctxfold.v" +
-      "1.GetCheckpointResponseBb\n\016dev.ctxfold.v" +
-      "1B\023ContextServiceProtoP\001Z9github.com/ctx" +
-      "fold/ctxfold/clients/go/ctxfoldv1;ctxfol" +
-      "dv1b\006proto3"
+      "\022\035\n\031NOT_FOLDED_REASON_DRY_RUN\020\005\022&\n\"NOT_F" +
+      "OLDED_REASON_FOLD_IN_PROGRESS\020\006\022\'\n#NOT_F" +
+      "OLDED_REASON_SUMMARIZER_FAILED\020\007*\360\001\n\tFol" +
+      "dStage\022\032\n\026FOLD_STAGE_UNSPECIFIED\020\000\022\025\n\021FO" +
+      "LD_STAGE_PRUNED\020\001\022\026\n\022FOLD_STAGE_PLANNED\020" +
+      "\002\022\033\n\027FOLD_STAGE_PASS_STARTED\020\003\022\034\n\030FOLD_S" +
+      "TAGE_SUMMARY_DELTA\020\004\022\035\n\031FOLD_STAGE_PASS_" +
+      "COMMITTED\020\005\022\032\n\026FOLD_STAGE_PASS_FAILED\020\006\022" +
+      "\"\n\036FOLD_STAGE_SUMMARIZER_FALLBACK\020\0072\312\t\n\016" +
+      "ContextService\022T\n\rCreateSession\022 .ctxfol" +
+      "d.v1.CreateSessionRequest\032!.ctxfold.v1.C" +
+      "reateSessionResponse\022K\n\nGetSession\022\035.ctx" +
+      "fold.v1.GetSessionRequest\032\036.ctxfold.v1.G" +
+      "etSessionResponse\022Q\n\014ListSessions\022\037.ctxf" +
+      "old.v1.ListSessionsRequest\032 .ctxfold.v1." +
+      "ListSessionsResponse\022T\n\rDeleteSession\022 ." +
+      "ctxfold.v1.DeleteSessionRequest\032!.ctxfol" +
+      "d.v1.DeleteSessionResponse\022W\n\016AppendMess" +
+      "ages\022!.ctxfold.v1.AppendMessagesRequest\032" +
+      "\".ctxfold.v1.AppendMessagesResponse\022Q\n\014L" +
+      "istMessages\022\037.ctxfold.v1.ListMessagesReq" +
+      "uest\032 .ctxfold.v1.ListMessagesResponse\022D" +
+      "\n\007Prepare\022\032.ctxfold.v1.PrepareRequest\032\033." +
+      "ctxfold.v1.PrepareResponse0\001\022Q\n\014ObserveU" +
+      "sage\022\037.ctxfold.v1.ObserveUsageRequest\032 ." +
+      "ctxfold.v1.ObserveUsageResponse\022D\n\007Compa" +
+      "ct\022\032.ctxfold.v1.CompactRequest\032\033.ctxfold" +
+      ".v1.CompactResponse0\001\0229\n\004Fork\022\027.ctxfold." +
+      "v1.ForkRequest\032\030.ctxfold.v1.ForkResponse" +
+      "\022?\n\006Rewind\022\031.ctxfold.v1.RewindRequest\032\032." +
+      "ctxfold.v1.RewindResponse\022W\n\016ReadToolRes" +
+      "ult\022!.ctxfold.v1.ReadToolResultRequest\032\"" +
+      ".ctxfold.v1.ReadToolResultResponse\022Z\n\017Ge" +
+      "tContextState\022\".ctxfold.v1.GetContextSta" +
+      "teRequest\032#.ctxfold.v1.GetContextStateRe" +
+      "sponse\022Z\n\017ListCheckpoints\022\".ctxfold.v1.L" +
+      "istCheckpointsRequest\032#.ctxfold.v1.ListC" +
+      "heckpointsResponse\022T\n\rGetCheckpoint\022 .ct" +
+      "xfold.v1.GetCheckpointRequest\032!.ctxfold." +
+      "v1.GetCheckpointResponseBb\n\016dev.ctxfold." +
+      "v1B\023ContextServiceProtoP\001Z9github.com/ct" +
+      "xfold/ctxfold/clients/go/ctxfoldv1;ctxfo" +
+      "ldv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,

@@ -195,7 +195,8 @@ public enum ErrorReason
   INVALID_PAGE_TOKEN(21),
   /**
    * <pre>
-   * A seq (fork point, rewind target) is outside the session's transcript.
+   * A seq (fork point, rewind target) is outside the session's transcript: negative (INVALID_ARGUMENT) or
+   * past its head (FAILED_PRECONDITION: the head moves with appends and rewinds).
    * </pre>
    *
    * <code>SEQ_OUT_OF_RANGE = 22;</code>
@@ -531,7 +532,8 @@ public enum ErrorReason
   public static final int INVALID_PAGE_TOKEN_VALUE = 21;
   /**
    * <pre>
-   * A seq (fork point, rewind target) is outside the session's transcript.
+   * A seq (fork point, rewind target) is outside the session's transcript: negative (INVALID_ARGUMENT) or
+   * past its head (FAILED_PRECONDITION: the head moves with appends and rewinds).
    * </pre>
    *
    * <code>SEQ_OUT_OF_RANGE = 22;</code>

@@ -64,6 +64,24 @@ public enum NotFoldedReason
    * <code>NOT_FOLDED_REASON_DRY_RUN = 5;</code>
    */
   NOT_FOLDED_REASON_DRY_RUN(5),
+  /**
+   * <pre>
+   * Another call (of this server or of another replica) is folding the session; the view that
+   * still fits is answered as it is. The detail names the fold lease's holder.
+   * </pre>
+   *
+   * <code>NOT_FOLDED_REASON_FOLD_IN_PROGRESS = 6;</code>
+   */
+  NOT_FOLDED_REASON_FOLD_IN_PROGRESS(6),
+  /**
+   * <pre>
+   * The summarizer failed on this call (not_folded_detail says how); the view still fits and is
+   * answered as it is; the same input is summarized again once the view grows.
+   * </pre>
+   *
+   * <code>NOT_FOLDED_REASON_SUMMARIZER_FAILED = 7;</code>
+   */
+  NOT_FOLDED_REASON_SUMMARIZER_FAILED(7),
   UNRECOGNIZED(-1),
   ;
 
@@ -125,6 +143,24 @@ public enum NotFoldedReason
    * <code>NOT_FOLDED_REASON_DRY_RUN = 5;</code>
    */
   public static final int NOT_FOLDED_REASON_DRY_RUN_VALUE = 5;
+  /**
+   * <pre>
+   * Another call (of this server or of another replica) is folding the session; the view that
+   * still fits is answered as it is. The detail names the fold lease's holder.
+   * </pre>
+   *
+   * <code>NOT_FOLDED_REASON_FOLD_IN_PROGRESS = 6;</code>
+   */
+  public static final int NOT_FOLDED_REASON_FOLD_IN_PROGRESS_VALUE = 6;
+  /**
+   * <pre>
+   * The summarizer failed on this call (not_folded_detail says how); the view still fits and is
+   * answered as it is; the same input is summarized again once the view grows.
+   * </pre>
+   *
+   * <code>NOT_FOLDED_REASON_SUMMARIZER_FAILED = 7;</code>
+   */
+  public static final int NOT_FOLDED_REASON_SUMMARIZER_FAILED_VALUE = 7;
 
 
   public final int getNumber() {
@@ -157,6 +193,8 @@ public enum NotFoldedReason
       case 3: return NOT_FOLDED_REASON_PREVIOUS_FAILURE;
       case 4: return NOT_FOLDED_REASON_NOT_SMALLER;
       case 5: return NOT_FOLDED_REASON_DRY_RUN;
+      case 6: return NOT_FOLDED_REASON_FOLD_IN_PROGRESS;
+      case 7: return NOT_FOLDED_REASON_SUMMARIZER_FAILED;
       default: return null;
     }
   }

@@ -444,7 +444,8 @@ private static final long serialVersionUID = 0L;
   private int notFoldedReason_ = 0;
   /**
    * <pre>
-   * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+   * Set when the call folded nothing although it was asked to (Compact) or the view is at or above
+   * the trigger (Prepare).
    * </pre>
    *
    * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
@@ -455,7 +456,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+   * Set when the call folded nothing although it was asked to (Compact) or the view is at or above
+   * the trigger (Prepare).
    * </pre>
    *
    * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
@@ -2658,7 +2660,8 @@ private static final long serialVersionUID = 0L;
     private int notFoldedReason_ = 0;
     /**
      * <pre>
-     * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+     * Set when the call folded nothing although it was asked to (Compact) or the view is at or above
+     * the trigger (Prepare).
      * </pre>
      *
      * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
@@ -2669,7 +2672,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+     * Set when the call folded nothing although it was asked to (Compact) or the view is at or above
+     * the trigger (Prepare).
      * </pre>
      *
      * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
@@ -2684,7 +2688,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+     * Set when the call folded nothing although it was asked to (Compact) or the view is at or above
+     * the trigger (Prepare).
      * </pre>
      *
      * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
@@ -2697,7 +2702,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+     * Set when the call folded nothing although it was asked to (Compact) or the view is at or above
+     * the trigger (Prepare).
      * </pre>
      *
      * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
@@ -2714,7 +2720,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+     * Set when the call folded nothing although it was asked to (Compact) or the view is at or above
+     * the trigger (Prepare).
      * </pre>
      *
      * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>

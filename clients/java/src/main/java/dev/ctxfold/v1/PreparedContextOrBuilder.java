@@ -253,7 +253,8 @@ public interface PreparedContextOrBuilder extends
 
   /**
    * <pre>
-   * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+   * Set when the call folded nothing although it was asked to (Compact) or the view is at or above
+   * the trigger (Prepare).
    * </pre>
    *
    * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>
@@ -262,7 +263,8 @@ public interface PreparedContextOrBuilder extends
   int getNotFoldedReasonValue();
   /**
    * <pre>
-   * Set when the call folded nothing although it was asked to (Compact) or would have had to.
+   * Set when the call folded nothing although it was asked to (Compact) or the view is at or above
+   * the trigger (Prepare).
    * </pre>
    *
    * <code>.ctxfold.v1.NotFoldedReason not_folded_reason = 14;</code>

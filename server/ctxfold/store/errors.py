@@ -1,0 +1,123 @@
+"""What a failure of the database means for the caller: the one translation of driver and SQLAlchemy
+errors (SQLite, PostgreSQL through asyncpg, either through SQLAlchemy or not) into domain errors.
+
+A database that is gone, shutting down, full or read-only is UNAVAILABLE (`STORE_UNAVAILABLE`); a
+transaction the database aborted because of another one (deadlock, serialization failure, a lock not
+granted in time) is ABORTED (`CONCURRENT_MODIFICATION`). Both carry a `cause` and a retry delay, and
+say `may_have_committed` when the failure came while the transaction was committing, so its outcome
+is unknown (a retry with the same request_id is still safe). Anything else is not the database's
+condition and is left alone: a bug stays a bug."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from typing import NoReturn
+
+import asyncpg
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from ctxfold.engine.errors import DomainError, Kind
+
+UNAVAILABLE_RETRY_SECONDS = 1.0
+CONFLICT_RETRY_SECONDS = 0.2
+
+# PostgreSQL SQLSTATEs (appendix A of its manual) a retry of the same call can get past.
+_PG_CONFLICT = {"40001": "serialization_failure", "40P01": "deadlock", "55P03": "lock_timeout"}
+_PG_UNAVAILABLE = {
+    "53100": "disk_full",
+    "53200": "out_of_memory",
+    "53300": "too_many_connections",
+    "57014": "statement_timeout",
+    "57P01": "shutting_down",
+    "57P02": "shutting_down",
+    "57P03": "starting_up",
+    "25006": "read_only",
+}
+_PG_UNAVAILABLE_CLASSES = {"08": "connection_lost", "53": "out_of_resources", "58": "io_error"}
+# SQLite primary result codes (the low byte of an extended code).
+_SQLITE_CONFLICT = {sqlite3.SQLITE_BUSY: "lock_timeout", sqlite3.SQLITE_LOCKED: "lock_timeout"}
+_SQLITE_UNAVAILABLE = {
+    sqlite3.SQLITE_FULL: "disk_full",
+    sqlite3.SQLITE_READONLY: "read_only",
+    sqlite3.SQLITE_IOERR: "io_error",
+    sqlite3.SQLITE_CANTOPEN: "cannot_open",
+    sqlite3.SQLITE_NOMEM: "out_of_memory",
+}
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """`error`, the driver error SQLAlchemy wrapped, and what each was raised from."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        pending += [getattr(current, "orig", None), current.__cause__]
+
+
+def _condition(error: BaseException) -> tuple[Kind, str] | None:
+    """(kind, cause) of a database condition among `error`'s causes, or None."""
+    for cause in _causes(error):
+        if isinstance(cause, sqlite3.Error) and hasattr(cause, "sqlite_errorcode"):
+            code = cause.sqlite_errorcode & 0xFF
+            if code in _SQLITE_CONFLICT:
+                return Kind.ABORTED, _SQLITE_CONFLICT[code]
+            if code in _SQLITE_UNAVAILABLE:
+                return Kind.UNAVAILABLE, _SQLITE_UNAVAILABLE[code]
+        state = getattr(cause, "sqlstate", None)
+        if isinstance(state, str) and len(state) == 5:
+            if state in _PG_CONFLICT:
+                return Kind.ABORTED, _PG_CONFLICT[state]
+            name = _PG_UNAVAILABLE.get(state) or _PG_UNAVAILABLE_CLASSES.get(state[:2])
+            if name:
+                return Kind.UNAVAILABLE, name
+        if isinstance(cause, asyncpg.InterfaceError | asyncpg.PostgresConnectionError | OSError | TimeoutError):
+            return Kind.UNAVAILABLE, "connection_lost"
+        if isinstance(cause, PoolTimeout):
+            return Kind.UNAVAILABLE, "no_free_connection"
+        if isinstance(cause, DBAPIError) and cause.connection_invalidated:
+            return Kind.UNAVAILABLE, "connection_lost"
+    return None
+
+
+def store_error(error: BaseException, *, may_have_committed: bool = False, connecting: bool = False) -> BaseException:
+    """The domain error a database failure means, or `error` itself when it is not one. Whatever fails
+    a connection while it opens (`connecting`: a missing database, refused credentials) makes the
+    database unavailable to this server."""
+    if isinstance(error, DomainError):
+        return error
+    condition = _condition(error) or ((Kind.UNAVAILABLE, "cannot_connect") if connecting else None)
+    if condition is None:
+        return error
+    kind, cause = condition
+    outcome = (
+        "; the transaction was committing, so it may have been applied: retry with the same request_id"
+        if may_have_committed
+        else ""
+    )
+    metadata: dict[str, object] = {"cause": cause}
+    if may_have_committed:
+        metadata["may_have_committed"] = "true"
+    if kind is Kind.ABORTED:
+        message = f"the database aborted the transaction ({cause}) because of a concurrent one; retry{outcome}"
+        return DomainError(kind, "CONCURRENT_MODIFICATION", message, metadata, CONFLICT_RETRY_SECONDS)
+    message = f"the database is unavailable ({cause}: {_first_line(error)}); retry{outcome}"
+    return DomainError(kind, "STORE_UNAVAILABLE", message, metadata, UNAVAILABLE_RETRY_SECONDS)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(getattr(error, "orig", None) or error) or type(error).__name__
+    return text.splitlines()[0][:200]
+
+
+def raise_store_error(error: BaseException, *, may_have_committed: bool = False, connecting: bool = False) -> NoReturn:
+    """Re-raises `error` (from an `except` block) as the domain error it means, or as it is."""
+    translated = store_error(error, may_have_committed=may_have_committed, connecting=connecting)
+    if translated is error:
+        raise error
+    raise translated from error

@@ -1,0 +1,82 @@
+"""Shutdown under load: new calls are refused and calls still running when the grace period ends are
+cancelled, each with UNAVAILABLE and SERVER_SHUTTING_DOWN and a retry delay — never a bare CANCELLED
+or a status without an ErrorInfo — and what they committed stays."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import grpc
+
+from builders import call, result, user
+from conftest import fresh_database, settings_for
+from ctxfold.server import start
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from fake_provider import FakeProvider
+from rpc_errors import error_info
+from test_store_faults import contents, retry_delay
+from traces import tool_output
+
+
+async def _prepare(stub: pb_grpc.ContextServiceStub, sid: str, *messages: pb.Message) -> pb.PreparedContext:
+    events = [e async for e in stub.Prepare(pb.PrepareRequest(session_id=sid, append=messages))]
+    return events[-1].result
+
+
+def _shutting_down(error: grpc.aio.AioRpcError) -> None:
+    assert error.code() == grpc.StatusCode.UNAVAILABLE, f"{error.code()}: {error.details()}"
+    assert error_info(error).reason == "SERVER_SHUTTING_DOWN"
+    assert retry_delay(error) > 0
+
+
+async def test_calls_running_past_the_grace_period_answer_server_shutting_down_and_keep_what_they_committed(
+    backend: str, tmp_path: Path
+) -> None:
+    url = await fresh_database(backend, tmp_path)
+    with FakeProvider() as fake:
+        specs = json.dumps({"llm": {"type": "openai", "base_url": fake.base_url, "model": "m", "max_retries": 0}})
+        running = await start(settings_for(url, summarizers=specs))
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
+        stub = pb_grpc.ContextServiceStub(channel)
+        config = pb.SessionConfig(context_window=12_000, summarizer="llm")
+        folding = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+        await _prepare(stub, folding, user("Investigate the flaky test"))
+        for i in range(12):
+            await stub.AppendMessages(
+                pb.AppendMessagesRequest(
+                    session_id=folding, messages=[call(f"c{i}"), result(f"c{i}", tool_output(i, 4000))]
+                )
+            )
+        quiet = (
+            await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=64_000)))
+        ).session.id
+        fake.script("stall")
+        fold = asyncio.ensure_future(_prepare(stub, folding, user("go on")))
+        await asyncio.to_thread(fake.stalled.wait, 30)  # the fold waits for the summarizer
+
+        stopping = asyncio.create_task(running.stop(grace=1.0))
+        while not running.admission.draining:  # noqa: ASYNC110 (a flag of the server, no event to wait on)
+            await asyncio.sleep(0.01)
+        try:
+            await _prepare(stub, quiet, user("a new call while the server drains"))
+            raise AssertionError("a call after the drain began was served")
+        except grpc.aio.AioRpcError as error:
+            _shutting_down(error)
+        try:
+            await fold
+            raise AssertionError("the stalled fold finished")
+        except grpc.aio.AioRpcError as error:
+            _shutting_down(error)
+        await stopping
+        await channel.close()
+        fake.release()
+
+    restarted = await start(settings_for(url))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{restarted.port}") as again:
+            assert (await contents(pb_grpc.ContextServiceStub(again), folding))[-1] == "go on"
+    finally:
+        await restarted.stop(grace=0.5)
