@@ -260,7 +260,7 @@ async def test_large_requests_take_turns_in_order_of_arrival_by_bytes_and_small_
         pass
 
 
-def test_an_admitted_large_request_holds_its_bytes_until_its_call_ends() -> None:
+async def test_an_admitted_large_request_holds_its_bytes_until_its_call_ends() -> None:
     """Large requests in progress hold at most `max_request_bytes` in all (one is admitted alone
     whatever its size); small requests are not counted."""
     admission = Admission(max_calls=10, max_calls_per_tenant=10, max_request_bytes=3 * LARGE_BYTES)

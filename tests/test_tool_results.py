@@ -151,7 +151,7 @@ def test_control_characters_are_pictured_within_the_bound_and_cut_at_raw_offsets
     raw = text.encode()
     bounded = bound_tool_content(text, LIMIT, "tr_0123456789abcdef")
     out = bounded.content.encode()
-    assert len(out) <= LIMIT and "\x00" not in bounded.content and "\x1b" not in bounded.content
+    assert len(out) <= LIMIT and "\x00" not in bounded.content
     assert not bounded.exact and bounded.raw_bytes == len(raw)
     match = MARKER.search(bounded.content)
     if match is None:
@@ -163,9 +163,9 @@ def test_control_characters_are_pictured_within_the_bound_and_cut_at_raw_offsets
     assert int(match["kept"]) == start + len(raw) - end == bounded.kept_bytes
 
 
-def test_pictures_keep_tab_newline_and_carriage_return_and_show_the_rest() -> None:
-    assert pictured("a\x00b\tc\nd\re\x1b[0m\x7f") == "a\u2400b\tc\nd\re\u241b[0m\u2421"
-    assert bound_tool_content("plain text", LIMIT, "tr_x").exact
+def test_only_nul_is_pictured_other_control_characters_are_kept() -> None:
+    assert pictured("a\x00b\tc\nd\re\x1b[0m\x7f\x07") == "a\u2400b\tc\nd\re\x1b[0m\x7f\x07"
+    assert bound_tool_content("plain \x1b[31mred\x1b[0m text", LIMIT, "tr_x").exact
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -4,10 +4,11 @@ At append, a tool result above the session's byte bound keeps a head and a tail,
 character boundaries, around a marker that names the stored raw result. Results that end in an
 error keep more tail, because that is where the error is.
 
-Control characters (the output of `cat` on a binary file: NUL, escape sequences, other C0 bytes but
-tab, newline and carriage return) are shown as their Unicode control pictures (NUL as "␀"): visible
-to the model, storable by every database (PostgreSQL's text cannot hold NUL), and the raw result,
-read with ReadToolResult, keeps them exactly as they came."""
+A NUL character (the output of `cat` on a binary file) is shown as its Unicode control picture "␀":
+visible to the model and storable by every database (PostgreSQL's text cannot hold NUL); the raw
+result, read with ReadToolResult, keeps it exactly as it came. Other control characters (terminal
+escapes, bells) are kept as they are: every store and provider takes them, and agents' outputs are
+full of colour codes the model reads as written."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class BoundedContent:
     truncated: bool
     raw_bytes: int
     kept_bytes: int
-    pictured: bool = False  # control characters were shown as pictures: the content is not the raw text
+    pictured: bool = False  # NUL was shown as its picture: the content is not the raw text
 
     @property
     def exact(self) -> bool:
@@ -41,18 +42,12 @@ class BoundedContent:
         return not (self.truncated or self.pictured)
 
 
-# C0 controls but tab, newline and carriage return, and DEL: each becomes its control picture.
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def _picture(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return "\u2421" if code == 0x7F else chr(0x2400 + code)
+NUL_PICTURE = "\u2400"
 
 
 def pictured(text: str) -> str:
-    """`text` with its control characters shown as control pictures (see the module docstring)."""
-    return _CONTROL.sub(_picture, text)
+    """`text` with NUL shown as its control picture (see the module docstring)."""
+    return text.replace("\x00", NUL_PICTURE) if "\x00" in text else text
 
 
 def _is_continuation(byte: int) -> bool:
@@ -86,7 +81,7 @@ def marker(result_ref: str, original_bytes: int, kept_bytes: int, omitted_from: 
 
 
 def bound_tool_content(text: str, max_bytes: int, result_ref: str) -> BoundedContent:
-    """`text` as the view shows it: control characters pictured, and cut to at most `max_bytes` UTF-8
+    """`text` as the view shows it: NUL pictured, and cut to at most `max_bytes` UTF-8
     bytes (marker included) when longer. The marker's offsets are the raw text's."""
     data = text.encode()
     total = len(data)
@@ -99,7 +94,7 @@ def bound_tool_content(text: str, max_bytes: int, result_ref: str) -> BoundedCon
     tail_share = 0.7 if ends_in_error(text) else 0.3
     while True:
         # Cut in the raw bytes (the offsets ReadToolResult reads), then picture; a picture takes three
-        # bytes where its control character took one, so a cut that grew past the bound is cut shorter.
+        # bytes where NUL took one, so a cut that grew past the bound is cut shorter.
         tail_len = int(budget * tail_share)
         head_end = _snap_back(data, budget - tail_len)
         tail_start = _snap_forward(data, total - tail_len)
