@@ -76,7 +76,15 @@ def _condition(error: BaseException) -> tuple[Kind, str] | None:
             name = _PG_UNAVAILABLE.get(state) or _PG_UNAVAILABLE_CLASSES.get(state[:2])
             if name:
                 return Kind.UNAVAILABLE, name
-        if isinstance(cause, asyncpg.InterfaceError | asyncpg.PostgresConnectionError | OSError | TimeoutError):
+        # InternalClientError: a connection left mid-operation by an interruption, unusable from then on.
+        if isinstance(
+            cause,
+            asyncpg.InterfaceError
+            | asyncpg.PostgresConnectionError
+            | asyncpg.InternalClientError
+            | OSError
+            | TimeoutError,
+        ):
             return Kind.UNAVAILABLE, "connection_lost"
         if isinstance(cause, PoolTimeout):
             return Kind.UNAVAILABLE, "no_free_connection"
