@@ -23,7 +23,6 @@ from ctxfold_client import (
     adapters,
     tool_definitions,
     tool_result,
-    user,
 )
 
 chat = adapters.openai_chat
@@ -73,11 +72,11 @@ def main(trace_path: str, address: str) -> int:
         calls = folds = reads = 0
         while turns:
             if turns[0]["role"] == "user":
-                pending.append(user(turns.pop(0)["content"]))
+                pending.extend(chat.from_messages([turns.pop(0)]))
                 continue
             view = client.prepare(session.id, pending, on_progress=print_progress)
             folds += view.folded
-            response = fake_model(chat.to_request(view), view, turns)
+            response = fake_model(chat.to_request(view, tools=session.config.tools), view, turns)
             reply = chat.from_response(response)
             client.observe_usage(session.id, view, reply.usage)
             calls += 1
@@ -90,7 +89,7 @@ def main(trace_path: str, address: str) -> int:
         client.append_messages(session.id, pending)
         print(
             f"{calls} model calls, {folds} folds, {reads} read_tool_result calls; last view: "
-            f"{len(view.messages)} messages, ~{view.estimated_tokens} tokens"
+            f"{len(view.messages)} messages, ~{view.estimated_input_tokens} input tokens"
         )
     return 0
 
