@@ -81,6 +81,8 @@ func TestRequestArgumentsAreRefusedBeforeAnyCall(t *testing.T) {
 	refused(t, "FromOffset(-1)", firstErr(s.ToolResultPages(ctx, "tr_1", ctxfold.FromOffset(-1))), ctxfold.ReasonOffsetOutOfRange)
 	_, err = s.Fork(ctx, ctxfold.ForkAtSeq(0)) // never the head by accident
 	refused(t, "ForkAtSeq(0)", err, ctxfold.ReasonSeqOutOfRange)
+	_, err = s.Compact(ctx, ctxfold.KeepTokens(-1))
+	refused(t, "KeepTokens(-1)", err, ctxfold.ReasonInvalidRequest)
 	_, err = s.Rewind(ctx, -1)
 	refused(t, "Rewind(-1)", err, ctxfold.ReasonSeqOutOfRange)
 	_, err = s.Edit(ctx, 0, ctxfold.UserMessage("x"))

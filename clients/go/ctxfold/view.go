@@ -304,6 +304,9 @@ func (s *Session) CompactEvents(ctx context.Context, opts ...CompactOption) iter
 }
 
 func (s *Session) compact(ctx context.Context, cs *compactSettings, onProgress func(FoldProgress) error) (*View, error) {
+	if cs.keepTokens < 0 {
+		return nil, withOp("Compact", invalidArgument(ReasonInvalidRequest, "keep_tokens", "keep_tokens must be >= 0, got %d", cs.keepTokens))
+	}
 	if err := requireSessionID("Compact", s.id); err != nil {
 		return nil, err
 	}

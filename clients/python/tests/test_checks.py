@@ -124,6 +124,7 @@ def test_request_arguments_are_refused_with_the_servers_reasons() -> None:
     _refused(ErrorReason.OFFSET_OUT_OF_RANGE, core.ToolResultReader, "s1", tool_call_id="", result_ref="r", offset=-1,
              page_bytes=None, whole=False)  # fmt: skip
     _refused(ErrorReason.SEQ_OUT_OF_RANGE, core.rewind_request, "s1", -1)
+    _refused(ErrorReason.INVALID_REQUEST, core.compact_request, "s1", "", -1, False)
     _refused(ErrorReason.SEQ_OUT_OF_RANGE, core.seq_before, 0)
     _refused(ErrorReason.INVALID_CLIENT_ARGUMENT, tool_definitions, "openai_chat_v2")
 

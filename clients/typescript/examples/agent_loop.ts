@@ -38,6 +38,11 @@ function printProgress(event: FoldProgress): void {
   }
 }
 
+/** The fake model's token count: a quarter of the UTF-8 bytes of `value` as compact JSON. */
+function tokens(value: unknown): number {
+  return Math.floor(Buffer.byteLength(JSON.stringify(value)) / 4);
+}
+
 /** A Chat Completions response: a read_tool_result call for a truncated last tool result, else the next recorded assistant message (taken off `turns`). */
 function fakeModel(request: OpenAIChatRequest, view: View, turns: Recorded[]): OpenAIChatResponse {
   const last = view.messages.at(-1)!;
@@ -49,7 +54,7 @@ function fakeModel(request: OpenAIChatRequest, view: View, turns: Recorded[]): O
   } else {
     message = turns.shift()!;
   }
-  const usage = { prompt_tokens: Math.floor(JSON.stringify(request).length / 4), completion_tokens: Math.floor(JSON.stringify(message).length / 4) };
+  const usage = { prompt_tokens: tokens(request), completion_tokens: tokens(message) };
   const finishReason = message.tool_calls?.length ? "tool_calls" : "stop";
   return { choices: [{ message, finish_reason: finishReason }], usage };
 }

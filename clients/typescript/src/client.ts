@@ -340,7 +340,9 @@ export class CtxfoldClient {
 
   /** compact() as an async iterator, like prepareEvents(). */
   async *compactEvents(sessionId: string, opts: CompactOptions = {}): AsyncGenerator<PrepareEvent, View, undefined> {
-    const request = { sessionId: sessionIdOf(sessionId), focus: opts.focus ?? "", keepTokens: int64(opts.keepTokens ?? 0), dryRun: opts.dryRun ?? false };
+    const keepTokens = opts.keepTokens ?? 0;
+    if (!(keepTokens >= 0)) throw invalidArgument(ErrorReason.INVALID_REQUEST, "keep_tokens", `keep_tokens must be >= 0, not ${keepTokens}`);
+    const request = { sessionId: sessionIdOf(sessionId), focus: opts.focus ?? "", keepTokens: int64(keepTokens), dryRun: opts.dryRun ?? false };
     const result = yield* this.maintenance(opts, (o) => this.raw.compact(request, o));
     const view = viewOf(result, wholeMessages(result));
     if (!request.dryRun) {

@@ -500,6 +500,7 @@ describe("argument checks: the server's reason, the client's domain, before any 
     await refused(ErrorReason.OFFSET_OUT_OF_RANGE, () => client.toolResultPages("s", "r1", { offset: -1 }).next());
     await refused(ErrorReason.RESULT_REF_REQUIRED, () => client.readToolResult("s", { toolCallId: "" }));
     await refused(ErrorReason.SEQ_OUT_OF_RANGE, () => client.rewind("s", -1));
+    await refused(ErrorReason.INVALID_REQUEST, () => client.compact("s", { keepTokens: -1 }));
     await refused(ErrorReason.SEQ_OUT_OF_RANGE, () => client.edit("s", 0, userMessage("x")));
     await refused(ErrorReason.SEQ_OUT_OF_RANGE, () => client.retry("s", 0));
     assert.deepEqual(calls, [], "nothing reached the server");

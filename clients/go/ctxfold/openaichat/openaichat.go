@@ -6,6 +6,7 @@
 package openaichat
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -47,17 +48,28 @@ type wireMessage struct {
 	ReasoningContent string          `json:"reasoning_content,omitempty"`
 }
 
-// MarshalJSON writes content as null for an assistant message that only calls tools.
+// MarshalJSON writes content as null for an assistant message that only calls tools. It escapes
+// no HTML itself, so the caller's encoder decides (json.Marshal escapes < > &, an Encoder with
+// SetEscapeHTML(false) does not).
 func (m Message) MarshalJSON() ([]byte, error) {
-	content := json.RawMessage("null")
+	var content any
 	if m.Content != "" || len(m.ToolCalls) == 0 {
-		text, err := json.Marshal(m.Content)
-		if err != nil {
-			return nil, err
-		}
-		content = text
+		content = m.Content
 	}
-	return json.Marshal(wireMessage{m.Role, content, m.Name, m.ToolCalls, m.ToolCallID, m.ReasoningContent})
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(struct {
+		Role             string     `json:"role"`
+		Content          any        `json:"content"`
+		Name             string     `json:"name,omitempty"`
+		ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+		ToolCallID       string     `json:"tool_call_id,omitempty"`
+		ReasoningContent string     `json:"reasoning_content,omitempty"`
+	}{m.Role, content, m.Name, m.ToolCalls, m.ToolCallID, m.ReasoningContent}); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
 }
 
 // UnmarshalJSON reads content as a string, text parts or null.

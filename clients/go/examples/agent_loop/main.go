@@ -10,6 +10,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,6 +28,16 @@ type recordedTrace struct {
 	Tools    []json.RawMessage    `json:"tools"`
 }
 
+// tokens is the fake model's token count: a quarter of the UTF-8 bytes of value as compact JSON
+// (< > & written as they are, as the other SDKs write them).
+func tokens(value any) int {
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(value)      // plain structs and strings always encode
+	return (out.Len() - 1) / 4 // without Encode's newline
+}
+
 // fakeModel returns a Chat Completions response: a read_tool_result call for a truncated last tool
 // result, else the next recorded assistant message (taken off turns).
 func fakeModel(request *openaichat.Request, view *ctxfold.View, turns *[]openaichat.Message) []byte {
@@ -38,15 +49,13 @@ func fakeModel(request *openaichat.Request, view *ctxfold.View, turns *[]openaic
 	} else {
 		message, *turns = (*turns)[0], (*turns)[1:]
 	}
-	requestJSON, _ := json.Marshal(request) // plain structs and strings always marshal
-	messageJSON, _ := json.Marshal(message)
 	finishReason := "stop"
 	if len(message.ToolCalls) > 0 {
 		finishReason = "tool_calls"
 	}
 	body, _ := json.Marshal(map[string]any{
 		"choices": []any{map[string]any{"index": 0, "message": message, "finish_reason": finishReason}},
-		"usage":   map[string]int{"prompt_tokens": len(requestJSON) / 4, "completion_tokens": len(messageJSON) / 4},
+		"usage":   map[string]int{"prompt_tokens": tokens(request), "completion_tokens": tokens(message)},
 	})
 	return body
 }

@@ -232,6 +232,10 @@ def prepare_request(
 
 
 def compact_request(session_id: str, focus: str, keep_tokens: int, dry_run: bool) -> pb.CompactRequest:
+    if keep_tokens < 0:
+        raise CtxfoldError.invalid_argument(
+            ErrorReason.INVALID_REQUEST, "keep_tokens", f"keep_tokens must be >= 0, not {keep_tokens}"
+        )
     return pb.CompactRequest(session_id=session_id, focus=focus, keep_tokens=keep_tokens, dry_run=dry_run)
 
 

@@ -33,6 +33,11 @@ def print_progress(event: FoldProgress) -> None:
         print(f"  fold {event.stage}: {event.tokens_before} -> {event.tokens_after} tokens. {event.message}")
 
 
+def tokens(value: Any) -> int:
+    """The fake model's token count: a quarter of the UTF-8 bytes of `value` as compact JSON."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()) // 4
+
+
 def fake_model(request: dict[str, Any], view: View, turns: list[dict[str, Any]]) -> dict[str, Any]:
     """A Chat Completions response: a read_tool_result call for a truncated last tool result, else
     the next recorded assistant message (taken off `turns`)."""
@@ -47,7 +52,7 @@ def fake_model(request: dict[str, Any], view: View, turns: list[dict[str, Any]])
         message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
     else:
         message = turns.pop(0)
-    usage = {"prompt_tokens": len(json.dumps(request)) // 4, "completion_tokens": len(json.dumps(message)) // 4}
+    usage = {"prompt_tokens": tokens(request), "completion_tokens": tokens(message)}
     finish_reason = "tool_calls" if message.get("tool_calls") else "stop"
     return {"choices": [{"index": 0, "message": message, "finish_reason": finish_reason}], "usage": usage}
 
