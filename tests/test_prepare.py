@@ -320,6 +320,20 @@ async def test_corrupt_context_state_is_rebuilt(
         assert rebuilt["telemetry"]["state_rebuilds"] >= 1  # type: ignore[index]
 
 
+async def test_the_input_estimate_leaves_out_the_reserved_output(stub: pb_grpc.ContextServiceStub) -> None:
+    """`estimated_input_tokens` is the request without max_output_tokens: reported back as the input a
+    provider billed (an agent loop whose provider gives no usage), it leaves the calibration at 1."""
+    session = await create(stub, context_window=50_000, max_output_tokens=4000)
+    view = (await prepare(stub, session.id, user("hello " * 200))).result
+    assert view.estimated_input_tokens == view.estimated_tokens - 4000 > 200
+    observed = await stub.ObserveUsage(
+        pb.ObserveUsageRequest(
+            session_id=session.id, view_version=view.view_version, input_tokens=view.estimated_input_tokens
+        )
+    )
+    assert observed.calibration_accepted and observed.calibration == 1.0
+
+
 async def test_observe_usage_calibrates_within_bounds_and_never_maintains(stub: pb_grpc.ContextServiceStub) -> None:
     session = await create(stub, context_window=50_000, model="claude-sonnet-4")
     first = (await prepare(stub, session.id, user("hello " * 200))).result

@@ -2,8 +2,8 @@
 # The Java client's one test command: fetches what it needs from Maven Central (protoc,
 # protobuf-java, grpc-java, JUnit, ... into ~/.m2 and clients/java/.tools), checks that the
 # committed generated code is up to date, builds a consumer project outside the repository the way
-# README.md's "Use it from your project" says and runs the README's agent loop with it against a
-# real server, then builds and runs every test (unit, in-process, conformance scenarios, and the
+# README.md's "Use it from your project" says (with the root README's Java program, compiled) and
+# runs the README's agent loop with it against a real server, then builds and runs every test (unit, in-process, conformance scenarios, and the
 # end-to-end tests against a real `ctxfold serve` started from ../../.venv/bin/ctxfold).
 #
 #   clients/java/test.sh [extra mvn args, e.g. -Dtest=EndToEndTest]
@@ -68,6 +68,10 @@ awk '/<!-- agent-loop -->/{found=1; next} found && /^```java/{inside=1; next} in
   README.md >"$WORK/consumer/src/main/java/AgentLoop.java"
 diff -u examples/AgentLoop.java "$WORK/consumer/src/main/java/AgentLoop.java" \
   || { echo "test.sh: README.md's agent loop differs from examples/AgentLoop.java" >&2; exit 1; }
+# The root README's Java program (it calls OpenAI: compiled with the consumer, not run).
+awk '/^### Java$/{found=1; next} found && /^```java/{inside=1; next} inside && /^```/{exit} inside{print}' \
+  "$ROOT/README.md" >"$WORK/consumer/src/main/java/Agent.java"
+[ -s "$WORK/consumer/src/main/java/Agent.java" ] || { echo "test.sh: no Java program under ### Java in README.md" >&2; exit 1; }
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 OTEL_SDK_DISABLED=true "$SERVER" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data" --log-level WARNING \
   >"$WORK/server.log" 2>&1 &

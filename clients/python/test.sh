@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # ONE command for the Python SDK: installs what it needs from PyPI into clients/python/.venv,
 # builds and installs the client (with its `test` extra, so the tests run against the installed
-# package), lints (ruff), type-checks (mypy --strict), runs pytest (unit tests, the staleness checks
-# of the generated code, the conformance scenarios and end-to-end tests against real `ctxfold serve`
-# subprocesses), and finally uses the SDK as a newcomer would: builds the wheel, installs it into a
-# fresh venv of a temporary project OUTSIDE the repository and runs the README's agent loop there
-# against a real server.
+# package), lints (ruff), type-checks (mypy --strict), checks that the root README's Python snippet
+# is a complete program, runs pytest (unit tests, the staleness checks of the generated code, the
+# conformance scenarios and end-to-end tests against real `ctxfold serve` subprocesses), and finally
+# uses the SDK as a newcomer would: builds the wheel, installs it into a fresh venv of a temporary
+# project OUTSIDE the repository and runs the README's agent loop there against a real server.
 # Needs Python 3.11+ and the server's venv (../../.venv/bin/ctxfold, made by the root Makefile).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -27,6 +27,13 @@ echo "== ruff"
 .venv/bin/ruff format --check src tests scripts
 echo "== mypy --strict"
 .venv/bin/mypy
+
+echo "== the root README's Python snippet: a complete program (ruff finds every name it uses defined)"
+snippet=$(mktemp --suffix=.py)
+awk '/^### Python$/{f=1; next} f && /^```python$/{i=1; next} i && /^```$/{exit} i{print}' ../../README.md >"$snippet"
+[ -s "$snippet" ] || { echo "no Python snippet under '### Python' in ../../README.md" >&2; exit 1; }
+.venv/bin/ruff check --no-cache --isolated --select F,E9 "$snippet"
+rm -f "$snippet"
 
 echo "== pytest"
 .venv/bin/python -m pytest "$@"

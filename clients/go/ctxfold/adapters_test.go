@@ -17,7 +17,7 @@ import (
 func toolView(stable int64) *ctxfold.View {
 	return &ctxfold.View{
 		PromptCacheKey: "pck", StablePrefixMessages: stable,
-		Messages: []*ctxfold.Message{
+		Messages: []ctxfold.Message{
 			ctxfold.SystemMessage("sys"),
 			ctxfold.UserMessage("fix it"),
 			ctxfold.AssistantMessage("", ctxfold.NewToolCall("c1", "ls", `{"path":"."}`), ctxfold.NewToolCall("c2", "cat", "")),

@@ -4,10 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
-	"fmt"
 	"os"
+	"strings"
 	"time"
+	"unicode"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -77,7 +77,7 @@ func WithTLS(cfg *tls.Config) Option {
 func WithTLSFiles(caFile, certFile, keyFile string) Option {
 	return func(s *settings) {
 		if (certFile == "") != (keyFile == "") {
-			s.err = errors.New("ctxfold: WithTLSFiles needs both certFile and keyFile, or neither")
+			s.err = badOption("certFile", "WithTLSFiles needs both certFile and keyFile, or neither")
 			return
 		}
 		s.caFile, s.certFile, s.keyFile = caFile, certFile, keyFile
@@ -131,9 +131,32 @@ func WithConn(conn *grpc.ClientConn) Option {
 	return func(s *settings) { s.conn = conn }
 }
 
+// badOption is a client option this SDK cannot use.
+func badOption(field, format string, args ...any) *Error {
+	return invalidArgument(ReasonInvalidClientArgument, field, format, args...)
+}
+
+// check refuses the options this SDK cannot use, before anything is dialed.
+func (s *settings) check(addr string) error {
+	switch {
+	case s.err != nil:
+		return s.err
+	case addr == "" && s.conn == nil:
+		return badOption("addr", "the server address is required, e.g. \"127.0.0.1:50051\"")
+	case strings.ContainsFunc(s.token, unicode.IsSpace):
+		return badOption("token", "the bearer token must not contain whitespace")
+	case s.timeout < 0 || s.streamTimeout < 0:
+		return badOption("timeout", "deadlines must be >= 0 (0 = none), got %v and %v", s.timeout, s.streamTimeout)
+	case s.viewSessions < 0:
+		return badOption("view_cache_sessions", "the view cache size must be >= 0, got %d", s.viewSessions)
+	}
+	return nil
+}
+
 // New connects to the ctxfold server at addr ("host:port", or any gRPC target). Without TLS options
 // the connection is plaintext. The connection is established lazily, on the first call. The
-// client identifies itself as "ctxfold-go/<Version>".
+// client identifies itself as "ctxfold-go/<Version>". Options it cannot use are an [*Error] with
+// ReasonInvalidClientArgument.
 func New(addr string, opts ...Option) (*Client, error) {
 	s := &settings{
 		propagator:    propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, otel.GetTextMapPropagator()),
@@ -144,8 +167,8 @@ func New(addr string, opts ...Option) (*Client, error) {
 	for _, opt := range opts {
 		opt(s)
 	}
-	if s.err != nil {
-		return nil, s.err
+	if err := s.check(addr); err != nil {
+		return nil, err
 	}
 	c := &Client{
 		token:         s.token,
@@ -165,7 +188,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 		dial = append(dial, s.dialOptions...)
 		conn, err := grpc.NewClient(addr, dial...)
 		if err != nil {
-			return nil, fmt.Errorf("ctxfold: connect %s: %w", addr, err)
+			return nil, badOption("addr", "cannot use the address %q: %v", addr, err).wrapping(err)
 		}
 		c.conn, c.ownsConn = conn, true
 	}
@@ -184,18 +207,18 @@ func transportCredentials(s *settings) (credentials.TransportCredentials, error)
 	if s.caFile != "" {
 		pem, err := os.ReadFile(s.caFile)
 		if err != nil {
-			return nil, fmt.Errorf("ctxfold: read CA file: %w", err)
+			return nil, badOption("caFile", "cannot read the CA file: %v", err).wrapping(err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ctxfold: no PEM certificate in %s", s.caFile)
+			return nil, badOption("caFile", "no PEM certificate in %s", s.caFile)
 		}
 		cfg.RootCAs = pool
 	}
 	if s.certFile != "" {
 		cert, err := tls.LoadX509KeyPair(s.certFile, s.keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("ctxfold: load client certificate: %w", err)
+			return nil, badOption("certFile", "cannot load the client certificate: %v", err).wrapping(err)
 		}
 		cfg.Certificates = append(cfg.Certificates, cert)
 	}

@@ -76,6 +76,10 @@ func (f *fakeServer) AppendMessages(_ context.Context, req *ctxfoldv1.AppendMess
 	return &ctxfoldv1.AppendMessagesResponse{Messages: req.GetMessages()}, nil
 }
 
+func (f *fakeServer) Rewind(_ context.Context, req *ctxfoldv1.RewindRequest) (*ctxfoldv1.RewindResponse, error) {
+	return &ctxfoldv1.RewindResponse{Session: &ctxfoldv1.Session{Id: req.GetSessionId(), HeadSeq: req.GetToSeq()}}, nil
+}
+
 func (f *fakeServer) ReadToolResult(_ context.Context, req *ctxfoldv1.ReadToolResultRequest) (*ctxfoldv1.ReadToolResultResponse, error) {
 	f.mu.Lock()
 	f.reads = append(f.reads, req)
@@ -227,7 +231,7 @@ func TestErrorDetailsMapping(t *testing.T) {
 		e.Metadata["tool_call_id"] != "c1" || e.Message != "two results answer call c1" || e.Op != "GetSession" {
 		t.Errorf("mapped %+v", e)
 	}
-	if want := "ctxfold: GetSession: FailedPrecondition RESULT_REF_AMBIGUOUS: two results answer call c1"; e.Error() != want {
+	if want := "ctxfold: GetSession: FAILED_PRECONDITION RESULT_REF_AMBIGUOUS: two results answer call c1"; e.Error() != want {
 		t.Errorf("Error() = %q", e.Error())
 	}
 	if got, _ := status.FromError(err); len(got.Details()) != 1 {
@@ -272,12 +276,12 @@ func TestPrepareDeltaAndFallback(t *testing.T) {
 	}
 	s := startFake(t, f).OpenSession("s1")
 	ctx := context.Background()
-	if _, err := s.Prepare(ctx, ctxfold.WithAppend(msg("u1"))); err != nil {
+	if _, err := s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u1"))); err != nil {
 		t.Fatal(err)
 	}
 	var seen []ctxfoldv1.FoldStage
-	p2, err := s.Prepare(ctx, ctxfold.WithAppend(msg("u2")), ctxfold.WithRequestID("r2"),
-		ctxfold.WithProgress(func(p *ctxfold.FoldProgress) { seen = append(seen, p.GetStage()) }))
+	p2, err := s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u2")), ctxfold.WithRequestID("r2"),
+		ctxfold.WithProgress(func(p ctxfold.FoldProgress) { seen = append(seen, p.Stage) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +298,7 @@ func TestPrepareDeltaAndFallback(t *testing.T) {
 		t.Errorf("a prepare with an append and no request id sent %q, want a fresh UUIDv4", id)
 	}
 
-	p3, err := s.Prepare(ctx, ctxfold.WithAppend(msg("u3")))
+	p3, err := s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u3")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,11 +328,11 @@ func TestAppendRequestIDs(t *testing.T) {
 	s := startFake(t, f).OpenSession("s1")
 	ctx := context.Background()
 	for range 2 {
-		if _, err := s.Append(ctx, msg("x")); err != nil {
+		if _, err := s.Append(ctx, ctxfold.UserMessage("x")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.AppendWithRequestID(ctx, "mine", msg("y")); err != nil {
+	if _, err := s.AppendWithRequestID(ctx, "mine", ctxfold.UserMessage("y")); err != nil {
 		t.Fatal(err)
 	}
 	first, second, mine := f.appends[0].GetRequestId(), f.appends[1].GetRequestId(), f.appends[2].GetRequestId()
@@ -372,7 +376,7 @@ func TestPrepareWithoutResult(t *testing.T) {
 		return send(progress(ctxfoldv1.FoldStage_FOLD_STAGE_PASS_FAILED))
 	}}
 	n := 0
-	_, err := startFake(t, f).OpenSession("s1").Prepare(context.Background(), ctxfold.WithProgress(func(*ctxfold.FoldProgress) { n++ }))
+	_, err := startFake(t, f).OpenSession("s1").Prepare(context.Background(), ctxfold.WithProgress(func(ctxfold.FoldProgress) { n++ }))
 	var e *ctxfold.Error
 	if !errors.As(err, &e) || e.Reason != ctxfold.ReasonStreamEndedWithoutResult || e.Code != codes.Unavailable || n != 2 {
 		t.Errorf("err %v after %d progress events", err, n)
@@ -468,7 +472,7 @@ func TestSessionsIterator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, info.GetId())
+		ids = append(ids, info.ID)
 	}
 	if len(ids) != 5 || ids[4] != "s5" || f.listCalls != 3 {
 		t.Errorf("ids %v in %d calls", ids, f.listCalls)
@@ -492,11 +496,16 @@ func TestSessionConfigBuilder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.GetContextWindow() != 128000 || cfg.GetCompactRatio() != 0.7 || cfg.GetTailRatio() != 0.2 || cfg.GetMaxOutputTokens() != 4096 ||
-		cfg.GetSummaryMaxTokens() != 2000 || cfg.GetToolContentMaxBytes() != 8192 || cfg.GetSystemPrompt() != "sys" ||
-		cfg.GetSummarizer() != "gpt" || cfg.GetCacheTtlSeconds() != 300 || cfg.GetPromptCacheKey() != "k" || cfg.GetModel() != "gpt-x" ||
-		cfg.GetToolsJson() != `[{"type":"function"}]` || !cfg.GetDisableTaskAnchor() {
-		t.Errorf("config %v", cfg)
+	want := ctxfold.SessionConfig{
+		ContextWindow: 128000, CompactRatio: 0.7, TailRatio: 0.2, MaxOutputTokens: 4096, SummaryMaxTokens: 2000,
+		ToolContentMaxBytes: 8192, SystemPrompt: "sys", Summarizer: "gpt", CacheTTL: 5 * time.Minute, PromptCacheKey: "k",
+		Model: "gpt-x", ToolsJSON: `[{"type":"function"}]`, DisableTaskAnchor: true,
+	}
+	if *cfg != want {
+		t.Errorf("config %+v", cfg)
+	}
+	if proto := cfg.Proto(); proto.GetCacheTtlSeconds() != 300 || ctxfold.SessionConfigFromProto(proto) != want {
+		t.Errorf("proto round trip %v", proto)
 	}
 	if _, err := ctxfold.NewSessionConfig(1000, ctxfold.ToolsJSON("[not json")); err == nil {
 		t.Errorf("invalid tools JSON accepted")

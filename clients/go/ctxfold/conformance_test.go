@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -47,8 +46,30 @@ type step struct {
 	Error  *struct {
 		Code   string `json:"code"`
 		Reason string `json:"reason"`
+		Domain string `json:"domain"`
 	} `json:"error"`
 	Repeat int `json:"repeat"`
+	// RawArgs are the args as written: Go maps lose the key order that tool schemas keep.
+	RawArgs map[string]json.RawMessage `json:"-"`
+}
+
+func (s *step) UnmarshalJSON(data []byte) error {
+	type fields step
+	var wire struct {
+		fields
+		Args json.RawMessage `json:"args"`
+	}
+	if err := json.Unmarshal(data, &wire); err != nil {
+		return err
+	}
+	*s = step(wire.fields)
+	if len(wire.Args) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(wire.Args, &s.Args); err != nil {
+		return err
+	}
+	return json.Unmarshal(wire.Args, &s.RawArgs)
 }
 
 func TestConformance(t *testing.T) {
@@ -84,7 +105,7 @@ type runner struct {
 
 func (r *runner) run(ctx context.Context, sc scenario) error {
 	if sc.Config != nil {
-		session, err := r.call(ctx, "create_session", map[string]any{"config": sc.Config})
+		session, err := r.call(ctx, "create_session", map[string]any{"config": sc.Config}, nil)
 		if err != nil {
 			return fmt.Errorf("create the scenario's session: %w", err)
 		}
@@ -109,18 +130,15 @@ func (r *runner) step(ctx context.Context, st step) error {
 	if argMap == nil {
 		argMap = map[string]any{}
 	}
-	result, err := r.call(ctx, st.Op, argMap)
+	result, err := r.call(ctx, st.Op, argMap, st.RawArgs)
 	if st.Error != nil {
 		var e *ctxfold.Error
 		if !errors.As(err, &e) {
 			return fmt.Errorf("want error %s %s, got %v (result %v)", st.Error.Code, st.Error.Reason, err, result)
 		}
-		var want codes.Code
-		if err := want.UnmarshalJSON([]byte(strconv.Quote(st.Error.Code))); err != nil {
-			return err
-		}
-		if e.Code != want || e.Reason.String() != st.Error.Reason {
-			return fmt.Errorf("want error %s %s, got %s %s (%s)", want, st.Error.Reason, e.Code, e.Reason, e.Message)
+		if ctxfold.CodeName(e.Code) != st.Error.Code || e.Reason.String() != st.Error.Reason ||
+			(st.Error.Domain != "" && e.Domain != st.Error.Domain) {
+			return fmt.Errorf("want error %s %s %s, got %v (domain %q)", st.Error.Code, st.Error.Reason, st.Error.Domain, e, e.Domain)
 		}
 		return nil
 	}
@@ -162,6 +180,9 @@ func (r *runner) substitute(value any) (any, error) {
 	case map[string]any:
 		if text, ok := v["$repeat"].(string); ok {
 			return strings.Repeat(text, int(v["times"].(float64))), nil
+		}
+		if format, ok := v["$tool_definitions"].(string); ok {
+			return ctxfold.ToolDefinitions(ctxfold.ToolFormat(format))
 		}
 		if inner, ok := v["$json"]; ok {
 			resolved, err := r.substitute(inner)
@@ -283,8 +304,8 @@ func lookup(value any, path string) (any, bool) {
 	return value, true
 }
 
-// call runs one operation and returns its result in canonical JSON form.
-func (r *runner) call(ctx context.Context, op string, args map[string]any) (any, error) {
+// call runs one operation and returns its result in canonical JSON form (raw: the args as written).
+func (r *runner) call(ctx context.Context, op string, args map[string]any, raw map[string]json.RawMessage) (any, error) {
 	target, ok := args["session"]
 	if !ok {
 		target = r.saved["session"]
@@ -296,23 +317,30 @@ func (r *runner) call(ctx context.Context, op string, args map[string]any) (any,
 	pageSize := ctxfold.PageSize(int32(num("page_size")))
 	switch op {
 	case "create_session":
-		cfg := &ctxfoldv1.SessionConfig{}
-		if err := fromJSON(args["config"], cfg); err != nil {
+		options, err := configOptions(args["config"])
+		if err != nil {
+			return nil, err
+		}
+		if tools, ok := toolsArg(args, raw); ok {
+			options = append(options, ctxfold.Tools(tools))
+		}
+		cfg, err := ctxfold.NewSessionConfig(0, options...)
+		if err != nil {
 			return nil, err
 		}
 		s, err := r.client.CreateSession(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
-		return canonical(s.Info()), nil
+		return canonical(s.Info().Proto()), nil
 	case "get_session":
 		s, err := r.client.GetSession(ctx, session.ID())
 		if err != nil {
 			return nil, err
 		}
-		return canonical(s.Info()), nil
+		return canonical(s.Info().Proto()), nil
 	case "list_sessions":
-		return collect("sessions", r.client.Sessions(ctx, pageSize))
+		return collect("sessions", r.client.Sessions(ctx, pageSize), ctxfold.SessionInfo.Proto)
 	case "delete_session":
 		return map[string]any{}, session.Delete(ctx)
 	case "append_messages":
@@ -324,13 +352,13 @@ func (r *runner) call(ctx context.Context, op string, args map[string]any) (any,
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"messages": canonicalList(appended)}, nil
+		return map[string]any{"messages": canonicalList(appended, ctxfold.Message.Proto)}, nil
 	case "list_messages":
 		opts := []ctxfold.ListOption{pageSize}
 		if flag("include_abandoned") {
 			opts = append(opts, ctxfold.IncludeAbandoned())
 		}
-		return collect("messages", session.Messages(ctx, opts...))
+		return collect("messages", session.Messages(ctx, opts...), ctxfold.Message.Proto)
 	case "prepare", "prepare_events":
 		msgs, err := messagesArg(args["append"])
 		if err != nil {
@@ -382,19 +410,22 @@ func (r *runner) call(ctx context.Context, op string, args map[string]any) (any,
 		}
 		var overrides []ctxfold.ConfigOption
 		if cfg, ok := args["config"]; ok {
-			overrides = append(overrides, func(c *ctxfoldv1.SessionConfig) error { return fromJSON(cfg, c) })
+			var err error
+			if overrides, err = configOptions(cfg); err != nil {
+				return nil, err
+			}
 		}
 		fork, err := session.Fork(ctx, at, overrides...)
 		if err != nil {
 			return nil, err
 		}
-		return canonical(fork.Info()), nil
+		return canonical(fork.Info().Proto()), nil
 	case "rewind":
 		info, err := session.Rewind(ctx, num("to_seq"))
 		if err != nil {
 			return nil, err
 		}
-		return canonical(info), nil
+		return canonical(info.Proto()), nil
 	case "edit":
 		msgs, err := messagesArg([]any{args["message"]})
 		if err != nil {
@@ -404,7 +435,7 @@ func (r *runner) call(ctx context.Context, op string, args map[string]any) (any,
 		if err != nil {
 			return nil, err
 		}
-		return canonical(edited), nil
+		return canonical(edited.Proto()), nil
 	case "retry":
 		return viewResult(session.Retry(ctx, num("answer_seq")))
 	case "read_tool_result":
@@ -440,13 +471,13 @@ func (r *runner) call(ctx context.Context, op string, args map[string]any) (any,
 		if flag("include_abandoned") {
 			opts = append(opts, ctxfold.IncludeAbandoned())
 		}
-		return collect("checkpoints", session.Checkpoints(ctx, opts...))
+		return collect("checkpoints", session.Checkpoints(ctx, opts...), ctxfold.Checkpoint.Proto)
 	case "get_checkpoint":
 		cp, err := session.GetCheckpoint(ctx, str("checkpoint_id"))
 		if err != nil {
 			return nil, err
 		}
-		return canonical(cp), nil
+		return canonical(cp.Proto()), nil
 	case "dispatch_tool_call":
 		content, handled, err := session.DispatchToolCall(ctx, str("name"), str("arguments"))
 		if err != nil || !handled {
@@ -460,9 +491,20 @@ func (r *runner) call(ctx context.Context, op string, args map[string]any) (any,
 		}
 		return jsonValue(map[string]any{"tools": defs})
 	case "to_openai_chat", "to_openai_responses", "to_anthropic_messages":
-		return toProvider(op, args)
+		tools, _ := toolsArg(args, raw)
+		return toProvider(op, args, tools)
 	case "from_openai_chat", "from_openai_responses", "from_anthropic_messages":
 		return fromProvider(op, str("fixture"))
+	case "from_openai_chat_messages":
+		var recorded []openaichat.Message
+		if err := json.Unmarshal(raw["messages"], &recorded); err != nil {
+			return nil, err
+		}
+		msgs, err := openaichat.FromMessages(recorded)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"messages": canonicalList(msgs, ctxfold.Message.Proto)}, nil
 	}
 	return nil, fmt.Errorf("unknown op %q", op)
 }
@@ -479,16 +521,42 @@ func sessionID(target any) string {
 	return ""
 }
 
-func messagesArg(value any) ([]*ctxfold.Message, error) {
+func messagesArg(value any) ([]ctxfold.Message, error) {
 	list, _ := value.([]any)
-	msgs := make([]*ctxfold.Message, len(list))
+	msgs := make([]ctxfold.Message, len(list))
 	for i, item := range list {
-		msgs[i] = &ctxfold.Message{}
-		if err := fromJSON(item, msgs[i]); err != nil {
+		m := &ctxfoldv1.Message{}
+		if err := fromJSON(item, m); err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
+		msgs[i] = ctxfold.MessageFromProto(m)
 	}
 	return msgs, nil
+}
+
+// configOptions are the options of a config given as proto JSON: its fields, and its tools_json
+// through ToolsJSON (which writes them in the one form).
+func configOptions(value any) ([]ctxfold.ConfigOption, error) {
+	pc := &ctxfoldv1.SessionConfig{}
+	if err := fromJSON(value, pc); err != nil {
+		return nil, err
+	}
+	fields := ctxfold.SessionConfigFromProto(pc)
+	set := func(c *ctxfold.SessionConfig) error { *c = fields; return nil }
+	return []ctxfold.ConfigOption{set, ctxfold.ToolsJSON(pc.GetToolsJson())}, nil
+}
+
+// toolsArg is the "tools" argument as raw JSON values: a generated {"$tool_definitions"} or the
+// list as written (in its key order).
+func toolsArg(args map[string]any, raw map[string]json.RawMessage) ([]json.RawMessage, bool) {
+	if generated, ok := args["tools"].([]json.RawMessage); ok {
+		return generated, true
+	}
+	var tools []json.RawMessage
+	if text, ok := raw["tools"]; !ok || json.Unmarshal(text, &tools) != nil {
+		return nil, false
+	}
+	return tools, true
 }
 
 // fromJSON reads a JSON-shaped value as proto JSON into m.
@@ -515,7 +583,7 @@ func eventsResult(events func(func(ctxfold.Event, error) bool)) (any, error) {
 			return nil, err
 		}
 		if ev.Progress != nil {
-			progress = append(progress, canonical(ev.Progress))
+			progress = append(progress, canonical(ev.Progress.Proto()))
 		}
 		if ev.View != nil {
 			result = canonical(ev.View.Proto())
@@ -524,21 +592,21 @@ func eventsResult(events func(func(ctxfold.Event, error) bool)) (any, error) {
 	return map[string]any{"progress": progress, "result": result}, nil
 }
 
-func collect[T proto.Message](key string, items func(func(T, error) bool)) (any, error) {
+func collect[T any, P proto.Message](key string, items func(func(T, error) bool), toProto func(T) P) (any, error) {
 	out := []any{}
 	for item, err := range items {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, canonical(item))
+		out = append(out, canonical(toProto(item)))
 	}
 	return map[string]any{key: out}, nil
 }
 
-func canonicalList[T proto.Message](items []T) []any {
+func canonicalList[T any, P proto.Message](items []T, toProto func(T) P) []any {
 	out := make([]any, len(items))
 	for i, item := range items {
-		out[i] = canonical(item)
+		out[i] = canonical(toProto(item))
 	}
 	return out
 }
@@ -621,7 +689,7 @@ func jsonValue(value any) (any, error) {
 }
 
 // toProvider converts a view given as proto JSON (a saved View or a literal) to a request.
-func toProvider(op string, args map[string]any) (any, error) {
+func toProvider(op string, args map[string]any, tools []json.RawMessage) (any, error) {
 	pc := &ctxfoldv1.PreparedContext{}
 	if err := fromJSON(args["view"], pc); err != nil {
 		return nil, fmt.Errorf("view: %w", err)
@@ -629,12 +697,6 @@ func toProvider(op string, args map[string]any) (any, error) {
 	view := ctxfold.ViewFromProto(pc)
 	model, _ := args["model"].(string)
 	maxTokens, _ := args["max_tokens"].(float64)
-	var tools []map[string]any
-	if list, ok := args["tools"].([]any); ok {
-		for _, tool := range list {
-			tools = append(tools, tool.(map[string]any))
-		}
-	}
 	switch op {
 	case "to_openai_chat":
 		return jsonValue(openaichat.NewRequest(view, openaichat.Options{Model: model, Tools: tools, MaxCompletionTokens: int64(maxTokens)}))
@@ -669,7 +731,7 @@ func fromProvider(op, fixture string) (any, error) {
 	}
 	u := turn.Usage
 	return jsonValue(map[string]any{
-		"messages": canonicalList(turn.Messages),
+		"messages": canonicalList(turn.Messages, ctxfold.Message.Proto),
 		"usage": map[string]any{
 			"input_tokens": u.InputTokens, "cached_input_tokens": u.CachedInputTokens,
 			"output_tokens": u.OutputTokens, "finish_reason": u.FinishReason,

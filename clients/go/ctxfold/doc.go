@@ -17,8 +17,12 @@
 //   - [ToolDefinitions] and [Session.DispatchToolCall] let the model read folded results itself;
 //     the subpackages openaichat, openairesponses and anthropic convert a [View] to a provider
 //     request and a provider response back to the messages to append and the usage to report.
+//   - Results are plain Go values ([Message], [SessionInfo], [View], [Checkpoint], [FoldProgress],
+//     [ContextState]) and snapshots: nothing a call returned changes afterwards. Each converts to
+//     its generated type with Proto.
 //   - Every error is an [*Error] (use errors.As) carrying the gRPC code, the reason as an
-//     [ErrorReason] constant, the ErrorInfo metadata and the RetryInfo delay.
+//     [ErrorReason] constant, the ErrorInfo metadata and the RetryInfo delay; arguments the server
+//     would refuse are refused before any call, with the server's reason.
 //   - The proto enums are re-exported ([Role], [Action], [FoldStage], [ErrorReason], ...), so one
 //     import is enough.
 //

@@ -83,9 +83,9 @@ func listing(seed, size int) string {
 	return b.String()
 }
 
-func liveMessages(t *testing.T, s *ctxfold.Session, opts ...ctxfold.ListOption) []*ctxfold.Message {
+func liveMessages(t *testing.T, s *ctxfold.Session, opts ...ctxfold.ListOption) []ctxfold.Message {
 	t.Helper()
-	var out []*ctxfold.Message
+	var out []ctxfold.Message
 	for m, err := range s.Messages(context.Background(), opts...) {
 		if err != nil {
 			t.Fatal(err)
@@ -104,28 +104,28 @@ func TestE2E(t *testing.T) {
 	t.Run("SessionLifecycle", func(t *testing.T) {
 		s := newSession(t, client, 8000, ctxfold.MaxOutputTokens(256), ctxfold.SystemPrompt("be brief"), ctxfold.Model("m1"))
 		info := s.Info()
-		if info.GetId() == "" || info.GetHeadSeq() != 0 {
+		if info.ID == "" || info.HeadSeq != 0 {
 			t.Fatalf("new session %v", info)
 		}
-		if cfg := info.GetConfig(); cfg.GetCompactRatio() != 0.8 || cfg.GetToolContentMaxBytes() != 32768 || cfg.GetSummarizer() != "extractive" {
+		if cfg := info.Config; cfg.CompactRatio != 0.8 || cfg.ToolContentMaxBytes != 32768 || cfg.Summarizer != "extractive" {
 			t.Errorf("defaults not filled in: %v", cfg)
 		}
 
-		appended := must[[]*ctxfold.Message](t)(s.Append(ctx,
+		appended := must[[]ctxfold.Message](t)(s.Append(ctx,
 			ctxfold.UserMessage("hello"), ctxfold.AssistantMessage("hi"), ctxfold.UserMessage("list files"),
 			ctxfold.AssistantMessage("", ctxfold.NewToolCall("c1", "ls", `{}`)), ctxfold.ToolResultMessage("c1", "a.go\nb.go\n"),
 		))
-		if len(appended) != 5 || appended[0].GetSeq() != 1 || appended[4].GetSeq() != 5 || appended[4].GetResultRef() == "" {
+		if len(appended) != 5 || appended[0].Seq != 1 || appended[4].Seq != 5 || appended[4].ResultRef == "" {
 			t.Fatalf("appended %v", appended)
 		}
 
 		got := must[*ctxfold.SessionInfo](t)(s.Refresh(ctx))
-		if got.GetHeadSeq() != 5 {
-			t.Errorf("head seq %d, want 5", got.GetHeadSeq())
+		if got.HeadSeq != 5 {
+			t.Errorf("head seq %d, want 5", got.HeadSeq)
 		}
 		reopened := must[*ctxfold.Session](t)(client.GetSession(ctx, s.ID()))
-		if reopened.Info().GetConfig().GetModel() != "m1" {
-			t.Errorf("GetSession config %v", reopened.Info().GetConfig())
+		if reopened.Info().Config.Model != "m1" {
+			t.Errorf("GetSession config %v", reopened.Info().Config)
 		}
 
 		// Pages of 2 through 5 messages.
@@ -134,8 +134,8 @@ func TestE2E(t *testing.T) {
 			t.Fatalf("listed %d messages, want 5", len(msgs))
 		}
 		for i, m := range msgs {
-			if m.GetSeq() != int64(i+1) || m.GetId() != appended[i].GetId() {
-				t.Errorf("message %d: seq %d id %s", i, m.GetSeq(), m.GetId())
+			if m.Seq != int64(i+1) || m.ID != appended[i].ID {
+				t.Errorf("message %d: seq %d id %s", i, m.Seq, m.ID)
 			}
 		}
 		// Stopping early fetches nothing more and yields no error.
@@ -151,24 +151,24 @@ func TestE2E(t *testing.T) {
 		}
 
 		prepared := must[*ctxfold.View](t)(s.Prepare(ctx))
-		if prepared.Action != ctxfoldv1.Action_ACTION_NONE || len(prepared.Messages) != 6 || prepared.Messages[0].GetRole() != ctxfoldv1.Role_ROLE_SYSTEM {
+		if prepared.Action != ctxfoldv1.Action_ACTION_NONE || len(prepared.Messages) != 6 || prepared.Messages[0].Role != ctxfoldv1.Role_ROLE_SYSTEM {
 			t.Errorf("prepare: action %s, %d messages", prepared.Action, len(prepared.Messages))
 		}
 		usage := must[*ctxfold.UsageResult](t)(s.ObserveUsage(ctx, 0, ctxfold.Usage{ // 0: the held view
-			InputTokens: prepared.EstimatedTokens, OutputTokens: 12, FinishReason: "stop",
+			InputTokens: prepared.EstimatedInputTokens, OutputTokens: 12, FinishReason: "stop",
 		}))
 		if usage.Calibration <= 0 {
 			t.Errorf("calibration %v", usage.Calibration)
 		}
 
-		state := must[map[string]any](t)(s.ContextState(ctx))
-		if state["schema_version"] != float64(3) {
-			t.Errorf("context state schema %v", state["schema_version"])
+		state := must[*ctxfold.ContextState](t)(s.ContextState(ctx))
+		if state.SchemaVersion != 3 || len(state.Views) == 0 || state.Views[len(state.Views)-1].Version != prepared.ViewVersion {
+			t.Errorf("context state %+v", state)
 		}
 
 		// Fork at seq 3 with an override; the fork outlives its source.
 		fork := must[*ctxfold.Session](t)(s.Fork(ctx, ctxfold.ForkAtSeq(3), ctxfold.Model("m2")))
-		if fi := fork.Info(); fi.GetHeadSeq() != 3 || fi.GetForkedFromSessionId() != s.ID() || fi.GetConfig().GetModel() != "m2" || fi.GetConfig().GetSystemPrompt() != "be brief" {
+		if fi := fork.Info(); fi.HeadSeq != 3 || fi.ForkedFromSessionID != s.ID() || fi.Config.Model != "m2" || fi.Config.SystemPrompt != "be brief" {
 			t.Errorf("fork %v", fi)
 		}
 
@@ -177,7 +177,7 @@ func TestE2E(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			found = found || info.GetId() == s.ID()
+			found = found || info.ID == s.ID()
 		}
 		if !found {
 			t.Errorf("session %s not listed", s.ID())
@@ -190,7 +190,7 @@ func TestE2E(t *testing.T) {
 		if e.Reason != ctxfold.ReasonSessionNotFound {
 			t.Errorf("after delete: %v", e)
 		}
-		if got := liveMessages(t, fork); len(got) != 3 || got[2].GetContent() != "list files" {
+		if got := liveMessages(t, fork); len(got) != 3 || got[2].Content != "list files" {
 			t.Errorf("fork after source delete has %d messages", len(got))
 		}
 	})
@@ -214,16 +214,21 @@ func TestE2E(t *testing.T) {
 			t.Errorf("errors.Is with a reason sentinel failed")
 		}
 
-		// A bad config answers INVALID_ARGUMENT / INVALID_CONFIG.
-		cfg := must[*ctxfoldv1.SessionConfig](t)(ctxfold.NewSessionConfig(4000, ctxfold.CompactRatio(2)))
+		// A config only the server can judge (the output does not fit below the trigger) answers
+		// INVALID_ARGUMENT / INVALID_CONFIG from the server; one out of range never leaves the SDK.
+		cfg := must[*ctxfold.SessionConfig](t)(ctxfold.NewSessionConfig(4000, ctxfold.MaxOutputTokens(3900)))
 		ce := mustErr(t, errOf(client.CreateSession(ctx, cfg)))
-		if ce.Code != codes.InvalidArgument || ce.Reason != ctxfold.ReasonInvalidConfig {
+		if ce.Code != codes.InvalidArgument || ce.Reason != ctxfold.ReasonInvalidConfig || ce.Domain != ctxfold.ErrorDomain {
 			t.Errorf("bad config: %v", ce)
+		}
+		_, err = ctxfold.NewSessionConfig(4000, ctxfold.CompactRatio(2))
+		if local := mustErr(t, err); local.Reason != ctxfold.ReasonInvalidConfig || local.Domain != ctxfold.ClientErrorDomain {
+			t.Errorf("out of range: %v", local)
 		}
 
 		// Nothing but tool results may follow a pending tool call.
 		s := newSession(t, client, 8000)
-		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("go"), ctxfold.AssistantMessage("", ctxfold.NewToolCall("c1", "ls", "{}"))))
+		must[[]ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("go"), ctxfold.AssistantMessage("", ctxfold.NewToolCall("c1", "ls", "{}"))))
 		pe := mustErr(t, errOf(s.Append(ctx, ctxfold.UserMessage("too early"))))
 		if pe.Reason != ctxfold.ReasonToolResultsPending || pe.Code != codes.FailedPrecondition {
 			t.Errorf("pending tool results: %v", pe)
@@ -238,12 +243,12 @@ func TestE2E(t *testing.T) {
 		}
 		var last *ctxfold.View
 		for i := 1; i <= 3; i++ {
-			must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage(fmt.Sprintf("a%d", i))))
+			must[[]ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage(fmt.Sprintf("a%d", i))))
 			last = must[*ctxfold.View](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage(fmt.Sprintf("u%d", i+1)))))
 			if !last.Delta || len(last.Messages) != 2+2*i {
 				t.Fatalf("prepare %d: delta %v, view %d", i, last.Delta, len(last.Messages))
 			}
-			if len(last.Appended) != 1 || last.Appended[0].GetContent() != fmt.Sprintf("u%d", i+1) {
+			if len(last.Appended) != 1 || last.Appended[0].Content != fmt.Sprintf("u%d", i+1) {
 				t.Errorf("appended %v", last.Appended)
 			}
 		}
@@ -260,7 +265,7 @@ func TestE2E(t *testing.T) {
 		// must still give the right whole view (the server refuses the stale base).
 		other := dial(t, srv.Addr).OpenSession(s.ID())
 		must[*ctxfold.SessionInfo](t)(other.Rewind(ctx, 2))
-		must[[]*ctxfold.Message](t)(other.Append(ctx, ctxfold.UserMessage("u2-new"), ctxfold.AssistantMessage("a2-new"), ctxfold.UserMessage("u3-new"), ctxfold.AssistantMessage("a3-new")))
+		must[[]ctxfold.Message](t)(other.Append(ctx, ctxfold.UserMessage("u2-new"), ctxfold.AssistantMessage("a2-new"), ctxfold.UserMessage("u3-new"), ctxfold.AssistantMessage("a3-new")))
 		after := must[*ctxfold.View](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u4-new"))))
 		want := []string{"sys", "u1", "a1", "u2-new", "a2-new", "u3-new", "a3-new", "u4-new"}
 		if got := contents(after.Messages); strings.Join(got, ",") != strings.Join(want, ",") {
@@ -278,10 +283,10 @@ func TestE2E(t *testing.T) {
 	t.Run("CompactWithProgressChannel", func(t *testing.T) {
 		// Below the trigger (0.8 × 8000), so only the manual Compact folds.
 		s := newSession(t, client, 8000, ctxfold.SystemPrompt("sys"))
-		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("inspect the repo")))
+		must[[]ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("inspect the repo")))
 		for i := 1; i <= 6; i++ {
 			call := fmt.Sprintf("c%d", i)
-			must[[]*ctxfold.Message](t)(s.Append(ctx,
+			must[[]ctxfold.Message](t)(s.Append(ctx,
 				ctxfold.AssistantMessage("", ctxfold.NewToolCall(call, "ls", fmt.Sprintf(`{"dir":"pkg%d"}`, i))),
 				ctxfold.ToolResultMessage(call, listing(i, 1500))))
 		}
@@ -289,10 +294,10 @@ func TestE2E(t *testing.T) {
 		if before.Action != ctxfoldv1.Action_ACTION_NONE {
 			t.Fatalf("prepare below the trigger did %s", before.Action)
 		}
-		ch := make(chan *ctxfold.FoldProgress)
-		received := make(chan []*ctxfold.FoldProgress)
+		ch := make(chan ctxfold.FoldProgress)
+		received := make(chan []ctxfold.FoldProgress)
 		go func() {
-			var got []*ctxfold.FoldProgress
+			var got []ctxfold.FoldProgress
 			for p := range ch {
 				got = append(got, p)
 			}
@@ -310,7 +315,7 @@ func TestE2E(t *testing.T) {
 		if compacted.EstimatedTokens >= before.EstimatedTokens {
 			t.Errorf("compact did not shrink the view: %d -> %d", before.EstimatedTokens, compacted.EstimatedTokens)
 		}
-		if len(events) == 0 || len(events) != len(compacted.Progress) || events[len(events)-1].GetStage() != ctxfoldv1.FoldStage_FOLD_STAGE_PASS_COMMITTED {
+		if len(events) == 0 || len(events) != len(compacted.Progress) || events[len(events)-1].Stage != ctxfoldv1.FoldStage_FOLD_STAGE_PASS_COMMITTED {
 			t.Errorf("progress over the channel: %d events (%d collected)", len(events), len(compacted.Progress))
 		}
 		// The held view is the compacted one: the next prepare is a delta on top of it.
@@ -328,25 +333,25 @@ func TestE2E(t *testing.T) {
 		}
 		raw := b.String()
 		sum := sha256.Sum256([]byte(raw))
-		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("dump"), ctxfold.AssistantMessage("", ctxfold.NewToolCall("big", "dump", "{}"))))
-		stored := must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.ToolResultMessage("big", raw)))[0]
-		if !stored.GetTruncated() || stored.GetRawBytes() != int64(len(raw)) || stored.GetResultRef() == "" {
-			t.Fatalf("stored tool result: truncated %v, raw bytes %d (want %d), ref %q", stored.GetTruncated(), stored.GetRawBytes(), len(raw), stored.GetResultRef())
+		must[[]ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("dump"), ctxfold.AssistantMessage("", ctxfold.NewToolCall("big", "dump", "{}"))))
+		stored := must[[]ctxfold.Message](t)(s.Append(ctx, ctxfold.ToolResultMessage("big", raw)))[0]
+		if !stored.Truncated || stored.RawBytes != int64(len(raw)) || stored.ResultRef == "" {
+			t.Fatalf("stored tool result: truncated %v, raw bytes %d (want %d), ref %q", stored.Truncated, stored.RawBytes, len(raw), stored.ResultRef)
 		}
-		if len(stored.GetContent()) > 32768 || !strings.Contains(stored.GetContent(), stored.GetResultRef()) || !utf8.ValidString(stored.GetContent()) {
-			t.Errorf("bounded content: %d bytes, names ref %v", len(stored.GetContent()), strings.Contains(stored.GetContent(), stored.GetResultRef()))
+		if len(stored.Content) > 32768 || !strings.Contains(stored.Content, stored.ResultRef) || !utf8.ValidString(stored.Content) {
+			t.Errorf("bounded content: %d bytes, names ref %v", len(stored.Content), strings.Contains(stored.Content, stored.ResultRef))
 		}
 
-		whole := must[*ctxfold.ToolResult](t)(s.ReadToolResult(ctx, stored.GetResultRef(), ctxfold.PageBytes(5000)))
+		whole := must[*ctxfold.ToolResult](t)(s.ReadToolResult(ctx, stored.ResultRef, ctxfold.PageBytes(5000)))
 		if whole.Text != raw || whole.SHA256 != hex.EncodeToString(sum[:]) || whole.TotalBytes != int64(len(raw)) {
 			t.Fatalf("round trip: %d bytes (want %d), sha %s", len(whole.Text), len(raw), whole.SHA256)
 		}
 		byCall := must[*ctxfold.ToolResult](t)(s.ReadToolResultByCallID(ctx, "big"))
-		if byCall.Text != raw || byCall.ResultRef != stored.GetResultRef() {
+		if byCall.Text != raw || byCall.ResultRef != stored.ResultRef {
 			t.Errorf("by call id: %d bytes, ref %s", len(byCall.Text), byCall.ResultRef)
 		}
 		pages := 0
-		for page, err := range s.ToolResultPages(ctx, stored.GetResultRef()) {
+		for page, err := range s.ToolResultPages(ctx, stored.ResultRef) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -361,7 +366,7 @@ func TestE2E(t *testing.T) {
 		// An offset inside a multi-byte character is refused with its reason.
 		mid := strings.Index(raw, "é") + 1
 		var e *ctxfold.Error
-		for _, err := range s.ToolResultPages(ctx, stored.GetResultRef(), ctxfold.FromOffset(int64(mid))) {
+		for _, err := range s.ToolResultPages(ctx, stored.ResultRef, ctxfold.FromOffset(int64(mid))) {
 			e = mustErr(t, err)
 		}
 		if e.Reason != ctxfold.ReasonOffsetNotCharBoundary {
@@ -372,8 +377,8 @@ func TestE2E(t *testing.T) {
 	t.Run("ToolDispatcher", func(t *testing.T) {
 		s := newSession(t, client, 64000)
 		raw := strings.Repeat("0123456789abcdef", 2500) // 40000 bytes
-		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("dump"), ctxfold.AssistantMessage("", ctxfold.NewToolCall("big", "dump", "{}"))))
-		ref := must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.ToolResultMessage("big", raw)))[0].GetResultRef()
+		must[[]ctxfold.Message](t)(s.Append(ctx, ctxfold.UserMessage("dump"), ctxfold.AssistantMessage("", ctxfold.NewToolCall("big", "dump", "{}"))))
+		ref := must[[]ctxfold.Message](t)(s.Append(ctx, ctxfold.ToolResultMessage("big", raw)))[0].ResultRef
 		dispatch := func(name, arguments string) string {
 			t.Helper()
 			content, handled, err := s.DispatchToolCall(ctx, name, arguments)
@@ -445,38 +450,38 @@ func TestE2E(t *testing.T) {
 	t.Run("EditAndRetry", func(t *testing.T) {
 		s := newSession(t, client, 100000, ctxfold.SystemPrompt("sys"))
 		must[*ctxfold.View](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("question one"))))
-		must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage("answer one")))
+		must[[]ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage("answer one")))
 		must[*ctxfold.View](t)(s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("question two"))))
-		bad := must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage("a bad answer")))[0]
+		bad := must[[]ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage("a bad answer")))[0]
 
 		// Retry: drop the bad answer (seq 4) and prepare the same request again.
-		retried := must[*ctxfold.View](t)(s.Retry(ctx, bad.GetSeq()))
+		retried := must[*ctxfold.View](t)(s.Retry(ctx, bad.Seq))
 		if got := contents(retried.Messages); strings.Join(got, "|") != "sys|question one|answer one|question two" {
 			t.Fatalf("retry view %v", got)
 		}
-		good := must[[]*ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage("a good answer")))[0]
-		if good.GetSeq() != bad.GetSeq() {
-			t.Errorf("new answer seq %d, want %d", good.GetSeq(), bad.GetSeq())
+		good := must[[]ctxfold.Message](t)(s.Append(ctx, ctxfold.AssistantMessage("a good answer")))[0]
+		if good.Seq != bad.Seq {
+			t.Errorf("new answer seq %d, want %d", good.Seq, bad.Seq)
 		}
 
 		// Edit: replace question two (seq 3).
 		edited := must[*ctxfold.Message](t)(s.Edit(ctx, 3, ctxfold.UserMessage("question two, rephrased")))
-		if edited.GetSeq() != 3 || edited.GetId() == "" || edited.GetContent() != "question two, rephrased" {
+		if edited.Seq != 3 || edited.ID == "" || edited.Content != "question two, rephrased" {
 			t.Errorf("edit returned %v", edited)
 		}
 		view := must[*ctxfold.View](t)(s.Prepare(ctx))
 		if got := contents(view.Messages); strings.Join(got, "|") != "sys|question one|answer one|question two, rephrased" {
 			t.Fatalf("view after edit %v", got)
 		}
-		if info := must[*ctxfold.SessionInfo](t)(s.Refresh(ctx)); info.GetHeadSeq() != 3 {
-			t.Errorf("head seq after edit %d", info.GetHeadSeq())
+		if info := must[*ctxfold.SessionInfo](t)(s.Refresh(ctx)); info.HeadSeq != 3 {
+			t.Errorf("head seq after edit %d", info.HeadSeq)
 		}
 
 		// Abandoned messages stay listable.
 		var abandoned []string
 		for _, m := range liveMessages(t, s, ctxfold.IncludeAbandoned()) {
-			if m.GetAbandoned() {
-				abandoned = append(abandoned, m.GetContent())
+			if m.Abandoned {
+				abandoned = append(abandoned, m.Content)
 			}
 		}
 		want := "question two|a bad answer|a good answer"
@@ -506,7 +511,7 @@ func TestBearerTokenAuth(t *testing.T) {
 	ctx := context.Background()
 
 	anonymous := dial(t, srv.Addr)
-	cfg := must[*ctxfoldv1.SessionConfig](t)(ctxfold.NewSessionConfig(8000))
+	cfg := must[*ctxfold.SessionConfig](t)(ctxfold.NewSessionConfig(8000))
 	e := mustErr(t, errOf(anonymous.CreateSession(ctx, cfg)))
 	if e.Code != codes.Unauthenticated || e.Reason != ctxfold.ReasonUnauthenticated {
 		t.Errorf("without a token: %v", e)
@@ -531,7 +536,7 @@ func TestBearerTokenAuth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.GetId() == sa.ID() {
+		if info.ID == sa.ID() {
 			t.Errorf("tenant b lists tenant a's session")
 		}
 	}
@@ -542,7 +547,7 @@ func TestMutualTLS(t *testing.T) {
 	files := testserver.GenerateTLS(t)
 	srv := testserver.Start(t, testserver.Options{TLSCert: files.ServerCert, TLSKey: files.ServerKey, TLSClientCA: files.CA})
 	ctx := context.Background()
-	cfg := must[*ctxfoldv1.SessionConfig](t)(ctxfold.NewSessionConfig(8000))
+	cfg := must[*ctxfold.SessionConfig](t)(ctxfold.NewSessionConfig(8000))
 
 	client := dial(t, srv.Addr, ctxfold.WithTLSFiles(files.CA, files.ClientCert, files.ClientKey))
 	s := must[*ctxfold.Session](t)(client.CreateSession(ctx, cfg))
@@ -558,20 +563,20 @@ func TestMutualTLS(t *testing.T) {
 	}
 }
 
-func contents(msgs []*ctxfold.Message) []string {
+func contents(msgs []ctxfold.Message) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {
-		out[i] = m.GetContent()
+		out[i] = m.Content
 	}
 	return out
 }
 
-func sameView(a, b []*ctxfold.Message) bool {
+func sameView(a, b []ctxfold.Message) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if !proto.Equal(a[i], b[i]) {
+		if !proto.Equal(a[i].Proto(), b[i].Proto()) {
 			return false
 		}
 	}

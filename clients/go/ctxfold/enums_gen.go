@@ -83,6 +83,7 @@ const (
 	ReasonStreamEndedWithoutResult = ctxfoldv1.ErrorReason_STREAM_ENDED_WITHOUT_RESULT
 	ReasonResultChecksumMismatch   = ctxfoldv1.ErrorReason_RESULT_CHECKSUM_MISMATCH
 	ReasonProtocolViolation        = ctxfoldv1.ErrorReason_PROTOCOL_VIOLATION
+	ReasonInvalidClientArgument    = ctxfoldv1.ErrorReason_INVALID_CLIENT_ARGUMENT
 )
 
 // NotFoldedReason is ctxfoldv1.NotFoldedReason (proto enum ctxfold.v1.NotFoldedReason); it prints as the value's proto name.

@@ -1,6 +1,7 @@
 package ctxfold
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -25,13 +26,15 @@ const ClientErrorDomain = "client.ctxfold.dev"
 //	var e *ctxfold.Error
 //	if errors.As(err, &e) && e.Reason == ctxfold.ReasonSessionNotFound { ... }
 //
-// It also implements GRPCStatus, so status.Code(err) and status.FromError(err) keep working.
+// It also implements GRPCStatus, so status.Code(err) and status.FromError(err) keep working. A
+// deadline or a cancellation also matches context.DeadlineExceeded / context.Canceled with errors.Is.
 type Error struct {
 	// Code is the gRPC status code.
 	Code codes.Code
 	// Reason is the google.rpc.ErrorInfo reason; ReasonUnspecified when the status carried none
 	// (e.g. a transport failure). Conditions the SDK detects itself use
-	// ReasonStreamEndedWithoutResult, ReasonResultChecksumMismatch and ReasonProtocolViolation.
+	// ReasonStreamEndedWithoutResult, ReasonResultChecksumMismatch, ReasonProtocolViolation and
+	// ReasonInvalidClientArgument; its argument checks use the server's reason for the same mistake.
 	Reason ErrorReason
 	// Message is the status message, meant for a person.
 	Message string
@@ -42,16 +45,21 @@ type Error struct {
 	Metadata map[string]string
 	// RetryDelay is the google.rpc.RetryInfo delay when the server sent one (0 otherwise).
 	RetryDelay time.Duration
-	// Op is the RPC that failed, e.g. "Prepare".
+	// Op is the RPC that failed, e.g. "Prepare" ("" for a check outside any call).
 	Op string
 
 	status *status.Status
 	cause  error
 }
 
-// Error implements error.
+// Error implements error: "ctxfold: Op: NOT_FOUND SESSION_NOT_FOUND: message", the code by its
+// canonical name as the other SDKs print it.
 func (e *Error) Error() string {
-	msg := fmt.Sprintf("ctxfold: %s: %s", e.Op, e.Code)
+	msg := "ctxfold: "
+	if e.Op != "" {
+		msg += e.Op + ": "
+	}
+	msg += CodeName(e.Code)
 	if e.Reason != ReasonUnspecified {
 		msg += " " + e.Reason.String()
 	}
@@ -75,8 +83,15 @@ func (e *Error) Unwrap() error { return e.cause }
 
 // Is reports whether target is an *Error with the same Reason (when target has one) and Code
 // (when target's is not OK), so sentinel values like &Error{Reason: ReasonSessionNotFound} work
-// with errors.Is.
+// with errors.Is; and whether target is context.DeadlineExceeded or context.Canceled for an error
+// of that code (gRPC reports a context's end as a status, not as the context's error).
 func (e *Error) Is(target error) bool {
+	switch target {
+	case context.DeadlineExceeded:
+		return e.Code == codes.DeadlineExceeded
+	case context.Canceled:
+		return e.Code == codes.Canceled
+	}
 	t, ok := target.(*Error)
 	if !ok || (t.Reason == ReasonUnspecified && t.Code == codes.OK) {
 		return false
@@ -128,4 +143,40 @@ func parseReason(name string) ErrorReason {
 func sdkError(op string, code codes.Code, reason ErrorReason, format string, args ...any) *Error {
 	msg := fmt.Sprintf(format, args...)
 	return &Error{Code: code, Reason: reason, Message: msg, Domain: ClientErrorDomain, Metadata: map[string]string{}, Op: op}
+}
+
+// invalidArgument is an argument the SDK refuses before any call: the server's reason for the
+// same mistake (or ReasonInvalidClientArgument), Metadata["field"] naming the argument.
+func invalidArgument(reason ErrorReason, field, format string, args ...any) *Error {
+	e := sdkError("", codes.InvalidArgument, reason, format, args...)
+	e.Metadata["field"] = field
+	return e
+}
+
+// wrapping keeps cause as the error's Unwrap (errors.Is(err, fs.ErrNotExist) and the like).
+func (e *Error) wrapping(cause error) *Error {
+	e.cause = cause
+	return e
+}
+
+// withOp names the operation of an argument check's error.
+func withOp(op string, e *Error) *Error {
+	e.Op = op
+	return e
+}
+
+// codeNames are the canonical (UPPER_SNAKE) names of the gRPC codes, as the other SDKs print them;
+// codes.Code prints CamelCase ("NotFound").
+var codeNames = [...]string{
+	"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+	"PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+	"UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+}
+
+// CodeName is the canonical name of a gRPC code ("NOT_FOUND"), or "Code(n)" for an unknown one.
+func CodeName(c codes.Code) string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return c.String()
 }

@@ -29,7 +29,7 @@ func Example() {
 	}
 	prepared, err := session.Prepare(ctx,
 		ctxfold.WithAppend(ctxfold.UserMessage("Where is the retry logic?")),
-		ctxfold.WithProgress(func(p *ctxfold.FoldProgress) { fmt.Println(p.GetStage(), p.GetMessage()) }),
+		ctxfold.WithProgress(func(p ctxfold.FoldProgress) { fmt.Println(p.Stage, p.Message) }),
 	)
 	if err != nil {
 		log.Fatal(err)
@@ -38,7 +38,8 @@ func Example() {
 	if _, err := session.Append(ctx, ctxfold.AssistantMessage("In src/retry.go.")); err != nil {
 		log.Fatal(err)
 	}
-	if _, err := session.ObserveUsage(ctx, prepared.ViewVersion, ctxfold.Usage{InputTokens: 1234, OutputTokens: 12, FinishReason: "stop"}); err != nil {
+	usage := ctxfold.Usage{InputTokens: prepared.EstimatedInputTokens, OutputTokens: 12, FinishReason: "stop"} // the provider's, when it reports one
+	if _, err := session.ObserveUsage(ctx, prepared.ViewVersion, usage); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -12,9 +12,10 @@ import (
 	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 )
 
-// DefaultPageBytes and MaxPageBytes bound one page of a tool result read.
+// DefaultPageBytes, MinPageBytes and MaxPageBytes bound one page of a tool result read.
 const (
 	DefaultPageBytes = 16384
+	MinPageBytes     = 4
 	MaxPageBytes     = 24576
 )
 
@@ -56,7 +57,7 @@ type readSettings struct {
 	offset    int64
 }
 
-// PageBytes sets the maximum bytes per page (4..MaxPageBytes; default DefaultPageBytes).
+// PageBytes sets the maximum bytes per page (MinPageBytes..MaxPageBytes; default DefaultPageBytes).
 func PageBytes(n int64) ReadOption { return func(s *readSettings) { s.pageBytes = n } }
 
 // FromOffset starts [Session.ToolResultPages] at this UTF-8 byte offset (on a character boundary).
@@ -97,6 +98,21 @@ func readOptions(opts []ReadOption) readSettings {
 	return rs
 }
 
+// check refuses, before any call, what the server would: no result named, a page size outside
+// its range, a negative offset, no session id.
+func (rs readSettings) check(s *Session, sel resultSelector) error {
+	switch {
+	case sel.ref == "" && sel.callID == "":
+		return withOp("ReadToolResult", invalidArgument(ReasonResultRefRequired, "result_ref", "name the tool result by result_ref or tool_call_id"))
+	case rs.pageBytes != 0 && (rs.pageBytes < MinPageBytes || rs.pageBytes > MaxPageBytes):
+		return withOp("ReadToolResult", invalidArgument(ReasonLimitOutOfRange, "page_bytes",
+			"page_bytes must be within [%d, %d], got %d", MinPageBytes, MaxPageBytes, rs.pageBytes))
+	case rs.offset < 0:
+		return withOp("ReadToolResult", invalidArgument(ReasonOffsetOutOfRange, "offset", "offset must be >= 0, got %d", rs.offset))
+	}
+	return requireSessionID("ReadToolResult", s.id)
+}
+
 func (s *Session) readWhole(ctx context.Context, sel resultSelector, opts []ReadOption) (*ToolResult, error) {
 	rs := readOptions(opts)
 	rs.offset = 0 // the checksum covers the whole result
@@ -122,6 +138,9 @@ func (s *Session) readWhole(ctx context.Context, sel resultSelector, opts []Read
 }
 
 func (s *Session) pages(ctx context.Context, sel resultSelector, rs readSettings) iter.Seq2[*ToolResultPage, error] {
+	if err := rs.check(s, sel); err != nil {
+		return failed[*ToolResultPage](err)
+	}
 	return func(yield func(*ToolResultPage, error) bool) {
 		offset := rs.offset
 		for {

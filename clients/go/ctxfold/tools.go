@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/ctxfold/ctxfold/clients/go/internal/jsontext"
 )
 
 // The function tools ctxfold offers the model: give [ToolDefinitions] to the provider with the
@@ -28,58 +30,56 @@ const (
 	FormatAnthropic       ToolFormat = "anthropic"
 )
 
-type toolSpec struct {
-	name, description string
-	parameters        map[string]any
-}
-
-var toolSpecs = []toolSpec{
+// toolSpecs are the two tools: name, description and parameter schema, as JSON text so that their
+// keys keep the order every SDK writes them in.
+var toolSpecs = []struct{ name, description, parameters string }{
 	{
 		name: ToolReadToolResult,
 		description: "Read a stored tool result by its result_ref, one page at a time. Use it when the context shows " +
 			"a result_ref for output that was shortened or folded away, including the folded-results index.",
-		parameters: map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"result_ref": map[string]any{"type": "string", "description": "The result_ref named in the context."},
-				"offset": map[string]any{
-					"type": "integer", "minimum": 0, "default": 0,
-					"description": "UTF-8 byte offset to read from; each page names the next offset.",
-				},
-			},
-			"required": []string{"result_ref"},
-		},
+		parameters: `{"type": "object", "properties": {` +
+			`"result_ref": {"type": "string", "description": "The result_ref named in the context."}, ` +
+			`"offset": {"type": "integer", "minimum": 0, "default": 0, ` +
+			`"description": "UTF-8 byte offset to read from; each page names the next offset."}}, ` +
+			`"required": ["result_ref"]}`,
 	},
 	{
 		name: ToolContextBudget,
 		description: "Report how full the context window is: the tokens of the current context, the level at which " +
 			"older history is folded into a summary, and the hard limit.",
-		parameters: map[string]any{"type": "object", "properties": map[string]any{}},
+		parameters: `{"type": "object", "properties": {}}`,
 	},
 }
 
 // ToolDefinitions returns the definitions of ctxfold's tools ([ToolReadToolResult],
-// [ToolContextBudget]) in a provider's format, as JSON-ready maps to append to the request's tools:
-// OpenAI Chat {"type":"function","function":{name, description, parameters}}, OpenAI Responses
-// {"type":"function", name, description, parameters, "strict":false}, Anthropic {name, description, input_schema}.
-func ToolDefinitions(format ToolFormat) ([]map[string]any, error) {
-	out := make([]map[string]any, 0, len(toolSpecs))
+// [ToolContextBudget]) in a provider's format, one JSON value each (keys in the order every
+// ctxfold SDK writes them), to add to the session's tools ([Tools]) and the request's: OpenAI Chat
+// {"type":"function","function":{name, description, parameters}}, OpenAI Responses
+// {"type":"function", name, description, parameters, "strict":false}, Anthropic {name,
+// description, input_schema}. An unknown format is an [*Error] with ReasonInvalidClientArgument.
+func ToolDefinitions(format ToolFormat) ([]json.RawMessage, error) {
+	out := make([]json.RawMessage, 0, len(toolSpecs))
 	for _, t := range toolSpecs {
+		var definition string
 		switch format {
 		case FormatOpenAIChat:
-			out = append(out, map[string]any{"type": "function", "function": map[string]any{
-				"name": t.name, "description": t.description, "parameters": t.parameters,
-			}})
+			definition = fmt.Sprintf(`{"type": "function", "function": {"name": %q, "description": %q, "parameters": %s}}`,
+				t.name, t.description, t.parameters)
 		case FormatOpenAIResponses:
 			// Responses function tools default to strict, whose schemas cannot have optional fields (offset).
-			out = append(out, map[string]any{
-				"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters, "strict": false,
-			})
+			definition = fmt.Sprintf(`{"type": "function", "name": %q, "description": %q, "parameters": %s, "strict": false}`,
+				t.name, t.description, t.parameters)
 		case FormatAnthropic:
-			out = append(out, map[string]any{"name": t.name, "description": t.description, "input_schema": t.parameters})
+			definition = fmt.Sprintf(`{"name": %q, "description": %q, "input_schema": %s}`, t.name, t.description, t.parameters)
 		default:
-			return nil, fmt.Errorf("ctxfold: unknown tool format %q", format)
+			return nil, invalidArgument(ReasonInvalidClientArgument, "format",
+				"unknown tool format %q: openai_chat, openai_responses or anthropic", format)
 		}
+		normalized, err := jsontext.Normalize([]byte(definition))
+		if err != nil {
+			return nil, err // not reached: the definitions above are JSON
+		}
+		out = append(out, normalized)
 	}
 	return out, nil
 }
@@ -174,4 +174,44 @@ func (s *Session) budgetAnswer() string {
 	}
 	return fmt.Sprintf(`{"estimated_tokens":%d,"trigger_tokens":%d,"hard_limit_tokens":%d}`,
 		view.EstimatedTokens, view.TriggerTokens, view.HardLimitTokens)
+}
+
+// HidesResults reports whether the view shows something only in part that read_tool_result
+// reads whole: a bounded or pruned message, or a summary (its folded-results index names the
+// folded results).
+func (v *View) HidesResults() bool {
+	if v.FoldedResultsRef != "" {
+		return true
+	}
+	for _, m := range v.Messages {
+		if m.Truncated || m.Pruned || m.Summary {
+			return true
+		}
+	}
+	return false
+}
+
+// OfferedTools are the tools a provider request for view offers (what the adapters send): the
+// session's tools, in format, then the read_tool_result definition when the view hides a result
+// and no tool of that name is among them.
+func OfferedTools(tools []json.RawMessage, view *View, format ToolFormat) ([]json.RawMessage, error) {
+	if !view.HidesResults() {
+		return tools, nil
+	}
+	for _, tool := range tools {
+		var named struct {
+			Name     string `json:"name"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		if json.Unmarshal(tool, &named) == nil && (named.Name == ToolReadToolResult || named.Function.Name == ToolReadToolResult) {
+			return tools, nil
+		}
+	}
+	definitions, err := ToolDefinitions(format)
+	if err != nil {
+		return nil, err
+	}
+	return append(tools[:len(tools):len(tools)], definitions[0]), nil
 }

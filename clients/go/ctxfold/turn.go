@@ -5,16 +5,16 @@ package ctxfold
 // in openaichat, openairesponses and anthropic return it.
 type Turn struct {
 	// Messages are the messages to append, in order.
-	Messages []*Message
+	Messages []Message
 	// Usage is what the provider billed.
 	Usage Usage
 }
 
 // ToolCalls returns the tool calls of the turn's messages, in order.
-func (t *Turn) ToolCalls() []*ToolCall {
-	var calls []*ToolCall
+func (t *Turn) ToolCalls() []ToolCall {
+	var calls []ToolCall
 	for _, m := range t.Messages {
-		calls = append(calls, m.GetToolCalls()...)
+		calls = append(calls, m.ToolCalls...)
 	}
 	return calls
 }

@@ -16,11 +16,14 @@ import (
 // about it. Prepare, Compact and Retry return it; the adapters convert it to provider requests.
 type View struct {
 	// Messages is the whole view: system, at most one summary, kept messages, the recent tail. A
-	// delta answer is already applied. Messages are shared with the held view: treat them as
-	// read-only.
-	Messages []*Message
-	// EstimatedTokens is the server's estimate of the whole request.
+	// delta answer is already applied. The slice is shared with the held view: do not modify it.
+	Messages []Message
+	// EstimatedTokens is the server's estimate of the whole request, the reserved max_output_tokens
+	// included: what the trigger and the hard limit compare.
 	EstimatedTokens int64
+	// EstimatedInputTokens is the input alone (EstimatedTokens without max_output_tokens): compare
+	// it with the input tokens the provider reports, or report it when a provider reports none.
+	EstimatedInputTokens int64
 	// ViewVersion identifies this view: ObserveUsage reports against it.
 	ViewVersion int64
 	// Action is the maintenance this call performed (ActionNone, ActionPruned or ActionFolded).
@@ -40,7 +43,7 @@ type View struct {
 	// HardLimitTokens is context_window − max_output_tokens − 256.
 	HardLimitTokens int64
 	// Appended are the messages this call appended, with ids and seqs.
-	Appended []*Message
+	Appended []Message
 	// NotFoldedReason says why nothing was folded when folding was asked for or needed.
 	NotFoldedReason NotFoldedReason
 	// NotFoldedDetail explains NotFoldedReason for a person.
@@ -51,7 +54,7 @@ type View struct {
 	// ReadToolResult (and by the model through the read_tool_result tool).
 	FoldedResultsRef string
 	// Progress are the maintenance events streamed before the result, in order.
-	Progress []*FoldProgress
+	Progress []FoldProgress
 	// Delta reports that the server sent only the messages after the held view (already applied).
 	Delta bool
 }
@@ -61,9 +64,9 @@ func (v *View) Folded() bool { return v.Action == ActionFolded }
 
 // Summary returns the view's summary message, or nil when the view has none.
 func (v *View) Summary() *Message {
-	for _, m := range v.Messages {
-		if m.GetSummary() {
-			return m
+	for i := range v.Messages {
+		if v.Messages[i].Summary {
+			return &v.Messages[i]
 		}
 	}
 	return nil
@@ -72,10 +75,11 @@ func (v *View) Summary() *Message {
 // Proto returns the view as the generated PreparedContext (the whole view, never a delta).
 func (v *View) Proto() *ctxfoldv1.PreparedContext {
 	return &ctxfoldv1.PreparedContext{
-		Messages: v.Messages, EstimatedTokens: v.EstimatedTokens, ViewVersion: v.ViewVersion, Action: v.Action,
+		Messages: messagesProto(v.Messages), EstimatedTokens: v.EstimatedTokens,
+		EstimatedInputTokens: v.EstimatedInputTokens, ViewVersion: v.ViewVersion, Action: v.Action,
 		CacheState: v.CacheState, PromptCacheKey: v.PromptCacheKey, CheckpointId: v.CheckpointID,
 		StablePrefixMessages: v.StablePrefixMessages, ViewMessageCount: v.ViewMessageCount,
-		TriggerTokens: v.TriggerTokens, HardLimitTokens: v.HardLimitTokens, Appended: v.Appended,
+		TriggerTokens: v.TriggerTokens, HardLimitTokens: v.HardLimitTokens, Appended: messagesProto(v.Appended),
 		NotFoldedReason: v.NotFoldedReason, NotFoldedDetail: v.NotFoldedDetail,
 		CandidateSummary: v.CandidateSummary, FoldedResultsRef: v.FoldedResultsRef,
 	}
@@ -83,18 +87,20 @@ func (v *View) Proto() *ctxfoldv1.PreparedContext {
 
 // ViewFromProto returns the View of a whole (not delta) PreparedContext, e.g. one read with
 // [Client.Raw] or stored by the caller.
-func ViewFromProto(r *ctxfoldv1.PreparedContext) *View { return newView(r, r.GetMessages(), nil) }
+func ViewFromProto(r *ctxfoldv1.PreparedContext) *View {
+	return newView(r, messagesFromProto(r.GetMessages()), nil)
+}
 
-func newView(r *ctxfoldv1.PreparedContext, messages []*Message, progress []*FoldProgress) *View {
+func newView(r *ctxfoldv1.PreparedContext, messages []Message, progress []FoldProgress) *View {
 	return &View{
-		Messages: messages, EstimatedTokens: r.GetEstimatedTokens(), ViewVersion: r.GetViewVersion(),
-		Action: r.GetAction(), CacheState: r.GetCacheState(), PromptCacheKey: r.GetPromptCacheKey(),
-		CheckpointID: r.GetCheckpointId(), StablePrefixMessages: r.GetStablePrefixMessages(),
-		ViewMessageCount: r.GetViewMessageCount(), TriggerTokens: r.GetTriggerTokens(),
-		HardLimitTokens: r.GetHardLimitTokens(), Appended: r.GetAppended(),
-		NotFoldedReason: r.GetNotFoldedReason(), NotFoldedDetail: r.GetNotFoldedDetail(),
-		CandidateSummary: r.GetCandidateSummary(), FoldedResultsRef: r.GetFoldedResultsRef(),
-		Progress: progress,
+		Messages: messages, EstimatedTokens: r.GetEstimatedTokens(), EstimatedInputTokens: r.GetEstimatedInputTokens(),
+		ViewVersion: r.GetViewVersion(), Action: r.GetAction(), CacheState: r.GetCacheState(),
+		PromptCacheKey: r.GetPromptCacheKey(), CheckpointID: r.GetCheckpointId(),
+		StablePrefixMessages: r.GetStablePrefixMessages(), ViewMessageCount: r.GetViewMessageCount(),
+		TriggerTokens: r.GetTriggerTokens(), HardLimitTokens: r.GetHardLimitTokens(),
+		Appended: messagesFromProto(r.GetAppended()), NotFoldedReason: r.GetNotFoldedReason(),
+		NotFoldedDetail: r.GetNotFoldedDetail(), CandidateSummary: r.GetCandidateSummary(),
+		FoldedResultsRef: r.GetFoldedResultsRef(), Progress: progress,
 	}
 }
 
@@ -120,13 +126,13 @@ type ProgressOption interface {
 }
 
 type progressSettings struct {
-	callback func(*FoldProgress)
-	channel  chan<- *FoldProgress
+	callback func(FoldProgress)
+	channel  chan<- FoldProgress
 }
 
 type prepareSettings struct {
 	progressSettings
-	append    []*Message
+	append    []Message
 	overflow  bool
 	requestID string
 }
@@ -152,7 +158,7 @@ func (f progressOption) applyPrepare(s *prepareSettings) { f(&s.progressSettings
 func (f progressOption) applyCompact(s *compactSettings) { f(&s.progressSettings) }
 
 // WithAppend appends messages (the new user turn, tool results, ...) before preparing.
-func WithAppend(msgs ...*Message) PrepareOption {
+func WithAppend(msgs ...Message) PrepareOption {
 	return prepareOption(func(s *prepareSettings) { s.append = append(s.append, msgs...) })
 }
 
@@ -183,13 +189,13 @@ func DryRun() CompactOption {
 }
 
 // WithProgress calls fn for every progress event, in order, before the call returns.
-func WithProgress(fn func(*FoldProgress)) ProgressOption {
+func WithProgress(fn func(FoldProgress)) ProgressOption {
 	return progressOption(func(s *progressSettings) { s.callback = fn })
 }
 
 // WithProgressChan sends every progress event on ch. Sends block until received (or the context
 // ends), so drain ch concurrently; the channel is not closed by this package.
-func WithProgressChan(ch chan<- *FoldProgress) ProgressOption {
+func WithProgressChan(ch chan<- FoldProgress) ProgressOption {
 	return progressOption(func(s *progressSettings) { s.channel = ch })
 }
 
@@ -218,24 +224,27 @@ func (s *Session) PrepareEvents(ctx context.Context, opts ...PrepareOption) iter
 	for _, opt := range opts {
 		opt.applyPrepare(&ps)
 	}
-	return events(ctx, func(ctx context.Context, onProgress func(*FoldProgress) error) (*View, error) {
+	return events(ctx, func(ctx context.Context, onProgress func(FoldProgress) error) (*View, error) {
 		return s.prepare(ctx, &ps, onProgress)
 	})
 }
 
-func (s *Session) prepare(ctx context.Context, ps *prepareSettings, onProgress func(*FoldProgress) error) (*View, error) {
+func (s *Session) prepare(ctx context.Context, ps *prepareSettings, onProgress func(FoldProgress) error) (*View, error) {
+	if err := requireSessionID("Prepare", s.id); err != nil {
+		return nil, err
+	}
 	requestID := ps.requestID
 	if requestID == "" {
 		requestID = newRequestID()
 	}
 	baseView, baseVersion := s.HeldView()
 	result, progress, err := s.prepareOnce(ctx, &ctxfoldv1.PrepareRequest{
-		SessionId: s.id, Append: ps.append, Overflow: ps.overflow, KnownViewVersion: baseVersion, RequestId: requestID,
+		SessionId: s.id, Append: messagesProto(ps.append), Overflow: ps.overflow, KnownViewVersion: baseVersion, RequestId: requestID,
 	}, onProgress)
 	if err != nil {
 		return nil, err
 	}
-	appended, messages := result.GetAppended(), result.GetMessages()
+	appended, messages := result.GetAppended(), messagesFromProto(result.GetMessages())
 	if result.GetDelta() {
 		full, ok := applyDelta(baseView, result)
 		if !ok {
@@ -248,7 +257,7 @@ func (s *Session) prepare(ctx context.Context, ps *prepareSettings, onProgress f
 			if again.GetDelta() {
 				return nil, sdkError("Prepare", codes.Internal, ReasonProtocolViolation, "the server answered a request for the whole view with a delta")
 			}
-			result, progress, full = again, append(progress, more...), again.GetMessages()
+			result, progress, full = again, append(progress, more...), messagesFromProto(again.GetMessages())
 		}
 		messages = full
 	}
@@ -257,12 +266,12 @@ func (s *Session) prepare(ctx context.Context, ps *prepareSettings, onProgress f
 			"the whole view has %d messages, the server counts %d", len(messages), result.GetViewMessageCount())
 	}
 	view := newView(result, messages, progress)
-	view.Appended, view.Delta = appended, result.GetDelta()
+	view.Appended, view.Delta = messagesFromProto(appended), result.GetDelta()
 	s.client.views.put(s.id, view)
 	return view, nil
 }
 
-func (s *Session) prepareOnce(ctx context.Context, req *ctxfoldv1.PrepareRequest, onProgress func(*FoldProgress) error) (*ctxfoldv1.PreparedContext, []*FoldProgress, error) {
+func (s *Session) prepareOnce(ctx context.Context, req *ctxfoldv1.PrepareRequest, onProgress func(FoldProgress) error) (*ctxfoldv1.PreparedContext, []FoldProgress, error) {
 	ctx, cancel := s.client.streamContext(ctx)
 	defer cancel()
 	stream, err := s.client.raw.Prepare(ctx, req)
@@ -289,12 +298,18 @@ func (s *Session) CompactEvents(ctx context.Context, opts ...CompactOption) iter
 	for _, opt := range opts {
 		opt.applyCompact(&cs)
 	}
-	return events(ctx, func(ctx context.Context, onProgress func(*FoldProgress) error) (*View, error) {
+	return events(ctx, func(ctx context.Context, onProgress func(FoldProgress) error) (*View, error) {
 		return s.compact(ctx, &cs, onProgress)
 	})
 }
 
-func (s *Session) compact(ctx context.Context, cs *compactSettings, onProgress func(*FoldProgress) error) (*View, error) {
+func (s *Session) compact(ctx context.Context, cs *compactSettings, onProgress func(FoldProgress) error) (*View, error) {
+	if cs.keepTokens < 0 {
+		return nil, withOp("Compact", invalidArgument(ReasonInvalidRequest, "keep_tokens", "keep_tokens must be >= 0, got %d", cs.keepTokens))
+	}
+	if err := requireSessionID("Compact", s.id); err != nil {
+		return nil, err
+	}
 	ctx, cancel := s.client.streamContext(ctx)
 	defer cancel()
 	stream, err := s.client.raw.Compact(ctx, &ctxfoldv1.CompactRequest{
@@ -311,7 +326,7 @@ func (s *Session) compact(ctx context.Context, cs *compactSettings, onProgress f
 		return nil, sdkError("Compact", codes.Internal, ReasonProtocolViolation,
 			"the whole view has %d messages (delta %v), the server counts %d", len(result.GetMessages()), result.GetDelta(), result.GetViewMessageCount())
 	}
-	view := newView(result, result.GetMessages(), progress)
+	view := newView(result, messagesFromProto(result.GetMessages()), progress)
 	if !cs.dryRun {
 		s.client.views.put(s.id, view)
 	}
@@ -319,18 +334,18 @@ func (s *Session) compact(ctx context.Context, cs *compactSettings, onProgress f
 }
 
 // applyDelta returns base + the delta messages when they make the whole view the server counts.
-func applyDelta(base []*Message, result *ctxfoldv1.PreparedContext) ([]*Message, bool) {
+func applyDelta(base []Message, result *ctxfoldv1.PreparedContext) ([]Message, bool) {
 	tail := result.GetMessages()
 	if len(base) == 0 || int64(len(base)+len(tail)) != result.GetViewMessageCount() {
 		return nil, false
 	}
-	full := make([]*Message, 0, len(base)+len(tail))
-	return append(append(full, base...), tail...), true
+	full := make([]Message, 0, len(base)+len(tail))
+	return append(append(full, base...), messagesFromProto(tail)...), true
 }
 
 // deliver returns the progress hook of Prepare and Compact for the callback and channel options.
-func (ps progressSettings) deliver(ctx context.Context) func(*FoldProgress) error {
-	return func(p *FoldProgress) error {
+func (ps progressSettings) deliver(ctx context.Context) func(FoldProgress) error {
+	return func(p FoldProgress) error {
 		if ps.callback != nil {
 			ps.callback(p)
 		}
@@ -349,12 +364,12 @@ func (ps progressSettings) deliver(ctx context.Context) func(*FoldProgress) erro
 var errStopped = errors.New("ctxfold: iteration stopped")
 
 // events turns a call with a progress hook into an iterator of progress events and the view.
-func events(ctx context.Context, call func(context.Context, func(*FoldProgress) error) (*View, error)) iter.Seq2[Event, error] {
+func events(ctx context.Context, call func(context.Context, func(FoldProgress) error) (*View, error)) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		view, err := call(ctx, func(p *FoldProgress) error {
-			if !yield(Event{Progress: p}, nil) {
+		view, err := call(ctx, func(p FoldProgress) error {
+			if !yield(Event{Progress: &p}, nil) {
 				return errStopped
 			}
 			return nil
@@ -378,10 +393,10 @@ type foldEvent interface {
 func consume[E any, P interface {
 	*E
 	foldEvent
-}](op string, stream grpc.ServerStreamingClient[E], onProgress func(*FoldProgress) error) (*ctxfoldv1.PreparedContext, []*FoldProgress, error) {
+}](op string, stream grpc.ServerStreamingClient[E], onProgress func(FoldProgress) error) (*ctxfoldv1.PreparedContext, []FoldProgress, error) {
 	var (
 		result   *ctxfoldv1.PreparedContext
-		progress []*FoldProgress
+		progress []FoldProgress
 	)
 	for {
 		received, err := stream.Recv()
@@ -395,7 +410,8 @@ func consume[E any, P interface {
 			return nil, progress, sdkError(op, codes.Internal, ReasonProtocolViolation, "the stream went on after its result")
 		}
 		event := P(received)
-		if p := event.GetProgress(); p != nil {
+		if raw := event.GetProgress(); raw != nil {
+			p := progressFromProto(raw)
 			progress = append(progress, p)
 			if err := onProgress(p); err != nil {
 				if errors.Is(err, errStopped) {

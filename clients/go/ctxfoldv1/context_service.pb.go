@@ -289,6 +289,11 @@ const (
 	// token repeated, a stream going on after its result, pages of one result that disagree, a whole
 	// view whose count disagrees) (code INTERNAL).
 	ErrorReason_PROTOCOL_VIOLATION ErrorReason = 39
+	// Detected by the client SDKs, never sent by the server: an argument only the SDK uses cannot be
+	// used: a client setting (an empty address, a client certificate without its key, a token with
+	// whitespace, a negative deadline or view cache size) or an unknown tool format (code
+	// INVALID_ARGUMENT).
+	ErrorReason_INVALID_CLIENT_ARGUMENT ErrorReason = 40
 )
 
 // Enum value maps for ErrorReason.
@@ -334,6 +339,7 @@ var (
 		37: "STREAM_ENDED_WITHOUT_RESULT",
 		38: "RESULT_CHECKSUM_MISMATCH",
 		39: "PROTOCOL_VIOLATION",
+		40: "INVALID_CLIENT_ARGUMENT",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":    0,
@@ -376,6 +382,7 @@ var (
 		"STREAM_ENDED_WITHOUT_RESULT": 37,
 		"RESULT_CHECKSUM_MISMATCH":    38,
 		"PROTOCOL_VIOLATION":          39,
+		"INVALID_CLIENT_ARGUMENT":     40,
 	}
 )
 
@@ -1999,7 +2006,8 @@ type PreparedContext struct {
 	// The view: system, at most one summary, kept messages and the recent tail — or, with
 	// `delta`, only the messages after the client's known view.
 	Messages []*Message `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
-	// Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated.
+	// Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
+	// figure the trigger and the hard ceiling are compared with.
 	EstimatedTokens int64 `protobuf:"varint,2,opt,name=estimated_tokens,json=estimatedTokens,proto3" json:"estimated_tokens,omitempty"`
 	// Version of this view; pass it to ObserveUsage and as `known_view_version`.
 	ViewVersion int64 `protobuf:"varint,3,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
@@ -2033,8 +2041,12 @@ type PreparedContext struct {
 	// The reference of the folded-results index of the head checkpoint, readable with
 	// ReadToolResult; empty when nothing was folded.
 	FoldedResultsRef string `protobuf:"bytes,17,opt,name=folded_results_ref,json=foldedResultsRef,proto3" json:"folded_results_ref,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Estimated input tokens of the request: `estimated_tokens` without the reserved
+	// max_output_tokens (messages, overheads and tools, calibrated). The figure to compare with the
+	// input tokens a provider reports, or to stand in for them.
+	EstimatedInputTokens int64 `protobuf:"varint,18,opt,name=estimated_input_tokens,json=estimatedInputTokens,proto3" json:"estimated_input_tokens,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *PreparedContext) Reset() {
@@ -2184,6 +2196,13 @@ func (x *PreparedContext) GetFoldedResultsRef() string {
 		return x.FoldedResultsRef
 	}
 	return ""
+}
+
+func (x *PreparedContext) GetEstimatedInputTokens() int64 {
+	if x != nil {
+		return x.EstimatedInputTokens
+	}
+	return 0
 }
 
 // ObserveUsage input.
@@ -3461,7 +3480,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\rsummary_delta\x18\b \x01(\tR\fsummaryDelta\x12\x1e\n" +
 	"\n" +
 	"summarizer\x18\t \x01(\tR\n" +
-	"summarizer\"\x92\x06\n" +
+	"summarizer\"\xc8\x06\n" +
 	"\x0fPreparedContext\x12/\n" +
 	"\bmessages\x18\x01 \x03(\v2\x13.ctxfold.v1.MessageR\bmessages\x12)\n" +
 	"\x10estimated_tokens\x18\x02 \x01(\x03R\x0festimatedTokens\x12!\n" +
@@ -3481,7 +3500,8 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x11not_folded_reason\x18\x0e \x01(\x0e2\x1b.ctxfold.v1.NotFoldedReasonR\x0fnotFoldedReason\x12*\n" +
 	"\x11not_folded_detail\x18\x0f \x01(\tR\x0fnotFoldedDetail\x12+\n" +
 	"\x11candidate_summary\x18\x10 \x01(\tR\x10candidateSummary\x12,\n" +
-	"\x12folded_results_ref\x18\x11 \x01(\tR\x10foldedResultsRef\"\xf4\x01\n" +
+	"\x12folded_results_ref\x18\x11 \x01(\tR\x10foldedResultsRef\x124\n" +
+	"\x16estimated_input_tokens\x18\x12 \x01(\x03R\x14estimatedInputTokens\"\xf4\x01\n" +
 	"\x13ObserveUsageRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
@@ -3593,7 +3613,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x17CACHE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10CACHE_STATE_WARM\x10\x01\x12\x14\n" +
 	"\x10CACHE_STATE_COLD\x10\x02\x12\x17\n" +
-	"\x13CACHE_STATE_UNKNOWN\x10\x03*\xd2\a\n" +
+	"\x13CACHE_STATE_UNKNOWN\x10\x03*\xef\a\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fUNAUTHENTICATED\x10\x01\x12\x13\n" +
@@ -3635,7 +3655,8 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\bINTERNAL\x10$\x12\x1f\n" +
 	"\x1bSTREAM_ENDED_WITHOUT_RESULT\x10%\x12\x1c\n" +
 	"\x18RESULT_CHECKSUM_MISMATCH\x10&\x12\x16\n" +
-	"\x12PROTOCOL_VIOLATION\x10'*\xc4\x02\n" +
+	"\x12PROTOCOL_VIOLATION\x10'\x12\x1b\n" +
+	"\x17INVALID_CLIENT_ARGUMENT\x10(*\xc4\x02\n" +
 	"\x0fNotFoldedReason\x12!\n" +
 	"\x1dNOT_FOLDED_REASON_UNSPECIFIED\x10\x00\x12.\n" +
 	"*NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET\x10\x01\x12#\n" +

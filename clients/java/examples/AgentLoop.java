@@ -1,17 +1,19 @@
 import com.google.gson.Gson;
 import dev.ctxfold.client.CtxfoldClient;
+import dev.ctxfold.client.FoldProgress;
+import dev.ctxfold.client.JsonText;
+import dev.ctxfold.client.Message;
 import dev.ctxfold.client.Messages;
 import dev.ctxfold.client.ModelTools;
 import dev.ctxfold.client.PrepareOptions;
+import dev.ctxfold.client.Session;
 import dev.ctxfold.client.SessionSettings;
+import dev.ctxfold.client.ToolCall;
 import dev.ctxfold.client.ToolFormat;
 import dev.ctxfold.client.View;
 import dev.ctxfold.client.adapters.OpenAiChat;
 import dev.ctxfold.client.adapters.ProviderTurn;
-import dev.ctxfold.v1.FoldProgress;
-import dev.ctxfold.v1.Message;
-import dev.ctxfold.v1.Session;
-import dev.ctxfold.v1.ToolCall;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -35,10 +37,15 @@ public final class AgentLoop {
   private static final Gson JSON = new Gson();
 
   static void printProgress(FoldProgress event) {
-    if (event.getSummaryDelta().isEmpty()) {
+    if (event.summaryDelta().isEmpty()) {
       System.out.printf("  fold %s: %d -> %d tokens. %s%n",
-          event.getStage(), event.getTokensBefore(), event.getTokensAfter(), event.getMessage());
+          event.stage(), event.tokensBefore(), event.tokensAfter(), event.message());
     }
+  }
+
+  /** The fake model's token count: a quarter of the UTF-8 bytes of {@code value} as compact JSON. */
+  static int tokens(Object value) {
+    return JsonText.write(value).getBytes(StandardCharsets.UTF_8).length / 4;
   }
 
   /** A Chat Completions response: a read_tool_result call for a truncated last tool result, else
@@ -46,9 +53,9 @@ public final class AgentLoop {
   static String fakeModel(Map<String, Object> request, View view, List<Map<?, ?>> turns) {
     Message last = view.messages().get(view.messages().size() - 1);
     Map<?, ?> message;
-    if (last.getTruncated() && !last.getToolCallId().startsWith("read_")) {
-      Map<String, Object> call = Map.of("id", "read_" + last.getSeq(), "type", "function", "function",
-          Map.of("name", ModelTools.READ_TOOL_RESULT, "arguments", JSON.toJson(Map.of("result_ref", last.getResultRef()))));
+    if (last.truncated() && !last.toolCallId().startsWith("read_")) {
+      Map<String, Object> call = Map.of("id", "read_" + last.seq(), "type", "function", "function",
+          Map.of("name", ModelTools.READ_TOOL_RESULT, "arguments", JSON.toJson(Map.of("result_ref", last.resultRef()))));
       Map<String, Object> read = new LinkedHashMap<>();
       read.put("role", "assistant");
       read.put("content", null);
@@ -57,8 +64,7 @@ public final class AgentLoop {
     } else {
       message = turns.remove(0);
     }
-    Map<String, Object> usage = Map.of("prompt_tokens", JSON.toJson(request).length() / 4,
-        "completion_tokens", JSON.toJson(message).length() / 4);
+    Map<String, Object> usage = Map.of("prompt_tokens", tokens(request), "completion_tokens", tokens(message));
     String finishReason = message.get("tool_calls") != null ? "tool_calls" : "stop";
     return JSON.toJson(Map.of("choices", List.of(Map.of("index", 0, "message", message,
         "finish_reason", finishReason)), "usage", usage));
@@ -84,11 +90,11 @@ public final class AgentLoop {
         .maxOutputTokens(1_024)
         .toolContentMaxBytes(4_096)
         .systemPrompt((String) recorded.get(0).get("content"))
-        .toolsJson(JSON.toJson(tools))
+        .tools(tools) // written as every ctxfold SDK writes JSON, so the tools cost the same tokens
         .build();
     try (CtxfoldClient client = CtxfoldClient.connect(args.length > 1 ? args[1] : "127.0.0.1:50051")) {
       Session session = client.createSession(settings);
-      System.out.printf("session %s: %d recorded turns%n", session.getId(), turns.size());
+      System.out.printf("session %s: %d recorded turns%n", session.id(), turns.size());
       List<Message> pending = new ArrayList<>();
       View view = null;
       int calls = 0;
@@ -96,26 +102,27 @@ public final class AgentLoop {
       int reads = 0;
       while (!turns.isEmpty()) {
         if ("user".equals(turns.get(0).get("role"))) {
-          pending.add(Messages.user((String) turns.remove(0).get("content")));
+          pending.addAll(OpenAiChat.fromMessages(List.of(turns.remove(0))));
           continue;
         }
-        view = client.prepare(session.getId(),
+        view = client.prepare(session.id(),
             PrepareOptions.builder().append(pending).onProgress(AgentLoop::printProgress).build());
         folds += view.folded() ? 1 : 0;
-        ProviderTurn reply = OpenAiChat.response(fakeModel(OpenAiChat.request(view), view, turns));
-        client.observeUsage(session.getId(), view, reply.usage());
+        Map<String, Object> request = OpenAiChat.request(view, tools); // with the session's tools
+        ProviderTurn reply = OpenAiChat.response(fakeModel(request, view, turns));
+        client.observeUsage(session.id(), view, reply.usage());
         calls++;
         pending = new ArrayList<>(reply.messages());
         for (ToolCall call : reply.toolCalls()) {
-          Optional<String> answer = client.dispatchToolCall(session.getId(), call.getName(), call.getArguments());
+          Optional<String> answer = client.dispatchToolCall(session.id(), call.name(), call.arguments());
           reads += answer.isPresent() ? 1 : 0;
-          String output = answer.orElse((String) outputs.getOrDefault(call.getId(), "(no output recorded)"));
-          pending.add(Messages.toolResult(call.getId(), output));
+          String output = answer.orElse((String) outputs.getOrDefault(call.id(), "(no output recorded)"));
+          pending.add(Messages.toolResult(call.id(), output));
         }
       }
-      client.appendMessages(session.getId(), pending, "");
-      System.out.printf("%d model calls, %d folds, %d read_tool_result calls; last view: %d messages, ~%d tokens%n",
-          calls, folds, reads, view.messages().size(), view.estimatedTokens());
+      client.appendMessages(session.id(), pending, "");
+      System.out.printf("%d model calls, %d folds, %d read_tool_result calls; last view: %d messages, ~%d input tokens%n",
+          calls, folds, reads, view.messages().size(), view.estimatedInputTokens());
     }
   }
 }

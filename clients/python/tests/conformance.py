@@ -16,6 +16,8 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message as ProtoMessage
 
+from ctxfold_client import tool_definitions
+
 CONFORMANCE_DIR = Path(__file__).resolve().parents[2] / "conformance"
 SCENARIO_DIR = CONFORMANCE_DIR / "scenarios"
 FIXTURE_DIR = CONFORMANCE_DIR / "fixtures"
@@ -118,6 +120,8 @@ def resolve(value: Json, saved: Mapping[str, Json]) -> Json:
             return str(value["$repeat"]) * int(value["times"])
         if "$json" in value:
             return json.dumps(resolve(value["$json"], saved))
+        if "$tool_definitions" in value:
+            return tool_definitions(value["$tool_definitions"])
         return {k: resolve(v, saved) for k, v in value.items()}
     return value
 

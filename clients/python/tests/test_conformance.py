@@ -54,8 +54,14 @@ def _events(events: Iterator[Any]) -> dict[str, Json]:
 
 Op = Callable[[Client, str, dict[str, Json]], object]
 
+
+def _config(args: dict[str, Json]) -> SessionConfig:
+    config = SessionConfig.from_json(args.get("config", {}))
+    return config.replace(tools=args["tools"]) if "tools" in args else config
+
+
 OPS: Mapping[str, Op] = {
-    "create_session": lambda c, s, a: c.create_session(SessionConfig.from_json(a.get("config", {}))),
+    "create_session": lambda c, s, a: c.create_session(_config(a)),
     "get_session": lambda c, s, a: c.get_session(s),
     "list_sessions": lambda c, s, a: {"sessions": list(c.list_sessions(page_size=a.get("page_size", 0)))},
     "delete_session": lambda c, s, a: _deleted(c, s),
@@ -125,12 +131,17 @@ OPS: Mapping[str, Op] = {
     "get_checkpoint": lambda c, s, a: c.get_checkpoint(s, a["checkpoint_id"]),
     "dispatch_tool_call": lambda c, s, a: {"content": c.dispatch_tool_call(s, a["name"], a["arguments"])},
     "tool_definitions": lambda c, s, a: {"tools": tool_definitions(a["format"])},
-    "to_openai_chat": lambda c, s, a: adapters.openai_chat.to_request(View.from_json(a["view"])),
-    "to_openai_responses": lambda c, s, a: adapters.openai_responses.to_request(View.from_json(a["view"])),
-    "to_anthropic_messages": lambda c, s, a: adapters.anthropic_messages.to_request(View.from_json(a["view"])),
+    "to_openai_chat": lambda c, s, a: adapters.openai_chat.to_request(View.from_json(a["view"]), tools=a.get("tools")),
+    "to_openai_responses": lambda c, s, a: adapters.openai_responses.to_request(
+        View.from_json(a["view"]), tools=a.get("tools")
+    ),
+    "to_anthropic_messages": lambda c, s, a: adapters.anthropic_messages.to_request(
+        View.from_json(a["view"]), tools=a.get("tools")
+    ),
     "from_openai_chat": lambda c, s, a: adapters.openai_chat.from_response(fixture(a["fixture"])),
     "from_openai_responses": lambda c, s, a: adapters.openai_responses.from_response(fixture(a["fixture"])),
     "from_anthropic_messages": lambda c, s, a: adapters.anthropic_messages.from_response(fixture(a["fixture"])),
+    "from_openai_chat_messages": lambda c, s, a: {"messages": adapters.openai_chat.from_messages(a["messages"])},
 }
 
 
@@ -147,8 +158,10 @@ def run_scenario(client: Client, scenario: dict[str, Json]) -> None:
             if "error" in step:
                 with pytest.raises(CtxfoldError) as raised:
                     op(client, session, args)
-                failure = {"code": raised.value.code.name, "reason": raised.value.reason}
-                assert failure == step["error"], f"{where}: {raised.value!r}"
+                error = raised.value
+                failure = {"code": error.code.name, "reason": error.reason, "domain": error.domain}
+                wanted = {"domain": error.domain, **step["error"]}
+                assert failure == wanted, f"{where}: {error!r} ({error.domain})"
                 continue
             result = canonical(op(client, session, args))
             check_all(result, step.get("expect", {}), saved, where)

@@ -85,7 +85,9 @@ async def test_async_prepare_with_async_callback_and_compact(server: Server) -> 
         assert any(e.stage is FoldStage.PASS_COMMITTED for e in seen)
         view = await client.prepare(session.id, [user("what did you find?")], on_progress=seen.append)
         assert view.summary is not None
-        usage = await client.observe_usage(session.id, view, Usage(input_tokens=view.estimated_tokens, output_tokens=5))
+        usage = await client.observe_usage(
+            session.id, view, Usage(input_tokens=view.estimated_input_tokens, output_tokens=5)
+        )
         assert usage.calibration > 0
 
 

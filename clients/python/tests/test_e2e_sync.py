@@ -15,6 +15,7 @@ from conftest import Server
 from ctxfold_client import (
     Action,
     Client,
+    ContextState,
     CtxfoldError,
     ErrorReason,
     FoldProgress,
@@ -73,8 +74,9 @@ def test_session_lifecycle(client: Client) -> None:
     view = client.prepare(session.id)
     assert view.action is Action.NONE
     assert view.messages[0].role is Role.SYSTEM
-    state = client.get_context_state(session.id)
+    state: ContextState = client.get_context_state(session.id)
     assert state["schema_version"] == 3
+    assert state["views"][-1]["version"] == view.view_version
 
     client.delete_session(session.id)
     with pytest.raises(CtxfoldError) as raised:
@@ -257,8 +259,9 @@ def test_compact_observe_usage_and_idempotent_append(client: Client) -> None:
     for index in range(3):
         client.append_messages(session.id, tool_pair(index, "compact"))
     view = client.prepare(session.id)
-    usage = client.observe_usage(session.id, view, Usage(input_tokens=view.estimated_tokens // 2, output_tokens=10))
-    assert usage.calibration > 0
+    assert view.estimated_input_tokens == view.estimated_tokens - FOLDING_CONFIG.max_output_tokens
+    usage = client.observe_usage(session.id, view, Usage(input_tokens=view.estimated_input_tokens, output_tokens=10))
+    assert usage.calibration_accepted and usage.calibration == 1.0  # the input alone: nothing to correct
 
     events: list[FoldProgress] = []
     compacted = client.compact(session.id, focus="keep the file names", on_progress=events.append)

@@ -161,7 +161,7 @@ def test_default_deadline(fake: tuple[FakeService, str]) -> None:
         with pytest.raises(CtxfoldError) as raised:
             client.get_session("slow")
         assert raised.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
-        assert raised.value.reason == ""
+        assert raised.value.reason is ErrorReason.ERROR_REASON_UNSPECIFIED
         assert client.get_session("slow", timeout=5).id == "slow"  # a per-call deadline wins
 
 

@@ -20,6 +20,7 @@ from ctxfold_client import (
     CLIENT_DOMAIN,
     Action,
     CacheState,
+    Client,
     CtxfoldError,
     ErrorReason,
     FoldProgress,
@@ -136,8 +137,9 @@ def test_fork_names_its_point_explicitly() -> None:
     assert core.fork_request("s1", None, True, None).at_seq == 0
     assert core.fork_request("s1", 4, False, SessionConfig(max_output_tokens=9)).config.max_output_tokens == 9
     for at_seq, at_head in [(None, False), (4, True), (0, False)]:
-        with pytest.raises(ValueError):
+        with pytest.raises(CtxfoldError) as raised:
             core.fork_request("s1", at_seq, at_head, None)
+        assert (raised.value.reason, raised.value.domain) == (ErrorReason.SEQ_OUT_OF_RANGE, CLIENT_DOMAIN)
 
 
 # ---- adapters: the rules the shared scenarios do not reach ----------------------------------------
@@ -161,8 +163,9 @@ def test_anthropic_cache_breakpoint_follows_the_stable_prefix() -> None:
         {"type": "text", "text": "reminder"},
     ]  # consecutive user-side messages form one turn; a later system message is user text
     assert "cache_control" not in str(adapters.anthropic_messages.to_request(_view(messages, 0)))
-    with pytest.raises(ValueError, match="not a JSON object"):
+    with pytest.raises(CtxfoldError, match="not a JSON object") as raised:
         adapters.anthropic_messages.to_request([assistant(tool_calls=[tool_call("c", "f", "[1]")])])
+    assert (raised.value.reason, raised.value.domain) == (ErrorReason.INVALID_MESSAGE, CLIENT_DOMAIN)
 
 
 def test_adapters_read_sdk_objects_and_missing_fields() -> None:
@@ -173,7 +176,7 @@ def test_adapters_read_sdk_objects_and_missing_fields() -> None:
     reply = adapters.openai_chat.from_response(SdkCompletion())
     assert reply.messages[0].content == "no"
     assert (reply.usage.input_tokens, reply.usage.finish_reason) == (0, "")
-    with pytest.raises(ValueError, match="no choices"):
+    with pytest.raises(CtxfoldError, match="no choices"):
         adapters.openai_chat.from_response({"choices": []})
     assert adapters.openai_chat.to_request([assistant("x", reasoning_content="r")], include_reasoning=True)[
         "messages"
@@ -343,9 +346,9 @@ def test_tool_result_reader_detects_corruption_and_bad_paging() -> None:
     page.next_offset = 0
     with pytest.raises(CtxfoldError, match="no progress"):
         stuck.feed(page)
-    with pytest.raises(ValueError, match="name the tool result"):
+    with pytest.raises(CtxfoldError, match="name the tool result"):
         core.ToolResultReader("s1", tool_call_id="", result_ref="", page_bytes=None, whole=True)
-    with pytest.raises(ValueError, match="page_bytes"):
+    with pytest.raises(CtxfoldError, match="page_bytes"):
         core.ToolResultReader("s1", tool_call_id="", result_ref="tr_1", page_bytes=24577, whole=True)
 
 
@@ -363,7 +366,7 @@ def test_next_page() -> None:
 def test_seq_before() -> None:
     assert core.seq_before(5) == 4
     assert core.seq_before(Message(role=Role.USER, seq=1)) == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(CtxfoldError):
         core.seq_before(0)
 
 
@@ -392,7 +395,7 @@ def test_trace_context_is_injected_from_opentelemetry() -> None:
         assert trace_metadata(explicit, "k=v") == [("traceparent", explicit), ("tracestate", "k=v")]
         _, metadata = core.call_args(_settings(), {})
         assert ("traceparent", TRACEPARENT) in metadata
-    with pytest.raises(ValueError):
+    with pytest.raises(CtxfoldError):
         trace_metadata("not-a-traceparent")
 
 
@@ -406,16 +409,28 @@ def test_tls_settings(tmp_path: Path) -> None:
     assert _settings(tls=True).credentials is not None  # system roots
     named = _settings(server_name="ctxfold.internal")
     assert ("grpc.ssl_target_name_override", "ctxfold.internal") in named.channel_options
-    with pytest.raises(ValueError, match="go together"):
-        _settings(client_cert=pem)
-    with pytest.raises(ValueError, match="cannot read"):
-        _settings(ca_cert=tmp_path / "missing.pem")
-    with pytest.raises(ValueError, match="need tls"):
-        _settings(tls=False, ca_cert=pem)
-    with pytest.raises(ValueError, match="whitespace"):
-        _settings(token="two words")
-    with pytest.raises(ValueError, match="address"):
+
+    def refused(**overrides: Any) -> CtxfoldError:
+        with pytest.raises(CtxfoldError) as raised:
+            _settings(**overrides)
+        assert (raised.value.code, raised.value.reason, raised.value.domain) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            ErrorReason.INVALID_CLIENT_ARGUMENT,
+            CLIENT_DOMAIN,
+        )
+        return raised.value
+
+    assert "go together" in refused(client_cert=pem).message
+    assert "cannot read" in refused(ca_cert=tmp_path / "missing.pem").message
+    assert "need tls" in refused(tls=False, ca_cert=pem).message
+    assert refused(token="two words").metadata["field"] == "token"
+    assert refused(timeout=-1.0).metadata["field"] == "timeout"
+    assert refused(stream_timeout=0.0).metadata["field"] == "stream_timeout"
+    with pytest.raises(CtxfoldError, match="address"):
         core.make_settings("", **_settings_kwargs())
+    with pytest.raises(CtxfoldError, match="view_cache_size") as raised:
+        Client("127.0.0.1:1", view_cache_size=-1)
+    assert raised.value.reason is ErrorReason.INVALID_CLIENT_ARGUMENT
 
 
 # ---- errors -------------------------------------------------------------------------------------
@@ -469,13 +484,22 @@ def test_error_from_a_rich_status() -> None:
 def test_error_without_a_rich_status() -> None:
     error = CtxfoldError.from_rpc_error(FakeRpcError(grpc.StatusCode.UNAVAILABLE, "connection refused"))
     assert error.code is grpc.StatusCode.UNAVAILABLE
-    assert error.reason == ""
+    assert error.reason is ErrorReason.ERROR_REASON_UNSPECIFIED
     assert error.domain == ""
     assert error.status is None
     assert str(error) == "UNAVAILABLE: connection refused"
     mismatched = _rich(grpc.StatusCode.NOT_FOUND, "gone", "SESSION_NOT_FOUND")
     mismatched._code = grpc.StatusCode.INTERNAL
-    assert CtxfoldError.from_rpc_error(mismatched).reason == ""
+    assert CtxfoldError.from_rpc_error(mismatched).reason is ErrorReason.ERROR_REASON_UNSPECIFIED
+
+
+def test_the_reason_is_the_generated_enum() -> None:
+    known = CtxfoldError.from_rpc_error(_rich(grpc.StatusCode.NOT_FOUND, "gone", "SESSION_NOT_FOUND"))
+    assert known.reason is ErrorReason.SESSION_NOT_FOUND
+    newer = CtxfoldError.from_rpc_error(_rich(grpc.StatusCode.NOT_FOUND, "gone", "A_REASON_FROM_A_NEWER_SERVER"))
+    assert newer.reason is ErrorReason.ERROR_REASON_UNSPECIFIED
+    assert str(newer) == "NOT_FOUND: gone"
+    assert pickle.loads(pickle.dumps(known)).reason is ErrorReason.SESSION_NOT_FOUND
 
 
 def test_error_carries_the_retry_delay() -> None:

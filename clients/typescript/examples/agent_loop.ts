@@ -16,13 +16,12 @@ import {
   type OpenAIChatRequest,
   type OpenAIChatResponse,
   type View,
-  dispatchToolCall,
   fromOpenAIChat,
+  fromOpenAIChatMessages,
   sessionConfig,
   toOpenAIChat,
   toolDefinitions,
   toolResultMessage,
-  userMessage,
 } from "@ctxfold/client";
 
 /** A message of the recorded trace (OpenAI Chat format). */
@@ -39,6 +38,11 @@ function printProgress(event: FoldProgress): void {
   }
 }
 
+/** The fake model's token count: a quarter of the UTF-8 bytes of `value` as compact JSON. */
+function tokens(value: unknown): number {
+  return Math.floor(Buffer.byteLength(JSON.stringify(value)) / 4);
+}
+
 /** A Chat Completions response: a read_tool_result call for a truncated last tool result, else the next recorded assistant message (taken off `turns`). */
 function fakeModel(request: OpenAIChatRequest, view: View, turns: Recorded[]): OpenAIChatResponse {
   const last = view.messages.at(-1)!;
@@ -50,7 +54,7 @@ function fakeModel(request: OpenAIChatRequest, view: View, turns: Recorded[]): O
   } else {
     message = turns.shift()!;
   }
-  const usage = { prompt_tokens: Math.floor(JSON.stringify(request).length / 4), completion_tokens: Math.floor(JSON.stringify(message).length / 4) };
+  const usage = { prompt_tokens: tokens(request), completion_tokens: tokens(message) };
   const finishReason = message.tool_calls?.length ? "tool_calls" : "stop";
   return { choices: [{ message, finish_reason: finishReason }], usage };
 }
@@ -74,24 +78,24 @@ async function main(client: CtxfoldClient, tracePath: string): Promise<void> {
   let reads = 0;
   while (turns.length > 0) {
     if (turns[0]!.role === "user") {
-      pending.push(userMessage(turns.shift()!.content ?? ""));
+      pending.push(...fromOpenAIChatMessages([turns.shift()!]));
       continue;
     }
     view = await client.prepare(session.id, { append: pending, onProgress: printProgress });
     if (view.action === "ACTION_FOLDED") folds++;
-    const response = fakeModel(toOpenAIChat(view), view, turns);
+    const response = fakeModel(toOpenAIChat(view, { tools: session.config.toolsJson }), view, turns);
     const reply = fromOpenAIChat(response);
     await client.observeUsage(session.id, view, reply.usage);
     calls++;
     pending = [...reply.messages];
     for (const call of reply.messages[0]!.toolCalls) {
-      const answer = await dispatchToolCall(client, session.id, call);
+      const answer = await client.dispatchToolCall(session.id, call);
       if (answer !== undefined) reads++;
       pending.push(toolResultMessage(call.id, answer ?? outputs.get(call.id) ?? "(no output recorded)"));
     }
   }
   await client.appendMessages(session.id, pending);
-  console.log(`${calls} model calls, ${folds} folds, ${reads} read_tool_result calls; last view: ${view?.messages.length} messages, ~${view?.estimatedTokens} tokens`);
+  console.log(`${calls} model calls, ${folds} folds, ${reads} read_tool_result calls; last view: ${view?.messages.length} messages, ~${view?.estimatedInputTokens} input tokens`);
 }
 
 const client = new CtxfoldClient({ address: process.argv[3] ?? "127.0.0.1:50051" });

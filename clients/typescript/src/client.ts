@@ -4,9 +4,10 @@ import { type CallOptions as ConnectCallOptions, type Client, Code, type Interce
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
 import * as pb from "./gen/ctxfold/v1/context_service_pb.js";
 import { type MessageInput, type SessionConfigInput, type SessionConfigOverrides, int64, toProtoConfig, toProtoMessage } from "./config.js";
-import { CtxfoldError, ErrorReason, protocolViolation, sdkError } from "./errors.js";
+import { CtxfoldError, ErrorReason, invalidArgument, protocolViolation, sdkError } from "./errors.js";
 import {
   type Checkpoint,
+  type ContextState,
   type FoldProgress,
   type Message,
   type Session,
@@ -22,6 +23,7 @@ import {
   sessionOf,
   viewOf,
 } from "./model.js";
+import { type ToolCallRequest, budgetAnswer, isModelMistake, pageAnswer, parseToolCall } from "./tools.js";
 import { type TraceContext, injectTraceContext } from "./trace.js";
 import { USER_AGENT } from "./version.js";
 import { ViewCache, applyDelta } from "./views.js";
@@ -115,6 +117,12 @@ export interface ReadToolResultOptions extends CallOptions {
   pageBytes?: number;
 }
 
+/** The largest page ReadToolResult serves, the smallest, and the largest list pages. */
+const MAX_PAGE_BYTES = 24576;
+const MIN_PAGE_BYTES = 4;
+const MAX_PAGE_SIZE = 1000;
+const MAX_CHECKPOINT_PAGE_SIZE = 100;
+
 export interface ToolResultPagesOptions extends ReadToolResultOptions {
   /** UTF-8 byte offset of the first page (on a character boundary; default 0). */
   offset?: number;
@@ -144,6 +152,44 @@ export const DEFAULT_PAGE_BYTES = 16384;
 const DEFAULT_TIMEOUT_MS = 30_000;
 const DEFAULT_STREAM_TIMEOUT_MS = 600_000;
 
+const badOption = (field: string, message: string) => invalidArgument(ErrorReason.INVALID_CLIENT_ARGUMENT, field, message);
+
+/** The client options this SDK cannot use, refused before any connection is made. */
+function checkOptions(options: CtxfoldClientOptions): void {
+  if (!options.address && options.transport === undefined) throw badOption("address", "address is required, e.g. \"127.0.0.1:50051\"");
+  if (options.token !== undefined && (options.token === "" || /\s/.test(options.token))) {
+    throw badOption("token", "token must be a non-empty string without whitespace");
+  }
+  if (typeof options.tls === "object" && (options.tls.cert === undefined) !== (options.tls.key === undefined)) {
+    throw badOption("tls", "tls.cert and tls.key go together (mutual TLS)");
+  }
+  for (const field of ["timeoutMs", "streamTimeoutMs", "viewCacheSize"] as const) {
+    if ((options[field] ?? 0) < 0) throw badOption(field, `${field} must be >= 0, not ${options[field]}`);
+  }
+}
+
+/** The session id of a call, refused when empty (as the server would: SESSION_ID_REQUIRED). */
+function sessionIdOf(sessionId: string): string {
+  if (!sessionId) throw invalidArgument(ErrorReason.SESSION_ID_REQUIRED, "session_id", "session_id is required");
+  return sessionId;
+}
+
+/** A list's page size: 0 (the server's default) up to the server's maximum. */
+function pageSizeOf(pageSize: number | undefined, maximum = MAX_PAGE_SIZE): number {
+  const size = pageSize ?? 0;
+  if (!(size >= 0 && size <= maximum)) {
+    throw invalidArgument(ErrorReason.INVALID_PAGE_SIZE, "page_size", `page_size must be within [0, ${maximum}], got ${size}`);
+  }
+  return size;
+}
+
+/** The seq of a message to rewind before (edit, retry): a stored message's, >= 1. */
+function storedSeq(at: number | Message): number {
+  const seq = typeof at === "number" ? at : at.seq;
+  if (!(seq >= 1)) throw invalidArgument(ErrorReason.SEQ_OUT_OF_RANGE, "seq", `not the seq of a stored message: ${seq}`);
+  return seq;
+}
+
 /** "host:port" or URL → base URL. */
 export function baseUrlFor(address: string, tls: boolean): string {
   if (/^https?:\/\//i.test(address)) {
@@ -172,6 +218,7 @@ export class CtxfoldClient {
   private readonly views: ViewCache;
 
   constructor(options: CtxfoldClientOptions) {
+    checkOptions(options);
     this.options = options;
     this.views = new ViewCache(options.viewCacheSize ?? 256);
     let transport = options.transport;
@@ -202,26 +249,29 @@ export class CtxfoldClient {
 
   /** Creates a session; the server fills in the defaults and validates (INVALID_CONFIG). */
   async createSession(config: SessionConfigInput, opts?: CallOptions): Promise<Session> {
-    const res = await this.unary(opts, (o) => this.raw.createSession({ config: toProtoConfig(config) }, o));
+    const request = { config: toProtoConfig(config, true) };
+    const res = await this.unary(opts, (o) => this.raw.createSession(request, o));
     return sessionOf(res.session);
   }
 
   async getSession(sessionId: string, opts?: CallOptions): Promise<Session> {
-    const res = await this.unary(opts, (o) => this.raw.getSession({ sessionId }, o));
+    const request = { sessionId: sessionIdOf(sessionId) };
+    const res = await this.unary(opts, (o) => this.raw.getSession(request, o));
     return sessionOf(res.session);
   }
 
   /** The caller's sessions, newest first, one page request at a time. */
   listSessions(opts: ListOptions = {}): AsyncGenerator<Session, void, undefined> {
     return this.pages(opts, async (pageToken, o) => {
-      const res = await this.raw.listSessions({ pageSize: opts.pageSize ?? 0, pageToken }, o);
+      const res = await this.raw.listSessions({ pageSize: pageSizeOf(opts.pageSize), pageToken }, o);
       return { items: res.sessions.map(sessionOf), next: res.nextPageToken };
     });
   }
 
   /** Deletes a session (and forgets its cached view). */
   async deleteSession(sessionId: string, opts?: CallOptions): Promise<void> {
-    await this.unary(opts, (o) => this.raw.deleteSession({ sessionId }, o));
+    const request = { sessionId: sessionIdOf(sessionId) };
+    await this.unary(opts, (o) => this.raw.deleteSession(request, o));
     this.views.delete(sessionId);
   }
 
@@ -230,7 +280,7 @@ export class CtxfoldClient {
 
   /** Appends messages atomically; returns them with `id`, `seq` and (tool results) `resultRef`. */
   async appendMessages(sessionId: string, messages: readonly MessageInput[], opts: IdempotentOptions = {}): Promise<Message[]> {
-    const request = { sessionId, messages: messages.map(toProtoMessage), requestId: opts.requestId ?? randomUUID() };
+    const request = { sessionId: sessionIdOf(sessionId), messages: messages.map(toProtoMessage), requestId: opts.requestId ?? randomUUID() };
     const res = await this.unary(opts, (o) => this.raw.appendMessages(request, o));
     return res.messages.map(messageOf);
   }
@@ -238,7 +288,7 @@ export class CtxfoldClient {
   /** The transcript in seq order, one page request at a time. */
   listMessages(sessionId: string, opts: ListMessagesOptions = {}): AsyncGenerator<Message, void, undefined> {
     return this.pages(opts, async (pageToken, o) => {
-      const request = { sessionId, pageSize: opts.pageSize ?? 0, pageToken, includeAbandoned: opts.includeAbandoned ?? false };
+      const request = { sessionId: sessionIdOf(sessionId), pageSize: pageSizeOf(opts.pageSize), pageToken, includeAbandoned: opts.includeAbandoned ?? false };
       const res = await this.raw.listMessages(request, o);
       return { items: res.messages.map(messageOf), next: res.nextPageToken };
     });
@@ -257,6 +307,7 @@ export class CtxfoldClient {
    * (also the generator's return value). Breaking out of the loop cancels the call.
    */
   async *prepareEvents(sessionId: string, opts: PrepareOptions = {}): AsyncGenerator<PrepareEvent, View, undefined> {
+    sessionIdOf(sessionId);
     const requestId = opts.requestId ?? randomUUID();
     const base = this.views.get(sessionId);
     const known = base?.viewVersion ?? 0;
@@ -289,7 +340,9 @@ export class CtxfoldClient {
 
   /** compact() as an async iterator, like prepareEvents(). */
   async *compactEvents(sessionId: string, opts: CompactOptions = {}): AsyncGenerator<PrepareEvent, View, undefined> {
-    const request = { sessionId, focus: opts.focus ?? "", keepTokens: int64(opts.keepTokens ?? 0), dryRun: opts.dryRun ?? false };
+    const keepTokens = opts.keepTokens ?? 0;
+    if (!(keepTokens >= 0)) throw invalidArgument(ErrorReason.INVALID_REQUEST, "keep_tokens", `keep_tokens must be >= 0, not ${keepTokens}`);
+    const request = { sessionId: sessionIdOf(sessionId), focus: opts.focus ?? "", keepTokens: int64(keepTokens), dryRun: opts.dryRun ?? false };
     const result = yield* this.maintenance(opts, (o) => this.raw.compact(request, o));
     const view = viewOf(result, wholeMessages(result));
     if (!request.dryRun) {
@@ -307,7 +360,7 @@ export class CtxfoldClient {
   /** Records the provider's usage of a view (calibration and statistics; it never maintains). */
   async observeUsage(sessionId: string, view: View | number, usage: Usage, opts?: CallOptions): Promise<UsageResult> {
     const request = {
-      sessionId,
+      sessionId: sessionIdOf(sessionId),
       viewVersion: int64(typeof view === "number" ? view : view.viewVersion),
       inputTokens: int64(usage.inputTokens),
       cachedInputTokens: int64(usage.cachedInputTokens ?? 0),
@@ -318,10 +371,11 @@ export class CtxfoldClient {
     return { calibration: res.calibration, calibrationAccepted: res.calibrationAccepted };
   }
 
-  /** The session's context state document (schema version 3), parsed. */
-  async getContextState(sessionId: string, opts?: CallOptions): Promise<Record<string, unknown>> {
-    const res = await this.unary(opts, (o) => this.raw.getContextState({ sessionId }, o));
-    return JSON.parse(res.stateJson) as Record<string, unknown>;
+  /** The session's context state document (schema version 3): the server's bookkeeping, for diagnostics. */
+  async getContextState(sessionId: string, opts?: CallOptions): Promise<ContextState> {
+    const request = { sessionId: sessionIdOf(sessionId) };
+    const res = await this.unary(opts, (o) => this.raw.getContextState(request, o));
+    return JSON.parse(res.stateJson) as ContextState;
   }
 
   // -------------------------------------------------------------------------------------------
@@ -331,30 +385,33 @@ export class CtxfoldClient {
   async fork(sessionId: string, at: ForkPoint, opts: ForkOptions = {}): Promise<Session> {
     if (at !== "head" && !(Number.isSafeInteger(at) && at >= 1)) {
       // The wire's 0 means "the head"; a seq must never turn into it by accident.
-      throw sdkError(Code.InvalidArgument, ErrorReason.SEQ_OUT_OF_RANGE, `fork at "head" or a seq >= 1, not ${at}`);
+      throw invalidArgument(ErrorReason.SEQ_OUT_OF_RANGE, "at_seq", `fork at "head" or a seq >= 1, not ${at}`);
     }
-    const request = { sessionId, atSeq: at === "head" ? 0n : int64(at), config: opts.config ? toProtoConfig(opts.config) : undefined };
+    const config = opts.config ? toProtoConfig(opts.config, false) : undefined;
+    const request = { sessionId: sessionIdOf(sessionId), atSeq: at === "head" ? 0n : int64(at), config };
     const res = await this.unary(opts, (o) => this.raw.fork(request, o));
     return sessionOf(res.session);
   }
 
   /** Moves the head back to `toSeq` (0 = empty); later messages become abandoned. */
   async rewind(sessionId: string, toSeq: number, opts?: CallOptions): Promise<Session> {
-    const res = await this.unary(opts, (o) => this.raw.rewind({ sessionId, toSeq: int64(toSeq) }, o));
+    if (!(toSeq >= 0)) throw invalidArgument(ErrorReason.SEQ_OUT_OF_RANGE, "to_seq", `to_seq must be >= 0 (0 = empty), not ${toSeq}`);
+    const request = { sessionId: sessionIdOf(sessionId), toSeq: int64(toSeq) };
+    const res = await this.unary(opts, (o) => this.raw.rewind(request, o));
     this.views.delete(sessionId);
     return sessionOf(res.session);
   }
 
   /** Replaces the message at `at` (a seq or the Message): rewinds before it, appends `message`; returns the new version. */
   async edit(sessionId: string, at: number | Message, message: MessageInput, opts: IdempotentOptions = {}): Promise<Message> {
-    await this.rewind(sessionId, seqOf(at) - 1, opts);
+    await this.rewind(sessionId, storedSeq(at) - 1, opts);
     const [edited] = await this.appendMessages(sessionId, [message], opts);
     return edited!;
   }
 
   /** Retries a model answer (a seq or the Message): rewinds before it and prepares again. */
   async retry(sessionId: string, answer: number | Message, opts: RetryOptions = {}): Promise<View> {
-    await this.rewind(sessionId, seqOf(answer) - 1, opts);
+    await this.rewind(sessionId, storedSeq(answer) - 1, opts);
     return this.prepare(sessionId, opts);
   }
 
@@ -388,9 +445,18 @@ export class CtxfoldClient {
 
   /** The pages of a stored tool result from `offset` on, one ReadToolResult request per page. */
   async *toolResultPages(sessionId: string, ref: ToolResultRef, opts: ToolResultPagesOptions = {}): AsyncGenerator<ToolResultPage, void, undefined> {
+    sessionIdOf(sessionId);
     let named = typeof ref === "string" ? { resultRef: ref } : ref;
+    if (!("resultRef" in named ? named.resultRef : named.toolCallId)) {
+      throw invalidArgument(ErrorReason.RESULT_REF_REQUIRED, "result_ref", "name the tool result by result_ref or tool_call_id");
+    }
     let offset = opts.offset ?? 0;
-    const limit = int64(opts.pageBytes ?? DEFAULT_PAGE_BYTES);
+    if (!(offset >= 0)) throw invalidArgument(ErrorReason.OFFSET_OUT_OF_RANGE, "offset", `offset must be >= 0, not ${offset}`);
+    const pageBytes = opts.pageBytes ?? DEFAULT_PAGE_BYTES;
+    if (!(pageBytes >= MIN_PAGE_BYTES && pageBytes <= MAX_PAGE_BYTES)) {
+      throw invalidArgument(ErrorReason.LIMIT_OUT_OF_RANGE, "page_bytes", `page_bytes must be within [${MIN_PAGE_BYTES}, ${MAX_PAGE_BYTES}], not ${pageBytes}`);
+    }
+    const limit = int64(pageBytes);
     let first: ToolResultPage | undefined;
     for (;;) {
       const request = {
@@ -422,15 +488,51 @@ export class CtxfoldClient {
   /** The session's checkpoints, newest first, each with its summary. */
   listCheckpoints(sessionId: string, opts: ListMessagesOptions = {}): AsyncGenerator<Checkpoint, void, undefined> {
     return this.pages(opts, async (pageToken, o) => {
-      const request = { sessionId, pageSize: opts.pageSize ?? 0, pageToken, includeAbandoned: opts.includeAbandoned ?? false };
+      const pageSize = pageSizeOf(opts.pageSize, MAX_CHECKPOINT_PAGE_SIZE);
+      const request = { sessionId: sessionIdOf(sessionId), pageSize, pageToken, includeAbandoned: opts.includeAbandoned ?? false };
       const res = await this.raw.listCheckpoints(request, o);
       return { items: res.checkpoints.map(checkpointOf), next: res.nextPageToken };
     });
   }
 
   async getCheckpoint(sessionId: string, checkpointId: string, opts?: CallOptions): Promise<Checkpoint> {
-    const res = await this.unary(opts, (o) => this.raw.getCheckpoint({ sessionId, checkpointId }, o));
+    const request = { sessionId: sessionIdOf(sessionId), checkpointId };
+    const res = await this.unary(opts, (o) => this.raw.getCheckpoint(request, o));
     return checkpointOf(res.checkpoint);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // the model's tools
+
+  /**
+   * Answers a model's call of read_tool_result or context_budget with the text to append as its
+   * tool result, or undefined for any other tool (the agent runs its own). The model's mistakes
+   * (bad arguments, an unknown ref, a bad offset) come back as a short `error: …` text it can act
+   * on; failures of the service itself (unavailable, unknown session) throw CtxfoldError. One page
+   * is one ReadToolResult request of DEFAULT_PAGE_BYTES.
+   */
+  async dispatchToolCall(sessionId: string, call: ToolCallRequest, opts?: CallOptions): Promise<string | undefined> {
+    const parsed = parseToolCall(call);
+    if (parsed === undefined) {
+      return undefined;
+    }
+    if (parsed.kind === "bad") {
+      return parsed.answer;
+    }
+    if (parsed.kind === "budget") {
+      return budgetAnswer(this.lastView(sessionId));
+    }
+    try {
+      const pages = this.toolResultPages(sessionId, parsed.resultRef, { ...opts, offset: parsed.offset });
+      const first = await pages.next();
+      await pages.return();
+      return first.done ? "" : pageAnswer(first.value);
+    } catch (err) {
+      if (isModelMistake(err)) {
+        return `error: ${err.reason}: ${err.message}`;
+      }
+      throw err;
+    }
   }
 
   // -------------------------------------------------------------------------------------------
@@ -527,10 +629,6 @@ function wholeMessages(result: pb.PreparedContext): Message[] {
     throw protocolViolation(`a whole view of ${result.messages.length} messages says it has ${result.viewMessageCount} (delta ${result.delta})`);
   }
   return result.messages.map(messageOf);
-}
-
-function seqOf(at: number | Message): number {
-  return typeof at === "number" ? at : at.seq;
 }
 
 /** Runs an event stream to its end, feeding progress to the callback; returns the view. */

@@ -1,9 +1,11 @@
 /**
  * What the SDK takes as input: session settings (plain options or a fluent builder) and messages
- * to append, converted here to the generated messages. Validation is the server's (it answers
- * INVALID_CONFIG / INVALID_MESSAGE with the field named), so there is one set of rules.
+ * to append, converted here to the generated messages. A setting outside its documented range is
+ * refused here as the server would refuse it (INVALID_CONFIG, domain client.ctxfold.dev, metadata
+ * `field`); checks that need the whole config stay the server's.
  */
 import { create } from "@bufbuild/protobuf";
+import { ErrorReason, invalidArgument } from "./errors.js";
 import * as pb from "./gen/ctxfold/v1/context_service_pb.js";
 import { type Role, enumNumber } from "./model.js";
 
@@ -37,7 +39,11 @@ export interface SessionConfigOptions {
   toolContentMaxBytes?: number;
   /** The agent's system prompt; the first message of every view. */
   systemPrompt?: string;
-  /** Provider tool schemas: a JSON array string, or an array that is serialised to one. */
+  /**
+   * Provider tool schemas: a JSON array string, or an array that is serialised to one. Both are sent
+   * as the one JSON form every ctxfold SDK writes (JSON.stringify's), so the same tools cost the
+   * same tokens whichever SDK created the session.
+   */
   tools?: string | readonly unknown[];
   /** A summarizer configured on the server; default "extractive". */
   summarizer?: string;
@@ -125,9 +131,48 @@ export type SessionConfigOverrides = Partial<SessionConfigOptions>;
 
 const optionalInt64 = (value: number | undefined): bigint | undefined => (value === undefined ? undefined : int64(value));
 
-/** @internal The generated SessionConfig of settings or overrides (unset fields stay zero). */
-export function toProtoConfig(input: SessionConfigInput | SessionConfigOverrides): pb.SessionConfig {
+/** The field is named as in the proto (and in the server's answer to the same mistake). */
+const invalidConfig = (field: string, why: string) => invalidArgument(ErrorReason.INVALID_CONFIG, field, `config.${field}: ${why}`);
+
+/** The documented ranges of the settings that are set (0 = unset, the server's default). */
+function checkRanges(o: SessionConfigOverrides, creating: boolean): void {
+  const window = o.contextWindow ?? 0;
+  if (window < 0 || (creating && window === 0)) {
+    throw invalidConfig("context_window", `is required and must be > 0, got ${window}`);
+  }
+  if (o.compactRatio && !(o.compactRatio >= 0.3 && o.compactRatio <= 0.95)) {
+    throw invalidConfig("compact_ratio", `must be within [0.30, 0.95], got ${o.compactRatio}`);
+  }
+  if (o.tailRatio && !(o.tailRatio > 0 && o.tailRatio <= 0.5)) {
+    throw invalidConfig("tail_ratio", `must be within (0, 0.5], got ${o.tailRatio}`);
+  }
+  const counts = { max_output_tokens: o.maxOutputTokens, summary_max_tokens: o.summaryMaxTokens, cache_ttl_seconds: o.cacheTtlSeconds };
+  for (const [field, value] of Object.entries(counts)) {
+    if ((value ?? 0) < 0) throw invalidConfig(field, `must be >= 0, got ${value}`);
+  }
+  if (o.toolContentMaxBytes && !(o.toolContentMaxBytes >= 4096 && o.toolContentMaxBytes <= 1_048_576)) {
+    throw invalidConfig("tool_content_max_bytes", `must be within [4096, 1048576], got ${o.toolContentMaxBytes}`);
+  }
+}
+
+/** The tools as sent: an array written, JSON text normalized (both by JSON.stringify). */
+function toolsJson(tools: string | readonly unknown[] | undefined): string | undefined {
+  if (typeof tools !== "string") return tools === undefined ? undefined : JSON.stringify(tools);
+  if (tools === "") return tools;
+  try {
+    return JSON.stringify(JSON.parse(tools));
+  } catch (err) {
+    throw invalidConfig("tools_json", `is not JSON (${(err as Error).message})`);
+  }
+}
+
+/**
+ * @internal The generated SessionConfig of settings (`creating`: a new session's, which needs its
+ * window) or fork overrides (unset fields stay zero).
+ */
+export function toProtoConfig(input: SessionConfigInput | SessionConfigOverrides, creating: boolean): pb.SessionConfig {
   const o = input instanceof SessionConfigBuilder ? input.build() : input;
+  checkRanges(o, creating);
   return create(pb.SessionConfigSchema, {
     contextWindow: optionalInt64(o.contextWindow),
     compactRatio: o.compactRatio,
@@ -136,7 +181,7 @@ export function toProtoConfig(input: SessionConfigInput | SessionConfigOverrides
     summaryMaxTokens: optionalInt64(o.summaryMaxTokens),
     toolContentMaxBytes: optionalInt64(o.toolContentMaxBytes),
     systemPrompt: o.systemPrompt,
-    toolsJson: o.tools === undefined || typeof o.tools === "string" ? o.tools : JSON.stringify(o.tools),
+    toolsJson: toolsJson(o.tools),
     summarizer: o.summarizer,
     cacheTtlSeconds: optionalInt64(o.cacheTtlSeconds),
     promptCacheKey: o.promptCacheKey,
@@ -198,7 +243,7 @@ export function userMessage(content: string, extras: MessageExtras = {}): Messag
   return { role: "ROLE_USER", content, ...extras };
 }
 
-/** A model answer, optionally with tool calls. */
+/** A model answer, optionally with tool calls (arguments given as objects are written with JSON.stringify). */
 export function assistantMessage(content: string, toolCalls: readonly ToolCallInput[] = [], extras: MessageExtras = {}): MessageInput {
   return { role: "ROLE_ASSISTANT", content, toolCalls, ...extras };
 }

@@ -14,7 +14,9 @@ export const CLIENT_ERROR_DOMAIN = "client.ctxfold.dev";
  * compact stream closed without its result; UNAVAILABLE), RESULT_CHECKSUM_MISMATCH (the pages of a
  * tool result do not hash to the server's sha256; DATA_LOSS) and PROTOCOL_VIOLATION (the server
  * broke the protocol: a repeated page token, a stream going on after its result, pages of one
- * result that disagree, a whole view whose count disagrees; INTERNAL).
+ * result that disagree, a whole view whose count disagrees; INTERNAL) and INVALID_CLIENT_ARGUMENT (a
+ * client option or tool format it cannot use; INVALID_ARGUMENT). Its argument checks carry the
+ * reason the server gives for the same mistake (INVALID_CONFIG, INVALID_PAGE_SIZE, …).
  */
 export type ErrorReason = Exclude<ErrorReasonJson, "ERROR_REASON_UNSPECIFIED">;
 
@@ -58,7 +60,7 @@ export function grpcCodeName(code: number): GrpcCodeName {
 export interface CtxfoldErrorInit {
   code: Code;
   /** The status message as the server wrote it. */
-  rawMessage: string;
+  message: string;
   /** ErrorInfo.reason; "" when the status carried none (transport failures). */
   reason?: string;
   /** ErrorInfo.domain; "" when the status carried none. */
@@ -93,22 +95,23 @@ export class CtxfoldError extends Error {
   readonly domain: string;
   /** ErrorInfo.metadata, e.g. `{ session_id: "…" }`. */
   readonly metadata: Readonly<Record<string, string>>;
-  /** The status message without the code and reason prefix. */
-  readonly rawMessage: string;
   /** RetryInfo.retry_delay in milliseconds, when the server sent one. */
   readonly retryDelayMs: number | undefined;
 
+  /** `message` is the status message as written (as in the other SDKs); toString() adds the code and reason. */
   constructor(init: CtxfoldErrorInit) {
-    const codeName = grpcCodeName(init.code);
-    const reason = init.reason ?? "";
-    super(`[${codeName}]${reason ? ` ${reason}:` : ""} ${init.rawMessage}`, { cause: init.cause });
+    super(init.message, { cause: init.cause });
     this.code = init.code;
-    this.codeName = codeName;
-    this.reason = reason;
+    this.codeName = grpcCodeName(init.code);
+    this.reason = init.reason ?? "";
     this.domain = init.domain ?? "";
     this.metadata = Object.freeze({ ...init.metadata });
-    this.rawMessage = init.rawMessage;
     this.retryDelayMs = init.retryDelayMs;
+  }
+
+  /** "CtxfoldError: NOT_FOUND SESSION_NOT_FOUND: session s_1 not found". */
+  override toString(): string {
+    return `${this.name}: ${this.codeName}${this.reason ? ` ${this.reason}` : ""}: ${this.message}`;
   }
 
   /**
@@ -125,7 +128,7 @@ export class CtxfoldError extends Error {
     const delay = connectErr.findDetails(RetryInfoSchema)[0]?.retryDelay;
     return new CtxfoldError({
       code: connectErr.code,
-      rawMessage: connectErr.rawMessage,
+      message: connectErr.rawMessage,
       reason: info?.reason,
       domain: info?.domain,
       metadata: info ? { ...info.metadata } : {},
@@ -136,8 +139,21 @@ export class CtxfoldError extends Error {
 }
 
 /** @internal An error the SDK raises itself, in `CLIENT_ERROR_DOMAIN`. */
-export function sdkError(code: Code, reason: ErrorReason, rawMessage: string, metadata?: Record<string, string>): CtxfoldError {
-  return new CtxfoldError({ code, reason, domain: CLIENT_ERROR_DOMAIN, rawMessage, metadata });
+export function sdkError(code: Code, reason: ErrorReason, message: string, metadata?: Record<string, string>): CtxfoldError {
+  return new CtxfoldError({ code, reason, domain: CLIENT_ERROR_DOMAIN, message, metadata });
+}
+
+/**
+ * @internal An argument refused before any call: the server's reason for the same mistake (or
+ * INVALID_CLIENT_ARGUMENT), metadata `field` naming the argument.
+ */
+export function invalidArgument(reason: ErrorReason, field: string, message: string): CtxfoldError {
+  return sdkError(Code.InvalidArgument, reason, message, { field });
+}
+
+/** @internal What an adapter throws for a message or response it cannot convert. */
+export function unconvertible(message: string): CtxfoldError {
+  return sdkError(Code.InvalidArgument, ErrorReason.INVALID_MESSAGE, message);
 }
 
 /** @internal The error for a server that broke the protocol. */

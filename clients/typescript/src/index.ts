@@ -44,10 +44,12 @@ export type {
   Action,
   CacheState,
   Checkpoint,
+  ContextState,
   FoldProgress,
   FoldStage,
   Message,
   NotFoldedReason,
+  Receipt,
   Role,
   Session,
   SessionConfig,
@@ -58,14 +60,16 @@ export type {
   UsageResult,
   View,
 } from "./model.js";
-export { CONTEXT_BUDGET, READ_TOOL_RESULT, dispatchToolCall, isCtxfoldTool, toolDefinitions, type ToolCallRequest, type ToolFormat } from "./tools.js";
-export { type ProviderMessage, type ProviderToolCall, type ProviderTurn } from "./adapters/common.js";
+export { CONTEXT_BUDGET, READ_TOOL_RESULT, isCtxfoldTool, toolDefinitions, type ToolCallRequest, type ToolFormat } from "./tools.js";
+export { type ProviderMessage, type ProviderToolCall, type ProviderTurn, type RequestOptions } from "./adapters/common.js";
 export {
   fromOpenAIChat,
+  fromOpenAIChatMessages,
   toOpenAIChat,
   toOpenAIChatMessage,
   type OpenAIChatMessage,
   type OpenAIChatOptions,
+  type OpenAIChatRecordedMessage,
   type OpenAIChatRequest,
   type OpenAIChatResponse,
   type OpenAIChatToolCall,

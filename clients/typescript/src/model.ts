@@ -55,7 +55,7 @@ export interface Message {
   toolCallId: string;
   reasoningContent: string;
   pinned: boolean;
-  /** For tool results: the reference read_tool_result reads the raw result by. */
+  /** The reference read_tool_result reads this message's whole stored text by, where the server set one. */
   resultRef: string;
   /** For tool results: size of the raw result in UTF-8 bytes. */
   rawBytes: number;
@@ -109,7 +109,13 @@ export interface Session {
 export interface View {
   /** The whole view: system, at most one summary, kept messages and the recent tail. */
   messages: Message[];
+  /** The whole request with the reserved max_output_tokens: what the trigger and hard limit compare. */
   estimatedTokens: number;
+  /**
+   * The input alone (estimatedTokens without max_output_tokens): compare it with the input tokens
+   * the provider reports, or report it with observeUsage when a provider reports none.
+   */
+  estimatedInputTokens: number;
   /** Pass it (or the view) to observeUsage. */
   viewVersion: number;
   action: Action;
@@ -187,6 +193,52 @@ export interface Checkpoint {
   createTime: Date | undefined;
   /** The session's head checkpoint is this one or descends from it. */
   onHeadChain: boolean;
+}
+
+/** A maintenance step of the context state. */
+export interface Receipt {
+  operation_id: string;
+  /** applied | noop | blocked | failed */
+  status: string;
+  /** prune | summary | noop */
+  action: string;
+  tokens_in: number;
+  tokens_out: number;
+  reason: string;
+  time: number;
+  /** In `last_receipt`. */
+  tokens_saved?: number;
+}
+
+/**
+ * The session's context state document (schema version 3), as getContextState() returns it: the
+ * server's bookkeeping, for diagnostics, with the server's (snake_case) field names. A newer server
+ * may add fields.
+ */
+export interface ContextState {
+  schema_version: number;
+  fingerprint: string;
+  generation: number;
+  transcript_version: number;
+  checkpoint_id: string | null;
+  covered_count: number;
+  summary_hash: string;
+  /** Message id → tokens of its pruned stub. */
+  pruned: Record<string, number>;
+  projection_version: number;
+  source_tokens: number;
+  projection_tokens: number;
+  prompt_cache_key: string;
+  /** warm | cold | unknown */
+  cache_state: string;
+  last_activity: number;
+  calibration: number;
+  views: { version: number; estimated_tokens: number }[];
+  failed_fold_tokens: number;
+  receipts: Receipt[];
+  last_receipt: Receipt | null;
+  telemetry: Record<string, number>;
+  [field: string]: unknown;
 }
 
 /** What observeUsage answered. */
@@ -283,6 +335,7 @@ export function viewOf(r: pb.PreparedContext, messages: Message[]): View {
   return {
     messages,
     estimatedTokens: Number(r.estimatedTokens),
+    estimatedInputTokens: Number(r.estimatedInputTokens),
     viewVersion: Number(r.viewVersion),
     action: enumName<Action>(pb.ActionSchema, r.action),
     cacheState: enumName<CacheState>(pb.CacheStateSchema, r.cacheState),

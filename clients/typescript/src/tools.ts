@@ -2,12 +2,11 @@
  * Tools the model can call: `read_tool_result` (page through any stored result whose
  * `result_ref` the view shows — a bounded tool result, a pruned one, the folded-results index)
  * and `context_budget` (how full the window is). The definitions come in the three provider
- * formats; dispatchToolCall() answers such a call with the text to append as its tool result.
+ * formats; `client.dispatchToolCall()` answers such a call with the text to append as its tool
+ * result, and the adapters offer read_tool_result in a request whose view hides a result.
  */
-import type { CallOptions, CtxfoldClient } from "./client.js";
-import { DEFAULT_PAGE_BYTES } from "./client.js";
-import { ErrorReason, isCtxfoldError } from "./errors.js";
-import type { ToolResultPage, View } from "./model.js";
+import { type CtxfoldError, ErrorReason, invalidArgument, isCtxfoldError } from "./errors.js";
+import type { Message, ToolResultPage, View } from "./model.js";
 
 export const READ_TOOL_RESULT = "read_tool_result";
 export const CONTEXT_BUDGET = "context_budget";
@@ -61,8 +60,46 @@ export function toolDefinitions(format: ToolFormat): Record<string, unknown>[] {
         return { type: "function", name: spec.name, description: spec.description, parameters: spec.parameters, strict: false };
       case "anthropic":
         return { name: spec.name, description: spec.description, input_schema: spec.parameters };
+      default:
+        throw invalidArgument(
+          ErrorReason.INVALID_CLIENT_ARGUMENT,
+          "format",
+          `unknown tool format ${JSON.stringify(format)}: openai_chat, openai_responses or anthropic`,
+        );
     }
   });
+}
+
+/**
+ * Whether the view shows something only in part that read_tool_result reads whole: a bounded or
+ * pruned message, or a summary (whose folded-results index names the folded results).
+ */
+function hidesResults(view: View): boolean {
+  return view.foldedResultsRef !== "" || view.messages.some((m: Message) => m.truncated || m.pruned || m.summary);
+}
+
+/** The name of a tool definition in any of the three formats. */
+function toolName(tool: unknown): unknown {
+  const t = tool as { name?: unknown; function?: { name?: unknown } } | null;
+  return t?.function?.name ?? t?.name;
+}
+
+/**
+ * @internal The tools of a provider request: the session's (an array, or its JSON text), then the
+ * read_tool_result definition of `format` when the view hides a result and no tool of that name is given.
+ */
+export function requestTools(tools: string | readonly unknown[] | undefined, view: View, format: ToolFormat): unknown[] {
+  let given: unknown;
+  try {
+    given = typeof tools === "string" ? (tools === "" ? [] : JSON.parse(tools)) : [...(tools ?? [])];
+  } catch (err) {
+    throw invalidArgument(ErrorReason.INVALID_CONFIG, "tools", `not JSON (${(err as Error).message})`);
+  }
+  if (!Array.isArray(given)) throw invalidArgument(ErrorReason.INVALID_CONFIG, "tools", "tools must be a JSON array");
+  if (hidesResults(view) && !given.some((tool) => toolName(tool) === READ_TOOL_RESULT)) {
+    given.push(toolDefinitions(format)[0]);
+  }
+  return given;
 }
 
 /** True for the names of the tools above. */
@@ -76,7 +113,7 @@ export interface ToolCallRequest {
   arguments: string | Readonly<Record<string, unknown>>;
 }
 
-/** The server's answers to a model's mistake, which the model can act on (other failures throw). */
+/** The answers to a model's mistake, which the model can act on (other failures throw). */
 const MODEL_MISTAKES: ReadonlySet<string> = new Set([
   ErrorReason.RESULT_REF_REQUIRED,
   ErrorReason.RESULT_REF_NOT_FOUND,
@@ -85,6 +122,11 @@ const MODEL_MISTAKES: ReadonlySet<string> = new Set([
   ErrorReason.OFFSET_NOT_CHAR_BOUNDARY,
   ErrorReason.INVALID_REQUEST,
 ]);
+
+/** @internal Whether `err` refused a call as the model's mistake (the dispatcher answers those). */
+export function isModelMistake(err: unknown): err is CtxfoldError {
+  return isCtxfoldError(err) && MODEL_MISTAKES.has(err.reason);
+}
 
 /** A parsed call: what to read, or the answer to a malformed call. */
 type ParsedCall = { kind: "read"; resultRef: string; offset: number } | { kind: "budget" } | { kind: "bad"; answer: string };
@@ -137,40 +179,4 @@ export function budgetAnswer(view: View | undefined): string {
     return "error: no context prepared by this client yet";
   }
   return JSON.stringify({ estimated_tokens: view.estimatedTokens, trigger_tokens: view.triggerTokens, hard_limit_tokens: view.hardLimitTokens });
-}
-
-/**
- * Answers a model's call of one of these tools with the text to append as its tool result, or
- * undefined for any other tool (the agent runs its own). The model's mistakes (bad arguments, an
- * unknown ref, a bad offset) come back as a short `error: …` text it can act on; failures of the
- * service itself (unavailable, unknown session) throw CtxfoldError. One page is one
- * ReadToolResult request of DEFAULT_PAGE_BYTES.
- */
-export async function dispatchToolCall(
-  client: CtxfoldClient,
-  sessionId: string,
-  call: ToolCallRequest,
-  opts?: CallOptions,
-): Promise<string | undefined> {
-  const parsed = parseToolCall(call);
-  if (parsed === undefined) {
-    return undefined;
-  }
-  if (parsed.kind === "bad") {
-    return parsed.answer;
-  }
-  if (parsed.kind === "budget") {
-    return budgetAnswer(client.lastView(sessionId));
-  }
-  try {
-    const pages = client.toolResultPages(sessionId, parsed.resultRef, { ...opts, offset: parsed.offset, pageBytes: DEFAULT_PAGE_BYTES });
-    const first = await pages.next();
-    await pages.return();
-    return first.done ? "" : pageAnswer(first.value);
-  } catch (err) {
-    if (isCtxfoldError(err) && MODEL_MISTAKES.has(err.reason)) {
-      return `error: ${err.reason}: ${err.rawMessage}`;
-    }
-    throw err;
-  }
 }

@@ -5,6 +5,7 @@
  * injected into every call's metadata (`traceparent`, `tracestate`, baggage, …). Without it,
  * nothing is injected; an explicit `traceparent` option always wins.
  */
+import { ErrorReason, invalidArgument } from "./errors.js";
 
 /** The slice of @opentelemetry/api this module uses. */
 interface OtelApi {
@@ -65,7 +66,7 @@ export async function injectTraceContext(
   }
   if (explicit) {
     if (!isValidTraceparent(explicit.traceparent)) {
-      throw new TypeError(`invalid traceparent ${JSON.stringify(explicit.traceparent)}`);
+      throw invalidArgument(ErrorReason.INVALID_CLIENT_ARGUMENT, "traceparent", `invalid traceparent ${JSON.stringify(explicit.traceparent)}`);
     }
     headers.set("traceparent", explicit.traceparent);
     if (explicit.tracestate) {

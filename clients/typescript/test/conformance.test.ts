@@ -14,9 +14,9 @@ import {
   type ToolFormat,
   type ToolResultRef,
   type View,
-  dispatchToolCall,
   fromAnthropicMessages,
   fromOpenAIChat,
+  fromOpenAIChatMessages,
   fromOpenAIResponses,
   isCtxfoldError,
   toAnthropicMessages,
@@ -93,6 +93,7 @@ function viewOf(json: Json): View {
   const messages = (v.messages ?? []).map((m) => ({ ...MESSAGE_DEFAULTS, ...m }));
   return {
     estimatedTokens: 0,
+    estimatedInputTokens: 0,
     viewVersion: 0,
     action: "ACTION_NONE",
     cacheState: "CACHE_STATE_UNKNOWN",
@@ -157,6 +158,7 @@ function resolve(value: Json, saved: Readonly<Record<string, Json>>): Json {
   if (value !== null && typeof value === "object") {
     if ("$repeat" in value) return String(value.$repeat).repeat(Number(value.times));
     if ("$json" in value) return JSON.stringify(resolve(value.$json!, saved));
+    if ("$tool_definitions" in value) return toolDefinitions(value.$tool_definitions as ToolFormat) as Json[];
     return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, resolve(v, saved)]));
   }
   return value;
@@ -209,15 +211,17 @@ async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
 }
 
 function refOf(args: JsonObject): ToolResultRef {
-  return typeof args.tool_call_id === "string" ? { toolCallId: args.tool_call_id } : String(args.result_ref);
+  return typeof args.tool_call_id === "string" ? { toolCallId: args.tool_call_id } : String(args.result_ref ?? "");
 }
 
 /** Runs one operation on session `id` with resolved args and returns its canonical result. */
 async function run(client: CtxfoldClient, op: string, id: string, args: JsonObject): Promise<Json> {
   const num = (key: string): number | undefined => (args[key] === undefined ? undefined : Number(args[key]));
   switch (op) {
-    case "create_session":
-      return canonical(await client.createSession(configOf(args.config)));
+    case "create_session": {
+      const config = configOf(args.config);
+      return canonical(await client.createSession(args.tools === undefined ? config : { ...config, tools: args.tools as Json[] }));
+    }
     case "get_session":
       return canonical(await client.getSession(id));
     case "list_sessions":
@@ -267,21 +271,23 @@ async function run(client: CtxfoldClient, op: string, id: string, args: JsonObje
     case "get_checkpoint":
       return canonical(await client.getCheckpoint(id, String(args.checkpoint_id)));
     case "dispatch_tool_call":
-      return { content: (await dispatchToolCall(client, id, { name: String(args.name), arguments: args.arguments as string })) ?? null };
+      return { content: (await client.dispatchToolCall(id, { name: String(args.name), arguments: args.arguments as string })) ?? null };
     case "tool_definitions":
       return { tools: toolDefinitions(args.format as ToolFormat) as Json[] };
     case "to_openai_chat":
-      return toOpenAIChat(viewOf(args.view!)) as unknown as Json;
+      return toOpenAIChat(viewOf(args.view!), { tools: args.tools as Json[] | undefined }) as unknown as Json;
     case "to_openai_responses":
-      return toOpenAIResponses(viewOf(args.view!)) as unknown as Json;
+      return toOpenAIResponses(viewOf(args.view!), { tools: args.tools as Json[] | undefined }) as unknown as Json;
     case "to_anthropic_messages":
-      return toAnthropicMessages(viewOf(args.view!)) as unknown as Json;
+      return toAnthropicMessages(viewOf(args.view!), { tools: args.tools as Json[] | undefined }) as unknown as Json;
     case "from_openai_chat":
       return turnCanonical(fromOpenAIChat(fixture(String(args.fixture)) as Parameters<typeof fromOpenAIChat>[0]));
     case "from_openai_responses":
       return turnCanonical(fromOpenAIResponses(fixture(String(args.fixture)) as Parameters<typeof fromOpenAIResponses>[0]));
     case "from_anthropic_messages":
       return turnCanonical(fromAnthropicMessages(fixture(String(args.fixture)) as Parameters<typeof fromAnthropicMessages>[0]));
+    case "from_openai_chat_messages":
+      return turnCanonical({ messages: fromOpenAIChatMessages(args.messages as unknown as Parameters<typeof fromOpenAIChatMessages>[0]), usage: {} });
     default:
       assert.fail(`unknown operation ${op}`);
   }
@@ -302,7 +308,7 @@ interface Step {
   args?: JsonObject;
   save?: string;
   expect?: Record<string, Json>;
-  error?: { code: string; reason: string };
+  error?: { code: string; reason: string; domain?: string };
   repeat?: number;
 }
 
@@ -334,7 +340,7 @@ async function runScenario(client: CtxfoldClient, scenario: Scenario): Promise<v
       } catch (err) {
         if (step.error === undefined) throw err;
         assert.ok(isCtxfoldError(err), `${where}: expected CtxfoldError, got ${String(err)}`);
-        assert.deepEqual({ code: err.codeName, reason: err.reason }, step.error, `${where}: ${err.message}`);
+        assert.deepEqual({ code: err.codeName, reason: err.reason, domain: err.domain }, { domain: err.domain, ...step.error }, `${where}: ${err}`);
         continue;
       }
       assert.equal(step.error, undefined, `${where}: expected ${JSON.stringify(step.error)}, got ${JSON.stringify(result).slice(0, 500)}`);

@@ -1,7 +1,8 @@
 /**
  * The package as a user gets it: `npm pack`, installed into a new project in a temp dir outside
  * the repository (as README "Use it from your project" says), the README's agent loop compiled
- * there with the user's own TypeScript and run against a real server; the CommonJS entry loads too.
+ * there with the user's own TypeScript and run against a real server; the root README's TypeScript
+ * program compiles there too; the CommonJS entry loads.
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -18,6 +19,14 @@ async function readmeAgentLoop(): Promise<string> {
   const readme = await readFile(join(PACKAGE_DIR, "README.md"), "utf8");
   const block = /<!-- agent-loop:begin -->\n```ts\n([\s\S]*?)```\n<!-- agent-loop:end -->/.exec(readme);
   assert.ok(block, "README.md has the agent loop between <!-- agent-loop:begin --> and <!-- agent-loop:end -->");
+  return block[1]!;
+}
+
+/** The program under "### TypeScript (Node)" of the repository's README. */
+async function rootReadmeProgram(): Promise<string> {
+  const readme = await readFile(join(REPO_ROOT, "README.md"), "utf8");
+  const block = /### TypeScript \(Node\)\n\n```ts\n([\s\S]*?)```\n/.exec(readme);
+  assert.ok(block, "the root README has a TypeScript program under ### TypeScript (Node)");
   return block[1]!;
 }
 
@@ -52,10 +61,11 @@ describe("a consumer project outside the repository", () => {
     await writeFile(join(project, "package.json"), JSON.stringify({ name: "consumer", private: true, type: "module" }));
     await writeFile(
       join(project, "tsconfig.json"),
-      JSON.stringify({ compilerOptions: { target: "ES2022", module: "NodeNext", moduleResolution: "NodeNext", strict: true, outDir: "out", types: ["node"] }, include: ["agent_loop.ts"] }),
+      JSON.stringify({ compilerOptions: { target: "ES2022", module: "NodeNext", moduleResolution: "NodeNext", strict: true, outDir: "out", types: ["node"] }, include: ["agent_loop.ts", "root_readme.ts"] }),
     );
     run("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", `./${tarball}`, "typescript@5.9.3", "@types/node@20.19.43"], project);
     await writeFile(join(project, "agent_loop.ts"), await readmeAgentLoop());
+    await writeFile(join(project, "root_readme.ts"), await rootReadmeProgram()); // compiled, not run: it calls OpenAI
     run(join(project, "node_modules", ".bin", "tsc"), ["-p", "tsconfig.json"], project);
 
     const output = run("node", [join("out", "agent_loop.js"), TRACE, server.address], project);

@@ -77,7 +77,7 @@ describe("ctxfold e2e", () => {
 
   it("runs the README agent loop over the shared recorded trace: folds with progress, reads truncated results back", async () => {
     const output = execFileSync("node", [join(PACKAGE_DIR, "dist", "esm", "examples", "agent_loop.js"), TRACE, server.address], { encoding: "utf8" });
-    const summary = /(\d+) model calls, (\d+) folds, (\d+) read_tool_result calls; last view: (\d+) messages, ~(\d+) tokens/.exec(output);
+    const summary = /(\d+) model calls, (\d+) folds, (\d+) read_tool_result calls; last view: (\d+) messages, ~(\d+) input tokens/.exec(output);
     assert.ok(summary, output.slice(-2000));
     const [calls, folds, reads, , tokens] = summary.slice(1).map(Number) as [number, number, number, number, number];
     assert.ok(folds >= 1 && reads >= 1, summary[0]);

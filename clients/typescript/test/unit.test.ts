@@ -24,8 +24,12 @@ import {
   ErrorReason,
   USER_AGENT,
   VERSION,
+  assistantMessage,
+  isCtxfoldError,
   isValidTraceparent,
+  sessionConfig,
   toAnthropicMessages,
+  toOpenAIChat,
   toolDefinitions,
   userMessage,
 } from "@ctxfold/client";
@@ -78,6 +82,16 @@ describe("version and user agent", () => {
     assert.ok(pkg.files.includes("LICENSE"));
   });
 
+  it("publishes as a public scoped package that runs nothing on a consumer's install", () => {
+    const pkg = JSON.parse(readFileSync(join(PACKAGE_DIR, "package.json"), "utf8")) as { name: string; publishConfig?: { access?: string }; scripts: Record<string, string> };
+    assert.match(pkg.name, /^@ctxfold\//);
+    assert.equal(pkg.publishConfig?.access, "public", "a scoped package publishes restricted unless it says public");
+    for (const hook of ["preinstall", "install", "postinstall", "prepare"]) {
+      assert.equal(pkg.scripts[hook], undefined, `npm runs (and warns about) "${hook}" on installs`);
+    }
+    assert.equal(pkg.scripts.prepack, "npm run build", "npm pack and npm publish build first");
+  });
+
   it("names itself in the user agent of every call", async () => {
     const seen: (string | null)[] = [];
     const client = fakeClient({
@@ -123,7 +137,8 @@ describe("errors", () => {
     assert.equal(err.domain, "ctxfold.dev", "a server error keeps the server's domain, as sent");
     assert.deepEqual({ ...err.metadata }, { session_id: "s1" });
     assert.equal(err.retryDelayMs, 1500);
-    assert.equal(err.message, "[UNAVAILABLE] SESSION_BUSY: busy");
+    assert.equal(err.message, "busy", "the message as written, as in the other SDKs");
+    assert.equal(String(err), "CtxfoldError: UNAVAILABLE SESSION_BUSY: busy");
   });
 
   it("wraps transport failures without details", () => {
@@ -349,7 +364,7 @@ describe("tool results", () => {
     const call = (args: string) => ({ ...messageOf(msg(1, "")), role: "ROLE_ASSISTANT" as const, toolCalls: [{ id: "c1", name: "ls", arguments: args }] });
     assert.deepEqual((toAnthropicMessages({ ...view, messages: [call("")] }).messages[0]?.content[0] as { input: unknown }).input, {});
     for (const bad of ["[1]", "not json", "3"]) {
-      assert.throws(() => toAnthropicMessages({ ...view, messages: [call(bad)] }), /tool call c1: arguments are not/);
+      assert.throws(() => toAnthropicMessages({ ...view, messages: [call(bad)] }), (e: unknown) => isCtxfoldError(e, ErrorReason.INVALID_MESSAGE) && /tool call c1: arguments are not/.test(e.message));
     }
   });
 
@@ -393,7 +408,7 @@ describe("metadata: bearer token and trace context", () => {
     assert.equal(seen[0]?.get("tracestate"), "vendor=1");
     assert.ok(isValidTraceparent(tp));
     assert.ok(!isValidTraceparent("00-00000000000000000000000000000000-b7ad6b7169203331-01"));
-    await assert.rejects(client.getSession("s", { traceparent: "garbage" }), TypeError);
+    await assert.rejects(client.getSession("s", { traceparent: "garbage" }), (e: unknown) => isCtxfoldError(e, ErrorReason.INVALID_CLIENT_ARGUMENT));
   });
 
   it("injects the active OpenTelemetry context when a propagator is registered", async () => {
@@ -428,5 +443,83 @@ describe("metadata: bearer token and trace context", () => {
     const { client, seen } = headerEcho({ traceContext: () => ({ traceparent: tp }) });
     await client.getSession("s");
     assert.equal(seen[0]?.get("traceparent"), tp);
+  });
+});
+
+/** Asserts that `run` throws the SDK's own INVALID_ARGUMENT error with this reason; returns it. */
+async function refused(reason: ErrorReason, run: () => unknown): Promise<CtxfoldError> {
+  let thrown: unknown;
+  try {
+    await run();
+  } catch (err) {
+    thrown = err;
+  }
+  assert.ok(isCtxfoldError(thrown, reason), `expected ${reason}, got ${String(thrown)}`);
+  assert.equal(thrown.code, Code.InvalidArgument);
+  assert.equal(thrown.domain, CLIENT_ERROR_DOMAIN);
+  return thrown;
+}
+
+describe("argument checks: the server's reason, the client's domain, before any call", () => {
+  const calls: string[] = [];
+  const client = fakeClient({
+    getSession() {
+      calls.push("getSession");
+      return { session: create(pb.SessionSchema, { id: "s" }) };
+    },
+  });
+
+  it("refuses client options it cannot use", async () => {
+    const option = async (options: Partial<CtxfoldClientOptions>) =>
+      (await refused(ErrorReason.INVALID_CLIENT_ARGUMENT, () => new CtxfoldClient({ address: "127.0.0.1:1", ...options }))).metadata.field;
+    assert.equal(await option({ address: "" }), "address");
+    assert.equal(await option({ token: "two words" }), "token");
+    assert.equal(await option({ tls: { cert: "PEM" } }), "tls");
+    assert.equal(await option({ timeoutMs: -1 }), "timeoutMs");
+    assert.equal(await option({ viewCacheSize: -1 }), "viewCacheSize");
+    await refused(ErrorReason.INVALID_CLIENT_ARGUMENT, () => toolDefinitions("openai_chat_v2" as never));
+  });
+
+  it("refuses a config out of its documented ranges, naming the field as the server does", async () => {
+    const field = async (run: () => unknown) => (await refused(ErrorReason.INVALID_CONFIG, run)).metadata.field;
+    assert.equal(await field(() => client.createSession({ contextWindow: -5 })), "context_window");
+    assert.equal(await field(() => client.createSession(sessionConfig(0))), "context_window");
+    assert.equal(await field(() => client.createSession(sessionConfig(8000).compactRatio(0.99))), "compact_ratio");
+    assert.equal(await field(() => client.createSession(sessionConfig(8000).tailRatio(0.6))), "tail_ratio");
+    assert.equal(await field(() => client.createSession(sessionConfig(8000).maxOutputTokens(-1))), "max_output_tokens");
+    assert.equal(await field(() => client.createSession(sessionConfig(8000).toolContentMaxBytes(100))), "tool_content_max_bytes");
+    assert.equal(await field(() => client.createSession(sessionConfig(8000).tools("[{"))), "tools_json");
+    assert.equal(await field(() => client.fork("s", "head", { config: { cacheTtlSeconds: -1 } })), "cache_ttl_seconds");
+  });
+
+  it("refuses page sizes, page bytes, offsets, seqs and session ids the server would refuse", async () => {
+    await refused(ErrorReason.SESSION_ID_REQUIRED, () => client.getSession(""));
+    await refused(ErrorReason.INVALID_PAGE_SIZE, () => client.listSessions({ pageSize: 1001 }).next());
+    await refused(ErrorReason.INVALID_PAGE_SIZE, () => client.listCheckpoints("s", { pageSize: 101 }).next());
+    await refused(ErrorReason.LIMIT_OUT_OF_RANGE, () => client.readToolResult("s", "r1", { pageBytes: 3 }));
+    await refused(ErrorReason.OFFSET_OUT_OF_RANGE, () => client.toolResultPages("s", "r1", { offset: -1 }).next());
+    await refused(ErrorReason.RESULT_REF_REQUIRED, () => client.readToolResult("s", { toolCallId: "" }));
+    await refused(ErrorReason.SEQ_OUT_OF_RANGE, () => client.rewind("s", -1));
+    await refused(ErrorReason.INVALID_REQUEST, () => client.compact("s", { keepTokens: -1 }));
+    await refused(ErrorReason.SEQ_OUT_OF_RANGE, () => client.edit("s", 0, userMessage("x")));
+    await refused(ErrorReason.SEQ_OUT_OF_RANGE, () => client.retry("s", 0));
+    assert.deepEqual(calls, [], "nothing reached the server");
+  });
+});
+
+describe("the tools of a provider request", () => {
+  const bash = { type: "function", function: { name: "bash", parameters: { type: "object" } } };
+  const read = toolDefinitions("openai_chat")[0];
+  const shown = viewOf(answer(1, [msg(1, "hi")]), [messageOf(msg(1, "hi"))]);
+
+  it("offers the session's tools, and read_tool_result once the view hides a result", () => {
+    assert.equal(toOpenAIChat(shown).tools, undefined);
+    assert.deepEqual(toOpenAIChat(shown, { tools: [bash] }).tools, [bash]);
+    const bounded = { ...messageOf(msg(2, "head … tail")), role: "ROLE_TOOL" as const, toolCallId: "c1", truncated: true, resultRef: "tr_1" };
+    const call = { ...messageOf(msg(1, "")), ...assistantMessage("", [{ id: "c1", name: "bash", arguments: "{}" }]) };
+    const hidden = { ...shown, messages: [call as typeof bounded, bounded] };
+    assert.deepEqual(toOpenAIChat(hidden, { tools: [bash] }).tools, [bash, read]);
+    assert.deepEqual(toOpenAIChat(hidden, { tools: JSON.stringify([bash, read]) }).tools, [bash, read], "JSON text, as session.config.toolsJson");
+    assert.deepEqual(toAnthropicMessages({ ...shown, foldedResultsRef: "tr_9" }).tools, [toolDefinitions("anthropic")[0]]);
   });
 });

@@ -165,6 +165,7 @@ def prepared_pb(prepared: Prepared) -> pb.PreparedContext:
         not_folded_detail=prepared.not_folded_detail,
         candidate_summary=prepared.candidate_summary,
         folded_results_ref=prepared.folded_results_ref,
+        estimated_input_tokens=prepared.estimated_input_tokens,
     )
 
 

@@ -135,6 +135,10 @@ class Projection:
             self._message_tokens, len(self._view), self.tools_tokens, self.config.max_output_tokens, self.calibration
         )
 
+    def input_tokens(self) -> int:
+        """The calibrated input estimate: `tokens()` without the reserved output."""
+        return estimator.request_tokens(self._message_tokens, len(self._view), self.tools_tokens, 0, self.calibration)
+
     def raw_tokens(self) -> int:
         """The uncalibrated input estimate: what a provider's reported input tokens compare against."""
         return estimator.request_tokens(self._message_tokens, len(self._view), self.tools_tokens, 0)
@@ -552,6 +556,7 @@ class Answered:
     state: ContextState
     messages: list[ViewMessage]  # the view, only its new messages when `delta`, or a dry run's candidate
     estimated_tokens: int
+    estimated_input_tokens: int
     view_version: int  # 0 for a dry run's candidate: not installed, so no usage is observed against it
     view_message_count: int
     stable_prefix_messages: int
@@ -613,6 +618,7 @@ def answer(answering: Answering, known_view_version: int, now: float) -> Answere
             state=state,
             messages=candidate_view,
             estimated_tokens=candidate.tokens(),
+            estimated_input_tokens=candidate.input_tokens(),
             view_version=0,
             view_message_count=len(candidate_view),
             stable_prefix_messages=common_prefix(view, candidate_view),
@@ -628,6 +634,7 @@ def answer(answering: Answering, known_view_version: int, now: float) -> Answere
         state=state,
         messages=view[known_count:] if delta else view,
         estimated_tokens=estimated,
+        estimated_input_tokens=projection.input_tokens(),
         view_version=version,
         view_message_count=len(view),
         stable_prefix_messages=stable,

@@ -105,6 +105,7 @@ class Prepared:
     not_folded_detail: str = ""
     candidate_summary: str = ""
     folded_results_ref: str = ""
+    estimated_input_tokens: int = 0
 
 
 Event = Progress | Prepared
@@ -732,6 +733,7 @@ class Maintenance:
             not_folded_detail=run.not_folded_detail,
             candidate_summary=answered.candidate_summary,
             folded_results_ref=answered.folded_results_ref,
+            estimated_input_tokens=answered.estimated_input_tokens,
         )
 
     def _finish(self, run: _Run, state: ContextState, prepared: Prepared, started: float) -> None:

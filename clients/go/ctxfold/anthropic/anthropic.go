@@ -6,22 +6,23 @@
 package anthropic
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
+	"github.com/ctxfold/ctxfold/clients/go/internal/adapt"
+	"github.com/ctxfold/ctxfold/clients/go/internal/jsontext"
 )
 
 // Request is a Messages request body: the adapter fills System and Messages from the view, the
 // caller's Options the rest.
 type Request struct {
-	Model     string           `json:"model,omitempty"`
-	MaxTokens int64            `json:"max_tokens,omitempty"`
-	System    []Block          `json:"system,omitempty"`
-	Messages  []Message        `json:"messages"`
-	Tools     []map[string]any `json:"tools,omitempty"`
+	Model     string            `json:"model,omitempty"`
+	MaxTokens int64             `json:"max_tokens,omitempty"`
+	System    []Block           `json:"system,omitempty"`
+	Messages  []Message         `json:"messages"`
+	Tools     []json.RawMessage `json:"tools,omitempty"`
 }
 
 // Message is one turn: "user" (text and tool_result blocks) or "assistant" (text and tool_use).
@@ -55,9 +56,9 @@ type Options struct {
 	Model string
 	// MaxTokens bounds the answer (required by the API).
 	MaxTokens int64
-	// Tools are the tools in Messages format (add ctxfold.ToolDefinitions(ctxfold.FormatAnthropic)
-	// to let the model read folded results).
-	Tools []map[string]any
+	// Tools are the tools given to the session, in Messages format (its config's Tools()); the
+	// read_tool_result definition is added when the view hides a result and they lack it.
+	Tools []json.RawMessage
 }
 
 // NewRequest returns the request for a view: a leading system message as the system block, the
@@ -65,35 +66,38 @@ type Options struct {
 // a tool_use block per call, tool results as tool_result blocks; consecutive messages of the same
 // role form one turn) and cache_control {"type": "ephemeral"} on the last block of the view's
 // stable prefix (its first StablePrefixMessages messages), so the provider caches exactly what the
-// next request repeats. It fails when a tool call's arguments are not a JSON object (the API takes
-// objects only). Thinking is not sent back: its signature is not kept in the transcript.
+// next request repeats, and the session's tools (see Options.Tools). It fails when a tool call's
+// arguments are not a JSON object (the API takes objects only; an [*ctxfold.Error] with
+// ReasonInvalidMessage). Thinking is not sent back: its signature is not kept in the transcript.
 func NewRequest(view *ctxfold.View, opts Options) (*Request, error) {
-	req := &Request{Model: opts.Model, MaxTokens: opts.MaxTokens, Tools: opts.Tools}
+	tools, _ := ctxfold.OfferedTools(opts.Tools, view, ctxfold.FormatAnthropic) // a known format never fails
+	req := &Request{Model: opts.Model, MaxTokens: opts.MaxTokens, Tools: tools}
 	breakpoint := blockAt{turn: -1, block: -1} // the last block of the stable prefix so far
 	for i, m := range view.Messages {
 		added := blockAt{turn: -1, block: -1}
 		switch {
-		case i == 0 && m.GetRole() == ctxfold.RoleSystem:
-			req.System = []Block{{Type: "text", Text: m.GetContent()}}
+		case i == 0 && m.Role == ctxfold.RoleSystem:
+			req.System = []Block{{Type: "text", Text: m.Content}}
 			added.block = 0
-		case m.GetRole() == ctxfold.RoleTool:
-			content := m.GetContent()
-			added = req.appendBlocks("user", Block{Type: "tool_result", ToolUseID: m.GetToolCallId(), Content: &content})
-		case m.GetRole() == ctxfold.RoleAssistant:
+		case m.Role == ctxfold.RoleTool:
+			content := m.Content
+			added = req.appendBlocks("user", Block{Type: "tool_result", ToolUseID: m.ToolCallID, Content: &content})
+		case m.Role == ctxfold.RoleAssistant:
 			var blocks []Block
-			if m.GetContent() != "" {
-				blocks = append(blocks, Block{Type: "text", Text: m.GetContent()})
+			if m.Content != "" {
+				blocks = append(blocks, Block{Type: "text", Text: m.Content})
 			}
-			for _, call := range m.GetToolCalls() {
-				input, err := toolInput(call.GetArguments())
-				if err != nil {
-					return nil, fmt.Errorf("anthropic: tool call %s (%s): %w", call.GetId(), call.GetName(), err)
+			for _, call := range m.ToolCalls {
+				input, ok := toolInput(call.Arguments)
+				if !ok {
+					return nil, adapt.Unconvertible("anthropic", "tool call %s (%s): the arguments %.80q are not a JSON object",
+						call.ID, call.Name, call.Arguments)
 				}
-				blocks = append(blocks, Block{Type: "tool_use", ID: call.GetId(), Name: call.GetName(), Input: input})
+				blocks = append(blocks, Block{Type: "tool_use", ID: call.ID, Name: call.Name, Input: input})
 			}
 			added = req.appendBlocks("assistant", blocks...)
 		default:
-			added = req.appendBlocks("user", Block{Type: "text", Text: m.GetContent()})
+			added = req.appendBlocks("user", Block{Type: "text", Text: m.Content})
 		}
 		if int64(i) < view.StablePrefixMessages && added.block >= 0 {
 			breakpoint = added
@@ -129,15 +133,15 @@ func (r *Request) appendBlocks(role string, blocks ...Block) blockAt {
 
 // toolInput is the tool_use input: the model's JSON arguments, which must be an object ({} when
 // empty).
-func toolInput(arguments string) (json.RawMessage, error) {
+func toolInput(arguments string) (json.RawMessage, bool) {
 	if strings.TrimSpace(arguments) == "" {
-		return json.RawMessage(`{}`), nil
+		return json.RawMessage(`{}`), true
 	}
 	var object map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(arguments), &object); err != nil || object == nil {
-		return nil, fmt.Errorf("the arguments %.80q are not a JSON object", arguments)
+		return nil, false
 	}
-	return json.RawMessage(arguments), nil
+	return json.RawMessage(arguments), true
 }
 
 // Response is the part of a Messages response the agent loop needs.
@@ -157,7 +161,8 @@ type Usage struct {
 
 // ParseResponse decodes a Messages response body into one assistant message to append (text
 // blocks joined with a newline as content, tool_use blocks as tool calls whose arguments are the
-// input as compact JSON, thinking blocks joined with a newline as reasoning_content) and the usage:
+// input written as the JSON every ctxfold SDK writes, thinking blocks joined with a newline as
+// reasoning_content) and the usage:
 // input is input_tokens + cache_read_input_tokens + cache_creation_input_tokens, cached is
 // cache_read_input_tokens, the finish reason is stop_reason.
 func ParseResponse(body []byte) (*ctxfold.Turn, error) {
@@ -171,15 +176,15 @@ func ParseResponse(body []byte) (*ctxfold.Turn, error) {
 // Turn converts a decoded response.
 func (r *Response) Turn() (*ctxfold.Turn, error) {
 	var text, thinking []string
-	msg := &ctxfold.Message{Role: ctxfold.RoleAssistant}
+	msg := ctxfold.Message{Role: ctxfold.RoleAssistant}
 	for _, b := range r.Content {
 		switch b.Type {
 		case "text":
 			text = append(text, b.Text)
 		case "tool_use":
-			arguments, err := compactInput(b.Input)
+			arguments, err := inputArguments(b.Input)
 			if err != nil {
-				return nil, fmt.Errorf("anthropic: tool_use %s input: %w", b.ID, err)
+				return nil, adapt.Unconvertible("anthropic", "tool_use %s input: %v", b.ID, err)
 			}
 			msg.ToolCalls = append(msg.ToolCalls, ctxfold.NewToolCall(b.ID, b.Name, arguments))
 		case "thinking":
@@ -189,7 +194,7 @@ func (r *Response) Turn() (*ctxfold.Turn, error) {
 	msg.Content, msg.ReasoningContent = strings.Join(text, "\n"), strings.Join(thinking, "\n")
 	u := r.Usage
 	return &ctxfold.Turn{
-		Messages: []*ctxfold.Message{msg},
+		Messages: []ctxfold.Message{msg},
 		Usage: ctxfold.Usage{
 			InputTokens:       u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens,
 			CachedInputTokens: u.CacheReadInputTokens,
@@ -199,14 +204,12 @@ func (r *Response) Turn() (*ctxfold.Turn, error) {
 	}, nil
 }
 
-// compactInput is a tool_use input as compact JSON, keys in the order received ({} when absent).
-func compactInput(input json.RawMessage) (string, error) {
+// inputArguments is a tool_use input as tool call arguments: the JSON every ctxfold SDK writes,
+// keys in the order received ({} when absent).
+func inputArguments(input json.RawMessage) (string, error) {
 	if len(input) == 0 {
 		return "{}", nil
 	}
-	var out bytes.Buffer
-	if err := json.Compact(&out, input); err != nil {
-		return "", err
-	}
-	return out.String(), nil
+	written, err := jsontext.Normalize(input)
+	return string(written), err
 }

@@ -12,16 +12,16 @@ import (
 	"github.com/ctxfold/ctxfold/clients/go/ctxfold"
 )
 
-// Request is a Responses request body: the adapter fills Instructions, Input and PromptCacheKey
-// from the view, the caller's Options the rest. The conversation is sent whole every time (no
-// previous_response_id): ctxfold owns the context.
+// Request is a Responses request body: the adapter fills Instructions, Input, Tools and
+// PromptCacheKey from the view and the session's tools, the caller's Options the rest. The
+// conversation is sent whole every time (no previous_response_id): ctxfold owns the context.
 type Request struct {
-	Model           string           `json:"model,omitempty"`
-	Instructions    string           `json:"instructions,omitempty"`
-	Input           []InputItem      `json:"input"`
-	Tools           []map[string]any `json:"tools,omitempty"`
-	PromptCacheKey  string           `json:"prompt_cache_key,omitempty"`
-	MaxOutputTokens int64            `json:"max_output_tokens,omitempty"`
+	Model           string            `json:"model,omitempty"`
+	Instructions    string            `json:"instructions,omitempty"`
+	Input           []InputItem       `json:"input"`
+	Tools           []json.RawMessage `json:"tools,omitempty"`
+	PromptCacheKey  string            `json:"prompt_cache_key,omitempty"`
+	MaxOutputTokens int64             `json:"max_output_tokens,omitempty"`
 }
 
 // InputItem is an item of the request's input: a message (Role, Content), a function_call
@@ -59,9 +59,9 @@ type ContentPart struct {
 type Options struct {
 	// Model is the model to call.
 	Model string
-	// Tools are the function tools in Responses format (add ctxfold.ToolDefinitions(
-	// ctxfold.FormatOpenAIResponses) to let the model read folded results).
-	Tools []map[string]any
+	// Tools are the tools given to the session, in Responses format (its config's Tools()); the
+	// read_tool_result definition is added when the view hides a result and they lack it.
+	Tools []json.RawMessage
 	// MaxOutputTokens bounds the answer (0 = not sent).
 	MaxOutputTokens int64
 }
@@ -69,23 +69,24 @@ type Options struct {
 // NewRequest returns the request for a view: a leading system message as instructions, every
 // other message as input items in order (a message item for its text, left out for an assistant
 // message that only calls tools; a function_call per tool call; a function_call_output per tool
-// result) and the view's prompt_cache_key. Reasoning is not sent back: Responses only takes its own
-// encrypted reasoning items.
+// result), the session's tools (see Options.Tools) and the view's prompt_cache_key. Reasoning is
+// not sent back: Responses only takes its own encrypted reasoning items.
 func NewRequest(view *ctxfold.View, opts Options) *Request {
-	req := &Request{Model: opts.Model, Tools: opts.Tools, PromptCacheKey: view.PromptCacheKey, MaxOutputTokens: opts.MaxOutputTokens}
+	tools, _ := ctxfold.OfferedTools(opts.Tools, view, ctxfold.FormatOpenAIResponses) // a known format never fails
+	req := &Request{Model: opts.Model, Tools: tools, PromptCacheKey: view.PromptCacheKey, MaxOutputTokens: opts.MaxOutputTokens}
 	for i, m := range view.Messages {
 		switch {
-		case i == 0 && m.GetRole() == ctxfold.RoleSystem:
-			req.Instructions = m.GetContent()
-		case m.GetRole() == ctxfold.RoleTool:
-			output := m.GetContent()
-			req.Input = append(req.Input, InputItem{Type: "function_call_output", CallID: m.GetToolCallId(), Output: &output})
+		case i == 0 && m.Role == ctxfold.RoleSystem:
+			req.Instructions = m.Content
+		case m.Role == ctxfold.RoleTool:
+			output := m.Content
+			req.Input = append(req.Input, InputItem{Type: "function_call_output", CallID: m.ToolCallID, Output: &output})
 		default:
-			if m.GetContent() != "" || len(m.GetToolCalls()) == 0 {
-				req.Input = append(req.Input, message(roles[m.GetRole()], m.GetContent()))
+			if m.Content != "" || len(m.ToolCalls) == 0 {
+				req.Input = append(req.Input, message(roles[m.Role], m.Content))
 			}
-			for _, call := range m.GetToolCalls() {
-				req.Input = append(req.Input, InputItem{Type: "function_call", CallID: call.GetId(), Name: call.GetName(), Arguments: call.GetArguments()})
+			for _, call := range m.ToolCalls {
+				req.Input = append(req.Input, InputItem{Type: "function_call", CallID: call.ID, Name: call.Name, Arguments: call.Arguments})
 			}
 		}
 	}
@@ -129,7 +130,7 @@ func ParseResponse(body []byte) (*ctxfold.Turn, error) {
 // Turn converts a decoded response.
 func (r *Response) Turn() *ctxfold.Turn {
 	var text, reasoning []string
-	msg := &ctxfold.Message{Role: ctxfold.RoleAssistant}
+	msg := ctxfold.Message{Role: ctxfold.RoleAssistant}
 	for _, item := range r.Output {
 		switch item.Type {
 		case "message":
@@ -153,7 +154,7 @@ func (r *Response) Turn() *ctxfold.Turn {
 	}
 	msg.Content, msg.ReasoningContent = strings.Join(text, "\n"), strings.Join(reasoning, "\n")
 	return &ctxfold.Turn{
-		Messages: []*ctxfold.Message{msg},
+		Messages: []ctxfold.Message{msg},
 		Usage: ctxfold.Usage{
 			InputTokens:       r.Usage.InputTokens,
 			CachedInputTokens: r.Usage.InputTokensDetails.CachedTokens,

@@ -15,7 +15,7 @@ import (
 const agentTrace = "../../../conformance/fixtures/agent_trace.json"
 
 // summary is the loop's last line.
-var summary = regexp.MustCompile(`(\d+) model calls, (\d+) folds, (\d+) read_tool_result calls; last view: \d+ messages, ~(\d+) tokens`)
+var summary = regexp.MustCompile(`(\d+) model calls, (\d+) folds, (\d+) read_tool_result calls; last view: \d+ messages, ~(\d+) input tokens`)
 
 // checkOutput checks what the loop printed on the shared trace: it folds at least once (with the
 // progress printed), reads a truncated result at least once, and ends in a view under the window.

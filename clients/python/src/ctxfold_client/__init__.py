@@ -6,7 +6,7 @@ before every model request, the provider-visible context that fits the model's w
     with Client("127.0.0.1:50051") as client:
         session = client.create_session(SessionConfig(context_window=128_000, max_output_tokens=4096))
         view = client.prepare(session.id, [user("Fix the failing test")], on_progress=print)
-        request = adapters.openai_chat.to_request(view)  # + model, tools: send it
+        request = adapters.openai_chat.to_request(view, tools=session.config.tools)  # + model: send it
 
 `AsyncClient` offers the same API for asyncio (one implementation: the blocking client is generated
 from it). Results are typed dataclasses; the generated protobuf types are `ctxfold_client.pb`.
@@ -25,6 +25,7 @@ from ctxfold_client.messages import assistant, system, tool_call, tool_result, u
 from ctxfold_client.models import (
     CallOptions,
     Checkpoint,
+    ContextState,
     FoldProgress,
     Message,
     Session,
@@ -50,6 +51,7 @@ __all__ = [
     "CallOptions",
     "Checkpoint",
     "Client",
+    "ContextState",
     "CtxfoldError",
     "ErrorReason",
     "FoldProgress",

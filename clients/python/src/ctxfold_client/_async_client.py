@@ -23,6 +23,7 @@ from ctxfold_client.errors import CtxfoldError, translate_errors
 from ctxfold_client.models import (
     CallOptions,
     Checkpoint,
+    ContextState,
     FoldProgress,
     Message,
     Session,
@@ -80,7 +81,7 @@ class AsyncClient(ClientBase[grpc.aio.Channel]):
     ) -> Resp:
         timeout, metadata = self._args(call)
         with translate_errors():
-            return await method(request, timeout=timeout, metadata=metadata)
+            return await method(core.checked(request), timeout=timeout, metadata=metadata)
 
     async def _stream(
         self,
@@ -91,7 +92,7 @@ class AsyncClient(ClientBase[grpc.aio.Channel]):
     ) -> AsyncGenerator[core.StreamEvent, None]:
         timeout, metadata = self._args(call, streaming=True)
         with translate_errors():
-            responses = method(request, timeout=timeout, metadata=metadata)
+            responses = method(core.checked(request), timeout=timeout, metadata=metadata)
             try:
                 async for item in responses:
                     event = stream.feed(item)
@@ -123,7 +124,7 @@ class AsyncClient(ClientBase[grpc.aio.Channel]):
 
     async def create_session(self, config: SessionConfig, **call: Unpack[CallOptions]) -> Session:
         """Creates a session; it carries its `id` and the effective config (defaults filled in)."""
-        request = pb.CreateSessionRequest(config=config.to_proto())
+        request = core.create_request(config)
         return Session.from_proto((await self._unary(self._stub.CreateSession, request, call)).session)
 
     async def get_session(self, session_id: str, **call: Unpack[CallOptions]) -> Session:
@@ -232,8 +233,8 @@ class AsyncClient(ClientBase[grpc.aio.Channel]):
         request = core.observe_usage_request(session_id, view, usage)
         return UsageResult.from_proto(await self._unary(self._stub.ObserveUsage, request, call))
 
-    async def get_context_state(self, session_id: str, **call: Unpack[CallOptions]) -> dict[str, Any]:
-        """The session's context state (schema version 3) as a dict."""
+    async def get_context_state(self, session_id: str, **call: Unpack[CallOptions]) -> ContextState:
+        """The session's context state (schema version 3): the server's bookkeeping, for diagnostics."""
         request = pb.GetContextStateRequest(session_id=session_id)
         return core.context_state(await self._unary(self._stub.GetContextState, request, call))
 

@@ -8,6 +8,8 @@ from typing import Any, Generic, TypeVar
 
 from ctxfold_client import _core as core
 from ctxfold_client._gen import context_service_pb2 as pb
+from ctxfold_client._gen.enums import ErrorReason
+from ctxfold_client.errors import CtxfoldError
 from ctxfold_client.models import CallOptions, Message, View
 
 ChannelT = TypeVar("ChannelT")
@@ -68,6 +70,12 @@ class ClientBase(abc.ABC, Generic[ChannelT]):
             channel_options=channel_options,
             propagate_trace=propagate_trace,
         )
+        if view_cache_size < 0:
+            raise CtxfoldError.invalid_argument(
+                ErrorReason.INVALID_CLIENT_ARGUMENT,
+                "view_cache_size",
+                f"view_cache_size must be >= 0, not {view_cache_size}",
+            )
         self._views = core.ViewCache(view_cache_size)
         self._owns_channel = channel is None
         self._connect(channel if channel is not None else self._open_channel(self._settings))

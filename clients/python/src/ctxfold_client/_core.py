@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 
@@ -28,6 +28,7 @@ from ctxfold_client.config import SessionConfig
 from ctxfold_client.errors import CtxfoldError
 from ctxfold_client.models import (
     CallOptions,
+    ContextState,
     FoldProgress,
     Message,
     ToolResult,
@@ -43,12 +44,17 @@ StreamEvent = FoldProgress | View
 PemSource = bytes | str | os.PathLike[str]
 """PEM data as bytes, a string holding PEM text, or the path of a PEM file."""
 Metadata = tuple[tuple[str, str], ...]
+Req = TypeVar("Req")
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_STREAM_TIMEOUT = 600.0
 DEFAULT_VIEW_CACHE_SIZE = 256
 DEFAULT_PAGE_BYTES = 16384
+MIN_PAGE_BYTES = 4
 MAX_PAGE_BYTES = 24576
+# The largest pages the server serves (ListSessions and ListMessages; ListCheckpoints).
+MAX_PAGE_SIZE = 1000
+MAX_CHECKPOINT_PAGE_SIZE = 100
 MAX_RECEIVE_MESSAGE_BYTES = 64 << 20
 USER_AGENT = f"ctxfold-python/{VERSION}"
 
@@ -67,6 +73,10 @@ class Settings:
     propagate_trace: bool
 
 
+def _bad_setting(field: str, message: str) -> CtxfoldError:
+    return CtxfoldError.invalid_argument(ErrorReason.INVALID_CLIENT_ARGUMENT, field, message)
+
+
 def _pem(value: PemSource | None, what: str) -> bytes | None:
     if value is None:
         return None
@@ -77,7 +87,7 @@ def _pem(value: PemSource | None, what: str) -> bytes | None:
     try:
         return Path(value).read_bytes()
     except OSError as exc:
-        raise ValueError(f"cannot read the {what} {os.fspath(value)!r}: {exc}") from exc
+        raise _bad_setting(what.replace(" ", "_"), f"cannot read the {what} {os.fspath(value)!r}: {exc}") from exc
 
 
 def make_settings(
@@ -96,12 +106,15 @@ def make_settings(
     propagate_trace: bool,
 ) -> Settings:
     if not address:
-        raise ValueError("address is required, e.g. '127.0.0.1:50051'")
+        raise _bad_setting("address", "address is required, e.g. '127.0.0.1:50051'")
     if (client_cert is None) != (client_key is None):
-        raise ValueError("client_cert and client_key go together (mutual TLS)")
+        raise _bad_setting("client_cert", "client_cert and client_key go together (mutual TLS)")
     use_tls = tls if tls is not None else any(v is not None for v in (ca_cert, client_cert, server_name))
     if not use_tls and (ca_cert is not None or client_cert is not None):
-        raise ValueError("ca_cert/client_cert need tls=True")
+        raise _bad_setting("tls", "ca_cert/client_cert need tls=True")
+    for name, seconds in (("timeout", timeout), ("stream_timeout", stream_timeout)):
+        if seconds is not None and seconds <= 0:
+            raise _bad_setting(name, f"{name} must be > 0 seconds (None = no deadline), not {seconds}")
     credentials = (
         grpc.ssl_channel_credentials(
             root_certificates=_pem(ca_cert, "CA certificate"),
@@ -121,7 +134,7 @@ def make_settings(
     static: list[tuple[str, str]] = []
     if token is not None:
         if not token or any(c.isspace() for c in token):
-            raise ValueError("token must be a non-empty string without whitespace")
+            raise _bad_setting("token", "token must be a non-empty string without whitespace")
         static.append(("authorization", f"Bearer {token}"))
     static.extend((key.lower(), value) for key, value in metadata)
     return Settings(
@@ -161,16 +174,34 @@ def append_request(session_id: str, messages: Iterable[Message], given_request_i
     )
 
 
-def list_sessions_request(page_size: int) -> pb.ListSessionsRequest:
-    return pb.ListSessionsRequest(page_size=page_size)
+def checked(request: Req) -> Req:
+    """`request` once its session id, if it names one, is there (SESSION_ID_REQUIRED otherwise)."""
+    if getattr(request, "session_id", None) == "":
+        raise CtxfoldError.invalid_argument(ErrorReason.SESSION_ID_REQUIRED, "session_id", "session_id is required")
+    return request
 
 
-def list_messages_request(session_id: str, page_size: int, include_abandoned: bool) -> pb.ListMessagesRequest:
-    return pb.ListMessagesRequest(session_id=session_id, page_size=page_size, include_abandoned=include_abandoned)
+def page_size(requested: int, maximum: int = MAX_PAGE_SIZE) -> int:
+    """A list's page size: 0 (the server's default) up to the server's maximum."""
+    if not 0 <= requested <= maximum:
+        raise CtxfoldError.invalid_argument(
+            ErrorReason.INVALID_PAGE_SIZE, "page_size", f"page_size must be within [0, {maximum}], got {requested}"
+        )
+    return requested
 
 
-def list_checkpoints_request(session_id: str, page_size: int, include_abandoned: bool) -> pb.ListCheckpointsRequest:
-    return pb.ListCheckpointsRequest(session_id=session_id, page_size=page_size, include_abandoned=include_abandoned)
+def list_sessions_request(size: int) -> pb.ListSessionsRequest:
+    return pb.ListSessionsRequest(page_size=page_size(size))
+
+
+def list_messages_request(session_id: str, size: int, include_abandoned: bool) -> pb.ListMessagesRequest:
+    return pb.ListMessagesRequest(session_id=session_id, page_size=page_size(size), include_abandoned=include_abandoned)
+
+
+def list_checkpoints_request(session_id: str, size: int, include_abandoned: bool) -> pb.ListCheckpointsRequest:
+    return pb.ListCheckpointsRequest(
+        session_id=session_id, page_size=page_size(size, MAX_CHECKPOINT_PAGE_SIZE), include_abandoned=include_abandoned
+    )
 
 
 PageRequest = TypeVar("PageRequest", pb.ListSessionsRequest, pb.ListMessagesRequest, pb.ListCheckpointsRequest)
@@ -201,6 +232,10 @@ def prepare_request(
 
 
 def compact_request(session_id: str, focus: str, keep_tokens: int, dry_run: bool) -> pb.CompactRequest:
+    if keep_tokens < 0:
+        raise CtxfoldError.invalid_argument(
+            ErrorReason.INVALID_REQUEST, "keep_tokens", f"keep_tokens must be >= 0, not {keep_tokens}"
+        )
     return pb.CompactRequest(session_id=session_id, focus=focus, keep_tokens=keep_tokens, dry_run=dry_run)
 
 
@@ -215,18 +250,29 @@ def observe_usage_request(session_id: str, view: View | int, usage: Usage) -> pb
     )
 
 
+def _bad_seq(field: str, message: str) -> CtxfoldError:
+    return CtxfoldError.invalid_argument(ErrorReason.SEQ_OUT_OF_RANGE, field, message)
+
+
+def create_request(config: SessionConfig) -> pb.CreateSessionRequest:
+    config.check_creatable()
+    return pb.CreateSessionRequest(config=config.to_proto())
+
+
 def fork_request(session_id: str, at_seq: int | None, at_head: bool, config: SessionConfig | None) -> pb.ForkRequest:
     """Forks name their point explicitly: `at_head=True` or `at_seq=N` (N >= 1), never both."""
     if at_head == (at_seq is not None):
-        raise ValueError("fork at the head (at_head=True) or at a seq (at_seq=N), exactly one of them")
+        raise _bad_seq("at_seq", "fork at the head (at_head=True) or at a seq (at_seq=N), exactly one of them")
     if at_seq is not None and at_seq < 1:
-        raise ValueError(f"at_seq must name a stored message (>= 1), not {at_seq}; use at_head=True for the head")
+        raise _bad_seq("at_seq", f"at_seq must name a stored message (>= 1), not {at_seq}; use at_head=True")
     return pb.ForkRequest(
         session_id=session_id, at_seq=at_seq or 0, config=config.to_proto() if config is not None else None
     )
 
 
 def rewind_request(session_id: str, to_seq: int) -> pb.RewindRequest:
+    if to_seq < 0:
+        raise _bad_seq("to_seq", f"to_seq must be >= 0 (0 = empty), not {to_seq}")
     return pb.RewindRequest(session_id=session_id, to_seq=to_seq)
 
 
@@ -234,15 +280,15 @@ def seq_before(seq: int | Message) -> int:
     """The seq to rewind to so that message `seq` (and everything after it) becomes abandoned."""
     value = seq.seq if isinstance(seq, Message) else seq
     if value < 1:
-        raise ValueError(f"not the seq of a stored message: {value}")
+        raise _bad_seq("seq", f"not the seq of a stored message: {value}")
     return value - 1
 
 
-def context_state(response: pb.GetContextStateResponse) -> dict[str, Any]:
+def context_state(response: pb.GetContextStateResponse) -> ContextState:
     state = json.loads(response.state_json)
     if not isinstance(state, dict):
         raise protocol_error("the context state is not a JSON object")
-    return state
+    return cast(ContextState, state)
 
 
 def protocol_error(message: str, **metadata: str) -> CtxfoldError:
@@ -386,8 +432,12 @@ def whole_view_request(session_id: str) -> pb.PrepareRequest:
 
 def page_limit(page_bytes: int | None) -> int:
     limit = DEFAULT_PAGE_BYTES if page_bytes is None else page_bytes
-    if not 1 <= limit <= MAX_PAGE_BYTES:
-        raise ValueError(f"page_bytes must be within 1..{MAX_PAGE_BYTES}, not {limit}")
+    if not MIN_PAGE_BYTES <= limit <= MAX_PAGE_BYTES:
+        raise CtxfoldError.invalid_argument(
+            ErrorReason.LIMIT_OUT_OF_RANGE,
+            "page_bytes",
+            f"page_bytes must be within [{MIN_PAGE_BYTES}, {MAX_PAGE_BYTES}], not {limit}",
+        )
     return limit
 
 
@@ -406,7 +456,13 @@ class ToolResultReader:
         whole: bool,
     ) -> None:
         if not tool_call_id and not result_ref:
-            raise ValueError("name the tool result by result_ref or tool_call_id")
+            raise CtxfoldError.invalid_argument(
+                ErrorReason.RESULT_REF_REQUIRED, "result_ref", "name the tool result by result_ref or tool_call_id"
+            )
+        if offset < 0:
+            raise CtxfoldError.invalid_argument(
+                ErrorReason.OFFSET_OUT_OF_RANGE, "offset", f"offset must be >= 0, not {offset}"
+            )
         self.session_id = session_id
         self.limit = page_limit(page_bytes)
         self.whole = whole

@@ -20,6 +20,7 @@ from ctxfold_client.errors import CtxfoldError, translate_errors
 from ctxfold_client.models import (
     CallOptions,
     Checkpoint,
+    ContextState,
     FoldProgress,
     Message,
     Session,
@@ -75,7 +76,7 @@ class Client(ClientBase[grpc.Channel]):
     def _unary(self, method: grpc.UnaryUnaryMultiCallable[Req, Resp], request: Req, call: CallOptions) -> Resp:
         timeout, metadata = self._args(call)
         with translate_errors():
-            return method(request, timeout=timeout, metadata=metadata)
+            return method(core.checked(request), timeout=timeout, metadata=metadata)
 
     def _stream(
         self,
@@ -86,7 +87,7 @@ class Client(ClientBase[grpc.Channel]):
     ) -> Generator[core.StreamEvent, None, None]:
         timeout, metadata = self._args(call, streaming=True)
         with translate_errors():
-            responses = method(request, timeout=timeout, metadata=metadata)
+            responses = method(core.checked(request), timeout=timeout, metadata=metadata)
             try:
                 for item in responses:
                     event = stream.feed(item)
@@ -116,7 +117,7 @@ class Client(ClientBase[grpc.Channel]):
 
     def create_session(self, config: SessionConfig, **call: Unpack[CallOptions]) -> Session:
         """Creates a session; it carries its `id` and the effective config (defaults filled in)."""
-        request = pb.CreateSessionRequest(config=config.to_proto())
+        request = core.create_request(config)
         return Session.from_proto(self._unary(self._stub.CreateSession, request, call).session)
 
     def get_session(self, session_id: str, **call: Unpack[CallOptions]) -> Session:
@@ -225,8 +226,8 @@ class Client(ClientBase[grpc.Channel]):
         request = core.observe_usage_request(session_id, view, usage)
         return UsageResult.from_proto(self._unary(self._stub.ObserveUsage, request, call))
 
-    def get_context_state(self, session_id: str, **call: Unpack[CallOptions]) -> dict[str, Any]:
-        """The session's context state (schema version 3) as a dict."""
+    def get_context_state(self, session_id: str, **call: Unpack[CallOptions]) -> ContextState:
+        """The session's context state (schema version 3): the server's bookkeeping, for diagnostics."""
         request = pb.GetContextStateRequest(session_id=session_id)
         return core.context_state(self._unary(self._stub.GetContextState, request, call))
 

@@ -1,21 +1,25 @@
 """`SessionConfig`: the typed builder of `ctxfold.v1.SessionConfig`.
 
 Every field defaults to "unset" (the zero value), which the server replaces by its default, so a
-config names only what it changes. The server validates the values (INVALID_CONFIG); the SDK only
-converts. The same type serves as the overrides of `fork()`, where unset fields keep the source's.
+config names only what it changes. The same type serves as the overrides of `fork()`, where unset
+fields keep the source's. A value outside its documented range is refused here, as the server would
+(CtxfoldError INVALID_CONFIG, domain "client.ctxfold.dev", metadata `field`); checks that need the
+whole config (does max_output_tokens fit below the trigger?) stay the server's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import json_format
 
+from ctxfold_client import _json
 from ctxfold_client._gen import context_service_pb2 as pb
+from ctxfold_client._gen.enums import ErrorReason
+from ctxfold_client.errors import CtxfoldError
 
 Tools = str | Sequence[Mapping[str, Any]]
 
@@ -25,7 +29,9 @@ class SessionConfig:
     """Per-session settings; see the fields of `ctxfold.v1.SessionConfig`.
 
     `tools` takes the provider tool schemas as a list of JSON objects (or a JSON array string);
-    they are counted in every estimate and sent with summaries.
+    they are counted in every estimate and sent with summaries. They are sent as the one JSON form
+    all ctxfold SDKs write (compact, keys in their order, non-ASCII as is), so the same tools cost
+    the same tokens whichever SDK created the session.
 
     Server defaults of unset fields: `context_window` is required; `compact_ratio` 0.80 (fold when
     the view reaches 80 % of the window), `tail_ratio` 0.16, `summary_max_tokens` 8192 (less for small windows),
@@ -49,15 +55,24 @@ class SessionConfig:
     model: str = ""
     disable_task_anchor: bool = False
 
+    def __post_init__(self) -> None:
+        _check_ranges(self)
+
     def replace(self, **changes: Any) -> SessionConfig:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
 
     @property
     def tools_json(self) -> str:
-        if isinstance(self.tools, str):
-            return self.tools
-        return json.dumps(list(self.tools), ensure_ascii=False, separators=(",", ":"))
+        """The tools as sent: JSON text normalized, a list written, both in the one form."""
+        if not isinstance(self.tools, str):
+            return _json.dumps(list(self.tools))
+        if not self.tools:
+            return ""
+        try:
+            return _json.normalized(self.tools)
+        except ValueError as exc:
+            raise _invalid("tools_json", f"is not JSON ({exc})") from None
 
     def to_proto(self) -> pb.SessionConfig:
         return pb.SessionConfig(
@@ -95,7 +110,32 @@ class SessionConfig:
             disable_task_anchor=config.disable_task_anchor,
         )
 
+    def check_creatable(self) -> None:
+        """The check of `create_session`: a new session needs its context window."""
+        if self.context_window <= 0:
+            raise _invalid("context_window", "is required and must be > 0")
+
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> SessionConfig:
         """A config from its proto JSON form (`{"context_window": 16000, "tools_json": "[...]"}`)."""
         return cls.from_proto(json_format.ParseDict(dict(value), pb.SessionConfig()))
+
+
+def _invalid(field: str, why: str) -> CtxfoldError:
+    return CtxfoldError.invalid_argument(ErrorReason.INVALID_CONFIG, field, f"config.{field}: {why}")
+
+
+def _check_ranges(config: SessionConfig) -> None:
+    """The documented ranges of the fields that are set (0 = unset, the server's default)."""
+    if config.context_window < 0:
+        raise _invalid("context_window", f"must be > 0, got {config.context_window}")
+    if config.compact_ratio and not 0.30 <= config.compact_ratio <= 0.95:
+        raise _invalid("compact_ratio", f"must be within [0.30, 0.95], got {config.compact_ratio}")
+    if config.tail_ratio and not 0.0 < config.tail_ratio <= 0.5:
+        raise _invalid("tail_ratio", f"must be within (0, 0.5], got {config.tail_ratio}")
+    for name in ("max_output_tokens", "summary_max_tokens", "cache_ttl_seconds"):
+        if getattr(config, name) < 0:
+            raise _invalid(name, f"must be >= 0, got {getattr(config, name)}")
+    size = config.tool_content_max_bytes
+    if size and not 4096 <= size <= 1_048_576:
+        raise _invalid("tool_content_max_bytes", f"must be within [4096, 1048576], got {size}")

@@ -3,9 +3,10 @@
 The server answers every error with a gRPC status whose trailing metadata (`grpc-status-details-bin`)
 holds a `google.rpc.Status` with one `google.rpc.ErrorInfo` (domain "ctxfold.dev", an UPPER_SNAKE
 `reason` such as SESSION_NOT_FOUND and string `metadata`), plus a `google.rpc.RetryInfo` when
-waiting helps. Compare `reason` with the generated `ErrorReason` constants. Failures detected by
-this SDK itself carry ErrorReason values too (STREAM_ENDED_WITHOUT_RESULT, RESULT_CHECKSUM_MISMATCH,
-PROTOCOL_VIOLATION), with the domain "client.ctxfold.dev".
+waiting helps. `reason` is a generated `ErrorReason`. Failures detected by this SDK itself carry
+ErrorReason values too, with the domain "client.ctxfold.dev": STREAM_ENDED_WITHOUT_RESULT,
+RESULT_CHECKSUM_MISMATCH, PROTOCOL_VIOLATION, INVALID_CLIENT_ARGUMENT, and for its argument checks the
+reason the server gives for the same mistake (INVALID_CONFIG, INVALID_PAGE_SIZE, ...).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ class CtxfoldError(Exception):
 
     Attributes:
         code: the gRPC status code (`grpc.StatusCode.NOT_FOUND`, ...).
-        reason: the ErrorInfo reason, to compare with the `ErrorReason` constants; "" when the status
-            had none (e.g. UNAVAILABLE from the transport).
+        reason: the ErrorInfo reason as an `ErrorReason`; `ErrorReason.ERROR_REASON_UNSPECIFIED` when
+            the status had none (e.g. UNAVAILABLE from the transport) or one this SDK version does not
+            know (its name stays in `status`).
         domain: who raised it: SERVER_DOMAIN ("ctxfold.dev", the server's ErrorInfo as sent), CLIENT_DOMAIN
             ("client.ctxfold.dev", this SDK itself), or "" when the status had no ErrorInfo.
         metadata: the ErrorInfo metadata (e.g. `{"session_id": "s_..."}`), read-only.
@@ -40,7 +42,7 @@ class CtxfoldError(Exception):
     """
 
     code: grpc.StatusCode
-    reason: str
+    reason: ErrorReason
     domain: str
     metadata: Mapping[str, str]
     message: str
@@ -52,7 +54,7 @@ class CtxfoldError(Exception):
         code: grpc.StatusCode,
         message: str,
         *,
-        reason: str = "",
+        reason: ErrorReason = ErrorReason.ERROR_REASON_UNSPECIFIED,
         domain: str = "",
         metadata: Mapping[str, str] | None = None,
         retry_delay: float | None = None,
@@ -68,12 +70,14 @@ class CtxfoldError(Exception):
         self.status = status
 
     def __str__(self) -> str:
-        head = f"{self.code.name} {self.reason}" if self.reason else self.code.name
+        head = (
+            self.code.name if self.reason is ErrorReason.ERROR_REASON_UNSPECIFIED else f"{self.code.name} {self.reason}"
+        )
         return f"{head}: {self.message}" if self.message else head
 
     def __repr__(self) -> str:
         return (
-            f"CtxfoldError(code={self.code.name}, reason={self.reason!r}, message={self.message!r}, "
+            f"CtxfoldError(code={self.code.name}, reason={self.reason.value!r}, message={self.message!r}, "
             f"metadata={dict(self.metadata)!r})"
         )
 
@@ -81,7 +85,7 @@ class CtxfoldError(Exception):
         # Exceptions travel between processes (concurrent.futures): keep the fields, not the raw status.
         return (
             _rebuild,
-            (self.code.name, self.message, self.reason, self.domain, dict(self.metadata), self.retry_delay),
+            (self.code.name, self.message, self.reason.value, self.domain, dict(self.metadata), self.retry_delay),
         )
 
     @classmethod
@@ -97,7 +101,7 @@ class CtxfoldError(Exception):
         return cls(
             code,
             message,
-            reason=info.reason,
+            reason=known_reason(info.reason),
             domain=info.domain,
             metadata=dict(info.metadata),
             retry_delay=delay,
@@ -109,12 +113,31 @@ class CtxfoldError(Exception):
         """An error detected by the SDK itself (domain "client.ctxfold.dev")."""
         return cls(code, message, reason=reason, domain=CLIENT_DOMAIN, metadata=metadata)
 
+    @classmethod
+    def invalid_argument(cls, reason: ErrorReason, field: str, message: str) -> CtxfoldError:
+        """An argument this SDK refuses before any call: the server's reason for the same mistake
+        (or INVALID_CLIENT_ARGUMENT), metadata `field` naming the argument."""
+        return cls.client(grpc.StatusCode.INVALID_ARGUMENT, reason, message, field=field)
+
+
+def known_reason(name: str) -> ErrorReason:
+    """The ErrorReason of a name; ERROR_REASON_UNSPECIFIED for "" and for names this SDK does not know."""
+    try:
+        return ErrorReason(name)
+    except ValueError:
+        return ErrorReason.ERROR_REASON_UNSPECIFIED
+
 
 def _rebuild(
     code: str, message: str, reason: str, domain: str, metadata: dict[str, str], delay: float | None
 ) -> CtxfoldError:
     return CtxfoldError(
-        grpc.StatusCode[code], message, reason=reason, domain=domain, metadata=metadata, retry_delay=delay
+        grpc.StatusCode[code],
+        message,
+        reason=known_reason(reason),
+        domain=domain,
+        metadata=metadata,
+        retry_delay=delay,
     )
 
 

@@ -3,10 +3,10 @@ adapters in `ctxfold_client.adapters`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ctxfold_client import _json
 from ctxfold_client._gen.enums import Role
 from ctxfold_client.models import Message, ToolCall
 
@@ -22,21 +22,23 @@ def user(content: str, *, pinned: bool = False, name: str = "") -> Message:
 
 
 def tool_call(call_id: str, name: str, arguments: str | Mapping[str, Any] = "{}") -> ToolCall:
-    """One tool call of an assistant message; `arguments` as the model wrote them, or a dict."""
+    """One tool call of an assistant message; `arguments` as the model wrote them, or a dict
+    (written as the JSON all ctxfold SDKs write)."""
     if not isinstance(arguments, str):
-        arguments = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+        arguments = _json.dumps(arguments)
     return ToolCall(id=call_id, name=name, arguments=arguments)
 
 
 def assistant(
     content: str = "",
-    *,
     tool_calls: Iterable[ToolCall] = (),
+    *,
     reasoning_content: str = "",
     pinned: bool = False,
     name: str = "",
 ) -> Message:
-    """A model answer, possibly with tool calls (their results must be appended next)."""
+    """A model answer, possibly with tool calls (their results must be appended next):
+    `assistant("Running the tests.", [tool_call("call_1", "bash", {"command": "pytest"})])`."""
     return Message(
         role=Role.ASSISTANT,
         content=content,

@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -49,7 +49,8 @@ class ToolCall:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """A transcript or view message. The first seven fields are the caller's; the rest are set by
-    the server (`id`, `seq`, `result_ref` of a stored tool result, `truncated`, `summary`, ...).
+    the server (`id`, `seq`, `result_ref` where its whole stored text can be read back with
+    `read_tool_result()`, `truncated`, `summary`, ...).
     Build messages with `user()`, `assistant()`, `tool_result()`, `system()` or a provider adapter."""
 
     role: Role
@@ -208,12 +209,17 @@ class View:
     applied it to the view it held). `stable_prefix_messages` leading messages are unchanged since
     the previous view (the provider's prompt cache covers them); `appended` are the messages this
     call stored, with their ids and seqs.
+
+    `estimated_tokens` is the whole request with the reserved `max_output_tokens` (what the trigger
+    compares); `estimated_input_tokens` is the input alone: compare it with the input tokens the
+    provider reports, or report it when the provider reports none.
     """
 
     messages: tuple[Message, ...]
     estimated_tokens: int
     view_version: int
     action: Action
+    estimated_input_tokens: int = 0
     cache_state: CacheState = CacheState.UNSPECIFIED
     prompt_cache_key: str = ""
     checkpoint_id: str = ""
@@ -241,6 +247,7 @@ class View:
         return pb.PreparedContext(
             messages=[m.to_proto() for m in self.messages],
             estimated_tokens=self.estimated_tokens,
+            estimated_input_tokens=self.estimated_input_tokens,
             view_version=self.view_version,
             action=pb.Action.ValueType(self.action),
             cache_state=pb.CacheState.ValueType(self.cache_state),
@@ -263,6 +270,7 @@ class View:
         return cls(
             messages=tuple(messages) if messages is not None else tuple(Message.from_proto(m) for m in result.messages),
             estimated_tokens=result.estimated_tokens,
+            estimated_input_tokens=result.estimated_input_tokens,
             view_version=result.view_version,
             action=Action(result.action),
             cache_state=CacheState(result.cache_state),
@@ -416,6 +424,53 @@ def messages_to_proto(messages: Iterable[Message]) -> list[pb.Message]:
     if isinstance(messages, Message):
         raise TypeError("pass a list of messages, not a single message")
     return [m.to_proto() for m in messages]
+
+
+class ViewRecord(TypedDict):
+    """A view the server answered: its version and uncalibrated input estimate."""
+
+    version: int
+    estimated_tokens: int
+
+
+class Receipt(TypedDict):
+    """What one maintenance step did."""
+
+    operation_id: str
+    status: str  # applied | noop | blocked | failed
+    action: str  # prune | summary | noop
+    tokens_in: int
+    tokens_out: int
+    reason: str
+    time: float
+    tokens_saved: NotRequired[int]  # in `last_receipt`
+
+
+class ContextState(TypedDict, total=False):
+    """The session's context state document (schema version 3), as `get_context_state()` returns
+    it: the server's bookkeeping for diagnostics. Its fields are the server's; a newer server may
+    add some (they are kept), so every field is optional to the type checker."""
+
+    schema_version: int
+    fingerprint: str
+    generation: int
+    transcript_version: int
+    checkpoint_id: str | None
+    covered_count: int
+    summary_hash: str
+    pruned: dict[str, int]  # message id -> tokens of its pruned stub
+    projection_version: int
+    source_tokens: int
+    projection_tokens: int
+    prompt_cache_key: str
+    cache_state: str  # warm | cold | unknown
+    last_activity: float
+    calibration: float
+    views: list[ViewRecord]
+    failed_fold_tokens: int
+    receipts: list[Receipt]
+    last_receipt: Receipt | None
+    telemetry: dict[str, int]
 
 
 class CallOptions(TypedDict, total=False):

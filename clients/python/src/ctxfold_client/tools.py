@@ -10,13 +10,14 @@ writing the answer texts (clients/README.md, "A tool the model can call").
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ctxfold_client import _json
 from ctxfold_client._gen.enums import ErrorReason
 from ctxfold_client.errors import CtxfoldError
-from ctxfold_client.models import ToolResultPage, View
+from ctxfold_client.models import Message, ToolResultPage, View
 
 READ_TOOL_RESULT = "read_tool_result"
 CONTEXT_BUDGET = "context_budget"
@@ -82,8 +83,46 @@ def tool_definitions(format: ToolFormat) -> list[dict[str, Any]]:
         elif format == "anthropic":
             out.append({"name": name, "description": description, "input_schema": parameters})
         else:
-            raise ValueError(f"unknown tool format {format!r}: openai_chat, openai_responses or anthropic")
+            raise CtxfoldError.invalid_argument(
+                ErrorReason.INVALID_CLIENT_ARGUMENT,
+                "format",
+                f"unknown tool format {format!r}: openai_chat, openai_responses or anthropic",
+            )
     return out
+
+
+def hides_results(view: View | Sequence[Message]) -> bool:
+    """Whether the view shows something only in part that `read_tool_result` reads whole: a bounded
+    or pruned message, or a summary (whose folded-results index names the folded results)."""
+    if isinstance(view, View) and view.folded_results_ref:
+        return True
+    messages = view.messages if isinstance(view, View) else view
+    return any(m.truncated or m.pruned or m.summary for m in messages)
+
+
+def request_tools(
+    tools: str | Sequence[Mapping[str, Any]] | None, view: View | Sequence[Message], format: ToolFormat
+) -> list[dict[str, Any]]:
+    """The tools of a provider request: the session's (a list, or its JSON text), then the
+    `read_tool_result` definition when the view hides a result and no tool of that name is given."""
+    if isinstance(tools, str):
+        try:
+            given = json.loads(tools) if tools else []
+        except ValueError as exc:
+            raise CtxfoldError.invalid_argument(ErrorReason.INVALID_CONFIG, "tools", f"not JSON ({exc})") from None
+    else:
+        given = list(tools or ())
+    if not isinstance(given, list):
+        raise CtxfoldError.invalid_argument(ErrorReason.INVALID_CONFIG, "tools", "tools must be a JSON array")
+    names = {_tool_name(tool) for tool in given if isinstance(tool, Mapping)}
+    if hides_results(view) and READ_TOOL_RESULT not in names:
+        given.append(tool_definitions(format)[0])
+    return given
+
+
+def _tool_name(tool: Mapping[str, Any]) -> object:
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, Mapping) else tool.get("name")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,4 +192,4 @@ def budget_answer(view: View | None) -> str:
         "trigger_tokens": view.trigger_tokens,
         "hard_limit_tokens": view.hard_limit_tokens,
     }
-    return json.dumps(budget, separators=(",", ":"))
+    return _json.dumps(budget)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import re
 
+from ctxfold_client._gen.enums import ErrorReason
+from ctxfold_client.errors import CtxfoldError
+
 try:
     from opentelemetry import propagate as _propagate
 except ImportError:  # pragma: no cover - exercised only without the otel extra
@@ -25,7 +28,9 @@ def trace_metadata(
     """The trace-context metadata pairs for one call."""
     if traceparent:
         if not _TRACEPARENT.match(traceparent) or traceparent.startswith("ff"):
-            raise ValueError(f"not a W3C traceparent: {traceparent!r}")
+            raise CtxfoldError.invalid_argument(
+                ErrorReason.INVALID_CLIENT_ARGUMENT, "traceparent", f"not a W3C traceparent: {traceparent!r}"
+            )
         pairs = [("traceparent", traceparent)]
         if tracestate:
             pairs.append(("tracestate", tracestate))

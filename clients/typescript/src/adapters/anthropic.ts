@@ -1,10 +1,12 @@
 /**
- * Anthropic Messages: a View → `system` and `messages` with `tool_use` / `tool_result` blocks and
- * a prompt-cache breakpoint on the last block of the stable prefix; a message response → the
- * assistant message (text, tool_use, thinking) and the usage. Plain JSON shapes.
+ * Anthropic Messages: a View → `system`, `messages` with `tool_use` / `tool_result` blocks and a
+ * prompt-cache breakpoint on the last block of the stable prefix, and `tools`; a message response
+ * → the assistant message (text, tool_use, thinking) and the usage. Plain JSON shapes.
  */
+import { unconvertible } from "../errors.js";
 import type { Message, View } from "../model.js";
-import { type ProviderToolCall, type ProviderTurn, joinParts } from "./common.js";
+import { requestTools } from "../tools.js";
+import { type ProviderToolCall, type ProviderTurn, type RequestOptions, joinParts } from "./common.js";
 
 export interface AnthropicCacheControl {
   type: "ephemeral";
@@ -21,10 +23,11 @@ export interface AnthropicMessage {
   content: AnthropicBlock[];
 }
 
-/** The converted part of a request: add `model`, `max_tokens`, `tools`, … and send. */
+/** The converted part of a request: add `model`, `max_tokens`, … and send. */
 export interface AnthropicRequest {
   system?: AnthropicBlock[];
   messages: AnthropicMessage[];
+  tools?: unknown[];
 }
 
 /** The parts of a message response the adapter reads. */
@@ -45,10 +48,10 @@ function toolInput(callId: string, args: string): Record<string, unknown> {
   try {
     input = JSON.parse(args || "{}");
   } catch (err) {
-    throw new TypeError(`tool call ${callId}: arguments are not JSON (${(err as Error).message})`);
+    throw unconvertible(`tool call ${callId}: arguments are not JSON (${(err as Error).message})`);
   }
   if (typeof input !== "object" || input === null || Array.isArray(input)) {
-    throw new TypeError(`tool call ${callId}: arguments are not a JSON object`);
+    throw unconvertible(`tool call ${callId}: arguments are not a JSON object`);
   }
   return input as Record<string, unknown>;
 }
@@ -67,9 +70,10 @@ function blocksOf(m: Message): AnthropicBlock[] {
  * turn; later system messages become user text. Consecutive messages of one role form one turn
  * (so parallel tool results share one user turn); empty text is left out. The last block of the
  * view's stable prefix (`stablePrefixMessages`) gets `cache_control: {type: "ephemeral"}`.
- * Thinking is not sent back: its signature is not kept in the transcript.
+ * Thinking is not sent back: its signature is not kept in the transcript. `tools`: the session's,
+ * in Messages format (read_tool_result added when the view hides a result).
  */
-export function toAnthropicMessages(view: View): AnthropicRequest {
+export function toAnthropicMessages(view: View, options: RequestOptions = {}): AnthropicRequest {
   const request: AnthropicRequest = { messages: [] };
   let lastStableBlock: AnthropicBlock | undefined;
   view.messages.forEach((m, index) => {
@@ -87,12 +91,14 @@ export function toAnthropicMessages(view: View): AnthropicRequest {
     if (index < view.stablePrefixMessages && blocks.length > 0) lastStableBlock = blocks.at(-1);
   });
   if (lastStableBlock !== undefined) lastStableBlock.cache_control = { type: "ephemeral" };
+  const tools = requestTools(options.tools, view, "anthropic");
+  if (tools.length > 0) request.tools = tools;
   return request;
 }
 
 /**
- * The content blocks as one assistant message (`text`, `tool_use` as tool calls with the input as
- * compact JSON, `thinking` as `reasoningContent`) and the usage: input_tokens +
+ * The content blocks as one assistant message (`text`, `tool_use` as tool calls with the input
+ * written by JSON.stringify, `thinking` as `reasoningContent`) and the usage: input_tokens +
  * cache_read_input_tokens + cache_creation_input_tokens as input, cache_read_input_tokens as
  * cached, output_tokens, stop_reason.
  */

@@ -1,5 +1,15 @@
 import type { MessageInput } from "../config.js";
 
+/** What every view → request conversion takes. */
+export interface RequestOptions {
+  /**
+   * The tools given to the session, in the API's tool format (an array, or the JSON text of
+   * `session.config.toolsJson`). The request offers them in order, and adds the read_tool_result
+   * definition when the view hides a result and no tool of that name is given.
+   */
+  tools?: string | readonly unknown[];
+}
+
 /** A provider's tool call as the SDK appends it: arguments as the JSON text the model wrote. */
 export interface ProviderToolCall {
   id: string;

@@ -1,20 +1,22 @@
 /**
  * OpenAI Responses: a View → `instructions` (the system prompt) and `input` items (`message`,
- * `function_call`, `function_call_output`) with `prompt_cache_key`; a response's output items →
- * the assistant message (text, tool calls, reasoning summary) and the usage. Plain JSON shapes.
+ * `function_call`, `function_call_output`) with `tools` and `prompt_cache_key`; a response's output
+ * items → the assistant message (text, tool calls, reasoning summary) and the usage. Plain JSON shapes.
  */
 import type { Message, View } from "../model.js";
-import { type ProviderToolCall, type ProviderTurn, joinParts } from "./common.js";
+import { requestTools } from "../tools.js";
+import { type ProviderToolCall, type ProviderTurn, type RequestOptions, joinParts } from "./common.js";
 
 export type OpenAIResponsesInputItem =
   | { type: "message"; role: "user" | "assistant" | "system"; content: string }
   | { type: "function_call"; call_id: string; name: string; arguments: string }
   | { type: "function_call_output"; call_id: string; output: string };
 
-/** The converted part of a request: add `model`, `tools`, … and send. */
+/** The converted part of a request: add `model`, … and send. */
 export interface OpenAIResponsesRequest {
   instructions?: string;
   input: OpenAIResponsesInputItem[];
+  tools?: unknown[];
   prompt_cache_key?: string;
 }
 
@@ -39,12 +41,15 @@ function inputItems(m: Message): OpenAIResponsesInputItem[] {
  * The request for a view: a leading system message becomes `instructions`; every other message
  * becomes input items — a `message` for its text, a `function_call` per tool call, a
  * `function_call_output` per tool result. Reasoning is not sent back (its items are opaque).
+ * `tools`: the session's, in Responses format (read_tool_result added when the view hides a result).
  */
-export function toOpenAIResponses(view: View): OpenAIResponsesRequest {
+export function toOpenAIResponses(view: View, options: RequestOptions = {}): OpenAIResponsesRequest {
   const [first, ...rest] = view.messages;
   const hasSystem = first?.role === "ROLE_SYSTEM";
   const request: OpenAIResponsesRequest = { input: (hasSystem ? rest : view.messages).flatMap(inputItems) };
   if (hasSystem) request.instructions = first.content;
+  const tools = requestTools(options.tools, view, "openai_responses");
+  if (tools.length > 0) request.tools = tools;
   if (view.promptCacheKey) request.prompt_cache_key = view.promptCacheKey;
   return request;
 }

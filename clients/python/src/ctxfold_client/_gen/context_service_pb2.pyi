@@ -205,6 +205,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     token repeated, a stream going on after its result, pages of one result that disagree, a whole
     view whose count disagrees) (code INTERNAL).
     """
+    INVALID_CLIENT_ARGUMENT: _ErrorReason.ValueType  # 40
+    """Detected by the client SDKs, never sent by the server: an argument only the SDK uses cannot be
+    used: a client setting (an empty address, a client certificate without its key, a token with
+    whitespace, a negative deadline or view cache size) or an unknown tool format (code
+    INVALID_ARGUMENT).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call failed: every error's google.rpc.ErrorInfo `reason` is the name of one of these
@@ -300,6 +306,12 @@ PROTOCOL_VIOLATION: ErrorReason.ValueType  # 39
 """Detected by the client SDKs, never sent by the server: the server broke the protocol (a page
 token repeated, a stream going on after its result, pages of one result that disagree, a whole
 view whose count disagrees) (code INTERNAL).
+"""
+INVALID_CLIENT_ARGUMENT: ErrorReason.ValueType  # 40
+"""Detected by the client SDKs, never sent by the server: an argument only the SDK uses cannot be
+used: a client setting (an empty address, a client certificate without its key, a token with
+whitespace, a negative deadline or view cache size) or an unknown tool format (code
+INVALID_ARGUMENT).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
@@ -1131,8 +1143,11 @@ class PreparedContext(_message.Message):
     NOT_FOLDED_DETAIL_FIELD_NUMBER: _builtins.int
     CANDIDATE_SUMMARY_FIELD_NUMBER: _builtins.int
     FOLDED_RESULTS_REF_FIELD_NUMBER: _builtins.int
+    ESTIMATED_INPUT_TOKENS_FIELD_NUMBER: _builtins.int
     estimated_tokens: _builtins.int
-    """Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated."""
+    """Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
+    figure the trigger and the hard ceiling are compared with.
+    """
     view_version: _builtins.int
     """Version of this view; pass it to ObserveUsage and as `known_view_version`."""
     action: Global___Action.ValueType
@@ -1165,6 +1180,11 @@ class PreparedContext(_message.Message):
     """The reference of the folded-results index of the head checkpoint, readable with
     ReadToolResult; empty when nothing was folded.
     """
+    estimated_input_tokens: _builtins.int
+    """Estimated input tokens of the request: `estimated_tokens` without the reserved
+    max_output_tokens (messages, overheads and tools, calibrated). The figure to compare with the
+    input tokens a provider reports, or to stand in for them.
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___Message]:
         """The view: system, at most one summary, kept messages and the recent tail — or, with
@@ -1195,10 +1215,11 @@ class PreparedContext(_message.Message):
         not_folded_detail: _builtins.str = ...,
         candidate_summary: _builtins.str = ...,
         folded_results_ref: _builtins.str = ...,
+        estimated_input_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "appended", b"appended", "cache_state", b"cache_state", "candidate_summary", b"candidate_summary", "checkpoint_id", b"checkpoint_id", "delta", b"delta", "estimated_tokens", b"estimated_tokens", "folded_results_ref", b"folded_results_ref", "hard_limit_tokens", b"hard_limit_tokens", "messages", b"messages", "not_folded_detail", b"not_folded_detail", "not_folded_reason", b"not_folded_reason", "prompt_cache_key", b"prompt_cache_key", "stable_prefix_messages", b"stable_prefix_messages", "trigger_tokens", b"trigger_tokens", "view_message_count", b"view_message_count", "view_version", b"view_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "appended", b"appended", "cache_state", b"cache_state", "candidate_summary", b"candidate_summary", "checkpoint_id", b"checkpoint_id", "delta", b"delta", "estimated_input_tokens", b"estimated_input_tokens", "estimated_tokens", b"estimated_tokens", "folded_results_ref", b"folded_results_ref", "hard_limit_tokens", b"hard_limit_tokens", "messages", b"messages", "not_folded_detail", b"not_folded_detail", "not_folded_reason", b"not_folded_reason", "prompt_cache_key", b"prompt_cache_key", "stable_prefix_messages", b"stable_prefix_messages", "trigger_tokens", b"trigger_tokens", "view_message_count", b"view_message_count", "view_version", b"view_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -7,6 +7,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import grpc
+
+from ctxfold_client._gen.enums import ErrorReason
+from ctxfold_client.errors import CtxfoldError
 from ctxfold_client.models import Message, Usage, View
 
 
@@ -36,12 +40,17 @@ def view_messages(view: View | Sequence[Message]) -> Sequence[Message]:
     return view.messages if isinstance(view, View) else view
 
 
+def unconvertible(message: str) -> CtxfoldError:
+    """What an adapter raises for a message or response it cannot convert."""
+    return CtxfoldError.client(grpc.StatusCode.INVALID_ARGUMENT, ErrorReason.INVALID_MESSAGE, message)
+
+
 def items(value: object) -> Iterable[Mapping[str, Any]]:
     """A JSON list of objects (null and absent read as empty)."""
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise ValueError(f"expected a JSON list, not {type(value).__name__}")
+        raise unconvertible(f"expected a JSON list, not {type(value).__name__}")
     return [item for item in value if isinstance(item, Mapping)]
 
 

@@ -1,6 +1,6 @@
-"""Anthropic Messages: a View as the `system` and `messages` of a request, with a prompt-cache
-breakpoint at the end of the stable prefix, and a message response as the assistant message to
-append plus its usage."""
+"""Anthropic Messages: a View as the `system`, `messages` and `tools` of a request, with a
+prompt-cache breakpoint at the end of the stable prefix, and a message response as the assistant
+message to append plus its usage."""
 
 from __future__ import annotations
 
@@ -8,9 +8,21 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ctxfold_client import _json
 from ctxfold_client._gen.enums import Role
-from ctxfold_client.adapters._common import Reply, Response, as_mapping, count, items, join, view_messages
+from ctxfold_client.adapters._common import (
+    Reply,
+    Response,
+    as_mapping,
+    count,
+    items,
+    join,
+    unconvertible,
+    view_messages,
+)
+from ctxfold_client.config import Tools
 from ctxfold_client.models import Message, ToolCall, Usage, View
+from ctxfold_client.tools import request_tools
 
 EPHEMERAL = {"type": "ephemeral"}
 
@@ -19,9 +31,9 @@ def _input(call: ToolCall) -> dict[str, Any]:
     try:
         value = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as exc:
-        raise ValueError(f"tool call {call.id}: arguments are not JSON ({exc.msg})") from exc
+        raise unconvertible(f"tool call {call.id}: arguments are not JSON ({exc.msg})") from exc
     if not isinstance(value, dict):
-        raise ValueError(f"tool call {call.id}: arguments are not a JSON object")
+        raise unconvertible(f"tool call {call.id}: arguments are not a JSON object")
     return value
 
 
@@ -33,8 +45,8 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     return blocks
 
 
-def to_request(view: View | Sequence[Message]) -> dict[str, Any]:
-    """`{"system": [...], "messages": [...]}`: add `model`, `max_tokens`, `tools`, ... and send.
+def to_request(view: View | Sequence[Message], *, tools: Tools | None = None) -> dict[str, Any]:
+    """`{"system": [...], "messages": [...], "tools": [...]}`: add `model`, `max_tokens`, ... and send.
 
     A leading system message becomes `system` (one text block). Assistant messages become text and
     `tool_use` blocks (input parsed from the arguments); tool results become `tool_result` blocks
@@ -42,6 +54,8 @@ def to_request(view: View | Sequence[Message]) -> dict[str, Any]:
     one turn (so the results of parallel tool calls share one user turn); empty text is left out.
     The last block of the view's stable prefix (`stable_prefix_messages`) gets `cache_control:
     {"type": "ephemeral"}`. Thinking is not sent back: its signature is not kept in the transcript.
+    `tools` are the session's (Messages format); `read_tool_result` is added when the view hides a
+    result and they lack it.
     """
     messages = list(view_messages(view))
     stable = view.stable_prefix_messages if isinstance(view, View) else 0
@@ -65,12 +79,15 @@ def to_request(view: View | Sequence[Message]) -> dict[str, Any]:
         last_stable_block["cache_control"] = dict(EPHEMERAL)
     request: dict[str, Any] = {"system": system} if system else {}
     request["messages"] = turns
+    offered = request_tools(tools, view, "anthropic")
+    if offered:
+        request["tools"] = offered
     return request
 
 
 def from_response(response: Response) -> Reply:
     """The content blocks as one assistant message (`text`, `tool_use` as tool calls with the input
-    as compact JSON, `thinking` as `reasoning_content`) and the usage: input_tokens +
+    as JSON, `thinking` as `reasoning_content`) and the usage: input_tokens +
     cache_read_input_tokens + cache_creation_input_tokens as input, cache_read_input_tokens as
     cached, output_tokens, stop_reason."""
     data = as_mapping(response)
@@ -84,7 +101,7 @@ def from_response(response: Response) -> Reply:
         elif kind == "thinking":
             thinking.append(str(block.get("thinking") or ""))
         elif kind == "tool_use":
-            arguments = json.dumps(block.get("input") or {}, ensure_ascii=False, separators=(",", ":"))
+            arguments = _json.dumps(block.get("input") or {})
             calls.append(ToolCall(id=str(block.get("id", "")), name=str(block.get("name", "")), arguments=arguments))
     usage = data.get("usage") or {}
     cache_read = count(usage.get("cache_read_input_tokens"))

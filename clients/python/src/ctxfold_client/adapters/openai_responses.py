@@ -1,5 +1,5 @@
-"""OpenAI Responses: a View as the `instructions`, `input` items (and `prompt_cache_key`) of a
-request, and a response's output items as the assistant message to append plus its usage."""
+"""OpenAI Responses: a View as the `instructions`, `input` items, `tools` (and `prompt_cache_key`)
+of a request, and a response's output items as the assistant message to append plus its usage."""
 
 from __future__ import annotations
 
@@ -7,8 +7,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from ctxfold_client._gen.enums import Role
-from ctxfold_client.adapters._common import Reply, Response, as_mapping, count, items, join, view_messages
+from ctxfold_client.adapters._common import (
+    Reply,
+    Response,
+    as_mapping,
+    count,
+    items,
+    join,
+    unconvertible,
+    view_messages,
+)
+from ctxfold_client.config import Tools
 from ctxfold_client.models import Message, ToolCall, Usage, View
+from ctxfold_client.tools import request_tools
 
 _ROLES = {Role.SYSTEM: "system", Role.USER: "user", Role.ASSISTANT: "assistant"}
 
@@ -18,7 +29,7 @@ def _items(message: Message) -> list[dict[str, Any]]:
         return [{"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}]
     role = _ROLES.get(message.role)
     if role is None:
-        raise ValueError(f"message {message.id or '(no id)'} has no role")
+        raise unconvertible(f"message {message.id or '(no id)'} has no role")
     out: list[dict[str, Any]] = []
     if message.content or not message.tool_calls:
         out.append({"type": "message", "role": role, "content": message.content})
@@ -29,18 +40,23 @@ def _items(message: Message) -> list[dict[str, Any]]:
     return out
 
 
-def to_request(view: View | Sequence[Message]) -> dict[str, Any]:
-    """`{"instructions": ..., "input": [...], "prompt_cache_key": ...}`: add `model`, `tools`, ...
+def to_request(view: View | Sequence[Message], *, tools: Tools | None = None) -> dict[str, Any]:
+    """`{"instructions": ..., "input": [...], "tools": [...], "prompt_cache_key": ...}`: add `model`, ...
 
     A leading system message becomes `instructions`; every other message becomes input items: a
     `message` (role user, assistant or system) for its text, a `function_call` per tool call, a
     `function_call_output` per tool result. Reasoning is not sent back (its items are opaque).
+    `tools` are the session's (Responses format); `read_tool_result` is added when the view hides a
+    result and they lack it.
     """
     messages = list(view_messages(view))
     request: dict[str, Any] = {}
     if messages and messages[0].role is Role.SYSTEM:
         request["instructions"] = messages.pop(0).content
     request["input"] = [item for message in messages for item in _items(message)]
+    offered = request_tools(tools, view, "openai_responses")
+    if offered:
+        request["tools"] = offered
     if isinstance(view, View) and view.prompt_cache_key:
         request["prompt_cache_key"] = view.prompt_cache_key
     return request

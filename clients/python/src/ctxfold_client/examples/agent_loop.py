@@ -23,7 +23,6 @@ from ctxfold_client import (
     adapters,
     tool_definitions,
     tool_result,
-    user,
 )
 
 chat = adapters.openai_chat
@@ -32,6 +31,11 @@ chat = adapters.openai_chat
 def print_progress(event: FoldProgress) -> None:
     if not event.summary_delta:
         print(f"  fold {event.stage}: {event.tokens_before} -> {event.tokens_after} tokens. {event.message}")
+
+
+def tokens(value: Any) -> int:
+    """The fake model's token count: a quarter of the UTF-8 bytes of `value` as compact JSON."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()) // 4
 
 
 def fake_model(request: dict[str, Any], view: View, turns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -48,7 +52,7 @@ def fake_model(request: dict[str, Any], view: View, turns: list[dict[str, Any]])
         message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
     else:
         message = turns.pop(0)
-    usage = {"prompt_tokens": len(json.dumps(request)) // 4, "completion_tokens": len(json.dumps(message)) // 4}
+    usage = {"prompt_tokens": tokens(request), "completion_tokens": tokens(message)}
     finish_reason = "tool_calls" if message.get("tool_calls") else "stop"
     return {"choices": [{"index": 0, "message": message, "finish_reason": finish_reason}], "usage": usage}
 
@@ -73,11 +77,11 @@ def main(trace_path: str, address: str) -> int:
         calls = folds = reads = 0
         while turns:
             if turns[0]["role"] == "user":
-                pending.append(user(turns.pop(0)["content"]))
+                pending.extend(chat.from_messages([turns.pop(0)]))
                 continue
             view = client.prepare(session.id, pending, on_progress=print_progress)
             folds += view.folded
-            response = fake_model(chat.to_request(view), view, turns)
+            response = fake_model(chat.to_request(view, tools=session.config.tools), view, turns)
             reply = chat.from_response(response)
             client.observe_usage(session.id, view, reply.usage)
             calls += 1
@@ -90,7 +94,7 @@ def main(trace_path: str, address: str) -> int:
         client.append_messages(session.id, pending)
         print(
             f"{calls} model calls, {folds} folds, {reads} read_tool_result calls; last view: "
-            f"{len(view.messages)} messages, ~{view.estimated_tokens} tokens"
+            f"{len(view.messages)} messages, ~{view.estimated_input_tokens} input tokens"
         )
     return 0
 

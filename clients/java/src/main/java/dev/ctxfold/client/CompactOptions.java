@@ -1,6 +1,6 @@
 package dev.ctxfold.client;
 
-import dev.ctxfold.v1.FoldProgress;
+import dev.ctxfold.v1.ErrorReason;
 import java.util.Objects;
 import java.util.function.Consumer;
 
@@ -11,7 +11,7 @@ import java.util.function.Consumer;
  * View view = client.compact(sessionId, CompactOptions.builder()
  *     .focus("keep the failing test names")
  *     .keepTokens(2_000)
- *     .onProgress(p -> System.out.println(p.getStage()))
+ *     .onProgress(p -> System.out.println(p.stage()))
  *     .build());
  * }</pre>
  */
@@ -77,7 +77,8 @@ public final class CompactOptions {
     /** Tokens of the newest history to keep verbatim; 0 = the minimal kept set. */
     public Builder keepTokens(long tokens) {
       if (tokens < 0) {
-        throw new IllegalArgumentException("keepTokens must be >= 0, got " + tokens);
+        throw CtxfoldException.invalidArgument(ErrorReason.INVALID_REQUEST, "keep_tokens",
+            "keep_tokens must be >= 0, got " + tokens);
       }
       this.keepTokens = tokens;
       return this;

@@ -1,9 +1,5 @@
 package dev.ctxfold.client;
 
-import dev.ctxfold.v1.Checkpoint;
-import dev.ctxfold.v1.FoldProgress;
-import dev.ctxfold.v1.Message;
-import dev.ctxfold.v1.Session;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -85,9 +81,7 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
   }
 
   public CompletableFuture<Session> fork(String sessionId, long atSeq, SessionSettings overrides) {
-    if (atSeq < 1) {
-      throw new IllegalArgumentException("atSeq must be >= 1 (use forkAtHead for the head), got " + atSeq);
-    }
+    Engine.storedSeq("at_seq", atSeq); // the wire's 0 is the head: use forkAtHead for it
     return engine.fork(sessionId, atSeq, overrides, null);
   }
 
@@ -95,8 +89,8 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
     return engine.rewind(sessionId, toSeq, null);
   }
 
-  public CompletableFuture<Map<String, Object>> getContextState(String sessionId) {
-    return engine.getContextState(sessionId, null).thenApply(CtxfoldClient::parseState);
+  public CompletableFuture<ContextState> getContextState(String sessionId) {
+    return engine.getContextState(sessionId, null).thenApply(ContextState::parse);
   }
 
   public CompletableFuture<List<Message>> appendMessages(String sessionId, List<Message> messages, String requestId) {

@@ -1,14 +1,7 @@
 package dev.ctxfold.client;
 
-import com.google.gson.Gson;
-import com.google.gson.GsonBuilder;
-import com.google.gson.ToNumberPolicy;
-import com.google.gson.reflect.TypeToken;
-import dev.ctxfold.v1.Checkpoint;
 import dev.ctxfold.v1.ContextServiceGrpc;
-import dev.ctxfold.v1.FoldProgress;
-import dev.ctxfold.v1.Message;
-import dev.ctxfold.v1.Session;
+import dev.ctxfold.v1.ErrorReason;
 import io.grpc.Channel;
 import io.grpc.ChannelCredentials;
 import io.grpc.ClientInterceptor;
@@ -23,7 +16,6 @@ import io.grpc.stub.AbstractStub;
 import io.grpc.stub.MetadataUtils;
 import io.opentelemetry.api.OpenTelemetry;
 import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayDeque;
@@ -34,16 +26,12 @@ import java.util.Map;
 import java.util.NoSuchElementException;
 import java.util.Objects;
 import java.util.Optional;
-import java.util.Spliterator;
-import java.util.Spliterators;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Executor;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import java.util.function.Function;
 import java.util.regex.Pattern;
-import java.util.stream.Stream;
-import java.util.stream.StreamSupport;
 
 /**
  * The blocking client of the ctxfold {@code ContextService}; {@link #async()} is the same client
@@ -80,7 +68,6 @@ public final class CtxfoldClient implements AutoCloseable {
   /** The page ReadToolResult serves when none is asked for. */
   public static final int DEFAULT_PAGE_BYTES = Engine.DEFAULT_PAGE_BYTES;
 
-  static final Gson JSON = new GsonBuilder().setObjectToNumberStrategy(ToNumberPolicy.LONG_OR_DOUBLE).create();
   private static final Pattern TRACEPARENT =
       Pattern.compile("[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}");
 
@@ -113,16 +100,21 @@ public final class CtxfoldClient implements AutoCloseable {
 
   // ---- derived views --------------------------------------------------------------------------
 
+  /** A client setting this SDK cannot use. */
+  static CtxfoldException badSetting(String field, String message) {
+    return CtxfoldException.invalidArgument(ErrorReason.INVALID_CLIENT_ARGUMENT, field, message);
+  }
+
   static Duration checkDeadline(Duration deadline) {
     if (deadline != null && (deadline.isNegative() || deadline.isZero())) {
-      throw new IllegalArgumentException("deadline must be positive");
+      throw badSetting("deadline", "a deadline must be positive (null = none), got " + deadline);
     }
     return deadline;
   }
 
   static String checkTraceparent(String traceparent) {
     if (traceparent != null && !TRACEPARENT.matcher(traceparent).matches()) {
-      throw new IllegalArgumentException("not a W3C traceparent: " + traceparent);
+      throw badSetting("traceparent", "not a W3C traceparent: " + traceparent);
     }
     return traceparent;
   }
@@ -244,9 +236,7 @@ public final class CtxfoldClient implements AutoCloseable {
 
   /** As {@link #fork(String, long)}, with config overrides (see {@link #forkAtHead(String, SessionSettings)}). */
   public Session fork(String sessionId, long atSeq, SessionSettings overrides) {
-    if (atSeq < 1) {
-      throw new IllegalArgumentException("atSeq must be >= 1 (use forkAtHead for the head), got " + atSeq);
-    }
+    Engine.storedSeq("at_seq", atSeq); // the wire's 0 is the head: use forkAtHead for it
     return await(ex -> engine.fork(sessionId, atSeq, overrides, ex));
   }
 
@@ -255,13 +245,9 @@ public final class CtxfoldClient implements AutoCloseable {
     return await(ex -> engine.rewind(sessionId, toSeq, ex));
   }
 
-  /** The session's context state ("sidecar", schema version 3) as a JSON object. */
-  public Map<String, Object> getContextState(String sessionId) {
-    return parseState(await(ex -> engine.getContextState(sessionId, ex)));
-  }
-
-  static Map<String, Object> parseState(String json) {
-    return JSON.fromJson(json, new TypeToken<Map<String, Object>>() { }.getType());
+  /** The session's context state (schema version 3): the server's bookkeeping, for diagnostics. */
+  public ContextState getContextState(String sessionId) {
+    return ContextState.parse(await(ex -> engine.getContextState(sessionId, ex)));
   }
 
   // ---- transcript -----------------------------------------------------------------------------
@@ -315,10 +301,10 @@ public final class CtxfoldClient implements AutoCloseable {
   }
 
   /**
-   * As {@link #prepare(String, PrepareOptions)}, as a stream: the progress events as they arrive,
-   * then one {@link FoldEvent.Result}. Closing the stream early cancels the call.
+   * As {@link #prepare(String, PrepareOptions)}, as events to iterate: the progress events as they
+   * arrive, then one {@link FoldEvent.Result}. Closing it before the end cancels the call.
    */
-  public Stream<FoldEvent> prepareEvents(String sessionId, PrepareOptions options) {
+  public FoldEvents prepareEvents(String sessionId, PrepareOptions options) {
     return events(listener -> ex -> engine.prepare(sessionId, withListener(options, listener), ex));
   }
 
@@ -343,8 +329,8 @@ public final class CtxfoldClient implements AutoCloseable {
     return await(ex -> engine.compact(sessionId, options, ex));
   }
 
-  /** As {@link #compact(String, CompactOptions)}, as a stream (see {@link #prepareEvents}). */
-  public Stream<FoldEvent> compactEvents(String sessionId, CompactOptions options) {
+  /** As {@link #compact(String, CompactOptions)}, as events to iterate (see {@link #prepareEvents}). */
+  public FoldEvents compactEvents(String sessionId, CompactOptions options) {
     Consumer<FoldProgress> own = options.onProgress();
     return events(listener -> ex -> engine.compact(sessionId, options.toBuilder().onProgress(p -> {
       own.accept(p);
@@ -353,10 +339,10 @@ public final class CtxfoldClient implements AutoCloseable {
   }
 
   /**
-   * A lazy stream over one fold call: pulling the next element runs the call's callbacks on the
+   * The events of one fold call, lazily: pulling the next one runs the call's callbacks on the
    * pulling thread until a progress event or the result is there.
    */
-  private static Stream<FoldEvent> events(
+  private static FoldEvents events(
       Function<Consumer<FoldProgress>, Function<Executor, CompletableFuture<View>>> start) {
     CallerThreadExecutor executor = new CallerThreadExecutor();
     ArrayDeque<FoldEvent> ready = new ArrayDeque<>();
@@ -387,11 +373,10 @@ public final class CtxfoldClient implements AutoCloseable {
         return ready.poll();
       }
     };
-    return StreamSupport.stream(Spliterators.spliteratorUnknownSize(iterator, Spliterator.ORDERED), false)
-        .onClose(() -> {
-          future.cancel(true);
-          executor.finish();
-        });
+    return new FoldEvents(iterator, () -> {
+      future.cancel(true);
+      executor.finish();
+    });
   }
 
   /** The last view this client received for the session, while its cache holds it. */
@@ -422,7 +407,7 @@ public final class CtxfoldClient implements AutoCloseable {
 
   /** As {@link #edit(String, long, Message)} for the message {@code original} (by its seq). */
   public Message edit(String sessionId, Message original, Message replacement) {
-    return edit(sessionId, original.getSeq(), replacement);
+    return edit(sessionId, original.seq(), replacement);
   }
 
   /**
@@ -442,7 +427,7 @@ public final class CtxfoldClient implements AutoCloseable {
 
   /** As {@link #retry(String, long)} for the answer message {@code answer} (by its seq). */
   public View retry(String sessionId, Message answer) {
-    return retry(sessionId, answer.getSeq());
+    return retry(sessionId, answer.seq());
   }
 
   // ---- usage ----------------------------------------------------------------------------------
@@ -586,6 +571,9 @@ public final class CtxfoldClient implements AutoCloseable {
 
     /** Sends {@code authorization: Bearer TOKEN} on every call (null or empty = none). */
     public Builder bearerToken(String token) {
+      if (token != null && token.chars().anyMatch(Character::isWhitespace)) {
+        throw badSetting("token", "the bearer token must not contain whitespace");
+      }
       this.bearerToken = token;
       return this;
     }
@@ -644,7 +632,7 @@ public final class CtxfoldClient implements AutoCloseable {
     /** Largest response accepted (default 64 MiB: views of large windows are big). */
     public Builder maxInboundMessageBytes(int bytes) {
       if (bytes <= 0) {
-        throw new IllegalArgumentException("bytes must be > 0");
+        throw badSetting("max_inbound_message_bytes", "must be > 0, got " + bytes);
       }
       this.maxInboundMessageBytes = bytes;
       return this;
@@ -662,7 +650,7 @@ public final class CtxfoldClient implements AutoCloseable {
      */
     public Builder maxCachedViews(int sessions) {
       if (sessions < 0) {
-        throw new IllegalArgumentException("sessions must be >= 0");
+        throw badSetting("max_cached_views", "must be >= 0, got " + sessions);
       }
       this.maxCachedViews = sessions;
       return this;
@@ -688,7 +676,8 @@ public final class CtxfoldClient implements AutoCloseable {
         }
         return creds.build();
       } catch (IOException e) {
-        throw new UncheckedIOException("cannot read TLS key material", e);
+        throw new CtxfoldException(io.grpc.Status.Code.INVALID_ARGUMENT, "cannot read TLS key material: " + e.getMessage(),
+            ErrorReason.INVALID_CLIENT_ARGUMENT.name(), CtxfoldException.CLIENT_DOMAIN, Map.of("field", "tls"), null, e);
       }
     }
 
@@ -697,7 +686,7 @@ public final class CtxfoldClient implements AutoCloseable {
       Channel base = channel;
       if (base == null) {
         if (target == null || target.isEmpty()) {
-          throw new IllegalStateException("target (or channel) is required");
+          throw badSetting("target", "the server address (target) or a channel is required");
         }
         ManagedChannelBuilder<?> b = Grpc.newChannelBuilder(target, credentials())
             .maxInboundMessageSize(maxInboundMessageBytes)

@@ -20,8 +20,10 @@ import java.util.concurrent.ExecutionException;
  * name of an {@link ErrorReason} value, compared with {@link #is(ErrorReason)}), {@link #domain()}
  * and {@link #metadata()}; {@link #retryDelay()} from {@code google.rpc.RetryInfo} when sent.
  * Failures the SDK detects itself carry the domain {@link #CLIENT_DOMAIN} and the reasons of
- * clients/README.md, which the enum also names: {@link ErrorReason#STREAM_ENDED_WITHOUT_RESULT}, {@link ErrorReason#RESULT_CHECKSUM_MISMATCH},
- * {@link ErrorReason#PROTOCOL_VIOLATION}.
+ * clients/README.md, which the enum also names: {@link ErrorReason#STREAM_ENDED_WITHOUT_RESULT},
+ * {@link ErrorReason#RESULT_CHECKSUM_MISMATCH}, {@link ErrorReason#PROTOCOL_VIOLATION},
+ * {@link ErrorReason#INVALID_CLIENT_ARGUMENT}; its argument checks carry the server's reason for
+ * the same mistake ({@link ErrorReason#INVALID_CONFIG}, {@link ErrorReason#INVALID_PAGE_SIZE}, …).
  *
  * <pre>{@code
  * try {
@@ -80,6 +82,15 @@ public class CtxfoldException extends RuntimeException {
   /** An error the SDK detected itself, in {@link #CLIENT_DOMAIN}. */
   static CtxfoldException client(Status.Code code, ErrorReason reason, String message) {
     return new CtxfoldException(code, message, reason.name(), CLIENT_DOMAIN, Map.of(), null, null);
+  }
+
+  /**
+   * An argument the SDK refuses before any call: INVALID_ARGUMENT with the server's reason for the
+   * same mistake (or INVALID_CLIENT_ARGUMENT), metadata {@code field} naming the argument.
+   */
+  static CtxfoldException invalidArgument(ErrorReason reason, String field, String message) {
+    return new CtxfoldException(Status.Code.INVALID_ARGUMENT, message, reason.name(), CLIENT_DOMAIN,
+        Map.of("field", field), null, null);
   }
 
   /**

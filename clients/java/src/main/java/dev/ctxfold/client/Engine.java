@@ -1,14 +1,12 @@
 package dev.ctxfold.client;
 
 import dev.ctxfold.v1.AppendMessagesRequest;
-import dev.ctxfold.v1.Checkpoint;
 import dev.ctxfold.v1.CompactRequest;
 import dev.ctxfold.v1.CompactResponse;
 import dev.ctxfold.v1.ContextServiceGrpc;
 import dev.ctxfold.v1.CreateSessionRequest;
 import dev.ctxfold.v1.DeleteSessionRequest;
 import dev.ctxfold.v1.ErrorReason;
-import dev.ctxfold.v1.FoldProgress;
 import dev.ctxfold.v1.ForkRequest;
 import dev.ctxfold.v1.GetCheckpointRequest;
 import dev.ctxfold.v1.GetContextStateRequest;
@@ -16,7 +14,6 @@ import dev.ctxfold.v1.GetSessionRequest;
 import dev.ctxfold.v1.ListCheckpointsRequest;
 import dev.ctxfold.v1.ListMessagesRequest;
 import dev.ctxfold.v1.ListSessionsRequest;
-import dev.ctxfold.v1.Message;
 import dev.ctxfold.v1.ObserveUsageRequest;
 import dev.ctxfold.v1.PrepareRequest;
 import dev.ctxfold.v1.PrepareResponse;
@@ -24,7 +21,6 @@ import dev.ctxfold.v1.PreparedContext;
 import dev.ctxfold.v1.ReadToolResultRequest;
 import dev.ctxfold.v1.ReadToolResultResponse;
 import dev.ctxfold.v1.RewindRequest;
-import dev.ctxfold.v1.Session;
 import io.grpc.CallOptions;
 import io.grpc.Channel;
 import io.grpc.ClientCall;
@@ -60,9 +56,13 @@ import java.util.function.Function;
  * them out.
  */
 final class Engine {
-  /** Largest page ReadToolResult serves, and the default page. */
+  /** Largest page ReadToolResult serves, the smallest, and the default page. */
   static final int MAX_PAGE_BYTES = 24_576;
+  static final int MIN_PAGE_BYTES = 4;
   static final int DEFAULT_PAGE_BYTES = 16_384;
+  /** Largest list pages the server serves: sessions and messages, checkpoints. */
+  static final int MAX_PAGE_SIZE = 1000;
+  static final int MAX_CHECKPOINT_PAGE_SIZE = 100;
 
   /** Connection and view cache, shared by a client, its async twin and the views derived from them. */
   static final class Shared {
@@ -139,9 +139,27 @@ final class Engine {
   static String requireId(String sessionId) {
     Objects.requireNonNull(sessionId, "sessionId");
     if (sessionId.isEmpty()) {
-      throw new IllegalArgumentException("sessionId is empty");
+      throw CtxfoldException.invalidArgument(ErrorReason.SESSION_ID_REQUIRED, "session_id", "session_id is required");
     }
     return sessionId;
+  }
+
+  /** A list's page size: 0 (the server's default) up to the server's maximum. */
+  static int checkPageSize(int pageSize, int maximum) {
+    if (pageSize < 0 || pageSize > maximum) {
+      throw CtxfoldException.invalidArgument(ErrorReason.INVALID_PAGE_SIZE, "page_size",
+          "page_size must be within [0, " + maximum + "], got " + pageSize);
+    }
+    return pageSize;
+  }
+
+  /** A seq that names no stored message (below 1) is refused, as the server would. */
+  static long storedSeq(String field, long seq) {
+    if (seq < 1) {
+      throw CtxfoldException.invalidArgument(ErrorReason.SEQ_OUT_OF_RANGE, field,
+          field + " must name a stored message (>= 1), got " + seq);
+    }
+    return seq;
   }
 
   private static String requestIdOrNew(String requestId) {
@@ -181,7 +199,7 @@ final class Engine {
   private <Q, R> CompletableFuture<PreparedContext> fold(
       MethodDescriptor<Q, R> method,
       Q request,
-      Function<R, FoldProgress> progressOf,
+      Function<R, dev.ctxfold.v1.FoldProgress> progressOf,
       Function<R, PreparedContext> resultOf,
       Consumer<FoldProgress> listener,
       Executor executor) {
@@ -196,10 +214,10 @@ final class Engine {
           fail(protocolViolation("the stream went on after its result"));
           return;
         }
-        FoldProgress progress = progressOf.apply(item);
+        dev.ctxfold.v1.FoldProgress progress = progressOf.apply(item);
         if (progress != null) {
           try {
-            listener.accept(progress);
+            listener.accept(FoldProgress.fromProto(progress));
           } catch (RuntimeException e) {
             fail(e);
           }
@@ -245,15 +263,19 @@ final class Engine {
 
   CompletableFuture<Session> createSession(SessionSettings settings, Executor executor) {
     Objects.requireNonNull(settings, "settings");
+    if (settings.contextWindow() <= 0) {
+      throw CtxfoldException.invalidArgument(ErrorReason.INVALID_CONFIG, "context_window",
+          "config.context_window: is required and must be > 0");
+    }
     return unary(ContextServiceGrpc.getCreateSessionMethod(),
         CreateSessionRequest.newBuilder().setConfig(settings.toProto()).build(), executor)
-        .thenApply(r -> r.getSession());
+        .thenApply(r -> Session.fromProto(r.getSession()));
   }
 
   CompletableFuture<Session> getSession(String sessionId, Executor executor) {
     return unary(ContextServiceGrpc.getGetSessionMethod(),
         GetSessionRequest.newBuilder().setSessionId(requireId(sessionId)).build(), executor)
-        .thenApply(r -> r.getSession());
+        .thenApply(r -> Session.fromProto(r.getSession()));
   }
 
   CompletableFuture<Void> deleteSession(String sessionId, Executor executor) {
@@ -266,9 +288,10 @@ final class Engine {
   }
 
   CompletableFuture<Paged.Page<Session>> listSessionsPage(int pageSize, String token, Executor executor) {
-    return unary(ContextServiceGrpc.getListSessionsMethod(),
-        ListSessionsRequest.newBuilder().setPageSize(pageSize).setPageToken(token).build(), executor)
-        .thenApply(r -> new Paged.Page<>(r.getSessionsList(), r.getNextPageToken()));
+    return unary(ContextServiceGrpc.getListSessionsMethod(), ListSessionsRequest.newBuilder()
+        .setPageSize(checkPageSize(pageSize, MAX_PAGE_SIZE)).setPageToken(token).build(), executor)
+        .thenApply(r -> new Paged.Page<>(r.getSessionsList().stream().map(Session::fromProto).toList(),
+            r.getNextPageToken()));
   }
 
   /** Fork at {@code atSeq}; 0 is only ever passed by forkAtHead (the proto's "head"). */
@@ -277,18 +300,20 @@ final class Engine {
     if (overrides != null) {
       request.setConfig(overrides.toProto());
     }
-    return unary(ContextServiceGrpc.getForkMethod(), request.build(), executor).thenApply(r -> r.getSession());
+    return unary(ContextServiceGrpc.getForkMethod(), request.build(), executor)
+        .thenApply(r -> Session.fromProto(r.getSession()));
   }
 
   CompletableFuture<Session> rewind(String sessionId, long toSeq, Executor executor) {
     if (toSeq < 0) {
-      throw new IllegalArgumentException("toSeq must be >= 0");
+      throw CtxfoldException.invalidArgument(ErrorReason.SEQ_OUT_OF_RANGE, "to_seq",
+          "to_seq must be >= 0 (0 = empty), got " + toSeq);
     }
     return unary(ContextServiceGrpc.getRewindMethod(),
         RewindRequest.newBuilder().setSessionId(requireId(sessionId)).setToSeq(toSeq).build(), executor)
         .thenApply(r -> {
           shared.views.remove(sessionId);
-          return r.getSession();
+          return Session.fromProto(r.getSession());
         });
   }
 
@@ -304,22 +329,22 @@ final class Engine {
       String sessionId, List<Message> messages, String requestId, Executor executor) {
     AppendMessagesRequest request = AppendMessagesRequest.newBuilder()
         .setSessionId(requireId(sessionId))
-        .addAllMessages(messages)
+        .addAllMessages(Message.toProto(messages))
         .setRequestId(requestIdOrNew(requestId))
         .build();
     return unary(ContextServiceGrpc.getAppendMessagesMethod(), request, executor)
-        .thenApply(r -> r.getMessagesList());
+        .thenApply(r -> Message.fromProto(r.getMessagesList()));
   }
 
   CompletableFuture<Paged.Page<Message>> listMessagesPage(
       String sessionId, boolean includeAbandoned, int pageSize, String token, Executor executor) {
     return unary(ContextServiceGrpc.getListMessagesMethod(), ListMessagesRequest.newBuilder()
         .setSessionId(requireId(sessionId))
-        .setPageSize(pageSize)
+        .setPageSize(checkPageSize(pageSize, MAX_PAGE_SIZE))
         .setPageToken(token)
         .setIncludeAbandoned(includeAbandoned)
         .build(), executor)
-        .thenApply(r -> new Paged.Page<>(r.getMessagesList(), r.getNextPageToken()));
+        .thenApply(r -> new Paged.Page<>(Message.fromProto(r.getMessagesList()), r.getNextPageToken()));
   }
 
   // ---- prepare / compact ----------------------------------------------------------------------
@@ -330,7 +355,7 @@ final class Engine {
     View known = options.useDelta() ? shared.views.get(sessionId) : null;
     PrepareRequest.Builder request = PrepareRequest.newBuilder()
         .setSessionId(sessionId)
-        .addAllAppend(options.append())
+        .addAllAppend(Message.toProto(options.append()))
         .setOverflow(options.overflow())
         .setRequestId(requestIdOrNew(options.requestId()));
     if (known != null) {
@@ -387,7 +412,7 @@ final class Engine {
         .thenApply(result -> {
           if (options.dryRun()) {
             // A dry run installed nothing: the view held for deltas stays the last real one.
-            return new View(result, result.getMessagesList(), progress);
+            return new View(result, Message.fromProto(result.getMessagesList()), progress);
           }
           return assemble(sessionId, null, result, progress);
         });
@@ -403,9 +428,9 @@ final class Engine {
       }
       whole = new ArrayList<>(known.messages().size() + result.getMessagesCount());
       whole.addAll(known.messages());
-      whole.addAll(result.getMessagesList());
+      whole.addAll(Message.fromProto(result.getMessagesList()));
     } else {
-      whole = result.getMessagesList();
+      whole = Message.fromProto(result.getMessagesList());
     }
     if (whole.size() != result.getViewMessageCount()) {
       throw protocolViolation("a whole view of " + whole.size() + " messages says it has "
@@ -424,9 +449,7 @@ final class Engine {
   // ---- edit / retry ---------------------------------------------------------------------------
 
   CompletableFuture<Message> edit(String sessionId, long seq, Message replacement, String requestId, Executor executor) {
-    if (seq < 1) {
-      throw new IllegalArgumentException("seq must be >= 1");
-    }
+    storedSeq("seq", seq);
     Objects.requireNonNull(replacement, "replacement");
     return rewind(sessionId, seq - 1, executor)
         .thenCompose(s -> appendMessages(sessionId, List.of(replacement), requestId, executor))
@@ -434,9 +457,7 @@ final class Engine {
   }
 
   CompletableFuture<View> retry(String sessionId, long answerSeq, PrepareOptions options, Executor executor) {
-    if (answerSeq < 1) {
-      throw new IllegalArgumentException("answerSeq must be >= 1");
-    }
+    storedSeq("seq", answerSeq);
     return rewind(sessionId, answerSeq - 1, executor).thenCompose(s -> prepare(sessionId, options, executor));
   }
 
@@ -458,20 +479,30 @@ final class Engine {
   // ---- tool results ---------------------------------------------------------------------------
 
   static int checkPageBytes(int pageBytes) {
-    if (pageBytes < 4 || pageBytes > MAX_PAGE_BYTES) {
-      throw new IllegalArgumentException("pageBytes must be in [4, " + MAX_PAGE_BYTES + "], got " + pageBytes);
+    if (pageBytes < MIN_PAGE_BYTES || pageBytes > MAX_PAGE_BYTES) {
+      throw CtxfoldException.invalidArgument(ErrorReason.LIMIT_OUT_OF_RANGE, "page_bytes",
+          "page_bytes must be within [" + MIN_PAGE_BYTES + ", " + MAX_PAGE_BYTES + "], got " + pageBytes);
     }
     return pageBytes;
+  }
+
+  /** A stored result is named by its reference or by the tool call it answers. */
+  static ResultName checkName(ResultName name) {
+    if (name.resultRef().isEmpty() && name.toolCallId().isEmpty()) {
+      throw CtxfoldException.invalidArgument(ErrorReason.RESULT_REF_REQUIRED, "result_ref",
+          "name the tool result by result_ref or tool_call_id");
+    }
+    return name;
   }
 
   CompletableFuture<ToolResultPage> readPage(
       String sessionId, ResultName name, long offset, int pageBytes, Executor executor) {
     if (offset < 0) {
-      throw new IllegalArgumentException("offset must be >= 0");
+      throw CtxfoldException.invalidArgument(ErrorReason.OFFSET_OUT_OF_RANGE, "offset", "offset must be >= 0, got " + offset);
     }
     ReadToolResultRequest request = ReadToolResultRequest.newBuilder()
         .setSessionId(requireId(sessionId))
-        .setResultRef(name.resultRef())
+        .setResultRef(checkName(name).resultRef())
         .setToolCallId(name.toolCallId())
         .setOffset(offset)
         .setLimit(checkPageBytes(pageBytes))
@@ -568,11 +599,12 @@ final class Engine {
       String sessionId, boolean includeAbandoned, int pageSize, String token, Executor executor) {
     return unary(ContextServiceGrpc.getListCheckpointsMethod(), ListCheckpointsRequest.newBuilder()
         .setSessionId(requireId(sessionId))
-        .setPageSize(pageSize)
+        .setPageSize(checkPageSize(pageSize, MAX_CHECKPOINT_PAGE_SIZE))
         .setPageToken(token)
         .setIncludeAbandoned(includeAbandoned)
         .build(), executor)
-        .thenApply(r -> new Paged.Page<>(r.getCheckpointsList(), r.getNextPageToken()));
+        .thenApply(r -> new Paged.Page<>(r.getCheckpointsList().stream().map(Checkpoint::fromProto).toList(),
+            r.getNextPageToken()));
   }
 
   CompletableFuture<Checkpoint> getCheckpoint(String sessionId, String checkpointId, Executor executor) {
@@ -580,7 +612,7 @@ final class Engine {
         .setSessionId(requireId(sessionId))
         .setCheckpointId(Objects.requireNonNull(checkpointId, "checkpointId"))
         .build(), executor)
-        .thenApply(r -> r.getCheckpoint());
+        .thenApply(r -> Checkpoint.fromProto(r.getCheckpoint()));
   }
 
   // ---- lifecycle ------------------------------------------------------------------------------

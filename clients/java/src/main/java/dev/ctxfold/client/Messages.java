@@ -1,37 +1,31 @@
 package dev.ctxfold.client;
 
-import dev.ctxfold.v1.Message;
 import dev.ctxfold.v1.Role;
-import dev.ctxfold.v1.ToolCall;
 import java.util.List;
-import java.util.Objects;
+import java.util.Map;
 
 /**
- * Factories for the {@link Message}s an agent appends. The messages are the generated protobuf
- * type, so every field stays reachable ({@code Messages.user("hi").toBuilder().setPinned(true)}).
+ * Factories for the {@link Message}s an agent appends ({@link Message#withPinned},
+ * {@link Message#withName} and {@link Message#withReasoningContent} set the rest).
  */
 public final class Messages {
   private Messages() {}
 
   public static Message system(String content) {
-    return Message.newBuilder().setRole(Role.ROLE_SYSTEM).setContent(content).build();
+    return Message.of(Role.ROLE_SYSTEM, content, List.of(), "");
   }
 
   public static Message user(String content) {
-    return Message.newBuilder().setRole(Role.ROLE_USER).setContent(content).build();
+    return Message.of(Role.ROLE_USER, content, List.of(), "");
   }
 
   public static Message assistant(String content) {
-    return Message.newBuilder().setRole(Role.ROLE_ASSISTANT).setContent(content).build();
+    return Message.of(Role.ROLE_ASSISTANT, content, List.of(), "");
   }
 
   /** An assistant message that requests tool calls (its text may be empty). */
   public static Message assistant(String content, List<ToolCall> toolCalls) {
-    return Message.newBuilder()
-        .setRole(Role.ROLE_ASSISTANT)
-        .setContent(content)
-        .addAllToolCalls(toolCalls)
-        .build();
+    return Message.of(Role.ROLE_ASSISTANT, content, toolCalls, "");
   }
 
   /** An assistant message that requests tool calls. */
@@ -41,24 +35,21 @@ public final class Messages {
 
   /** One tool call: the provider's call id, the function name and its JSON arguments. */
   public static ToolCall toolCall(String id, String name, String argumentsJson) {
-    return ToolCall.newBuilder()
-        .setId(Objects.requireNonNull(id, "id"))
-        .setName(Objects.requireNonNull(name, "name"))
-        .setArguments(argumentsJson == null ? "" : argumentsJson)
-        .build();
+    return new ToolCall(id, name, argumentsJson);
+  }
+
+  /** One tool call whose arguments are given as a map, written as {@link JsonText} writes JSON. */
+  public static ToolCall toolCall(String id, String name, Map<String, ?> arguments) {
+    return new ToolCall(id, name, JsonText.write(arguments));
   }
 
   /** The result of the tool call {@code toolCallId} (any size: the server bounds what the model sees). */
   public static Message toolResult(String toolCallId, String content) {
-    return Message.newBuilder()
-        .setRole(Role.ROLE_TOOL)
-        .setToolCallId(Objects.requireNonNull(toolCallId, "toolCallId"))
-        .setContent(content)
-        .build();
+    return Message.of(Role.ROLE_TOOL, content, List.of(), java.util.Objects.requireNonNull(toolCallId, "toolCallId"));
   }
 
   /** The same message, pinned: folds always keep it verbatim. */
   public static Message pinned(Message message) {
-    return message.toBuilder().setPinned(true).build();
+    return message.withPinned(true);
   }
 }

@@ -107,9 +107,32 @@ public final class ModelTools {
         tool.put("description", description);
         tool.put("input_schema", parameters);
       }
-      default -> throw new IllegalArgumentException("unknown tool format " + format);
+      default -> throw new IllegalStateException("a ToolFormat without a definition: " + format);
     }
     return tool;
+  }
+
+  /**
+   * The tools a provider request for {@code view} offers (what the adapters send): the session's
+   * tools in {@code format}, then the {@code read_tool_result} definition when the view hides a
+   * result ({@link View#hidesResults()}) and no tool of that name is among them.
+   *
+   * @param tools the tools given to the session: JSON-shaped values (maps, lists), or null for none
+   */
+  public static List<Object> offered(List<?> tools, View view, ToolFormat format) {
+    List<Object> out = new ArrayList<>(tools == null ? List.of() : tools);
+    if (view.hidesResults() && out.stream().noneMatch(tool -> READ_TOOL_RESULT.equals(toolName(tool)))) {
+      out.add(definitions(format).get(0));
+    }
+    return out;
+  }
+
+  /** The name of a tool definition in any of the three formats. */
+  private static Object toolName(Object tool) {
+    if (!(tool instanceof Map<?, ?> definition)) {
+      return null;
+    }
+    return definition.get("function") instanceof Map<?, ?> function ? function.get("name") : definition.get("name");
   }
 
   /** True when {@code name} is one of the tools defined here (the agent runs all others itself). */
@@ -200,6 +223,6 @@ public final class ModelTools {
     budget.put("estimated_tokens", view.estimatedTokens());
     budget.put("trigger_tokens", view.triggerTokens());
     budget.put("hard_limit_tokens", view.hardLimitTokens());
-    return CtxfoldClient.JSON.toJson(budget);
+    return JsonText.write(budget);
   }
 }

@@ -1,7 +1,5 @@
 package dev.ctxfold.client;
 
-import dev.ctxfold.v1.FoldProgress;
-import dev.ctxfold.v1.Message;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
@@ -13,7 +11,7 @@ import java.util.function.Consumer;
  * <pre>{@code
  * View view = client.prepare(sessionId, PrepareOptions.builder()
  *     .append(Messages.user("Fix the failing test"))
- *     .onProgress(p -> log.info("{} {}", p.getStage(), p.getMessage()))
+ *     .onProgress(p -> log.info("{} {}", p.stage(), p.message()))
  *     .build());
  * }</pre>
  */

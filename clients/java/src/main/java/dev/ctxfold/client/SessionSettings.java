@@ -1,7 +1,9 @@
 package dev.ctxfold.client;
 
+import dev.ctxfold.v1.ErrorReason;
 import dev.ctxfold.v1.SessionConfig;
 import java.time.Duration;
+import java.util.List;
 import java.util.Objects;
 
 /**
@@ -123,7 +125,15 @@ public final class SessionSettings {
     return "SessionSettings{" + proto.toString().trim().replace('\n', ' ') + "}";
   }
 
-  /** Builds a {@link SessionSettings}; range checks mirror the server's so mistakes fail early. */
+  private static CtxfoldException invalid(String field, String why) {
+    return CtxfoldException.invalidArgument(ErrorReason.INVALID_CONFIG, field, "config." + field + ": " + why);
+  }
+
+  /**
+   * Builds a {@link SessionSettings}. A value outside its documented range is refused as the server
+   * would refuse it: a {@link CtxfoldException} INVALID_CONFIG in the client domain, metadata
+   * {@code field} naming it (as the proto does); checks that need the whole config stay the server's.
+   */
   public static final class Builder {
     private final SessionConfig.Builder proto = SessionConfig.newBuilder();
     private final boolean requireWindow;
@@ -134,8 +144,8 @@ public final class SessionSettings {
 
     /** The model's context window in tokens (required for a new session, &gt; 0). */
     public Builder contextWindow(long tokens) {
-      if (tokens <= 0) {
-        throw new IllegalArgumentException("contextWindow must be > 0, got " + tokens);
+      if (tokens < 0) {
+        throw invalid("context_window", "must be > 0, got " + tokens);
       }
       proto.setContextWindow(tokens);
       return this;
@@ -144,7 +154,7 @@ public final class SessionSettings {
     /** Maintenance runs when the request reaches ratio × window; [0.30, 0.95], default 0.80. */
     public Builder compactRatio(double ratio) {
       if (!(ratio >= 0.30 && ratio <= 0.95)) {
-        throw new IllegalArgumentException("compactRatio must be in [0.30, 0.95], got " + ratio);
+        throw invalid("compact_ratio", "must be within [0.30, 0.95], got " + ratio);
       }
       proto.setCompactRatio(ratio);
       return this;
@@ -153,7 +163,7 @@ public final class SessionSettings {
     /** Share of the window a fold keeps verbatim as the recent tail; (0, 0.5], default 0.16. */
     public Builder tailRatio(double ratio) {
       if (!(ratio > 0 && ratio <= 0.5)) {
-        throw new IllegalArgumentException("tailRatio must be in (0, 0.5], got " + ratio);
+        throw invalid("tail_ratio", "must be within (0, 0.5], got " + ratio);
       }
       proto.setTailRatio(ratio);
       return this;
@@ -162,7 +172,7 @@ public final class SessionSettings {
     /** Output tokens the agent asks the provider for; reserved in every estimate. */
     public Builder maxOutputTokens(long tokens) {
       if (tokens < 0) {
-        throw new IllegalArgumentException("maxOutputTokens must be >= 0, got " + tokens);
+        throw invalid("max_output_tokens", "must be >= 0, got " + tokens);
       }
       proto.setMaxOutputTokens(tokens);
       return this;
@@ -171,7 +181,7 @@ public final class SessionSettings {
     /** Upper bound of one summary in tokens (default 8192). */
     public Builder summaryMaxTokens(long tokens) {
       if (tokens < 0) {
-        throw new IllegalArgumentException("summaryMaxTokens must be >= 0, got " + tokens);
+        throw invalid("summary_max_tokens", "must be >= 0, got " + tokens);
       }
       proto.setSummaryMaxTokens(tokens);
       return this;
@@ -180,7 +190,7 @@ public final class SessionSettings {
     /** Bound of a tool result's provider-visible content; [4096, 1048576], default 32768. */
     public Builder toolContentMaxBytes(long bytes) {
       if (bytes < 4096 || bytes > 1_048_576) {
-        throw new IllegalArgumentException("toolContentMaxBytes must be in [4096, 1048576], got " + bytes);
+        throw invalid("tool_content_max_bytes", "must be within [4096, 1048576], got " + bytes);
       }
       proto.setToolContentMaxBytes(bytes);
       return this;
@@ -192,9 +202,32 @@ public final class SessionSettings {
       return this;
     }
 
-    /** The provider tool schemas as a JSON array; counted in every estimate. */
+    /**
+     * The provider tool schemas as JSON array text (a file, a recorded request); counted in every
+     * estimate. Written in the one form every ctxfold SDK writes ({@link JsonText}), so the same
+     * tools cost the same tokens whichever SDK created the session.
+     */
     public Builder toolsJson(String json) {
-      proto.setToolsJson(Objects.requireNonNull(json, "toolsJson"));
+      Objects.requireNonNull(json, "toolsJson");
+      try {
+        proto.setToolsJson(json.isEmpty() ? "" : JsonText.normalize(json));
+      } catch (IllegalArgumentException e) {
+        throw invalid("tools_json", e.getMessage());
+      }
+      return this;
+    }
+
+    /**
+     * The provider tool schemas as JSON-shaped values (maps keep their iteration order: use
+     * {@link java.util.LinkedHashMap}, or add {@link ModelTools#definitions}), written in the one form
+     * every ctxfold SDK writes ({@link JsonText}).
+     */
+    public Builder tools(List<?> tools) {
+      try {
+        proto.setToolsJson(JsonText.write(Objects.requireNonNull(tools, "tools")));
+      } catch (IllegalArgumentException e) {
+        throw invalid("tools_json", e.getMessage());
+      }
       return this;
     }
 
@@ -207,7 +240,7 @@ public final class SessionSettings {
     /** The provider's prompt-cache TTL (whole seconds). */
     public Builder cacheTtl(Duration ttl) {
       if (ttl.isNegative()) {
-        throw new IllegalArgumentException("cacheTtl must not be negative");
+        throw invalid("cache_ttl_seconds", "must be >= 0, got " + ttl);
       }
       proto.setCacheTtlSeconds(ttl.getSeconds());
       return this;
@@ -233,7 +266,7 @@ public final class SessionSettings {
 
     public SessionSettings build() {
       if (requireWindow && proto.getContextWindow() <= 0) {
-        throw new IllegalStateException("contextWindow is required");
+        throw invalid("context_window", "is required and must be > 0");
       }
       return new SessionSettings(proto.build());
     }

@@ -1,5 +1,7 @@
 package dev.ctxfold.client;
 
+import dev.ctxfold.v1.ErrorReason;
+
 /**
  * Provider-reported usage of one request, for {@link CtxfoldClient#observeUsage}.
  *
@@ -11,7 +13,8 @@ package dev.ctxfold.client;
 public record Usage(long inputTokens, long cachedInputTokens, long outputTokens, String finishReason) {
   public Usage {
     if (inputTokens < 0 || cachedInputTokens < 0 || outputTokens < 0) {
-      throw new IllegalArgumentException("token counts must not be negative");
+      throw CtxfoldException.invalidArgument(ErrorReason.INVALID_USAGE, "input_tokens",
+          "token counts must not be negative");
     }
     finishReason = finishReason == null ? "" : finishReason;
   }

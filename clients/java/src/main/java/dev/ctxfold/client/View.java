@@ -2,8 +2,6 @@ package dev.ctxfold.client;
 
 import dev.ctxfold.v1.Action;
 import dev.ctxfold.v1.CacheState;
-import dev.ctxfold.v1.FoldProgress;
-import dev.ctxfold.v1.Message;
 import dev.ctxfold.v1.NotFoldedReason;
 import dev.ctxfold.v1.PreparedContext;
 import java.util.List;
@@ -36,7 +34,7 @@ public final class View {
 
   /** The messages the server sent: the whole view, or only the new tail when {@link #delta()}. */
   public List<Message> received() {
-    return proto.getMessagesList();
+    return Message.fromProto(proto.getMessagesList());
   }
 
   /** True when the server sent a delta that the client applied to the view it held. */
@@ -49,9 +47,20 @@ public final class View {
     return proto.getViewVersion();
   }
 
-  /** Estimated request tokens (messages, overheads, tools, max_output_tokens; calibrated). */
+  /**
+   * Estimated request tokens (messages, overheads, tools, max_output_tokens; calibrated): what the
+   * trigger and the hard limit compare.
+   */
   public long estimatedTokens() {
     return proto.getEstimatedTokens();
+  }
+
+  /**
+   * Estimated input tokens: {@link #estimatedTokens()} without the reserved max_output_tokens. Compare
+   * it with the input tokens the provider reports, or report it when a provider reports none.
+   */
+  public long estimatedInputTokens() {
+    return proto.getEstimatedInputTokens();
   }
 
   /** What maintenance this call performed: NONE, PRUNED or FOLDED. */
@@ -101,7 +110,7 @@ public final class View {
 
   /** The messages this call appended, with ids and seqs. */
   public List<Message> appended() {
-    return proto.getAppendedList();
+    return Message.fromProto(proto.getAppendedList());
   }
 
   /** Why the call folded nothing although it was asked to (UNSPECIFIED when it folded or did not try). */
@@ -126,7 +135,16 @@ public final class View {
 
   /** The summary message of the view, if history was folded. */
   public Optional<Message> summary() {
-    return messages.stream().filter(Message::getSummary).findFirst();
+    return messages.stream().filter(Message::summary).findFirst();
+  }
+
+  /**
+   * Whether the view shows something only in part that {@code read_tool_result} reads whole: a
+   * bounded or pruned message, or a summary (whose folded-results index names the folded results).
+   */
+  public boolean hidesResults() {
+    return !foldedResultsRef().isEmpty()
+        || messages.stream().anyMatch(m -> m.truncated() || m.pruned() || m.summary());
   }
 
   /** Every progress event the call streamed, in order. */
@@ -144,6 +162,7 @@ public final class View {
     return "View{viewVersion=" + viewVersion()
         + ", messages=" + messages.size()
         + ", estimatedTokens=" + estimatedTokens()
+        + ", estimatedInputTokens=" + estimatedInputTokens()
         + ", action=" + action()
         + ", delta=" + delta()
         + ", checkpointId=" + checkpointId() + "}";

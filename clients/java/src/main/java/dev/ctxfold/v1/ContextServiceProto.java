@@ -281,7 +281,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "d\030\003 \001(\005\022\025\n\rtokens_before\030\004 \001(\003\022\024\n\014tokens" +
       "_after\030\005 \001(\003\022\025\n\rcheckpoint_id\030\006 \001(\t\022\017\n\007m" +
       "essage\030\007 \001(\t\022\025\n\rsummary_delta\030\010 \001(\t\022\022\n\ns" +
-      "ummarizer\030\t \001(\t\"\231\004\n\017PreparedContext\022%\n\010m" +
+      "ummarizer\030\t \001(\t\"\271\004\n\017PreparedContext\022%\n\010m" +
       "essages\030\001 \003(\0132\023.ctxfold.v1.Message\022\030\n\020es" +
       "timated_tokens\030\002 \001(\003\022\024\n\014view_version\030\003 \001" +
       "(\003\022\"\n\006action\030\004 \001(\0162\022.ctxfold.v1.Action\022+" +
@@ -294,129 +294,130 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "txfold.v1.Message\0226\n\021not_folded_reason\030\016" +
       " \001(\0162\033.ctxfold.v1.NotFoldedReason\022\031\n\021not" +
       "_folded_detail\030\017 \001(\t\022\031\n\021candidate_summar" +
-      "y\030\020 \001(\t\022\032\n\022folded_results_ref\030\021 \001(\t\"\240\001\n\023" +
-      "ObserveUsageRequest\022\022\n\nsession_id\030\001 \001(\t\022" +
-      "\024\n\014view_version\030\002 \001(\003\022\024\n\014input_tokens\030\003 " +
-      "\001(\003\022\033\n\023cached_input_tokens\030\004 \001(\003\022\025\n\routp" +
-      "ut_tokens\030\005 \001(\003\022\025\n\rfinish_reason\030\006 \001(\t\"I" +
-      "\n\024ObserveUsageResponse\022\023\n\013calibration\030\001 " +
-      "\001(\001\022\034\n\024calibration_accepted\030\002 \001(\010\"Y\n\016Com" +
-      "pactRequest\022\022\n\nsession_id\030\001 \001(\t\022\r\n\005focus" +
-      "\030\002 \001(\t\022\023\n\013keep_tokens\030\003 \001(\003\022\017\n\007dry_run\030\004" +
-      " \001(\010\"w\n\017CompactResponse\022,\n\010progress\030\001 \001(" +
-      "\0132\030.ctxfold.v1.FoldProgressH\000\022-\n\006result\030" +
-      "\002 \001(\0132\033.ctxfold.v1.PreparedContextH\000B\007\n\005" +
-      "event\"\\\n\013ForkRequest\022\022\n\nsession_id\030\001 \001(\t" +
-      "\022\016\n\006at_seq\030\002 \001(\003\022)\n\006config\030\003 \001(\0132\031.ctxfo" +
-      "ld.v1.SessionConfig\"4\n\014ForkResponse\022$\n\007s" +
-      "ession\030\001 \001(\0132\023.ctxfold.v1.Session\"3\n\rRew" +
-      "indRequest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006to_seq" +
-      "\030\002 \001(\003\"6\n\016RewindResponse\022$\n\007session\030\001 \001(" +
-      "\0132\023.ctxfold.v1.Session\"t\n\025ReadToolResult" +
-      "Request\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014tool_call" +
-      "_id\030\002 \001(\t\022\022\n\nresult_ref\030\003 \001(\t\022\016\n\006offset\030" +
-      "\004 \001(\003\022\r\n\005limit\030\005 \001(\003\"\226\001\n\026ReadToolResultR" +
-      "esponse\022\014\n\004data\030\001 \001(\t\022\016\n\006offset\030\002 \001(\003\022\023\n" +
-      "\013next_offset\030\003 \001(\003\022\023\n\013total_bytes\030\004 \001(\003\022" +
-      "\016\n\006sha256\030\005 \001(\t\022\020\n\010complete\030\006 \001(\010\022\022\n\nres" +
-      "ult_ref\030\007 \001(\t\",\n\026GetContextStateRequest\022" +
-      "\022\n\nsession_id\030\001 \001(\t\"-\n\027GetContextStateRe" +
-      "sponse\022\022\n\nstate_json\030\001 \001(\t\"\374\001\n\nCheckpoin" +
-      "t\022\n\n\002id\030\001 \001(\t\022\021\n\tparent_id\030\002 \001(\t\022\024\n\014posi" +
-      "tion_seq\030\003 \001(\003\022\017\n\007summary\030\004 \001(\t\022\026\n\016summa" +
-      "ry_tokens\030\005 \001(\003\022\030\n\020kept_message_ids\030\006 \003(" +
-      "\t\022\032\n\022folded_results_ref\030\007 \001(\t\022\022\n\nsummari" +
-      "zer\030\010 \001(\t\022/\n\013create_time\030\t \001(\0132\032.google." +
-      "protobuf.Timestamp\022\025\n\ron_head_chain\030\n \001(" +
-      "\010\"n\n\026ListCheckpointsRequest\022\022\n\nsession_i" +
-      "d\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_token" +
-      "\030\003 \001(\t\022\031\n\021include_abandoned\030\004 \001(\010\"_\n\027Lis" +
-      "tCheckpointsResponse\022+\n\013checkpoints\030\001 \003(" +
-      "\0132\026.ctxfold.v1.Checkpoint\022\027\n\017next_page_t" +
-      "oken\030\002 \001(\t\"A\n\024GetCheckpointRequest\022\022\n\nse" +
-      "ssion_id\030\001 \001(\t\022\025\n\rcheckpoint_id\030\002 \001(\t\"C\n" +
-      "\025GetCheckpointResponse\022*\n\ncheckpoint\030\001 \001" +
-      "(\0132\026.ctxfold.v1.Checkpoint*_\n\004Role\022\024\n\020RO" +
-      "LE_UNSPECIFIED\020\000\022\017\n\013ROLE_SYSTEM\020\001\022\r\n\tROL" +
-      "E_USER\020\002\022\022\n\016ROLE_ASSISTANT\020\003\022\r\n\tROLE_TOO" +
-      "L\020\004*W\n\006Action\022\026\n\022ACTION_UNSPECIFIED\020\000\022\017\n" +
-      "\013ACTION_NONE\020\001\022\021\n\rACTION_PRUNED\020\002\022\021\n\rACT" +
-      "ION_FOLDED\020\003*n\n\nCacheState\022\033\n\027CACHE_STAT" +
-      "E_UNSPECIFIED\020\000\022\024\n\020CACHE_STATE_WARM\020\001\022\024\n" +
-      "\020CACHE_STATE_COLD\020\002\022\027\n\023CACHE_STATE_UNKNO" +
-      "WN\020\003*\322\007\n\013ErrorReason\022\034\n\030ERROR_REASON_UNS" +
-      "PECIFIED\020\000\022\023\n\017UNAUTHENTICATED\020\001\022\023\n\017INVAL" +
-      "ID_REQUEST\020\002\022\027\n\023SESSION_ID_REQUIRED\020\003\022\025\n" +
-      "\021SESSION_NOT_FOUND\020\004\022\022\n\016INVALID_CONFIG\020\005" +
-      "\022\023\n\017INVALID_MESSAGE\020\006\022\020\n\014INVALID_TEXT\020\007\022" +
-      "\025\n\021MESSAGE_TOO_LARGE\020\010\022\025\n\021TOO_MANY_MESSA" +
-      "GES\020\t\022\026\n\022INVALID_REQUEST_ID\020\n\022\030\n\024TOOL_RE" +
-      "SULTS_PENDING\020\013\022\026\n\022TOOL_CALL_NOT_OPEN\020\014\022" +
-      "\027\n\023TOOL_CALL_NOT_FOUND\020\r\022\027\n\023RESULT_REF_R" +
-      "EQUIRED\020\016\022\030\n\024RESULT_REF_NOT_FOUND\020\017\022\030\n\024R" +
-      "ESULT_REF_AMBIGUOUS\020\020\022\027\n\023OFFSET_OUT_OF_R" +
-      "ANGE\020\021\022\034\n\030OFFSET_NOT_CHAR_BOUNDARY\020\022\022\026\n\022" +
-      "LIMIT_OUT_OF_RANGE\020\023\022\025\n\021INVALID_PAGE_SIZ" +
-      "E\020\024\022\026\n\022INVALID_PAGE_TOKEN\020\025\022\024\n\020SEQ_OUT_O" +
-      "F_RANGE\020\026\022\021\n\rINVALID_USAGE\020\027\022\036\n\032CONTEXT_" +
-      "BUDGET_UNSATISFIED\020\030\022\030\n\024FOLD_INPUT_TOO_L" +
-      "ARGE\020\031\022\025\n\021SUMMARIZER_FAILED\020\032\022\035\n\031SUMMARI" +
-      "ZER_NOT_CONFIGURED\020\033\022\022\n\016COMPACT_FAILED\020\034" +
-      "\022\033\n\027CONCURRENT_MODIFICATION\020\035\022\020\n\014SESSION" +
-      "_BUSY\020\036\022\026\n\022RESPONSE_TOO_LARGE\020\037\022\030\n\024CHECK" +
-      "POINT_NOT_FOUND\020 \022\025\n\021CHECKPOINT_BROKEN\020!" +
-      "\022\023\n\017STORAGE_CORRUPT\020\"\022\025\n\021STORE_UNAVAILAB" +
-      "LE\020#\022\014\n\010INTERNAL\020$\022\037\n\033STREAM_ENDED_WITHO" +
-      "UT_RESULT\020%\022\034\n\030RESULT_CHECKSUM_MISMATCH\020" +
-      "&\022\026\n\022PROTOCOL_VIOLATION\020\'*\304\002\n\017NotFoldedR" +
-      "eason\022!\n\035NOT_FOLDED_REASON_UNSPECIFIED\020\000" +
-      "\022.\n*NOT_FOLDED_REASON_NOTHING_OUTSIDE_KE" +
-      "PT_SET\020\001\022#\n\037NOT_FOLDED_REASON_BELOW_TRIG" +
-      "GER\020\002\022&\n\"NOT_FOLDED_REASON_PREVIOUS_FAIL" +
-      "URE\020\003\022!\n\035NOT_FOLDED_REASON_NOT_SMALLER\020\004" +
-      "\022\035\n\031NOT_FOLDED_REASON_DRY_RUN\020\005\022&\n\"NOT_F" +
-      "OLDED_REASON_FOLD_IN_PROGRESS\020\006\022\'\n#NOT_F" +
-      "OLDED_REASON_SUMMARIZER_FAILED\020\007*\360\001\n\tFol" +
-      "dStage\022\032\n\026FOLD_STAGE_UNSPECIFIED\020\000\022\025\n\021FO" +
-      "LD_STAGE_PRUNED\020\001\022\026\n\022FOLD_STAGE_PLANNED\020" +
-      "\002\022\033\n\027FOLD_STAGE_PASS_STARTED\020\003\022\034\n\030FOLD_S" +
-      "TAGE_SUMMARY_DELTA\020\004\022\035\n\031FOLD_STAGE_PASS_" +
-      "COMMITTED\020\005\022\032\n\026FOLD_STAGE_PASS_FAILED\020\006\022" +
-      "\"\n\036FOLD_STAGE_SUMMARIZER_FALLBACK\020\0072\312\t\n\016" +
-      "ContextService\022T\n\rCreateSession\022 .ctxfol" +
-      "d.v1.CreateSessionRequest\032!.ctxfold.v1.C" +
-      "reateSessionResponse\022K\n\nGetSession\022\035.ctx" +
-      "fold.v1.GetSessionRequest\032\036.ctxfold.v1.G" +
-      "etSessionResponse\022Q\n\014ListSessions\022\037.ctxf" +
-      "old.v1.ListSessionsRequest\032 .ctxfold.v1." +
-      "ListSessionsResponse\022T\n\rDeleteSession\022 ." +
-      "ctxfold.v1.DeleteSessionRequest\032!.ctxfol" +
-      "d.v1.DeleteSessionResponse\022W\n\016AppendMess" +
-      "ages\022!.ctxfold.v1.AppendMessagesRequest\032" +
-      "\".ctxfold.v1.AppendMessagesResponse\022Q\n\014L" +
-      "istMessages\022\037.ctxfold.v1.ListMessagesReq" +
-      "uest\032 .ctxfold.v1.ListMessagesResponse\022D" +
-      "\n\007Prepare\022\032.ctxfold.v1.PrepareRequest\032\033." +
-      "ctxfold.v1.PrepareResponse0\001\022Q\n\014ObserveU" +
-      "sage\022\037.ctxfold.v1.ObserveUsageRequest\032 ." +
-      "ctxfold.v1.ObserveUsageResponse\022D\n\007Compa" +
-      "ct\022\032.ctxfold.v1.CompactRequest\032\033.ctxfold" +
-      ".v1.CompactResponse0\001\0229\n\004Fork\022\027.ctxfold." +
-      "v1.ForkRequest\032\030.ctxfold.v1.ForkResponse" +
-      "\022?\n\006Rewind\022\031.ctxfold.v1.RewindRequest\032\032." +
-      "ctxfold.v1.RewindResponse\022W\n\016ReadToolRes" +
-      "ult\022!.ctxfold.v1.ReadToolResultRequest\032\"" +
-      ".ctxfold.v1.ReadToolResultResponse\022Z\n\017Ge" +
-      "tContextState\022\".ctxfold.v1.GetContextSta" +
-      "teRequest\032#.ctxfold.v1.GetContextStateRe" +
-      "sponse\022Z\n\017ListCheckpoints\022\".ctxfold.v1.L" +
-      "istCheckpointsRequest\032#.ctxfold.v1.ListC" +
-      "heckpointsResponse\022T\n\rGetCheckpoint\022 .ct" +
-      "xfold.v1.GetCheckpointRequest\032!.ctxfold." +
-      "v1.GetCheckpointResponseBb\n\016dev.ctxfold." +
-      "v1B\023ContextServiceProtoP\001Z9github.com/ct" +
-      "xfold/ctxfold/clients/go/ctxfoldv1;ctxfo" +
-      "ldv1b\006proto3"
+      "y\030\020 \001(\t\022\032\n\022folded_results_ref\030\021 \001(\t\022\036\n\026e" +
+      "stimated_input_tokens\030\022 \001(\003\"\240\001\n\023ObserveU" +
+      "sageRequest\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014view_" +
+      "version\030\002 \001(\003\022\024\n\014input_tokens\030\003 \001(\003\022\033\n\023c" +
+      "ached_input_tokens\030\004 \001(\003\022\025\n\routput_token" +
+      "s\030\005 \001(\003\022\025\n\rfinish_reason\030\006 \001(\t\"I\n\024Observ" +
+      "eUsageResponse\022\023\n\013calibration\030\001 \001(\001\022\034\n\024c" +
+      "alibration_accepted\030\002 \001(\010\"Y\n\016CompactRequ" +
+      "est\022\022\n\nsession_id\030\001 \001(\t\022\r\n\005focus\030\002 \001(\t\022\023" +
+      "\n\013keep_tokens\030\003 \001(\003\022\017\n\007dry_run\030\004 \001(\010\"w\n\017" +
+      "CompactResponse\022,\n\010progress\030\001 \001(\0132\030.ctxf" +
+      "old.v1.FoldProgressH\000\022-\n\006result\030\002 \001(\0132\033." +
+      "ctxfold.v1.PreparedContextH\000B\007\n\005event\"\\\n" +
+      "\013ForkRequest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006at_s" +
+      "eq\030\002 \001(\003\022)\n\006config\030\003 \001(\0132\031.ctxfold.v1.Se" +
+      "ssionConfig\"4\n\014ForkResponse\022$\n\007session\030\001" +
+      " \001(\0132\023.ctxfold.v1.Session\"3\n\rRewindReque" +
+      "st\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006to_seq\030\002 \001(\003\"6" +
+      "\n\016RewindResponse\022$\n\007session\030\001 \001(\0132\023.ctxf" +
+      "old.v1.Session\"t\n\025ReadToolResultRequest\022" +
+      "\022\n\nsession_id\030\001 \001(\t\022\024\n\014tool_call_id\030\002 \001(" +
+      "\t\022\022\n\nresult_ref\030\003 \001(\t\022\016\n\006offset\030\004 \001(\003\022\r\n" +
+      "\005limit\030\005 \001(\003\"\226\001\n\026ReadToolResultResponse\022" +
+      "\014\n\004data\030\001 \001(\t\022\016\n\006offset\030\002 \001(\003\022\023\n\013next_of" +
+      "fset\030\003 \001(\003\022\023\n\013total_bytes\030\004 \001(\003\022\016\n\006sha25" +
+      "6\030\005 \001(\t\022\020\n\010complete\030\006 \001(\010\022\022\n\nresult_ref\030" +
+      "\007 \001(\t\",\n\026GetContextStateRequest\022\022\n\nsessi" +
+      "on_id\030\001 \001(\t\"-\n\027GetContextStateResponse\022\022" +
+      "\n\nstate_json\030\001 \001(\t\"\374\001\n\nCheckpoint\022\n\n\002id\030" +
+      "\001 \001(\t\022\021\n\tparent_id\030\002 \001(\t\022\024\n\014position_seq" +
+      "\030\003 \001(\003\022\017\n\007summary\030\004 \001(\t\022\026\n\016summary_token" +
+      "s\030\005 \001(\003\022\030\n\020kept_message_ids\030\006 \003(\t\022\032\n\022fol" +
+      "ded_results_ref\030\007 \001(\t\022\022\n\nsummarizer\030\010 \001(" +
+      "\t\022/\n\013create_time\030\t \001(\0132\032.google.protobuf" +
+      ".Timestamp\022\025\n\ron_head_chain\030\n \001(\010\"n\n\026Lis" +
+      "tCheckpointsRequest\022\022\n\nsession_id\030\001 \001(\t\022" +
+      "\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_token\030\003 \001(\t\022\031" +
+      "\n\021include_abandoned\030\004 \001(\010\"_\n\027ListCheckpo" +
+      "intsResponse\022+\n\013checkpoints\030\001 \003(\0132\026.ctxf" +
+      "old.v1.Checkpoint\022\027\n\017next_page_token\030\002 \001" +
+      "(\t\"A\n\024GetCheckpointRequest\022\022\n\nsession_id" +
+      "\030\001 \001(\t\022\025\n\rcheckpoint_id\030\002 \001(\t\"C\n\025GetChec" +
+      "kpointResponse\022*\n\ncheckpoint\030\001 \001(\0132\026.ctx" +
+      "fold.v1.Checkpoint*_\n\004Role\022\024\n\020ROLE_UNSPE" +
+      "CIFIED\020\000\022\017\n\013ROLE_SYSTEM\020\001\022\r\n\tROLE_USER\020\002" +
+      "\022\022\n\016ROLE_ASSISTANT\020\003\022\r\n\tROLE_TOOL\020\004*W\n\006A" +
+      "ction\022\026\n\022ACTION_UNSPECIFIED\020\000\022\017\n\013ACTION_" +
+      "NONE\020\001\022\021\n\rACTION_PRUNED\020\002\022\021\n\rACTION_FOLD" +
+      "ED\020\003*n\n\nCacheState\022\033\n\027CACHE_STATE_UNSPEC" +
+      "IFIED\020\000\022\024\n\020CACHE_STATE_WARM\020\001\022\024\n\020CACHE_S" +
+      "TATE_COLD\020\002\022\027\n\023CACHE_STATE_UNKNOWN\020\003*\357\007\n" +
+      "\013ErrorReason\022\034\n\030ERROR_REASON_UNSPECIFIED" +
+      "\020\000\022\023\n\017UNAUTHENTICATED\020\001\022\023\n\017INVALID_REQUE" +
+      "ST\020\002\022\027\n\023SESSION_ID_REQUIRED\020\003\022\025\n\021SESSION" +
+      "_NOT_FOUND\020\004\022\022\n\016INVALID_CONFIG\020\005\022\023\n\017INVA" +
+      "LID_MESSAGE\020\006\022\020\n\014INVALID_TEXT\020\007\022\025\n\021MESSA" +
+      "GE_TOO_LARGE\020\010\022\025\n\021TOO_MANY_MESSAGES\020\t\022\026\n" +
+      "\022INVALID_REQUEST_ID\020\n\022\030\n\024TOOL_RESULTS_PE" +
+      "NDING\020\013\022\026\n\022TOOL_CALL_NOT_OPEN\020\014\022\027\n\023TOOL_" +
+      "CALL_NOT_FOUND\020\r\022\027\n\023RESULT_REF_REQUIRED\020" +
+      "\016\022\030\n\024RESULT_REF_NOT_FOUND\020\017\022\030\n\024RESULT_RE" +
+      "F_AMBIGUOUS\020\020\022\027\n\023OFFSET_OUT_OF_RANGE\020\021\022\034" +
+      "\n\030OFFSET_NOT_CHAR_BOUNDARY\020\022\022\026\n\022LIMIT_OU" +
+      "T_OF_RANGE\020\023\022\025\n\021INVALID_PAGE_SIZE\020\024\022\026\n\022I" +
+      "NVALID_PAGE_TOKEN\020\025\022\024\n\020SEQ_OUT_OF_RANGE\020" +
+      "\026\022\021\n\rINVALID_USAGE\020\027\022\036\n\032CONTEXT_BUDGET_U" +
+      "NSATISFIED\020\030\022\030\n\024FOLD_INPUT_TOO_LARGE\020\031\022\025" +
+      "\n\021SUMMARIZER_FAILED\020\032\022\035\n\031SUMMARIZER_NOT_" +
+      "CONFIGURED\020\033\022\022\n\016COMPACT_FAILED\020\034\022\033\n\027CONC" +
+      "URRENT_MODIFICATION\020\035\022\020\n\014SESSION_BUSY\020\036\022" +
+      "\026\n\022RESPONSE_TOO_LARGE\020\037\022\030\n\024CHECKPOINT_NO" +
+      "T_FOUND\020 \022\025\n\021CHECKPOINT_BROKEN\020!\022\023\n\017STOR" +
+      "AGE_CORRUPT\020\"\022\025\n\021STORE_UNAVAILABLE\020#\022\014\n\010" +
+      "INTERNAL\020$\022\037\n\033STREAM_ENDED_WITHOUT_RESUL" +
+      "T\020%\022\034\n\030RESULT_CHECKSUM_MISMATCH\020&\022\026\n\022PRO" +
+      "TOCOL_VIOLATION\020\'\022\033\n\027INVALID_CLIENT_ARGU" +
+      "MENT\020(*\304\002\n\017NotFoldedReason\022!\n\035NOT_FOLDED" +
+      "_REASON_UNSPECIFIED\020\000\022.\n*NOT_FOLDED_REAS" +
+      "ON_NOTHING_OUTSIDE_KEPT_SET\020\001\022#\n\037NOT_FOL" +
+      "DED_REASON_BELOW_TRIGGER\020\002\022&\n\"NOT_FOLDED" +
+      "_REASON_PREVIOUS_FAILURE\020\003\022!\n\035NOT_FOLDED" +
+      "_REASON_NOT_SMALLER\020\004\022\035\n\031NOT_FOLDED_REAS" +
+      "ON_DRY_RUN\020\005\022&\n\"NOT_FOLDED_REASON_FOLD_I" +
+      "N_PROGRESS\020\006\022\'\n#NOT_FOLDED_REASON_SUMMAR" +
+      "IZER_FAILED\020\007*\360\001\n\tFoldStage\022\032\n\026FOLD_STAG" +
+      "E_UNSPECIFIED\020\000\022\025\n\021FOLD_STAGE_PRUNED\020\001\022\026" +
+      "\n\022FOLD_STAGE_PLANNED\020\002\022\033\n\027FOLD_STAGE_PAS" +
+      "S_STARTED\020\003\022\034\n\030FOLD_STAGE_SUMMARY_DELTA\020" +
+      "\004\022\035\n\031FOLD_STAGE_PASS_COMMITTED\020\005\022\032\n\026FOLD" +
+      "_STAGE_PASS_FAILED\020\006\022\"\n\036FOLD_STAGE_SUMMA" +
+      "RIZER_FALLBACK\020\0072\312\t\n\016ContextService\022T\n\rC" +
+      "reateSession\022 .ctxfold.v1.CreateSessionR" +
+      "equest\032!.ctxfold.v1.CreateSessionRespons" +
+      "e\022K\n\nGetSession\022\035.ctxfold.v1.GetSessionR" +
+      "equest\032\036.ctxfold.v1.GetSessionResponse\022Q" +
+      "\n\014ListSessions\022\037.ctxfold.v1.ListSessions" +
+      "Request\032 .ctxfold.v1.ListSessionsRespons" +
+      "e\022T\n\rDeleteSession\022 .ctxfold.v1.DeleteSe" +
+      "ssionRequest\032!.ctxfold.v1.DeleteSessionR" +
+      "esponse\022W\n\016AppendMessages\022!.ctxfold.v1.A" +
+      "ppendMessagesRequest\032\".ctxfold.v1.Append" +
+      "MessagesResponse\022Q\n\014ListMessages\022\037.ctxfo" +
+      "ld.v1.ListMessagesRequest\032 .ctxfold.v1.L" +
+      "istMessagesResponse\022D\n\007Prepare\022\032.ctxfold" +
+      ".v1.PrepareRequest\032\033.ctxfold.v1.PrepareR" +
+      "esponse0\001\022Q\n\014ObserveUsage\022\037.ctxfold.v1.O" +
+      "bserveUsageRequest\032 .ctxfold.v1.ObserveU" +
+      "sageResponse\022D\n\007Compact\022\032.ctxfold.v1.Com" +
+      "pactRequest\032\033.ctxfold.v1.CompactResponse" +
+      "0\001\0229\n\004Fork\022\027.ctxfold.v1.ForkRequest\032\030.ct" +
+      "xfold.v1.ForkResponse\022?\n\006Rewind\022\031.ctxfol" +
+      "d.v1.RewindRequest\032\032.ctxfold.v1.RewindRe" +
+      "sponse\022W\n\016ReadToolResult\022!.ctxfold.v1.Re" +
+      "adToolResultRequest\032\".ctxfold.v1.ReadToo" +
+      "lResultResponse\022Z\n\017GetContextState\022\".ctx" +
+      "fold.v1.GetContextStateRequest\032#.ctxfold" +
+      ".v1.GetContextStateResponse\022Z\n\017ListCheck" +
+      "points\022\".ctxfold.v1.ListCheckpointsReque" +
+      "st\032#.ctxfold.v1.ListCheckpointsResponse\022" +
+      "T\n\rGetCheckpoint\022 .ctxfold.v1.GetCheckpo" +
+      "intRequest\032!.ctxfold.v1.GetCheckpointRes" +
+      "ponseBb\n\016dev.ctxfold.v1B\023ContextServiceP" +
+      "rotoP\001Z9github.com/ctxfold/ctxfold/clien" +
+      "ts/go/ctxfoldv1;ctxfoldv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -542,7 +543,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
     internal_static_ctxfold_v1_PreparedContext_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_PreparedContext_descriptor,
-        new java.lang.String[] { "Messages", "EstimatedTokens", "ViewVersion", "Action", "CacheState", "PromptCacheKey", "CheckpointId", "StablePrefixMessages", "Delta", "ViewMessageCount", "TriggerTokens", "HardLimitTokens", "Appended", "NotFoldedReason", "NotFoldedDetail", "CandidateSummary", "FoldedResultsRef", });
+        new java.lang.String[] { "Messages", "EstimatedTokens", "ViewVersion", "Action", "CacheState", "PromptCacheKey", "CheckpointId", "StablePrefixMessages", "Delta", "ViewMessageCount", "TriggerTokens", "HardLimitTokens", "Appended", "NotFoldedReason", "NotFoldedDetail", "CandidateSummary", "FoldedResultsRef", "EstimatedInputTokens", });
     internal_static_ctxfold_v1_ObserveUsageRequest_descriptor =
       getDescriptor().getMessageType(20);
     internal_static_ctxfold_v1_ObserveUsageRequest_fieldAccessorTable = new

@@ -342,6 +342,17 @@ public enum ErrorReason
    * <code>PROTOCOL_VIOLATION = 39;</code>
    */
   PROTOCOL_VIOLATION(39),
+  /**
+   * <pre>
+   * Detected by the client SDKs, never sent by the server: an argument only the SDK uses cannot be
+   * used: a client setting (an empty address, a client certificate without its key, a token with
+   * whitespace, a negative deadline or view cache size) or an unknown tool format (code
+   * INVALID_ARGUMENT).
+   * </pre>
+   *
+   * <code>INVALID_CLIENT_ARGUMENT = 40;</code>
+   */
+  INVALID_CLIENT_ARGUMENT(40),
   UNRECOGNIZED(-1),
   ;
 
@@ -679,6 +690,17 @@ public enum ErrorReason
    * <code>PROTOCOL_VIOLATION = 39;</code>
    */
   public static final int PROTOCOL_VIOLATION_VALUE = 39;
+  /**
+   * <pre>
+   * Detected by the client SDKs, never sent by the server: an argument only the SDK uses cannot be
+   * used: a client setting (an empty address, a client certificate without its key, a token with
+   * whitespace, a negative deadline or view cache size) or an unknown tool format (code
+   * INVALID_ARGUMENT).
+   * </pre>
+   *
+   * <code>INVALID_CLIENT_ARGUMENT = 40;</code>
+   */
+  public static final int INVALID_CLIENT_ARGUMENT_VALUE = 40;
 
 
   public final int getNumber() {
@@ -745,6 +767,7 @@ public enum ErrorReason
       case 37: return STREAM_ENDED_WITHOUT_RESULT;
       case 38: return RESULT_CHECKSUM_MISMATCH;
       case 39: return PROTOCOL_VIOLATION;
+      case 40: return INVALID_CLIENT_ARGUMENT;
       default: return null;
     }
   }

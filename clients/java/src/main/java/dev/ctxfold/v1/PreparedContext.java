@@ -132,7 +132,8 @@ private static final long serialVersionUID = 0L;
   private long estimatedTokens_ = 0L;
   /**
    * <pre>
-   * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated.
+   * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
+   * figure the trigger and the hard ceiling are compared with.
    * </pre>
    *
    * <code>int64 estimated_tokens = 2;</code>
@@ -611,6 +612,23 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int ESTIMATED_INPUT_TOKENS_FIELD_NUMBER = 18;
+  private long estimatedInputTokens_ = 0L;
+  /**
+   * <pre>
+   * Estimated input tokens of the request: `estimated_tokens` without the reserved
+   * max_output_tokens (messages, overheads and tools, calibrated). The figure to compare with the
+   * input tokens a provider reports, or to stand in for them.
+   * </pre>
+   *
+   * <code>int64 estimated_input_tokens = 18;</code>
+   * @return The estimatedInputTokens.
+   */
+  @java.lang.Override
+  public long getEstimatedInputTokens() {
+    return estimatedInputTokens_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -675,6 +693,9 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(foldedResultsRef_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 17, foldedResultsRef_);
+    }
+    if (estimatedInputTokens_ != 0L) {
+      output.writeInt64(18, estimatedInputTokens_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -753,6 +774,10 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(foldedResultsRef_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(17, foldedResultsRef_);
     }
+    if (estimatedInputTokens_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt64Size(18, estimatedInputTokens_);
+    }
     return size;
   }
   @java.lang.Override
@@ -808,6 +833,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getCandidateSummary())) return false;
     if (!getFoldedResultsRef()
         .equals(other.getFoldedResultsRef())) return false;
+    if (getEstimatedInputTokens()
+        != other.getEstimatedInputTokens()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -864,6 +891,9 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getCandidateSummary().hashCode();
     hash = (37 * hash) + FOLDED_RESULTS_REF_FIELD_NUMBER;
     hash = (53 * hash) + getFoldedResultsRef().hashCode();
+    hash = (37 * hash) + ESTIMATED_INPUT_TOKENS_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getEstimatedInputTokens());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -1028,6 +1058,7 @@ private static final long serialVersionUID = 0L;
       notFoldedDetail_ = "";
       candidateSummary_ = "";
       foldedResultsRef_ = "";
+      estimatedInputTokens_ = 0L;
       return this;
     }
 
@@ -1127,6 +1158,9 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00010000) != 0)) {
         result.foldedResultsRef_ = foldedResultsRef_;
+      }
+      if (((from_bitField0_ & 0x00020000) != 0)) {
+        result.estimatedInputTokens_ = estimatedInputTokens_;
       }
     }
 
@@ -1248,6 +1282,9 @@ private static final long serialVersionUID = 0L;
         foldedResultsRef_ = other.foldedResultsRef_;
         bitField0_ |= 0x00010000;
         onChanged();
+      }
+      if (other.getEstimatedInputTokens() != 0L) {
+        setEstimatedInputTokens(other.getEstimatedInputTokens());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -1374,6 +1411,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00010000;
               break;
             } // case 138
+            case 144: {
+              estimatedInputTokens_ = input.readInt64();
+              bitField0_ |= 0x00020000;
+              break;
+            } // case 144
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1718,7 +1760,8 @@ private static final long serialVersionUID = 0L;
     private long estimatedTokens_ ;
     /**
      * <pre>
-     * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated.
+     * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
+     * figure the trigger and the hard ceiling are compared with.
      * </pre>
      *
      * <code>int64 estimated_tokens = 2;</code>
@@ -1730,7 +1773,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated.
+     * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
+     * figure the trigger and the hard ceiling are compared with.
      * </pre>
      *
      * <code>int64 estimated_tokens = 2;</code>
@@ -1746,7 +1790,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated.
+     * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
+     * figure the trigger and the hard ceiling are compared with.
      * </pre>
      *
      * <code>int64 estimated_tokens = 2;</code>
@@ -3011,6 +3056,56 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       foldedResultsRef_ = value;
       bitField0_ |= 0x00010000;
+      onChanged();
+      return this;
+    }
+
+    private long estimatedInputTokens_ ;
+    /**
+     * <pre>
+     * Estimated input tokens of the request: `estimated_tokens` without the reserved
+     * max_output_tokens (messages, overheads and tools, calibrated). The figure to compare with the
+     * input tokens a provider reports, or to stand in for them.
+     * </pre>
+     *
+     * <code>int64 estimated_input_tokens = 18;</code>
+     * @return The estimatedInputTokens.
+     */
+    @java.lang.Override
+    public long getEstimatedInputTokens() {
+      return estimatedInputTokens_;
+    }
+    /**
+     * <pre>
+     * Estimated input tokens of the request: `estimated_tokens` without the reserved
+     * max_output_tokens (messages, overheads and tools, calibrated). The figure to compare with the
+     * input tokens a provider reports, or to stand in for them.
+     * </pre>
+     *
+     * <code>int64 estimated_input_tokens = 18;</code>
+     * @param value The estimatedInputTokens to set.
+     * @return This builder for chaining.
+     */
+    public Builder setEstimatedInputTokens(long value) {
+
+      estimatedInputTokens_ = value;
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Estimated input tokens of the request: `estimated_tokens` without the reserved
+     * max_output_tokens (messages, overheads and tools, calibrated). The figure to compare with the
+     * input tokens a provider reports, or to stand in for them.
+     * </pre>
+     *
+     * <code>int64 estimated_input_tokens = 18;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearEstimatedInputTokens() {
+      bitField0_ = (bitField0_ & ~0x00020000);
+      estimatedInputTokens_ = 0L;
       onChanged();
       return this;
     }

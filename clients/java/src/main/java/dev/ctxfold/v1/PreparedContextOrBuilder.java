@@ -61,7 +61,8 @@ public interface PreparedContextOrBuilder extends
 
   /**
    * <pre>
-   * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated.
+   * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
+   * figure the trigger and the hard ceiling are compared with.
    * </pre>
    *
    * <code>int64 estimated_tokens = 2;</code>
@@ -333,4 +334,16 @@ public interface PreparedContextOrBuilder extends
    */
   com.google.protobuf.ByteString
       getFoldedResultsRefBytes();
+
+  /**
+   * <pre>
+   * Estimated input tokens of the request: `estimated_tokens` without the reserved
+   * max_output_tokens (messages, overheads and tools, calibrated). The figure to compare with the
+   * input tokens a provider reports, or to stand in for them.
+   * </pre>
+   *
+   * <code>int64 estimated_input_tokens = 18;</code>
+   * @return The estimatedInputTokens.
+   */
+  long getEstimatedInputTokens();
 }

@@ -16,18 +16,15 @@ import dev.ctxfold.v1.ContextServiceGrpc;
 import dev.ctxfold.v1.ErrorReason;
 import dev.ctxfold.v1.ForkRequest;
 import dev.ctxfold.v1.ForkResponse;
-import dev.ctxfold.v1.FoldProgress;
 import dev.ctxfold.v1.FoldStage;
 import dev.ctxfold.v1.GetSessionRequest;
 import dev.ctxfold.v1.GetSessionResponse;
 import dev.ctxfold.v1.ListSessionsRequest;
 import dev.ctxfold.v1.ListSessionsResponse;
-import dev.ctxfold.v1.Message;
 import dev.ctxfold.v1.PrepareRequest;
 import dev.ctxfold.v1.PrepareResponse;
 import dev.ctxfold.v1.ReadToolResultRequest;
 import dev.ctxfold.v1.ReadToolResultResponse;
-import dev.ctxfold.v1.Session;
 import io.grpc.Context;
 import io.grpc.Grpc;
 import io.grpc.InsecureServerCredentials;
@@ -95,7 +92,7 @@ class ClientUnitTest {
         return;
       }
       out.onNext(GetSessionResponse.newBuilder()
-          .setSession(Session.newBuilder().setId(request.getSessionId())).build());
+          .setSession(dev.ctxfold.v1.Session.newBuilder().setId(request.getSessionId())).build());
       out.onCompleted();
     }
 
@@ -104,7 +101,7 @@ class ClientUnitTest {
       int page = request.getPageToken().isEmpty() ? 0 : Integer.parseInt(request.getPageToken());
       ListSessionsResponse.Builder r = ListSessionsResponse.newBuilder();
       for (int i = 0; i < 2; i++) {
-        r.addSessions(Session.newBuilder().setId("s" + (page * 2 + i)));
+        r.addSessions(dev.ctxfold.v1.Session.newBuilder().setId("s" + (page * 2 + i)));
       }
       if (page < 2) {
         r.setNextPageToken(Integer.toString(loopPageTokens ? 1 : page + 1));
@@ -123,7 +120,7 @@ class ClientUnitTest {
     @Override
     public void fork(ForkRequest request, StreamObserver<ForkResponse> out) {
       forks.add(request);
-      out.onNext(ForkResponse.newBuilder().setSession(Session.newBuilder().setId("fork")).build());
+      out.onNext(ForkResponse.newBuilder().setSession(dev.ctxfold.v1.Session.newBuilder().setId("fork")).build());
       out.onCompleted();
     }
 
@@ -187,20 +184,20 @@ class ClientUnitTest {
   }
 
   private static PrepareResponse progress(FoldStage stage) {
-    return PrepareResponse.newBuilder().setProgress(FoldProgress.newBuilder().setStage(stage)).build();
+    return PrepareResponse.newBuilder().setProgress(dev.ctxfold.v1.FoldProgress.newBuilder().setStage(stage)).build();
   }
 
   private static PrepareResponse result(long version, boolean delta, long count, String... contents) {
     dev.ctxfold.v1.PreparedContext.Builder r = dev.ctxfold.v1.PreparedContext.newBuilder()
         .setViewVersion(version).setDelta(delta).setViewMessageCount(count);
     for (String c : contents) {
-      r.addMessages(Messages.user(c));
+      r.addMessages(Messages.user(c).toProto());
     }
     return PrepareResponse.newBuilder().setResult(r).build();
   }
 
   private static List<String> contents(List<Message> messages) {
-    return messages.stream().map(Message::getContent).collect(Collectors.toList());
+    return messages.stream().map(Message::content).collect(Collectors.toList());
   }
 
   // ---- metadata -------------------------------------------------------------------------------
@@ -242,7 +239,8 @@ class ClientUnitTest {
       client().withTraceparent(explicit).getSession("s1");
     }
     assertEquals(List.of(explicit), iterable(headers.get(0).getAll(TRACEPARENT)));
-    assertThrows(IllegalArgumentException.class, () -> client().withTraceparent("not-a-traceparent"));
+    CtxfoldException bad = assertThrows(CtxfoldException.class, () -> client().withTraceparent("not-a-traceparent"));
+    assertTrue(bad.is(ErrorReason.INVALID_CLIENT_ARGUMENT));
   }
 
   private static List<String> iterable(Iterable<String> values) {
@@ -334,7 +332,7 @@ class ClientUnitTest {
     List<FoldStage> seen = new ArrayList<>();
     View first = c.prepare("s1", PrepareOptions.builder()
         .append(Messages.user("a"))
-        .onProgress(p -> seen.add(p.getStage()))
+        .onProgress(p -> seen.add(p.stage()))
         .build());
     assertEquals(List.of(FoldStage.FOLD_STAGE_PLANNED, FoldStage.FOLD_STAGE_PASS_COMMITTED), seen);
     assertEquals(2, first.progress().size());
@@ -413,7 +411,7 @@ class ClientUnitTest {
   void pagedIteratesAllPagesLazily() {
     Paged<Session> all = client().listSessions(2);
     assertEquals(List.of("s0", "s1", "s2", "s3", "s4", "s5"),
-        all.stream().map(Session::getId).collect(Collectors.toList()));
+        all.stream().map(Session::id).collect(Collectors.toList()));
     assertEquals(3, headers.size(), "three pages");
     int pages = 0;
     for (Paged.Page<Session> page : all.pages()) {
@@ -422,7 +420,7 @@ class ClientUnitTest {
     }
     assertEquals(3, pages);
     headers.clear();
-    assertEquals("s0", client().listSessions().iterator().next().getId());
+    assertEquals("s0", client().listSessions().iterator().next().id());
     assertEquals(1, headers.size(), "only the first page is fetched");
   }
 
@@ -465,12 +463,37 @@ class ClientUnitTest {
   }
 
   @Test
+  void clientSettingsAndArgumentsAreRefusedBeforeAnyCall() {
+    for (org.junit.jupiter.api.function.Executable bad : List.<org.junit.jupiter.api.function.Executable>of(
+        () -> CtxfoldClient.builder().build(),
+        () -> CtxfoldClient.builder().bearerToken("two words"),
+        () -> CtxfoldClient.builder().maxCachedViews(-1),
+        () -> CtxfoldClient.builder().unaryDeadline(Duration.ZERO),
+        () -> ToolFormat.of("openai_chat_v2"))) {
+      CtxfoldException e = assertThrows(CtxfoldException.class, bad);
+      assertTrue(e.is(ErrorReason.INVALID_CLIENT_ARGUMENT) && CtxfoldException.CLIENT_DOMAIN.equals(e.domain()), e.toString());
+    }
+    CtxfoldClient c = client();
+    assertTrue(assertThrows(CtxfoldException.class, () -> c.listSessions(1001).toList()).is(ErrorReason.INVALID_PAGE_SIZE));
+    assertTrue(assertThrows(CtxfoldException.class, () -> c.getSession("")).is(ErrorReason.SESSION_ID_REQUIRED));
+    assertTrue(assertThrows(CtxfoldException.class, () -> c.readToolResult("s1", "tr_1", 3)).is(ErrorReason.LIMIT_OUT_OF_RANGE));
+    assertTrue(assertThrows(CtxfoldException.class, () -> c.readToolResultOfCall("s1", "", 4096))
+        .is(ErrorReason.RESULT_REF_REQUIRED));
+    assertTrue(assertThrows(CtxfoldException.class, () -> c.rewind("s1", -1)).is(ErrorReason.SEQ_OUT_OF_RANGE));
+    assertTrue(assertThrows(CtxfoldException.class, () -> c.retry("s1", 0)).is(ErrorReason.SEQ_OUT_OF_RANGE));
+    assertTrue(assertThrows(CtxfoldException.class, () -> CompactOptions.builder().keepTokens(-1))
+        .is(ErrorReason.INVALID_REQUEST));
+    assertTrue(forks.isEmpty() && prepares.isEmpty(), "nothing reached the server");
+  }
+
+  @Test
   void forkAtHeadIsExplicit() {
     CtxfoldClient c = client();
     c.forkAtHead("s1");
     c.fork("s1", 3);
     assertEquals(List.of(0L, 3L), forks.stream().map(ForkRequest::getAtSeq).collect(Collectors.toList()));
-    assertThrows(IllegalArgumentException.class, () -> c.fork("s1", 0));
+    CtxfoldException zero = assertThrows(CtxfoldException.class, () -> c.fork("s1", 0));
+    assertTrue(zero.is(ErrorReason.SEQ_OUT_OF_RANGE), "a seq of 0 is never the head");
   }
 
   @Test
@@ -480,7 +503,7 @@ class ClientUnitTest {
     fake.prepareScripts.add(List.of(result(11, true, 3, "c")));
     List<FoldStage> seen = new CopyOnWriteArrayList<>();
     CompletableFuture<View> first = c.async().prepare("s1",
-        PrepareOptions.builder().onProgress(p -> seen.add(p.getStage())).build());
+        PrepareOptions.builder().onProgress(p -> seen.add(p.stage())).build());
     assertEquals(List.of("a", "b"), contents(first.join().messages()));
     assertEquals(List.of(FoldStage.FOLD_STAGE_PLANNED), seen);
     View second = c.prepare("s1", Messages.user("c"));
@@ -498,12 +521,12 @@ class ClientUnitTest {
   void prepareEventsStreamProgressThenTheResult() {
     fake.prepareScript = List.of(progress(FoldStage.FOLD_STAGE_PLANNED),
         progress(FoldStage.FOLD_STAGE_PASS_COMMITTED), result(10, false, 1, "a"));
-    List<FoldEvent> events;
-    try (var stream = client().prepareEvents("s1", PrepareOptions.defaults())) {
-      events = stream.collect(Collectors.toList());
+    List<FoldEvent> events = new ArrayList<>();
+    for (FoldEvent event : client().prepareEvents("s1", PrepareOptions.defaults())) { // no cast, no close
+      events.add(event);
     }
     assertEquals(3, events.size());
-    assertEquals(FoldStage.FOLD_STAGE_PLANNED, ((FoldEvent.Progress) events.get(0)).progress().getStage());
+    assertEquals(FoldStage.FOLD_STAGE_PLANNED, ((FoldEvent.Progress) events.get(0)).progress().stage());
     assertEquals(List.of("a"), contents(((FoldEvent.Result) events.get(2)).view().messages()));
   }
 
@@ -520,7 +543,7 @@ class ClientUnitTest {
 
       @Override
       public void onNext(FoldEvent item) {
-        seen.add(item instanceof FoldEvent.Progress p ? p.progress().getStage() : "result");
+        seen.add(item instanceof FoldEvent.Progress p ? p.progress().stage() : "result");
       }
 
       @Override

@@ -105,6 +105,18 @@ final class Conformance {
     if (value instanceof MessageOrBuilder) {
       return canonical((MessageOrBuilder) value);
     }
+    if (value instanceof Session session) {
+      return canonical(session.toProto());
+    }
+    if (value instanceof Message message) {
+      return canonical(message.toProto());
+    }
+    if (value instanceof Checkpoint checkpoint) {
+      return canonical(checkpoint.toProto());
+    }
+    if (value instanceof FoldProgress progress) {
+      return canonical(progress.toProto());
+    }
     if (value instanceof List) {
       List<Object> out = new ArrayList<>();
       for (Object item : (List<?>) value) {
@@ -175,6 +187,9 @@ final class Conformance {
       }
       if (map.containsKey("$json")) {
         return JSON.toJson(resolve(map.get("$json"), saved));
+      }
+      if (map.containsKey("$tool_definitions")) {
+        return ModelTools.definitions(ToolFormat.of((String) map.get("$tool_definitions")));
       }
       Map<String, Object> out = new LinkedHashMap<>();
       map.forEach((k, v) -> out.put(String.valueOf(k), resolve(v, saved)));

@@ -7,7 +7,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import dev.ctxfold.v1.ErrorReason;
-import dev.ctxfold.v1.Session;
 import io.grpc.Status;
 import java.io.File;
 import java.io.IOException;
@@ -49,13 +48,13 @@ class SecurityEndToEndTest {
       assertEquals(Status.Code.UNAUTHENTICATED, bad.code());
 
       Session mine = alpha.createSession(SessionSettings.builder().contextWindow(8_000).build());
-      alpha.prepare(mine.getId(), Messages.user("secret plans"));
-      assertEquals(mine.getId(), alpha.getSession(mine.getId()).getId());
+      alpha.prepare(mine.id(), Messages.user("secret plans"));
+      assertEquals(mine.id(), alpha.getSession(mine.id()).id());
 
-      CtxfoldException hidden = assertThrows(CtxfoldException.class, () -> beta.getSession(mine.getId()));
+      CtxfoldException hidden = assertThrows(CtxfoldException.class, () -> beta.getSession(mine.id()));
       assertEquals(ErrorReason.SESSION_NOT_FOUND, hidden.errorReason(), "another tenant's session does not exist");
-      assertFalse(beta.listSessions().stream().anyMatch(s -> s.getId().equals(mine.getId())));
-      assertTrue(alpha.listSessions().stream().anyMatch(s -> s.getId().equals(mine.getId())));
+      assertFalse(beta.listSessions().stream().anyMatch(s -> s.id().equals(mine.id())));
+      assertTrue(alpha.listSessions().stream().anyMatch(s -> s.id().equals(mine.id())));
     }
   }
 
@@ -83,9 +82,9 @@ class SecurityEndToEndTest {
             .build()) {
       EndToEndTest.awaitReady(mtls);
       Session s = mtls.createSession(SessionSettings.builder().contextWindow(8_000).build());
-      assertEquals(1, mtls.prepare(s.getId(), Messages.user("over TLS")).messages().size());
+      assertEquals(1, mtls.prepare(s.id(), Messages.user("over TLS")).messages().size());
 
-      CtxfoldException refused = assertThrows(CtxfoldException.class, () -> noClientCert.getSession(s.getId()));
+      CtxfoldException refused = assertThrows(CtxfoldException.class, () -> noClientCert.getSession(s.id()));
       assertEquals(Status.Code.UNAVAILABLE, refused.code(), refused.toString());
     }
   }

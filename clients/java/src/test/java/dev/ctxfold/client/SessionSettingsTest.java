@@ -8,6 +8,41 @@ import java.time.Duration;
 import org.junit.jupiter.api.Test;
 
 class SessionSettingsTest {
+  /** A setting out of its documented range: INVALID_CONFIG in the client domain, naming the field as the proto does. */
+  private static void refused(String field, org.junit.jupiter.api.function.Executable build) {
+    CtxfoldException e = assertThrows(CtxfoldException.class, build);
+    assertTrue(e.is(dev.ctxfold.v1.ErrorReason.INVALID_CONFIG), e.toString());
+    assertEquals(CtxfoldException.CLIENT_DOMAIN, e.domain());
+    assertEquals(field, e.metadata().get("field"));
+  }
+
+  @Test
+  void toolsAreWrittenInTheOneJsonForm() {
+    java.util.Map<String, Object> parameters = new java.util.LinkedHashMap<>();
+    parameters.put("type", "object");
+    parameters.put("minimum", 1.0);
+    java.util.Map<String, Object> tool = new java.util.LinkedHashMap<>();
+    tool.put("name", "f");
+    tool.put("description", "<é> & 'x' = \u2028");
+    tool.put("parameters", parameters);
+    String written = "[{\"name\":\"f\",\"description\":\"<é> & 'x' = \u2028\",\"parameters\":{\"type\":\"object\",\"minimum\":1}}]";
+    assertEquals(written, SessionSettings.builder().contextWindow(8_000).tools(java.util.List.of(tool)).build().toolsJson());
+    assertEquals(written, SessionSettings.builder().contextWindow(8_000)
+        .toolsJson("[ {\"name\": \"f\", \"description\": \"\\u003c\\u00e9> \\u0026 \\u0027x\\u0027 \\u003d \\u2028\","
+            + " \"parameters\": {\"type\": \"object\", \"minimum\": 1.0}} ]").build().toolsJson());
+  }
+
+  @Test
+  void numbersAreWrittenAsJavaScriptWritesThem() {
+    String[][] cases = {{"1.0", "1"}, {"0.5", "0.5"}, {"1e-7", "1e-7"}, {"1E-6", "0.000001"}, {"1.5e-6", "0.0000015"},
+        {"1e21", "1e+21"}, {"1e20", "100000000000000000000"}, {"1e16", "10000000000000000"}, {"-2.5", "-2.5"},
+        {"5e-324", "5e-324"}, {"-0", "0"}, {"0.30000000000000004", "0.30000000000000004"}, {"1e2", "100"}};
+    for (String[] c : cases) {
+      assertEquals(c[1], JsonText.normalize(c[0]), c[0]);
+    }
+    assertEquals("\"\\ud83d\"", JsonText.write("\ud83d"), "a lone surrogate is escaped, as JSON.stringify does");
+  }
+
   @Test
   void buildsTheWireMessage() {
     SessionSettings config = SessionSettings.builder()
@@ -50,12 +85,14 @@ class SessionSettingsTest {
 
   @Test
   void validatesEarly() {
-    assertThrows(IllegalStateException.class, () -> SessionSettings.builder().build());
-    assertThrows(IllegalArgumentException.class, () -> SessionSettings.builder().contextWindow(0));
-    assertThrows(IllegalArgumentException.class, () -> SessionSettings.builder().compactRatio(0.99));
-    assertThrows(IllegalArgumentException.class, () -> SessionSettings.builder().tailRatio(0));
-    assertThrows(IllegalArgumentException.class, () -> SessionSettings.builder().toolContentMaxBytes(100));
-    assertThrows(IllegalArgumentException.class, () -> SessionSettings.builder().maxOutputTokens(-1));
+    refused("context_window", () -> SessionSettings.builder().build());
+    refused("context_window", () -> SessionSettings.builder().contextWindow(-1));
+    refused("compact_ratio", () -> SessionSettings.builder().compactRatio(0.99));
+    refused("tail_ratio", () -> SessionSettings.builder().tailRatio(0));
+    refused("tool_content_max_bytes", () -> SessionSettings.builder().toolContentMaxBytes(100));
+    refused("max_output_tokens", () -> SessionSettings.builder().maxOutputTokens(-1));
+    refused("cache_ttl_seconds", () -> SessionSettings.builder().cacheTtl(Duration.ofSeconds(-1)));
+    refused("tools_json", () -> SessionSettings.builder().toolsJson("[{"));
     assertThrows(NullPointerException.class, () -> SessionSettings.builder().systemPrompt(null));
   }
 
@@ -69,13 +106,19 @@ class SessionSettingsTest {
 
   @Test
   void messageFactories() {
-    assertEquals(dev.ctxfold.v1.Role.ROLE_USER, Messages.user("u").getRole());
-    assertEquals(dev.ctxfold.v1.Role.ROLE_SYSTEM, Messages.system("s").getRole());
-    dev.ctxfold.v1.Message call = Messages.assistant("", Messages.toolCall("c1", "ls", "{}"));
-    assertEquals("c1", call.getToolCalls(0).getId());
-    dev.ctxfold.v1.Message result = Messages.toolResult("c1", "out");
-    assertEquals(dev.ctxfold.v1.Role.ROLE_TOOL, result.getRole());
-    assertEquals("c1", result.getToolCallId());
-    assertTrue(Messages.pinned(Messages.user("keep")).getPinned());
+    assertEquals(dev.ctxfold.v1.Role.ROLE_USER, Messages.user("u").role());
+    assertEquals(dev.ctxfold.v1.Role.ROLE_SYSTEM, Messages.system("s").role());
+    Message call = Messages.assistant("", Messages.toolCall("c1", "ls", "{}"));
+    assertEquals("c1", call.toolCalls().get(0).id());
+    Message result = Messages.toolResult("c1", "out");
+    assertEquals(dev.ctxfold.v1.Role.ROLE_TOOL, result.role());
+    assertEquals("c1", result.toolCallId());
+    assertTrue(Messages.pinned(Messages.user("keep")).pinned());
+    java.util.Map<String, Object> arguments = new java.util.LinkedHashMap<>();
+    arguments.put("b", 1.0);
+    arguments.put("a", "<");
+    assertEquals("{\"b\":1,\"a\":\"<\"}", Messages.toolCall("c2", "f", arguments).arguments(),
+        "object arguments are written as every SDK writes JSON");
+    assertEquals(Messages.user("u"), Message.fromProto(Messages.user("u").toProto()), "a message round-trips its proto");
   }
 }

@@ -1,18 +1,13 @@
 package dev.ctxfold.client;
 
-import dev.ctxfold.v1.Checkpoint;
-import dev.ctxfold.v1.Message;
-import dev.ctxfold.v1.Session;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.Flow;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
-import java.util.stream.Stream;
 import java.util.stream.StreamSupport;
 
 /**
@@ -43,7 +38,7 @@ interface Surface {
 
   UsageResult observeUsage(String id, long viewVersion, Usage usage);
 
-  Map<String, Object> getContextState(String id);
+  ContextState getContextState(String id);
 
   Session forkAtHead(String id, SessionSettings overrides);
 
@@ -86,7 +81,7 @@ interface Surface {
       public View compact(String id, CompactOptions o) { return c.compact(id, o); }
       public List<FoldEvent> compactEvents(String id, CompactOptions o) { return drain(c.compactEvents(id, o)); }
       public UsageResult observeUsage(String id, long v, Usage u) { return c.observeUsage(id, v, u); }
-      public Map<String, Object> getContextState(String id) { return c.getContextState(id); }
+      public ContextState getContextState(String id) { return c.getContextState(id); }
       public Session forkAtHead(String id, SessionSettings o) { return c.forkAtHead(id, o); }
       public Session fork(String id, long at, SessionSettings o) { return c.fork(id, at, o); }
       public Session rewind(String id, long to) { return c.rewind(id, to); }
@@ -108,10 +103,12 @@ interface Surface {
     };
   }
 
-  private static List<FoldEvent> drain(Stream<FoldEvent> events) {
-    try (events) {
-      return events.collect(Collectors.toList());
+  private static List<FoldEvent> drain(FoldEvents events) {
+    List<FoldEvent> all = new ArrayList<>();
+    for (FoldEvent event : events) {
+      all.add(event);
     }
+    return all;
   }
 
   /** A future's value, its failure rethrown as the CtxfoldException it carries. */
@@ -151,7 +148,7 @@ interface Surface {
       public View compact(String id, CompactOptions o) { return join(c.compact(id, o)); }
       public List<FoldEvent> compactEvents(String id, CompactOptions o) { return collect(c.compactEvents(id, o)); }
       public UsageResult observeUsage(String id, long v, Usage u) { return join(c.observeUsage(id, v, u)); }
-      public Map<String, Object> getContextState(String id) { return join(c.getContextState(id)); }
+      public ContextState getContextState(String id) { return join(c.getContextState(id)); }
       public Session forkAtHead(String id, SessionSettings o) { return join(c.forkAtHead(id, o)); }
       public Session fork(String id, long at, SessionSettings o) { return join(c.fork(id, at, o)); }
       public Session rewind(String id, long to) { return join(c.rewind(id, to)); }

@@ -1,6 +1,5 @@
 package dev.ctxfold.client;
 
-import dev.ctxfold.v1.Message;
 import dev.ctxfold.v1.PreparedContext;
 import java.util.List;
 
@@ -10,11 +9,11 @@ public final class ViewsForTests {
 
   public static View of(long stablePrefixMessages, String promptCacheKey, Message... messages) {
     PreparedContext proto = PreparedContext.newBuilder()
-        .addAllMessages(List.of(messages))
+        .addAllMessages(Message.toProto(List.of(messages)))
         .setViewMessageCount(messages.length)
         .setStablePrefixMessages(stablePrefixMessages)
         .setPromptCacheKey(promptCacheKey)
         .build();
-    return new View(proto, proto.getMessagesList(), List.of());
+    return new View(proto, List.of(messages), List.of());
   }
 }

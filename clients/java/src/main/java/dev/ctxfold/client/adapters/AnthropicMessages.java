@@ -2,9 +2,12 @@ package dev.ctxfold.client.adapters;
 
 import dev.ctxfold.client.Usage;
 import dev.ctxfold.client.View;
-import dev.ctxfold.v1.Message;
+import dev.ctxfold.client.Message;
+import dev.ctxfold.client.Messages;
+import dev.ctxfold.client.ModelTools;
+import dev.ctxfold.client.ToolFormat;
 import dev.ctxfold.v1.Role;
-import dev.ctxfold.v1.ToolCall;
+import dev.ctxfold.client.ToolCall;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -29,10 +32,18 @@ public final class AnthropicMessages {
    * user turn); empty text is left out. The last block of the view's stable prefix
    * ({@link View#stablePrefixMessages()} messages) gets {@code cache_control: {"type": "ephemeral"}},
    * so the provider caches what the next request repeats. Thinking is not sent back (its signature
-   * is not kept in the transcript). A mutable map: add {@code model}, {@code max_tokens},
-   * {@code tools}.
+   * is not kept in the transcript). A mutable map: add {@code model}, {@code max_tokens}.
    */
   public static Map<String, Object> request(View view) {
+    return request(view, List.of());
+  }
+
+  /**
+   * As {@link #request(View)}, offering the session's {@code tools} (Messages format, JSON-shaped
+   * values) and the {@code read_tool_result} definition when the view hides a result and they lack
+   * it ({@link ModelTools#offered}).
+   */
+  public static Map<String, Object> request(View view, List<?> tools) {
     List<Message> messages = view.messages();
     List<Map<String, Object>> system = new ArrayList<>();
     List<Map<String, Object>> turns = new ArrayList<>();
@@ -40,12 +51,12 @@ public final class AnthropicMessages {
     for (int i = 0; i < messages.size(); i++) {
       Message m = messages.get(i);
       List<Map<String, Object>> blocks;
-      if (i == 0 && m.getRole() == Role.ROLE_SYSTEM) {
-        blocks = List.of(text(m.getContent()));
+      if (i == 0 && m.role() == Role.ROLE_SYSTEM) {
+        blocks = List.of(text(m.content()));
         system = blocks;
       } else {
         blocks = blocks(m);
-        String role = m.getRole() == Role.ROLE_ASSISTANT ? "assistant" : "user";
+        String role = m.role() == Role.ROLE_ASSISTANT ? "assistant" : "user";
         Map<String, Object> last = turns.isEmpty() ? null : turns.get(turns.size() - 1);
         if (!blocks.isEmpty() && last != null && role.equals(last.get("role"))) {
           content(last).addAll(blocks);
@@ -68,6 +79,10 @@ public final class AnthropicMessages {
       request.put("system", new ArrayList<>(system));
     }
     request.put("messages", turns);
+    List<Object> offered = ModelTools.offered(tools, view, ToolFormat.ANTHROPIC);
+    if (!offered.isEmpty()) {
+      request.put("tools", offered);
+    }
     return request;
   }
 
@@ -85,22 +100,22 @@ public final class AnthropicMessages {
 
   private static List<Map<String, Object>> blocks(Message m) {
     List<Map<String, Object>> blocks = new ArrayList<>();
-    if (m.getRole() == Role.ROLE_TOOL) {
+    if (m.role() == Role.ROLE_TOOL) {
       Map<String, Object> result = new LinkedHashMap<>();
       result.put("type", "tool_result");
-      result.put("tool_use_id", m.getToolCallId());
-      result.put("content", m.getContent());
+      result.put("tool_use_id", m.toolCallId());
+      result.put("content", m.content());
       blocks.add(result);
       return blocks;
     }
-    if (!m.getContent().isEmpty()) {
-      blocks.add(text(m.getContent()));
+    if (!m.content().isEmpty()) {
+      blocks.add(text(m.content()));
     }
-    for (ToolCall call : m.getToolCallsList()) {
+    for (ToolCall call : m.toolCalls()) {
       Map<String, Object> use = new LinkedHashMap<>();
       use.put("type", "tool_use");
-      use.put("id", call.getId());
-      use.put("name", call.getName());
+      use.put("id", call.id());
+      use.put("name", call.name());
       use.put("input", input(call));
       blocks.add(use);
     }
@@ -109,14 +124,14 @@ public final class AnthropicMessages {
 
   /** A tool call's arguments as the tool_use input object (malformed arguments are refused). */
   private static Map<String, Object> input(ToolCall call) {
-    if (call.getArguments().isBlank()) {
+    if (call.arguments().isBlank()) {
       return new LinkedHashMap<>();
     }
     try {
-      return Json.parseObject(call.getArguments());
+      return Json.parseObject(call.arguments());
     } catch (RuntimeException e) {
-      throw new IllegalArgumentException("tool call " + call.getId() + " has arguments that are not a JSON object: "
-          + call.getArguments(), e);
+      throw Json.unconvertible("tool call " + call.id() + " has arguments that are not a JSON object: "
+          + call.arguments());
     }
   }
 
@@ -136,25 +151,23 @@ public final class AnthropicMessages {
   public static ProviderTurn response(Map<String, Object> response) {
     List<String> text = new ArrayList<>();
     List<String> thinking = new ArrayList<>();
-    Message.Builder out = Message.newBuilder().setRole(Role.ROLE_ASSISTANT);
+    List<ToolCall> calls = new ArrayList<>();
     for (Object entry : Json.list(response, "content")) {
       Map<String, Object> block = Json.asObject(entry);
       switch (Json.string(block, "type")) {
         case "text" -> text.add(Json.string(block, "text"));
         case "thinking" -> thinking.add(Json.string(block, "thinking"));
-        case "tool_use" -> out.addToolCalls(ToolCall.newBuilder()
-            .setId(Json.string(block, "id"))
-            .setName(Json.string(block, "name"))
-            .setArguments(Json.arguments(block.get("input"))));
+        case "tool_use" -> calls.add(
+            new ToolCall(Json.string(block, "id"), Json.string(block, "name"), Json.arguments(block.get("input"))));
         default -> {
           // redacted_thinking and server tool blocks have no ctxfold message form.
         }
       }
     }
-    out.setContent(Json.join(text)).setReasoningContent(Json.join(thinking));
+    Message answer = Messages.assistant(Json.join(text), calls).withReasoningContent(Json.join(thinking));
     Map<String, Object> usage = Json.object(response, "usage");
     long cacheRead = Json.number(usage, "cache_read_input_tokens");
-    return new ProviderTurn(List.of(out.build()), new Usage(
+    return new ProviderTurn(List.of(answer), new Usage(
         Json.number(usage, "input_tokens") + cacheRead + Json.number(usage, "cache_creation_input_tokens"),
         cacheRead,
         Json.number(usage, "output_tokens"),

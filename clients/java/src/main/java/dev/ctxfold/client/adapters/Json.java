@@ -4,6 +4,10 @@ import com.google.gson.Gson;
 import com.google.gson.GsonBuilder;
 import com.google.gson.ToNumberPolicy;
 import com.google.gson.reflect.TypeToken;
+import dev.ctxfold.client.CtxfoldException;
+import dev.ctxfold.client.JsonText;
+import dev.ctxfold.v1.ErrorReason;
+import io.grpc.Status;
 import java.util.List;
 import java.util.Map;
 
@@ -17,15 +21,22 @@ final class Json {
   private Json() {}
 
   static Map<String, Object> parseObject(String json) {
-    Map<String, Object> value = GSON.fromJson(json, new TypeToken<Map<String, Object>>() { }.getType());
+    Map<String, Object> value;
+    try {
+      value = GSON.fromJson(json, new TypeToken<Map<String, Object>>() { }.getType());
+    } catch (RuntimeException e) {
+      throw unconvertible("not a JSON object: " + e.getMessage());
+    }
     if (value == null) {
-      throw new IllegalArgumentException("not a JSON object: " + json);
+      throw unconvertible("not a JSON object: " + json);
     }
     return value;
   }
 
-  static String write(Object value) {
-    return GSON.toJson(value);
+  /** What an adapter throws for a message or response it cannot convert (clients/README.md). */
+  static CtxfoldException unconvertible(String message) {
+    return new CtxfoldException(Status.Code.INVALID_ARGUMENT, message, ErrorReason.INVALID_MESSAGE.name(),
+        CtxfoldException.CLIENT_DOMAIN, Map.of(), null, null);
   }
 
   @SuppressWarnings("unchecked")
@@ -60,11 +71,11 @@ final class Json {
     return String.join("\n", parts.stream().filter(p -> !p.isEmpty()).toList());
   }
 
-  /** A tool call's arguments as a JSON string: a string as it is, an object serialized. */
+  /** A tool call's arguments as a JSON string: a string as it is, an object written as {@link JsonText} writes. */
   static String arguments(Object value) {
     if (value == null) {
       return "{}";
     }
-    return value instanceof String ? (String) value : write(value);
+    return value instanceof String ? (String) value : JsonText.write(value);
   }
 }

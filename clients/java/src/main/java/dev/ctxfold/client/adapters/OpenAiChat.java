@@ -2,9 +2,12 @@ package dev.ctxfold.client.adapters;
 
 import dev.ctxfold.client.Usage;
 import dev.ctxfold.client.View;
-import dev.ctxfold.v1.Message;
+import dev.ctxfold.client.Message;
+import dev.ctxfold.client.Messages;
+import dev.ctxfold.client.ModelTools;
+import dev.ctxfold.client.ToolFormat;
 import dev.ctxfold.v1.Role;
-import dev.ctxfold.v1.ToolCall;
+import dev.ctxfold.client.ToolCall;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -28,20 +31,33 @@ public final class OpenAiChat {
   /**
    * The request body for the view: {@code messages} (roles one to one, system first as the view
    * has it; assistant {@code tool_calls} of type function; {@code tool} messages with
-   * {@code tool_call_id}) and {@code prompt_cache_key}. A mutable map: add {@code model},
-   * {@code tools} and other parameters.
+   * {@code tool_call_id}) and {@code prompt_cache_key}. A mutable map: add {@code model} and
+   * other parameters.
    */
   public static Map<String, Object> request(View view) {
-    return request(view, false);
+    return request(view, List.of(), false);
   }
 
   /**
-   * As {@link #request(View)}; with {@code includeReasoning}, assistant messages carry their
+   * As {@link #request(View)}, offering the session's {@code tools} (Chat format, JSON-shaped
+   * values) and the {@code read_tool_result} definition when the view hides a result and they lack
+   * it ({@link ModelTools#offered}).
+   */
+  public static Map<String, Object> request(View view, List<?> tools) {
+    return request(view, tools, false);
+  }
+
+  /**
+   * As {@link #request(View, List)}; with {@code includeReasoning}, assistant messages carry their
    * {@code reasoning_content} (for the OpenAI-compatible providers that take it back).
    */
-  public static Map<String, Object> request(View view, boolean includeReasoning) {
+  public static Map<String, Object> request(View view, List<?> tools, boolean includeReasoning) {
     Map<String, Object> request = new LinkedHashMap<>();
     request.put("messages", messages(view.messages(), includeReasoning));
+    List<Object> offered = ModelTools.offered(tools, view, ToolFormat.OPENAI_CHAT);
+    if (!offered.isEmpty()) {
+      request.put("tools", offered);
+    }
     if (!view.promptCacheKey().isEmpty()) {
       request.put("prompt_cache_key", view.promptCacheKey());
     }
@@ -59,34 +75,34 @@ public final class OpenAiChat {
 
   private static Map<String, Object> message(Message m, boolean includeReasoning) {
     Map<String, Object> out = new LinkedHashMap<>();
-    out.put("role", role(m.getRole()));
-    if (m.getRole() == Role.ROLE_TOOL) {
-      out.put("tool_call_id", m.getToolCallId());
-      out.put("content", m.getContent());
+    out.put("role", role(m.role()));
+    if (m.role() == Role.ROLE_TOOL) {
+      out.put("tool_call_id", m.toolCallId());
+      out.put("content", m.content());
       return out;
     }
-    if (m.getToolCallsCount() > 0) {
-      out.put("content", m.getContent().isEmpty() ? null : m.getContent());
+    if (!m.toolCalls().isEmpty()) {
+      out.put("content", m.content().isEmpty() ? null : m.content());
       List<Map<String, Object>> calls = new ArrayList<>();
-      for (ToolCall call : m.getToolCallsList()) {
+      for (ToolCall call : m.toolCalls()) {
         Map<String, Object> function = new LinkedHashMap<>();
-        function.put("name", call.getName());
-        function.put("arguments", call.getArguments());
+        function.put("name", call.name());
+        function.put("arguments", call.arguments());
         Map<String, Object> entry = new LinkedHashMap<>();
-        entry.put("id", call.getId());
+        entry.put("id", call.id());
         entry.put("type", "function");
         entry.put("function", function);
         calls.add(entry);
       }
       out.put("tool_calls", calls);
     } else {
-      out.put("content", m.getContent());
+      out.put("content", m.content());
     }
-    if (includeReasoning && !m.getReasoningContent().isEmpty()) {
-      out.put("reasoning_content", m.getReasoningContent());
+    if (includeReasoning && !m.reasoningContent().isEmpty()) {
+      out.put("reasoning_content", m.reasoningContent());
     }
-    if (!m.getName().isEmpty()) {
-      out.put("name", m.getName());
+    if (!m.name().isEmpty()) {
+      out.put("name", m.name());
     }
     return out;
   }
@@ -97,14 +113,16 @@ public final class OpenAiChat {
       case ROLE_USER -> "user";
       case ROLE_ASSISTANT -> "assistant";
       case ROLE_TOOL -> "tool";
-      default -> throw new IllegalArgumentException("a view message has no role: " + role);
+      default -> throw Json.unconvertible("a view message has no role: " + role);
     };
   }
 
   /**
    * Chat Completions messages (a recorded conversation, or messages the agent built itself) as
-   * ctxfold messages to append: roles one to one ({@code developer} as system), {@code tool_calls},
-   * {@code tool_call_id}, {@code reasoning_content} and {@code name} kept.
+   * ctxfold messages to append: roles one to one ({@code developer} as system; another role is a
+   * {@link dev.ctxfold.client.CtxfoldException} INVALID_MESSAGE), content as text (parts joined with
+   * a newline), {@code tool_calls} (object arguments written as {@link dev.ctxfold.client.JsonText}
+   * writes them), {@code tool_call_id}, {@code reasoning_content} and {@code name} kept.
    */
   public static List<Message> fromMessages(List<?> messages) {
     List<Message> out = new ArrayList<>(messages.size());
@@ -116,35 +134,36 @@ public final class OpenAiChat {
 
   private static Message fromMessage(Map<String, Object> message) {
     String role = Json.string(message, "role");
-    Message.Builder out = Message.newBuilder()
-        .setRole(switch (role) {
-          case "system", "developer" -> Role.ROLE_SYSTEM;
-          case "user" -> Role.ROLE_USER;
-          case "assistant" -> Role.ROLE_ASSISTANT;
-          case "tool" -> Role.ROLE_TOOL;
-          default -> throw new IllegalArgumentException("unsupported message role '" + role + "'");
-        })
-        .setContent(content(message.get("content")))
-        .setReasoningContent(Json.string(message, "reasoning_content"))
-        .setToolCallId(Json.string(message, "tool_call_id"))
-        .setName(Json.string(message, "name"));
+    String content = content(message.get("content"));
+    return (switch (role) {
+      case "system", "developer" -> Messages.system(content);
+      case "user" -> Messages.user(content);
+      case "assistant" -> Messages.assistant(content, toolCalls(message));
+      case "tool" -> Messages.toolResult(Json.string(message, "tool_call_id"), content);
+      default -> throw Json.unconvertible("unsupported message role '" + role + "'");
+    }).withReasoningContent(Json.string(message, "reasoning_content")).withName(Json.string(message, "name"));
+  }
+
+  private static List<ToolCall> toolCalls(Map<String, Object> message) {
+    List<ToolCall> calls = new ArrayList<>();
     for (Object item : Json.list(message, "tool_calls")) {
       Map<String, Object> call = Json.asObject(item);
       Map<String, Object> function = Json.object(call, "function");
-      out.addToolCalls(ToolCall.newBuilder()
-          .setId(Json.string(call, "id"))
-          .setName(Json.string(function, "name"))
-          .setArguments(Json.arguments(function.get("arguments"))));
+      calls.add(new ToolCall(Json.string(call, "id"), Json.string(function, "name"),
+          Json.arguments(function.get("arguments"))));
     }
-    return out.build();
+    return calls;
   }
 
-  /** A message's content: a string, or the text of its content parts joined with a newline. */
+  /** A message's content: a string, or its text parts joined with a newline (null = ""). */
   private static String content(Object content) {
     if (content instanceof List) {
       List<String> text = new ArrayList<>();
       for (Object part : (List<?>) content) {
-        text.add(Json.string(Json.asObject(part), "text"));
+        Map<String, Object> fields = Json.asObject(part);
+        if ("text".equals(Json.string(fields, "type"))) {
+          text.add(Json.string(fields, "text"));
+        }
       }
       return Json.join(text);
     }
@@ -165,16 +184,13 @@ public final class OpenAiChat {
   public static ProviderTurn response(Map<String, Object> completion) {
     List<Object> choices = Json.list(completion, "choices");
     if (choices.isEmpty()) {
-      throw new IllegalArgumentException("the completion has no choices");
+      throw Json.unconvertible("the completion has no choices");
     }
     Map<String, Object> choice = Json.asObject(choices.get(0));
-    Map<String, Object> message = new LinkedHashMap<>(Json.object(choice, "message"));
-    message.putIfAbsent("role", "assistant");
-    Message answer = fromMessage(message).toBuilder()
-        .setRole(Role.ROLE_ASSISTANT)
-        .setContent(Json.string(message, "content").isEmpty() ? Json.string(message, "refusal")
-            : Json.string(message, "content"))
-        .build();
+    Map<String, Object> message = Json.object(choice, "message");
+    String content = content(message.get("content"));
+    Message answer = Messages.assistant(content.isEmpty() ? Json.string(message, "refusal") : content, toolCalls(message))
+        .withReasoningContent(Json.string(message, "reasoning_content"));
     Map<String, Object> usage = Json.object(completion, "usage");
     return new ProviderTurn(List.of(answer), new Usage(
         Json.number(usage, "prompt_tokens"),

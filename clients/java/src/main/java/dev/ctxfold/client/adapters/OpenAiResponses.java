@@ -2,9 +2,12 @@ package dev.ctxfold.client.adapters;
 
 import dev.ctxfold.client.Usage;
 import dev.ctxfold.client.View;
-import dev.ctxfold.v1.Message;
+import dev.ctxfold.client.Message;
+import dev.ctxfold.client.Messages;
+import dev.ctxfold.client.ModelTools;
+import dev.ctxfold.client.ToolFormat;
 import dev.ctxfold.v1.Role;
-import dev.ctxfold.v1.ToolCall;
+import dev.ctxfold.client.ToolCall;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -23,39 +26,52 @@ public final class OpenAiResponses {
    * message as {@code input} items (a {@code message} with role user, assistant or system for its
    * text, a {@code function_call} per tool call, a {@code function_call_output} per tool result);
    * and {@code prompt_cache_key}. Reasoning is not sent back (its items are opaque). A mutable map:
-   * add {@code model}, {@code tools} and other parameters.
+   * add {@code model} and other parameters.
    */
   public static Map<String, Object> request(View view) {
+    return request(view, List.of());
+  }
+
+  /**
+   * As {@link #request(View)}, offering the session's {@code tools} (Responses format, JSON-shaped
+   * values) and the {@code read_tool_result} definition when the view hides a result and they lack
+   * it ({@link ModelTools#offered}).
+   */
+  public static Map<String, Object> request(View view, List<?> tools) {
     List<Message> messages = view.messages();
     Map<String, Object> request = new LinkedHashMap<>();
     int first = 0;
-    if (!messages.isEmpty() && messages.get(0).getRole() == Role.ROLE_SYSTEM) {
-      request.put("instructions", messages.get(0).getContent());
+    if (!messages.isEmpty() && messages.get(0).role() == Role.ROLE_SYSTEM) {
+      request.put("instructions", messages.get(0).content());
       first = 1;
     }
     List<Map<String, Object>> input = new ArrayList<>();
     for (Message m : messages.subList(first, messages.size())) {
-      if (m.getRole() == Role.ROLE_TOOL) {
+      if (m.role() == Role.ROLE_TOOL) {
         Map<String, Object> output = new LinkedHashMap<>();
         output.put("type", "function_call_output");
-        output.put("call_id", m.getToolCallId());
-        output.put("output", m.getContent());
+        output.put("call_id", m.toolCallId());
+        output.put("output", m.content());
         input.add(output);
         continue;
       }
-      if (!m.getContent().isEmpty() || m.getToolCallsCount() == 0) {
-        input.add(message(role(m.getRole()), m.getContent()));
+      if (!m.content().isEmpty() || m.toolCalls().isEmpty()) {
+        input.add(message(role(m.role()), m.content()));
       }
-      for (ToolCall call : m.getToolCallsList()) {
+      for (ToolCall call : m.toolCalls()) {
         Map<String, Object> item = new LinkedHashMap<>();
         item.put("type", "function_call");
-        item.put("call_id", call.getId());
-        item.put("name", call.getName());
-        item.put("arguments", call.getArguments());
+        item.put("call_id", call.id());
+        item.put("name", call.name());
+        item.put("arguments", call.arguments());
         input.add(item);
       }
     }
     request.put("input", input);
+    List<Object> offered = ModelTools.offered(tools, view, ToolFormat.OPENAI_RESPONSES);
+    if (!offered.isEmpty()) {
+      request.put("tools", offered);
+    }
     if (!view.promptCacheKey().isEmpty()) {
       request.put("prompt_cache_key", view.promptCacheKey());
     }
@@ -67,7 +83,7 @@ public final class OpenAiResponses {
       case ROLE_SYSTEM -> "system";
       case ROLE_USER -> "user";
       case ROLE_ASSISTANT -> "assistant";
-      default -> throw new IllegalArgumentException("a view message has no role: " + role);
+      default -> throw Json.unconvertible("a view message has no role: " + role);
     };
   }
 
@@ -94,7 +110,7 @@ public final class OpenAiResponses {
   public static ProviderTurn response(Map<String, Object> response) {
     List<String> text = new ArrayList<>();
     List<String> reasoning = new ArrayList<>();
-    Message.Builder out = Message.newBuilder().setRole(Role.ROLE_ASSISTANT);
+    List<ToolCall> calls = new ArrayList<>();
     for (Object entry : Json.list(response, "output")) {
       Map<String, Object> item = Json.asObject(entry);
       switch (Json.string(item, "type")) {
@@ -110,10 +126,8 @@ public final class OpenAiResponses {
             }
           }
         }
-        case "function_call" -> out.addToolCalls(ToolCall.newBuilder()
-            .setId(Json.string(item, "call_id"))
-            .setName(Json.string(item, "name"))
-            .setArguments(Json.arguments(item.get("arguments"))));
+        case "function_call" -> calls.add(
+            new ToolCall(Json.string(item, "call_id"), Json.string(item, "name"), Json.arguments(item.get("arguments"))));
         case "reasoning" -> {
           for (Object part : Json.list(item, "summary")) {
             Map<String, Object> summary = Json.asObject(part);
@@ -127,9 +141,9 @@ public final class OpenAiResponses {
         }
       }
     }
-    out.setContent(Json.join(text)).setReasoningContent(Json.join(reasoning));
+    Message answer = Messages.assistant(Json.join(text), calls).withReasoningContent(Json.join(reasoning));
     Map<String, Object> usage = Json.object(response, "usage");
-    return new ProviderTurn(List.of(out.build()), new Usage(
+    return new ProviderTurn(List.of(answer), new Usage(
         Json.number(usage, "input_tokens"),
         Json.number(Json.object(usage, "input_tokens_details"), "cached_tokens"),
         Json.number(usage, "output_tokens"),

@@ -1,7 +1,8 @@
 package dev.ctxfold.client.adapters;
 
 import dev.ctxfold.client.Usage;
-import dev.ctxfold.v1.Message;
+import dev.ctxfold.client.Message;
+import dev.ctxfold.client.ToolCall;
 import java.util.List;
 
 /**
@@ -17,7 +18,7 @@ public record ProviderTurn(List<Message> messages, Usage usage) {
   }
 
   /** The tool calls the model asked for (empty when it answered in text). */
-  public List<dev.ctxfold.v1.ToolCall> toolCalls() {
-    return messages.stream().flatMap(m -> m.getToolCallsList().stream()).toList();
+  public List<ToolCall> toolCalls() {
+    return messages.stream().flatMap(m -> m.toolCalls().stream()).toList();
   }
 }
