@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file ctxfold/v1/context_service.proto.
  */
 export const file_ctxfold_v1_context_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBjdHhmb2xkL3YxL2NvbnRleHRfc2VydmljZS5wcm90bxIKY3R4Zm9sZC52MSI3CghUb29sQ2FsbBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhEKCWFyZ3VtZW50cxgDIAEoCSL7AgoHTWVzc2FnZRIKCgJpZBgBIAEoCRILCgNzZXEYAiABKAMSHgoEcm9sZRgDIAEoDjIQLmN0eGZvbGQudjEuUm9sZRIPCgdjb250ZW50GAQgASgJEigKCnRvb2xfY2FsbHMYBSADKAsyFC5jdHhmb2xkLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgGIAEoCRIZChFyZWFzb25pbmdfY29udGVudBgHIAEoCRIOCgZwaW5uZWQYCCABKAgSEgoKcmVzdWx0X3JlZhgJIAEoCRIRCglyYXdfYnl0ZXMYCiABKAMSEQoJdHJ1bmNhdGVkGAsgASgIEg8KB3N1bW1hcnkYDCABKAgSDgoGcHJ1bmVkGA0gASgIEgwKBG5hbWUYDiABKAkSDgoGdG9rZW5zGA8gASgDEhEKCWFiYW5kb25lZBgQIAEoCBIvCgtjcmVhdGVfdGltZRgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiyQIKDVNlc3Npb25Db25maWcSFgoOY29udGV4dF93aW5kb3cYASABKAMSFQoNY29tcGFjdF9yYXRpbxgCIAEoARISCgp0YWlsX3JhdGlvGAMgASgBEhkKEW1heF9vdXRwdXRfdG9rZW5zGAQgASgDEhoKEnN1bW1hcnlfbWF4X3Rva2VucxgFIAEoAxIeChZ0b29sX2NvbnRlbnRfbWF4X2J5dGVzGAYgASgDEhUKDXN5c3RlbV9wcm9tcHQYByABKAkSEgoKdG9vbHNfanNvbhgIIAEoCRISCgpzdW1tYXJpemVyGAkgASgJEhkKEWNhY2hlX3R0bF9zZWNvbmRzGAogASgDEhgKEHByb21wdF9jYWNoZV9rZXkYCyABKAkSDQoFbW9kZWwYDCABKAkSGwoTZGlzYWJsZV90YXNrX2FuY2hvchgNIAEoCCKCAgoHU2Vzc2lvbhIKCgJpZBgBIAEoCRIpCgZjb25maWcYAiABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWcSEAoIaGVhZF9zZXEYAyABKAMSFQoNY2hlY2twb2ludF9pZBgEIAEoCRIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEh4KFmZvcmtlZF9mcm9tX3Nlc3Npb25faWQYByABKAkSFQoNZm9ya2VkX2F0X3NlcRgIIAEoAyJBChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIpCgZjb25maWcYASABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWciPQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24iJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI6ChJHZXRTZXNzaW9uUmVzcG9uc2USJAoHc2Vzc2lvbhgBIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiI8ChNMaXN0U2Vzc2lvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlYKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEiUKCHNlc3Npb25zGAEgAygLMhMuY3R4Zm9sZC52MS5TZXNzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIhcKFURlbGV0ZVNlc3Npb25SZXNwb25zZSJmChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIlCghtZXNzYWdlcxgCIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRISCgpyZXF1ZXN0X2lkGAMgASgJImUKFkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USJQoIbWVzc2FnZXMYASADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USJAoHc2Vzc2lvbhgCIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiJrChNMaXN0TWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGQoRaW5jbHVkZV9hYmFuZG9uZWQYBCABKAgiVgoUTGlzdE1lc3NhZ2VzUmVzcG9uc2USJQoIbWVzc2FnZXMYASADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCg5QcmVwYXJlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiMKBmFwcGVuZBgCIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRIQCghvdmVyZmxvdxgDIAEoCBIaChJrbm93bl92aWV3X3ZlcnNpb24YBCABKAMSEgoKcmVxdWVzdF9pZBgFIAEoCSJ3Cg9QcmVwYXJlUmVzcG9uc2USLAoIcHJvZ3Jlc3MYASABKAsyGC5jdHhmb2xkLnYxLkZvbGRQcm9ncmVzc0gAEi0KBnJlc3VsdBgCIAEoCzIbLmN0eGZvbGQudjEuUHJlcGFyZWRDb250ZXh0SABCBwoFZXZlbnQi4AEKDEZvbGRQcm9ncmVzcxIkCgVzdGFnZRgBIAEoDjIVLmN0eGZvbGQudjEuRm9sZFN0YWdlEhIKCnBhc3NfaW5kZXgYAiABKAUSFgoOcGFzc2VzX3BsYW5uZWQYAyABKAUSFQoNdG9rZW5zX2JlZm9yZRgEIAEoAxIUCgx0b2tlbnNfYWZ0ZXIYBSABKAMSFQoNY2hlY2twb2ludF9pZBgGIAEoCRIPCgdtZXNzYWdlGAcgASgJEhUKDXN1bW1hcnlfZGVsdGEYCCABKAkSEgoKc3VtbWFyaXplchgJIAEoCSKZBAoPUHJlcGFyZWRDb250ZXh0EiUKCG1lc3NhZ2VzGAEgAygLMhMuY3R4Zm9sZC52MS5NZXNzYWdlEhgKEGVzdGltYXRlZF90b2tlbnMYAiABKAMSFAoMdmlld192ZXJzaW9uGAMgASgDEiIKBmFjdGlvbhgEIAEoDjISLmN0eGZvbGQudjEuQWN0aW9uEisKC2NhY2hlX3N0YXRlGAUgASgOMhYuY3R4Zm9sZC52MS5DYWNoZVN0YXRlEhgKEHByb21wdF9jYWNoZV9rZXkYBiABKAkSFQoNY2hlY2twb2ludF9pZBgHIAEoCRIeChZzdGFibGVfcHJlZml4X21lc3NhZ2VzGAggASgDEg0KBWRlbHRhGAkgASgIEhoKEnZpZXdfbWVzc2FnZV9jb3VudBgKIAEoAxIWCg50cmlnZ2VyX3Rva2VucxgLIAEoAxIZChFoYXJkX2xpbWl0X3Rva2VucxgMIAEoAxIlCghhcHBlbmRlZBgNIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRI2ChFub3RfZm9sZGVkX3JlYXNvbhgOIAEoDjIbLmN0eGZvbGQudjEuTm90Rm9sZGVkUmVhc29uEhkKEW5vdF9mb2xkZWRfZGV0YWlsGA8gASgJEhkKEWNhbmRpZGF0ZV9zdW1tYXJ5GBAgASgJEhoKEmZvbGRlZF9yZXN1bHRzX3JlZhgRIAEoCSKgAQoTT2JzZXJ2ZVVzYWdlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDHZpZXdfdmVyc2lvbhgCIAEoAxIUCgxpbnB1dF90b2tlbnMYAyABKAMSGwoTY2FjaGVkX2lucHV0X3Rva2VucxgEIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAUgASgDEhUKDWZpbmlzaF9yZWFzb24YBiABKAkiSQoUT2JzZXJ2ZVVzYWdlUmVzcG9uc2USEwoLY2FsaWJyYXRpb24YASABKAESHAoUY2FsaWJyYXRpb25fYWNjZXB0ZWQYAiABKAgiWQoOQ29tcGFjdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgVmb2N1cxgCIAEoCRITCgtrZWVwX3Rva2VucxgDIAEoAxIPCgdkcnlfcnVuGAQgASgIIncKD0NvbXBhY3RSZXNwb25zZRIsCghwcm9ncmVzcxgBIAEoCzIYLmN0eGZvbGQudjEuRm9sZFByb2dyZXNzSAASLQoGcmVzdWx0GAIgASgLMhsuY3R4Zm9sZC52MS5QcmVwYXJlZENvbnRleHRIAEIHCgVldmVudCJcCgtGb3JrUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBmF0X3NlcRgCIAEoAxIpCgZjb25maWcYAyABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWciNAoMRm9ya1Jlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24iMwoNUmV3aW5kUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBnRvX3NlcRgCIAEoAyI2Cg5SZXdpbmRSZXNwb25zZRIkCgdzZXNzaW9uGAEgASgLMhMuY3R4Zm9sZC52MS5TZXNzaW9uInQKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDHRvb2xfY2FsbF9pZBgCIAEoCRISCgpyZXN1bHRfcmVmGAMgASgJEg4KBm9mZnNldBgEIAEoAxINCgVsaW1pdBgFIAEoAyKWAQoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgRkYXRhGAEgASgJEg4KBm9mZnNldBgCIAEoAxITCgtuZXh0X29mZnNldBgDIAEoAxITCgt0b3RhbF9ieXRlcxgEIAEoAxIOCgZzaGEyNTYYBSABKAkSEAoIY29tcGxldGUYBiABKAgSEgoKcmVzdWx0X3JlZhgHIAEoCSIsChZHZXRDb250ZXh0U3RhdGVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiLQoXR2V0Q29udGV4dFN0YXRlUmVzcG9uc2USEgoKc3RhdGVfanNvbhgBIAEoCSL8AQoKQ2hlY2twb2ludBIKCgJpZBgBIAEoCRIRCglwYXJlbnRfaWQYAiABKAkSFAoMcG9zaXRpb25fc2VxGAMgASgDEg8KB3N1bW1hcnkYBCABKAkSFgoOc3VtbWFyeV90b2tlbnMYBSABKAMSGAoQa2VwdF9tZXNzYWdlX2lkcxgGIAMoCRIaChJmb2xkZWRfcmVzdWx0c19yZWYYByABKAkSEgoKc3VtbWFyaXplchgIIAEoCRIvCgtjcmVhdGVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNb25faGVhZF9jaGFpbhgKIAEoCCJuChZMaXN0Q2hlY2twb2ludHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGQoRaW5jbHVkZV9hYmFuZG9uZWQYBCABKAgiXwoXTGlzdENoZWNrcG9pbnRzUmVzcG9uc2USKwoLY2hlY2twb2ludHMYASADKAsyFi5jdHhmb2xkLnYxLkNoZWNrcG9pbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkEKFEdldENoZWNrcG9pbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFQoNY2hlY2twb2ludF9pZBgCIAEoCSJDChVHZXRDaGVja3BvaW50UmVzcG9uc2USKgoKY2hlY2twb2ludBgBIAEoCzIWLmN0eGZvbGQudjEuQ2hlY2twb2ludCpfCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIPCgtST0xFX1NZU1RFTRABEg0KCVJPTEVfVVNFUhACEhIKDlJPTEVfQVNTSVNUQU5UEAMSDQoJUk9MRV9UT09MEAQqVwoGQWN0aW9uEhYKEkFDVElPTl9VTlNQRUNJRklFRBAAEg8KC0FDVElPTl9OT05FEAESEQoNQUNUSU9OX1BSVU5FRBACEhEKDUFDVElPTl9GT0xERUQQAypuCgpDYWNoZVN0YXRlEhsKF0NBQ0hFX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQQ0FDSEVfU1RBVEVfV0FSTRABEhQKEENBQ0hFX1NUQVRFX0NPTEQQAhIXChNDQUNIRV9TVEFURV9VTktOT1dOEAMq0gcKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEhMKD1VOQVVUSEVOVElDQVRFRBABEhMKD0lOVkFMSURfUkVRVUVTVBACEhcKE1NFU1NJT05fSURfUkVRVUlSRUQQAxIVChFTRVNTSU9OX05PVF9GT1VORBAEEhIKDklOVkFMSURfQ09ORklHEAUSEwoPSU5WQUxJRF9NRVNTQUdFEAYSEAoMSU5WQUxJRF9URVhUEAcSFQoRTUVTU0FHRV9UT09fTEFSR0UQCBIVChFUT09fTUFOWV9NRVNTQUdFUxAJEhYKEklOVkFMSURfUkVRVUVTVF9JRBAKEhgKFFRPT0xfUkVTVUxUU19QRU5ESU5HEAsSFgoSVE9PTF9DQUxMX05PVF9PUEVOEAwSFwoTVE9PTF9DQUxMX05PVF9GT1VORBANEhcKE1JFU1VMVF9SRUZfUkVRVUlSRUQQDhIYChRSRVNVTFRfUkVGX05PVF9GT1VORBAPEhgKFFJFU1VMVF9SRUZfQU1CSUdVT1VTEBASFwoTT0ZGU0VUX09VVF9PRl9SQU5HRRAREhwKGE9GRlNFVF9OT1RfQ0hBUl9CT1VOREFSWRASEhYKEkxJTUlUX09VVF9PRl9SQU5HRRATEhUKEUlOVkFMSURfUEFHRV9TSVpFEBQSFgoSSU5WQUxJRF9QQUdFX1RPS0VOEBUSFAoQU0VRX09VVF9PRl9SQU5HRRAWEhEKDUlOVkFMSURfVVNBR0UQFxIeChpDT05URVhUX0JVREdFVF9VTlNBVElTRklFRBAYEhgKFEZPTERfSU5QVVRfVE9PX0xBUkdFEBkSFQoRU1VNTUFSSVpFUl9GQUlMRUQQGhIdChlTVU1NQVJJWkVSX05PVF9DT05GSUdVUkVEEBsSEgoOQ09NUEFDVF9GQUlMRUQQHBIbChdDT05DVVJSRU5UX01PRElGSUNBVElPThAdEhAKDFNFU1NJT05fQlVTWRAeEhYKElJFU1BPTlNFX1RPT19MQVJHRRAfEhgKFENIRUNLUE9JTlRfTk9UX0ZPVU5EECASFQoRQ0hFQ0tQT0lOVF9CUk9LRU4QIRITCg9TVE9SQUdFX0NPUlJVUFQQIhIVChFTVE9SRV9VTkFWQUlMQUJMRRAjEgwKCElOVEVSTkFMECQSHwobU1RSRUFNX0VOREVEX1dJVEhPVVRfUkVTVUxUECUSHAoYUkVTVUxUX0NIRUNLU1VNX01JU01BVENIECYSFgoSUFJPVE9DT0xfVklPTEFUSU9OECcq8wEKD05vdEZvbGRlZFJlYXNvbhIhCh1OT1RfRk9MREVEX1JFQVNPTl9VTlNQRUNJRklFRBAAEi4KKk5PVF9GT0xERURfUkVBU09OX05PVEhJTkdfT1VUU0lERV9LRVBUX1NFVBABEiMKH05PVF9GT0xERURfUkVBU09OX0JFTE9XX1RSSUdHRVIQAhImCiJOT1RfRk9MREVEX1JFQVNPTl9QUkVWSU9VU19GQUlMVVJFEAMSIQodTk9UX0ZPTERFRF9SRUFTT05fTk9UX1NNQUxMRVIQBBIdChlOT1RfRk9MREVEX1JFQVNPTl9EUllfUlVOEAUq8AEKCUZvbGRTdGFnZRIaChZGT0xEX1NUQUdFX1VOU1BFQ0lGSUVEEAASFQoRRk9MRF9TVEFHRV9QUlVORUQQARIWChJGT0xEX1NUQUdFX1BMQU5ORUQQAhIbChdGT0xEX1NUQUdFX1BBU1NfU1RBUlRFRBADEhwKGEZPTERfU1RBR0VfU1VNTUFSWV9ERUxUQRAEEh0KGUZPTERfU1RBR0VfUEFTU19DT01NSVRURUQQBRIaChZGT0xEX1NUQUdFX1BBU1NfRkFJTEVEEAYSIgoeRk9MRF9TVEFHRV9TVU1NQVJJWkVSX0ZBTExCQUNLEAcyygkKDkNvbnRleHRTZXJ2aWNlElQKDUNyZWF0ZVNlc3Npb24SIC5jdHhmb2xkLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiEuY3R4Zm9sZC52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2USSwoKR2V0U2Vzc2lvbhIdLmN0eGZvbGQudjEuR2V0U2Vzc2lvblJlcXVlc3QaHi5jdHhmb2xkLnYxLkdldFNlc3Npb25SZXNwb25zZRJRCgxMaXN0U2Vzc2lvbnMSHy5jdHhmb2xkLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaIC5jdHhmb2xkLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlElQKDURlbGV0ZVNlc3Npb24SIC5jdHhmb2xkLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GiEuY3R4Zm9sZC52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USVwoOQXBwZW5kTWVzc2FnZXMSIS5jdHhmb2xkLnYxLkFwcGVuZE1lc3NhZ2VzUmVxdWVzdBoiLmN0eGZvbGQudjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZRJRCgxMaXN0TWVzc2FnZXMSHy5jdHhmb2xkLnYxLkxpc3RNZXNzYWdlc1JlcXVlc3QaIC5jdHhmb2xkLnYxLkxpc3RNZXNzYWdlc1Jlc3BvbnNlEkQKB1ByZXBhcmUSGi5jdHhmb2xkLnYxLlByZXBhcmVSZXF1ZXN0GhsuY3R4Zm9sZC52MS5QcmVwYXJlUmVzcG9uc2UwARJRCgxPYnNlcnZlVXNhZ2USHy5jdHhmb2xkLnYxLk9ic2VydmVVc2FnZVJlcXVlc3QaIC5jdHhmb2xkLnYxLk9ic2VydmVVc2FnZVJlc3BvbnNlEkQKB0NvbXBhY3QSGi5jdHhmb2xkLnYxLkNvbXBhY3RSZXF1ZXN0GhsuY3R4Zm9sZC52MS5Db21wYWN0UmVzcG9uc2UwARI5CgRGb3JrEhcuY3R4Zm9sZC52MS5Gb3JrUmVxdWVzdBoYLmN0eGZvbGQudjEuRm9ya1Jlc3BvbnNlEj8KBlJld2luZBIZLmN0eGZvbGQudjEuUmV3aW5kUmVxdWVzdBoaLmN0eGZvbGQudjEuUmV3aW5kUmVzcG9uc2USVwoOUmVhZFRvb2xSZXN1bHQSIS5jdHhmb2xkLnYxLlJlYWRUb29sUmVzdWx0UmVxdWVzdBoiLmN0eGZvbGQudjEuUmVhZFRvb2xSZXN1bHRSZXNwb25zZRJaCg9HZXRDb250ZXh0U3RhdGUSIi5jdHhmb2xkLnYxLkdldENvbnRleHRTdGF0ZVJlcXVlc3QaIy5jdHhmb2xkLnYxLkdldENvbnRleHRTdGF0ZVJlc3BvbnNlEloKD0xpc3RDaGVja3BvaW50cxIiLmN0eGZvbGQudjEuTGlzdENoZWNrcG9pbnRzUmVxdWVzdBojLmN0eGZvbGQudjEuTGlzdENoZWNrcG9pbnRzUmVzcG9uc2USVAoNR2V0Q2hlY2twb2ludBIgLmN0eGZvbGQudjEuR2V0Q2hlY2twb2ludFJlcXVlc3QaIS5jdHhmb2xkLnYxLkdldENoZWNrcG9pbnRSZXNwb25zZUJiCg5kZXYuY3R4Zm9sZC52MUITQ29udGV4dFNlcnZpY2VQcm90b1ABWjlnaXRodWIuY29tL2N0eGZvbGQvY3R4Zm9sZC9jbGllbnRzL2dvL2N0eGZvbGR2MTtjdHhmb2xkdjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
+  fileDesc("CiBjdHhmb2xkL3YxL2NvbnRleHRfc2VydmljZS5wcm90bxIKY3R4Zm9sZC52MSI3CghUb29sQ2FsbBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhEKCWFyZ3VtZW50cxgDIAEoCSKyAwoHTWVzc2FnZRIKCgJpZBgBIAEoCRILCgNzZXEYAiABKAMSHgoEcm9sZRgDIAEoDjIQLmN0eGZvbGQudjEuUm9sZRIPCgdjb250ZW50GAQgASgJEigKCnRvb2xfY2FsbHMYBSADKAsyFC5jdHhmb2xkLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgGIAEoCRIZChFyZWFzb25pbmdfY29udGVudBgHIAEoCRIOCgZwaW5uZWQYCCABKAgSEgoKcmVzdWx0X3JlZhgJIAEoCRIRCglyYXdfYnl0ZXMYCiABKAMSEQoJdHJ1bmNhdGVkGAsgASgIEg8KB3N1bW1hcnkYDCABKAgSDgoGcHJ1bmVkGA0gASgIEgwKBG5hbWUYDiABKAkSDgoGdG9rZW5zGA8gASgDEhEKCWFiYW5kb25lZBgQIAEoCBIvCgtjcmVhdGVfdGltZRgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoQcHJvdmlkZXJfcGF5bG9hZBgSIAEoCzIbLmN0eGZvbGQudjEuUHJvdmlkZXJQYXlsb2FkIlQKD1Byb3ZpZGVyUGF5bG9hZBIOCgZmb3JtYXQYASABKAkSDAoEanNvbhgCIAEoCRITCgtmaW5nZXJwcmludBgDIAEoCRIOCgZ0b2tlbnMYBCABKAMiyQIKDVNlc3Npb25Db25maWcSFgoOY29udGV4dF93aW5kb3cYASABKAMSFQoNY29tcGFjdF9yYXRpbxgCIAEoARISCgp0YWlsX3JhdGlvGAMgASgBEhkKEW1heF9vdXRwdXRfdG9rZW5zGAQgASgDEhoKEnN1bW1hcnlfbWF4X3Rva2VucxgFIAEoAxIeChZ0b29sX2NvbnRlbnRfbWF4X2J5dGVzGAYgASgDEhUKDXN5c3RlbV9wcm9tcHQYByABKAkSEgoKdG9vbHNfanNvbhgIIAEoCRISCgpzdW1tYXJpemVyGAkgASgJEhkKEWNhY2hlX3R0bF9zZWNvbmRzGAogASgDEhgKEHByb21wdF9jYWNoZV9rZXkYCyABKAkSDQoFbW9kZWwYDCABKAkSGwoTZGlzYWJsZV90YXNrX2FuY2hvchgNIAEoCCKCAgoHU2Vzc2lvbhIKCgJpZBgBIAEoCRIpCgZjb25maWcYAiABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWcSEAoIaGVhZF9zZXEYAyABKAMSFQoNY2hlY2twb2ludF9pZBgEIAEoCRIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEh4KFmZvcmtlZF9mcm9tX3Nlc3Npb25faWQYByABKAkSFQoNZm9ya2VkX2F0X3NlcRgIIAEoAyJWChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIpCgZjb25maWcYASABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWcSEwoLc2Vzc2lvbl9rZXkYAiABKAkiPQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24iJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI6ChJHZXRTZXNzaW9uUmVzcG9uc2USJAoHc2Vzc2lvbhgBIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiI8ChNMaXN0U2Vzc2lvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlYKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEiUKCHNlc3Npb25zGAEgAygLMhMuY3R4Zm9sZC52MS5TZXNzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIhcKFURlbGV0ZVNlc3Npb25SZXNwb25zZSJmChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIlCghtZXNzYWdlcxgCIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRISCgpyZXF1ZXN0X2lkGAMgASgJImUKFkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USJQoIbWVzc2FnZXMYASADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USJAoHc2Vzc2lvbhgCIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiJrChNMaXN0TWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGQoRaW5jbHVkZV9hYmFuZG9uZWQYBCABKAgiVgoUTGlzdE1lc3NhZ2VzUmVzcG9uc2USJQoIbWVzc2FnZXMYASADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCg5QcmVwYXJlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiMKBmFwcGVuZBgCIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRIQCghvdmVyZmxvdxgDIAEoCBIaChJrbm93bl92aWV3X3ZlcnNpb24YBCABKAMSEgoKcmVxdWVzdF9pZBgFIAEoCSJ3Cg9QcmVwYXJlUmVzcG9uc2USLAoIcHJvZ3Jlc3MYASABKAsyGC5jdHhmb2xkLnYxLkZvbGRQcm9ncmVzc0gAEi0KBnJlc3VsdBgCIAEoCzIbLmN0eGZvbGQudjEuUHJlcGFyZWRDb250ZXh0SABCBwoFZXZlbnQi4AEKDEZvbGRQcm9ncmVzcxIkCgVzdGFnZRgBIAEoDjIVLmN0eGZvbGQudjEuRm9sZFN0YWdlEhIKCnBhc3NfaW5kZXgYAiABKAUSFgoOcGFzc2VzX3BsYW5uZWQYAyABKAUSFQoNdG9rZW5zX2JlZm9yZRgEIAEoAxIUCgx0b2tlbnNfYWZ0ZXIYBSABKAMSFQoNY2hlY2twb2ludF9pZBgGIAEoCRIPCgdtZXNzYWdlGAcgASgJEhUKDXN1bW1hcnlfZGVsdGEYCCABKAkSEgoKc3VtbWFyaXplchgJIAEoCSKZBAoPUHJlcGFyZWRDb250ZXh0EiUKCG1lc3NhZ2VzGAEgAygLMhMuY3R4Zm9sZC52MS5NZXNzYWdlEhgKEGVzdGltYXRlZF90b2tlbnMYAiABKAMSFAoMdmlld192ZXJzaW9uGAMgASgDEiIKBmFjdGlvbhgEIAEoDjISLmN0eGZvbGQudjEuQWN0aW9uEisKC2NhY2hlX3N0YXRlGAUgASgOMhYuY3R4Zm9sZC52MS5DYWNoZVN0YXRlEhgKEHByb21wdF9jYWNoZV9rZXkYBiABKAkSFQoNY2hlY2twb2ludF9pZBgHIAEoCRIeChZzdGFibGVfcHJlZml4X21lc3NhZ2VzGAggASgDEg0KBWRlbHRhGAkgASgIEhoKEnZpZXdfbWVzc2FnZV9jb3VudBgKIAEoAxIWCg50cmlnZ2VyX3Rva2VucxgLIAEoAxIZChFoYXJkX2xpbWl0X3Rva2VucxgMIAEoAxIlCghhcHBlbmRlZBgNIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRI2ChFub3RfZm9sZGVkX3JlYXNvbhgOIAEoDjIbLmN0eGZvbGQudjEuTm90Rm9sZGVkUmVhc29uEhkKEW5vdF9mb2xkZWRfZGV0YWlsGA8gASgJEhkKEWNhbmRpZGF0ZV9zdW1tYXJ5GBAgASgJEhoKEmZvbGRlZF9yZXN1bHRzX3JlZhgRIAEoCSKgAQoTT2JzZXJ2ZVVzYWdlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDHZpZXdfdmVyc2lvbhgCIAEoAxIUCgxpbnB1dF90b2tlbnMYAyABKAMSGwoTY2FjaGVkX2lucHV0X3Rva2VucxgEIAEoAxIVCg1vdXRwdXRfdG9rZW5zGAUgASgDEhUKDWZpbmlzaF9yZWFzb24YBiABKAkiSQoUT2JzZXJ2ZVVzYWdlUmVzcG9uc2USEwoLY2FsaWJyYXRpb24YASABKAESHAoUY2FsaWJyYXRpb25fYWNjZXB0ZWQYAiABKAgiWQoOQ29tcGFjdFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRINCgVmb2N1cxgCIAEoCRITCgtrZWVwX3Rva2VucxgDIAEoAxIPCgdkcnlfcnVuGAQgASgIIncKD0NvbXBhY3RSZXNwb25zZRIsCghwcm9ncmVzcxgBIAEoCzIYLmN0eGZvbGQudjEuRm9sZFByb2dyZXNzSAASLQoGcmVzdWx0GAIgASgLMhsuY3R4Zm9sZC52MS5QcmVwYXJlZENvbnRleHRIAEIHCgVldmVudCJcCgtGb3JrUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBmF0X3NlcRgCIAEoAxIpCgZjb25maWcYAyABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWciNAoMRm9ya1Jlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24iMwoNUmV3aW5kUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBnRvX3NlcRgCIAEoAyI2Cg5SZXdpbmRSZXNwb25zZRIkCgdzZXNzaW9uGAEgASgLMhMuY3R4Zm9sZC52MS5TZXNzaW9uInQKFVJlYWRUb29sUmVzdWx0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhQKDHRvb2xfY2FsbF9pZBgCIAEoCRISCgpyZXN1bHRfcmVmGAMgASgJEg4KBm9mZnNldBgEIAEoAxINCgVsaW1pdBgFIAEoAyKWAQoWUmVhZFRvb2xSZXN1bHRSZXNwb25zZRIMCgRkYXRhGAEgASgJEg4KBm9mZnNldBgCIAEoAxITCgtuZXh0X29mZnNldBgDIAEoAxITCgt0b3RhbF9ieXRlcxgEIAEoAxIOCgZzaGEyNTYYBSABKAkSEAoIY29tcGxldGUYBiABKAgSEgoKcmVzdWx0X3JlZhgHIAEoCSIsChZHZXRDb250ZXh0U3RhdGVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiLQoXR2V0Q29udGV4dFN0YXRlUmVzcG9uc2USEgoKc3RhdGVfanNvbhgBIAEoCSL8AQoKQ2hlY2twb2ludBIKCgJpZBgBIAEoCRIRCglwYXJlbnRfaWQYAiABKAkSFAoMcG9zaXRpb25fc2VxGAMgASgDEg8KB3N1bW1hcnkYBCABKAkSFgoOc3VtbWFyeV90b2tlbnMYBSABKAMSGAoQa2VwdF9tZXNzYWdlX2lkcxgGIAMoCRIaChJmb2xkZWRfcmVzdWx0c19yZWYYByABKAkSEgoKc3VtbWFyaXplchgIIAEoCRIvCgtjcmVhdGVfdGltZRgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNb25faGVhZF9jaGFpbhgKIAEoCCJuChZMaXN0Q2hlY2twb2ludHNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGQoRaW5jbHVkZV9hYmFuZG9uZWQYBCABKAgiXwoXTGlzdENoZWNrcG9pbnRzUmVzcG9uc2USKwoLY2hlY2twb2ludHMYASADKAsyFi5jdHhmb2xkLnYxLkNoZWNrcG9pbnQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkEKFEdldENoZWNrcG9pbnRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFQoNY2hlY2twb2ludF9pZBgCIAEoCSJDChVHZXRDaGVja3BvaW50UmVzcG9uc2USKgoKY2hlY2twb2ludBgBIAEoCzIWLmN0eGZvbGQudjEuQ2hlY2twb2ludCpfCgRSb2xlEhQKEFJPTEVfVU5TUEVDSUZJRUQQABIPCgtST0xFX1NZU1RFTRABEg0KCVJPTEVfVVNFUhACEhIKDlJPTEVfQVNTSVNUQU5UEAMSDQoJUk9MRV9UT09MEAQqVwoGQWN0aW9uEhYKEkFDVElPTl9VTlNQRUNJRklFRBAAEg8KC0FDVElPTl9OT05FEAESEQoNQUNUSU9OX1BSVU5FRBACEhEKDUFDVElPTl9GT0xERUQQAypuCgpDYWNoZVN0YXRlEhsKF0NBQ0hFX1NUQVRFX1VOU1BFQ0lGSUVEEAASFAoQQ0FDSEVfU1RBVEVfV0FSTRABEhQKEENBQ0hFX1NUQVRFX0NPTEQQAhIXChNDQUNIRV9TVEFURV9VTktOT1dOEAMq0gcKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEhMKD1VOQVVUSEVOVElDQVRFRBABEhMKD0lOVkFMSURfUkVRVUVTVBACEhcKE1NFU1NJT05fSURfUkVRVUlSRUQQAxIVChFTRVNTSU9OX05PVF9GT1VORBAEEhIKDklOVkFMSURfQ09ORklHEAUSEwoPSU5WQUxJRF9NRVNTQUdFEAYSEAoMSU5WQUxJRF9URVhUEAcSFQoRTUVTU0FHRV9UT09fTEFSR0UQCBIVChFUT09fTUFOWV9NRVNTQUdFUxAJEhYKEklOVkFMSURfUkVRVUVTVF9JRBAKEhgKFFRPT0xfUkVTVUxUU19QRU5ESU5HEAsSFgoSVE9PTF9DQUxMX05PVF9PUEVOEAwSFwoTVE9PTF9DQUxMX05PVF9GT1VORBANEhcKE1JFU1VMVF9SRUZfUkVRVUlSRUQQDhIYChRSRVNVTFRfUkVGX05PVF9GT1VORBAPEhgKFFJFU1VMVF9SRUZfQU1CSUdVT1VTEBASFwoTT0ZGU0VUX09VVF9PRl9SQU5HRRAREhwKGE9GRlNFVF9OT1RfQ0hBUl9CT1VOREFSWRASEhYKEkxJTUlUX09VVF9PRl9SQU5HRRATEhUKEUlOVkFMSURfUEFHRV9TSVpFEBQSFgoSSU5WQUxJRF9QQUdFX1RPS0VOEBUSFAoQU0VRX09VVF9PRl9SQU5HRRAWEhEKDUlOVkFMSURfVVNBR0UQFxIeChpDT05URVhUX0JVREdFVF9VTlNBVElTRklFRBAYEhgKFEZPTERfSU5QVVRfVE9PX0xBUkdFEBkSFQoRU1VNTUFSSVpFUl9GQUlMRUQQGhIdChlTVU1NQVJJWkVSX05PVF9DT05GSUdVUkVEEBsSEgoOQ09NUEFDVF9GQUlMRUQQHBIbChdDT05DVVJSRU5UX01PRElGSUNBVElPThAdEhAKDFNFU1NJT05fQlVTWRAeEhYKElJFU1BPTlNFX1RPT19MQVJHRRAfEhgKFENIRUNLUE9JTlRfTk9UX0ZPVU5EECASFQoRQ0hFQ0tQT0lOVF9CUk9LRU4QIRITCg9TVE9SQUdFX0NPUlJVUFQQIhIVChFTVE9SRV9VTkFWQUlMQUJMRRAjEgwKCElOVEVSTkFMECQSHwobU1RSRUFNX0VOREVEX1dJVEhPVVRfUkVTVUxUECUSHAoYUkVTVUxUX0NIRUNLU1VNX01JU01BVENIECYSFgoSUFJPVE9DT0xfVklPTEFUSU9OECcq8wEKD05vdEZvbGRlZFJlYXNvbhIhCh1OT1RfRk9MREVEX1JFQVNPTl9VTlNQRUNJRklFRBAAEi4KKk5PVF9GT0xERURfUkVBU09OX05PVEhJTkdfT1VUU0lERV9LRVBUX1NFVBABEiMKH05PVF9GT0xERURfUkVBU09OX0JFTE9XX1RSSUdHRVIQAhImCiJOT1RfRk9MREVEX1JFQVNPTl9QUkVWSU9VU19GQUlMVVJFEAMSIQodTk9UX0ZPTERFRF9SRUFTT05fTk9UX1NNQUxMRVIQBBIdChlOT1RfRk9MREVEX1JFQVNPTl9EUllfUlVOEAUq8AEKCUZvbGRTdGFnZRIaChZGT0xEX1NUQUdFX1VOU1BFQ0lGSUVEEAASFQoRRk9MRF9TVEFHRV9QUlVORUQQARIWChJGT0xEX1NUQUdFX1BMQU5ORUQQAhIbChdGT0xEX1NUQUdFX1BBU1NfU1RBUlRFRBADEhwKGEZPTERfU1RBR0VfU1VNTUFSWV9ERUxUQRAEEh0KGUZPTERfU1RBR0VfUEFTU19DT01NSVRURUQQBRIaChZGT0xEX1NUQUdFX1BBU1NfRkFJTEVEEAYSIgoeRk9MRF9TVEFHRV9TVU1NQVJJWkVSX0ZBTExCQUNLEAcyygkKDkNvbnRleHRTZXJ2aWNlElQKDUNyZWF0ZVNlc3Npb24SIC5jdHhmb2xkLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiEuY3R4Zm9sZC52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2USSwoKR2V0U2Vzc2lvbhIdLmN0eGZvbGQudjEuR2V0U2Vzc2lvblJlcXVlc3QaHi5jdHhmb2xkLnYxLkdldFNlc3Npb25SZXNwb25zZRJRCgxMaXN0U2Vzc2lvbnMSHy5jdHhmb2xkLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaIC5jdHhmb2xkLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlElQKDURlbGV0ZVNlc3Npb24SIC5jdHhmb2xkLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GiEuY3R4Zm9sZC52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USVwoOQXBwZW5kTWVzc2FnZXMSIS5jdHhmb2xkLnYxLkFwcGVuZE1lc3NhZ2VzUmVxdWVzdBoiLmN0eGZvbGQudjEuQXBwZW5kTWVzc2FnZXNSZXNwb25zZRJRCgxMaXN0TWVzc2FnZXMSHy5jdHhmb2xkLnYxLkxpc3RNZXNzYWdlc1JlcXVlc3QaIC5jdHhmb2xkLnYxLkxpc3RNZXNzYWdlc1Jlc3BvbnNlEkQKB1ByZXBhcmUSGi5jdHhmb2xkLnYxLlByZXBhcmVSZXF1ZXN0GhsuY3R4Zm9sZC52MS5QcmVwYXJlUmVzcG9uc2UwARJRCgxPYnNlcnZlVXNhZ2USHy5jdHhmb2xkLnYxLk9ic2VydmVVc2FnZVJlcXVlc3QaIC5jdHhmb2xkLnYxLk9ic2VydmVVc2FnZVJlc3BvbnNlEkQKB0NvbXBhY3QSGi5jdHhmb2xkLnYxLkNvbXBhY3RSZXF1ZXN0GhsuY3R4Zm9sZC52MS5Db21wYWN0UmVzcG9uc2UwARI5CgRGb3JrEhcuY3R4Zm9sZC52MS5Gb3JrUmVxdWVzdBoYLmN0eGZvbGQudjEuRm9ya1Jlc3BvbnNlEj8KBlJld2luZBIZLmN0eGZvbGQudjEuUmV3aW5kUmVxdWVzdBoaLmN0eGZvbGQudjEuUmV3aW5kUmVzcG9uc2USVwoOUmVhZFRvb2xSZXN1bHQSIS5jdHhmb2xkLnYxLlJlYWRUb29sUmVzdWx0UmVxdWVzdBoiLmN0eGZvbGQudjEuUmVhZFRvb2xSZXN1bHRSZXNwb25zZRJaCg9HZXRDb250ZXh0U3RhdGUSIi5jdHhmb2xkLnYxLkdldENvbnRleHRTdGF0ZVJlcXVlc3QaIy5jdHhmb2xkLnYxLkdldENvbnRleHRTdGF0ZVJlc3BvbnNlEloKD0xpc3RDaGVja3BvaW50cxIiLmN0eGZvbGQudjEuTGlzdENoZWNrcG9pbnRzUmVxdWVzdBojLmN0eGZvbGQudjEuTGlzdENoZWNrcG9pbnRzUmVzcG9uc2USVAoNR2V0Q2hlY2twb2ludBIgLmN0eGZvbGQudjEuR2V0Q2hlY2twb2ludFJlcXVlc3QaIS5jdHhmb2xkLnYxLkdldENoZWNrcG9pbnRSZXNwb25zZUJiCg5kZXYuY3R4Zm9sZC52MUITQ29udGV4dFNlcnZpY2VQcm90b1ABWjlnaXRodWIuY29tL2N0eGZvbGQvY3R4Zm9sZC9jbGllbnRzL2dvL2N0eGZvbGR2MTtjdHhmb2xkdjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * One tool call requested by an assistant message.
@@ -203,6 +203,15 @@ export type Message = Message$1<"ctxfold.v1.Message"> & {
    * @generated from field: google.protobuf.Timestamp create_time = 17;
    */
   createTime?: Timestamp | undefined;
+
+  /**
+   * What the provider's own message carried beyond the fields above (thinking blocks and their
+   * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+   * that re-emit it to the same provider API. Folds and summaries never read it.
+   *
+   * @generated from field: ctxfold.v1.ProviderPayload provider_payload = 18;
+   */
+  providerPayload?: ProviderPayload | undefined;
 };
 
 /**
@@ -331,6 +340,15 @@ export type MessageJson = {
    * @generated from field: google.protobuf.Timestamp create_time = 17;
    */
   createTime?: TimestampJson;
+
+  /**
+   * What the provider's own message carried beyond the fields above (thinking blocks and their
+   * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+   * that re-emit it to the same provider API. Folds and summaries never read it.
+   *
+   * @generated from field: ctxfold.v1.ProviderPayload provider_payload = 18;
+   */
+  providerPayload?: ProviderPayloadJson;
 };
 
 /**
@@ -339,6 +357,91 @@ export type MessageJson = {
  */
 export const MessageSchema: GenMessage<Message, {jsonType: MessageJson}> = /*@__PURE__*/
   messageDesc(file_ctxfold_v1_context_service, 1);
+
+/**
+ * The provider's JSON a canonical message was made from, as a client (the gateway) wrote it.
+ *
+ * @generated from message ctxfold.v1.ProviderPayload
+ */
+export type ProviderPayload = Message$1<"ctxfold.v1.ProviderPayload"> & {
+  /**
+   * The provider API the JSON belongs to: "openai_chat", "openai_responses" or "anthropic_messages"
+   * (at most 64 characters; the server does not interpret it).
+   *
+   * @generated from field: string format = 1;
+   */
+  format: string;
+
+  /**
+   * The provider JSON the message's fields cannot express, verbatim. Empty when the fields alone
+   * render the provider's message exactly.
+   *
+   * @generated from field: string json = 2;
+   */
+  json: string;
+
+  /**
+   * The writer's digest of the provider message, so that a client resending its history can match
+   * it against the transcript (at most 128 characters).
+   *
+   * @generated from field: string fingerprint = 3;
+   */
+  fingerprint: string;
+
+  /**
+   * Tokens the provider counts for what only `json` carries (images by the provider's formula);
+   * added to the message's `tokens` estimate. 0..10,000,000.
+   *
+   * @generated from field: int64 tokens = 4;
+   */
+  tokens: bigint;
+};
+
+/**
+ * The provider's JSON a canonical message was made from, as a client (the gateway) wrote it.
+ *
+ * @generated from message ctxfold.v1.ProviderPayload
+ */
+export type ProviderPayloadJson = {
+  /**
+   * The provider API the JSON belongs to: "openai_chat", "openai_responses" or "anthropic_messages"
+   * (at most 64 characters; the server does not interpret it).
+   *
+   * @generated from field: string format = 1;
+   */
+  format?: string;
+
+  /**
+   * The provider JSON the message's fields cannot express, verbatim. Empty when the fields alone
+   * render the provider's message exactly.
+   *
+   * @generated from field: string json = 2;
+   */
+  json?: string;
+
+  /**
+   * The writer's digest of the provider message, so that a client resending its history can match
+   * it against the transcript (at most 128 characters).
+   *
+   * @generated from field: string fingerprint = 3;
+   */
+  fingerprint?: string;
+
+  /**
+   * Tokens the provider counts for what only `json` carries (images by the provider's formula);
+   * added to the message's `tokens` estimate. 0..10,000,000.
+   *
+   * @generated from field: int64 tokens = 4;
+   */
+  tokens?: string;
+};
+
+/**
+ * Describes the message ctxfold.v1.ProviderPayload.
+ * Use `create(ProviderPayloadSchema)` to create a new message.
+ */
+export const ProviderPayloadSchema: GenMessage<ProviderPayload, {jsonType: ProviderPayloadJson}> = /*@__PURE__*/
+  messageDesc(file_ctxfold_v1_context_service, 2);
 
 /**
  * Per-session settings. Zero values mean "use the default".
@@ -549,7 +652,7 @@ export type SessionConfigJson = {
  * Use `create(SessionConfigSchema)` to create a new message.
  */
 export const SessionConfigSchema: GenMessage<SessionConfig, {jsonType: SessionConfigJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 2);
+  messageDesc(file_ctxfold_v1_context_service, 3);
 
 /**
  * A session of one agent conversation.
@@ -682,7 +785,7 @@ export type SessionJson = {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session, {jsonType: SessionJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 3);
+  messageDesc(file_ctxfold_v1_context_service, 4);
 
 /**
  * CreateSession input.
@@ -696,6 +799,15 @@ export type CreateSessionRequest = Message$1<"ctxfold.v1.CreateSessionRequest"> 
    * @generated from field: ctxfold.v1.SessionConfig config = 1;
    */
   config?: SessionConfig | undefined;
+
+  /**
+   * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+   * derived from the tenant and the key, so a CreateSession with a key that names an existing
+   * session returns that session as it is (its config is not compared or changed).
+   *
+   * @generated from field: string session_key = 2;
+   */
+  sessionKey: string;
 };
 
 /**
@@ -710,6 +822,15 @@ export type CreateSessionRequestJson = {
    * @generated from field: ctxfold.v1.SessionConfig config = 1;
    */
   config?: SessionConfigJson;
+
+  /**
+   * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+   * derived from the tenant and the key, so a CreateSession with a key that names an existing
+   * session returns that session as it is (its config is not compared or changed).
+   *
+   * @generated from field: string session_key = 2;
+   */
+  sessionKey?: string;
 };
 
 /**
@@ -717,7 +838,7 @@ export type CreateSessionRequestJson = {
  * Use `create(CreateSessionRequestSchema)` to create a new message.
  */
 export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest, {jsonType: CreateSessionRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 4);
+  messageDesc(file_ctxfold_v1_context_service, 5);
 
 /**
  * CreateSession output.
@@ -752,7 +873,7 @@ export type CreateSessionResponseJson = {
  * Use `create(CreateSessionResponseSchema)` to create a new message.
  */
 export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse, {jsonType: CreateSessionResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 5);
+  messageDesc(file_ctxfold_v1_context_service, 6);
 
 /**
  * GetSession input.
@@ -787,7 +908,7 @@ export type GetSessionRequestJson = {
  * Use `create(GetSessionRequestSchema)` to create a new message.
  */
 export const GetSessionRequestSchema: GenMessage<GetSessionRequest, {jsonType: GetSessionRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 6);
+  messageDesc(file_ctxfold_v1_context_service, 7);
 
 /**
  * GetSession output.
@@ -822,7 +943,7 @@ export type GetSessionResponseJson = {
  * Use `create(GetSessionResponseSchema)` to create a new message.
  */
 export const GetSessionResponseSchema: GenMessage<GetSessionResponse, {jsonType: GetSessionResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 7);
+  messageDesc(file_ctxfold_v1_context_service, 8);
 
 /**
  * ListSessions input.
@@ -871,7 +992,7 @@ export type ListSessionsRequestJson = {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest, {jsonType: ListSessionsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 8);
+  messageDesc(file_ctxfold_v1_context_service, 9);
 
 /**
  * ListSessions output.
@@ -920,7 +1041,7 @@ export type ListSessionsResponseJson = {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse, {jsonType: ListSessionsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 9);
+  messageDesc(file_ctxfold_v1_context_service, 10);
 
 /**
  * DeleteSession input.
@@ -955,7 +1076,7 @@ export type DeleteSessionRequestJson = {
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
 export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest, {jsonType: DeleteSessionRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 10);
+  messageDesc(file_ctxfold_v1_context_service, 11);
 
 /**
  * DeleteSession output.
@@ -978,7 +1099,7 @@ export type DeleteSessionResponseJson = {
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
 export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse, {jsonType: DeleteSessionResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 11);
+  messageDesc(file_ctxfold_v1_context_service, 12);
 
 /**
  * AppendMessages input.
@@ -1043,7 +1164,7 @@ export type AppendMessagesRequestJson = {
  * Use `create(AppendMessagesRequestSchema)` to create a new message.
  */
 export const AppendMessagesRequestSchema: GenMessage<AppendMessagesRequest, {jsonType: AppendMessagesRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 12);
+  messageDesc(file_ctxfold_v1_context_service, 13);
 
 /**
  * AppendMessages output.
@@ -1092,7 +1213,7 @@ export type AppendMessagesResponseJson = {
  * Use `create(AppendMessagesResponseSchema)` to create a new message.
  */
 export const AppendMessagesResponseSchema: GenMessage<AppendMessagesResponse, {jsonType: AppendMessagesResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 13);
+  messageDesc(file_ctxfold_v1_context_service, 14);
 
 /**
  * ListMessages input.
@@ -1169,7 +1290,7 @@ export type ListMessagesRequestJson = {
  * Use `create(ListMessagesRequestSchema)` to create a new message.
  */
 export const ListMessagesRequestSchema: GenMessage<ListMessagesRequest, {jsonType: ListMessagesRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 14);
+  messageDesc(file_ctxfold_v1_context_service, 15);
 
 /**
  * ListMessages output.
@@ -1218,7 +1339,7 @@ export type ListMessagesResponseJson = {
  * Use `create(ListMessagesResponseSchema)` to create a new message.
  */
 export const ListMessagesResponseSchema: GenMessage<ListMessagesResponse, {jsonType: ListMessagesResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 15);
+  messageDesc(file_ctxfold_v1_context_service, 16);
 
 /**
  * Prepare input.
@@ -1313,7 +1434,7 @@ export type PrepareRequestJson = {
  * Use `create(PrepareRequestSchema)` to create a new message.
  */
 export const PrepareRequestSchema: GenMessage<PrepareRequest, {jsonType: PrepareRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 16);
+  messageDesc(file_ctxfold_v1_context_service, 17);
 
 /**
  * One streamed item of Prepare: zero or more progress events, then exactly one result.
@@ -1371,7 +1492,7 @@ export type PrepareResponseJson = {
  * Use `create(PrepareResponseSchema)` to create a new message.
  */
 export const PrepareResponseSchema: GenMessage<PrepareResponse, {jsonType: PrepareResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 17);
+  messageDesc(file_ctxfold_v1_context_service, 18);
 
 /**
  * A maintenance progress event.
@@ -1518,7 +1639,7 @@ export type FoldProgressJson = {
  * Use `create(FoldProgressSchema)` to create a new message.
  */
 export const FoldProgressSchema: GenMessage<FoldProgress, {jsonType: FoldProgressJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 18);
+  messageDesc(file_ctxfold_v1_context_service, 19);
 
 /**
  * The provider-visible context to send.
@@ -1781,7 +1902,7 @@ export type PreparedContextJson = {
  * Use `create(PreparedContextSchema)` to create a new message.
  */
 export const PreparedContextSchema: GenMessage<PreparedContext, {jsonType: PreparedContextJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 19);
+  messageDesc(file_ctxfold_v1_context_service, 20);
 
 /**
  * ObserveUsage input.
@@ -1886,7 +2007,7 @@ export type ObserveUsageRequestJson = {
  * Use `create(ObserveUsageRequestSchema)` to create a new message.
  */
 export const ObserveUsageRequestSchema: GenMessage<ObserveUsageRequest, {jsonType: ObserveUsageRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 20);
+  messageDesc(file_ctxfold_v1_context_service, 21);
 
 /**
  * ObserveUsage output.
@@ -1935,7 +2056,7 @@ export type ObserveUsageResponseJson = {
  * Use `create(ObserveUsageResponseSchema)` to create a new message.
  */
 export const ObserveUsageResponseSchema: GenMessage<ObserveUsageResponse, {jsonType: ObserveUsageResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 21);
+  messageDesc(file_ctxfold_v1_context_service, 22);
 
 /**
  * Compact input.
@@ -2014,7 +2135,7 @@ export type CompactRequestJson = {
  * Use `create(CompactRequestSchema)` to create a new message.
  */
 export const CompactRequestSchema: GenMessage<CompactRequest, {jsonType: CompactRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 22);
+  messageDesc(file_ctxfold_v1_context_service, 23);
 
 /**
  * One streamed item of Compact: zero or more progress events, then exactly one result.
@@ -2072,7 +2193,7 @@ export type CompactResponseJson = {
  * Use `create(CompactResponseSchema)` to create a new message.
  */
 export const CompactResponseSchema: GenMessage<CompactResponse, {jsonType: CompactResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 23);
+  messageDesc(file_ctxfold_v1_context_service, 24);
 
 /**
  * Fork input.
@@ -2135,7 +2256,7 @@ export type ForkRequestJson = {
  * Use `create(ForkRequestSchema)` to create a new message.
  */
 export const ForkRequestSchema: GenMessage<ForkRequest, {jsonType: ForkRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 24);
+  messageDesc(file_ctxfold_v1_context_service, 25);
 
 /**
  * Fork output.
@@ -2170,7 +2291,7 @@ export type ForkResponseJson = {
  * Use `create(ForkResponseSchema)` to create a new message.
  */
 export const ForkResponseSchema: GenMessage<ForkResponse, {jsonType: ForkResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 25);
+  messageDesc(file_ctxfold_v1_context_service, 26);
 
 /**
  * Rewind input.
@@ -2219,7 +2340,7 @@ export type RewindRequestJson = {
  * Use `create(RewindRequestSchema)` to create a new message.
  */
 export const RewindRequestSchema: GenMessage<RewindRequest, {jsonType: RewindRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 26);
+  messageDesc(file_ctxfold_v1_context_service, 27);
 
 /**
  * Rewind output.
@@ -2254,7 +2375,7 @@ export type RewindResponseJson = {
  * Use `create(RewindResponseSchema)` to create a new message.
  */
 export const RewindResponseSchema: GenMessage<RewindResponse, {jsonType: RewindResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 27);
+  messageDesc(file_ctxfold_v1_context_service, 28);
 
 /**
  * ReadToolResult input. Name the result by `result_ref`, or by `tool_call_id` when it is unique.
@@ -2345,7 +2466,7 @@ export type ReadToolResultRequestJson = {
  * Use `create(ReadToolResultRequestSchema)` to create a new message.
  */
 export const ReadToolResultRequestSchema: GenMessage<ReadToolResultRequest, {jsonType: ReadToolResultRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 28);
+  messageDesc(file_ctxfold_v1_context_service, 29);
 
 /**
  * ReadToolResult output.
@@ -2464,7 +2585,7 @@ export type ReadToolResultResponseJson = {
  * Use `create(ReadToolResultResponseSchema)` to create a new message.
  */
 export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse, {jsonType: ReadToolResultResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 29);
+  messageDesc(file_ctxfold_v1_context_service, 30);
 
 /**
  * GetContextState input.
@@ -2499,7 +2620,7 @@ export type GetContextStateRequestJson = {
  * Use `create(GetContextStateRequestSchema)` to create a new message.
  */
 export const GetContextStateRequestSchema: GenMessage<GetContextStateRequest, {jsonType: GetContextStateRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 30);
+  messageDesc(file_ctxfold_v1_context_service, 31);
 
 /**
  * GetContextState output.
@@ -2534,7 +2655,7 @@ export type GetContextStateResponseJson = {
  * Use `create(GetContextStateResponseSchema)` to create a new message.
  */
 export const GetContextStateResponseSchema: GenMessage<GetContextStateResponse, {jsonType: GetContextStateResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 31);
+  messageDesc(file_ctxfold_v1_context_service, 32);
 
 /**
  * A committed fold: the transcript up to `position_seq` is represented by `summary` plus the
@@ -2697,7 +2818,7 @@ export type CheckpointJson = {
  * Use `create(CheckpointSchema)` to create a new message.
  */
 export const CheckpointSchema: GenMessage<Checkpoint, {jsonType: CheckpointJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 32);
+  messageDesc(file_ctxfold_v1_context_service, 33);
 
 /**
  * ListCheckpoints input.
@@ -2774,7 +2895,7 @@ export type ListCheckpointsRequestJson = {
  * Use `create(ListCheckpointsRequestSchema)` to create a new message.
  */
 export const ListCheckpointsRequestSchema: GenMessage<ListCheckpointsRequest, {jsonType: ListCheckpointsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 33);
+  messageDesc(file_ctxfold_v1_context_service, 34);
 
 /**
  * ListCheckpoints output.
@@ -2823,7 +2944,7 @@ export type ListCheckpointsResponseJson = {
  * Use `create(ListCheckpointsResponseSchema)` to create a new message.
  */
 export const ListCheckpointsResponseSchema: GenMessage<ListCheckpointsResponse, {jsonType: ListCheckpointsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 34);
+  messageDesc(file_ctxfold_v1_context_service, 35);
 
 /**
  * GetCheckpoint input.
@@ -2872,7 +2993,7 @@ export type GetCheckpointRequestJson = {
  * Use `create(GetCheckpointRequestSchema)` to create a new message.
  */
 export const GetCheckpointRequestSchema: GenMessage<GetCheckpointRequest, {jsonType: GetCheckpointRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 35);
+  messageDesc(file_ctxfold_v1_context_service, 36);
 
 /**
  * GetCheckpoint output.
@@ -2907,7 +3028,7 @@ export type GetCheckpointResponseJson = {
  * Use `create(GetCheckpointResponseSchema)` to create a new message.
  */
 export const GetCheckpointResponseSchema: GenMessage<GetCheckpointResponse, {jsonType: GetCheckpointResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 36);
+  messageDesc(file_ctxfold_v1_context_service, 37);
 
 /**
  * The author of a message, as in the provider's chat format.
