@@ -13,18 +13,19 @@ TEST_TMP := $(CURDIR)/.cache/tmp
 .PHONY: setup serve test check pytest clients generate test-tmp
 
 # The server alone (no dev or bench extras): what `make serve` needs.
-$(VENV)/.installed-server: pyproject.toml VERSION
+# The gateway reaches the server through the Python SDK, installed from clients/python beside it.
+$(VENV)/.installed-server: pyproject.toml VERSION clients/python/pyproject.toml
 	@echo "make serve: installing ctxfold and its server dependencies into $(VENV) (first run: about a minute)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q -U pip
-	@$(PY) -m pip install -q -e .
+	@$(PY) -m pip install -q -e ./clients/python -e .
 	@touch $@
 
 # Everything the tests, linters and benchmarks need (a superset of the server's).
-$(VENV)/.installed: pyproject.toml VERSION
+$(VENV)/.installed: pyproject.toml VERSION clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m pip install -q -e ./clients/python -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed-server
 
 node_modules/.installed: package.json package-lock.json

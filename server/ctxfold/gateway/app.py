@@ -1,0 +1,375 @@
+"""The HTTP shell (aiohttp): read the agent's request, let `contexts` reconcile and prepare, rewrite,
+forward upstream, stream the answer back event by event, answer the read tool in between, and say
+what happened in response headers and one span per request. Decisions live in the pure modules."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from ctxfold_client import Action, CtxfoldError, ErrorReason, Usage, tool_definitions
+from ctxfold_client.tools import READ_TOOL_RESULT
+from multidict import CIMultiDict, CIMultiDictProxy
+from opentelemetry import propagate, trace
+
+from ctxfold.gateway.contexts import Contexts, NewSession, Prepared, unreachable
+from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, as_dict
+from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
+from ctxfold.gateway.formats.openai_chat import OpenAIChat
+from ctxfold.gateway.formats.openai_responses import OpenAIResponses
+from ctxfold.gateway.identity import context_window, session_key
+from ctxfold.gateway.pieces import compact_json
+from ctxfold.gateway.settings import GatewaySettings, key_sha256, load_tenants
+from ctxfold.gateway.sse import EventSplitter
+
+log = logging.getLogger("ctxfold.gateway")
+tracer = trace.get_tracer("ctxfold.gateway")
+
+APIS: tuple[ApiFormat, ...] = (OpenAIChat(), OpenAIResponses(), AnthropicMessages())
+# Agents send whole histories, with images: the largest request body accepted.
+MAX_REQUEST_BYTES = 64 << 20
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+     "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding", "content-encoding"}
+)  # fmt: skip
+ACTION_NAMES = {Action.NONE: "none", Action.PRUNED: "pruned", Action.FOLDED: "folded"}
+SESSION_HEADER = "x-ctxfold-session"
+WINDOW_HEADER = "x-ctxfold-context-window"
+TOKEN_HEADER = "x-ctxfold-token"
+
+
+@dataclass(frozen=True)
+class Caller:
+    api_key: str  # the agent's provider key: forwarded, hashed into session keys, never stored
+    token: str  # the ctxfold bearer token of its tenant ("" = the gateway's single tenant)
+
+
+def forwarded_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    """The agent's headers as the upstream gets them: without hop-by-hop headers and ctxfold's own."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower not in HOP_BY_HOP and not lower.startswith("x-ctxfold-"):
+            out.add(name, value)
+    out["Accept-Encoding"] = "identity"  # the client gets the upstream's bytes as they are
+    return out
+
+
+def answer_headers(upstream: CIMultiDictProxy[str], extra: Mapping[str, str]) -> CIMultiDict[str]:
+    out: CIMultiDict[str] = CIMultiDict((k, v) for k, v in upstream.items() if k.lower() not in HOP_BY_HOP)
+    out.update(extra)
+    return out
+
+
+def api_key_of(headers: Mapping[str, str]) -> str:
+    authorization = headers.get("Authorization", "")
+    if authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip()
+    return headers.get("x-api-key", "")
+
+
+def hides_results(prepared: Prepared) -> bool:
+    return any(m.summary or m.pruned or m.truncated for m in prepared.view.messages)
+
+
+class Gateway:
+    def __init__(self, settings: GatewaySettings, session: aiohttp.ClientSession):
+        self.settings = settings
+        self.contexts = Contexts(settings)
+        self.tenants = load_tenants(settings.tenants_file)
+        self.windows = settings.windows()
+        self.upstream = session
+        self._background: set[asyncio.Task[None]] = set()
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        for api in APIS:
+            app.router.add_post(api.path, self._handler(api))
+        app.router.add_route("*", "/{tail:.*}", self.pass_through)
+        return app
+
+    async def close(self) -> None:
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.contexts.close()
+
+    def _handler(self, api: ApiFormat) -> Any:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self.handle(api, request)
+
+        return handle
+
+    def base_url(self, provider: str) -> str:
+        base = self.settings.anthropic_base_url if provider == "anthropic" else self.settings.openai_base_url
+        return base.rstrip("/")
+
+    def caller(self, headers: Mapping[str, str]) -> Caller:
+        api_key = api_key_of(headers)
+        token = headers.get(TOKEN_HEADER) or self.tenants.get(key_sha256(api_key)) or self.settings.token
+        return Caller(api_key, token)
+
+    # ---- the three APIs ----------------------------------------------------------------------------
+
+    async def handle(self, api: ApiFormat, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw)
+            if not isinstance(body, dict):
+                raise BadRequest("the request body must be a JSON object")
+            conversation = api.conversation(body)
+            window = self._window(request.headers, conversation.model)
+        except orjson.JSONDecodeError as exc:
+            return self._error(api, 400, f"the request body is not valid JSON: {exc}")
+        except BadRequest as exc:
+            return self._error(api, 400, str(exc))
+        context = propagate.extract(request.headers)
+        name = f"chat {conversation.model}" if conversation.model else "chat"
+        with tracer.start_as_current_span(name, context=context, kind=trace.SpanKind.SERVER) as span:
+            span.set_attribute("gen_ai.operation.name", "chat")
+            span.set_attribute("gen_ai.provider.name", api.provider)
+            span.set_attribute("gen_ai.request.model", conversation.model)
+            span.set_attribute("ctxfold.gateway.api", api.api)
+            if conversation.not_reconciled:
+                return await self._unchanged(api, request, raw, conversation.not_reconciled)
+            caller = self.caller(request.headers)
+            key = session_key(api.api, caller.api_key, request.headers.get(SESSION_HEADER, ""), conversation.model,
+                              conversation.pieces)  # fmt: skip
+            new = NewSession(
+                window=window,
+                max_output_tokens=min(conversation.max_output_tokens, window // 4),
+                tools_json=compact_json(list(conversation.tools)) if conversation.tools else "",
+                model=conversation.model,
+            )
+            try:
+                prepared = await self.contexts.prepare(caller.token, key, api, conversation, new)
+            except CtxfoldError as error:
+                span.set_attribute("ctxfold.error.reason", error.reason)
+                if error.reason == ErrorReason.CONTEXT_BUDGET_UNSATISFIED:
+                    tokens = int(error.metadata.get("estimated_tokens", 0) or 0)
+                    return self._raw(400, api.context_length_error(tokens, window), {})
+                return await self._ctxfold_failed(api, request, raw, error)
+            span.set_attribute("gen_ai.conversation.id", prepared.session_id)
+            span.set_attribute("ctxfold.action", ACTION_NAMES.get(prepared.view.action, "none"))
+            span.set_attribute("ctxfold.view_tokens", prepared.view.estimated_tokens)
+            span.set_attribute("ctxfold.appended", prepared.appended)
+            if prepared.rewound_to is not None:
+                span.set_attribute("ctxfold.rewound_to_seq", prepared.rewound_to)
+            cache = CacheHints(prepared.view.prompt_cache_key, prepared.view.stable_prefix_messages)
+            upstream_body = api.rewritten(body, prepared.entries, cache)
+            offers_read = (
+                not conversation.stream
+                and self.settings.max_read_rounds > 0
+                and hides_results(prepared)
+                and not any(READ_TOOL_RESULT in compact_json(tool) for tool in conversation.tools)
+            )
+            if offers_read:
+                read_tool = [t for t in tool_definitions(api.tool_format) if READ_TOOL_RESULT in compact_json(t)]
+                upstream_body = api.tools_with(upstream_body, read_tool)
+            headers = {
+                SESSION_HEADER: prepared.session_id,
+                "x-ctxfold-session-key": key.split(":", 1)[1],
+                "x-ctxfold-action": ACTION_NAMES.get(prepared.view.action, "none"),
+                "x-ctxfold-view-tokens": str(prepared.view.estimated_tokens),
+            }
+            url = self.base_url(api.provider) + request.path_qs
+            forward = forwarded_headers(request.headers)
+            if conversation.stream:
+                return await self._stream(api, request, url, forward, upstream_body, prepared, headers, caller)
+            return await self._complete(api, url, forward, upstream_body, prepared, headers, caller, offers_read)
+
+    def _window(self, headers: Mapping[str, str], model: str) -> int:
+        given = headers.get(WINDOW_HEADER)
+        if given is None:
+            return context_window(model, self.windows)
+        if not given.isdigit() or int(given) < 1000:
+            raise BadRequest(f"{WINDOW_HEADER}: must be a whole number of tokens, at least 1000 (got {given!r})")
+        return int(given)
+
+    async def _complete(
+        self,
+        api: ApiFormat,
+        url: str,
+        forward: CIMultiDict[str],
+        body: dict[str, Any],
+        prepared: Prepared,
+        headers: dict[str, str],
+        caller: Caller,
+        offers_read: bool,
+    ) -> web.StreamResponse:
+        rounds = 0
+        first_usage: Usage | None = None
+        while True:
+            status, upstream_headers, payload = await self._post(url, forward, body)
+            if status != 200:
+                break
+            try:
+                response = as_dict(orjson.loads(payload))
+            except orjson.JSONDecodeError:
+                break
+            if first_usage is None:
+                first_usage = api.usage(response)
+            calls = api.read_calls(response, READ_TOOL_RESULT) if offers_read else []
+            if not calls or rounds >= self.settings.max_read_rounds:
+                break
+            rounds += 1
+            client = self.contexts.client(caller.token)
+            answers = {
+                call.call_id: await client.dispatch_tool_call(prepared.session_id, READ_TOOL_RESULT, call.arguments)
+                or ""
+                for call in calls
+            }
+            body = api.continued(body, response, answers)
+        trace.get_current_span().set_attribute("ctxfold.read_rounds", rounds)
+        if first_usage is not None:
+            self._observe(caller, prepared, first_usage)
+        return self._raw(status, payload, {**headers, "x-ctxfold-read-rounds": str(rounds)}, upstream_headers)
+
+    async def _post(
+        self, url: str, forward: CIMultiDict[str], body: dict[str, Any]
+    ) -> tuple[int, CIMultiDictProxy[str], bytes]:
+        with tracer.start_as_current_span("POST upstream", kind=trace.SpanKind.CLIENT) as span:
+            span.set_attribute("url.full", url)
+            headers = CIMultiDict(forward)
+            propagate.inject(headers)
+            async with self.upstream.post(url, data=orjson.dumps(body), headers=headers) as answer:
+                span.set_attribute("http.response.status_code", answer.status)
+                return answer.status, answer.headers, await answer.read()
+
+    async def _stream(
+        self,
+        api: ApiFormat,
+        request: web.Request,
+        url: str,
+        forward: CIMultiDict[str],
+        body: dict[str, Any],
+        prepared: Prepared,
+        headers: dict[str, str],
+        caller: Caller,
+    ) -> web.StreamResponse:
+        with tracer.start_as_current_span("POST upstream", kind=trace.SpanKind.CLIENT) as span:
+            span.set_attribute("url.full", url)
+            upstream_headers = CIMultiDict(forward)
+            propagate.inject(upstream_headers)
+            async with self.upstream.post(url, data=orjson.dumps(body), headers=upstream_headers) as answer:
+                span.set_attribute("http.response.status_code", answer.status)
+                if answer.status != 200:
+                    return self._raw(answer.status, await answer.read(), headers, answer.headers)
+                response = web.StreamResponse(status=200, headers=answer_headers(answer.headers, headers))
+                await response.prepare(request)
+                splitter = EventSplitter()
+                usage = Usage(0)
+                async for chunk in answer.content.iter_any():
+                    for event in splitter.feed(chunk):
+                        await response.write(event.raw)
+                        if event.data is not None:
+                            usage = api.stream_usage(event.data, usage)
+                rest = splitter.rest()
+                if rest:
+                    await response.write(rest)
+                await response.write_eof()
+        self._observe(caller, prepared, usage)
+        return response
+
+    def _observe(self, caller: Caller, prepared: Prepared, usage: Usage) -> None:
+        """Reports usage after the answer, never delaying it; a failure is logged, not raised."""
+        span = trace.get_current_span()
+        span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+        if not usage.input_tokens:
+            return
+
+        async def observe() -> None:
+            try:
+                await self.contexts.client(caller.token).observe_usage(prepared.session_id, prepared.view, usage)
+            except CtxfoldError as error:
+                log.warning("ObserveUsage for session %s failed: %s", prepared.session_id, error)
+
+        task = asyncio.get_running_loop().create_task(observe())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ---- when ctxfold does not take part --------------------------------------------------------
+
+    async def _ctxfold_failed(
+        self, api: ApiFormat, request: web.Request, raw: bytes, error: CtxfoldError
+    ) -> web.StreamResponse:
+        state = "unreachable" if unreachable(error) else "refused the request"
+        why = f"ctxfold {state}: {error.reason or error.code.name}"
+        if self.settings.fail_mode == "closed":
+            log.warning("%s; answered 503 (fail_mode closed)", why)
+            return self._raw(503, api.error(503, f"{why}: {error.message}"), {"x-ctxfold-warning": why})
+        log.warning("%s; request forwarded unchanged (fail_mode open)", why)
+        return await self._unchanged(api, request, raw, why)
+
+    async def _unchanged(self, api: ApiFormat, request: web.Request, raw: bytes, why: str) -> web.StreamResponse:
+        url = self.base_url(api.provider) + request.path_qs
+        return await self._relay(request, url, raw, {"x-ctxfold-warning": why, "x-ctxfold-action": "none"})
+
+    async def pass_through(self, request: web.Request) -> web.StreamResponse:
+        """Anything the gateway does not change (`/v1/models`, `/v1/messages/count_tokens`, ...), to
+        the upstream of its provider: Anthropic's paths and requests, else OpenAI's."""
+        anthropic = request.path.startswith("/v1/messages") or "anthropic-version" in request.headers
+        url = self.base_url("anthropic" if anthropic else "openai") + request.path_qs
+        return await self._relay(request, url, await request.read(), {})
+
+    async def _relay(self, request: web.Request, url: str, raw: bytes, extra: dict[str, str]) -> web.StreamResponse:
+        """The request as it came, the answer as it comes (streamed chunk by chunk)."""
+        async with self.upstream.request(
+            request.method, url, data=raw or None, headers=forwarded_headers(request.headers)
+        ) as answer:
+            response = web.StreamResponse(status=answer.status, headers=answer_headers(answer.headers, extra))
+            await response.prepare(request)
+            async for chunk in answer.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+    def _error(self, api: ApiFormat, status: int, message: str) -> web.Response:
+        return self._raw(status, api.error(status, message), {})
+
+    @staticmethod
+    def _raw(
+        status: int, payload: bytes, extra: Mapping[str, str], upstream: CIMultiDictProxy[str] | None = None
+    ) -> web.Response:
+        headers = answer_headers(upstream, extra) if upstream is not None else CIMultiDict(extra)
+        headers.setdefault("Content-Type", "application/json")
+        return web.Response(status=status, body=payload, headers=headers)
+
+
+@dataclass
+class RunningGateway:
+    port: int
+    runner: web.AppRunner
+    gateway: Gateway
+    session: aiohttp.ClientSession
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+        await self.gateway.close()
+        await self.session.close()
+
+
+async def start_gateway(settings: GatewaySettings) -> RunningGateway:
+    host, _, port = settings.listen.rpartition(":")
+    session = aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+        auto_decompress=False,
+    )
+    gateway = Gateway(settings, session)
+    runner = web.AppRunner(gateway.application(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host.strip("[]") or "127.0.0.1", int(port))
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        await session.close()
+        raise
+    bound = int(runner.addresses[0][1])
+    return RunningGateway(bound, runner, gateway, session)
