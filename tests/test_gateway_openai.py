@@ -83,7 +83,9 @@ async def test_a_streamed_chat_answer_reaches_the_agent_byte_for_byte(stack: Sta
     agent = client(stack, "chat-stream-bytes")
     stack.upstream.reply(CHAT, Reply(text="A longer answer, streamed in pieces of eight characters."))
     async with agent.chat.completions.with_streaming_response.create(
-        model="gpt-4.1", messages=[SYSTEM, {"role": "user", "content": "Stream."}], stream=True  # type: ignore[list-item]
+        model="gpt-4.1",
+        messages=[SYSTEM, {"role": "user", "content": "Stream."}],
+        stream=True,  # type: ignore[list-item]
     ) as response:
         received = b"".join([chunk async for chunk in response.iter_bytes()])
         assert response.headers["x-ctxfold-action"] == "none"
@@ -94,14 +96,18 @@ async def test_responses_keep_reasoning_items_and_call_ids_verbatim(stack: Stack
     agent = client(stack, "responses-reasoning")
     stack.upstream.reply(
         RESPONSES,
-        Reply(text="", calls=(Call("call_1", "shell", '{"cmd": "ls"}'),), reasoning=(("List files.", "gAAAAB-enc-1=="),)),
+        Reply(
+            text="", calls=(Call("call_1", "shell", '{"cmd": "ls"}'),), reasoning=(("List files.", "gAAAAB-enc-1=="),)
+        ),
         Reply(text="Done."),
     )
     items: list[object] = [{"role": "user", "content": "What is in this folder?"}]
     first = await agent.responses.create(model="o4-mini", instructions="Be brief.", input=items, store=False)  # type: ignore[arg-type]
     items += [item.model_dump(exclude_none=True) for item in first.output]
     items.append({"type": "function_call_output", "call_id": "call_1", "output": "a.py b.py"})
-    raw = await agent.responses.with_raw_response.create(model="o4-mini", instructions="Be brief.", input=items, store=False)  # type: ignore[arg-type]
+    raw = await agent.responses.with_raw_response.create(
+        model="o4-mini", instructions="Be brief.", input=items, store=False
+    )  # type: ignore[arg-type]
     assert raw.http_response.content == stack.upstream.sent[-1]
     sent = stack.upstream.last(RESPONSES).body
     assert sent["instructions"] == "Be brief."
