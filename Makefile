@@ -1,6 +1,6 @@
 # The two commands of the README:
 #   make serve   install the server alone and start ctxfold on its embedded default (SQLite + the
-#                extractive summarizer) on 127.0.0.1:50051
+#                extractive summarizer) on 127.0.0.1:50051, with the HTTP gateway on 127.0.0.1:8080
 #   make test    set up and run the whole test suite: lint, types, proto lint, the
 #                server tests on SQLite and PostgreSQL, and the four client SDKs against a real server.
 #                It leaves nothing running (a PostgreSQL it started is stopped) and keeps its
@@ -35,8 +35,8 @@ node_modules/.installed: package.json package-lock.json
 setup: $(VENV)/.installed node_modules/.installed
 
 serve: $(VENV)/.installed-server
-	@echo "make serve: starting ctxfold (SQLite in $${XDG_DATA_HOME:-$$HOME/.local/share}/ctxfold; Ctrl-C stops it)"
-	@$(VENV)/bin/ctxfold serve
+	@echo "make serve: starting ctxfold on 127.0.0.1:50051 and its gateway on http://127.0.0.1:8080 (SQLite in $${XDG_DATA_HOME:-$$HOME/.local/share}/ctxfold; Ctrl-C stops both)"
+	@$(VENV)/bin/ctxfold serve --gateway-listen 127.0.0.1:8080
 
 # Regenerates every committed generated file from proto/ (server, then each client SDK).
 generate: setup

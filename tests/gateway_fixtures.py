@@ -10,7 +10,8 @@ import pytest
 from ctxfold_client import AsyncClient, Message
 
 from conftest import fresh_database, settings_for
-from ctxfold.gateway import GatewaySettings, RunningGateway, start_gateway
+from ctxfold.gateway.app import RunningGateway, start_gateway
+from ctxfold.gateway.settings import GatewaySettings
 from ctxfold.server import RunningServer, start
 from fake_upstream import FakeUpstream
 

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from conftest import free_port, settings_for
-from ctxfold.gateway import start_gateway
+from ctxfold.gateway.app import start_gateway
 from ctxfold.server import start
 from fake_upstream import CHAT, Call, FakeUpstream, Reply
 from gateway_fixtures import Stack, gateway_settings, make_stack, stack

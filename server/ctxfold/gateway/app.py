@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from ctxfold_client.tools import READ_TOOL_RESULT
 from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry import propagate, trace
 
+from ctxfold import __version__
 from ctxfold.gateway.contexts import Contexts, NewSession, Prepared, unreachable
 from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, as_dict
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
@@ -352,6 +354,31 @@ class RunningGateway:
         await self.runner.cleanup()
         await self.gateway.close()
         await self.session.close()
+
+
+def listen_address(listen: str, port: int) -> str:
+    return f"{listen.rpartition(':')[0] or '0.0.0.0'}:{port}"
+
+
+async def serve_gateway(settings: GatewaySettings) -> None:
+    """`ctxfold gateway`: serves until SIGTERM or SIGINT, then lets requests in flight finish."""
+    running = await start_gateway(settings)
+    log.info(
+        "ctxfold gateway %s serving on %s (ctxfold at %s; OpenAI upstream %s, Anthropic upstream %s; fail %s)",
+        __version__,
+        listen_address(settings.listen, running.port),
+        settings.server,
+        settings.openai_base_url,
+        settings.anthropic_base_url,
+        settings.fail_mode,
+    )
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+    await running.stop()
+    log.info("stopped")
 
 
 async def start_gateway(settings: GatewaySettings) -> RunningGateway:
