@@ -69,12 +69,12 @@ class FakeUpstream:
     def last(self, path: str) -> Seen:
         return next(s for s in reversed(self.seen) if s.path == path)
 
-    async def start(self) -> None:
+    async def start(self, port: int = 0) -> None:
         app = web.Application(client_max_size=256 << 20)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
 
@@ -280,3 +280,20 @@ async def _anthropic_stream(reply: Reply, body: dict[str, Any], input_tokens: in
 
 ANSWERS = {CHAT: _chat_answer, RESPONSES: _responses_answer, MESSAGES: _anthropic_answer}
 STREAMS = {CHAT: _chat_stream, RESPONSES: _responses_stream, MESSAGES: _anthropic_stream}
+
+
+async def serve_forever(port: int) -> None:
+    """The fake upstream alone, answering every request with the default reply (the benchmark's)."""
+    upstream = FakeUpstream()
+    await upstream.start(port)
+    print(f"fake upstream serving on 127.0.0.1:{port}", flush=True)
+    while True:
+        upstream.seen.clear()  # the benchmark's requests: nothing is kept
+        upstream.sent.clear()
+        await asyncio.sleep(1)
+
+
+if __name__ == "__main__":
+    import sys
+
+    asyncio.run(serve_forever(int(sys.argv[1])))

@@ -119,6 +119,8 @@ class Gateway:
 
     async def handle(self, api: ApiFormat, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
+        if self.settings.mode == "pass_through":
+            return await self._relay(request, self.base_url(api.provider) + request.path_qs, raw, {})
         try:
             body = orjson.loads(raw)
             if not isinstance(body, dict):

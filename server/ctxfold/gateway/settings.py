@@ -13,6 +13,7 @@ from ctxfold.config import LOG_LEVELS, load_values
 
 ENV_PREFIX = "CTXFOLD_GATEWAY_"
 FAIL_MODES = ("open", "closed")
+MODES = ("ctxfold", "pass_through")
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,12 @@ class GatewaySettings:
     )
     anthropic_base_url: str = field(
         default="https://api.anthropic.com", metadata={"help": "upstream of /v1/messages* (without /v1)"}
+    )
+    mode: str = field(
+        default="ctxfold",
+        metadata={
+            "help": "'ctxfold', or 'pass_through': forward every request unchanged (ctxfold off, same HTTP path)"
+        },
     )
     fail_mode: str = field(
         default="open",
@@ -79,6 +86,8 @@ def load_gateway_settings(
     settings = GatewaySettings(**values)
     if settings.fail_mode not in FAIL_MODES:
         raise ValueError(f"setting fail_mode: {settings.fail_mode!r} is not 'open' or 'closed'")
+    if settings.mode not in MODES:
+        raise ValueError(f"setting mode: {settings.mode!r} is not 'ctxfold' or 'pass_through'")
     if settings.log_level.upper() not in LOG_LEVELS:
         raise ValueError(f"setting log_level: {settings.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     if settings.max_read_rounds < 0:
