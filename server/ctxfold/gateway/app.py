@@ -284,7 +284,7 @@ class Gateway:
         span = trace.get_current_span()
         span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
-        if not usage.input_tokens:
+        if not usage.input_tokens or not prepared.observe:
             return
 
         async def observe() -> None:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
-from ctxfold_client import AsyncClient, Message, SessionConfig, View
+from ctxfold_client import Action, AsyncClient, Message, SessionConfig, View
 
 from ctxfold.gateway.formats import ApiFormat, Conversation, ViewEntry
 from ctxfold.gateway.pieces import fingerprint
@@ -25,6 +26,14 @@ log = logging.getLogger("ctxfold.gateway")
 MAX_SESSIONS = 4096
 # Views the SDK keeps per client so that Prepare answers with deltas.
 VIEW_CACHE_SIZE = 4096
+# Usage is reported for calibration, which moves slowly: at most this often per session, and after
+# every prune or fold (the view the estimate describes changed). Each ObserveUsage is a few writes
+# on the server, as costly as the Prepare itself.
+OBSERVE_INTERVAL_SECONDS = 30.0
+
+
+def should_observe(last_observed: float | None, now: float, action: Action) -> bool:
+    return last_observed is None or action is not Action.NONE or now - last_observed >= OBSERVE_INTERVAL_SECONDS
 
 
 class TranscriptMoved(Exception):
@@ -36,6 +45,7 @@ class SessionState:
     session_id: str
     fingerprints: list[str]
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    observed_at: float | None = None  # when usage was last reported (monotonic seconds)
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,7 @@ class Prepared:
     entries: list[ViewEntry]
     appended: int
     rewound_to: int | None  # the seq the transcript was rewound to, if it diverged
+    observe: bool  # report this request's usage
 
 
 @dataclass(frozen=True)
@@ -118,12 +129,17 @@ class Contexts:
         if append and (not view.appended or view.appended[0].seq != plan.keep + 1):
             raise TranscriptMoved
         state.fingerprints = request
+        now = time.monotonic()
+        observe = should_observe(state.observed_at, now, view.action)
+        if observe:
+            state.observed_at = now
         return Prepared(
             session_id=state.session_id,
             view=view,
             entries=view_entries(view, conversation),
             appended=len(append),
             rewound_to=plan.keep if plan.rewind else None,
+            observe=observe,
         )
 
     async def _state(self, client: AsyncClient, token: str, key: str, api: ApiFormat, new: NewSession) -> SessionState:
