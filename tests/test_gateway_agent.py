@@ -43,6 +43,10 @@ def request_tokens(body: dict[str, Any]) -> int:
     return total
 
 
+def recorded_calls(answer: dict[str, Any]) -> tuple[Call, ...]:
+    return tuple(Call(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in answer["tool_calls"])
+
+
 async def test_an_agents_sdk_agent_replays_a_real_run_through_several_folds(agent_stack: Stack) -> None:
     set_tracing_disabled(True)  # the SDK would send its traces to OpenAI
     trace = json.loads(TRACE.read_text())
@@ -51,20 +55,23 @@ async def test_an_agents_sdk_agent_replays_a_real_run_through_several_folds(agen
     outputs = {m["tool_call_id"]: m["content"] for m in rest if m["role"] == "tool"}
     agent_stack.upstream.reply(
         CHAT,
-        *[Reply(text=a.get("content") or "", calls=tuple(
-            Call(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in a["tool_calls"])) for a in answers],
+        *[Reply(text=a.get("content") or "", calls=recorded_calls(a)) for a in answers],
         Reply(text="The fix is in place."),
-    )  # fmt: skip
+    )
 
     async def recorded_output(context: ToolContext[Any], arguments: str) -> str:
         return outputs.get(context.tool_call_id, "(no output recorded)")
 
     tools = [
-        FunctionTool(name=t["function"]["name"], description=t["function"].get("description", ""),
-                     params_json_schema=t["function"].get("parameters", {"type": "object"}), on_invoke_tool=recorded_output,
-                     strict_json_schema=False)
+        FunctionTool(
+            name=t["function"]["name"],
+            description=t["function"].get("description", ""),
+            params_json_schema=t["function"].get("parameters", {"type": "object"}),
+            on_invoke_tool=recorded_output,
+            strict_json_schema=False,
+        )
         for t in trace["tools"]
-    ]  # fmt: skip
+    ]
     client = openai.AsyncOpenAI(
         base_url=f"{agent_stack.url}/v1", api_key="sk-agents",
         default_headers={"x-ctxfold-context-window": str(WINDOW)}, max_retries=0,

@@ -152,8 +152,12 @@ def test_image_token_formulas() -> None:
 
 
 def test_breakpoints_mark_the_stable_prefix_and_the_last_turn() -> None:
-    body = {"system": "Rules.", "messages": [{"role": "user", "content": "task"}, {"role": "assistant", "content": "ok"},
-                                             {"role": "user", "content": "next"}]}  # fmt: skip
+    turns = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "next"},
+    ]
+    body = {"system": "Rules.", "messages": turns}
     placed = place_breakpoints(body, stable_turns=1)
     assert placed["messages"][0]["content"] == [
         {"type": "text", "text": "task", "cache_control": {"type": "ephemeral"}}

@@ -25,14 +25,10 @@ async def test_node_agents_run_unchanged_through_the_gateway(stack: Stack) -> No
     node = shutil.which("node")
     if node is None or not (ROOT / "node_modules" / "openai").is_dir():
         pytest.fail("node and the npm packages are needed: run `make setup`")
-    stack.upstream.reply(
-        CHAT, Reply(text="", calls=(Call("call_a", "read_file", '{"p":"a.py"}'), Call("call_b", "read_file", '{"p":"b.py"}'))),
-        Reply(text="Both read."),
-    )  # fmt: skip
-    stack.upstream.reply(
-        MESSAGES, Reply(text="", thinking=(("Look first.", SIGNATURE),), calls=(Call("toolu_9", "bash", '{"c":"ls"}'),)),
-        Reply(text="Two files."),
-    )  # fmt: skip
+    reads = (Call("call_a", "read_file", '{"p":"a.py"}'), Call("call_b", "read_file", '{"p":"b.py"}'))
+    stack.upstream.reply(CHAT, Reply(text="", calls=reads), Reply(text="Both read."))
+    thinking = Reply(text="", thinking=(("Look first.", SIGNATURE),), calls=(Call("toolu_9", "bash", '{"c":"ls"}'),))
+    stack.upstream.reply(MESSAGES, thinking, Reply(text="Two files."))
     stack.upstream.reply(
         RESPONSES, Reply(text="", calls=(Call("call_r", "ls", "{}"),), reasoning=(("Listing.", "gAAAA-node"),)),
         Reply(text="a.py and b.py"),
