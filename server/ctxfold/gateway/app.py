@@ -28,6 +28,7 @@ from ctxfold.gateway.formats.openai_responses import OpenAIResponses
 from ctxfold.gateway.identity import context_window, session_key
 from ctxfold.gateway.pieces import compact_json
 from ctxfold.gateway.settings import GatewaySettings, key_sha256, load_tenants
+from ctxfold.gateway.splice import KEEP, SPLICERS, event_bytes
 from ctxfold.gateway.sse import EventSplitter
 
 log = logging.getLogger("ctxfold.gateway")
@@ -50,6 +51,19 @@ TOKEN_HEADER = "x-ctxfold-token"
 class Caller:
     api_key: str  # the agent's provider key: forwarded, hashed into session keys, never stored
     token: str  # the ctxfold bearer token of its tenant ("" = the gateway's single tenant)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One agent request on its way upstream."""
+
+    api: ApiFormat
+    url: str
+    forward: CIMultiDict[str]  # the headers the upstream gets
+    prepared: Prepared
+    headers: dict[str, str]  # the x-ctxfold-* headers the agent gets
+    caller: Caller
+    offers_read: bool  # read_tool_result is offered and answered here
 
 
 def forwarded_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
@@ -166,8 +180,7 @@ class Gateway:
             cache = CacheHints(prepared.view.prompt_cache_key, prepared.view.stable_prefix_messages)
             upstream_body = api.rewritten(body, prepared.entries, cache)
             offers_read = (
-                not conversation.stream
-                and self.settings.max_read_rounds > 0
+                self.settings.max_read_rounds > 0
                 and hides_results(prepared)
                 and not any(READ_TOOL_RESULT in compact_json(tool) for tool in conversation.tools)
             )
@@ -181,10 +194,10 @@ class Gateway:
                 "x-ctxfold-view-tokens": str(prepared.view.estimated_tokens),
             }
             url = self.base_url(api.provider) + request.path_qs
-            forward = forwarded_headers(request.headers)
+            exchange = Exchange(api, url, forwarded_headers(request.headers), prepared, headers, caller, offers_read)
             if conversation.stream:
-                return await self._stream(api, request, url, forward, upstream_body, prepared, headers, caller)
-            return await self._complete(api, url, forward, upstream_body, prepared, headers, caller, offers_read)
+                return await self._stream(exchange, request, upstream_body)
+            return await self._complete(exchange, upstream_body)
 
     def _window(self, headers: Mapping[str, str], model: str) -> int:
         given = headers.get(WINDOW_HEADER)
@@ -194,21 +207,11 @@ class Gateway:
             raise BadRequest(f"{WINDOW_HEADER}: must be a whole number of tokens, at least 1000 (got {given!r})")
         return int(given)
 
-    async def _complete(
-        self,
-        api: ApiFormat,
-        url: str,
-        forward: CIMultiDict[str],
-        body: dict[str, Any],
-        prepared: Prepared,
-        headers: dict[str, str],
-        caller: Caller,
-        offers_read: bool,
-    ) -> web.StreamResponse:
-        rounds = 0
+    async def _complete(self, exchange: Exchange, body: dict[str, Any]) -> web.StreamResponse:
+        api, rounds = exchange.api, 0
         first_usage: Usage | None = None
         while True:
-            status, upstream_headers, payload = await self._post(url, forward, body)
+            status, upstream_headers, payload = await self._post(exchange.url, exchange.forward, body)
             if status != 200:
                 break
             try:
@@ -217,21 +220,17 @@ class Gateway:
                 break
             if first_usage is None:
                 first_usage = api.usage(response)
-            calls = api.read_calls(response, READ_TOOL_RESULT) if offers_read else []
-            if not calls or rounds >= self.settings.max_read_rounds:
+            if not exchange.offers_read or not api.read_calls(response, READ_TOOL_RESULT):
+                break
+            if rounds >= self.settings.max_read_rounds:  # the agent never sees a tool it did not define
+                payload = orjson.dumps(api.without_calls(response, READ_TOOL_RESULT))
                 break
             rounds += 1
-            client = self.contexts.client(caller.token)
-            answers = {
-                call.call_id: await client.dispatch_tool_call(prepared.session_id, READ_TOOL_RESULT, call.arguments)
-                or ""
-                for call in calls
-            }
-            body = api.continued(body, response, answers)
+            body = api.continued(body, response, await self._read_answers(exchange, response))
         trace.get_current_span().set_attribute("ctxfold.read_rounds", rounds)
         if first_usage is not None:
-            self._observe(caller, prepared, first_usage)
-        return self._raw(status, payload, {**headers, "x-ctxfold-read-rounds": str(rounds)}, upstream_headers)
+            self._observe(exchange, first_usage)
+        return self._raw(status, payload, {**exchange.headers, "x-ctxfold-read-rounds": str(rounds)}, upstream_headers)
 
     async def _post(
         self, url: str, forward: CIMultiDict[str], body: dict[str, Any]
@@ -244,52 +243,72 @@ class Gateway:
                 span.set_attribute("http.response.status_code", answer.status)
                 return answer.status, answer.headers, await answer.read()
 
-    async def _stream(
-        self,
-        api: ApiFormat,
-        request: web.Request,
-        url: str,
-        forward: CIMultiDict[str],
-        body: dict[str, Any],
-        prepared: Prepared,
-        headers: dict[str, str],
-        caller: Caller,
-    ) -> web.StreamResponse:
-        with tracer.start_as_current_span("POST upstream", kind=trace.SpanKind.CLIENT) as span:
-            span.set_attribute("url.full", url)
-            upstream_headers = CIMultiDict(forward)
-            propagate.inject(upstream_headers)
-            async with self.upstream.post(url, data=orjson.dumps(body), headers=upstream_headers) as answer:
-                span.set_attribute("http.response.status_code", answer.status)
-                if answer.status != 200:
-                    return self._raw(answer.status, await answer.read(), headers, answer.headers)
-                response = web.StreamResponse(status=200, headers=answer_headers(answer.headers, headers))
-                await response.prepare(request)
-                splitter = EventSplitter()
-                usage = Usage(0)
-                async for chunk in answer.content.iter_any():
-                    for event in splitter.feed(chunk):
-                        await response.write(event.raw)
-                        if event.data is not None:
-                            usage = api.stream_usage(event.data, usage)
-                rest = splitter.rest()
-                if rest:
-                    await response.write(rest)
-                await response.write_eof()
-        self._observe(caller, prepared, usage)
+    async def _stream(self, exchange: Exchange, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        """Event by event, as each arrives; with the read tool offered, its rounds are spliced into
+        the one stream the agent reads (`splice`)."""
+        api, url, headers = exchange.api, exchange.url, exchange.headers
+        splicer = SPLICERS[api.api](READ_TOOL_RESULT) if exchange.offers_read else None
+        response: web.StreamResponse | None = None
+        usage = Usage(0)
+        rounds = 0
+        while True:
+            with tracer.start_as_current_span("POST upstream", kind=trace.SpanKind.CLIENT) as span:
+                span.set_attribute("url.full", url)
+                upstream_headers = CIMultiDict(exchange.forward)
+                propagate.inject(upstream_headers)
+                async with self.upstream.post(url, data=orjson.dumps(body), headers=upstream_headers) as answer:
+                    span.set_attribute("http.response.status_code", answer.status)
+                    if answer.status != 200:
+                        if response is None:
+                            return self._raw(answer.status, await answer.read(), headers, answer.headers)
+                        log.warning("read round %d of session %s failed upstream: HTTP %d", rounds,
+                                    exchange.prepared.session_id, answer.status)  # fmt: skip
+                        break
+                    if response is None:
+                        response = web.StreamResponse(status=200, headers=answer_headers(answer.headers, headers))
+                        await response.prepare(request)
+                    splitter = EventSplitter()
+                    async for chunk in answer.content.iter_any():
+                        for event in splitter.feed(chunk):
+                            if event.data is not None and rounds == 0:
+                                usage = api.stream_usage(event.data, usage)
+                            step = splicer.step(event.data) if splicer is not None else KEEP
+                            if step.forward:
+                                named = splicer is not None and splicer.named_events
+                                await response.write(event.raw if step.data is None else event_bytes(step.data, named))
+                    await response.write(splitter.rest())
+            if splicer is None or not splicer.holds_end:
+                break
+            rounds += 1
+            turn = splicer.turn()
+            body = api.continued(body, turn, await self._read_answers(exchange, turn))
+            splicer.next_round(can_continue=rounds < self.settings.max_read_rounds)
+        trace.get_current_span().set_attribute("ctxfold.read_rounds", rounds)
+        assert response is not None  # the loop returns before the first round sent anything, or sends
+        await response.write_eof()
+        self._observe(exchange, usage)
         return response
 
-    def _observe(self, caller: Caller, prepared: Prepared, usage: Usage) -> None:
+    async def _read_answers(self, exchange: Exchange, turn: dict[str, Any]) -> dict[str, str]:
+        """ctxfold's answers to the model's read calls in `turn`, by call id."""
+        client, session_id = self.contexts.client(exchange.caller.token), exchange.prepared.session_id
+        return {
+            call.call_id: await client.dispatch_tool_call(session_id, READ_TOOL_RESULT, call.arguments) or ""
+            for call in exchange.api.read_calls(turn, READ_TOOL_RESULT)
+        }
+
+    def _observe(self, exchange: Exchange, usage: Usage) -> None:
         """Reports usage after the answer, never delaying it; a failure is logged, not raised."""
         span = trace.get_current_span()
         span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+        prepared, token = exchange.prepared, exchange.caller.token
         if not usage.input_tokens or not prepared.observe:
             return
 
         async def observe() -> None:
             try:
-                await self.contexts.client(caller.token).observe_usage(prepared.session_id, prepared.view, usage)
+                await self.contexts.client(token).observe_usage(prepared.session_id, prepared.view, usage)
             except CtxfoldError as error:
                 log.warning("ObserveUsage for session %s failed: %s", prepared.session_id, error)
 

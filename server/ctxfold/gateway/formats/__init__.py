@@ -86,6 +86,10 @@ class ApiFormat(abc.ABC):
         """The calls of tool `name` in a (non-streamed) response."""
 
     @abc.abstractmethod
+    def without_calls(self, response: dict[str, Any], name: str) -> dict[str, Any]:
+        """The (non-streamed) response without its calls of tool `name`."""
+
+    @abc.abstractmethod
     def continued(self, body: dict[str, Any], response: dict[str, Any], answers: dict[str, str]) -> dict[str, Any]:
         """`body` followed by the model's turn and the answers to its calls (by call id)."""
 

@@ -212,8 +212,15 @@ class AnthropicMessages(ApiFormat):
         return [
             ReadCall(text_of(block.get("id")), compact_json(block.get("input") or {}))
             for block in map(as_dict, as_list(response.get("content")))
-            if block.get("type") == "tool_use" and block.get("name") == name
+            if _is_call(block, name)
         ]
+
+    def without_calls(self, response: dict[str, Any], name: str) -> dict[str, Any]:
+        content = [b for b in map(as_dict, as_list(response.get("content"))) if not _is_call(b, name)]
+        stop = response.get("stop_reason")
+        if stop == "tool_use" and not any(b.get("type") == "tool_use" for b in content):
+            stop = "end_turn"
+        return {**response, "content": content, "stop_reason": stop}
 
     def continued(self, body: dict[str, Any], response: dict[str, Any], answers: dict[str, str]) -> dict[str, Any]:
         content = as_list(response.get("content"))
@@ -235,6 +242,10 @@ class AnthropicMessages(ApiFormat):
 
     def context_length_error(self, tokens: int, limit: int) -> bytes:
         return self.error(400, f"prompt is too long: {tokens} tokens > {limit} maximum")
+
+
+def _is_call(block: dict[str, Any], name: str) -> bool:
+    return block.get("type") == "tool_use" and block.get("name") == name
 
 
 def adapters_input(call: ToolCall) -> Json:

@@ -54,6 +54,10 @@ def openai_context_length_error(tokens: int, limit: int) -> bytes:
     return openai_error(400, message, "context_length_exceeded")
 
 
+def _called(call: dict[str, Any]) -> str:
+    return text_of(as_dict(call.get("function")).get("name"))
+
+
 def part_text(part: dict[str, Any]) -> tuple[str, int]:
     """The canonical text of one content part (Chat or Responses) and the tokens of what it is not."""
     kind = part.get("type")
@@ -164,6 +168,23 @@ class OpenAIChat(ApiFormat):
             for call in map(as_dict, as_list(message.get("tool_calls")))
             if as_dict(call.get("function")).get("name") == name
         ]
+
+    def without_calls(self, response: dict[str, Any], name: str) -> dict[str, Any]:
+        choices = [dict(as_dict(c)) for c in as_list(response.get("choices"))]
+        if choices:
+            message = dict(as_dict(choices[0].get("message")))
+            calls = [
+                c
+                for c in map(as_dict, as_list(message.get("tool_calls")))
+                if as_dict(c.get("function")).get("name") != name
+            ]
+            if calls:
+                message["tool_calls"] = calls
+            else:
+                message.pop("tool_calls", None)
+                choices[0]["finish_reason"] = "stop"
+            choices[0]["message"] = message
+        return {**response, "choices": choices}
 
     def continued(self, body: dict[str, Any], response: dict[str, Any], answers: dict[str, str]) -> dict[str, Any]:
         message = as_dict(as_dict(next(iter(as_list(response.get("choices"))), {})).get("message"))

@@ -204,6 +204,13 @@ class OpenAIResponses(ApiFormat):
             if item.get("type") == "function_call" and item.get("name") == name
         ]
 
+    def without_calls(self, response: dict[str, Any], name: str) -> dict[str, Any]:
+        output = [
+            i for i in map(as_dict, as_list(response.get("output")))
+            if not (i.get("type") == "function_call" and i.get("name") == name)
+        ]  # fmt: skip
+        return {**response, "output": output}
+
     def continued(self, body: dict[str, Any], response: dict[str, Any], answers: dict[str, str]) -> dict[str, Any]:
         given = body.get("input")
         items = [{"role": "user", "content": given}] if isinstance(given, str) else as_list(given)
