@@ -16,7 +16,7 @@ from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages, place_
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
 from ctxfold.gateway.identity import DEFAULT_WINDOW, context_window, model_family, session_key
-from ctxfold.gateway.pieces import Piece, fingerprint
+from ctxfold.gateway.pieces import Piece, fingerprint, request_fingerprints
 from ctxfold.gateway.reconcile import Plan, reconcile
 from ctxfold.gateway.sse import EventSplitter
 
@@ -193,3 +193,19 @@ def test_usage_is_reported_every_interval_and_after_every_fold() -> None:
     assert not should_observe(100.0, 101.0, Action.NONE)
     assert should_observe(100.0, 101.0, Action.FOLDED)
     assert should_observe(100.0, 100.0 + OBSERVE_INTERVAL_SECONDS, Action.NONE)
+
+
+def test_fingerprints_of_an_unchanged_prefix_are_reused_and_only_new_pieces_hashed() -> None:
+    first = [Piece(Role.SYSTEM, "Be brief."), Piece(Role.USER, {"role": "user", "content": "hi"})]
+    known, known_json = request_fingerprints("openai_chat", first, [], b"")
+    assert known == [fingerprint("openai_chat", p) for p in first]
+    longer = [*first, Piece(Role.ASSISTANT, {"role": "assistant", "content": "ok"})]
+    stale = ["not", "hashed"]  # reused as given: the bytes vouch for them
+    assert request_fingerprints("openai_chat", longer, stale, known_json)[0][:2] == stale
+    edited = [first[0], Piece(Role.USER, {"role": "user", "content": "hello"}), longer[2]]
+    assert request_fingerprints("openai_chat", edited, stale, known_json)[0] == [
+        fingerprint("openai_chat", p) for p in edited
+    ]
+    # a first piece that merely starts like the old one is no prefix
+    grown = [Piece(Role.SYSTEM, "Be brief."), Piece(Role.USER, {"role": "user", "content": "hi", "name": "x"})]
+    assert request_fingerprints("openai_chat", grown, stale, known_json)[0][1] == fingerprint("openai_chat", grown[1])

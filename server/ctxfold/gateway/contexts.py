@@ -15,7 +15,7 @@ import grpc
 from ctxfold_client import Action, AsyncClient, Message, SessionConfig, View
 
 from ctxfold.gateway.formats import ApiFormat, Conversation, ViewEntry
-from ctxfold.gateway.pieces import fingerprint
+from ctxfold.gateway.pieces import request_fingerprints
 from ctxfold.gateway.reconcile import reconcile
 from ctxfold.gateway.settings import GatewaySettings
 
@@ -30,6 +30,9 @@ VIEW_CACHE_SIZE = 4096
 # every prune or fold (the view the estimate describes changed). Each ObserveUsage is a few writes
 # on the server, as costly as the Prepare itself.
 OBSERVE_INTERVAL_SECONDS = 30.0
+# The JSON of each session's last request kept for `request_fingerprints`, all sessions together;
+# the least recently used sessions' go first (they then hash their next request whole).
+MAX_KNOWN_JSON_BYTES = 256 << 20
 
 
 def should_observe(last_observed: float | None, now: float, action: Action) -> bool:
@@ -44,6 +47,7 @@ class TranscriptMoved(Exception):
 class SessionState:
     session_id: str
     fingerprints: list[str]
+    known_json: bytes = b""  # the JSON of the pieces `fingerprints` were made from, when kept
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     observed_at: float | None = None  # when usage was last reported (monotonic seconds)
 
@@ -85,6 +89,7 @@ class Contexts:
         self.settings = settings
         self._clients: dict[str, AsyncClient] = {}
         self._sessions: OrderedDict[tuple[str, str], SessionState] = OrderedDict()
+        self._known_json_bytes = 0
 
     def client(self, token: str) -> AsyncClient:
         found = self._clients.get(token)
@@ -113,22 +118,22 @@ class Contexts:
                 return await self._reconcile_and_prepare(client, state, api, conversation)
             except TranscriptMoved:
                 log.info("session %s changed underneath this gateway; reloading its transcript", state.session_id)
-                state.fingerprints = await self._fingerprints(client, state.session_id)
+                self._remember(state, await self._fingerprints(client, state.session_id), b"")
                 return await self._reconcile_and_prepare(client, state, api, conversation)
 
     async def _reconcile_and_prepare(
         self, client: AsyncClient, state: SessionState, api: ApiFormat, conversation: Conversation
     ) -> Prepared:
-        request = [fingerprint(api.api, piece) for piece in conversation.pieces]
+        request, request_json = request_fingerprints(api.api, conversation.pieces, state.fingerprints, state.known_json)
         plan = reconcile(state.fingerprints, request)
         if plan.rewind:
             await client.rewind(state.session_id, plan.keep)
-            state.fingerprints = state.fingerprints[: plan.keep]
+            self._remember(state, state.fingerprints[: plan.keep], b"")
         append: list[Message] = [api.canonical(piece) for piece in conversation.pieces[plan.keep :]]
         view = await client.prepare(state.session_id, append)
         if append and (not view.appended or view.appended[0].seq != plan.keep + 1):
             raise TranscriptMoved
-        state.fingerprints = request
+        self._remember(state, request, request_json)
         now = time.monotonic()
         observe = should_observe(state.observed_at, now, view.action)
         if observe:
@@ -156,7 +161,8 @@ class Contexts:
         state = SessionState(session.id, fingerprints)
         self._sessions[cache_key] = state
         if len(self._sessions) > MAX_SESSIONS:
-            self._sessions.popitem(last=False)
+            _, evicted = self._sessions.popitem(last=False)
+            self._known_json_bytes -= len(evicted.known_json)
         return state
 
     async def _fingerprints(self, client: AsyncClient, session_id: str) -> list[str]:
@@ -167,8 +173,14 @@ class Contexts:
             async for m in client.list_messages(session_id, page_size=1000)
         ]
 
-    def forget(self, token: str, key: str) -> None:
-        self._sessions.pop((token, key), None)
+    def _remember(self, state: SessionState, fingerprints: list[str], known_json: bytes) -> None:
+        self._known_json_bytes += len(known_json) - len(state.known_json)
+        state.fingerprints, state.known_json = fingerprints, known_json
+        for other in self._sessions.values():  # least recently used first
+            if self._known_json_bytes <= MAX_KNOWN_JSON_BYTES:
+                break
+            self._known_json_bytes -= len(other.known_json)
+            other.known_json = b""
 
 
 def unreachable(error: Exception) -> bool:

@@ -8,6 +8,7 @@ nothing the model reads)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,27 @@ def fingerprint(api: str, piece: Piece) -> str:
     digest = hashlib.sha256(f"{api}\x00{piece.role.value}\x00".encode())
     digest.update(stable_json(piece.source))
     return digest.hexdigest()[:32]
+
+
+def request_fingerprints(
+    api: str, pieces: Sequence[Piece], known: Sequence[str], known_json: bytes
+) -> tuple[list[str], bytes]:
+    """The fingerprints of a request's pieces, and the JSON of the pieces that vouches for them.
+
+    `known` are the fingerprints of a previous request's pieces and `known_json` their JSON. When
+    that JSON is a prefix of this request's, ending at a piece boundary (JSON values delimit
+    themselves, so the first pieces are then byte-identical), their fingerprints are reused and only
+    the new pieces are hashed: an appended turn costs one serialization and one comparison of the
+    history, not a digest of every message."""
+    current = orjson.dumps([[piece.role.value, piece.source] for piece in pieces])
+    reusable = (
+        0 < len(known) <= len(pieces)
+        and current.startswith(known_json[:-1])
+        and current[len(known_json) - 1 : len(known_json)] in (b",", b"]")
+    )
+    if reusable:
+        return [*known, *(fingerprint(api, piece) for piece in pieces[len(known) :])], current
+    return [fingerprint(api, piece) for piece in pieces], current
 
 
 def with_payload(api: str, piece: Piece, message: Message, plain: Json, tokens: int) -> Message:
