@@ -46,14 +46,14 @@ async def make_stack(tmp: Path, **overrides: object) -> AsyncIterator[Stack]:
     upstream = FakeUpstream()
     await upstream.start()
     gateway = await start_gateway(gateway_settings(server.port, upstream, **overrides))
-    ctxfold = AsyncClient(f"127.0.0.1:{server.port}")
+    running = Stack(server, upstream, gateway, AsyncClient(f"127.0.0.1:{server.port}"))
     try:
-        yield Stack(server, upstream, gateway, ctxfold)
-    finally:
-        await ctxfold.close()
-        await gateway.stop()
+        yield running
+    finally:  # what runs at the end: a test may have restarted the gateway or the server
+        await running.ctxfold.close()
+        await running.gateway.stop()
         await upstream.stop()
-        await server.stop(grace=0.5)
+        await running.server.stop(grace=0.5)
 
 
 @pytest.fixture(scope="module")

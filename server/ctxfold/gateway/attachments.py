@@ -9,9 +9,7 @@ import base64
 import binascii
 import math
 import struct
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
 # Inline data decoded to find the dimensions: a JPEG's frame header follows its EXIF segment.
@@ -133,8 +131,3 @@ def openai_image_tokens(width: int, height: int, detail: str = "auto") -> int:
     shortest = min(1.0, 768 / (min(width, height) * fit))
     scaled_width, scaled_height = width * fit * shortest, height * fit * shortest
     return 85 + 170 * math.ceil(scaled_width / 512) * math.ceil(scaled_height / 512)
-
-
-def string(value: Mapping[str, Any], key: str) -> str:
-    found = value.get(key)
-    return found if isinstance(found, str) else ""

@@ -8,7 +8,6 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -187,7 +186,3 @@ def unreachable(error: Exception) -> bool:
     """ctxfold could not answer at all (down, overloaded, too slow), as opposed to refusing a request."""
     code = getattr(error, "code", None)
     return code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN)
-
-
-def messages_tokens(messages: Sequence[Message]) -> int:
-    return sum(m.tokens for m in messages)
