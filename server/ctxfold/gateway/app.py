@@ -21,7 +21,7 @@ from opentelemetry import propagate, trace
 
 from ctxfold import __version__
 from ctxfold.gateway.contexts import Contexts, NewSession, Prepared, unreachable
-from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, as_dict
+from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, Conversation, as_dict
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
@@ -90,8 +90,34 @@ def api_key_of(headers: Mapping[str, str]) -> str:
     return headers.get("x-api-key", "")
 
 
-def hides_results(prepared: Prepared) -> bool:
-    return any(m.summary or m.pruned or m.truncated for m in prepared.view.messages)
+def tool_name(tool: Any) -> str:
+    """A tool definition's name in any of the three APIs."""
+    tool = as_dict(tool)
+    return str(as_dict(tool.get("function")).get("name") or tool.get("name") or "")
+
+
+def offers_read_tool(prepared: Prepared, conversation: Conversation) -> bool:
+    """The view hides a result (a summary, a bounded or pruned one) and the agent has no tool of that name."""
+    hides = any(m.summary or m.pruned or m.truncated for m in prepared.view.messages)
+    return hides and READ_TOOL_RESULT not in {tool_name(tool) for tool in conversation.tools}
+
+
+def upstream_request(api: ApiFormat, body: dict[str, Any], prepared: Prepared, offers_read: bool) -> dict[str, Any]:
+    """The agent's request with the view for its history (and the read tool when offered)."""
+    cache = CacheHints(prepared.view.prompt_cache_key, prepared.view.stable_prefix_messages)
+    rewritten = api.rewritten(body, prepared.entries, cache)
+    if not offers_read:
+        return rewritten
+    return api.tools_with(rewritten, [t for t in tool_definitions(api.tool_format) if tool_name(t) == READ_TOOL_RESULT])
+
+
+def answer_ctxfold_headers(prepared: Prepared, key: str) -> dict[str, str]:
+    return {
+        SESSION_HEADER: prepared.session_id,
+        "x-ctxfold-session-key": key.split(":", 1)[1],  # without the API key's digest
+        "x-ctxfold-action": ACTION_NAMES.get(prepared.view.action, "none"),
+        "x-ctxfold-view-tokens": str(prepared.view.estimated_tokens),
+    }
 
 
 class Gateway:
@@ -177,22 +203,9 @@ class Gateway:
             span.set_attribute("ctxfold.appended", prepared.appended)
             if prepared.rewound_to is not None:
                 span.set_attribute("ctxfold.rewound_to_seq", prepared.rewound_to)
-            cache = CacheHints(prepared.view.prompt_cache_key, prepared.view.stable_prefix_messages)
-            upstream_body = api.rewritten(body, prepared.entries, cache)
-            offers_read = (
-                self.settings.max_read_rounds > 0
-                and hides_results(prepared)
-                and not any(READ_TOOL_RESULT in compact_json(tool) for tool in conversation.tools)
-            )
-            if offers_read:
-                read_tool = [t for t in tool_definitions(api.tool_format) if READ_TOOL_RESULT in compact_json(t)]
-                upstream_body = api.tools_with(upstream_body, read_tool)
-            headers = {
-                SESSION_HEADER: prepared.session_id,
-                "x-ctxfold-session-key": key.split(":", 1)[1],
-                "x-ctxfold-action": ACTION_NAMES.get(prepared.view.action, "none"),
-                "x-ctxfold-view-tokens": str(prepared.view.estimated_tokens),
-            }
+            offers_read = self.settings.max_read_rounds > 0 and offers_read_tool(prepared, conversation)
+            upstream_body = upstream_request(api, body, prepared, offers_read)
+            headers = answer_ctxfold_headers(prepared, key)
             url = self.base_url(api.provider) + request.path_qs
             exchange = Exchange(api, url, forwarded_headers(request.headers), prepared, headers, caller, offers_read)
             if conversation.stream:
