@@ -5,9 +5,10 @@ what happened in response headers and one span per request. Decisions live in th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,8 @@ from ctxfold.gateway.sse import EventSplitter
 log = logging.getLogger("ctxfold.gateway")
 tracer = trace.get_tracer("ctxfold.gateway")
 
-APIS: tuple[ApiFormat, ...] = (OpenAIChat(), OpenAIResponses(), AnthropicMessages())
+OPENAI, ANTHROPIC = OpenAIChat(), AnthropicMessages()
+APIS: tuple[ApiFormat, ...] = (OPENAI, OpenAIResponses(), ANTHROPIC)
 # Agents send whole histories, with images: the largest request body accepted.
 MAX_REQUEST_BYTES = 64 << 20
 HOP_BY_HOP = frozenset(
@@ -45,6 +47,10 @@ ACTION_NAMES = {Action.NONE: "none", Action.PRUNED: "pruned", Action.FOLDED: "fo
 SESSION_HEADER = "x-ctxfold-session"
 WINDOW_HEADER = "x-ctxfold-context-window"
 TOKEN_HEADER = "x-ctxfold-token"
+
+
+class UpstreamUnreachable(Exception):
+    """No answer came from the upstream (refused, reset, timed out before its headers)."""
 
 
 @dataclass(frozen=True)
@@ -142,9 +148,16 @@ class Gateway:
 
     def _handler(self, api: ApiFormat) -> Any:
         async def handle(request: web.Request) -> web.StreamResponse:
-            return await self.handle(api, request)
+            try:
+                return await self.handle(api, request)
+            except UpstreamUnreachable as exc:
+                return self._unreachable(api, exc)
 
         return handle
+
+    def _unreachable(self, api: ApiFormat, exc: UpstreamUnreachable) -> web.Response:
+        log.warning("the upstream cannot be reached: %s", exc)
+        return self._error(api, 502, f"ctxfold gateway: the upstream cannot be reached ({exc})")
 
     def base_url(self, provider: str) -> str:
         base = self.settings.anthropic_base_url if provider == "anthropic" else self.settings.openai_base_url
@@ -248,13 +261,28 @@ class Gateway:
     async def _post(
         self, url: str, forward: CIMultiDict[str], body: dict[str, Any]
     ) -> tuple[int, CIMultiDictProxy[str], bytes]:
-        with tracer.start_as_current_span("POST upstream", kind=trace.SpanKind.CLIENT) as span:
+        async with self._upstream("POST", url, orjson.dumps(body), forward) as answer:
+            return answer.status, answer.headers, await answer.read()
+
+    @contextlib.asynccontextmanager
+    async def _upstream(
+        self, method: str, url: str, data: bytes | None, forward: CIMultiDict[str]
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One upstream call (a span of its own, whose trace context the upstream gets), open until
+        its body is read. UpstreamUnreachable when no answer came (nothing was sent to the agent)."""
+        with tracer.start_as_current_span(f"{method} upstream", kind=trace.SpanKind.CLIENT) as span:
             span.set_attribute("url.full", url)
             headers = CIMultiDict(forward)
             propagate.inject(headers)
-            async with self.upstream.post(url, data=orjson.dumps(body), headers=headers) as answer:
-                span.set_attribute("http.response.status_code", answer.status)
-                return answer.status, answer.headers, await answer.read()
+            try:
+                answer = await self.upstream.request(method, url, data=data, headers=headers)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise UpstreamUnreachable(f"{url}: {exc or type(exc).__name__}") from exc
+            span.set_attribute("http.response.status_code", answer.status)
+            try:
+                yield answer
+            finally:
+                answer.release()
 
     async def _stream(self, exchange: Exchange, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         """Event by event, as each arrives; with the read tool offered, its rounds are spliced into
@@ -265,12 +293,8 @@ class Gateway:
         usage = Usage(0)
         rounds = 0
         while True:
-            with tracer.start_as_current_span("POST upstream", kind=trace.SpanKind.CLIENT) as span:
-                span.set_attribute("url.full", url)
-                upstream_headers = CIMultiDict(exchange.forward)
-                propagate.inject(upstream_headers)
-                async with self.upstream.post(url, data=orjson.dumps(body), headers=upstream_headers) as answer:
-                    span.set_attribute("http.response.status_code", answer.status)
+            try:
+                async with self._upstream("POST", url, orjson.dumps(body), exchange.forward) as answer:
                     if answer.status != 200:
                         if response is None:
                             return self._raw(answer.status, await answer.read(), headers, answer.headers)
@@ -290,6 +314,11 @@ class Gateway:
                                 named = splicer is not None and splicer.named_events
                                 await response.write(event.raw if step.data is None else event_bytes(step.data, named))
                     await response.write(splitter.rest())
+            except UpstreamUnreachable as exc:
+                if response is None:
+                    raise
+                log.warning("read round %d of session %s: %s", rounds, exchange.prepared.session_id, exc)
+                break
             if splicer is None or not splicer.holds_end:
                 break
             rounds += 1
@@ -350,14 +379,15 @@ class Gateway:
         """Anything the gateway does not change (`/v1/models`, `/v1/messages/count_tokens`, ...), to
         the upstream of its provider: Anthropic's paths and requests, else OpenAI's."""
         anthropic = request.path.startswith("/v1/messages") or "anthropic-version" in request.headers
-        url = self.base_url("anthropic" if anthropic else "openai") + request.path_qs
-        return await self._relay(request, url, await request.read(), {})
+        api = ANTHROPIC if anthropic else OPENAI
+        try:
+            return await self._relay(request, self.base_url(api.provider) + request.path_qs, await request.read(), {})
+        except UpstreamUnreachable as exc:
+            return self._unreachable(api, exc)
 
     async def _relay(self, request: web.Request, url: str, raw: bytes, extra: dict[str, str]) -> web.StreamResponse:
         """The request as it came, the answer as it comes (streamed chunk by chunk)."""
-        async with self.upstream.request(
-            request.method, url, data=raw or None, headers=forwarded_headers(request.headers)
-        ) as answer:
+        async with self._upstream(request.method, url, raw or None, forwarded_headers(request.headers)) as answer:
             response = web.StreamResponse(status=answer.status, headers=answer_headers(answer.headers, extra))
             await response.prepare(request)
             async for chunk in answer.content.iter_any():
