@@ -16,10 +16,14 @@ WORKDIR /src
 RUN python -m venv /opt/ctxfold
 COPY pyproject.toml README.md LICENSE VERSION constraints.txt ./
 COPY server/ ./server/
+# The gateway's gRPC client: the Python SDK, built from the same commit.
+COPY clients/python/pyproject.toml clients/python/README.md clients/python/LICENSE ./clients/python/
+COPY clients/python/src/ ./clients/python/src/
 # constraints.txt pins every runtime dependency (tests/test_packaging.py keeps it in step with
 # pyproject.toml), so two builds of one commit install the same versions.
-RUN python -m pip wheel --no-deps --wheel-dir /tmp/wheels . \
+RUN python -m pip wheel --no-deps --wheel-dir /tmp/wheels . ./clients/python \
     && /opt/ctxfold/bin/pip install --constraint constraints.txt /tmp/wheels/ctxfold-*.whl \
+       /tmp/wheels/ctxfold_client-*.whl \
     && /opt/ctxfold/bin/ctxfold --version
 
 # --- final: the slim runtime with only the virtual environment ---
@@ -46,6 +50,8 @@ WORKDIR /var/lib/ctxfold
 # Numeric uid:gid so Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
 EXPOSE 50051
+# The gateway, when CTXFOLD_GATEWAY_LISTEN (or --gateway-listen) is set, e.g. 0.0.0.0:8080.
+EXPOSE 8080
 # grpc.health.v1 check of the server on the address its own flags, CTXFOLD_* variables and
 # --config file give it (`ctxfold healthcheck` reads them from PID 1, the server).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \

@@ -1,6 +1,6 @@
 # The two commands of the README:
 #   make serve   install the server alone and start ctxfold on its embedded default (SQLite + the
-#                extractive summarizer) on 127.0.0.1:50051
+#                extractive summarizer) on 127.0.0.1:50051, with the HTTP gateway on 127.0.0.1:8080
 #   make test    set up and run the whole test suite: lint, types, proto lint, the
 #                server tests on SQLite and PostgreSQL, and the four client SDKs against a real server.
 #                It leaves nothing running (a PostgreSQL it started is stopped) and keeps its
@@ -13,18 +13,19 @@ TEST_TMP := $(CURDIR)/.cache/tmp
 .PHONY: setup serve test check pytest clients generate test-tmp
 
 # The server alone (no dev or bench extras): what `make serve` needs.
-$(VENV)/.installed-server: pyproject.toml VERSION
+# The gateway reaches the server through the Python SDK, installed from clients/python beside it.
+$(VENV)/.installed-server: pyproject.toml VERSION clients/python/pyproject.toml
 	@echo "make serve: installing ctxfold and its server dependencies into $(VENV) (first run: about a minute)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q -U pip
-	@$(PY) -m pip install -q -e .
+	@$(PY) -m pip install -q -e ./clients/python -e .
 	@touch $@
 
 # Everything the tests, linters and benchmarks need (a superset of the server's).
-$(VENV)/.installed: pyproject.toml VERSION
+$(VENV)/.installed: pyproject.toml VERSION clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m pip install -q -e ./clients/python -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed-server
 
 node_modules/.installed: package.json package-lock.json
@@ -34,8 +35,8 @@ node_modules/.installed: package.json package-lock.json
 setup: $(VENV)/.installed node_modules/.installed
 
 serve: $(VENV)/.installed-server
-	@echo "make serve: starting ctxfold (SQLite in $${XDG_DATA_HOME:-$$HOME/.local/share}/ctxfold; Ctrl-C stops it)"
-	@$(VENV)/bin/ctxfold serve
+	@echo "make serve: starting ctxfold on 127.0.0.1:50051 and its gateway on http://127.0.0.1:8080 (SQLite in $${XDG_DATA_HOME:-$$HOME/.local/share}/ctxfold; Ctrl-C stops both)"
+	@$(VENV)/bin/ctxfold serve --gateway-listen 127.0.0.1:8080
 
 # Regenerates every committed generated file from proto/ (server, then each client SDK).
 generate: setup

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import sys
+from typing import Any
 
 from ctxfold import __version__
 from ctxfold.config import FIELDS, Settings, load_settings
 from ctxfold.engine.errors import ConfigError
+from ctxfold.gateway import settings as gateway_settings
 
 
 def _default_text(name: str) -> str:
@@ -30,7 +33,68 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> a
         # Flags default to None so that only the given ones override the environment and the file.
         help_text = f"{f.metadata['help']} (default {_default_text(name)}; env CTXFOLD_{name.upper()})"
         serve.add_argument(flag, dest=name, default=None, help=help_text.replace("%", "%%"))
+    for name in gateway_settings.EMBEDDED_FIELDS:
+        _setting_flag(
+            serve, name, gateway_settings.FIELDS[name], gateway_settings.ENV_PREFIX, "with --gateway-listen: "
+        )
     return serve
+
+
+def _setting_flag(
+    parser: argparse.ArgumentParser, name: str, f: dataclasses.Field[Any], prefix: str, lead: str = ""
+) -> None:
+    default = f.default if f.default != "" else "''"
+    help_text = f"{lead}{f.metadata['help']} (default {default}; env {prefix}{name.upper()})"
+    parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=help_text.replace("%", "%%"))
+
+
+def _gateway_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    gateway = sub.add_parser(
+        "gateway",
+        help="run the provider-compatible HTTP gateway",
+        description="Run the HTTP gateway: agents point their OpenAI or Anthropic base URL at it and get ctxfold.",
+    )
+    gateway.add_argument("--config", default="", help="TOML settings file (env CTXFOLD_GATEWAY_CONFIG)")
+    for name, f in gateway_settings.FIELDS.items():
+        _setting_flag(gateway, name, f, gateway_settings.ENV_PREFIX)
+    return gateway
+
+
+def _gateway(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    try:
+        settings = gateway_settings.load_gateway_settings(
+            {name: getattr(args, name) for name in gateway_settings.FIELDS}, os.environ, args.config
+        )
+    except (ValueError, OSError) as exc:
+        parser.exit(2, f"ctxfold gateway: {exc}\n")
+    logging.basicConfig(
+        level=logging.getLevelName(settings.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from ctxfold import telemetry
+    from ctxfold.gateway.app import serve_gateway
+
+    try:
+        stop_telemetry = telemetry.configure(os.environ)
+    except ValueError as exc:
+        parser.exit(2, f"ctxfold gateway: {exc}\n")
+    try:
+        asyncio.run(serve_gateway(settings))
+    except OSError as exc:
+        parser.exit(2, f"ctxfold gateway: cannot listen on {settings.listen}: {exc.strerror}\n")
+    finally:
+        stop_telemetry()
+
+
+def _embedded_gateway(args: argparse.Namespace, settings: Settings) -> gateway_settings.GatewaySettings | None:
+    """The gateway `serve --gateway-listen` runs beside the server, a client of it on loopback."""
+    if not settings.gateway_listen:
+        return None
+    flags = {name: getattr(args, name) for name in gateway_settings.EMBEDDED_FIELDS}
+    return gateway_settings.load_gateway_settings(
+        flags, os.environ, listen=settings.gateway_listen, tls_ca=settings.tls_cert, log_level=settings.log_level
+    )
 
 
 def _quiet_grpc_core() -> None:
@@ -44,6 +108,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     flags = {name: getattr(args, name) for name in FIELDS}
     try:
         settings = load_settings(flags, os.environ, args.config)
+        gateway = _embedded_gateway(args, settings)
     except (ValueError, OSError) as exc:
         parser.exit(2, f"ctxfold: {exc}\n")
     level = logging.getLevelName(settings.log_level.upper())
@@ -58,7 +123,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     except ValueError as exc:
         parser.exit(2, f"ctxfold: {exc}\n")
     try:
-        asyncio.run(serve(settings))
+        asyncio.run(serve(settings, gateway))
     except ConfigError as exc:
         parser.exit(2, f"ctxfold: {exc}\n")
     except StartupError as exc:
@@ -73,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--version", action="version", version=f"ctxfold {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve_parser = _serve_parser(sub)
+    gateway_parser = _gateway_parser(sub)
     from ctxfold import healthcheck, inspection
     from ctxfold.replay import cli as replay_cli
 
@@ -92,6 +158,9 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(healthcheck.run(args, serve_parser, print))
         except healthcheck.HealthcheckError as exc:
             parser.exit(1, f"ctxfold healthcheck: {exc}\n")
+    if args.command == "gateway":
+        _gateway(args, gateway_parser)
+        return
     _serve(args, parser)
 
 

@@ -66,6 +66,12 @@ class Settings:
         default=256 << 20,
         metadata={"help": "estimated bytes of active sessions' views kept in memory (0 = none): the Prepare hot path"},
     )
+    gateway_listen: str = field(
+        default="",
+        metadata={
+            "help": "also run the provider-compatible HTTP gateway on this address (host:port); see docs/gateway.md"
+        },
+    )
     grace_seconds: float = field(default=30.0, metadata={"help": "time in-flight RPCs get to finish on shutdown"})
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING or ERROR"})
     summarizers: str = field(
@@ -85,8 +91,8 @@ FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-def _coerce(name: str, value: Any) -> Any:
-    kind = FIELDS[name].type
+def _coerce(name: str, value: Any, fields: Mapping[str, dataclasses.Field[Any]] = FIELDS) -> Any:
+    kind = fields[name].type
     try:
         if kind == "int":
             return int(value)
@@ -99,10 +105,14 @@ def _coerce(name: str, value: Any) -> Any:
         raise ValueError(f"setting {name}: {value!r} is not a valid {kind}") from None
 
 
-def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str], config_path: str = "") -> Settings:
-    """`flags` holds only the options given on the command line."""
+def load_values(
+    kind: type[Any], flags: Mapping[str, Any], environ: Mapping[str, str], config_path: str, prefix: str
+) -> dict[str, Any]:
+    """The values of the settings dataclass `kind` given by flags, `prefix`-named environment variables
+    and the TOML file, in that order of precedence (`flags` holds only the options given)."""
+    fields = {f.name: f for f in dataclasses.fields(kind)}
     values: dict[str, Any] = {}
-    path = config_path or environ.get("CTXFOLD_CONFIG", "")
+    path = config_path or environ.get(f"{prefix}CONFIG", "")
     if path:
         with open(path, "rb") as f:
             try:
@@ -111,17 +121,22 @@ def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str], config_p
                 raise ValueError(f"{path}: invalid TOML: {exc}") from None
         for key, value in document.items():
             name = key.replace("-", "_")
-            if name not in FIELDS:
+            if name not in fields:
                 raise ValueError(f"{path}: unknown setting {key!r}")
-            values[name] = _coerce(name, value)
-    for name in FIELDS:
-        env = environ.get(f"CTXFOLD_{name.upper()}")
+            values[name] = _coerce(name, value, fields)
+    for name in fields:
+        env = environ.get(f"{prefix}{name.upper()}")
         if env is not None:
-            values[name] = _coerce(name, env)
+            values[name] = _coerce(name, env, fields)
     for name, value in flags.items():
         if value is not None:
-            values[name] = _coerce(name, value)
-    settings = Settings(**values)
+            values[name] = _coerce(name, value, fields)
+    return values
+
+
+def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str], config_path: str = "") -> Settings:
+    """`flags` holds only the options given on the command line."""
+    settings = Settings(**load_values(Settings, flags, environ, config_path, "CTXFOLD_"))
     if settings.log_level.upper() not in LOG_LEVELS:
         raise ValueError(f"setting log_level: {settings.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     if bool(settings.tls_cert) != bool(settings.tls_key):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import ipaddress
 import logging
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -35,6 +37,9 @@ from ctxfold.store import Store
 from ctxfold.store.database import SchemaError, create_engine, migrate
 from ctxfold.summarizers.registry import build_summarizers
 from ctxfold.v1 import context_service_pb2 as pb
+
+if TYPE_CHECKING:
+    from ctxfold.gateway.settings import GatewaySettings
 
 log = logging.getLogger("ctxfold")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
@@ -204,10 +209,22 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     return RunningServer(server, health_servicer, store, port, settings, hot_state, maintenance, admission)
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, gateway: GatewaySettings | None = None) -> None:
+    """Serves until SIGTERM or SIGINT; with `gateway`, the HTTP gateway too, as a client of this
+    server on loopback (its `server` address is this server's port)."""
     if settings.retained_heap_bytes > 0:
         memory.retain_large_buffers(settings.retained_heap_bytes)
     running = await start(settings)
+    embedded = None
+    if gateway is not None:
+        from ctxfold.gateway.app import listen_address, start_gateway
+
+        try:
+            embedded = await start_gateway(dataclasses.replace(gateway, server=f"127.0.0.1:{running.port}"))
+        except OSError as exc:
+            await running.stop(grace=0)
+            raise ConfigError(f"gateway_listen: cannot listen on {gateway.listen}: {exc.strerror}") from None
+        log.info("ctxfold gateway serving on %s", listen_address(gateway.listen, embedded.port))
     # What is alive once serving (modules, classes, the schema, gRPC's and SQLAlchemy's machinery: about
     # 100k objects) lives as long as the process. Out of the collector's sight, a full collection,
     # which runs on whichever thread allocates (the event loop, mostly), takes about 1 ms instead of 50.
@@ -221,5 +238,7 @@ async def serve(settings: Settings) -> None:
     await stopping.wait()
     watching.cancel()
     log.info("shutting down: draining for up to %.0fs", settings.grace_seconds)
+    if embedded is not None:
+        await embedded.stop()
     await running.stop()
     log.info("stopped")

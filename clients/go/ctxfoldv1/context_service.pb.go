@@ -665,9 +665,13 @@ type Message struct {
 	// Output only. True when the message lies on an abandoned branch (after a Rewind).
 	Abandoned bool `protobuf:"varint,16,opt,name=abandoned,proto3" json:"abandoned,omitempty"`
 	// Output only. When the message was appended.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// What the provider's own message carried beyond the fields above (thinking blocks and their
+	// signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+	// that re-emit it to the same provider API. Folds and summaries never read it.
+	ProviderPayload *ProviderPayload `protobuf:"bytes,18,opt,name=provider_payload,json=providerPayload,proto3" json:"provider_payload,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
@@ -819,6 +823,90 @@ func (x *Message) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Message) GetProviderPayload() *ProviderPayload {
+	if x != nil {
+		return x.ProviderPayload
+	}
+	return nil
+}
+
+// The provider's JSON a canonical message was made from, as a client (the gateway) wrote it.
+type ProviderPayload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The provider API the JSON belongs to: "openai_chat", "openai_responses" or "anthropic_messages"
+	// (at most 64 characters; the server does not interpret it).
+	Format string `protobuf:"bytes,1,opt,name=format,proto3" json:"format,omitempty"`
+	// The provider JSON the message's fields cannot express, verbatim. Empty when the fields alone
+	// render the provider's message exactly.
+	Json string `protobuf:"bytes,2,opt,name=json,proto3" json:"json,omitempty"`
+	// The writer's digest of the provider message, so that a client resending its history can match
+	// it against the transcript (at most 128 characters).
+	Fingerprint string `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// Tokens the provider counts for what only `json` carries (images by the provider's formula);
+	// added to the message's `tokens` estimate. 0..10,000,000.
+	Tokens        int64 `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProviderPayload) Reset() {
+	*x = ProviderPayload{}
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProviderPayload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProviderPayload) ProtoMessage() {}
+
+func (x *ProviderPayload) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProviderPayload.ProtoReflect.Descriptor instead.
+func (*ProviderPayload) Descriptor() ([]byte, []int) {
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ProviderPayload) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
+}
+
+func (x *ProviderPayload) GetJson() string {
+	if x != nil {
+		return x.Json
+	}
+	return ""
+}
+
+func (x *ProviderPayload) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *ProviderPayload) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
 // Per-session settings. Zero values mean "use the default".
 type SessionConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -858,7 +946,7 @@ type SessionConfig struct {
 
 func (x *SessionConfig) Reset() {
 	*x = SessionConfig{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[2]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +958,7 @@ func (x *SessionConfig) String() string {
 func (*SessionConfig) ProtoMessage() {}
 
 func (x *SessionConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[2]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +971,7 @@ func (x *SessionConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionConfig.ProtoReflect.Descriptor instead.
 func (*SessionConfig) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{2}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SessionConfig) GetContextWindow() int64 {
@@ -1002,7 +1090,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[3]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1102,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[3]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1115,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{3}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Session) GetId() string {
@@ -1090,14 +1178,18 @@ func (x *Session) GetForkedAtSeq() int64 {
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session's configuration; `context_window` is required.
-	Config        *SessionConfig `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	Config *SessionConfig `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// Optional name of the session within the caller's tenant (at most 512 characters). The id is
+	// derived from the tenant and the key, so a CreateSession with a key that names an existing
+	// session returns that session as it is (its config is not compared or changed).
+	SessionKey    string `protobuf:"bytes,2,opt,name=session_key,json=sessionKey,proto3" json:"session_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[4]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1201,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[4]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1214,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{4}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateSessionRequest) GetConfig() *SessionConfig {
@@ -1130,6 +1222,13 @@ func (x *CreateSessionRequest) GetConfig() *SessionConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *CreateSessionRequest) GetSessionKey() string {
+	if x != nil {
+		return x.SessionKey
+	}
+	return ""
 }
 
 // CreateSession output.
@@ -1143,7 +1242,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[5]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1254,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[5]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1267,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{5}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateSessionResponse) GetSession() *Session {
@@ -1189,7 +1288,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[6]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1300,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[6]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1313,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{6}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -1235,7 +1334,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[7]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1346,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[7]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1359,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{7}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -1283,7 +1382,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[8]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1394,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[8]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1407,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{8}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListSessionsRequest) GetPageSize() int32 {
@@ -1338,7 +1437,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[9]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1449,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[9]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1462,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{9}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -1391,7 +1490,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[10]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1502,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[10]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1515,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{10}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -1435,7 +1534,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[11]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1546,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[11]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1559,7 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{11}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{12}
 }
 
 // AppendMessages input.
@@ -1479,7 +1578,7 @@ type AppendMessagesRequest struct {
 
 func (x *AppendMessagesRequest) Reset() {
 	*x = AppendMessagesRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[12]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1590,7 @@ func (x *AppendMessagesRequest) String() string {
 func (*AppendMessagesRequest) ProtoMessage() {}
 
 func (x *AppendMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[12]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1603,7 @@ func (x *AppendMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendMessagesRequest.ProtoReflect.Descriptor instead.
 func (*AppendMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{12}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AppendMessagesRequest) GetSessionId() string {
@@ -1541,7 +1640,7 @@ type AppendMessagesResponse struct {
 
 func (x *AppendMessagesResponse) Reset() {
 	*x = AppendMessagesResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[13]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1652,7 @@ func (x *AppendMessagesResponse) String() string {
 func (*AppendMessagesResponse) ProtoMessage() {}
 
 func (x *AppendMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[13]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1665,7 @@ func (x *AppendMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendMessagesResponse.ProtoReflect.Descriptor instead.
 func (*AppendMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{13}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AppendMessagesResponse) GetMessages() []*Message {
@@ -1600,7 +1699,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[14]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1711,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[14]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1724,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{14}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListMessagesRequest) GetSessionId() string {
@@ -1669,7 +1768,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[15]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1780,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[15]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1793,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{15}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*Message {
@@ -1732,7 +1831,7 @@ type PrepareRequest struct {
 
 func (x *PrepareRequest) Reset() {
 	*x = PrepareRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[16]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1843,7 @@ func (x *PrepareRequest) String() string {
 func (*PrepareRequest) ProtoMessage() {}
 
 func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[16]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1856,7 @@ func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareRequest.ProtoReflect.Descriptor instead.
 func (*PrepareRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{16}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PrepareRequest) GetSessionId() string {
@@ -1811,7 +1910,7 @@ type PrepareResponse struct {
 
 func (x *PrepareResponse) Reset() {
 	*x = PrepareResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[17]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +1922,7 @@ func (x *PrepareResponse) String() string {
 func (*PrepareResponse) ProtoMessage() {}
 
 func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[17]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +1935,7 @@ func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareResponse.ProtoReflect.Descriptor instead.
 func (*PrepareResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{17}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PrepareResponse) GetEvent() isPrepareResponse_Event {
@@ -1909,7 +2008,7 @@ type FoldProgress struct {
 
 func (x *FoldProgress) Reset() {
 	*x = FoldProgress{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[18]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2020,7 @@ func (x *FoldProgress) String() string {
 func (*FoldProgress) ProtoMessage() {}
 
 func (x *FoldProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[18]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2033,7 @@ func (x *FoldProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FoldProgress.ProtoReflect.Descriptor instead.
 func (*FoldProgress) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{18}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FoldProgress) GetStage() FoldStage {
@@ -2051,7 +2150,7 @@ type PreparedContext struct {
 
 func (x *PreparedContext) Reset() {
 	*x = PreparedContext{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[19]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2162,7 @@ func (x *PreparedContext) String() string {
 func (*PreparedContext) ProtoMessage() {}
 
 func (x *PreparedContext) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[19]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2175,7 @@ func (x *PreparedContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreparedContext.ProtoReflect.Descriptor instead.
 func (*PreparedContext) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{19}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PreparedContext) GetMessages() []*Message {
@@ -2226,7 +2325,7 @@ type ObserveUsageRequest struct {
 
 func (x *ObserveUsageRequest) Reset() {
 	*x = ObserveUsageRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[20]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2337,7 @@ func (x *ObserveUsageRequest) String() string {
 func (*ObserveUsageRequest) ProtoMessage() {}
 
 func (x *ObserveUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[20]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2350,7 @@ func (x *ObserveUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveUsageRequest.ProtoReflect.Descriptor instead.
 func (*ObserveUsageRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{20}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ObserveUsageRequest) GetSessionId() string {
@@ -2309,7 +2408,7 @@ type ObserveUsageResponse struct {
 
 func (x *ObserveUsageResponse) Reset() {
 	*x = ObserveUsageResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[21]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2420,7 @@ func (x *ObserveUsageResponse) String() string {
 func (*ObserveUsageResponse) ProtoMessage() {}
 
 func (x *ObserveUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[21]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2433,7 @@ func (x *ObserveUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveUsageResponse.ProtoReflect.Descriptor instead.
 func (*ObserveUsageResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{21}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ObserveUsageResponse) GetCalibration() float64 {
@@ -2369,7 +2468,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[22]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2480,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[22]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2493,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{22}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CompactRequest) GetSessionId() string {
@@ -2441,7 +2540,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[23]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2552,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[23]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2565,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{23}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CompactResponse) GetEvent() isCompactResponse_Event {
@@ -2527,7 +2626,7 @@ type ForkRequest struct {
 
 func (x *ForkRequest) Reset() {
 	*x = ForkRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[24]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2638,7 @@ func (x *ForkRequest) String() string {
 func (*ForkRequest) ProtoMessage() {}
 
 func (x *ForkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[24]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2651,7 @@ func (x *ForkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkRequest.ProtoReflect.Descriptor instead.
 func (*ForkRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{24}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ForkRequest) GetSessionId() string {
@@ -2587,7 +2686,7 @@ type ForkResponse struct {
 
 func (x *ForkResponse) Reset() {
 	*x = ForkResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[25]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2698,7 @@ func (x *ForkResponse) String() string {
 func (*ForkResponse) ProtoMessage() {}
 
 func (x *ForkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[25]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2711,7 @@ func (x *ForkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResponse.ProtoReflect.Descriptor instead.
 func (*ForkResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{25}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ForkResponse) GetSession() *Session {
@@ -2635,7 +2734,7 @@ type RewindRequest struct {
 
 func (x *RewindRequest) Reset() {
 	*x = RewindRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[26]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2746,7 @@ func (x *RewindRequest) String() string {
 func (*RewindRequest) ProtoMessage() {}
 
 func (x *RewindRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[26]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2759,7 @@ func (x *RewindRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindRequest.ProtoReflect.Descriptor instead.
 func (*RewindRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{26}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RewindRequest) GetSessionId() string {
@@ -2688,7 +2787,7 @@ type RewindResponse struct {
 
 func (x *RewindResponse) Reset() {
 	*x = RewindResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[27]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2799,7 @@ func (x *RewindResponse) String() string {
 func (*RewindResponse) ProtoMessage() {}
 
 func (x *RewindResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[27]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2812,7 @@ func (x *RewindResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindResponse.ProtoReflect.Descriptor instead.
 func (*RewindResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{27}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RewindResponse) GetSession() *Session {
@@ -2742,7 +2841,7 @@ type ReadToolResultRequest struct {
 
 func (x *ReadToolResultRequest) Reset() {
 	*x = ReadToolResultRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[28]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +2853,7 @@ func (x *ReadToolResultRequest) String() string {
 func (*ReadToolResultRequest) ProtoMessage() {}
 
 func (x *ReadToolResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[28]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +2866,7 @@ func (x *ReadToolResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadToolResultRequest.ProtoReflect.Descriptor instead.
 func (*ReadToolResultRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{28}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadToolResultRequest) GetSessionId() string {
@@ -2828,7 +2927,7 @@ type ReadToolResultResponse struct {
 
 func (x *ReadToolResultResponse) Reset() {
 	*x = ReadToolResultResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[29]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2939,7 @@ func (x *ReadToolResultResponse) String() string {
 func (*ReadToolResultResponse) ProtoMessage() {}
 
 func (x *ReadToolResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[29]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +2952,7 @@ func (x *ReadToolResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadToolResultResponse.ProtoReflect.Descriptor instead.
 func (*ReadToolResultResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{29}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReadToolResultResponse) GetData() string {
@@ -2916,7 +3015,7 @@ type GetContextStateRequest struct {
 
 func (x *GetContextStateRequest) Reset() {
 	*x = GetContextStateRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[30]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2928,7 +3027,7 @@ func (x *GetContextStateRequest) String() string {
 func (*GetContextStateRequest) ProtoMessage() {}
 
 func (x *GetContextStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[30]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2941,7 +3040,7 @@ func (x *GetContextStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextStateRequest.ProtoReflect.Descriptor instead.
 func (*GetContextStateRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{30}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetContextStateRequest) GetSessionId() string {
@@ -2962,7 +3061,7 @@ type GetContextStateResponse struct {
 
 func (x *GetContextStateResponse) Reset() {
 	*x = GetContextStateResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[31]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3073,7 @@ func (x *GetContextStateResponse) String() string {
 func (*GetContextStateResponse) ProtoMessage() {}
 
 func (x *GetContextStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[31]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3086,7 @@ func (x *GetContextStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextStateResponse.ProtoReflect.Descriptor instead.
 func (*GetContextStateResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{31}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetContextStateResponse) GetStateJson() string {
@@ -3027,7 +3126,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[32]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3138,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[32]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3151,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{32}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Checkpoint) GetId() string {
@@ -3142,7 +3241,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[33]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3154,7 +3253,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[33]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3167,7 +3266,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{33}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListCheckpointsRequest) GetSessionId() string {
@@ -3211,7 +3310,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[34]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3223,7 +3322,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[34]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3236,7 +3335,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{34}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -3266,7 +3365,7 @@ type GetCheckpointRequest struct {
 
 func (x *GetCheckpointRequest) Reset() {
 	*x = GetCheckpointRequest{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[35]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3377,7 @@ func (x *GetCheckpointRequest) String() string {
 func (*GetCheckpointRequest) ProtoMessage() {}
 
 func (x *GetCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[35]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3390,7 @@ func (x *GetCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*GetCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{35}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetCheckpointRequest) GetSessionId() string {
@@ -3319,7 +3418,7 @@ type GetCheckpointResponse struct {
 
 func (x *GetCheckpointResponse) Reset() {
 	*x = GetCheckpointResponse{}
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[36]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3430,7 @@ func (x *GetCheckpointResponse) String() string {
 func (*GetCheckpointResponse) ProtoMessage() {}
 
 func (x *GetCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxfold_v1_context_service_proto_msgTypes[36]
+	mi := &file_ctxfold_v1_context_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3443,7 @@ func (x *GetCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*GetCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{36}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetCheckpointResponse) GetCheckpoint() *Checkpoint {
@@ -3363,7 +3462,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x03 \x01(\tR\targuments\"\x9a\x04\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\xe2\x04\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12$\n" +
@@ -3386,7 +3485,13 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x06tokens\x18\x0f \x01(\x03R\x06tokens\x12\x1c\n" +
 	"\tabandoned\x18\x10 \x01(\bR\tabandoned\x12;\n" +
 	"\vcreate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\x89\x04\n" +
+	"createTime\x12F\n" +
+	"\x10provider_payload\x18\x12 \x01(\v2\x1b.ctxfold.v1.ProviderPayloadR\x0fproviderPayload\"w\n" +
+	"\x0fProviderPayload\x12\x16\n" +
+	"\x06format\x18\x01 \x01(\tR\x06format\x12\x12\n" +
+	"\x04json\x18\x02 \x01(\tR\x04json\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\x12\x16\n" +
+	"\x06tokens\x18\x04 \x01(\x03R\x06tokens\"\x89\x04\n" +
 	"\rSessionConfig\x12%\n" +
 	"\x0econtext_window\x18\x01 \x01(\x03R\rcontextWindow\x12#\n" +
 	"\rcompact_ratio\x18\x02 \x01(\x01R\fcompactRatio\x12\x1d\n" +
@@ -3416,9 +3521,11 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x123\n" +
 	"\x16forked_from_session_id\x18\a \x01(\tR\x13forkedFromSessionId\x12\"\n" +
-	"\rforked_at_seq\x18\b \x01(\x03R\vforkedAtSeq\"I\n" +
+	"\rforked_at_seq\x18\b \x01(\x03R\vforkedAtSeq\"j\n" +
 	"\x14CreateSessionRequest\x121\n" +
-	"\x06config\x18\x01 \x01(\v2\x19.ctxfold.v1.SessionConfigR\x06config\"F\n" +
+	"\x06config\x18\x01 \x01(\v2\x19.ctxfold.v1.SessionConfigR\x06config\x12\x1f\n" +
+	"\vsession_key\x18\x02 \x01(\tR\n" +
+	"sessionKey\"F\n" +
 	"\x15CreateSessionResponse\x12-\n" +
 	"\asession\x18\x01 \x01(\v2\x13.ctxfold.v1.SessionR\asession\"2\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
@@ -3707,7 +3814,7 @@ func file_ctxfold_v1_context_service_proto_rawDescGZIP() []byte {
 }
 
 var file_ctxfold_v1_context_service_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_ctxfold_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_ctxfold_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_ctxfold_v1_context_service_proto_goTypes = []any{
 	(Role)(0),                       // 0: ctxfold.v1.Role
 	(Action)(0),                     // 1: ctxfold.v1.Action
@@ -3717,110 +3824,112 @@ var file_ctxfold_v1_context_service_proto_goTypes = []any{
 	(FoldStage)(0),                  // 5: ctxfold.v1.FoldStage
 	(*ToolCall)(nil),                // 6: ctxfold.v1.ToolCall
 	(*Message)(nil),                 // 7: ctxfold.v1.Message
-	(*SessionConfig)(nil),           // 8: ctxfold.v1.SessionConfig
-	(*Session)(nil),                 // 9: ctxfold.v1.Session
-	(*CreateSessionRequest)(nil),    // 10: ctxfold.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),   // 11: ctxfold.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),       // 12: ctxfold.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),      // 13: ctxfold.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),     // 14: ctxfold.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),    // 15: ctxfold.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),    // 16: ctxfold.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),   // 17: ctxfold.v1.DeleteSessionResponse
-	(*AppendMessagesRequest)(nil),   // 18: ctxfold.v1.AppendMessagesRequest
-	(*AppendMessagesResponse)(nil),  // 19: ctxfold.v1.AppendMessagesResponse
-	(*ListMessagesRequest)(nil),     // 20: ctxfold.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),    // 21: ctxfold.v1.ListMessagesResponse
-	(*PrepareRequest)(nil),          // 22: ctxfold.v1.PrepareRequest
-	(*PrepareResponse)(nil),         // 23: ctxfold.v1.PrepareResponse
-	(*FoldProgress)(nil),            // 24: ctxfold.v1.FoldProgress
-	(*PreparedContext)(nil),         // 25: ctxfold.v1.PreparedContext
-	(*ObserveUsageRequest)(nil),     // 26: ctxfold.v1.ObserveUsageRequest
-	(*ObserveUsageResponse)(nil),    // 27: ctxfold.v1.ObserveUsageResponse
-	(*CompactRequest)(nil),          // 28: ctxfold.v1.CompactRequest
-	(*CompactResponse)(nil),         // 29: ctxfold.v1.CompactResponse
-	(*ForkRequest)(nil),             // 30: ctxfold.v1.ForkRequest
-	(*ForkResponse)(nil),            // 31: ctxfold.v1.ForkResponse
-	(*RewindRequest)(nil),           // 32: ctxfold.v1.RewindRequest
-	(*RewindResponse)(nil),          // 33: ctxfold.v1.RewindResponse
-	(*ReadToolResultRequest)(nil),   // 34: ctxfold.v1.ReadToolResultRequest
-	(*ReadToolResultResponse)(nil),  // 35: ctxfold.v1.ReadToolResultResponse
-	(*GetContextStateRequest)(nil),  // 36: ctxfold.v1.GetContextStateRequest
-	(*GetContextStateResponse)(nil), // 37: ctxfold.v1.GetContextStateResponse
-	(*Checkpoint)(nil),              // 38: ctxfold.v1.Checkpoint
-	(*ListCheckpointsRequest)(nil),  // 39: ctxfold.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil), // 40: ctxfold.v1.ListCheckpointsResponse
-	(*GetCheckpointRequest)(nil),    // 41: ctxfold.v1.GetCheckpointRequest
-	(*GetCheckpointResponse)(nil),   // 42: ctxfold.v1.GetCheckpointResponse
-	(*timestamppb.Timestamp)(nil),   // 43: google.protobuf.Timestamp
+	(*ProviderPayload)(nil),         // 8: ctxfold.v1.ProviderPayload
+	(*SessionConfig)(nil),           // 9: ctxfold.v1.SessionConfig
+	(*Session)(nil),                 // 10: ctxfold.v1.Session
+	(*CreateSessionRequest)(nil),    // 11: ctxfold.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),   // 12: ctxfold.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),       // 13: ctxfold.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),      // 14: ctxfold.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),     // 15: ctxfold.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),    // 16: ctxfold.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),    // 17: ctxfold.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),   // 18: ctxfold.v1.DeleteSessionResponse
+	(*AppendMessagesRequest)(nil),   // 19: ctxfold.v1.AppendMessagesRequest
+	(*AppendMessagesResponse)(nil),  // 20: ctxfold.v1.AppendMessagesResponse
+	(*ListMessagesRequest)(nil),     // 21: ctxfold.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),    // 22: ctxfold.v1.ListMessagesResponse
+	(*PrepareRequest)(nil),          // 23: ctxfold.v1.PrepareRequest
+	(*PrepareResponse)(nil),         // 24: ctxfold.v1.PrepareResponse
+	(*FoldProgress)(nil),            // 25: ctxfold.v1.FoldProgress
+	(*PreparedContext)(nil),         // 26: ctxfold.v1.PreparedContext
+	(*ObserveUsageRequest)(nil),     // 27: ctxfold.v1.ObserveUsageRequest
+	(*ObserveUsageResponse)(nil),    // 28: ctxfold.v1.ObserveUsageResponse
+	(*CompactRequest)(nil),          // 29: ctxfold.v1.CompactRequest
+	(*CompactResponse)(nil),         // 30: ctxfold.v1.CompactResponse
+	(*ForkRequest)(nil),             // 31: ctxfold.v1.ForkRequest
+	(*ForkResponse)(nil),            // 32: ctxfold.v1.ForkResponse
+	(*RewindRequest)(nil),           // 33: ctxfold.v1.RewindRequest
+	(*RewindResponse)(nil),          // 34: ctxfold.v1.RewindResponse
+	(*ReadToolResultRequest)(nil),   // 35: ctxfold.v1.ReadToolResultRequest
+	(*ReadToolResultResponse)(nil),  // 36: ctxfold.v1.ReadToolResultResponse
+	(*GetContextStateRequest)(nil),  // 37: ctxfold.v1.GetContextStateRequest
+	(*GetContextStateResponse)(nil), // 38: ctxfold.v1.GetContextStateResponse
+	(*Checkpoint)(nil),              // 39: ctxfold.v1.Checkpoint
+	(*ListCheckpointsRequest)(nil),  // 40: ctxfold.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil), // 41: ctxfold.v1.ListCheckpointsResponse
+	(*GetCheckpointRequest)(nil),    // 42: ctxfold.v1.GetCheckpointRequest
+	(*GetCheckpointResponse)(nil),   // 43: ctxfold.v1.GetCheckpointResponse
+	(*timestamppb.Timestamp)(nil),   // 44: google.protobuf.Timestamp
 }
 var file_ctxfold_v1_context_service_proto_depIdxs = []int32{
 	0,  // 0: ctxfold.v1.Message.role:type_name -> ctxfold.v1.Role
 	6,  // 1: ctxfold.v1.Message.tool_calls:type_name -> ctxfold.v1.ToolCall
-	43, // 2: ctxfold.v1.Message.create_time:type_name -> google.protobuf.Timestamp
-	8,  // 3: ctxfold.v1.Session.config:type_name -> ctxfold.v1.SessionConfig
-	43, // 4: ctxfold.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	43, // 5: ctxfold.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	8,  // 6: ctxfold.v1.CreateSessionRequest.config:type_name -> ctxfold.v1.SessionConfig
-	9,  // 7: ctxfold.v1.CreateSessionResponse.session:type_name -> ctxfold.v1.Session
-	9,  // 8: ctxfold.v1.GetSessionResponse.session:type_name -> ctxfold.v1.Session
-	9,  // 9: ctxfold.v1.ListSessionsResponse.sessions:type_name -> ctxfold.v1.Session
-	7,  // 10: ctxfold.v1.AppendMessagesRequest.messages:type_name -> ctxfold.v1.Message
-	7,  // 11: ctxfold.v1.AppendMessagesResponse.messages:type_name -> ctxfold.v1.Message
-	9,  // 12: ctxfold.v1.AppendMessagesResponse.session:type_name -> ctxfold.v1.Session
-	7,  // 13: ctxfold.v1.ListMessagesResponse.messages:type_name -> ctxfold.v1.Message
-	7,  // 14: ctxfold.v1.PrepareRequest.append:type_name -> ctxfold.v1.Message
-	24, // 15: ctxfold.v1.PrepareResponse.progress:type_name -> ctxfold.v1.FoldProgress
-	25, // 16: ctxfold.v1.PrepareResponse.result:type_name -> ctxfold.v1.PreparedContext
-	5,  // 17: ctxfold.v1.FoldProgress.stage:type_name -> ctxfold.v1.FoldStage
-	7,  // 18: ctxfold.v1.PreparedContext.messages:type_name -> ctxfold.v1.Message
-	1,  // 19: ctxfold.v1.PreparedContext.action:type_name -> ctxfold.v1.Action
-	2,  // 20: ctxfold.v1.PreparedContext.cache_state:type_name -> ctxfold.v1.CacheState
-	7,  // 21: ctxfold.v1.PreparedContext.appended:type_name -> ctxfold.v1.Message
-	4,  // 22: ctxfold.v1.PreparedContext.not_folded_reason:type_name -> ctxfold.v1.NotFoldedReason
-	24, // 23: ctxfold.v1.CompactResponse.progress:type_name -> ctxfold.v1.FoldProgress
-	25, // 24: ctxfold.v1.CompactResponse.result:type_name -> ctxfold.v1.PreparedContext
-	8,  // 25: ctxfold.v1.ForkRequest.config:type_name -> ctxfold.v1.SessionConfig
-	9,  // 26: ctxfold.v1.ForkResponse.session:type_name -> ctxfold.v1.Session
-	9,  // 27: ctxfold.v1.RewindResponse.session:type_name -> ctxfold.v1.Session
-	43, // 28: ctxfold.v1.Checkpoint.create_time:type_name -> google.protobuf.Timestamp
-	38, // 29: ctxfold.v1.ListCheckpointsResponse.checkpoints:type_name -> ctxfold.v1.Checkpoint
-	38, // 30: ctxfold.v1.GetCheckpointResponse.checkpoint:type_name -> ctxfold.v1.Checkpoint
-	10, // 31: ctxfold.v1.ContextService.CreateSession:input_type -> ctxfold.v1.CreateSessionRequest
-	12, // 32: ctxfold.v1.ContextService.GetSession:input_type -> ctxfold.v1.GetSessionRequest
-	14, // 33: ctxfold.v1.ContextService.ListSessions:input_type -> ctxfold.v1.ListSessionsRequest
-	16, // 34: ctxfold.v1.ContextService.DeleteSession:input_type -> ctxfold.v1.DeleteSessionRequest
-	18, // 35: ctxfold.v1.ContextService.AppendMessages:input_type -> ctxfold.v1.AppendMessagesRequest
-	20, // 36: ctxfold.v1.ContextService.ListMessages:input_type -> ctxfold.v1.ListMessagesRequest
-	22, // 37: ctxfold.v1.ContextService.Prepare:input_type -> ctxfold.v1.PrepareRequest
-	26, // 38: ctxfold.v1.ContextService.ObserveUsage:input_type -> ctxfold.v1.ObserveUsageRequest
-	28, // 39: ctxfold.v1.ContextService.Compact:input_type -> ctxfold.v1.CompactRequest
-	30, // 40: ctxfold.v1.ContextService.Fork:input_type -> ctxfold.v1.ForkRequest
-	32, // 41: ctxfold.v1.ContextService.Rewind:input_type -> ctxfold.v1.RewindRequest
-	34, // 42: ctxfold.v1.ContextService.ReadToolResult:input_type -> ctxfold.v1.ReadToolResultRequest
-	36, // 43: ctxfold.v1.ContextService.GetContextState:input_type -> ctxfold.v1.GetContextStateRequest
-	39, // 44: ctxfold.v1.ContextService.ListCheckpoints:input_type -> ctxfold.v1.ListCheckpointsRequest
-	41, // 45: ctxfold.v1.ContextService.GetCheckpoint:input_type -> ctxfold.v1.GetCheckpointRequest
-	11, // 46: ctxfold.v1.ContextService.CreateSession:output_type -> ctxfold.v1.CreateSessionResponse
-	13, // 47: ctxfold.v1.ContextService.GetSession:output_type -> ctxfold.v1.GetSessionResponse
-	15, // 48: ctxfold.v1.ContextService.ListSessions:output_type -> ctxfold.v1.ListSessionsResponse
-	17, // 49: ctxfold.v1.ContextService.DeleteSession:output_type -> ctxfold.v1.DeleteSessionResponse
-	19, // 50: ctxfold.v1.ContextService.AppendMessages:output_type -> ctxfold.v1.AppendMessagesResponse
-	21, // 51: ctxfold.v1.ContextService.ListMessages:output_type -> ctxfold.v1.ListMessagesResponse
-	23, // 52: ctxfold.v1.ContextService.Prepare:output_type -> ctxfold.v1.PrepareResponse
-	27, // 53: ctxfold.v1.ContextService.ObserveUsage:output_type -> ctxfold.v1.ObserveUsageResponse
-	29, // 54: ctxfold.v1.ContextService.Compact:output_type -> ctxfold.v1.CompactResponse
-	31, // 55: ctxfold.v1.ContextService.Fork:output_type -> ctxfold.v1.ForkResponse
-	33, // 56: ctxfold.v1.ContextService.Rewind:output_type -> ctxfold.v1.RewindResponse
-	35, // 57: ctxfold.v1.ContextService.ReadToolResult:output_type -> ctxfold.v1.ReadToolResultResponse
-	37, // 58: ctxfold.v1.ContextService.GetContextState:output_type -> ctxfold.v1.GetContextStateResponse
-	40, // 59: ctxfold.v1.ContextService.ListCheckpoints:output_type -> ctxfold.v1.ListCheckpointsResponse
-	42, // 60: ctxfold.v1.ContextService.GetCheckpoint:output_type -> ctxfold.v1.GetCheckpointResponse
-	46, // [46:61] is the sub-list for method output_type
-	31, // [31:46] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	44, // 2: ctxfold.v1.Message.create_time:type_name -> google.protobuf.Timestamp
+	8,  // 3: ctxfold.v1.Message.provider_payload:type_name -> ctxfold.v1.ProviderPayload
+	9,  // 4: ctxfold.v1.Session.config:type_name -> ctxfold.v1.SessionConfig
+	44, // 5: ctxfold.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	44, // 6: ctxfold.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	9,  // 7: ctxfold.v1.CreateSessionRequest.config:type_name -> ctxfold.v1.SessionConfig
+	10, // 8: ctxfold.v1.CreateSessionResponse.session:type_name -> ctxfold.v1.Session
+	10, // 9: ctxfold.v1.GetSessionResponse.session:type_name -> ctxfold.v1.Session
+	10, // 10: ctxfold.v1.ListSessionsResponse.sessions:type_name -> ctxfold.v1.Session
+	7,  // 11: ctxfold.v1.AppendMessagesRequest.messages:type_name -> ctxfold.v1.Message
+	7,  // 12: ctxfold.v1.AppendMessagesResponse.messages:type_name -> ctxfold.v1.Message
+	10, // 13: ctxfold.v1.AppendMessagesResponse.session:type_name -> ctxfold.v1.Session
+	7,  // 14: ctxfold.v1.ListMessagesResponse.messages:type_name -> ctxfold.v1.Message
+	7,  // 15: ctxfold.v1.PrepareRequest.append:type_name -> ctxfold.v1.Message
+	25, // 16: ctxfold.v1.PrepareResponse.progress:type_name -> ctxfold.v1.FoldProgress
+	26, // 17: ctxfold.v1.PrepareResponse.result:type_name -> ctxfold.v1.PreparedContext
+	5,  // 18: ctxfold.v1.FoldProgress.stage:type_name -> ctxfold.v1.FoldStage
+	7,  // 19: ctxfold.v1.PreparedContext.messages:type_name -> ctxfold.v1.Message
+	1,  // 20: ctxfold.v1.PreparedContext.action:type_name -> ctxfold.v1.Action
+	2,  // 21: ctxfold.v1.PreparedContext.cache_state:type_name -> ctxfold.v1.CacheState
+	7,  // 22: ctxfold.v1.PreparedContext.appended:type_name -> ctxfold.v1.Message
+	4,  // 23: ctxfold.v1.PreparedContext.not_folded_reason:type_name -> ctxfold.v1.NotFoldedReason
+	25, // 24: ctxfold.v1.CompactResponse.progress:type_name -> ctxfold.v1.FoldProgress
+	26, // 25: ctxfold.v1.CompactResponse.result:type_name -> ctxfold.v1.PreparedContext
+	9,  // 26: ctxfold.v1.ForkRequest.config:type_name -> ctxfold.v1.SessionConfig
+	10, // 27: ctxfold.v1.ForkResponse.session:type_name -> ctxfold.v1.Session
+	10, // 28: ctxfold.v1.RewindResponse.session:type_name -> ctxfold.v1.Session
+	44, // 29: ctxfold.v1.Checkpoint.create_time:type_name -> google.protobuf.Timestamp
+	39, // 30: ctxfold.v1.ListCheckpointsResponse.checkpoints:type_name -> ctxfold.v1.Checkpoint
+	39, // 31: ctxfold.v1.GetCheckpointResponse.checkpoint:type_name -> ctxfold.v1.Checkpoint
+	11, // 32: ctxfold.v1.ContextService.CreateSession:input_type -> ctxfold.v1.CreateSessionRequest
+	13, // 33: ctxfold.v1.ContextService.GetSession:input_type -> ctxfold.v1.GetSessionRequest
+	15, // 34: ctxfold.v1.ContextService.ListSessions:input_type -> ctxfold.v1.ListSessionsRequest
+	17, // 35: ctxfold.v1.ContextService.DeleteSession:input_type -> ctxfold.v1.DeleteSessionRequest
+	19, // 36: ctxfold.v1.ContextService.AppendMessages:input_type -> ctxfold.v1.AppendMessagesRequest
+	21, // 37: ctxfold.v1.ContextService.ListMessages:input_type -> ctxfold.v1.ListMessagesRequest
+	23, // 38: ctxfold.v1.ContextService.Prepare:input_type -> ctxfold.v1.PrepareRequest
+	27, // 39: ctxfold.v1.ContextService.ObserveUsage:input_type -> ctxfold.v1.ObserveUsageRequest
+	29, // 40: ctxfold.v1.ContextService.Compact:input_type -> ctxfold.v1.CompactRequest
+	31, // 41: ctxfold.v1.ContextService.Fork:input_type -> ctxfold.v1.ForkRequest
+	33, // 42: ctxfold.v1.ContextService.Rewind:input_type -> ctxfold.v1.RewindRequest
+	35, // 43: ctxfold.v1.ContextService.ReadToolResult:input_type -> ctxfold.v1.ReadToolResultRequest
+	37, // 44: ctxfold.v1.ContextService.GetContextState:input_type -> ctxfold.v1.GetContextStateRequest
+	40, // 45: ctxfold.v1.ContextService.ListCheckpoints:input_type -> ctxfold.v1.ListCheckpointsRequest
+	42, // 46: ctxfold.v1.ContextService.GetCheckpoint:input_type -> ctxfold.v1.GetCheckpointRequest
+	12, // 47: ctxfold.v1.ContextService.CreateSession:output_type -> ctxfold.v1.CreateSessionResponse
+	14, // 48: ctxfold.v1.ContextService.GetSession:output_type -> ctxfold.v1.GetSessionResponse
+	16, // 49: ctxfold.v1.ContextService.ListSessions:output_type -> ctxfold.v1.ListSessionsResponse
+	18, // 50: ctxfold.v1.ContextService.DeleteSession:output_type -> ctxfold.v1.DeleteSessionResponse
+	20, // 51: ctxfold.v1.ContextService.AppendMessages:output_type -> ctxfold.v1.AppendMessagesResponse
+	22, // 52: ctxfold.v1.ContextService.ListMessages:output_type -> ctxfold.v1.ListMessagesResponse
+	24, // 53: ctxfold.v1.ContextService.Prepare:output_type -> ctxfold.v1.PrepareResponse
+	28, // 54: ctxfold.v1.ContextService.ObserveUsage:output_type -> ctxfold.v1.ObserveUsageResponse
+	30, // 55: ctxfold.v1.ContextService.Compact:output_type -> ctxfold.v1.CompactResponse
+	32, // 56: ctxfold.v1.ContextService.Fork:output_type -> ctxfold.v1.ForkResponse
+	34, // 57: ctxfold.v1.ContextService.Rewind:output_type -> ctxfold.v1.RewindResponse
+	36, // 58: ctxfold.v1.ContextService.ReadToolResult:output_type -> ctxfold.v1.ReadToolResultResponse
+	38, // 59: ctxfold.v1.ContextService.GetContextState:output_type -> ctxfold.v1.GetContextStateResponse
+	41, // 60: ctxfold.v1.ContextService.ListCheckpoints:output_type -> ctxfold.v1.ListCheckpointsResponse
+	43, // 61: ctxfold.v1.ContextService.GetCheckpoint:output_type -> ctxfold.v1.GetCheckpointResponse
+	47, // [47:62] is the sub-list for method output_type
+	32, // [32:47] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_ctxfold_v1_context_service_proto_init() }
@@ -3828,11 +3937,11 @@ func file_ctxfold_v1_context_service_proto_init() {
 	if File_ctxfold_v1_context_service_proto != nil {
 		return
 	}
-	file_ctxfold_v1_context_service_proto_msgTypes[17].OneofWrappers = []any{
+	file_ctxfold_v1_context_service_proto_msgTypes[18].OneofWrappers = []any{
 		(*PrepareResponse_Progress)(nil),
 		(*PrepareResponse_Result)(nil),
 	}
-	file_ctxfold_v1_context_service_proto_msgTypes[23].OneofWrappers = []any{
+	file_ctxfold_v1_context_service_proto_msgTypes[24].OneofWrappers = []any{
 		(*CompactResponse_Progress)(nil),
 		(*CompactResponse_Result)(nil),
 	}
@@ -3842,7 +3951,7 @@ func file_ctxfold_v1_context_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ctxfold_v1_context_service_proto_rawDesc), len(file_ctxfold_v1_context_service_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

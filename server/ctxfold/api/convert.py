@@ -8,7 +8,16 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ctxfold.engine.errors import invalid
 from ctxfold.engine.maintenance import Action, NotFolded
-from ctxfold.engine.model import CONFIG_FIELDS, ConfigInput, NewMessage, Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.model import (
+    CONFIG_FIELDS,
+    ConfigInput,
+    NewMessage,
+    ProviderPayload,
+    Role,
+    SessionConfig,
+    StoredMessage,
+    ToolCall,
+)
 from ctxfold.engine.view import StoredCheckpoint, ViewMessage
 from ctxfold.service.maintenance import Event, Prepared
 from ctxfold.service.observer import Progress, Stage
@@ -88,9 +97,20 @@ def new_messages(messages: Sequence[pb.Message], field: str = "messages") -> lis
                 reasoning_content=m.reasoning_content,
                 pinned=m.pinned,
                 name=m.name,
+                payload=provider_payload(m.provider_payload) if m.HasField("provider_payload") else None,
             )
         )
     return out
+
+
+def provider_payload(payload: pb.ProviderPayload) -> ProviderPayload:
+    return ProviderPayload(payload.format, payload.json, payload.fingerprint, payload.tokens)
+
+
+def provider_payload_pb(payload: ProviderPayload) -> pb.ProviderPayload:
+    return pb.ProviderPayload(
+        format=payload.format, json=payload.json, fingerprint=payload.fingerprint, tokens=payload.tokens
+    )
 
 
 def message_pb(message: StoredMessage) -> pb.Message:
@@ -110,6 +130,7 @@ def message_pb(message: StoredMessage) -> pb.Message:
         tokens=message.tokens,
         abandoned=message.abandoned,
         create_time=timestamp(message.create_time) if message.create_time else None,
+        provider_payload=provider_payload_pb(message.payload) if message.payload else None,
     )
 
 

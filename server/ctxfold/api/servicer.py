@@ -255,7 +255,7 @@ class ContextServicer:
     async def CreateSession(
         self, request: pb.CreateSessionRequest, context: Context, tenant: str
     ) -> pb.CreateSessionResponse:
-        info = await self.sessions.create(tenant, convert.config_input(request.config))
+        info = await self.sessions.create(tenant, convert.config_input(request.config), request.session_key)
         return pb.CreateSessionResponse(session=convert.session_pb(info))
 
     @unary

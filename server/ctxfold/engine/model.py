@@ -27,6 +27,18 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class ProviderPayload:
+    """What a provider's message carried beyond the canonical fields, kept verbatim for the client
+    that wrote it (the gateway): the engine never reads `json`; `tokens` is added to the message's
+    estimate."""
+
+    format: str
+    json: str = ""
+    fingerprint: str = ""
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
 class NewMessage:
     """A message as an agent appends it, before it is bounded and stored."""
 
@@ -37,6 +49,7 @@ class NewMessage:
     reasoning_content: str = ""
     pinned: bool = False
     name: str = ""
+    payload: ProviderPayload | None = None
 
 
 @dataclass(frozen=True)
@@ -59,12 +72,17 @@ class StoredMessage:
     truncated: bool = False
     create_time: float = 0.0
     abandoned: bool = False
+    payload: ProviderPayload | None = None
 
 
 def text_chars(messages: Sequence[NewMessage | StoredMessage]) -> int:
     """The characters of text `messages` carry (what tokenizing, building and serializing them costs)."""
     return sum(
-        len(m.content) + len(m.reasoning_content) + sum(len(c.arguments) for c in m.tool_calls) for m in messages
+        len(m.content)
+        + len(m.reasoning_content)
+        + sum(len(c.arguments) for c in m.tool_calls)
+        + (len(m.payload.json) if m.payload else 0)
+        for m in messages
     )
 
 

@@ -8,11 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxfold.engine.errors import failed_precondition, invalid, too_large
-from ctxfold.engine.model import MAX_NAME_CHARS, NewMessage, Role, StoredMessage
+from ctxfold.engine.model import MAX_NAME_CHARS, NewMessage, ProviderPayload, Role, StoredMessage
 
 MAX_MESSAGES_PER_APPEND = 1000
 MAX_TOOL_CALLS_PER_MESSAGE = 256
 MAX_ID_CHARS = 256
+MAX_PAYLOAD_FORMAT_CHARS = 64
+MAX_PAYLOAD_FINGERPRINT_CHARS = 128
+MAX_PAYLOAD_TOKENS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ def _validate_message(index: int, message: NewMessage, limits: AppendLimits) -> 
             raise invalid("INVALID_MESSAGE", f"{where}: only tool results carry tool_call_id", index=index)
         size = content_bytes + _utf8_bytes(message.reasoning_content)
         size += sum(_utf8_bytes(c.arguments) for c in message.tool_calls)
+        size += _utf8_bytes(message.payload.json) if message.payload else 0
         if size > limits.max_message_bytes:
             raise too_large(
                 "MESSAGE_TOO_LARGE",
@@ -82,13 +86,43 @@ def _validate_message(index: int, message: NewMessage, limits: AppendLimits) -> 
         raise invalid("INVALID_MESSAGE", f"{where}: tool_call_id too long", index=index)
     if len(message.name) > MAX_NAME_CHARS:
         raise invalid("INVALID_MESSAGE", f"{where}: name longer than {MAX_NAME_CHARS} characters", index=index)
+    if message.payload is not None:
+        _validate_payload(where, index, message.role, message.payload, limits)
     if (
         message.role is not Role.TOOL
         and not message.content
         and not message.tool_calls
         and not message.reasoning_content
+        and not (message.payload and message.payload.json)
     ):
         raise invalid("INVALID_MESSAGE", f"{where}: message has no content", index=index)
+
+
+def _validate_payload(where: str, index: int, role: Role, payload: ProviderPayload, limits: AppendLimits) -> None:
+    if not payload.format or len(payload.format) > MAX_PAYLOAD_FORMAT_CHARS:
+        raise invalid(
+            "INVALID_MESSAGE",
+            f"{where}: provider_payload.format must name the provider API in 1..{MAX_PAYLOAD_FORMAT_CHARS} characters",
+            index=index,
+        )
+    if len(payload.fingerprint) > MAX_PAYLOAD_FINGERPRINT_CHARS:
+        raise invalid(
+            "INVALID_MESSAGE",
+            f"{where}: provider_payload.fingerprint longer than {MAX_PAYLOAD_FINGERPRINT_CHARS} characters",
+            index=index,
+        )
+    if not 0 <= payload.tokens <= MAX_PAYLOAD_TOKENS:
+        raise invalid(
+            "INVALID_MESSAGE", f"{where}: provider_payload.tokens must be within [0, {MAX_PAYLOAD_TOKENS}]", index=index
+        )
+    if role is Role.TOOL and _utf8_bytes(payload.json) > limits.max_message_bytes:
+        # A tool result's own text is bounded by max_tool_result_bytes; its payload by the message limit.
+        raise too_large(
+            "MESSAGE_TOO_LARGE",
+            f"{where}: provider_payload of {_utf8_bytes(payload.json)} bytes exceeds the server limit of "
+            f"{limits.max_message_bytes} bytes",
+            index=index,
+        )
 
 
 def advance_open_calls(open_calls: tuple[str, ...], messages: Sequence[NewMessage]) -> tuple[str, ...]:

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from ctxfold import cpu
+from ctxfold.engine.errors import invalid
 from ctxfold.engine.maintenance import check_config_fits
 from ctxfold.engine.model import ConfigInput, SessionConfig, config_from_json, config_to_json, resolve_config
 from ctxfold.service.hot_state import HotState
 from ctxfold.service.paging import decode_token, encode_token, page_size
 from ctxfold.store import Store
 from ctxfold.store.rows import ConfigTokens, SessionRecord, new_id
+
+MAX_SESSION_KEY_CHARS = 512
+
+
+def keyed_session_id(tenant: str, session_key: str) -> str:
+    """The id of the session a key names in a tenant: the same key in two tenants names two sessions."""
+    digest = hashlib.sha256(f"{tenant}\x00{session_key}".encode()).hexdigest()
+    return f"s_{digest[:32]}"
 
 
 @dataclass(frozen=True)
@@ -75,8 +85,15 @@ class Sessions:
             config = replace(config, prompt_cache_key=f"ctxfold-{session_id}")
         return config
 
-    async def create(self, tenant: str, given: ConfigInput) -> SessionInfo:
-        session_id = new_id("s")
+    async def create(self, tenant: str, given: ConfigInput, session_key: str = "") -> SessionInfo:
+        """A new session; with `session_key`, the session that key names, created when it does not exist."""
+        if len(session_key) > MAX_SESSION_KEY_CHARS:
+            raise invalid("INVALID_REQUEST", f"session_key must be at most {MAX_SESSION_KEY_CHARS} characters")
+        session_id = keyed_session_id(tenant, session_key) if session_key else new_id("s")
+        if session_key:
+            existing = await self.store.find_session(tenant, session_id)
+            if existing is not None:
+                return session_info(existing)
         config = self.resolve(given, session_id)
         record = await self.store.create_session(
             tenant, config_to_json(config), await fitting_config_tokens(config), session_id=session_id

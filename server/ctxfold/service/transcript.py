@@ -42,7 +42,8 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
                     content=content,
                     tokens=estimator.message_tokens(
                         content, message.tool_calls, message.reasoning_content, message.name, cpu.count_text
-                    ),
+                    )
+                    + (message.payload.tokens if message.payload else 0),
                     tool_calls=message.tool_calls,
                     tool_call_id=message.tool_call_id,
                     reasoning_content=message.reasoning_content,
@@ -51,6 +52,7 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
                     result_ref=result_ref,
                     raw_bytes=raw_bytes,
                     truncated=truncated,
+                    payload=message.payload,
                 ),
                 raw,
             )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxfold.engine.briefing import FoldNotes
-from ctxfold.engine.model import Role, StoredMessage, ToolCall
+from ctxfold.engine.model import ProviderPayload, Role, StoredMessage, ToolCall
 from ctxfold.engine.view import Checkpoint
 
 
@@ -172,6 +172,7 @@ def message_from_row(row: object, abandoned: bool = False) -> StoredMessage:
         truncated=m["truncated"],
         create_time=m["create_time"],
         abandoned=abandoned,
+        payload=ProviderPayload(**json.loads(m["provider_payload_json"])) if m["provider_payload_json"] else None,
     )
 
 
@@ -193,6 +194,7 @@ def message_values(message: StoredMessage, segment_id: str) -> dict[str, object]
         "raw_bytes": message.raw_bytes,
         "truncated": message.truncated,
         "create_time": message.create_time,
+        "provider_payload_json": json.dumps(message.payload.__dict__) if message.payload else None,
     }
 
 

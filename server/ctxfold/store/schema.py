@@ -92,6 +92,8 @@ messages = Table(
     Column("raw_bytes", BigInteger, nullable=False),
     Column("truncated", Boolean, nullable=False),
     Column("create_time", Float, nullable=False),
+    # The provider payload (`ProviderPayload` as a JSON object); NULL for messages without one.
+    Column("provider_payload_json", Text, nullable=True),
     UniqueConstraint("segment_id", "seq", name="uq_messages_segment_seq"),
     Index("ix_messages_segment_tool_call", "segment_id", "tool_call_id"),
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from sqlalchemy import and_, delete, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold.store import schema
@@ -19,10 +20,23 @@ class SessionStore(StoreBase):
     async def create_session(
         self, tenant: str, config_json: str, tokens: ConfigTokens, *, session_id: str | None = None
     ) -> SessionRecord:
+        """A new session. An explicit `session_id` that exists already (two callers creating the
+        session one key names, at once) answers the existing session of the tenant."""
         session_id = session_id or new_id("s")
-        async with self._write() as conn:
-            await self._insert_session(conn, tenant, session_id, config_json, tokens, BranchPoint(None, 0, None, ()))
+        try:
+            async with self._write() as conn:
+                await self._insert_session(
+                    conn, tenant, session_id, config_json, tokens, BranchPoint(None, 0, None, ())
+                )
+        except IntegrityError:
+            pass
         return await self.get_session(tenant, session_id)
+
+    async def find_session(self, tenant: str, session_id: str) -> SessionRecord | None:
+        s = schema.sessions.c
+        async with self._read() as conn:
+            row = (await conn.execute(select(schema.sessions).where(s.id == session_id, s.tenant == tenant))).first()
+        return session_from_row(row) if row is not None else None
 
     async def fork(
         self, source: SessionRecord, at_seq: int, session_id: str, config_json: str, tokens: ConfigTokens

@@ -110,6 +110,7 @@ class TranscriptStore(StoreBase):
             func.coalesce(func.length(m.content), 0)
             + func.coalesce(func.length(m.reasoning_content), 0)
             + func.coalesce(func.length(m.tool_calls_json), 0)
+            + func.coalesce(func.length(m.provider_payload_json), 0)
         ).label("size")
         after_seq, after_abandoned, after_id = after or (0, 0, "")
         async with self._read() as conn:

@@ -472,6 +472,7 @@ class Message(_message.Message):
     TOKENS_FIELD_NUMBER: _builtins.int
     ABANDONED_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
+    PROVIDER_PAYLOAD_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Output only. The canonical message's id; in a view, the id of the message it renders
     (empty for the summary message and for the system prompt of the session's config).
@@ -514,6 +515,13 @@ class Message(_message.Message):
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """Output only. When the message was appended."""
 
+    @_builtins.property
+    def provider_payload(self) -> Global___ProviderPayload:
+        """What the provider's own message carried beyond the fields above (thinking blocks and their
+        signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+        that re-emit it to the same provider API. Folds and summaries never read it.
+        """
+
     def __init__(
         self,
         *,
@@ -534,14 +542,57 @@ class Message(_message.Message):
         tokens: _builtins.int = ...,
         abandoned: _builtins.bool = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
+        provider_payload: Global___ProviderPayload | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "provider_payload", b"provider_payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "content", b"content", "create_time", b"create_time", "id", b"id", "name", b"name", "pinned", b"pinned", "pruned", b"pruned", "raw_bytes", b"raw_bytes", "reasoning_content", b"reasoning_content", "result_ref", b"result_ref", "role", b"role", "seq", b"seq", "summary", b"summary", "tokens", b"tokens", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "content", b"content", "create_time", b"create_time", "id", b"id", "name", b"name", "pinned", b"pinned", "provider_payload", b"provider_payload", "pruned", b"pruned", "raw_bytes", b"raw_bytes", "reasoning_content", b"reasoning_content", "result_ref", b"result_ref", "role", b"role", "seq", b"seq", "summary", b"summary", "tokens", b"tokens", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Message: _TypeAlias = Message  # noqa: Y015
+
+@_typing.final
+class ProviderPayload(_message.Message):
+    """The provider's JSON a canonical message was made from, as a client (the gateway) wrote it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FORMAT_FIELD_NUMBER: _builtins.int
+    JSON_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    format: _builtins.str
+    """The provider API the JSON belongs to: "openai_chat", "openai_responses" or "anthropic_messages"
+    (at most 64 characters; the server does not interpret it).
+    """
+    json: _builtins.str
+    """The provider JSON the message's fields cannot express, verbatim. Empty when the fields alone
+    render the provider's message exactly.
+    """
+    fingerprint: _builtins.str
+    """The writer's digest of the provider message, so that a client resending its history can match
+    it against the transcript (at most 128 characters).
+    """
+    tokens: _builtins.int
+    """Tokens the provider counts for what only `json` carries (images by the provider's formula);
+    added to the message's `tokens` estimate. 0..10,000,000.
+    """
+    def __init__(
+        self,
+        *,
+        format: _builtins.str = ...,
+        json: _builtins.str = ...,
+        fingerprint: _builtins.str = ...,
+        tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fingerprint", b"fingerprint", "format", b"format", "json", b"json", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProviderPayload: _TypeAlias = ProviderPayload  # noqa: Y015
 
 @_typing.final
 class SessionConfig(_message.Message):
@@ -684,6 +735,12 @@ class CreateSessionRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CONFIG_FIELD_NUMBER: _builtins.int
+    SESSION_KEY_FIELD_NUMBER: _builtins.int
+    session_key: _builtins.str
+    """Optional name of the session within the caller's tenant (at most 512 characters). The id is
+    derived from the tenant and the key, so a CreateSession with a key that names an existing
+    session returns that session as it is (its config is not compared or changed).
+    """
     @_builtins.property
     def config(self) -> Global___SessionConfig:
         """The session's configuration; `context_window` is required."""
@@ -692,10 +749,11 @@ class CreateSessionRequest(_message.Message):
         self,
         *,
         config: Global___SessionConfig | None = ...,
+        session_key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "session_key", b"session_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -122,9 +122,13 @@ class AsyncClient(ClientBase[grpc.aio.Channel]):
 
     # ---- sessions ----------------------------------------------------------------------------
 
-    async def create_session(self, config: SessionConfig, **call: Unpack[CallOptions]) -> Session:
-        """Creates a session; it carries its `id` and the effective config (defaults filled in)."""
-        request = core.create_request(config)
+    async def create_session(
+        self, config: SessionConfig, *, session_key: str = "", **call: Unpack[CallOptions]
+    ) -> Session:
+        """Creates a session; it carries its `id` and the effective config (defaults filled in). With
+        `session_key`, the session that key names in the caller's tenant: created when it does not
+        exist, else returned as it is."""
+        request = core.create_request(config, session_key)
         return Session.from_proto((await self._unary(self._stub.CreateSession, request, call)).session)
 
     async def get_session(self, session_id: str, **call: Unpack[CallOptions]) -> Session:

@@ -254,9 +254,9 @@ def _bad_seq(field: str, message: str) -> CtxfoldError:
     return CtxfoldError.invalid_argument(ErrorReason.SEQ_OUT_OF_RANGE, field, message)
 
 
-def create_request(config: SessionConfig) -> pb.CreateSessionRequest:
+def create_request(config: SessionConfig, session_key: str = "") -> pb.CreateSessionRequest:
     config.check_creatable()
-    return pb.CreateSessionRequest(config=config.to_proto())
+    return pb.CreateSessionRequest(config=config.to_proto(), session_key=session_key)
 
 
 def fork_request(session_id: str, at_seq: int | None, at_head: bool, config: SessionConfig | None) -> pb.ForkRequest:

@@ -46,6 +46,25 @@ class ToolCall:
         return cls(id=call.id, name=call.name, arguments=call.arguments)
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderPayload:
+    """What a provider's message carried beyond the canonical fields, kept verbatim: `format` names
+    the provider API ("openai_chat", "openai_responses", "anthropic_messages"), `json` the provider
+    JSON, `fingerprint` the writer's digest of the message, `tokens` what the provider counts for it."""
+
+    format: str
+    json: str = ""
+    fingerprint: str = ""
+    tokens: int = 0
+
+    def to_proto(self) -> pb.ProviderPayload:
+        return pb.ProviderPayload(format=self.format, json=self.json, fingerprint=self.fingerprint, tokens=self.tokens)
+
+    @classmethod
+    def from_proto(cls, payload: pb.ProviderPayload) -> ProviderPayload:
+        return cls(format=payload.format, json=payload.json, fingerprint=payload.fingerprint, tokens=payload.tokens)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """A transcript or view message. The first seven fields are the caller's; the rest are set by
@@ -70,6 +89,7 @@ class Message:
     tokens: int = 0
     abandoned: bool = False
     create_time: datetime | None = None
+    provider_payload: ProviderPayload | None = None
 
     def to_proto(self) -> pb.Message:
         return pb.Message(
@@ -90,6 +110,7 @@ class Message:
             tokens=self.tokens,
             abandoned=self.abandoned,
             create_time=_stamp(self.create_time),
+            provider_payload=self.provider_payload.to_proto() if self.provider_payload is not None else None,
         )
 
     @classmethod
@@ -112,6 +133,9 @@ class Message:
             tokens=message.tokens,
             abandoned=message.abandoned,
             create_time=_time(message.create_time, message.HasField("create_time")),
+            provider_payload=ProviderPayload.from_proto(message.provider_payload)
+            if message.HasField("provider_payload")
+            else None,
         )
 
     @classmethod

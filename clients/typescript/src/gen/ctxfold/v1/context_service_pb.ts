@@ -12,7 +12,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file ctxfold/v1/context_service.proto.
  */
 export const file_ctxfold_v1_context_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBjdHhmb2xkL3YxL2NvbnRleHRfc2VydmljZS5wcm90bxIKY3R4Zm9sZC52MSI3CghUb29sQ2FsbBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhEKCWFyZ3VtZW50cxgDIAEoCSL7AgoHTWVzc2FnZRIKCgJpZBgBIAEoCRILCgNzZXEYAiABKAMSHgoEcm9sZRgDIAEoDjIQLmN0eGZvbGQudjEuUm9sZRIPCgdjb250ZW50GAQgASgJEigKCnRvb2xfY2FsbHMYBSADKAsyFC5jdHhmb2xkLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgGIAEoCRIZChFyZWFzb25pbmdfY29udGVudBgHIAEoCRIOCgZwaW5uZWQYCCABKAgSEgoKcmVzdWx0X3JlZhgJIAEoCRIRCglyYXdfYnl0ZXMYCiABKAMSEQoJdHJ1bmNhdGVkGAsgASgIEg8KB3N1bW1hcnkYDCABKAgSDgoGcHJ1bmVkGA0gASgIEgwKBG5hbWUYDiABKAkSDgoGdG9rZW5zGA8gASgDEhEKCWFiYW5kb25lZBgQIAEoCBIvCgtjcmVhdGVfdGltZRgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiyQIKDVNlc3Npb25Db25maWcSFgoOY29udGV4dF93aW5kb3cYASABKAMSFQoNY29tcGFjdF9yYXRpbxgCIAEoARISCgp0YWlsX3JhdGlvGAMgASgBEhkKEW1heF9vdXRwdXRfdG9rZW5zGAQgASgDEhoKEnN1bW1hcnlfbWF4X3Rva2VucxgFIAEoAxIeChZ0b29sX2NvbnRlbnRfbWF4X2J5dGVzGAYgASgDEhUKDXN5c3RlbV9wcm9tcHQYByABKAkSEgoKdG9vbHNfanNvbhgIIAEoCRISCgpzdW1tYXJpemVyGAkgASgJEhkKEWNhY2hlX3R0bF9zZWNvbmRzGAogASgDEhgKEHByb21wdF9jYWNoZV9rZXkYCyABKAkSDQoFbW9kZWwYDCABKAkSGwoTZGlzYWJsZV90YXNrX2FuY2hvchgNIAEoCCKCAgoHU2Vzc2lvbhIKCgJpZBgBIAEoCRIpCgZjb25maWcYAiABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWcSEAoIaGVhZF9zZXEYAyABKAMSFQoNY2hlY2twb2ludF9pZBgEIAEoCRIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEh4KFmZvcmtlZF9mcm9tX3Nlc3Npb25faWQYByABKAkSFQoNZm9ya2VkX2F0X3NlcRgIIAEoAyJBChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIpCgZjb25maWcYASABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWciPQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24iJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI6ChJHZXRTZXNzaW9uUmVzcG9uc2USJAoHc2Vzc2lvbhgBIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiI8ChNMaXN0U2Vzc2lvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlYKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEiUKCHNlc3Npb25zGAEgAygLMhMuY3R4Zm9sZC52MS5TZXNzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIhcKFURlbGV0ZVNlc3Npb25SZXNwb25zZSJmChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIlCghtZXNzYWdlcxgCIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRISCgpyZXF1ZXN0X2lkGAMgASgJImUKFkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USJQoIbWVzc2FnZXMYASADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USJAoHc2Vzc2lvbhgCIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiJrChNMaXN0TWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGQoRaW5jbHVkZV9hYmFuZG9uZWQYBCABKAgiVgoUTGlzdE1lc3NhZ2VzUmVzcG9uc2USJQoIbWVzc2FnZXMYASADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCg5QcmVwYXJlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiMKBmFwcGVuZBgCIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRIQCghvdmVyZmxvdxgDIAEoCBIaChJrbm93bl92aWV3X3ZlcnNpb24YBCABKAMSEgoKcmVxdWVzdF9pZBgFIAEoCSJ3Cg9QcmVwYXJlUmVzcG9uc2USLAoIcHJvZ3Jlc3MYASABKAsyGC5jdHhmb2xkLnYxLkZvbGRQcm9ncmVzc0gAEi0KBnJlc3VsdBgCIAEoCzIbLmN0eGZvbGQudjEuUHJlcGFyZWRDb250ZXh0SABCBwoFZXZlbnQi4AEKDEZvbGRQcm9ncmVzcxIkCgVzdGFnZRgBIAEoDjIVLmN0eGZvbGQudjEuRm9sZFN0YWdlEhIKCnBhc3NfaW5kZXgYAiABKAUSFgoOcGFzc2VzX3BsYW5uZWQYAyABKAUSFQoNdG9rZW5zX2JlZm9yZRgEIAEoAxIUCgx0b2tlbnNfYWZ0ZXIYBSABKAMSFQoNY2hlY2twb2ludF9pZBgGIAEoCRIPCgdtZXNzYWdlGAcgASgJEhUKDXN1bW1hcnlfZGVsdGEYCCABKAkSEgoKc3VtbWFyaXplchgJIAEoCSK5BAoPUHJlcGFyZWRDb250ZXh0EiUKCG1lc3NhZ2VzGAEgAygLMhMuY3R4Zm9sZC52MS5NZXNzYWdlEhgKEGVzdGltYXRlZF90b2tlbnMYAiABKAMSFAoMdmlld192ZXJzaW9uGAMgASgDEiIKBmFjdGlvbhgEIAEoDjISLmN0eGZvbGQudjEuQWN0aW9uEisKC2NhY2hlX3N0YXRlGAUgASgOMhYuY3R4Zm9sZC52MS5DYWNoZVN0YXRlEhgKEHByb21wdF9jYWNoZV9rZXkYBiABKAkSFQoNY2hlY2twb2ludF9pZBgHIAEoCRIeChZzdGFibGVfcHJlZml4X21lc3NhZ2VzGAggASgDEg0KBWRlbHRhGAkgASgIEhoKEnZpZXdfbWVzc2FnZV9jb3VudBgKIAEoAxIWCg50cmlnZ2VyX3Rva2VucxgLIAEoAxIZChFoYXJkX2xpbWl0X3Rva2VucxgMIAEoAxIlCghhcHBlbmRlZBgNIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRI2ChFub3RfZm9sZGVkX3JlYXNvbhgOIAEoDjIbLmN0eGZvbGQudjEuTm90Rm9sZGVkUmVhc29uEhkKEW5vdF9mb2xkZWRfZGV0YWlsGA8gASgJEhkKEWNhbmRpZGF0ZV9zdW1tYXJ5GBAgASgJEhoKEmZvbGRlZF9yZXN1bHRzX3JlZhgRIAEoCRIeChZlc3RpbWF0ZWRfaW5wdXRfdG9rZW5zGBIgASgDIqABChNPYnNlcnZlVXNhZ2VSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMdmlld192ZXJzaW9uGAIgASgDEhQKDGlucHV0X3Rva2VucxgDIAEoAxIbChNjYWNoZWRfaW5wdXRfdG9rZW5zGAQgASgDEhUKDW91dHB1dF90b2tlbnMYBSABKAMSFQoNZmluaXNoX3JlYXNvbhgGIAEoCSJJChRPYnNlcnZlVXNhZ2VSZXNwb25zZRITCgtjYWxpYnJhdGlvbhgBIAEoARIcChRjYWxpYnJhdGlvbl9hY2NlcHRlZBgCIAEoCCJZCg5Db21wYWN0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg0KBWZvY3VzGAIgASgJEhMKC2tlZXBfdG9rZW5zGAMgASgDEg8KB2RyeV9ydW4YBCABKAgidwoPQ29tcGFjdFJlc3BvbnNlEiwKCHByb2dyZXNzGAEgASgLMhguY3R4Zm9sZC52MS5Gb2xkUHJvZ3Jlc3NIABItCgZyZXN1bHQYAiABKAsyGy5jdHhmb2xkLnYxLlByZXBhcmVkQ29udGV4dEgAQgcKBWV2ZW50IlwKC0ZvcmtSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGYXRfc2VxGAIgASgDEikKBmNvbmZpZxgDIAEoCzIZLmN0eGZvbGQudjEuU2Vzc2lvbkNvbmZpZyI0CgxGb3JrUmVzcG9uc2USJAoHc2Vzc2lvbhgBIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiIzCg1SZXdpbmRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGdG9fc2VxGAIgASgDIjYKDlJld2luZFJlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24idAoVUmVhZFRvb2xSZXN1bHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMdG9vbF9jYWxsX2lkGAIgASgJEhIKCnJlc3VsdF9yZWYYAyABKAkSDgoGb2Zmc2V0GAQgASgDEg0KBWxpbWl0GAUgASgDIpYBChZSZWFkVG9vbFJlc3VsdFJlc3BvbnNlEgwKBGRhdGEYASABKAkSDgoGb2Zmc2V0GAIgASgDEhMKC25leHRfb2Zmc2V0GAMgASgDEhMKC3RvdGFsX2J5dGVzGAQgASgDEg4KBnNoYTI1NhgFIAEoCRIQCghjb21wbGV0ZRgGIAEoCBISCgpyZXN1bHRfcmVmGAcgASgJIiwKFkdldENvbnRleHRTdGF0ZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSItChdHZXRDb250ZXh0U3RhdGVSZXNwb25zZRISCgpzdGF0ZV9qc29uGAEgASgJIvwBCgpDaGVja3BvaW50EgoKAmlkGAEgASgJEhEKCXBhcmVudF9pZBgCIAEoCRIUCgxwb3NpdGlvbl9zZXEYAyABKAMSDwoHc3VtbWFyeRgEIAEoCRIWCg5zdW1tYXJ5X3Rva2VucxgFIAEoAxIYChBrZXB0X21lc3NhZ2VfaWRzGAYgAygJEhoKEmZvbGRlZF9yZXN1bHRzX3JlZhgHIAEoCRISCgpzdW1tYXJpemVyGAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg1vbl9oZWFkX2NoYWluGAogASgIIm4KFkxpc3RDaGVja3BvaW50c1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCRIZChFpbmNsdWRlX2FiYW5kb25lZBgEIAEoCCJfChdMaXN0Q2hlY2twb2ludHNSZXNwb25zZRIrCgtjaGVja3BvaW50cxgBIAMoCzIWLmN0eGZvbGQudjEuQ2hlY2twb2ludBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiQQoUR2V0Q2hlY2twb2ludFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIVCg1jaGVja3BvaW50X2lkGAIgASgJIkMKFUdldENoZWNrcG9pbnRSZXNwb25zZRIqCgpjaGVja3BvaW50GAEgASgLMhYuY3R4Zm9sZC52MS5DaGVja3BvaW50Kl8KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg8KC1JPTEVfU1lTVEVNEAESDQoJUk9MRV9VU0VSEAISEgoOUk9MRV9BU1NJU1RBTlQQAxINCglST0xFX1RPT0wQBCpXCgZBY3Rpb24SFgoSQUNUSU9OX1VOU1BFQ0lGSUVEEAASDwoLQUNUSU9OX05PTkUQARIRCg1BQ1RJT05fUFJVTkVEEAISEQoNQUNUSU9OX0ZPTERFRBADKm4KCkNhY2hlU3RhdGUSGwoXQ0FDSEVfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBDQUNIRV9TVEFURV9XQVJNEAESFAoQQ0FDSEVfU1RBVEVfQ09MRBACEhcKE0NBQ0hFX1NUQVRFX1VOS05PV04QAyrvBwoLRXJyb3JSZWFzb24SHAoYRVJST1JfUkVBU09OX1VOU1BFQ0lGSUVEEAASEwoPVU5BVVRIRU5USUNBVEVEEAESEwoPSU5WQUxJRF9SRVFVRVNUEAISFwoTU0VTU0lPTl9JRF9SRVFVSVJFRBADEhUKEVNFU1NJT05fTk9UX0ZPVU5EEAQSEgoOSU5WQUxJRF9DT05GSUcQBRITCg9JTlZBTElEX01FU1NBR0UQBhIQCgxJTlZBTElEX1RFWFQQBxIVChFNRVNTQUdFX1RPT19MQVJHRRAIEhUKEVRPT19NQU5ZX01FU1NBR0VTEAkSFgoSSU5WQUxJRF9SRVFVRVNUX0lEEAoSGAoUVE9PTF9SRVNVTFRTX1BFTkRJTkcQCxIWChJUT09MX0NBTExfTk9UX09QRU4QDBIXChNUT09MX0NBTExfTk9UX0ZPVU5EEA0SFwoTUkVTVUxUX1JFRl9SRVFVSVJFRBAOEhgKFFJFU1VMVF9SRUZfTk9UX0ZPVU5EEA8SGAoUUkVTVUxUX1JFRl9BTUJJR1VPVVMQEBIXChNPRkZTRVRfT1VUX09GX1JBTkdFEBESHAoYT0ZGU0VUX05PVF9DSEFSX0JPVU5EQVJZEBISFgoSTElNSVRfT1VUX09GX1JBTkdFEBMSFQoRSU5WQUxJRF9QQUdFX1NJWkUQFBIWChJJTlZBTElEX1BBR0VfVE9LRU4QFRIUChBTRVFfT1VUX09GX1JBTkdFEBYSEQoNSU5WQUxJRF9VU0FHRRAXEh4KGkNPTlRFWFRfQlVER0VUX1VOU0FUSVNGSUVEEBgSGAoURk9MRF9JTlBVVF9UT09fTEFSR0UQGRIVChFTVU1NQVJJWkVSX0ZBSUxFRBAaEh0KGVNVTU1BUklaRVJfTk9UX0NPTkZJR1VSRUQQGxISCg5DT01QQUNUX0ZBSUxFRBAcEhsKF0NPTkNVUlJFTlRfTU9ESUZJQ0FUSU9OEB0SEAoMU0VTU0lPTl9CVVNZEB4SFgoSUkVTUE9OU0VfVE9PX0xBUkdFEB8SGAoUQ0hFQ0tQT0lOVF9OT1RfRk9VTkQQIBIVChFDSEVDS1BPSU5UX0JST0tFThAhEhMKD1NUT1JBR0VfQ09SUlVQVBAiEhUKEVNUT1JFX1VOQVZBSUxBQkxFECMSDAoISU5URVJOQUwQJBIfChtTVFJFQU1fRU5ERURfV0lUSE9VVF9SRVNVTFQQJRIcChhSRVNVTFRfQ0hFQ0tTVU1fTUlTTUFUQ0gQJhIWChJQUk9UT0NPTF9WSU9MQVRJT04QJxIbChdJTlZBTElEX0NMSUVOVF9BUkdVTUVOVBAoKsQCCg9Ob3RGb2xkZWRSZWFzb24SIQodTk9UX0ZPTERFRF9SRUFTT05fVU5TUEVDSUZJRUQQABIuCipOT1RfRk9MREVEX1JFQVNPTl9OT1RISU5HX09VVFNJREVfS0VQVF9TRVQQARIjCh9OT1RfRk9MREVEX1JFQVNPTl9CRUxPV19UUklHR0VSEAISJgoiTk9UX0ZPTERFRF9SRUFTT05fUFJFVklPVVNfRkFJTFVSRRADEiEKHU5PVF9GT0xERURfUkVBU09OX05PVF9TTUFMTEVSEAQSHQoZTk9UX0ZPTERFRF9SRUFTT05fRFJZX1JVThAFEiYKIk5PVF9GT0xERURfUkVBU09OX0ZPTERfSU5fUFJPR1JFU1MQBhInCiNOT1RfRk9MREVEX1JFQVNPTl9TVU1NQVJJWkVSX0ZBSUxFRBAHKvABCglGb2xkU3RhZ2USGgoWRk9MRF9TVEFHRV9VTlNQRUNJRklFRBAAEhUKEUZPTERfU1RBR0VfUFJVTkVEEAESFgoSRk9MRF9TVEFHRV9QTEFOTkVEEAISGwoXRk9MRF9TVEFHRV9QQVNTX1NUQVJURUQQAxIcChhGT0xEX1NUQUdFX1NVTU1BUllfREVMVEEQBBIdChlGT0xEX1NUQUdFX1BBU1NfQ09NTUlUVEVEEAUSGgoWRk9MRF9TVEFHRV9QQVNTX0ZBSUxFRBAGEiIKHkZPTERfU1RBR0VfU1VNTUFSSVpFUl9GQUxMQkFDSxAHMsoJCg5Db250ZXh0U2VydmljZRJUCg1DcmVhdGVTZXNzaW9uEiAuY3R4Zm9sZC52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBohLmN0eGZvbGQudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEksKCkdldFNlc3Npb24SHS5jdHhmb2xkLnYxLkdldFNlc3Npb25SZXF1ZXN0Gh4uY3R4Zm9sZC52MS5HZXRTZXNzaW9uUmVzcG9uc2USUQoMTGlzdFNlc3Npb25zEh8uY3R4Zm9sZC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiAuY3R4Zm9sZC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJUCg1EZWxldGVTZXNzaW9uEiAuY3R4Zm9sZC52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBohLmN0eGZvbGQudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlElcKDkFwcGVuZE1lc3NhZ2VzEiEuY3R4Zm9sZC52MS5BcHBlbmRNZXNzYWdlc1JlcXVlc3QaIi5jdHhmb2xkLnYxLkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USUQoMTGlzdE1lc3NhZ2VzEh8uY3R4Zm9sZC52MS5MaXN0TWVzc2FnZXNSZXF1ZXN0GiAuY3R4Zm9sZC52MS5MaXN0TWVzc2FnZXNSZXNwb25zZRJECgdQcmVwYXJlEhouY3R4Zm9sZC52MS5QcmVwYXJlUmVxdWVzdBobLmN0eGZvbGQudjEuUHJlcGFyZVJlc3BvbnNlMAESUQoMT2JzZXJ2ZVVzYWdlEh8uY3R4Zm9sZC52MS5PYnNlcnZlVXNhZ2VSZXF1ZXN0GiAuY3R4Zm9sZC52MS5PYnNlcnZlVXNhZ2VSZXNwb25zZRJECgdDb21wYWN0EhouY3R4Zm9sZC52MS5Db21wYWN0UmVxdWVzdBobLmN0eGZvbGQudjEuQ29tcGFjdFJlc3BvbnNlMAESOQoERm9yaxIXLmN0eGZvbGQudjEuRm9ya1JlcXVlc3QaGC5jdHhmb2xkLnYxLkZvcmtSZXNwb25zZRI/CgZSZXdpbmQSGS5jdHhmb2xkLnYxLlJld2luZFJlcXVlc3QaGi5jdHhmb2xkLnYxLlJld2luZFJlc3BvbnNlElcKDlJlYWRUb29sUmVzdWx0EiEuY3R4Zm9sZC52MS5SZWFkVG9vbFJlc3VsdFJlcXVlc3QaIi5jdHhmb2xkLnYxLlJlYWRUb29sUmVzdWx0UmVzcG9uc2USWgoPR2V0Q29udGV4dFN0YXRlEiIuY3R4Zm9sZC52MS5HZXRDb250ZXh0U3RhdGVSZXF1ZXN0GiMuY3R4Zm9sZC52MS5HZXRDb250ZXh0U3RhdGVSZXNwb25zZRJaCg9MaXN0Q2hlY2twb2ludHMSIi5jdHhmb2xkLnYxLkxpc3RDaGVja3BvaW50c1JlcXVlc3QaIy5jdHhmb2xkLnYxLkxpc3RDaGVja3BvaW50c1Jlc3BvbnNlElQKDUdldENoZWNrcG9pbnQSIC5jdHhmb2xkLnYxLkdldENoZWNrcG9pbnRSZXF1ZXN0GiEuY3R4Zm9sZC52MS5HZXRDaGVja3BvaW50UmVzcG9uc2VCYgoOZGV2LmN0eGZvbGQudjFCE0NvbnRleHRTZXJ2aWNlUHJvdG9QAVo5Z2l0aHViLmNvbS9jdHhmb2xkL2N0eGZvbGQvY2xpZW50cy9nby9jdHhmb2xkdjE7Y3R4Zm9sZHYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("CiBjdHhmb2xkL3YxL2NvbnRleHRfc2VydmljZS5wcm90bxIKY3R4Zm9sZC52MSI3CghUb29sQ2FsbBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhEKCWFyZ3VtZW50cxgDIAEoCSKyAwoHTWVzc2FnZRIKCgJpZBgBIAEoCRILCgNzZXEYAiABKAMSHgoEcm9sZRgDIAEoDjIQLmN0eGZvbGQudjEuUm9sZRIPCgdjb250ZW50GAQgASgJEigKCnRvb2xfY2FsbHMYBSADKAsyFC5jdHhmb2xkLnYxLlRvb2xDYWxsEhQKDHRvb2xfY2FsbF9pZBgGIAEoCRIZChFyZWFzb25pbmdfY29udGVudBgHIAEoCRIOCgZwaW5uZWQYCCABKAgSEgoKcmVzdWx0X3JlZhgJIAEoCRIRCglyYXdfYnl0ZXMYCiABKAMSEQoJdHJ1bmNhdGVkGAsgASgIEg8KB3N1bW1hcnkYDCABKAgSDgoGcHJ1bmVkGA0gASgIEgwKBG5hbWUYDiABKAkSDgoGdG9rZW5zGA8gASgDEhEKCWFiYW5kb25lZBgQIAEoCBIvCgtjcmVhdGVfdGltZRgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoQcHJvdmlkZXJfcGF5bG9hZBgSIAEoCzIbLmN0eGZvbGQudjEuUHJvdmlkZXJQYXlsb2FkIlQKD1Byb3ZpZGVyUGF5bG9hZBIOCgZmb3JtYXQYASABKAkSDAoEanNvbhgCIAEoCRITCgtmaW5nZXJwcmludBgDIAEoCRIOCgZ0b2tlbnMYBCABKAMiyQIKDVNlc3Npb25Db25maWcSFgoOY29udGV4dF93aW5kb3cYASABKAMSFQoNY29tcGFjdF9yYXRpbxgCIAEoARISCgp0YWlsX3JhdGlvGAMgASgBEhkKEW1heF9vdXRwdXRfdG9rZW5zGAQgASgDEhoKEnN1bW1hcnlfbWF4X3Rva2VucxgFIAEoAxIeChZ0b29sX2NvbnRlbnRfbWF4X2J5dGVzGAYgASgDEhUKDXN5c3RlbV9wcm9tcHQYByABKAkSEgoKdG9vbHNfanNvbhgIIAEoCRISCgpzdW1tYXJpemVyGAkgASgJEhkKEWNhY2hlX3R0bF9zZWNvbmRzGAogASgDEhgKEHByb21wdF9jYWNoZV9rZXkYCyABKAkSDQoFbW9kZWwYDCABKAkSGwoTZGlzYWJsZV90YXNrX2FuY2hvchgNIAEoCCKCAgoHU2Vzc2lvbhIKCgJpZBgBIAEoCRIpCgZjb25maWcYAiABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWcSEAoIaGVhZF9zZXEYAyABKAMSFQoNY2hlY2twb2ludF9pZBgEIAEoCRIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLdXBkYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEh4KFmZvcmtlZF9mcm9tX3Nlc3Npb25faWQYByABKAkSFQoNZm9ya2VkX2F0X3NlcRgIIAEoAyJWChRDcmVhdGVTZXNzaW9uUmVxdWVzdBIpCgZjb25maWcYASABKAsyGS5jdHhmb2xkLnYxLlNlc3Npb25Db25maWcSEwoLc2Vzc2lvbl9rZXkYAiABKAkiPQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24iJwoRR2V0U2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSI6ChJHZXRTZXNzaW9uUmVzcG9uc2USJAoHc2Vzc2lvbhgBIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiI8ChNMaXN0U2Vzc2lvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJIlYKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEiUKCHNlc3Npb25zGAEgAygLMhMuY3R4Zm9sZC52MS5TZXNzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIqChREZWxldGVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIhcKFURlbGV0ZVNlc3Npb25SZXNwb25zZSJmChVBcHBlbmRNZXNzYWdlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIlCghtZXNzYWdlcxgCIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRISCgpyZXF1ZXN0X2lkGAMgASgJImUKFkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USJQoIbWVzc2FnZXMYASADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USJAoHc2Vzc2lvbhgCIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiJrChNMaXN0TWVzc2FnZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSGQoRaW5jbHVkZV9hYmFuZG9uZWQYBCABKAgiVgoUTGlzdE1lc3NhZ2VzUmVzcG9uc2USJQoIbWVzc2FnZXMYASADKAsyEy5jdHhmb2xkLnYxLk1lc3NhZ2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCg5QcmVwYXJlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEiMKBmFwcGVuZBgCIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRIQCghvdmVyZmxvdxgDIAEoCBIaChJrbm93bl92aWV3X3ZlcnNpb24YBCABKAMSEgoKcmVxdWVzdF9pZBgFIAEoCSJ3Cg9QcmVwYXJlUmVzcG9uc2USLAoIcHJvZ3Jlc3MYASABKAsyGC5jdHhmb2xkLnYxLkZvbGRQcm9ncmVzc0gAEi0KBnJlc3VsdBgCIAEoCzIbLmN0eGZvbGQudjEuUHJlcGFyZWRDb250ZXh0SABCBwoFZXZlbnQi4AEKDEZvbGRQcm9ncmVzcxIkCgVzdGFnZRgBIAEoDjIVLmN0eGZvbGQudjEuRm9sZFN0YWdlEhIKCnBhc3NfaW5kZXgYAiABKAUSFgoOcGFzc2VzX3BsYW5uZWQYAyABKAUSFQoNdG9rZW5zX2JlZm9yZRgEIAEoAxIUCgx0b2tlbnNfYWZ0ZXIYBSABKAMSFQoNY2hlY2twb2ludF9pZBgGIAEoCRIPCgdtZXNzYWdlGAcgASgJEhUKDXN1bW1hcnlfZGVsdGEYCCABKAkSEgoKc3VtbWFyaXplchgJIAEoCSK5BAoPUHJlcGFyZWRDb250ZXh0EiUKCG1lc3NhZ2VzGAEgAygLMhMuY3R4Zm9sZC52MS5NZXNzYWdlEhgKEGVzdGltYXRlZF90b2tlbnMYAiABKAMSFAoMdmlld192ZXJzaW9uGAMgASgDEiIKBmFjdGlvbhgEIAEoDjISLmN0eGZvbGQudjEuQWN0aW9uEisKC2NhY2hlX3N0YXRlGAUgASgOMhYuY3R4Zm9sZC52MS5DYWNoZVN0YXRlEhgKEHByb21wdF9jYWNoZV9rZXkYBiABKAkSFQoNY2hlY2twb2ludF9pZBgHIAEoCRIeChZzdGFibGVfcHJlZml4X21lc3NhZ2VzGAggASgDEg0KBWRlbHRhGAkgASgIEhoKEnZpZXdfbWVzc2FnZV9jb3VudBgKIAEoAxIWCg50cmlnZ2VyX3Rva2VucxgLIAEoAxIZChFoYXJkX2xpbWl0X3Rva2VucxgMIAEoAxIlCghhcHBlbmRlZBgNIAMoCzITLmN0eGZvbGQudjEuTWVzc2FnZRI2ChFub3RfZm9sZGVkX3JlYXNvbhgOIAEoDjIbLmN0eGZvbGQudjEuTm90Rm9sZGVkUmVhc29uEhkKEW5vdF9mb2xkZWRfZGV0YWlsGA8gASgJEhkKEWNhbmRpZGF0ZV9zdW1tYXJ5GBAgASgJEhoKEmZvbGRlZF9yZXN1bHRzX3JlZhgRIAEoCRIeChZlc3RpbWF0ZWRfaW5wdXRfdG9rZW5zGBIgASgDIqABChNPYnNlcnZlVXNhZ2VSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMdmlld192ZXJzaW9uGAIgASgDEhQKDGlucHV0X3Rva2VucxgDIAEoAxIbChNjYWNoZWRfaW5wdXRfdG9rZW5zGAQgASgDEhUKDW91dHB1dF90b2tlbnMYBSABKAMSFQoNZmluaXNoX3JlYXNvbhgGIAEoCSJJChRPYnNlcnZlVXNhZ2VSZXNwb25zZRITCgtjYWxpYnJhdGlvbhgBIAEoARIcChRjYWxpYnJhdGlvbl9hY2NlcHRlZBgCIAEoCCJZCg5Db21wYWN0UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg0KBWZvY3VzGAIgASgJEhMKC2tlZXBfdG9rZW5zGAMgASgDEg8KB2RyeV9ydW4YBCABKAgidwoPQ29tcGFjdFJlc3BvbnNlEiwKCHByb2dyZXNzGAEgASgLMhguY3R4Zm9sZC52MS5Gb2xkUHJvZ3Jlc3NIABItCgZyZXN1bHQYAiABKAsyGy5jdHhmb2xkLnYxLlByZXBhcmVkQ29udGV4dEgAQgcKBWV2ZW50IlwKC0ZvcmtSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGYXRfc2VxGAIgASgDEikKBmNvbmZpZxgDIAEoCzIZLmN0eGZvbGQudjEuU2Vzc2lvbkNvbmZpZyI0CgxGb3JrUmVzcG9uc2USJAoHc2Vzc2lvbhgBIAEoCzITLmN0eGZvbGQudjEuU2Vzc2lvbiIzCg1SZXdpbmRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGdG9fc2VxGAIgASgDIjYKDlJld2luZFJlc3BvbnNlEiQKB3Nlc3Npb24YASABKAsyEy5jdHhmb2xkLnYxLlNlc3Npb24idAoVUmVhZFRvb2xSZXN1bHRSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFAoMdG9vbF9jYWxsX2lkGAIgASgJEhIKCnJlc3VsdF9yZWYYAyABKAkSDgoGb2Zmc2V0GAQgASgDEg0KBWxpbWl0GAUgASgDIpYBChZSZWFkVG9vbFJlc3VsdFJlc3BvbnNlEgwKBGRhdGEYASABKAkSDgoGb2Zmc2V0GAIgASgDEhMKC25leHRfb2Zmc2V0GAMgASgDEhMKC3RvdGFsX2J5dGVzGAQgASgDEg4KBnNoYTI1NhgFIAEoCRIQCghjb21wbGV0ZRgGIAEoCBISCgpyZXN1bHRfcmVmGAcgASgJIiwKFkdldENvbnRleHRTdGF0ZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSItChdHZXRDb250ZXh0U3RhdGVSZXNwb25zZRISCgpzdGF0ZV9qc29uGAEgASgJIvwBCgpDaGVja3BvaW50EgoKAmlkGAEgASgJEhEKCXBhcmVudF9pZBgCIAEoCRIUCgxwb3NpdGlvbl9zZXEYAyABKAMSDwoHc3VtbWFyeRgEIAEoCRIWCg5zdW1tYXJ5X3Rva2VucxgFIAEoAxIYChBrZXB0X21lc3NhZ2VfaWRzGAYgAygJEhoKEmZvbGRlZF9yZXN1bHRzX3JlZhgHIAEoCRISCgpzdW1tYXJpemVyGAggASgJEi8KC2NyZWF0ZV90aW1lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg1vbl9oZWFkX2NoYWluGAogASgIIm4KFkxpc3RDaGVja3BvaW50c1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCRIZChFpbmNsdWRlX2FiYW5kb25lZBgEIAEoCCJfChdMaXN0Q2hlY2twb2ludHNSZXNwb25zZRIrCgtjaGVja3BvaW50cxgBIAMoCzIWLmN0eGZvbGQudjEuQ2hlY2twb2ludBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiQQoUR2V0Q2hlY2twb2ludFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIVCg1jaGVja3BvaW50X2lkGAIgASgJIkMKFUdldENoZWNrcG9pbnRSZXNwb25zZRIqCgpjaGVja3BvaW50GAEgASgLMhYuY3R4Zm9sZC52MS5DaGVja3BvaW50Kl8KBFJvbGUSFAoQUk9MRV9VTlNQRUNJRklFRBAAEg8KC1JPTEVfU1lTVEVNEAESDQoJUk9MRV9VU0VSEAISEgoOUk9MRV9BU1NJU1RBTlQQAxINCglST0xFX1RPT0wQBCpXCgZBY3Rpb24SFgoSQUNUSU9OX1VOU1BFQ0lGSUVEEAASDwoLQUNUSU9OX05PTkUQARIRCg1BQ1RJT05fUFJVTkVEEAISEQoNQUNUSU9OX0ZPTERFRBADKm4KCkNhY2hlU3RhdGUSGwoXQ0FDSEVfU1RBVEVfVU5TUEVDSUZJRUQQABIUChBDQUNIRV9TVEFURV9XQVJNEAESFAoQQ0FDSEVfU1RBVEVfQ09MRBACEhcKE0NBQ0hFX1NUQVRFX1VOS05PV04QAyrvBwoLRXJyb3JSZWFzb24SHAoYRVJST1JfUkVBU09OX1VOU1BFQ0lGSUVEEAASEwoPVU5BVVRIRU5USUNBVEVEEAESEwoPSU5WQUxJRF9SRVFVRVNUEAISFwoTU0VTU0lPTl9JRF9SRVFVSVJFRBADEhUKEVNFU1NJT05fTk9UX0ZPVU5EEAQSEgoOSU5WQUxJRF9DT05GSUcQBRITCg9JTlZBTElEX01FU1NBR0UQBhIQCgxJTlZBTElEX1RFWFQQBxIVChFNRVNTQUdFX1RPT19MQVJHRRAIEhUKEVRPT19NQU5ZX01FU1NBR0VTEAkSFgoSSU5WQUxJRF9SRVFVRVNUX0lEEAoSGAoUVE9PTF9SRVNVTFRTX1BFTkRJTkcQCxIWChJUT09MX0NBTExfTk9UX09QRU4QDBIXChNUT09MX0NBTExfTk9UX0ZPVU5EEA0SFwoTUkVTVUxUX1JFRl9SRVFVSVJFRBAOEhgKFFJFU1VMVF9SRUZfTk9UX0ZPVU5EEA8SGAoUUkVTVUxUX1JFRl9BTUJJR1VPVVMQEBIXChNPRkZTRVRfT1VUX09GX1JBTkdFEBESHAoYT0ZGU0VUX05PVF9DSEFSX0JPVU5EQVJZEBISFgoSTElNSVRfT1VUX09GX1JBTkdFEBMSFQoRSU5WQUxJRF9QQUdFX1NJWkUQFBIWChJJTlZBTElEX1BBR0VfVE9LRU4QFRIUChBTRVFfT1VUX09GX1JBTkdFEBYSEQoNSU5WQUxJRF9VU0FHRRAXEh4KGkNPTlRFWFRfQlVER0VUX1VOU0FUSVNGSUVEEBgSGAoURk9MRF9JTlBVVF9UT09fTEFSR0UQGRIVChFTVU1NQVJJWkVSX0ZBSUxFRBAaEh0KGVNVTU1BUklaRVJfTk9UX0NPTkZJR1VSRUQQGxISCg5DT01QQUNUX0ZBSUxFRBAcEhsKF0NPTkNVUlJFTlRfTU9ESUZJQ0FUSU9OEB0SEAoMU0VTU0lPTl9CVVNZEB4SFgoSUkVTUE9OU0VfVE9PX0xBUkdFEB8SGAoUQ0hFQ0tQT0lOVF9OT1RfRk9VTkQQIBIVChFDSEVDS1BPSU5UX0JST0tFThAhEhMKD1NUT1JBR0VfQ09SUlVQVBAiEhUKEVNUT1JFX1VOQVZBSUxBQkxFECMSDAoISU5URVJOQUwQJBIfChtTVFJFQU1fRU5ERURfV0lUSE9VVF9SRVNVTFQQJRIcChhSRVNVTFRfQ0hFQ0tTVU1fTUlTTUFUQ0gQJhIWChJQUk9UT0NPTF9WSU9MQVRJT04QJxIbChdJTlZBTElEX0NMSUVOVF9BUkdVTUVOVBAoKsQCCg9Ob3RGb2xkZWRSZWFzb24SIQodTk9UX0ZPTERFRF9SRUFTT05fVU5TUEVDSUZJRUQQABIuCipOT1RfRk9MREVEX1JFQVNPTl9OT1RISU5HX09VVFNJREVfS0VQVF9TRVQQARIjCh9OT1RfRk9MREVEX1JFQVNPTl9CRUxPV19UUklHR0VSEAISJgoiTk9UX0ZPTERFRF9SRUFTT05fUFJFVklPVVNfRkFJTFVSRRADEiEKHU5PVF9GT0xERURfUkVBU09OX05PVF9TTUFMTEVSEAQSHQoZTk9UX0ZPTERFRF9SRUFTT05fRFJZX1JVThAFEiYKIk5PVF9GT0xERURfUkVBU09OX0ZPTERfSU5fUFJPR1JFU1MQBhInCiNOT1RfRk9MREVEX1JFQVNPTl9TVU1NQVJJWkVSX0ZBSUxFRBAHKvABCglGb2xkU3RhZ2USGgoWRk9MRF9TVEFHRV9VTlNQRUNJRklFRBAAEhUKEUZPTERfU1RBR0VfUFJVTkVEEAESFgoSRk9MRF9TVEFHRV9QTEFOTkVEEAISGwoXRk9MRF9TVEFHRV9QQVNTX1NUQVJURUQQAxIcChhGT0xEX1NUQUdFX1NVTU1BUllfREVMVEEQBBIdChlGT0xEX1NUQUdFX1BBU1NfQ09NTUlUVEVEEAUSGgoWRk9MRF9TVEFHRV9QQVNTX0ZBSUxFRBAGEiIKHkZPTERfU1RBR0VfU1VNTUFSSVpFUl9GQUxMQkFDSxAHMsoJCg5Db250ZXh0U2VydmljZRJUCg1DcmVhdGVTZXNzaW9uEiAuY3R4Zm9sZC52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBohLmN0eGZvbGQudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEksKCkdldFNlc3Npb24SHS5jdHhmb2xkLnYxLkdldFNlc3Npb25SZXF1ZXN0Gh4uY3R4Zm9sZC52MS5HZXRTZXNzaW9uUmVzcG9uc2USUQoMTGlzdFNlc3Npb25zEh8uY3R4Zm9sZC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiAuY3R4Zm9sZC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJUCg1EZWxldGVTZXNzaW9uEiAuY3R4Zm9sZC52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBohLmN0eGZvbGQudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlElcKDkFwcGVuZE1lc3NhZ2VzEiEuY3R4Zm9sZC52MS5BcHBlbmRNZXNzYWdlc1JlcXVlc3QaIi5jdHhmb2xkLnYxLkFwcGVuZE1lc3NhZ2VzUmVzcG9uc2USUQoMTGlzdE1lc3NhZ2VzEh8uY3R4Zm9sZC52MS5MaXN0TWVzc2FnZXNSZXF1ZXN0GiAuY3R4Zm9sZC52MS5MaXN0TWVzc2FnZXNSZXNwb25zZRJECgdQcmVwYXJlEhouY3R4Zm9sZC52MS5QcmVwYXJlUmVxdWVzdBobLmN0eGZvbGQudjEuUHJlcGFyZVJlc3BvbnNlMAESUQoMT2JzZXJ2ZVVzYWdlEh8uY3R4Zm9sZC52MS5PYnNlcnZlVXNhZ2VSZXF1ZXN0GiAuY3R4Zm9sZC52MS5PYnNlcnZlVXNhZ2VSZXNwb25zZRJECgdDb21wYWN0EhouY3R4Zm9sZC52MS5Db21wYWN0UmVxdWVzdBobLmN0eGZvbGQudjEuQ29tcGFjdFJlc3BvbnNlMAESOQoERm9yaxIXLmN0eGZvbGQudjEuRm9ya1JlcXVlc3QaGC5jdHhmb2xkLnYxLkZvcmtSZXNwb25zZRI/CgZSZXdpbmQSGS5jdHhmb2xkLnYxLlJld2luZFJlcXVlc3QaGi5jdHhmb2xkLnYxLlJld2luZFJlc3BvbnNlElcKDlJlYWRUb29sUmVzdWx0EiEuY3R4Zm9sZC52MS5SZWFkVG9vbFJlc3VsdFJlcXVlc3QaIi5jdHhmb2xkLnYxLlJlYWRUb29sUmVzdWx0UmVzcG9uc2USWgoPR2V0Q29udGV4dFN0YXRlEiIuY3R4Zm9sZC52MS5HZXRDb250ZXh0U3RhdGVSZXF1ZXN0GiMuY3R4Zm9sZC52MS5HZXRDb250ZXh0U3RhdGVSZXNwb25zZRJaCg9MaXN0Q2hlY2twb2ludHMSIi5jdHhmb2xkLnYxLkxpc3RDaGVja3BvaW50c1JlcXVlc3QaIy5jdHhmb2xkLnYxLkxpc3RDaGVja3BvaW50c1Jlc3BvbnNlElQKDUdldENoZWNrcG9pbnQSIC5jdHhmb2xkLnYxLkdldENoZWNrcG9pbnRSZXF1ZXN0GiEuY3R4Zm9sZC52MS5HZXRDaGVja3BvaW50UmVzcG9uc2VCYgoOZGV2LmN0eGZvbGQudjFCE0NvbnRleHRTZXJ2aWNlUHJvdG9QAVo5Z2l0aHViLmNvbS9jdHhmb2xkL2N0eGZvbGQvY2xpZW50cy9nby9jdHhmb2xkdjE7Y3R4Zm9sZHYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
 
 /**
  * One tool call requested by an assistant message.
@@ -203,6 +203,15 @@ export type Message = Message$1<"ctxfold.v1.Message"> & {
    * @generated from field: google.protobuf.Timestamp create_time = 17;
    */
   createTime?: Timestamp | undefined;
+
+  /**
+   * What the provider's own message carried beyond the fields above (thinking blocks and their
+   * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+   * that re-emit it to the same provider API. Folds and summaries never read it.
+   *
+   * @generated from field: ctxfold.v1.ProviderPayload provider_payload = 18;
+   */
+  providerPayload?: ProviderPayload | undefined;
 };
 
 /**
@@ -331,6 +340,15 @@ export type MessageJson = {
    * @generated from field: google.protobuf.Timestamp create_time = 17;
    */
   createTime?: TimestampJson;
+
+  /**
+   * What the provider's own message carried beyond the fields above (thinking blocks and their
+   * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+   * that re-emit it to the same provider API. Folds and summaries never read it.
+   *
+   * @generated from field: ctxfold.v1.ProviderPayload provider_payload = 18;
+   */
+  providerPayload?: ProviderPayloadJson;
 };
 
 /**
@@ -339,6 +357,91 @@ export type MessageJson = {
  */
 export const MessageSchema: GenMessage<Message, {jsonType: MessageJson}> = /*@__PURE__*/
   messageDesc(file_ctxfold_v1_context_service, 1);
+
+/**
+ * The provider's JSON a canonical message was made from, as a client (the gateway) wrote it.
+ *
+ * @generated from message ctxfold.v1.ProviderPayload
+ */
+export type ProviderPayload = Message$1<"ctxfold.v1.ProviderPayload"> & {
+  /**
+   * The provider API the JSON belongs to: "openai_chat", "openai_responses" or "anthropic_messages"
+   * (at most 64 characters; the server does not interpret it).
+   *
+   * @generated from field: string format = 1;
+   */
+  format: string;
+
+  /**
+   * The provider JSON the message's fields cannot express, verbatim. Empty when the fields alone
+   * render the provider's message exactly.
+   *
+   * @generated from field: string json = 2;
+   */
+  json: string;
+
+  /**
+   * The writer's digest of the provider message, so that a client resending its history can match
+   * it against the transcript (at most 128 characters).
+   *
+   * @generated from field: string fingerprint = 3;
+   */
+  fingerprint: string;
+
+  /**
+   * Tokens the provider counts for what only `json` carries (images by the provider's formula);
+   * added to the message's `tokens` estimate. 0..10,000,000.
+   *
+   * @generated from field: int64 tokens = 4;
+   */
+  tokens: bigint;
+};
+
+/**
+ * The provider's JSON a canonical message was made from, as a client (the gateway) wrote it.
+ *
+ * @generated from message ctxfold.v1.ProviderPayload
+ */
+export type ProviderPayloadJson = {
+  /**
+   * The provider API the JSON belongs to: "openai_chat", "openai_responses" or "anthropic_messages"
+   * (at most 64 characters; the server does not interpret it).
+   *
+   * @generated from field: string format = 1;
+   */
+  format?: string;
+
+  /**
+   * The provider JSON the message's fields cannot express, verbatim. Empty when the fields alone
+   * render the provider's message exactly.
+   *
+   * @generated from field: string json = 2;
+   */
+  json?: string;
+
+  /**
+   * The writer's digest of the provider message, so that a client resending its history can match
+   * it against the transcript (at most 128 characters).
+   *
+   * @generated from field: string fingerprint = 3;
+   */
+  fingerprint?: string;
+
+  /**
+   * Tokens the provider counts for what only `json` carries (images by the provider's formula);
+   * added to the message's `tokens` estimate. 0..10,000,000.
+   *
+   * @generated from field: int64 tokens = 4;
+   */
+  tokens?: string;
+};
+
+/**
+ * Describes the message ctxfold.v1.ProviderPayload.
+ * Use `create(ProviderPayloadSchema)` to create a new message.
+ */
+export const ProviderPayloadSchema: GenMessage<ProviderPayload, {jsonType: ProviderPayloadJson}> = /*@__PURE__*/
+  messageDesc(file_ctxfold_v1_context_service, 2);
 
 /**
  * Per-session settings. Zero values mean "use the default".
@@ -549,7 +652,7 @@ export type SessionConfigJson = {
  * Use `create(SessionConfigSchema)` to create a new message.
  */
 export const SessionConfigSchema: GenMessage<SessionConfig, {jsonType: SessionConfigJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 2);
+  messageDesc(file_ctxfold_v1_context_service, 3);
 
 /**
  * A session of one agent conversation.
@@ -682,7 +785,7 @@ export type SessionJson = {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session, {jsonType: SessionJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 3);
+  messageDesc(file_ctxfold_v1_context_service, 4);
 
 /**
  * CreateSession input.
@@ -696,6 +799,15 @@ export type CreateSessionRequest = Message$1<"ctxfold.v1.CreateSessionRequest"> 
    * @generated from field: ctxfold.v1.SessionConfig config = 1;
    */
   config?: SessionConfig | undefined;
+
+  /**
+   * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+   * derived from the tenant and the key, so a CreateSession with a key that names an existing
+   * session returns that session as it is (its config is not compared or changed).
+   *
+   * @generated from field: string session_key = 2;
+   */
+  sessionKey: string;
 };
 
 /**
@@ -710,6 +822,15 @@ export type CreateSessionRequestJson = {
    * @generated from field: ctxfold.v1.SessionConfig config = 1;
    */
   config?: SessionConfigJson;
+
+  /**
+   * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+   * derived from the tenant and the key, so a CreateSession with a key that names an existing
+   * session returns that session as it is (its config is not compared or changed).
+   *
+   * @generated from field: string session_key = 2;
+   */
+  sessionKey?: string;
 };
 
 /**
@@ -717,7 +838,7 @@ export type CreateSessionRequestJson = {
  * Use `create(CreateSessionRequestSchema)` to create a new message.
  */
 export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest, {jsonType: CreateSessionRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 4);
+  messageDesc(file_ctxfold_v1_context_service, 5);
 
 /**
  * CreateSession output.
@@ -752,7 +873,7 @@ export type CreateSessionResponseJson = {
  * Use `create(CreateSessionResponseSchema)` to create a new message.
  */
 export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse, {jsonType: CreateSessionResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 5);
+  messageDesc(file_ctxfold_v1_context_service, 6);
 
 /**
  * GetSession input.
@@ -787,7 +908,7 @@ export type GetSessionRequestJson = {
  * Use `create(GetSessionRequestSchema)` to create a new message.
  */
 export const GetSessionRequestSchema: GenMessage<GetSessionRequest, {jsonType: GetSessionRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 6);
+  messageDesc(file_ctxfold_v1_context_service, 7);
 
 /**
  * GetSession output.
@@ -822,7 +943,7 @@ export type GetSessionResponseJson = {
  * Use `create(GetSessionResponseSchema)` to create a new message.
  */
 export const GetSessionResponseSchema: GenMessage<GetSessionResponse, {jsonType: GetSessionResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 7);
+  messageDesc(file_ctxfold_v1_context_service, 8);
 
 /**
  * ListSessions input.
@@ -871,7 +992,7 @@ export type ListSessionsRequestJson = {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest, {jsonType: ListSessionsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 8);
+  messageDesc(file_ctxfold_v1_context_service, 9);
 
 /**
  * ListSessions output.
@@ -920,7 +1041,7 @@ export type ListSessionsResponseJson = {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse, {jsonType: ListSessionsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 9);
+  messageDesc(file_ctxfold_v1_context_service, 10);
 
 /**
  * DeleteSession input.
@@ -955,7 +1076,7 @@ export type DeleteSessionRequestJson = {
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
 export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest, {jsonType: DeleteSessionRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 10);
+  messageDesc(file_ctxfold_v1_context_service, 11);
 
 /**
  * DeleteSession output.
@@ -978,7 +1099,7 @@ export type DeleteSessionResponseJson = {
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
 export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse, {jsonType: DeleteSessionResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 11);
+  messageDesc(file_ctxfold_v1_context_service, 12);
 
 /**
  * AppendMessages input.
@@ -1043,7 +1164,7 @@ export type AppendMessagesRequestJson = {
  * Use `create(AppendMessagesRequestSchema)` to create a new message.
  */
 export const AppendMessagesRequestSchema: GenMessage<AppendMessagesRequest, {jsonType: AppendMessagesRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 12);
+  messageDesc(file_ctxfold_v1_context_service, 13);
 
 /**
  * AppendMessages output.
@@ -1092,7 +1213,7 @@ export type AppendMessagesResponseJson = {
  * Use `create(AppendMessagesResponseSchema)` to create a new message.
  */
 export const AppendMessagesResponseSchema: GenMessage<AppendMessagesResponse, {jsonType: AppendMessagesResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 13);
+  messageDesc(file_ctxfold_v1_context_service, 14);
 
 /**
  * ListMessages input.
@@ -1169,7 +1290,7 @@ export type ListMessagesRequestJson = {
  * Use `create(ListMessagesRequestSchema)` to create a new message.
  */
 export const ListMessagesRequestSchema: GenMessage<ListMessagesRequest, {jsonType: ListMessagesRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 14);
+  messageDesc(file_ctxfold_v1_context_service, 15);
 
 /**
  * ListMessages output.
@@ -1218,7 +1339,7 @@ export type ListMessagesResponseJson = {
  * Use `create(ListMessagesResponseSchema)` to create a new message.
  */
 export const ListMessagesResponseSchema: GenMessage<ListMessagesResponse, {jsonType: ListMessagesResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 15);
+  messageDesc(file_ctxfold_v1_context_service, 16);
 
 /**
  * Prepare input.
@@ -1313,7 +1434,7 @@ export type PrepareRequestJson = {
  * Use `create(PrepareRequestSchema)` to create a new message.
  */
 export const PrepareRequestSchema: GenMessage<PrepareRequest, {jsonType: PrepareRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 16);
+  messageDesc(file_ctxfold_v1_context_service, 17);
 
 /**
  * One streamed item of Prepare: zero or more progress events, then exactly one result.
@@ -1371,7 +1492,7 @@ export type PrepareResponseJson = {
  * Use `create(PrepareResponseSchema)` to create a new message.
  */
 export const PrepareResponseSchema: GenMessage<PrepareResponse, {jsonType: PrepareResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 17);
+  messageDesc(file_ctxfold_v1_context_service, 18);
 
 /**
  * A maintenance progress event.
@@ -1518,7 +1639,7 @@ export type FoldProgressJson = {
  * Use `create(FoldProgressSchema)` to create a new message.
  */
 export const FoldProgressSchema: GenMessage<FoldProgress, {jsonType: FoldProgressJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 18);
+  messageDesc(file_ctxfold_v1_context_service, 19);
 
 /**
  * The provider-visible context to send.
@@ -1803,7 +1924,7 @@ export type PreparedContextJson = {
  * Use `create(PreparedContextSchema)` to create a new message.
  */
 export const PreparedContextSchema: GenMessage<PreparedContext, {jsonType: PreparedContextJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 19);
+  messageDesc(file_ctxfold_v1_context_service, 20);
 
 /**
  * ObserveUsage input.
@@ -1908,7 +2029,7 @@ export type ObserveUsageRequestJson = {
  * Use `create(ObserveUsageRequestSchema)` to create a new message.
  */
 export const ObserveUsageRequestSchema: GenMessage<ObserveUsageRequest, {jsonType: ObserveUsageRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 20);
+  messageDesc(file_ctxfold_v1_context_service, 21);
 
 /**
  * ObserveUsage output.
@@ -1957,7 +2078,7 @@ export type ObserveUsageResponseJson = {
  * Use `create(ObserveUsageResponseSchema)` to create a new message.
  */
 export const ObserveUsageResponseSchema: GenMessage<ObserveUsageResponse, {jsonType: ObserveUsageResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 21);
+  messageDesc(file_ctxfold_v1_context_service, 22);
 
 /**
  * Compact input.
@@ -2036,7 +2157,7 @@ export type CompactRequestJson = {
  * Use `create(CompactRequestSchema)` to create a new message.
  */
 export const CompactRequestSchema: GenMessage<CompactRequest, {jsonType: CompactRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 22);
+  messageDesc(file_ctxfold_v1_context_service, 23);
 
 /**
  * One streamed item of Compact: zero or more progress events, then exactly one result.
@@ -2094,7 +2215,7 @@ export type CompactResponseJson = {
  * Use `create(CompactResponseSchema)` to create a new message.
  */
 export const CompactResponseSchema: GenMessage<CompactResponse, {jsonType: CompactResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 23);
+  messageDesc(file_ctxfold_v1_context_service, 24);
 
 /**
  * Fork input.
@@ -2157,7 +2278,7 @@ export type ForkRequestJson = {
  * Use `create(ForkRequestSchema)` to create a new message.
  */
 export const ForkRequestSchema: GenMessage<ForkRequest, {jsonType: ForkRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 24);
+  messageDesc(file_ctxfold_v1_context_service, 25);
 
 /**
  * Fork output.
@@ -2192,7 +2313,7 @@ export type ForkResponseJson = {
  * Use `create(ForkResponseSchema)` to create a new message.
  */
 export const ForkResponseSchema: GenMessage<ForkResponse, {jsonType: ForkResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 25);
+  messageDesc(file_ctxfold_v1_context_service, 26);
 
 /**
  * Rewind input.
@@ -2241,7 +2362,7 @@ export type RewindRequestJson = {
  * Use `create(RewindRequestSchema)` to create a new message.
  */
 export const RewindRequestSchema: GenMessage<RewindRequest, {jsonType: RewindRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 26);
+  messageDesc(file_ctxfold_v1_context_service, 27);
 
 /**
  * Rewind output.
@@ -2276,7 +2397,7 @@ export type RewindResponseJson = {
  * Use `create(RewindResponseSchema)` to create a new message.
  */
 export const RewindResponseSchema: GenMessage<RewindResponse, {jsonType: RewindResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 27);
+  messageDesc(file_ctxfold_v1_context_service, 28);
 
 /**
  * ReadToolResult input. Name the result by `result_ref`, or by `tool_call_id` when it is unique.
@@ -2367,7 +2488,7 @@ export type ReadToolResultRequestJson = {
  * Use `create(ReadToolResultRequestSchema)` to create a new message.
  */
 export const ReadToolResultRequestSchema: GenMessage<ReadToolResultRequest, {jsonType: ReadToolResultRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 28);
+  messageDesc(file_ctxfold_v1_context_service, 29);
 
 /**
  * ReadToolResult output.
@@ -2486,7 +2607,7 @@ export type ReadToolResultResponseJson = {
  * Use `create(ReadToolResultResponseSchema)` to create a new message.
  */
 export const ReadToolResultResponseSchema: GenMessage<ReadToolResultResponse, {jsonType: ReadToolResultResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 29);
+  messageDesc(file_ctxfold_v1_context_service, 30);
 
 /**
  * GetContextState input.
@@ -2521,7 +2642,7 @@ export type GetContextStateRequestJson = {
  * Use `create(GetContextStateRequestSchema)` to create a new message.
  */
 export const GetContextStateRequestSchema: GenMessage<GetContextStateRequest, {jsonType: GetContextStateRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 30);
+  messageDesc(file_ctxfold_v1_context_service, 31);
 
 /**
  * GetContextState output.
@@ -2556,7 +2677,7 @@ export type GetContextStateResponseJson = {
  * Use `create(GetContextStateResponseSchema)` to create a new message.
  */
 export const GetContextStateResponseSchema: GenMessage<GetContextStateResponse, {jsonType: GetContextStateResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 31);
+  messageDesc(file_ctxfold_v1_context_service, 32);
 
 /**
  * A committed fold: the transcript up to `position_seq` is represented by `summary` plus the
@@ -2719,7 +2840,7 @@ export type CheckpointJson = {
  * Use `create(CheckpointSchema)` to create a new message.
  */
 export const CheckpointSchema: GenMessage<Checkpoint, {jsonType: CheckpointJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 32);
+  messageDesc(file_ctxfold_v1_context_service, 33);
 
 /**
  * ListCheckpoints input.
@@ -2796,7 +2917,7 @@ export type ListCheckpointsRequestJson = {
  * Use `create(ListCheckpointsRequestSchema)` to create a new message.
  */
 export const ListCheckpointsRequestSchema: GenMessage<ListCheckpointsRequest, {jsonType: ListCheckpointsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 33);
+  messageDesc(file_ctxfold_v1_context_service, 34);
 
 /**
  * ListCheckpoints output.
@@ -2845,7 +2966,7 @@ export type ListCheckpointsResponseJson = {
  * Use `create(ListCheckpointsResponseSchema)` to create a new message.
  */
 export const ListCheckpointsResponseSchema: GenMessage<ListCheckpointsResponse, {jsonType: ListCheckpointsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 34);
+  messageDesc(file_ctxfold_v1_context_service, 35);
 
 /**
  * GetCheckpoint input.
@@ -2894,7 +3015,7 @@ export type GetCheckpointRequestJson = {
  * Use `create(GetCheckpointRequestSchema)` to create a new message.
  */
 export const GetCheckpointRequestSchema: GenMessage<GetCheckpointRequest, {jsonType: GetCheckpointRequestJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 35);
+  messageDesc(file_ctxfold_v1_context_service, 36);
 
 /**
  * GetCheckpoint output.
@@ -2929,7 +3050,7 @@ export type GetCheckpointResponseJson = {
  * Use `create(GetCheckpointResponseSchema)` to create a new message.
  */
 export const GetCheckpointResponseSchema: GenMessage<GetCheckpointResponse, {jsonType: GetCheckpointResponseJson}> = /*@__PURE__*/
-  messageDesc(file_ctxfold_v1_context_service, 36);
+  messageDesc(file_ctxfold_v1_context_service, 37);
 
 /**
  * The author of a message, as in the provider's chat format.

@@ -37,6 +37,11 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_ctxfold_v1_Message_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_ctxfold_v1_ProviderPayload_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_ctxfold_v1_ProviderPayload_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_ctxfold_v1_SessionConfig_descriptor;
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -223,7 +228,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "\n ctxfold/v1/context_service.proto\022\nctxf" +
       "old.v1\032\037google/protobuf/timestamp.proto\"" +
       "7\n\010ToolCall\022\n\n\002id\030\001 \001(\t\022\014\n\004name\030\002 \001(\t\022\021\n" +
-      "\targuments\030\003 \001(\t\"\373\002\n\007Message\022\n\n\002id\030\001 \001(\t" +
+      "\targuments\030\003 \001(\t\"\262\003\n\007Message\022\n\n\002id\030\001 \001(\t" +
       "\022\013\n\003seq\030\002 \001(\003\022\036\n\004role\030\003 \001(\0162\020.ctxfold.v1" +
       ".Role\022\017\n\007content\030\004 \001(\t\022(\n\ntool_calls\030\005 \003" +
       "(\0132\024.ctxfold.v1.ToolCall\022\024\n\014tool_call_id" +
@@ -232,192 +237,196 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "es\030\n \001(\003\022\021\n\ttruncated\030\013 \001(\010\022\017\n\007summary\030\014" +
       " \001(\010\022\016\n\006pruned\030\r \001(\010\022\014\n\004name\030\016 \001(\t\022\016\n\006to" +
       "kens\030\017 \001(\003\022\021\n\tabandoned\030\020 \001(\010\022/\n\013create_" +
-      "time\030\021 \001(\0132\032.google.protobuf.Timestamp\"\311" +
-      "\002\n\rSessionConfig\022\026\n\016context_window\030\001 \001(\003" +
-      "\022\025\n\rcompact_ratio\030\002 \001(\001\022\022\n\ntail_ratio\030\003 " +
-      "\001(\001\022\031\n\021max_output_tokens\030\004 \001(\003\022\032\n\022summar" +
-      "y_max_tokens\030\005 \001(\003\022\036\n\026tool_content_max_b" +
-      "ytes\030\006 \001(\003\022\025\n\rsystem_prompt\030\007 \001(\t\022\022\n\ntoo" +
-      "ls_json\030\010 \001(\t\022\022\n\nsummarizer\030\t \001(\t\022\031\n\021cac" +
-      "he_ttl_seconds\030\n \001(\003\022\030\n\020prompt_cache_key" +
-      "\030\013 \001(\t\022\r\n\005model\030\014 \001(\t\022\033\n\023disable_task_an" +
-      "chor\030\r \001(\010\"\202\002\n\007Session\022\n\n\002id\030\001 \001(\t\022)\n\006co" +
-      "nfig\030\002 \001(\0132\031.ctxfold.v1.SessionConfig\022\020\n" +
-      "\010head_seq\030\003 \001(\003\022\025\n\rcheckpoint_id\030\004 \001(\t\022/" +
-      "\n\013create_time\030\005 \001(\0132\032.google.protobuf.Ti" +
-      "mestamp\022/\n\013update_time\030\006 \001(\0132\032.google.pr" +
-      "otobuf.Timestamp\022\036\n\026forked_from_session_" +
-      "id\030\007 \001(\t\022\025\n\rforked_at_seq\030\010 \001(\003\"A\n\024Creat" +
-      "eSessionRequest\022)\n\006config\030\001 \001(\0132\031.ctxfol" +
-      "d.v1.SessionConfig\"=\n\025CreateSessionRespo" +
-      "nse\022$\n\007session\030\001 \001(\0132\023.ctxfold.v1.Sessio" +
-      "n\"\'\n\021GetSessionRequest\022\022\n\nsession_id\030\001 \001" +
-      "(\t\":\n\022GetSessionResponse\022$\n\007session\030\001 \001(" +
-      "\0132\023.ctxfold.v1.Session\"<\n\023ListSessionsRe" +
-      "quest\022\021\n\tpage_size\030\001 \001(\005\022\022\n\npage_token\030\002" +
-      " \001(\t\"V\n\024ListSessionsResponse\022%\n\010sessions" +
-      "\030\001 \003(\0132\023.ctxfold.v1.Session\022\027\n\017next_page" +
-      "_token\030\002 \001(\t\"*\n\024DeleteSessionRequest\022\022\n\n" +
-      "session_id\030\001 \001(\t\"\027\n\025DeleteSessionRespons" +
-      "e\"f\n\025AppendMessagesRequest\022\022\n\nsession_id" +
-      "\030\001 \001(\t\022%\n\010messages\030\002 \003(\0132\023.ctxfold.v1.Me" +
-      "ssage\022\022\n\nrequest_id\030\003 \001(\t\"e\n\026AppendMessa" +
-      "gesResponse\022%\n\010messages\030\001 \003(\0132\023.ctxfold." +
-      "v1.Message\022$\n\007session\030\002 \001(\0132\023.ctxfold.v1" +
-      ".Session\"k\n\023ListMessagesRequest\022\022\n\nsessi" +
-      "on_id\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_t" +
-      "oken\030\003 \001(\t\022\031\n\021include_abandoned\030\004 \001(\010\"V\n" +
-      "\024ListMessagesResponse\022%\n\010messages\030\001 \003(\0132" +
-      "\023.ctxfold.v1.Message\022\027\n\017next_page_token\030" +
-      "\002 \001(\t\"\213\001\n\016PrepareRequest\022\022\n\nsession_id\030\001" +
-      " \001(\t\022#\n\006append\030\002 \003(\0132\023.ctxfold.v1.Messag" +
-      "e\022\020\n\010overflow\030\003 \001(\010\022\032\n\022known_view_versio" +
-      "n\030\004 \001(\003\022\022\n\nrequest_id\030\005 \001(\t\"w\n\017PrepareRe" +
-      "sponse\022,\n\010progress\030\001 \001(\0132\030.ctxfold.v1.Fo" +
-      "ldProgressH\000\022-\n\006result\030\002 \001(\0132\033.ctxfold.v" +
-      "1.PreparedContextH\000B\007\n\005event\"\340\001\n\014FoldPro" +
-      "gress\022$\n\005stage\030\001 \001(\0162\025.ctxfold.v1.FoldSt" +
-      "age\022\022\n\npass_index\030\002 \001(\005\022\026\n\016passes_planne" +
-      "d\030\003 \001(\005\022\025\n\rtokens_before\030\004 \001(\003\022\024\n\014tokens" +
-      "_after\030\005 \001(\003\022\025\n\rcheckpoint_id\030\006 \001(\t\022\017\n\007m" +
-      "essage\030\007 \001(\t\022\025\n\rsummary_delta\030\010 \001(\t\022\022\n\ns" +
-      "ummarizer\030\t \001(\t\"\271\004\n\017PreparedContext\022%\n\010m" +
-      "essages\030\001 \003(\0132\023.ctxfold.v1.Message\022\030\n\020es" +
-      "timated_tokens\030\002 \001(\003\022\024\n\014view_version\030\003 \001" +
-      "(\003\022\"\n\006action\030\004 \001(\0162\022.ctxfold.v1.Action\022+" +
-      "\n\013cache_state\030\005 \001(\0162\026.ctxfold.v1.CacheSt" +
-      "ate\022\030\n\020prompt_cache_key\030\006 \001(\t\022\025\n\rcheckpo" +
-      "int_id\030\007 \001(\t\022\036\n\026stable_prefix_messages\030\010" +
-      " \001(\003\022\r\n\005delta\030\t \001(\010\022\032\n\022view_message_coun" +
-      "t\030\n \001(\003\022\026\n\016trigger_tokens\030\013 \001(\003\022\031\n\021hard_" +
-      "limit_tokens\030\014 \001(\003\022%\n\010appended\030\r \003(\0132\023.c" +
-      "txfold.v1.Message\0226\n\021not_folded_reason\030\016" +
-      " \001(\0162\033.ctxfold.v1.NotFoldedReason\022\031\n\021not" +
-      "_folded_detail\030\017 \001(\t\022\031\n\021candidate_summar" +
-      "y\030\020 \001(\t\022\032\n\022folded_results_ref\030\021 \001(\t\022\036\n\026e" +
-      "stimated_input_tokens\030\022 \001(\003\"\240\001\n\023ObserveU" +
-      "sageRequest\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014view_" +
-      "version\030\002 \001(\003\022\024\n\014input_tokens\030\003 \001(\003\022\033\n\023c" +
-      "ached_input_tokens\030\004 \001(\003\022\025\n\routput_token" +
-      "s\030\005 \001(\003\022\025\n\rfinish_reason\030\006 \001(\t\"I\n\024Observ" +
-      "eUsageResponse\022\023\n\013calibration\030\001 \001(\001\022\034\n\024c" +
-      "alibration_accepted\030\002 \001(\010\"Y\n\016CompactRequ" +
-      "est\022\022\n\nsession_id\030\001 \001(\t\022\r\n\005focus\030\002 \001(\t\022\023" +
-      "\n\013keep_tokens\030\003 \001(\003\022\017\n\007dry_run\030\004 \001(\010\"w\n\017" +
-      "CompactResponse\022,\n\010progress\030\001 \001(\0132\030.ctxf" +
-      "old.v1.FoldProgressH\000\022-\n\006result\030\002 \001(\0132\033." +
-      "ctxfold.v1.PreparedContextH\000B\007\n\005event\"\\\n" +
-      "\013ForkRequest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006at_s" +
-      "eq\030\002 \001(\003\022)\n\006config\030\003 \001(\0132\031.ctxfold.v1.Se" +
-      "ssionConfig\"4\n\014ForkResponse\022$\n\007session\030\001" +
-      " \001(\0132\023.ctxfold.v1.Session\"3\n\rRewindReque" +
-      "st\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006to_seq\030\002 \001(\003\"6" +
-      "\n\016RewindResponse\022$\n\007session\030\001 \001(\0132\023.ctxf" +
-      "old.v1.Session\"t\n\025ReadToolResultRequest\022" +
-      "\022\n\nsession_id\030\001 \001(\t\022\024\n\014tool_call_id\030\002 \001(" +
-      "\t\022\022\n\nresult_ref\030\003 \001(\t\022\016\n\006offset\030\004 \001(\003\022\r\n" +
-      "\005limit\030\005 \001(\003\"\226\001\n\026ReadToolResultResponse\022" +
-      "\014\n\004data\030\001 \001(\t\022\016\n\006offset\030\002 \001(\003\022\023\n\013next_of" +
-      "fset\030\003 \001(\003\022\023\n\013total_bytes\030\004 \001(\003\022\016\n\006sha25" +
-      "6\030\005 \001(\t\022\020\n\010complete\030\006 \001(\010\022\022\n\nresult_ref\030" +
-      "\007 \001(\t\",\n\026GetContextStateRequest\022\022\n\nsessi" +
-      "on_id\030\001 \001(\t\"-\n\027GetContextStateResponse\022\022" +
-      "\n\nstate_json\030\001 \001(\t\"\374\001\n\nCheckpoint\022\n\n\002id\030" +
-      "\001 \001(\t\022\021\n\tparent_id\030\002 \001(\t\022\024\n\014position_seq" +
-      "\030\003 \001(\003\022\017\n\007summary\030\004 \001(\t\022\026\n\016summary_token" +
-      "s\030\005 \001(\003\022\030\n\020kept_message_ids\030\006 \003(\t\022\032\n\022fol" +
-      "ded_results_ref\030\007 \001(\t\022\022\n\nsummarizer\030\010 \001(" +
-      "\t\022/\n\013create_time\030\t \001(\0132\032.google.protobuf" +
-      ".Timestamp\022\025\n\ron_head_chain\030\n \001(\010\"n\n\026Lis" +
-      "tCheckpointsRequest\022\022\n\nsession_id\030\001 \001(\t\022" +
-      "\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_token\030\003 \001(\t\022\031" +
-      "\n\021include_abandoned\030\004 \001(\010\"_\n\027ListCheckpo" +
-      "intsResponse\022+\n\013checkpoints\030\001 \003(\0132\026.ctxf" +
-      "old.v1.Checkpoint\022\027\n\017next_page_token\030\002 \001" +
-      "(\t\"A\n\024GetCheckpointRequest\022\022\n\nsession_id" +
-      "\030\001 \001(\t\022\025\n\rcheckpoint_id\030\002 \001(\t\"C\n\025GetChec" +
-      "kpointResponse\022*\n\ncheckpoint\030\001 \001(\0132\026.ctx" +
-      "fold.v1.Checkpoint*_\n\004Role\022\024\n\020ROLE_UNSPE" +
-      "CIFIED\020\000\022\017\n\013ROLE_SYSTEM\020\001\022\r\n\tROLE_USER\020\002" +
-      "\022\022\n\016ROLE_ASSISTANT\020\003\022\r\n\tROLE_TOOL\020\004*W\n\006A" +
-      "ction\022\026\n\022ACTION_UNSPECIFIED\020\000\022\017\n\013ACTION_" +
-      "NONE\020\001\022\021\n\rACTION_PRUNED\020\002\022\021\n\rACTION_FOLD" +
-      "ED\020\003*n\n\nCacheState\022\033\n\027CACHE_STATE_UNSPEC" +
-      "IFIED\020\000\022\024\n\020CACHE_STATE_WARM\020\001\022\024\n\020CACHE_S" +
-      "TATE_COLD\020\002\022\027\n\023CACHE_STATE_UNKNOWN\020\003*\357\007\n" +
-      "\013ErrorReason\022\034\n\030ERROR_REASON_UNSPECIFIED" +
-      "\020\000\022\023\n\017UNAUTHENTICATED\020\001\022\023\n\017INVALID_REQUE" +
-      "ST\020\002\022\027\n\023SESSION_ID_REQUIRED\020\003\022\025\n\021SESSION" +
-      "_NOT_FOUND\020\004\022\022\n\016INVALID_CONFIG\020\005\022\023\n\017INVA" +
-      "LID_MESSAGE\020\006\022\020\n\014INVALID_TEXT\020\007\022\025\n\021MESSA" +
-      "GE_TOO_LARGE\020\010\022\025\n\021TOO_MANY_MESSAGES\020\t\022\026\n" +
-      "\022INVALID_REQUEST_ID\020\n\022\030\n\024TOOL_RESULTS_PE" +
-      "NDING\020\013\022\026\n\022TOOL_CALL_NOT_OPEN\020\014\022\027\n\023TOOL_" +
-      "CALL_NOT_FOUND\020\r\022\027\n\023RESULT_REF_REQUIRED\020" +
-      "\016\022\030\n\024RESULT_REF_NOT_FOUND\020\017\022\030\n\024RESULT_RE" +
-      "F_AMBIGUOUS\020\020\022\027\n\023OFFSET_OUT_OF_RANGE\020\021\022\034" +
-      "\n\030OFFSET_NOT_CHAR_BOUNDARY\020\022\022\026\n\022LIMIT_OU" +
-      "T_OF_RANGE\020\023\022\025\n\021INVALID_PAGE_SIZE\020\024\022\026\n\022I" +
-      "NVALID_PAGE_TOKEN\020\025\022\024\n\020SEQ_OUT_OF_RANGE\020" +
-      "\026\022\021\n\rINVALID_USAGE\020\027\022\036\n\032CONTEXT_BUDGET_U" +
-      "NSATISFIED\020\030\022\030\n\024FOLD_INPUT_TOO_LARGE\020\031\022\025" +
-      "\n\021SUMMARIZER_FAILED\020\032\022\035\n\031SUMMARIZER_NOT_" +
-      "CONFIGURED\020\033\022\022\n\016COMPACT_FAILED\020\034\022\033\n\027CONC" +
-      "URRENT_MODIFICATION\020\035\022\020\n\014SESSION_BUSY\020\036\022" +
-      "\026\n\022RESPONSE_TOO_LARGE\020\037\022\030\n\024CHECKPOINT_NO" +
-      "T_FOUND\020 \022\025\n\021CHECKPOINT_BROKEN\020!\022\023\n\017STOR" +
-      "AGE_CORRUPT\020\"\022\025\n\021STORE_UNAVAILABLE\020#\022\014\n\010" +
-      "INTERNAL\020$\022\037\n\033STREAM_ENDED_WITHOUT_RESUL" +
-      "T\020%\022\034\n\030RESULT_CHECKSUM_MISMATCH\020&\022\026\n\022PRO" +
-      "TOCOL_VIOLATION\020\'\022\033\n\027INVALID_CLIENT_ARGU" +
-      "MENT\020(*\304\002\n\017NotFoldedReason\022!\n\035NOT_FOLDED" +
-      "_REASON_UNSPECIFIED\020\000\022.\n*NOT_FOLDED_REAS" +
-      "ON_NOTHING_OUTSIDE_KEPT_SET\020\001\022#\n\037NOT_FOL" +
-      "DED_REASON_BELOW_TRIGGER\020\002\022&\n\"NOT_FOLDED" +
-      "_REASON_PREVIOUS_FAILURE\020\003\022!\n\035NOT_FOLDED" +
-      "_REASON_NOT_SMALLER\020\004\022\035\n\031NOT_FOLDED_REAS" +
-      "ON_DRY_RUN\020\005\022&\n\"NOT_FOLDED_REASON_FOLD_I" +
-      "N_PROGRESS\020\006\022\'\n#NOT_FOLDED_REASON_SUMMAR" +
-      "IZER_FAILED\020\007*\360\001\n\tFoldStage\022\032\n\026FOLD_STAG" +
-      "E_UNSPECIFIED\020\000\022\025\n\021FOLD_STAGE_PRUNED\020\001\022\026" +
-      "\n\022FOLD_STAGE_PLANNED\020\002\022\033\n\027FOLD_STAGE_PAS" +
-      "S_STARTED\020\003\022\034\n\030FOLD_STAGE_SUMMARY_DELTA\020" +
-      "\004\022\035\n\031FOLD_STAGE_PASS_COMMITTED\020\005\022\032\n\026FOLD" +
-      "_STAGE_PASS_FAILED\020\006\022\"\n\036FOLD_STAGE_SUMMA" +
-      "RIZER_FALLBACK\020\0072\312\t\n\016ContextService\022T\n\rC" +
-      "reateSession\022 .ctxfold.v1.CreateSessionR" +
-      "equest\032!.ctxfold.v1.CreateSessionRespons" +
-      "e\022K\n\nGetSession\022\035.ctxfold.v1.GetSessionR" +
-      "equest\032\036.ctxfold.v1.GetSessionResponse\022Q" +
-      "\n\014ListSessions\022\037.ctxfold.v1.ListSessions" +
-      "Request\032 .ctxfold.v1.ListSessionsRespons" +
-      "e\022T\n\rDeleteSession\022 .ctxfold.v1.DeleteSe" +
-      "ssionRequest\032!.ctxfold.v1.DeleteSessionR" +
-      "esponse\022W\n\016AppendMessages\022!.ctxfold.v1.A" +
-      "ppendMessagesRequest\032\".ctxfold.v1.Append" +
-      "MessagesResponse\022Q\n\014ListMessages\022\037.ctxfo" +
-      "ld.v1.ListMessagesRequest\032 .ctxfold.v1.L" +
-      "istMessagesResponse\022D\n\007Prepare\022\032.ctxfold" +
-      ".v1.PrepareRequest\032\033.ctxfold.v1.PrepareR" +
-      "esponse0\001\022Q\n\014ObserveUsage\022\037.ctxfold.v1.O" +
-      "bserveUsageRequest\032 .ctxfold.v1.ObserveU" +
-      "sageResponse\022D\n\007Compact\022\032.ctxfold.v1.Com" +
-      "pactRequest\032\033.ctxfold.v1.CompactResponse" +
-      "0\001\0229\n\004Fork\022\027.ctxfold.v1.ForkRequest\032\030.ct" +
-      "xfold.v1.ForkResponse\022?\n\006Rewind\022\031.ctxfol" +
-      "d.v1.RewindRequest\032\032.ctxfold.v1.RewindRe" +
-      "sponse\022W\n\016ReadToolResult\022!.ctxfold.v1.Re" +
-      "adToolResultRequest\032\".ctxfold.v1.ReadToo" +
-      "lResultResponse\022Z\n\017GetContextState\022\".ctx" +
-      "fold.v1.GetContextStateRequest\032#.ctxfold" +
-      ".v1.GetContextStateResponse\022Z\n\017ListCheck" +
-      "points\022\".ctxfold.v1.ListCheckpointsReque" +
-      "st\032#.ctxfold.v1.ListCheckpointsResponse\022" +
-      "T\n\rGetCheckpoint\022 .ctxfold.v1.GetCheckpo" +
-      "intRequest\032!.ctxfold.v1.GetCheckpointRes" +
-      "ponseBb\n\016dev.ctxfold.v1B\023ContextServiceP" +
-      "rotoP\001Z9github.com/ctxfold/ctxfold/clien" +
-      "ts/go/ctxfoldv1;ctxfoldv1b\006proto3"
+      "time\030\021 \001(\0132\032.google.protobuf.Timestamp\0225" +
+      "\n\020provider_payload\030\022 \001(\0132\033.ctxfold.v1.Pr" +
+      "oviderPayload\"T\n\017ProviderPayload\022\016\n\006form" +
+      "at\030\001 \001(\t\022\014\n\004json\030\002 \001(\t\022\023\n\013fingerprint\030\003 " +
+      "\001(\t\022\016\n\006tokens\030\004 \001(\003\"\311\002\n\rSessionConfig\022\026\n" +
+      "\016context_window\030\001 \001(\003\022\025\n\rcompact_ratio\030\002" +
+      " \001(\001\022\022\n\ntail_ratio\030\003 \001(\001\022\031\n\021max_output_t" +
+      "okens\030\004 \001(\003\022\032\n\022summary_max_tokens\030\005 \001(\003\022" +
+      "\036\n\026tool_content_max_bytes\030\006 \001(\003\022\025\n\rsyste" +
+      "m_prompt\030\007 \001(\t\022\022\n\ntools_json\030\010 \001(\t\022\022\n\nsu" +
+      "mmarizer\030\t \001(\t\022\031\n\021cache_ttl_seconds\030\n \001(" +
+      "\003\022\030\n\020prompt_cache_key\030\013 \001(\t\022\r\n\005model\030\014 \001" +
+      "(\t\022\033\n\023disable_task_anchor\030\r \001(\010\"\202\002\n\007Sess" +
+      "ion\022\n\n\002id\030\001 \001(\t\022)\n\006config\030\002 \001(\0132\031.ctxfol" +
+      "d.v1.SessionConfig\022\020\n\010head_seq\030\003 \001(\003\022\025\n\r" +
+      "checkpoint_id\030\004 \001(\t\022/\n\013create_time\030\005 \001(\013" +
+      "2\032.google.protobuf.Timestamp\022/\n\013update_t" +
+      "ime\030\006 \001(\0132\032.google.protobuf.Timestamp\022\036\n" +
+      "\026forked_from_session_id\030\007 \001(\t\022\025\n\rforked_" +
+      "at_seq\030\010 \001(\003\"V\n\024CreateSessionRequest\022)\n\006" +
+      "config\030\001 \001(\0132\031.ctxfold.v1.SessionConfig\022" +
+      "\023\n\013session_key\030\002 \001(\t\"=\n\025CreateSessionRes" +
+      "ponse\022$\n\007session\030\001 \001(\0132\023.ctxfold.v1.Sess" +
+      "ion\"\'\n\021GetSessionRequest\022\022\n\nsession_id\030\001" +
+      " \001(\t\":\n\022GetSessionResponse\022$\n\007session\030\001 " +
+      "\001(\0132\023.ctxfold.v1.Session\"<\n\023ListSessions" +
+      "Request\022\021\n\tpage_size\030\001 \001(\005\022\022\n\npage_token" +
+      "\030\002 \001(\t\"V\n\024ListSessionsResponse\022%\n\010sessio" +
+      "ns\030\001 \003(\0132\023.ctxfold.v1.Session\022\027\n\017next_pa" +
+      "ge_token\030\002 \001(\t\"*\n\024DeleteSessionRequest\022\022" +
+      "\n\nsession_id\030\001 \001(\t\"\027\n\025DeleteSessionRespo" +
+      "nse\"f\n\025AppendMessagesRequest\022\022\n\nsession_" +
+      "id\030\001 \001(\t\022%\n\010messages\030\002 \003(\0132\023.ctxfold.v1." +
+      "Message\022\022\n\nrequest_id\030\003 \001(\t\"e\n\026AppendMes" +
+      "sagesResponse\022%\n\010messages\030\001 \003(\0132\023.ctxfol" +
+      "d.v1.Message\022$\n\007session\030\002 \001(\0132\023.ctxfold." +
+      "v1.Session\"k\n\023ListMessagesRequest\022\022\n\nses" +
+      "sion_id\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npage" +
+      "_token\030\003 \001(\t\022\031\n\021include_abandoned\030\004 \001(\010\"" +
+      "V\n\024ListMessagesResponse\022%\n\010messages\030\001 \003(" +
+      "\0132\023.ctxfold.v1.Message\022\027\n\017next_page_toke" +
+      "n\030\002 \001(\t\"\213\001\n\016PrepareRequest\022\022\n\nsession_id" +
+      "\030\001 \001(\t\022#\n\006append\030\002 \003(\0132\023.ctxfold.v1.Mess" +
+      "age\022\020\n\010overflow\030\003 \001(\010\022\032\n\022known_view_vers" +
+      "ion\030\004 \001(\003\022\022\n\nrequest_id\030\005 \001(\t\"w\n\017Prepare" +
+      "Response\022,\n\010progress\030\001 \001(\0132\030.ctxfold.v1." +
+      "FoldProgressH\000\022-\n\006result\030\002 \001(\0132\033.ctxfold" +
+      ".v1.PreparedContextH\000B\007\n\005event\"\340\001\n\014FoldP" +
+      "rogress\022$\n\005stage\030\001 \001(\0162\025.ctxfold.v1.Fold" +
+      "Stage\022\022\n\npass_index\030\002 \001(\005\022\026\n\016passes_plan" +
+      "ned\030\003 \001(\005\022\025\n\rtokens_before\030\004 \001(\003\022\024\n\014toke" +
+      "ns_after\030\005 \001(\003\022\025\n\rcheckpoint_id\030\006 \001(\t\022\017\n" +
+      "\007message\030\007 \001(\t\022\025\n\rsummary_delta\030\010 \001(\t\022\022\n" +
+      "\nsummarizer\030\t \001(\t\"\271\004\n\017PreparedContext\022%\n" +
+      "\010messages\030\001 \003(\0132\023.ctxfold.v1.Message\022\030\n\020" +
+      "estimated_tokens\030\002 \001(\003\022\024\n\014view_version\030\003" +
+      " \001(\003\022\"\n\006action\030\004 \001(\0162\022.ctxfold.v1.Action" +
+      "\022+\n\013cache_state\030\005 \001(\0162\026.ctxfold.v1.Cache" +
+      "State\022\030\n\020prompt_cache_key\030\006 \001(\t\022\025\n\rcheck" +
+      "point_id\030\007 \001(\t\022\036\n\026stable_prefix_messages" +
+      "\030\010 \001(\003\022\r\n\005delta\030\t \001(\010\022\032\n\022view_message_co" +
+      "unt\030\n \001(\003\022\026\n\016trigger_tokens\030\013 \001(\003\022\031\n\021har" +
+      "d_limit_tokens\030\014 \001(\003\022%\n\010appended\030\r \003(\0132\023" +
+      ".ctxfold.v1.Message\0226\n\021not_folded_reason" +
+      "\030\016 \001(\0162\033.ctxfold.v1.NotFoldedReason\022\031\n\021n" +
+      "ot_folded_detail\030\017 \001(\t\022\031\n\021candidate_summ" +
+      "ary\030\020 \001(\t\022\032\n\022folded_results_ref\030\021 \001(\t\022\036\n" +
+      "\026estimated_input_tokens\030\022 \001(\003\"\240\001\n\023Observ" +
+      "eUsageRequest\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014vie" +
+      "w_version\030\002 \001(\003\022\024\n\014input_tokens\030\003 \001(\003\022\033\n" +
+      "\023cached_input_tokens\030\004 \001(\003\022\025\n\routput_tok" +
+      "ens\030\005 \001(\003\022\025\n\rfinish_reason\030\006 \001(\t\"I\n\024Obse" +
+      "rveUsageResponse\022\023\n\013calibration\030\001 \001(\001\022\034\n" +
+      "\024calibration_accepted\030\002 \001(\010\"Y\n\016CompactRe" +
+      "quest\022\022\n\nsession_id\030\001 \001(\t\022\r\n\005focus\030\002 \001(\t" +
+      "\022\023\n\013keep_tokens\030\003 \001(\003\022\017\n\007dry_run\030\004 \001(\010\"w" +
+      "\n\017CompactResponse\022,\n\010progress\030\001 \001(\0132\030.ct" +
+      "xfold.v1.FoldProgressH\000\022-\n\006result\030\002 \001(\0132" +
+      "\033.ctxfold.v1.PreparedContextH\000B\007\n\005event\"" +
+      "\\\n\013ForkRequest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006at" +
+      "_seq\030\002 \001(\003\022)\n\006config\030\003 \001(\0132\031.ctxfold.v1." +
+      "SessionConfig\"4\n\014ForkResponse\022$\n\007session" +
+      "\030\001 \001(\0132\023.ctxfold.v1.Session\"3\n\rRewindReq" +
+      "uest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006to_seq\030\002 \001(\003" +
+      "\"6\n\016RewindResponse\022$\n\007session\030\001 \001(\0132\023.ct" +
+      "xfold.v1.Session\"t\n\025ReadToolResultReques" +
+      "t\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014tool_call_id\030\002 " +
+      "\001(\t\022\022\n\nresult_ref\030\003 \001(\t\022\016\n\006offset\030\004 \001(\003\022" +
+      "\r\n\005limit\030\005 \001(\003\"\226\001\n\026ReadToolResultRespons" +
+      "e\022\014\n\004data\030\001 \001(\t\022\016\n\006offset\030\002 \001(\003\022\023\n\013next_" +
+      "offset\030\003 \001(\003\022\023\n\013total_bytes\030\004 \001(\003\022\016\n\006sha" +
+      "256\030\005 \001(\t\022\020\n\010complete\030\006 \001(\010\022\022\n\nresult_re" +
+      "f\030\007 \001(\t\",\n\026GetContextStateRequest\022\022\n\nses" +
+      "sion_id\030\001 \001(\t\"-\n\027GetContextStateResponse" +
+      "\022\022\n\nstate_json\030\001 \001(\t\"\374\001\n\nCheckpoint\022\n\n\002i" +
+      "d\030\001 \001(\t\022\021\n\tparent_id\030\002 \001(\t\022\024\n\014position_s" +
+      "eq\030\003 \001(\003\022\017\n\007summary\030\004 \001(\t\022\026\n\016summary_tok" +
+      "ens\030\005 \001(\003\022\030\n\020kept_message_ids\030\006 \003(\t\022\032\n\022f" +
+      "olded_results_ref\030\007 \001(\t\022\022\n\nsummarizer\030\010 " +
+      "\001(\t\022/\n\013create_time\030\t \001(\0132\032.google.protob" +
+      "uf.Timestamp\022\025\n\ron_head_chain\030\n \001(\010\"n\n\026L" +
+      "istCheckpointsRequest\022\022\n\nsession_id\030\001 \001(" +
+      "\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_token\030\003 \001(\t" +
+      "\022\031\n\021include_abandoned\030\004 \001(\010\"_\n\027ListCheck" +
+      "pointsResponse\022+\n\013checkpoints\030\001 \003(\0132\026.ct" +
+      "xfold.v1.Checkpoint\022\027\n\017next_page_token\030\002" +
+      " \001(\t\"A\n\024GetCheckpointRequest\022\022\n\nsession_" +
+      "id\030\001 \001(\t\022\025\n\rcheckpoint_id\030\002 \001(\t\"C\n\025GetCh" +
+      "eckpointResponse\022*\n\ncheckpoint\030\001 \001(\0132\026.c" +
+      "txfold.v1.Checkpoint*_\n\004Role\022\024\n\020ROLE_UNS" +
+      "PECIFIED\020\000\022\017\n\013ROLE_SYSTEM\020\001\022\r\n\tROLE_USER" +
+      "\020\002\022\022\n\016ROLE_ASSISTANT\020\003\022\r\n\tROLE_TOOL\020\004*W\n" +
+      "\006Action\022\026\n\022ACTION_UNSPECIFIED\020\000\022\017\n\013ACTIO" +
+      "N_NONE\020\001\022\021\n\rACTION_PRUNED\020\002\022\021\n\rACTION_FO" +
+      "LDED\020\003*n\n\nCacheState\022\033\n\027CACHE_STATE_UNSP" +
+      "ECIFIED\020\000\022\024\n\020CACHE_STATE_WARM\020\001\022\024\n\020CACHE" +
+      "_STATE_COLD\020\002\022\027\n\023CACHE_STATE_UNKNOWN\020\003*\357" +
+      "\007\n\013ErrorReason\022\034\n\030ERROR_REASON_UNSPECIFI" +
+      "ED\020\000\022\023\n\017UNAUTHENTICATED\020\001\022\023\n\017INVALID_REQ" +
+      "UEST\020\002\022\027\n\023SESSION_ID_REQUIRED\020\003\022\025\n\021SESSI" +
+      "ON_NOT_FOUND\020\004\022\022\n\016INVALID_CONFIG\020\005\022\023\n\017IN" +
+      "VALID_MESSAGE\020\006\022\020\n\014INVALID_TEXT\020\007\022\025\n\021MES" +
+      "SAGE_TOO_LARGE\020\010\022\025\n\021TOO_MANY_MESSAGES\020\t\022" +
+      "\026\n\022INVALID_REQUEST_ID\020\n\022\030\n\024TOOL_RESULTS_" +
+      "PENDING\020\013\022\026\n\022TOOL_CALL_NOT_OPEN\020\014\022\027\n\023TOO" +
+      "L_CALL_NOT_FOUND\020\r\022\027\n\023RESULT_REF_REQUIRE" +
+      "D\020\016\022\030\n\024RESULT_REF_NOT_FOUND\020\017\022\030\n\024RESULT_" +
+      "REF_AMBIGUOUS\020\020\022\027\n\023OFFSET_OUT_OF_RANGE\020\021" +
+      "\022\034\n\030OFFSET_NOT_CHAR_BOUNDARY\020\022\022\026\n\022LIMIT_" +
+      "OUT_OF_RANGE\020\023\022\025\n\021INVALID_PAGE_SIZE\020\024\022\026\n" +
+      "\022INVALID_PAGE_TOKEN\020\025\022\024\n\020SEQ_OUT_OF_RANG" +
+      "E\020\026\022\021\n\rINVALID_USAGE\020\027\022\036\n\032CONTEXT_BUDGET" +
+      "_UNSATISFIED\020\030\022\030\n\024FOLD_INPUT_TOO_LARGE\020\031" +
+      "\022\025\n\021SUMMARIZER_FAILED\020\032\022\035\n\031SUMMARIZER_NO" +
+      "T_CONFIGURED\020\033\022\022\n\016COMPACT_FAILED\020\034\022\033\n\027CO" +
+      "NCURRENT_MODIFICATION\020\035\022\020\n\014SESSION_BUSY\020" +
+      "\036\022\026\n\022RESPONSE_TOO_LARGE\020\037\022\030\n\024CHECKPOINT_" +
+      "NOT_FOUND\020 \022\025\n\021CHECKPOINT_BROKEN\020!\022\023\n\017ST" +
+      "ORAGE_CORRUPT\020\"\022\025\n\021STORE_UNAVAILABLE\020#\022\014" +
+      "\n\010INTERNAL\020$\022\037\n\033STREAM_ENDED_WITHOUT_RES" +
+      "ULT\020%\022\034\n\030RESULT_CHECKSUM_MISMATCH\020&\022\026\n\022P" +
+      "ROTOCOL_VIOLATION\020\'\022\033\n\027INVALID_CLIENT_AR" +
+      "GUMENT\020(*\304\002\n\017NotFoldedReason\022!\n\035NOT_FOLD" +
+      "ED_REASON_UNSPECIFIED\020\000\022.\n*NOT_FOLDED_RE" +
+      "ASON_NOTHING_OUTSIDE_KEPT_SET\020\001\022#\n\037NOT_F" +
+      "OLDED_REASON_BELOW_TRIGGER\020\002\022&\n\"NOT_FOLD" +
+      "ED_REASON_PREVIOUS_FAILURE\020\003\022!\n\035NOT_FOLD" +
+      "ED_REASON_NOT_SMALLER\020\004\022\035\n\031NOT_FOLDED_RE" +
+      "ASON_DRY_RUN\020\005\022&\n\"NOT_FOLDED_REASON_FOLD" +
+      "_IN_PROGRESS\020\006\022\'\n#NOT_FOLDED_REASON_SUMM" +
+      "ARIZER_FAILED\020\007*\360\001\n\tFoldStage\022\032\n\026FOLD_ST" +
+      "AGE_UNSPECIFIED\020\000\022\025\n\021FOLD_STAGE_PRUNED\020\001" +
+      "\022\026\n\022FOLD_STAGE_PLANNED\020\002\022\033\n\027FOLD_STAGE_P" +
+      "ASS_STARTED\020\003\022\034\n\030FOLD_STAGE_SUMMARY_DELT" +
+      "A\020\004\022\035\n\031FOLD_STAGE_PASS_COMMITTED\020\005\022\032\n\026FO" +
+      "LD_STAGE_PASS_FAILED\020\006\022\"\n\036FOLD_STAGE_SUM" +
+      "MARIZER_FALLBACK\020\0072\312\t\n\016ContextService\022T\n" +
+      "\rCreateSession\022 .ctxfold.v1.CreateSessio" +
+      "nRequest\032!.ctxfold.v1.CreateSessionRespo" +
+      "nse\022K\n\nGetSession\022\035.ctxfold.v1.GetSessio" +
+      "nRequest\032\036.ctxfold.v1.GetSessionResponse" +
+      "\022Q\n\014ListSessions\022\037.ctxfold.v1.ListSessio" +
+      "nsRequest\032 .ctxfold.v1.ListSessionsRespo" +
+      "nse\022T\n\rDeleteSession\022 .ctxfold.v1.Delete" +
+      "SessionRequest\032!.ctxfold.v1.DeleteSessio" +
+      "nResponse\022W\n\016AppendMessages\022!.ctxfold.v1" +
+      ".AppendMessagesRequest\032\".ctxfold.v1.Appe" +
+      "ndMessagesResponse\022Q\n\014ListMessages\022\037.ctx" +
+      "fold.v1.ListMessagesRequest\032 .ctxfold.v1" +
+      ".ListMessagesResponse\022D\n\007Prepare\022\032.ctxfo" +
+      "ld.v1.PrepareRequest\032\033.ctxfold.v1.Prepar" +
+      "eResponse0\001\022Q\n\014ObserveUsage\022\037.ctxfold.v1" +
+      ".ObserveUsageRequest\032 .ctxfold.v1.Observ" +
+      "eUsageResponse\022D\n\007Compact\022\032.ctxfold.v1.C" +
+      "ompactRequest\032\033.ctxfold.v1.CompactRespon" +
+      "se0\001\0229\n\004Fork\022\027.ctxfold.v1.ForkRequest\032\030." +
+      "ctxfold.v1.ForkResponse\022?\n\006Rewind\022\031.ctxf" +
+      "old.v1.RewindRequest\032\032.ctxfold.v1.Rewind" +
+      "Response\022W\n\016ReadToolResult\022!.ctxfold.v1." +
+      "ReadToolResultRequest\032\".ctxfold.v1.ReadT" +
+      "oolResultResponse\022Z\n\017GetContextState\022\".c" +
+      "txfold.v1.GetContextStateRequest\032#.ctxfo" +
+      "ld.v1.GetContextStateResponse\022Z\n\017ListChe" +
+      "ckpoints\022\".ctxfold.v1.ListCheckpointsReq" +
+      "uest\032#.ctxfold.v1.ListCheckpointsRespons" +
+      "e\022T\n\rGetCheckpoint\022 .ctxfold.v1.GetCheck" +
+      "pointRequest\032!.ctxfold.v1.GetCheckpointR" +
+      "esponseBb\n\016dev.ctxfold.v1B\023ContextServic" +
+      "eProtoP\001Z9github.com/ctxfold/ctxfold/cli" +
+      "ents/go/ctxfoldv1;ctxfoldv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -435,213 +444,219 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
     internal_static_ctxfold_v1_Message_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_Message_descriptor,
-        new java.lang.String[] { "Id", "Seq", "Role", "Content", "ToolCalls", "ToolCallId", "ReasoningContent", "Pinned", "ResultRef", "RawBytes", "Truncated", "Summary", "Pruned", "Name", "Tokens", "Abandoned", "CreateTime", });
-    internal_static_ctxfold_v1_SessionConfig_descriptor =
+        new java.lang.String[] { "Id", "Seq", "Role", "Content", "ToolCalls", "ToolCallId", "ReasoningContent", "Pinned", "ResultRef", "RawBytes", "Truncated", "Summary", "Pruned", "Name", "Tokens", "Abandoned", "CreateTime", "ProviderPayload", });
+    internal_static_ctxfold_v1_ProviderPayload_descriptor =
       getDescriptor().getMessageType(2);
+    internal_static_ctxfold_v1_ProviderPayload_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_ctxfold_v1_ProviderPayload_descriptor,
+        new java.lang.String[] { "Format", "Json", "Fingerprint", "Tokens", });
+    internal_static_ctxfold_v1_SessionConfig_descriptor =
+      getDescriptor().getMessageType(3);
     internal_static_ctxfold_v1_SessionConfig_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_SessionConfig_descriptor,
         new java.lang.String[] { "ContextWindow", "CompactRatio", "TailRatio", "MaxOutputTokens", "SummaryMaxTokens", "ToolContentMaxBytes", "SystemPrompt", "ToolsJson", "Summarizer", "CacheTtlSeconds", "PromptCacheKey", "Model", "DisableTaskAnchor", });
     internal_static_ctxfold_v1_Session_descriptor =
-      getDescriptor().getMessageType(3);
+      getDescriptor().getMessageType(4);
     internal_static_ctxfold_v1_Session_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_Session_descriptor,
         new java.lang.String[] { "Id", "Config", "HeadSeq", "CheckpointId", "CreateTime", "UpdateTime", "ForkedFromSessionId", "ForkedAtSeq", });
     internal_static_ctxfold_v1_CreateSessionRequest_descriptor =
-      getDescriptor().getMessageType(4);
+      getDescriptor().getMessageType(5);
     internal_static_ctxfold_v1_CreateSessionRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_CreateSessionRequest_descriptor,
-        new java.lang.String[] { "Config", });
+        new java.lang.String[] { "Config", "SessionKey", });
     internal_static_ctxfold_v1_CreateSessionResponse_descriptor =
-      getDescriptor().getMessageType(5);
+      getDescriptor().getMessageType(6);
     internal_static_ctxfold_v1_CreateSessionResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_CreateSessionResponse_descriptor,
         new java.lang.String[] { "Session", });
     internal_static_ctxfold_v1_GetSessionRequest_descriptor =
-      getDescriptor().getMessageType(6);
+      getDescriptor().getMessageType(7);
     internal_static_ctxfold_v1_GetSessionRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_GetSessionRequest_descriptor,
         new java.lang.String[] { "SessionId", });
     internal_static_ctxfold_v1_GetSessionResponse_descriptor =
-      getDescriptor().getMessageType(7);
+      getDescriptor().getMessageType(8);
     internal_static_ctxfold_v1_GetSessionResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_GetSessionResponse_descriptor,
         new java.lang.String[] { "Session", });
     internal_static_ctxfold_v1_ListSessionsRequest_descriptor =
-      getDescriptor().getMessageType(8);
+      getDescriptor().getMessageType(9);
     internal_static_ctxfold_v1_ListSessionsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ListSessionsRequest_descriptor,
         new java.lang.String[] { "PageSize", "PageToken", });
     internal_static_ctxfold_v1_ListSessionsResponse_descriptor =
-      getDescriptor().getMessageType(9);
+      getDescriptor().getMessageType(10);
     internal_static_ctxfold_v1_ListSessionsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ListSessionsResponse_descriptor,
         new java.lang.String[] { "Sessions", "NextPageToken", });
     internal_static_ctxfold_v1_DeleteSessionRequest_descriptor =
-      getDescriptor().getMessageType(10);
+      getDescriptor().getMessageType(11);
     internal_static_ctxfold_v1_DeleteSessionRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_DeleteSessionRequest_descriptor,
         new java.lang.String[] { "SessionId", });
     internal_static_ctxfold_v1_DeleteSessionResponse_descriptor =
-      getDescriptor().getMessageType(11);
+      getDescriptor().getMessageType(12);
     internal_static_ctxfold_v1_DeleteSessionResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_DeleteSessionResponse_descriptor,
         new java.lang.String[] { });
     internal_static_ctxfold_v1_AppendMessagesRequest_descriptor =
-      getDescriptor().getMessageType(12);
+      getDescriptor().getMessageType(13);
     internal_static_ctxfold_v1_AppendMessagesRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_AppendMessagesRequest_descriptor,
         new java.lang.String[] { "SessionId", "Messages", "RequestId", });
     internal_static_ctxfold_v1_AppendMessagesResponse_descriptor =
-      getDescriptor().getMessageType(13);
+      getDescriptor().getMessageType(14);
     internal_static_ctxfold_v1_AppendMessagesResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_AppendMessagesResponse_descriptor,
         new java.lang.String[] { "Messages", "Session", });
     internal_static_ctxfold_v1_ListMessagesRequest_descriptor =
-      getDescriptor().getMessageType(14);
+      getDescriptor().getMessageType(15);
     internal_static_ctxfold_v1_ListMessagesRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ListMessagesRequest_descriptor,
         new java.lang.String[] { "SessionId", "PageSize", "PageToken", "IncludeAbandoned", });
     internal_static_ctxfold_v1_ListMessagesResponse_descriptor =
-      getDescriptor().getMessageType(15);
+      getDescriptor().getMessageType(16);
     internal_static_ctxfold_v1_ListMessagesResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ListMessagesResponse_descriptor,
         new java.lang.String[] { "Messages", "NextPageToken", });
     internal_static_ctxfold_v1_PrepareRequest_descriptor =
-      getDescriptor().getMessageType(16);
+      getDescriptor().getMessageType(17);
     internal_static_ctxfold_v1_PrepareRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_PrepareRequest_descriptor,
         new java.lang.String[] { "SessionId", "Append", "Overflow", "KnownViewVersion", "RequestId", });
     internal_static_ctxfold_v1_PrepareResponse_descriptor =
-      getDescriptor().getMessageType(17);
+      getDescriptor().getMessageType(18);
     internal_static_ctxfold_v1_PrepareResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_PrepareResponse_descriptor,
         new java.lang.String[] { "Progress", "Result", "Event", });
     internal_static_ctxfold_v1_FoldProgress_descriptor =
-      getDescriptor().getMessageType(18);
+      getDescriptor().getMessageType(19);
     internal_static_ctxfold_v1_FoldProgress_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_FoldProgress_descriptor,
         new java.lang.String[] { "Stage", "PassIndex", "PassesPlanned", "TokensBefore", "TokensAfter", "CheckpointId", "Message", "SummaryDelta", "Summarizer", });
     internal_static_ctxfold_v1_PreparedContext_descriptor =
-      getDescriptor().getMessageType(19);
+      getDescriptor().getMessageType(20);
     internal_static_ctxfold_v1_PreparedContext_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_PreparedContext_descriptor,
         new java.lang.String[] { "Messages", "EstimatedTokens", "ViewVersion", "Action", "CacheState", "PromptCacheKey", "CheckpointId", "StablePrefixMessages", "Delta", "ViewMessageCount", "TriggerTokens", "HardLimitTokens", "Appended", "NotFoldedReason", "NotFoldedDetail", "CandidateSummary", "FoldedResultsRef", "EstimatedInputTokens", });
     internal_static_ctxfold_v1_ObserveUsageRequest_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(21);
     internal_static_ctxfold_v1_ObserveUsageRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ObserveUsageRequest_descriptor,
         new java.lang.String[] { "SessionId", "ViewVersion", "InputTokens", "CachedInputTokens", "OutputTokens", "FinishReason", });
     internal_static_ctxfold_v1_ObserveUsageResponse_descriptor =
-      getDescriptor().getMessageType(21);
+      getDescriptor().getMessageType(22);
     internal_static_ctxfold_v1_ObserveUsageResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ObserveUsageResponse_descriptor,
         new java.lang.String[] { "Calibration", "CalibrationAccepted", });
     internal_static_ctxfold_v1_CompactRequest_descriptor =
-      getDescriptor().getMessageType(22);
+      getDescriptor().getMessageType(23);
     internal_static_ctxfold_v1_CompactRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_CompactRequest_descriptor,
         new java.lang.String[] { "SessionId", "Focus", "KeepTokens", "DryRun", });
     internal_static_ctxfold_v1_CompactResponse_descriptor =
-      getDescriptor().getMessageType(23);
+      getDescriptor().getMessageType(24);
     internal_static_ctxfold_v1_CompactResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_CompactResponse_descriptor,
         new java.lang.String[] { "Progress", "Result", "Event", });
     internal_static_ctxfold_v1_ForkRequest_descriptor =
-      getDescriptor().getMessageType(24);
+      getDescriptor().getMessageType(25);
     internal_static_ctxfold_v1_ForkRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ForkRequest_descriptor,
         new java.lang.String[] { "SessionId", "AtSeq", "Config", });
     internal_static_ctxfold_v1_ForkResponse_descriptor =
-      getDescriptor().getMessageType(25);
+      getDescriptor().getMessageType(26);
     internal_static_ctxfold_v1_ForkResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ForkResponse_descriptor,
         new java.lang.String[] { "Session", });
     internal_static_ctxfold_v1_RewindRequest_descriptor =
-      getDescriptor().getMessageType(26);
+      getDescriptor().getMessageType(27);
     internal_static_ctxfold_v1_RewindRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_RewindRequest_descriptor,
         new java.lang.String[] { "SessionId", "ToSeq", });
     internal_static_ctxfold_v1_RewindResponse_descriptor =
-      getDescriptor().getMessageType(27);
+      getDescriptor().getMessageType(28);
     internal_static_ctxfold_v1_RewindResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_RewindResponse_descriptor,
         new java.lang.String[] { "Session", });
     internal_static_ctxfold_v1_ReadToolResultRequest_descriptor =
-      getDescriptor().getMessageType(28);
+      getDescriptor().getMessageType(29);
     internal_static_ctxfold_v1_ReadToolResultRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ReadToolResultRequest_descriptor,
         new java.lang.String[] { "SessionId", "ToolCallId", "ResultRef", "Offset", "Limit", });
     internal_static_ctxfold_v1_ReadToolResultResponse_descriptor =
-      getDescriptor().getMessageType(29);
+      getDescriptor().getMessageType(30);
     internal_static_ctxfold_v1_ReadToolResultResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ReadToolResultResponse_descriptor,
         new java.lang.String[] { "Data", "Offset", "NextOffset", "TotalBytes", "Sha256", "Complete", "ResultRef", });
     internal_static_ctxfold_v1_GetContextStateRequest_descriptor =
-      getDescriptor().getMessageType(30);
+      getDescriptor().getMessageType(31);
     internal_static_ctxfold_v1_GetContextStateRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_GetContextStateRequest_descriptor,
         new java.lang.String[] { "SessionId", });
     internal_static_ctxfold_v1_GetContextStateResponse_descriptor =
-      getDescriptor().getMessageType(31);
+      getDescriptor().getMessageType(32);
     internal_static_ctxfold_v1_GetContextStateResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_GetContextStateResponse_descriptor,
         new java.lang.String[] { "StateJson", });
     internal_static_ctxfold_v1_Checkpoint_descriptor =
-      getDescriptor().getMessageType(32);
+      getDescriptor().getMessageType(33);
     internal_static_ctxfold_v1_Checkpoint_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_Checkpoint_descriptor,
         new java.lang.String[] { "Id", "ParentId", "PositionSeq", "Summary", "SummaryTokens", "KeptMessageIds", "FoldedResultsRef", "Summarizer", "CreateTime", "OnHeadChain", });
     internal_static_ctxfold_v1_ListCheckpointsRequest_descriptor =
-      getDescriptor().getMessageType(33);
+      getDescriptor().getMessageType(34);
     internal_static_ctxfold_v1_ListCheckpointsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ListCheckpointsRequest_descriptor,
         new java.lang.String[] { "SessionId", "PageSize", "PageToken", "IncludeAbandoned", });
     internal_static_ctxfold_v1_ListCheckpointsResponse_descriptor =
-      getDescriptor().getMessageType(34);
+      getDescriptor().getMessageType(35);
     internal_static_ctxfold_v1_ListCheckpointsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_ListCheckpointsResponse_descriptor,
         new java.lang.String[] { "Checkpoints", "NextPageToken", });
     internal_static_ctxfold_v1_GetCheckpointRequest_descriptor =
-      getDescriptor().getMessageType(35);
+      getDescriptor().getMessageType(36);
     internal_static_ctxfold_v1_GetCheckpointRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_GetCheckpointRequest_descriptor,
         new java.lang.String[] { "SessionId", "CheckpointId", });
     internal_static_ctxfold_v1_GetCheckpointResponse_descriptor =
-      getDescriptor().getMessageType(36);
+      getDescriptor().getMessageType(37);
     internal_static_ctxfold_v1_GetCheckpointResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_GetCheckpointResponse_descriptor,

@@ -32,6 +32,7 @@ private static final long serialVersionUID = 0L;
     super(builder);
   }
   private CreateSessionRequest() {
+    sessionKey_ = "";
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -91,6 +92,57 @@ private static final long serialVersionUID = 0L;
     return config_ == null ? dev.ctxfold.v1.SessionConfig.getDefaultInstance() : config_;
   }
 
+  public static final int SESSION_KEY_FIELD_NUMBER = 2;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object sessionKey_ = "";
+  /**
+   * <pre>
+   * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+   * derived from the tenant and the key, so a CreateSession with a key that names an existing
+   * session returns that session as it is (its config is not compared or changed).
+   * </pre>
+   *
+   * <code>string session_key = 2;</code>
+   * @return The sessionKey.
+   */
+  @java.lang.Override
+  public java.lang.String getSessionKey() {
+    java.lang.Object ref = sessionKey_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      sessionKey_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+   * derived from the tenant and the key, so a CreateSession with a key that names an existing
+   * session returns that session as it is (its config is not compared or changed).
+   * </pre>
+   *
+   * <code>string session_key = 2;</code>
+   * @return The bytes for sessionKey.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getSessionKeyBytes() {
+    java.lang.Object ref = sessionKey_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      sessionKey_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -108,6 +160,9 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       output.writeMessage(1, getConfig());
     }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(sessionKey_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 2, sessionKey_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -115,6 +170,9 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(1, getConfig());
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(sessionKey_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(2, sessionKey_);
     }
     return size;
   }
@@ -145,6 +203,8 @@ private static final long serialVersionUID = 0L;
       if (!getConfig()
           .equals(other.getConfig())) return false;
     }
+    if (!getSessionKey()
+        .equals(other.getSessionKey())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -160,6 +220,8 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + CONFIG_FIELD_NUMBER;
       hash = (53 * hash) + getConfig().hashCode();
     }
+    hash = (37 * hash) + SESSION_KEY_FIELD_NUMBER;
+    hash = (53 * hash) + getSessionKey().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -306,6 +368,7 @@ private static final long serialVersionUID = 0L;
         configBuilder_.dispose();
         configBuilder_ = null;
       }
+      sessionKey_ = "";
       return this;
     }
 
@@ -346,6 +409,9 @@ private static final long serialVersionUID = 0L;
             : configBuilder_.build();
         to_bitField0_ |= 0x00000001;
       }
+      if (((from_bitField0_ & 0x00000002) != 0)) {
+        result.sessionKey_ = sessionKey_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -363,6 +429,11 @@ private static final long serialVersionUID = 0L;
       if (other == dev.ctxfold.v1.CreateSessionRequest.getDefaultInstance()) return this;
       if (other.hasConfig()) {
         mergeConfig(other.getConfig());
+      }
+      if (!other.getSessionKey().isEmpty()) {
+        sessionKey_ = other.sessionKey_;
+        bitField0_ |= 0x00000002;
+        onChanged();
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -395,6 +466,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000001;
               break;
             } // case 10
+            case 18: {
+              sessionKey_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000002;
+              break;
+            } // case 18
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -565,6 +641,108 @@ private static final long serialVersionUID = 0L;
         config_ = null;
       }
       return configBuilder_;
+    }
+
+    private java.lang.Object sessionKey_ = "";
+    /**
+     * <pre>
+     * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+     * derived from the tenant and the key, so a CreateSession with a key that names an existing
+     * session returns that session as it is (its config is not compared or changed).
+     * </pre>
+     *
+     * <code>string session_key = 2;</code>
+     * @return The sessionKey.
+     */
+    public java.lang.String getSessionKey() {
+      java.lang.Object ref = sessionKey_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        sessionKey_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+     * derived from the tenant and the key, so a CreateSession with a key that names an existing
+     * session returns that session as it is (its config is not compared or changed).
+     * </pre>
+     *
+     * <code>string session_key = 2;</code>
+     * @return The bytes for sessionKey.
+     */
+    public com.google.protobuf.ByteString
+        getSessionKeyBytes() {
+      java.lang.Object ref = sessionKey_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        sessionKey_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+     * derived from the tenant and the key, so a CreateSession with a key that names an existing
+     * session returns that session as it is (its config is not compared or changed).
+     * </pre>
+     *
+     * <code>string session_key = 2;</code>
+     * @param value The sessionKey to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSessionKey(
+        java.lang.String value) {
+      java.util.Objects.requireNonNull(value);
+      sessionKey_ = value;
+      bitField0_ |= 0x00000002;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+     * derived from the tenant and the key, so a CreateSession with a key that names an existing
+     * session returns that session as it is (its config is not compared or changed).
+     * </pre>
+     *
+     * <code>string session_key = 2;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSessionKey() {
+      sessionKey_ = getDefaultInstance().getSessionKey();
+      bitField0_ = (bitField0_ & ~0x00000002);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+     * derived from the tenant and the key, so a CreateSession with a key that names an existing
+     * session returns that session as it is (its config is not compared or changed).
+     * </pre>
+     *
+     * <code>string session_key = 2;</code>
+     * @param value The bytes for sessionKey to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSessionKeyBytes(
+        com.google.protobuf.ByteString value) {
+      java.util.Objects.requireNonNull(value);
+      checkByteStringIsUtf8(value);
+      sessionKey_ = value;
+      bitField0_ |= 0x00000002;
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:ctxfold.v1.CreateSessionRequest)

@@ -36,4 +36,28 @@ public interface CreateSessionRequestOrBuilder extends
    * <code>.ctxfold.v1.SessionConfig config = 1;</code>
    */
   dev.ctxfold.v1.SessionConfigOrBuilder getConfigOrBuilder();
+
+  /**
+   * <pre>
+   * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+   * derived from the tenant and the key, so a CreateSession with a key that names an existing
+   * session returns that session as it is (its config is not compared or changed).
+   * </pre>
+   *
+   * <code>string session_key = 2;</code>
+   * @return The sessionKey.
+   */
+  java.lang.String getSessionKey();
+  /**
+   * <pre>
+   * Optional name of the session within the caller's tenant (at most 512 characters). The id is
+   * derived from the tenant and the key, so a CreateSession with a key that names an existing
+   * session returns that session as it is (its config is not compared or changed).
+   * </pre>
+   *
+   * <code>string session_key = 2;</code>
+   * @return The bytes for sessionKey.
+   */
+  com.google.protobuf.ByteString
+      getSessionKeyBytes();
 }

@@ -592,6 +592,50 @@ private static final long serialVersionUID = 0L;
     return createTime_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : createTime_;
   }
 
+  public static final int PROVIDER_PAYLOAD_FIELD_NUMBER = 18;
+  private dev.ctxfold.v1.ProviderPayload providerPayload_;
+  /**
+   * <pre>
+   * What the provider's own message carried beyond the fields above (thinking blocks and their
+   * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+   * that re-emit it to the same provider API. Folds and summaries never read it.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+   * @return Whether the providerPayload field is set.
+   */
+  @java.lang.Override
+  public boolean hasProviderPayload() {
+    return ((bitField0_ & 0x00000002) != 0);
+  }
+  /**
+   * <pre>
+   * What the provider's own message carried beyond the fields above (thinking blocks and their
+   * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+   * that re-emit it to the same provider API. Folds and summaries never read it.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+   * @return The providerPayload.
+   */
+  @java.lang.Override
+  public dev.ctxfold.v1.ProviderPayload getProviderPayload() {
+    return providerPayload_ == null ? dev.ctxfold.v1.ProviderPayload.getDefaultInstance() : providerPayload_;
+  }
+  /**
+   * <pre>
+   * What the provider's own message carried beyond the fields above (thinking blocks and their
+   * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+   * that re-emit it to the same provider API. Folds and summaries never read it.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+   */
+  @java.lang.Override
+  public dev.ctxfold.v1.ProviderPayloadOrBuilder getProviderPayloadOrBuilder() {
+    return providerPayload_ == null ? dev.ctxfold.v1.ProviderPayload.getDefaultInstance() : providerPayload_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -656,6 +700,9 @@ private static final long serialVersionUID = 0L;
     }
     if (((bitField0_ & 0x00000001) != 0)) {
       output.writeMessage(17, getCreateTime());
+    }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      output.writeMessage(18, getProviderPayload());
     }
     getUnknownFields().writeTo(output);
   }
@@ -728,6 +775,10 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(17, getCreateTime());
     }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(18, getProviderPayload());
+    }
     return size;
   }
   @java.lang.Override
@@ -788,6 +839,11 @@ private static final long serialVersionUID = 0L;
       if (!getCreateTime()
           .equals(other.getCreateTime())) return false;
     }
+    if (hasProviderPayload() != other.hasProviderPayload()) return false;
+    if (hasProviderPayload()) {
+      if (!getProviderPayload()
+          .equals(other.getProviderPayload())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -844,6 +900,10 @@ private static final long serialVersionUID = 0L;
     if (hasCreateTime()) {
       hash = (37 * hash) + CREATE_TIME_FIELD_NUMBER;
       hash = (53 * hash) + getCreateTime().hashCode();
+    }
+    if (hasProviderPayload()) {
+      hash = (37 * hash) + PROVIDER_PAYLOAD_FIELD_NUMBER;
+      hash = (53 * hash) + getProviderPayload().hashCode();
     }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
@@ -981,6 +1041,7 @@ private static final long serialVersionUID = 0L;
               .alwaysUseFieldBuilders) {
         internalGetToolCallsFieldBuilder();
         internalGetCreateTimeFieldBuilder();
+        internalGetProviderPayloadFieldBuilder();
       }
     }
     @java.lang.Override
@@ -1013,6 +1074,11 @@ private static final long serialVersionUID = 0L;
       if (createTimeBuilder_ != null) {
         createTimeBuilder_.dispose();
         createTimeBuilder_ = null;
+      }
+      providerPayload_ = null;
+      if (providerPayloadBuilder_ != null) {
+        providerPayloadBuilder_.dispose();
+        providerPayloadBuilder_ = null;
       }
       return this;
     }
@@ -1111,6 +1177,12 @@ private static final long serialVersionUID = 0L;
             ? createTime_
             : createTimeBuilder_.build();
         to_bitField0_ |= 0x00000001;
+      }
+      if (((from_bitField0_ & 0x00020000) != 0)) {
+        result.providerPayload_ = providerPayloadBuilder_ == null
+            ? providerPayload_
+            : providerPayloadBuilder_.build();
+        to_bitField0_ |= 0x00000002;
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -1212,6 +1284,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.hasCreateTime()) {
         mergeCreateTime(other.getCreateTime());
+      }
+      if (other.hasProviderPayload()) {
+        mergeProviderPayload(other.getProviderPayload());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -1332,6 +1407,13 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00010000;
               break;
             } // case 138
+            case 146: {
+              input.readMessage(
+                  internalGetProviderPayloadFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00020000;
+              break;
+            } // case 146
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -2794,6 +2876,179 @@ private static final long serialVersionUID = 0L;
         createTime_ = null;
       }
       return createTimeBuilder_;
+    }
+
+    private dev.ctxfold.v1.ProviderPayload providerPayload_;
+    private com.google.protobuf.SingleFieldBuilder<
+        dev.ctxfold.v1.ProviderPayload, dev.ctxfold.v1.ProviderPayload.Builder, dev.ctxfold.v1.ProviderPayloadOrBuilder> providerPayloadBuilder_;
+    /**
+     * <pre>
+     * What the provider's own message carried beyond the fields above (thinking blocks and their
+     * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+     * that re-emit it to the same provider API. Folds and summaries never read it.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+     * @return Whether the providerPayload field is set.
+     */
+    public boolean hasProviderPayload() {
+      return ((bitField0_ & 0x00020000) != 0);
+    }
+    /**
+     * <pre>
+     * What the provider's own message carried beyond the fields above (thinking blocks and their
+     * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+     * that re-emit it to the same provider API. Folds and summaries never read it.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+     * @return The providerPayload.
+     */
+    public dev.ctxfold.v1.ProviderPayload getProviderPayload() {
+      if (providerPayloadBuilder_ == null) {
+        return providerPayload_ == null ? dev.ctxfold.v1.ProviderPayload.getDefaultInstance() : providerPayload_;
+      } else {
+        return providerPayloadBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * What the provider's own message carried beyond the fields above (thinking blocks and their
+     * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+     * that re-emit it to the same provider API. Folds and summaries never read it.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+     */
+    public Builder setProviderPayload(dev.ctxfold.v1.ProviderPayload value) {
+      if (providerPayloadBuilder_ == null) {
+        java.util.Objects.requireNonNull(value);
+        providerPayload_ = value;
+      } else {
+        providerPayloadBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * What the provider's own message carried beyond the fields above (thinking blocks and their
+     * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+     * that re-emit it to the same provider API. Folds and summaries never read it.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+     */
+    public Builder setProviderPayload(
+        dev.ctxfold.v1.ProviderPayload.Builder builderForValue) {
+      if (providerPayloadBuilder_ == null) {
+        providerPayload_ = builderForValue.build();
+      } else {
+        providerPayloadBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * What the provider's own message carried beyond the fields above (thinking blocks and their
+     * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+     * that re-emit it to the same provider API. Folds and summaries never read it.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+     */
+    public Builder mergeProviderPayload(dev.ctxfold.v1.ProviderPayload value) {
+      if (providerPayloadBuilder_ == null) {
+        if (((bitField0_ & 0x00020000) != 0) &&
+          providerPayload_ != null &&
+          providerPayload_ != dev.ctxfold.v1.ProviderPayload.getDefaultInstance()) {
+          getProviderPayloadBuilder().mergeFrom(value);
+        } else {
+          providerPayload_ = value;
+        }
+      } else {
+        providerPayloadBuilder_.mergeFrom(value);
+      }
+      if (providerPayload_ != null) {
+        bitField0_ |= 0x00020000;
+        onChanged();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * What the provider's own message carried beyond the fields above (thinking blocks and their
+     * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+     * that re-emit it to the same provider API. Folds and summaries never read it.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+     */
+    public Builder clearProviderPayload() {
+      bitField0_ = (bitField0_ & ~0x00020000);
+      providerPayload_ = null;
+      if (providerPayloadBuilder_ != null) {
+        providerPayloadBuilder_.dispose();
+        providerPayloadBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * What the provider's own message carried beyond the fields above (thinking blocks and their
+     * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+     * that re-emit it to the same provider API. Folds and summaries never read it.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+     */
+    public dev.ctxfold.v1.ProviderPayload.Builder getProviderPayloadBuilder() {
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return internalGetProviderPayloadFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * What the provider's own message carried beyond the fields above (thinking blocks and their
+     * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+     * that re-emit it to the same provider API. Folds and summaries never read it.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+     */
+    public dev.ctxfold.v1.ProviderPayloadOrBuilder getProviderPayloadOrBuilder() {
+      if (providerPayloadBuilder_ != null) {
+        return providerPayloadBuilder_.getMessageOrBuilder();
+      } else {
+        return providerPayload_ == null ?
+            dev.ctxfold.v1.ProviderPayload.getDefaultInstance() : providerPayload_;
+      }
+    }
+    /**
+     * <pre>
+     * What the provider's own message carried beyond the fields above (thinking blocks and their
+     * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+     * that re-emit it to the same provider API. Folds and summaries never read it.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+     */
+    private com.google.protobuf.SingleFieldBuilder<
+        dev.ctxfold.v1.ProviderPayload, dev.ctxfold.v1.ProviderPayload.Builder, dev.ctxfold.v1.ProviderPayloadOrBuilder> 
+        internalGetProviderPayloadFieldBuilder() {
+      if (providerPayloadBuilder_ == null) {
+        providerPayloadBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+            dev.ctxfold.v1.ProviderPayload, dev.ctxfold.v1.ProviderPayload.Builder, dev.ctxfold.v1.ProviderPayloadOrBuilder>(
+                getProviderPayload(),
+                getParentForChildren(),
+                isClean());
+        providerPayload_ = null;
+      }
+      return providerPayloadBuilder_;
     }
 
     // @@protoc_insertion_point(builder_scope:ctxfold.v1.Message)

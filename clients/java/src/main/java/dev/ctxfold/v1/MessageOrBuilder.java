@@ -303,4 +303,37 @@ public interface MessageOrBuilder extends
    * <code>.google.protobuf.Timestamp create_time = 17;</code>
    */
   com.google.protobuf.TimestampOrBuilder getCreateTimeOrBuilder();
+
+  /**
+   * <pre>
+   * What the provider's own message carried beyond the fields above (thinking blocks and their
+   * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+   * that re-emit it to the same provider API. Folds and summaries never read it.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+   * @return Whether the providerPayload field is set.
+   */
+  boolean hasProviderPayload();
+  /**
+   * <pre>
+   * What the provider's own message carried beyond the fields above (thinking blocks and their
+   * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+   * that re-emit it to the same provider API. Folds and summaries never read it.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+   * @return The providerPayload.
+   */
+  dev.ctxfold.v1.ProviderPayload getProviderPayload();
+  /**
+   * <pre>
+   * What the provider's own message carried beyond the fields above (thinking blocks and their
+   * signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
+   * that re-emit it to the same provider API. Folds and summaries never read it.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
+   */
+  dev.ctxfold.v1.ProviderPayloadOrBuilder getProviderPayloadOrBuilder();
 }

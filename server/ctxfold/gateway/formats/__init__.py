@@ -1,0 +1,125 @@
+"""The three provider APIs the gateway speaks, behind one interface: read the agent's request as
+pieces, make a piece canonical, write the view back into the request, read usage and the model's
+calls of ctxfold's read tool, and answer errors in the provider's own shape. All pure."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+from ctxfold_client import Message, Usage
+
+from ctxfold.gateway.pieces import Json, Piece
+
+ToolFormat = Literal["openai_chat", "openai_responses", "anthropic"]
+
+
+class BadRequest(ValueError):
+    """The agent's request is malformed; answered 400 in the provider's error shape."""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What the gateway reads from an agent's request."""
+
+    pieces: tuple[Piece, ...]
+    model: str
+    stream: bool
+    max_output_tokens: int
+    tools: tuple[Json, ...]
+    # Non-empty: why this request is forwarded as it is (its history lives elsewhere, or holds
+    # items the gateway cannot place).
+    not_reconciled: str = ""
+
+
+@dataclass(frozen=True)
+class ViewEntry:
+    """One message of the view with the agent's source of it when the view shows it unchanged."""
+
+    message: Message
+    source: Json | None
+
+
+@dataclass(frozen=True)
+class CacheHints:
+    """What the view says about the provider's prompt cache."""
+
+    key: str  # the session's prompt-cache key
+    stable_messages: int  # leading view messages unchanged since the previous view
+
+
+@dataclass(frozen=True)
+class ReadCall:
+    call_id: str
+    arguments: str
+
+
+class ApiFormat(abc.ABC):
+    api: str  # the ProviderPayload format
+    provider: Literal["openai", "anthropic"]
+    tool_format: ToolFormat
+    path: str
+
+    @abc.abstractmethod
+    def conversation(self, body: dict[str, Any]) -> Conversation: ...
+
+    @abc.abstractmethod
+    def canonical(self, piece: Piece) -> Message:
+        """The canonical message of a piece, with its provider payload."""
+
+    @abc.abstractmethod
+    def rewritten(self, body: dict[str, Any], view: Sequence[ViewEntry], cache: CacheHints) -> dict[str, Any]:
+        """`body` with its history replaced by the view; every other field as the agent sent it."""
+
+    @abc.abstractmethod
+    def usage(self, response: dict[str, Any]) -> Usage: ...
+
+    @abc.abstractmethod
+    def stream_usage(self, event: dict[str, Any], so_far: Usage) -> Usage:
+        """The usage known after one stream event (its JSON data)."""
+
+    @abc.abstractmethod
+    def read_calls(self, response: dict[str, Any], name: str) -> list[ReadCall]:
+        """The calls of tool `name` in a (non-streamed) response."""
+
+    @abc.abstractmethod
+    def without_calls(self, response: dict[str, Any], name: str) -> dict[str, Any]:
+        """The (non-streamed) response without its calls of tool `name`."""
+
+    @abc.abstractmethod
+    def continued(self, body: dict[str, Any], response: dict[str, Any], answers: dict[str, str]) -> dict[str, Any]:
+        """`body` followed by the model's turn and the answers to its calls (by call id)."""
+
+    @abc.abstractmethod
+    def error(self, status: int, message: str, code: str = "") -> bytes:
+        """An error body in the provider's shape."""
+
+    @abc.abstractmethod
+    def context_length_error(self, tokens: int, limit: int) -> bytes:
+        """The provider's own answer to a prompt longer than the window (status 400)."""
+
+    def tools_with(self, body: dict[str, Any], definitions: Sequence[Json]) -> dict[str, Any]:
+        return {**body, "tools": [*(body.get("tools") or []), *definitions]}
+
+
+def dumps(value: Json) -> bytes:
+    return orjson.dumps(value)
+
+
+def as_list(value: Json) -> list[Json]:
+    return value if isinstance(value, list) else []
+
+
+def as_dict(value: Json) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def count(value: Json) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def text_of(value: Json) -> str:
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,316 @@
+"""Anthropic Messages (`POST /v1/messages`): `system` and `messages` of content blocks.
+
+Pieces: the system prompt; each assistant turn whole (thinking blocks with their signatures stay in
+its source, byte for byte); in a user turn, each `tool_result` block and then the other blocks.
+Consecutive view messages of one role form one turn again, so a user turn split into pieces is
+rendered as it was sent."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from ctxfold_client import Message, Role, ToolCall, Usage, adapters
+
+from ctxfold.gateway import attachments
+from ctxfold.gateway.formats import (
+    ApiFormat,
+    BadRequest,
+    CacheHints,
+    Conversation,
+    ReadCall,
+    ViewEntry,
+    as_dict,
+    as_list,
+    count,
+    dumps,
+    text_of,
+)
+from ctxfold.gateway.pieces import CACHE_CONTROL, Json, Piece, compact_json, join, with_payload
+
+# The provider's limit of cache breakpoints per request (tools, system and messages together).
+MAX_BREAKPOINTS = 4
+EPHEMERAL = {"type": "ephemeral"}
+_UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+NOT_RUN = "ctxfold: this call was not run (the same turn read a stored result); call it again if it is still needed"
+
+
+def _block_text(block: dict[str, Any]) -> tuple[str, int]:
+    """The canonical text of one non-tool block and the tokens its non-text part costs."""
+    kind = block.get("type")
+    if kind == "text":
+        return text_of(block.get("text")), 0
+    source = as_dict(block.get("source"))
+    if kind == "image":
+        if source.get("type") == "base64":
+            width, height = attachments.inline_image_size(text_of(source.get("data")))
+            image = attachments.Attachment("image", text_of(source.get("media_type")), width, height)
+        elif source.get("type") == "url":
+            image = attachments.image_from_url(text_of(source.get("url")))
+        else:
+            image = attachments.Attachment("image", text_of(source.get("file_id")))
+        return image.describe(), attachments.anthropic_image_tokens(image.width, image.height)
+    if kind == "document":
+        name = text_of(block.get("title")) or text_of(source.get("media_type")) or text_of(source.get("url"))
+        text = text_of(source.get("data")) if source.get("type") == "text" else ""
+        tokens = len(text) // 4 if text else attachments.UNKNOWN_DOCUMENT_TOKENS
+        return attachments.Attachment("document", name).describe(), tokens
+    return attachments.Attachment(str(kind), text_of(block.get("title")) or text_of(block.get("name"))).describe(), 0
+
+
+def _content_text(content: Json) -> tuple[str, int]:
+    if isinstance(content, str):
+        return content, 0
+    texts, tokens = [], 0
+    for block in as_list(content):
+        text, cost = _block_text(as_dict(block))
+        texts.append(text)
+        tokens += cost
+    return join(texts), tokens
+
+
+def _blocks(value: Json) -> list[Json]:
+    """A turn's content as a list of blocks (a string is one text block)."""
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}] if value else []
+    return list(as_list(value))
+
+
+class AnthropicMessages(ApiFormat):
+    api = "anthropic_messages"
+    provider = "anthropic"
+    tool_format = "anthropic"
+    path = "/v1/messages"
+
+    def conversation(self, body: dict[str, Any]) -> Conversation:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise BadRequest("messages: Field required (a list of messages)")
+        pieces: list[Piece] = []
+        system = body.get("system")
+        if system:
+            pieces.append(Piece(Role.SYSTEM, system))
+        for index, message in enumerate(map(as_dict, messages)):
+            role, content = message.get("role"), message.get("content")
+            if role not in ("user", "assistant") or not isinstance(content, str | list):
+                raise BadRequest(f"messages.{index}: a message needs role user or assistant and a content")
+            if role == "assistant":
+                pieces.append(Piece(Role.ASSISTANT, content))
+            elif isinstance(content, str):
+                pieces.append(Piece(Role.USER, content))
+            else:
+                results = [b for b in content if as_dict(b).get("type") == "tool_result"]
+                others = [b for b in content if as_dict(b).get("type") != "tool_result"]
+                pieces.extend(Piece(Role.TOOL, [result]) for result in results)
+                if others:
+                    pieces.append(Piece(Role.USER, others))
+        return Conversation(
+            pieces=tuple(pieces),
+            model=text_of(body.get("model")),
+            stream=body.get("stream") is True,
+            max_output_tokens=count(body.get("max_tokens")),
+            tools=tuple(as_list(body.get("tools"))),
+        )
+
+    def canonical(self, piece: Piece) -> Message:
+        if piece.role is Role.TOOL:
+            block = as_dict(piece.source[0])
+            text, tokens = _content_text(block.get("content", ""))
+            call_id = text_of(block.get("tool_use_id"))
+            message = Message(role=Role.TOOL, content=text, tool_call_id=call_id)
+            plain: Json = [{"type": "tool_result", "tool_use_id": call_id, "content": text}]
+            return with_payload(self.api, piece, message, plain, tokens)
+        if piece.role is Role.ASSISTANT:
+            message = self._assistant(piece.source)
+            return with_payload(self.api, piece, message, self._plain_assistant(message), 0)
+        text, tokens = _content_text(piece.source)
+        return with_payload(self.api, piece, Message(role=piece.role, content=text), text, tokens)
+
+    def _assistant(self, content: Json) -> Message:
+        if isinstance(content, str):
+            return Message(role=Role.ASSISTANT, content=content)
+        texts, thinking, calls = [], [], []
+        for block in map(as_dict, as_list(content)):
+            kind = block.get("type")
+            if kind == "text":
+                texts.append(text_of(block.get("text")))
+            elif kind == "thinking":
+                thinking.append(text_of(block.get("thinking")))
+            elif kind == "tool_use":
+                arguments = compact_json(block.get("input") or {})
+                calls.append(
+                    ToolCall(id=text_of(block.get("id")), name=text_of(block.get("name")), arguments=arguments)
+                )
+        return Message(
+            role=Role.ASSISTANT, content=join(texts), reasoning_content=join(thinking), tool_calls=tuple(calls)
+        )
+
+    def _plain_assistant(self, message: Message) -> Json:
+        blocks: list[Json] = [{"type": "text", "text": message.content}] if message.content else []
+        for call in message.tool_calls:
+            blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": adapters_input(call)})
+        return blocks
+
+    def _plain(self, message: Message) -> Json:
+        if message.role is Role.ASSISTANT:
+            return self._plain_assistant(message)
+        if message.role is Role.TOOL:
+            return [{"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}]
+        return message.content
+
+    def rewritten(self, body: dict[str, Any], view: Sequence[ViewEntry], cache: CacheHints) -> dict[str, Any]:
+        """Anthropic caches by prefix and breakpoints (no cache key): one at the end of the stable
+        prefix, one at the last turn."""
+        out = dict(body)
+        out.pop("system", None)
+        turns: list[tuple[str, Json]] = []
+        stable_turns = 0
+        for index, entry in enumerate(view):
+            value = entry.source if entry.source is not None else self._plain(entry.message)
+            if index == 0 and entry.message.role is Role.SYSTEM:
+                out["system"] = value
+                continue
+            role = "assistant" if entry.message.role is Role.ASSISTANT else "user"
+            if turns and turns[-1][0] == role:
+                turns[-1] = (role, [*_blocks(turns[-1][1]), *_blocks(value)])
+            else:
+                turns.append((role, value))
+            if index < cache.stable_messages:
+                stable_turns = len(turns)
+        out["messages"] = [{"role": role, "content": content} for role, content in turns]
+        return place_breakpoints(out, stable_turns)
+
+    def usage(self, response: dict[str, Any]) -> Usage:
+        return adapters.anthropic_messages.from_response(response).usage
+
+    def stream_usage(self, event: dict[str, Any], so_far: Usage) -> Usage:
+        kind = event.get("type")
+        if kind == "message_start":
+            usage = as_dict(as_dict(event.get("message")).get("usage"))
+            cached = count(usage.get("cache_read_input_tokens"))
+            total = count(usage.get("input_tokens")) + cached + count(usage.get("cache_creation_input_tokens"))
+            return Usage(total, cached, count(usage.get("output_tokens")), so_far.finish_reason)
+        if kind == "message_delta":
+            usage = as_dict(event.get("usage"))
+            reason = text_of(as_dict(event.get("delta")).get("stop_reason")) or so_far.finish_reason
+            output = count(usage.get("output_tokens")) or so_far.output_tokens
+            return Usage(so_far.input_tokens, so_far.cached_input_tokens, output, reason)
+        return so_far
+
+    def read_calls(self, response: dict[str, Any], name: str) -> list[ReadCall]:
+        return [
+            ReadCall(text_of(block.get("id")), compact_json(block.get("input") or {}))
+            for block in map(as_dict, as_list(response.get("content")))
+            if _is_call(block, name)
+        ]
+
+    def without_calls(self, response: dict[str, Any], name: str) -> dict[str, Any]:
+        content = [b for b in map(as_dict, as_list(response.get("content"))) if not _is_call(b, name)]
+        stop = response.get("stop_reason")
+        if stop == "tool_use" and not any(b.get("type") == "tool_use" for b in content):
+            stop = "end_turn"
+        return {**response, "content": content, "stop_reason": stop}
+
+    def continued(self, body: dict[str, Any], response: dict[str, Any], answers: dict[str, str]) -> dict[str, Any]:
+        content = as_list(response.get("content"))
+        results = [
+            {
+                "type": "tool_result",
+                "tool_use_id": block.get("id"),
+                "content": answers.get(text_of(block.get("id")), NOT_RUN),
+            }
+            for block in map(as_dict, content)
+            if block.get("type") == "tool_use"
+        ]
+        turns = [{"role": "assistant", "content": content}, {"role": "user", "content": results}]
+        return {**body, "messages": [*as_list(body.get("messages")), *turns]}
+
+    def error(self, status: int, message: str, code: str = "") -> bytes:
+        kind = code or _ERROR_TYPES.get(status, "api_error")
+        return dumps({"type": "error", "error": {"type": kind, "message": message}})
+
+    def context_length_error(self, tokens: int, limit: int) -> bytes:
+        return self.error(400, f"prompt is too long: {tokens} tokens > {limit} maximum")
+
+
+def _is_call(block: dict[str, Any], name: str) -> bool:
+    return block.get("type") == "tool_use" and block.get("name") == name
+
+
+def adapters_input(call: ToolCall) -> Json:
+    """A tool call's arguments as the `input` object of a tool_use block."""
+    try:
+        value = orjson.loads(call.arguments or "{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def place_breakpoints(body: dict[str, Any], stable_turns: int) -> dict[str, Any]:
+    """Cache breakpoints at the end of the stable prefix (the first `stable_turns` turns, or the
+    system prompt when 0) and at the last turn, keeping the agent's own breakpoints while the total
+    stays within the provider's four: the agent's oldest ones in messages go first."""
+    out = dict(body)
+    messages = [dict(m) for m in as_list(body.get("messages"))]
+    out["messages"] = messages
+    wanted: list[tuple[str, int]] = []  # ("system", -1) or ("message", index)
+    if stable_turns > 0 and stable_turns <= len(messages):
+        wanted.append(("message", stable_turns - 1))
+    elif out.get("system"):
+        wanted.append(("system", -1))
+    if messages:
+        wanted.append(("message", len(messages) - 1))
+    for where, index in wanted:
+        if where == "system":
+            out["system"] = _marked(out["system"])
+        else:
+            messages[index]["content"] = _marked(messages[index].get("content"))
+    required = {index for where, index in wanted if where == "message"}
+    excess = _count_breakpoints(out) - MAX_BREAKPOINTS
+    for index, message in enumerate(messages):
+        if excess <= 0:
+            break
+        if index in required or not isinstance(message.get("content"), list):
+            continue
+        blocks = []
+        for block in message["content"]:
+            if excess > 0 and isinstance(block, dict) and CACHE_CONTROL in block:
+                blocks.append({k: v for k, v in block.items() if k != CACHE_CONTROL})
+                excess -= 1
+            else:
+                blocks.append(block)
+        message["content"] = blocks
+    return out
+
+
+def _marked(content: Json) -> Json:
+    """`content` with a breakpoint on its last block that can carry one (unchanged when one is there)."""
+    blocks = _blocks(content)
+    for position in range(len(blocks) - 1, -1, -1):
+        block = as_dict(blocks[position])
+        if block.get("type") in _UNCACHEABLE:
+            continue
+        if CACHE_CONTROL not in block:
+            blocks[position] = {**block, CACHE_CONTROL: dict(EPHEMERAL)}
+        return blocks
+    return content
+
+
+def _count_breakpoints(body: dict[str, Any]) -> int:
+    total = sum(1 for tool in as_list(body.get("tools")) if CACHE_CONTROL in as_dict(tool))
+    system = body.get("system")
+    total += sum(1 for block in as_list(system) if CACHE_CONTROL in as_dict(block))
+    for message in as_list(body.get("messages")):
+        total += sum(1 for block in as_list(as_dict(message).get("content")) if CACHE_CONTROL in as_dict(block))
+    return total

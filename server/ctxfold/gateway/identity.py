@@ -1,0 +1,66 @@
+"""Which session a request belongs to, and the window of a new one.
+
+A request names its session with the `x-ctxfold-session` header; without it the key is derived
+from what stays the same for the whole of one conversation and differs between two: the provider
+API, the model family (the model name without a trailing date), the system prompt and the first
+user message. Either way the key is prefixed with a digest of the agent's API key, so two API keys
+never share a session, and the server scopes keys by tenant."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+
+from ctxfold_client import Role
+
+from ctxfold.gateway.pieces import Piece, stable_json
+
+# Context windows of current models by name prefix (the longest matching prefix wins); a model that
+# matches none gets DEFAULT_WINDOW. Overridden by the gateway's `context_windows` setting and, for
+# the request that creates the session, by the `x-ctxfold-context-window` header.
+MODEL_WINDOWS: Mapping[str, int] = {
+    "claude": 200_000,
+    "gpt-4o": 128_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-4-turbo": 128_000,
+    "gpt-5": 400_000,
+    "o1": 200_000,
+    "o3": 200_000,
+    "o4-mini": 200_000,
+    "deepseek": 128_000,
+    "gemini": 1_048_576,
+    "grok-4": 256_000,
+    "qwen3": 262_144,
+}
+DEFAULT_WINDOW = 128_000
+_DATE_SUFFIX = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
+
+
+def model_family(model: str) -> str:
+    return _DATE_SUFFIX.sub("", model)
+
+
+def context_window(model: str, overrides: Mapping[str, int]) -> int:
+    for table in (overrides, MODEL_WINDOWS):
+        matches = [prefix for prefix in table if model.startswith(prefix)]
+        if matches:
+            return table[max(matches, key=len)]
+    return DEFAULT_WINDOW
+
+
+def api_key_digest(api_key: str) -> str:
+    """What the gateway keeps of an API key: 16 hex digits of its SHA-256 (never the key)."""
+    return hashlib.sha256(api_key.encode()).hexdigest()[:16]
+
+
+def session_key(api: str, api_key: str, header_key: str, model: str, pieces: Sequence[Piece]) -> str:
+    """The key of the request's session: the header's, or one derived from the conversation's opening."""
+    if header_key:
+        return f"{api_key_digest(api_key)}:{header_key}"
+    digest = hashlib.sha256(f"{api}\x00{model_family(model)}\x00".encode())
+    system = next((p for p in pieces[:1] if p.role is Role.SYSTEM), None)
+    first_user = next((p for p in pieces if p.role is Role.USER), None)
+    for piece in (system, first_user):
+        digest.update(b"\x00" + (stable_json(piece.source) if piece is not None else b""))
+    return f"{api_key_digest(api_key)}:derived:{digest.hexdigest()[:32]}"

@@ -1,0 +1,93 @@
+"""The unit the gateway reconciles: a *piece* is the part of an agent's request that becomes one
+canonical message (a Chat message; an Anthropic assistant turn, or one tool_result block, or the
+other blocks of a user turn; a Responses input item, or the run of output items of one assistant
+turn). Its `source` is the provider JSON as the agent sent it; its fingerprint is a digest of that
+JSON without `cache_control` (agents move their cache breakpoints from turn to turn, which changes
+nothing the model reads)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from ctxfold_client import Message, ProviderPayload, Role
+
+Json = Any  # a value parsed from JSON: dict, list, str, int, float, bool or None
+CACHE_CONTROL = "cache_control"
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    role: Role
+    source: Json
+
+
+def without_cache_control(value: Json) -> Json:
+    """`value` with every `cache_control` key removed, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_cache_control(v) for k, v in value.items() if k != CACHE_CONTROL}
+    if isinstance(value, list):
+        return [without_cache_control(v) for v in value]
+    return value
+
+
+def stable_json(source: Json) -> bytes:
+    """The source as compact JSON without cache breakpoints: what a fingerprint digests and a payload
+    stores. Most sources have no breakpoint and are serialized once."""
+    raw = orjson.dumps(source)
+    return orjson.dumps(without_cache_control(source)) if b'"cache_control"' in raw else raw
+
+
+def fingerprint(api: str, piece: Piece) -> str:
+    digest = hashlib.sha256(f"{api}\x00{piece.role.value}\x00".encode())
+    digest.update(stable_json(piece.source))
+    return digest.hexdigest()[:32]
+
+
+def request_fingerprints(
+    api: str, pieces: Sequence[Piece], known: Sequence[str], known_json: bytes
+) -> tuple[list[str], bytes]:
+    """The fingerprints of a request's pieces, and the JSON of the pieces that vouches for them.
+
+    `known` are the fingerprints of a previous request's pieces and `known_json` their JSON. When
+    that JSON is a prefix of this request's, ending at a piece boundary (JSON values delimit
+    themselves, so the first pieces are then byte-identical), their fingerprints are reused and only
+    the new pieces are hashed: an appended turn costs one serialization and one comparison of the
+    history, not a digest of every message."""
+    current = orjson.dumps([[piece.role.value, piece.source] for piece in pieces])
+    reusable = (
+        0 < len(known) <= len(pieces)
+        and current.startswith(known_json[:-1])
+        and current[len(known_json) - 1 : len(known_json)] in (b",", b"]")
+    )
+    if reusable:
+        return [*known, *(fingerprint(api, piece) for piece in pieces[len(known) :])], current
+    return [fingerprint(api, piece) for piece in pieces], current
+
+
+def with_payload(api: str, piece: Piece, message: Message, plain: Json, tokens: int) -> Message:
+    """`message` carrying its provider payload: the fingerprint always, the source JSON only when
+    the canonical fields do not render it (`plain` is what they render), the attachments' tokens."""
+    stable = without_cache_control(piece.source)
+    json_text = "" if stable == plain else orjson.dumps(stable).decode()
+    payload = ProviderPayload(format=api, json=json_text, fingerprint=fingerprint(api, piece), tokens=tokens)
+    return Message(
+        role=message.role,
+        content=message.content,
+        tool_calls=message.tool_calls,
+        tool_call_id=message.tool_call_id,
+        reasoning_content=message.reasoning_content,
+        name=message.name,
+        provider_payload=payload,
+    )
+
+
+def join(parts: list[str]) -> str:
+    return "\n".join(p for p in parts if p)
+
+
+def compact_json(value: Json) -> str:
+    return orjson.dumps(value).decode()

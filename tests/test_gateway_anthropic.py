@@ -1,0 +1,126 @@
+"""The gateway under the official `anthropic` Python SDK: thinking blocks whose signatures arrive
+byte-exact, images (described in canonical, counted by Anthropic's formula), streams, cache
+breakpoints within the provider's four."""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+
+import anthropic
+import orjson
+
+from ctxfold.gateway.attachments import anthropic_image_tokens
+from ctxfold.gateway.formats.anthropic_messages import MAX_BREAKPOINTS, _count_breakpoints
+from fake_upstream import MESSAGES, Call, Reply
+from gateway_fixtures import Stack, stack
+
+__all__ = ["stack"]
+
+SIGNATURE = "EqQBCkgIBRABGAIiQJ3+/sig/with=odd+bytes" + "A" * 64
+
+
+def client(stack: Stack, session: str) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(
+        base_url=stack.url, api_key="sk-ant-test", default_headers={"x-ctxfold-session": session}, max_retries=0
+    )
+
+
+def png(width: int, height: int) -> str:
+    """A tiny valid PNG header of the given size (the gateway reads only the header)."""
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + header
+    data = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(header)) + chunk + struct.pack(">I", zlib.crc32(chunk))
+    return base64.b64encode(data + b"\x00" * 64).decode()
+
+
+async def test_thinking_signatures_reach_the_upstream_byte_exact(stack: Stack) -> None:
+    agent = client(stack, "thinking")
+    stack.upstream.reply(
+        MESSAGES,
+        Reply(
+            text="", thinking=(("I should list the files.", SIGNATURE),), calls=(Call("toolu_1", "bash", '{"c":"ls"}'),)
+        ),
+        Reply(text="There are two files."),
+    )
+    messages: list[dict[str, object]] = [{"role": "user", "content": "What is here?"}]
+    kwargs = {"model": "claude-sonnet-4-5", "max_tokens": 2048, "system": "You are terse.",
+              "thinking": {"type": "enabled", "budget_tokens": 1024}}  # fmt: skip
+    first = await agent.messages.create(messages=messages, **kwargs)  # type: ignore[arg-type]
+    messages.append({"role": "assistant", "content": [block.model_dump() for block in first.content]})
+    messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a b"}]})
+    raw = await agent.messages.with_raw_response.create(messages=messages, **kwargs)  # type: ignore[arg-type]
+    assert raw.http_response.content == stack.upstream.sent[-1]
+    seen = stack.upstream.last(MESSAGES)
+    assert f'"signature":"{SIGNATURE}"'.encode() in seen.raw
+    sent = seen.body
+    assert sent["thinking"] == kwargs["thinking"] and sent["max_tokens"] == 2048
+    assert sent["messages"][1]["content"][0] == {
+        "type": "thinking",
+        "thinking": "I should list the files.",
+        "signature": SIGNATURE,
+    }
+    transcript = await stack.transcript(raw.headers["x-ctxfold-session"])
+    assert [m.role.name for m in transcript] == ["SYSTEM", "USER", "ASSISTANT", "TOOL"]
+    assert transcript[2].reasoning_content == "I should list the files."
+    assert transcript[2].provider_payload is not None and SIGNATURE in transcript[2].provider_payload.json
+
+
+async def test_an_image_is_described_in_canonical_and_counted(stack: Stack) -> None:
+    agent = client(stack, "image")
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png(1280, 800)}}
+    messages = [{"role": "user", "content": [image, {"type": "text", "text": "What does this screenshot show?"}]}]
+    raw = await agent.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=512, messages=messages)  # type: ignore[arg-type]
+    user = (await stack.transcript(raw.headers["x-ctxfold-session"]))[0]
+    assert user.content == "[image: image/png, 1280x800]\nWhat does this screenshot show?"
+    assert user.provider_payload is not None
+    assert user.provider_payload.tokens == anthropic_image_tokens(1280, 800)
+    assert user.tokens > user.provider_payload.tokens
+    sent = stack.upstream.last(MESSAGES).body["messages"][0]["content"]
+    assert sent[0] == image
+
+
+async def test_a_stream_passes_through_unchanged(stack: Stack) -> None:
+    agent = client(stack, "stream")
+    stack.upstream.reply(MESSAGES, Reply(text="Streamed answer.", thinking=(("hmm", SIGNATURE),)))
+    async with agent.messages.with_streaming_response.create(
+        model="claude-sonnet-4-5", max_tokens=512, stream=True, messages=[{"role": "user", "content": "Go."}]
+    ) as response:
+        received = b"".join([chunk async for chunk in response.iter_bytes()])
+    assert received == stack.upstream.sent[-1]
+    async with agent.messages.stream(
+        model="claude-sonnet-4-5", max_tokens=512, messages=[{"role": "user", "content": "Go."}]
+    ) as events:
+        message = await events.get_final_message()
+    assert message.content[0].type == "text"
+
+
+async def test_cache_breakpoints_stay_within_four_keeping_the_agents_last(stack: Stack) -> None:
+    agent = client(stack, "breakpoints")
+    marked = {"type": "ephemeral"}
+    system = [
+        {"type": "text", "text": "Rules.", "cache_control": marked},
+        {"type": "text", "text": "More.", "cache_control": marked},
+    ]
+    messages: list[dict[str, object]] = []
+    for turn in range(4):
+        messages.append(
+            {"role": "user", "content": [{"type": "text", "text": f"question {turn}", "cache_control": marked}]}
+        )
+        messages.append({"role": "assistant", "content": f"answer {turn}"})
+    messages.append({"role": "user", "content": "last question"})
+    await agent.messages.create(model="claude-sonnet-4-5", max_tokens=512, system=system, messages=messages)  # type: ignore[arg-type]
+    sent = stack.upstream.last(MESSAGES).body
+    assert _count_breakpoints(sent) == MAX_BREAKPOINTS
+    assert sent["messages"][-1]["content"][-1]["cache_control"] == marked  # the gateway's, on the last turn
+    assert sent["system"] == system  # the agent's own on the system prompt still apply
+
+
+async def test_count_tokens_and_models_pass_through(stack: Stack) -> None:
+    agent = client(stack, "pass")
+    raw = await agent.messages.with_raw_response.count_tokens(
+        model="claude-sonnet-4-5", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert raw.http_response.content == stack.upstream.sent[-1]
+    assert orjson.loads(orjson.loads(raw.http_response.content)["echo"])["messages"][0]["content"] == "hi"

@@ -1,0 +1,24 @@
+"""bench/gateway.py runs end to end (tiny sizes) and prints every mode, the goals and the saving: it
+measures nothing here; it only must not rot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_gateway_benchmark_runs(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    command = [sys.executable, str(ROOT / "bench" / "gateway.py"), "--quick", "--json", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for line in ("direct ", "pass_through ", "ctxfold ", "goal added p50", "saving over"):
+        assert line in result.stdout, result.stdout
+    document = json.loads(out.read_text())
+    assert set(document["modes"]) == {"direct", "pass_through", "ctxfold"}
+    assert all(mode["requests_per_s"] > 0 for mode in document["modes"].values())
+    assert document["saving"]["upstream_tokens"] < document["saving"]["agent_tokens"]

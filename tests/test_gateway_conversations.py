@@ -1,0 +1,202 @@
+"""Conversations through the gateway over many turns: divergence rewinds (an edit, a retry), folds
+(the upstream never gets more than the trigger after the first fold, every message the agent sent
+stays in canonical), the read tool answered inside the gateway, errors in the provider's shape,
+fail open / fail closed, tenants, and restarts of the gateway and of the server."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import openai
+import orjson
+import pytest
+
+from conftest import free_port, settings_for
+from ctxfold.gateway.app import start_gateway
+from ctxfold.server import start
+from fake_upstream import CHAT, Call, FakeUpstream, Reply
+from gateway_fixtures import Stack, gateway_settings, make_stack, stack
+
+__all__ = ["stack"]
+
+SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
+TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+
+
+def client(url: str, session: str = "", api_key: str = "sk-test", window: int = 0) -> openai.AsyncOpenAI:
+    headers = {"x-ctxfold-session": session} if session else {}
+    if window:
+        headers["x-ctxfold-context-window"] = str(window)
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=api_key, default_headers=headers, max_retries=0)
+
+
+async def ask(agent: openai.AsyncOpenAI, messages: list[dict[str, Any]]) -> Any:
+    return await agent.chat.completions.with_raw_response.create(model="gpt-4.1", messages=messages, tools=TOOLS)  # type: ignore[arg-type]
+
+
+async def test_an_edit_rewinds_and_keeps_the_old_branch_readable(stack: Stack) -> None:
+    agent = client(stack.url, "edit")
+    history = [SYSTEM, {"role": "user", "content": "Fix the bug in a.py"}]
+    first = await ask(agent, history)
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "Also b.py"}]
+    await ask(agent, history)
+    edited = [SYSTEM, {"role": "user", "content": "Fix the bug in c.py"}]
+    raw = await ask(agent, edited)
+    session_id = raw.headers["x-ctxfold-session"]
+    assert session_id == first.headers["x-ctxfold-session"]
+    assert [m.content for m in await stack.transcript(session_id)] == [SYSTEM["content"], "Fix the bug in c.py"]
+    everything = await stack.transcript(session_id, include_abandoned=True)
+    assert {m.content for m in everything if m.abandoned} == {"Fix the bug in a.py", "ok", "Also b.py"}
+
+
+async def test_a_retry_rewinds_to_before_the_answer(stack: Stack) -> None:
+    agent = client(stack.url, "retry")
+    history = [SYSTEM, {"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "9"},
+               {"role": "user", "content": "That is not prime."}]  # fmt: skip
+    await ask(agent, history)
+    raw = await ask(agent, history[:2])  # the agent drops the bad answer and asks again
+    assert [m.content for m in await stack.transcript(raw.headers["x-ctxfold-session"])] == [
+        SYSTEM["content"],
+        "Name a prime.",
+    ]
+
+
+async def test_without_a_header_one_conversation_keeps_one_session(stack: Stack) -> None:
+    agent = client(stack.url)
+    one = [SYSTEM, {"role": "user", "content": "Task one"}]
+    two = [SYSTEM, {"role": "user", "content": "Task two"}]
+    first = await ask(agent, one)
+    again = await ask(agent, [*one, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}])
+    other = await ask(agent, two)
+    assert first.headers["x-ctxfold-session"] == again.headers["x-ctxfold-session"]
+    assert other.headers["x-ctxfold-session"] != first.headers["x-ctxfold-session"]
+    other_key = await ask(client(stack.url, api_key="sk-another"), one)
+    assert other_key.headers["x-ctxfold-session"] != first.headers["x-ctxfold-session"]
+
+
+async def test_one_session_header_under_two_api_keys_is_two_sessions(stack: Stack) -> None:
+    history = [SYSTEM, {"role": "user", "content": "hello"}]
+    first = await ask(client(stack.url, "shared-name", api_key="sk-alice"), history)
+    second = await ask(client(stack.url, "shared-name", api_key="sk-bob"), history)
+    assert first.headers["x-ctxfold-session"] != second.headers["x-ctxfold-session"]
+
+
+def read_then_answer(body: dict[str, Any]) -> Reply:
+    """The model reads the first stored result it is shown when the gateway offers the read tool."""
+    offered = any(t.get("function", {}).get("name") == "read_tool_result" for t in body.get("tools", []))
+    answered = any(
+        m.get("role") == "tool" and str(m.get("tool_call_id", "")).startswith("read_") for m in body["messages"]
+    )
+    refs = re.findall(r"tr_[a-z2-7]{16}", orjson.dumps(body["messages"]).decode())
+    if offered and refs and not answered:
+        return Reply(
+            text="", calls=(Call("read_1", "read_tool_result", orjson.dumps({"result_ref": refs[0]}).decode()),)
+        )
+    return Reply(text="", calls=(Call(f"call_{len(body['messages'])}", "bash", '{"cmd": "cat big.log"}'),))
+
+
+async def test_folds_keep_the_upstream_under_the_trigger_and_canonical_whole(stack: Stack) -> None:
+    window = 6000
+    agent = client(stack.url, "folding", window=window)
+    history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Find the failing line in big.log."}]
+    stack.upstream.reply(CHAT, *[read_then_answer] * 60)
+    actions, folded_at = [], None
+    for turn in range(24):
+        raw = await ask(agent, history)
+        sent = list(history)
+        actions.append(raw.headers["x-ctxfold-action"])
+        view_tokens = int(raw.headers["x-ctxfold-view-tokens"])
+        if folded_at is not None:
+            assert view_tokens <= int(window * 0.8), f"turn {turn}: {view_tokens} tokens went upstream"
+        elif actions[-1] == "folded":
+            folded_at = turn
+        message = raw.parse().choices[0].message
+        assert all(c.function.name != "read_tool_result" for c in message.tool_calls or [])
+        history.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls or []:
+            log = "\n".join(f"{turn}:{line} INFO all good at step {line}" for line in range(60))
+            history.append({"role": "tool", "tool_call_id": call.id, "content": log})
+    stack.upstream.script.pop(CHAT)
+    assert folded_at is not None, actions
+    session_id = raw.headers["x-ctxfold-session"]
+    transcript = await stack.transcript(session_id)
+    assert [(m.role.name.lower(), m.content) for m in transcript] == [(m["role"], m.get("content") or "") for m in sent]
+    last = stack.upstream.last(CHAT).body
+    assert len(last["messages"]) < len(history)
+    rounds = [s for s in stack.upstream.seen if s.path == CHAT and '"read_1"' in s.raw.decode()]
+    assert rounds, "the read tool was never called"
+    assert any('"tool_call_id":"read_1"' in s.raw.decode() for s in rounds)  # answered inside the gateway
+
+
+async def test_errors_come_in_the_providers_shape(stack: Stack) -> None:
+    agent = client(stack.url, "errors")
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{stack.url}/v1/chat/completions", data=b"{not json") as answer:
+            assert answer.status == 400
+            assert (await answer.json())["error"]["type"] == "invalid_request_error"
+        async with http.post(f"{stack.url}/v1/messages", data=b"[1]") as answer:
+            body = await answer.json()
+            assert answer.status == 400 and body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    limited = orjson.dumps({"error": {"message": "slow down", "type": "rate_limit_error", "code": None}})
+    stack.upstream.reply(CHAT, Reply(status=429, error_body=limited))
+    with pytest.raises(openai.RateLimitError) as raised:
+        await agent.chat.completions.create(model="gpt-4.1", messages=[SYSTEM, {"role": "user", "content": "hi"}])  # type: ignore[list-item]
+    assert raised.value.response.content == limited
+    small = client(stack.url, "too-long", window=1000)
+    with pytest.raises(openai.BadRequestError) as too_long:
+        messages = [{"role": "system", "content": "rule " * 5000}, {"role": "user", "content": "hi"}]
+        await small.chat.completions.create(model="gpt-4.1", messages=messages)  # type: ignore[arg-type]
+    assert too_long.value.code == "context_length_exceeded"
+
+
+@pytest.mark.parametrize("fail_mode", ["open", "closed"])
+async def test_ctxfold_unreachable_fails_open_or_closed(tmp_path: Path, fail_mode: str) -> None:
+    upstream = FakeUpstream()
+    await upstream.start()
+    settings = gateway_settings(free_port(), upstream, fail_mode=fail_mode, timeout_seconds=2.0)
+    gateway = await start_gateway(settings)
+    try:
+        agent = client(f"http://127.0.0.1:{gateway.port}", "down")
+        messages = [SYSTEM, {"role": "user", "content": "hi"}]
+        if fail_mode == "open":
+            raw = await ask(agent, messages)
+            assert "unreachable" in raw.headers["x-ctxfold-warning"]
+            assert upstream.last(CHAT).raw == orjson.dumps({"model": "gpt-4.1", "messages": messages, "tools": TOOLS})
+        else:
+            with pytest.raises(openai.APIStatusError) as raised:
+                await ask(agent, messages)
+            assert raised.value.status_code == 503
+            assert "unreachable" in raised.value.message
+            assert not upstream.seen
+    finally:
+        await gateway.stop()
+        await upstream.stop()
+
+
+async def test_restarts_of_the_gateway_and_the_server_lose_nothing(tmp_path: Path) -> None:
+    async for running in make_stack(tmp_path):
+        history = [SYSTEM, {"role": "user", "content": "Long task."}]
+        for turn in range(3):
+            raw = await ask(client(running.url, "restarts"), history)
+            history += [{"role": "assistant", "content": f"step {turn}"}, {"role": "user", "content": f"go on {turn}"}]
+        session_id = raw.headers["x-ctxfold-session"]
+        # a new gateway process knows nothing of the session: it reads the transcript's fingerprints
+        await running.gateway.stop()
+        running.gateway = await start_gateway(gateway_settings(running.server.port, running.upstream))
+        raw = await ask(client(running.url, "restarts"), history)
+        assert raw.headers["x-ctxfold-session"] == session_id
+        # the server restarts on its database (same port) under the running gateway
+        port, database = running.server.port, running.server.settings.database_url()
+        await running.server.stop(grace=0.5)
+        running.server = await start(dataclasses.replace(settings_for(database), listen=f"127.0.0.1:{port}"))
+        history += [{"role": "assistant", "content": "after"}, {"role": "user", "content": "and now?"}]
+        raw = await ask(client(running.url, "restarts"), history)
+        assert raw.headers["x-ctxfold-action"] == "none" and "x-ctxfold-warning" not in raw.headers
+        everything = await running.transcript(session_id, include_abandoned=True)
+        assert [m.content for m in everything] == [m["content"] for m in history]
+        assert not any(m.abandoned for m in everything)

@@ -1,0 +1,211 @@
+"""The gateway's pure decisions, directly: reconciliation, session keys and windows, fingerprints and
+payloads, attachments and their token formulas, cache breakpoints, SSE events, usage reporting."""
+
+from __future__ import annotations
+
+import base64
+import struct
+
+import orjson
+import pytest
+from ctxfold_client import Action, Role
+
+from ctxfold.gateway.attachments import anthropic_image_tokens, image_size, openai_image_tokens
+from ctxfold.gateway.contexts import OBSERVE_INTERVAL_SECONDS, should_observe
+from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages, place_breakpoints
+from ctxfold.gateway.formats.openai_chat import OpenAIChat
+from ctxfold.gateway.formats.openai_responses import OpenAIResponses
+from ctxfold.gateway.identity import DEFAULT_WINDOW, context_window, model_family, session_key
+from ctxfold.gateway.pieces import Piece, fingerprint, request_fingerprints
+from ctxfold.gateway.reconcile import Plan, reconcile
+from ctxfold.gateway.sse import EventSplitter
+
+# ---- reconciliation ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("transcript", "request_", "plan"),
+    [
+        ([], ["a", "b"], Plan(keep=0, rewind=False)),  # a new session: append everything
+        (["a", "b"], ["a", "b", "c", "d"], Plan(keep=2, rewind=False)),  # the common case: the new suffix
+        (["a", "b"], ["a", "b"], Plan(keep=2, rewind=False)),  # the same request again
+        (["a", "b", "c"], ["a", "x", "c", "d"], Plan(keep=1, rewind=True)),  # an edit: rewind to the last common
+        (["a", "b", "c"], ["a", "b"], Plan(keep=2, rewind=True)),  # a retry: the answer is dropped
+        (["a", "b", "c"], ["z"], Plan(keep=0, rewind=True)),  # another conversation under the same key
+    ],
+)
+def test_reconcile(transcript: list[str], request_: list[str], plan: Plan) -> None:
+    assert reconcile(transcript, request_) == plan
+
+
+# ---- identity -------------------------------------------------------------------------------------
+
+
+def test_a_header_key_is_scoped_by_the_api_key() -> None:
+    pieces = (Piece(Role.USER, "hi"),)
+    one = session_key("openai_chat", "sk-a", "my-task", "gpt-4.1", pieces)
+    assert one.endswith(":my-task")
+    assert one != session_key("openai_chat", "sk-b", "my-task", "gpt-4.1", pieces)
+    assert "sk-a" not in one
+
+
+def test_a_derived_key_follows_the_opening_not_the_rest() -> None:
+    system, task = Piece(Role.SYSTEM, "Be brief."), Piece(Role.USER, "Fix a.py")
+    base = session_key("openai_chat", "sk", "", "gpt-4.1-2025-04-14", (system, task))
+    later = (system, task, Piece(Role.ASSISTANT, {"role": "assistant", "content": "ok"}), Piece(Role.USER, "more"))
+    assert session_key("openai_chat", "sk", "", "gpt-4.1", later) == base  # same family, same opening
+    assert session_key("openai_chat", "sk", "", "gpt-4.1", (system, Piece(Role.USER, "Fix b.py"))) != base
+    assert session_key("openai_chat", "sk", "", "gpt-4.1", (Piece(Role.SYSTEM, "Other."), task)) != base
+    assert session_key("anthropic_messages", "sk", "", "gpt-4.1", (system, task)) != base
+    assert session_key("openai_chat", "sk", "", "gpt-5", (system, task)) != base
+
+
+def test_windows_come_from_the_longest_matching_prefix() -> None:
+    assert context_window("claude-sonnet-4-5-20250929", {}) == 200_000
+    assert context_window("gpt-4.1-mini", {}) == 1_047_576
+    assert context_window("my-local-model", {}) == DEFAULT_WINDOW
+    assert context_window("gpt-4.1-mini", {"gpt-4.1-mini": 64_000}) == 64_000
+    assert model_family("claude-sonnet-4-5-20250929") == "claude-sonnet-4-5"
+
+
+# ---- pieces and payloads ----------------------------------------------------------------------------
+
+
+def test_fingerprints_ignore_moved_cache_breakpoints() -> None:
+    plain = Piece(Role.USER, [{"type": "text", "text": "hi"}])
+    marked = Piece(Role.USER, [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}])
+    assert fingerprint("anthropic_messages", plain) == fingerprint("anthropic_messages", marked)
+    assert fingerprint("anthropic_messages", plain) != fingerprint("anthropic_messages", Piece(Role.USER, "hi!"))
+
+
+def test_a_plain_message_carries_only_its_fingerprint() -> None:
+    message = OpenAIChat().canonical(Piece(Role.USER, {"role": "user", "content": "hi"}))
+    assert message.content == "hi"
+    assert message.provider_payload is not None and message.provider_payload.json == ""
+    developer = OpenAIChat().canonical(Piece(Role.SYSTEM, {"role": "developer", "content": "Rules."}))
+    assert developer.provider_payload is not None
+    assert orjson.loads(developer.provider_payload.json) == {"role": "developer", "content": "Rules."}
+
+
+def test_an_anthropic_user_turn_splits_into_results_then_text() -> None:
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py"},
+                                     {"type": "text", "text": "and then?"}]},
+    ]}  # fmt: skip
+    pieces = AnthropicMessages().conversation(body).pieces
+    assert [p.role for p in pieces] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.USER]
+    tool = AnthropicMessages().canonical(pieces[2])
+    assert (tool.tool_call_id, tool.content, tool.provider_payload and tool.provider_payload.json) == ("t1", "a.py", "")
+
+
+def test_responses_group_one_turns_items_into_one_assistant_message() -> None:
+    body = {"model": "o4-mini", "input": [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "enc"},
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "ls", "arguments": "{}"},
+        {"type": "function_call", "id": "fc_2", "call_id": "c2", "name": "pwd", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a.py"},
+        {"type": "function_call_output", "call_id": "c2", "output": "/src"},
+    ]}  # fmt: skip
+    conversation = OpenAIResponses().conversation(body)
+    assert [p.role for p in conversation.pieces] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.TOOL]
+    turn = OpenAIResponses().canonical(conversation.pieces[1])
+    assert [c.id for c in turn.tool_calls] == ["c1", "c2"]
+    assert OpenAIResponses().conversation({**body, "previous_response_id": "resp_1"}).not_reconciled
+
+
+# ---- attachments ----------------------------------------------------------------------------------
+
+
+def test_image_sizes_come_from_their_headers() -> None:
+    png = (
+        b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">II", 1280, 800) + b"\x08\x02\x00\x00\x00"
+    )
+    gif = b"GIF89a" + struct.pack("<HH", 640, 480)
+    jpeg = (
+        b"\xff\xd8\xff\xe0"
+        + struct.pack(">H", 16)
+        + b"JFIF\x00"
+        + b"\x00" * 9
+        + b"\xff\xc0\x00\x11\x08"
+        + struct.pack(">HH", 600, 1024)
+        + b"\x00" * 8
+    )
+    assert image_size(png) == (1280, 800)
+    assert image_size(gif) == (640, 480)
+    assert image_size(jpeg) == (1024, 600)
+    assert image_size(b"not an image") == (0, 0)
+    assert base64.b64encode(png)  # what the formats decode
+
+
+def test_image_token_formulas() -> None:
+    assert anthropic_image_tokens(1000, 1000) == 1334  # 1000 x 1000 / 750
+    assert anthropic_image_tokens(4000, 3000) <= 1600  # scaled down first
+    assert openai_image_tokens(1024, 1024) == 765  # scaled to 768 x 768: 4 tiles
+    assert openai_image_tokens(4096, 8192, "low") == 85
+    assert openai_image_tokens(2048, 4096) == 1105  # 768 x 1536: 6 tiles
+
+
+# ---- cache breakpoints ----------------------------------------------------------------------------
+
+
+def test_breakpoints_mark_the_stable_prefix_and_the_last_turn() -> None:
+    turns = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "next"},
+    ]
+    body = {"system": "Rules.", "messages": turns}
+    placed = place_breakpoints(body, stable_turns=1)
+    assert placed["messages"][0]["content"] == [
+        {"type": "text", "text": "task", "cache_control": {"type": "ephemeral"}}
+    ]
+    assert placed["messages"][2]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert placed["messages"][1]["content"] == "ok"
+    assert body["messages"][0]["content"] == "task"  # the agent's request is not changed in place
+    only_system = place_breakpoints({"system": "Rules.", "messages": [{"role": "user", "content": "x"}]}, 0)
+    assert only_system["system"][-1]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_thinking_blocks_never_get_a_breakpoint() -> None:
+    turn = [{"type": "text", "text": "a"}, {"type": "thinking", "thinking": "t", "signature": "s"}]
+    placed = place_breakpoints({"messages": [{"role": "assistant", "content": turn}]}, 1)
+    assert "cache_control" not in placed["messages"][0]["content"][1]
+    assert placed["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
+
+
+# ---- SSE and usage --------------------------------------------------------------------------------
+
+
+def test_events_are_cut_whole_whatever_the_chunks() -> None:
+    stream = b'event: a\ndata: {"x": 1}\n\n' + b"data: [DONE]\r\n\r\n"
+    for cut in range(1, len(stream)):
+        splitter = EventSplitter()
+        events = [*splitter.feed(stream[:cut]), *splitter.feed(stream[cut:])]
+        assert b"".join(e.raw for e in events) == stream
+        assert [e.data for e in events] == [{"x": 1}, None]
+
+
+def test_usage_is_reported_every_interval_and_after_every_fold() -> None:
+    assert should_observe(None, 100.0, Action.NONE)
+    assert not should_observe(100.0, 101.0, Action.NONE)
+    assert should_observe(100.0, 101.0, Action.FOLDED)
+    assert should_observe(100.0, 100.0 + OBSERVE_INTERVAL_SECONDS, Action.NONE)
+
+
+def test_fingerprints_of_an_unchanged_prefix_are_reused_and_only_new_pieces_hashed() -> None:
+    first = [Piece(Role.SYSTEM, "Be brief."), Piece(Role.USER, {"role": "user", "content": "hi"})]
+    known, known_json = request_fingerprints("openai_chat", first, [], b"")
+    assert known == [fingerprint("openai_chat", p) for p in first]
+    longer = [*first, Piece(Role.ASSISTANT, {"role": "assistant", "content": "ok"})]
+    stale = ["not", "hashed"]  # reused as given: the bytes vouch for them
+    assert request_fingerprints("openai_chat", longer, stale, known_json)[0][:2] == stale
+    edited = [first[0], Piece(Role.USER, {"role": "user", "content": "hello"}), longer[2]]
+    assert request_fingerprints("openai_chat", edited, stale, known_json)[0] == [
+        fingerprint("openai_chat", p) for p in edited
+    ]
+    # a first piece that merely starts like the old one is no prefix
+    grown = [Piece(Role.SYSTEM, "Be brief."), Piece(Role.USER, {"role": "user", "content": "hi", "name": "x"})]
+    assert request_fingerprints("openai_chat", grown, stale, known_json)[0][1] == fingerprint("openai_chat", grown[1])

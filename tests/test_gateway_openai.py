@@ -1,0 +1,132 @@
+"""The gateway under the official `openai` Python SDK, against the fake upstream: Chat Completions
+and Responses, streamed and not, tool-call loops with parallel calls, encrypted reasoning items."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from fake_upstream import CHAT, RESPONSES, Call, Reply
+from gateway_fixtures import Stack, stack
+
+__all__ = ["stack"]
+
+
+def client(stack: Stack, session: str = "", api_key: str = "sk-test-1") -> openai.AsyncOpenAI:
+    headers = {"x-ctxfold-session": session} if session else {}
+    return openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=api_key, default_headers=headers, max_retries=0)
+
+
+SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
+
+
+async def test_a_chat_answer_reaches_the_agent_byte_for_byte(stack: Stack) -> None:
+    agent = client(stack, "chat-bytes")
+    messages = [SYSTEM, {"role": "user", "content": "Say hello."}]
+    raw = await agent.chat.completions.with_raw_response.create(model="gpt-4.1", messages=messages)  # type: ignore[arg-type]
+    assert raw.http_response.content == stack.upstream.sent[-1]
+    assert raw.parse().choices[0].message.content == "ok"
+    assert raw.headers["x-ctxfold-action"] == "none"
+    assert int(raw.headers["x-ctxfold-view-tokens"]) > 0
+    session_id = raw.headers["x-ctxfold-session"]
+    assert [m.content for m in await stack.transcript(session_id)] == [SYSTEM["content"], "Say hello."]
+    upstream = stack.upstream.last(CHAT).body
+    assert upstream["messages"] == messages
+    assert upstream["prompt_cache_key"]
+    assert "authorization" in {k.lower() for k in stack.upstream.last(CHAT).headers}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_tool_loop_with_parallel_calls_appends_each_turn_once(stack: Stack, stream: bool) -> None:
+    agent = client(stack, f"chat-tools-{stream}")
+    calls = (Call("call_a", "read_file", '{"path": "a.py"}'), Call("call_b", "read_file", '{"path": "b.py"}'))
+    stack.upstream.reply(CHAT, Reply(text="", calls=calls), Reply(text="Both files are fine."))
+    messages: list[dict[str, object]] = [SYSTEM, {"role": "user", "content": "Check a.py and b.py."}]
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+    for _ in range(2):
+        if stream:
+            events = await agent.chat.completions.create(
+                model="gpt-4.1", messages=messages, tools=tools, stream=True,  # type: ignore[arg-type]
+                stream_options={"include_usage": True},
+            )  # fmt: skip
+            text, tool_calls = "", {}
+            async for chunk in events:
+                for choice in chunk.choices:
+                    text += choice.delta.content or ""
+                    for call in choice.delta.tool_calls or []:
+                        entry = tool_calls.setdefault(call.index, {"id": call.id, "arguments": "", "name": ""})
+                        entry["name"] += call.function.name or "" if call.function else ""
+                        entry["arguments"] += call.function.arguments or "" if call.function else ""
+            reply = {"role": "assistant", "content": text or None}
+            if tool_calls:
+                reply["tool_calls"] = [
+                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                    for c in tool_calls.values()
+                ]
+        else:
+            answer = await agent.chat.completions.create(model="gpt-4.1", messages=messages, tools=tools)  # type: ignore[arg-type]
+            reply = answer.choices[0].message.model_dump(exclude_none=True)
+        messages.append(reply)
+        for call in reply.get("tool_calls", []):  # type: ignore[union-attr]
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"contents of {call['id']}"})
+    assert text if stream else True
+    final = await agent.chat.completions.with_raw_response.create(model="gpt-4.1", messages=messages, tools=tools)  # type: ignore[arg-type]
+    transcript = await stack.transcript(final.headers["x-ctxfold-session"])
+    assert [m.role.name for m in transcript] == ["SYSTEM", "USER", "ASSISTANT", "TOOL", "TOOL", "ASSISTANT"]
+    assert [c.id for c in transcript[2].tool_calls] == ["call_a", "call_b"]
+    assert stack.upstream.last(CHAT).body["messages"] == messages
+
+
+async def test_a_streamed_chat_answer_reaches_the_agent_byte_for_byte(stack: Stack) -> None:
+    agent = client(stack, "chat-stream-bytes")
+    stack.upstream.reply(CHAT, Reply(text="A longer answer, streamed in pieces of eight characters."))
+    async with agent.chat.completions.with_streaming_response.create(
+        model="gpt-4.1",
+        messages=[SYSTEM, {"role": "user", "content": "Stream."}],
+        stream=True,  # type: ignore[list-item]
+    ) as response:
+        received = b"".join([chunk async for chunk in response.iter_bytes()])
+        assert response.headers["x-ctxfold-action"] == "none"
+    assert received == stack.upstream.sent[-1]
+
+
+async def test_responses_keep_reasoning_items_and_call_ids_verbatim(stack: Stack) -> None:
+    agent = client(stack, "responses-reasoning")
+    stack.upstream.reply(
+        RESPONSES,
+        Reply(
+            text="", calls=(Call("call_1", "shell", '{"cmd": "ls"}'),), reasoning=(("List files.", "gAAAAB-enc-1=="),)
+        ),
+        Reply(text="Done."),
+    )
+    items: list[object] = [{"role": "user", "content": "What is in this folder?"}]
+    first = await agent.responses.create(model="o4-mini", instructions="Be brief.", input=items, store=False)  # type: ignore[arg-type]
+    items += [item.model_dump(exclude_none=True) for item in first.output]
+    items.append({"type": "function_call_output", "call_id": "call_1", "output": "a.py b.py"})
+    raw = await agent.responses.with_raw_response.create(
+        model="o4-mini", instructions="Be brief.", input=items, store=False
+    )  # type: ignore[arg-type]
+    assert raw.http_response.content == stack.upstream.sent[-1]
+    sent = stack.upstream.last(RESPONSES).body
+    assert sent["instructions"] == "Be brief."
+    assert sent["input"] == items
+    reasoning = next(i for i in sent["input"] if isinstance(i, dict) and i.get("type") == "reasoning")
+    assert reasoning["encrypted_content"] == "gAAAAB-enc-1=="
+    transcript = await stack.transcript(raw.headers["x-ctxfold-session"])
+    assert [m.role.name for m in transcript] == ["SYSTEM", "USER", "ASSISTANT", "TOOL"]
+    assert transcript[2].reasoning_content == "List files."
+    payload = transcript[2].provider_payload
+    assert payload is not None and "gAAAAB-enc-1==" in payload.json
+    assert json.loads(payload.json)[1]["id"].startswith("fc_")
+
+
+async def test_a_streamed_response_passes_event_by_event(stack: Stack) -> None:
+    agent = client(stack, "responses-stream")
+    stack.upstream.reply(RESPONSES, Reply(text="Streaming through the gateway works."))
+    async with agent.responses.stream(model="gpt-5", input="Stream please.") as events:
+        text = "".join([e.delta async for e in events if e.type == "response.output_text.delta"])
+        final = await events.get_final_response()
+    assert text == "Streaming through the gateway works."
+    assert final.usage is not None and final.usage.input_tokens > 0
