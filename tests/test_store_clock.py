@@ -1,14 +1,18 @@
-"""The store stamps every row and times every lease with the clock it is given, never the system's."""
+"""The store stamps every row and times every lease with the clock it is given, never the system's (and
+the service stamps appends with the store's)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from conftest import fresh_database
-from ctxfold.engine.model import Role, StoredMessage
+from ctxfold.engine.model import NewMessage, Role, SessionConfig, config_to_json
+from ctxfold.engine.transcript import AppendLimits
+from ctxfold.service.contexts import Contexts
+from ctxfold.service.transcript import Transcript
 from ctxfold.store import Store
 from ctxfold.store.database import create_engine, migrate
-from ctxfold.store.rows import ConfigTokens, MessageRow, new_id
+from ctxfold.store.rows import ConfigTokens
 
 
 class FakeClock:
@@ -25,12 +29,13 @@ async def test_rows_and_fold_leases_follow_the_injected_clock(backend: str, tmp_
         await migrate(engine)
         clock = FakeClock(1_000.0)
         store = Store(engine, clock)
-        session = await store.create_session("tenant", "{}", ConfigTokens(0, 0))
+        config = config_to_json(SessionConfig(context_window=8000))
+        session = await store.create_session("tenant", config, ConfigTokens(0, 0))
         assert (session.create_time, session.update_time) == (1_000.0, 1_000.0)
 
         clock.now = 2_000.0
-        row = MessageRow(StoredMessage(id=new_id("m"), seq=0, role=Role.USER, content="hello", tokens=2), None)
-        appended, after = await store.append_messages("tenant", session.id, [row], "", lambda waiting: waiting)
+        transcript = Transcript(store, Contexts(store), AppendLimits(1 << 20, 1 << 20), 1 << 22)
+        appended, after = await transcript.append_messages("tenant", session.id, [NewMessage(Role.USER, "hello")], "")
         assert [(m.seq, m.create_time) for m in appended] == [(1, 2_000.0)]
         assert after.update_time == 2_000.0
         snapshot = await store.load_context("tenant", session.id)

@@ -27,7 +27,7 @@ from ctxfold.engine import estimator
 from ctxfold.engine.errors import ConfigError
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.checkpoints import Checkpoints
-from ctxfold.service.hot_state import HotState
+from ctxfold.service.contexts import Contexts
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Hooks, Maintenance
 from ctxfold.service.sessions import SessionConfigs, Sessions
@@ -56,7 +56,7 @@ class RunningServer:
     store: Store
     port: int
     settings: Settings
-    hot_state: HotState
+    contexts: Contexts
     maintenance: Maintenance
     admission: Admission
 
@@ -140,9 +140,9 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
     )
     summarizers = build_summarizers(settings.summarizers)
-    hot_state = HotState(settings.hot_state_max_bytes)
-    sessions = Sessions(store, frozenset(summarizers), hot_state)
-    transcript = Transcript(store, limits, settings.max_send_message_bytes)
+    contexts = Contexts(store, settings.hot_state_max_bytes)
+    sessions = Sessions(store, frozenset(summarizers))
+    transcript = Transcript(store, contexts, limits, settings.max_send_message_bytes)
     maintenance = Maintenance(
         store,
         transcript,
@@ -151,7 +151,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         hooks=hooks,
         max_waiting_per_session=settings.max_waiting_per_session,
         max_response_bytes=settings.max_send_message_bytes,
-        hot_state=hot_state,
+        contexts=contexts,
     )
     admission = Admission(
         settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant, settings.max_concurrent_request_bytes
@@ -206,7 +206,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         "bearer tokens" if tokens else "single tenant",
         engine.url.render_as_string(hide_password=True),
     )
-    return RunningServer(server, health_servicer, store, port, settings, hot_state, maintenance, admission)
+    return RunningServer(server, health_servicer, store, port, settings, contexts, maintenance, admission)
 
 
 async def serve(settings: Settings, gateway: GatewaySettings | None = None) -> None:

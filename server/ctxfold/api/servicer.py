@@ -281,7 +281,7 @@ class ContextServicer:
     async def AppendMessages(
         self, request: pb.AppendMessagesRequest, context: Context, tenant: str, messages: list[NewMessage], turn: Turn
     ) -> bytes:
-        stored, record = await self.transcript.append(tenant, request.session_id, messages, request.request_id)
+        stored, record = await self.transcript.append_messages(tenant, request.session_id, messages, request.request_id)
         session = convert.session_pb(session_info(record))
         return await _encoded(
             request, pb.AppendMessagesResponse, "messages", stored, convert.message_pb, session=session

@@ -125,7 +125,7 @@ def _validate_payload(where: str, index: int, role: Role, payload: ProviderPaylo
         )
 
 
-def advance_open_calls(open_calls: tuple[str, ...], messages: Sequence[NewMessage]) -> tuple[str, ...]:
+def advance_open_calls(open_calls: tuple[str, ...], messages: Sequence[NewMessage | StoredMessage]) -> tuple[str, ...]:
     """The tool calls still awaiting results after appending `messages`, or FAILED_PRECONDITION when a
     result answers no waiting call or a message other than a result arrives while calls wait."""
     waiting = list(open_calls)

@@ -1,7 +1,8 @@
 """Who may maintain a session at a time: one call per process (`KeyedLock`, so calls of one process
 do not summarize the same input twice) and one replica per database (the fold lease, so replicas do
 not either). Neither is needed for consistency — every install is a compare-and-swap — only to avoid
-wasted summarizer calls."""
+wasted summarizer calls. Appends to one session take turns in a process the same way (`KeyedLock`),
+so that concurrent callers queue instead of losing each other's swap."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import busy
 from ctxfold.store import Store
-from ctxfold.store.rows import SessionRecord
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +31,10 @@ FOLD_LEASE_POLL_SECONDS = 0.25
 
 class KeyedLock:
     """One asyncio lock per key, dropped when nobody holds or waits for it. At most `max_waiting` calls
-    wait for one key: more are refused at once (SESSION_BUSY), so a busy session's queue stays short
-    and a client learns to back off instead of piling up calls."""
+    wait for one key (None: no bound but the admission's): more are refused at once (SESSION_BUSY), so
+    a busy session's queue stays short and a client learns to back off instead of piling up calls."""
 
-    def __init__(self, max_waiting: int, retry_after_seconds: float = 1.0) -> None:
+    def __init__(self, max_waiting: int | None, retry_after_seconds: float = 1.0) -> None:
         self.max_waiting = max_waiting
         self.retry_after_seconds = retry_after_seconds
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
@@ -44,7 +45,7 @@ class KeyedLock:
     @contextlib.asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
         lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        if users > self.max_waiting:  # one holder and max_waiting waiters already
+        if self.max_waiting is not None and users > self.max_waiting:  # one holder and max_waiting waiters
             raise busy(
                 f"{users - 1} calls already wait to maintain session {key!r} (at most {self.max_waiting}); retry later",
                 self.retry_after_seconds,

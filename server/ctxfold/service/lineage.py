@@ -4,12 +4,13 @@ whose parent holds the branch point; a rewind abandons the later messages in a s
 
 from __future__ import annotations
 
+from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import ConfigInput, config_from_json, config_to_json, override_config
 from ctxfold.engine.state import ContextState, carried_over, fingerprint, load_state
 from ctxfold.service.sessions import SessionInfo, Sessions, fitting_config_tokens, session_info
 from ctxfold.store import StaleSession, Store
-from ctxfold.store.rows import SessionRecord, new_id
+from ctxfold.store.rows import new_id
 
 REWIND_ATTEMPTS = 10
 
@@ -54,7 +55,6 @@ class Lineage:
                 await self.store.rewind(session, to_seq)
             except StaleSession:
                 continue
-            self.sessions.hot_state.drop(tenant, session_id)  # as for a delete (Sessions.delete)
             info = await self.sessions.get(tenant, session_id)
             # Best effort: if the state changed meanwhile, the next Prepare rebuilds it safely.
             await self.store.save_state(session_id, self._carried(state, info.record), revision)

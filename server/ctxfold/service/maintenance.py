@@ -19,11 +19,13 @@ from typing import Any
 
 from ctxfold.engine import estimator, folded_index
 from ctxfold.engine.briefing import FoldRecord, record_fold, strip_engine_sections
+from ctxfold.engine.context import AppendRequest, Context, SessionRecord
 from ctxfold.engine.errors import DomainError, Kind, with_context
 from ctxfold.engine.maintenance import (
     Accepted,
     Action,
     Answer,
+    Answered,
     Answering,
     Blocked,
     Fold,
@@ -50,30 +52,21 @@ from ctxfold.engine.maintenance import (
     prune_install,
     summary_failure,
 )
-from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, Usage, config_from_json
+from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, Usage
 from ctxfold.engine.state import (
     ContextState,
     Receipt,
     fingerprint,
     load_state,
 )
-from ctxfold.engine.transcript import advance_open_calls
 from ctxfold.engine.view import ViewMessage
+from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
-from ctxfold.service.hot_state import HotSession, HotState
 from ctxfold.service.observer import Emit, MaintenanceObserver, Progress
 from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.transcript import Transcript
 from ctxfold.store import StaleSession, Store
-from ctxfold.store.rows import (
-    MessageRow,
-    SessionRecord,
-    StoredContext,
-    appended_session,
-    new_id,
-    new_result_ref,
-    stored_messages,
-)
+from ctxfold.store.rows import new_id, new_result_ref
 from ctxfold.summarizers.base import OnDelta, Summarizer, SummaryRequest
 from ctxfold.summarizers.extractive import ExtractiveSummarizer
 from ctxfold.telemetry import INSTRUMENTS
@@ -137,6 +130,13 @@ class _Run:
     # (reason, message) of the last failed pass: a Compact ends with it as its error.
     failure: tuple[str, str] | None = None
 
+    @staticmethod
+    def of(context: Context) -> _Run:
+        projection = context.projection
+        return _Run(
+            context.session, projection, context.state, context.revision, projection.view(), projection.tokens()
+        )
+
     @property
     def config(self) -> SessionConfig:
         """The session's config (installs replace the projection, never its config)."""
@@ -176,7 +176,7 @@ class Maintenance:
         configs: SessionConfigs,
         *,
         max_response_bytes: int,
-        hot_state: HotState,
+        contexts: Contexts,
         hooks: Hooks | None = None,
         max_waiting_per_session: int = 16,
     ):
@@ -193,8 +193,7 @@ class Maintenance:
         self._sessions = KeyedLock(max_waiting_per_session)
         self._leases = FoldLeases(store)
         self.max_response_bytes = max_response_bytes
-        # Shared with Sessions, which drops an entry when its session is deleted or rewound.
-        self.hot_state = hot_state
+        self.contexts = contexts
 
     # ---- streaming shell ------------------------------------------------------------------------
 
@@ -229,29 +228,27 @@ class Maintenance:
         request_id: str = "",
         on_appended: Callable[[], None] = lambda: None,
     ) -> AsyncGenerator[Event, None]:
-        """The checks, the append and an answer from the hot state run in the caller's task: they emit
-        no progress, so the common call (one result) pays for no task and queue. Only maintenance,
-        which may report progress, runs as a `_stream` task. `on_appended` is called once the append
-        is stored (or found to be nothing), before anything waits for a lock or a summarizer."""
+        """The checks, the append and, when no maintenance is due, the answer written with it run in
+        the caller's task: they emit no progress, so the common call (one result) pays for no task and
+        queue. Only maintenance, which may report progress, runs as a `_stream` task. `on_appended` is
+        called once the append is stored, before anything waits for a lock or a summarizer."""
         started = time.perf_counter()
         config, tokens = await self.configs.get(tenant, session_id)
         check_fixed_costs(config, tokens.system, tokens.tools)
         rows = await self.transcript.rows(append, request_id, config) if append else []
-        if not overflow:
-            answered = await self._prepare_hot(tenant, session_id, append, rows, request_id, known_view_version)
-            if answered is not None:
-                on_appended()
-                run, state, prepared = answered
-                try:
-                    self._finish(run, state, prepared, started)
-                except DomainError as error:
-                    raise _appended_anyway(error, prepared.appended, request_id) from None
-                yield prepared
-                return
-        appended: list[StoredMessage] = []
-        if append:
-            appended, _ = await self.transcript.append_rows(tenant, session_id, append, rows, request_id)
+        request = AppendRequest((), 0.0, overflow, known_view_version)
+        written = await self.transcript.append(tenant, session_id, rows, request_id, request)
         on_appended()
+        appended = written.messages
+        if written.answered is not None and written.context is not None:
+            run = _Run.of(written.context)
+            prepared = self._prepared(run, written.answered, appended)
+            try:
+                self._finish(run, written.answered.state, prepared, started)
+            except DomainError as error:
+                raise _appended_anyway(error, appended, request_id) from None
+            yield prepared
+            return
 
         async def work(emit: Emit) -> Prepared:
             try:
@@ -263,47 +260,6 @@ class Maintenance:
 
         async for event in self._stream(work):
             yield event
-
-    async def _prepare_hot(
-        self,
-        tenant: str,
-        session_id: str,
-        append: Sequence[NewMessage],
-        rows: Sequence[MessageRow],
-        request_id: str,
-        known_view_version: int,
-    ) -> tuple[_Run, ContextState, Prepared] | None:
-        """A Prepare that needs no maintenance, from this process's hot state: the view is extended by
-        the appended messages and the append and the bookkeeping commit in one transaction that
-        compare-and-swaps on the cached session and state. None, with nothing written, when that is not
-        possible (no entry, the view reaches the trigger, the session or state changed elsewhere, a
-        repeated request id): the full path then reloads from the database."""
-        hot = self.hot_state.get(tenant, session_id)
-        if hot is None:
-            return None
-        try:
-            open_calls = advance_open_calls(hot.session.open_tool_calls, append)
-        except DomainError:
-            return None  # the full path checks against what is stored and answers the error
-        now = self.clock()  # the stamp the store gives appended messages
-        appended = stored_messages(rows, hot.session.head_seq + 1, now)
-        session = appended_session(hot.session, len(rows), open_calls, now) if rows else hot.session
-        projection = hot.projection.extended(appended)
-        tokens = projection.tokens()
-        snapshot = Snapshot(projection, tokens, hot.state.failed_fold_tokens)
-        if not isinstance(decide(snapshot, MaintainRequest()), Answer):
-            return None  # maintenance is due: the full path does it under the session's lock
-        run = _Run(session, projection, hot.state, hot.revision, projection.view(), tokens)
-        state, prepared = self._answered(run, known_view_version, appended)
-        try:
-            revision = await self.store.append_answered(
-                hot.session, session, rows, appended, request_id, state.bookkeeping_json(), hot.revision, now
-            )
-        except StaleSession:
-            self.hot_state.drop(tenant, session_id)
-            return None
-        self.hot_state.put(hot.advanced(session, projection, appended, state, revision))
-        return run, state, prepared
 
     def compact(
         self, tenant: str, session_id: str, focus: str, keep_tokens: int = 0, dry_run: bool = False
@@ -355,7 +311,7 @@ class Maintenance:
             )
             written = await self.store.save_state(session.id, state.to_json(), revision)
             if written:
-                self._recalibrate_hot(tenant, session_id, revision, state, written)
+                self._recalibrate_cached(tenant, session_id, revision, state, written)
                 break
             session = await self.store.get_session(tenant, session_id)
         await self.store.record_usage(session, replace(usage, estimated_tokens=estimated))
@@ -363,17 +319,17 @@ class Maintenance:
         INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, {"ctxfold.cached": False})
         return calibration, accepted
 
-    def _recalibrate_hot(self, tenant: str, session_id: str, read: int, state: ContextState, written: int) -> None:
-        """Moves the hot state of a session to the state ObserveUsage wrote over revision `read`; an
-        entry for another revision is stale and dropped."""
-        hot = self.hot_state.get(tenant, session_id)
-        if hot is None:
+    def _recalibrate_cached(self, tenant: str, session_id: str, read: int, state: ContextState, written: int) -> None:
+        """Moves the cached context of a session to the state ObserveUsage wrote over revision `read`
+        (else the next append's bookkeeping would be skipped); one of another revision is dropped."""
+        cached = self.contexts.cached(tenant, session_id)
+        if cached is None:
             return
-        if hot.revision != read:
-            self.hot_state.drop(tenant, session_id)
+        if cached.revision != read:
+            self.contexts.drop(tenant, session_id)
             return
-        projection = hot.projection.recalibrated(state.calibration)
-        self.hot_state.put(replace(hot, projection=projection, state=state, revision=written))
+        projection = cached.projection.recalibrated(state.calibration)
+        self.contexts.put(replace(cached, projection=projection, state=state, revision=written), grown_by=())
 
     async def context_state(self, tenant: str, session_id: str) -> str:
         """The stored state when it is valid for the session, else the state it would be rebuilt to."""
@@ -385,26 +341,7 @@ class Maintenance:
     # ---- the flow -------------------------------------------------------------------------------
 
     async def _load(self, tenant: str, session_id: str) -> _Run:
-        stored: StoredContext = await self.store.load_context(tenant, session_id)
-        session = stored.session
-        state, why = load_state(stored.state_json, fingerprint(session.branch_id, session.checkpoint_id))
-        if why not in ("", "new"):
-            log.warning("context state of session %s rebuilt: %s", session.id, why)
-            state = state.count("state_rebuilds")
-        # Built once: a set expression inside the comprehension's condition would be rebuilt for every
-        # pruned entry (O(pruned × view) per Prepare).
-        in_view = {m.id for m in [*stored.kept, *stored.after]}
-        projection = Projection(
-            config=config_from_json(session.config_json),
-            system_tokens=session.system_tokens,
-            tools_tokens=session.tools_tokens,
-            calibration=state.calibration,
-            checkpoint=stored.checkpoint,
-            kept=tuple(stored.kept),
-            after=tuple(stored.after),
-            pruned={k: v for k, v in state.pruned.items() if k in in_view},
-        )
-        return _Run(session, projection, state, stored.state_revision, projection.view(), projection.tokens())
+        return _Run.of(await self.contexts.load(tenant, session_id, fresh=True))
 
     def maintaining(self, session_id: str) -> bool:
         """Whether a call of this process is maintaining (or waiting to maintain) the session. A call the
@@ -685,25 +622,7 @@ class Maintenance:
     ) -> Prepared:
         """The result, plus the bookkeeping write (view record, activity, receipts); that write is
         skipped, never retried over someone else's, if the state changed meanwhile. What was answered
-        becomes the session's hot state."""
-        state, prepared = self._answered(run, known_view_version, appended)
-        revision = await self.store.save_state(run.session.id, state.to_json(), run.revision)
-        if revision:
-            self.hot_state.put(HotSession.of(run.session, run.projection, state, revision))
-        else:
-            self.hot_state.drop(run.session.tenant, run.session.id)
-            log.debug(
-                "state of session %s changed meanwhile; bookkeeping of view %d skipped",
-                run.session.id,
-                prepared.view_version,
-            )
-        self._finish(run, state, prepared, started)
-        return prepared
-
-    def _answered(
-        self, run: _Run, known_view_version: int, appended: list[StoredMessage]
-    ) -> tuple[ContextState, Prepared]:
-        """The result of `run` and the state that records it (its view, activity and counters)."""
+        becomes the session's cached context."""
         answering = Answering(
             run.projection,
             run.state,
@@ -715,7 +634,23 @@ class Maintenance:
             run.candidate,
         )
         answered = answer(answering, known_view_version, self.clock())
-        return answered.state, Prepared(
+        prepared = self._prepared(run, answered, appended)
+        revision = await self.store.save_state(run.session.id, answered.state.to_json(), run.revision)
+        if revision:
+            self.contexts.put(Context(run.session, run.projection, answered.state, revision))
+        else:
+            self.contexts.drop(run.session.tenant, run.session.id)
+            log.debug(
+                "state of session %s changed meanwhile; bookkeeping of view %d skipped",
+                run.session.id,
+                prepared.view_version,
+            )
+        self._finish(run, answered.state, prepared, started)
+        return prepared
+
+    @staticmethod
+    def _prepared(run: _Run, answered: Answered, appended: list[StoredMessage]) -> Prepared:
+        return Prepared(
             messages=answered.messages,
             estimated_tokens=answered.estimated_tokens,
             view_version=answered.view_version,

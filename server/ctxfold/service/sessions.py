@@ -7,13 +7,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from ctxfold import cpu
+from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import invalid
 from ctxfold.engine.maintenance import check_config_fits
 from ctxfold.engine.model import ConfigInput, SessionConfig, config_from_json, config_to_json, resolve_config
-from ctxfold.service.hot_state import HotState
 from ctxfold.service.paging import decode_token, encode_token, page_size
 from ctxfold.store import Store
-from ctxfold.store.rows import ConfigTokens, SessionRecord, new_id
+from ctxfold.store.rows import ConfigTokens, new_id
 
 MAX_SESSION_KEY_CHARS = 512
 
@@ -73,10 +73,9 @@ class SessionConfigs:
 
 
 class Sessions:
-    def __init__(self, store: Store, summarizer_names: frozenset[str], hot_state: HotState):
+    def __init__(self, store: Store, summarizer_names: frozenset[str]):
         self.store = store
         self.summarizer_names = summarizer_names
-        self.hot_state = hot_state
 
     def resolve(self, given: ConfigInput, session_id: str) -> SessionConfig:
         config = resolve_config(given, self.summarizer_names)
@@ -115,6 +114,3 @@ class Sessions:
 
     async def delete(self, tenant: str, session_id: str) -> None:
         await self.store.delete_session(tenant, session_id)
-        # Only this process's entry: it would never be served (its next swap fails), but it would keep
-        # its memory until evicted. Another replica's entry goes at its next swap.
-        self.hot_state.drop(tenant, session_id)

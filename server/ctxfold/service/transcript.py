@@ -1,18 +1,27 @@
-"""The canonical transcript: append (atomic, idempotent with a request id) and list."""
+"""The canonical transcript: the one append (all or nothing, idempotent with a request id, with the
+answer's bookkeeping when it makes one) and pages of messages."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from ctxfold import cpu
 from ctxfold.engine import estimator
-from ctxfold.engine.errors import invalid
-from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, config_from_json, text_chars
+from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append
+from ctxfold.engine.errors import DomainError, Kind, invalid
+from ctxfold.engine.maintenance import Answered
+from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, text_chars
 from ctxfold.engine.tool_results import bound_tool_content
-from ctxfold.engine.transcript import AppendLimits, advance_open_calls, validate_new_messages
+from ctxfold.engine.transcript import AppendLimits, validate_new_messages
+from ctxfold.service.contexts import Contexts
+from ctxfold.service.exclusion import KeyedLock
 from ctxfold.service.paging import decode_token, encode_token, page_size
 from ctxfold.store import Store
-from ctxfold.store.rows import MessageRow, SessionRecord, new_id, new_result_ref
+from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Stale
+from ctxfold.store.append import Written as WrittenRows
+from ctxfold.store.rows import EncodedResult, MessageRow, new_id, new_result_ref
+from ctxfold.store.tool_results import encode_raw_results
 
 MAX_REQUEST_ID_CHARS = 128
 
@@ -60,29 +69,33 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
     return rows
 
 
+# An append that keeps losing compare-and-swap races (or whose cached context keeps being behind) gives
+# up after this many attempts.
+MAX_ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class Written:
+    """An append as written: its messages (the first append's, for a request id seen before), the
+    context after it (None after a repeated request id: the store has it), and the answer written with
+    it when no maintenance was due."""
+
+    messages: list[StoredMessage]
+    context: Context | None
+    answered: Answered | None
+
+
 class Transcript:
-    def __init__(self, store: Store, limits: AppendLimits, max_response_bytes: int):
+    def __init__(self, store: Store, contexts: Contexts, limits: AppendLimits, max_response_bytes: int):
         self.store = store
+        self.contexts = contexts
+        # Appends to one session in this process queue here; across processes the swap decides.
+        self._appending = KeyedLock(max_waiting=None)
         self.limits = limits
         # A ListMessages page holds at most this many characters of text (at most 4 bytes each in
         # UTF-8, and room for the framing), so it fits one response whatever page_size asks; a shorter
         # page comes with a next_page_token.
         self.max_page_chars = max_response_bytes // 8
-
-    async def append(
-        self,
-        tenant: str,
-        session_id: str,
-        messages: Sequence[NewMessage],
-        request_id: str = "",
-        config: SessionConfig | None = None,
-    ) -> tuple[list[StoredMessage], SessionRecord]:
-        """Appends all of `messages` or none; returns them stored and the session after the append.
-        `config` spares a read when the caller already has the session's (immutable) config."""
-        if config is None:
-            config = config_from_json((await self.store.get_session(tenant, session_id)).config_json)
-        rows = await self.rows(messages, request_id, config)
-        return await self.append_rows(tenant, session_id, messages, rows, request_id)
 
     async def rows(self, messages: Sequence[NewMessage], request_id: str, config: SessionConfig) -> list[MessageRow]:
         """Checks an append and makes its rows (ids, bounded content, token counts), off the event loop."""
@@ -96,17 +109,81 @@ class Transcript:
 
         return await cpu.run(text_chars(messages), checked_rows)
 
-    async def append_rows(
+    async def append_messages(
+        self, tenant: str, session_id: str, messages: Sequence[NewMessage], request_id: str
+    ) -> tuple[list[StoredMessage], SessionRecord]:
+        """AppendMessages: the append alone (no answer); returns the messages as stored and the session
+        after them."""
+        config = (await self.contexts.load(tenant, session_id)).config
+        rows = await self.rows(messages, request_id, config)
+        written = await self.append(tenant, session_id, rows, request_id, AppendRequest((), 0.0, answer=False))
+        session = written.context.session if written.context else await self.store.get_session(tenant, session_id)
+        return written.messages, session
+
+    async def append(
+        self, tenant: str, session_id: str, rows: Sequence[MessageRow], request_id: str, request: AppendRequest
+    ) -> Written:
+        """Appends `rows` (all of them or none) to the session as it is, with the answer's bookkeeping
+        when `request` asks for one and no maintenance is due: the one write of AppendMessages and
+        Prepare. A request id seen before appends nothing and answers the first append's messages."""
+        raw_results = tuple(await encode_raw_results(rows))
+        request = replace(request, messages=tuple(r.message for r in rows))
+        async with self._appending.hold(session_id):
+            return await self._append(tenant, session_id, request_id, request, raw_results)
+
+    async def _append(
         self,
         tenant: str,
         session_id: str,
-        messages: Sequence[NewMessage],
-        rows: Sequence[MessageRow],
         request_id: str,
-    ) -> tuple[list[StoredMessage], SessionRecord]:
-        """Appends the `rows` made from `messages` by `rows()`."""
-        return await self.store.append_messages(
-            tenant, session_id, rows, request_id, lambda waiting: advance_open_calls(waiting, messages)
+        request: AppendRequest,
+        raw_results: tuple[EncodedResult, ...],
+    ) -> Written:
+        fresh = False
+        for _ in range(MAX_ATTEMPTS):
+            context = await self.contexts.load(tenant, session_id, fresh=fresh)
+            try:
+                step = append(context, replace(request, now=self.store.clock()))
+            except DomainError:
+                if fresh:
+                    raise
+                fresh = True  # the cached context may be behind what the store has: check against that
+                continue
+            answered = step.answered
+            bookkeeping = None
+            if answered is not None:
+                whole = not context.state_stored
+                document = answered.state.to_json() if whole else answered.state.bookkeeping_json()
+                bookkeeping = Bookkeeping(document, context.revision, whole)
+            after = step.context.session
+            write = AppendWrite(context.session, after, step.messages, raw_results, request_id, bookkeeping)
+            match await self.store.append(write):
+                case Stale():
+                    self.contexts.drop(tenant, session_id)
+                    fresh = True
+                case Repeated(message_ids):
+                    return Written(await self.store.messages(message_ids), None, None)
+                case WrittenRows(revision):
+                    if answered is None or revision:
+                        state = answered.state if answered else context.state
+                        grown = replace(
+                            step.context,
+                            state=state,
+                            revision=revision or context.revision,
+                            state_stored=bool(revision) or context.state_stored,
+                        )
+                        self.contexts.put(grown, grown_by=step.messages)
+                        return Written(list(step.messages), grown, answered)
+                    # The bookkeeping was skipped (the state was written meanwhile): the append and its
+                    # answer stand; what the state is now, the next load reads.
+                    self.contexts.drop(tenant, session_id)
+                    return Written(list(step.messages), step.context, answered)
+        raise DomainError(
+            Kind.ABORTED,
+            "CONCURRENT_MODIFICATION",
+            f"session {session_id!r} kept changing during the append; retry with the same request_id",
+            {"session_id": session_id},
+            retry_after_seconds=1.0,
         )
 
     async def list(

@@ -12,11 +12,12 @@ from contextlib import asynccontextmanager
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import session_not_found
 from ctxfold.store import schema
 from ctxfold.store.database import WRITE_OPTION
 from ctxfold.store.errors import raise_store_error
-from ctxfold.store.rows import SessionRecord, session_from_row
+from ctxfold.store.rows import session_from_row
 
 
 class StaleSession(Exception):

@@ -9,13 +9,14 @@ from collections.abc import Sequence
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import not_found
 from ctxfold.engine.lineage import CheckpointLink
 from ctxfold.engine.maintenance import FoldInstall
 from ctxfold.engine.view import Checkpoint, StoredCheckpoint
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase
-from ctxfold.store.rows import SessionRecord, checkpoint_entries, checkpoint_from_row
+from ctxfold.store.rows import checkpoint_entries, checkpoint_from_row
 
 
 async def checkpoint_chain(conn: AsyncConnection, head_id: str | None) -> dict[str, CheckpointLink]:

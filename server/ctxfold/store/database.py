@@ -11,7 +11,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, event, func, inspect, select, table, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # Any constant works; it only has to be the same for every replica that migrates the same database.
@@ -40,7 +42,20 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
         engine = create_async_engine(full, pool_size=pool_size, max_overflow=0, pool_pre_ping=False)
         _configure_sqlite(engine)
         return engine
-    return create_async_engine(full, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    engine = create_async_engine(full, pool_size=pool_size, max_overflow=pool_size)
+    _configure_postgresql(engine)
+    return engine
+
+
+def _configure_postgresql(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "checkout")
+    def on_checkout(_dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        # Instead of a liveness ping per checkout (asyncpg's adapter pings in a transaction: three round
+        # trips, as many as an append's own): asyncpg knows when the server closed a connection while it
+        # was idle (a restart, an administrator), and the pool then replaces it. One cut off while in use
+        # fails its call (UNAVAILABLE) and is invalidated.
+        if record.driver_connection is not None and record.driver_connection.is_closed():
+            raise DisconnectionError("the server closed this connection while it was idle")
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

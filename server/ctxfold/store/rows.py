@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ctxfold.engine.briefing import FoldNotes
+from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.model import ProviderPayload, Role, StoredMessage, ToolCall
 from ctxfold.engine.view import Checkpoint
 
@@ -29,25 +29,6 @@ def new_result_ref() -> str:
     (about 11 here against 20 for a hex UUID). One random byte per digit, translated in C: base64's
     b32encode is Python, and this is made for every user message and tool result."""
     return "tr_" + os.urandom(16).translate(_BASE32_DIGIT).decode()
-
-
-@dataclass(frozen=True)
-class SessionRecord:
-    id: str
-    tenant: str
-    config_json: str
-    system_tokens: int
-    tools_tokens: int
-    segment_id: str
-    head_seq: int
-    branch_id: str
-    checkpoint_id: str | None
-    open_tool_calls: tuple[str, ...]
-    version: int
-    forked_from_session_id: str | None
-    forked_at_seq: int
-    create_time: float
-    update_time: float
 
 
 @dataclass(frozen=True)
@@ -129,17 +110,6 @@ def session_from_row(row: object) -> SessionRecord:
     )
 
 
-def appended_session(session: SessionRecord, count: int, open_tool_calls: tuple[str, ...], now: float) -> SessionRecord:
-    """`session` after an append of `count` messages."""
-    return replace(
-        session,
-        head_seq=session.head_seq + count,
-        open_tool_calls=open_tool_calls,
-        version=session.version + 1,
-        update_time=now,
-    )
-
-
 def head_values(after: SessionRecord) -> dict[str, object]:
     """The columns an append changes, to become `after`."""
     return {
@@ -196,11 +166,6 @@ def message_values(message: StoredMessage, segment_id: str) -> dict[str, object]
         "create_time": message.create_time,
         "provider_payload_json": json.dumps(message.payload.__dict__) if message.payload else None,
     }
-
-
-def stored_messages(rows: Sequence[MessageRow], first_seq: int, now: float) -> list[StoredMessage]:
-    """`rows` as they are stored by an append at `first_seq` at time `now`."""
-    return [replace(r.message, seq=first_seq + i, create_time=now) for i, r in enumerate(rows)]
 
 
 # ---- checkpoints --------------------------------------------------------------------------------

@@ -1,16 +1,14 @@
 """A session's context state and what reads and writes it with the view: the snapshot a view is built
-from, installs (prune or fold), the hot path's append with its answer's bookkeeping, plain state
-writes, and usage observations. The state document is opaque here (`engine/state.py` owns it); its
+from, installs (prune or fold), plain state writes (an append's bookkeeping is written with it,
+`store/append.py`), and usage observations. The state document is opaque here (`engine/state.py` owns it); its
 row carries a revision every write compare-and-swaps on."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-
 from sqlalchemy import insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.lineage import ranges_within
 from ctxfold.engine.maintenance import FoldInstall, Install
@@ -18,17 +16,9 @@ from ctxfold.engine.model import StoredMessage, Usage
 from ctxfold.store import schema
 from ctxfold.store.base import StaleSession, StoreBase, session_row
 from ctxfold.store.checkpoints import insert_checkpoint, load_checkpoint
-from ctxfold.store.hot_write import append_answered_plan, hot_writer
 from ctxfold.store.lineage import in_ranges, session_live_ranges
-from ctxfold.store.rows import (
-    MessageRow,
-    SessionRecord,
-    StoredContext,
-    message_from_row,
-    state_document,
-    whole_state,
-)
-from ctxfold.store.tool_results import encode_raw_results, insert_document
+from ctxfold.store.rows import StoredContext, message_from_row, state_document, whole_state
+from ctxfold.store.tool_results import insert_document
 
 _STATE_QUERY = select(
     schema.context_states.c.state_json, schema.context_states.c.bookkeeping_json, schema.context_states.c.revision
@@ -53,14 +43,6 @@ async def _put_state(
 
 
 class StateStore(StoreBase):
-    def __init__(self, engine: AsyncEngine, clock: Callable[[], float] = time.time):
-        super().__init__(engine, clock)
-        self._hot_writer = hot_writer(engine, self._writer_turn)
-
-    async def close(self) -> None:
-        await self._hot_writer.close()
-        await super().close()
-
     async def load_context(self, tenant: str, session_id: str) -> StoredContext:
         """The session, its head checkpoint and kept messages, the messages after the checkpoint's
         position and the state, in one transaction. Work is bounded by the view, not the transcript."""
@@ -119,35 +101,6 @@ class StateStore(StoreBase):
                 await insert_document(conn, fold.document)
             revision = await _put_state(conn, session.id, whole_state(install.state.to_json()), None, now)
             return await session_row(conn, session.tenant, session.id), revision
-
-    async def append_answered(
-        self,
-        session: SessionRecord,
-        after: SessionRecord,
-        rows: Sequence[MessageRow],
-        appended: Sequence[StoredMessage],
-        request_id: str,
-        bookkeeping_json: str,
-        revision: int,
-        now: float,
-    ) -> int:
-        """The hot path of an append-only Prepare, in one transaction: appends `rows` (maybe none),
-        which are `appended` once stored (`stored_messages`), so that the session becomes `after`
-        (`appended_session`), and writes the answer's bookkeeping (not the rest of the state), only if
-        the session is still `session` (same version and branch) and the state still at `revision`;
-        raises StaleSession otherwise and writes nothing. A `request_id` seen before also raises
-        StaleSession: the caller's full path answers it. `now` is the stamp the caller gave the appended
-        messages (from `clock`). Returns the state's new revision."""
-        raw_results = await encode_raw_results(rows)
-        writer = self._hot_writer
-        plan = append_answered_plan(
-            writer.statements, session, after, appended, raw_results, request_id, bookkeeping_json, revision, now
-        )
-        try:
-            await writer.commit(plan)
-        except StaleSession:
-            raise StaleSession(session.id) from None
-        return revision + 1
 
     async def save_state(self, session_id: str, state_json: str, revision: int) -> int:
         """Bookkeeping write: stores the state only if nobody wrote it since `revision` was read.

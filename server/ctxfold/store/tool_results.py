@@ -10,13 +10,14 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold import cpu
+from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind, not_found
 from ctxfold.engine.maintenance import FoldDocument
 from ctxfold.engine.tool_results import RawSpan, page_span, sha256_hex
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase
 from ctxfold.store.lineage import in_history, in_ranges, session_live_ranges
-from ctxfold.store.rows import EncodedResult, MessageRow, RawResult, SessionRecord
+from ctxfold.store.rows import EncodedResult, MessageRow, RawResult
 
 # zstd (de)compressor objects are not thread-safe, and (de)compression runs in worker threads: one
 # object per call (they are cheap to make).

@@ -1,98 +1,42 @@
-"""The transcript: appends (all or nothing, idempotent with a request id, serialized on the session's
-row) and pages of messages, live and abandoned."""
+"""The transcript: appends (the one write, `store/append.py`) and pages of messages, live and abandoned."""
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import and_, func, insert, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.model import StoredMessage
 from ctxfold.store import schema
-from ctxfold.store.base import StoreBase, session_row
+from ctxfold.store.append import AppendWrite, Outcome, appender
+from ctxfold.store.base import StoreBase
 from ctxfold.store.lineage import in_history, in_ranges, session_live_ranges
-from ctxfold.store.rows import (
-    EncodedResult,
-    MessageRow,
-    SessionRecord,
-    appended_session,
-    head_values,
-    message_from_row,
-    message_values,
-    stored_messages,
-)
-from ctxfold.store.tool_results import encode_raw_results, insert_results
-
-
-async def insert_messages(
-    conn: AsyncConnection,
-    session: SessionRecord,
-    rows: Sequence[MessageRow],
-    raw_results: Sequence[EncodedResult],
-    request_id: str,
-    now: float,
-) -> list[StoredMessage]:
-    """The rows of an append after `session`'s head: messages, raw results, the request id. Returns the
-    messages as stored."""
-    messages = stored_messages(rows, session.head_seq + 1, now)
-    if messages:
-        await conn.execute(insert(schema.messages), [message_values(m, session.segment_id) for m in messages])
-        if raw_results:
-            await insert_results(conn, session.segment_id, raw_results)
-    if request_id:
-        await conn.execute(
-            insert(schema.append_requests).values(
-                session_id=session.id,
-                request_id=request_id,
-                message_ids_json=json.dumps([m.id for m in messages]),
-                create_time=now,
-            )
-        )
-    return messages
-
-
-async def appended_by(conn: AsyncConnection, session: SessionRecord, request_id: str) -> list[StoredMessage] | None:
-    """The messages a previous append with this request id wrote, or None."""
-    ar, m = schema.append_requests.c, schema.messages.c
-    ids_json = (
-        await conn.execute(select(ar.message_ids_json).where(ar.session_id == session.id, ar.request_id == request_id))
-    ).scalar_one_or_none()
-    if ids_json is None:
-        return None
-    ids = json.loads(ids_json)
-    if not ids:
-        return []
-    rows = (await conn.execute(select(schema.messages).where(m.id.in_(ids)).order_by(m.seq))).all()
-    return [message_from_row(r) for r in rows]
+from ctxfold.store.rows import message_from_row
 
 
 class TranscriptStore(StoreBase):
-    async def append_messages(
-        self,
-        tenant: str,
-        session_id: str,
-        rows: Sequence[MessageRow],
-        request_id: str,
-        advance: Callable[[tuple[str, ...]], tuple[str, ...]],
-    ) -> tuple[list[StoredMessage], SessionRecord]:
-        """Appends `rows` after the head, all or nothing. Appends to one session serialize on its row
-        lock, so they never conflict: `advance` maps the waiting tool calls before the append to those
-        after it (or raises). A `request_id` seen before returns that append's messages instead."""
-        now = self.clock()
-        raw_results = await encode_raw_results(rows)
-        async with self._write() as conn:
-            session = await session_row(conn, tenant, session_id, lock=True)
-            if request_id:
-                previous = await appended_by(conn, session, request_id)
-                if previous is not None:
-                    return previous, session
-            after = appended_session(session, len(rows), advance(session.open_tool_calls), now)
-            s = schema.sessions.c
-            await conn.execute(update(schema.sessions).where(s.id == session.id).values(**head_values(after)))
-            messages = await insert_messages(conn, session, rows, raw_results, request_id, now)
-        return messages, after
+    def __init__(self, engine: AsyncEngine, clock: Callable[[], float] = time.time):
+        super().__init__(engine, clock)
+        self._appender = appender(engine, self._writer_turn)
+
+    async def close(self) -> None:
+        await self._appender.close()
+        await super().close()
+
+    async def append(self, write: AppendWrite) -> Outcome:
+        """The one write of an append (`store/append.py`): all of it, or nothing when the session
+        changed (Stale) or the request id was seen (Repeated)."""
+        return await self._appender.write(write)
+
+    async def messages(self, ids: Sequence[str]) -> list[StoredMessage]:
+        """Messages by id, in seq order (the first append's messages of a repeated request id)."""
+        m = schema.messages.c
+        async with self._read() as conn:
+            rows = (await conn.execute(select(schema.messages).where(m.id.in_(list(ids))).order_by(m.seq))).all()
+        return [message_from_row(r) for r in rows]
 
     async def list_messages(
         self,

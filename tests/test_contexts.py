@@ -1,4 +1,4 @@
-"""The Prepare hot path: a server answers from its cached view of a session only while nobody else
+"""Sessions' cached contexts: a server answers from its cached view of a session only while nobody else
 wrote it (compare-and-swap on the session's version and branch and the state's revision); its cache is
 bounded by bytes; and what it answers is what a server without the cache answers."""
 
@@ -14,12 +14,13 @@ import grpc
 import pytest
 
 from conftest import fresh_database, settings_for
+from ctxfold.engine.context import Context, SessionRecord
 from ctxfold.engine.maintenance import Projection
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.state import ContextState, Receipt, ViewRecord, load_state, view_version
 from ctxfold.server import RunningServer, start
-from ctxfold.service.hot_state import SESSION_OVERHEAD_BYTES, HotSession, HotState, message_bytes
-from ctxfold.store.rows import SessionRecord, state_document
+from ctxfold.service.contexts import SESSION_OVERHEAD_BYTES, Contexts, message_bytes
+from ctxfold.store.rows import state_document
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import call, create, prepare, result, transcript, user
@@ -36,9 +37,9 @@ class Replica:
         return (await self.running.store.get_session(TENANT, session_id)).version
 
     def cached_version(self, session_id: str) -> int:
-        """The session version this replica's hot state holds (0: none); peeks without counting a lookup."""
-        entry = self.running.hot_state._entries.get((TENANT, session_id))
-        return entry.session.version if entry else 0
+        """The session version this replica's cache holds (0: none); peeks without counting a lookup."""
+        entry = self.running.contexts._entries.get((TENANT, session_id))
+        return entry.context.session.version if entry else 0
 
 
 @pytest.fixture
@@ -168,42 +169,49 @@ def projection(*messages: StoredMessage) -> Projection:
     return Projection(CONFIG, 10, 0, 1.0, None, (), messages, {})
 
 
-def entry(session_id: str, version: int, text_bytes: int) -> HotSession:
+def entry(session_id: str, version: int, text_bytes: int) -> Context:
     record = SessionRecord(session_id, "", "{}", 10, 0, "g", 1, "b", None, (), version, None, 0, 0.0, 0.0)
-    return HotSession.of(record, projection(message(1, Role.USER, "x" * text_bytes)), ContextState("f"), 1)
+    return Context(record, projection(message(1, Role.USER, "x" * text_bytes)), ContextState("f"), 1)
+
+
+def cache(max_bytes: int = 1 << 30) -> Contexts:
+    return Contexts(store=None, max_bytes=max_bytes)  # type: ignore[arg-type]  # put, cached, drop: no store
 
 
 def test_cache_is_bounded_by_bytes_and_evicts_the_least_recently_used() -> None:
-    one = entry("s1", 1, 10_000).size_bytes
-    assert one == SESSION_OVERHEAD_BYTES + message_bytes([message(1, Role.USER, "x" * 10_000)])
-    cache = HotState(max_bytes=3 * one)
+    one = SESSION_OVERHEAD_BYTES + message_bytes([message(1, Role.USER, "x" * 10_000)])
+    contexts = cache(max_bytes=3 * one)
     for name in ("s1", "s2", "s3"):
-        cache.put(entry(name, 1, 10_000))
-    assert len(cache) == 3 and cache.bytes == 3 * one
-    assert cache.get("", "s1") is not None  # s1 is now the most recently used
-    cache.put(entry("s4", 1, 10_000))
-    assert cache.get("", "s2") is None and len(cache) == 3 and cache.bytes == 3 * one
-    assert all(cache.get("", name) is not None for name in ("s1", "s3", "s4"))
-    cache.put(entry("big", 1, 4 * one))  # larger than the whole bound: not kept, nothing evicted for it
-    assert cache.get("", "big") is None and len(cache) == 3
-    cache.drop("", "s3")
-    assert cache.get("", "s3") is None and cache.bytes == 2 * one
+        contexts.put(entry(name, 1, 10_000))
+    assert len(contexts) == 3 and contexts.bytes == 3 * one
+    assert contexts.cached("", "s1") is not None  # s1 is now the most recently used
+    contexts.put(entry("s4", 1, 10_000))
+    assert contexts.cached("", "s2") is None and len(contexts) == 3 and contexts.bytes == 3 * one
+    assert all(contexts.cached("", name) is not None for name in ("s1", "s3", "s4"))
+    contexts.put(entry("big", 1, 4 * one))  # larger than the whole bound: not kept, nothing evicted for it
+    assert contexts.cached("", "big") is None and len(contexts) == 3
+    contexts.drop("", "s3")
+    assert contexts.cached("", "s3") is None and contexts.bytes == 2 * one
 
 
-def test_cache_keeps_the_newer_snapshot_of_a_session() -> None:
-    cache = HotState()
-    cache.put(entry("s", 5, 10))
-    cache.put(entry("s", 4, 10))  # a call that finished later with an older snapshot
-    found = cache.get("", "s")
+def test_cache_keeps_the_newer_context_of_a_session() -> None:
+    contexts = cache()
+    contexts.put(entry("s", 5, 10))
+    contexts.put(entry("s", 4, 10))  # a call that finished later with an older context
+    found = contexts.cached("", "s")
     assert found is not None and found.session.version == 5
-    assert cache.bytes == found.size_bytes
+    assert contexts.bytes == SESSION_OVERHEAD_BYTES + message_bytes(found.projection.messages)
 
 
-def test_advanced_entry_grows_by_the_appended_messages_only() -> None:
+def test_a_grown_entry_grows_by_the_appended_messages_only() -> None:
+    contexts = cache()
     start = entry("s", 1, 100)
+    contexts.put(start)
+    before = contexts.bytes
     appended = [message(2, Role.ASSISTANT, "y" * 500)]
-    grown = start.advanced(start.session, start.projection.extended(appended), appended, start.state, 2)
-    assert grown.size_bytes == start.size_bytes + message_bytes(appended)
+    grown = replace(start, session=replace(start.session, version=2), projection=start.projection.extended(appended))
+    contexts.put(grown, grown_by=appended)
+    assert contexts.bytes == before + message_bytes(appended)
 
 
 # ---- the extended projection is the rebuilt one ---------------------------------------------------

@@ -1,0 +1,116 @@
+"""Sessions' current contexts, read through a per-process cache, so that an append costs what is new
+instead of reloading and rebuilding the view.
+
+A cached context is only ever a guess: every use is validated by the write it makes, a compare-and-swap
+on the session's version and branch (`store/append.py`). The one place it is dropped is a write that
+found it stale (another replica or call wrote, the session was rewound, deleted or re-created): the
+next `load` reads the database. Entries are bounded by an estimate of their bytes, least recently used
+evicted first."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ctxfold.engine.context import Context, loaded
+from ctxfold.engine.model import StoredMessage, config_from_json, text_chars
+from ctxfold.store import Store
+from ctxfold.telemetry import INSTRUMENTS
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BYTES = 256 << 20
+# What a cached message costs beyond its text: its StoredMessage and ViewMessage objects, ids, string
+# headers and tuple slots. tracemalloc measures about 530 bytes for a message without tool calls; the
+# rest is room for tool-call ids and names and view-only text (pruned stubs, bounded anchors).
+MESSAGE_OVERHEAD_BYTES = 1024
+# The session record, the state (views, receipts, counters) and the projection itself.
+SESSION_OVERHEAD_BYTES = 16 << 10
+
+
+def message_bytes(messages: Sequence[StoredMessage]) -> int:
+    """The estimated memory of cached messages: their text and the fixed overhead of each."""
+    return MESSAGE_OVERHEAD_BYTES * len(messages) + text_chars(messages)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    context: Context
+    size_bytes: int
+
+
+class Contexts:
+    def __init__(self, store: Store, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.store = store
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def cached(self, tenant: str, session_id: str) -> Context | None:
+        entry = self._entries.get((tenant, session_id))
+        INSTRUMENTS.hot_state_lookups.add(1, {"ctxfold.hit": entry is not None})
+        if entry is None:
+            return None
+        self._entries.move_to_end((tenant, session_id))
+        return entry.context
+
+    async def load(self, tenant: str, session_id: str, *, fresh: bool = False) -> Context:
+        """The session's context: cached unless `fresh`, else read from the store (and cached)."""
+        context = None if fresh else self.cached(tenant, session_id)
+        if context is not None:
+            return context
+        stored = await self.store.load_context(tenant, session_id)
+        session = stored.session
+        context, why = loaded(
+            session,
+            config_from_json(session.config_json),
+            stored.checkpoint,
+            stored.kept,
+            stored.after,
+            stored.state_json,
+            stored.state_revision,
+        )
+        if why not in ("", "new"):
+            log.warning("context state of session %s rebuilt: %s", session.id, why)
+        self.put(context)
+        return context
+
+    def put(self, context: Context, grown_by: Sequence[StoredMessage] | None = None) -> None:
+        """Keeps `context` for its session (replacing an older one), then evicts the least recently used
+        entries until the bound holds. `grown_by`: it is the cached one after an append of these
+        (its size is counted from theirs, not from the whole view again)."""
+        key = (context.session.tenant, context.session.id)
+        previous = self._entries.get(key)
+        if previous is not None and previous.context.session.version > context.session.version:
+            return  # a call that finished later already left a newer one
+        if previous is not None and grown_by is not None:
+            size = previous.size_bytes + message_bytes(grown_by)
+        else:
+            size = SESSION_OVERHEAD_BYTES + message_bytes(context.projection.messages)
+        self._remove(key)
+        if size > self.max_bytes:
+            return
+        self._entries[key] = _Entry(context, size)
+        self._change(size, 1)
+        while self.bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self._change(-evicted.size_bytes, -1)
+            INSTRUMENTS.hot_state_evictions.add(1)
+
+    def drop(self, tenant: str, session_id: str) -> None:
+        self._remove((tenant, session_id))
+
+    def _remove(self, key: tuple[str, str]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._change(-entry.size_bytes, -1)
+
+    def _change(self, size_bytes: int, sessions: int) -> None:
+        self.bytes += size_bytes
+        INSTRUMENTS.hot_state_bytes.add(size_bytes)
+        INSTRUMENTS.hot_state_sessions.add(sessions)
