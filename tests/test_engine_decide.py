@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxfold.engine import estimator, folded_index
+from ctxfold.engine.authorship import TOOLS
 from ctxfold.engine.briefing import FoldNotes, record_fold
 from ctxfold.engine.errors import DomainError
 from ctxfold.engine.lineage import Segment, live_ranges, ranges_within, segment_holding
@@ -210,7 +211,9 @@ def first_pass(view: Projection, window: int = 1_000_000) -> tuple[FoldPass, Fol
     plan = plan_pass(view, window)
     assert plan.first is not None
     folded = [v.source for v in plan.first.folded if v.source is not None]
-    record = record_fold(None, folded_index.FoldedIndex(), view.messages, folded, "tr-index", 8192, view.anchor_end)
+    record = record_fold(
+        None, folded_index.FoldedIndex(), view.messages, folded, "tr-index", 8192, view.anchor_end, view.mode
+    )
     return plan.first, replace(record.notes, summarizer="extractive")
 
 
@@ -277,7 +280,9 @@ def test_a_pass_reads_the_longest_prefix_of_whole_groups_that_fits(
     results: list[int], window: int, keep_tokens: int | None
 ) -> None:
     view = projection(conversation(results), window=60_000)
-    groups = call_groups(split_fold(view.messages, view.tail(keep_tokens), view.anchor_end).folded)
+    groups = call_groups(
+        split_fold(view.messages, view.tail(keep_tokens), view.anchor_end, view.mode).folded, view.mode
+    )
     available = window - INSTRUCTION_TOKENS
     try:
         plan = plan_pass(view, window, keep_tokens)
@@ -467,11 +472,11 @@ def test_open_calls_read_back_from_the_transcript_are_those_the_appends_left(
 def test_a_second_fold_rolls_the_first_folds_refs_forward(results: list[int], first: int) -> None:
     messages = conversation(results)
     folded_once = [m for m in messages[1 : 1 + 2 * first]]
-    one = record_fold(None, folded_index.FoldedIndex(), messages, folded_once, "tr-a", 8192, 1)
+    one = record_fold(None, folded_index.FoldedIndex(), messages, folded_once, "tr-a", 8192, 1, TOOLS)
     stored = folded_index.parse(folded_index.render(one.index))
     assert stored == one.index  # the document reads back as written
     folded_twice = messages[1 + 2 * first : -2]
-    two = record_fold(one.notes, stored, messages, folded_twice, "tr-b", 8192, 1)
+    two = record_fold(one.notes, stored, messages, folded_twice, "tr-b", 8192, 1, TOOLS)
     refs = [e.result_ref for e in two.index.entries]
     expected = {m.result_ref for m in [*folded_once, *folded_twice] if m.role is Role.TOOL}
     assert sorted(refs) == sorted(expected) and len(refs) == len(set(refs))

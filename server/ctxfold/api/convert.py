@@ -8,7 +8,16 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ctxfold.engine.errors import invalid
 from ctxfold.engine.maintenance import Action, NotFolded
-from ctxfold.engine.model import CONFIG_FIELDS, ConfigInput, NewMessage, Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.model import (
+    CONFIG_FIELDS,
+    Author,
+    ConfigInput,
+    NewMessage,
+    Role,
+    SessionConfig,
+    StoredMessage,
+    ToolCall,
+)
 from ctxfold.engine.view import StoredCheckpoint, ViewMessage
 from ctxfold.service.maintenance import Event, Prepared
 from ctxfold.service.observer import Progress, Stage
@@ -22,6 +31,8 @@ _ROLE_FROM_PB = {
     pb.ROLE_TOOL: Role.TOOL,
 }
 _ROLE_TO_PB = {role: value for value, role in _ROLE_FROM_PB.items()}
+_AUTHOR_FROM_PB = {pb.AUTHOR_PERSON: Author.PERSON, pb.AUTHOR_MACHINE: Author.MACHINE}
+_AUTHOR_TO_PB = {Author.UNSTATED: pb.AUTHOR_UNSPECIFIED, **{a: v for v, a in _AUTHOR_FROM_PB.items()}}
 
 
 def timestamp(seconds: float) -> Timestamp:
@@ -88,6 +99,7 @@ def new_messages(messages: Sequence[pb.Message], field: str = "messages") -> lis
                 reasoning_content=m.reasoning_content,
                 pinned=m.pinned,
                 name=m.name,
+                author=_AUTHOR_FROM_PB.get(m.author, Author.UNSTATED),
             )
         )
     return out
@@ -110,6 +122,7 @@ def message_pb(message: StoredMessage) -> pb.Message:
         tokens=message.tokens,
         abandoned=message.abandoned,
         create_time=timestamp(message.create_time) if message.create_time else None,
+        author=_AUTHOR_TO_PB[message.author],
     )
 
 
@@ -134,6 +147,7 @@ _STAGE_TO_PB = {
     Stage.PASS_COMMITTED: pb.FOLD_STAGE_PASS_COMMITTED,
     Stage.PASS_FAILED: pb.FOLD_STAGE_PASS_FAILED,
     Stage.SUMMARIZER_FALLBACK: pb.FOLD_STAGE_SUMMARIZER_FALLBACK,
+    Stage.RESULTS_BOUNDED: pb.FOLD_STAGE_RESULTS_BOUNDED,
 }
 _NOT_FOLDED_TO_PB = {
     NotFolded.UNSPECIFIED: pb.NOT_FOLDED_REASON_UNSPECIFIED,

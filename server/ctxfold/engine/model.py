@@ -19,6 +19,15 @@ class Role(enum.Enum):
     TOOL = "tool"
 
 
+class Author(enum.Enum):
+    """Who wrote a user-role message, as its caller states it; `UNSTATED` leaves it to the rules of
+    `engine/authorship.py`."""
+
+    UNSTATED = ""
+    PERSON = "person"
+    MACHINE = "machine"
+
+
 @dataclass(frozen=True)
 class ToolCall:
     id: str
@@ -37,6 +46,7 @@ class NewMessage:
     reasoning_content: str = ""
     pinned: bool = False
     name: str = ""
+    author: Author = Author.UNSTATED
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,7 @@ class StoredMessage:
     truncated: bool = False
     create_time: float = 0.0
     abandoned: bool = False
+    author: Author = Author.UNSTATED
 
 
 def text_chars(messages: Sequence[NewMessage | StoredMessage]) -> int:

@@ -93,6 +93,7 @@ class ReplayResult:
     dropped_tool_results: int = 0  # tool results no longer shown in full in the last view
     recoverable_tool_results: int = 0  # of those, reachable by a result_ref the view or one document it names holds
     recoverable_fraction: float | None = None
+    machine_quoted: int = 0  # machine-written user messages a summary of the last view carries as the person's
     series_view_tokens: list[int] = field(default_factory=list)
     series_actions: list[str] = field(default_factory=list)
     series_cumulative_cost: list[float] = field(default_factory=list)
@@ -197,6 +198,7 @@ class Meter:
         r.paths, r.paths_named = scores.paths, scores.paths_named
         r.dropped_tool_results, r.recoverable_tool_results = scores.hidden_tool_results, scores.reachable_tool_results
         r.recoverable_fraction = r.recoverable_tool_results / r.dropped_tool_results if r.dropped_tool_results else None
+        r.machine_quoted = scores.machine_quoted
         return r
 
 

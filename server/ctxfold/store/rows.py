@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxfold.engine.briefing import FoldNotes
-from ctxfold.engine.model import Role, StoredMessage, ToolCall
+from ctxfold.engine.model import Author, Role, StoredMessage, ToolCall
 from ctxfold.engine.view import Checkpoint
 
 
@@ -172,6 +172,7 @@ def message_from_row(row: object, abandoned: bool = False) -> StoredMessage:
         truncated=m["truncated"],
         create_time=m["create_time"],
         abandoned=abandoned,
+        author=Author(m["author"]),
     )
 
 
@@ -188,6 +189,7 @@ def message_values(message: StoredMessage, segment_id: str) -> dict[str, object]
         "reasoning_content": message.reasoning_content,
         "name": message.name,
         "pinned": message.pinned,
+        "author": message.author.value,
         "tokens": message.tokens,
         "result_ref": message.result_ref or None,
         "raw_bytes": message.raw_bytes,

@@ -223,7 +223,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "\n ctxfold/v1/context_service.proto\022\nctxf" +
       "old.v1\032\037google/protobuf/timestamp.proto\"" +
       "7\n\010ToolCall\022\n\n\002id\030\001 \001(\t\022\014\n\004name\030\002 \001(\t\022\021\n" +
-      "\targuments\030\003 \001(\t\"\373\002\n\007Message\022\n\n\002id\030\001 \001(\t" +
+      "\targuments\030\003 \001(\t\"\237\003\n\007Message\022\n\n\002id\030\001 \001(\t" +
       "\022\013\n\003seq\030\002 \001(\003\022\036\n\004role\030\003 \001(\0162\020.ctxfold.v1" +
       ".Role\022\017\n\007content\030\004 \001(\t\022(\n\ntool_calls\030\005 \003" +
       "(\0132\024.ctxfold.v1.ToolCall\022\024\n\014tool_call_id" +
@@ -232,189 +232,192 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "es\030\n \001(\003\022\021\n\ttruncated\030\013 \001(\010\022\017\n\007summary\030\014" +
       " \001(\010\022\016\n\006pruned\030\r \001(\010\022\014\n\004name\030\016 \001(\t\022\016\n\006to" +
       "kens\030\017 \001(\003\022\021\n\tabandoned\030\020 \001(\010\022/\n\013create_" +
-      "time\030\021 \001(\0132\032.google.protobuf.Timestamp\"\311" +
-      "\002\n\rSessionConfig\022\026\n\016context_window\030\001 \001(\003" +
-      "\022\025\n\rcompact_ratio\030\002 \001(\001\022\022\n\ntail_ratio\030\003 " +
-      "\001(\001\022\031\n\021max_output_tokens\030\004 \001(\003\022\032\n\022summar" +
-      "y_max_tokens\030\005 \001(\003\022\036\n\026tool_content_max_b" +
-      "ytes\030\006 \001(\003\022\025\n\rsystem_prompt\030\007 \001(\t\022\022\n\ntoo" +
-      "ls_json\030\010 \001(\t\022\022\n\nsummarizer\030\t \001(\t\022\031\n\021cac" +
-      "he_ttl_seconds\030\n \001(\003\022\030\n\020prompt_cache_key" +
-      "\030\013 \001(\t\022\r\n\005model\030\014 \001(\t\022\033\n\023disable_task_an" +
-      "chor\030\r \001(\010\"\202\002\n\007Session\022\n\n\002id\030\001 \001(\t\022)\n\006co" +
-      "nfig\030\002 \001(\0132\031.ctxfold.v1.SessionConfig\022\020\n" +
-      "\010head_seq\030\003 \001(\003\022\025\n\rcheckpoint_id\030\004 \001(\t\022/" +
-      "\n\013create_time\030\005 \001(\0132\032.google.protobuf.Ti" +
-      "mestamp\022/\n\013update_time\030\006 \001(\0132\032.google.pr" +
-      "otobuf.Timestamp\022\036\n\026forked_from_session_" +
-      "id\030\007 \001(\t\022\025\n\rforked_at_seq\030\010 \001(\003\"A\n\024Creat" +
-      "eSessionRequest\022)\n\006config\030\001 \001(\0132\031.ctxfol" +
-      "d.v1.SessionConfig\"=\n\025CreateSessionRespo" +
-      "nse\022$\n\007session\030\001 \001(\0132\023.ctxfold.v1.Sessio" +
-      "n\"\'\n\021GetSessionRequest\022\022\n\nsession_id\030\001 \001" +
-      "(\t\":\n\022GetSessionResponse\022$\n\007session\030\001 \001(" +
-      "\0132\023.ctxfold.v1.Session\"<\n\023ListSessionsRe" +
-      "quest\022\021\n\tpage_size\030\001 \001(\005\022\022\n\npage_token\030\002" +
-      " \001(\t\"V\n\024ListSessionsResponse\022%\n\010sessions" +
-      "\030\001 \003(\0132\023.ctxfold.v1.Session\022\027\n\017next_page" +
-      "_token\030\002 \001(\t\"*\n\024DeleteSessionRequest\022\022\n\n" +
-      "session_id\030\001 \001(\t\"\027\n\025DeleteSessionRespons" +
-      "e\"f\n\025AppendMessagesRequest\022\022\n\nsession_id" +
-      "\030\001 \001(\t\022%\n\010messages\030\002 \003(\0132\023.ctxfold.v1.Me" +
-      "ssage\022\022\n\nrequest_id\030\003 \001(\t\"e\n\026AppendMessa" +
-      "gesResponse\022%\n\010messages\030\001 \003(\0132\023.ctxfold." +
-      "v1.Message\022$\n\007session\030\002 \001(\0132\023.ctxfold.v1" +
-      ".Session\"k\n\023ListMessagesRequest\022\022\n\nsessi" +
-      "on_id\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_t" +
-      "oken\030\003 \001(\t\022\031\n\021include_abandoned\030\004 \001(\010\"V\n" +
-      "\024ListMessagesResponse\022%\n\010messages\030\001 \003(\0132" +
-      "\023.ctxfold.v1.Message\022\027\n\017next_page_token\030" +
-      "\002 \001(\t\"\213\001\n\016PrepareRequest\022\022\n\nsession_id\030\001" +
-      " \001(\t\022#\n\006append\030\002 \003(\0132\023.ctxfold.v1.Messag" +
-      "e\022\020\n\010overflow\030\003 \001(\010\022\032\n\022known_view_versio" +
-      "n\030\004 \001(\003\022\022\n\nrequest_id\030\005 \001(\t\"w\n\017PrepareRe" +
-      "sponse\022,\n\010progress\030\001 \001(\0132\030.ctxfold.v1.Fo" +
-      "ldProgressH\000\022-\n\006result\030\002 \001(\0132\033.ctxfold.v" +
-      "1.PreparedContextH\000B\007\n\005event\"\340\001\n\014FoldPro" +
-      "gress\022$\n\005stage\030\001 \001(\0162\025.ctxfold.v1.FoldSt" +
-      "age\022\022\n\npass_index\030\002 \001(\005\022\026\n\016passes_planne" +
-      "d\030\003 \001(\005\022\025\n\rtokens_before\030\004 \001(\003\022\024\n\014tokens" +
-      "_after\030\005 \001(\003\022\025\n\rcheckpoint_id\030\006 \001(\t\022\017\n\007m" +
-      "essage\030\007 \001(\t\022\025\n\rsummary_delta\030\010 \001(\t\022\022\n\ns" +
-      "ummarizer\030\t \001(\t\"\231\004\n\017PreparedContext\022%\n\010m" +
-      "essages\030\001 \003(\0132\023.ctxfold.v1.Message\022\030\n\020es" +
-      "timated_tokens\030\002 \001(\003\022\024\n\014view_version\030\003 \001" +
-      "(\003\022\"\n\006action\030\004 \001(\0162\022.ctxfold.v1.Action\022+" +
-      "\n\013cache_state\030\005 \001(\0162\026.ctxfold.v1.CacheSt" +
-      "ate\022\030\n\020prompt_cache_key\030\006 \001(\t\022\025\n\rcheckpo" +
-      "int_id\030\007 \001(\t\022\036\n\026stable_prefix_messages\030\010" +
-      " \001(\003\022\r\n\005delta\030\t \001(\010\022\032\n\022view_message_coun" +
-      "t\030\n \001(\003\022\026\n\016trigger_tokens\030\013 \001(\003\022\031\n\021hard_" +
-      "limit_tokens\030\014 \001(\003\022%\n\010appended\030\r \003(\0132\023.c" +
-      "txfold.v1.Message\0226\n\021not_folded_reason\030\016" +
-      " \001(\0162\033.ctxfold.v1.NotFoldedReason\022\031\n\021not" +
-      "_folded_detail\030\017 \001(\t\022\031\n\021candidate_summar" +
-      "y\030\020 \001(\t\022\032\n\022folded_results_ref\030\021 \001(\t\"\240\001\n\023" +
-      "ObserveUsageRequest\022\022\n\nsession_id\030\001 \001(\t\022" +
-      "\024\n\014view_version\030\002 \001(\003\022\024\n\014input_tokens\030\003 " +
-      "\001(\003\022\033\n\023cached_input_tokens\030\004 \001(\003\022\025\n\routp" +
-      "ut_tokens\030\005 \001(\003\022\025\n\rfinish_reason\030\006 \001(\t\"I" +
-      "\n\024ObserveUsageResponse\022\023\n\013calibration\030\001 " +
-      "\001(\001\022\034\n\024calibration_accepted\030\002 \001(\010\"Y\n\016Com" +
-      "pactRequest\022\022\n\nsession_id\030\001 \001(\t\022\r\n\005focus" +
-      "\030\002 \001(\t\022\023\n\013keep_tokens\030\003 \001(\003\022\017\n\007dry_run\030\004" +
-      " \001(\010\"w\n\017CompactResponse\022,\n\010progress\030\001 \001(" +
-      "\0132\030.ctxfold.v1.FoldProgressH\000\022-\n\006result\030" +
-      "\002 \001(\0132\033.ctxfold.v1.PreparedContextH\000B\007\n\005" +
-      "event\"\\\n\013ForkRequest\022\022\n\nsession_id\030\001 \001(\t" +
-      "\022\016\n\006at_seq\030\002 \001(\003\022)\n\006config\030\003 \001(\0132\031.ctxfo" +
-      "ld.v1.SessionConfig\"4\n\014ForkResponse\022$\n\007s" +
-      "ession\030\001 \001(\0132\023.ctxfold.v1.Session\"3\n\rRew" +
-      "indRequest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006to_seq" +
-      "\030\002 \001(\003\"6\n\016RewindResponse\022$\n\007session\030\001 \001(" +
-      "\0132\023.ctxfold.v1.Session\"t\n\025ReadToolResult" +
-      "Request\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014tool_call" +
-      "_id\030\002 \001(\t\022\022\n\nresult_ref\030\003 \001(\t\022\016\n\006offset\030" +
-      "\004 \001(\003\022\r\n\005limit\030\005 \001(\003\"\226\001\n\026ReadToolResultR" +
-      "esponse\022\014\n\004data\030\001 \001(\t\022\016\n\006offset\030\002 \001(\003\022\023\n" +
-      "\013next_offset\030\003 \001(\003\022\023\n\013total_bytes\030\004 \001(\003\022" +
-      "\016\n\006sha256\030\005 \001(\t\022\020\n\010complete\030\006 \001(\010\022\022\n\nres" +
-      "ult_ref\030\007 \001(\t\",\n\026GetContextStateRequest\022" +
-      "\022\n\nsession_id\030\001 \001(\t\"-\n\027GetContextStateRe" +
-      "sponse\022\022\n\nstate_json\030\001 \001(\t\"\374\001\n\nCheckpoin" +
-      "t\022\n\n\002id\030\001 \001(\t\022\021\n\tparent_id\030\002 \001(\t\022\024\n\014posi" +
-      "tion_seq\030\003 \001(\003\022\017\n\007summary\030\004 \001(\t\022\026\n\016summa" +
-      "ry_tokens\030\005 \001(\003\022\030\n\020kept_message_ids\030\006 \003(" +
-      "\t\022\032\n\022folded_results_ref\030\007 \001(\t\022\022\n\nsummari" +
-      "zer\030\010 \001(\t\022/\n\013create_time\030\t \001(\0132\032.google." +
-      "protobuf.Timestamp\022\025\n\ron_head_chain\030\n \001(" +
-      "\010\"n\n\026ListCheckpointsRequest\022\022\n\nsession_i" +
+      "time\030\021 \001(\0132\032.google.protobuf.Timestamp\022\"" +
+      "\n\006author\030\022 \001(\0162\022.ctxfold.v1.Author\"\311\002\n\rS" +
+      "essionConfig\022\026\n\016context_window\030\001 \001(\003\022\025\n\r" +
+      "compact_ratio\030\002 \001(\001\022\022\n\ntail_ratio\030\003 \001(\001\022" +
+      "\031\n\021max_output_tokens\030\004 \001(\003\022\032\n\022summary_ma" +
+      "x_tokens\030\005 \001(\003\022\036\n\026tool_content_max_bytes" +
+      "\030\006 \001(\003\022\025\n\rsystem_prompt\030\007 \001(\t\022\022\n\ntools_j" +
+      "son\030\010 \001(\t\022\022\n\nsummarizer\030\t \001(\t\022\031\n\021cache_t" +
+      "tl_seconds\030\n \001(\003\022\030\n\020prompt_cache_key\030\013 \001" +
+      "(\t\022\r\n\005model\030\014 \001(\t\022\033\n\023disable_task_anchor" +
+      "\030\r \001(\010\"\202\002\n\007Session\022\n\n\002id\030\001 \001(\t\022)\n\006config" +
+      "\030\002 \001(\0132\031.ctxfold.v1.SessionConfig\022\020\n\010hea" +
+      "d_seq\030\003 \001(\003\022\025\n\rcheckpoint_id\030\004 \001(\t\022/\n\013cr" +
+      "eate_time\030\005 \001(\0132\032.google.protobuf.Timest" +
+      "amp\022/\n\013update_time\030\006 \001(\0132\032.google.protob" +
+      "uf.Timestamp\022\036\n\026forked_from_session_id\030\007" +
+      " \001(\t\022\025\n\rforked_at_seq\030\010 \001(\003\"A\n\024CreateSes" +
+      "sionRequest\022)\n\006config\030\001 \001(\0132\031.ctxfold.v1" +
+      ".SessionConfig\"=\n\025CreateSessionResponse\022" +
+      "$\n\007session\030\001 \001(\0132\023.ctxfold.v1.Session\"\'\n" +
+      "\021GetSessionRequest\022\022\n\nsession_id\030\001 \001(\t\":" +
+      "\n\022GetSessionResponse\022$\n\007session\030\001 \001(\0132\023." +
+      "ctxfold.v1.Session\"<\n\023ListSessionsReques" +
+      "t\022\021\n\tpage_size\030\001 \001(\005\022\022\n\npage_token\030\002 \001(\t" +
+      "\"V\n\024ListSessionsResponse\022%\n\010sessions\030\001 \003" +
+      "(\0132\023.ctxfold.v1.Session\022\027\n\017next_page_tok" +
+      "en\030\002 \001(\t\"*\n\024DeleteSessionRequest\022\022\n\nsess" +
+      "ion_id\030\001 \001(\t\"\027\n\025DeleteSessionResponse\"f\n" +
+      "\025AppendMessagesRequest\022\022\n\nsession_id\030\001 \001" +
+      "(\t\022%\n\010messages\030\002 \003(\0132\023.ctxfold.v1.Messag" +
+      "e\022\022\n\nrequest_id\030\003 \001(\t\"e\n\026AppendMessagesR" +
+      "esponse\022%\n\010messages\030\001 \003(\0132\023.ctxfold.v1.M" +
+      "essage\022$\n\007session\030\002 \001(\0132\023.ctxfold.v1.Ses" +
+      "sion\"k\n\023ListMessagesRequest\022\022\n\nsession_i" +
       "d\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_token" +
-      "\030\003 \001(\t\022\031\n\021include_abandoned\030\004 \001(\010\"_\n\027Lis" +
-      "tCheckpointsResponse\022+\n\013checkpoints\030\001 \003(" +
-      "\0132\026.ctxfold.v1.Checkpoint\022\027\n\017next_page_t" +
-      "oken\030\002 \001(\t\"A\n\024GetCheckpointRequest\022\022\n\nse" +
-      "ssion_id\030\001 \001(\t\022\025\n\rcheckpoint_id\030\002 \001(\t\"C\n" +
-      "\025GetCheckpointResponse\022*\n\ncheckpoint\030\001 \001" +
-      "(\0132\026.ctxfold.v1.Checkpoint*_\n\004Role\022\024\n\020RO" +
-      "LE_UNSPECIFIED\020\000\022\017\n\013ROLE_SYSTEM\020\001\022\r\n\tROL" +
-      "E_USER\020\002\022\022\n\016ROLE_ASSISTANT\020\003\022\r\n\tROLE_TOO" +
-      "L\020\004*W\n\006Action\022\026\n\022ACTION_UNSPECIFIED\020\000\022\017\n" +
-      "\013ACTION_NONE\020\001\022\021\n\rACTION_PRUNED\020\002\022\021\n\rACT" +
-      "ION_FOLDED\020\003*n\n\nCacheState\022\033\n\027CACHE_STAT" +
-      "E_UNSPECIFIED\020\000\022\024\n\020CACHE_STATE_WARM\020\001\022\024\n" +
-      "\020CACHE_STATE_COLD\020\002\022\027\n\023CACHE_STATE_UNKNO" +
-      "WN\020\003*\322\007\n\013ErrorReason\022\034\n\030ERROR_REASON_UNS" +
-      "PECIFIED\020\000\022\023\n\017UNAUTHENTICATED\020\001\022\023\n\017INVAL" +
-      "ID_REQUEST\020\002\022\027\n\023SESSION_ID_REQUIRED\020\003\022\025\n" +
-      "\021SESSION_NOT_FOUND\020\004\022\022\n\016INVALID_CONFIG\020\005" +
-      "\022\023\n\017INVALID_MESSAGE\020\006\022\020\n\014INVALID_TEXT\020\007\022" +
-      "\025\n\021MESSAGE_TOO_LARGE\020\010\022\025\n\021TOO_MANY_MESSA" +
-      "GES\020\t\022\026\n\022INVALID_REQUEST_ID\020\n\022\030\n\024TOOL_RE" +
-      "SULTS_PENDING\020\013\022\026\n\022TOOL_CALL_NOT_OPEN\020\014\022" +
-      "\027\n\023TOOL_CALL_NOT_FOUND\020\r\022\027\n\023RESULT_REF_R" +
-      "EQUIRED\020\016\022\030\n\024RESULT_REF_NOT_FOUND\020\017\022\030\n\024R" +
-      "ESULT_REF_AMBIGUOUS\020\020\022\027\n\023OFFSET_OUT_OF_R" +
-      "ANGE\020\021\022\034\n\030OFFSET_NOT_CHAR_BOUNDARY\020\022\022\026\n\022" +
-      "LIMIT_OUT_OF_RANGE\020\023\022\025\n\021INVALID_PAGE_SIZ" +
-      "E\020\024\022\026\n\022INVALID_PAGE_TOKEN\020\025\022\024\n\020SEQ_OUT_O" +
-      "F_RANGE\020\026\022\021\n\rINVALID_USAGE\020\027\022\036\n\032CONTEXT_" +
-      "BUDGET_UNSATISFIED\020\030\022\030\n\024FOLD_INPUT_TOO_L" +
-      "ARGE\020\031\022\025\n\021SUMMARIZER_FAILED\020\032\022\035\n\031SUMMARI" +
-      "ZER_NOT_CONFIGURED\020\033\022\022\n\016COMPACT_FAILED\020\034" +
-      "\022\033\n\027CONCURRENT_MODIFICATION\020\035\022\020\n\014SESSION" +
-      "_BUSY\020\036\022\026\n\022RESPONSE_TOO_LARGE\020\037\022\030\n\024CHECK" +
-      "POINT_NOT_FOUND\020 \022\025\n\021CHECKPOINT_BROKEN\020!" +
-      "\022\023\n\017STORAGE_CORRUPT\020\"\022\025\n\021STORE_UNAVAILAB" +
-      "LE\020#\022\014\n\010INTERNAL\020$\022\037\n\033STREAM_ENDED_WITHO" +
-      "UT_RESULT\020%\022\034\n\030RESULT_CHECKSUM_MISMATCH\020" +
-      "&\022\026\n\022PROTOCOL_VIOLATION\020\'*\363\001\n\017NotFoldedR" +
-      "eason\022!\n\035NOT_FOLDED_REASON_UNSPECIFIED\020\000" +
-      "\022.\n*NOT_FOLDED_REASON_NOTHING_OUTSIDE_KE" +
-      "PT_SET\020\001\022#\n\037NOT_FOLDED_REASON_BELOW_TRIG" +
-      "GER\020\002\022&\n\"NOT_FOLDED_REASON_PREVIOUS_FAIL" +
-      "URE\020\003\022!\n\035NOT_FOLDED_REASON_NOT_SMALLER\020\004" +
-      "\022\035\n\031NOT_FOLDED_REASON_DRY_RUN\020\005*\360\001\n\tFold" +
-      "Stage\022\032\n\026FOLD_STAGE_UNSPECIFIED\020\000\022\025\n\021FOL" +
-      "D_STAGE_PRUNED\020\001\022\026\n\022FOLD_STAGE_PLANNED\020\002" +
-      "\022\033\n\027FOLD_STAGE_PASS_STARTED\020\003\022\034\n\030FOLD_ST" +
-      "AGE_SUMMARY_DELTA\020\004\022\035\n\031FOLD_STAGE_PASS_C" +
-      "OMMITTED\020\005\022\032\n\026FOLD_STAGE_PASS_FAILED\020\006\022\"" +
-      "\n\036FOLD_STAGE_SUMMARIZER_FALLBACK\020\0072\312\t\n\016C" +
-      "ontextService\022T\n\rCreateSession\022 .ctxfold" +
-      ".v1.CreateSessionRequest\032!.ctxfold.v1.Cr" +
-      "eateSessionResponse\022K\n\nGetSession\022\035.ctxf" +
-      "old.v1.GetSessionRequest\032\036.ctxfold.v1.Ge" +
-      "tSessionResponse\022Q\n\014ListSessions\022\037.ctxfo" +
-      "ld.v1.ListSessionsRequest\032 .ctxfold.v1.L" +
-      "istSessionsResponse\022T\n\rDeleteSession\022 .c" +
-      "txfold.v1.DeleteSessionRequest\032!.ctxfold" +
-      ".v1.DeleteSessionResponse\022W\n\016AppendMessa" +
-      "ges\022!.ctxfold.v1.AppendMessagesRequest\032\"" +
-      ".ctxfold.v1.AppendMessagesResponse\022Q\n\014Li" +
-      "stMessages\022\037.ctxfold.v1.ListMessagesRequ" +
-      "est\032 .ctxfold.v1.ListMessagesResponse\022D\n" +
-      "\007Prepare\022\032.ctxfold.v1.PrepareRequest\032\033.c" +
-      "txfold.v1.PrepareResponse0\001\022Q\n\014ObserveUs" +
-      "age\022\037.ctxfold.v1.ObserveUsageRequest\032 .c" +
-      "txfold.v1.ObserveUsageResponse\022D\n\007Compac" +
-      "t\022\032.ctxfold.v1.CompactRequest\032\033.ctxfold." +
-      "v1.CompactResponse0\001\0229\n\004Fork\022\027.ctxfold.v" +
-      "1.ForkRequest\032\030.ctxfold.v1.ForkResponse\022" +
-      "?\n\006Rewind\022\031.ctxfold.v1.RewindRequest\032\032.c" +
-      "txfold.v1.RewindResponse\022W\n\016ReadToolResu" +
-      "lt\022!.ctxfold.v1.ReadToolResultRequest\032\"." +
-      "ctxfold.v1.ReadToolResultResponse\022Z\n\017Get" +
-      "ContextState\022\".ctxfold.v1.GetContextStat" +
-      "eRequest\032#.ctxfold.v1.GetContextStateRes" +
-      "ponse\022Z\n\017ListCheckpoints\022\".ctxfold.v1.Li" +
-      "stCheckpointsRequest\032#.ctxfold.v1.ListCh" +
-      "eckpointsResponse\022T\n\rGetCheckpoint\022 .ctx" +
-      "fold.v1.GetCheckpointRequest\032!.ctxfold.v" +
-      "1.GetCheckpointResponseBb\n\016dev.ctxfold.v" +
-      "1B\023ContextServiceProtoP\001Z9github.com/ctx" +
-      "fold/ctxfold/clients/go/ctxfoldv1;ctxfol" +
-      "dv1b\006proto3"
+      "\030\003 \001(\t\022\031\n\021include_abandoned\030\004 \001(\010\"V\n\024Lis" +
+      "tMessagesResponse\022%\n\010messages\030\001 \003(\0132\023.ct" +
+      "xfold.v1.Message\022\027\n\017next_page_token\030\002 \001(" +
+      "\t\"\213\001\n\016PrepareRequest\022\022\n\nsession_id\030\001 \001(\t" +
+      "\022#\n\006append\030\002 \003(\0132\023.ctxfold.v1.Message\022\020\n" +
+      "\010overflow\030\003 \001(\010\022\032\n\022known_view_version\030\004 " +
+      "\001(\003\022\022\n\nrequest_id\030\005 \001(\t\"w\n\017PrepareRespon" +
+      "se\022,\n\010progress\030\001 \001(\0132\030.ctxfold.v1.FoldPr" +
+      "ogressH\000\022-\n\006result\030\002 \001(\0132\033.ctxfold.v1.Pr" +
+      "eparedContextH\000B\007\n\005event\"\340\001\n\014FoldProgres" +
+      "s\022$\n\005stage\030\001 \001(\0162\025.ctxfold.v1.FoldStage\022" +
+      "\022\n\npass_index\030\002 \001(\005\022\026\n\016passes_planned\030\003 " +
+      "\001(\005\022\025\n\rtokens_before\030\004 \001(\003\022\024\n\014tokens_aft" +
+      "er\030\005 \001(\003\022\025\n\rcheckpoint_id\030\006 \001(\t\022\017\n\007messa" +
+      "ge\030\007 \001(\t\022\025\n\rsummary_delta\030\010 \001(\t\022\022\n\nsumma" +
+      "rizer\030\t \001(\t\"\231\004\n\017PreparedContext\022%\n\010messa" +
+      "ges\030\001 \003(\0132\023.ctxfold.v1.Message\022\030\n\020estima" +
+      "ted_tokens\030\002 \001(\003\022\024\n\014view_version\030\003 \001(\003\022\"" +
+      "\n\006action\030\004 \001(\0162\022.ctxfold.v1.Action\022+\n\013ca" +
+      "che_state\030\005 \001(\0162\026.ctxfold.v1.CacheState\022" +
+      "\030\n\020prompt_cache_key\030\006 \001(\t\022\025\n\rcheckpoint_" +
+      "id\030\007 \001(\t\022\036\n\026stable_prefix_messages\030\010 \001(\003" +
+      "\022\r\n\005delta\030\t \001(\010\022\032\n\022view_message_count\030\n " +
+      "\001(\003\022\026\n\016trigger_tokens\030\013 \001(\003\022\031\n\021hard_limi" +
+      "t_tokens\030\014 \001(\003\022%\n\010appended\030\r \003(\0132\023.ctxfo" +
+      "ld.v1.Message\0226\n\021not_folded_reason\030\016 \001(\016" +
+      "2\033.ctxfold.v1.NotFoldedReason\022\031\n\021not_fol" +
+      "ded_detail\030\017 \001(\t\022\031\n\021candidate_summary\030\020 " +
+      "\001(\t\022\032\n\022folded_results_ref\030\021 \001(\t\"\240\001\n\023Obse" +
+      "rveUsageRequest\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014v" +
+      "iew_version\030\002 \001(\003\022\024\n\014input_tokens\030\003 \001(\003\022" +
+      "\033\n\023cached_input_tokens\030\004 \001(\003\022\025\n\routput_t" +
+      "okens\030\005 \001(\003\022\025\n\rfinish_reason\030\006 \001(\t\"I\n\024Ob" +
+      "serveUsageResponse\022\023\n\013calibration\030\001 \001(\001\022" +
+      "\034\n\024calibration_accepted\030\002 \001(\010\"Y\n\016Compact" +
+      "Request\022\022\n\nsession_id\030\001 \001(\t\022\r\n\005focus\030\002 \001" +
+      "(\t\022\023\n\013keep_tokens\030\003 \001(\003\022\017\n\007dry_run\030\004 \001(\010" +
+      "\"w\n\017CompactResponse\022,\n\010progress\030\001 \001(\0132\030." +
+      "ctxfold.v1.FoldProgressH\000\022-\n\006result\030\002 \001(" +
+      "\0132\033.ctxfold.v1.PreparedContextH\000B\007\n\005even" +
+      "t\"\\\n\013ForkRequest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006" +
+      "at_seq\030\002 \001(\003\022)\n\006config\030\003 \001(\0132\031.ctxfold.v" +
+      "1.SessionConfig\"4\n\014ForkResponse\022$\n\007sessi" +
+      "on\030\001 \001(\0132\023.ctxfold.v1.Session\"3\n\rRewindR" +
+      "equest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006to_seq\030\002 \001" +
+      "(\003\"6\n\016RewindResponse\022$\n\007session\030\001 \001(\0132\023." +
+      "ctxfold.v1.Session\"t\n\025ReadToolResultRequ" +
+      "est\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014tool_call_id\030" +
+      "\002 \001(\t\022\022\n\nresult_ref\030\003 \001(\t\022\016\n\006offset\030\004 \001(" +
+      "\003\022\r\n\005limit\030\005 \001(\003\"\226\001\n\026ReadToolResultRespo" +
+      "nse\022\014\n\004data\030\001 \001(\t\022\016\n\006offset\030\002 \001(\003\022\023\n\013nex" +
+      "t_offset\030\003 \001(\003\022\023\n\013total_bytes\030\004 \001(\003\022\016\n\006s" +
+      "ha256\030\005 \001(\t\022\020\n\010complete\030\006 \001(\010\022\022\n\nresult_" +
+      "ref\030\007 \001(\t\",\n\026GetContextStateRequest\022\022\n\ns" +
+      "ession_id\030\001 \001(\t\"-\n\027GetContextStateRespon" +
+      "se\022\022\n\nstate_json\030\001 \001(\t\"\374\001\n\nCheckpoint\022\n\n" +
+      "\002id\030\001 \001(\t\022\021\n\tparent_id\030\002 \001(\t\022\024\n\014position" +
+      "_seq\030\003 \001(\003\022\017\n\007summary\030\004 \001(\t\022\026\n\016summary_t" +
+      "okens\030\005 \001(\003\022\030\n\020kept_message_ids\030\006 \003(\t\022\032\n" +
+      "\022folded_results_ref\030\007 \001(\t\022\022\n\nsummarizer\030" +
+      "\010 \001(\t\022/\n\013create_time\030\t \001(\0132\032.google.prot" +
+      "obuf.Timestamp\022\025\n\ron_head_chain\030\n \001(\010\"n\n" +
+      "\026ListCheckpointsRequest\022\022\n\nsession_id\030\001 " +
+      "\001(\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_token\030\003 \001" +
+      "(\t\022\031\n\021include_abandoned\030\004 \001(\010\"_\n\027ListChe" +
+      "ckpointsResponse\022+\n\013checkpoints\030\001 \003(\0132\026." +
+      "ctxfold.v1.Checkpoint\022\027\n\017next_page_token" +
+      "\030\002 \001(\t\"A\n\024GetCheckpointRequest\022\022\n\nsessio" +
+      "n_id\030\001 \001(\t\022\025\n\rcheckpoint_id\030\002 \001(\t\"C\n\025Get" +
+      "CheckpointResponse\022*\n\ncheckpoint\030\001 \001(\0132\026" +
+      ".ctxfold.v1.Checkpoint*_\n\004Role\022\024\n\020ROLE_U" +
+      "NSPECIFIED\020\000\022\017\n\013ROLE_SYSTEM\020\001\022\r\n\tROLE_US" +
+      "ER\020\002\022\022\n\016ROLE_ASSISTANT\020\003\022\r\n\tROLE_TOOL\020\004*" +
+      "G\n\006Author\022\026\n\022AUTHOR_UNSPECIFIED\020\000\022\021\n\rAUT" +
+      "HOR_PERSON\020\001\022\022\n\016AUTHOR_MACHINE\020\002*W\n\006Acti" +
+      "on\022\026\n\022ACTION_UNSPECIFIED\020\000\022\017\n\013ACTION_NON" +
+      "E\020\001\022\021\n\rACTION_PRUNED\020\002\022\021\n\rACTION_FOLDED\020" +
+      "\003*n\n\nCacheState\022\033\n\027CACHE_STATE_UNSPECIFI" +
+      "ED\020\000\022\024\n\020CACHE_STATE_WARM\020\001\022\024\n\020CACHE_STAT" +
+      "E_COLD\020\002\022\027\n\023CACHE_STATE_UNKNOWN\020\003*\322\007\n\013Er" +
+      "rorReason\022\034\n\030ERROR_REASON_UNSPECIFIED\020\000\022" +
+      "\023\n\017UNAUTHENTICATED\020\001\022\023\n\017INVALID_REQUEST\020" +
+      "\002\022\027\n\023SESSION_ID_REQUIRED\020\003\022\025\n\021SESSION_NO" +
+      "T_FOUND\020\004\022\022\n\016INVALID_CONFIG\020\005\022\023\n\017INVALID" +
+      "_MESSAGE\020\006\022\020\n\014INVALID_TEXT\020\007\022\025\n\021MESSAGE_" +
+      "TOO_LARGE\020\010\022\025\n\021TOO_MANY_MESSAGES\020\t\022\026\n\022IN" +
+      "VALID_REQUEST_ID\020\n\022\030\n\024TOOL_RESULTS_PENDI" +
+      "NG\020\013\022\026\n\022TOOL_CALL_NOT_OPEN\020\014\022\027\n\023TOOL_CAL" +
+      "L_NOT_FOUND\020\r\022\027\n\023RESULT_REF_REQUIRED\020\016\022\030" +
+      "\n\024RESULT_REF_NOT_FOUND\020\017\022\030\n\024RESULT_REF_A" +
+      "MBIGUOUS\020\020\022\027\n\023OFFSET_OUT_OF_RANGE\020\021\022\034\n\030O" +
+      "FFSET_NOT_CHAR_BOUNDARY\020\022\022\026\n\022LIMIT_OUT_O" +
+      "F_RANGE\020\023\022\025\n\021INVALID_PAGE_SIZE\020\024\022\026\n\022INVA" +
+      "LID_PAGE_TOKEN\020\025\022\024\n\020SEQ_OUT_OF_RANGE\020\026\022\021" +
+      "\n\rINVALID_USAGE\020\027\022\036\n\032CONTEXT_BUDGET_UNSA" +
+      "TISFIED\020\030\022\030\n\024FOLD_INPUT_TOO_LARGE\020\031\022\025\n\021S" +
+      "UMMARIZER_FAILED\020\032\022\035\n\031SUMMARIZER_NOT_CON" +
+      "FIGURED\020\033\022\022\n\016COMPACT_FAILED\020\034\022\033\n\027CONCURR" +
+      "ENT_MODIFICATION\020\035\022\020\n\014SESSION_BUSY\020\036\022\026\n\022" +
+      "RESPONSE_TOO_LARGE\020\037\022\030\n\024CHECKPOINT_NOT_F" +
+      "OUND\020 \022\025\n\021CHECKPOINT_BROKEN\020!\022\023\n\017STORAGE" +
+      "_CORRUPT\020\"\022\025\n\021STORE_UNAVAILABLE\020#\022\014\n\010INT" +
+      "ERNAL\020$\022\037\n\033STREAM_ENDED_WITHOUT_RESULT\020%" +
+      "\022\034\n\030RESULT_CHECKSUM_MISMATCH\020&\022\026\n\022PROTOC" +
+      "OL_VIOLATION\020\'*\363\001\n\017NotFoldedReason\022!\n\035NO" +
+      "T_FOLDED_REASON_UNSPECIFIED\020\000\022.\n*NOT_FOL" +
+      "DED_REASON_NOTHING_OUTSIDE_KEPT_SET\020\001\022#\n" +
+      "\037NOT_FOLDED_REASON_BELOW_TRIGGER\020\002\022&\n\"NO" +
+      "T_FOLDED_REASON_PREVIOUS_FAILURE\020\003\022!\n\035NO" +
+      "T_FOLDED_REASON_NOT_SMALLER\020\004\022\035\n\031NOT_FOL" +
+      "DED_REASON_DRY_RUN\020\005*\220\002\n\tFoldStage\022\032\n\026FO" +
+      "LD_STAGE_UNSPECIFIED\020\000\022\025\n\021FOLD_STAGE_PRU" +
+      "NED\020\001\022\026\n\022FOLD_STAGE_PLANNED\020\002\022\033\n\027FOLD_ST" +
+      "AGE_PASS_STARTED\020\003\022\034\n\030FOLD_STAGE_SUMMARY" +
+      "_DELTA\020\004\022\035\n\031FOLD_STAGE_PASS_COMMITTED\020\005\022" +
+      "\032\n\026FOLD_STAGE_PASS_FAILED\020\006\022\"\n\036FOLD_STAG" +
+      "E_SUMMARIZER_FALLBACK\020\007\022\036\n\032FOLD_STAGE_RE" +
+      "SULTS_BOUNDED\020\0102\312\t\n\016ContextService\022T\n\rCr" +
+      "eateSession\022 .ctxfold.v1.CreateSessionRe" +
+      "quest\032!.ctxfold.v1.CreateSessionResponse" +
+      "\022K\n\nGetSession\022\035.ctxfold.v1.GetSessionRe" +
+      "quest\032\036.ctxfold.v1.GetSessionResponse\022Q\n" +
+      "\014ListSessions\022\037.ctxfold.v1.ListSessionsR" +
+      "equest\032 .ctxfold.v1.ListSessionsResponse" +
+      "\022T\n\rDeleteSession\022 .ctxfold.v1.DeleteSes" +
+      "sionRequest\032!.ctxfold.v1.DeleteSessionRe" +
+      "sponse\022W\n\016AppendMessages\022!.ctxfold.v1.Ap" +
+      "pendMessagesRequest\032\".ctxfold.v1.AppendM" +
+      "essagesResponse\022Q\n\014ListMessages\022\037.ctxfol" +
+      "d.v1.ListMessagesRequest\032 .ctxfold.v1.Li" +
+      "stMessagesResponse\022D\n\007Prepare\022\032.ctxfold." +
+      "v1.PrepareRequest\032\033.ctxfold.v1.PrepareRe" +
+      "sponse0\001\022Q\n\014ObserveUsage\022\037.ctxfold.v1.Ob" +
+      "serveUsageRequest\032 .ctxfold.v1.ObserveUs" +
+      "ageResponse\022D\n\007Compact\022\032.ctxfold.v1.Comp" +
+      "actRequest\032\033.ctxfold.v1.CompactResponse0" +
+      "\001\0229\n\004Fork\022\027.ctxfold.v1.ForkRequest\032\030.ctx" +
+      "fold.v1.ForkResponse\022?\n\006Rewind\022\031.ctxfold" +
+      ".v1.RewindRequest\032\032.ctxfold.v1.RewindRes" +
+      "ponse\022W\n\016ReadToolResult\022!.ctxfold.v1.Rea" +
+      "dToolResultRequest\032\".ctxfold.v1.ReadTool" +
+      "ResultResponse\022Z\n\017GetContextState\022\".ctxf" +
+      "old.v1.GetContextStateRequest\032#.ctxfold." +
+      "v1.GetContextStateResponse\022Z\n\017ListCheckp" +
+      "oints\022\".ctxfold.v1.ListCheckpointsReques" +
+      "t\032#.ctxfold.v1.ListCheckpointsResponse\022T" +
+      "\n\rGetCheckpoint\022 .ctxfold.v1.GetCheckpoi" +
+      "ntRequest\032!.ctxfold.v1.GetCheckpointResp" +
+      "onseBb\n\016dev.ctxfold.v1B\023ContextServicePr" +
+      "otoP\001Z9github.com/ctxfold/ctxfold/client" +
+      "s/go/ctxfoldv1;ctxfoldv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -432,7 +435,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
     internal_static_ctxfold_v1_Message_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_Message_descriptor,
-        new java.lang.String[] { "Id", "Seq", "Role", "Content", "ToolCalls", "ToolCallId", "ReasoningContent", "Pinned", "ResultRef", "RawBytes", "Truncated", "Summary", "Pruned", "Name", "Tokens", "Abandoned", "CreateTime", });
+        new java.lang.String[] { "Id", "Seq", "Role", "Content", "ToolCalls", "ToolCallId", "ReasoningContent", "Pinned", "ResultRef", "RawBytes", "Truncated", "Summary", "Pruned", "Name", "Tokens", "Abandoned", "CreateTime", "Author", });
     internal_static_ctxfold_v1_SessionConfig_descriptor =
       getDescriptor().getMessageType(2);
     internal_static_ctxfold_v1_SessionConfig_fieldAccessorTable = new

@@ -40,6 +40,7 @@ private static final long serialVersionUID = 0L;
     reasoningContent_ = "";
     resultRef_ = "";
     name_ = "";
+    author_ = 0;
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -592,6 +593,32 @@ private static final long serialVersionUID = 0L;
     return createTime_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : createTime_;
   }
 
+  public static final int AUTHOR_FIELD_NUMBER = 18;
+  private int author_ = 0;
+  /**
+   * <pre>
+   * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.Author author = 18;</code>
+   * @return The enum numeric value on the wire for author.
+   */
+  @java.lang.Override public int getAuthorValue() {
+    return author_;
+  }
+  /**
+   * <pre>
+   * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.Author author = 18;</code>
+   * @return The author.
+   */
+  @java.lang.Override public dev.ctxfold.v1.Author getAuthor() {
+    dev.ctxfold.v1.Author result = dev.ctxfold.v1.Author.forNumber(author_);
+    return result == null ? dev.ctxfold.v1.Author.UNRECOGNIZED : result;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -656,6 +683,9 @@ private static final long serialVersionUID = 0L;
     }
     if (((bitField0_ & 0x00000001) != 0)) {
       output.writeMessage(17, getCreateTime());
+    }
+    if (author_ != dev.ctxfold.v1.Author.AUTHOR_UNSPECIFIED.getNumber()) {
+      output.writeEnum(18, author_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -728,6 +758,10 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(17, getCreateTime());
     }
+    if (author_ != dev.ctxfold.v1.Author.AUTHOR_UNSPECIFIED.getNumber()) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeEnumSize(18, author_);
+    }
     return size;
   }
   @java.lang.Override
@@ -788,6 +822,7 @@ private static final long serialVersionUID = 0L;
       if (!getCreateTime()
           .equals(other.getCreateTime())) return false;
     }
+    if (author_ != other.author_) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -845,6 +880,8 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + CREATE_TIME_FIELD_NUMBER;
       hash = (53 * hash) + getCreateTime().hashCode();
     }
+    hash = (37 * hash) + AUTHOR_FIELD_NUMBER;
+    hash = (53 * hash) + author_;
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -1014,6 +1051,7 @@ private static final long serialVersionUID = 0L;
         createTimeBuilder_.dispose();
         createTimeBuilder_ = null;
       }
+      author_ = 0;
       return this;
     }
 
@@ -1111,6 +1149,9 @@ private static final long serialVersionUID = 0L;
             ? createTime_
             : createTimeBuilder_.build();
         to_bitField0_ |= 0x00000001;
+      }
+      if (((from_bitField0_ & 0x00020000) != 0)) {
+        result.author_ = author_;
       }
       result.bitField0_ |= to_bitField0_;
     }
@@ -1212,6 +1253,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.hasCreateTime()) {
         mergeCreateTime(other.getCreateTime());
+      }
+      if (other.author_ != 0) {
+        setAuthorValue(other.getAuthorValue());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -1332,6 +1376,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00010000;
               break;
             } // case 138
+            case 144: {
+              author_ = input.readEnum();
+              bitField0_ |= 0x00020000;
+              break;
+            } // case 144
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -2794,6 +2843,78 @@ private static final long serialVersionUID = 0L;
         createTime_ = null;
       }
       return createTimeBuilder_;
+    }
+
+    private int author_ = 0;
+    /**
+     * <pre>
+     * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.Author author = 18;</code>
+     * @return The enum numeric value on the wire for author.
+     */
+    @java.lang.Override public int getAuthorValue() {
+      return author_;
+    }
+    /**
+     * <pre>
+     * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.Author author = 18;</code>
+     * @param value The enum numeric value on the wire for author to set.
+     * @return This builder for chaining.
+     */
+    public Builder setAuthorValue(int value) {
+      author_ = value;
+      bitField0_ |= 0x00020000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.Author author = 18;</code>
+     * @return The author.
+     */
+    @java.lang.Override
+    public dev.ctxfold.v1.Author getAuthor() {
+      dev.ctxfold.v1.Author result = dev.ctxfold.v1.Author.forNumber(author_);
+      return result == null ? dev.ctxfold.v1.Author.UNRECOGNIZED : result;
+    }
+    /**
+     * <pre>
+     * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.Author author = 18;</code>
+     * @param value The author to set.
+     * @throws IllegalArgumentException if UNRECOGNIZED is provided.
+     * @return This builder for chaining.
+     */
+    public Builder setAuthor(dev.ctxfold.v1.Author value) {
+      java.util.Objects.requireNonNull(value);
+      bitField0_ |= 0x00020000;
+      author_ = value.getNumber();
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.Author author = 18;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearAuthor() {
+      bitField0_ = (bitField0_ & ~0x00020000);
+      author_ = 0;
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:ctxfold.v1.Message)

@@ -303,4 +303,23 @@ public interface MessageOrBuilder extends
    * <code>.google.protobuf.Timestamp create_time = 17;</code>
    */
   com.google.protobuf.TimestampOrBuilder getCreateTimeOrBuilder();
+
+  /**
+   * <pre>
+   * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.Author author = 18;</code>
+   * @return The enum numeric value on the wire for author.
+   */
+  int getAuthorValue();
+  /**
+   * <pre>
+   * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.Author author = 18;</code>
+   * @return The author.
+   */
+  dev.ctxfold.v1.Author getAuthor();
 }

@@ -1,0 +1,26 @@
+"""messages.author: who wrote a user message, as its caller stated it
+
+Revision ID: 0007
+Revises: 0006
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0007"
+down_revision = "0006"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    # "" (not stated) for every existing message: the engine's rules decide, as they did before.
+    with op.batch_alter_table("messages", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("author", sa.String(length=16), nullable=False, server_default=""))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("messages", schema=None) as batch_op:
+        batch_op.drop_column("author")
