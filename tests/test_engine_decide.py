@@ -37,6 +37,7 @@ from ctxfold.engine.maintenance import (
     accept,
     answer,
     body_budget,
+    bound_to_fit,
     check_response_size,
     decide,
     plan_pass,
@@ -482,3 +483,66 @@ def test_a_second_fold_rolls_the_first_folds_refs_forward(results: list[int], fi
     assert sorted(refs) == sorted(expected) and len(refs) == len(set(refs))
     assert two.new_results == len([m for m in folded_twice if m.role is Role.TOOL])
     assert (two.notes.index_ref, two.notes.index_results) == ("tr-b", len(expected))
+
+
+# ---- the last resort: results bounded to fit ------------------------------------------------------
+
+
+def parallel_reads(sizes: list[int]) -> list[StoredMessage]:
+    """A task, then one assistant message with a call per entry of `sizes` and their results (the
+    input the next call must answer: nothing of it can be folded)."""
+    calls = tuple(ToolCall(f"read{i}", "Read", f'{{"file_path": "src/f{i}.py"}}') for i in range(len(sizes)))
+    base = next(_ids)
+    messages = [
+        StoredMessage(f"t{base}", 1, Role.USER, "Read the parser", 5, result_ref="trtask"),
+        StoredMessage(f"a{base}", 2, Role.ASSISTANT, "", estimator.message_tokens("", calls), calls),
+    ]
+    for i, chars in enumerate(sizes):
+        content = text(chars, salt=f"r{i}")
+        messages.append(
+            StoredMessage(
+                f"r{base}_{i}",
+                3 + i,
+                Role.TOOL,
+                content,
+                estimator.count_text(content),
+                (),
+                f"read{i}",
+                result_ref=f"trr{i}",
+            )
+        )
+    return messages
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(1, 30_000), min_size=1, max_size=8), window=st.sampled_from([8000, 16000, 32000]))
+def test_bounding_the_pending_results_makes_any_view_of_tool_results_fit(sizes: list[int], window: int) -> None:
+    view = projection(parallel_reads(sizes), window=window)
+    bound = bound_to_fit(view)
+    if view.tokens() <= view.config.hard_limit_tokens:
+        assert bound is None
+        return
+    assert bound is not None
+    candidate = bound.candidate
+    assert candidate.tokens() <= view.config.hard_limit_tokens
+    shown = {v.source.id: v for v in candidate.view() if v.source is not None}
+    for message in view.messages:
+        if message.id in candidate.bounds:
+            # head + tail + a marker naming where all of it is read; never grown
+            assert f'ReadToolResult(result_ref="{message.result_ref}")' in shown[message.id].content
+            assert shown[message.id].content.startswith(message.content[:100])
+            assert shown[message.id].tokens < message.tokens
+        else:
+            assert shown[message.id].content == message.content
+    # the largest first: a result left whole is never larger than one that was bounded
+    whole = [m.tokens for m in view.messages if m.role is Role.TOOL and m.id not in candidate.bounds]
+    cut = [m.tokens for m in view.messages if m.id in candidate.bounds]
+    assert not whole or not cut or max(whole) <= min(cut)
+
+
+def test_what_cannot_be_bounded_is_not_bounded() -> None:
+    """A task too large for the window with small results: bounding cannot help, so it does nothing."""
+    task = StoredMessage("big", 1, Role.USER, text(60_000), 15_000, result_ref="trbig")
+    view = projection([task, *parallel_reads([300])[1:]], window=8000, disable_task_anchor=True)
+    assert view.tokens() > view.config.hard_limit_tokens
+    assert bound_to_fit(view) is None

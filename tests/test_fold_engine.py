@@ -116,6 +116,106 @@ def test_claude_code_tools_background_ids_urls_and_generic_paths() -> None:
     assert (Kind.URL, "https://docs.python.org/3/library/re.html") in kinds(call_artifacts(fetch, ""))
 
 
+PATCH = """*** Begin Patch
+*** Add File: docs/notes.md
++hello
+*** Update File: src/app.py
+@@ def main():
+-    pass
++    run()
+*** Delete File: old/legacy.py
+*** Update File: src/a.py
+*** Move to: src/b.py
+*** End Patch"""
+
+
+def test_codex_cli_shell_exec_and_apply_patch() -> None:
+    shell = ToolCall(
+        "x1", "shell", json.dumps({"command": ["bash", "-lc", "rg -n parse src/ && pytest tests/test_app.py"]})
+    )
+    found = call_artifacts(shell, "Exit code: 1")
+    assert (Kind.SEARCHED, "src") not in kinds(found)  # a relative directory without an extension is no path
+    assert (Kind.RUN, "tests/test_app.py") in kinds(found)
+    assert next(a for a in found if a.kind is Kind.COMMAND).detail == "exit 1"
+    exec_command = ToolCall("x2", "exec_command", json.dumps({"cmd": "sed -n 1,80p src/app.py", "workdir": "/repo"}))
+    assert (Kind.READ, "src/app.py") in kinds(call_artifacts(exec_command, ""))
+    patched = {
+        (Kind.WRITTEN, "docs/notes.md"),
+        (Kind.EDITED, "src/app.py"),
+        (Kind.EDITED, "old/legacy.py"),
+        (Kind.EDITED, "src/a.py"),
+        (Kind.WRITTEN, "src/b.py"),
+    }
+    assert kinds(call_artifacts(ToolCall("x3", "apply_patch", PATCH), "Success.")) == patched  # freeform input
+    assert kinds(call_artifacts(ToolCall("x4", "apply_patch", json.dumps({"input": PATCH})), "")) == patched
+    # A script in its arguments (Codex `exec`): the commands and paths it names.
+    script = 'const out = await tools.exec_command({cmd: "cat /repo/README.md > /tmp/readme.txt"});\nreturn out;'
+    found = kinds(call_artifacts(ToolCall("x5", "exec", script), ""))
+    assert {(Kind.READ, "/repo/README.md"), (Kind.WRITTEN, "/tmp/readme.txt")} <= found
+
+
+def test_shell_paths_urls_and_what_a_command_does() -> None:
+    command = (
+        "cd /workspace/app && curl -sL https://example.com/a/b.py -o vendor/b.py && python -m pytest tests/test_x.py "
+        "&& grep -rn TODO src/ lib/util.py && cp conf/a.ini conf/b.ini && cat <<'EOF' > notes.txt\nnot/a/path.py\nEOF"
+    )
+    found = kinds(call_artifacts(ToolCall("b", "Bash", json.dumps({"command": command})), ""))
+    assert (Kind.URL, "https://example.com/a/b.py") in found
+    assert not any(kind in artifacts.FILE_KINDS and "example.com" in value for kind, value in found)
+    assert {
+        (Kind.READ, "/workspace/app"),
+        (Kind.READ, "vendor/b.py"),
+        (Kind.RUN, "tests/test_x.py"),
+        (Kind.SEARCHED, "lib/util.py"),
+        (Kind.READ, "conf/a.ini"),
+        (Kind.WRITTEN, "conf/b.ini"),
+        (Kind.WRITTEN, "notes.txt"),
+    } <= found
+    assert not any("not/a/path.py" in value for _, value in found)  # a here-document's body is data
+    grep = ToolCall("g", "Grep", json.dumps({"pattern": "def main", "path": "./src/app", "glob": "*.py"}))
+    assert kinds(call_artifacts(grep, "")) == {(Kind.SEARCHED, "src/app")}
+
+
+def test_the_index_groups_files_by_directory_with_their_marks() -> None:
+    found = artifacts.merge(
+        [],
+        [
+            Artifact(Kind.READ, "/repo/src/a.py"),
+            Artifact(Kind.EDITED, "/repo/src/a.py"),
+            Artifact(Kind.READ, "/repo/src/b.py"),
+            Artifact(Kind.WRITTEN, "notes.md"),
+            Artifact(Kind.RUN, "/repo/tests/test_a.py"),
+            Artifact(Kind.URL, "https://example.com/x"),
+        ],
+    )
+    text = artifacts.render(found)
+    assert text.splitlines()[1:4] == [
+        "/repo/tests/: test_a.py X",
+        "./: notes.md W",
+        "/repo/src/: b.py, a.py E",
+    ]
+    assert "URLs: https://example.com/x" in text
+
+
+def test_what_the_budget_leaves_out_is_counted_and_named() -> None:
+    calls = [ToolCall(f"c{i}", "Read", json.dumps({"file_path": f"/repo/pkg_{i}/module_{i}.py"})) for i in range(300)]
+    messages = [stored(Role.USER, "Audit every module.")]
+    for call in calls:
+        messages += [stored(Role.ASSISTANT, calls=(call,)), stored(Role.TOOL, "ok", answers=call.id)]
+    record = record_fold(None, FoldedIndex(), messages, messages[1:], "tr_index000000000", 400, 0, TOOLS)
+    summary = render_summary(record.notes)
+    listed = len(record.notes.artifacts)
+    assert 0 < listed < 300 and record.notes.more_artifacts == {"paths": 300 - listed}
+    assert (
+        f'[ctxfold: {300 - listed} more paths, older, are listed in ReadToolResult(result_ref="tr_index000000000")]'
+        in summary
+    )
+    assert len(record.index.artifacts) == 300 - listed
+    assert artifacts.budget(SessionConfig(context_window=32000)) == 2 * artifacts.budget(
+        SessionConfig(context_window=16000)
+    )
+
+
 def test_merge_keeps_the_most_recent_first_and_every_way_a_file_was_touched() -> None:
     earlier = artifacts.merge([], [Artifact(Kind.EDITED, "a.py"), Artifact(Kind.READ, "b.py")])
     later = artifacts.merge(earlier, [Artifact(Kind.READ, "a.py"), Artifact(Kind.COMMAND, "pytest", "exit 1")])

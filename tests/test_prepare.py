@@ -387,3 +387,38 @@ async def test_a_cold_resume_below_the_trigger_returns_the_view_unchanged(stub: 
     assert cold.cache_state == pb.CACHE_STATE_COLD
     assert cold.action == pb.ACTION_NONE and cold.stable_prefix_messages == len(first.messages)
     assert [rendered(m) for m in cold.messages] == [rendered(m) for m in first.messages]
+
+
+async def test_a_fresh_turn_of_large_results_is_bounded_to_fit_not_refused(stub: pb_grpc.ContextServiceStub) -> None:
+    """Eight parallel reads whose results together are larger than the window (none large enough to be
+    pruned): they are the input the
+    next call must answer, so nothing folds them; the largest are shown as head + tail + a marker
+    naming their result_ref until the view fits, and the progress stream and the receipt say so."""
+    session = await create(stub, context_window=12000)
+    calls = [
+        pb.ToolCall(id=f"r{i}", name="Read", arguments=json.dumps({"file_path": f"src/f{i}.py"})) for i in range(8)
+    ]
+    outputs = [tool_output(i, 7500) for i in range(8)]  # each below the prune size
+    turn = [
+        user("Read the parser files and explain them."),
+        pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=calls),
+        *(result(f"r{i}", outputs[i]) for i in range(8)),
+    ]
+    outcome = await prepare(stub, session.id, *turn)
+    view = outcome.result
+    assert view.estimated_tokens <= view.hard_limit_tokens
+    assert view.action == pb.ACTION_PRUNED
+    assert [p.stage for p in outcome.progress][-1] == pb.FOLD_STAGE_RESULTS_BOUNDED
+    assert_view_well_formed(list(view.messages))
+    bounded = [m for m in view.messages if m.role == pb.ROLE_TOOL and m.pruned]
+    assert bounded
+    for message in bounded:
+        assert f'ReadToolResult(result_ref="{message.result_ref}")' in message.content
+        page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session.id, result_ref=message.result_ref))
+        assert page.data in outputs  # the whole result is one read away
+    receipt = (await state(stub, session.id))["last_receipt"]
+    assert isinstance(receipt, dict) and "bounded" in str(receipt["reason"])
+    # The next turn folds them away like any other results: the view keeps fitting.
+    follow = await prepare(stub, session.id, pb.Message(role=pb.ROLE_ASSISTANT, content="They parse."), user("thanks"))
+    assert follow.result.action == pb.ACTION_FOLDED
+    assert follow.result.estimated_tokens <= follow.result.hard_limit_tokens

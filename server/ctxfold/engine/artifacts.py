@@ -135,6 +135,7 @@ _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1([^\n]*)\n(.*?)(?:^\s*\2\s*$|\Z)",
 _PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)
 _PATCH_KINDS = {"Add": Kind.WRITTEN, "Update": Kind.EDITED, "Delete": Kind.EDITED}
 _PATCH_BEGIN = "*** Begin Patch"
+_STRING_LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"|\'((?:[^\'\\\n]|\\.)*)\'|`([^`]*)`')
 # Argument keys that hold paths (any key ending in "path" does too), and keys that hold shell commands.
 _PATH_KEYS = frozenset(
     ("file", "filename", "filepath", "target_file", "notebook_path", "dir", "directory", "dir_path", "cwd_path")
@@ -340,13 +341,17 @@ def patch_artifacts(patch: str) -> Iterator[Artifact]:
 
 
 def script_artifacts(script: str) -> Iterator[Artifact]:
-    """A script's files: a patch's by its headers, the rest as shell commands (for a script in
-    another language this finds the paths and URLs its string literals name)."""
+    """A script's files: a patch's by its headers, the rest as shell commands, line by line; in a script
+    of another language (Codex `exec`) its string literals are read as the commands they often are."""
     if _PATCH_BEGIN in script:
         yield from patch_artifacts(script)
         script = re.sub(r"\*\*\* Begin Patch.*?(?:\*\*\* End Patch|\Z)", " ", script, flags=re.S)
     for line in script.splitlines():
         yield from shell_artifacts(line)
+    for literal in _STRING_LITERAL.findall(script):
+        text = next(part for part in literal if part) if any(literal) else ""
+        if " " in text.strip():
+            yield from shell_artifacts(text)
 
 
 def _command_text(value: Any) -> str:
