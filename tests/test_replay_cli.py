@@ -65,7 +65,7 @@ def test_replay_json_is_consistent_and_folds_at_a_small_window(tmp_path: Path) -
     assert doc["cache_hit_tokens"] + doc["cache_miss_tokens"] == doc["input_tokens"] == sum(doc["series_view_tokens"])
     assert doc["folds"] > 0 and doc["series_actions"].count("folded") == doc["folds"]
     assert doc["summarizer_calls"] >= doc["folds"] and doc["summary_output_tokens"] > 0
-    assert doc["prunes"] >= 0 and doc["failed_summaries"] == 0 and doc["over_limit_calls"] == 0
+    assert doc["prunes"] >= 0 and doc["failed_summaries"] == 0 and doc["refused_calls"] == 0
     assert doc["peak_view_tokens"] == max(doc["series_view_tokens"]) < 8000
     assert doc["mean_view_tokens"] == pytest.approx(statistics.mean(doc["series_view_tokens"]))
     assert 0 < doc["cache_hit_ratio"] <= doc["ideal_cache_hit_ratio"] < 1

@@ -70,6 +70,7 @@ MACHINE_OPENINGS = (
     "Another language model started to solve this problem",
     "Base directory for this skill:",
     "# AGENTS.md instructions for",
+    "Added workspace context",
 )
 
 
