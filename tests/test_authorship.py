@@ -13,6 +13,7 @@ import pytest
 from ctxfold.engine.authorship import TEXT, TOOLS, UNDECIDED, author, machine_shaped, session_mode
 from ctxfold.engine.briefing import person_messages
 from ctxfold.engine.model import Author, Role, StoredMessage, ToolCall
+from ctxfold.engine.view import call_groups
 from traces import TRACES_DIR
 
 _seq = itertools.count(1)
@@ -151,3 +152,13 @@ def test_in_tool_calling_traces_only_harness_text_is_machine_written() -> None:
     # The task and the framework's correction after a bad call; OpenHands' recalled workspace context
     # is the harness's.
     assert [m.content.split("\n")[0][:30] for m in people] == ["<uploaded_files>", "Parameter 'command' is expecte"]
+
+
+def test_a_command_and_its_expansion_fold_together() -> None:
+    """So that a fold never separates the expansion from the invocation that makes it machine-written."""
+    invocation = stored(
+        Role.USER, "<command-message>handoff is running…</command-message>\n<command-name>/handoff</command-name>"
+    )
+    expansion = stored(Role.USER, "# Session Handoff\n\nDocument the current state.")
+    answer = stored(Role.ASSISTANT, "Documented.")
+    assert call_groups([invocation, expansion, answer], TOOLS) == [[invocation, expansion], [answer]]

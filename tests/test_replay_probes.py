@@ -136,6 +136,11 @@ def test_with_tool_calls_a_reply_after_an_answer_with_a_code_block_is_still_the_
          ["t.py"]),
         (call("a", "bash", command="curl -s https://example.com/x.json | grep -n 'a/b' README"), []),
         (call("a", "Bash", command="sed -n '1,40p' src/lib/match.c"), ["src/lib/match.c"]),
+        (call("a", "Bash", command="curl -s http://localhost:8081/openapi.json > api.json"), ["api.json"]),
+        (call("a", "shell", command=["bash", "-lc", "cat src/a.rs"]), ["src/a.rs"]),
+        (call("a", "grep_files", pattern="x", path="/repo/src"), ["/repo/src"]),
+        (ToolCall("a", "apply_patch", "*** Begin Patch\n*** Update File: src/b.rs\n@@\n-x\n+y\n*** End Patch"),
+         ["src/b.rs"]),
     ],
 )  # fmt: skip
 def test_touched_paths_from_tool_call_arguments(tool_call: ToolCall, expected: list[str]) -> None:

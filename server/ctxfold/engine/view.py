@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from ctxfold.engine import estimator
-from ctxfold.engine.authorship import is_text_action
+from ctxfold.engine.authorship import invokes_command, is_text_action
 from ctxfold.engine.briefing import FoldNotes
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage
 
@@ -188,14 +188,15 @@ def call_groups(messages: Sequence[StoredMessage], mode: str) -> list[list[Store
     """Messages split into units that are never separated: an assistant message with tool calls and
     its results form one group, as do, in a session acting in text (`mode`, see
     `engine/authorship.py`), an assistant message acting by a fenced command block and the user
-    message holding its output; every other message is a group of its own."""
+    message holding its output, and a slash-command invocation and the prompt it expands to; every
+    other message is a group of its own."""
     groups: list[list[StoredMessage]] = []
     for message in messages:
         answers_call = message.role is Role.TOOL and bool(groups) and bool(groups[-1][0].tool_calls)
-        answers_text_action = (
-            message.role is Role.USER and bool(groups) and len(groups[-1]) == 1 and is_text_action(groups[-1][0], mode)
-        )
-        if answers_call or answers_text_action:
+        single = groups[-1][0] if groups and len(groups[-1]) == 1 else None
+        answers_action = message.role is Role.USER and single is not None and is_text_action(single, mode)
+        expands_command = message.role is Role.USER and single is not None and invokes_command(single)
+        if answers_call or answers_action or expands_command:
             groups[-1].append(message)
         else:
             groups.append([message])

@@ -18,8 +18,10 @@ the output of the command in an assistant message's fenced block as the next use
 there a user message that answers an acting assistant message is tool output. Of the other user
 messages, those that unmistakably open like harness text (`MACHINE_OPENINGS`: interruption notices,
 task notifications, system reminders, command wrappers, compaction summaries, skill bodies,
-environment context) are machine-written; every other one is the person's. The list is the probe's
-own, short and conservative: a person's message taken for machine text would hide a loss."""
+environment context) are machine-written, as is the prompt a slash command expands to (the user
+message right after the one invoking it; an invocation with arguments is the person's, who typed
+them); every other one is the person's. The list is the probe's own, short and conservative: a
+person's message taken for machine text would hide a loss."""
 
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ _EXTENSIONS = frozenset((
 # fmt: on
 _PATHISH = re.compile(r"^(?:~|\.{1,2})?/?[\w.+@-]+(?:/[\w.+@-]+)*/?$")
 _NOT_PATHS = ("/dev/", "/proc/")
+_URL = re.compile(r"\b[a-z][a-z+.-]*://\S+")
 # A here-document's body is data (often a whole script), not part of the command.
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n(.*?)(?:^\s*\2\s*$|\Z)", re.S | re.M)
 
@@ -71,7 +74,11 @@ MACHINE_OPENINGS = (
     "Base directory for this skill:",
     "# AGENTS.md instructions for",
     "Added workspace context",
+    "Stop hook feedback:",
 )
+
+
+_COMMAND_ARGS = re.compile(r"<command-args>\s*[^<\s]")
 
 
 @dataclass(frozen=True)
@@ -96,18 +103,25 @@ def classify(trace: Trace) -> Roles:
     tool_output: set[int] = set()
     machine: set[int] = set()
     answering_action = False  # the floor is the environment's: the last assistant message acted
+    expanding = False  # the last message invoked a slash command: the next one is its prompt
     for message in trace.messages:
+        invokes = False
         if message.role == "assistant":
             answering_action = text_actions and bool(_FENCE.search(message.content))
         elif message.role == "tool" or (message.role == "user" and answering_action):
             tool_output.add(message.source)
         elif message.role == "user":
-            (machine if message.content.lstrip().startswith(MACHINE_OPENINGS) else person).add(message.source)
+            invokes = "<command-name>" in message.content
+            typed = _COMMAND_ARGS.search(message.content) is not None  # the person typed the arguments
+            opens = message.content.lstrip().startswith(MACHINE_OPENINGS)
+            (machine if expanding or (opens and not typed) else person).add(message.source)
+        expanding = invokes
     return Roles(frozenset(person), frozenset(tool_output), frozenset(machine))
 
 
 def _command_paths(command: str) -> list[str]:
-    command = _HEREDOC.sub("", command)
+    # A URL is no path (not even its `host:port/file.json` tail); a here-document's body is data.
+    command = _URL.sub(" ", _HEREDOC.sub("", command))
     try:
         words = shlex.split(command, comments=False, posix=True)
     except ValueError:  # unbalanced quotes: fall back to whitespace
@@ -202,8 +216,9 @@ def view_text(view: Iterable[Msg]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-# A directory listing line: `dir/: name MARKS, name, ...`.
-_LISTING = re.compile(r"^(\S*/): (.+)$", re.M)
+# A directory listing line: `dir/: name MARKS, name, ...`, MARKS a run of the letters E, W, X, S.
+_LISTING = re.compile(r"^(\S[^\n]*?/): (.+)$", re.M)
+_MARKS = re.compile(r" [EWXRS]+$")
 
 
 def listed_paths(text: str) -> set[str]:
@@ -211,7 +226,7 @@ def listed_paths(text: str) -> set[str]:
     found = set()
     for directory, names in _LISTING.findall(text):
         for item in names.split(", "):
-            name = item.split(" ", 1)[0]
+            name = _MARKS.sub("", item)
             if name:
                 found.add((directory + name).removeprefix("./"))
     return found
@@ -240,7 +255,7 @@ class ProbeScores:
     paths_named: int
     hidden_tool_results: int  # non-empty tool outputs not shown in full in the view
     reachable_tool_results: int
-    machine_quoted: int = 0  # machine-written user messages a summary of the view carries
+    machine_quoted: int = 0  # machine-written user messages a summary of the view quotes whole
 
 
 def score(
@@ -279,7 +294,7 @@ def score(
         reachable_tool_results=sum(
             bool(ref_of.get(m.source)) and (ref_of[m.source] in text or ref_of[m.source] in reachable) for m in hidden
         ),
-        machine_quoted=sum(m.content.strip()[:HEAD_CHARS] in summaries for m in machine),
+        machine_quoted=sum(f"\n{m.content.strip()}\n\n" in f"\n{summaries}\n\n" for m in machine),
     )
 
 
