@@ -41,6 +41,8 @@ from ctxfold.engine.maintenance import (
     check_response_size,
     decide,
     plan_pass,
+    prune,
+    prune_room,
     summary_failure,
 )
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, ToolCall
@@ -184,6 +186,27 @@ def test_a_prune_is_only_proposed_when_it_makes_the_view_smaller() -> None:
     assert set(prune.candidate.pruned) == large_and_old
     assert prune.results == len(large_and_old) > 0
     assert prune.candidate.tokens() < view.tokens()
+
+
+def test_a_prune_that_leaves_no_room_below_the_trigger_is_not_installed_alone() -> None:
+    """It would be followed by the next turn's fold: two prefix changes where the fold alone makes one."""
+    messages = conversation(LARGE)
+
+    def after_prune(view: Projection) -> int:
+        return replace(view, pruned=prune(view)).tokens()
+
+    # A window whose trigger the pruned view passes under, but with less room than prune_room.
+    tight = next(
+        view
+        for window in range(20_000, 200_000, 250)
+        if (view := projection(messages, window=window)).tokens() >= view.config.trigger_tokens
+        and view.config.trigger_tokens - prune_room(view) <= after_prune(view) < view.config.trigger_tokens
+    )
+    assert isinstance(decide(snapshot(tight), THRESHOLD), Fold)
+    assert isinstance(decide(snapshot(tight), MaintainRequest(Trigger.OVERFLOW)), Prune)
+    roomy = sized(messages, 0.85)  # the same prune leaves room: it is installed and nothing folds
+    assert after_prune(roomy) < roomy.config.trigger_tokens - prune_room(roomy)
+    assert isinstance(decide(snapshot(roomy), THRESHOLD), Prune)
 
 
 @settings(max_examples=60, deadline=None)

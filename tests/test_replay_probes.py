@@ -82,6 +82,8 @@ def test_harness_text_is_machine_written_and_quoting_it_as_the_persons_is_counte
 def test_a_directory_listing_names_its_files() -> None:
     text = "Files by directory (...):\n/repo/src/: a.py E, b.py\n./: notes.md W\nCommands: `ls`"
     assert probes.listed_paths(text) == {"/repo/src/a.py", "/repo/src/b.py", "notes.md"}
+    under_a_root = "/repo/x/:\n  ./: a.py E, b c.md\n  src/: d.py\n/other/: e.py\n  f/: g.py"
+    assert probes.listed_paths(under_a_root) == {"/repo/x/a.py", "/repo/x/b c.md", "/repo/x/src/d.py", "/other/e.py"}
     trace = trace_of(
         Msg("user", "go"),
         Msg("assistant", "", tool_calls=(call("c1", "Read", file_path="/repo/src/b.py"),)),

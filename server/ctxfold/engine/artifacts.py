@@ -511,14 +511,58 @@ def _directory(path: str) -> tuple[str, str]:
     return head + "/", name
 
 
+# A directory prefix is written once (as a root the directories below it are listed under) when it
+# is at least this long and saves at least this many characters.
+ROOT_MIN_CHARS = 12
+_ROOT_MIN_SAVED = 24
+
+
+def _roots(directories: Sequence[str]) -> dict[str, str]:
+    """Each directory's root (or none): prefixes chosen greedily by the characters writing them once
+    saves, the longest of equal savings first."""
+    candidates: dict[str, list[str]] = {}
+    for directory in directories:
+        parts = directory.split("/")
+        for depth in range(1, len(parts)):
+            prefix = "/".join(parts[:depth]) + "/"
+            if len(prefix) >= ROOT_MIN_CHARS:
+                candidates.setdefault(prefix, []).append(directory)
+    root_of: dict[str, str] = {}
+    while candidates:
+        saved = {p: (len(ds) - 1) * len(p) - 4 for p, ds in candidates.items()}
+        best = max(candidates, key=lambda p: (saved[p], len(p)))
+        if saved[best] < _ROOT_MIN_SAVED:
+            break
+        for directory in candidates.pop(best):
+            root_of[directory] = best
+        candidates = {p: [d for d in ds if d not in root_of] for p, ds in candidates.items()}
+        candidates = {p: ds for p, ds in candidates.items() if ds}
+    return root_of
+
+
 def render_files(files: Sequence[Artifact]) -> list[str]:
-    """One line per directory, `dir/: name MARKS, name`, the most recently touched first."""
+    """One line per directory, `dir/: name MARKS, name`, the most recently touched first; directories
+    sharing a long prefix are listed under it, relative (`root/:` then `  rel/: names`, `./` for the
+    root itself)."""
     by_directory: dict[str, list[str]] = {}
     for artifact in files:
         directory, name = _directory(artifact.value)
         marks = "".join(MARKS[k] for k in FILE_KINDS if k in artifact.touched and k is not Kind.READ)
         by_directory.setdefault(directory, []).append(f"{name} {marks}" if marks else name)
-    return [f"{directory}: {', '.join(names)}" for directory, names in by_directory.items()]
+    root_of = _roots(list(by_directory))
+    lines: list[str] = []
+    listed: set[str] = set()
+    for directory, names in by_directory.items():
+        root = root_of.get(directory)
+        if root is None:
+            lines.append(f"{directory}: {', '.join(names)}")
+        elif root not in listed:
+            listed.add(root)
+            lines.append(f"{root}:")
+            for member in (d for d in by_directory if root_of.get(d) == root):
+                relative = member[len(root) :] or "./"
+                lines.append(f"  {relative}: {', '.join(by_directory[member])}")
+    return lines
 
 
 def render(artifacts: Sequence[Artifact]) -> str:

@@ -234,6 +234,15 @@ def check_fixed_costs(config: SessionConfig, system_tokens: int, tools_tokens: i
         )
 
 
+# A prune that stops maintenance must leave this share of the tail budget free below the trigger.
+PRUNE_ROOM_SHARE = 0.5
+
+
+def prune_room(projection: Projection) -> int:
+    """Tokens a prune must leave free below the trigger to be installed on its own."""
+    return int(PRUNE_ROOM_SHARE * tail_budget(projection.config, projection.system_tokens, projection.tools_tokens))
+
+
 def prune(projection: Projection) -> dict[str, int]:
     """The pruned set after pruning every large tool result outside the recent tail (new stubs are
     tokenized once here; their counts are persisted with the projection)."""
@@ -442,8 +451,9 @@ Decision = Answer | Prune | Blocked | Fold
 
 def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
     """SPEC §3: below the trigger nothing happens (unless the provider overflowed); at or above it,
-    prune first and stop if that is enough; otherwise fold, unless the same input failed to fold
-    before and the view still fits. A Compact folds whatever the size."""
+    prune first and stop if that is enough — below the trigger with room for the next turns
+    (`prune_room`); otherwise fold, unless the same input failed to fold before and the view still
+    fits. A Compact folds whatever the size."""
     projection = snapshot.projection
     config = projection.config
     tokens = projection.tokens()
@@ -455,7 +465,11 @@ def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
     pruned = prune(projection)
     if pruned != dict(projection.pruned):
         candidate = replace(projection, pruned=pruned)
-        if candidate.tokens() < tokens:  # strictly smaller, so deciding again after the install ends
+        # Strictly smaller, so deciding again after the install ends; below the trigger, only with room
+        # for the next turns (`prune_room`): a prune the next turn's fold would follow changes the
+        # prefix twice where the fold alone changes it once.
+        below = candidate.tokens() < config.trigger_tokens - prune_room(projection)
+        if candidate.tokens() < tokens and (overflow or below or candidate.tokens() >= config.trigger_tokens):
             return Prune(candidate, len(pruned) - len(projection.pruned))
     if not overflow and snapshot.loaded_tokens <= snapshot.failed_fold_tokens and tokens <= config.hard_limit_tokens:
         # A view above the hard ceiling is retried: that is the only way forward.

@@ -216,19 +216,31 @@ def view_text(view: Iterable[Msg]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-# A directory listing line: `dir/: name MARKS, name, ...`, MARKS a run of the letters E, W, X, S.
-_LISTING = re.compile(r"^(\S[^\n]*?/): (.+)$", re.M)
+# A directory listing: `dir/: name MARKS, name, ...` (MARKS a run of the letters E, W, X, R, S), or a
+# root `root/:` followed by indented `  rel/: name, ...` lines for the directories below it.
+_ROOT = re.compile(r"^(\S[^\n]*/):$")
+_LISTING = re.compile(r"^(  )?(\S[^\n]*?/): (.+)$")
 _MARKS = re.compile(r" [EWXRS]+$")
 
 
 def listed_paths(text: str) -> set[str]:
     """The paths directory listings in `text` name (`dir/: a.py, b.py X` names dir/a.py, dir/b.py)."""
     found = set()
-    for directory, names in _LISTING.findall(text):
-        for item in names.split(", "):
+    root = ""
+    for line in text.splitlines():
+        if heading := _ROOT.match(line):
+            root = heading.group(1)
+            continue
+        listing = _LISTING.match(line)
+        if listing is None or (listing.group(1) and not root):
+            root = ""
+            continue
+        directory = (root if listing.group(1) else "") + listing.group(2)
+        root = root if listing.group(1) else ""
+        for item in listing.group(3).split(", "):
             name = _MARKS.sub("", item)
             if name:
-                found.add((directory + name).removeprefix("./"))
+                found.add((directory + name).replace("/./", "/").removeprefix("./"))
     return found
 
 
