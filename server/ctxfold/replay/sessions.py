@@ -11,6 +11,8 @@ tests/data/traces (`python -m ctxfold.replay.sessions IN.jsonl OUT.json`).
   `tool_result` blocks become tool messages, its text blocks a user message — interruption notices,
   skill bodies, slash-command wrappers and the compaction summary ("This session is being continued
   from a previous conversation…") included, as the model received them.
+* **cctrace XML** (`conversation_full.xml`, the export of jimmc414/cctrace): the same records, one
+  `<message>` element each.
 * **Codex CLI** (`~/.codex/sessions/…/rollout-*.jsonl`): `response_item` records. `message` items
   become user / assistant messages (`developer` ones system messages), `reasoning` summaries the
   next assistant message's reasoning, `function_call` / `custom_tool_call` / `local_shell_call` tool
@@ -30,10 +32,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 NO_RESULT = "[no result was recorded for this call]"
 CLAUDE_CODE = "claude-code"
 CODEX = "codex"
+CCTRACE_XML = "cctrace-xml"
+_CCTRACE = "{https://claude.ai/session-export/v1}"
 
 
 class SessionFormatError(ValueError):
@@ -55,7 +60,9 @@ def _records(text: str) -> list[dict[str, Any]]:
 
 
 def detect(text: str) -> str:
-    """CLAUDE_CODE, CODEX, or "" when the text is not a native session log."""
+    """CLAUDE_CODE, CODEX, CCTRACE_XML, or "" when the text is not a native session log."""
+    if text.lstrip().startswith("<") and "<claude-session" in text[:1000]:
+        return CCTRACE_XML
     for line in text.splitlines()[:50]:
         try:
             record = json.loads(line)
@@ -165,9 +172,46 @@ def _call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
 
 def from_claude_code(text: str) -> tuple[str, list[dict[str, Any]]]:
     """(system prompt, messages) of a Claude Code session log (see the module docstring)."""
+    return "", _claude_code_messages(_records(text))
+
+
+def _cctrace_records(text: str) -> list[dict[str, Any]]:
+    """The Claude Code records of a cctrace XML export (`<claude-session>`): each `<message>` with its
+    `<text>`, `<thinking>`, `<tool-use>` (input as JSON text) and `<tool-result>` blocks; an
+    assistant message's blocks share its `<request-id>`."""
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError as exc:
+        raise SessionFormatError(f"not valid XML ({exc})") from None
+    records: list[dict[str, Any]] = []
+    for element in root.iter(f"{_CCTRACE}message"):
+        kind = element.findtext(f"{_CCTRACE}event-type", "")
+        content = element.find(f"{_CCTRACE}content")
+        if kind not in ("user", "assistant") or content is None:
+            continue
+        blocks: list[dict[str, Any]] = []
+        for block in content:
+            tag = block.tag.removeprefix(_CCTRACE)
+            if tag == "text":
+                blocks.append({"type": "text", "text": block.text or ""})
+            elif tag == "thinking":
+                blocks.append({"type": "thinking", "thinking": block.text or ""})
+            elif tag == "tool-use":
+                arguments = block.findtext(f"{_CCTRACE}input", "{}")
+                blocks.append(
+                    {"type": "tool_use", "id": block.get("id"), "name": block.get("name"), "input": arguments}
+                )
+            elif tag == "tool-result":
+                blocks.append({"type": "tool_result", "tool_use_id": block.get("tool-use-id"), "content": block.text})
+        message = {"role": kind, "content": blocks, "id": element.findtext(f"{_CCTRACE}request-id", "")}
+        records.append({"type": kind, "message": message})
+    return records
+
+
+def _claude_code_messages(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     builder = _Builder()
     last_message_id = ""
-    for record in _records(text):
+    for record in records:
         kind = record.get("type")
         message = record.get("message")
         if kind not in ("user", "assistant") or not isinstance(message, dict) or record.get("isSidechain"):
@@ -201,7 +245,7 @@ def from_claude_code(text: str) -> tuple[str, list[dict[str, Any]]]:
             builder.other("user", "\n".join(t for t in texts if t))
         else:
             builder.other("user", _text(content))
-    return "", builder.finish()
+    return builder.finish()
 
 
 def _codex_output(payload: dict[str, Any]) -> str:
@@ -269,6 +313,8 @@ def convert(name: str, text: str) -> dict[str, Any]:
         system, messages = from_claude_code(text)
     elif kind == CODEX:
         system, messages = from_codex(text)
+    elif kind == CCTRACE_XML:
+        system, messages = "", _claude_code_messages(_cctrace_records(text))
     else:
         raise SessionFormatError(f"{name}: neither a Claude Code session log nor a Codex CLI rollout")
     if system:
