@@ -422,3 +422,33 @@ async def test_a_fresh_turn_of_large_results_is_bounded_to_fit_not_refused(stub:
     follow = await prepare(stub, session.id, pb.Message(role=pb.ROLE_ASSISTANT, content="They parse."), user("thanks"))
     assert follow.result.action == pb.ACTION_FOLDED
     assert follow.result.estimated_tokens <= follow.result.hard_limit_tokens
+
+
+async def test_the_callers_author_decides_whose_messages_become_standing_instructions(
+    stub: pb_grpc.ContextServiceStub,
+) -> None:
+    """Left unset, the rules decide (a task notification is machine text); set, the caller decides."""
+    session = await create(stub, context_window=16000)
+    notice = "<task-notification><task-id>b7</task-id><status>completed</status></task-notification>"
+    said = [
+        user("Port the parser to Rust."),
+        pb.Message(role=pb.ROLE_ASSISTANT, content="Starting. " + tool_output(1, 3000)),
+        user(notice),
+        pb.Message(role=pb.ROLE_ASSISTANT, content="Noted. " + tool_output(2, 3000)),
+        pb.Message(role=pb.ROLE_USER, content="[Request interrupted by user]", author=pb.AUTHOR_PERSON),
+        pb.Message(role=pb.ROLE_ASSISTANT, content="Stopped. " + tool_output(3, 3000)),
+        pb.Message(role=pb.ROLE_USER, content="Keep the old API.", author=pb.AUTHOR_MACHINE),
+        pb.Message(role=pb.ROLE_ASSISTANT, content="Ok. " + tool_output(4, 3000)),
+        user("Also add benchmarks."),
+        pb.Message(role=pb.ROLE_ASSISTANT, content="Will do."),
+    ]
+    appended = (await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session.id, messages=said))).messages
+    assert [m.author for m in appended][4:7:2] == [pb.AUTHOR_PERSON, pb.AUTHOR_MACHINE]
+    listed = (await stub.ListMessages(pb.ListMessagesRequest(session_id=session.id))).messages
+    assert [m.author for m in listed] == [m.author for m in said]
+    view = (await compact(stub, session.id)).result.messages
+    summary = next(m.content for m in view if m.summary)
+    instructions = summary.split("## Standing instructions", 1)[1].split("\n## ", 1)[0]
+    assert "[Request interrupted by user]" in instructions
+    assert "task-notification" not in instructions and "Keep the old API." not in instructions
+    assert view[-2].content == "Also add benchmarks."  # the input the next call answers stays verbatim
