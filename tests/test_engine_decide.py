@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxfold.engine import estimator, folded_index
+from ctxfold.engine import artifacts, estimator, folded_index
 from ctxfold.engine.authorship import TOOLS
 from ctxfold.engine.briefing import FoldNotes, record_fold
 from ctxfold.engine.errors import DomainError
@@ -51,6 +51,7 @@ from ctxfold.engine.transcript import advance_open_calls, open_calls_at_end
 from ctxfold.engine.view import PRUNE_MIN_CODE_POINTS, call_groups, prunable, split_fold
 
 _ids = itertools.count(1)
+BIG = artifacts.Budget(8192, 8192)
 
 
 def text(chars: int, salt: str = "") -> str:
@@ -236,7 +237,7 @@ def first_pass(view: Projection, window: int = 1_000_000) -> tuple[FoldPass, Fol
     assert plan.first is not None
     folded = [v.source for v in plan.first.folded if v.source is not None]
     record = record_fold(
-        None, folded_index.FoldedIndex(), view.messages, folded, "tr-index", 8192, view.anchor_end, view.mode
+        None, folded_index.FoldedIndex(), view.messages, folded, "tr-index", BIG, view.anchor_end, view.mode
     )
     return plan.first, replace(record.notes, summarizer="extractive")
 
@@ -496,11 +497,11 @@ def test_open_calls_read_back_from_the_transcript_are_those_the_appends_left(
 def test_a_second_fold_rolls_the_first_folds_refs_forward(results: list[int], first: int) -> None:
     messages = conversation(results)
     folded_once = [m for m in messages[1 : 1 + 2 * first]]
-    one = record_fold(None, folded_index.FoldedIndex(), messages, folded_once, "tr-a", 8192, 1, TOOLS)
+    one = record_fold(None, folded_index.FoldedIndex(), messages, folded_once, "tr-a", BIG, 1, TOOLS)
     stored = folded_index.parse(folded_index.render(one.index))
     assert stored == one.index  # the document reads back as written
     folded_twice = messages[1 + 2 * first : -2]
-    two = record_fold(one.notes, stored, messages, folded_twice, "tr-b", 8192, 1, TOOLS)
+    two = record_fold(one.notes, stored, messages, folded_twice, "tr-b", BIG, 1, TOOLS)
     refs = [e.result_ref for e in two.index.entries]
     expected = {m.result_ref for m in [*folded_once, *folded_twice] if m.role is Role.TOOL}
     assert sorted(refs) == sorted(expected) and len(refs) == len(set(refs))

@@ -202,7 +202,9 @@ def test_what_the_budget_leaves_out_is_counted_and_named() -> None:
     messages = [stored(Role.USER, "Audit every module.")]
     for call in calls:
         messages += [stored(Role.ASSISTANT, calls=(call,)), stored(Role.TOOL, "ok", answers=call.id)]
-    record = record_fold(None, FoldedIndex(), messages, messages[1:], "tr_index000000000", 400, 0, TOOLS)
+    record = record_fold(
+        None, FoldedIndex(), messages, messages[1:], "tr_index000000000", artifacts.Budget(400, 400), 0, TOOLS
+    )
     summary = render_summary(record.notes)
     listed = len(record.notes.artifacts)
     assert 0 < listed < 300 and record.notes.more_artifacts == {"paths": 300 - listed}
@@ -211,9 +213,11 @@ def test_what_the_budget_leaves_out_is_counted_and_named() -> None:
         in summary
     )
     assert len(record.index.artifacts) == 300 - listed
-    assert artifacts.budget(SessionConfig(context_window=32000)) == 2 * artifacts.budget(
-        SessionConfig(context_window=16000)
+    small, large = (
+        artifacts.budget(SessionConfig(context_window=16000)),
+        artifacts.budget(SessionConfig(context_window=32000)),
     )
+    assert (large.files, large.others) == (2 * small.files, 2 * small.others)
 
 
 def test_merge_keeps_the_most_recent_first_and_every_way_a_file_was_touched() -> None:
@@ -229,12 +233,15 @@ def test_merge_keeps_the_most_recent_first_and_every_way_a_file_was_touched() ->
     assert again[0] == Artifact(Kind.COMMAND, "pytest", "exit 0") and len(again) == 3
 
 
-def test_the_budget_drops_old_commands_before_any_file() -> None:
+def test_files_and_the_rest_have_budgets_of_their_own_commands_leaving_first() -> None:
     found = [Artifact(Kind.COMMAND, f"python step_{i}.py --verbose --all", "exit 0") for i in range(200)]
+    found += [Artifact(Kind.URL, f"https://example.com/{i}") for i in range(3)]
     found += [Artifact(Kind.EDITED, f"src/module_{i}.py") for i in range(20)]
-    kept, evicted = artifacts.within_budget(found, 300)
-    assert all(a in kept for a in found if a.kind is Kind.EDITED)
+    kept, evicted = artifacts.within_budget(found, artifacts.Budget(300, 300))
+    assert all(a in kept for a in found if a.kind in (Kind.EDITED, Kind.URL))
     assert evicted and all(a.kind is Kind.COMMAND for a in evicted)
+    # The newest commands are the ones kept.
+    assert next(a.value for a in kept if a.kind is Kind.COMMAND) == "python step_0.py --verbose --all"
     assert {a.key for a in kept} | {a.key for a in evicted} == {a.key for a in found}
 
 
@@ -264,7 +271,9 @@ def test_an_llm_cannot_replace_the_engine_sections() -> None:
 
 def test_long_instructions_show_their_head_and_name_their_ref() -> None:
     long = stored(Role.USER, "Do this carefully. " * 400)
-    record = record_fold(None, FoldedIndex(), [long], [long], "tr_index000000000", 2000, 0, TOOLS)
+    record = record_fold(
+        None, FoldedIndex(), [long], [long], "tr_index000000000", artifacts.Budget(2000, 2000), 0, TOOLS
+    )
     summary = render_summary(record.notes)
     assert long.content[:INSTRUCTION_CHARS] in summary
     assert f'ReadToolResult(result_ref="{long.result_ref}")' in summary
@@ -302,6 +311,7 @@ def test_no_fold_sequence_loses_an_instruction_an_artifact_or_a_result(
     folded_so_far: list[StoredMessage] = []
     people: list[StoredMessage] = []  # the person's messages, by the rule of the fold that folded them
     touched: set[tuple[str, str]] = set()
+    limits = artifacts.Budget(budget, budget // 4)
     position = 0
     for kind, n in steps:
         if kind == "person":
@@ -318,7 +328,7 @@ def test_no_fold_sequence_loses_an_instruction_an_artifact_or_a_result(
         elif len(messages) > position:
             span = messages[position:]
             mode = session_mode(messages, notes.mode if notes else "")
-            record = record_fold(notes, index, messages, span, f"tr_ix{len(messages):013d}", budget, 0, mode)
+            record = record_fold(notes, index, messages, span, f"tr_ix{len(messages):013d}", limits, 0, mode)
             notes, index = record.notes, record.index
             people += person_messages(messages, {m.id for m in span}, mode)
             touched |= {a.key for a in message_artifacts(span, mode)}

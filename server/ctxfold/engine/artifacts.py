@@ -58,15 +58,29 @@ _LABELS = {
 # How the count of what did not fit names each category ("41 more paths").
 CATEGORY = {Kind.TASK: "tasks", Kind.ERROR: "errors", Kind.URL: "URLs", Kind.COMMAND: "commands"}
 PATHS = "paths"
-# The artifact index takes this share of the context window (the rest goes to the folded-results
-# index, counted in the view); at least ARTIFACT_MIN_TOKENS.
-ARTIFACT_WINDOW_SHARE = 0.08
-ARTIFACT_MIN_TOKENS = 256
+# The artifact index lists files within this share of the context window, and the rest (tasks,
+# errors, URLs, commands) within OTHERS_WINDOW_SHARE; what does not fit goes to the folded-results
+# index, counted in the view. Each at least ARTIFACT_MIN_TOKENS.
+FILES_WINDOW_SHARE = 0.08
+OTHERS_WINDOW_SHARE = 0.02
+ARTIFACT_MIN_TOKENS = 128
 
 
-def budget(config: SessionConfig) -> int:
-    """Tokens the artifact index may take in a summary: it scales with the window."""
-    return max(ARTIFACT_MIN_TOKENS, int(config.context_window * ARTIFACT_WINDOW_SHARE))
+@dataclass(frozen=True)
+class Budget:
+    """Tokens the artifact index may take in a summary: its files, and everything else."""
+
+    files: int
+    others: int
+
+
+def budget(config: SessionConfig) -> Budget:
+    """The artifact index's budget: it scales with the window."""
+    window = config.context_window
+    return Budget(
+        max(ARTIFACT_MIN_TOKENS, int(window * FILES_WINDOW_SHARE)),
+        max(ARTIFACT_MIN_TOKENS, int(window * OTHERS_WINDOW_SHARE)),
+    )
 
 
 @dataclass(frozen=True)
@@ -582,19 +596,29 @@ def render(artifacts: Sequence[Artifact]) -> str:
     return "\n".join(lines)
 
 
-def within_budget(artifacts: Sequence[Artifact], budget_tokens: int) -> tuple[list[Artifact], list[Artifact]]:
-    """(kept, evicted): the artifacts whose rendering fits `budget_tokens`, dropping the least
-    recent of the least important kind first (commands, then URLs, errors, tasks, files)."""
-    others = [kind for kind in Kind if kind not in FILE_KINDS]
-    rank = {kind: 0 if kind in FILE_KINDS else 1 + others.index(kind) for kind in Kind}
+def _fitting(artifacts: Sequence[Artifact], limit: int, rank: dict[Kind, int]) -> set[int]:
+    """Indexes of `artifacts` whose rendering fits `limit` tokens, the least recent of the lowest
+    rank dropped first."""
     ranked = sorted(range(len(artifacts)), key=lambda i: (rank[artifacts[i].kind], i))
     keep = len(ranked)
-    while keep and estimator.count_text(render([artifacts[i] for i in sorted(ranked[:keep])])) > budget_tokens:
+    while keep and estimator.count_text(render([artifacts[i] for i in sorted(ranked[:keep])])) > limit:
         keep = keep - max(1, (keep - 1) // 8)
-    kept_indexes = set(ranked[:keep])
+    return set(ranked[:keep])
+
+
+def within_budget(artifacts: Sequence[Artifact], limits: Budget) -> tuple[list[Artifact], list[Artifact]]:
+    """(kept, evicted): the files whose listing fits `limits.files`, the least recent dropped first,
+    and the other artifacts that fit `limits.others`, commands leaving first, then URLs, errors,
+    tasks."""
+    files = [i for i, a in enumerate(artifacts) if a.kind in FILE_KINDS]
+    others = [i for i, a in enumerate(artifacts) if a.kind not in FILE_KINDS]
+    order = [kind for kind in Kind if kind not in FILE_KINDS]
+    rank = {kind: 0 if kind in FILE_KINDS else order.index(kind) for kind in Kind}
+    kept = {files[i] for i in _fitting([artifacts[i] for i in files], limits.files, rank)}
+    kept |= {others[i] for i in _fitting([artifacts[i] for i in others], limits.others, rank)}
     return (
-        [a for i, a in enumerate(artifacts) if i in kept_indexes],
-        [a for i, a in enumerate(artifacts) if i not in kept_indexes],
+        [a for i, a in enumerate(artifacts) if i in kept],
+        [a for i, a in enumerate(artifacts) if i not in kept],
     )
 
 

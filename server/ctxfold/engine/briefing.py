@@ -123,13 +123,13 @@ def record_fold(
     messages: Sequence[StoredMessage],
     folded: Sequence[StoredMessage],
     index_ref: str,
-    artifact_tokens: int,
+    artifact_budget: artifacts.Budget,
     opening_end_seq: int,
     mode: str,
 ) -> FoldRecord:
     """The notes and index after folding `folded` (a part of `messages`, the view's canonical
     messages, of a session acting as `mode` says): instructions appended, artifacts merged and kept
-    within `artifact_tokens` (what falls out goes to the index, and the summary says how much),
+    within `artifact_budget` (what falls out goes to the index, and the summary says how much),
     every folded result indexed."""
     earlier = previous or FoldNotes()
     folded_ids = {m.id for m in folded}
@@ -138,7 +138,7 @@ def record_fold(
         instruction(m) for m in person_messages(messages, folded_ids, mode) if m.seq not in known
     )
     merged = artifacts.merge(earlier.artifacts, artifacts.message_artifacts(folded, mode))
-    kept, evicted = artifacts.within_budget(merged, artifact_tokens)
+    kept, evicted = artifacts.within_budget(merged, artifact_budget)
     entries = folded_index.entries_for(folded, messages)
     index = folded_index.extend(previous_index, entries, evicted)
     listed = {a.key for a in kept}
