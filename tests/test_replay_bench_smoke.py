@@ -55,7 +55,7 @@ def test_replay_compare_smoke(tmp_path: Path) -> None:
     for row in document["summary"]:
         assert set(row["total_cost"]) == {"deepseek-chat", "gpt-5", "claude-sonnet-4.5"}
         assert 0 <= row["recoverable_tool_results"] <= row["dropped_tool_results"]
-        assert set(row["probes"]) == set(PROBES) and row["paths"] == 4 and row["instructions"] == 2
+        assert set(row["probes"]) == set(PROBES) and row["paths"] == 4 and row["instructions"] == 1
         assert 0 <= row["task_kept"] <= row["traces"] == 1
     # Tool results a store keeps are reachable only for ctxfold: the baselines have no store.
     by_policy = {row["policy"]: row for row in document["summary"] if row["window"] == 8000}
