@@ -334,7 +334,7 @@ def report(
             "concurrent_sessions": opts.sessions,
             "batch": opts.batch,
             "tool_result_bytes": pairs[0].result_bytes,
-            "traces": sorted(p.stem for p in opts.traces.glob("*.json")),
+            "traces": [Path(p).stem for p in bl.trace_paths(opts.traces)],
             "trace_messages": sum(len(t) for t in traces),
         },
         "median": medians,

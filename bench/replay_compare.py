@@ -165,6 +165,7 @@ def summary_rows(
                 "policy": name,
                 "window": window,
                 "model_calls": sum(r.turns for r in primary),
+                "refused_calls": sum(r.refused_calls for r in primary),
                 "folds": sum(r.folds for r in primary),
                 "prunes": sum(r.prunes for r in primary),
                 "summarizer_calls": sum(r.summarizer_calls for r in primary),
@@ -199,28 +200,31 @@ def _pct(value: float | None) -> str:
 def summary_table(rows: Sequence[dict[str, Any]], ideal: float) -> str:
     """The compact table of one window: cost and cache hits per price sheet, then the probes."""
     labels = [SHEET_LABELS.get(sheet, sheet[:8]) for sheet in SHEETS]
-    head = f"{'policy':<35}{'folds':>6}{'input':>11}"
+    head = f"{'policy':<35}{'refused':>8}{'folds':>6}{'input':>11}"
     head += "".join(f"{'$ ' + label:>11}" for label in labels) + "".join(f"{'hit ' + label:>13}" for label in labels)
     head += f"{'task':>6}{'instr':>7}{'paths':>7}{'reach':>7}"
     lines = [head, "-" * len(head)]
     for row in rows:
-        line = f"{row['policy']:<35}{row['folds']:>6}{row['input_tokens']:>11,}"
+        line = f"{row['policy']:<35}{row['refused_calls']:>8}{row['folds']:>6}{row['input_tokens']:>11,}"
         line += "".join(f"{row['total_cost'][sheet]:>11.4f}" for sheet in SHEETS)
         line += "".join(f"{100 * row['cache_hit_ratio'][sheet]:>12.1f}%" for sheet in SHEETS)
         probes = row["probes"]
         line += f"{_pct(probes['task']):>6}{_pct(probes['instructions']):>7}"
         line += f"{_pct(probes['paths']):>7}{_pct(probes['reachable']):>7}"
         lines.append(line)
-    windowed = [row for row in rows if not row["policy"].startswith("full-history")]
+    # A policy that left the agent stuck at some turn (a refused call) is no candidate, however cheap.
+    windowed = [row for row in rows if not row["policy"].startswith("full-history") and not row["refused_calls"]]
     cheapest = "; ".join(
         f"{label} {min(windowed, key=lambda r: r['total_cost'][sheet])['policy']}"
         for sheet, label in zip(SHEETS, labels, strict=True)
     )
-    lines.append(f"cheapest within the window: {cheapest}")
+    lines.append(f"cheapest within the window, of the policies that never refused a call: {cheapest}")
     lines.append(f"ideal cache-hit ratio over all traces (full history, token granularity): {100 * ideal:.1f}%")
     lines.append(
-        "task: traces whose opening user message the last view keeps; instr: the person's later messages kept; "
-        "paths: touched paths the view names; reach: hidden tool results reachable from the view"
+        "refused: model calls the policy could not make (a failed Prepare; a view above the window, which the "
+        "provider refuses), billed nothing; task: traces whose opening user message the last view keeps; instr: "
+        "the person's later messages kept; paths: touched paths the view names; reach: hidden tool results "
+        "reachable from the view"
     )
     return "\n".join(lines)
 

@@ -360,10 +360,10 @@ async def clone_chunk(conn: Any, template: Template, first: int, n: int) -> None
     )
     await conn.execute(
         "INSERT INTO messages (id, segment_id, seq, role, content, tool_calls_json, tool_call_id, "
-        "reasoning_content, name, pinned, tokens, result_ref, raw_bytes, truncated, create_time) "
+        "reasoning_content, name, pinned, author, tokens, result_ref, raw_bytes, truncated, create_time) "
         "SELECT fm.mid, fm.gid, m.seq, m.role, "
         "CASE WHEN m.truncated THEN replace(m.content, m.result_ref, fm.ref) ELSE m.content END, "
-        "m.tool_calls_json, m.tool_call_id, m.reasoning_content, m.name, m.pinned, m.tokens, fm.ref, "
+        "m.tool_calls_json, m.tool_call_id, m.reasoning_content, m.name, m.pinned, m.author, m.tokens, fm.ref, "
         "m.raw_bytes, m.truncated, m.create_time FROM fm JOIN tmpl_msg m ON m.seq = fm.seq"
     )
     await conn.execute(

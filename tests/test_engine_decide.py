@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxfold.engine import estimator, folded_index
+from ctxfold.engine import artifacts, estimator, folded_index
+from ctxfold.engine.authorship import TOOLS
 from ctxfold.engine.briefing import FoldNotes, record_fold
 from ctxfold.engine.errors import DomainError
 from ctxfold.engine.lineage import Segment, live_ranges, ranges_within, segment_holding
@@ -36,9 +37,12 @@ from ctxfold.engine.maintenance import (
     accept,
     answer,
     body_budget,
+    bound_to_fit,
     check_response_size,
     decide,
     plan_pass,
+    prune,
+    prune_room,
     summary_failure,
 )
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, ToolCall
@@ -47,6 +51,7 @@ from ctxfold.engine.transcript import advance_open_calls, open_calls_at_end
 from ctxfold.engine.view import PRUNE_MIN_CODE_POINTS, call_groups, prunable, split_fold
 
 _ids = itertools.count(1)
+BIG = artifacts.Budget(8192, 8192)
 
 
 def text(chars: int, salt: str = "") -> str:
@@ -184,6 +189,27 @@ def test_a_prune_is_only_proposed_when_it_makes_the_view_smaller() -> None:
     assert prune.candidate.tokens() < view.tokens()
 
 
+def test_a_prune_that_leaves_no_room_below_the_trigger_is_not_installed_alone() -> None:
+    """It would be followed by the next turn's fold: two prefix changes where the fold alone makes one."""
+    messages = conversation(LARGE)
+
+    def after_prune(view: Projection) -> int:
+        return replace(view, pruned=prune(view)).tokens()
+
+    # A window whose trigger the pruned view passes under, but with less room than prune_room.
+    tight = next(
+        view
+        for window in range(20_000, 200_000, 250)
+        if (view := projection(messages, window=window)).tokens() >= view.config.trigger_tokens
+        and view.config.trigger_tokens - prune_room(view) <= after_prune(view) < view.config.trigger_tokens
+    )
+    assert isinstance(decide(snapshot(tight), THRESHOLD), Fold)
+    assert isinstance(decide(snapshot(tight), MaintainRequest(Trigger.OVERFLOW)), Prune)
+    roomy = sized(messages, 0.85)  # the same prune leaves room: it is installed and nothing folds
+    assert after_prune(roomy) < roomy.config.trigger_tokens - prune_room(roomy)
+    assert isinstance(decide(snapshot(roomy), THRESHOLD), Prune)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     results=st.lists(st.integers(100, 40_000), min_size=1, max_size=25),
@@ -210,7 +236,9 @@ def first_pass(view: Projection, window: int = 1_000_000) -> tuple[FoldPass, Fol
     plan = plan_pass(view, window)
     assert plan.first is not None
     folded = [v.source for v in plan.first.folded if v.source is not None]
-    record = record_fold(None, folded_index.FoldedIndex(), view.messages, folded, "tr-index", 8192, view.anchor_end)
+    record = record_fold(
+        None, folded_index.FoldedIndex(), view.messages, folded, "tr-index", BIG, view.anchor_end, view.mode
+    )
     return plan.first, replace(record.notes, summarizer="extractive")
 
 
@@ -277,7 +305,9 @@ def test_a_pass_reads_the_longest_prefix_of_whole_groups_that_fits(
     results: list[int], window: int, keep_tokens: int | None
 ) -> None:
     view = projection(conversation(results), window=60_000)
-    groups = call_groups(split_fold(view.messages, view.tail(keep_tokens), view.anchor_end).folded)
+    groups = call_groups(
+        split_fold(view.messages, view.tail(keep_tokens), view.anchor_end, view.mode).folded, view.mode
+    )
     available = window - INSTRUCTION_TOKENS
     try:
         plan = plan_pass(view, window, keep_tokens)
@@ -467,13 +497,76 @@ def test_open_calls_read_back_from_the_transcript_are_those_the_appends_left(
 def test_a_second_fold_rolls_the_first_folds_refs_forward(results: list[int], first: int) -> None:
     messages = conversation(results)
     folded_once = [m for m in messages[1 : 1 + 2 * first]]
-    one = record_fold(None, folded_index.FoldedIndex(), messages, folded_once, "tr-a", 8192, 1)
+    one = record_fold(None, folded_index.FoldedIndex(), messages, folded_once, "tr-a", BIG, 1, TOOLS)
     stored = folded_index.parse(folded_index.render(one.index))
     assert stored == one.index  # the document reads back as written
     folded_twice = messages[1 + 2 * first : -2]
-    two = record_fold(one.notes, stored, messages, folded_twice, "tr-b", 8192, 1)
+    two = record_fold(one.notes, stored, messages, folded_twice, "tr-b", BIG, 1, TOOLS)
     refs = [e.result_ref for e in two.index.entries]
     expected = {m.result_ref for m in [*folded_once, *folded_twice] if m.role is Role.TOOL}
     assert sorted(refs) == sorted(expected) and len(refs) == len(set(refs))
     assert two.new_results == len([m for m in folded_twice if m.role is Role.TOOL])
     assert (two.notes.index_ref, two.notes.index_results) == ("tr-b", len(expected))
+
+
+# ---- the last resort: results bounded to fit ------------------------------------------------------
+
+
+def parallel_reads(sizes: list[int]) -> list[StoredMessage]:
+    """A task, then one assistant message with a call per entry of `sizes` and their results (the
+    input the next call must answer: nothing of it can be folded)."""
+    calls = tuple(ToolCall(f"read{i}", "Read", f'{{"file_path": "src/f{i}.py"}}') for i in range(len(sizes)))
+    base = next(_ids)
+    messages = [
+        StoredMessage(f"t{base}", 1, Role.USER, "Read the parser", 5, result_ref="trtask"),
+        StoredMessage(f"a{base}", 2, Role.ASSISTANT, "", estimator.message_tokens("", calls), calls),
+    ]
+    for i, chars in enumerate(sizes):
+        content = text(chars, salt=f"r{i}")
+        messages.append(
+            StoredMessage(
+                f"r{base}_{i}",
+                3 + i,
+                Role.TOOL,
+                content,
+                estimator.count_text(content),
+                (),
+                f"read{i}",
+                result_ref=f"trr{i}",
+            )
+        )
+    return messages
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(1, 30_000), min_size=1, max_size=8), window=st.sampled_from([8000, 16000, 32000]))
+def test_bounding_the_pending_results_makes_any_view_of_tool_results_fit(sizes: list[int], window: int) -> None:
+    view = projection(parallel_reads(sizes), window=window)
+    bound = bound_to_fit(view)
+    if view.tokens() <= view.config.hard_limit_tokens:
+        assert bound is None
+        return
+    assert bound is not None
+    candidate = bound.candidate
+    assert candidate.tokens() <= view.config.hard_limit_tokens
+    shown = {v.source.id: v for v in candidate.view() if v.source is not None}
+    for message in view.messages:
+        if message.id in candidate.bounds:
+            # head + tail + a marker naming where all of it is read; never grown
+            assert f'ReadToolResult(result_ref="{message.result_ref}")' in shown[message.id].content
+            assert shown[message.id].content.startswith(message.content[:100])
+            assert shown[message.id].tokens < message.tokens
+        else:
+            assert shown[message.id].content == message.content
+    # the largest first: a result left whole is never larger than one that was bounded
+    whole = [m.tokens for m in view.messages if m.role is Role.TOOL and m.id not in candidate.bounds]
+    cut = [m.tokens for m in view.messages if m.id in candidate.bounds]
+    assert not whole or not cut or max(whole) <= min(cut)
+
+
+def test_what_cannot_be_bounded_is_not_bounded() -> None:
+    """A task too large for the window with small results: bounding cannot help, so it does nothing."""
+    task = StoredMessage("big", 1, Role.USER, text(60_000), 15_000, result_ref="trbig")
+    view = projection([task, *parallel_reads([300])[1:]], window=8000, disable_task_anchor=True)
+    assert view.tokens() > view.config.hard_limit_tokens
+    assert bound_to_fit(view) is None

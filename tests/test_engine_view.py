@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 from ctxfold.engine import estimator
+from ctxfold.engine.authorship import TOOLS
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.view import (
     PRUNE_HEAD_CODE_POINTS,
@@ -58,7 +59,7 @@ def conversation(turns: int, result_chars: int = 200) -> list[StoredMessage]:
 
 def test_call_groups_keep_calls_with_their_results() -> None:
     messages = conversation(3)
-    groups = call_groups(messages)
+    groups = call_groups(messages, TOOLS)
     assert [len(g) for g in groups] == [1, 3, 3, 3]
     assert all(g[0].role is Role.ASSISTANT for g in groups[1:])
 
@@ -66,9 +67,9 @@ def test_call_groups_keep_calls_with_their_results() -> None:
 def test_tail_takes_newest_whole_groups_within_budget() -> None:
     messages = conversation(5)
     one_group = sum(m.tokens + estimator.PER_MESSAGE_TOKENS for m in messages[-3:])
-    tail = recent_tail(messages, budget=2 * one_group + 1, pruned={})
+    tail = recent_tail(messages, budget=2 * one_group + 1, pruned={}, mode=TOOLS)
     assert tail == messages[-6:]
-    assert recent_tail(messages, budget=one_group - 1, pruned={}) == []
+    assert recent_tail(messages, budget=one_group - 1, pruned={}, mode=TOOLS) == []
 
 
 def test_tail_budget_is_the_smallest_of_ratio_cap_and_headroom() -> None:
@@ -118,13 +119,13 @@ def test_fold_plan_keeps_last_user_input_pinned_and_tail_and_never_splits_groups
     last_user = msg(Role.USER, "Now run the tests")
     messages.append(last_user)
     messages.append(msg(Role.ASSISTANT, "running", calls=("final",)))  # awaits its result
-    tail = recent_tail(messages, budget=200, pruned={})
-    plan = split_fold(messages, tail, anchor_end=0)
+    tail = recent_tail(messages, budget=200, pruned={}, mode=TOOLS)
+    plan = split_fold(messages, tail, anchor_end=0, mode=TOOLS)
     kept_ids = {m.id for m in plan.kept}
     assert pinned.id in kept_ids and last_user.id in kept_ids and messages[-1].id in kept_ids
     assert {m.id for m in plan.folded} | kept_ids == {m.id for m in messages}
     assert not kept_ids & {m.id for m in plan.folded}
-    for group in call_groups(messages):
+    for group in call_groups(messages, TOOLS):
         ids = {m.id for m in group}
         assert ids <= kept_ids or not ids & kept_ids
 
@@ -134,6 +135,6 @@ def test_the_opening_system_message_is_kept_and_later_reminders_fold() -> None:
     messages = [opening, *conversation(4)]
     reminder = msg(Role.SYSTEM, "Reminder: keep answers short")
     messages += [reminder, *conversation(4)[1:]]
-    plan = split_fold(messages, recent_tail(messages, budget=100, pruned={}), anchor_end=0)
+    plan = split_fold(messages, recent_tail(messages, budget=100, pruned={}, mode=TOOLS), anchor_end=0, mode=TOOLS)
     assert opening in plan.kept
     assert reminder in plan.folded

@@ -1,7 +1,7 @@
 """The pure parts of what a fold keeps: the artifact index (on tool-call shapes copied from recorded
-traces of OpenHands, mini-swe-agent, SWE-agent and Claude Code), which user messages are the
-person's, the folded-results index document, the engine-rendered summary sections, and a property:
-over any sequence of folds no instruction, artifact or folded result is ever lost."""
+traces of OpenHands, mini-swe-agent, SWE-agent, Claude Code and Codex CLI), the folded-results
+index document, the engine-rendered summary sections, and a property: over any sequence of folds no
+instruction, artifact or folded result is ever lost. Who wrote a message: tests/test_authorship.py."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from ctxfold.engine import artifacts, folded_index
 from ctxfold.engine.artifacts import Artifact, Kind, call_artifacts, message_artifacts
+from ctxfold.engine.authorship import TEXT, TOOLS, session_mode
 from ctxfold.engine.briefing import (
     INSTRUCTION_CHARS,
     INSTRUCTIONS_TITLE,
     FoldNotes,
-    is_observation,
     person_messages,
     record_fold,
     render_summary,
@@ -26,7 +26,6 @@ from ctxfold.engine.briefing import (
 from ctxfold.engine.folded_index import FoldedIndex
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.view import anchor_shares, bounded_anchor, build_view, call_groups, opening_end
-from traces import TRACES_DIR
 
 _seq = itertools.count(1)
 
@@ -58,7 +57,8 @@ def test_openhands_editor_and_bash() -> None:
     assert kinds(call_artifacts(edit, "")) == {(Kind.EDITED, path)}
     assert kinds(call_artifacts(create, "")) == {(Kind.WRITTEN, "/workspace/reproduce.py")}
     assert kinds(call_artifacts(bash, result)) == {
-        (Kind.READ, "reproduce.py"),
+        (Kind.READ, "/workspace"),
+        (Kind.RUN, "reproduce.py"),
         (Kind.COMMAND, "cd /workspace && python3 reproduce.py"),
         (Kind.ERROR, "RuntimeError: No active exception to reraise"),
     }
@@ -74,7 +74,7 @@ def test_mini_swe_agent_bash_commands() -> None:
     assert (Kind.WRITTEN, "test_rename_pk.py") in kinds(call_artifacts(heredoc, "<returncode>0</returncode>"))
     assert (Kind.EDITED, "django/db/migrations/operations/fields.py") in kinds(call_artifacts(sed, ""))
     found = call_artifacts(grep, "<returncode>1</returncode>\n<output>\n</output>")
-    assert (Kind.READ, "/testbed/django/db/models/fields/related.py") in kinds(found)
+    assert (Kind.SEARCHED, "/testbed/django/db/models/fields/related.py") in kinds(found)
     assert next(a for a in found if a.kind is Kind.COMMAND).detail == "exit 1"
 
 
@@ -87,11 +87,14 @@ def test_swe_agent_text_actions_pair_with_their_observation() -> None:
         stored(Role.ASSISTANT, "Run it.\n```\npython reproduce_bug.py\n```"),
         stored(Role.USER, "Traceback (most recent call last):\nAttributeError: Unable to convert the pixel data"),
     ]
-    found = kinds(message_artifacts(messages))
+    found = kinds(message_artifacts(messages, TEXT))
     assert (Kind.READ, "pydicom/pixel_data_handlers/numpy_handler.py") in found
     assert (Kind.EDITED, "/pydicom__pydicom/pydicom/pixel_data_handlers/numpy_handler.py") in found
     assert (Kind.COMMAND, "python reproduce_bug.py") in found
+    assert (Kind.RUN, "reproduce_bug.py") in found
     assert (Kind.ERROR, "AttributeError: Unable to convert the pixel data") in found
+    # The same messages in a session that calls tools are a chat: nothing is a text action.
+    assert not message_artifacts(messages, TOOLS)
 
 
 def test_claude_code_tools_background_ids_urls_and_generic_paths() -> None:
@@ -99,7 +102,7 @@ def test_claude_code_tools_background_ids_urls_and_generic_paths() -> None:
         (ToolCall("c1", "Read", json.dumps({"file_path": "/repo/src/app.ts"})), Kind.READ, "/repo/src/app.ts"),
         (ToolCall("c2", "Edit", json.dumps({"file_path": "/repo/src/app.ts", "old_string": "a"})), Kind.EDITED, None),
         (ToolCall("c3", "Write", json.dumps({"file_path": "/repo/NOTES.md", "content": "x"})), Kind.WRITTEN, None),
-        (ToolCall("c4", "Glob", json.dumps({"pattern": "**/*.ts", "path": "/repo/src"})), Kind.READ, "/repo/src"),
+        (ToolCall("c4", "Glob", json.dumps({"pattern": "**/*.ts", "path": "/repo/src"})), Kind.SEARCHED, "/repo/src"),
         (ToolCall("c5", "open_notebook", json.dumps({"target": "analysis/run.ipynb"})), Kind.READ, None),
     ]
     for call, kind, value in calls:
@@ -114,68 +117,133 @@ def test_claude_code_tools_background_ids_urls_and_generic_paths() -> None:
     assert (Kind.URL, "https://docs.python.org/3/library/re.html") in kinds(call_artifacts(fetch, ""))
 
 
-def test_merge_keeps_the_most_recent_first_and_a_file_at_its_strongest() -> None:
+PATCH = """*** Begin Patch
+*** Add File: docs/notes.md
++hello
+*** Update File: src/app.py
+@@ def main():
+-    pass
++    run()
+*** Delete File: old/legacy.py
+*** Update File: src/a.py
+*** Move to: src/b.py
+*** End Patch"""
+
+
+def test_codex_cli_shell_exec_and_apply_patch() -> None:
+    shell = ToolCall(
+        "x1", "shell", json.dumps({"command": ["bash", "-lc", "rg -n parse src/ && pytest tests/test_app.py"]})
+    )
+    found = call_artifacts(shell, "Exit code: 1")
+    assert (Kind.SEARCHED, "src") not in kinds(found)  # a relative directory without an extension is no path
+    assert (Kind.RUN, "tests/test_app.py") in kinds(found)
+    assert next(a for a in found if a.kind is Kind.COMMAND).detail == "exit 1"
+    exec_command = ToolCall("x2", "exec_command", json.dumps({"cmd": "sed -n 1,80p src/app.py", "workdir": "/repo"}))
+    assert (Kind.READ, "src/app.py") in kinds(call_artifacts(exec_command, ""))
+    patched = {
+        (Kind.WRITTEN, "docs/notes.md"),
+        (Kind.EDITED, "src/app.py"),
+        (Kind.EDITED, "old/legacy.py"),
+        (Kind.EDITED, "src/a.py"),
+        (Kind.WRITTEN, "src/b.py"),
+    }
+    assert kinds(call_artifacts(ToolCall("x3", "apply_patch", PATCH), "Success.")) == patched  # freeform input
+    assert kinds(call_artifacts(ToolCall("x4", "apply_patch", json.dumps({"input": PATCH})), "")) == patched
+    # A script in its arguments (Codex `exec`): the commands and paths it names.
+    script = 'const out = await tools.exec_command({cmd: "cat /repo/README.md > /tmp/readme.txt"});\nreturn out;'
+    found = kinds(call_artifacts(ToolCall("x5", "exec", script), ""))
+    assert {(Kind.READ, "/repo/README.md"), (Kind.WRITTEN, "/tmp/readme.txt")} <= found
+
+
+def test_shell_paths_urls_and_what_a_command_does() -> None:
+    command = (
+        "cd /workspace/app && curl -sL https://example.com/a/b.py -o vendor/b.py && python -m pytest tests/test_x.py "
+        "&& grep -rn TODO src/ lib/util.py && cp conf/a.ini conf/b.ini && cat <<'EOF' > notes.txt\nnot/a/path.py\nEOF"
+    )
+    found = kinds(call_artifacts(ToolCall("b", "Bash", json.dumps({"command": command})), ""))
+    assert (Kind.URL, "https://example.com/a/b.py") in found
+    assert not any(kind in artifacts.FILE_KINDS and "example.com" in value for kind, value in found)
+    assert {
+        (Kind.READ, "/workspace/app"),
+        (Kind.READ, "vendor/b.py"),
+        (Kind.RUN, "tests/test_x.py"),
+        (Kind.SEARCHED, "lib/util.py"),
+        (Kind.READ, "conf/a.ini"),
+        (Kind.WRITTEN, "conf/b.ini"),
+        (Kind.WRITTEN, "notes.txt"),
+    } <= found
+    assert not any("not/a/path.py" in value for _, value in found)  # a here-document's body is data
+    grep = ToolCall("g", "Grep", json.dumps({"pattern": "def main", "path": "./src/app", "glob": "*.py"}))
+    assert kinds(call_artifacts(grep, "")) == {(Kind.SEARCHED, "src/app")}
+
+
+def test_the_index_groups_files_by_directory_with_their_marks() -> None:
+    found = artifacts.merge(
+        [],
+        [
+            Artifact(Kind.READ, "/repo/src/a.py"),
+            Artifact(Kind.EDITED, "/repo/src/a.py"),
+            Artifact(Kind.READ, "/repo/src/b.py"),
+            Artifact(Kind.WRITTEN, "notes.md"),
+            Artifact(Kind.RUN, "/repo/tests/test_a.py"),
+            Artifact(Kind.URL, "https://example.com/x"),
+        ],
+    )
+    text = artifacts.render(found)
+    assert text.splitlines()[1:4] == [
+        "/repo/tests/: test_a.py X",
+        "./: notes.md W",
+        "/repo/src/: b.py, a.py E",
+    ]
+    assert "URLs: https://example.com/x" in text
+
+
+def test_what_the_budget_leaves_out_is_counted_and_named() -> None:
+    calls = [ToolCall(f"c{i}", "Read", json.dumps({"file_path": f"/repo/pkg_{i}/module_{i}.py"})) for i in range(300)]
+    messages = [stored(Role.USER, "Audit every module.")]
+    for call in calls:
+        messages += [stored(Role.ASSISTANT, calls=(call,)), stored(Role.TOOL, "ok", answers=call.id)]
+    record = record_fold(
+        None, FoldedIndex(), messages, messages[1:], "tr_index000000000", artifacts.Budget(400, 400), 0, TOOLS
+    )
+    summary = render_summary(record.notes)
+    listed = len(record.notes.artifacts)
+    assert 0 < listed < 300 and record.notes.more_artifacts == {"paths": 300 - listed}
+    assert (
+        f'[ctxfold: {300 - listed} more paths, older, are listed in ReadToolResult(result_ref="tr_index000000000")]'
+        in summary
+    )
+    assert len(record.index.artifacts) == 300 - listed
+    small, large = (
+        artifacts.budget(SessionConfig(context_window=16000)),
+        artifacts.budget(SessionConfig(context_window=32000)),
+    )
+    assert (large.files, large.others) == (2 * small.files, 2 * small.others)
+
+
+def test_merge_keeps_the_most_recent_first_and_every_way_a_file_was_touched() -> None:
     earlier = artifacts.merge([], [Artifact(Kind.EDITED, "a.py"), Artifact(Kind.READ, "b.py")])
     later = artifacts.merge(earlier, [Artifact(Kind.READ, "a.py"), Artifact(Kind.COMMAND, "pytest", "exit 1")])
     assert later == [
         Artifact(Kind.COMMAND, "pytest", "exit 1"),
-        Artifact(Kind.EDITED, "a.py"),
+        Artifact(Kind.EDITED, "a.py", marks=frozenset({Kind.EDITED, Kind.READ})),
         Artifact(Kind.READ, "b.py"),
     ]
+    assert Artifact.from_json(later[1].to_json()) == later[1]
     again = artifacts.merge(later, [Artifact(Kind.COMMAND, "pytest", "exit 0")])
     assert again[0] == Artifact(Kind.COMMAND, "pytest", "exit 0") and len(again) == 3
 
 
-def test_the_budget_drops_old_commands_before_any_file() -> None:
+def test_files_and_the_rest_have_budgets_of_their_own_commands_leaving_first() -> None:
     found = [Artifact(Kind.COMMAND, f"python step_{i}.py --verbose --all", "exit 0") for i in range(200)]
+    found += [Artifact(Kind.URL, f"https://example.com/{i}") for i in range(3)]
     found += [Artifact(Kind.EDITED, f"src/module_{i}.py") for i in range(20)]
-    kept, evicted = artifacts.within_budget(found, 300)
-    assert all(a in kept for a in found if a.kind is Kind.EDITED)
+    kept, evicted = artifacts.within_budget(found, artifacts.Budget(300, 300))
+    assert all(a in kept for a in found if a.kind in (Kind.EDITED, Kind.URL))
     assert evicted and all(a.kind is Kind.COMMAND for a in evicted)
+    # The newest commands are the ones kept.
+    assert next(a.value for a in kept if a.kind is Kind.COMMAND) == "python step_0.py --verbose --all"
     assert {a.key for a in kept} | {a.key for a in evicted} == {a.key for a in found}
-
-
-# ---- whose messages: the observation rule, on the recorded traces ------------------------------
-
-
-def trace_messages(name: str) -> list[StoredMessage]:
-    data = json.loads((TRACES_DIR / name).read_text())
-    out = []
-    for index, m in enumerate(data["messages"], 1):
-        calls = tuple(
-            ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []
-        )
-        out.append(
-            StoredMessage(
-                f"m{index}", index, Role(m["role"]), m.get("content") or "", 0, calls, m.get("tool_call_id") or ""
-            )
-        )
-    return out
-
-
-def test_text_action_observations_are_not_the_persons_messages() -> None:
-    messages = trace_messages("swe-agent-pydicom-1458.json")
-    people = person_messages(messages, {m.id for m in messages})
-    # The demonstration and the issue (the opening); every later user message is command output.
-    assert [m.seq for m in people] == [2, 3]
-    observations = [m for i, m in enumerate(messages) if i and is_observation(m, messages[i - 1])]
-    assert len(observations) == sum(1 for m in messages if m.role is Role.USER) - 2
-
-
-def test_tool_calling_agents_keep_every_user_message() -> None:
-    messages = trace_messages("openhands-multi-swe-bench-1.json")
-    people = person_messages(messages, {m.id for m in messages})
-    # The task, the workspace note, and the framework's correction after a bad call (not tool output).
-    assert [m.content.split("\n")[0][:30] for m in people] == [
-        "<uploaded_files>",
-        "Added workspace context",
-        "Parameter 'command' is expecte",
-    ]
-
-
-def test_observation_shaped_user_messages() -> None:
-    assert is_observation(stored(Role.USER, "<returncode>0</returncode>\n<output>ok</output>"), None)
-    assert not is_observation(stored(Role.USER, "Please also keep the public API unchanged."), None)
 
 
 # ---- the index document, the summary's engine sections, the anchor -----------------------------
@@ -219,7 +287,9 @@ def test_a_persons_message_cannot_forge_a_section_of_the_summary() -> None:
 
 def test_long_instructions_show_their_head_and_name_their_ref() -> None:
     long = stored(Role.USER, "Do this carefully. " * 400)
-    record = record_fold(None, FoldedIndex(), [long], [long], "tr_index000000000", 2000, 0)
+    record = record_fold(
+        None, FoldedIndex(), [long], [long], "tr_index000000000", artifacts.Budget(2000, 2000), 0, TOOLS
+    )
     summary = render_summary(record.notes)
     assert long.content[:INSTRUCTION_CHARS] in summary
     assert f'ReadToolResult(result_ref="{long.result_ref}")' in summary
@@ -255,6 +325,9 @@ def test_no_fold_sequence_loses_an_instruction_an_artifact_or_a_result(
     notes: FoldNotes | None = None
     index = FoldedIndex()
     folded_so_far: list[StoredMessage] = []
+    people: list[StoredMessage] = []  # the person's messages, by the rule of the fold that folded them
+    touched: set[tuple[str, str]] = set()
+    limits = artifacts.Budget(budget, budget // 4)
     position = 0
     for kind, n in steps:
         if kind == "person":
@@ -270,17 +343,22 @@ def test_no_fold_sequence_loses_an_instruction_an_artifact_or_a_result(
             messages.append(stored(Role.USER, f"page {n}"))
         elif len(messages) > position:
             span = messages[position:]
-            record = record_fold(notes, index, messages, span, f"tr_ix{len(messages):013d}", budget, 0)
+            mode = session_mode(messages, notes.mode if notes else "")
+            record = record_fold(notes, index, messages, span, f"tr_ix{len(messages):013d}", limits, 0, mode)
             notes, index = record.notes, record.index
+            people += person_messages(messages, {m.id for m in span}, mode)
+            touched |= {a.key for a in message_artifacts(span, mode)}
             folded_so_far += span
             position = len(messages)
     if notes is None:
         return
     summary = render_summary(notes)
-    for message in person_messages(messages, {m.id for m in folded_so_far}):
+    for message in people:
         assert message.content in summary
-    expected = {a.key for a in message_artifacts(folded_so_far)}
-    assert expected == {a.key for a in notes.artifacts} | {a.key for a in index.artifacts}
+    assert touched == {a.key for a in notes.artifacts} | {a.key for a in index.artifacts}
+    listed = {a.key for a in notes.artifacts}
+    more = sum(notes.more_artifacts.values())
+    assert more == len({a.key for a in index.artifacts} - listed)  # nothing leaves silently
     results = {m.result_ref for m in folded_so_far if m.role is Role.TOOL or m.content.startswith("page")}
     assert results <= index.refs()
 
@@ -290,4 +368,7 @@ def test_a_text_action_and_its_observation_are_one_call_group() -> None:
     observation = stored(Role.USER, "Traceback (most recent call last):")
     person = stored(Role.USER, "Please stop and explain.")
     answer = stored(Role.ASSISTANT, "Sure.")
-    assert call_groups([action, observation, person, answer]) == [[action, observation], [person], [answer]]
+    messages = [action, observation, person, answer]
+    assert call_groups(messages, TEXT) == [[action, observation], [person], [answer]]
+    # In a session that calls tools the reply after a code block is the person's, a group of its own.
+    assert call_groups(messages, TOOLS) == [[action], [observation], [person], [answer]]

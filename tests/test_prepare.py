@@ -401,3 +401,68 @@ async def test_a_cold_resume_below_the_trigger_returns_the_view_unchanged(stub: 
     assert cold.cache_state == pb.CACHE_STATE_COLD
     assert cold.action == pb.ACTION_NONE and cold.stable_prefix_messages == len(first.messages)
     assert [rendered(m) for m in cold.messages] == [rendered(m) for m in first.messages]
+
+
+async def test_a_fresh_turn_of_large_results_is_bounded_to_fit_not_refused(stub: pb_grpc.ContextServiceStub) -> None:
+    """Eight parallel reads whose results together are larger than the window (none large enough to be
+    pruned): they are the input the
+    next call must answer, so nothing folds them; the largest are shown as head + tail + a marker
+    naming their result_ref until the view fits, and the progress stream and the receipt say so."""
+    session = await create(stub, context_window=12000)
+    calls = [
+        pb.ToolCall(id=f"r{i}", name="Read", arguments=json.dumps({"file_path": f"src/f{i}.py"})) for i in range(8)
+    ]
+    outputs = [tool_output(i, 7500) for i in range(8)]  # each below the prune size
+    turn = [
+        user("Read the parser files and explain them."),
+        pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=calls),
+        *(result(f"r{i}", outputs[i]) for i in range(8)),
+    ]
+    outcome = await prepare(stub, session.id, *turn)
+    view = outcome.result
+    assert view.estimated_tokens <= view.hard_limit_tokens
+    assert view.action == pb.ACTION_PRUNED
+    assert [p.stage for p in outcome.progress][-1] == pb.FOLD_STAGE_RESULTS_BOUNDED
+    assert_view_well_formed(list(view.messages))
+    bounded = [m for m in view.messages if m.role == pb.ROLE_TOOL and m.pruned]
+    assert bounded
+    for message in bounded:
+        assert f'ReadToolResult(result_ref="{message.result_ref}")' in message.content
+        page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session.id, result_ref=message.result_ref))
+        assert page.data in outputs  # the whole result is one read away
+    receipt = (await state(stub, session.id))["last_receipt"]
+    assert isinstance(receipt, dict) and "bounded" in str(receipt["reason"])
+    # The next turn folds them away like any other results: the view keeps fitting.
+    follow = await prepare(stub, session.id, pb.Message(role=pb.ROLE_ASSISTANT, content="They parse."), user("thanks"))
+    assert follow.result.action == pb.ACTION_FOLDED
+    assert follow.result.estimated_tokens <= follow.result.hard_limit_tokens
+
+
+async def test_the_callers_author_decides_whose_messages_become_standing_instructions(
+    stub: pb_grpc.ContextServiceStub,
+) -> None:
+    """Left unset, the rules decide (a task notification is machine text); set, the caller decides."""
+    session = await create(stub, context_window=16000)
+    notice = "<task-notification><task-id>b7</task-id><status>completed</status></task-notification>"
+    said = [
+        user("Port the parser to Rust."),
+        pb.Message(role=pb.ROLE_ASSISTANT, content="Starting. " + tool_output(1, 3000)),
+        user(notice),
+        pb.Message(role=pb.ROLE_ASSISTANT, content="Noted. " + tool_output(2, 3000)),
+        pb.Message(role=pb.ROLE_USER, content="[Request interrupted by user]", author=pb.AUTHOR_PERSON),
+        pb.Message(role=pb.ROLE_ASSISTANT, content="Stopped. " + tool_output(3, 3000)),
+        pb.Message(role=pb.ROLE_USER, content="Keep the old API.", author=pb.AUTHOR_MACHINE),
+        pb.Message(role=pb.ROLE_ASSISTANT, content="Ok. " + tool_output(4, 3000)),
+        user("Also add benchmarks."),
+        pb.Message(role=pb.ROLE_ASSISTANT, content="Will do."),
+    ]
+    appended = (await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session.id, messages=said))).messages
+    assert [m.author for m in appended][4:7:2] == [pb.AUTHOR_PERSON, pb.AUTHOR_MACHINE]
+    listed = (await stub.ListMessages(pb.ListMessagesRequest(session_id=session.id))).messages
+    assert [m.author for m in listed] == [m.author for m in said]
+    view = (await compact(stub, session.id)).result.messages
+    summary = next(m.content for m in view if m.summary)
+    instructions = summary.split("## Standing instructions", 1)[1].split("\n## ", 1)[0]
+    assert "[Request interrupted by user]" in instructions
+    assert "task-notification" not in instructions and "Keep the old API." not in instructions
+    assert view[-2].content == "Also add benchmarks."  # the input the next call answers stays verbatim

@@ -244,12 +244,14 @@ def test_every_policy_on_a_real_trace_stays_well_formed_and_bills_consistently()
         assert len(recording.calls) == model_calls
         for call in recording.calls:
             assert_well_formed(call.view)
-            assert call.over_limit == (policy.estimate(call.view) > budget.hard)  # type: ignore[attr-defined]
-            if call.over_limit:  # only when the newest call group alone (a ~20k-character result) is too large
+            # A view above the window is the provider's refusal: a failed call, not a billed one.
+            assert bool(call.refused) == (policy.estimate(call.view) > budget.hard)  # type: ignore[attr-defined]
+            if call.refused:  # only when the newest call group alone (a ~20k-character result) is too large
                 assert call.view[-1].role == "tool" and b.message_estimate(call.view[-1]) > 4000
         result = bill(trace, recording, Provider(cache_model("deepseek"), BUILT_IN["deepseek-chat"]))
         assert result.turns == model_calls
         assert result.cache_hit_tokens + result.cache_miss_tokens == result.input_tokens
         assert 0 < result.cache_hit_ratio <= result.ideal_cache_hit_ratio
-        assert result.over_limit_calls == sum(c.over_limit for c in recording.calls)
+        assert result.refused_calls == sum(bool(c.refused) for c in recording.calls)
+        assert result.series_view_tokens.count(0) >= result.refused_calls
         assert result.summarizer_calls == len([s for c in recording.calls for s in c.summary_calls])

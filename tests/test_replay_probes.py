@@ -39,13 +39,14 @@ def call(id_: str, name: str, **arguments: object) -> ToolCall:
 @pytest.mark.parametrize(
     ("name", "person", "tool_outputs"),
     [
-        # Tool calling: output is role tool, so every user message is the person's (OpenHands also puts
-        # its "Added workspace context" and tool-call validation errors there: counted, kept cheaply).
+        # Tool calling: output is role tool, so every user message is the person's but for harness text
+        # (OpenHands' "Added workspace context"; its tool-call validation errors count as the person's:
+        # counted, kept cheaply).
         ("mini-swe-agent-django-11910.json", {0}, 137),
         ("openhands-django-11149.json", {0}, 49),
-        ("openhands-multi-swe-bench-0.json", {0, 1}, 22),
-        ("openhands-multi-swe-bench-1.json", {0, 1, 26}, 32),
-        ("openhands-multi-swe-bench-2.json", {0, 1, 52}, 49),
+        ("openhands-multi-swe-bench-0.json", {0}, 22),
+        ("openhands-multi-swe-bench-1.json", {0, 26}, 32),
+        ("openhands-multi-swe-bench-2.json", {0, 52}, 49),
         # Text actions: the demonstration and the issue come before any action; every later user
         # message answers a fenced command and is its output.
         ("swe-agent-pydicom-1458.json", {0, 1}, 11),
@@ -58,7 +59,39 @@ def test_person_typed_and_tool_output_on_every_recorded_trace(name: str, person:
     assert len(roles.tool_output) == tool_outputs
     assert not roles.person & roles.tool_output
     users = {m.source for m in trace.messages if m.role == "user"}
-    assert users <= roles.person | roles.tool_output
+    assert users <= roles.person | roles.tool_output | roles.machine and roles.machine <= users
+
+
+def test_harness_text_is_machine_written_and_quoting_it_as_the_persons_is_counted() -> None:
+    trace = trace_of(
+        Msg("user", "Fix the bug"),
+        Msg("assistant", "", tool_calls=(call("c1", "Read", file_path="/repo/src/a.py"),)),
+        Msg("tool", "code", tool_call_id="c1"),
+        Msg("user", "[Request interrupted by user for tool use]"),
+        Msg("user", "<task-notification><task-id>b1</task-id></task-notification>"),
+        Msg("user", "Use the other parser."),
+        Msg("assistant", "ok"),
+    )
+    roles = probes.classify(trace)
+    assert (set(roles.person), set(roles.machine)) == ({0, 5}, {3, 4})
+    quoting = Msg("user", "## Standing instructions\n[Request interrupted by user for tool use]", summary=True)
+    assert probes.score(trace, [quoting], 6).machine_quoted == 1
+    assert probes.score(trace, [Msg("user", "Use the other parser.", summary=True)], 6).machine_quoted == 0
+
+
+def test_a_directory_listing_names_its_files() -> None:
+    text = "Files by directory (...):\n/repo/src/: a.py E, b.py\n./: notes.md W\nCommands: `ls`"
+    assert probes.listed_paths(text) == {"/repo/src/a.py", "/repo/src/b.py", "notes.md"}
+    under_a_root = "/repo/x/:\n  ./: a.py E, b c.md\n  src/: d.py\n/other/: e.py\n  f/: g.py"
+    assert probes.listed_paths(under_a_root) == {"/repo/x/a.py", "/repo/x/b c.md", "/repo/x/src/d.py", "/other/e.py"}
+    trace = trace_of(
+        Msg("user", "go"),
+        Msg("assistant", "", tool_calls=(call("c1", "Read", file_path="/repo/src/b.py"),)),
+        Msg("tool", "x", tool_call_id="c1"),
+        Msg("assistant", "", tool_calls=(call("c2", "Write", file_path="notes.md"),)),
+        Msg("tool", "y", tool_call_id="c2"),
+    )
+    assert probes.score(trace, [Msg("user", text, summary=True)], 5).paths_named == 2
 
 
 def test_in_a_text_action_trace_a_reply_to_an_assistant_that_did_not_act_is_the_persons() -> None:
@@ -105,6 +138,11 @@ def test_with_tool_calls_a_reply_after_an_answer_with_a_code_block_is_still_the_
          ["t.py"]),
         (call("a", "bash", command="curl -s https://example.com/x.json | grep -n 'a/b' README"), []),
         (call("a", "Bash", command="sed -n '1,40p' src/lib/match.c"), ["src/lib/match.c"]),
+        (call("a", "Bash", command="curl -s http://localhost:8081/openapi.json > api.json"), ["api.json"]),
+        (call("a", "shell", command=["bash", "-lc", "cat src/a.rs"]), ["src/a.rs"]),
+        (call("a", "grep_files", pattern="x", path="/repo/src"), ["/repo/src"]),
+        (ToolCall("a", "apply_patch", "*** Begin Patch\n*** Update File: src/b.rs\n@@\n-x\n+y\n*** End Patch"),
+         ["src/b.rs"]),
     ],
 )  # fmt: skip
 def test_touched_paths_from_tool_call_arguments(tool_call: ToolCall, expected: list[str]) -> None:
@@ -246,7 +284,33 @@ async def test_ctxfold_replay_probes_on_a_real_trace(tmp_path: Path) -> None:
         scores.reachable_tool_results,
     )
     # The trace's own facts, independent of what ctxfold did.
-    assert (result.instructions, result.paths) == (1, len(probes.touched_paths(trace, recording.appended))) == (1, 9)
+    assert (result.instructions, result.paths) == (0, len(probes.touched_paths(trace, recording.appended))) == (0, 9)
     assert 0 < result.dropped_tool_results <= 22 and 0 <= result.recoverable_tool_results <= result.dropped_tool_results
     text = probes.view_text(final)
     assert all(ref in text and body for ref, body in recording.documents.items())
+
+
+async def test_a_refused_prepare_is_a_failed_call_of_that_turn_and_the_replay_goes_on(
+    stub: pb_grpc.ContextServiceStub,
+) -> None:
+    """A message from the person larger than the window cannot be bounded: that Prepare is refused.
+    The bench counts it as the policy's failure at that turn (billed nothing) and goes on with the
+    next turns, whose views name the results the refused turn appended."""
+    huge = "Here is the whole log, read it all: " + "the build step failed again. " * 2500
+    trace = trace_of(
+        Msg("user", "Fix the build."),
+        Msg("assistant", "", tool_calls=(call("c1", "bash", command="make"),)),
+        Msg("tool", "make: *** [all] Error 2", tool_call_id="c1"),
+        Msg("assistant", "The build fails."),
+        Msg("user", huge),
+        Msg("assistant", "I will read it."),
+        Msg("user", "Just rerun make."),
+        Msg("assistant", "", tool_calls=(call("c2", "bash", command="make"),)),
+    )
+    result, recording = await replay_through(stub, trace, Options(window=4000))
+    assert [bool(c.refused) for c in recording.calls] == [False, False, True, False]
+    assert recording.calls[2].refused.startswith("FAILED_PRECONDITION")
+    assert result.refused_calls == 1 and result.turns == 4
+    assert result.series_actions[2] == "refused" and result.series_view_tokens[2] == 0
+    assert recording.refs[2]  # the refs of every stored result are known, whatever turn stored them
+    assert recording.calls[-1].view  # the agent went on after the refused turn

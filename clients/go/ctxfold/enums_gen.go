@@ -16,6 +16,16 @@ const (
 	RoleTool        = ctxfoldv1.Role_ROLE_TOOL
 )
 
+// Author is ctxfoldv1.Author (proto enum ctxfold.v1.Author); it prints as the value's proto name.
+type Author = ctxfoldv1.Author
+
+// The values of Author.
+const (
+	AuthorUnspecified = ctxfoldv1.Author_AUTHOR_UNSPECIFIED
+	AuthorPerson      = ctxfoldv1.Author_AUTHOR_PERSON
+	AuthorMachine     = ctxfoldv1.Author_AUTHOR_MACHINE
+)
+
 // Action is ctxfoldv1.Action (proto enum ctxfold.v1.Action); it prints as the value's proto name.
 type Action = ctxfoldv1.Action
 
@@ -114,4 +124,5 @@ const (
 	FoldStagePassCommitted      = ctxfoldv1.FoldStage_FOLD_STAGE_PASS_COMMITTED
 	FoldStagePassFailed         = ctxfoldv1.FoldStage_FOLD_STAGE_PASS_FAILED
 	FoldStageSummarizerFallback = ctxfoldv1.FoldStage_FOLD_STAGE_SUMMARIZER_FALLBACK
+	FoldStageResultsBounded     = ctxfoldv1.FoldStage_FOLD_STAGE_RESULTS_BOUNDED
 )

@@ -83,6 +83,62 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{0}
 }
 
+// Who wrote a user-role message. Only a person's messages become a summary's standing
+// instructions; machine-written ones (harness notices, task notifications, command output, an
+// agent's own compaction summary, the output of text actions) fold like any other message.
+type Author int32
+
+const (
+	// Not stated: the server decides by its documented rules (docs/architecture.md, "Who wrote a
+	// message").
+	Author_AUTHOR_UNSPECIFIED Author = 0
+	// A person typed it.
+	Author_AUTHOR_PERSON Author = 1
+	// A machine wrote it: the agent's harness, a tool, or the agent itself.
+	Author_AUTHOR_MACHINE Author = 2
+)
+
+// Enum value maps for Author.
+var (
+	Author_name = map[int32]string{
+		0: "AUTHOR_UNSPECIFIED",
+		1: "AUTHOR_PERSON",
+		2: "AUTHOR_MACHINE",
+	}
+	Author_value = map[string]int32{
+		"AUTHOR_UNSPECIFIED": 0,
+		"AUTHOR_PERSON":      1,
+		"AUTHOR_MACHINE":     2,
+	}
+)
+
+func (x Author) Enum() *Author {
+	p := new(Author)
+	*p = x
+	return p
+}
+
+func (x Author) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Author) Descriptor() protoreflect.EnumDescriptor {
+	return file_ctxfold_v1_context_service_proto_enumTypes[1].Descriptor()
+}
+
+func (Author) Type() protoreflect.EnumType {
+	return &file_ctxfold_v1_context_service_proto_enumTypes[1]
+}
+
+func (x Author) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Author.Descriptor instead.
+func (Author) EnumDescriptor() ([]byte, []int) {
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{1}
+}
+
 // What maintenance the Prepare or Compact call performed on the view.
 type Action int32
 
@@ -124,11 +180,11 @@ func (x Action) String() string {
 }
 
 func (Action) Descriptor() protoreflect.EnumDescriptor {
-	return file_ctxfold_v1_context_service_proto_enumTypes[1].Descriptor()
+	return file_ctxfold_v1_context_service_proto_enumTypes[2].Descriptor()
 }
 
 func (Action) Type() protoreflect.EnumType {
-	return &file_ctxfold_v1_context_service_proto_enumTypes[1]
+	return &file_ctxfold_v1_context_service_proto_enumTypes[2]
 }
 
 func (x Action) Number() protoreflect.EnumNumber {
@@ -137,7 +193,7 @@ func (x Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Action.Descriptor instead.
 func (Action) EnumDescriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{1}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{2}
 }
 
 // The provider's prompt cache, judged from the last activity and the cache TTL. Reported only:
@@ -182,11 +238,11 @@ func (x CacheState) String() string {
 }
 
 func (CacheState) Descriptor() protoreflect.EnumDescriptor {
-	return file_ctxfold_v1_context_service_proto_enumTypes[2].Descriptor()
+	return file_ctxfold_v1_context_service_proto_enumTypes[3].Descriptor()
 }
 
 func (CacheState) Type() protoreflect.EnumType {
-	return &file_ctxfold_v1_context_service_proto_enumTypes[2]
+	return &file_ctxfold_v1_context_service_proto_enumTypes[3]
 }
 
 func (x CacheState) Number() protoreflect.EnumNumber {
@@ -195,7 +251,7 @@ func (x CacheState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CacheState.Descriptor instead.
 func (CacheState) EnumDescriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{2}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{3}
 }
 
 // Why a call failed: every error's google.rpc.ErrorInfo `reason` is the name of one of these
@@ -397,11 +453,11 @@ func (x ErrorReason) String() string {
 }
 
 func (ErrorReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_ctxfold_v1_context_service_proto_enumTypes[3].Descriptor()
+	return file_ctxfold_v1_context_service_proto_enumTypes[4].Descriptor()
 }
 
 func (ErrorReason) Type() protoreflect.EnumType {
-	return &file_ctxfold_v1_context_service_proto_enumTypes[3]
+	return &file_ctxfold_v1_context_service_proto_enumTypes[4]
 }
 
 func (x ErrorReason) Number() protoreflect.EnumNumber {
@@ -410,7 +466,7 @@ func (x ErrorReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorReason.Descriptor instead.
 func (ErrorReason) EnumDescriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{3}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{4}
 }
 
 // Why a fold or Compact folded nothing (PreparedContext.not_folded_reason).
@@ -473,11 +529,11 @@ func (x NotFoldedReason) String() string {
 }
 
 func (NotFoldedReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_ctxfold_v1_context_service_proto_enumTypes[4].Descriptor()
+	return file_ctxfold_v1_context_service_proto_enumTypes[5].Descriptor()
 }
 
 func (NotFoldedReason) Type() protoreflect.EnumType {
-	return &file_ctxfold_v1_context_service_proto_enumTypes[4]
+	return &file_ctxfold_v1_context_service_proto_enumTypes[5]
 }
 
 func (x NotFoldedReason) Number() protoreflect.EnumNumber {
@@ -486,7 +542,7 @@ func (x NotFoldedReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NotFoldedReason.Descriptor instead.
 func (NotFoldedReason) EnumDescriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{4}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{5}
 }
 
 // The step of maintenance a FoldProgress event reports.
@@ -510,6 +566,10 @@ const (
 	// The configured summarizer failed above the hard ceiling; the pass is retried with the
 	// `summarizer` named in the event (extractive), so the agent is never stuck.
 	FoldStage_FOLD_STAGE_SUMMARIZER_FALLBACK FoldStage = 7
+	// The view was still above the hard ceiling with nothing left to fold: its largest tool results
+	// (those of the input the next call must answer, mostly) are shown as head + tail + a marker
+	// naming their result_ref; tokens_before/after describe the view.
+	FoldStage_FOLD_STAGE_RESULTS_BOUNDED FoldStage = 8
 )
 
 // Enum value maps for FoldStage.
@@ -523,6 +583,7 @@ var (
 		5: "FOLD_STAGE_PASS_COMMITTED",
 		6: "FOLD_STAGE_PASS_FAILED",
 		7: "FOLD_STAGE_SUMMARIZER_FALLBACK",
+		8: "FOLD_STAGE_RESULTS_BOUNDED",
 	}
 	FoldStage_value = map[string]int32{
 		"FOLD_STAGE_UNSPECIFIED":         0,
@@ -533,6 +594,7 @@ var (
 		"FOLD_STAGE_PASS_COMMITTED":      5,
 		"FOLD_STAGE_PASS_FAILED":         6,
 		"FOLD_STAGE_SUMMARIZER_FALLBACK": 7,
+		"FOLD_STAGE_RESULTS_BOUNDED":     8,
 	}
 )
 
@@ -547,11 +609,11 @@ func (x FoldStage) String() string {
 }
 
 func (FoldStage) Descriptor() protoreflect.EnumDescriptor {
-	return file_ctxfold_v1_context_service_proto_enumTypes[5].Descriptor()
+	return file_ctxfold_v1_context_service_proto_enumTypes[6].Descriptor()
 }
 
 func (FoldStage) Type() protoreflect.EnumType {
-	return &file_ctxfold_v1_context_service_proto_enumTypes[5]
+	return &file_ctxfold_v1_context_service_proto_enumTypes[6]
 }
 
 func (x FoldStage) Number() protoreflect.EnumNumber {
@@ -560,7 +622,7 @@ func (x FoldStage) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FoldStage.Descriptor instead.
 func (FoldStage) EnumDescriptor() ([]byte, []int) {
-	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{5}
+	return file_ctxfold_v1_context_service_proto_rawDescGZIP(), []int{6}
 }
 
 // One tool call requested by an assistant message.
@@ -670,8 +732,10 @@ type Message struct {
 	// signatures, images, cache_control, encrypted reasoning, item ids), kept verbatim for clients
 	// that re-emit it to the same provider API. Folds and summaries never read it.
 	ProviderPayload *ProviderPayload `protobuf:"bytes,18,opt,name=provider_payload,json=providerPayload,proto3" json:"provider_payload,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+	Author        Author `protobuf:"varint,19,opt,name=author,proto3,enum=ctxfold.v1.Author" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
@@ -828,6 +892,13 @@ func (x *Message) GetProviderPayload() *ProviderPayload {
 		return x.ProviderPayload
 	}
 	return nil
+}
+
+func (x *Message) GetAuthor() Author {
+	if x != nil {
+		return x.Author
+	}
+	return Author_AUTHOR_UNSPECIFIED
 }
 
 // The provider's JSON a canonical message was made from, as a client (the gateway) wrote it.
@@ -3462,7 +3533,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x03 \x01(\tR\targuments\"\xe2\x04\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\x8e\x05\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12$\n" +
@@ -3486,7 +3557,8 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\tabandoned\x18\x10 \x01(\bR\tabandoned\x12;\n" +
 	"\vcreate_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12F\n" +
-	"\x10provider_payload\x18\x12 \x01(\v2\x1b.ctxfold.v1.ProviderPayloadR\x0fproviderPayload\"w\n" +
+	"\x10provider_payload\x18\x12 \x01(\v2\x1b.ctxfold.v1.ProviderPayloadR\x0fproviderPayload\x12*\n" +
+	"\x06author\x18\x13 \x01(\x0e2\x12.ctxfold.v1.AuthorR\x06author\"w\n" +
 	"\x0fProviderPayload\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\tR\x06format\x12\x12\n" +
 	"\x04json\x18\x02 \x01(\tR\x04json\x12 \n" +
@@ -3709,7 +3781,11 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
 	"\tROLE_USER\x10\x02\x12\x12\n" +
 	"\x0eROLE_ASSISTANT\x10\x03\x12\r\n" +
-	"\tROLE_TOOL\x10\x04*W\n" +
+	"\tROLE_TOOL\x10\x04*G\n" +
+	"\x06Author\x12\x16\n" +
+	"\x12AUTHOR_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rAUTHOR_PERSON\x10\x01\x12\x12\n" +
+	"\x0eAUTHOR_MACHINE\x10\x02*W\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vACTION_NONE\x10\x01\x12\x11\n" +
@@ -3772,7 +3848,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x1dNOT_FOLDED_REASON_NOT_SMALLER\x10\x04\x12\x1d\n" +
 	"\x19NOT_FOLDED_REASON_DRY_RUN\x10\x05\x12&\n" +
 	"\"NOT_FOLDED_REASON_FOLD_IN_PROGRESS\x10\x06\x12'\n" +
-	"#NOT_FOLDED_REASON_SUMMARIZER_FAILED\x10\a*\xf0\x01\n" +
+	"#NOT_FOLDED_REASON_SUMMARIZER_FAILED\x10\a*\x90\x02\n" +
 	"\tFoldStage\x12\x1a\n" +
 	"\x16FOLD_STAGE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FOLD_STAGE_PRUNED\x10\x01\x12\x16\n" +
@@ -3781,7 +3857,8 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x18FOLD_STAGE_SUMMARY_DELTA\x10\x04\x12\x1d\n" +
 	"\x19FOLD_STAGE_PASS_COMMITTED\x10\x05\x12\x1a\n" +
 	"\x16FOLD_STAGE_PASS_FAILED\x10\x06\x12\"\n" +
-	"\x1eFOLD_STAGE_SUMMARIZER_FALLBACK\x10\a2\xca\t\n" +
+	"\x1eFOLD_STAGE_SUMMARIZER_FALLBACK\x10\a\x12\x1e\n" +
+	"\x1aFOLD_STAGE_RESULTS_BOUNDED\x10\b2\xca\t\n" +
 	"\x0eContextService\x12T\n" +
 	"\rCreateSession\x12 .ctxfold.v1.CreateSessionRequest\x1a!.ctxfold.v1.CreateSessionResponse\x12K\n" +
 	"\n" +
@@ -3813,123 +3890,125 @@ func file_ctxfold_v1_context_service_proto_rawDescGZIP() []byte {
 	return file_ctxfold_v1_context_service_proto_rawDescData
 }
 
-var file_ctxfold_v1_context_service_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_ctxfold_v1_context_service_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_ctxfold_v1_context_service_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_ctxfold_v1_context_service_proto_goTypes = []any{
 	(Role)(0),                       // 0: ctxfold.v1.Role
-	(Action)(0),                     // 1: ctxfold.v1.Action
-	(CacheState)(0),                 // 2: ctxfold.v1.CacheState
-	(ErrorReason)(0),                // 3: ctxfold.v1.ErrorReason
-	(NotFoldedReason)(0),            // 4: ctxfold.v1.NotFoldedReason
-	(FoldStage)(0),                  // 5: ctxfold.v1.FoldStage
-	(*ToolCall)(nil),                // 6: ctxfold.v1.ToolCall
-	(*Message)(nil),                 // 7: ctxfold.v1.Message
-	(*ProviderPayload)(nil),         // 8: ctxfold.v1.ProviderPayload
-	(*SessionConfig)(nil),           // 9: ctxfold.v1.SessionConfig
-	(*Session)(nil),                 // 10: ctxfold.v1.Session
-	(*CreateSessionRequest)(nil),    // 11: ctxfold.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),   // 12: ctxfold.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),       // 13: ctxfold.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),      // 14: ctxfold.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),     // 15: ctxfold.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),    // 16: ctxfold.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),    // 17: ctxfold.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),   // 18: ctxfold.v1.DeleteSessionResponse
-	(*AppendMessagesRequest)(nil),   // 19: ctxfold.v1.AppendMessagesRequest
-	(*AppendMessagesResponse)(nil),  // 20: ctxfold.v1.AppendMessagesResponse
-	(*ListMessagesRequest)(nil),     // 21: ctxfold.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),    // 22: ctxfold.v1.ListMessagesResponse
-	(*PrepareRequest)(nil),          // 23: ctxfold.v1.PrepareRequest
-	(*PrepareResponse)(nil),         // 24: ctxfold.v1.PrepareResponse
-	(*FoldProgress)(nil),            // 25: ctxfold.v1.FoldProgress
-	(*PreparedContext)(nil),         // 26: ctxfold.v1.PreparedContext
-	(*ObserveUsageRequest)(nil),     // 27: ctxfold.v1.ObserveUsageRequest
-	(*ObserveUsageResponse)(nil),    // 28: ctxfold.v1.ObserveUsageResponse
-	(*CompactRequest)(nil),          // 29: ctxfold.v1.CompactRequest
-	(*CompactResponse)(nil),         // 30: ctxfold.v1.CompactResponse
-	(*ForkRequest)(nil),             // 31: ctxfold.v1.ForkRequest
-	(*ForkResponse)(nil),            // 32: ctxfold.v1.ForkResponse
-	(*RewindRequest)(nil),           // 33: ctxfold.v1.RewindRequest
-	(*RewindResponse)(nil),          // 34: ctxfold.v1.RewindResponse
-	(*ReadToolResultRequest)(nil),   // 35: ctxfold.v1.ReadToolResultRequest
-	(*ReadToolResultResponse)(nil),  // 36: ctxfold.v1.ReadToolResultResponse
-	(*GetContextStateRequest)(nil),  // 37: ctxfold.v1.GetContextStateRequest
-	(*GetContextStateResponse)(nil), // 38: ctxfold.v1.GetContextStateResponse
-	(*Checkpoint)(nil),              // 39: ctxfold.v1.Checkpoint
-	(*ListCheckpointsRequest)(nil),  // 40: ctxfold.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil), // 41: ctxfold.v1.ListCheckpointsResponse
-	(*GetCheckpointRequest)(nil),    // 42: ctxfold.v1.GetCheckpointRequest
-	(*GetCheckpointResponse)(nil),   // 43: ctxfold.v1.GetCheckpointResponse
-	(*timestamppb.Timestamp)(nil),   // 44: google.protobuf.Timestamp
+	(Author)(0),                     // 1: ctxfold.v1.Author
+	(Action)(0),                     // 2: ctxfold.v1.Action
+	(CacheState)(0),                 // 3: ctxfold.v1.CacheState
+	(ErrorReason)(0),                // 4: ctxfold.v1.ErrorReason
+	(NotFoldedReason)(0),            // 5: ctxfold.v1.NotFoldedReason
+	(FoldStage)(0),                  // 6: ctxfold.v1.FoldStage
+	(*ToolCall)(nil),                // 7: ctxfold.v1.ToolCall
+	(*Message)(nil),                 // 8: ctxfold.v1.Message
+	(*ProviderPayload)(nil),         // 9: ctxfold.v1.ProviderPayload
+	(*SessionConfig)(nil),           // 10: ctxfold.v1.SessionConfig
+	(*Session)(nil),                 // 11: ctxfold.v1.Session
+	(*CreateSessionRequest)(nil),    // 12: ctxfold.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),   // 13: ctxfold.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),       // 14: ctxfold.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),      // 15: ctxfold.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),     // 16: ctxfold.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),    // 17: ctxfold.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),    // 18: ctxfold.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),   // 19: ctxfold.v1.DeleteSessionResponse
+	(*AppendMessagesRequest)(nil),   // 20: ctxfold.v1.AppendMessagesRequest
+	(*AppendMessagesResponse)(nil),  // 21: ctxfold.v1.AppendMessagesResponse
+	(*ListMessagesRequest)(nil),     // 22: ctxfold.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),    // 23: ctxfold.v1.ListMessagesResponse
+	(*PrepareRequest)(nil),          // 24: ctxfold.v1.PrepareRequest
+	(*PrepareResponse)(nil),         // 25: ctxfold.v1.PrepareResponse
+	(*FoldProgress)(nil),            // 26: ctxfold.v1.FoldProgress
+	(*PreparedContext)(nil),         // 27: ctxfold.v1.PreparedContext
+	(*ObserveUsageRequest)(nil),     // 28: ctxfold.v1.ObserveUsageRequest
+	(*ObserveUsageResponse)(nil),    // 29: ctxfold.v1.ObserveUsageResponse
+	(*CompactRequest)(nil),          // 30: ctxfold.v1.CompactRequest
+	(*CompactResponse)(nil),         // 31: ctxfold.v1.CompactResponse
+	(*ForkRequest)(nil),             // 32: ctxfold.v1.ForkRequest
+	(*ForkResponse)(nil),            // 33: ctxfold.v1.ForkResponse
+	(*RewindRequest)(nil),           // 34: ctxfold.v1.RewindRequest
+	(*RewindResponse)(nil),          // 35: ctxfold.v1.RewindResponse
+	(*ReadToolResultRequest)(nil),   // 36: ctxfold.v1.ReadToolResultRequest
+	(*ReadToolResultResponse)(nil),  // 37: ctxfold.v1.ReadToolResultResponse
+	(*GetContextStateRequest)(nil),  // 38: ctxfold.v1.GetContextStateRequest
+	(*GetContextStateResponse)(nil), // 39: ctxfold.v1.GetContextStateResponse
+	(*Checkpoint)(nil),              // 40: ctxfold.v1.Checkpoint
+	(*ListCheckpointsRequest)(nil),  // 41: ctxfold.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil), // 42: ctxfold.v1.ListCheckpointsResponse
+	(*GetCheckpointRequest)(nil),    // 43: ctxfold.v1.GetCheckpointRequest
+	(*GetCheckpointResponse)(nil),   // 44: ctxfold.v1.GetCheckpointResponse
+	(*timestamppb.Timestamp)(nil),   // 45: google.protobuf.Timestamp
 }
 var file_ctxfold_v1_context_service_proto_depIdxs = []int32{
 	0,  // 0: ctxfold.v1.Message.role:type_name -> ctxfold.v1.Role
-	6,  // 1: ctxfold.v1.Message.tool_calls:type_name -> ctxfold.v1.ToolCall
-	44, // 2: ctxfold.v1.Message.create_time:type_name -> google.protobuf.Timestamp
-	8,  // 3: ctxfold.v1.Message.provider_payload:type_name -> ctxfold.v1.ProviderPayload
-	9,  // 4: ctxfold.v1.Session.config:type_name -> ctxfold.v1.SessionConfig
-	44, // 5: ctxfold.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	44, // 6: ctxfold.v1.Session.update_time:type_name -> google.protobuf.Timestamp
-	9,  // 7: ctxfold.v1.CreateSessionRequest.config:type_name -> ctxfold.v1.SessionConfig
-	10, // 8: ctxfold.v1.CreateSessionResponse.session:type_name -> ctxfold.v1.Session
-	10, // 9: ctxfold.v1.GetSessionResponse.session:type_name -> ctxfold.v1.Session
-	10, // 10: ctxfold.v1.ListSessionsResponse.sessions:type_name -> ctxfold.v1.Session
-	7,  // 11: ctxfold.v1.AppendMessagesRequest.messages:type_name -> ctxfold.v1.Message
-	7,  // 12: ctxfold.v1.AppendMessagesResponse.messages:type_name -> ctxfold.v1.Message
-	10, // 13: ctxfold.v1.AppendMessagesResponse.session:type_name -> ctxfold.v1.Session
-	7,  // 14: ctxfold.v1.ListMessagesResponse.messages:type_name -> ctxfold.v1.Message
-	7,  // 15: ctxfold.v1.PrepareRequest.append:type_name -> ctxfold.v1.Message
-	25, // 16: ctxfold.v1.PrepareResponse.progress:type_name -> ctxfold.v1.FoldProgress
-	26, // 17: ctxfold.v1.PrepareResponse.result:type_name -> ctxfold.v1.PreparedContext
-	5,  // 18: ctxfold.v1.FoldProgress.stage:type_name -> ctxfold.v1.FoldStage
-	7,  // 19: ctxfold.v1.PreparedContext.messages:type_name -> ctxfold.v1.Message
-	1,  // 20: ctxfold.v1.PreparedContext.action:type_name -> ctxfold.v1.Action
-	2,  // 21: ctxfold.v1.PreparedContext.cache_state:type_name -> ctxfold.v1.CacheState
-	7,  // 22: ctxfold.v1.PreparedContext.appended:type_name -> ctxfold.v1.Message
-	4,  // 23: ctxfold.v1.PreparedContext.not_folded_reason:type_name -> ctxfold.v1.NotFoldedReason
-	25, // 24: ctxfold.v1.CompactResponse.progress:type_name -> ctxfold.v1.FoldProgress
-	26, // 25: ctxfold.v1.CompactResponse.result:type_name -> ctxfold.v1.PreparedContext
-	9,  // 26: ctxfold.v1.ForkRequest.config:type_name -> ctxfold.v1.SessionConfig
-	10, // 27: ctxfold.v1.ForkResponse.session:type_name -> ctxfold.v1.Session
-	10, // 28: ctxfold.v1.RewindResponse.session:type_name -> ctxfold.v1.Session
-	44, // 29: ctxfold.v1.Checkpoint.create_time:type_name -> google.protobuf.Timestamp
-	39, // 30: ctxfold.v1.ListCheckpointsResponse.checkpoints:type_name -> ctxfold.v1.Checkpoint
-	39, // 31: ctxfold.v1.GetCheckpointResponse.checkpoint:type_name -> ctxfold.v1.Checkpoint
-	11, // 32: ctxfold.v1.ContextService.CreateSession:input_type -> ctxfold.v1.CreateSessionRequest
-	13, // 33: ctxfold.v1.ContextService.GetSession:input_type -> ctxfold.v1.GetSessionRequest
-	15, // 34: ctxfold.v1.ContextService.ListSessions:input_type -> ctxfold.v1.ListSessionsRequest
-	17, // 35: ctxfold.v1.ContextService.DeleteSession:input_type -> ctxfold.v1.DeleteSessionRequest
-	19, // 36: ctxfold.v1.ContextService.AppendMessages:input_type -> ctxfold.v1.AppendMessagesRequest
-	21, // 37: ctxfold.v1.ContextService.ListMessages:input_type -> ctxfold.v1.ListMessagesRequest
-	23, // 38: ctxfold.v1.ContextService.Prepare:input_type -> ctxfold.v1.PrepareRequest
-	27, // 39: ctxfold.v1.ContextService.ObserveUsage:input_type -> ctxfold.v1.ObserveUsageRequest
-	29, // 40: ctxfold.v1.ContextService.Compact:input_type -> ctxfold.v1.CompactRequest
-	31, // 41: ctxfold.v1.ContextService.Fork:input_type -> ctxfold.v1.ForkRequest
-	33, // 42: ctxfold.v1.ContextService.Rewind:input_type -> ctxfold.v1.RewindRequest
-	35, // 43: ctxfold.v1.ContextService.ReadToolResult:input_type -> ctxfold.v1.ReadToolResultRequest
-	37, // 44: ctxfold.v1.ContextService.GetContextState:input_type -> ctxfold.v1.GetContextStateRequest
-	40, // 45: ctxfold.v1.ContextService.ListCheckpoints:input_type -> ctxfold.v1.ListCheckpointsRequest
-	42, // 46: ctxfold.v1.ContextService.GetCheckpoint:input_type -> ctxfold.v1.GetCheckpointRequest
-	12, // 47: ctxfold.v1.ContextService.CreateSession:output_type -> ctxfold.v1.CreateSessionResponse
-	14, // 48: ctxfold.v1.ContextService.GetSession:output_type -> ctxfold.v1.GetSessionResponse
-	16, // 49: ctxfold.v1.ContextService.ListSessions:output_type -> ctxfold.v1.ListSessionsResponse
-	18, // 50: ctxfold.v1.ContextService.DeleteSession:output_type -> ctxfold.v1.DeleteSessionResponse
-	20, // 51: ctxfold.v1.ContextService.AppendMessages:output_type -> ctxfold.v1.AppendMessagesResponse
-	22, // 52: ctxfold.v1.ContextService.ListMessages:output_type -> ctxfold.v1.ListMessagesResponse
-	24, // 53: ctxfold.v1.ContextService.Prepare:output_type -> ctxfold.v1.PrepareResponse
-	28, // 54: ctxfold.v1.ContextService.ObserveUsage:output_type -> ctxfold.v1.ObserveUsageResponse
-	30, // 55: ctxfold.v1.ContextService.Compact:output_type -> ctxfold.v1.CompactResponse
-	32, // 56: ctxfold.v1.ContextService.Fork:output_type -> ctxfold.v1.ForkResponse
-	34, // 57: ctxfold.v1.ContextService.Rewind:output_type -> ctxfold.v1.RewindResponse
-	36, // 58: ctxfold.v1.ContextService.ReadToolResult:output_type -> ctxfold.v1.ReadToolResultResponse
-	38, // 59: ctxfold.v1.ContextService.GetContextState:output_type -> ctxfold.v1.GetContextStateResponse
-	41, // 60: ctxfold.v1.ContextService.ListCheckpoints:output_type -> ctxfold.v1.ListCheckpointsResponse
-	43, // 61: ctxfold.v1.ContextService.GetCheckpoint:output_type -> ctxfold.v1.GetCheckpointResponse
-	47, // [47:62] is the sub-list for method output_type
-	32, // [32:47] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	7,  // 1: ctxfold.v1.Message.tool_calls:type_name -> ctxfold.v1.ToolCall
+	45, // 2: ctxfold.v1.Message.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 3: ctxfold.v1.Message.provider_payload:type_name -> ctxfold.v1.ProviderPayload
+	1,  // 4: ctxfold.v1.Message.author:type_name -> ctxfold.v1.Author
+	10, // 5: ctxfold.v1.Session.config:type_name -> ctxfold.v1.SessionConfig
+	45, // 6: ctxfold.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	45, // 7: ctxfold.v1.Session.update_time:type_name -> google.protobuf.Timestamp
+	10, // 8: ctxfold.v1.CreateSessionRequest.config:type_name -> ctxfold.v1.SessionConfig
+	11, // 9: ctxfold.v1.CreateSessionResponse.session:type_name -> ctxfold.v1.Session
+	11, // 10: ctxfold.v1.GetSessionResponse.session:type_name -> ctxfold.v1.Session
+	11, // 11: ctxfold.v1.ListSessionsResponse.sessions:type_name -> ctxfold.v1.Session
+	8,  // 12: ctxfold.v1.AppendMessagesRequest.messages:type_name -> ctxfold.v1.Message
+	8,  // 13: ctxfold.v1.AppendMessagesResponse.messages:type_name -> ctxfold.v1.Message
+	11, // 14: ctxfold.v1.AppendMessagesResponse.session:type_name -> ctxfold.v1.Session
+	8,  // 15: ctxfold.v1.ListMessagesResponse.messages:type_name -> ctxfold.v1.Message
+	8,  // 16: ctxfold.v1.PrepareRequest.append:type_name -> ctxfold.v1.Message
+	26, // 17: ctxfold.v1.PrepareResponse.progress:type_name -> ctxfold.v1.FoldProgress
+	27, // 18: ctxfold.v1.PrepareResponse.result:type_name -> ctxfold.v1.PreparedContext
+	6,  // 19: ctxfold.v1.FoldProgress.stage:type_name -> ctxfold.v1.FoldStage
+	8,  // 20: ctxfold.v1.PreparedContext.messages:type_name -> ctxfold.v1.Message
+	2,  // 21: ctxfold.v1.PreparedContext.action:type_name -> ctxfold.v1.Action
+	3,  // 22: ctxfold.v1.PreparedContext.cache_state:type_name -> ctxfold.v1.CacheState
+	8,  // 23: ctxfold.v1.PreparedContext.appended:type_name -> ctxfold.v1.Message
+	5,  // 24: ctxfold.v1.PreparedContext.not_folded_reason:type_name -> ctxfold.v1.NotFoldedReason
+	26, // 25: ctxfold.v1.CompactResponse.progress:type_name -> ctxfold.v1.FoldProgress
+	27, // 26: ctxfold.v1.CompactResponse.result:type_name -> ctxfold.v1.PreparedContext
+	10, // 27: ctxfold.v1.ForkRequest.config:type_name -> ctxfold.v1.SessionConfig
+	11, // 28: ctxfold.v1.ForkResponse.session:type_name -> ctxfold.v1.Session
+	11, // 29: ctxfold.v1.RewindResponse.session:type_name -> ctxfold.v1.Session
+	45, // 30: ctxfold.v1.Checkpoint.create_time:type_name -> google.protobuf.Timestamp
+	40, // 31: ctxfold.v1.ListCheckpointsResponse.checkpoints:type_name -> ctxfold.v1.Checkpoint
+	40, // 32: ctxfold.v1.GetCheckpointResponse.checkpoint:type_name -> ctxfold.v1.Checkpoint
+	12, // 33: ctxfold.v1.ContextService.CreateSession:input_type -> ctxfold.v1.CreateSessionRequest
+	14, // 34: ctxfold.v1.ContextService.GetSession:input_type -> ctxfold.v1.GetSessionRequest
+	16, // 35: ctxfold.v1.ContextService.ListSessions:input_type -> ctxfold.v1.ListSessionsRequest
+	18, // 36: ctxfold.v1.ContextService.DeleteSession:input_type -> ctxfold.v1.DeleteSessionRequest
+	20, // 37: ctxfold.v1.ContextService.AppendMessages:input_type -> ctxfold.v1.AppendMessagesRequest
+	22, // 38: ctxfold.v1.ContextService.ListMessages:input_type -> ctxfold.v1.ListMessagesRequest
+	24, // 39: ctxfold.v1.ContextService.Prepare:input_type -> ctxfold.v1.PrepareRequest
+	28, // 40: ctxfold.v1.ContextService.ObserveUsage:input_type -> ctxfold.v1.ObserveUsageRequest
+	30, // 41: ctxfold.v1.ContextService.Compact:input_type -> ctxfold.v1.CompactRequest
+	32, // 42: ctxfold.v1.ContextService.Fork:input_type -> ctxfold.v1.ForkRequest
+	34, // 43: ctxfold.v1.ContextService.Rewind:input_type -> ctxfold.v1.RewindRequest
+	36, // 44: ctxfold.v1.ContextService.ReadToolResult:input_type -> ctxfold.v1.ReadToolResultRequest
+	38, // 45: ctxfold.v1.ContextService.GetContextState:input_type -> ctxfold.v1.GetContextStateRequest
+	41, // 46: ctxfold.v1.ContextService.ListCheckpoints:input_type -> ctxfold.v1.ListCheckpointsRequest
+	43, // 47: ctxfold.v1.ContextService.GetCheckpoint:input_type -> ctxfold.v1.GetCheckpointRequest
+	13, // 48: ctxfold.v1.ContextService.CreateSession:output_type -> ctxfold.v1.CreateSessionResponse
+	15, // 49: ctxfold.v1.ContextService.GetSession:output_type -> ctxfold.v1.GetSessionResponse
+	17, // 50: ctxfold.v1.ContextService.ListSessions:output_type -> ctxfold.v1.ListSessionsResponse
+	19, // 51: ctxfold.v1.ContextService.DeleteSession:output_type -> ctxfold.v1.DeleteSessionResponse
+	21, // 52: ctxfold.v1.ContextService.AppendMessages:output_type -> ctxfold.v1.AppendMessagesResponse
+	23, // 53: ctxfold.v1.ContextService.ListMessages:output_type -> ctxfold.v1.ListMessagesResponse
+	25, // 54: ctxfold.v1.ContextService.Prepare:output_type -> ctxfold.v1.PrepareResponse
+	29, // 55: ctxfold.v1.ContextService.ObserveUsage:output_type -> ctxfold.v1.ObserveUsageResponse
+	31, // 56: ctxfold.v1.ContextService.Compact:output_type -> ctxfold.v1.CompactResponse
+	33, // 57: ctxfold.v1.ContextService.Fork:output_type -> ctxfold.v1.ForkResponse
+	35, // 58: ctxfold.v1.ContextService.Rewind:output_type -> ctxfold.v1.RewindResponse
+	37, // 59: ctxfold.v1.ContextService.ReadToolResult:output_type -> ctxfold.v1.ReadToolResultResponse
+	39, // 60: ctxfold.v1.ContextService.GetContextState:output_type -> ctxfold.v1.GetContextStateResponse
+	42, // 61: ctxfold.v1.ContextService.ListCheckpoints:output_type -> ctxfold.v1.ListCheckpointsResponse
+	44, // 62: ctxfold.v1.ContextService.GetCheckpoint:output_type -> ctxfold.v1.GetCheckpointResponse
+	48, // [48:63] is the sub-list for method output_type
+	33, // [33:48] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_ctxfold_v1_context_service_proto_init() }
@@ -3950,7 +4029,7 @@ func file_ctxfold_v1_context_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ctxfold_v1_context_service_proto_rawDesc), len(file_ctxfold_v1_context_service_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -10,6 +10,7 @@ from ctxfold.engine.errors import invalid
 from ctxfold.engine.maintenance import Action, NotFolded
 from ctxfold.engine.model import (
     CONFIG_FIELDS,
+    Author,
     ConfigInput,
     NewMessage,
     ProviderPayload,
@@ -31,6 +32,8 @@ _ROLE_FROM_PB = {
     pb.ROLE_TOOL: Role.TOOL,
 }
 _ROLE_TO_PB = {role: value for value, role in _ROLE_FROM_PB.items()}
+_AUTHOR_FROM_PB = {pb.AUTHOR_PERSON: Author.PERSON, pb.AUTHOR_MACHINE: Author.MACHINE}
+_AUTHOR_TO_PB = {Author.UNSTATED: pb.AUTHOR_UNSPECIFIED, **{a: v for v, a in _AUTHOR_FROM_PB.items()}}
 
 
 def timestamp(seconds: float) -> Timestamp:
@@ -98,6 +101,7 @@ def new_messages(messages: Sequence[pb.Message], field: str = "messages") -> lis
                 pinned=m.pinned,
                 name=m.name,
                 payload=provider_payload(m.provider_payload) if m.HasField("provider_payload") else None,
+                author=_AUTHOR_FROM_PB.get(m.author, Author.UNSTATED),
             )
         )
     return out
@@ -131,6 +135,7 @@ def message_pb(message: StoredMessage) -> pb.Message:
         abandoned=message.abandoned,
         create_time=timestamp(message.create_time) if message.create_time else None,
         provider_payload=provider_payload_pb(message.payload) if message.payload else None,
+        author=_AUTHOR_TO_PB[message.author],
     )
 
 
@@ -155,6 +160,7 @@ _STAGE_TO_PB = {
     Stage.PASS_COMMITTED: pb.FOLD_STAGE_PASS_COMMITTED,
     Stage.PASS_FAILED: pb.FOLD_STAGE_PASS_FAILED,
     Stage.SUMMARIZER_FALLBACK: pb.FOLD_STAGE_SUMMARIZER_FALLBACK,
+    Stage.RESULTS_BOUNDED: pb.FOLD_STAGE_RESULTS_BOUNDED,
 }
 _NOT_FOLDED_TO_PB = {
     NotFolded.UNSPECIFIED: pb.NOT_FOLDED_REASON_UNSPECIFIED,

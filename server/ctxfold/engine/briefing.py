@@ -3,23 +3,22 @@ standing instructions (verbatim), the artifact index and the reference of the fo
 index. The summarizer writes only the narrative body between them, so no LLM can drop, rewrite or
 invent an instruction or a path.
 
-Which user messages a person wrote: agents that act by text (SWE-agent, mini-swe-agent) put each
-command's output in a user message. A user message is taken for such an observation when the
-message before it is an assistant message acting through a fenced command block (and no tool call),
-or when it opens like tool output (`<returncode>`, `OBSERVATION:`, `[File: ...]`, ...). Every other
-user message is the person's and is carried verbatim."""
+Which user messages a person wrote is `engine/authorship.py`'s rule: interruption notices, task
+notifications, command wrappers, an agent's own compaction summary and the output of text actions
+are machine-written and fold like any other message; the person's are carried verbatim."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctxfold.engine import artifacts, folded_index
-from ctxfold.engine.artifacts import Artifact, is_text_action
+from ctxfold.engine.artifacts import Artifact
+from ctxfold.engine.authorship import UNDECIDED, author
 from ctxfold.engine.folded_index import FoldedIndex
-from ctxfold.engine.model import Role, StoredMessage
+from ctxfold.engine.model import Author, Role, StoredMessage
 
 HEADER = "[ctxfold summary of earlier conversation]"
 INSTRUCTIONS_TITLE = "## Standing instructions (the person's messages, verbatim, oldest first)"
@@ -29,12 +28,6 @@ INDEX_TITLE = "## Folded tool results"
 ENGINE_TITLES = ("standing instructions", "standing facts", "artifact index", "folded tool results")
 # One instruction shows this many characters verbatim; the rest is one ReadToolResult away.
 INSTRUCTION_CHARS = 2000
-# The artifact index takes at most this share of summary_max_tokens; the rest moves to the index.
-ARTIFACT_SHARE = 0.2
-_OBSERVATION_SHAPE = re.compile(
-    r"^\s*(?:<returncode>|<output>|<bash-stdout>|<local-command-stdout>|OBSERVATION\b|Observation:|\[File: |"
-    r"Exit code|Your command ran successfully|Tool result|Command output)"
-)
 _HEADING = re.compile(r"^#{1,3} +(.+?)\s*$", re.M)
 
 
@@ -67,21 +60,26 @@ class FoldNotes:
 
     instructions: tuple[Instruction, ...] = ()
     artifacts: tuple[Artifact, ...] = ()  # most recent first, within the artifact budget
+    # What the artifact budget left to the folded-results index, by category ("paths": 41).
+    more_artifacts: dict[str, int] = field(default_factory=dict)
     index_ref: str = ""
     index_results: int = 0
     body: str = ""  # the summarizer's sections
     summarizer: str = ""
     opening_end_seq: int = 0  # the task anchor: the opening messages up to this seq stay verbatim
+    mode: str = UNDECIDED  # how the session acts, as far as folded messages show (engine/authorship.py)
 
     def to_json(self) -> dict[str, object]:
         return {
             "instructions": [i.__dict__ for i in self.instructions],
             "artifacts": [a.to_json() for a in self.artifacts],
+            "more_artifacts": dict(self.more_artifacts),
             "index_ref": self.index_ref,
             "index_results": self.index_results,
             "body": self.body,
             "summarizer": self.summarizer,
             "opening_end_seq": self.opening_end_seq,
+            "mode": self.mode,
         }
 
     @staticmethod
@@ -89,11 +87,13 @@ class FoldNotes:
         return FoldNotes(
             instructions=tuple(Instruction(**i) for i in data.get("instructions", ())),
             artifacts=tuple(Artifact.from_json(a) for a in data.get("artifacts", ())),
+            more_artifacts={str(k): int(v) for k, v in (data.get("more_artifacts") or {}).items()},
             index_ref=str(data.get("index_ref", "")),
             index_results=int(data.get("index_results", 0)),
             body=str(data.get("body", "")),
             summarizer=str(data.get("summarizer", "")),
             opening_end_seq=int(data.get("opening_end_seq", 0)),
+            mode=str(data.get("mode", UNDECIDED)),
         )
 
 
@@ -107,18 +107,12 @@ class FoldRecord:
     new_results: int = 0  # results this fold added to the index
 
 
-def is_observation(message: StoredMessage, previous: StoredMessage | None) -> bool:
-    if message.role is not Role.USER:
-        return False
-    return (previous is not None and is_text_action(previous)) or _OBSERVATION_SHAPE.match(message.content) is not None
-
-
-def person_messages(messages: Sequence[StoredMessage], folded_ids: set[str]) -> list[StoredMessage]:
-    """The folded user messages a person wrote (see the module docstring), oldest first."""
+def person_messages(messages: Sequence[StoredMessage], folded_ids: set[str], mode: str) -> list[StoredMessage]:
+    """The folded user messages a person wrote (`engine/authorship.py`), oldest first."""
     found = []
     for index, message in enumerate(messages):
         previous = messages[index - 1] if index else None
-        if message.id in folded_ids and message.role is Role.USER and not is_observation(message, previous):
+        if message.id in folded_ids and message.role is Role.USER and author(message, previous, mode) is Author.PERSON:
             found.append(message)
     return found
 
@@ -135,30 +129,35 @@ def record_fold(
     messages: Sequence[StoredMessage],
     folded: Sequence[StoredMessage],
     index_ref: str,
-    summary_max_tokens: int,
+    artifact_budget: artifacts.Budget,
     opening_end_seq: int,
+    mode: str,
 ) -> FoldRecord:
     """The notes and index after folding `folded` (a part of `messages`, the view's canonical
-    messages): instructions appended, artifacts merged and budgeted (what falls out goes to the
-    index), every folded result indexed."""
+    messages, of a session acting as `mode` says): instructions appended, artifacts merged and kept
+    within `artifact_budget` (what falls out goes to the index, and the summary says how much),
+    every folded result indexed."""
     earlier = previous or FoldNotes()
     folded_ids = {m.id for m in folded}
     known = {i.seq for i in earlier.instructions}
     instructions = earlier.instructions + tuple(
-        instruction(m) for m in person_messages(messages, folded_ids) if m.seq not in known
+        instruction(m) for m in person_messages(messages, folded_ids, mode) if m.seq not in known
     )
-    merged = artifacts.merge(earlier.artifacts, artifacts.message_artifacts(folded))
-    kept, evicted = artifacts.within_budget(merged, int(summary_max_tokens * ARTIFACT_SHARE))
+    merged = artifacts.merge(earlier.artifacts, artifacts.message_artifacts(folded, mode))
+    kept, evicted = artifacts.within_budget(merged, artifact_budget)
     entries = folded_index.entries_for(folded, messages)
     index = folded_index.extend(previous_index, entries, evicted)
+    listed = {a.key for a in kept}
     notes = FoldNotes(
         instructions=instructions,
         artifacts=tuple(kept),
+        more_artifacts=artifacts.counts([a for a in index.artifacts if a.key not in listed]),
         index_ref=index_ref,
         index_results=len(index.entries),
         body=earlier.body,
         summarizer=earlier.summarizer,
         opening_end_seq=opening_end_seq,
+        mode=mode,
     )
     return FoldRecord(notes, index, len(index.entries) - len(previous_index.entries))
 
@@ -193,14 +192,23 @@ def sections(body: str) -> dict[str, list[str]]:
     return found
 
 
+def _more(notes: FoldNotes) -> str:
+    """The line naming what the artifact budget left out, and where it is read: nothing leaves silently."""
+    if not notes.more_artifacts:
+        return ""
+    order = (artifacts.PATHS, *artifacts.CATEGORY.values())
+    listed = ", ".join(f"{notes.more_artifacts[c]} more {c}" for c in order if notes.more_artifacts.get(c))
+    return f'[ctxfold: {listed}, older, are listed in ReadToolResult(result_ref="{notes.index_ref}")]'
+
+
 def render_summary(notes: FoldNotes) -> str:
     parts = [HEADER]
     if notes.instructions:
         parts.append(INSTRUCTIONS_TITLE + "\n" + "\n\n".join(i.render() for i in notes.instructions))
     if notes.body:
         parts.append(notes.body)
-    if notes.artifacts:
-        parts.append(ARTIFACTS_TITLE + "\n" + artifacts.render(notes.artifacts))
+    if notes.artifacts or notes.more_artifacts:
+        parts.append("\n".join((ARTIFACTS_TITLE, artifacts.render(notes.artifacts), _more(notes))).strip())
     if notes.index_ref:
         parts.append(
             f"{INDEX_TITLE}\n{notes.index_results} tool results are no longer shown in full; each is listed "

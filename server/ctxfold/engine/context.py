@@ -91,6 +91,7 @@ def loaded(
         kept=tuple(kept),
         after=tuple(after),
         pruned={k: v for k, v in state.pruned.items() if k in in_view},
+        bounds={k: v for k, v in state.bounds.items() if k in in_view},
     )
     return Context(session, projection, state, revision, state_stored=why == ""), why
 

@@ -11,17 +11,19 @@ import functools
 import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ctxfold.engine import estimator
+from ctxfold.engine.authorship import UNDECIDED, session_mode
 from ctxfold.engine.briefing import FoldNotes, render_summary
 from ctxfold.engine.cache import cache_state, cache_ttl_seconds
 from ctxfold.engine.errors import DomainError, Kind
-from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, SessionConfig, StoredMessage
+from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, Role, SessionConfig, StoredMessage
 from ctxfold.engine.state import ContextState, ViewRecord, fingerprint, split_view_version, view_version
 from ctxfold.engine.view import (
     Checkpoint,
     ViewMessage,
+    bound_stub,
     build_view,
     call_groups,
     group_tokens,
@@ -96,6 +98,8 @@ class Projection:
     kept: tuple[StoredMessage, ...]  # the checkpoint's kept messages
     after: tuple[StoredMessage, ...]  # canonical messages after the checkpoint position
     pruned: Mapping[str, int]
+    # Results bounded to fit the window: id -> code points kept (each also in `pruned`).
+    bounds: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def messages(self) -> tuple[StoredMessage, ...]:
@@ -115,10 +119,23 @@ class Projection:
         return opening_end(self.kept, self.config)
 
     @functools.cached_property
+    def mode(self) -> str:
+        """How the session acts (tool calls or text), carried by the checkpoint for what it folded."""
+        notes = self.checkpoint.notes if self.checkpoint is not None else None
+        return session_mode(self.messages, notes.mode if notes is not None else UNDECIDED)
+
+    @functools.cached_property
     def _view(self) -> tuple[ViewMessage, ...]:
         return tuple(
             build_view(
-                self.config, self.system_tokens, self.checkpoint, self.kept, self.after, self.pruned, self.anchor_end
+                self.config,
+                self.system_tokens,
+                self.checkpoint,
+                self.kept,
+                self.after,
+                self.pruned,
+                self.anchor_end,
+                self.bounds,
             )
         )
 
@@ -149,7 +166,7 @@ class Projection:
         token sum are extended, not rebuilt: the cost is that of the new messages."""
         grown = replace(self, after=(*self.after, *appended))
         if "_view" in self.__dict__ and grown.anchor_end == self.anchor_end:
-            tail = tuple(render(m, self.pruned) for m in appended)
+            tail = tuple(render(m, self.pruned, 0, self.bounds) for m in appended)
             _seed(grown, self._view + tail, self._message_tokens + sum(v.tokens for v in tail))
         return grown
 
@@ -164,7 +181,7 @@ class Projection:
         """The newest call groups kept verbatim: within the tail budget, or `keep_tokens` when given
         (0: none beyond the minimal kept set)."""
         budget = tail_budget(self.config, self.system_tokens, self.tools_tokens) if keep_tokens is None else keep_tokens
-        return recent_tail(self.messages, budget, self.pruned)
+        return recent_tail(self.messages, budget, self.pruned, self.mode)
 
     @property
     def head_seq(self) -> int:
@@ -223,6 +240,15 @@ def check_fixed_costs(config: SessionConfig, system_tokens: int, tools_tokens: i
         )
 
 
+# A prune that stops maintenance must leave this share of the tail budget free below the trigger.
+PRUNE_ROOM_SHARE = 0.5
+
+
+def prune_room(projection: Projection) -> int:
+    """Tokens a prune must leave free below the trigger to be installed on its own."""
+    return int(PRUNE_ROOM_SHARE * tail_budget(projection.config, projection.system_tokens, projection.tools_tokens))
+
+
 def prune(projection: Projection) -> dict[str, int]:
     """The pruned set after pruning every large tool result outside the recent tail (new stubs are
     tokenized once here; their counts are persisted with the projection)."""
@@ -230,6 +256,65 @@ def prune(projection: Projection) -> dict[str, int]:
     for message in prune_candidates(projection.messages, projection.tail(), projection.pruned):
         pruned[message.id] = estimator.count_text(prune_stub(message.content, message.result_ref))
     return pruned
+
+
+# A result bounded to fit keeps at least this many code points around its marker.
+MIN_BOUND_CODE_POINTS = 400
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The last resort when the view is above the hard ceiling and nothing more can be folded: install
+    `candidate`, whose largest tool results — those of the input the next call must answer, mostly —
+    are shown as head + tail + a marker naming their result_ref."""
+
+    candidate: Projection
+    results: int  # how many results this bounds (again)
+
+
+def _bounded(message: StoredMessage, target_tokens: int) -> tuple[int, int]:
+    """(code points kept, tokens) of `message` bounded to about `target_tokens`."""
+    per_token = len(message.content) / max(1, message.tokens)
+    keep = max(MIN_BOUND_CODE_POINTS, min(len(message.content) - 1, int(target_tokens * per_token)))
+    while True:
+        tokens = estimator.count_text(bound_stub(message.content, message.result_ref, keep))
+        if tokens <= target_tokens or keep == MIN_BOUND_CODE_POINTS:
+            return keep, tokens
+        keep = max(MIN_BOUND_CODE_POINTS, int(keep * min(0.9, target_tokens / tokens)))
+
+
+def bound_to_fit(projection: Projection) -> Bound | None:
+    """The view's tool results bounded, the largest first, each only as far as the view's excess over
+    the hard ceiling needs, until the view fits; None when it fits already, or when even every result
+    at its least cannot make it fit (what cannot be bounded — system prompt, tools, the opening, the
+    summary, the person's messages — does not fit alone)."""
+    config = projection.config
+    if projection.tokens() <= config.hard_limit_tokens:
+        return None
+    pruned, bounds = dict(projection.pruned), dict(projection.bounds)
+    candidate = projection
+    changed: set[str] = set()
+    for _ in range(len(projection.view())):
+        excess = candidate.tokens() - config.hard_limit_tokens
+        if excess <= 0:
+            return Bound(candidate, len(changed))
+        # Request tokens count a message's tokens times the calibration.
+        excess = int(excess / projection.calibration) + 1
+        shrinkable = [
+            (v.tokens, v.source)
+            for v in candidate.view()
+            if v.source is not None
+            and v.source.role is Role.TOOL
+            and bounds.get(v.source.id, len(v.source.content)) > MIN_BOUND_CODE_POINTS
+        ]
+        if not shrinkable:
+            return None
+        shown, message = max(shrinkable, key=lambda item: item[0])
+        keep, tokens = _bounded(message, max(1, shown - excess))
+        pruned[message.id], bounds[message.id] = tokens, keep
+        changed.add(message.id)
+        candidate = replace(projection, pruned=dict(pruned), bounds=dict(bounds))
+    return Bound(candidate, len(changed)) if candidate.tokens() <= config.hard_limit_tokens else None
 
 
 @dataclass(frozen=True)
@@ -259,7 +344,7 @@ def plan_pass(projection: Projection, input_window_tokens: int, keep_tokens: int
     """Decides the kept set (system, the opening anchors, the input the next call must answer,
     pinned messages, the recent tail or `keep_tokens` of it) and the longest read that fits the
     summarizer window, at call-group boundaries."""
-    split = split_fold(projection.messages, projection.tail(keep_tokens), projection.anchor_end)
+    split = split_fold(projection.messages, projection.tail(keep_tokens), projection.anchor_end, projection.mode)
     if not split.folded:
         return FoldPlan(0, None)
     view = projection.view()
@@ -267,7 +352,7 @@ def plan_pass(projection: Projection, input_window_tokens: int, keep_tokens: int
     folded_ids = {m.id for m in split.folded}
     # The fixed part of every pass: tools and instruction; the prefix carries system and summary.
     available = input_window_tokens - projection.tools_tokens - INSTRUCTION_TOKENS
-    groups = call_groups(split.folded)
+    groups = call_groups(split.folded, projection.mode)
     # A pass reads the view up to the end of its last folded group; cost of reading through group i:
     ends = [index_of[group[-1].id] + 1 for group in groups]
     costs = list(itertools.accumulate(v.tokens + estimator.PER_MESSAGE_TOKENS for v in view))
@@ -314,6 +399,7 @@ def apply_pass(
         kept=tuple(fold.kept),
         after=tuple(after),
         pruned={k: v for k, v in projection.pruned.items() if k in live},
+        bounds={k: v for k, v in projection.bounds.items() if k in live},
     )
 
 
@@ -371,8 +457,9 @@ Decision = Answer | Prune | Blocked | Fold
 
 def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
     """SPEC §3: below the trigger nothing happens (unless the provider overflowed); at or above it,
-    prune first and stop if that is enough; otherwise fold, unless the same input failed to fold
-    before and the view still fits. A Compact folds whatever the size."""
+    prune first and stop if that is enough — below the trigger with room for the next turns
+    (`prune_room`); otherwise fold, unless the same input failed to fold before and the view still
+    fits. A Compact folds whatever the size."""
     projection = snapshot.projection
     config = projection.config
     tokens = projection.tokens()
@@ -384,7 +471,11 @@ def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
     pruned = prune(projection)
     if pruned != dict(projection.pruned):
         candidate = replace(projection, pruned=pruned)
-        if candidate.tokens() < tokens:  # strictly smaller, so deciding again after the install ends
+        # Strictly smaller, so deciding again after the install ends; below the trigger, only with room
+        # for the next turns (`prune_room`): a prune the next turn's fold would follow changes the
+        # prefix twice where the fold alone changes it once.
+        below = candidate.tokens() < config.trigger_tokens - prune_room(projection)
+        if candidate.tokens() < tokens and (overflow or below or candidate.tokens() >= config.trigger_tokens):
             return Prune(candidate, len(pruned) - len(projection.pruned))
     if not overflow and snapshot.loaded_tokens <= snapshot.failed_fold_tokens and tokens <= config.hard_limit_tokens:
         # A view above the hard ceiling is retried: that is the only way forward.

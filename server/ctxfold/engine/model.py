@@ -19,6 +19,15 @@ class Role(enum.Enum):
     TOOL = "tool"
 
 
+class Author(enum.Enum):
+    """Who wrote a user-role message, as its caller states it; `UNSTATED` leaves it to the rules of
+    `engine/authorship.py`."""
+
+    UNSTATED = ""
+    PERSON = "person"
+    MACHINE = "machine"
+
+
 @dataclass(frozen=True)
 class ToolCall:
     id: str
@@ -50,6 +59,7 @@ class NewMessage:
     pinned: bool = False
     name: str = ""
     payload: ProviderPayload | None = None
+    author: Author = Author.UNSTATED
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,7 @@ class StoredMessage:
     create_time: float = 0.0
     abandoned: bool = False
     payload: ProviderPayload | None = None
+    author: Author = Author.UNSTATED
 
 
 def text_chars(messages: Sequence[NewMessage | StoredMessage]) -> int:

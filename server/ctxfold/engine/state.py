@@ -83,6 +83,8 @@ class ContextState:
     covered_count: int = 0
     summary_hash: str = ""
     pruned: dict[str, int] = field(default_factory=dict)  # message id -> tokens of its pruned stub
+    # Of those, the results bounded to fit the window: message id -> code points kept.
+    bounds: dict[str, int] = field(default_factory=dict)
     projection_version: int = 0
     source_tokens: int = 0
     projection_tokens: int = 0
@@ -187,6 +189,7 @@ def load_state(text: str | None, expected_fingerprint: str) -> tuple[ContextStat
             covered_count=int(data["covered_count"]),
             summary_hash=str(data["summary_hash"]),
             pruned={str(k): int(v) for k, v in data["pruned"].items()},
+            bounds={str(k): int(v) for k, v in (data.get("bounds") or {}).items()},
             projection_version=int(data["projection_version"]),
             source_tokens=int(data["source_tokens"]),
             projection_tokens=int(data["projection_tokens"]),
@@ -213,6 +216,7 @@ def carried_over(state: ContextState, new_fingerprint: str, checkpoint_id: str |
         generation=state.generation + 1,
         checkpoint_id=checkpoint_id,
         pruned=dict(state.pruned),
+        bounds=dict(state.bounds),
         prompt_cache_key=state.prompt_cache_key,
         calibration=state.calibration,
         last_activity=state.last_activity,

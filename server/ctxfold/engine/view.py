@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ctxfold.engine import estimator
-from ctxfold.engine.artifacts import is_text_action
+from ctxfold.engine.authorship import invokes_command, is_text_action
 from ctxfold.engine.briefing import FoldNotes
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage
 
@@ -24,6 +25,7 @@ ANCHOR_WINDOW_SHARE = 0.25
 ANCHOR_MAX_TOKENS = 8000
 # Of a bounded anchor, the head keeps this share (the ask is usually stated first).
 ANCHOR_HEAD_SHARE = 0.75
+EMPTY: Mapping[str, int] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,18 @@ def prune_stub(content: str, result_ref: str) -> str:
         f'read it in full with ReadToolResult(result_ref="{result_ref}")]\n\n'
     )
     return content[:PRUNE_HEAD_CODE_POINTS] + marker + content[-PRUNE_TAIL_CODE_POINTS:]
+
+
+def bound_stub(content: str, result_ref: str, keep: int) -> str:
+    """A tool result the view could not hold whole, as `keep` code points (its head, and a fifth of
+    them from its tail, where errors and summaries are) around a marker naming where all of it is read."""
+    tail = keep // 5
+    head = keep - tail
+    marker = (
+        f"\n\n[ctxfold: {len(content) - keep} characters of this tool result left out so that the view fits "
+        f'the context window; read it in full with ReadToolResult(result_ref="{result_ref}")]\n\n'
+    )
+    return content[:head] + marker + (content[-tail:] if tail else "")
 
 
 def prunable(message: StoredMessage) -> bool:
@@ -114,13 +128,18 @@ def bounded_anchor(content: str, result_ref: str, limit_tokens: int) -> tuple[st
     return text, estimator.count_text(text)
 
 
-def render(message: StoredMessage, pruned: Mapping[str, int], anchor_tokens: int = 0) -> ViewMessage:
-    """`anchor_tokens` > 0 renders an opening user message bounded to that many tokens."""
+def render(
+    message: StoredMessage, pruned: Mapping[str, int], anchor_tokens: int = 0, bounds: Mapping[str, int] = EMPTY
+) -> ViewMessage:
+    """`anchor_tokens` > 0 renders an opening user message bounded to that many tokens; `bounds` are the
+    results bounded to fit the window (message id -> code points kept), each also in `pruned`."""
     stub_tokens = pruned.get(message.id)
     if stub_tokens is not None:
-        return ViewMessage(
-            message.role, prune_stub(message.content, message.result_ref), stub_tokens, message, pruned=True
-        )
+        keep = bounds.get(message.id)
+        text = prune_stub(message.content, message.result_ref)
+        if keep is not None:
+            text = bound_stub(message.content, message.result_ref, keep)
+        return ViewMessage(message.role, text, stub_tokens, message, pruned=True)
     if anchor_tokens and message.role is Role.USER and message.tokens > anchor_tokens:
         text, tokens = bounded_anchor(message.content, message.result_ref, anchor_tokens)
         return ViewMessage(message.role, text, tokens, message, pruned=True)
@@ -135,14 +154,16 @@ def build_view(
     after: Sequence[StoredMessage],
     pruned: Mapping[str, int],
     anchor_end: int = 0,
+    bounds: Mapping[str, int] = EMPTY,
 ) -> list[ViewMessage]:
     """System, the opening anchors (messages up to seq `anchor_end`), the summary, then the other
     kept messages and those after the checkpoint: the anchors stay in the stable prefix across folds."""
     messages = [*kept, *after]
     anchors = [m for m in messages if m.seq <= anchor_end]
     limits = anchor_shares([m for m in anchors if m.role is Role.USER], anchor_limit(config))
-    head = system_message(config, system_tokens) + [render(m, pruned, limits.get(m.id, 0)) for m in anchors]
-    return head + summary_message(checkpoint) + [render(m, pruned) for m in messages if m.seq > anchor_end]
+    head = system_message(config, system_tokens) + [render(m, pruned, limits.get(m.id, 0), bounds) for m in anchors]
+    later = [render(m, pruned, 0, bounds) for m in messages if m.seq > anchor_end]
+    return head + summary_message(checkpoint) + later
 
 
 def anchor_shares(opening: Sequence[StoredMessage], limit: int) -> dict[str, int]:
@@ -163,18 +184,19 @@ def estimate(view: Sequence[ViewMessage], tools_tokens: int, config: SessionConf
     )
 
 
-def call_groups(messages: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
+def call_groups(messages: Sequence[StoredMessage], mode: str) -> list[list[StoredMessage]]:
     """Messages split into units that are never separated: an assistant message with tool calls and
-    its results form one group, as do an assistant message acting by text (a fenced command block,
-    SWE-agent style) and the user message holding its output; every other message is a group of
-    its own."""
+    its results form one group, as do, in a session acting in text (`mode`, see
+    `engine/authorship.py`), an assistant message acting by a fenced command block and the user
+    message holding its output, and a slash-command invocation and the prompt it expands to; every
+    other message is a group of its own."""
     groups: list[list[StoredMessage]] = []
     for message in messages:
         answers_call = message.role is Role.TOOL and bool(groups) and bool(groups[-1][0].tool_calls)
-        answers_text_action = (
-            message.role is Role.USER and bool(groups) and len(groups[-1]) == 1 and is_text_action(groups[-1][0])
-        )
-        if answers_call or answers_text_action:
+        single = groups[-1][0] if groups and len(groups[-1]) == 1 else None
+        answers_action = message.role is Role.USER and single is not None and is_text_action(single, mode)
+        expands_command = message.role is Role.USER and single is not None and invokes_command(single)
+        if answers_call or answers_action or expands_command:
             groups[-1].append(message)
         else:
             groups.append([message])
@@ -192,11 +214,13 @@ def tail_budget(config: SessionConfig, system_tokens: int, tools_tokens: int) ->
     return max(0, min(int(config.tail_ratio * config.context_window), TAIL_MAX_TOKENS, headroom // 4))
 
 
-def recent_tail(messages: Sequence[StoredMessage], budget: int, pruned: Mapping[str, int]) -> list[StoredMessage]:
+def recent_tail(
+    messages: Sequence[StoredMessage], budget: int, pruned: Mapping[str, int], mode: str
+) -> list[StoredMessage]:
     """The newest complete call groups that fit `budget`, stopping at the first that does not."""
     tail: list[list[StoredMessage]] = []
     used = 0
-    for group in reversed(call_groups(messages)):
+    for group in reversed(call_groups(messages, mode)):
         cost = group_tokens(group, pruned)
         if used + cost > budget:
             break
@@ -221,7 +245,9 @@ class FoldSplit:
     folded: list[StoredMessage]
 
 
-def split_fold(messages: Sequence[StoredMessage], tail: Sequence[StoredMessage], anchor_end: int) -> FoldSplit:
+def split_fold(
+    messages: Sequence[StoredMessage], tail: Sequence[StoredMessage], anchor_end: int, mode: str
+) -> FoldSplit:
     """Keeps the opening anchors (an opening system message — agents that do not set `system_prompt`
     in the config send it that way — and the task, messages up to seq `anchor_end`), pinned
     messages, the input the next call must answer (the last user message and the newest call group,
@@ -229,7 +255,7 @@ def split_fold(messages: Sequence[StoredMessage], tail: Sequence[StoredMessage],
     reminders) included. Call groups are kept or folded whole."""
     in_tail = {m.id for m in tail}
     last_user = next((m.id for m in reversed(messages) if m.role is Role.USER), None)
-    groups = call_groups(messages)
+    groups = call_groups(messages, mode)
     kept_groups: list[list[StoredMessage]] = []
     folded: list[StoredMessage] = []
     for index, group in enumerate(groups):

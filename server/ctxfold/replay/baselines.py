@@ -380,10 +380,11 @@ def record(trace: Trace, policy: Policy) -> Recording:
     out = []
     for turn in calls:
         step = policy.step(turn.append)
-        over = policy.over_limit(step.view)
+        # A view above the window is what the provider refuses: a failed call, not a billed one.
+        refused = "the view is above the window: the provider refuses it" if policy.over_limit(step.view) else ""
         out.append(
             ModelCall(
-                step.view, turn.answer, step.action, AGENT_KEY, step.summary_calls, prunes=step.prunes, over_limit=over
+                step.view, turn.answer, step.action, AGENT_KEY, step.summary_calls, prunes=step.prunes, refused=refused
             )
         )
     return Recording(policy.name, dict(policy.settings), tuple(out), calls[-1].answer.source if calls else 0)

@@ -27,7 +27,10 @@ class SummaryCall:
 @dataclass(frozen=True)
 class ModelCall:
     """One model call of a replay: the view sent, the recorded answer, what the context policy did
-    before it (`action`: none, pruned, folded or truncated) and the summary requests it made."""
+    before it (`action`: none, pruned, folded or truncated) and the summary requests it made.
+    `refused` says why the call could not be made (a ctxfold Prepare that failed; a baseline's view
+    above the window, which the provider refuses): it is a failure of the policy at that turn, billed
+    nothing but its summary requests, and counted."""
 
     view: tuple[Msg, ...]
     answer: Msg
@@ -36,7 +39,7 @@ class ModelCall:
     summary_calls: tuple[SummaryCall, ...] = ()
     prunes: int = 0
     failed_summaries: int = 0
-    over_limit: bool = False  # the view is larger than the window allows (the provider would refuse it)
+    refused: str = ""
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,9 @@ class ReplayResult:
     prunes: int = 0  # prune (ctxfold) steps
     summarizer_calls: int = 0
     failed_summaries: int = 0
-    over_limit_calls: int = 0  # views larger than the window's hard limit (a real provider refuses them)
+    # Model calls the policy could not make: a refused Prepare, a view above the window's hard limit
+    # (the provider refuses it). Billed nothing: the agent is stuck at that turn.
+    refused_calls: int = 0
     peak_view_tokens: int = 0  # provider-counted input tokens of the largest request
     mean_view_tokens: float = 0.0
     summary_tokens: int = 0  # the summary in the last view
@@ -93,6 +98,7 @@ class ReplayResult:
     dropped_tool_results: int = 0  # tool results no longer shown in full in the last view
     recoverable_tool_results: int = 0  # of those, reachable by a result_ref the view or one document it names holds
     recoverable_fraction: float | None = None
+    machine_quoted: int = 0  # machine-written user messages a summary of the last view carries as the person's
     series_view_tokens: list[int] = field(default_factory=list)
     series_actions: list[str] = field(default_factory=list)
     series_cumulative_cost: list[float] = field(default_factory=list)
@@ -149,18 +155,25 @@ class Meter:
         r.summary_output_tokens += call.output_tokens
         return bill
 
-    def call(self, call: ModelCall) -> Bill:
-        """One model call: the summaries made for it first, then the view itself; then the clock
-        moves on by the think time."""
+    def call(self, call: ModelCall) -> Bill | None:
+        """One model call: the summaries made for it first, then the view itself (None when the call
+        was refused); then the clock moves on by the think time."""
         for summary_call in call.summary_calls:
             self.summarizer(summary_call)
-        bill = self.provider.send(call.key, self.trace.tools_json, call.view, answer_tokens(call.answer))
         r = self.result
         r.turns += 1
         r.folds += int(call.action == "folded")
         r.prunes += call.prunes
         r.failed_summaries += call.failed_summaries
-        r.over_limit_calls += int(call.over_limit)
+        if call.refused:
+            r.refused_calls += 1
+            r.series_view_tokens.append(0)
+            r.series_actions.append("refused")
+            r.series_cumulative_cost.append(r.cost + r.summarizer_cost)
+            r.series_cache_hit_tokens.append(0)
+            self.provider.advance(self.think_seconds)
+            return None
+        bill = self.provider.send(call.key, self.trace.tools_json, call.view, answer_tokens(call.answer))
         r.input_tokens += bill.cache.input_tokens
         r.cache_hit_tokens += bill.cache.hit
         r.cache_miss_tokens += bill.cache.uncached
@@ -197,6 +210,7 @@ class Meter:
         r.paths, r.paths_named = scores.paths, scores.paths_named
         r.dropped_tool_results, r.recoverable_tool_results = scores.hidden_tool_results, scores.reachable_tool_results
         r.recoverable_fraction = r.recoverable_tool_results / r.dropped_tool_results if r.dropped_tool_results else None
+        r.machine_quoted = scores.machine_quoted
         return r
 
 
@@ -207,5 +221,9 @@ def bill(
     meter = Meter(trace, provider, recording.policy, recording.settings, think_seconds, ideal)
     for call in recording.calls:
         meter.call(call)
-    final = recording.calls[-1].view if recording.calls else ()
-    return meter.finish(final, recording.appended, recording.refs, recording.documents)
+    return meter.finish(last_view(recording.calls), recording.appended, recording.refs, recording.documents)
+
+
+def last_view(calls: Sequence[ModelCall]) -> tuple[Msg, ...]:
+    """The last view a policy sent (the probes score it): a refused call sent none."""
+    return next((c.view for c in reversed(calls) if not c.refused), ())

@@ -28,6 +28,7 @@ def single(r: ReplayResult, price_source: str = "") -> str:
     settings = ", ".join(f"{k} {v}" for k, v in r.settings.items())
     rows = [
         ("turns (model calls)", f"{r.turns:,}"),
+        ("refused (the agent was stuck)", f"{r.refused_calls:,}"),
         ("folds", f"{r.folds:,}"),
         ("prunes", f"{r.prunes:,}"),
         (
@@ -87,7 +88,7 @@ def comparison(results: Sequence[ReplayResult], title: str = "") -> str:
     header = "  ".join(f"{name:<{w}}" if i == 0 else f"{name:>{w}}" for i, (name, w) in enumerate(COLUMNS))
     lines = [title] if title else []
     lines += [header, "-" * len(header)]
-    notes = [f"{r.policy}: {r.over_limit_calls} views above the window" for r in results if r.over_limit_calls]
+    notes = [f"{r.policy}: {r.refused_calls}" for r in results if r.refused_calls]
     for r in results:
         cells = (
             r.policy,
@@ -113,5 +114,8 @@ def comparison(results: Sequence[ReplayResult], title: str = "") -> str:
             )
         )
     if notes:
-        lines.append("over the limit (a provider would refuse these requests): " + "; ".join(notes))
+        lines.append(
+            "refused calls (a failed Prepare, or a view above the window the provider refuses; not billed, the "
+            "agent is stuck at that turn): " + "; ".join(notes)
+        )
     return "\n".join(lines)

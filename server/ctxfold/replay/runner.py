@@ -21,7 +21,7 @@ import grpc
 from ctxfold.engine import estimator
 from ctxfold.engine.model import ToolCall
 from ctxfold.replay import probes
-from ctxfold.replay.metrics import AGENT_KEY, Meter, ModelCall, Recording, ReplayResult, SummaryCall
+from ctxfold.replay.metrics import AGENT_KEY, Meter, ModelCall, Recording, ReplayResult, SummaryCall, last_view
 from ctxfold.replay.prices import BUILT_IN, DEFAULT_SHEET, PriceError, PriceSheet, sheet_from_mapping
 from ctxfold.replay.simulator import Provider, cache_model
 from ctxfold.replay.trace import Msg, Trace, parse_trace, turns
@@ -101,14 +101,15 @@ def to_pb(message: Msg) -> pb.Message:
     )
 
 
-def from_pb(message: pb.Message, sources: dict[str, int]) -> Msg:
+def from_pb(message: pb.Message, sources: dict[int, int]) -> Msg:
+    """A view message as a `Msg`; `sources` maps canonical seqs to trace indexes."""
     return Msg(
         role=_FROM_PB.get(message.role, "user"),
         content=message.content,
         tool_calls=tuple(ToolCall(c.id, c.name, c.arguments) for c in message.tool_calls),
         tool_call_id=message.tool_call_id,
         reasoning=message.reasoning_content,
-        source=sources.get(message.id, -1),
+        source=sources.get(message.seq, -1) if message.id else -1,
         summary=message.summary,
         elided=message.pruned,
         ref=message.result_ref,
@@ -194,17 +195,24 @@ async def replay_through(
     except grpc.aio.AioRpcError as exc:
         raise ReplayError(f"CreateSession failed: {exc.code().name}: {exc.details()}") from None
     session = created.session
-    sources: dict[str, int] = {}
-    refs: dict[int, str] = {}
+    sources: dict[int, int] = {}  # seq -> trace index of the message appended there
     view: list[Msg] = []
     recorded: list[ModelCall] = []
+    head = 0
     try:
         for number, turn in enumerate(calls, 1):
-            result, progress = await _prepare(stub, session.id, turn.append, metadata, number)
-            for message, stored in zip(turn.append, result.appended, strict=True):
-                sources[stored.id] = message.source
-                if stored.result_ref:
-                    refs[message.source] = stored.result_ref
+            for message in turn.append:
+                head += 1  # a Prepare appends before it maintains, so its append stays even when it fails
+                sources[head] = message.source
+            try:
+                result, progress = await _prepare(stub, session.id, turn.append, metadata, number)
+            except PrepareRefused as refusal:
+                call = ModelCall(view=(), answer=turn.answer, action="refused", refused=refusal.why)
+                meter.call(call)
+                recorded.append(call)
+                if on_turn is not None:
+                    on_turn(number, len(calls), meter.result)
+                continue
             new_view = [from_pb(m, sources) for m in result.messages]
             stages = [p.stage for p in progress]
             passes = stages.count(pb.FOLD_STAGE_PASS_STARTED)
@@ -223,12 +231,13 @@ async def replay_through(
                 action={pb.ACTION_FOLDED: "folded", pb.ACTION_PRUNED: "pruned"}.get(result.action, "none"),
                 key=key,
                 summary_calls=tuple(summary_calls),
-                prunes=stages.count(pb.FOLD_STAGE_PRUNED),
+                prunes=stages.count(pb.FOLD_STAGE_PRUNED) + stages.count(pb.FOLD_STAGE_RESULTS_BOUNDED),
                 failed_summaries=stages.count(pb.FOLD_STAGE_PASS_FAILED),
             )
             bill = meter.call(call)
             recorded.append(call)
             view = new_view
+            assert bill is not None  # an accepted call is billed
             try:
                 await stub.ObserveUsage(
                     pb.ObserveUsageRequest(
@@ -245,6 +254,7 @@ async def replay_through(
                 raise ReplayError(f"turn {number}: ObserveUsage failed: {exc.code().name}: {exc.details()}") from None
             if on_turn is not None:
                 on_turn(number, len(calls), meter.result)
+        refs = await stored_refs(stub, session.id, sources, metadata)
         documents = await read_documents(stub, session.id, view, trace, refs, metadata)
         if trailing:
             try:
@@ -259,7 +269,32 @@ async def replay_through(
             await stub.DeleteSession(pb.DeleteSessionRequest(session_id=session.id), metadata=metadata)
     appended_count = calls[-1].answer.source if calls else 0
     recording = Recording(policy, options.settings(), tuple(recorded), appended_count, refs, documents)
-    return meter.finish(view, appended_count, refs, documents), recording
+    return meter.finish(last_view(recorded), appended_count, refs, documents), recording
+
+
+async def stored_refs(
+    stub: pb_grpc.ContextServiceAsyncStub,
+    session_id: str,
+    sources: dict[int, int],
+    metadata: tuple[tuple[str, str], ...],
+) -> dict[int, str]:
+    """The result_ref of every stored message that has one, by trace index (read back, so that the
+    messages a refused Prepare appended are known too)."""
+    refs: dict[int, str] = {}
+    token = ""
+    while True:
+        try:
+            page = await stub.ListMessages(
+                pb.ListMessagesRequest(session_id=session_id, page_size=1000, page_token=token), metadata=metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise ReplayError(f"ListMessages failed: {exc.code().name}: {exc.details()}") from None
+        for message in page.messages:
+            if message.result_ref and message.seq in sources:
+                refs[sources[message.seq]] = message.result_ref
+        token = page.next_page_token
+        if not token:
+            return refs
 
 
 async def read_documents(
@@ -296,6 +331,15 @@ async def read_documents(
     return documents
 
 
+class PrepareRefused(Exception):
+    """The service could not give a view that fits (a failed precondition such as
+    CONTEXT_BUDGET_UNSATISFIED): the agent is stuck at this turn."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
 async def _prepare(
     stub: pb_grpc.ContextServiceAsyncStub,
     session_id: str,
@@ -315,6 +359,8 @@ async def _prepare(
             else:
                 result = event.result
     except grpc.aio.AioRpcError as exc:
+        if exc.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED):
+            raise PrepareRefused(f"{exc.code().name}: {exc.details()}") from None
         raise ReplayError(f"turn {number}: Prepare failed: {exc.code().name}: {exc.details()}") from None
     if result is None:
         raise ReplayError(f"turn {number}: Prepare ended without a result")

@@ -1,8 +1,10 @@
 """Recorded conversations as plain, immutable messages, and how an agent replays them.
 
 Input is OpenAI chat format: a JSON document `{"messages": [...], "tools": [...]}` or JSONL with one
-message object per line (a line holding `{"tools": [...]}` instead of a message sets the tools).
-A leading system message becomes the system prompt; every other message is replayed in order."""
+message object per line (a line holding `{"tools": [...]}` instead of a message sets the tools) —
+or an agent's own session log (Claude Code, Codex CLI, cctrace XML), converted by
+`ctxfold.replay.sessions`. A leading system message becomes the system prompt; every other message
+is replayed in order."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxfold.engine.model import ToolCall
+from ctxfold.replay import sessions
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -106,7 +109,13 @@ def build_trace(name: str, raw_messages: Sequence[Any], tools: Any = None) -> Tr
 
 
 def parse_trace(name: str, text: str) -> Trace:
-    """A trace from the text of a chat JSON document or of a JSONL file."""
+    """A trace from the text of a chat JSON document, of a JSONL file or of a native session log."""
+    if sessions.detect(text):
+        try:
+            converted = sessions.convert(name, text)
+        except sessions.SessionFormatError as exc:
+            raise TraceError(f"{name}: {exc}") from None
+        return build_trace(name, converted["messages"], converted["tools"])
     stripped = text.lstrip()
     if stripped.startswith("{"):
         try:

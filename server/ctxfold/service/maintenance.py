@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapp
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ctxfold.engine import estimator, folded_index
+from ctxfold.engine import artifacts, estimator, folded_index
 from ctxfold.engine.briefing import FoldRecord, record_fold, strip_engine_sections
 from ctxfold.engine.context import AppendRequest, Context, SessionRecord
 from ctxfold.engine.errors import DomainError, Kind, with_context
@@ -43,6 +43,7 @@ from ctxfold.engine.maintenance import (
     accept,
     answer,
     body_budget,
+    bound_to_fit,
     budget_error,
     check_fixed_costs,
     check_response_size,
@@ -412,6 +413,7 @@ class Maintenance:
                     return
                 case Fold() as fold:
                     await self._fold(run, fold, observer)
+                    await self._bound(run, observer)
                     return
 
     async def _prune(self, run: _Run, prune: Prune, observer: MaintenanceObserver) -> None:
@@ -423,6 +425,28 @@ class Maintenance:
             await self._install(run, install, prune.candidate, before, after, observer)
         run.action = Action.PRUNED
         await observer.pruned(prune.results, before, after)
+
+    async def _bound(self, run: _Run, observer: MaintenanceObserver) -> None:
+        """The last resort when folding left the view above the hard ceiling: its largest tool results
+        bounded until it fits (`bound_to_fit`), installed like a prune and reported as such."""
+        bound = None if run.request.dry_run else bound_to_fit(run.projection)
+        if bound is None:
+            return
+        before, after = run.projection.tokens(), bound.candidate.tokens()
+        why = f"bounded {bound.results} tool results to fit the hard ceiling ({run.config.hard_limit_tokens} tokens)"
+        receipt = self._receipt("applied", "prune", before, after, why)
+        state = replace(
+            run.state,
+            pruned=dict(bound.candidate.pruned),
+            bounds=dict(bound.candidate.bounds),
+            generation=run.state.generation + 1,
+        )
+        install = prune_install(state.with_receipt(receipt), run.session.branch_id, run.session.checkpoint_id)
+        with observer.bounding(bound.results, before, after):
+            await self._install(run, install, bound.candidate, before, after, observer)
+        if run.action is Action.NONE:
+            run.action = Action.PRUNED
+        await observer.bounded(bound.results, before, after)
 
     async def _fold(self, run: _Run, fold: Fold, observer: MaintenanceObserver) -> None:
         summarizer = self.summarizers.get(run.config.summarizer)
@@ -540,7 +564,11 @@ class Maintenance:
         note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
         receipt = self._receipt("applied", "summary", before, after, note)
         state = replace(
-            run.state, pruned=dict(outcome.candidate.pruned), generation=run.state.generation + 1, failed_fold_tokens=0
+            run.state,
+            pruned=dict(outcome.candidate.pruned),
+            bounds=dict(outcome.candidate.bounds),
+            generation=run.state.generation + 1,
+            failed_fold_tokens=0,
         ).with_receipt(receipt)
         if self.hooks.before_install is not None:
             await self.hooks.before_install(run.session.id)
@@ -570,8 +598,9 @@ class Maintenance:
             projection.messages,
             folded,
             new_result_ref(),
-            run.config.summary_max_tokens,
+            artifacts.budget(run.config),
             projection.anchor_end,
+            projection.mode,
         )
 
     @staticmethod

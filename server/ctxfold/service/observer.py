@@ -30,6 +30,7 @@ class Stage(enum.Enum):
     PASS_COMMITTED = "pass_committed"
     PASS_FAILED = "pass_failed"
     SUMMARIZER_FALLBACK = "summarizer_fallback"
+    RESULTS_BOUNDED = "results_bounded"
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,28 @@ class MaintenanceObserver:
     async def pruned(self, results: int, before: int, after: int) -> None:
         message = f"pruned {results} old tool results: {before} → {after} tokens"
         await self.emit(Progress(Stage.PRUNED, message, tokens_before=before, tokens_after=after))
+
+    # ---- bound (the last resort) --------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def bounding(self, results: int, before: int, after: int) -> Iterator[None]:
+        with TRACER.start_as_current_span("ctxfold.bound") as span:
+            span.set_attributes(
+                {
+                    "ctxfold.session.id": self.session_id,
+                    "ctxfold.bound.results": results,
+                    "ctxfold.tokens.before": before,
+                    "ctxfold.tokens.after": after,
+                }
+            )
+            yield
+
+    async def bounded(self, results: int, before: int, after: int) -> None:
+        message = (
+            f"nothing more to fold and the view above the hard ceiling: bounded {results} tool results "
+            f"(head + tail + their result_ref): {before} → {after} tokens"
+        )
+        await self.emit(Progress(Stage.RESULTS_BOUNDED, message, tokens_before=before, tokens_after=after))
 
     # ---- fold ---------------------------------------------------------------------------------
 

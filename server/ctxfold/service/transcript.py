@@ -58,6 +58,7 @@ def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[
                     reasoning_content=message.reasoning_content,
                     pinned=message.pinned,
                     name=message.name,
+                    author=message.author,
                     result_ref=result_ref,
                     raw_bytes=raw_bytes,
                     truncated=truncated,

@@ -11,7 +11,7 @@ from typing import Any
 
 from ctxfold.engine.briefing import FoldNotes
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.model import ProviderPayload, Role, StoredMessage, ToolCall
+from ctxfold.engine.model import Author, ProviderPayload, Role, StoredMessage, ToolCall
 from ctxfold.engine.view import Checkpoint
 
 
@@ -143,6 +143,7 @@ def message_from_row(row: object, abandoned: bool = False) -> StoredMessage:
         create_time=m["create_time"],
         abandoned=abandoned,
         payload=ProviderPayload(**json.loads(m["provider_payload_json"])) if m["provider_payload_json"] else None,
+        author=Author(m["author"]),
     )
 
 
@@ -159,6 +160,7 @@ def message_values(message: StoredMessage, segment_id: str) -> dict[str, object]
         "reasoning_content": message.reasoning_content,
         "name": message.name,
         "pinned": message.pinned,
+        "author": message.author.value,
         "tokens": message.tokens,
         "result_ref": message.result_ref or None,
         "raw_bytes": message.raw_bytes,

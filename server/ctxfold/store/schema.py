@@ -87,6 +87,8 @@ messages = Table(
     Column("reasoning_content", Text, nullable=False),
     Column("name", String(128), nullable=False),
     Column("pinned", Boolean, nullable=False),
+    # Who wrote a user message, as its caller stated it ("" when not stated: the engine's rules decide).
+    Column("author", String(16), nullable=False),
     Column("tokens", Integer, nullable=False),
     Column("result_ref", ID, nullable=True),
     Column("raw_bytes", BigInteger, nullable=False),

@@ -52,6 +52,37 @@ ROLE_TOOL: Role.ValueType  # 4
 """The result of one tool call; names the call in `tool_call_id`."""
 Global___Role: _TypeAlias = Role  # noqa: Y015
 
+class _Author:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AuthorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Author.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    AUTHOR_UNSPECIFIED: _Author.ValueType  # 0
+    """Not stated: the server decides by its documented rules (docs/architecture.md, "Who wrote a
+    message").
+    """
+    AUTHOR_PERSON: _Author.ValueType  # 1
+    """A person typed it."""
+    AUTHOR_MACHINE: _Author.ValueType  # 2
+    """A machine wrote it: the agent's harness, a tool, or the agent itself."""
+
+class Author(_Author, metaclass=_AuthorEnumTypeWrapper):
+    """Who wrote a user-role message. Only a person's messages become a summary's standing
+    instructions; machine-written ones (harness notices, task notifications, command output, an
+    agent's own compaction summary, the output of text actions) fold like any other message.
+    """
+
+AUTHOR_UNSPECIFIED: Author.ValueType  # 0
+"""Not stated: the server decides by its documented rules (docs/architecture.md, "Who wrote a
+message").
+"""
+AUTHOR_PERSON: Author.ValueType  # 1
+"""A person typed it."""
+AUTHOR_MACHINE: Author.ValueType  # 2
+"""A machine wrote it: the agent's harness, a tool, or the agent itself."""
+Global___Author: _TypeAlias = Author  # noqa: Y015
+
 class _Action:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -395,6 +426,11 @@ class _FoldStageEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FoldStage.V
     """The configured summarizer failed above the hard ceiling; the pass is retried with the
     `summarizer` named in the event (extractive), so the agent is never stuck.
     """
+    FOLD_STAGE_RESULTS_BOUNDED: _FoldStage.ValueType  # 8
+    """The view was still above the hard ceiling with nothing left to fold: its largest tool results
+    (those of the input the next call must answer, mostly) are shown as head + tail + a marker
+    naming their result_ref; tokens_before/after describe the view.
+    """
 
 class FoldStage(_FoldStage, metaclass=_FoldStageEnumTypeWrapper):
     """The step of maintenance a FoldProgress event reports."""
@@ -416,6 +452,11 @@ FOLD_STAGE_PASS_FAILED: FoldStage.ValueType  # 6
 FOLD_STAGE_SUMMARIZER_FALLBACK: FoldStage.ValueType  # 7
 """The configured summarizer failed above the hard ceiling; the pass is retried with the
 `summarizer` named in the event (extractive), so the agent is never stuck.
+"""
+FOLD_STAGE_RESULTS_BOUNDED: FoldStage.ValueType  # 8
+"""The view was still above the hard ceiling with nothing left to fold: its largest tool results
+(those of the input the next call must answer, mostly) are shown as head + tail + a marker
+naming their result_ref; tokens_before/after describe the view.
 """
 Global___FoldStage: _TypeAlias = FoldStage  # noqa: Y015
 
@@ -473,6 +514,7 @@ class Message(_message.Message):
     ABANDONED_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     PROVIDER_PAYLOAD_FIELD_NUMBER: _builtins.int
+    AUTHOR_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Output only. The canonical message's id; in a view, the id of the message it renders
     (empty for the summary message and for the system prompt of the session's config).
@@ -507,6 +549,8 @@ class Message(_message.Message):
     """Output only. Estimated tokens of this message as rendered (cl100k, without overhead)."""
     abandoned: _builtins.bool
     """Output only. True when the message lies on an abandoned branch (after a Rewind)."""
+    author: Global___Author.ValueType
+    """For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide."""
     @_builtins.property
     def tool_calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___ToolCall]:
         """Tool calls of an assistant message."""
@@ -543,10 +587,11 @@ class Message(_message.Message):
         abandoned: _builtins.bool = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         provider_payload: Global___ProviderPayload | None = ...,
+        author: Global___Author.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "provider_payload", b"provider_payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "content", b"content", "create_time", b"create_time", "id", b"id", "name", b"name", "pinned", b"pinned", "provider_payload", b"provider_payload", "pruned", b"pruned", "raw_bytes", b"raw_bytes", "reasoning_content", b"reasoning_content", "result_ref", b"result_ref", "role", b"role", "seq", b"seq", "summary", b"summary", "tokens", b"tokens", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "author", b"author", "content", b"content", "create_time", b"create_time", "id", b"id", "name", b"name", "pinned", b"pinned", "provider_payload", b"provider_payload", "pruned", b"pruned", "raw_bytes", b"raw_bytes", "reasoning_content", b"reasoning_content", "result_ref", b"result_ref", "role", b"role", "seq", b"seq", "summary", b"summary", "tokens", b"tokens", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -42,6 +42,14 @@ class Role(ProtoEnum):
     TOOL = 4
 
 
+class Author(ProtoEnum):
+    """Who wrote a user-role message. Only a person's messages become a summary's standing instructions; machine-written ones (harness notices, task notifications, command output, an agent's own compaction summary, the output of text actions) fold like any other message."""
+
+    UNSPECIFIED = 0
+    PERSON = 1
+    MACHINE = 2
+
+
 class Action(ProtoEnum):
     """What maintenance the Prepare or Compact call performed on the view."""
 
@@ -130,10 +138,12 @@ class FoldStage(ProtoEnum):
     PASS_COMMITTED = 5
     PASS_FAILED = 6
     SUMMARIZER_FALLBACK = 7
+    RESULTS_BOUNDED = 8
 
 
 PROTO_PREFIXES: dict[str, str] = {
     "Role": "ROLE_",
+    "Author": "AUTHOR_",
     "Action": "ACTION_",
     "CacheState": "CACHE_STATE_",
     "NotFoldedReason": "NOT_FOLDED_REASON_",

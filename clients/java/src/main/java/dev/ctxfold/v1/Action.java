@@ -151,7 +151,7 @@ public enum Action
   }
   public static com.google.protobuf.Descriptors.EnumDescriptor
       getDescriptor() {
-    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(1);
+    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(2);
   }
 
   private static final Action[] VALUES = values();

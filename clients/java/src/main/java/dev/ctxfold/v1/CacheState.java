@@ -152,7 +152,7 @@ public enum CacheState
   }
   public static com.google.protobuf.Descriptors.EnumDescriptor
       getDescriptor() {
-    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(2);
+    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(3);
   }
 
   private static final CacheState[] VALUES = values();

@@ -798,7 +798,7 @@ public enum ErrorReason
   }
   public static com.google.protobuf.Descriptors.EnumDescriptor
       getDescriptor() {
-    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(3);
+    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(4);
   }
 
   private static final ErrorReason[] VALUES = values();

@@ -80,6 +80,16 @@ public enum FoldStage
    * <code>FOLD_STAGE_SUMMARIZER_FALLBACK = 7;</code>
    */
   FOLD_STAGE_SUMMARIZER_FALLBACK(7),
+  /**
+   * <pre>
+   * The view was still above the hard ceiling with nothing left to fold: its largest tool results
+   * (those of the input the next call must answer, mostly) are shown as head + tail + a marker
+   * naming their result_ref; tokens_before/after describe the view.
+   * </pre>
+   *
+   * <code>FOLD_STAGE_RESULTS_BOUNDED = 8;</code>
+   */
+  FOLD_STAGE_RESULTS_BOUNDED(8),
   UNRECOGNIZED(-1),
   ;
 
@@ -157,6 +167,16 @@ public enum FoldStage
    * <code>FOLD_STAGE_SUMMARIZER_FALLBACK = 7;</code>
    */
   public static final int FOLD_STAGE_SUMMARIZER_FALLBACK_VALUE = 7;
+  /**
+   * <pre>
+   * The view was still above the hard ceiling with nothing left to fold: its largest tool results
+   * (those of the input the next call must answer, mostly) are shown as head + tail + a marker
+   * naming their result_ref; tokens_before/after describe the view.
+   * </pre>
+   *
+   * <code>FOLD_STAGE_RESULTS_BOUNDED = 8;</code>
+   */
+  public static final int FOLD_STAGE_RESULTS_BOUNDED_VALUE = 8;
 
 
   public final int getNumber() {
@@ -191,6 +211,7 @@ public enum FoldStage
       case 5: return FOLD_STAGE_PASS_COMMITTED;
       case 6: return FOLD_STAGE_PASS_FAILED;
       case 7: return FOLD_STAGE_SUMMARIZER_FALLBACK;
+      case 8: return FOLD_STAGE_RESULTS_BOUNDED;
       default: return null;
     }
   }
@@ -221,7 +242,7 @@ public enum FoldStage
   }
   public static com.google.protobuf.Descriptors.EnumDescriptor
       getDescriptor() {
-    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(5);
+    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(6);
   }
 
   private static final FoldStage[] VALUES = values();

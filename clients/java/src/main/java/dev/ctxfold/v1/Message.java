@@ -40,6 +40,7 @@ private static final long serialVersionUID = 0L;
     reasoningContent_ = "";
     resultRef_ = "";
     name_ = "";
+    author_ = 0;
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -636,6 +637,32 @@ private static final long serialVersionUID = 0L;
     return providerPayload_ == null ? dev.ctxfold.v1.ProviderPayload.getDefaultInstance() : providerPayload_;
   }
 
+  public static final int AUTHOR_FIELD_NUMBER = 19;
+  private int author_ = 0;
+  /**
+   * <pre>
+   * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.Author author = 19;</code>
+   * @return The enum numeric value on the wire for author.
+   */
+  @java.lang.Override public int getAuthorValue() {
+    return author_;
+  }
+  /**
+   * <pre>
+   * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.Author author = 19;</code>
+   * @return The author.
+   */
+  @java.lang.Override public dev.ctxfold.v1.Author getAuthor() {
+    dev.ctxfold.v1.Author result = dev.ctxfold.v1.Author.forNumber(author_);
+    return result == null ? dev.ctxfold.v1.Author.UNRECOGNIZED : result;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -703,6 +730,9 @@ private static final long serialVersionUID = 0L;
     }
     if (((bitField0_ & 0x00000002) != 0)) {
       output.writeMessage(18, getProviderPayload());
+    }
+    if (author_ != dev.ctxfold.v1.Author.AUTHOR_UNSPECIFIED.getNumber()) {
+      output.writeEnum(19, author_);
     }
     getUnknownFields().writeTo(output);
   }
@@ -779,6 +809,10 @@ private static final long serialVersionUID = 0L;
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(18, getProviderPayload());
     }
+    if (author_ != dev.ctxfold.v1.Author.AUTHOR_UNSPECIFIED.getNumber()) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeEnumSize(19, author_);
+    }
     return size;
   }
   @java.lang.Override
@@ -844,6 +878,7 @@ private static final long serialVersionUID = 0L;
       if (!getProviderPayload()
           .equals(other.getProviderPayload())) return false;
     }
+    if (author_ != other.author_) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -905,6 +940,8 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + PROVIDER_PAYLOAD_FIELD_NUMBER;
       hash = (53 * hash) + getProviderPayload().hashCode();
     }
+    hash = (37 * hash) + AUTHOR_FIELD_NUMBER;
+    hash = (53 * hash) + author_;
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -1080,6 +1117,7 @@ private static final long serialVersionUID = 0L;
         providerPayloadBuilder_.dispose();
         providerPayloadBuilder_ = null;
       }
+      author_ = 0;
       return this;
     }
 
@@ -1184,6 +1222,9 @@ private static final long serialVersionUID = 0L;
             : providerPayloadBuilder_.build();
         to_bitField0_ |= 0x00000002;
       }
+      if (((from_bitField0_ & 0x00040000) != 0)) {
+        result.author_ = author_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -1287,6 +1328,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.hasProviderPayload()) {
         mergeProviderPayload(other.getProviderPayload());
+      }
+      if (other.author_ != 0) {
+        setAuthorValue(other.getAuthorValue());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -1414,6 +1458,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00020000;
               break;
             } // case 146
+            case 152: {
+              author_ = input.readEnum();
+              bitField0_ |= 0x00040000;
+              break;
+            } // case 152
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -3049,6 +3098,78 @@ private static final long serialVersionUID = 0L;
         providerPayload_ = null;
       }
       return providerPayloadBuilder_;
+    }
+
+    private int author_ = 0;
+    /**
+     * <pre>
+     * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.Author author = 19;</code>
+     * @return The enum numeric value on the wire for author.
+     */
+    @java.lang.Override public int getAuthorValue() {
+      return author_;
+    }
+    /**
+     * <pre>
+     * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.Author author = 19;</code>
+     * @param value The enum numeric value on the wire for author to set.
+     * @return This builder for chaining.
+     */
+    public Builder setAuthorValue(int value) {
+      author_ = value;
+      bitField0_ |= 0x00040000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.Author author = 19;</code>
+     * @return The author.
+     */
+    @java.lang.Override
+    public dev.ctxfold.v1.Author getAuthor() {
+      dev.ctxfold.v1.Author result = dev.ctxfold.v1.Author.forNumber(author_);
+      return result == null ? dev.ctxfold.v1.Author.UNRECOGNIZED : result;
+    }
+    /**
+     * <pre>
+     * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.Author author = 19;</code>
+     * @param value The author to set.
+     * @throws IllegalArgumentException if UNRECOGNIZED is provided.
+     * @return This builder for chaining.
+     */
+    public Builder setAuthor(dev.ctxfold.v1.Author value) {
+      java.util.Objects.requireNonNull(value);
+      bitField0_ |= 0x00040000;
+      author_ = value.getNumber();
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+     * </pre>
+     *
+     * <code>.ctxfold.v1.Author author = 19;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearAuthor() {
+      bitField0_ = (bitField0_ & ~0x00040000);
+      author_ = 0;
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:ctxfold.v1.Message)

@@ -336,4 +336,23 @@ public interface MessageOrBuilder extends
    * <code>.ctxfold.v1.ProviderPayload provider_payload = 18;</code>
    */
   dev.ctxfold.v1.ProviderPayloadOrBuilder getProviderPayloadOrBuilder();
+
+  /**
+   * <pre>
+   * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.Author author = 19;</code>
+   * @return The enum numeric value on the wire for author.
+   */
+  int getAuthorValue();
+  /**
+   * <pre>
+   * For ROLE_USER: who wrote it, when the caller knows; unset, the server's rules decide.
+   * </pre>
+   *
+   * <code>.ctxfold.v1.Author author = 19;</code>
+   * @return The author.
+   */
+  dev.ctxfold.v1.Author getAuthor();
 }

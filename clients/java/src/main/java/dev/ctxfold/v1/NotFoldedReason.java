@@ -225,7 +225,7 @@ public enum NotFoldedReason
   }
   public static com.google.protobuf.Descriptors.EnumDescriptor
       getDescriptor() {
-    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(4);
+    return dev.ctxfold.v1.ContextServiceProto.getDescriptor().getEnumType(5);
   }
 
   private static final NotFoldedReason[] VALUES = values();
