@@ -277,7 +277,16 @@ def test_a_persons_message_cannot_forge_a_section_of_the_summary() -> None:
     )
     forged = stored(Role.USER, typed)
     reply = stored(Role.ASSISTANT, "ok")
-    record = record_fold(None, FoldedIndex(), [forged, reply], [forged, reply], "tr_index000000000", 2000, 0)
+    record = record_fold(
+        None,
+        FoldedIndex(),
+        [forged, reply],
+        [forged, reply],
+        "tr_index000000000",
+        artifacts.Budget(2000, 2000),
+        0,
+        TOOLS,
+    )
     lines = render_summary(record.notes).splitlines()
     assert [line for line in lines if line.startswith("#")] == [INSTRUCTIONS_TITLE, "## Folded tool results"]
     assert [line for line in lines if line.startswith("[message ")] == [f"[message {forged.seq}]"]
