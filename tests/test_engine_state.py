@@ -5,16 +5,22 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
+
 from ctxfold.engine.cache import COLD, UNKNOWN, WARM, cache_state, cache_ttl_seconds
-from ctxfold.engine.model import SessionConfig
+from ctxfold.engine.errors import DomainError
+from ctxfold.engine.model import SessionConfig, Usage
 from ctxfold.engine.state import (
+    CALIBRATION_SMOOTHING,
     MAX_VIEWS,
     ContextState,
     Receipt,
     ViewRecord,
     carried_over,
+    check_usage,
     fingerprint,
     load_state,
+    observed,
     split_view_version,
     view_version,
 )
@@ -96,3 +102,32 @@ def test_views_with_keeps_the_newest_records_and_one_per_version() -> None:
     assert len(again) == MAX_VIEWS
     assert again[-1] == ViewRecord(view_version(1, 5), 7)
     assert [v.version for v in again].count(view_version(1, 5)) == 1
+
+
+def usage(view_version: int, input_tokens: int, cached: int = 0) -> Usage:
+    return Usage(view_version, 0, input_tokens, cached, 100, "stop")
+
+
+def test_an_observation_of_a_known_view_moves_the_calibration_toward_its_ratio_and_counts() -> None:
+    state = stored()  # view (4, 12) estimated at 8000, calibration 1.2
+    seen = observed(state, usage(view_version(4, 12), 12_000, 9000))
+    assert seen.accepted and seen.estimated_tokens == 8000
+    assert seen.state.calibration == 1.2 + CALIBRATION_SMOOTHING * (1.5 - 1.2)
+    counters = seen.state.telemetry
+    assert (counters["observations"], counters["input_tokens"], counters["cached_input_tokens"]) == (1, 12_000, 9000)
+
+
+def test_an_implausible_ratio_or_an_unknown_view_is_counted_but_does_not_calibrate() -> None:
+    state = stored()
+    for reported in (usage(view_version(4, 12), 40_000), usage(view_version(4, 99), 8000)):
+        seen = observed(state, reported)
+        assert not seen.accepted and seen.state.calibration == 1.2
+        assert seen.state.telemetry["observations"] == 1
+
+
+def test_usage_that_cannot_be_true_is_refused() -> None:
+    for bad in (usage(1, -1), usage(1, 10, 11), Usage(1, 0, 10, 0, -5, "stop")):
+        with pytest.raises(DomainError) as caught:
+            check_usage(bad)
+        assert caught.value.reason == "INVALID_USAGE"
+    check_usage(usage(1, 10, 10))

@@ -173,8 +173,10 @@ def json_depth(value: object) -> int:
     return deepest
 
 
-def resolve_config(given: ConfigInput, summarizers: frozenset[str]) -> SessionConfig:
-    """Fills defaults and validates; raises INVALID_ARGUMENT (reason INVALID_CONFIG) naming the field."""
+def resolve_config(given: ConfigInput, summarizers: frozenset[str], session_id: str) -> SessionConfig:
+    """Fills defaults and validates; raises INVALID_ARGUMENT (reason INVALID_CONFIG) naming the field.
+    The default prompt cache key is the session's own, stable for its life, so every request of it
+    lands on the same provider cache."""
 
     def bad(field_name: str, why: str) -> Exception:
         return invalid("INVALID_CONFIG", f"config.{field_name}: {why}", field=field_name)
@@ -253,7 +255,7 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str]) -> SessionCo
         tools_json=given.tools_json,
         summarizer=summarizer,
         cache_ttl_seconds=given.cache_ttl_seconds,
-        prompt_cache_key=given.prompt_cache_key,
+        prompt_cache_key=given.prompt_cache_key or f"ctxfold-{session_id}",
         model=given.model,
         disable_task_anchor=given.disable_task_anchor,
     )

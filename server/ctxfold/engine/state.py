@@ -13,9 +13,13 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.estimator import MAX_CALIBRATION, MIN_CALIBRATION
+from ctxfold.engine.model import Usage
 
 SCHEMA_VERSION = 3
+# Calibration moves this far toward each accepted observation.
+CALIBRATION_SMOOTHING = 0.3
 MAX_RECEIPTS = 20
 MAX_VIEWS = 16
 # Views are versioned as generation << 32 | message count: a view is a prefix of another exactly when
@@ -223,3 +227,45 @@ def carried_over(state: ContextState, new_fingerprint: str, checkpoint_id: str |
         receipts=state.receipts,
         telemetry=dict(state.telemetry),
     )
+
+
+def check_usage(usage: Usage) -> None:
+    """A provider's usage as ObserveUsage may record it (else INVALID_USAGE)."""
+    for name, value in (
+        ("input_tokens", usage.input_tokens),
+        ("cached_input_tokens", usage.cached_input_tokens),
+        ("output_tokens", usage.output_tokens),
+    ):
+        if value < 0:
+            raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_USAGE", f"{name} must be >= 0")
+    if usage.cached_input_tokens > usage.input_tokens:
+        raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_USAGE", "cached_input_tokens cannot exceed input_tokens")
+
+
+@dataclass(frozen=True)
+class Observed:
+    state: ContextState
+    estimated_tokens: int  # the estimate of the reported view (0 when it is no longer known)
+    accepted: bool  # whether the calibration moved toward this observation
+
+
+def observed(state: ContextState, usage: Usage) -> Observed:
+    """The state once the provider reported `usage` for one of its views: the calibration moves toward
+    reported / estimated input when the view is known and the ratio is plausible (a ratio outside
+    [MIN_CALIBRATION, MAX_CALIBRATION] means the agent sent something else than the view); the
+    counters count every observation."""
+    record = state.view(usage.view_version)
+    estimated = record.estimated_tokens if record else 0
+    ratio = usage.input_tokens / estimated if estimated else 0.0
+    accepted = estimated > 0 and MIN_CALIBRATION <= ratio <= MAX_CALIBRATION
+    calibration = (
+        state.calibration + CALIBRATION_SMOOTHING * (ratio - state.calibration) if accepted else state.calibration
+    )
+    counted = (
+        replace(state, calibration=calibration)
+        .count("observations")
+        .count("input_tokens", usage.input_tokens)
+        .count("cached_input_tokens", usage.cached_input_tokens)
+        .count("output_tokens", usage.output_tokens)
+    )
+    return Observed(counted, estimated, accepted)

@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapp
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ctxfold.engine import artifacts, estimator, folded_index
+from ctxfold.engine import artifacts, folded_index
 from ctxfold.engine.briefing import FoldRecord, record_fold, strip_engine_sections
 from ctxfold.engine.context import AppendRequest, Context, SessionRecord
 from ctxfold.engine.errors import DomainError, Kind, with_context
@@ -54,12 +54,7 @@ from ctxfold.engine.maintenance import (
     summary_failure,
 )
 from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, Usage
-from ctxfold.engine.state import (
-    ContextState,
-    Receipt,
-    fingerprint,
-    load_state,
-)
+from ctxfold.engine.state import ContextState, Receipt, check_usage, fingerprint, load_state, observed
 from ctxfold.engine.view import ViewMessage
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
@@ -76,8 +71,6 @@ log = logging.getLogger(__name__)
 
 # A Prepare that keeps losing compare-and-swap races gives up after this many rounds.
 MAX_ROUNDS = 8
-# Calibration moves this far toward each accepted observation.
-CALIBRATION_SMOOTHING = 0.3
 
 
 @dataclass(frozen=True)
@@ -161,6 +154,16 @@ def _appended_anyway(error: DomainError, appended: Sequence[StoredMessage], requ
         appended_first_seq=first,
         appended_last_seq=last,
         appended_count=len(appended),
+    )
+
+
+def _kept_changing(session_id: str) -> DomainError:
+    return DomainError(
+        Kind.ABORTED,
+        "CONCURRENT_MODIFICATION",
+        f"session {session_id!r} kept changing while this call wrote it; retry",
+        {"session_id": session_id},
+        retry_after_seconds=1.0,
     )
 
 
@@ -285,40 +288,23 @@ class Maintenance:
 
     async def observe_usage(self, tenant: str, session_id: str, usage: Usage) -> tuple[float, bool]:
         """Records provider usage and calibrates the estimator; never maintains anything."""
-        for field_name in ("input_tokens", "cached_input_tokens", "output_tokens"):
-            if getattr(usage, field_name) < 0:
-                raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_USAGE", f"{field_name} must be >= 0")
-        if usage.cached_input_tokens > usage.input_tokens:
-            raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_USAGE", "cached_input_tokens cannot exceed input_tokens")
+        check_usage(usage)
         session = await self.store.get_session(tenant, session_id)
-        accepted = False
-        calibration = 1.0
         for _ in range(MAX_ROUNDS):
             text, revision = await self.store.read_state(session)
             state, _why = load_state(text, fingerprint(session.branch_id, session.checkpoint_id))
-            record = state.view(usage.view_version)
-            estimated = record.estimated_tokens if record else 0
-            ratio = usage.input_tokens / estimated if estimated else 0.0
-            accepted = estimated > 0 and estimator.MIN_CALIBRATION <= ratio <= estimator.MAX_CALIBRATION
-            calibration = state.calibration
-            if accepted:
-                calibration += CALIBRATION_SMOOTHING * (ratio - calibration)
-            state = (
-                replace(state, calibration=calibration)
-                .count("observations")
-                .count("input_tokens", usage.input_tokens)
-                .count("cached_input_tokens", usage.cached_input_tokens)
-                .count("output_tokens", usage.output_tokens)
-            )
-            written = await self.store.save_state(session.id, state.to_json(), revision)
+            result = observed(state, usage)
+            written = await self.store.save_state(session.id, result.state.to_json(), revision)
             if written:
-                self._recalibrate_cached(tenant, session_id, revision, state, written)
+                self._recalibrate_cached(tenant, session_id, revision, result.state, written)
                 break
             session = await self.store.get_session(tenant, session_id)
-        await self.store.record_usage(session, replace(usage, estimated_tokens=estimated))
+        else:
+            raise _kept_changing(session_id)
+        await self.store.record_usage(session, replace(usage, estimated_tokens=result.estimated_tokens))
         INSTRUMENTS.usage_input_tokens.add(usage.cached_input_tokens, {"ctxfold.cached": True})
         INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, {"ctxfold.cached": False})
-        return calibration, accepted
+        return result.state.calibration, result.accepted
 
     def _recalibrate_cached(self, tenant: str, session_id: str, read: int, state: ContextState, written: int) -> None:
         """Moves the cached context of a session to the state ObserveUsage wrote over revision `read`
@@ -387,13 +373,7 @@ class Maintenance:
                 await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
                 raise budget_error(run.projection, tokens, run.failure[1] if run.failure else "")
             return run
-        raise DomainError(
-            Kind.ABORTED,
-            "CONCURRENT_MODIFICATION",
-            f"session {session_id!r} kept changing during maintenance; retry",
-            {"session_id": session_id},
-            retry_after_seconds=1.0,
-        )
+        raise _kept_changing(session_id)
 
     async def _round(self, run: _Run, observer: MaintenanceObserver) -> None:
         """Decide, act, decide again on what was installed, until the engine says to answer."""

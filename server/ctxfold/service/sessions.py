@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ctxfold import cpu
 from ctxfold.engine.context import SessionRecord
@@ -78,11 +78,7 @@ class Sessions:
         self.summarizer_names = summarizer_names
 
     def resolve(self, given: ConfigInput, session_id: str) -> SessionConfig:
-        config = resolve_config(given, self.summarizer_names)
-        if not config.prompt_cache_key:
-            # Stable for the session's life, so every request of it lands on the same provider cache.
-            config = replace(config, prompt_cache_key=f"ctxfold-{session_id}")
-        return config
+        return resolve_config(given, self.summarizer_names, session_id)
 
     async def create(self, tenant: str, given: ConfigInput, session_key: str = "") -> SessionInfo:
         """A new session; with `session_key`, the session that key names, created when it does not exist."""
