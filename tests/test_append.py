@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from builders import create_session, user
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, ToolCall
@@ -27,7 +28,7 @@ from ctxfold.store.append import INLINE_MAX_BYTES, AppendWrite, Bookkeeping, Pos
 from ctxfold.store.rows import MessageRow
 from ctxfold.store.tool_results import encode_raw_results
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import create, prepare, transcript, user
+from test_prepare import prepare, transcript
 
 TENANT = "default"
 CONFIG = SessionConfig(context_window=200_000)
@@ -50,7 +51,7 @@ def turn(index: int) -> list[MessageRow]:
 
 
 async def started_session(stub: pb_grpc.ContextServiceStub, server: RunningServer) -> tuple[SessionRecord, int]:
-    session = await create(stub, context_window=CONFIG.context_window)
+    session = await create_session(stub, context_window=CONFIG.context_window)
     await prepare(stub, session.id, user("start"))
     record = await server.store.get_session(TENANT, session.id)
     _, revision = await server.store.read_state(record)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import grpc
 
+from builders import create_session, user
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
 from test_lineage_folds import WINDOW, fold_turns, head
-from test_prepare import create, prepare, user
+from test_prepare import prepare
 
 
 async def checkpoints(
@@ -31,7 +32,7 @@ async def checkpoints(
 
 
 async def test_the_chain_is_listed_newest_first_with_each_summary(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=WINDOW)
+    session = await create_session(stub, context_window=WINDOW)
     assert await checkpoints(stub, session.id) == []
     await prepare(stub, session.id, user("Audit the repository"))
     await fold_turns(stub, session.id, 0, 3)
@@ -59,7 +60,7 @@ async def test_the_chain_is_listed_newest_first_with_each_summary(stub: pb_grpc.
 
 
 async def test_abandoned_checkpoints_are_listed_only_when_asked(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=WINDOW)
+    session = await create_session(stub, context_window=WINDOW)
     await prepare(stub, session.id, user("Long audit"))
     await fold_turns(stub, session.id, 0, 2)
     before = await checkpoints(stub, session.id)
@@ -79,11 +80,11 @@ async def test_abandoned_checkpoints_are_listed_only_when_asked(stub: pb_grpc.Co
 
 
 async def test_a_checkpoint_of_another_session_is_not_found(stub: pb_grpc.ContextServiceStub) -> None:
-    folded = await create(stub, context_window=WINDOW)
+    folded = await create_session(stub, context_window=WINDOW)
     await prepare(stub, folded.id, user("Audit"))
     await fold_turns(stub, folded.id, 0, 1)
     foreign = (await head(stub, folded.id)).checkpoint_id
-    other = await create(stub, context_window=WINDOW)
+    other = await create_session(stub, context_window=WINDOW)
     for checkpoint_id in (foreign, "k_unknown", ""):
         await expect_error(
             stub.GetCheckpoint(pb.GetCheckpointRequest(session_id=other.id, checkpoint_id=checkpoint_id)),
@@ -98,7 +99,7 @@ async def test_a_checkpoint_of_another_session_is_not_found(stub: pb_grpc.Contex
 
 
 async def test_page_size_and_token_are_checked(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=WINDOW)
+    session = await create_session(stub, context_window=WINDOW)
     await expect_error(
         stub.ListCheckpoints(pb.ListCheckpointsRequest(session_id=session.id, page_size=-1)),
         grpc.StatusCode.INVALID_ARGUMENT,

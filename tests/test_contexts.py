@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
+from builders import create_session, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.context import Context, SessionRecord
 from ctxfold.engine.maintenance import Projection
@@ -23,7 +24,7 @@ from ctxfold.service.contexts import SESSION_OVERHEAD_BYTES, Contexts, message_b
 from ctxfold.store.rows import state_document
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import call, create, prepare, result, transcript, user
+from test_prepare import call, prepare, transcript
 
 TENANT = "default"  # of a server without a tokens file
 
@@ -66,7 +67,7 @@ async def test_append_by_another_replica_between_two_prepares_is_in_the_next_vie
     replicas: tuple[Replica, Replica],
 ) -> None:
     a, b = replicas
-    session = await create(a.stub, context_window=200_000, system_prompt="You are a careful agent.")
+    session = await create_session(a.stub, context_window=200_000, system_prompt="You are a careful agent.")
     await prepare(a.stub, session.id, user("Investigate the flaky test"))
     last = (await prepare(a.stub, session.id, call("c0", "look"), result("c0", "log line"))).result
     assert a.cached_version(session.id) == await a.version(session.id)  # A's next Prepare could use its cache
@@ -97,7 +98,7 @@ async def test_append_by_another_replica_between_two_prepares_is_in_the_next_vie
 
 async def test_rewind_by_another_replica_is_never_answered_from_the_cache(replicas: tuple[Replica, Replica]) -> None:
     a, b = replicas
-    session = await create(a.stub, context_window=200_000)
+    session = await create_session(a.stub, context_window=200_000)
     for i in range(3):
         await prepare(a.stub, session.id, user(f"turn {i}"), pb.Message(role=pb.ROLE_ASSISTANT, content=f"answer {i}"))
     await b.stub.Rewind(pb.RewindRequest(session_id=session.id, to_seq=2))
@@ -110,7 +111,7 @@ async def test_hot_answers_equal_a_cold_load(replicas: tuple[Replica, Replica]) 
     """A runs every call on its hot state (usage observed between them); B, which never saw the
     session, loads it from the database: both answer the same view, version and estimate."""
     a, b = replicas
-    session = await create(a.stub, context_window=100_000, system_prompt="system")
+    session = await create_session(a.stub, context_window=100_000, system_prompt="system")
     await prepare(a.stub, session.id, user("task " * 50))
     for i in range(6):
         answer = (await prepare(a.stub, session.id, call(f"c{i}", "run"), result(f"c{i}", f"output {i} " * 40))).result
@@ -132,7 +133,7 @@ async def test_hot_answers_equal_a_cold_load(replicas: tuple[Replica, Replica]) 
 
 async def test_a_repeated_request_id_appends_once_on_the_hot_path(replicas: tuple[Replica, Replica]) -> None:
     a, _ = replicas
-    session = await create(a.stub, context_window=200_000)
+    session = await create_session(a.stub, context_window=200_000)
     await prepare(a.stub, session.id, user("start"))
     first = (await prepare(a.stub, session.id, user("once"), request_id="r-1")).result
     again = (await prepare(a.stub, session.id, user("once"), request_id="r-1")).result

@@ -17,6 +17,7 @@ import grpc
 import pytest
 from sqlalchemy import select, update
 
+from builders import create_session, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, start
 from ctxfold.service.exclusion import FOLD_LEASE_RENEW_SECONDS, FOLD_LEASE_SECONDS
@@ -24,7 +25,7 @@ from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
-from test_prepare import call, create, prepare, result, state, transcript, user
+from test_prepare import call, prepare, state, transcript
 from traces import tool_output
 
 
@@ -53,7 +54,7 @@ async def replicas(backend: str, tmp_path: Path) -> AsyncIterator[Replicas]:
 
 async def tool_session(stub: pb_grpc.ContextServiceStub) -> pb.Session:
     """A session above its trigger and below its hard ceiling (large results, prunable)."""
-    session = await create(stub, context_window=12_000, summarizer="llm")
+    session = await create_session(stub, context_window=12_000, summarizer="llm")
     await prepare(stub, session.id, user("Investigate the flaky test"))
     for i in range(12):
         await stub.AppendMessages(
@@ -106,7 +107,7 @@ async def test_below_the_ceiling_a_second_call_answers_the_current_view_without_
 
 async def test_above_the_ceiling_a_second_replica_waits_for_the_first_ones_fold(replicas: Replicas) -> None:
     a, b = replicas.stubs
-    session = await create(a, context_window=12_000, summarizer="llm")
+    session = await create_session(a, context_window=12_000, summarizer="llm")
     # Plain text (nothing to prune), appended without Prepare: the view is above the hard ceiling. The
     # agent answers each note, so only the first one is the opening task anchor.
     noted = pb.Message(role=pb.ROLE_ASSISTANT, content="Noted.")

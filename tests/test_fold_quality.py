@@ -13,12 +13,13 @@ import re
 import grpc
 import pytest
 
+from builders import create_session
 from ctxfold.engine.tool_results import RESULT_REF
 from ctxfold.replay.probes import listed_paths
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
-from test_prepare import create, prepare
+from test_prepare import prepare
 from traces import Trace, load_trace, turns
 
 # A path as a person would name one: a relative or absolute path with a file extension.
@@ -53,7 +54,9 @@ def touched_paths(trace: Trace) -> set[str]:
 async def replay(
     stub: pb_grpc.ContextServiceStub, trace: Trace, window: int
 ) -> tuple[pb.Session, list[pb.Message], int]:
-    session = await create(stub, context_window=window, system_prompt=trace.system_prompt, tools_json=trace.tools_json)
+    session = await create_session(
+        stub, context_window=window, system_prompt=trace.system_prompt, tools_json=trace.tools_json
+    )
     appended: list[pb.Message] = []
     folds = 0
     for batch in turns(trace):
@@ -123,7 +126,9 @@ async def test_after_many_folds_the_view_keeps_task_instructions_paths_and_every
 
 async def test_the_stable_prefix_survives_folds(stub: pb_grpc.ContextServiceStub) -> None:
     trace = load_trace("openhands-django-11149.json")
-    session = await create(stub, context_window=16000, system_prompt=trace.system_prompt, tools_json=trace.tools_json)
+    session = await create_session(
+        stub, context_window=16000, system_prompt=trace.system_prompt, tools_json=trace.tools_json
+    )
     for batch in turns(trace):
         outcome = await prepare(stub, session.id, *batch)
         if outcome.result.action == pb.ACTION_FOLDED:
@@ -135,7 +140,7 @@ async def test_a_foreign_index_ref_is_not_found(stub: pb_grpc.ContextServiceStub
     trace = load_trace("openhands-django-11149.json")
     session, _, _ = await replay(stub, trace, 16000)
     ref = (await prepare(stub, session.id)).result.folded_results_ref
-    other = await create(stub, context_window=16000)
+    other = await create_session(stub, context_window=16000)
     await expect_error(
         stub.ReadToolResult(pb.ReadToolResultRequest(session_id=other.id, result_ref=ref)),
         grpc.StatusCode.NOT_FOUND,
@@ -155,7 +160,9 @@ async def compact(stub: pb_grpc.ContextServiceStub, session_id: str, **request: 
 
 async def replayed_session(stub: pb_grpc.ContextServiceStub, window: int, batches: int) -> pb.Session:
     trace = load_trace("openhands-django-11149.json")
-    session = await create(stub, context_window=window, system_prompt=trace.system_prompt, tools_json=trace.tools_json)
+    session = await create_session(
+        stub, context_window=window, system_prompt=trace.system_prompt, tools_json=trace.tools_json
+    )
     for batch in turns(trace)[:batches]:
         await prepare(stub, session.id, *batch)
     return session

@@ -12,12 +12,13 @@ import grpc
 import pytest
 from sqlalchemy import event, select
 
+from builders import call, result, user
 from ctxfold.engine.lineage import MAX_LIVE_CHAIN, rewind_splits_head
 from ctxfold.server import RunningServer
 from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_lineage import call, isolated, listing, live_chain, result, user
+from test_lineage import isolated, listing, live_chain
 
 __all__ = ["isolated"]  # the fixture, imported for the tests below
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from builders import create_session, user
 from conftest import fresh_database, settings_for
 from ctxfold.inspection import SessionReport, render_show
 from ctxfold.server import RunningServer, start
@@ -18,7 +19,7 @@ from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_checkpoints import checkpoints
 from test_cli import ctxfold_command
 from test_lineage_folds import WINDOW, fold_turns
-from test_prepare import create, prepare, user
+from test_prepare import prepare
 
 
 async def ctxfold(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -36,7 +37,7 @@ async def ctxfold(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_show_prints_the_view_the_chain_with_summaries_the_cache_and_receipts(
     stub: pb_grpc.ContextServiceStub, server: RunningServer, tmp_path: Path
 ) -> None:
-    session = await create(stub, context_window=WINDOW)
+    session = await create_session(stub, context_window=WINDOW)
     await prepare(stub, session.id, user("Audit the repository"))
     await fold_turns(stub, session.id, 0, 2)
     chain = await checkpoints(stub, session.id)
@@ -60,8 +61,8 @@ async def test_show_prints_the_view_the_chain_with_summaries_the_cache_and_recei
 async def test_sessions_lists_newest_first(
     stub: pb_grpc.ContextServiceStub, server: RunningServer, tmp_path: Path
 ) -> None:
-    older = await create(stub, context_window=WINDOW)
-    newer = await create(stub, context_window=WINDOW)
+    older = await create_session(stub, context_window=WINDOW)
+    newer = await create_session(stub, context_window=WINDOW)
     done = await ctxfold(tmp_path, "sessions", "--server", f"127.0.0.1:{server.port}", "--limit", "2")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

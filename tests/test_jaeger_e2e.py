@@ -21,10 +21,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from builders import create_session, result, user
 from conftest import free_port
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import call, create, result, user
+from test_prepare import call
 from traces import tool_output
 
 JAEGER = os.environ.get("CTXFOLD_JAEGER_BIN", "")
@@ -69,7 +70,7 @@ async def test_a_fold_trace_reaches_jaeger(tmp_path: Path) -> None:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             await asyncio.wait_for(channel.channel_ready(), 30)
             stub = pb_grpc.ContextServiceStub(channel)
-            session = await create(stub, context_window=4000, max_output_tokens=256)
+            session = await create_session(stub, context_window=4000, max_output_tokens=256)
             metadata = (("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01"),)
             folded = False
             for i in range(12):

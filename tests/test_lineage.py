@@ -9,6 +9,7 @@ import grpc
 import pytest
 from sqlalchemy import select
 
+from builders import append, call, result, user
 from conftest import downgrade, fresh_database, settings_for
 from ctxfold.server import RunningServer, start
 from ctxfold.store import schema
@@ -17,26 +18,9 @@ from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 
-def user(text: str) -> pb.Message:
-    return pb.Message(role=pb.ROLE_USER, content=text)
-
-
-def call(call_id: str) -> pb.Message:
-    return pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id=call_id, name="bash", arguments="{}")])
-
-
-def result(call_id: str, text: str) -> pb.Message:
-    return pb.Message(role=pb.ROLE_TOOL, tool_call_id=call_id, content=text)
-
-
 async def new_session(stub: pb_grpc.ContextServiceStub) -> str:
     response = await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=32000)))
     return response.session.id
-
-
-async def append(stub: pb_grpc.ContextServiceStub, session_id: str, *messages: pb.Message) -> list[pb.Message]:
-    response = await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session_id, messages=messages))
-    return list(response.messages)
 
 
 async def listing(
@@ -58,10 +42,10 @@ async def listing(
 
 async def test_rewind_abandons_later_messages_and_keeps_them_listable(stub: pb_grpc.ContextServiceStub) -> None:
     sid = await new_session(stub)
-    first = await append(stub, sid, user("one"), user("two"), user("three"), user("four"))
+    first = (await append(stub, sid, user("one"), user("two"), user("three"), user("four"))).messages
     session = (await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=2))).session
     assert session.head_seq == 2
-    edited = await append(stub, sid, user("three, edited"))
+    edited = (await append(stub, sid, user("three, edited"))).messages
     assert edited[0].seq == 3
     live = await listing(stub, sid)
     assert [m.content for m in live] == ["one", "two", "three, edited"]
@@ -98,7 +82,7 @@ async def test_rewind_out_of_range_is_refused(stub: pb_grpc.ContextServiceStub) 
 
 async def test_fork_shares_history_and_then_diverges(stub: pb_grpc.ContextServiceStub) -> None:
     sid = await new_session(stub)
-    source = await append(stub, sid, user("a"), call("c1"), result("c1", "r" * 50_000), user("b"), user("c"))
+    source = (await append(stub, sid, user("a"), call("c1"), result("c1", "r" * 50_000), user("b"), user("c"))).messages
     fork = (
         await stub.Fork(pb.ForkRequest(session_id=sid, at_seq=4, config=pb.SessionConfig(max_output_tokens=1000)))
     ).session
@@ -112,7 +96,7 @@ async def test_fork_shares_history_and_then_diverges(stub: pb_grpc.ContextServic
     page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=fork.id, result_ref=source[2].result_ref))
     assert page.total_bytes == 50_000
     # The fork cannot read what lies after its fork point in the source, nor list it as abandoned.
-    late = await append(stub, sid, call("c9"), result("c9", "late"))
+    late = (await append(stub, sid, call("c9"), result("c9", "late"))).messages
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=fork.id, result_ref=late[1].result_ref))
     assert error.value.code() == grpc.StatusCode.NOT_FOUND
@@ -132,7 +116,7 @@ async def test_deleting_source_keeps_fork_and_deleting_all_leaves_no_rows(
 ) -> None:
     running, stub = isolated
     sid = await new_session(stub)
-    source = await append(stub, sid, user("a"), call("c1"), result("c1", "x" * 40_000), user("b"))
+    source = (await append(stub, sid, user("a"), call("c1"), result("c1", "x" * 40_000), user("b"))).messages
     await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=3))
     await append(stub, sid, user("b2"))
     fork = (await stub.Fork(pb.ForkRequest(session_id=sid, at_seq=3))).session
@@ -174,7 +158,7 @@ async def test_long_rewind_chains_stay_bounded_and_working(
     pending: list[pb.Message] = []
     for cycle in range(cycles):
         groups = [m for g in (0, 1) for m in (call(f"c{cycle}-{g}"), result(f"c{cycle}-{g}", f"out {cycle} {g}"))]
-        head = (await append(stub, sid, *pending, *groups))[-1].seq
+        head = (await append(stub, sid, *pending, *groups)).messages[-1].seq
         # The rewind lands after the first group's call: the next cycle answers it first.
         head = (await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=head - 3))).session.head_seq
         pending = [result(f"c{cycle}-0", f"again {cycle}")]

@@ -9,13 +9,14 @@ from pathlib import Path
 import grpc
 import pytest
 
+from builders import create_session, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.tool_results import RESULT_REF
 from ctxfold.server import RunningServer, start
 from ctxfold.service.maintenance import Hooks
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import call, compact, create, prepare, result, state, transcript, user
+from test_prepare import call, compact, prepare, state, transcript
 from traces import tool_output
 
 WINDOW = 6_000
@@ -44,7 +45,7 @@ def view_key(messages: list[pb.Message]) -> list[tuple[object, ...]]:
 async def test_edit_after_a_fold_drops_the_summary_that_covered_the_edited_message(
     stub: pb_grpc.ContextServiceStub,
 ) -> None:
-    session = await create(stub, context_window=WINDOW)
+    session = await create_session(stub, context_window=WINDOW)
     await prepare(stub, session.id, user("First task: list the files"))
     index = await fold_turns(stub, session.id, 0, 1)
     first_checkpoint = (await head(stub, session.id)).checkpoint_id
@@ -67,7 +68,7 @@ async def test_edit_after_a_fold_drops_the_summary_that_covered_the_edited_messa
 
 
 async def test_retry_inside_a_covered_turn_rewinds_the_checkpoint(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=WINDOW)
+    session = await create_session(stub, context_window=WINDOW)
     await prepare(stub, session.id, user("Do the thing"))
     answer = (await prepare(stub, session.id, pb.Message(role=pb.ROLE_ASSISTANT, content="ANSWER-V1"))).result.appended[
         0
@@ -85,7 +86,7 @@ async def test_retry_inside_a_covered_turn_rewinds_the_checkpoint(stub: pb_grpc.
 
 
 async def test_fork_after_three_folds_reuses_them_and_stays_independent(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=WINDOW)
+    session = await create_session(stub, context_window=WINDOW)
     await prepare(stub, session.id, user("Long audit"))
     index = await fold_turns(stub, session.id, 0, 3)
     source_view = (await prepare(stub, session.id)).result
@@ -113,7 +114,7 @@ async def test_fork_after_three_folds_reuses_them_and_stays_independent(stub: pb
 
 
 async def test_fork_before_the_newest_checkpoint_uses_an_ancestor(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=WINDOW)
+    session = await create_session(stub, context_window=WINDOW)
     await prepare(stub, session.id, user("audit"))
     index = await fold_turns(stub, session.id, 0, 1)
     first = await head(stub, session.id)
@@ -155,7 +156,7 @@ async def test_rewind_during_a_fold_rejects_the_stale_install(
     paused: tuple[pb_grpc.ContextServiceStub, asyncio.Event, asyncio.Event],
 ) -> None:
     stub, reached, release = paused
-    session = await create(stub, context_window=WINDOW)
+    session = await create_session(stub, context_window=WINDOW)
     await prepare(stub, session.id, user("audit"))
     for i in range(30):
         await stub.AppendMessages(
@@ -180,7 +181,7 @@ async def test_rewind_during_a_fold_rejects_the_stale_install(
 
 
 async def test_concurrent_rewinds_leave_one_consistent_result(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=100_000)
+    session = await create_session(stub, context_window=100_000)
     await prepare(stub, session.id, *[user(f"m{i}") for i in range(10)])
     results = await asyncio.gather(
         stub.Rewind(pb.RewindRequest(session_id=session.id, to_seq=7)),
@@ -201,7 +202,7 @@ async def test_fork_during_a_fold_takes_what_is_committed(
     paused: tuple[pb_grpc.ContextServiceStub, asyncio.Event, asyncio.Event],
 ) -> None:
     stub, reached, release = paused
-    session = await create(stub, context_window=WINDOW)
+    session = await create_session(stub, context_window=WINDOW)
     await prepare(stub, session.id, user("audit"))
     for i in range(30):
         await stub.AppendMessages(
@@ -230,7 +231,7 @@ async def test_rewound_and_deleted_checkpoints_leave_no_rows(backend: str, tmp_p
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
             stub = pb_grpc.ContextServiceStub(channel)
-            session = await create(stub, context_window=WINDOW)
+            session = await create_session(stub, context_window=WINDOW)
             await prepare(stub, session.id, user("audit"))
             index = await fold_turns(stub, session.id, 0, 2)
             assert (await running.store.row_counts())["checkpoints"] >= 2

@@ -12,6 +12,7 @@ import grpc
 import pytest
 from sqlalchemy import update
 
+from builders import create_session, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, start
 from ctxfold.store import schema
@@ -52,11 +53,6 @@ async def compact(stub: pb_grpc.ContextServiceStub, session_id: str, focus: str 
     return Outcome(results[0], progress)
 
 
-async def create(stub: pb_grpc.ContextServiceStub, **config: object) -> pb.Session:
-    response = await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(**config)))  # type: ignore[arg-type]
-    return response.session
-
-
 async def transcript(stub: pb_grpc.ContextServiceStub, session_id: str) -> list[pb.Message]:
     out: list[pb.Message] = []
     token = ""
@@ -73,20 +69,12 @@ async def state(stub: pb_grpc.ContextServiceStub, session_id: str) -> dict[str, 
     return json.loads(response.state_json)  # type: ignore[no-any-return]
 
 
-def user(text: str) -> pb.Message:
-    return pb.Message(role=pb.ROLE_USER, content=text)
-
-
 def call(call_id: str, text: str = "") -> pb.Message:
     return pb.Message(
         role=pb.ROLE_ASSISTANT,
         content=text,
         tool_calls=[pb.ToolCall(id=call_id, name="bash", arguments='{"cmd":"ls"}')],
     )
-
-
-def result(call_id: str, text: str) -> pb.Message:
-    return pb.Message(role=pb.ROLE_TOOL, tool_call_id=call_id, content=text)
 
 
 def assert_view_well_formed(messages: list[pb.Message]) -> None:
@@ -126,7 +114,7 @@ async def test_below_trigger_views_extend_byte_for_byte_across_a_restart(
     isolated: tuple[RunningServer, pb_grpc.ContextServiceStub, str],
 ) -> None:
     running, stub, url = isolated
-    session = await create(stub, context_window=200_000, system_prompt="You are a careful engineer.")
+    session = await create_session(stub, context_window=200_000, system_prompt="You are a careful engineer.")
     previous: list[pb.Message] = []
     for turn in range(12):
         outcome = await prepare(stub, session.id, user(f"request {turn}"), call(f"c{turn}"), result(f"c{turn}", "ok"))
@@ -151,7 +139,7 @@ async def test_below_trigger_views_extend_byte_for_byte_across_a_restart(
 
 
 async def test_large_results_are_pruned_once_and_read_back_in_full(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=30_000, compact_ratio=0.5)
+    session = await create_session(stub, context_window=30_000, compact_ratio=0.5)
     texts = {f"c{i}": tool_output(i, 10_000) for i in range(8)}
     outcomes = [await prepare(stub, session.id, user("Audit the repository"))]
     for call_id, text in texts.items():
@@ -173,7 +161,7 @@ async def test_large_results_are_pruned_once_and_read_back_in_full(stub: pb_grpc
 
 
 async def test_a_sentinel_only_in_a_raw_result_never_reaches_a_view(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=60_000)
+    session = await create_session(stub, context_window=60_000)
     raw = tool_output(1, 30_000) + "\nSENTINEL-7f3a9c\n" + tool_output(2, 30_000)
     views = [await prepare(stub, session.id, user("go"), call("big"), result("big", raw))]
     for turn in range(6):
@@ -194,7 +182,7 @@ async def test_a_sentinel_only_in_a_raw_result_never_reaches_a_view(stub: pb_grp
 
 async def test_trace_replay_folds_several_times_and_keeps_every_invariant(stub: pb_grpc.ContextServiceStub) -> None:
     trace = load_trace("openhands-django-11149.json")
-    session = await create(
+    session = await create_session(
         stub,
         context_window=16_000,
         system_prompt=trace.system_prompt,
@@ -227,7 +215,7 @@ async def test_trace_replay_folds_several_times_and_keeps_every_invariant(stub: 
 
 
 async def test_the_newest_summary_rolls_the_previous_one_in(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=8_000, max_output_tokens=500)
+    session = await create_session(stub, context_window=8_000, max_output_tokens=500)
     await prepare(stub, session.id, user("GOAL-ALPHA: migrate the billing module"))
     for i in range(40):
         outcome = await prepare(stub, session.id, call(f"c{i}"), result(f"c{i}", tool_output(i, 1200)))
@@ -239,7 +227,7 @@ async def test_the_newest_summary_rolls_the_previous_one_in(stub: pb_grpc.Contex
 
 
 async def test_delta_views_carry_only_new_messages(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=100_000)
+    session = await create_session(stub, context_window=100_000)
     first = (await prepare(stub, session.id, user("one"))).result
     second = (
         await prepare(stub, session.id, call("c1"), result("c1", "ok"), known_view_version=first.view_version)
@@ -254,7 +242,7 @@ async def test_delta_views_carry_only_new_messages(stub: pb_grpc.ContextServiceS
 
 
 async def test_compact_folds_below_the_trigger_without_pruning(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=100_000)
+    session = await create_session(stub, context_window=100_000)
     await prepare(stub, session.id, user("Refactor the parser"))
     for i in range(12):
         await prepare(stub, session.id, call(f"c{i}"), result(f"c{i}", tool_output(i, 9000)))
@@ -279,7 +267,7 @@ async def test_window_too_small_for_fixed_costs_is_refused_at_creation(stub: pb_
     )
     listed = await stub.ListSessions(pb.ListSessionsRequest(page_size=1000))
     await expect_error(
-        create(stub, context_window=2_000, tools_json=tools),
+        create_session(stub, context_window=2_000, tools_json=tools),
         grpc.StatusCode.INVALID_ARGUMENT,
         "INVALID_CONFIG",
         {"field": "tools_json"},
@@ -303,7 +291,7 @@ async def test_corrupt_context_state_is_rebuilt(
     isolated: tuple[RunningServer, pb_grpc.ContextServiceStub, str],
 ) -> None:
     running, stub, _ = isolated
-    session = await create(stub, context_window=30_000, compact_ratio=0.5)
+    session = await create_session(stub, context_window=30_000, compact_ratio=0.5)
     await prepare(stub, session.id, user("go"))
     for i in range(8):
         last = await prepare(stub, session.id, call(f"c{i}"), result(f"c{i}", tool_output(i, 10_000)))
@@ -323,7 +311,7 @@ async def test_corrupt_context_state_is_rebuilt(
 async def test_the_input_estimate_leaves_out_the_reserved_output(stub: pb_grpc.ContextServiceStub) -> None:
     """`estimated_input_tokens` is the request without max_output_tokens: reported back as the input a
     provider billed (an agent loop whose provider gives no usage), it leaves the calibration at 1."""
-    session = await create(stub, context_window=50_000, max_output_tokens=4000)
+    session = await create_session(stub, context_window=50_000, max_output_tokens=4000)
     view = (await prepare(stub, session.id, user("hello " * 200))).result
     assert view.estimated_input_tokens == view.estimated_tokens - 4000 > 200
     observed = await stub.ObserveUsage(
@@ -335,7 +323,7 @@ async def test_the_input_estimate_leaves_out_the_reserved_output(stub: pb_grpc.C
 
 
 async def test_observe_usage_calibrates_within_bounds_and_never_maintains(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=50_000, model="claude-sonnet-4")
+    session = await create_session(stub, context_window=50_000, model="claude-sonnet-4")
     first = (await prepare(stub, session.id, user("hello " * 200))).result
     assert first.cache_state == pb.CACHE_STATE_UNKNOWN
     raw = (await state(stub, session.id))["views"][-1]["estimated_tokens"]  # type: ignore[index]
@@ -368,7 +356,7 @@ async def test_observe_usage_calibrates_within_bounds_and_never_maintains(stub: 
 
 
 async def test_concurrent_prepares_install_one_checkpoint_per_fold(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=12_000)
+    session = await create_session(stub, context_window=12_000)
     await prepare(stub, session.id, user("Investigate the flaky test"))
     for i in range(12):
         await stub.AppendMessages(
@@ -392,7 +380,7 @@ async def test_concurrent_prepares_install_one_checkpoint_per_fold(stub: pb_grpc
 
 
 async def test_a_cold_resume_below_the_trigger_returns_the_view_unchanged(stub: pb_grpc.ContextServiceStub) -> None:
-    session = await create(stub, context_window=50_000, cache_ttl_seconds=1)
+    session = await create_session(stub, context_window=50_000, cache_ttl_seconds=1)
     first = (await prepare(stub, session.id, user("hello"), call("c1"), result("c1", tool_output(1, 9000)))).result
     warm = (await prepare(stub, session.id)).result
     assert warm.cache_state == pb.CACHE_STATE_WARM
@@ -408,7 +396,7 @@ async def test_a_fresh_turn_of_large_results_is_bounded_to_fit_not_refused(stub:
     pruned): they are the input the
     next call must answer, so nothing folds them; the largest are shown as head + tail + a marker
     naming their result_ref until the view fits, and the progress stream and the receipt say so."""
-    session = await create(stub, context_window=12000)
+    session = await create_session(stub, context_window=12000)
     calls = [
         pb.ToolCall(id=f"r{i}", name="Read", arguments=json.dumps({"file_path": f"src/f{i}.py"})) for i in range(8)
     ]
@@ -442,7 +430,7 @@ async def test_the_callers_author_decides_whose_messages_become_standing_instruc
     stub: pb_grpc.ContextServiceStub,
 ) -> None:
     """Left unset, the rules decide (a task notification is machine text); set, the caller decides."""
-    session = await create(stub, context_window=16000)
+    session = await create_session(stub, context_window=16000)
     notice = "<task-notification><task-id>b7</task-id><status>completed</status></task-notification>"
     said = [
         user("Port the parser to Rust."),

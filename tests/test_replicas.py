@@ -13,10 +13,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from builders import create_session, result, user
 from conftest import free_port, fresh_database
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import assert_view_well_formed, call, create, prepare, result, state, transcript, user
+from test_prepare import assert_view_well_formed, call, prepare, state, transcript
 from traces import tool_output
 
 
@@ -58,7 +59,7 @@ async def replicas(tmp_path: Path) -> AsyncIterator[list[pb_grpc.ContextServiceS
 
 async def test_two_replicas_fold_one_session_once(replicas: list[pb_grpc.ContextServiceStub]) -> None:
     a, b = replicas
-    session = await create(a, context_window=12_000)
+    session = await create_session(a, context_window=12_000)
     await prepare(a, session.id, user("Investigate the flaky test"))
     for i in range(12):
         await b.AppendMessages(

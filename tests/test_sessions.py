@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from builders import append, create_session, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.estimator import message_tokens
 from ctxfold.engine.model import ToolCall
@@ -40,18 +41,6 @@ async def fresh(backend: str, tmp_path: Path) -> AsyncIterator[Fresh]:
         await running.stop(grace=0.5)
 
 
-async def create(stub: Stub, **config: object) -> pb.Session:
-    config.setdefault("context_window", 128_000)
-    response = await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(**config)))  # type: ignore[arg-type]
-    return response.session
-
-
-async def append(stub: Stub, session_id: str, *messages: pb.Message, request_id: str = "") -> pb.AppendMessagesResponse:
-    return await stub.AppendMessages(
-        pb.AppendMessagesRequest(session_id=session_id, messages=list(messages), request_id=request_id)
-    )
-
-
 async def list_all(stub: Stub, session_id: str, page_size: int = 0) -> list[pb.Message]:
     messages: list[pb.Message] = []
     token = ""
@@ -65,10 +54,6 @@ async def list_all(stub: Stub, session_id: str, page_size: int = 0) -> list[pb.M
         token = page.next_page_token
         if not token:
             return messages
-
-
-def user(content: str) -> pb.Message:
-    return pb.Message(role=pb.ROLE_USER, content=content)
 
 
 def conversation() -> list[pb.Message]:
@@ -103,7 +88,7 @@ def same_fields(stored: pb.Message, sent: pb.Message) -> None:
 
 
 async def test_create_fills_defaults(stub: Stub) -> None:
-    session = await create(stub)
+    session = await create_session(stub)
     assert session.id.startswith("s_")
     config = session.config
     assert config.context_window == 128_000
@@ -120,7 +105,7 @@ async def test_create_fills_defaults(stub: Stub) -> None:
 
 
 async def test_derived_prompt_cache_keys_are_stable_and_distinct(stub: Stub) -> None:
-    first, second = await create(stub), await create(stub)
+    first, second = await create_session(stub), await create_session(stub)
     assert first.config.prompt_cache_key != second.config.prompt_cache_key
     again = (await stub.GetSession(pb.GetSessionRequest(session_id=first.id))).session
     assert again.config.prompt_cache_key == first.config.prompt_cache_key
@@ -128,7 +113,7 @@ async def test_derived_prompt_cache_keys_are_stable_and_distinct(stub: Stub) -> 
 
 async def test_create_keeps_given_values(stub: Stub) -> None:
     tools = '[{"type": "function", "function": {"name": "bash", "parameters": {}}}]'
-    session = await create(
+    session = await create_session(
         stub,
         context_window=200_000,
         compact_ratio=0.7,
@@ -152,18 +137,18 @@ async def test_create_keeps_given_values(stub: Stub) -> None:
 
 
 async def test_small_windows_get_a_summary_budget_that_fits(stub: Stub) -> None:
-    session = await create(stub, context_window=4000)
+    session = await create_session(stub, context_window=4000)
     config = session.config
     assert 0 < config.summary_max_tokens <= config.compact_ratio * config.context_window - 256
 
 
 async def test_get_returns_what_create_returned(stub: Stub) -> None:
-    session = await create(stub, system_prompt="hi")
+    session = await create_session(stub, system_prompt="hi")
     assert (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session == session
 
 
 async def test_list_pages_newest_first_without_duplicates(fresh: Fresh) -> None:
-    created = [(await create(fresh.stub, system_prompt=f"agent {i}")).id for i in range(25)]
+    created = [(await create_session(fresh.stub, system_prompt=f"agent {i}")).id for i in range(25)]
     seen: list[pb.Session] = []
     token, sizes = "", []
     while True:
@@ -194,7 +179,7 @@ async def test_list_of_an_empty_store_is_empty(fresh: Fresh) -> None:
 
 
 async def test_paging_survives_deletes_between_pages(fresh: Fresh) -> None:
-    created = [(await create(fresh.stub)).id for _ in range(10)]
+    created = [(await create_session(fresh.stub)).id for _ in range(10)]
     first = await fresh.stub.ListSessions(pb.ListSessionsRequest(page_size=4))
     assert [s.id for s in first.sessions] == created[:5:-1]
     # Deleting the last session of the page the token points after does not break the next page.
@@ -204,7 +189,7 @@ async def test_paging_survives_deletes_between_pages(fresh: Fresh) -> None:
 
 
 async def test_delete_then_get_is_not_found(stub: Stub) -> None:
-    session = await create(stub)
+    session = await create_session(stub)
     await append(stub, session.id, *conversation())
     await stub.DeleteSession(pb.DeleteSessionRequest(session_id=session.id))
     not_found = (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND", {"session_id": session.id})
@@ -222,7 +207,7 @@ async def test_delete_removes_every_row(fresh: Fresh) -> None:
     big = "日志行 log line 😀\n" * 5000  # above 32 KiB: a compressed raw result is stored
     sessions = []
     for index in range(3):
-        session = await create(stub)
+        session = await create_session(stub)
         sessions.append(session.id)
         await append(stub, session.id, *conversation(), request_id=f"turn-{index}")
         await append(
@@ -269,7 +254,7 @@ async def test_delete_removes_every_row(fresh: Fresh) -> None:
 
 
 async def test_append_returns_ids_and_contiguous_seqs(stub: Stub) -> None:
-    session = await create(stub)
+    session = await create_session(stub)
     sent = conversation()
     first = await append(stub, session.id, *sent[:3])
     assert [m.seq for m in first.messages] == [1, 2, 3]
@@ -289,7 +274,7 @@ async def test_append_returns_ids_and_contiguous_seqs(stub: Stub) -> None:
 
 
 async def test_an_empty_append_changes_nothing(stub: Stub) -> None:
-    session = await create(stub)
+    session = await create_session(stub)
     await append(stub, session.id, user("one"))
     response = await append(stub, session.id)
     assert list(response.messages) == []
@@ -299,7 +284,7 @@ async def test_an_empty_append_changes_nothing(stub: Stub) -> None:
 
 @pytest.mark.parametrize("page_size", [0, 1, 2, 3, 7, 100])
 async def test_list_messages_returns_the_transcript_unchanged(stub: Stub, page_size: int) -> None:
-    session = await create(stub)
+    session = await create_session(stub)
     stored: list[pb.Message] = []
     for _ in range(3):
         stored.extend((await append(stub, session.id, *conversation())).messages)
@@ -311,14 +296,14 @@ async def test_list_messages_returns_the_transcript_unchanged(stub: Stub, page_s
 
 
 async def test_list_messages_of_an_empty_session(stub: Stub) -> None:
-    session = await create(stub)
+    session = await create_session(stub)
     page = await stub.ListMessages(pb.ListMessagesRequest(session_id=session.id, page_size=3))
     assert list(page.messages) == []
     assert not page.next_page_token
 
 
 async def test_a_retried_append_with_the_same_request_id_lands_once(stub: Stub) -> None:
-    session = await create(stub)
+    session = await create_session(stub)
     await append(stub, session.id, user("before"))
     batch = conversation()[1:5]
     first = await append(stub, session.id, *batch, request_id="req-1")
@@ -337,7 +322,7 @@ async def test_a_retried_append_with_the_same_request_id_lands_once(stub: Stub) 
 
 
 async def test_request_ids_are_scoped_to_their_session(stub: Stub) -> None:
-    one, two = await create(stub), await create(stub)
+    one, two = await create_session(stub), await create_session(stub)
     a = await append(stub, one.id, user("x"), request_id="same")
     b = await append(stub, two.id, user("x"), request_id="same")
     assert a.messages[0].id != b.messages[0].id
@@ -345,7 +330,7 @@ async def test_request_ids_are_scoped_to_their_session(stub: Stub) -> None:
 
 
 async def test_concurrent_appends_all_land_in_order(stub: Stub) -> None:
-    session = await create(stub)
+    session = await create_session(stub)
     count = 20
     responses = await asyncio.gather(*(append(stub, session.id, user(f"message {i}")) for i in range(count)))
     seqs = sorted(r.messages[0].seq for r in responses)
@@ -360,7 +345,7 @@ async def test_concurrent_appends_all_land_in_order(stub: Stub) -> None:
 
 
 async def test_concurrent_batches_stay_contiguous(stub: Stub) -> None:
-    session = await create(stub)
+    session = await create_session(stub)
     responses = await asyncio.gather(
         *(append(stub, session.id, *(user(f"batch {b} item {i}") for i in range(3))) for b in range(8))
     )
@@ -373,7 +358,7 @@ async def test_concurrent_batches_stay_contiguous(stub: Stub) -> None:
 
 
 async def test_concurrent_retries_of_one_request_land_once(stub: Stub) -> None:
-    session = await create(stub)
+    session = await create_session(stub)
     responses = await asyncio.gather(
         *(append(stub, session.id, user("once"), user("twice?"), request_id="dup") for _ in range(10))
     )
@@ -384,7 +369,7 @@ async def test_concurrent_retries_of_one_request_land_once(stub: Stub) -> None:
 
 
 async def test_each_message_stores_its_token_count(stub: Stub) -> None:
-    session = await create(stub)
+    session = await create_session(stub)
     stored = list((await append(stub, session.id, *conversation())).messages)
     big = "数据 data 🚀 " * 8000
     stored.extend(

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from builders import user
 from ctxfold.v1 import context_service_pb2 as pb
-from test_summarizers import ANTHROPIC_TOOLS, Env, create, env, module_env, prepare, provider, stages, tool_turn, user
+from test_summarizers import ANTHROPIC_TOOLS, Env, create, env, module_env, prepare, provider, stages, tool_turn
 
 __all__ = ["env", "module_env", "provider"]  # the fixtures, imported for the tests below
 

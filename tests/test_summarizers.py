@@ -17,6 +17,7 @@ import grpc
 import pytest
 from sqlalchemy import select
 
+from builders import user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.briefing import strip_engine_sections
 from ctxfold.engine.estimator import PER_MESSAGE_TOKENS, count_text
@@ -161,10 +162,6 @@ def env(module_env: Env) -> Iterator[Env]:
 def words(count: int, seed: int) -> str:
     rng = random.Random(seed)
     return " ".join(rng.choice(VOCABULARY) for _ in range(count))
-
-
-def user(text: str) -> pb.Message:
-    return pb.Message(role=pb.ROLE_USER, content=text)
 
 
 def tool_turn(index: int, result_words: int, result: str = "") -> list[pb.Message]:

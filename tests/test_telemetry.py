@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from builders import create_session, result, user
 from conftest import free_port, fresh_database, settings_for
 from ctxfold import __version__
 from ctxfold.server import start
@@ -29,7 +30,7 @@ from ctxfold.service.maintenance import Hooks
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
-from test_prepare import call, compact, create, prepare, result, user
+from test_prepare import call, compact, prepare
 from traces import tool_output
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,7 @@ async def test_a_multi_pass_fold_is_one_span_tree(
     small_summarizer_stub: pb_grpc.ContextServiceStub, spans: InMemorySpanExporter
 ) -> None:
     stub = small_summarizer_stub
-    session = await create(stub, context_window=64_000, summarizer="small")
+    session = await create_session(stub, context_window=64_000, summarizer="small")
     await prepare(stub, session.id, user("Audit the ORM"))
     for i in range(40):
         await stub.AppendMessages(
@@ -140,7 +141,7 @@ async def test_a_model_summary_is_a_genai_chat_span_naming_the_model_and_server(
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
                 stub = pb_grpc.ContextServiceStub(channel)
-                session = await create(stub, context_window=16_000, summarizer="llm")
+                session = await create_session(stub, context_window=16_000, summarizer="llm")
                 turns = [user("start")] + [
                     m for i in range(16) for m in (call(f"c{i}"), result(f"c{i}", tool_output(i, 800)))
                 ]
@@ -171,7 +172,7 @@ async def test_every_rpc_span_names_its_session_and_domain_fields(
     stub: pb_grpc.ContextServiceStub, spans: InMemorySpanExporter
 ) -> None:
     spans.clear()
-    session = await create(stub, context_window=64_000)
+    session = await create_session(stub, context_window=64_000)
     appended = await stub.AppendMessages(
         pb.AppendMessagesRequest(session_id=session.id, messages=[user("go"), call("c1"), result("c1", "x" * 9000)])
     )
@@ -255,7 +256,7 @@ async def test_a_cancelled_stream_ends_its_span_without_tracebacks(
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
             stub = pb_grpc.ContextServiceStub(channel)
-            session = await create(stub, context_window=8000)
+            session = await create_session(stub, context_window=8000)
             turns = [user("start")] + [
                 m for i in range(8) for m in (call(f"c{i}"), result(f"c{i}", tool_output(i, 1500)))
             ]
@@ -356,7 +357,7 @@ async def test_spans_and_metrics_reach_an_otlp_receiver_in_the_clients_trace(
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             await asyncio.wait_for(channel.channel_ready(), 30)
             stub = pb_grpc.ContextServiceStub(channel)
-            session = await create(stub, context_window=4000, max_output_tokens=256)
+            session = await create_session(stub, context_window=4000, max_output_tokens=256)
             trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
             metadata = (("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01"),)
             for i in range(10):
