@@ -75,12 +75,13 @@ def view_entries(view: View, conversation: Conversation) -> list[ViewEntry]:
     """Each view message with the agent's source of it when the view shows the canonical message
     unchanged (a live seq maps to the request's piece of that index); None renders it from its fields
     (the summary, a pruned or bounded result, a bounded anchor)."""
-    pieces = conversation.pieces
-    entries = []
-    for message in view.messages:
-        shown_whole = 0 < message.seq <= len(pieces) and not (message.summary or message.pruned or message.truncated)
-        entries.append(ViewEntry(message, pieces[message.seq - 1].source if shown_whole else None))
-    return entries
+    pieces, count = conversation.pieces, len(conversation.pieces)
+    return [
+        ViewEntry(m, pieces[m.seq - 1].source)
+        if 0 < m.seq <= count and not (m.summary or m.pruned or m.truncated)
+        else ViewEntry(m, None)
+        for m in view.messages
+    ]
 
 
 class Contexts:
