@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import ipaddress
 import logging
 import signal
@@ -225,11 +224,7 @@ async def serve(settings: Settings, gateway: GatewaySettings | None = None) -> N
             await running.stop(grace=0)
             raise ConfigError(f"gateway_listen: cannot listen on {gateway.listen}: {exc.strerror}") from None
         log.info("ctxfold gateway serving on %s", listen_address(gateway.listen, embedded.port))
-    # What is alive once serving (modules, classes, the schema, gRPC's and SQLAlchemy's machinery: about
-    # 100k objects) lives as long as the process. Out of the collector's sight, a full collection,
-    # which runs on whichever thread allocates (the event loop, mostly), takes about 1 ms instead of 50.
-    gc.collect()
-    gc.freeze()
+    memory.freeze_startup_objects()
     watching = asyncio.create_task(loop_lag.watch())
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -20,7 +20,7 @@ from ctxfold_client.tools import READ_TOOL_RESULT
 from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry import propagate, trace
 
-from ctxfold import __version__
+from ctxfold import __version__, memory
 from ctxfold.gateway.contexts import Contexts, NewSession, Prepared, unreachable
 from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, Conversation, as_dict
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
@@ -427,6 +427,7 @@ def listen_address(listen: str, port: int) -> str:
 async def serve_gateway(settings: GatewaySettings) -> None:
     """`ctxfold gateway`: serves until SIGTERM or SIGINT, then lets requests in flight finish."""
     running = await start_gateway(settings)
+    memory.freeze_startup_objects()
     log.info(
         "ctxfold gateway %s serving on %s (ctxfold at %s; OpenAI upstream %s, Anthropic upstream %s; fail %s)",
         __version__,
