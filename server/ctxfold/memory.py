@@ -94,7 +94,7 @@ def freeze_startup_objects() -> None:
     """Moves every object alive now out of the collector's sight. What is alive once serving (modules,
     classes, gRPC's, aiohttp's and OpenTelemetry's machinery: over 100k objects) lives as long as the
     process; a full collection, which runs on whichever thread allocates (the event loop, mostly),
-    walks them all: about 35-50 ms each, one per 40 gateway requests at a 100k-token history, against
-    about 1 ms once frozen."""
+    walks them all: in the gateway, 35-50 ms once per 40 requests at a 100k-token history; about 1 ms
+    once frozen (docs/gateway.md)."""
     gc.collect()
     gc.freeze()
