@@ -25,6 +25,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from builders import create_session, result, user
 from conftest import free_port, fresh_database, settings_for
 from ctxfold import __version__
+from ctxfold.api.tracing import mark_error
+from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.server import start
 from ctxfold.service.maintenance import Hooks
 from ctxfold.v1 import context_service_pb2 as pb
@@ -79,7 +81,7 @@ async def test_a_multi_pass_fold_is_one_span_tree(
     committed = [p for p in outcome.progress if p.stage == pb.FOLD_STAGE_PASS_COMMITTED]
     assert len(committed) >= 2
     finished = list(spans.get_finished_spans())
-    rpc = next(s for s in finished if s.name == "/ctxfold.v1.ContextService/Compact")
+    rpc = next(s for s in finished if s.name == "ctxfold.v1.ContextService/Compact")
     assert rpc.attributes is not None and rpc.attributes["ctxfold.action"] == "folded"
     assert rpc.attributes["ctxfold.session.id"] == session.id
     (fold,) = [s for s in children(finished, rpc) if s.name == "ctxfold.fold"]
@@ -164,7 +166,7 @@ async def test_a_model_summary_is_a_genai_chat_span_naming_the_model_and_server(
 
 
 def rpc_span(finished: list[ReadableSpan], method: str) -> ReadableSpan:
-    (span,) = [s for s in finished if s.name == f"/ctxfold.v1.ContextService/{method}"]
+    (span,) = [s for s in finished if s.name == f"ctxfold.v1.ContextService/{method}"]
     return span
 
 
@@ -208,6 +210,11 @@ async def test_every_rpc_span_names_its_session_and_domain_fields(
     for method, session_id in methods.items():
         assert attributes[method]["ctxfold.session.id"] == session_id, method
         assert attributes[method]["rpc.method"] == method and attributes[method]["rpc.grpc.status_code"] == 0
+        assert attributes[method]["ctxfold.tenant"] == "default", method  # the tenant's name, never its token
+    # A request field left at its default is one the caller did not set: not an attribute.
+    assert "ctxfold.request.known_view_version" not in attributes["Prepare"]
+    assert "ctxfold.request.overflow" not in attributes["Prepare"]
+    assert "ctxfold.request.append.count" not in attributes["Prepare"]
     assert attributes["AppendMessages"]["ctxfold.request.messages.count"] == 3
     read = attributes["ReadToolResult"]
     assert read["ctxfold.request.tool_call_id"] == "c1" and read["ctxfold.response.result_ref"] == result_ref
@@ -221,9 +228,11 @@ async def test_every_rpc_span_names_its_session_and_domain_fields(
     assert "ctxfold.response.state_json" not in attributes["GetContextState"]
 
 
-async def test_an_error_span_has_status_error_the_reason_and_one_exception_event(
+async def test_a_client_error_leaves_the_span_status_unset_with_its_reason_and_code(
     stub: pb_grpc.ContextServiceStub, spans: InMemorySpanExporter
 ) -> None:
+    """OpenTelemetry's RPC conventions: a server span is an error only when the server failed; a
+    caller's mistake (NOT_FOUND here) records its code and reason, no status and no stack trace."""
     spans.clear()
     with pytest.raises(grpc.aio.AioRpcError):
         await stub.GetSession(pb.GetSessionRequest(session_id="s_missing"))
@@ -232,13 +241,28 @@ async def test_an_error_span_has_status_error_the_reason_and_one_exception_event
     finished = list(spans.get_finished_spans())
     for method in ("GetSession", "Compact"):
         span = rpc_span(finished, method)
-        assert span.status.status_code == StatusCode.ERROR, method
-        assert span.status.description == "session 's_missing' not found"
+        assert span.status.status_code == StatusCode.UNSET, method
         attributes = span.attributes or {}
         assert attributes["ctxfold.error.reason"] == "SESSION_NOT_FOUND"
         assert attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
         assert attributes["ctxfold.session.id"] == "s_missing"
-        assert [event.name for event in span.events] == ["exception"], method
+        assert "error.type" not in attributes
+        assert span.events == (), method
+
+
+def test_a_server_error_marks_the_span_failed_with_its_reason_and_one_exception_event() -> None:
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    error = DomainError(Kind.UNAVAILABLE, "STORE_UNAVAILABLE", "the database cannot be reached")
+    with provider.get_tracer("test").start_as_current_span("rpc"):
+        mark_error(error, grpc.StatusCode.UNAVAILABLE, error)
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code == StatusCode.ERROR
+    assert span.status.description == "the database cannot be reached"
+    attributes = span.attributes or {}
+    assert attributes["ctxfold.error.reason"] == attributes["error.type"] == "STORE_UNAVAILABLE"
+    assert [event.name for event in span.events] == ["exception"]
 
 
 async def test_a_cancelled_stream_ends_its_span_without_tracebacks(
@@ -370,7 +394,7 @@ async def test_spans_and_metrics_reach_an_otlp_receiver_in_the_clients_trace(
                     pass
             deadline = time.monotonic() + 45
             wanted = {
-                "/ctxfold.v1.ContextService/Prepare",
+                "ctxfold.v1.ContextService/Prepare",
                 "ctxfold.fold",
                 "ctxfold.fold.pass",
                 "ctxfold.summarize extractive",

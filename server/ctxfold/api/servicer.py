@@ -19,7 +19,7 @@ from ctxfold.api.admission import Admission, shutting_down
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.pacing import LARGE_BYTES, AnswerPacer, RequestPacer, Turn
-from ctxfold.api.tracing import annotate_request, annotate_response, mark_error, traced
+from ctxfold.api.tracing import annotate_request, annotate_response, annotate_tenant, mark_error, traced
 from ctxfold.api.validate import check_request
 from ctxfold.engine.errors import DomainError, invalid
 from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
@@ -122,7 +122,7 @@ def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
     (`_streamed`)."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         method.name: grpc.unary_unary_rpc_method_handler(
-            traced(f"/{SERVICE.full_name}/{method.name}", getattr(servicer, method.name)),
+            traced(f"{SERVICE.full_name}/{method.name}", getattr(servicer, method.name)),
             response_serializer=_serialize,
         )
         for method in SERVICE.methods
@@ -133,8 +133,8 @@ def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
 async def _abort(context: Context, exc: Exception) -> NoReturn:
     """Ends the call with `exc` as a status with an ErrorInfo, recorded on the RPC's span."""
     error = _as_domain_error(exc)
-    mark_error(error, exc)
     status = status_for(error)
+    mark_error(error, status.code, exc)
     await context.abort(status.code, status.details, status.trailing_metadata)
     raise AssertionError("unreachable: abort raises")
 
@@ -151,6 +151,7 @@ def unary(
     async def handler(self: ContextServicer, raw: bytes, context: Context) -> Response | bytes:
         try:
             tenant = self.auth.tenant(context)
+            annotate_tenant(tenant)
             with self.admission.admit(tenant, len(raw)):
                 async with self.requests.turn(len(raw)) as turn:
                     request, messages = await cpu.run(len(raw), _parse, method.__name__, raw)

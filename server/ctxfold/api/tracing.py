@@ -2,10 +2,13 @@
 when the servicer is registered.
 
 It continues the caller's W3C trace (a `traceparent` in the metadata) and names the span after the
-method. The servicer's one wrapper, which decodes every request, puts the session id and the
-request's domain fields (and the response's, for unary RPCs) on it (`annotate_request`,
-`annotate_response`). Errors are marked by the servicer's error mapping (`mark_error`), which
-alone knows the ErrorInfo reason: status ERROR, the reason, and one exception event.
+method (`ctxfold.v1.ContextService/Prepare`, without gRPC's leading slash, as the OpenTelemetry RPC
+conventions say). The servicer's one wrapper, which authenticates and decodes every request, puts the
+tenant, the session id and the request's domain fields (and the response's, for unary RPCs) on it
+(`annotate_tenant`, `annotate_request`, `annotate_response`). Errors are marked by the servicer's
+error mapping (`mark_error`), which alone knows the ErrorInfo reason: the reason always; status ERROR
+and one exception event only for a server error (`SERVER_ERRORS`), as the RPC conventions say for
+server spans: a client's mistake (NOT_FOUND, INVALID_ARGUMENT, …) is not the server failing.
 
 Why not opentelemetry-instrumentation-grpc: it records every abort twice ("Locally aborted."),
 leaves the status of client errors unset, and keeps its context attached across a stream's yields,
@@ -67,18 +70,35 @@ def _attribute_fields(descriptor: Descriptor) -> tuple[tuple[str, str], ...]:
     return tuple(fields)
 
 
-def message_attributes(message: Message, prefix: str) -> dict[str, AttributeValue]:
+# The gRPC codes that mean the server failed; every other code is the caller's (OpenTelemetry RPC
+# conventions: a server span's status is ERROR for these only).
+SERVER_ERRORS = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+
+
+def message_attributes(message: Message, prefix: str, sent_only: bool = False) -> dict[str, AttributeValue]:
     """The domain fields of a request or response as span attributes: numbers, flags, enums and ids
     (`prefix.<field>`), the sizes of repeated fields (`prefix.<field>.count`), and `session_id` as
-    `ctxfold.session.id`."""
+    `ctxfold.session.id`. With `sent_only` (requests) fields left at their default are left out: a
+    proto3 scalar at its default is one the caller did not set (`known_view_version=0`)."""
     attributes: dict[str, AttributeValue] = {}
     # Only the fields used are read: reading a string field copies it (a content can be MiBs).
     for name, kind in _attribute_fields(message.DESCRIPTOR):
         value = getattr(message, name)
         if kind == "count":
-            attributes[f"{prefix}.{name}.count"] = len(value)
+            if value or not sent_only:
+                attributes[f"{prefix}.{name}.count"] = len(value)
         elif kind == "scalar":
-            attributes[f"{prefix}.{name}"] = value
+            if value or not sent_only:
+                attributes[f"{prefix}.{name}"] = value
         elif value:
             attributes["ctxfold.session.id" if kind == "session" else f"{prefix}.{name}"] = value
     return attributes
@@ -102,7 +122,12 @@ def annotate_request(request: Message) -> None:
     itself, so this is where they are first seen)."""
     span = trace.get_current_span()
     if span.is_recording():  # attributes of a span that is not recorded are dropped: not built
-        span.set_attributes(message_attributes(request, "ctxfold.request"))
+        span.set_attributes(message_attributes(request, "ctxfold.request", sent_only=True))
+
+
+def annotate_tenant(tenant: str) -> None:
+    """The authenticated caller's tenant (its name, never its token) on the current RPC span."""
+    trace.get_current_span().set_attribute("ctxfold.tenant", tenant)
 
 
 def annotate_response(request: Message, response: Message, counts: Mapping[str, int] | None = None) -> None:
@@ -115,12 +140,15 @@ def annotate_response(request: Message, response: Message, counts: Mapping[str, 
     span.set_attributes(attributes)
 
 
-def mark_error(error: DomainError, exc: BaseException) -> None:
-    """Marks the current RPC span as failed with `error`'s reason: the servicer's one error path calls it."""
+def mark_error(error: DomainError, code: grpc.StatusCode, exc: BaseException) -> None:
+    """Puts `error`'s reason on the current RPC span, which ends with `code`; a server error also
+    sets status ERROR, `error.type` and the exception: the servicer's one error path calls it."""
     span = trace.get_current_span()
-    span.set_status(Status(StatusCode.ERROR, error.message))
-    span.set_attributes({"ctxfold.error.reason": error.reason, "error.type": error.reason})
-    span.record_exception(exc)
+    span.set_attribute("ctxfold.error.reason", error.reason)
+    if code in SERVER_ERRORS:
+        span.set_status(Status(StatusCode.ERROR, error.message))
+        span.set_attribute("error.type", error.reason)
+        span.record_exception(exc)
 
 
 def peer_attributes(peer: str) -> dict[str, AttributeValue]:
@@ -145,7 +173,7 @@ class _RpcSpan:
     def __init__(self, method: str, context: grpc.aio.ServicerContext[Any, Any]):
         carrier: Mapping[str, str | bytes] = dict(context.invocation_metadata() or ())
         parent = propagate.extract(carrier)
-        service, _, name = method.lstrip("/").partition("/")
+        service, _, name = method.partition("/")
         self.span: Span = TRACER.start_span(
             method,
             context=parent,
@@ -169,9 +197,10 @@ class _RpcSpan:
             otel_context.detach(token)
 
     def unexpected(self, exc: BaseException) -> None:
-        # DomainErrors were marked by the servicer; anything reaching here escaped it.
+        # DomainErrors were marked by the servicer; anything reaching here escaped it (gRPC: UNKNOWN).
         self.span.record_exception(exc)
         self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        self.span.set_attribute("error.type", type(exc).__qualname__)
 
     def end(self, cancelled: bool = False) -> None:
         code = grpc.StatusCode.CANCELLED.value[0] if cancelled else _status_code(self.grpc)
@@ -189,7 +218,7 @@ def _tracing() -> bool:
 
 
 def traced(method: str, behavior: Handler) -> Handler:
-    """`behavior` (a handler of `method`, "/service/Method") run inside the RPC's span, which it ends
+    """`behavior` (a handler of `method`, "package.Service/Method") run inside the RPC's span, which it ends
     with the call's status. Every ContextService handler is a coroutine run in one task, the
     server-streaming ones too, so the span's context is attached and detached in that task."""
 
