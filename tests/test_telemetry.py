@@ -29,6 +29,7 @@ from ctxfold.api.tracing import mark_error
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.server import start
 from ctxfold.service.maintenance import Hooks
+from ctxfold.telemetry import exporter_names
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
@@ -360,6 +361,23 @@ def receiver() -> Iterator[tuple[Receiver, int]]:
     server.stop(0)
 
 
+@pytest.mark.parametrize(
+    ("environ", "traces", "metrics"),
+    [
+        ({}, ["none"], ["none"]),
+        # The documented Jaeger setup: Jaeger refuses metrics, so none are pushed to it.
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}, ["otlp"], ["none"]),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_METRICS_EXPORTER": "otlp"}, ["otlp"], ["otlp"]),
+        ({"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://c:4317"}, ["none"], ["otlp"]),
+        ({"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "console"}, ["console"], ["console"]),
+    ],
+)
+def test_an_otlp_endpoint_alone_exports_traces_and_metrics_only_where_asked_for(
+    environ: dict[str, str], traces: list[str], metrics: list[str]
+) -> None:
+    assert exporter_names(environ) == (traces, metrics)
+
+
 async def test_spans_and_metrics_reach_an_otlp_receiver_in_the_clients_trace(
     receiver: tuple[Receiver, int], tmp_path: Path
 ) -> None:
@@ -368,6 +386,7 @@ async def test_spans_and_metrics_reach_an_otlp_receiver_in_the_clients_trace(
     env = {
         **os.environ,
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}",
+        "OTEL_METRICS_EXPORTER": "otlp",  # the endpoint alone exports traces only
         "OTEL_BSP_SCHEDULE_DELAY": "100",
         "OTEL_METRIC_EXPORT_INTERVAL": "300",
         "OTEL_SERVICE_NAME": "ctxfold-under-test",

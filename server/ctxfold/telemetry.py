@@ -5,7 +5,8 @@ SDK it is a no-op. `configure()` installs the SDK for a `ctxfold serve` process 
 variables: OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (otlp, console, none; comma-separated),
 OTEL_EXPORTER_OTLP_PROTOCOL (grpc or http/protobuf), OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME,
 OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_* and OTEL_METRIC_EXPORT_INTERVAL. Setting only
-OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4317 for Jaeger) turns OTLP export on."""
+OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4317 for Jaeger) turns OTLP trace export on;
+metrics are exported only where asked for (`exporter_names`)."""
 
 from __future__ import annotations
 
@@ -130,14 +131,25 @@ def resource_for(environ: Mapping[str, str]) -> Resource:
     return Resource.create(attributes)
 
 
+def exporter_names(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """The trace and metric exporters the variables ask for. OTEL_EXPORTER_OTLP_ENDPOINT alone turns
+    on OTLP traces, not metrics: the endpoint is most often Jaeger, which refuses metrics, and every
+    push would log an export error. Metrics go out when OTEL_METRICS_EXPORTER names an exporter or
+    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT names where."""
+    traces_default = "otlp" if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") else "none"
+    metrics_default = "otlp" if environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else "none"
+    return (
+        _names(environ.get("OTEL_TRACES_EXPORTER") or traces_default),
+        _names(environ.get("OTEL_METRICS_EXPORTER") or metrics_default),
+    )
+
+
 def configure(environ: Mapping[str, str]) -> Callable[[], None]:
     """Installs the SDK as the variables say and returns a function that flushes and shuts it down."""
-    default = "otlp" if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") else "none"
+    trace_names, metric_names = exporter_names(environ)
     resource = resource_for(environ)
     shutdowns: list[Callable[[], object]] = []
-    span_exporters = [
-        e for n in _names(environ.get("OTEL_TRACES_EXPORTER") or default) if (e := _span_exporter(n, environ))
-    ]
+    span_exporters = [e for n in trace_names if (e := _span_exporter(n, environ))]
     if span_exporters:
         tracer_provider = TracerProvider(resource=resource)
         for span_exporter in span_exporters:
@@ -145,9 +157,7 @@ def configure(environ: Mapping[str, str]) -> Callable[[], None]:
         trace.set_tracer_provider(tracer_provider)
         shutdowns.append(tracer_provider.shutdown)
     metric_exporters = [
-        metric_exporter
-        for name in _names(environ.get("OTEL_METRICS_EXPORTER") or default)
-        if (metric_exporter := _metric_exporter(name, environ)) is not None
+        metric_exporter for name in metric_names if (metric_exporter := _metric_exporter(name, environ)) is not None
     ]
     if metric_exporters:
         meter_provider = MeterProvider(
