@@ -93,6 +93,7 @@ async def test_a_multi_pass_fold_is_one_span_tree(
     assert fold.attributes["ctxfold.hard_limit_tokens"] == 64_000 - 256
     assert fold.attributes["ctxfold.summarizer"] == "extractive"
     assert fold.attributes["ctxfold.summarizer.input_window_tokens"] == 6000
+    assert fold.attributes["ctxfold.tenant"] == "default"
     positions = {
         c.id: c.position_seq
         for c in (
@@ -117,7 +118,11 @@ async def test_a_multi_pass_fold_is_one_span_tree(
         assert summarize.attributes["ctxfold.summary.tokens"] > 0  # type: ignore[operator]
         assert pass_span.attributes is not None and pass_span.attributes["ctxfold.session.id"] == session.id
         first, last = pass_span.attributes["ctxfold.fold.first_seq"], pass_span.attributes["ctxfold.fold.last_seq"]
-        assert 0 < first <= last and last == install_position(committed[index])  # type: ignore[operator]
+        # The range this pass read; the checkpoint's position is said apart only where it differs.
+        position = install_position(committed[index])
+        assert 0 < first <= last <= position  # type: ignore[operator]
+        assert pass_span.attributes.get("ctxfold.checkpoint.position_seq", last) == position
+        assert last - first + 1 == pass_span.attributes["ctxfold.fold.messages"]  # type: ignore[operator]
         assert pass_span.attributes["ctxfold.fold.messages"] > 0  # type: ignore[operator]
         assert install.attributes is not None
         assert install.attributes["ctxfold.checkpoint.id"] == committed[index].checkpoint_id
@@ -161,6 +166,22 @@ async def test_a_model_summary_is_a_genai_chat_span_naming_the_model_and_server(
     assert attributes["gen_ai.request.model"] == "m-fake" and attributes["gen_ai.response.model"] == "m-fake"
     assert attributes["server.address"] == "127.0.0.1"
     assert attributes["ctxfold.session.id"] == session.id
+
+
+async def test_a_prune_install_names_no_checkpoint(
+    stub: pb_grpc.ContextServiceStub, spans: InMemorySpanExporter
+) -> None:
+    session = await create_session(stub, context_window=30_000, compact_ratio=0.5)
+    await prepare(stub, session.id, user("Audit the repository"))
+    spans.clear()
+    actions = []
+    for i in range(8):
+        outcome = await prepare(stub, session.id, call(f"c{i}"), result(f"c{i}", tool_output(i, 10_000)))
+        actions.append(outcome.result.action)
+    assert pb.ACTION_PRUNED in actions
+    installs = [s for s in spans.get_finished_spans() if s.name == "ctxfold.checkpoint.install"]
+    prunes = [s for s in installs if (s.attributes or {}).get("ctxfold.install.kind") == "prune"]
+    assert prunes and all("ctxfold.checkpoint.id" not in (s.attributes or {}) for s in prunes)
 
 
 # ---- every RPC span, errors, cancellation -------------------------------------------------------

@@ -347,7 +347,8 @@ class Maintenance:
                     run.not_folding(NotFolded.FOLD_IN_PROGRESS, "another call of this server is folding this session")
                 return run
         async with self._sessions.hold(session_id):
-            return await self._maintain_locked(tenant, session_id, request, MaintenanceObserver(emit, session_id))
+            observer = MaintenanceObserver(emit, session_id, tenant)
+            return await self._maintain_locked(tenant, session_id, request, observer)
 
     async def _maintain_locked(
         self, tenant: str, session_id: str, request: MaintainRequest, observer: MaintenanceObserver

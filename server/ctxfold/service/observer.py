@@ -86,6 +86,7 @@ class SummarizerCall:
 class MaintenanceObserver:
     emit: Emit
     session_id: str
+    tenant: str
     _fold_span: Span | None = field(default=None, init=False)
 
     # ---- rounds and installs ------------------------------------------------------------------
@@ -103,11 +104,12 @@ class MaintenanceObserver:
                 {
                     "ctxfold.session.id": self.session_id,
                     "ctxfold.install.kind": "checkpoint" if fold else "prune",
-                    "ctxfold.checkpoint.id": fold.checkpoint.id if fold else "",
                     "ctxfold.tokens.before": before,
                     "ctxfold.tokens.after": after,
                 }
             )
+            if fold:  # a prune installs no checkpoint
+                span.set_attribute("ctxfold.checkpoint.id", fold.checkpoint.id)
             try:
                 yield
             except StaleSession:
@@ -171,6 +173,7 @@ class MaintenanceObserver:
             span.set_attributes(
                 {
                     "ctxfold.session.id": self.session_id,
+                    "ctxfold.tenant": self.tenant,
                     "ctxfold.fold.trigger": request.trigger.value,
                     "ctxfold.context_window": config.context_window,
                     "ctxfold.trigger_tokens": config.trigger_tokens,
@@ -207,15 +210,19 @@ class MaintenanceObserver:
 
     async def pass_started(self, fold: FoldPass, index: int, passes: int, before: int, summarizer: str) -> None:
         folded_seqs = [m.source.seq for m in fold.folded if m.source is not None]
-        trace.get_current_span().set_attributes(
+        last_seq = max(folded_seqs, default=0)
+        span = trace.get_current_span()
+        span.set_attributes(
             {
                 "ctxfold.tokens.before": before,
                 "ctxfold.fold.input_tokens": fold.input_tokens,
                 "ctxfold.fold.messages": len(fold.folded),
                 "ctxfold.fold.first_seq": min(folded_seqs, default=0),
-                "ctxfold.fold.last_seq": fold.position_seq,
+                "ctxfold.fold.last_seq": last_seq,
             }
         )
+        if fold.position_seq != last_seq:  # the checkpoint also covers messages this pass did not read
+            span.set_attribute("ctxfold.checkpoint.position_seq", fold.position_seq)
         await self.emit(
             Progress(
                 Stage.PASS_STARTED,
