@@ -24,6 +24,7 @@ from ctxfold.engine.briefing import (
     strip_engine_sections,
 )
 from ctxfold.engine.folded_index import FoldedIndex
+from ctxfold.engine.maintenance import FoldOutcome, fold_outcome
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.view import anchor_shares, bounded_anchor, build_view, call_groups, opening_end
 
@@ -381,3 +382,11 @@ def test_a_text_action_and_its_observation_are_one_call_group() -> None:
     assert call_groups(messages, TEXT) == [[action, observation], [person], [answer]]
     # In a session that calls tools the reply after a code block is the person's, a group of its own.
     assert call_groups(messages, TOOLS) == [[action], [observation], [person], [answer]]
+
+
+def test_a_fold_outcome_says_whether_every_pass_some_or_none_were_installed() -> None:
+    assert fold_outcome(installed=3, failed=False, dry_run=False) is FoldOutcome.INSTALLED
+    assert fold_outcome(installed=2, failed=True, dry_run=False) is FoldOutcome.PARTIAL
+    assert fold_outcome(installed=0, failed=True, dry_run=False) is FoldOutcome.FAILED
+    assert fold_outcome(installed=1, failed=False, dry_run=True) is FoldOutcome.DRY_RUN
+    assert fold_outcome(installed=0, failed=True, dry_run=True) is FoldOutcome.FAILED

@@ -94,6 +94,8 @@ async def test_a_multi_pass_fold_is_one_span_tree(
     assert fold.attributes["ctxfold.summarizer"] == "extractive"
     assert fold.attributes["ctxfold.summarizer.input_window_tokens"] == 6000
     assert fold.attributes["ctxfold.tenant"] == "default"
+    assert fold.attributes["ctxfold.fold.outcome"] == "installed"
+    assert fold.attributes["ctxfold.fold.passes_planned"] == len(committed)  # the final plan, not the first
     positions = {
         c.id: c.position_seq
         for c in (
@@ -130,11 +132,14 @@ async def test_a_multi_pass_fold_is_one_span_tree(
     assert all(s.context.trace_id == rpc.context.trace_id for s in passes)
 
 
+@pytest.mark.parametrize("answer", ["ok", "error500"])
 async def test_a_model_summary_is_a_genai_chat_span_naming_the_model_and_server(
-    backend: str, tmp_path: Path, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+    backend: str, tmp_path: Path, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch, answer: str
 ) -> None:
+    """And the fold span says what the fold came to: installed, or failed (status ERROR, the reason)."""
     monkeypatch.setenv("CTXFOLD_TEST_TELEMETRY_KEY", "k")
     with FakeProvider() as fake:
+        fake.script(then=answer)
         summarizers = {
             "llm": {
                 "type": "openai",
@@ -155,17 +160,33 @@ async def test_a_model_summary_is_a_genai_chat_span_naming_the_model_and_server(
                 ]
                 await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session.id, messages=turns))
                 spans.clear()
-                outcome = await compact(stub, session.id)
-                assert outcome.result.action == pb.ACTION_FOLDED, outcome
+                if answer == "ok":
+                    outcome = await compact(stub, session.id)
+                    assert outcome.result.action == pb.ACTION_FOLDED, outcome
+                else:
+                    with pytest.raises(grpc.aio.AioRpcError) as refused:
+                        await compact(stub, session.id)
+                    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         finally:
             await running.stop(grace=1.0)
-    (chat,) = [s for s in spans.get_finished_spans() if s.name == "chat m-fake"]
+    (fold,) = [s for s in spans.get_finished_spans() if s.name == "ctxfold.fold"]
+    fold_attributes = fold.attributes or {}
+    if answer == "ok":
+        assert fold_attributes["ctxfold.fold.outcome"] == "installed" and fold.status.status_code == StatusCode.UNSET
+    else:
+        assert fold_attributes["ctxfold.fold.outcome"] == "failed" and fold.status.status_code == StatusCode.ERROR
+        assert fold_attributes["ctxfold.fold.failure"] and fold_attributes["ctxfold.fold.passes"] == 0
+    (chat, *_retries) = [s for s in spans.get_finished_spans() if s.name == "chat m-fake"]
     attributes = chat.attributes or {}
     assert chat.kind == SpanKind.CLIENT
     assert attributes["gen_ai.operation.name"] == "chat" and attributes["gen_ai.provider.name"] == "openai"
-    assert attributes["gen_ai.request.model"] == "m-fake" and attributes["gen_ai.response.model"] == "m-fake"
+    assert attributes["gen_ai.request.model"] == "m-fake"
     assert attributes["server.address"] == "127.0.0.1"
     assert attributes["ctxfold.session.id"] == session.id
+    if answer == "ok":
+        assert attributes["gen_ai.response.model"] == "m-fake"
+    else:
+        assert chat.status.status_code == StatusCode.ERROR and attributes["error.type"]
 
 
 async def test_a_prune_install_names_no_checkpoint(

@@ -336,6 +336,24 @@ class FoldPlan:
     first: FoldPass | None  # None: nothing can be folded
 
 
+class FoldOutcome(enum.Enum):
+    """What one fold came to (the fold span's `ctxfold.fold.outcome`)."""
+
+    INSTALLED = "installed"  # every planned pass installed
+    PARTIAL = "partial"  # a pass failed after earlier ones were installed; they stay
+    FAILED = "failed"  # the first pass failed: nothing installed
+    DRY_RUN = "dry_run"  # the candidate was made and answered, not installed
+
+
+def fold_outcome(installed: int, failed: bool, dry_run: bool) -> FoldOutcome:
+    """The outcome of a fold that installed `installed` passes, `failed` when its last pass failed."""
+    if dry_run and not failed:
+        return FoldOutcome.DRY_RUN
+    if failed:
+        return FoldOutcome.PARTIAL if installed else FoldOutcome.FAILED
+    return FoldOutcome.INSTALLED
+
+
 def _prefix_tokens(view: Sequence[ViewMessage]) -> int:
     return sum(v.tokens + estimator.PER_MESSAGE_TOKENS for v in view)
 

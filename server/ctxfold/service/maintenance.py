@@ -49,6 +49,7 @@ from ctxfold.engine.maintenance import (
     check_response_size,
     decide,
     fold_install,
+    fold_outcome,
     plan_pass,
     prune_install,
     summary_failure,
@@ -476,6 +477,7 @@ class Maintenance:
         with observer.folding(run.request, run.config, summarizer, passes, before):
             fold: FoldPass | None = plan.first
             index = 0
+            committed = True
             while fold is not None:
                 index += 1
                 with observer.fold_pass(index, passes):
@@ -484,7 +486,9 @@ class Maintenance:
                     break
                 fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens).first
                 passes = max(passes, index + 1)
-            observer.folded(index, run.projection.tokens())
+            installed = index if committed else index - 1
+            outcome = fold_outcome(installed, not committed, run.request.dry_run)
+            observer.folded(installed, passes, run.projection.tokens(), outcome, run.failure[1] if run.failure else "")
 
     async def _fold_pass(
         self, run: _Run, summarizer: Summarizer, fold: FoldPass, index: int, passes: int, observer: MaintenanceObserver

@@ -14,7 +14,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, StatusCode
 
 from ctxfold.engine import estimator
-from ctxfold.engine.maintenance import Action, FoldInstall, FoldPass, Install, MaintainRequest
+from ctxfold.engine.maintenance import Action, FoldInstall, FoldOutcome, FoldPass, Install, MaintainRequest
 from ctxfold.engine.model import SessionConfig
 from ctxfold.engine.state import ContextState, Receipt, split_view_version
 from ctxfold.store import StaleSession
@@ -194,9 +194,22 @@ class MaintenanceObserver:
         message = f"folding in {passes} pass(es) from {before} tokens"
         await self.emit(Progress(Stage.PLANNED, message, passes_planned=passes, tokens_before=before))
 
-    def folded(self, passes: int, after: int) -> None:
-        if self._fold_span is not None:
-            self._fold_span.set_attributes({"ctxfold.fold.passes": passes, "ctxfold.tokens.after": after})
+    def folded(self, installed: int, planned: int, after: int, outcome: FoldOutcome, failure: str) -> None:
+        """The fold's end: how many passes it installed of the final plan's, and what it came to."""
+        if self._fold_span is None:
+            return
+        self._fold_span.set_attributes(
+            {
+                "ctxfold.fold.passes": installed,
+                "ctxfold.fold.passes_planned": planned,
+                "ctxfold.tokens.after": after,
+                "ctxfold.fold.outcome": outcome.value,
+            }
+        )
+        if outcome in (FoldOutcome.FAILED, FoldOutcome.PARTIAL):
+            self._fold_span.set_attribute("ctxfold.fold.failure", failure)
+        if outcome is FoldOutcome.FAILED:
+            self._fold_span.set_status(StatusCode.ERROR, failure)
 
     @contextlib.contextmanager
     def fold_pass(self, index: int, passes: int) -> Iterator[None]:
