@@ -106,6 +106,8 @@ def test_replay_refuses_bad_input(tmp_path: Path) -> None:
     (tmp_path / "t.jsonl").write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "yo"}\n')
     prices = run_replay(tmp_path, str(tmp_path / "t.jsonl"), "--prices", "nonsense")
     assert prices.returncode == 2 and "unknown price sheet" in prices.stderr
+    traceparent = run_replay(tmp_path, str(tmp_path / "t.jsonl"), "--traceparent", "00-abc-def-01")
+    assert traceparent.returncode == 2 and "--traceparent: not a W3C traceparent" in traceparent.stderr
 
 
 @needs_traces

@@ -27,7 +27,9 @@ from conftest import free_port, fresh_database, settings_for
 from ctxfold import __version__
 from ctxfold.api.tracing import mark_error
 from ctxfold.engine.errors import DomainError, Kind
-from ctxfold.server import start
+from ctxfold.replay.runner import Options, replay
+from ctxfold.replay.trace import parse_trace
+from ctxfold.server import RunningServer, start
 from ctxfold.service.maintenance import Hooks
 from ctxfold.telemetry import exporter_names
 from ctxfold.v1 import context_service_pb2 as pb
@@ -203,6 +205,28 @@ async def test_a_prune_install_names_no_checkpoint(
     installs = [s for s in spans.get_finished_spans() if s.name == "ctxfold.checkpoint.install"]
     prunes = [s for s in installs if (s.attributes or {}).get("ctxfold.install.kind") == "prune"]
     assert prunes and all("ctxfold.checkpoint.id" not in (s.attributes or {}) for s in prunes)
+
+
+TINY_TRACE = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok"}]
+
+
+async def test_a_replay_with_a_traceparent_is_one_trace_under_the_callers_span(
+    server: RunningServer, spans: InMemorySpanExporter
+) -> None:
+    """`ctxfold replay --traceparent`: every RPC of the replay is a child of the caller's span."""
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    spans.clear()
+    replayed = await replay(
+        parse_trace("tiny", json.dumps({"messages": TINY_TRACE})),
+        Options(window=8000),
+        server=f"127.0.0.1:{server.port}",
+        traceparent=f"00-{trace_id}-{parent_id}-01",
+    )
+    assert replayed.turns == 1
+    rpcs = [s for s in spans.get_finished_spans() if s.name.startswith("ctxfold.v1.ContextService/")]
+    assert {s.name.rsplit("/", 1)[1] for s in rpcs} >= {"CreateSession", "Prepare", "DeleteSession"}
+    assert all(format(s.context.trace_id, "032x") == trace_id for s in rpcs)
+    assert all(s.parent is not None and format(s.parent.span_id, "016x") == parent_id for s in rpcs)
 
 
 # ---- every RPC span, errors, cancellation -------------------------------------------------------

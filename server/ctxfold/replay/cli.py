@@ -6,10 +6,14 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import re
 import sys
 from typing import Literal
 
 from ctxfold.replay.prices import BUILT_IN, DEFAULT_SHEET, PROVIDERS, PriceError
+
+# W3C Trace Context, version 00: a trace id and a parent span id that are not all zeros, and flags.
+TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,6 +30,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--server", default="", help="address of a running server (host:port); default: an embedded one")
     p.add_argument("--token", default="", help="bearer token for --server")
     p.add_argument("--tls-ca", default="", help="PEM CA bundle: connect to --server with TLS")
+    p.add_argument(
+        "--traceparent",
+        default="",
+        metavar="00-TRACE_ID-SPAN_ID-FLAGS",
+        help="a W3C traceparent: every call of the replay continues that trace (one trace in Jaeger)",
+    )
     p.add_argument("--summarizers", default="", help="the embedded server's summarizers setting (JSON)")
     p.add_argument("--window", type=int, default=32000, help="context_window of the session (default 32000)")
     p.add_argument("--ratio", type=float, default=0.0, help="compact_ratio (default: the server's, 0.80)")
@@ -72,6 +82,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.exit(2, f"ctxfold replay: {exc}\n")
     if args.window <= 0:
         parser.exit(2, "ctxfold replay: --window must be > 0\n")
+    if args.traceparent and not TRACEPARENT.fullmatch(args.traceparent):
+        why = "not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)"
+        parser.exit(2, f"ctxfold replay: --traceparent: {why}: {args.traceparent!r}\n")
     if args.plot:
         # Checked before the replay runs, which can take minutes.
         from ctxfold.replay.plot import PlotError, pyplot, writable
@@ -99,7 +112,16 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     show_progress = not args.quiet and sys.stderr.isatty()
     try:
         result = asyncio.run(
-            replay(trace, options, args.server, args.token, args.tls_ca, args.summarizers, show_progress)
+            replay(
+                trace,
+                options,
+                args.server,
+                args.token,
+                args.tls_ca,
+                args.summarizers,
+                show_progress,
+                traceparent=args.traceparent,
+            )
         )
     except ReplayError as exc:
         print(f"ctxfold replay: {exc}", file=sys.stderr)

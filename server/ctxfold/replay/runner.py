@@ -410,9 +410,13 @@ async def replay(
     tls_ca: str = "",
     summarizers: str = "",
     progress: bool = False,
+    traceparent: str = "",
 ) -> ReplayResult:
-    """Replays `trace` through `server`, or through an embedded server when `server` is empty."""
-    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    """Replays `trace` through `server`, or through an embedded server when `server` is empty; with
+    `traceparent` (W3C), every call continues that trace."""
+    metadata = ((("authorization", f"Bearer {token}"),) if token else ()) + (
+        (("traceparent", traceparent),) if traceparent else ()
+    )
     bar = ProgressBar(len(turns(trace)[0]), trace.name, progress)
 
     def on_turn(done: int, total: int, result: ReplayResult) -> None:
