@@ -185,10 +185,11 @@ async def test_a_model_summary_is_a_genai_chat_span_naming_the_model_and_server(
     assert attributes["gen_ai.request.model"] == "m-fake"
     assert attributes["server.address"] == "127.0.0.1"
     assert attributes["ctxfold.session.id"] == session.id
+    assert attributes["server.port"] == fake.port and attributes["gen_ai.conversation.id"] == session.id
     if answer == "ok":
-        assert attributes["gen_ai.response.model"] == "m-fake"
-    else:
-        assert chat.status.status_code == StatusCode.ERROR and attributes["error.type"]
+        assert attributes["gen_ai.response.model"] == "m-fake" and attributes["gen_ai.response.id"]
+    else:  # the provider's answer, not the SDK's exception class
+        assert chat.status.status_code == StatusCode.ERROR and attributes["error.type"] == "500"
 
 
 async def test_a_prune_install_names_no_checkpoint(

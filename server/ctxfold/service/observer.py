@@ -66,6 +66,7 @@ class SummarizerCall:
             self.span.set_attributes(
                 {
                     "gen_ai.response.model": result.response_model or self.summarizer.model,
+                    **({"gen_ai.response.id": result.response_id} if result.response_id else {}),
                     "gen_ai.usage.input_tokens": result.input_tokens,
                     "gen_ai.usage.output_tokens": result.output_tokens,
                     "gen_ai.usage.cache_read.input_tokens": result.cached_input_tokens,
@@ -78,8 +79,20 @@ class SummarizerCall:
 
     def raised(self, exc: Exception, failure: str) -> None:
         self.span.record_exception(exc)
-        self.span.set_attribute("error.type", type(exc).__name__)
+        self.span.set_attribute("error.type", provider_error_type(exc))
         self.failure = failure
+
+
+def provider_error_type(exc: BaseException) -> str:
+    """What the provider answered (its HTTP status code, as the GenAI conventions suggest), else the
+    exception's class: a timeout or a refused connection never reached an answer."""
+    cause: BaseException | None = exc
+    while cause is not None:  # a SummarizerError wraps the SDK's error
+        status = getattr(cause, "status_code", None)
+        if isinstance(status, int):
+            return str(status)
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__qualname__
 
 
 @dataclass
@@ -306,7 +319,12 @@ class MaintenanceObserver:
                         **attributes,
                         "gen_ai.request.model": summarizer.model,
                         "gen_ai.request.max_tokens": request.max_tokens,
-                        **({"server.address": summarizer.server_address} if summarizer.server_address else {}),
+                        **(
+                            {"server.address": summarizer.server_address, "server.port": summarizer.server_port}
+                            if summarizer.server_address
+                            else {}
+                        ),
+                        "gen_ai.conversation.id": self.session_id,
                     }
                 )
             span.set_attributes({"ctxfold.session.id": self.session_id, "ctxfold.summarizer": summarizer.name})

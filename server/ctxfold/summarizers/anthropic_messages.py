@@ -57,6 +57,7 @@ class AnthropicSummarizer:
         self.client = client
         self.model = model
         self.server_address = client.base_url.host
+        self.server_port = client.base_url.port or (443 if client.base_url.scheme == "https" else 80)
         self.input_window_tokens = input_window_tokens
         self.deadline_seconds = deadline_seconds
 
@@ -155,4 +156,4 @@ async def _read_stream(answer: StreamedAnswer, bound: OutputBound, on_delta: OnD
     cached = usage.cache_read_input_tokens or 0
     # Anthropic reports uncached input apart from cache reads and writes; report the total read.
     total_input = usage.input_tokens + cached + (usage.cache_creation_input_tokens or 0)
-    return SummaryResult(text, finish, total_input, output_tokens, cached, start.model)
+    return SummaryResult(text, finish, total_input, output_tokens, cached, start.model, start.id)

@@ -171,6 +171,7 @@ class SummaryResult:
     output_tokens: int = 0
     cached_input_tokens: int = 0
     response_model: str = ""  # the model that answered, as the provider names it
+    response_id: str = ""  # the provider's id of its answer
 
 
 OnDelta = Callable[[str], Awaitable[None]]
@@ -185,6 +186,7 @@ class Summarizer(Protocol):
     provider: str  # for telemetry (gen_ai.provider.name): "openai", "anthropic", IN_PROCESS_PROVIDER
     model: str
     server_address: str  # the provider's host, for telemetry; "" in process
+    server_port: int  # its port; 0 in process
     # The largest fold input (tokens) one summary request can read; larger folds run in passes.
     input_window_tokens: int
 

@@ -71,6 +71,7 @@ class ExtractiveSummarizer:
     provider = IN_PROCESS_PROVIDER
     model = "extractive"
     server_address = ""
+    server_port = 0
 
     def __init__(self, input_window_tokens: int = 1_000_000):
         self.input_window_tokens = input_window_tokens

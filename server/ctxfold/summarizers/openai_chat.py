@@ -49,6 +49,7 @@ class OpenAISummarizer:
         self.client = client
         self.model = model
         self.server_address = client.base_url.host
+        self.server_port = client.base_url.port or (443 if client.base_url.scheme == "https" else 80)
         self.input_window_tokens = input_window_tokens
         self.stream = stream
         self.deadline_seconds = deadline_seconds
@@ -120,13 +121,14 @@ class OpenAISummarizer:
             output_tokens=usage.completion_tokens if usage else 0,
             cached_input_tokens=_cached(usage),
             response_model=completion.model,
+            response_id=completion.id,
         )
 
     async def _streamed(self, body: dict[str, Any], bound: OutputBound, on_delta: OnDelta | None) -> SummaryResult:
         parts: list[str] = []
         finish_reason = ""
         input_tokens = output_tokens = cached = 0
-        response_model = ""
+        response_model = response_id = ""
         async with self.client.chat.completions.with_streaming_response.create(
             **body, stream=True, stream_options={"include_usage": True}
         ) as answer:
@@ -135,6 +137,7 @@ class OpenAISummarizer:
                     break
                 chunk = parsed(_CHUNK, data, PROVIDER, "a chat completion chunk")
                 response_model = chunk.model or response_model
+                response_id = chunk.id or response_id
                 for choice in chunk.choices:
                     if choice.delta.content:
                         bound.add(len(choice.delta.content.encode()))
@@ -150,7 +153,9 @@ class OpenAISummarizer:
             # The stream ended cleanly but early (a dropped proxy connection can look like that):
             # what arrived is part of a summary, not a summary.
             raise SummarizerError("the summary stream ended without a finish_reason (incomplete)")
-        return SummaryResult("".join(parts), finish_reason, input_tokens, output_tokens, cached, response_model)
+        return SummaryResult(
+            "".join(parts), finish_reason, input_tokens, output_tokens, cached, response_model, response_id
+        )
 
 
 def _cached(usage: Any) -> int:
