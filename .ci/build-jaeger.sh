@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds Jaeger v1.76.0 (all-in-one: OTLP on 4317, query API and UI on 16686) from the Go module
+# Builds Jaeger v1.75.0 (all-in-one: OTLP on 4317, query API and UI on 16686) from the Go module
 # proxy into DIR/bin/jaeger:
 #   bash .ci/build-jaeger.sh /tmp/jaeger
 #   bash .ci/jaeger.sh /tmp/jaeger/bin/jaeger          # runs it on loopback only
@@ -12,10 +12,10 @@
 # of a jaeger-ui release); the script then does what Jaeger's `make build-ui` does: copies the files
 # into a writable copy of the module, gzips each one, and builds against that copy.
 #
-# `go install …@v1.76.0` refuses the module (its go.mod has a replace directive), so this builds it
+# `go install …@v1.75.0` refuses the module (its go.mod has a replace directive), so this builds it
 # from a throwaway module that repeats that directive.
 set -euo pipefail
-VERSION=v1.76.0
+VERSION=v1.75.0
 DIR=${1:-/tmp/ctxfold-jaeger}
 UI=${JAEGER_UI_ASSETS:-}
 mkdir -p "$DIR/src" "$DIR/bin"
