@@ -134,14 +134,17 @@ async def test_a_multi_pass_fold_is_one_span_tree(
     assert all(s.context.trace_id == rpc.context.trace_id for s in passes)
 
 
-@pytest.mark.parametrize("answer", ["ok", "error500"])
+@pytest.mark.parametrize("answer", ["ok", "retried", "error500"])
 async def test_a_model_summary_is_a_genai_chat_span_naming_the_model_and_server(
     backend: str, tmp_path: Path, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch, answer: str
 ) -> None:
     """And the fold span says what the fold came to: installed, or failed (status ERROR, the reason)."""
     monkeypatch.setenv("CTXFOLD_TEST_TELEMETRY_KEY", "k")
     with FakeProvider() as fake:
-        fake.script(then=answer)
+        if answer == "retried":  # the SDK retries a 500 inside the one call
+            fake.script("error500", then="ok")
+        else:
+            fake.script(then=answer)
         summarizers = {
             "llm": {
                 "type": "openai",
@@ -162,7 +165,7 @@ async def test_a_model_summary_is_a_genai_chat_span_naming_the_model_and_server(
                 ]
                 await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session.id, messages=turns))
                 spans.clear()
-                if answer == "ok":
+                if answer != "error500":
                     outcome = await compact(stub, session.id)
                     assert outcome.result.action == pb.ACTION_FOLDED, outcome
                 else:
@@ -173,12 +176,12 @@ async def test_a_model_summary_is_a_genai_chat_span_naming_the_model_and_server(
             await running.stop(grace=1.0)
     (fold,) = [s for s in spans.get_finished_spans() if s.name == "ctxfold.fold"]
     fold_attributes = fold.attributes or {}
-    if answer == "ok":
+    if answer != "error500":
         assert fold_attributes["ctxfold.fold.outcome"] == "installed" and fold.status.status_code == StatusCode.UNSET
     else:
         assert fold_attributes["ctxfold.fold.outcome"] == "failed" and fold.status.status_code == StatusCode.ERROR
         assert fold_attributes["ctxfold.fold.failure"] and fold_attributes["ctxfold.fold.passes"] == 0
-    (chat, *_retries) = [s for s in spans.get_finished_spans() if s.name == "chat m-fake"]
+    (chat,) = [s for s in spans.get_finished_spans() if s.name == "chat m-fake"]
     attributes = chat.attributes or {}
     assert chat.kind == SpanKind.CLIENT
     assert attributes["gen_ai.operation.name"] == "chat" and attributes["gen_ai.provider.name"] == "openai"
@@ -186,7 +189,9 @@ async def test_a_model_summary_is_a_genai_chat_span_naming_the_model_and_server(
     assert attributes["server.address"] == "127.0.0.1"
     assert attributes["ctxfold.session.id"] == session.id
     assert attributes["server.port"] == fake.port and attributes["gen_ai.conversation.id"] == session.id
-    if answer == "ok":
+    attempts = [(e.attributes or {})["http.response.status_code"] for e in chat.events if e.name.endswith("attempt")]
+    assert attempts == {"ok": [200], "retried": [500, 200], "error500": [500, 500, 500]}[answer]
+    if answer != "error500":
         assert attributes["gen_ai.response.model"] == "m-fake" and attributes["gen_ai.response.id"]
     else:  # the provider's answer, not the SDK's exception class
         assert chat.status.status_code == StatusCode.ERROR and attributes["error.type"] == "500"

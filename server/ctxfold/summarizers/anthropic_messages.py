@@ -14,6 +14,7 @@ import pydantic
 
 from ctxfold.engine.errors import ConfigError
 from ctxfold.summarizers.base import (
+    ATTEMPT_HOOKS,
     DEFAULT_DEADLINE_SECONDS,
     OnDelta,
     OutputBound,
@@ -72,6 +73,7 @@ class AnthropicSummarizer:
             api_key=os.environ.get(key_env) or "unused",
             timeout=float(spec.get("timeout_seconds", 120)),
             max_retries=int(spec.get("max_retries", 2)),
+            http_client=anthropic.DefaultAsyncHttpxClient(event_hooks=ATTEMPT_HOOKS),
         )
         return cls(
             name,

@@ -10,6 +10,7 @@ from typing import Protocol, TypeVar
 
 import httpx2
 import pydantic
+from opentelemetry import trace
 
 from ctxfold.engine.view import ViewMessage
 
@@ -191,3 +192,15 @@ class Summarizer(Protocol):
     input_window_tokens: int
 
     async def summarize(self, request: SummaryRequest, on_delta: OnDelta | None = None) -> SummaryResult: ...
+
+
+async def _attempt_answered(response: httpx2.Response) -> None:
+    """One HTTP attempt of a summary request, as an event on the summarizer's span: the official
+    SDKs retry inside one call (`max_retries`), and each attempt shows with its status."""
+    trace.get_current_span().add_event(
+        "ctxfold.summarizer.attempt", {"http.response.status_code": response.status_code}
+    )
+
+
+# The event hooks of the SDKs' HTTP client: every attempt of a summary request leaves an event.
+ATTEMPT_HOOKS: dict[str, list[Callable[[httpx2.Response], Awaitable[None]]]] = {"response": [_attempt_answered]}

@@ -16,6 +16,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ctxfold.engine.errors import ConfigError
 from ctxfold.summarizers.base import (
+    ATTEMPT_HOOKS,
     DEFAULT_DEADLINE_SECONDS,
     OnDelta,
     OutputBound,
@@ -66,6 +67,7 @@ class OpenAISummarizer:
             api_key=os.environ.get(key_env) or "unused",
             timeout=float(spec.get("timeout_seconds", 120)),
             max_retries=int(spec.get("max_retries", 2)),
+            http_client=openai.DefaultAsyncHttpxClient(event_hooks=ATTEMPT_HOOKS),
         )
         return cls(
             name,
