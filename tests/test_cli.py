@@ -425,6 +425,10 @@ def test_no_warning_beyond_loopback_with_auth(tmp_path: Path) -> None:
         ("short-token", "auth_tokens_file: "),
         ("missing-tokens-file", "auth_tokens_file: cannot read"),
         ("missing-cert-file", "tls_cert: cannot read"),
+        ("listen-without-port", "setting listen: '127.0.0.1' is not HOST:PORT"),
+        ("gateway-listen-without-port", "setting gateway_listen: 'localhost' is not HOST:PORT"),
+        ("unsupported-database", "setting database: unsupported database URL 'mysql://u@h/db'"),
+        ("not-a-database-url", "setting database: "),
     ],
 )
 def test_bad_configuration_exits_2_with_a_clear_message(tmp_path: Path, case: str, message: str) -> None:
@@ -446,6 +450,14 @@ def test_bad_configuration_exits_2_with_a_clear_message(tmp_path: Path, case: st
         args += ["--grace-seconds", "soon"]
     elif case == "bad-log-level":
         args += ["--log-level", "verbose"]
+    elif case == "listen-without-port":
+        args[3] = "127.0.0.1"
+    elif case == "gateway-listen-without-port":
+        args += ["--gateway-listen", "localhost"]
+    elif case == "unsupported-database":
+        args += ["--database", "mysql://u@h/db"]
+    elif case == "not-a-database-url":
+        args += ["--database", "ctxfold.db"]
     elif case == "short-token":
         (tmp_path / "tokens").write_text("short tenant-a\n")
         args += ["--auth-tokens-file", str(tmp_path / "tokens")]

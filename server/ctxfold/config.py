@@ -143,4 +143,27 @@ def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str], config_p
         raise ValueError("tls_cert and tls_key must be given together")
     if settings.tls_client_ca and not settings.tls_cert:
         raise ValueError("tls_client_ca (mutual TLS) needs tls_cert and tls_key")
+    check_address("listen", settings.listen)
+    if settings.gateway_listen:
+        check_address("gateway_listen", settings.gateway_listen)
+    _check_database(settings.database_url())
     return settings
+
+
+def check_address(name: str, address: str) -> None:
+    """HOST:PORT with a port number: gRPC would take a bare host as port 443 (https's)."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"setting {name}: {address!r} is not HOST:PORT (e.g. 127.0.0.1:50051)")
+
+
+def _check_database(url: str) -> None:
+    # Imported here: the other commands' settings need no SQLAlchemy.
+    from sqlalchemy.exc import ArgumentError
+
+    from ctxfold.store.database import async_url
+
+    try:
+        async_url(url)
+    except (ValueError, ArgumentError) as exc:
+        raise ValueError(f"setting database: {exc}") from None
