@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -86,6 +87,18 @@ async def test_the_token_flag_authenticates(backend: str, tmp_path: Path) -> Non
         assert refused.returncode == 1 and refused.stderr.startswith("ctxfold sessions: UNAUTHENTICATED: ")
         allowed = await ctxfold(tmp_path, "sessions", "--server", address, "--token", "tok-inspect-0123456789abcdef")
         assert allowed.returncode == 0 and allowed.stdout.strip() == "no sessions"
+        # From the environment, so that the token does not show in `ps`.
+        from_env = await asyncio.to_thread(
+            subprocess.run,
+            [*ctxfold_command(), "sessions", "--server", address],
+            cwd=tmp_path,
+            env={**os.environ, "CTXFOLD_TOKEN": "tok-inspect-0123456789abcdef"},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert from_env.returncode == 0 and from_env.stdout.strip() == "no sessions", from_env.stderr
         missing_ca = await ctxfold(tmp_path, "sessions", "--server", address, "--tls-ca", str(tmp_path / "none.pem"))
         assert missing_ca.returncode == 1 and "cannot read" in missing_ca.stderr
     finally:

@@ -134,6 +134,11 @@ def load_values(
     return values
 
 
+# The bearer token of the client commands (sessions, show, replay) when --token is not given: a flag
+# shows in `ps`, the environment does not.
+TOKEN_ENV = "CTXFOLD_TOKEN"
+
+
 def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str], config_path: str = "") -> Settings:
     """`flags` holds only the options given on the command line."""
     settings = Settings(**load_values(Settings, flags, environ, config_path, "CTXFOLD_"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
+from ctxfold.config import TOKEN_ENV
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
@@ -31,7 +33,9 @@ class InspectError(Exception):
 
 def _connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", default=DEFAULT_SERVER, help=f"server address host:port (default {DEFAULT_SERVER})")
-    parser.add_argument("--token", default="", help="bearer token (default: none)")
+    parser.add_argument(
+        "--token", default=os.environ.get(TOKEN_ENV, ""), help=f"bearer token (default: ${TOKEN_ENV}, else none)"
+    )
     parser.add_argument("--tls-ca", default="", help="PEM CA bundle: connect with TLS (default: plaintext)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default 10)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: text)")

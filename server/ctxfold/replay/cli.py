@@ -6,10 +6,12 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import re
 import sys
 from typing import Literal
 
+from ctxfold.config import TOKEN_ENV
 from ctxfold.replay.prices import BUILT_IN, DEFAULT_SHEET, PROVIDERS, PriceError
 
 # W3C Trace Context, version 00: a trace id and a parent span id that are not all zeros, and flags.
@@ -28,7 +30,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("trace", help="the conversation file (.json or .jsonl)")
     p.add_argument("--server", default="", help="address of a running server (host:port); default: an embedded one")
-    p.add_argument("--token", default="", help="bearer token for --server")
+    p.add_argument(
+        "--token", default=os.environ.get(TOKEN_ENV, ""), help=f"bearer token for --server (default: ${TOKEN_ENV})"
+    )
     p.add_argument("--tls-ca", default="", help="PEM CA bundle: connect to --server with TLS")
     p.add_argument(
         "--traceparent",
