@@ -188,6 +188,8 @@ async def create(stub: Stub, **config: Any) -> pb.Session:
     config.setdefault("system_prompt", SYSTEM)
     config.setdefault("tools_json", OPENAI_TOOLS)
     config.setdefault("prompt_cache_key", f"pck-{uuid.uuid4().hex[:12]}")
+    # These tests are about the fold a Prepare makes itself; test_background_folds.py covers the others.
+    config.setdefault("prefold_ratio", 0.0)
     response = await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(**config)))
     return response.session
 

@@ -4,6 +4,7 @@ upgrade that would lose rows, stops the server with a reason and changes nothing
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -97,6 +98,7 @@ async def _populate(stub: pb_grpc.ContextServiceStub) -> dict[str, Any]:
     head = (await stub.GetSession(pb.GetSessionRequest(session_id=sid))).session.head_seq
     await stub.Rewind(pb.RewindRequest(session_id=fork.id, to_seq=head - 1))
     await _prepare(stub, fork.id, user("edited"))
+    await _prepared_fold(stub)
     session = (await stub.GetSession(pb.GetSessionRequest(session_id=sid))).session
     assert session.checkpoint_id, "the scenario must fold"
     [large_ref] = [m.result_ref async for m in _messages(stub, sid) if m.tool_call_id == "call_1"]
@@ -107,6 +109,26 @@ async def _populate(stub: pb_grpc.ContextServiceStub) -> dict[str, Any]:
         "large": large,
         "head_seq": session.head_seq,
     }
+
+
+async def _prepared_fold(stub: pb_grpc.ContextServiceStub) -> None:
+    """A session whose fold was made in the background and is kept, not installed (between its
+    prefold ratio and its trigger)."""
+    config = pb.SessionConfig(context_window=WINDOW, prefold_ratio=0.5)
+    sid = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+    await _prepare(stub, sid, user("Profile the import"))
+    for turn in range(40):
+        view = await _prepare(
+            stub, sid, call(f"bg_{turn}", "read_file", "{}"), result(f"bg_{turn}", _big(f"b{turn}", 600))
+        )
+        if view.estimated_tokens >= 0.5 * WINDOW:
+            break
+    for _ in range(200):
+        state = (await stub.GetContextState(pb.GetContextStateRequest(session_id=sid))).state_json
+        if '"prepared"' in state:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the scenario must prepare a fold in the background")
 
 
 async def _messages(stub: pb_grpc.ContextServiceStub, sid: str) -> AsyncIterator[pb.Message]:

@@ -66,6 +66,7 @@ class RunningServer:
         await self.admission.drain(self.settings.grace_seconds if grace is None else grace)
         # Only health and reflection calls may still run: they end at once.
         await self.server.stop(1.0)
+        await self.maintenance.background.close()
         await self.store.close()
 
 
@@ -160,7 +161,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         sessions=sessions,
         transcript=transcript,
         tool_results=ToolResults(store),
-        lineage=Lineage(store, sessions),
+        lineage=Lineage(store, sessions, on_rewound=maintenance.background.rewound),
         maintenance=maintenance,
         admission=admission,
         requests=RequestPacer(settings.max_receive_message_bytes),

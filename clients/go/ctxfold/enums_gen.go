@@ -125,4 +125,7 @@ const (
 	FoldStagePassFailed         = ctxfoldv1.FoldStage_FOLD_STAGE_PASS_FAILED
 	FoldStageSummarizerFallback = ctxfoldv1.FoldStage_FOLD_STAGE_SUMMARIZER_FALLBACK
 	FoldStageResultsBounded     = ctxfoldv1.FoldStage_FOLD_STAGE_RESULTS_BOUNDED
+	FoldStageBackgroundStarted  = ctxfoldv1.FoldStage_FOLD_STAGE_BACKGROUND_STARTED
+	FoldStagePreparedInstalled  = ctxfoldv1.FoldStage_FOLD_STAGE_PREPARED_INSTALLED
+	FoldStageBackgroundRunning  = ctxfoldv1.FoldStage_FOLD_STAGE_BACKGROUND_RUNNING
 )

@@ -570,20 +570,32 @@ const (
 	// (those of the input the next call must answer, mostly) are shown as head + tail + a marker
 	// naming their result_ref; tokens_before/after describe the view.
 	FoldStage_FOLD_STAGE_RESULTS_BOUNDED FoldStage = 8
+	// The view reached prefold_ratio × context_window: this call started a fold in the background
+	// (it does not wait for it); tokens_before is the view it folds.
+	FoldStage_FOLD_STAGE_BACKGROUND_STARTED FoldStage = 9
+	// A fold prepared in the background was installed without calling a summarizer:
+	// checkpoint_id and tokens_before/after are set.
+	FoldStage_FOLD_STAGE_PREPARED_INSTALLED FoldStage = 10
+	// A fold of this session runs in the background (started by an earlier call); the view it
+	// will replace is answered meanwhile.
+	FoldStage_FOLD_STAGE_BACKGROUND_RUNNING FoldStage = 11
 )
 
 // Enum value maps for FoldStage.
 var (
 	FoldStage_name = map[int32]string{
-		0: "FOLD_STAGE_UNSPECIFIED",
-		1: "FOLD_STAGE_PRUNED",
-		2: "FOLD_STAGE_PLANNED",
-		3: "FOLD_STAGE_PASS_STARTED",
-		4: "FOLD_STAGE_SUMMARY_DELTA",
-		5: "FOLD_STAGE_PASS_COMMITTED",
-		6: "FOLD_STAGE_PASS_FAILED",
-		7: "FOLD_STAGE_SUMMARIZER_FALLBACK",
-		8: "FOLD_STAGE_RESULTS_BOUNDED",
+		0:  "FOLD_STAGE_UNSPECIFIED",
+		1:  "FOLD_STAGE_PRUNED",
+		2:  "FOLD_STAGE_PLANNED",
+		3:  "FOLD_STAGE_PASS_STARTED",
+		4:  "FOLD_STAGE_SUMMARY_DELTA",
+		5:  "FOLD_STAGE_PASS_COMMITTED",
+		6:  "FOLD_STAGE_PASS_FAILED",
+		7:  "FOLD_STAGE_SUMMARIZER_FALLBACK",
+		8:  "FOLD_STAGE_RESULTS_BOUNDED",
+		9:  "FOLD_STAGE_BACKGROUND_STARTED",
+		10: "FOLD_STAGE_PREPARED_INSTALLED",
+		11: "FOLD_STAGE_BACKGROUND_RUNNING",
 	}
 	FoldStage_value = map[string]int32{
 		"FOLD_STAGE_UNSPECIFIED":         0,
@@ -595,6 +607,9 @@ var (
 		"FOLD_STAGE_PASS_FAILED":         6,
 		"FOLD_STAGE_SUMMARIZER_FALLBACK": 7,
 		"FOLD_STAGE_RESULTS_BOUNDED":     8,
+		"FOLD_STAGE_BACKGROUND_STARTED":  9,
+		"FOLD_STAGE_PREPARED_INSTALLED":  10,
+		"FOLD_STAGE_BACKGROUND_RUNNING":  11,
 	}
 )
 
@@ -1011,8 +1026,14 @@ type SessionConfig struct {
 	// The opening user message (the task) stays verbatim right after the system prompt in every
 	// view, as part of the stable prefix. Set to turn that anchor off.
 	DisableTaskAnchor bool `protobuf:"varint,13,opt,name=disable_task_anchor,json=disableTaskAnchor,proto3" json:"disable_task_anchor,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A fold starts in the background when the view reaches prefold_ratio × context_window, and its
+	// checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
+	// the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
+	// for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
+	// otherwise within [0.10, compact_ratio).
+	PrefoldRatio  *float64 `protobuf:"fixed64,14,opt,name=prefold_ratio,json=prefoldRatio,proto3,oneof" json:"prefold_ratio,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionConfig) Reset() {
@@ -1134,6 +1155,13 @@ func (x *SessionConfig) GetDisableTaskAnchor() bool {
 		return x.DisableTaskAnchor
 	}
 	return false
+}
+
+func (x *SessionConfig) GetPrefoldRatio() float64 {
+	if x != nil && x.PrefoldRatio != nil {
+		return *x.PrefoldRatio
+	}
+	return 0
 }
 
 // A session of one agent conversation.
@@ -3563,7 +3591,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x06format\x18\x01 \x01(\tR\x06format\x12\x12\n" +
 	"\x04json\x18\x02 \x01(\tR\x04json\x12 \n" +
 	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\x12\x16\n" +
-	"\x06tokens\x18\x04 \x01(\x03R\x06tokens\"\x89\x04\n" +
+	"\x06tokens\x18\x04 \x01(\x03R\x06tokens\"\xc5\x04\n" +
 	"\rSessionConfig\x12%\n" +
 	"\x0econtext_window\x18\x01 \x01(\x03R\rcontextWindow\x12#\n" +
 	"\rcompact_ratio\x18\x02 \x01(\x01R\fcompactRatio\x12\x1d\n" +
@@ -3582,7 +3610,9 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	" \x01(\x03R\x0fcacheTtlSeconds\x12(\n" +
 	"\x10prompt_cache_key\x18\v \x01(\tR\x0epromptCacheKey\x12\x14\n" +
 	"\x05model\x18\f \x01(\tR\x05model\x12.\n" +
-	"\x13disable_task_anchor\x18\r \x01(\bR\x11disableTaskAnchor\"\xdf\x02\n" +
+	"\x13disable_task_anchor\x18\r \x01(\bR\x11disableTaskAnchor\x12(\n" +
+	"\rprefold_ratio\x18\x0e \x01(\x01H\x00R\fprefoldRatio\x88\x01\x01B\x10\n" +
+	"\x0e_prefold_ratio\"\xdf\x02\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.ctxfold.v1.SessionConfigR\x06config\x12\x19\n" +
@@ -3848,7 +3878,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x1dNOT_FOLDED_REASON_NOT_SMALLER\x10\x04\x12\x1d\n" +
 	"\x19NOT_FOLDED_REASON_DRY_RUN\x10\x05\x12&\n" +
 	"\"NOT_FOLDED_REASON_FOLD_IN_PROGRESS\x10\x06\x12'\n" +
-	"#NOT_FOLDED_REASON_SUMMARIZER_FAILED\x10\a*\x90\x02\n" +
+	"#NOT_FOLDED_REASON_SUMMARIZER_FAILED\x10\a*\xf9\x02\n" +
 	"\tFoldStage\x12\x1a\n" +
 	"\x16FOLD_STAGE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FOLD_STAGE_PRUNED\x10\x01\x12\x16\n" +
@@ -3858,7 +3888,11 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x19FOLD_STAGE_PASS_COMMITTED\x10\x05\x12\x1a\n" +
 	"\x16FOLD_STAGE_PASS_FAILED\x10\x06\x12\"\n" +
 	"\x1eFOLD_STAGE_SUMMARIZER_FALLBACK\x10\a\x12\x1e\n" +
-	"\x1aFOLD_STAGE_RESULTS_BOUNDED\x10\b2\xca\t\n" +
+	"\x1aFOLD_STAGE_RESULTS_BOUNDED\x10\b\x12!\n" +
+	"\x1dFOLD_STAGE_BACKGROUND_STARTED\x10\t\x12!\n" +
+	"\x1dFOLD_STAGE_PREPARED_INSTALLED\x10\n" +
+	"\x12!\n" +
+	"\x1dFOLD_STAGE_BACKGROUND_RUNNING\x10\v2\xca\t\n" +
 	"\x0eContextService\x12T\n" +
 	"\rCreateSession\x12 .ctxfold.v1.CreateSessionRequest\x1a!.ctxfold.v1.CreateSessionResponse\x12K\n" +
 	"\n" +
@@ -4016,6 +4050,7 @@ func file_ctxfold_v1_context_service_proto_init() {
 	if File_ctxfold_v1_context_service_proto != nil {
 		return
 	}
+	file_ctxfold_v1_context_service_proto_msgTypes[3].OneofWrappers = []any{}
 	file_ctxfold_v1_context_service_proto_msgTypes[18].OneofWrappers = []any{
 		(*PrepareResponse_Progress)(nil),
 		(*PrepareResponse_Result)(nil),

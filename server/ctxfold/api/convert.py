@@ -42,7 +42,10 @@ def timestamp(seconds: float) -> Timestamp:
 
 
 def config_input(config: pb.SessionConfig) -> ConfigInput:
-    return ConfigInput(**{name: getattr(config, name) for name in CONFIG_FIELDS})
+    values = {name: getattr(config, name) for name in CONFIG_FIELDS}
+    # The one field whose zero is a value (off), not "the default": its presence says which.
+    values["prefold_ratio"] = config.prefold_ratio if config.HasField("prefold_ratio") else None
+    return ConfigInput(**values)
 
 
 def config_pb(config: SessionConfig) -> pb.SessionConfig:
@@ -161,6 +164,9 @@ _STAGE_TO_PB = {
     Stage.PASS_FAILED: pb.FOLD_STAGE_PASS_FAILED,
     Stage.SUMMARIZER_FALLBACK: pb.FOLD_STAGE_SUMMARIZER_FALLBACK,
     Stage.RESULTS_BOUNDED: pb.FOLD_STAGE_RESULTS_BOUNDED,
+    Stage.BACKGROUND_STARTED: pb.FOLD_STAGE_BACKGROUND_STARTED,
+    Stage.PREPARED_INSTALLED: pb.FOLD_STAGE_PREPARED_INSTALLED,
+    Stage.BACKGROUND_RUNNING: pb.FOLD_STAGE_BACKGROUND_RUNNING,
 }
 _NOT_FOLDED_TO_PB = {
     NotFolded.UNSPECIFIED: pb.NOT_FOLDED_REASON_UNSPECIFIED,

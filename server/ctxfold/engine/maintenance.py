@@ -48,6 +48,7 @@ class Trigger(enum.Enum):
     THRESHOLD = "threshold"  # a Prepare: maintain at or above the trigger
     OVERFLOW = "overflow"  # a Prepare after the provider refused the view: fold one pass whatever the size
     COMPACT = "compact"  # asked to fold now
+    BACKGROUND = "background"  # ahead of the trigger: the fold is kept prepared, not installed
 
 
 @dataclass(frozen=True)
@@ -343,6 +344,7 @@ class FoldOutcome(enum.Enum):
     PARTIAL = "partial"  # a pass failed after earlier ones were installed; they stay
     FAILED = "failed"  # the first pass failed: nothing installed
     DRY_RUN = "dry_run"  # the candidate was made and answered, not installed
+    PREPARED = "prepared"  # a background fold's candidate, kept to be installed at the trigger
 
 
 def fold_outcome(installed: int, failed: bool, dry_run: bool) -> FoldOutcome:
@@ -358,11 +360,14 @@ def _prefix_tokens(view: Sequence[ViewMessage]) -> int:
     return sum(v.tokens + estimator.PER_MESSAGE_TOKENS for v in view)
 
 
-def plan_pass(projection: Projection, input_window_tokens: int, keep_tokens: int | None = None) -> FoldPlan:
+def plan_pass(
+    projection: Projection, input_window_tokens: int, keep_tokens: int | None = None, ahead: bool = False
+) -> FoldPlan:
     """Decides the kept set (system, the opening anchors, the input the next call must answer,
     pinned messages, the recent tail or `keep_tokens` of it) and the longest read that fits the
-    summarizer window, at call-group boundaries."""
-    split = split_fold(projection.messages, projection.tail(keep_tokens), projection.anchor_end, projection.mode)
+    summarizer window, at call-group boundaries; `ahead`: for a fold installed later (`split_fold`)."""
+    tail = projection.tail(keep_tokens)
+    split = split_fold(projection.messages, tail, projection.anchor_end, projection.mode, ahead)
     if not split.folded:
         return FoldPlan(0, None)
     view = projection.view()
@@ -403,18 +408,18 @@ def plan_pass(projection: Projection, input_window_tokens: int, keep_tokens: int
 
 
 def apply_pass(
-    projection: Projection, fold: FoldPass, checkpoint: Checkpoint, after: Sequence[StoredMessage]
+    projection: Projection, kept: Sequence[StoredMessage], checkpoint: Checkpoint, after: Sequence[StoredMessage]
 ) -> Projection:
-    """The projection once `checkpoint` (made from `fold`) is installed; `after` are the canonical
-    messages after its position (a suffix of the current messages)."""
-    live = {m.id for m in [*fold.kept, *after]}
+    """The projection once `checkpoint` (keeping `kept` verbatim) is installed; `after` are the
+    canonical messages after its position (a suffix of the current messages)."""
+    live = {m.id for m in [*kept, *after]}
     return Projection(
         config=projection.config,
         system_tokens=projection.system_tokens,
         tools_tokens=projection.tools_tokens,
         calibration=projection.calibration,
         checkpoint=checkpoint,
-        kept=tuple(fold.kept),
+        kept=tuple(kept),
         after=tuple(after),
         pruned={k: v for k, v in projection.pruned.items() if k in live},
         bounds={k: v for k, v in projection.bounds.items() if k in live},
@@ -431,11 +436,13 @@ def after_position(projection: Projection, position_seq: int) -> list[StoredMess
 @dataclass(frozen=True)
 class Snapshot:
     """What a decision reads: the current projection, the view's tokens when this round loaded it
-    (before any install of the round) and the failed-fold memo."""
+    (before any install of the round), the failed-fold memo and the projection with the fold prepared
+    in the background installed, when one is and still applies (`background.applied`)."""
 
     projection: Projection
     loaded_tokens: int
     failed_fold_tokens: int
+    prepared: Projection | None = None
 
 
 @dataclass(frozen=True)
@@ -470,14 +477,22 @@ class Fold:
     must_fold: bool
 
 
-Decision = Answer | Prune | Blocked | Fold
+@dataclass(frozen=True)
+class InstallPrepared:
+    """Install the fold prepared in the background (no summarizer call), then decide again."""
+
+    candidate: Projection
+
+
+Decision = Answer | Prune | Blocked | InstallPrepared | Fold
 
 
 def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
     """SPEC §3: below the trigger nothing happens (unless the provider overflowed); at or above it,
     prune first and stop if that is enough — below the trigger with room for the next turns
     (`prune_room`); otherwise fold, unless the same input failed to fold before and the view still
-    fits. A Compact folds whatever the size."""
+    fits. A fold prepared in the background is installed instead of folding, whenever it still applies.
+    A Compact folds whatever the size (with its own focus and kept tokens)."""
     projection = snapshot.projection
     config = projection.config
     tokens = projection.tokens()
@@ -495,6 +510,8 @@ def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
         below = candidate.tokens() < config.trigger_tokens - prune_room(projection)
         if candidate.tokens() < tokens and (overflow or below or candidate.tokens() >= config.trigger_tokens):
             return Prune(candidate, len(pruned) - len(projection.pruned))
+    if snapshot.prepared is not None and (overflow or tokens >= config.trigger_tokens):
+        return InstallPrepared(snapshot.prepared)
     if not overflow and snapshot.loaded_tokens <= snapshot.failed_fold_tokens and tokens <= config.hard_limit_tokens:
         # A view above the hard ceiling is retried: that is the only way forward.
         return Blocked(snapshot.loaded_tokens) if tokens >= config.trigger_tokens else Answer()
@@ -558,7 +575,7 @@ def accept(
         kept_ids=tuple(m.id for m in fold.kept),
         notes=notes,
     )
-    candidate = apply_pass(projection, fold, checkpoint, after_position(projection, fold.position_seq))
+    candidate = apply_pass(projection, fold.kept, checkpoint, after_position(projection, fold.position_seq))
     before = projection.tokens()
     if candidate.tokens() >= before:
         why = f"the candidate ({candidate.tokens()} tokens) is not smaller than the view ({before})"

@@ -114,10 +114,17 @@ class SessionConfig:
     prompt_cache_key: str = ""
     model: str = ""
     disable_task_anchor: bool = False
+    # 0: no background folds (the default of sessions written before they existed).
+    prefold_ratio: float = 0.0
 
     @property
     def trigger_tokens(self) -> int:
         return int(self.compact_ratio * self.context_window)
+
+    @property
+    def prefold_tokens(self) -> int:
+        """Where a fold starts in the background (0: never); below `trigger_tokens`."""
+        return int(self.prefold_ratio * self.context_window)
 
     @property
     def hard_limit_tokens(self) -> int:
@@ -141,6 +148,8 @@ class ConfigInput:
     prompt_cache_key: str = ""
     model: str = ""
     disable_task_anchor: bool = False
+    # None: the default (on for a summarizer that calls a model); 0 turns background folds off.
+    prefold_ratio: float | None = None
 
 
 MIN_TOOL_CONTENT_BYTES = 4096
@@ -153,6 +162,15 @@ MAX_SYSTEM_PROMPT_BYTES = 1 << 20
 MAX_JSON_DEPTH = 64
 MAX_TOOLS_JSON_BYTES = 1 << 20
 MAX_NAME_CHARS = 128
+
+
+# A background fold starts this far below the trigger (as a share of the window) by default: early
+# enough that a summarizer of a few seconds is done before the agent's next turns reach the trigger,
+# late enough that what it leaves unfolded is small (see docs/architecture.md, "Background folds").
+PREFOLD_LEAD = 0.10
+MIN_PREFOLD_RATIO = 0.10
+# The summarizer that runs in-process: it answers at once, so a fold with it never waits in the background.
+IN_PROCESS_SUMMARIZER = "extractive"
 
 
 def _default_summary_max(window: int) -> int:
@@ -237,13 +255,21 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str], session_id: 
         if json_depth(tools) > MAX_JSON_DEPTH:
             # Providers' SDKs walk the schemas recursively: a deep one would fail every fold.
             raise bad("tools_json", f"nests deeper than {MAX_JSON_DEPTH} levels")
-    summarizer = given.summarizer or "extractive"
+    summarizer = given.summarizer or IN_PROCESS_SUMMARIZER
     if summarizer not in summarizers:
         raise bad("summarizer", f"unknown summarizer {summarizer!r}; configured: {', '.join(sorted(summarizers))}")
     if len(given.prompt_cache_key) > 256:
         raise bad("prompt_cache_key", "must be at most 256 characters")
     if len(given.model) > 256:
         raise bad("model", "must be at most 256 characters")
+    prefold = given.prefold_ratio
+    if prefold is None:
+        prefold = 0.0 if summarizer == IN_PROCESS_SUMMARIZER else round(ratio - PREFOLD_LEAD, 4)
+    if prefold != 0.0 and not MIN_PREFOLD_RATIO <= prefold < ratio:
+        raise bad(
+            "prefold_ratio",
+            f"must be 0 (off) or within [{MIN_PREFOLD_RATIO}, compact_ratio {ratio}), got {prefold}",
+        )
     return SessionConfig(
         context_window=window,
         compact_ratio=ratio,
@@ -258,6 +284,7 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str], session_id: 
         prompt_cache_key=given.prompt_cache_key or f"ctxfold-{session_id}",
         model=given.model,
         disable_task_anchor=given.disable_task_anchor,
+        prefold_ratio=prefold,
     )
 
 
@@ -266,8 +293,11 @@ CONFIG_FIELDS = tuple(ConfigInput.__dataclass_fields__)
 
 
 def override_config(base: SessionConfig, overrides: ConfigInput) -> ConfigInput:
-    """A fork's config: the source's values, replaced by every non-zero override."""
-    return ConfigInput(**{name: getattr(overrides, name) or getattr(base, name) for name in CONFIG_FIELDS})
+    """A fork's config: the source's values, replaced by every non-zero override (`prefold_ratio`: by
+    every one given, 0 included)."""
+    values = {name: getattr(overrides, name) or getattr(base, name) for name in CONFIG_FIELDS}
+    values["prefold_ratio"] = base.prefold_ratio if overrides.prefold_ratio is None else overrides.prefold_ratio
+    return ConfigInput(**values)
 
 
 def config_to_json(config: SessionConfig) -> str:

@@ -60,8 +60,10 @@ def fingerprint(branch_id: str, checkpoint_id: str | None) -> str:
 @dataclass(frozen=True)
 class Receipt:
     operation_id: str
-    status: str  # applied | noop | blocked | failed
-    action: str  # prune | summary | noop
+    # applied | noop | blocked | failed; for a background fold: prepared | failed, then discarded when it
+    # went stale before the trigger (its summary was paid for and not used)
+    status: str
+    action: str  # prune | summary | noop | background
     tokens_in: int
     tokens_out: int
     reason: str

@@ -245,23 +245,32 @@ class FoldSplit:
     folded: list[StoredMessage]
 
 
+def _awaits_results(group: Sequence[StoredMessage]) -> bool:
+    """Whether a call group's tool calls are not all answered within it."""
+    called = {c.id for m in group for c in m.tool_calls}
+    return not called <= {m.tool_call_id for m in group if m.role is Role.TOOL}
+
+
 def split_fold(
-    messages: Sequence[StoredMessage], tail: Sequence[StoredMessage], anchor_end: int, mode: str
+    messages: Sequence[StoredMessage], tail: Sequence[StoredMessage], anchor_end: int, mode: str, ahead: bool = False
 ) -> FoldSplit:
     """Keeps the opening anchors (an opening system message — agents that do not set `system_prompt`
     in the config send it that way — and the task, messages up to seq `anchor_end`), pinned
     messages, the input the next call must answer (the last user message and the newest call group,
     which may still await results) and `tail`; folds the rest, later system messages (per-turn
-    reminders) included. Call groups are kept or folded whole."""
+    reminders) included. Call groups are kept or folded whole. A fold made `ahead` of its install
+    (in the background) folds the newest call group too when it awaits no results: by the install,
+    later calls answer it."""
     in_tail = {m.id for m in tail}
     last_user = next((m.id for m in reversed(messages) if m.role is Role.USER), None)
     groups = call_groups(messages, mode)
+    newest_open = bool(groups) and _awaits_results(groups[-1])
     kept_groups: list[list[StoredMessage]] = []
     folded: list[StoredMessage] = []
     for index, group in enumerate(groups):
         anchor = group[0]
         keep = (
-            index == len(groups) - 1
+            (index == len(groups) - 1 and (newest_open or not ahead))
             or anchor.id in in_tail
             or anchor.seq <= anchor_end
             or (anchor.role is Role.SYSTEM and anchor.seq == 1)

@@ -48,6 +48,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--summary-max-tokens", type=int, default=0, help="summary_max_tokens (default: the server's)")
     p.add_argument("--summarizer", default="", help="the session's summarizer (default extractive)")
     p.add_argument(
+        "--prefold-ratio",
+        type=float,
+        default=None,
+        help="prefold_ratio: where a fold starts in the background (default: the server's; 0 turns it off)",
+    )
+    p.add_argument(
         "--prices",
         default=DEFAULT_SHEET,
         help=f"price sheet: one of {', '.join(BUILT_IN)} or a JSON file (default {DEFAULT_SHEET})",
@@ -108,6 +114,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         max_output_tokens=args.max_output_tokens,
         summary_max_tokens=args.summary_max_tokens,
         summarizer=args.summarizer,
+        prefold_ratio=args.prefold_ratio,
         prices=prices,
         provider_cache=args.provider_cache or "",
         cache_ttl=ttl,

@@ -40,6 +40,9 @@ class ModelCall:
     prunes: int = 0
     failed_summaries: int = 0
     refused: str = ""
+    # Of `summary_calls`, those made in the background and never installed (stale or failed): paid for nothing.
+    unused_summaries: int = 0
+    prepare_seconds: float = 0.0  # how long the agent waited for the policy before this call
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,10 @@ class ReplayResult:
     prunes: int = 0  # prune (ctxfold) steps
     summarizer_calls: int = 0
     failed_summaries: int = 0
+    unused_summaries: int = 0  # summaries made in the background and never installed
+    # The longest the agent waited in one Prepare that folded (a summarizer it waited for), and in any.
+    fold_wait_max_seconds: float = 0.0
+    prepare_max_seconds: float = 0.0
     # Model calls the policy could not make: a refused Prepare, a view above the window's hard limit
     # (the provider refuses it). Billed nothing: the agent is stuck at that turn.
     refused_calls: int = 0
@@ -155,6 +162,11 @@ class Meter:
         r.summary_output_tokens += call.output_tokens
         return bill
 
+    def unused(self, call: SummaryCall) -> None:
+        """A summary made in the background and never installed, found after the last model call."""
+        self.summarizer(call)
+        self.result.unused_summaries += 1
+
     def call(self, call: ModelCall) -> Bill | None:
         """One model call: the summaries made for it first, then the view itself (None when the call
         was refused); then the clock moves on by the think time."""
@@ -165,6 +177,10 @@ class Meter:
         r.folds += int(call.action == "folded")
         r.prunes += call.prunes
         r.failed_summaries += call.failed_summaries
+        r.unused_summaries += call.unused_summaries
+        r.prepare_max_seconds = max(r.prepare_max_seconds, call.prepare_seconds)
+        if call.action == "folded":
+            r.fold_wait_max_seconds = max(r.fold_wait_max_seconds, call.prepare_seconds)
         if call.refused:
             r.refused_calls += 1
             r.series_view_tokens.append(0)

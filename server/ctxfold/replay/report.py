@@ -33,7 +33,13 @@ def single(r: ReplayResult, price_source: str = "") -> str:
         ("prunes", f"{r.prunes:,}"),
         (
             "summarizer calls",
-            f"{r.summarizer_calls:,}" + (f" ({r.failed_summaries} failed)" if r.failed_summaries else ""),
+            f"{r.summarizer_calls:,}"
+            + (f" ({r.failed_summaries} failed)" if r.failed_summaries else "")
+            + (f" ({r.unused_summaries} made in the background, never installed)" if r.unused_summaries else ""),
+        ),
+        (
+            "longest wait in a folding Prepare",
+            f"{r.fold_wait_max_seconds:.3f} s (any Prepare: {r.prepare_max_seconds:.3f} s)",
         ),
         ("peak view tokens", f"{r.peak_view_tokens:,}"),
         ("mean view tokens", f"{r.mean_view_tokens:,.0f}"),

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Literal
 
@@ -32,6 +32,7 @@ from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 _TO_PB = {"system": pb.ROLE_SYSTEM, "user": pb.ROLE_USER, "assistant": pb.ROLE_ASSISTANT, "tool": pb.ROLE_TOOL}
 _FROM_PB = {v: k for k, v in _TO_PB.items()}
 CONNECT_TIMEOUT_SECONDS = 10.0
+BACKGROUND_SETTLE_SECONDS = 60.0
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
 
 
@@ -51,6 +52,7 @@ class Options:
     provider_cache: str = ""  # "" = the price sheet's provider
     cache_ttl: float | Literal["default"] | None = "default"
     think_seconds: float = 10.0
+    prefold_ratio: float | None = None  # None = the server's default for the summarizer
 
     def settings(self) -> dict[str, object]:
         return {
@@ -60,6 +62,7 @@ class Options:
             "max_output_tokens": self.max_output_tokens,
             "summarizer": self.summarizer or "extractive",
             "think_seconds": self.think_seconds,
+            **({} if self.prefold_ratio is None else {"prefold_ratio": self.prefold_ratio}),
         }
 
     def provider(self) -> Provider:
@@ -176,22 +179,20 @@ async def replay_through(
     """Replays `trace` through the server behind `stub` in a new session (deleted at the end)."""
     calls, trailing = turns(trace)
     meter = Meter(trace, options.provider(), policy, options.settings(), options.think_seconds)
+    config = pb.SessionConfig(
+        context_window=options.window,
+        compact_ratio=options.ratio,
+        tail_ratio=options.tail_ratio,
+        max_output_tokens=options.max_output_tokens,
+        summary_max_tokens=options.summary_max_tokens,
+        system_prompt=trace.system_prompt,
+        tools_json=trace.tools_json,
+        summarizer=options.summarizer,
+    )
+    if options.prefold_ratio is not None:
+        config.prefold_ratio = options.prefold_ratio
     try:
-        created = await stub.CreateSession(
-            pb.CreateSessionRequest(
-                config=pb.SessionConfig(
-                    context_window=options.window,
-                    compact_ratio=options.ratio,
-                    tail_ratio=options.tail_ratio,
-                    max_output_tokens=options.max_output_tokens,
-                    summary_max_tokens=options.summary_max_tokens,
-                    system_prompt=trace.system_prompt,
-                    tools_json=trace.tools_json,
-                    summarizer=options.summarizer,
-                )
-            ),
-            metadata=metadata,
-        )
+        created = await stub.CreateSession(pb.CreateSessionRequest(config=config), metadata=metadata)
     except grpc.aio.AioRpcError as exc:
         raise ReplayError(f"CreateSession failed: {exc.code().name}: {exc.details()}") from None
     session = created.session
@@ -199,11 +200,13 @@ async def replay_through(
     view: list[Msg] = []
     recorded: list[ModelCall] = []
     head = 0
+    background = Background()
     try:
         for number, turn in enumerate(calls, 1):
             for message in turn.append:
                 head += 1  # a Prepare appends before it maintains, so its append stays even when it fails
                 sources[head] = message.source
+            started = time.perf_counter()
             try:
                 result, progress = await _prepare(stub, session.id, turn.append, metadata, number)
             except PrepareRefused as refusal:
@@ -214,17 +217,27 @@ async def replay_through(
                     on_turn(number, len(calls), meter.result)
                 continue
             new_view = [from_pb(m, sources) for m in result.messages]
+            waited = time.perf_counter() - started
             stages = [p.stage for p in progress]
             passes = stages.count(pb.FOLD_STAGE_PASS_STARTED)
             key = result.prompt_cache_key or AGENT_KEY
             summary_calls: list[SummaryCall] = []
+            limit = session.config.summary_max_tokens or options.window // 8
             if passes:
                 previous_summary = next((m.content for m in view if m.summary), "")
-                limit = session.config.summary_max_tokens or options.window // 8
                 instruction = SummaryRequest("", "", "", previous_summary, (), (), limit).instruction()
                 appended = [from_pb(m, sources) for m in result.appended]
                 committed = stages.count(pb.FOLD_STAGE_PASS_COMMITTED)
                 summary_calls = _summary_calls(view, appended, new_view, key, instruction, passes, committed)
+            unused = 0
+            if pb.FOLD_STAGE_PREPARED_INSTALLED in stages and background.started is not None:
+                summary_calls += background.installed(new_view, key, limit)
+            if pb.FOLD_STAGE_BACKGROUND_STARTED in stages:
+                if background.started is not None:  # the one before was never installed
+                    summary_calls.append(background.unused(new_view, limit))
+                    unused += 1
+                background.start(new_view, key)
+                await background.settled(stub, session.id, metadata)
             call = ModelCall(
                 view=tuple(new_view),
                 answer=turn.answer,
@@ -233,6 +246,8 @@ async def replay_through(
                 summary_calls=tuple(summary_calls),
                 prunes=stages.count(pb.FOLD_STAGE_PRUNED) + stages.count(pb.FOLD_STAGE_RESULTS_BOUNDED),
                 failed_summaries=stages.count(pb.FOLD_STAGE_PASS_FAILED),
+                unused_summaries=unused,
+                prepare_seconds=waited,
             )
             bill = meter.call(call)
             recorded.append(call)
@@ -254,6 +269,15 @@ async def replay_through(
                 raise ReplayError(f"turn {number}: ObserveUsage failed: {exc.code().name}: {exc.details()}") from None
             if on_turn is not None:
                 on_turn(number, len(calls), meter.result)
+        if background.started is not None and recorded:
+            # The session ended before the trigger: that summary was paid for and never used.
+            limit = session.config.summary_max_tokens or options.window // 8
+            never_used = background.unused(view, limit)
+            meter.unused(never_used)
+            last = recorded[-1]
+            recorded[-1] = replace(
+                last, summary_calls=(*last.summary_calls, never_used), unused_summaries=last.unused_summaries + 1
+            )
         refs = await stored_refs(stub, session.id, sources, metadata)
         documents = await read_documents(stub, session.id, view, trace, refs, metadata)
         if trailing:
@@ -437,3 +461,54 @@ async def replay(
             return result
         finally:
             bar.close()
+
+
+class Background:
+    """The background fold the replayed session started last, until a Prepare installs it. Its
+    summarizer request is modeled like a fold's, from the view it was started over, and billed when it
+    is installed, or as paid for nothing when another one starts (it went stale or failed) or the
+    replay ends."""
+
+    def __init__(self) -> None:
+        self.started: tuple[tuple[Msg, ...], str] | None = None  # (view it folds, cache key)
+        self._receipts: set[str] = set()
+
+    def start(self, view: Sequence[Msg], key: str) -> None:
+        self.started = (tuple(view), key)
+
+    def installed(self, new_view: Sequence[Msg], key: str, limit: int) -> list[SummaryCall]:
+        assert self.started is not None
+        view, started_key = self.started
+        self.started = None
+        previous_summary = next((m.content for m in view if m.summary), "")
+        instruction = SummaryRequest("", "", "", previous_summary, (), (), limit).instruction()
+        return _summary_calls(view, [], new_view, started_key, instruction, 1, 1)
+
+    def unused(self, latest_view: Sequence[Msg], limit: int) -> SummaryCall:
+        """The summary request of a background fold never installed; its summary is assumed as long as
+        the newest one shown (half the summary budget before any)."""
+        assert self.started is not None
+        view, key = self.started
+        self.started = None
+        shown = [estimator.count_text(m.content) for m in latest_view if m.summary]
+        return SummaryCall(key, (*view, Msg("user", "summarize")), shown[0] if shown else limit // 2)
+
+    async def settled(
+        self, stub: pb_grpc.ContextServiceAsyncStub, session_id: str, metadata: tuple[tuple[str, str], ...]
+    ) -> None:
+        """Waits until the background fold just started has ended (its "prepared" or "failed" receipt):
+        the replay stands for an agent whose model call takes longer than the summary."""
+        deadline = time.monotonic() + BACKGROUND_SETTLE_SECONDS
+        while time.monotonic() < deadline:
+            response = await stub.GetContextState(pb.GetContextStateRequest(session_id=session_id), metadata=metadata)
+            receipts = json.loads(response.state_json).get("receipts", [])
+            ended = {
+                r["operation_id"]
+                for r in receipts
+                if r.get("action") == "background" and r.get("status") in ("prepared", "failed")
+            }
+            if ended - self._receipts:
+                self._receipts |= ended
+                return
+            await asyncio.sleep(0.01)
+        raise ReplayError(f"a background fold did not end within {BACKGROUND_SETTLE_SECONDS:g} s")

@@ -4,6 +4,8 @@ whose parent holds the branch point; a rewind abandons the later messages in a s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import ConfigInput, config_from_json, config_to_json, override_config
@@ -16,9 +18,11 @@ REWIND_ATTEMPTS = 10
 
 
 class Lineage:
-    def __init__(self, store: Store, sessions: Sessions):
+    def __init__(self, store: Store, sessions: Sessions, on_rewound: Callable[[str, int], None] = lambda _s, _q: None):
         self.store = store
         self.sessions = sessions
+        # Told of every rewind (session id, to_seq): a background fold reading past it is cancelled.
+        self.on_rewound = on_rewound
 
     async def fork(self, tenant: str, session_id: str, at_seq: int, overrides: ConfigInput) -> SessionInfo:
         source = await self.store.get_session(tenant, session_id)
@@ -55,6 +59,7 @@ class Lineage:
                 await self.store.rewind(session, to_seq)
             except StaleSession:
                 continue
+            self.on_rewound(session_id, to_seq)
             info = await self.sessions.get(tenant, session_id)
             # Best effort: if the state changed meanwhile, the next Prepare rebuilds it safely.
             await self.store.save_state(session_id, self._carried(state, info.record), revision)

@@ -17,7 +17,10 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Mapp
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from opentelemetry import trace
+
 from ctxfold.engine import artifacts, folded_index
+from ctxfold.engine.background import PreparedFold, applied, covered_digest, prefold_due
 from ctxfold.engine.briefing import FoldRecord, record_fold, strip_engine_sections
 from ctxfold.engine.context import AppendRequest, Context, SessionRecord
 from ctxfold.engine.errors import DomainError, Kind, with_context
@@ -30,9 +33,11 @@ from ctxfold.engine.maintenance import (
     Blocked,
     Fold,
     FoldDocument,
+    FoldOutcome,
     FoldPass,
     FoldPlan,
     Install,
+    InstallPrepared,
     MaintainRequest,
     NotFolded,
     Projection,
@@ -57,9 +62,10 @@ from ctxfold.engine.maintenance import (
 from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, Usage
 from ctxfold.engine.state import ContextState, Receipt, check_usage, fingerprint, load_state, observed
 from ctxfold.engine.view import ViewMessage
+from ctxfold.service.background import BackgroundFolds
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
-from ctxfold.service.observer import Emit, MaintenanceObserver, Progress
+from ctxfold.service.observer import Emit, MaintenanceObserver, Progress, Stage, no_progress, traceparent_of
 from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.transcript import Transcript
 from ctxfold.store import StaleSession, Store
@@ -199,6 +205,7 @@ class Maintenance:
         self._leases = FoldLeases(store)
         self.max_response_bytes = max_response_bytes
         self.contexts = contexts
+        self.background = BackgroundFolds()
 
     # ---- streaming shell ------------------------------------------------------------------------
 
@@ -252,6 +259,8 @@ class Maintenance:
                 self._finish(run, written.answered.state, prepared, started)
             except DomainError as error:
                 raise _appended_anyway(error, appended, request_id) from None
+            if (background := self._background(tenant, session_id, run)) is not None:
+                yield background
             yield prepared
             return
 
@@ -259,7 +268,10 @@ class Maintenance:
             try:
                 request = MaintainRequest(Trigger.OVERFLOW if overflow else Trigger.THRESHOLD)
                 result = await self._maintain(tenant, session_id, request, emit)
-                return await self._answer(result, known_view_version, appended, started)
+                answered = await self._answer(result, known_view_version, appended, started)
+                if (background := self._background(tenant, session_id, result)) is not None:
+                    await emit(background)
+                return answered
             except DomainError as error:
                 raise _appended_anyway(error, appended, request_id) from None
 
@@ -379,13 +391,21 @@ class Maintenance:
 
     async def _round(self, run: _Run, observer: MaintenanceObserver) -> None:
         """Decide, act, decide again on what was installed, until the engine says to answer."""
+        prepared = await self._read_prepared(run, observer)
         while True:
-            snapshot = Snapshot(run.projection, run.first_tokens, run.state.failed_fold_tokens)
+            candidate = applied(run.projection, prepared) if prepared is not None else None
+            snapshot = Snapshot(run.projection, run.first_tokens, run.state.failed_fold_tokens, candidate)
             match decide(snapshot, run.request):
                 case Answer():
+                    if prepared is not None:
+                        await self._discard_prepared(run, prepared, "this trigger was met without it", observer)
                     return
                 case Prune() as prune:
                     await self._prune(run, prune, observer)
+                case InstallPrepared() as install:
+                    assert prepared is not None  # decide installs only a prepared fold it was given
+                    await self._install_prepared(run, prepared, install.candidate, observer)
+                    prepared = None
                 case Blocked() as blocked:
                     tokens = blocked.tokens
                     self._record(
@@ -493,8 +513,41 @@ class Maintenance:
     async def _fold_pass(
         self, run: _Run, summarizer: Summarizer, fold: FoldPass, index: int, passes: int, observer: MaintenanceObserver
     ) -> bool:
-        """One summarizer call and its install; False when the pass failed (nothing installed). Above
-        the hard ceiling a failed LLM summary falls back to extractive."""
+        """One summarizer call and its install; False when the pass failed (nothing installed)."""
+        before = run.projection.tokens()
+        made = await self._candidate(run, summarizer, fold, index, passes, observer)
+        if made is None:
+            return False
+        outcome, document, fell_back = made
+        checkpoint, after = outcome.checkpoint, outcome.candidate.tokens()
+        if run.request.dry_run:
+            run.candidate = outcome.candidate
+            run.not_folding(NotFolded.DRY_RUN, f"dry run: the fold would take the view from {before} to {after} tokens")
+            return True
+        note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
+        receipt = self._receipt("applied", "summary", before, after, note)
+        state = replace(
+            run.state,
+            pruned=dict(outcome.candidate.pruned),
+            bounds=dict(outcome.candidate.bounds),
+            generation=run.state.generation + 1,
+            failed_fold_tokens=0,
+        ).with_receipt(receipt)
+        if self.hooks.before_install is not None:
+            await self.hooks.before_install(run.session.id)
+        install = fold_install(state, run.session.branch_id, outcome, document, before)
+        await self._install(run, install, outcome.candidate, before, after, observer)
+        run.action = Action.FOLDED
+        label = checkpoint.notes.summarizer if checkpoint.notes else summarizer.name
+        await observer.pass_committed(index, passes, before, after, checkpoint.id, label)
+        return True
+
+    async def _candidate(
+        self, run: _Run, summarizer: Summarizer, fold: FoldPass, index: int, passes: int, observer: MaintenanceObserver
+    ) -> tuple[Accepted, FoldDocument, str] | None:
+        """One summarizer call: the accepted candidate, its folded-results document and how the pass
+        fell back ("" when it did not), or None when the pass failed (recorded in `run`). Above the
+        hard ceiling a failed LLM summary falls back to extractive."""
         projection = run.projection
         before = projection.tokens()
         await observer.pass_started(fold, index, passes, before, summarizer.name)
@@ -539,33 +592,12 @@ class Maintenance:
             if run.not_folded is NotFolded.UNSPECIFIED and run.action is not Action.FOLDED:
                 run.not_folding(NotFolded.SUMMARIZER_FAILED, outcome.why)
             self._record(run, observer, "failed", "summary", before, before, outcome.why)
-            return False
-        checkpoint, after = outcome.checkpoint, outcome.candidate.tokens()
-        observer.candidate(checkpoint.id, after)
-        if run.request.dry_run:
-            run.candidate = outcome.candidate
-            run.not_folding(NotFolded.DRY_RUN, f"dry run: the fold would take the view from {before} to {after} tokens")
-            return True
-        note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
-        receipt = self._receipt("applied", "summary", before, after, note)
-        state = replace(
-            run.state,
-            pruned=dict(outcome.candidate.pruned),
-            bounds=dict(outcome.candidate.bounds),
-            generation=run.state.generation + 1,
-            failed_fold_tokens=0,
-        ).with_receipt(receipt)
-        if self.hooks.before_install is not None:
-            await self.hooks.before_install(run.session.id)
+            return None
+        observer.candidate(outcome.checkpoint.id, outcome.candidate.tokens())
         last_folded = fold.folded[-1].source
         assert last_folded is not None  # folded view messages render canonical messages
         document = FoldDocument(record.notes.index_ref, last_folded.id, folded_index.render(record.index))
-        install = fold_install(state, run.session.branch_id, outcome, document, before)
-        await self._install(run, install, outcome.candidate, before, after, observer)
-        run.action = Action.FOLDED
-        label = checkpoint.notes.summarizer if checkpoint.notes else summarizer.name
-        await observer.pass_committed(index, passes, before, after, checkpoint.id, label)
-        return True
+        return outcome, document, fell_back
 
     async def _record_fold(self, run: _Run, fold: FoldPass) -> FoldRecord:
         """The engine's notes and folded-results index after `fold`, rolled forward from the head
@@ -609,9 +641,16 @@ class Maintenance:
         return ("", failure) if failure else (text, "")
 
     async def _install(
-        self, run: _Run, install: Install, candidate: Projection, before: int, after: int, observer: MaintenanceObserver
+        self,
+        run: _Run,
+        install: Install,
+        candidate: Projection,
+        before: int,
+        after: int,
+        observer: MaintenanceObserver,
+        prepared_by: str = "",
     ) -> None:
-        with observer.installing(install, before, after):
+        with observer.installing(install, before, after, prepared_by):
             run.session, run.revision = await self.store.install(run.session, install)
             run.projection = candidate
             run.state = install.state
@@ -628,6 +667,134 @@ class Maintenance:
         receipt = self._receipt(status, action, before, after, reason)
         run.state = run.state.with_receipt(receipt)
         observer.receipt(receipt)
+
+    # ---- background folds -------------------------------------------------------------------------
+
+    def _background(self, tenant: str, session_id: str, run: _Run) -> Progress | None:
+        """After an answer: starts the session's background fold when the view has reached
+        `prefold_tokens` (`prefold_due`) and none ran over this head checkpoint; the progress event
+        that says so, or that one is running, else None."""
+        projection = run.projection
+        tokens = projection.tokens()
+        if self.background.running(session_id):
+            message = "a fold of this session runs in the background"
+            return Progress(Stage.BACKGROUND_RUNNING, message, tokens_before=tokens)
+        # Once per installed state: a prune or fold since lets another start.
+        head = f"{run.session.checkpoint_id or ''}:{run.state.generation}"
+        if not self.background.due(session_id, head) or not prefold_due(projection):
+            return None
+        started_by = trace.get_current_span().get_span_context()
+        self.background.start(session_id, head, projection.head_seq, self._prefold(tenant, session_id, started_by))
+        message = (
+            f"the view reached {tokens} tokens (prefold_ratio × context_window = {run.config.prefold_tokens}): "
+            f"a fold started in the background; the trigger ({run.config.trigger_tokens}) installs it"
+        )
+        return Progress(Stage.BACKGROUND_STARTED, message, tokens_before=tokens)
+
+    async def _prefold(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> None:
+        """A background fold: one pass made like any other (same lease, summarizer and checks) and kept
+        prepared, not installed. It takes its turn with the session's other maintenance, so a Prepare
+        that must fold meanwhile waits for it and then installs what it made."""
+        try:
+            async with self._sessions.hold(session_id):
+                await self._prefold_locked(tenant, session_id, started_by)
+        except DomainError as error:  # the session went away, or its history cannot be folded now
+            log.info("background fold of session %s not made: %s", session_id, error.message)
+
+    async def _prefold_locked(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> None:
+        run = await self._load(tenant, session_id)
+        summarizer = self.summarizers.get(run.config.summarizer)
+        if summarizer is None or not prefold_due(run.projection):
+            return
+        prepared = await self.store.read_prepared(run.session)
+        if prepared is not None and applied(run.projection, prepared) is not None:
+            return  # made already (by another replica)
+        # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
+        run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
+        fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens, ahead=True).first
+        if fold is None:
+            return
+        observer = MaintenanceObserver(no_progress, session_id, tenant)
+        async with self._leases.holding(run.session, wait=False) as held:
+            if held.lease is not Lease.TAKEN:
+                return  # another replica folds this session
+            before = run.projection.tokens()
+            with observer.folding(run.request, run.config, summarizer, 1, before, started_by) as span:
+                with observer.fold_pass(1, 1):
+                    made = await self._candidate(run, summarizer, fold, 1, 1, observer)
+                if made is None:
+                    failure = run.failure[1] if run.failure else ""
+                    observer.folded(0, 1, before, FoldOutcome.FAILED, failure)
+                    receipt = self._receipt("failed", "background", before, before, failure)
+                    await self._add_receipt(tenant, run.session, receipt)
+                    return
+                outcome, document, _ = made
+                checkpoint, after = outcome.checkpoint, outcome.candidate.tokens()
+                label = checkpoint.notes.summarizer if checkpoint.notes else summarizer.name
+                covered = covered_digest(run.projection.messages, checkpoint.position_seq)
+                made_fold = PreparedFold(
+                    checkpoint, document, covered, before, after, label, traceparent_of(span), self.clock()
+                )
+                await self.store.save_prepared(run.session, made_fold)
+                observer.folded(1, 1, after, FoldOutcome.PREPARED, "")
+        why = f"prepared in the background over seqs ≤ {checkpoint.position_seq}; installed at the trigger"
+        await self._add_receipt(tenant, run.session, self._receipt("prepared", "background", before, after, why))
+
+    async def _read_prepared(self, run: _Run, observer: MaintenanceObserver) -> PreparedFold | None:
+        """The session's prepared fold when this round may install one (a Prepare at or above the
+        trigger); one that no longer applies is discarded here, with a receipt (its summary was paid for)."""
+        config = run.config
+        if config.prefold_tokens == 0 or run.request.trigger not in (Trigger.THRESHOLD, Trigger.OVERFLOW):
+            return None
+        if run.first_tokens < config.trigger_tokens and run.request.trigger is Trigger.THRESHOLD:
+            return None
+        prepared = await self.store.read_prepared(run.session)
+        if prepared is None or applied(run.projection, prepared) is not None:
+            return prepared
+        why = "no longer applies (the history it covers or the head checkpoint changed)"
+        await self._discard_prepared(run, prepared, why, observer)
+        return None
+
+    async def _discard_prepared(
+        self, run: _Run, prepared: PreparedFold, why: str, observer: MaintenanceObserver
+    ) -> None:
+        """Drops a prepared fold the trigger did not use, with a receipt: its summary was paid for."""
+        if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
+            reason = (
+                f"the fold prepared in the background at {prepared.tokens_before} tokens {why}; its summary is not used"
+            )
+            self._record(
+                run, observer, "discarded", "background", prepared.tokens_before, prepared.tokens_after, reason
+            )
+
+    async def _install_prepared(
+        self, run: _Run, prepared: PreparedFold, candidate: Projection, observer: MaintenanceObserver
+    ) -> None:
+        before, after = run.projection.tokens(), candidate.tokens()
+        why = f"installed the fold prepared in the background at {prepared.tokens_before} tokens"
+        receipt = self._receipt("applied", "summary", before, after, why)
+        state = replace(
+            run.state,
+            pruned=dict(candidate.pruned),
+            bounds=dict(candidate.bounds),
+            generation=run.state.generation + 1,
+            failed_fold_tokens=0,
+        ).with_receipt(receipt)
+        install = fold_install(state, run.session.branch_id, Accepted(candidate), prepared.document, before)
+        await self._install(run, install, candidate, before, after, observer, prepared.traceparent)
+        run.action = Action.FOLDED
+        await observer.prepared_installed(before, after, prepared.checkpoint.id, prepared.summarizer)
+
+    async def _add_receipt(self, tenant: str, session: SessionRecord, receipt: Receipt) -> None:
+        """Adds a receipt to the stored state (best effort: given up if the state keeps changing)."""
+        MaintenanceObserver.receipt(receipt)
+        for _ in range(MAX_ROUNDS):
+            text, revision = await self.store.read_state(session)
+            state, _why = load_state(text, fingerprint(session.branch_id, session.checkpoint_id))
+            if await self.store.save_state(session.id, state.with_receipt(receipt).to_json(), revision):
+                self.contexts.drop(tenant, session.id)
+                return
+            session = await self.store.get_session(tenant, session.id)
 
     # ---- the answer -----------------------------------------------------------------------------
 

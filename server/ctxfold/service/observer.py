@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ctxfold.engine import estimator
 from ctxfold.engine.maintenance import Action, FoldInstall, FoldOutcome, FoldPass, Install, MaintainRequest
@@ -31,6 +32,9 @@ class Stage(enum.Enum):
     PASS_FAILED = "pass_failed"
     SUMMARIZER_FALLBACK = "summarizer_fallback"
     RESULTS_BOUNDED = "results_bounded"
+    BACKGROUND_STARTED = "background_started"
+    PREPARED_INSTALLED = "prepared_installed"
+    BACKGROUND_RUNNING = "background_running"
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,24 @@ def provider_error_type(exc: BaseException) -> str:
     return type(exc).__qualname__
 
 
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
+
+
+def traceparent_of(span: Span) -> str:
+    """The W3C traceparent of `span` ("" when it is not recorded)."""
+    carrier: dict[str, str] = {}
+    _TRACE_CONTEXT.inject(carrier, trace.set_span_in_context(span))
+    return carrier.get("traceparent", "")
+
+
+def span_context_of(traceparent: str) -> trace.SpanContext:
+    return trace.get_current_span(_TRACE_CONTEXT.extract({"traceparent": traceparent})).get_span_context()
+
+
+async def no_progress(_: Progress) -> None:
+    """The emit of a call nobody listens to (a background fold)."""
+
+
 @dataclass
 class MaintenanceObserver:
     emit: Emit
@@ -110,9 +132,13 @@ class MaintenanceObserver:
         )
 
     @contextlib.contextmanager
-    def installing(self, install: Install, before: int, after: int) -> Iterator[None]:
+    def installing(self, install: Install, before: int, after: int, prepared_by: str = "") -> Iterator[None]:
+        """The install's span; one of a fold prepared in the background links to that fold's span
+        (`prepared_by`, its W3C traceparent)."""
         fold = install if isinstance(install, FoldInstall) else None
         with TRACER.start_as_current_span("ctxfold.checkpoint.install") as span:
+            if prepared_by:
+                span.add_link(span_context_of(prepared_by), {"ctxfold.link": "prepared_by"})
             span.set_attributes(
                 {
                     "ctxfold.session.id": self.session_id,
@@ -180,9 +206,17 @@ class MaintenanceObserver:
 
     @contextlib.contextmanager
     def folding(
-        self, request: MaintainRequest, config: SessionConfig, summarizer: Summarizer, passes: int, before: int
-    ) -> Iterator[None]:
-        with TRACER.start_as_current_span("ctxfold.fold") as span:
+        self,
+        request: MaintainRequest,
+        config: SessionConfig,
+        summarizer: Summarizer,
+        passes: int,
+        before: int,
+        started_by: trace.SpanContext | None = None,
+    ) -> Iterator[Span]:
+        """The fold's span; a background fold's is a trace of its own, linked to the call that started it."""
+        links = [trace.Link(started_by, {"ctxfold.link": "started_by"})] if started_by is not None else None
+        with TRACER.start_as_current_span("ctxfold.fold", links=links) as span:
             span.set_attributes(
                 {
                     "ctxfold.session.id": self.session_id,
@@ -199,9 +233,22 @@ class MaintenanceObserver:
             )
             self._fold_span = span
             try:
-                yield
+                yield span
             finally:
                 self._fold_span = None
+
+    async def prepared_installed(self, before: int, after: int, checkpoint_id: str, summarizer: str) -> None:
+        message = f"installed the fold prepared in the background by {summarizer}: {before} → {after} tokens"
+        await self.emit(
+            Progress(
+                Stage.PREPARED_INSTALLED,
+                message,
+                tokens_before=before,
+                tokens_after=after,
+                checkpoint_id=checkpoint_id,
+                summarizer=summarizer,
+            )
+        )
 
     async def planned(self, passes: int, before: int) -> None:
         message = f"folding in {passes} pass(es) from {before} tokens"

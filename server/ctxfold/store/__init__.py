@@ -5,7 +5,8 @@ revision), so concurrent appends and replicas sharing one database never lose a 
 The store is split by aggregate, one module each: `sessions` (session rows, fold lease), `lineage`
 (segments, branch points, Rewind, live ranges, collection of unreachable segments), `transcript`
 (appends, request ids, message pages), `checkpoints` (checkpoint rows, chains, the readable index),
-`tool_results` (encoding, chunks, page reads, fold documents) and `state` (the view's snapshot,
+`tool_results` (encoding, chunks, page reads, fold documents), `prepared` (folds made in the
+background, not installed yet) and `state` (the view's snapshot,
 installs, the hot path's append, context states, usage), whose hot-path write runs on the driver
 itself (`hot_write`). `rows` holds the records and the one row
 mapper of each; `base` the engine, the transactions and the clock they share.
@@ -20,13 +21,16 @@ which take the open connection, never another aggregate's method."""
 from ctxfold.store.base import StaleSession
 from ctxfold.store.checkpoints import CheckpointStore
 from ctxfold.store.lineage import LineageStore
+from ctxfold.store.prepared import PreparedFoldStore
 from ctxfold.store.sessions import SessionStore
 from ctxfold.store.state import StateStore
 from ctxfold.store.tool_results import ToolResultStore
 from ctxfold.store.transcript import TranscriptStore
 
 
-class Store(SessionStore, LineageStore, TranscriptStore, CheckpointStore, ToolResultStore, StateStore):
+class Store(
+    SessionStore, LineageStore, TranscriptStore, CheckpointStore, ToolResultStore, StateStore, PreparedFoldStore
+):
     """The one store the service uses (see the module docstring); `clock` stamps every row it writes."""
 
 

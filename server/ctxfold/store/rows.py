@@ -173,13 +173,14 @@ def message_values(message: StoredMessage, segment_id: str) -> dict[str, object]
 # ---- checkpoints --------------------------------------------------------------------------------
 
 
-def checkpoint_from_row(row: object) -> Checkpoint:
+def checkpoint_from_row(row: object, id_column: str = "id") -> Checkpoint:
+    """The checkpoint of a `checkpoints` row (or of a `prepared_folds` row, whose id is `checkpoint_id`)."""
     m = _columns(row)
     entries = json.loads(m["entries_json"])
     summary = next(e["text"] for e in entries if e["type"] == "summary")
     kept = tuple(e["id"] for e in entries if e["type"] == "message")
     notes = next((FoldNotes.from_json(e["notes"]) for e in entries if e["type"] == "notes"), None)
-    return Checkpoint(m["id"], m["parent_id"], m["position_seq"], summary, m["summary_tokens"], kept, notes)
+    return Checkpoint(m[id_column], m["parent_id"], m["position_seq"], summary, m["summary_tokens"], kept, notes)
 
 
 def checkpoint_entries(checkpoint: Checkpoint) -> str:

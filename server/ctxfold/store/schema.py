@@ -145,6 +145,31 @@ checkpoints = Table(
     Index("ix_checkpoints_parent_id", "parent_id"),
 )
 
+# At most one fold per session made in the background and not installed yet: the checkpoint (columns
+# as in `checkpoints`) and its folded-results document, installed at the trigger if it still applies
+# (`engine/background.py`). A fold install or a delete of the session removes it.
+prepared_folds = Table(
+    "prepared_folds",
+    metadata,
+    Column("session_id", ID, ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True),
+    Column("checkpoint_id", ID, nullable=False),
+    # The head checkpoint it builds on; no foreign key: a rewind may delete it (the fold is then stale).
+    Column("parent_id", ID, nullable=True),
+    Column("position_seq", BigInteger, nullable=False),
+    Column("entries_json", Text, nullable=False),
+    Column("summary_tokens", Integer, nullable=False),
+    Column("covered", String(64), nullable=False),
+    Column("document_ref", ID, nullable=False),
+    Column("document_message_id", ID, nullable=False),
+    Column("document_text", Text, nullable=False),
+    Column("tokens_before", BigInteger, nullable=False),
+    Column("tokens_after", BigInteger, nullable=False),
+    Column("summarizer", String(128), nullable=False),
+    # The W3C traceparent of the fold's span: the span of the install that uses it links to it.
+    Column("traceparent", String(64), nullable=False),
+    Column("create_time", Float, nullable=False),
+)
+
 append_requests = Table(
     "append_requests",
     metadata,

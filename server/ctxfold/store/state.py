@@ -17,6 +17,7 @@ from ctxfold.store import schema
 from ctxfold.store.base import StaleSession, StoreBase, session_row
 from ctxfold.store.checkpoints import insert_checkpoint, load_checkpoint
 from ctxfold.store.lineage import in_ranges, session_live_ranges
+from ctxfold.store.prepared import drop_prepared
 from ctxfold.store.rows import StoredContext, message_from_row, state_document, whole_state
 from ctxfold.store.tool_results import insert_document
 
@@ -99,6 +100,8 @@ class StateStore(StoreBase):
                     update(schema.sessions).where(s.id == session.id).values(checkpoint_id=fold.checkpoint.id)
                 )
                 await insert_document(conn, fold.document)
+                # A new head checkpoint: a fold prepared over the old one no longer applies (or is this one).
+                await drop_prepared(conn, session.id)
             revision = await _put_state(conn, session.id, whole_state(install.state.to_json()), None, now)
             return await session_row(conn, session.tenant, session.id), revision
 

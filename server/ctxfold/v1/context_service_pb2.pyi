@@ -431,6 +431,18 @@ class _FoldStageEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FoldStage.V
     (those of the input the next call must answer, mostly) are shown as head + tail + a marker
     naming their result_ref; tokens_before/after describe the view.
     """
+    FOLD_STAGE_BACKGROUND_STARTED: _FoldStage.ValueType  # 9
+    """The view reached prefold_ratio × context_window: this call started a fold in the background
+    (it does not wait for it); tokens_before is the view it folds.
+    """
+    FOLD_STAGE_PREPARED_INSTALLED: _FoldStage.ValueType  # 10
+    """A fold prepared in the background was installed without calling a summarizer:
+    checkpoint_id and tokens_before/after are set.
+    """
+    FOLD_STAGE_BACKGROUND_RUNNING: _FoldStage.ValueType  # 11
+    """A fold of this session runs in the background (started by an earlier call); the view it
+    will replace is answered meanwhile.
+    """
 
 class FoldStage(_FoldStage, metaclass=_FoldStageEnumTypeWrapper):
     """The step of maintenance a FoldProgress event reports."""
@@ -457,6 +469,18 @@ FOLD_STAGE_RESULTS_BOUNDED: FoldStage.ValueType  # 8
 """The view was still above the hard ceiling with nothing left to fold: its largest tool results
 (those of the input the next call must answer, mostly) are shown as head + tail + a marker
 naming their result_ref; tokens_before/after describe the view.
+"""
+FOLD_STAGE_BACKGROUND_STARTED: FoldStage.ValueType  # 9
+"""The view reached prefold_ratio × context_window: this call started a fold in the background
+(it does not wait for it); tokens_before is the view it folds.
+"""
+FOLD_STAGE_PREPARED_INSTALLED: FoldStage.ValueType  # 10
+"""A fold prepared in the background was installed without calling a summarizer:
+checkpoint_id and tokens_before/after are set.
+"""
+FOLD_STAGE_BACKGROUND_RUNNING: FoldStage.ValueType  # 11
+"""A fold of this session runs in the background (started by an earlier call); the view it
+will replace is answered meanwhile.
 """
 Global___FoldStage: _TypeAlias = FoldStage  # noqa: Y015
 
@@ -658,6 +682,7 @@ class SessionConfig(_message.Message):
     PROMPT_CACHE_KEY_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     DISABLE_TASK_ANCHOR_FIELD_NUMBER: _builtins.int
+    PREFOLD_RATIO_FIELD_NUMBER: _builtins.int
     context_window: _builtins.int
     """The model's context window in tokens. Required, > 0."""
     compact_ratio: _builtins.float
@@ -692,6 +717,13 @@ class SessionConfig(_message.Message):
     """The opening user message (the task) stays verbatim right after the system prompt in every
     view, as part of the stable prefix. Set to turn that anchor off.
     """
+    prefold_ratio: _builtins.float
+    """A fold starts in the background when the view reaches prefold_ratio × context_window, and its
+    checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
+    the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
+    for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
+    otherwise within [0.10, compact_ratio).
+    """
     def __init__(
         self,
         *,
@@ -708,12 +740,15 @@ class SessionConfig(_message.Message):
         prompt_cache_key: _builtins.str = ...,
         model: _builtins.str = ...,
         disable_task_anchor: _builtins.bool = ...,
+        prefold_ratio: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_prefold_ratio", b"_prefold_ratio", "prefold_ratio", b"prefold_ratio"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_ttl_seconds", b"cache_ttl_seconds", "compact_ratio", b"compact_ratio", "context_window", b"context_window", "disable_task_anchor", b"disable_task_anchor", "max_output_tokens", b"max_output_tokens", "model", b"model", "prompt_cache_key", b"prompt_cache_key", "summarizer", b"summarizer", "summary_max_tokens", b"summary_max_tokens", "system_prompt", b"system_prompt", "tail_ratio", b"tail_ratio", "tool_content_max_bytes", b"tool_content_max_bytes", "tools_json", b"tools_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_prefold_ratio", b"_prefold_ratio", "cache_ttl_seconds", b"cache_ttl_seconds", "compact_ratio", b"compact_ratio", "context_window", b"context_window", "disable_task_anchor", b"disable_task_anchor", "max_output_tokens", b"max_output_tokens", "model", b"model", "prefold_ratio", b"prefold_ratio", "prompt_cache_key", b"prompt_cache_key", "summarizer", b"summarizer", "summary_max_tokens", b"summary_max_tokens", "system_prompt", b"system_prompt", "tail_ratio", b"tail_ratio", "tool_content_max_bytes", b"tool_content_max_bytes", "tools_json", b"tools_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__prefold_ratio: _TypeAlias = _typing.Literal["prefold_ratio"]  # noqa: Y015
+    _WhichOneofArgType__prefold_ratio: _TypeAlias = _typing.Literal["_prefold_ratio", b"_prefold_ratio"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__prefold_ratio) -> _WhichOneofReturnType__prefold_ratio | None: ...
 
 Global___SessionConfig: _TypeAlias = SessionConfig  # noqa: Y015
 

@@ -242,7 +242,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "oviderPayload\022\"\n\006author\030\023 \001(\0162\022.ctxfold." +
       "v1.Author\"T\n\017ProviderPayload\022\016\n\006format\030\001" +
       " \001(\t\022\014\n\004json\030\002 \001(\t\022\023\n\013fingerprint\030\003 \001(\t\022" +
-      "\016\n\006tokens\030\004 \001(\003\"\311\002\n\rSessionConfig\022\026\n\016con" +
+      "\016\n\006tokens\030\004 \001(\003\"\367\002\n\rSessionConfig\022\026\n\016con" +
       "text_window\030\001 \001(\003\022\025\n\rcompact_ratio\030\002 \001(\001" +
       "\022\022\n\ntail_ratio\030\003 \001(\001\022\031\n\021max_output_token" +
       "s\030\004 \001(\003\022\032\n\022summary_max_tokens\030\005 \001(\003\022\036\n\026t" +
@@ -250,187 +250,191 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "ompt\030\007 \001(\t\022\022\n\ntools_json\030\010 \001(\t\022\022\n\nsummar" +
       "izer\030\t \001(\t\022\031\n\021cache_ttl_seconds\030\n \001(\003\022\030\n" +
       "\020prompt_cache_key\030\013 \001(\t\022\r\n\005model\030\014 \001(\t\022\033" +
-      "\n\023disable_task_anchor\030\r \001(\010\"\202\002\n\007Session\022" +
-      "\n\n\002id\030\001 \001(\t\022)\n\006config\030\002 \001(\0132\031.ctxfold.v1" +
-      ".SessionConfig\022\020\n\010head_seq\030\003 \001(\003\022\025\n\rchec" +
-      "kpoint_id\030\004 \001(\t\022/\n\013create_time\030\005 \001(\0132\032.g" +
-      "oogle.protobuf.Timestamp\022/\n\013update_time\030" +
-      "\006 \001(\0132\032.google.protobuf.Timestamp\022\036\n\026for" +
-      "ked_from_session_id\030\007 \001(\t\022\025\n\rforked_at_s" +
-      "eq\030\010 \001(\003\"V\n\024CreateSessionRequest\022)\n\006conf" +
-      "ig\030\001 \001(\0132\031.ctxfold.v1.SessionConfig\022\023\n\013s" +
-      "ession_key\030\002 \001(\t\"=\n\025CreateSessionRespons" +
-      "e\022$\n\007session\030\001 \001(\0132\023.ctxfold.v1.Session\"" +
-      "\'\n\021GetSessionRequest\022\022\n\nsession_id\030\001 \001(\t" +
-      "\":\n\022GetSessionResponse\022$\n\007session\030\001 \001(\0132" +
-      "\023.ctxfold.v1.Session\"<\n\023ListSessionsRequ" +
-      "est\022\021\n\tpage_size\030\001 \001(\005\022\022\n\npage_token\030\002 \001" +
-      "(\t\"V\n\024ListSessionsResponse\022%\n\010sessions\030\001" +
-      " \003(\0132\023.ctxfold.v1.Session\022\027\n\017next_page_t" +
-      "oken\030\002 \001(\t\"*\n\024DeleteSessionRequest\022\022\n\nse" +
-      "ssion_id\030\001 \001(\t\"\027\n\025DeleteSessionResponse\"" +
-      "f\n\025AppendMessagesRequest\022\022\n\nsession_id\030\001" +
-      " \001(\t\022%\n\010messages\030\002 \003(\0132\023.ctxfold.v1.Mess" +
-      "age\022\022\n\nrequest_id\030\003 \001(\t\"e\n\026AppendMessage" +
-      "sResponse\022%\n\010messages\030\001 \003(\0132\023.ctxfold.v1" +
-      ".Message\022$\n\007session\030\002 \001(\0132\023.ctxfold.v1.S" +
-      "ession\"k\n\023ListMessagesRequest\022\022\n\nsession" +
-      "_id\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_tok" +
-      "en\030\003 \001(\t\022\031\n\021include_abandoned\030\004 \001(\010\"V\n\024L" +
-      "istMessagesResponse\022%\n\010messages\030\001 \003(\0132\023." +
-      "ctxfold.v1.Message\022\027\n\017next_page_token\030\002 " +
-      "\001(\t\"\213\001\n\016PrepareRequest\022\022\n\nsession_id\030\001 \001" +
-      "(\t\022#\n\006append\030\002 \003(\0132\023.ctxfold.v1.Message\022" +
-      "\020\n\010overflow\030\003 \001(\010\022\032\n\022known_view_version\030" +
-      "\004 \001(\003\022\022\n\nrequest_id\030\005 \001(\t\"w\n\017PrepareResp" +
-      "onse\022,\n\010progress\030\001 \001(\0132\030.ctxfold.v1.Fold" +
-      "ProgressH\000\022-\n\006result\030\002 \001(\0132\033.ctxfold.v1." +
-      "PreparedContextH\000B\007\n\005event\"\340\001\n\014FoldProgr" +
-      "ess\022$\n\005stage\030\001 \001(\0162\025.ctxfold.v1.FoldStag" +
-      "e\022\022\n\npass_index\030\002 \001(\005\022\026\n\016passes_planned\030" +
-      "\003 \001(\005\022\025\n\rtokens_before\030\004 \001(\003\022\024\n\014tokens_a" +
-      "fter\030\005 \001(\003\022\025\n\rcheckpoint_id\030\006 \001(\t\022\017\n\007mes" +
-      "sage\030\007 \001(\t\022\025\n\rsummary_delta\030\010 \001(\t\022\022\n\nsum" +
-      "marizer\030\t \001(\t\"\271\004\n\017PreparedContext\022%\n\010mes" +
-      "sages\030\001 \003(\0132\023.ctxfold.v1.Message\022\030\n\020esti" +
-      "mated_tokens\030\002 \001(\003\022\024\n\014view_version\030\003 \001(\003" +
-      "\022\"\n\006action\030\004 \001(\0162\022.ctxfold.v1.Action\022+\n\013" +
-      "cache_state\030\005 \001(\0162\026.ctxfold.v1.CacheStat" +
-      "e\022\030\n\020prompt_cache_key\030\006 \001(\t\022\025\n\rcheckpoin" +
-      "t_id\030\007 \001(\t\022\036\n\026stable_prefix_messages\030\010 \001" +
-      "(\003\022\r\n\005delta\030\t \001(\010\022\032\n\022view_message_count\030" +
-      "\n \001(\003\022\026\n\016trigger_tokens\030\013 \001(\003\022\031\n\021hard_li" +
-      "mit_tokens\030\014 \001(\003\022%\n\010appended\030\r \003(\0132\023.ctx" +
-      "fold.v1.Message\0226\n\021not_folded_reason\030\016 \001" +
-      "(\0162\033.ctxfold.v1.NotFoldedReason\022\031\n\021not_f" +
-      "olded_detail\030\017 \001(\t\022\031\n\021candidate_summary\030" +
-      "\020 \001(\t\022\032\n\022folded_results_ref\030\021 \001(\t\022\036\n\026est" +
-      "imated_input_tokens\030\022 \001(\003\"\240\001\n\023ObserveUsa" +
-      "geRequest\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014view_ve" +
-      "rsion\030\002 \001(\003\022\024\n\014input_tokens\030\003 \001(\003\022\033\n\023cac" +
-      "hed_input_tokens\030\004 \001(\003\022\025\n\routput_tokens\030" +
-      "\005 \001(\003\022\025\n\rfinish_reason\030\006 \001(\t\"I\n\024ObserveU" +
-      "sageResponse\022\023\n\013calibration\030\001 \001(\001\022\034\n\024cal" +
-      "ibration_accepted\030\002 \001(\010\"Y\n\016CompactReques" +
-      "t\022\022\n\nsession_id\030\001 \001(\t\022\r\n\005focus\030\002 \001(\t\022\023\n\013" +
-      "keep_tokens\030\003 \001(\003\022\017\n\007dry_run\030\004 \001(\010\"w\n\017Co" +
-      "mpactResponse\022,\n\010progress\030\001 \001(\0132\030.ctxfol" +
-      "d.v1.FoldProgressH\000\022-\n\006result\030\002 \001(\0132\033.ct" +
-      "xfold.v1.PreparedContextH\000B\007\n\005event\"\\\n\013F" +
-      "orkRequest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006at_seq" +
-      "\030\002 \001(\003\022)\n\006config\030\003 \001(\0132\031.ctxfold.v1.Sess" +
-      "ionConfig\"4\n\014ForkResponse\022$\n\007session\030\001 \001" +
-      "(\0132\023.ctxfold.v1.Session\"3\n\rRewindRequest" +
-      "\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006to_seq\030\002 \001(\003\"6\n\016" +
-      "RewindResponse\022$\n\007session\030\001 \001(\0132\023.ctxfol" +
-      "d.v1.Session\"t\n\025ReadToolResultRequest\022\022\n" +
-      "\nsession_id\030\001 \001(\t\022\024\n\014tool_call_id\030\002 \001(\t\022" +
-      "\022\n\nresult_ref\030\003 \001(\t\022\016\n\006offset\030\004 \001(\003\022\r\n\005l" +
-      "imit\030\005 \001(\003\"\226\001\n\026ReadToolResultResponse\022\014\n" +
-      "\004data\030\001 \001(\t\022\016\n\006offset\030\002 \001(\003\022\023\n\013next_offs" +
-      "et\030\003 \001(\003\022\023\n\013total_bytes\030\004 \001(\003\022\016\n\006sha256\030" +
-      "\005 \001(\t\022\020\n\010complete\030\006 \001(\010\022\022\n\nresult_ref\030\007 " +
-      "\001(\t\",\n\026GetContextStateRequest\022\022\n\nsession" +
-      "_id\030\001 \001(\t\"-\n\027GetContextStateResponse\022\022\n\n" +
-      "state_json\030\001 \001(\t\"\374\001\n\nCheckpoint\022\n\n\002id\030\001 " +
-      "\001(\t\022\021\n\tparent_id\030\002 \001(\t\022\024\n\014position_seq\030\003" +
-      " \001(\003\022\017\n\007summary\030\004 \001(\t\022\026\n\016summary_tokens\030" +
-      "\005 \001(\003\022\030\n\020kept_message_ids\030\006 \003(\t\022\032\n\022folde" +
-      "d_results_ref\030\007 \001(\t\022\022\n\nsummarizer\030\010 \001(\t\022" +
-      "/\n\013create_time\030\t \001(\0132\032.google.protobuf.T" +
-      "imestamp\022\025\n\ron_head_chain\030\n \001(\010\"n\n\026ListC" +
-      "heckpointsRequest\022\022\n\nsession_id\030\001 \001(\t\022\021\n" +
-      "\tpage_size\030\002 \001(\005\022\022\n\npage_token\030\003 \001(\t\022\031\n\021" +
-      "include_abandoned\030\004 \001(\010\"_\n\027ListCheckpoin" +
-      "tsResponse\022+\n\013checkpoints\030\001 \003(\0132\026.ctxfol" +
-      "d.v1.Checkpoint\022\027\n\017next_page_token\030\002 \001(\t" +
-      "\"A\n\024GetCheckpointRequest\022\022\n\nsession_id\030\001" +
-      " \001(\t\022\025\n\rcheckpoint_id\030\002 \001(\t\"C\n\025GetCheckp" +
-      "ointResponse\022*\n\ncheckpoint\030\001 \001(\0132\026.ctxfo" +
-      "ld.v1.Checkpoint*_\n\004Role\022\024\n\020ROLE_UNSPECI" +
-      "FIED\020\000\022\017\n\013ROLE_SYSTEM\020\001\022\r\n\tROLE_USER\020\002\022\022" +
-      "\n\016ROLE_ASSISTANT\020\003\022\r\n\tROLE_TOOL\020\004*G\n\006Aut" +
-      "hor\022\026\n\022AUTHOR_UNSPECIFIED\020\000\022\021\n\rAUTHOR_PE" +
-      "RSON\020\001\022\022\n\016AUTHOR_MACHINE\020\002*W\n\006Action\022\026\n\022" +
-      "ACTION_UNSPECIFIED\020\000\022\017\n\013ACTION_NONE\020\001\022\021\n" +
-      "\rACTION_PRUNED\020\002\022\021\n\rACTION_FOLDED\020\003*n\n\nC" +
-      "acheState\022\033\n\027CACHE_STATE_UNSPECIFIED\020\000\022\024" +
-      "\n\020CACHE_STATE_WARM\020\001\022\024\n\020CACHE_STATE_COLD" +
-      "\020\002\022\027\n\023CACHE_STATE_UNKNOWN\020\003*\357\007\n\013ErrorRea" +
-      "son\022\034\n\030ERROR_REASON_UNSPECIFIED\020\000\022\023\n\017UNA" +
-      "UTHENTICATED\020\001\022\023\n\017INVALID_REQUEST\020\002\022\027\n\023S" +
-      "ESSION_ID_REQUIRED\020\003\022\025\n\021SESSION_NOT_FOUN" +
-      "D\020\004\022\022\n\016INVALID_CONFIG\020\005\022\023\n\017INVALID_MESSA" +
-      "GE\020\006\022\020\n\014INVALID_TEXT\020\007\022\025\n\021MESSAGE_TOO_LA" +
-      "RGE\020\010\022\025\n\021TOO_MANY_MESSAGES\020\t\022\026\n\022INVALID_" +
-      "REQUEST_ID\020\n\022\030\n\024TOOL_RESULTS_PENDING\020\013\022\026" +
-      "\n\022TOOL_CALL_NOT_OPEN\020\014\022\027\n\023TOOL_CALL_NOT_" +
-      "FOUND\020\r\022\027\n\023RESULT_REF_REQUIRED\020\016\022\030\n\024RESU" +
-      "LT_REF_NOT_FOUND\020\017\022\030\n\024RESULT_REF_AMBIGUO" +
-      "US\020\020\022\027\n\023OFFSET_OUT_OF_RANGE\020\021\022\034\n\030OFFSET_" +
-      "NOT_CHAR_BOUNDARY\020\022\022\026\n\022LIMIT_OUT_OF_RANG" +
-      "E\020\023\022\025\n\021INVALID_PAGE_SIZE\020\024\022\026\n\022INVALID_PA" +
-      "GE_TOKEN\020\025\022\024\n\020SEQ_OUT_OF_RANGE\020\026\022\021\n\rINVA" +
-      "LID_USAGE\020\027\022\036\n\032CONTEXT_BUDGET_UNSATISFIE" +
-      "D\020\030\022\030\n\024FOLD_INPUT_TOO_LARGE\020\031\022\025\n\021SUMMARI" +
-      "ZER_FAILED\020\032\022\035\n\031SUMMARIZER_NOT_CONFIGURE" +
-      "D\020\033\022\022\n\016COMPACT_FAILED\020\034\022\033\n\027CONCURRENT_MO" +
-      "DIFICATION\020\035\022\020\n\014SESSION_BUSY\020\036\022\026\n\022RESPON" +
-      "SE_TOO_LARGE\020\037\022\030\n\024CHECKPOINT_NOT_FOUND\020 " +
-      "\022\025\n\021CHECKPOINT_BROKEN\020!\022\023\n\017STORAGE_CORRU" +
-      "PT\020\"\022\025\n\021STORE_UNAVAILABLE\020#\022\014\n\010INTERNAL\020" +
-      "$\022\037\n\033STREAM_ENDED_WITHOUT_RESULT\020%\022\034\n\030RE" +
-      "SULT_CHECKSUM_MISMATCH\020&\022\026\n\022PROTOCOL_VIO" +
-      "LATION\020\'\022\033\n\027INVALID_CLIENT_ARGUMENT\020(*\304\002" +
-      "\n\017NotFoldedReason\022!\n\035NOT_FOLDED_REASON_U" +
-      "NSPECIFIED\020\000\022.\n*NOT_FOLDED_REASON_NOTHIN" +
-      "G_OUTSIDE_KEPT_SET\020\001\022#\n\037NOT_FOLDED_REASO" +
-      "N_BELOW_TRIGGER\020\002\022&\n\"NOT_FOLDED_REASON_P" +
-      "REVIOUS_FAILURE\020\003\022!\n\035NOT_FOLDED_REASON_N" +
-      "OT_SMALLER\020\004\022\035\n\031NOT_FOLDED_REASON_DRY_RU" +
-      "N\020\005\022&\n\"NOT_FOLDED_REASON_FOLD_IN_PROGRES" +
-      "S\020\006\022\'\n#NOT_FOLDED_REASON_SUMMARIZER_FAIL" +
-      "ED\020\007*\220\002\n\tFoldStage\022\032\n\026FOLD_STAGE_UNSPECI" +
-      "FIED\020\000\022\025\n\021FOLD_STAGE_PRUNED\020\001\022\026\n\022FOLD_ST" +
-      "AGE_PLANNED\020\002\022\033\n\027FOLD_STAGE_PASS_STARTED" +
-      "\020\003\022\034\n\030FOLD_STAGE_SUMMARY_DELTA\020\004\022\035\n\031FOLD" +
-      "_STAGE_PASS_COMMITTED\020\005\022\032\n\026FOLD_STAGE_PA" +
-      "SS_FAILED\020\006\022\"\n\036FOLD_STAGE_SUMMARIZER_FAL" +
-      "LBACK\020\007\022\036\n\032FOLD_STAGE_RESULTS_BOUNDED\020\0102" +
-      "\312\t\n\016ContextService\022T\n\rCreateSession\022 .ct" +
-      "xfold.v1.CreateSessionRequest\032!.ctxfold." +
-      "v1.CreateSessionResponse\022K\n\nGetSession\022\035" +
-      ".ctxfold.v1.GetSessionRequest\032\036.ctxfold." +
-      "v1.GetSessionResponse\022Q\n\014ListSessions\022\037." +
-      "ctxfold.v1.ListSessionsRequest\032 .ctxfold" +
-      ".v1.ListSessionsResponse\022T\n\rDeleteSessio" +
-      "n\022 .ctxfold.v1.DeleteSessionRequest\032!.ct" +
-      "xfold.v1.DeleteSessionResponse\022W\n\016Append" +
-      "Messages\022!.ctxfold.v1.AppendMessagesRequ" +
-      "est\032\".ctxfold.v1.AppendMessagesResponse\022" +
-      "Q\n\014ListMessages\022\037.ctxfold.v1.ListMessage" +
-      "sRequest\032 .ctxfold.v1.ListMessagesRespon" +
-      "se\022D\n\007Prepare\022\032.ctxfold.v1.PrepareReques" +
-      "t\032\033.ctxfold.v1.PrepareResponse0\001\022Q\n\014Obse" +
-      "rveUsage\022\037.ctxfold.v1.ObserveUsageReques" +
-      "t\032 .ctxfold.v1.ObserveUsageResponse\022D\n\007C" +
-      "ompact\022\032.ctxfold.v1.CompactRequest\032\033.ctx" +
-      "fold.v1.CompactResponse0\001\0229\n\004Fork\022\027.ctxf" +
-      "old.v1.ForkRequest\032\030.ctxfold.v1.ForkResp" +
-      "onse\022?\n\006Rewind\022\031.ctxfold.v1.RewindReques" +
-      "t\032\032.ctxfold.v1.RewindResponse\022W\n\016ReadToo" +
-      "lResult\022!.ctxfold.v1.ReadToolResultReque" +
-      "st\032\".ctxfold.v1.ReadToolResultResponse\022Z" +
-      "\n\017GetContextState\022\".ctxfold.v1.GetContex" +
-      "tStateRequest\032#.ctxfold.v1.GetContextSta" +
-      "teResponse\022Z\n\017ListCheckpoints\022\".ctxfold." +
-      "v1.ListCheckpointsRequest\032#.ctxfold.v1.L" +
-      "istCheckpointsResponse\022T\n\rGetCheckpoint\022" +
-      " .ctxfold.v1.GetCheckpointRequest\032!.ctxf" +
-      "old.v1.GetCheckpointResponseBb\n\016dev.ctxf" +
-      "old.v1B\023ContextServiceProtoP\001Z9github.co" +
-      "m/ctxfold/ctxfold/clients/go/ctxfoldv1;c" +
-      "txfoldv1b\006proto3"
+      "\n\023disable_task_anchor\030\r \001(\010\022\032\n\rprefold_r" +
+      "atio\030\016 \001(\001H\000\210\001\001B\020\n\016_prefold_ratio\"\202\002\n\007Se" +
+      "ssion\022\n\n\002id\030\001 \001(\t\022)\n\006config\030\002 \001(\0132\031.ctxf" +
+      "old.v1.SessionConfig\022\020\n\010head_seq\030\003 \001(\003\022\025" +
+      "\n\rcheckpoint_id\030\004 \001(\t\022/\n\013create_time\030\005 \001" +
+      "(\0132\032.google.protobuf.Timestamp\022/\n\013update" +
+      "_time\030\006 \001(\0132\032.google.protobuf.Timestamp\022" +
+      "\036\n\026forked_from_session_id\030\007 \001(\t\022\025\n\rforke" +
+      "d_at_seq\030\010 \001(\003\"V\n\024CreateSessionRequest\022)" +
+      "\n\006config\030\001 \001(\0132\031.ctxfold.v1.SessionConfi" +
+      "g\022\023\n\013session_key\030\002 \001(\t\"=\n\025CreateSessionR" +
+      "esponse\022$\n\007session\030\001 \001(\0132\023.ctxfold.v1.Se" +
+      "ssion\"\'\n\021GetSessionRequest\022\022\n\nsession_id" +
+      "\030\001 \001(\t\":\n\022GetSessionResponse\022$\n\007session\030" +
+      "\001 \001(\0132\023.ctxfold.v1.Session\"<\n\023ListSessio" +
+      "nsRequest\022\021\n\tpage_size\030\001 \001(\005\022\022\n\npage_tok" +
+      "en\030\002 \001(\t\"V\n\024ListSessionsResponse\022%\n\010sess" +
+      "ions\030\001 \003(\0132\023.ctxfold.v1.Session\022\027\n\017next_" +
+      "page_token\030\002 \001(\t\"*\n\024DeleteSessionRequest" +
+      "\022\022\n\nsession_id\030\001 \001(\t\"\027\n\025DeleteSessionRes" +
+      "ponse\"f\n\025AppendMessagesRequest\022\022\n\nsessio" +
+      "n_id\030\001 \001(\t\022%\n\010messages\030\002 \003(\0132\023.ctxfold.v" +
+      "1.Message\022\022\n\nrequest_id\030\003 \001(\t\"e\n\026AppendM" +
+      "essagesResponse\022%\n\010messages\030\001 \003(\0132\023.ctxf" +
+      "old.v1.Message\022$\n\007session\030\002 \001(\0132\023.ctxfol" +
+      "d.v1.Session\"k\n\023ListMessagesRequest\022\022\n\ns" +
+      "ession_id\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npa" +
+      "ge_token\030\003 \001(\t\022\031\n\021include_abandoned\030\004 \001(" +
+      "\010\"V\n\024ListMessagesResponse\022%\n\010messages\030\001 " +
+      "\003(\0132\023.ctxfold.v1.Message\022\027\n\017next_page_to" +
+      "ken\030\002 \001(\t\"\213\001\n\016PrepareRequest\022\022\n\nsession_" +
+      "id\030\001 \001(\t\022#\n\006append\030\002 \003(\0132\023.ctxfold.v1.Me" +
+      "ssage\022\020\n\010overflow\030\003 \001(\010\022\032\n\022known_view_ve" +
+      "rsion\030\004 \001(\003\022\022\n\nrequest_id\030\005 \001(\t\"w\n\017Prepa" +
+      "reResponse\022,\n\010progress\030\001 \001(\0132\030.ctxfold.v" +
+      "1.FoldProgressH\000\022-\n\006result\030\002 \001(\0132\033.ctxfo" +
+      "ld.v1.PreparedContextH\000B\007\n\005event\"\340\001\n\014Fol" +
+      "dProgress\022$\n\005stage\030\001 \001(\0162\025.ctxfold.v1.Fo" +
+      "ldStage\022\022\n\npass_index\030\002 \001(\005\022\026\n\016passes_pl" +
+      "anned\030\003 \001(\005\022\025\n\rtokens_before\030\004 \001(\003\022\024\n\014to" +
+      "kens_after\030\005 \001(\003\022\025\n\rcheckpoint_id\030\006 \001(\t\022" +
+      "\017\n\007message\030\007 \001(\t\022\025\n\rsummary_delta\030\010 \001(\t\022" +
+      "\022\n\nsummarizer\030\t \001(\t\"\271\004\n\017PreparedContext\022" +
+      "%\n\010messages\030\001 \003(\0132\023.ctxfold.v1.Message\022\030" +
+      "\n\020estimated_tokens\030\002 \001(\003\022\024\n\014view_version" +
+      "\030\003 \001(\003\022\"\n\006action\030\004 \001(\0162\022.ctxfold.v1.Acti" +
+      "on\022+\n\013cache_state\030\005 \001(\0162\026.ctxfold.v1.Cac" +
+      "heState\022\030\n\020prompt_cache_key\030\006 \001(\t\022\025\n\rche" +
+      "ckpoint_id\030\007 \001(\t\022\036\n\026stable_prefix_messag" +
+      "es\030\010 \001(\003\022\r\n\005delta\030\t \001(\010\022\032\n\022view_message_" +
+      "count\030\n \001(\003\022\026\n\016trigger_tokens\030\013 \001(\003\022\031\n\021h" +
+      "ard_limit_tokens\030\014 \001(\003\022%\n\010appended\030\r \003(\013" +
+      "2\023.ctxfold.v1.Message\0226\n\021not_folded_reas" +
+      "on\030\016 \001(\0162\033.ctxfold.v1.NotFoldedReason\022\031\n" +
+      "\021not_folded_detail\030\017 \001(\t\022\031\n\021candidate_su" +
+      "mmary\030\020 \001(\t\022\032\n\022folded_results_ref\030\021 \001(\t\022" +
+      "\036\n\026estimated_input_tokens\030\022 \001(\003\"\240\001\n\023Obse" +
+      "rveUsageRequest\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014v" +
+      "iew_version\030\002 \001(\003\022\024\n\014input_tokens\030\003 \001(\003\022" +
+      "\033\n\023cached_input_tokens\030\004 \001(\003\022\025\n\routput_t" +
+      "okens\030\005 \001(\003\022\025\n\rfinish_reason\030\006 \001(\t\"I\n\024Ob" +
+      "serveUsageResponse\022\023\n\013calibration\030\001 \001(\001\022" +
+      "\034\n\024calibration_accepted\030\002 \001(\010\"Y\n\016Compact" +
+      "Request\022\022\n\nsession_id\030\001 \001(\t\022\r\n\005focus\030\002 \001" +
+      "(\t\022\023\n\013keep_tokens\030\003 \001(\003\022\017\n\007dry_run\030\004 \001(\010" +
+      "\"w\n\017CompactResponse\022,\n\010progress\030\001 \001(\0132\030." +
+      "ctxfold.v1.FoldProgressH\000\022-\n\006result\030\002 \001(" +
+      "\0132\033.ctxfold.v1.PreparedContextH\000B\007\n\005even" +
+      "t\"\\\n\013ForkRequest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006" +
+      "at_seq\030\002 \001(\003\022)\n\006config\030\003 \001(\0132\031.ctxfold.v" +
+      "1.SessionConfig\"4\n\014ForkResponse\022$\n\007sessi" +
+      "on\030\001 \001(\0132\023.ctxfold.v1.Session\"3\n\rRewindR" +
+      "equest\022\022\n\nsession_id\030\001 \001(\t\022\016\n\006to_seq\030\002 \001" +
+      "(\003\"6\n\016RewindResponse\022$\n\007session\030\001 \001(\0132\023." +
+      "ctxfold.v1.Session\"t\n\025ReadToolResultRequ" +
+      "est\022\022\n\nsession_id\030\001 \001(\t\022\024\n\014tool_call_id\030" +
+      "\002 \001(\t\022\022\n\nresult_ref\030\003 \001(\t\022\016\n\006offset\030\004 \001(" +
+      "\003\022\r\n\005limit\030\005 \001(\003\"\226\001\n\026ReadToolResultRespo" +
+      "nse\022\014\n\004data\030\001 \001(\t\022\016\n\006offset\030\002 \001(\003\022\023\n\013nex" +
+      "t_offset\030\003 \001(\003\022\023\n\013total_bytes\030\004 \001(\003\022\016\n\006s" +
+      "ha256\030\005 \001(\t\022\020\n\010complete\030\006 \001(\010\022\022\n\nresult_" +
+      "ref\030\007 \001(\t\",\n\026GetContextStateRequest\022\022\n\ns" +
+      "ession_id\030\001 \001(\t\"-\n\027GetContextStateRespon" +
+      "se\022\022\n\nstate_json\030\001 \001(\t\"\374\001\n\nCheckpoint\022\n\n" +
+      "\002id\030\001 \001(\t\022\021\n\tparent_id\030\002 \001(\t\022\024\n\014position" +
+      "_seq\030\003 \001(\003\022\017\n\007summary\030\004 \001(\t\022\026\n\016summary_t" +
+      "okens\030\005 \001(\003\022\030\n\020kept_message_ids\030\006 \003(\t\022\032\n" +
+      "\022folded_results_ref\030\007 \001(\t\022\022\n\nsummarizer\030" +
+      "\010 \001(\t\022/\n\013create_time\030\t \001(\0132\032.google.prot" +
+      "obuf.Timestamp\022\025\n\ron_head_chain\030\n \001(\010\"n\n" +
+      "\026ListCheckpointsRequest\022\022\n\nsession_id\030\001 " +
+      "\001(\t\022\021\n\tpage_size\030\002 \001(\005\022\022\n\npage_token\030\003 \001" +
+      "(\t\022\031\n\021include_abandoned\030\004 \001(\010\"_\n\027ListChe" +
+      "ckpointsResponse\022+\n\013checkpoints\030\001 \003(\0132\026." +
+      "ctxfold.v1.Checkpoint\022\027\n\017next_page_token" +
+      "\030\002 \001(\t\"A\n\024GetCheckpointRequest\022\022\n\nsessio" +
+      "n_id\030\001 \001(\t\022\025\n\rcheckpoint_id\030\002 \001(\t\"C\n\025Get" +
+      "CheckpointResponse\022*\n\ncheckpoint\030\001 \001(\0132\026" +
+      ".ctxfold.v1.Checkpoint*_\n\004Role\022\024\n\020ROLE_U" +
+      "NSPECIFIED\020\000\022\017\n\013ROLE_SYSTEM\020\001\022\r\n\tROLE_US" +
+      "ER\020\002\022\022\n\016ROLE_ASSISTANT\020\003\022\r\n\tROLE_TOOL\020\004*" +
+      "G\n\006Author\022\026\n\022AUTHOR_UNSPECIFIED\020\000\022\021\n\rAUT" +
+      "HOR_PERSON\020\001\022\022\n\016AUTHOR_MACHINE\020\002*W\n\006Acti" +
+      "on\022\026\n\022ACTION_UNSPECIFIED\020\000\022\017\n\013ACTION_NON" +
+      "E\020\001\022\021\n\rACTION_PRUNED\020\002\022\021\n\rACTION_FOLDED\020" +
+      "\003*n\n\nCacheState\022\033\n\027CACHE_STATE_UNSPECIFI" +
+      "ED\020\000\022\024\n\020CACHE_STATE_WARM\020\001\022\024\n\020CACHE_STAT" +
+      "E_COLD\020\002\022\027\n\023CACHE_STATE_UNKNOWN\020\003*\357\007\n\013Er" +
+      "rorReason\022\034\n\030ERROR_REASON_UNSPECIFIED\020\000\022" +
+      "\023\n\017UNAUTHENTICATED\020\001\022\023\n\017INVALID_REQUEST\020" +
+      "\002\022\027\n\023SESSION_ID_REQUIRED\020\003\022\025\n\021SESSION_NO" +
+      "T_FOUND\020\004\022\022\n\016INVALID_CONFIG\020\005\022\023\n\017INVALID" +
+      "_MESSAGE\020\006\022\020\n\014INVALID_TEXT\020\007\022\025\n\021MESSAGE_" +
+      "TOO_LARGE\020\010\022\025\n\021TOO_MANY_MESSAGES\020\t\022\026\n\022IN" +
+      "VALID_REQUEST_ID\020\n\022\030\n\024TOOL_RESULTS_PENDI" +
+      "NG\020\013\022\026\n\022TOOL_CALL_NOT_OPEN\020\014\022\027\n\023TOOL_CAL" +
+      "L_NOT_FOUND\020\r\022\027\n\023RESULT_REF_REQUIRED\020\016\022\030" +
+      "\n\024RESULT_REF_NOT_FOUND\020\017\022\030\n\024RESULT_REF_A" +
+      "MBIGUOUS\020\020\022\027\n\023OFFSET_OUT_OF_RANGE\020\021\022\034\n\030O" +
+      "FFSET_NOT_CHAR_BOUNDARY\020\022\022\026\n\022LIMIT_OUT_O" +
+      "F_RANGE\020\023\022\025\n\021INVALID_PAGE_SIZE\020\024\022\026\n\022INVA" +
+      "LID_PAGE_TOKEN\020\025\022\024\n\020SEQ_OUT_OF_RANGE\020\026\022\021" +
+      "\n\rINVALID_USAGE\020\027\022\036\n\032CONTEXT_BUDGET_UNSA" +
+      "TISFIED\020\030\022\030\n\024FOLD_INPUT_TOO_LARGE\020\031\022\025\n\021S" +
+      "UMMARIZER_FAILED\020\032\022\035\n\031SUMMARIZER_NOT_CON" +
+      "FIGURED\020\033\022\022\n\016COMPACT_FAILED\020\034\022\033\n\027CONCURR" +
+      "ENT_MODIFICATION\020\035\022\020\n\014SESSION_BUSY\020\036\022\026\n\022" +
+      "RESPONSE_TOO_LARGE\020\037\022\030\n\024CHECKPOINT_NOT_F" +
+      "OUND\020 \022\025\n\021CHECKPOINT_BROKEN\020!\022\023\n\017STORAGE" +
+      "_CORRUPT\020\"\022\025\n\021STORE_UNAVAILABLE\020#\022\014\n\010INT" +
+      "ERNAL\020$\022\037\n\033STREAM_ENDED_WITHOUT_RESULT\020%" +
+      "\022\034\n\030RESULT_CHECKSUM_MISMATCH\020&\022\026\n\022PROTOC" +
+      "OL_VIOLATION\020\'\022\033\n\027INVALID_CLIENT_ARGUMEN" +
+      "T\020(*\304\002\n\017NotFoldedReason\022!\n\035NOT_FOLDED_RE" +
+      "ASON_UNSPECIFIED\020\000\022.\n*NOT_FOLDED_REASON_" +
+      "NOTHING_OUTSIDE_KEPT_SET\020\001\022#\n\037NOT_FOLDED" +
+      "_REASON_BELOW_TRIGGER\020\002\022&\n\"NOT_FOLDED_RE" +
+      "ASON_PREVIOUS_FAILURE\020\003\022!\n\035NOT_FOLDED_RE" +
+      "ASON_NOT_SMALLER\020\004\022\035\n\031NOT_FOLDED_REASON_" +
+      "DRY_RUN\020\005\022&\n\"NOT_FOLDED_REASON_FOLD_IN_P" +
+      "ROGRESS\020\006\022\'\n#NOT_FOLDED_REASON_SUMMARIZE" +
+      "R_FAILED\020\007*\371\002\n\tFoldStage\022\032\n\026FOLD_STAGE_U" +
+      "NSPECIFIED\020\000\022\025\n\021FOLD_STAGE_PRUNED\020\001\022\026\n\022F" +
+      "OLD_STAGE_PLANNED\020\002\022\033\n\027FOLD_STAGE_PASS_S" +
+      "TARTED\020\003\022\034\n\030FOLD_STAGE_SUMMARY_DELTA\020\004\022\035" +
+      "\n\031FOLD_STAGE_PASS_COMMITTED\020\005\022\032\n\026FOLD_ST" +
+      "AGE_PASS_FAILED\020\006\022\"\n\036FOLD_STAGE_SUMMARIZ" +
+      "ER_FALLBACK\020\007\022\036\n\032FOLD_STAGE_RESULTS_BOUN" +
+      "DED\020\010\022!\n\035FOLD_STAGE_BACKGROUND_STARTED\020\t" +
+      "\022!\n\035FOLD_STAGE_PREPARED_INSTALLED\020\n\022!\n\035F" +
+      "OLD_STAGE_BACKGROUND_RUNNING\020\0132\312\t\n\016Conte" +
+      "xtService\022T\n\rCreateSession\022 .ctxfold.v1." +
+      "CreateSessionRequest\032!.ctxfold.v1.Create" +
+      "SessionResponse\022K\n\nGetSession\022\035.ctxfold." +
+      "v1.GetSessionRequest\032\036.ctxfold.v1.GetSes" +
+      "sionResponse\022Q\n\014ListSessions\022\037.ctxfold.v" +
+      "1.ListSessionsRequest\032 .ctxfold.v1.ListS" +
+      "essionsResponse\022T\n\rDeleteSession\022 .ctxfo" +
+      "ld.v1.DeleteSessionRequest\032!.ctxfold.v1." +
+      "DeleteSessionResponse\022W\n\016AppendMessages\022" +
+      "!.ctxfold.v1.AppendMessagesRequest\032\".ctx" +
+      "fold.v1.AppendMessagesResponse\022Q\n\014ListMe" +
+      "ssages\022\037.ctxfold.v1.ListMessagesRequest\032" +
+      " .ctxfold.v1.ListMessagesResponse\022D\n\007Pre" +
+      "pare\022\032.ctxfold.v1.PrepareRequest\032\033.ctxfo" +
+      "ld.v1.PrepareResponse0\001\022Q\n\014ObserveUsage\022" +
+      "\037.ctxfold.v1.ObserveUsageRequest\032 .ctxfo" +
+      "ld.v1.ObserveUsageResponse\022D\n\007Compact\022\032." +
+      "ctxfold.v1.CompactRequest\032\033.ctxfold.v1.C" +
+      "ompactResponse0\001\0229\n\004Fork\022\027.ctxfold.v1.Fo" +
+      "rkRequest\032\030.ctxfold.v1.ForkResponse\022?\n\006R" +
+      "ewind\022\031.ctxfold.v1.RewindRequest\032\032.ctxfo" +
+      "ld.v1.RewindResponse\022W\n\016ReadToolResult\022!" +
+      ".ctxfold.v1.ReadToolResultRequest\032\".ctxf" +
+      "old.v1.ReadToolResultResponse\022Z\n\017GetCont" +
+      "extState\022\".ctxfold.v1.GetContextStateReq" +
+      "uest\032#.ctxfold.v1.GetContextStateRespons" +
+      "e\022Z\n\017ListCheckpoints\022\".ctxfold.v1.ListCh" +
+      "eckpointsRequest\032#.ctxfold.v1.ListCheckp" +
+      "ointsResponse\022T\n\rGetCheckpoint\022 .ctxfold" +
+      ".v1.GetCheckpointRequest\032!.ctxfold.v1.Ge" +
+      "tCheckpointResponseBb\n\016dev.ctxfold.v1B\023C" +
+      "ontextServiceProtoP\001Z9github.com/ctxfold" +
+      "/ctxfold/clients/go/ctxfoldv1;ctxfoldv1b" +
+      "\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -460,7 +464,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
     internal_static_ctxfold_v1_SessionConfig_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_ctxfold_v1_SessionConfig_descriptor,
-        new java.lang.String[] { "ContextWindow", "CompactRatio", "TailRatio", "MaxOutputTokens", "SummaryMaxTokens", "ToolContentMaxBytes", "SystemPrompt", "ToolsJson", "Summarizer", "CacheTtlSeconds", "PromptCacheKey", "Model", "DisableTaskAnchor", });
+        new java.lang.String[] { "ContextWindow", "CompactRatio", "TailRatio", "MaxOutputTokens", "SummaryMaxTokens", "ToolContentMaxBytes", "SystemPrompt", "ToolsJson", "Summarizer", "CacheTtlSeconds", "PromptCacheKey", "Model", "DisableTaskAnchor", "PrefoldRatio", });
     internal_static_ctxfold_v1_Session_descriptor =
       getDescriptor().getMessageType(4);
     internal_static_ctxfold_v1_Session_fieldAccessorTable = new

@@ -90,6 +90,33 @@ public enum FoldStage
    * <code>FOLD_STAGE_RESULTS_BOUNDED = 8;</code>
    */
   FOLD_STAGE_RESULTS_BOUNDED(8),
+  /**
+   * <pre>
+   * The view reached prefold_ratio × context_window: this call started a fold in the background
+   * (it does not wait for it); tokens_before is the view it folds.
+   * </pre>
+   *
+   * <code>FOLD_STAGE_BACKGROUND_STARTED = 9;</code>
+   */
+  FOLD_STAGE_BACKGROUND_STARTED(9),
+  /**
+   * <pre>
+   * A fold prepared in the background was installed without calling a summarizer:
+   * checkpoint_id and tokens_before/after are set.
+   * </pre>
+   *
+   * <code>FOLD_STAGE_PREPARED_INSTALLED = 10;</code>
+   */
+  FOLD_STAGE_PREPARED_INSTALLED(10),
+  /**
+   * <pre>
+   * A fold of this session runs in the background (started by an earlier call); the view it
+   * will replace is answered meanwhile.
+   * </pre>
+   *
+   * <code>FOLD_STAGE_BACKGROUND_RUNNING = 11;</code>
+   */
+  FOLD_STAGE_BACKGROUND_RUNNING(11),
   UNRECOGNIZED(-1),
   ;
 
@@ -177,6 +204,33 @@ public enum FoldStage
    * <code>FOLD_STAGE_RESULTS_BOUNDED = 8;</code>
    */
   public static final int FOLD_STAGE_RESULTS_BOUNDED_VALUE = 8;
+  /**
+   * <pre>
+   * The view reached prefold_ratio × context_window: this call started a fold in the background
+   * (it does not wait for it); tokens_before is the view it folds.
+   * </pre>
+   *
+   * <code>FOLD_STAGE_BACKGROUND_STARTED = 9;</code>
+   */
+  public static final int FOLD_STAGE_BACKGROUND_STARTED_VALUE = 9;
+  /**
+   * <pre>
+   * A fold prepared in the background was installed without calling a summarizer:
+   * checkpoint_id and tokens_before/after are set.
+   * </pre>
+   *
+   * <code>FOLD_STAGE_PREPARED_INSTALLED = 10;</code>
+   */
+  public static final int FOLD_STAGE_PREPARED_INSTALLED_VALUE = 10;
+  /**
+   * <pre>
+   * A fold of this session runs in the background (started by an earlier call); the view it
+   * will replace is answered meanwhile.
+   * </pre>
+   *
+   * <code>FOLD_STAGE_BACKGROUND_RUNNING = 11;</code>
+   */
+  public static final int FOLD_STAGE_BACKGROUND_RUNNING_VALUE = 11;
 
 
   public final int getNumber() {
@@ -212,6 +266,9 @@ public enum FoldStage
       case 6: return FOLD_STAGE_PASS_FAILED;
       case 7: return FOLD_STAGE_SUMMARIZER_FALLBACK;
       case 8: return FOLD_STAGE_RESULTS_BOUNDED;
+      case 9: return FOLD_STAGE_BACKGROUND_STARTED;
+      case 10: return FOLD_STAGE_PREPARED_INSTALLED;
+      case 11: return FOLD_STAGE_BACKGROUND_RUNNING;
       default: return null;
     }
   }

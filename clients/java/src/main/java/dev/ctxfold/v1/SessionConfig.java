@@ -57,6 +57,7 @@ private static final long serialVersionUID = 0L;
             dev.ctxfold.v1.SessionConfig.class, dev.ctxfold.v1.SessionConfig.Builder.class);
   }
 
+  private int bitField0_;
   public static final int CONTEXT_WINDOW_FIELD_NUMBER = 1;
   private long contextWindow_ = 0L;
   /**
@@ -416,6 +417,41 @@ private static final long serialVersionUID = 0L;
     return disableTaskAnchor_;
   }
 
+  public static final int PREFOLD_RATIO_FIELD_NUMBER = 14;
+  private double prefoldRatio_ = 0D;
+  /**
+   * <pre>
+   * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
+   * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
+   * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
+   * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
+   * otherwise within [0.10, compact_ratio).
+   * </pre>
+   *
+   * <code>optional double prefold_ratio = 14;</code>
+   * @return Whether the prefoldRatio field is set.
+   */
+  @java.lang.Override
+  public boolean hasPrefoldRatio() {
+    return ((bitField0_ & 0x00000001) != 0);
+  }
+  /**
+   * <pre>
+   * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
+   * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
+   * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
+   * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
+   * otherwise within [0.10, compact_ratio).
+   * </pre>
+   *
+   * <code>optional double prefold_ratio = 14;</code>
+   * @return The prefoldRatio.
+   */
+  @java.lang.Override
+  public double getPrefoldRatio() {
+    return prefoldRatio_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -469,6 +505,9 @@ private static final long serialVersionUID = 0L;
     if (disableTaskAnchor_ != false) {
       output.writeBool(13, disableTaskAnchor_);
     }
+    if (((bitField0_ & 0x00000001) != 0)) {
+      output.writeDouble(14, prefoldRatio_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -519,6 +558,10 @@ private static final long serialVersionUID = 0L;
     if (disableTaskAnchor_ != false) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(13, disableTaskAnchor_);
+    }
+    if (((bitField0_ & 0x00000001) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeDoubleSize(14, prefoldRatio_);
     }
     return size;
   }
@@ -572,6 +615,12 @@ private static final long serialVersionUID = 0L;
         .equals(other.getModel())) return false;
     if (getDisableTaskAnchor()
         != other.getDisableTaskAnchor()) return false;
+    if (hasPrefoldRatio() != other.hasPrefoldRatio()) return false;
+    if (hasPrefoldRatio()) {
+      if (java.lang.Double.doubleToLongBits(getPrefoldRatio())
+          != java.lang.Double.doubleToLongBits(
+              other.getPrefoldRatio())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -617,6 +666,11 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + DISABLE_TASK_ANCHOR_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getDisableTaskAnchor());
+    if (hasPrefoldRatio()) {
+      hash = (37 * hash) + PREFOLD_RATIO_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          java.lang.Double.doubleToLongBits(getPrefoldRatio()));
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -765,6 +819,7 @@ private static final long serialVersionUID = 0L;
       promptCacheKey_ = "";
       model_ = "";
       disableTaskAnchor_ = false;
+      prefoldRatio_ = 0D;
       return this;
     }
 
@@ -837,6 +892,12 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00001000) != 0)) {
         result.disableTaskAnchor_ = disableTaskAnchor_;
       }
+      int to_bitField0_ = 0;
+      if (((from_bitField0_ & 0x00002000) != 0)) {
+        result.prefoldRatio_ = prefoldRatio_;
+        to_bitField0_ |= 0x00000001;
+      }
+      result.bitField0_ |= to_bitField0_;
     }
 
     @java.lang.Override
@@ -899,6 +960,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getDisableTaskAnchor() != false) {
         setDisableTaskAnchor(other.getDisableTaskAnchor());
+      }
+      if (other.hasPrefoldRatio()) {
+        setPrefoldRatio(other.getPrefoldRatio());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -989,6 +1053,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00001000;
               break;
             } // case 104
+            case 113: {
+              prefoldRatio_ = input.readDouble();
+              bitField0_ |= 0x00002000;
+              break;
+            } // case 113
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1826,6 +1895,78 @@ private static final long serialVersionUID = 0L;
     public Builder clearDisableTaskAnchor() {
       bitField0_ = (bitField0_ & ~0x00001000);
       disableTaskAnchor_ = false;
+      onChanged();
+      return this;
+    }
+
+    private double prefoldRatio_ ;
+    /**
+     * <pre>
+     * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
+     * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
+     * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
+     * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
+     * otherwise within [0.10, compact_ratio).
+     * </pre>
+     *
+     * <code>optional double prefold_ratio = 14;</code>
+     * @return Whether the prefoldRatio field is set.
+     */
+    @java.lang.Override
+    public boolean hasPrefoldRatio() {
+      return ((bitField0_ & 0x00002000) != 0);
+    }
+    /**
+     * <pre>
+     * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
+     * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
+     * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
+     * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
+     * otherwise within [0.10, compact_ratio).
+     * </pre>
+     *
+     * <code>optional double prefold_ratio = 14;</code>
+     * @return The prefoldRatio.
+     */
+    @java.lang.Override
+    public double getPrefoldRatio() {
+      return prefoldRatio_;
+    }
+    /**
+     * <pre>
+     * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
+     * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
+     * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
+     * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
+     * otherwise within [0.10, compact_ratio).
+     * </pre>
+     *
+     * <code>optional double prefold_ratio = 14;</code>
+     * @param value The prefoldRatio to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPrefoldRatio(double value) {
+
+      prefoldRatio_ = value;
+      bitField0_ |= 0x00002000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
+     * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
+     * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
+     * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
+     * otherwise within [0.10, compact_ratio).
+     * </pre>
+     *
+     * <code>optional double prefold_ratio = 14;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearPrefoldRatio() {
+      bitField0_ = (bitField0_ & ~0x00002000);
+      prefoldRatio_ = 0D;
       onChanged();
       return this;
     }

@@ -193,4 +193,31 @@ public interface SessionConfigOrBuilder extends
    * @return The disableTaskAnchor.
    */
   boolean getDisableTaskAnchor();
+
+  /**
+   * <pre>
+   * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
+   * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
+   * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
+   * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
+   * otherwise within [0.10, compact_ratio).
+   * </pre>
+   *
+   * <code>optional double prefold_ratio = 14;</code>
+   * @return Whether the prefoldRatio field is set.
+   */
+  boolean hasPrefoldRatio();
+  /**
+   * <pre>
+   * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
+   * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
+   * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
+   * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
+   * otherwise within [0.10, compact_ratio).
+   * </pre>
+   *
+   * <code>optional double prefold_ratio = 14;</code>
+   * @return The prefoldRatio.
+   */
+  double getPrefoldRatio();
 }

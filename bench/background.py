@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""How long an agent waits in Prepare, background folds on and off, side by side in one run.
+
+`ctxfold serve` runs in its own process on SQLite with one LLM summarizer, the fake OpenAI-compatible
+provider of tests/fake_provider.py, which answers every summary after `--summarizer-seconds` (2 s by
+default, a fast model writing a short summary). For each trace of tests/data/traces, two sessions
+replay it at once, turn by turn as an agent would: Prepare (the append of the turn; timed as the
+client sees it), then the model call, which takes `--agent-seconds` (2 s) and is a sleep here. One
+session has background folds off (`prefold_ratio` 0), the other the default (compact_ratio − 0.10).
+
+Printed per mode: p50, p99 and max of every Prepare, and of the Prepares at a trigger (those that
+folded or installed a fold prepared in the background), and how many of each; then the goal of
+issue 26 as PASS/MISS: with background folds on, no Prepare waits for a summarizer (every one
+answers within 0.5 s), where with them off each folding Prepare takes over `--summarizer-seconds`.
+
+    .venv/bin/python bench/background.py                       # ~8 minutes: 3 traces, 60 turns each
+    .venv/bin/python bench/background.py --traces 6 --turns 0  # every turn of every trace (long)
+    .venv/bin/python bench/background.py --quick               # a smoke run of ~20 s (what the test runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import benchlib as bl
+
+sys.path.insert(0, str(bl.REPO / "tests"))
+from ctxfold.replay.runner import load_trace_file, to_pb
+from ctxfold.replay.trace import turns
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from fake_provider import FakeProvider
+
+GOAL_SECONDS = 0.5
+MODES = {"off": 0.0, "on": None}  # prefold_ratio: 0 turns background folds off; None is the default
+AT_TRIGGER = (pb.FOLD_STAGE_PASS_STARTED, pb.FOLD_STAGE_PREPARED_INSTALLED)
+
+
+@dataclass
+class Latencies:
+    every: list[float] = field(default_factory=list)
+    at_trigger: list[float] = field(default_factory=list)
+    installed_prepared: int = 0
+
+
+async def replay(
+    stub: pb_grpc.ContextServiceAsyncStub,
+    path: str,
+    window: int,
+    prefold: float | None,
+    agent_seconds: float,
+    limit: int,
+) -> Latencies:
+    trace = load_trace_file(path)
+    config = pb.SessionConfig(
+        context_window=window, summarizer="llm", system_prompt=trace.system_prompt, tools_json=trace.tools_json
+    )
+    if prefold is not None:
+        config.prefold_ratio = prefold
+    session = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session
+    measured = Latencies()
+    calls, _ = turns(trace)
+    for turn in calls[:limit] if limit else calls:
+        request = pb.PrepareRequest(session_id=session.id, append=[to_pb(m) for m in turn.append])
+        started = time.perf_counter()
+        stages = [e.progress.stage async for e in stub.Prepare(request) if e.HasField("progress")]
+        seconds = time.perf_counter() - started
+        measured.every.append(seconds)
+        if any(stage in AT_TRIGGER for stage in stages):
+            measured.at_trigger.append(seconds)
+        measured.installed_prepared += stages.count(pb.FOLD_STAGE_PREPARED_INSTALLED)
+        await asyncio.sleep(agent_seconds)  # the model call
+    await stub.DeleteSession(pb.DeleteSessionRequest(session_id=session.id))
+    return measured
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    if not ordered:
+        return {"n": 0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+    return {
+        "n": len(ordered),
+        "p50": ordered[len(ordered) // 2],
+        "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "max": ordered[-1],
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--traces", type=bl.positive_int, default=3, help="how many traces of tests/data/traces")
+    parser.add_argument("--turns", type=int, default=60, help="model calls replayed per trace (0: all)")
+    parser.add_argument("--window", type=bl.positive_int, default=16_000, help="the sessions' context_window")
+    parser.add_argument("--summarizer-seconds", type=bl.positive_float, default=2.0)
+    parser.add_argument("--agent-seconds", type=bl.positive_float, default=2.0)
+    parser.add_argument("--quick", action="store_true", help="1 trace, 30 turns, 0.4 s summarizer and agent")
+    parser.add_argument("--json", default="", help="write the full result here")
+    args = parser.parse_args()
+    if args.quick:
+        args.traces, args.turns, args.summarizer_seconds, args.agent_seconds = 1, 30, 0.4, 0.4
+    paths = bl.trace_paths(bl.DEFAULT_TRACES)[: args.traces]
+    results: dict[str, Latencies] = {mode: Latencies() for mode in MODES}
+    with tempfile.TemporaryDirectory() as tmp, FakeProvider(timeout_sleep=args.summarizer_seconds) as fake:
+        fake.script(then="timeout")  # every summary answers after summarizer_seconds
+        specs = json.dumps({"llm": {"type": "openai", "base_url": fake.base_url, "model": "m", "max_retries": 0}})
+        database = f"sqlite:///{Path(tmp) / 'bench.db'}"
+        async with bl.serve_process(database, Path(tmp) / "serve.log", *bl.QUIET, "--summarizers", specs) as served:
+            stub = pb_grpc.ContextServiceStub(served.channel)
+            for path in paths:
+                bl.log(f"{Path(path).name}: both modes at once")
+                done = await asyncio.gather(
+                    *(
+                        replay(stub, path, args.window, prefold, args.agent_seconds, args.turns)
+                        for prefold in MODES.values()
+                    )
+                )
+                for mode, measured in zip(MODES, done, strict=True):
+                    results[mode].every += measured.every
+                    results[mode].at_trigger += measured.at_trigger
+                    results[mode].installed_prepared += measured.installed_prepared
+    print(
+        f"\nPrepare latency as the agent sees it (s): summarizer {args.summarizer_seconds:g} s per call, "
+        f"agent {args.agent_seconds:g} s per model call, window {args.window:,}, {len(paths)} trace(s)"
+    )
+    print(f"{'background folds':<17} {'':>9} {'n':>5} {'p50':>7} {'p99':>7} {'max':>7}")
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for mode, measured in results.items():
+        table[mode] = {"every": summary(measured.every), "at_trigger": summary(measured.at_trigger)}
+        for which, row in table[mode].items():
+            label = "every" if which == "every" else "at trigger"
+            print(f"{mode:<17} {label:>9} {row['n']:>5.0f} {row['p50']:>7.3f} {row['p99']:>7.3f} {row['max']:>7.3f}")
+    on, off = table["on"], table["off"]
+    print(f"prepared folds installed at a trigger (on): {results['on'].installed_prepared}")
+    waited = on["every"]["max"] <= GOAL_SECONDS
+    print(
+        f"goal: with background folds on every Prepare within {GOAL_SECONDS} s: "
+        f"{'PASS' if waited else 'MISS'} (max {on['every']['max']:.3f} s; off: max {off['every']['max']:.3f} s)"
+    )
+    if args.json:
+        document = {"args": vars(args), "table": table, **{mode: asdict(r) for mode, r in results.items()}}
+        await asyncio.to_thread(Path(args.json).write_text, json.dumps(document, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,71 @@
+"""Prepared folds: at most one per session, the checkpoint and document of a fold made in the
+background (`engine/background.py`), kept until the trigger installs it or it is found stale."""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ctxfold.engine.background import PreparedFold
+from ctxfold.engine.context import SessionRecord
+from ctxfold.engine.maintenance import FoldDocument
+from ctxfold.store import schema
+from ctxfold.store.base import StoreBase
+from ctxfold.store.rows import checkpoint_entries, checkpoint_from_row
+
+
+async def drop_prepared(conn: AsyncConnection, session_id: str) -> None:
+    await conn.execute(delete(schema.prepared_folds).where(schema.prepared_folds.c.session_id == session_id))
+
+
+class PreparedFoldStore(StoreBase):
+    async def save_prepared(self, session: SessionRecord, prepared: PreparedFold) -> None:
+        """Keeps `prepared` as the session's prepared fold, replacing any earlier one."""
+        checkpoint, document = prepared.checkpoint, prepared.document
+        async with self._write() as conn:
+            await drop_prepared(conn, session.id)
+            await conn.execute(
+                insert(schema.prepared_folds).values(
+                    session_id=session.id,
+                    checkpoint_id=checkpoint.id,
+                    parent_id=checkpoint.parent_id,
+                    position_seq=checkpoint.position_seq,
+                    entries_json=checkpoint_entries(checkpoint),
+                    summary_tokens=checkpoint.summary_tokens,
+                    covered=prepared.covered,
+                    document_ref=document.ref,
+                    document_message_id=document.message_id,
+                    document_text=document.text,
+                    tokens_before=prepared.tokens_before,
+                    tokens_after=prepared.tokens_after,
+                    summarizer=prepared.summarizer,
+                    traceparent=prepared.traceparent,
+                    create_time=prepared.create_time,
+                )
+            )
+
+    async def read_prepared(self, session: SessionRecord) -> PreparedFold | None:
+        p = schema.prepared_folds.c
+        async with self._read() as conn:
+            row = (await conn.execute(select(schema.prepared_folds).where(p.session_id == session.id))).first()
+        if row is None:
+            return None
+        return PreparedFold(
+            checkpoint_from_row(row, id_column="checkpoint_id"),
+            FoldDocument(row.document_ref, row.document_message_id, row.document_text),
+            row.covered,
+            row.tokens_before,
+            row.tokens_after,
+            row.summarizer,
+            row.traceparent,
+            row.create_time,
+        )
+
+    async def discard_prepared(self, session: SessionRecord, checkpoint_id: str) -> bool:
+        """Drops the session's prepared fold if it is still `checkpoint_id`; whether it did."""
+        p = schema.prepared_folds.c
+        async with self._write() as conn:
+            dropped = await conn.execute(
+                delete(schema.prepared_folds).where(p.session_id == session.id, p.checkpoint_id == checkpoint_id)
+            )
+            return bool(dropped.rowcount)

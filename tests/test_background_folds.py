@@ -1,0 +1,237 @@
+"""Background folds end to end: real servers (one, or two replicas on one database) with an LLM
+summarizer behind the fake provider. A view that reaches prefold_ratio × window starts a fold the
+agent does not wait for; the Prepare at the trigger installs what it prepared without calling the
+summarizer; a rewind below it cancels it or makes what it prepared stale (discarded, never installed);
+across replicas it runs once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from builders import call, create_session, result, user
+from conftest import fresh_database, settings_for
+from ctxfold.server import RunningServer, start
+from ctxfold.v1 import context_service_pb2 as pb
+from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from fake_provider import FakeProvider
+from test_prepare import Outcome, prepare, state
+from traces import tool_output
+
+WINDOW = 12_000
+
+
+@dataclass
+class Servers:
+    fake: FakeProvider
+    running: list[RunningServer]
+    stubs: list[pb_grpc.ContextServiceStub]
+
+
+@pytest.fixture
+async def servers(backend: str, tmp_path: Path) -> AsyncIterator[Servers]:
+    """Two servers (replicas) on one fresh database, both summarizing with the fake provider."""
+    with FakeProvider() as fake:
+        url = await fresh_database(backend, tmp_path)
+        specs = json.dumps({"llm": {"type": "openai", "base_url": fake.base_url, "model": "m", "max_retries": 0}})
+        running = [await start(settings_for(url, summarizers=specs)) for _ in range(2)]
+        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{r.port}") for r in running]
+        try:
+            yield Servers(fake, running, [pb_grpc.ContextServiceStub(c) for c in channels])
+        finally:
+            fake.release()
+            for channel in channels:
+                await channel.close()
+            for replica in running:
+                await replica.stop(grace=1.0)
+
+
+def stages(outcome: Outcome) -> list[int]:
+    return [p.stage for p in outcome.progress]
+
+
+class Agent:
+    """An agent's turns on one session: a call and its 2,000-character result per Prepare."""
+
+    def __init__(self, stub: pb_grpc.ContextServiceStub, session_id: str) -> None:
+        self.stub, self.session_id, self.turn = stub, session_id, 0
+
+    async def step(self, stub: pb_grpc.ContextServiceStub | None = None) -> Outcome:
+        self.turn += 1
+        call_id = f"c{self.turn}"
+        return await prepare(
+            stub or self.stub, self.session_id, call(call_id), result(call_id, tool_output(self.turn, 2000))
+        )
+
+    async def until(self, done: Callable[[Outcome], bool], stub: pb_grpc.ContextServiceStub | None = None) -> Outcome:
+        for _ in range(60):
+            outcome = await self.step(stub)
+            if done(outcome):
+                return outcome
+        raise AssertionError("the session never got there")
+
+
+async def llm_session(stub: pb_grpc.ContextServiceStub, **config: object) -> Agent:
+    session = await create_session(stub, context_window=WINDOW, summarizer="llm", **config)
+    await prepare(stub, session.id, user("Find out why the nightly build is slow"))
+    return Agent(stub, session.id)
+
+
+def started(outcome: Outcome) -> bool:
+    return pb.FOLD_STAGE_BACKGROUND_STARTED in stages(outcome)
+
+
+async def receipts(stub: pb_grpc.ContextServiceStub, session_id: str, status: str) -> list[dict[str, object]]:
+    found = (await state(stub, session_id)).get("receipts", [])
+    assert isinstance(found, list)
+    return [r for r in found if r["status"] == status]
+
+
+async def eventually_receipt(stub: pb_grpc.ContextServiceStub, session_id: str, status: str) -> dict[str, object]:
+    for _ in range(300):
+        found = await receipts(stub, session_id, status)
+        if found:
+            return found[-1]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no {status!r} receipt")
+
+
+async def stalled(fake: FakeProvider) -> None:
+    for _ in range(400):
+        if fake.stalled.is_set():
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError("the background fold never reached the summarizer")
+
+
+async def test_the_prepare_at_the_trigger_installs_the_background_fold_without_waiting_for_a_summarizer(
+    servers: Servers,
+) -> None:
+    fake, stub = servers.fake, servers.stubs[0]
+    fake.script("stall")
+    agent = await llm_session(stub)
+    first = await agent.until(started)
+    # The Prepare that started it answered while the summarizer had not: it did not wait.
+    assert first.result.action == pb.ACTION_NONE
+    assert first.result.estimated_tokens < first.result.trigger_tokens
+    await stalled(fake)
+    # While it runs, Prepares answer at once — at the trigger too (the view still fits) — and say so.
+    running = await agent.until(lambda o: o.result.estimated_tokens >= o.result.trigger_tokens)
+    assert pb.FOLD_STAGE_BACKGROUND_RUNNING in stages(running)
+    assert running.result.action == pb.ACTION_NONE
+    assert running.result.not_folded_reason == pb.NOT_FOLDED_REASON_FOLD_IN_PROGRESS
+    assert len(fake.requests) == 1
+    fake.release()
+    made = await eventually_receipt(stub, agent.session_id, "prepared")
+    assert made["action"] == "background"
+    # The next Prepare at the trigger installs it: no summarizer call, no pass, one event that says so.
+    installed = await agent.step()
+    assert installed.result.action == pb.ACTION_FOLDED
+    assert stages(installed) == [pb.FOLD_STAGE_PREPARED_INSTALLED]
+    assert installed.progress[0].checkpoint_id == installed.result.checkpoint_id
+    assert installed.progress[0].summarizer == "llm"
+    assert len(fake.requests) == 1
+    assert installed.result.estimated_tokens < installed.result.trigger_tokens
+    assert sum(m.summary for m in installed.result.messages) == 1
+    # Every message after the fold's position is still in the view, verbatim, after the summary.
+    assert installed.result.messages[-1].content == tool_output(agent.turn, 2000)
+    session = (await stub.GetSession(pb.GetSessionRequest(session_id=agent.session_id))).session
+    assert session.checkpoint_id == installed.result.checkpoint_id
+    applied = await receipts(stub, agent.session_id, "applied")
+    assert "prepared in the background" in str(applied[-1]["reason"])
+
+
+async def test_a_background_fold_runs_once_across_replicas_and_either_replica_installs_it(servers: Servers) -> None:
+    fake = servers.fake
+    a, b = servers.stubs
+    fake.script("stall")
+    agent = await llm_session(a)
+    await agent.until(started)
+    await stalled(fake)
+    # The other replica, in the band too, finds the fold lease held: it does not summarize the same input.
+    await agent.step(b)
+    await agent.step(b)
+    await asyncio.sleep(0.3)
+    assert len(fake.requests) == 1
+    fake.release()
+    await eventually_receipt(a, agent.session_id, "prepared")
+    installed = await agent.until(lambda o: o.result.action == pb.ACTION_FOLDED, b)
+    assert stages(installed) == [pb.FOLD_STAGE_PREPARED_INSTALLED]
+    assert len(fake.requests) == 1
+
+
+async def test_a_rewind_below_a_running_background_fold_cancels_it(servers: Servers) -> None:
+    fake, stub = servers.fake, servers.stubs[0]
+    running = servers.running[0]
+    fake.script("stall")
+    agent = await llm_session(stub)
+    await agent.until(started)
+    await stalled(fake)
+    assert running.maintenance.background.running(agent.session_id)
+    await stub.Rewind(pb.RewindRequest(session_id=agent.session_id, to_seq=3))
+    for _ in range(200):
+        if not running.maintenance.background.running(agent.session_id):
+            break
+        await asyncio.sleep(0.025)
+    assert not running.maintenance.background.running(agent.session_id)
+    await asyncio.sleep(0.2)
+    assert await receipts(stub, agent.session_id, "prepared") == []
+    # The session goes on; in the band again, a new background fold starts over the rewound history.
+    fake.reset()
+    again = await agent.until(started)
+    assert again.result.action == pb.ACTION_NONE
+    await eventually_receipt(stub, agent.session_id, "prepared")
+
+
+async def test_a_prepared_fold_made_stale_by_a_rewind_is_discarded_and_the_trigger_folds_itself(
+    servers: Servers,
+) -> None:
+    fake, stub = servers.fake, servers.stubs[0]
+    agent = await llm_session(stub)
+    await agent.until(started)
+    stale = await eventually_receipt(stub, agent.session_id, "prepared")
+    # Below what it covers: the history it summarized is abandoned.
+    await stub.Rewind(pb.RewindRequest(session_id=agent.session_id, to_seq=5))
+    # The next background fold fails, so the stale one is what the trigger finds.
+    fake.script("error500")
+    await agent.until(started)
+    await eventually_receipt(stub, agent.session_id, "failed")
+    before = len(fake.requests)
+    folded = await agent.until(lambda o: o.result.action == pb.ACTION_FOLDED)
+    assert pb.FOLD_STAGE_PREPARED_INSTALLED not in stages(folded)
+    assert pb.FOLD_STAGE_PASS_COMMITTED in stages(folded)
+    assert len(fake.requests) == before + 1
+    [discarded] = await receipts(stub, agent.session_id, "discarded")
+    assert discarded["action"] == "background" and "no longer applies" in str(discarded["reason"])
+    assert discarded["tokens_in"] == stale["tokens_in"]
+
+
+async def test_with_prefold_ratio_zero_nothing_runs_in_the_background(servers: Servers) -> None:
+    fake, stub = servers.fake, servers.stubs[0]
+    agent = await llm_session(stub, prefold_ratio=0.0)
+    session = (await stub.GetSession(pb.GetSessionRequest(session_id=agent.session_id))).session
+    assert session.config.HasField("prefold_ratio") and session.config.prefold_ratio == 0.0
+    reached = await agent.until(lambda o: o.result.estimated_tokens >= 0.75 * WINDOW)
+    assert reached.result.action == pb.ACTION_NONE and not started(reached)
+    await asyncio.sleep(0.2)
+    assert fake.requests == []
+    folded = await agent.until(lambda o: o.result.action == pb.ACTION_FOLDED)
+    assert pb.FOLD_STAGE_PASS_COMMITTED in stages(folded)
+
+
+async def test_the_effective_config_says_where_background_folds_start(servers: Servers) -> None:
+    stub = servers.stubs[0]
+    llm = await create_session(stub, context_window=WINDOW, summarizer="llm")
+    assert llm.config.prefold_ratio == pytest.approx(0.70)
+    extractive = await create_session(stub, context_window=WINDOW)
+    assert extractive.config.HasField("prefold_ratio") and extractive.config.prefold_ratio == 0.0
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await create_session(stub, context_window=WINDOW, summarizer="llm", prefold_ratio=0.9)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "config.prefold_ratio" in (refused.value.details() or "")
