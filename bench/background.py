@@ -39,7 +39,7 @@ from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
 
 GOAL_SECONDS = 0.5
-MODES = {"off": 0.0, "on": None}  # prefold_ratio: 0 turns background folds off; None is the default
+MODES = ("off", "on")  # prefold_ratio 0 (background folds off); --prefold-ratio, or the server's default
 AT_TRIGGER = (pb.FOLD_STAGE_PASS_STARTED, pb.FOLD_STAGE_PREPARED_INSTALLED)
 
 
@@ -48,6 +48,10 @@ class Latencies:
     every: list[float] = field(default_factory=list)
     at_trigger: list[float] = field(default_factory=list)
     installed_prepared: int = 0
+    # Prepares over the goal: the trace, turn, view tokens against the hard ceiling, and their stages;
+    # `over_ceiling` those whose view was above the hard ceiling (it must be made smaller before it is sent).
+    slow: list[str] = field(default_factory=list)
+    over_ceiling: int = 0
 
 
 async def replay(
@@ -70,8 +74,21 @@ async def replay(
     for turn in calls[:limit] if limit else calls:
         request = pb.PrepareRequest(session_id=session.id, append=[to_pb(m) for m in turn.append])
         started = time.perf_counter()
-        stages = [e.progress.stage async for e in stub.Prepare(request) if e.HasField("progress")]
+        events = [e async for e in stub.Prepare(request)]
         seconds = time.perf_counter() - started
+        stages = [e.progress.stage for e in events if e.HasField("progress")]
+        if seconds > GOAL_SECONDS:
+            result = events[-1].result
+            before = max((e.progress.tokens_before for e in events if e.HasField("progress")), default=0)
+            above = before > result.hard_limit_tokens
+            measured.over_ceiling += above
+            names = ",".join(
+                pb.FoldStage.Name(s).removeprefix("FOLD_STAGE_") for s in stages if s != pb.FOLD_STAGE_SUMMARY_DELTA
+            )
+            measured.slow.append(
+                f"{Path(path).name} turn {len(measured.every) + 1}: {seconds:.2f} s, view {before} tokens "
+                f"({'above' if above else 'within'} the hard ceiling of {result.hard_limit_tokens}), {names}"
+            )
         measured.every.append(seconds)
         if any(stage in AT_TRIGGER for stage in stages):
             measured.at_trigger.append(seconds)
@@ -100,11 +117,14 @@ async def main() -> None:
     parser.add_argument("--window", type=bl.positive_int, default=16_000, help="the sessions' context_window")
     parser.add_argument("--summarizer-seconds", type=bl.positive_float, default=2.0)
     parser.add_argument("--agent-seconds", type=bl.positive_float, default=2.0)
-    parser.add_argument("--quick", action="store_true", help="1 trace, 30 turns, 0.4 s summarizer and agent")
+    parser.add_argument(
+        "--prefold-ratio", type=float, default=None, help="prefold_ratio of the 'on' sessions (default: the server's)"
+    )
+    parser.add_argument("--quick", action="store_true", help="1 trace, 30 turns, 0.6 s summarizer and agent")
     parser.add_argument("--json", default="", help="write the full result here")
     args = parser.parse_args()
     if args.quick:
-        args.traces, args.turns, args.summarizer_seconds, args.agent_seconds = 1, 30, 0.4, 0.4
+        args.traces, args.turns, args.summarizer_seconds, args.agent_seconds = 1, 30, 0.6, 0.6
     paths = bl.trace_paths(bl.DEFAULT_TRACES)[: args.traces]
     results: dict[str, Latencies] = {mode: Latencies() for mode in MODES}
     with tempfile.TemporaryDirectory() as tmp, FakeProvider(timeout_sleep=args.summarizer_seconds) as fake:
@@ -117,14 +137,18 @@ async def main() -> None:
                 bl.log(f"{Path(path).name}: both modes at once")
                 done = await asyncio.gather(
                     *(
-                        replay(stub, path, args.window, prefold, args.agent_seconds, args.turns)
-                        for prefold in MODES.values()
+                        replay(
+                            stub, path, args.window, args.prefold_ratio if on else 0.0, args.agent_seconds, args.turns
+                        )
+                        for on in (False, True)
                     )
                 )
                 for mode, measured in zip(MODES, done, strict=True):
                     results[mode].every += measured.every
                     results[mode].at_trigger += measured.at_trigger
                     results[mode].installed_prepared += measured.installed_prepared
+                    results[mode].slow += measured.slow
+                    results[mode].over_ceiling += measured.over_ceiling
     print(
         f"\nPrepare latency as the agent sees it (s): summarizer {args.summarizer_seconds:g} s per call, "
         f"agent {args.agent_seconds:g} s per model call, window {args.window:,}, {len(paths)} trace(s)"
@@ -138,10 +162,13 @@ async def main() -> None:
             print(f"{mode:<17} {label:>9} {row['n']:>5.0f} {row['p50']:>7.3f} {row['p99']:>7.3f} {row['max']:>7.3f}")
     on, off = table["on"], table["off"]
     print(f"prepared folds installed at a trigger (on): {results['on'].installed_prepared}")
-    waited = on["every"]["max"] <= GOAL_SECONDS
+    for line in results["on"].slow:
+        print(f"  on, over {GOAL_SECONDS} s: {line}")
+    fitting_slow = len(results["on"].slow) - results["on"].over_ceiling
     print(
-        f"goal: with background folds on every Prepare within {GOAL_SECONDS} s: "
-        f"{'PASS' if waited else 'MISS'} (max {on['every']['max']:.3f} s; off: max {off['every']['max']:.3f} s)"
+        f"goal: with background folds on every Prepare whose view fits within {GOAL_SECONDS} s: "
+        f"{'PASS' if not fitting_slow else 'MISS'} ({fitting_slow} over; {results['on'].over_ceiling} above the hard "
+        f"ceiling had to fold first; max {on['every']['max']:.3f} s; off: max {off['every']['max']:.3f} s)"
     )
     if args.json:
         document = {"args": vars(args), "table": table, **{mode: asdict(r) for mode, r in results.items()}}

@@ -68,7 +68,7 @@ async def busy(backend: str, tmp_path: Path) -> AsyncIterator[Busy]:
 
 async def session_to_fold(stub: pb_grpc.ContextServiceStub) -> str:
     """A session of tenant A above its trigger: its next Prepare folds."""
-    config = pb.SessionConfig(context_window=12_000, summarizer="llm")
+    config = pb.SessionConfig(context_window=12_000, summarizer="llm", prefold_ratio=0.0)
     session_id = (await stub.CreateSession(pb.CreateSessionRequest(config=config), metadata=A)).session.id
     messages = [pb.Message(role=pb.ROLE_USER, content="Investigate the flaky test")]
     for i in range(12):

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from builders import call, create_session, result, user
+from builders import assistant, call, create_session, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, start
 from ctxfold.v1 import context_service_pb2 as pb
@@ -189,9 +189,7 @@ async def test_a_rewind_below_a_running_background_fold_cancels_it(servers: Serv
     await eventually_receipt(stub, agent.session_id, "prepared")
 
 
-async def test_a_prepared_fold_made_stale_by_a_rewind_is_discarded_and_the_trigger_folds_itself(
-    servers: Servers,
-) -> None:
+async def test_a_prepared_fold_made_stale_by_a_rewind_is_discarded_never_installed(servers: Servers) -> None:
     fake, stub = servers.fake, servers.stubs[0]
     agent = await llm_session(stub)
     await agent.until(started)
@@ -203,13 +201,44 @@ async def test_a_prepared_fold_made_stale_by_a_rewind_is_discarded_and_the_trigg
     await agent.until(started)
     await eventually_receipt(stub, agent.session_id, "failed")
     before = len(fake.requests)
-    folded = await agent.until(lambda o: o.result.action == pb.ACTION_FOLDED)
-    assert pb.FOLD_STAGE_PREPARED_INSTALLED not in stages(folded)
-    assert pb.FOLD_STAGE_PASS_COMMITTED in stages(folded)
-    assert len(fake.requests) == before + 1
+    # At the trigger: the stale fold is discarded, and the view (which fits) is answered at once while
+    # a new fold runs in the background.
+    trigger = await agent.until(lambda o: o.result.estimated_tokens >= o.result.trigger_tokens)
+    assert trigger.result.action == pb.ACTION_NONE
+    assert pb.FOLD_STAGE_PREPARED_INSTALLED not in stages(trigger)
+    assert trigger.result.not_folded_reason == pb.NOT_FOLDED_REASON_FOLD_IN_PROGRESS
     [discarded] = await receipts(stub, agent.session_id, "discarded")
     assert discarded["action"] == "background" and "no longer applies" in str(discarded["reason"])
     assert discarded["tokens_in"] == stale["tokens_in"]
+    installed = await agent.until(lambda o: o.result.action == pb.ACTION_FOLDED)
+    assert stages(installed) == [pb.FOLD_STAGE_PREPARED_INSTALLED]
+    assert len(fake.requests) == before + 1  # the new background fold's, and no other
+
+
+async def test_at_the_trigger_with_nothing_prepared_the_view_is_answered_and_folded_in_the_background(
+    servers: Servers,
+) -> None:
+    """A turn that jumps past the prefold band: the Prepare at the trigger does not wait either."""
+    fake, stub = servers.fake, servers.stubs[0]
+    agent = await llm_session(stub, compact_ratio=0.6, prefold_ratio=0.599)  # a band no turn lands in
+    fake.script("stall")
+    jumped = await agent.until(lambda o: o.result.estimated_tokens >= o.result.trigger_tokens)
+    assert jumped.result.action == pb.ACTION_NONE and started(jumped)
+    assert jumped.result.not_folded_reason == pb.NOT_FOLDED_REASON_FOLD_IN_PROGRESS
+    await stalled(fake)
+    fake.release()
+    await eventually_receipt(stub, agent.session_id, "prepared")
+    installed = await agent.step()
+    assert stages(installed) == [pb.FOLD_STAGE_PREPARED_INSTALLED]
+    # Above the hard ceiling the agent cannot go on as it is: that Prepare maintains the view itself.
+    big = await create_session(stub, context_window=WINDOW, summarizer="llm")
+    await prepare(stub, big.id, user("Read the whole log"))
+    reads = [pb.ToolCall(id=f"r{i}", name="read", arguments="{}") for i in range(3)]
+    over = await prepare(
+        stub, big.id, assistant("", *reads), *(result(f"r{i}", tool_output(i, 30_000)) for i in range(3))
+    )
+    assert over.result.action != pb.ACTION_NONE and not started(over)
+    assert over.result.estimated_tokens <= over.result.hard_limit_tokens
 
 
 async def test_with_prefold_ratio_zero_nothing_runs_in_the_background(servers: Servers) -> None:

@@ -70,3 +70,18 @@ def test_availability_benchmark_smoke(tmp_path: Path) -> None:
     }
     assert {name: rows.get(name) for name in expected} == expected, result.stdout
     assert "b) one 16 KiB page" in result.stdout, result.stdout
+
+
+def test_background_benchmark_smoke(tmp_path: Path) -> None:
+    """Both modes replay the same turns; the 'off' sessions wait for the summarizer at their trigger,
+    the 'on' sessions install what was prepared (the bench's goal line is printed, not asserted)."""
+    out = tmp_path / "result.json"
+    command = [sys.executable, str(ROOT / "bench" / "background.py"), "--quick", "--json", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "goal: with background folds on every Prepare whose view fits within 0.5 s:" in result.stdout
+    document = json.loads(out.read_text())
+    assert document["table"]["on"]["every"]["n"] == document["table"]["off"]["every"]["n"] == 30
+    assert document["table"]["off"]["at_trigger"]["n"] >= 1
+    assert document["table"]["off"]["at_trigger"]["max"] >= 0.6  # it waited for a summary
+    assert document["on"]["installed_prepared"] >= 1

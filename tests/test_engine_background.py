@@ -14,6 +14,7 @@ from ctxfold.engine.maintenance import (
     Answer,
     Fold,
     FoldDocument,
+    FoldInBackground,
     InstallPrepared,
     MaintainRequest,
     Projection,
@@ -54,8 +55,10 @@ def grown(view: Projection, extra: int) -> Projection:
     return view.extended(renumbered)
 
 
-@pytest.mark.parametrize(("share", "due"), [(0.5, False), (0.69, False), (0.72, True), (0.79, True), (0.85, False)])
-def test_a_background_fold_is_due_from_the_prefold_ratio_up_to_the_trigger(share: float, due: bool) -> None:
+@pytest.mark.parametrize(
+    ("share", "due"), [(0.5, False), (0.69, False), (0.72, True), (0.79, True), (0.85, True), (1.01, False)]
+)
+def test_a_background_fold_is_due_from_the_prefold_ratio_up_to_the_hard_ceiling(share: float, due: bool) -> None:
     assert prefold_due(in_window(projection(conversation(SMALL)), share)) is due
 
 
@@ -109,7 +112,12 @@ def test_decide_installs_a_prepared_fold_at_the_trigger_not_before_and_instead_o
     candidate = applied(at, prepared)
     assert candidate is not None
     assert decide(Snapshot(at, at.tokens(), 0, candidate), MaintainRequest()) == InstallPrepared(candidate)
-    assert decide(Snapshot(at, at.tokens(), 0, None), MaintainRequest()) == Fold(must_fold=False)
+    # Nothing prepared (the turn jumped past the band): the view that fits is answered, folded behind it.
+    assert decide(Snapshot(at, at.tokens(), 0, None), MaintainRequest()) == FoldInBackground()
+    off = replace(at, config=replace(at.config, prefold_ratio=0.0))
+    assert decide(Snapshot(off, off.tokens(), 0, None), MaintainRequest()) == Fold(must_fold=False)
+    over = in_window(at, 1.01)
+    assert decide(Snapshot(over, over.tokens(), 0, None), MaintainRequest()) == Fold(must_fold=True)
     # A Compact folds with its own focus and kept tokens: it does not take the prepared fold.
     compact = MaintainRequest(Trigger.COMPACT)
     assert decide(Snapshot(at, at.tokens(), 0, candidate), compact) == Fold(must_fold=True)

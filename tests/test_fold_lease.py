@@ -54,7 +54,8 @@ async def replicas(backend: str, tmp_path: Path) -> AsyncIterator[Replicas]:
 
 async def tool_session(stub: pb_grpc.ContextServiceStub) -> pb.Session:
     """A session above its trigger and below its hard ceiling (large results, prunable)."""
-    session = await create_session(stub, context_window=12_000, summarizer="llm")
+    # prefold_ratio 0: the fold these tests hold the lease for is the one a Prepare makes itself.
+    session = await create_session(stub, context_window=12_000, summarizer="llm", prefold_ratio=0.0)
     await prepare(stub, session.id, user("Investigate the flaky test"))
     for i in range(12):
         await stub.AppendMessages(
@@ -107,7 +108,7 @@ async def test_below_the_ceiling_a_second_call_answers_the_current_view_without_
 
 async def test_above_the_ceiling_a_second_replica_waits_for_the_first_ones_fold(replicas: Replicas) -> None:
     a, b = replicas.stubs
-    session = await create_session(a, context_window=12_000, summarizer="llm")
+    session = await create_session(a, context_window=12_000, summarizer="llm", prefold_ratio=0.0)
     # Plain text (nothing to prune), appended without Prepare: the view is above the hard ceiling. The
     # agent answers each note, so only the first one is the opening task anchor.
     noted = pb.Message(role=pb.ROLE_ASSISTANT, content="Noted.")

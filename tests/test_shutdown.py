@@ -41,7 +41,7 @@ async def test_calls_running_past_the_grace_period_answer_server_shutting_down_a
         running = await start(settings_for(url, summarizers=specs))
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
         stub = pb_grpc.ContextServiceStub(channel)
-        config = pb.SessionConfig(context_window=12_000, summarizer="llm")
+        config = pb.SessionConfig(context_window=12_000, summarizer="llm", prefold_ratio=0.0)
         folding = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
         await _prepare(stub, folding, user("Investigate the flaky test"))
         for i in range(12):

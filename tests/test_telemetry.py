@@ -520,3 +520,54 @@ async def test_spans_and_metrics_reach_an_otlp_receiver_in_the_clients_trace(
     finally:
         process.terminate()
         await asyncio.wait_for(process.wait(), 30)
+
+
+async def test_a_background_fold_is_a_trace_of_its_own_linked_to_the_prepares_that_started_and_installed_it(
+    small_summarizer_stub: pb_grpc.ContextServiceStub, spans: InMemorySpanExporter
+) -> None:
+    stub = small_summarizer_stub
+    session = await create_session(stub, context_window=12_000, prefold_ratio=0.6)
+    await prepare(stub, session.id, user("Audit the ORM"))
+    spans.clear()
+    turn = 0
+
+    async def step() -> list[int]:
+        nonlocal turn
+        turn += 1
+        outcome = await prepare(stub, session.id, call(f"c{turn}"), result(f"c{turn}", tool_output(turn, 2000)))
+        return [p.stage for p in outcome.progress]
+
+    while pb.FOLD_STAGE_BACKGROUND_STARTED not in await step():
+        assert turn < 60
+    starter = [s for s in spans.get_finished_spans() if s.name == "ctxfold.v1.ContextService/Prepare"][-1]
+    fold = None
+    for _ in range(200):
+        fold = next((s for s in spans.get_finished_spans() if s.name == "ctxfold.fold"), None)
+        if fold is not None:
+            break
+        await asyncio.sleep(0.025)
+    assert fold is not None and fold.attributes is not None
+    assert fold.parent is None  # its own trace, not part of the RPC that started it
+    assert fold.context.trace_id != starter.context.trace_id
+    assert fold.attributes["ctxfold.fold.trigger"] == "background"
+    assert fold.attributes["ctxfold.fold.outcome"] == "prepared"
+    assert [(link.context.span_id, link.attributes) for link in fold.links] == [
+        (starter.context.span_id, {"ctxfold.link": "started_by"})
+    ]
+    # Nothing was installed by it: no install span in its trace.
+    assert not [
+        s
+        for s in spans.get_finished_spans()
+        if s.context.trace_id == fold.context.trace_id and s.name == "ctxfold.checkpoint.install"
+    ]
+    while pb.FOLD_STAGE_PREPARED_INSTALLED not in await step():
+        assert turn < 80
+    installer = [s for s in spans.get_finished_spans() if s.name == "ctxfold.v1.ContextService/Prepare"][-1]
+    (install,) = [
+        s
+        for s in spans.get_finished_spans()
+        if s.name == "ctxfold.checkpoint.install" and s.context.trace_id == installer.context.trace_id
+    ]
+    assert [(link.context.span_id, link.context.trace_id) for link in install.links] == [
+        (fold.context.span_id, fold.context.trace_id)
+    ]

@@ -41,13 +41,13 @@ def covered_digest(messages: Sequence[StoredMessage], position_seq: int) -> str:
 
 
 def prefold_due(projection: Projection) -> bool:
-    """Whether a background fold should start: the view has reached `prefold_tokens`, is still below
-    the trigger (at the trigger the call folds itself, or installs what is prepared), and pruning would
-    not be enough there. A prune at the trigger removes at least what it would remove now, so when
-    pruning now leaves `prune_room` below the prefold threshold, the trigger will prune, not fold, and a
-    summary made now would be paid for nothing."""
+    """Whether a background fold should start: the view has reached `prefold_tokens` (at the trigger
+    too, when the view jumped past the band and still fits: `FoldInBackground`), and pruning would not
+    be enough. A prune at the trigger removes at least what it would remove now, so when pruning now
+    leaves `prune_room` below the prefold threshold, the trigger will prune, not fold, and a summary
+    made now would be paid for nothing."""
     config = projection.config
-    if not 0 < config.prefold_tokens <= projection.tokens() < config.trigger_tokens:
+    if not 0 < config.prefold_tokens <= projection.tokens() <= config.hard_limit_tokens:
         return False
     pruned = replace(projection, pruned=prune(projection))
     return pruned.tokens() >= config.prefold_tokens - prune_room(projection)

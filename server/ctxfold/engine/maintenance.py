@@ -484,15 +484,23 @@ class InstallPrepared:
     candidate: Projection
 
 
-Decision = Answer | Prune | Blocked | InstallPrepared | Fold
+@dataclass(frozen=True)
+class FoldInBackground:
+    """Background folds are on, nothing prepared applies and the view still fits: answer it as it is;
+    the fold runs in the background and a later Prepare installs it (the agent never waits for a
+    summarizer while its view fits)."""
+
+
+Decision = Answer | Prune | Blocked | InstallPrepared | FoldInBackground | Fold
 
 
 def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
     """SPEC §3: below the trigger nothing happens (unless the provider overflowed); at or above it,
     prune first and stop if that is enough — below the trigger with room for the next turns
     (`prune_room`); otherwise fold, unless the same input failed to fold before and the view still
-    fits. A fold prepared in the background is installed instead of folding, whenever it still applies.
-    A Compact folds whatever the size (with its own focus and kept tokens)."""
+    fits. A fold prepared in the background is installed instead of folding, whenever it still applies;
+    with background folds on and none prepared, a view that still fits is answered and folded in the
+    background. A Compact folds whatever the size (with its own focus and kept tokens)."""
     projection = snapshot.projection
     config = projection.config
     tokens = projection.tokens()
@@ -517,6 +525,8 @@ def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
         return Blocked(snapshot.loaded_tokens) if tokens >= config.trigger_tokens else Answer()
     if tokens < config.trigger_tokens and not overflow:
         return Answer()
+    if config.prefold_tokens and not overflow and tokens <= config.hard_limit_tokens:
+        return FoldInBackground()
     return Fold(must_fold=tokens > config.hard_limit_tokens)
 
 

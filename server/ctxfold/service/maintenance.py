@@ -33,6 +33,7 @@ from ctxfold.engine.maintenance import (
     Blocked,
     Fold,
     FoldDocument,
+    FoldInBackground,
     FoldOutcome,
     FoldPass,
     FoldPlan,
@@ -78,6 +79,7 @@ log = logging.getLogger(__name__)
 
 # A Prepare that keeps losing compare-and-swap races gives up after this many rounds.
 MAX_ROUNDS = 8
+STALE = "no longer applies (the history it covers or the head checkpoint changed)"
 
 
 @dataclass(frozen=True)
@@ -402,6 +404,10 @@ class Maintenance:
                     return
                 case Prune() as prune:
                     await self._prune(run, prune, observer)
+                case FoldInBackground():
+                    detail = "a fold runs in the background; the view fits meanwhile and a later Prepare installs it"
+                    run.not_folding(NotFolded.FOLD_IN_PROGRESS, detail)
+                    return
                 case InstallPrepared() as install:
                     assert prepared is not None  # decide installs only a prepared fold it was given
                     await self._install_prepared(run, prepared, install.candidate, observer)
@@ -691,33 +697,38 @@ class Maintenance:
         )
         return Progress(Stage.BACKGROUND_STARTED, message, tokens_before=tokens)
 
-    async def _prefold(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> None:
+    async def _prefold(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> bool:
         """A background fold: one pass made like any other (same lease, summarizer and checks) and kept
         prepared, not installed. It takes its turn with the session's other maintenance, so a Prepare
         that must fold meanwhile waits for it and then installs what it made."""
         try:
             async with self._sessions.hold(session_id):
-                await self._prefold_locked(tenant, session_id, started_by)
+                return await self._prefold_locked(tenant, session_id, started_by)
         except DomainError as error:  # the session went away, or its history cannot be folded now
             log.info("background fold of session %s not made: %s", session_id, error.message)
+            return False
 
-    async def _prefold_locked(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> None:
+    async def _prefold_locked(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> bool:
+        """Whether a fold is prepared (by this call or earlier); False lets a later Prepare try again."""
         run = await self._load(tenant, session_id)
         summarizer = self.summarizers.get(run.config.summarizer)
         if summarizer is None or not prefold_due(run.projection):
-            return
+            return False
         prepared = await self.store.read_prepared(run.session)
-        if prepared is not None and applied(run.projection, prepared) is not None:
-            return  # made already (by another replica)
+        if prepared is not None:
+            if applied(run.projection, prepared) is not None:
+                return True  # made already (by another replica)
+            if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
+                await self._add_receipt(tenant, run.session, self._discarded(prepared, STALE))
         # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
         run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
         fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens, ahead=True).first
         if fold is None:
-            return
+            return False
         observer = MaintenanceObserver(no_progress, session_id, tenant)
         async with self._leases.holding(run.session, wait=False) as held:
             if held.lease is not Lease.TAKEN:
-                return  # another replica folds this session
+                return False  # another replica folds this session
             before = run.projection.tokens()
             with observer.folding(run.request, run.config, summarizer, 1, before, started_by) as span:
                 with observer.fold_pass(1, 1):
@@ -727,7 +738,7 @@ class Maintenance:
                     observer.folded(0, 1, before, FoldOutcome.FAILED, failure)
                     receipt = self._receipt("failed", "background", before, before, failure)
                     await self._add_receipt(tenant, run.session, receipt)
-                    return
+                    return False
                 outcome, document, _ = made
                 checkpoint, after = outcome.checkpoint, outcome.candidate.tokens()
                 label = checkpoint.notes.summarizer if checkpoint.notes else summarizer.name
@@ -739,6 +750,7 @@ class Maintenance:
                 observer.folded(1, 1, after, FoldOutcome.PREPARED, "")
         why = f"prepared in the background over seqs ≤ {checkpoint.position_seq}; installed at the trigger"
         await self._add_receipt(tenant, run.session, self._receipt("prepared", "background", before, after, why))
+        return True
 
     async def _read_prepared(self, run: _Run, observer: MaintenanceObserver) -> PreparedFold | None:
         """The session's prepared fold when this round may install one (a Prepare at or above the
@@ -751,8 +763,7 @@ class Maintenance:
         prepared = await self.store.read_prepared(run.session)
         if prepared is None or applied(run.projection, prepared) is not None:
             return prepared
-        why = "no longer applies (the history it covers or the head checkpoint changed)"
-        await self._discard_prepared(run, prepared, why, observer)
+        await self._discard_prepared(run, prepared, STALE, observer)
         return None
 
     async def _discard_prepared(
@@ -760,12 +771,15 @@ class Maintenance:
     ) -> None:
         """Drops a prepared fold the trigger did not use, with a receipt: its summary was paid for."""
         if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
-            reason = (
-                f"the fold prepared in the background at {prepared.tokens_before} tokens {why}; its summary is not used"
-            )
-            self._record(
-                run, observer, "discarded", "background", prepared.tokens_before, prepared.tokens_after, reason
-            )
+            receipt = self._discarded(prepared, why)
+            run.state = run.state.with_receipt(receipt)
+            observer.receipt(receipt)
+
+    def _discarded(self, prepared: PreparedFold, why: str) -> Receipt:
+        reason = (
+            f"the fold prepared in the background at {prepared.tokens_before} tokens {why}; its summary is not used"
+        )
+        return self._receipt("discarded", "background", prepared.tokens_before, prepared.tokens_after, reason)
 
     async def _install_prepared(
         self, run: _Run, prepared: PreparedFold, candidate: Projection, observer: MaintenanceObserver

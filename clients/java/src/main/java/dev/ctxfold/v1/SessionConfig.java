@@ -423,9 +423,11 @@ private static final long serialVersionUID = 0L;
    * <pre>
    * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
    * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
-   * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
-   * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
-   * otherwise within [0.10, compact_ratio).
+   * the trigger installs it at once instead of waiting for a summarizer. At the trigger with none
+   * prepared, a view that fits under the hard ceiling is answered as it is while the fold runs in
+   * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.10 for a
+   * summarizer that calls a model, 0 for "extractive". 0 turns it off (every fold waits, as
+   * before); otherwise within [0.10, compact_ratio).
    * </pre>
    *
    * <code>optional double prefold_ratio = 14;</code>
@@ -439,9 +441,11 @@ private static final long serialVersionUID = 0L;
    * <pre>
    * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
    * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
-   * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
-   * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
-   * otherwise within [0.10, compact_ratio).
+   * the trigger installs it at once instead of waiting for a summarizer. At the trigger with none
+   * prepared, a view that fits under the hard ceiling is answered as it is while the fold runs in
+   * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.10 for a
+   * summarizer that calls a model, 0 for "extractive". 0 turns it off (every fold waits, as
+   * before); otherwise within [0.10, compact_ratio).
    * </pre>
    *
    * <code>optional double prefold_ratio = 14;</code>
@@ -1904,9 +1908,11 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
      * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
-     * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
-     * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
-     * otherwise within [0.10, compact_ratio).
+     * the trigger installs it at once instead of waiting for a summarizer. At the trigger with none
+     * prepared, a view that fits under the hard ceiling is answered as it is while the fold runs in
+     * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.10 for a
+     * summarizer that calls a model, 0 for "extractive". 0 turns it off (every fold waits, as
+     * before); otherwise within [0.10, compact_ratio).
      * </pre>
      *
      * <code>optional double prefold_ratio = 14;</code>
@@ -1920,9 +1926,11 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
      * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
-     * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
-     * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
-     * otherwise within [0.10, compact_ratio).
+     * the trigger installs it at once instead of waiting for a summarizer. At the trigger with none
+     * prepared, a view that fits under the hard ceiling is answered as it is while the fold runs in
+     * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.10 for a
+     * summarizer that calls a model, 0 for "extractive". 0 turns it off (every fold waits, as
+     * before); otherwise within [0.10, compact_ratio).
      * </pre>
      *
      * <code>optional double prefold_ratio = 14;</code>
@@ -1936,9 +1944,11 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
      * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
-     * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
-     * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
-     * otherwise within [0.10, compact_ratio).
+     * the trigger installs it at once instead of waiting for a summarizer. At the trigger with none
+     * prepared, a view that fits under the hard ceiling is answered as it is while the fold runs in
+     * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.10 for a
+     * summarizer that calls a model, 0 for "extractive". 0 turns it off (every fold waits, as
+     * before); otherwise within [0.10, compact_ratio).
      * </pre>
      *
      * <code>optional double prefold_ratio = 14;</code>
@@ -1956,9 +1966,11 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * A fold starts in the background when the view reaches prefold_ratio × context_window, and its
      * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
-     * the trigger installs it at once instead of waiting for a summarizer. Unset: compact_ratio − 0.10
-     * for a summarizer that calls a model, 0 for "extractive". 0 turns it off;
-     * otherwise within [0.10, compact_ratio).
+     * the trigger installs it at once instead of waiting for a summarizer. At the trigger with none
+     * prepared, a view that fits under the hard ceiling is answered as it is while the fold runs in
+     * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.10 for a
+     * summarizer that calls a model, 0 for "extractive". 0 turns it off (every fold waits, as
+     * before); otherwise within [0.10, compact_ratio).
      * </pre>
      *
      * <code>optional double prefold_ratio = 14;</code>
