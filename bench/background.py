@@ -6,7 +6,7 @@ provider of tests/fake_provider.py, which answers every summary after `--summari
 default, a fast model writing a short summary). For each trace of tests/data/traces, two sessions
 replay it at once, turn by turn as an agent would: Prepare (the append of the turn; timed as the
 client sees it), then the model call, which takes `--agent-seconds` (2 s) and is a sleep here. One
-session has background folds off (`prefold_ratio` 0), the other the default (compact_ratio − 0.10).
+session has background folds off (`prefold_ratio` 0), the other the default (compact_ratio − 0.05) or `--prefold-ratio`.
 
 Printed per mode: p50, p99 and max of every Prepare, and of the Prepares at a trigger (those that
 folded or installed a fold prepared in the background), and how many of each; then the goal of

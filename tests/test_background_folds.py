@@ -257,7 +257,7 @@ async def test_with_prefold_ratio_zero_nothing_runs_in_the_background(servers: S
 async def test_the_effective_config_says_where_background_folds_start(servers: Servers) -> None:
     stub = servers.stubs[0]
     llm = await create_session(stub, context_window=WINDOW, summarizer="llm")
-    assert llm.config.prefold_ratio == pytest.approx(0.70)
+    assert llm.config.prefold_ratio == pytest.approx(0.75)
     extractive = await create_session(stub, context_window=WINDOW)
     assert extractive.config.HasField("prefold_ratio") and extractive.config.prefold_ratio == 0.0
     with pytest.raises(grpc.aio.AioRpcError) as refused:

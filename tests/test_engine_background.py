@@ -140,9 +140,9 @@ def resolve(**given: object) -> SessionConfig:
 
 
 def test_background_folds_are_on_by_default_for_a_summarizer_that_calls_a_model() -> None:
-    assert resolve(context_window=100_000, summarizer="llm").prefold_ratio == pytest.approx(0.70)
-    assert resolve(context_window=100_000, summarizer="llm", compact_ratio=0.5).prefold_ratio == pytest.approx(0.40)
-    assert resolve(context_window=100_000, summarizer="llm", compact_ratio=0.3).prefold_ratio == pytest.approx(0.20)
+    assert resolve(context_window=100_000, summarizer="llm").prefold_ratio == pytest.approx(0.75)
+    assert resolve(context_window=100_000, summarizer="llm", compact_ratio=0.5).prefold_ratio == pytest.approx(0.45)
+    assert resolve(context_window=100_000, summarizer="llm", compact_ratio=0.3).prefold_ratio == pytest.approx(0.25)
     assert resolve(context_window=100_000).prefold_ratio == 0.0
     assert resolve(context_window=100_000, summarizer="llm", prefold_ratio=0.0).prefold_ratio == 0.0
     assert resolve(context_window=100_000, prefold_ratio=0.6).prefold_ratio == 0.6
@@ -157,7 +157,7 @@ def test_a_prefold_ratio_outside_its_range_is_refused(ratio: float) -> None:
 
 def test_a_fork_keeps_or_overrides_the_prefold_ratio_zero_included() -> None:
     base = resolve(context_window=100_000, summarizer="llm")
-    assert override_config(base, ConfigInput()).prefold_ratio == pytest.approx(0.70)
+    assert override_config(base, ConfigInput()).prefold_ratio == pytest.approx(0.75)
     assert override_config(base, ConfigInput(prefold_ratio=0.0)).prefold_ratio == 0.0
     assert override_config(base, ConfigInput(prefold_ratio=0.5)).prefold_ratio == 0.5
 

@@ -563,7 +563,7 @@ export type SessionConfig = Message$1<"ctxfold.v1.SessionConfig"> & {
    * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
    * the trigger installs it at once instead of waiting for a summarizer. At the trigger with none
    * prepared, a view that fits under the hard ceiling is answered as it is while the fold runs in
-   * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.10 for a
+   * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.05 for a
    * summarizer that calls a model, 0 for "extractive". 0 turns it off (every fold waits, as
    * before); otherwise within [0.10, compact_ratio).
    *
@@ -678,7 +678,7 @@ export type SessionConfigJson = {
    * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
    * the trigger installs it at once instead of waiting for a summarizer. At the trigger with none
    * prepared, a view that fits under the hard ceiling is answered as it is while the fold runs in
-   * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.10 for a
+   * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.05 for a
    * summarizer that calls a model, 0 for "extractive". 0 turns it off (every fold waits, as
    * before); otherwise within [0.10, compact_ratio).
    *

@@ -200,7 +200,7 @@ public interface SessionConfigOrBuilder extends
    * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
    * the trigger installs it at once instead of waiting for a summarizer. At the trigger with none
    * prepared, a view that fits under the hard ceiling is answered as it is while the fold runs in
-   * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.10 for a
+   * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.05 for a
    * summarizer that calls a model, 0 for "extractive". 0 turns it off (every fold waits, as
    * before); otherwise within [0.10, compact_ratio).
    * </pre>
@@ -215,7 +215,7 @@ public interface SessionConfigOrBuilder extends
    * checkpoint is kept prepared, not installed, until the view reaches the trigger: the Prepare at
    * the trigger installs it at once instead of waiting for a summarizer. At the trigger with none
    * prepared, a view that fits under the hard ceiling is answered as it is while the fold runs in
-   * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.10 for a
+   * the background (not_folded_reason FOLD_IN_PROGRESS). Unset: compact_ratio − 0.05 for a
    * summarizer that calls a model, 0 for "extractive". 0 turns it off (every fold waits, as
    * before); otherwise within [0.10, compact_ratio).
    * </pre>
