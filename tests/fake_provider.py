@@ -51,6 +51,8 @@ BEHAVIOURS = (
     "not_json",  # a 200 answer that is plain text, not a chat completion
     "wrong_shape",  # a 200 answer of another shape: no content (Anthropic), choices not a list (OpenAI)
     "bad_event",  # a text delta that is a number instead of a string
+    "unsupported",  # native compaction: 400, as a provider answers for a model or beta without it
+    "no_compaction",  # native compaction: a 200 answer without a compaction item or block
 )
 HUGE_SUMMARY_BYTES = 8 << 20
 KILL_MODES = ("error500", "close", "down")
@@ -252,6 +254,12 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if self.path.rstrip("/").endswith("/chat/completions"):
                 self._openai(record)
+            elif self.path.rstrip("/").endswith("/responses/compact"):
+                self._openai_compact(record)
+            elif (
+                self.path.rstrip("/").endswith("/messages") and isinstance(body, dict) and "context_management" in body
+            ):
+                self._anthropic_compact(record)
             elif self.path.rstrip("/").endswith("/messages"):
                 self._anthropic(record)
             else:
@@ -383,6 +391,75 @@ class _Handler(BaseHTTPRequestHandler):
             )
         self._chunk(b"data: [DONE]\n\n")
         self._end_chunks()
+
+    def _openai_compact(self, record: Recorded) -> None:
+        """`POST /v1/responses/compact` as OpenAI documents it: the input's user messages, then one
+        `compaction` item with opaque `encrypted_content` (here derived from the input)."""
+        if record.behaviour == "unsupported":
+            error = {"message": "compaction is not supported for this model", "type": "invalid_request_error"}
+            self._json(400, {"error": error})
+            return
+        if self._common(record, {"error": {"message": "scripted failure", "type": "server_error"}}) is None:
+            return
+        body = record.body if isinstance(record.body, dict) else {}
+        items = list(body.get("input") or [])
+        digest = hashlib.sha256(json.dumps(items, sort_keys=True).encode()).hexdigest()
+        users = [i for i in items if isinstance(i, dict) and i.get("role") == "user"]
+        output = [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": u.get("content", "")}]}
+            for u in users
+        ]
+        if record.behaviour != "no_compaction":
+            record.answer = f"enc:{digest}"
+            output.append({"type": "compaction", "id": f"cmp_{digest[:16]}", "encrypted_content": record.answer})
+        usage = {
+            "input_tokens": len(json.dumps(items)) // 4,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 64,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": len(json.dumps(items)) // 4 + 64,
+        }
+        answer = {"id": f"resp_{digest[:12]}", "object": "response.compaction", "created_at": 1, "output": output}
+        self._json(200, {**answer, "usage": usage})
+
+    def _anthropic_compact(self, record: Recorded) -> None:
+        """A Messages request with the `compact_20260112` edit, paused after compaction: one `compaction`
+        block whose `content` is the summary (stop_reason "compaction")."""
+        if record.behaviour == "unsupported":
+            self._json(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "unknown beta"}})
+            return
+        error = {"type": "error", "error": {"type": "api_error", "message": "scripted failure"}}
+        answer = self._common(record, error)
+        if answer is None:
+            return
+        text, _ = answer
+        body = record.body if isinstance(record.body, dict) else {}
+        content: list[dict[str, Any]] = [{"type": "text", "text": "ok"}]
+        if record.behaviour != "no_compaction":
+            record.answer = text
+            content = [
+                {
+                    "type": "compaction",
+                    "content": text,
+                    "signature": "sig_" + hashlib.sha256(text.encode()).hexdigest()[:16],
+                }
+            ]
+        self._json(
+            200,
+            {
+                "id": "msg_compact",
+                "type": "message",
+                "role": "assistant",
+                "model": str(body.get("model", "fake")),
+                "content": content,
+                "stop_reason": "compaction" if record.behaviour != "no_compaction" else "end_turn",
+                "stop_sequence": None,
+                "usage": {
+                    "input_tokens": len(json.dumps(body.get("messages"))) // 4,
+                    "output_tokens": max(1, len(text) // 4),
+                },
+            },
+        )
 
     def _anthropic(self, record: Recorded) -> None:
         error = {"type": "error", "error": {"type": "api_error", "message": "scripted failure"}}

@@ -145,7 +145,13 @@ def message_pb(message: StoredMessage) -> pb.Message:
 def view_message_pb(view: ViewMessage) -> pb.Message:
     """A view message as the provider should see it, naming the canonical message it renders."""
     if view.source is None:
-        return pb.Message(role=_ROLE_TO_PB[view.role], content=view.content, summary=view.summary, tokens=view.tokens)
+        return pb.Message(
+            role=_ROLE_TO_PB[view.role],
+            content=view.content,
+            summary=view.summary,
+            tokens=view.tokens,
+            provider_payload=provider_payload_pb(view.payload) if view.payload else None,
+        )
     message = message_pb(view.source)
     message.content = view.content
     message.pruned = view.pruned

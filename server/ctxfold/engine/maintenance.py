@@ -18,7 +18,7 @@ from ctxfold.engine.authorship import UNDECIDED, session_mode
 from ctxfold.engine.briefing import FoldNotes, render_summary
 from ctxfold.engine.cache import cache_state, cache_ttl_seconds
 from ctxfold.engine.errors import DomainError, Kind
-from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, Role, SessionConfig, StoredMessage
+from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, ProviderPayload, Role, SessionConfig, StoredMessage
 from ctxfold.engine.state import ContextState, ViewRecord, fingerprint, split_view_version, view_version
 from ctxfold.engine.view import (
     Checkpoint,
@@ -533,11 +533,21 @@ def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
 # ---- one candidate -----------------------------------------------------------------------------------
 
 
-def summary_failure(text: str, finish_reason: str) -> str:
-    """Why a summarizer's answer (stripped `text`) cannot be a summary, or ""."""
+def summary_failure(text: str, finish_reason: str, native: bool = False) -> str:
+    """Why a summarizer's answer (stripped `text`; `native`: with the provider's compaction item, which
+    may come without text) cannot be a summary, or ""."""
     if finish_reason == "length":
         return "the summary was truncated (finish_reason=length)"
-    return "" if text else "the summary was empty"
+    return "" if text or native else "the summary was empty"
+
+
+def native_note(native: ProviderPayload) -> str:
+    """The body of a summary whose narrative is only in the provider's compaction item: says so, so
+    that a reader (or an adapter of another provider) knows what it cannot see."""
+    return (
+        f"[The summary of the conversation so far is the provider's own compaction item ({native.format}) "
+        "sent with this message; providers of another family see only the sections of this text.]"
+    )
 
 
 def body_budget(notes: FoldNotes, config: SessionConfig) -> int:
@@ -565,14 +575,22 @@ class Rejected:
 
 
 def accept(
-    projection: Projection, fold: FoldPass, notes: FoldNotes, body: str, checkpoint_id: str
+    projection: Projection,
+    fold: FoldPass,
+    notes: FoldNotes,
+    body: str,
+    checkpoint_id: str,
+    native: ProviderPayload | None = None,
 ) -> Accepted | Rejected:
     """The candidate view after `fold` with the summarizer's `body` (engine sections stripped) in
-    `notes`, if the body is within its budget (checked before any candidate is built from it) and the
-    candidate is strictly smaller than the current view."""
+    `notes` and the provider's `native` compaction item, if the body is within its budget (checked
+    before any candidate is built from it) and the candidate is strictly smaller than the current view.
+    The native item counts in the summary's tokens; the engine's sections stay beside it."""
     budget = body_budget(notes, projection.config)
     if estimator.count_text(body) > budget:
         return Rejected(f"the summary has more than the {budget} tokens left for it", "SUMMARIZER_FAILED")
+    if native is not None and not body:
+        body = native_note(native)
     notes = replace(notes, body=body)
     summary = render_summary(notes)
     previous = projection.checkpoint
@@ -581,9 +599,10 @@ def accept(
         parent_id=previous.id if previous else None,
         position_seq=fold.position_seq,
         summary=summary,
-        summary_tokens=estimator.count_text(summary),
+        summary_tokens=estimator.count_text(summary) + (native.tokens if native is not None else 0),
         kept_ids=tuple(m.id for m in fold.kept),
         notes=notes,
+        native=native,
     )
     candidate = apply_pass(projection, fold.kept, checkpoint, after_position(projection, fold.position_seq))
     before = projection.tokens()

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from ctxfold.engine import estimator
 from ctxfold.engine.authorship import invokes_command, is_text_action
 from ctxfold.engine.briefing import FoldNotes
-from ctxfold.engine.model import Role, SessionConfig, StoredMessage
+from ctxfold.engine.model import ProviderPayload, Role, SessionConfig, StoredMessage
 
 PRUNE_MIN_CODE_POINTS = 8192
 PRUNE_HEAD_CODE_POINTS = 4096
@@ -40,6 +40,8 @@ class Checkpoint:
     summary_tokens: int
     kept_ids: tuple[str, ...]
     notes: FoldNotes | None = None  # None for checkpoints written before folds kept notes
+    # The provider's own compaction item (native compaction), re-emitted with the summary message.
+    native: ProviderPayload | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class ViewMessage:
     source: StoredMessage | None = None  # the canonical message rendered; None for system prompt and summary
     summary: bool = False
     pruned: bool = False  # shown as head + marker + tail (a pruned result, a bounded anchor)
+    payload: ProviderPayload | None = None  # the summary's native compaction item
 
 
 def prune_stub(content: str, result_ref: str) -> str:
@@ -94,7 +97,9 @@ def system_message(config: SessionConfig, system_tokens: int) -> list[ViewMessag
 def summary_message(checkpoint: Checkpoint | None) -> list[ViewMessage]:
     if checkpoint is None:
         return []
-    return [ViewMessage(Role.USER, checkpoint.summary, checkpoint.summary_tokens, summary=True)]
+    return [
+        ViewMessage(Role.USER, checkpoint.summary, checkpoint.summary_tokens, summary=True, payload=checkpoint.native)
+    ]
 
 
 def opening_end(messages: Sequence[StoredMessage], config: SessionConfig) -> int:

@@ -71,7 +71,7 @@ from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.transcript import Transcript
 from ctxfold.store import StaleSession, Store
 from ctxfold.store.rows import new_id, new_result_ref
-from ctxfold.summarizers.base import OnDelta, Summarizer, SummaryRequest
+from ctxfold.summarizers.base import OnDelta, Summarizer, SummaryRequest, SummaryResult
 from ctxfold.summarizers.extractive import ExtractiveSummarizer
 from ctxfold.telemetry import INSTRUMENTS
 
@@ -572,18 +572,26 @@ class Maintenance:
             send_max_tokens=run.config.max_output_tokens > 0,
         )
 
+        fell_back = ""
+
         async def attempt(with_summarizer: Summarizer) -> Accepted | Rejected:
-            text, failure = await self._summarize(run, with_summarizer, request, on_delta, observer)
-            if failure:
+            nonlocal fell_back
+            result, failure = await self._summarize(run, with_summarizer, request, on_delta, observer)
+            if result is None:
                 return Rejected(failure, "SUMMARIZER_FAILED")
+            if result.native_fallback:
+                # Native compaction was asked for and is unsupported here: this is the application summary.
+                fell_back = result.native_fallback
+                name = with_summarizer.name
+                await observer.fell_back(index, passes, before, name, name, fell_back)
             notes = replace(record.notes, summarizer=with_summarizer.name)
-            outcome = accept(projection, fold, notes, strip_engine_sections(text), new_id("cp"))
+            body = strip_engine_sections(result.text)
+            outcome = accept(projection, fold, notes, body, new_id("cp"), result.native)
             if isinstance(outcome, Rejected) and outcome.not_folded is not NotFolded.UNSPECIFIED:
                 run.not_folding(outcome.not_folded, outcome.why)
             return outcome
 
         outcome = await attempt(summarizer)
-        fell_back = ""
         above_ceiling = before > run.config.hard_limit_tokens
         if isinstance(outcome, Rejected) and summarizer.name != ExtractiveSummarizer.name and above_ceiling:
             # Above the ceiling the agent cannot go on without a fold: the offline summarizer always answers.
@@ -629,8 +637,8 @@ class Maintenance:
     @staticmethod
     async def _summarize(
         run: _Run, summarizer: Summarizer, request: SummaryRequest, on_delta: OnDelta, observer: MaintenanceObserver
-    ) -> tuple[str, str]:
-        """(summary text, "") or ("", why it failed): one summarizer call."""
+    ) -> tuple[SummaryResult | None, str]:
+        """(the answer, its text stripped, "") or (None, why it failed): one summarizer call."""
         with observer.summarizing(summarizer, request) as call:
             try:
                 result = await summarizer.summarize(request, on_delta)
@@ -640,11 +648,11 @@ class Maintenance:
                 log.warning("summarizer %s failed for session %s: %s", summarizer.name, run.session.id, exc)
                 failure = f"the summarizer failed: {exc}"
                 call.raised(exc, failure)
-                return "", failure
+                return None, failure
             text = result.text.strip()
-            failure = summary_failure(text, result.finish_reason)
+            failure = summary_failure(text, result.finish_reason, native=result.native is not None)
             call.answered(result, text, failure)
-        return ("", failure) if failure else (text, "")
+        return (None, failure) if failure else (replace(result, text=text), "")
 
     async def _install(
         self,

@@ -79,6 +79,10 @@ class SummarizerCall:
             )
         else:
             self.span.set_attribute("ctxfold.summary.tokens", estimator.count_text(text))
+        if result.native is not None:
+            self.span.set_attribute("ctxfold.summarizer.native", result.native.format)
+        if result.native_fallback:
+            self.span.set_attribute("ctxfold.summarizer.native_fallback", result.native_fallback)
         self.failure = failure
 
     def raised(self, exc: Exception, failure: str) -> None:

@@ -180,7 +180,12 @@ def checkpoint_from_row(row: object, id_column: str = "id") -> Checkpoint:
     summary = next(e["text"] for e in entries if e["type"] == "summary")
     kept = tuple(e["id"] for e in entries if e["type"] == "message")
     notes = next((FoldNotes.from_json(e["notes"]) for e in entries if e["type"] == "notes"), None)
-    return Checkpoint(m[id_column], m["parent_id"], m["position_seq"], summary, m["summary_tokens"], kept, notes)
+    native = next(
+        (ProviderPayload(e["format"], e["json"], "", e["tokens"]) for e in entries if e["type"] == "native"), None
+    )
+    return Checkpoint(
+        m[id_column], m["parent_id"], m["position_seq"], summary, m["summary_tokens"], kept, notes, native
+    )
 
 
 def checkpoint_entries(checkpoint: Checkpoint) -> str:
@@ -189,6 +194,9 @@ def checkpoint_entries(checkpoint: Checkpoint) -> str:
     entries += [{"type": "message", "id": kept_id} for kept_id in checkpoint.kept_ids]
     if checkpoint.notes is not None:
         entries.append({"type": "notes", "notes": checkpoint.notes.to_json()})
+    native = checkpoint.native
+    if native is not None:
+        entries.append({"type": "native", "format": native.format, "json": native.json, "tokens": native.tokens})
     return json.dumps(entries)
 
 

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from typing import Any
 
 import anthropic
 import pydantic
 
 from ctxfold.engine.errors import ConfigError
+from ctxfold.summarizers import native
 from ctxfold.summarizers.base import (
     ATTEMPT_HOOKS,
     DEFAULT_DEADLINE_SECONDS,
+    INSTRUCTIONS,
     OnDelta,
     OutputBound,
     StreamedAnswer,
@@ -53,6 +56,7 @@ class AnthropicSummarizer:
         model: str,
         input_window_tokens: int,
         deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+        compaction: str = "summary",
     ):
         self.name = name
         self.client = client
@@ -61,6 +65,7 @@ class AnthropicSummarizer:
         self.server_port = client.base_url.port or (443 if client.base_url.scheme == "https" else 80)
         self.input_window_tokens = input_window_tokens
         self.deadline_seconds = deadline_seconds
+        self.compaction = compaction
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> AnthropicSummarizer:
@@ -81,6 +86,7 @@ class AnthropicSummarizer:
             model,
             int(spec.get("input_window_tokens", 200_000)),
             float(spec.get("deadline_seconds", DEFAULT_DEADLINE_SECONDS)),
+            native.mode(name, spec),
         )
 
     def build_request(self, request: SummaryRequest) -> dict[str, Any]:
@@ -101,6 +107,12 @@ class AnthropicSummarizer:
         return body
 
     async def summarize(self, request: SummaryRequest, on_delta: OnDelta | None = None) -> SummaryResult:
+        fallback = ""
+        if self.compaction == native.NATIVE:
+            try:
+                return await self._compact(request)
+            except native.Unsupported as why:
+                fallback = f"native compaction unsupported ({why})"
         bound = OutputBound(request.max_tokens)
         try:
             async with (
@@ -109,9 +121,57 @@ class AnthropicSummarizer:
                     **self.build_request(request), stream=True
                 ) as answer,
             ):
-                return await _read_stream(answer, bound, on_delta)
+                result = await _read_stream(answer, bound, on_delta)
         except anthropic.AnthropicError as exc:
             raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
+        return replace(result, native_fallback=fallback)
+
+    async def _compact(self, request: SummaryRequest) -> SummaryResult:
+        """The folded view with Anthropic's compaction edit, paused after compaction: its `compaction`
+        block, whose `content` is the summary text."""
+        tokens = sum(v.tokens for v in request.prefix)
+        if tokens < native.ANTHROPIC_MIN_TRIGGER_TOKENS:
+            raise native.Unsupported(
+                f"the folded input ({tokens} tokens) is below the {native.ANTHROPIC_MIN_TRIGGER_TOKENS}-token "
+                "minimum of Anthropic's compaction trigger"
+            )
+        edit = {
+            "type": native.ANTHROPIC_EDIT,
+            "trigger": {"type": "input_tokens", "value": native.ANTHROPIC_MIN_TRIGGER_TOKENS},
+            "pause_after_compaction": True,
+            "instructions": INSTRUCTIONS,
+        }
+        body: dict[str, Any] = {
+            **self.build_request(request),
+            "betas": [native.ANTHROPIC_BETA],
+            "context_management": {"edits": [edit]},
+        }
+        try:
+            async with deadline(self.deadline_seconds):
+                raw = await self.client.beta.messages.with_raw_response.create(**body)
+        except (anthropic.BadRequestError, anthropic.NotFoundError) as exc:
+            raise native.unsupported_status(exc.status_code, exc.message) from None
+        except anthropic.AnthropicError as exc:
+            raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            answer = json.loads(raw.http_response.content)
+        except ValueError:
+            raise SummarizerError(f"{PROVIDER}: the compaction answer is not JSON") from None
+        block = native.compaction_item(answer, "content")
+        text = block.get("content")
+        if not isinstance(text, str) or not text.strip():
+            raise native.Unsupported("the compaction block holds no summary (the provider's compaction failed)")
+        usage = answer.get("usage") or {}
+        return SummaryResult(
+            text=text,
+            finish_reason="stop",
+            input_tokens=int(usage.get("input_tokens") or 0),
+            output_tokens=int(usage.get("output_tokens") or 0),
+            cached_input_tokens=int(usage.get("cache_read_input_tokens") or 0),
+            response_model=str(answer.get("model") or self.model),
+            response_id=str(answer.get("id") or ""),
+            native=native.payload(native.ANTHROPIC_MESSAGES, block),
+        )
 
 
 async def _read_stream(answer: StreamedAnswer, bound: OutputBound, on_delta: OnDelta | None) -> SummaryResult:

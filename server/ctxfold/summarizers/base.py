@@ -12,6 +12,7 @@ import httpx2
 import pydantic
 from opentelemetry import trace
 
+from ctxfold.engine.model import ProviderPayload
 from ctxfold.engine.view import ViewMessage
 
 # The sections a summarizer writes. The standing instructions, the artifact index and the
@@ -173,6 +174,10 @@ class SummaryResult:
     cached_input_tokens: int = 0
     response_model: str = ""  # the model that answered, as the provider names it
     response_id: str = ""  # the provider's id of its answer
+    # The provider's own compaction item (`summarizers/native.py`); `text` is then its text, if any.
+    native: ProviderPayload | None = None
+    # Why native compaction was asked for and this is the application summary instead ("" otherwise).
+    native_fallback: str = ""
 
 
 OnDelta = Callable[[str], Awaitable[None]]

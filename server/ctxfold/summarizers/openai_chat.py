@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from typing import Any
 
 import openai
@@ -15,6 +16,7 @@ import pydantic
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ctxfold.engine.errors import ConfigError
+from ctxfold.summarizers import native
 from ctxfold.summarizers.base import (
     ATTEMPT_HOOKS,
     DEFAULT_DEADLINE_SECONDS,
@@ -45,6 +47,7 @@ class OpenAISummarizer:
         input_window_tokens: int,
         stream: bool = True,
         deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+        compaction: str = "summary",
     ):
         self.name = name
         self.client = client
@@ -54,6 +57,7 @@ class OpenAISummarizer:
         self.input_window_tokens = input_window_tokens
         self.stream = stream
         self.deadline_seconds = deadline_seconds
+        self.compaction = compaction
 
     @classmethod
     def from_spec(cls, name: str, spec: dict[str, Any]) -> OpenAISummarizer:
@@ -76,6 +80,7 @@ class OpenAISummarizer:
             int(spec.get("input_window_tokens", 128_000)),
             bool(spec.get("stream", True)),
             float(spec.get("deadline_seconds", DEFAULT_DEADLINE_SECONDS)),
+            native.mode(name, spec),
         )
 
     def build_request(self, request: SummaryRequest) -> dict[str, Any]:
@@ -94,15 +99,51 @@ class OpenAISummarizer:
         return body
 
     async def summarize(self, request: SummaryRequest, on_delta: OnDelta | None = None) -> SummaryResult:
+        fallback = ""
+        if self.compaction == native.NATIVE:
+            try:
+                return await self._compact(request)
+            except native.Unsupported as why:
+                fallback = f"native compaction unsupported ({why})"
         body = self.build_request(request)
         bound = OutputBound(request.max_tokens)
         try:
             async with deadline(self.deadline_seconds):
-                if self.stream:
-                    return await self._streamed(body, bound, on_delta)
-                return await self._whole(body, bound)
+                result = await (self._streamed(body, bound, on_delta) if self.stream else self._whole(body, bound))
         except openai.OpenAIError as exc:
             raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
+        return replace(result, native_fallback=fallback)
+
+    async def _compact(self, request: SummaryRequest) -> SummaryResult:
+        """The Responses API's compaction of the folded view: its `compaction` item, no text."""
+        body: dict[str, Any] = {"model": self.model, "input": native.responses_input(request.prefix)}
+        if request.prompt_cache_key:
+            body["prompt_cache_key"] = request.prompt_cache_key
+        try:
+            async with deadline(self.deadline_seconds):
+                raw = await self.client.responses.with_raw_response.compact(**body)
+        except (openai.BadRequestError, openai.NotFoundError) as exc:
+            raise native.unsupported_status(exc.status_code, exc.message) from None
+        except openai.OpenAIError as exc:
+            raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            answer = json.loads(raw.http_response.content)
+        except ValueError:
+            raise SummarizerError(f"{PROVIDER}: the compaction answer is not JSON") from None
+        item = native.compaction_item(answer, "output")
+        if not isinstance(item.get("encrypted_content"), str) or not item["encrypted_content"]:
+            raise SummarizerError(f"{PROVIDER}: the compaction item has no encrypted_content")
+        usage = answer.get("usage") or {}
+        return SummaryResult(
+            text="",
+            finish_reason="stop",
+            input_tokens=int(usage.get("input_tokens") or 0),
+            output_tokens=int(usage.get("output_tokens") or 0),
+            cached_input_tokens=int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0),
+            response_model=self.model,
+            response_id=str(answer.get("id") or ""),
+            native=native.payload(native.OPENAI_RESPONSES, item),
+        )
 
     async def _whole(self, body: dict[str, Any], bound: OutputBound) -> SummaryResult:
         """One JSON answer, read only up to the output bound (plus room for its envelope)."""
