@@ -40,6 +40,7 @@ func TestConfigRangesAreCheckedAsTheServerChecksThem(t *testing.T) {
 		"context_window":         {ctxfold.ContextWindow(-5)},
 		"compact_ratio":          {ctxfold.CompactRatio(0.99)},
 		"tail_ratio":             {ctxfold.TailRatio(0.6)},
+		"prefold_ratio":          {ctxfold.PrefoldRatio(0.05)},
 		"max_output_tokens":      {ctxfold.MaxOutputTokens(-1)},
 		"summary_max_tokens":     {ctxfold.SummaryMaxTokens(-1)},
 		"cache_ttl_seconds":      {ctxfold.CacheTTL(-time.Second)},
@@ -57,6 +58,23 @@ func TestConfigRangesAreCheckedAsTheServerChecksThem(t *testing.T) {
 	refused(t, "NewSessionConfig(-5)", err, ctxfold.ReasonInvalidConfig)
 	if _, err := ctxfold.NewSessionConfig(1, ctxfold.CompactRatio(0.95), ctxfold.TailRatio(0.5), ctxfold.ToolContentMaxBytes(4096)); err != nil {
 		t.Errorf("the ends of the ranges: %v", err)
+	}
+}
+
+func TestPrefoldRatioZeroIsSentAndUnsetIsNot(t *testing.T) {
+	off, err := ctxfold.NewSessionConfig(8000, ctxfold.PrefoldRatio(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := off.Proto().PrefoldRatio; p == nil || *p != 0 {
+		t.Errorf("PrefoldRatio(0) sent as %v, want an explicit 0 (off)", p)
+	}
+	unset, _ := ctxfold.NewSessionConfig(8000)
+	if unset.Proto().PrefoldRatio != nil {
+		t.Errorf("an unset PrefoldRatio was sent")
+	}
+	if back := ctxfold.SessionConfigFromProto(off.Proto()); back.PrefoldRatio == nil || *back.PrefoldRatio != 0 {
+		t.Errorf("round trip lost the explicit 0: %v", back.PrefoldRatio)
 	}
 }
 

@@ -32,6 +32,10 @@ type SessionConfig struct {
 	PromptCacheKey    string
 	Model             string
 	DisableTaskAnchor bool
+	// PrefoldRatio is where a fold starts in the background (a share of the window). nil is the
+	// server's default (CompactRatio − 0.05 for a summarizer that calls a model, off for
+	// "extractive"); 0 turns background folds off; otherwise within [0.10, CompactRatio).
+	PrefoldRatio *float64
 }
 
 // ConfigOption sets one field of a session config (see [NewSessionConfig]). The same options
@@ -79,6 +83,8 @@ func (c *SessionConfig) checkRanges(creating bool) error {
 		return invalidConfig("summary_max_tokens", "must be >= 0, got %d", c.SummaryMaxTokens)
 	case c.CacheTTL < 0:
 		return invalidConfig("cache_ttl_seconds", "must be >= 0, got %v", c.CacheTTL)
+	case c.PrefoldRatio != nil && *c.PrefoldRatio != 0 && (*c.PrefoldRatio < 0.10 || *c.PrefoldRatio >= 1):
+		return invalidConfig("prefold_ratio", "must be 0 (off) or within [0.10, compact_ratio), got %v", *c.PrefoldRatio)
 	case c.ToolContentMaxBytes != 0 && (c.ToolContentMaxBytes < 4096 || c.ToolContentMaxBytes > 1_048_576):
 		return invalidConfig("tool_content_max_bytes", "must be within [4096, 1048576], got %d", c.ToolContentMaxBytes)
 	}
@@ -92,7 +98,7 @@ func (c *SessionConfig) Proto() *ctxfoldv1.SessionConfig {
 		MaxOutputTokens: c.MaxOutputTokens, SummaryMaxTokens: c.SummaryMaxTokens,
 		ToolContentMaxBytes: c.ToolContentMaxBytes, SystemPrompt: c.SystemPrompt, ToolsJson: c.ToolsJSON,
 		Summarizer: c.Summarizer, CacheTtlSeconds: int64(c.CacheTTL / time.Second), PromptCacheKey: c.PromptCacheKey,
-		Model: c.Model, DisableTaskAnchor: c.DisableTaskAnchor,
+		Model: c.Model, DisableTaskAnchor: c.DisableTaskAnchor, PrefoldRatio: c.PrefoldRatio,
 	}
 }
 
@@ -104,7 +110,17 @@ func SessionConfigFromProto(c *ctxfoldv1.SessionConfig) SessionConfig {
 		ToolContentMaxBytes: c.GetToolContentMaxBytes(), SystemPrompt: c.GetSystemPrompt(), ToolsJSON: c.GetToolsJson(),
 		Summarizer: c.GetSummarizer(), CacheTTL: time.Duration(c.GetCacheTtlSeconds()) * time.Second,
 		PromptCacheKey: c.GetPromptCacheKey(), Model: c.GetModel(), DisableTaskAnchor: c.GetDisableTaskAnchor(),
+		PrefoldRatio: prefoldRatioOf(c),
 	}
+}
+
+// prefoldRatioOf is the config's prefold ratio when it is set (a copy: the config is a snapshot).
+func prefoldRatioOf(c *ctxfoldv1.SessionConfig) *float64 {
+	if c == nil || c.PrefoldRatio == nil {
+		return nil
+	}
+	ratio := *c.PrefoldRatio
+	return &ratio
 }
 
 // Tools returns the tool schemas of ToolsJSON, one raw JSON value each, in order (nil when none):
@@ -129,6 +145,12 @@ func ContextWindow(tokens int64) ConfigOption {
 // allowed 0.30..0.95).
 func CompactRatio(ratio float64) ConfigOption {
 	return func(c *SessionConfig) error { c.CompactRatio = ratio; return nil }
+}
+
+// PrefoldRatio sets where a fold starts in the background, as a share of the window: 0 turns
+// background folds off; otherwise within [0.10, CompactRatio). Unset, the server's default applies.
+func PrefoldRatio(ratio float64) ConfigOption {
+	return func(c *SessionConfig) error { c.PrefoldRatio = &ratio; return nil }
 }
 
 // TailRatio sets the share of the window kept verbatim by a fold (default 0.16, allowed (0, 0.5]).

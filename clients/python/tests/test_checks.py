@@ -97,6 +97,9 @@ def test_tools_are_sent_in_the_one_form() -> None:
         ("cache_ttl_seconds", -1),
         ("tool_content_max_bytes", 100),
         ("tool_content_max_bytes", 2_000_000),
+        ("prefold_ratio", 0.05),
+        ("prefold_ratio", 1.0),
+        ("prefold_ratio", -0.1),
     ],
 )
 def test_a_config_out_of_range_is_refused_as_the_server_would(field: str, value: float) -> None:
@@ -108,6 +111,8 @@ def test_a_config_out_of_range_is_refused_as_the_server_would(field: str, value:
 def test_a_config_at_the_ends_of_its_ranges_is_accepted() -> None:
     SessionConfig(context_window=1, compact_ratio=0.30, tail_ratio=0.5, tool_content_max_bytes=4096)
     SessionConfig(compact_ratio=0.95, tool_content_max_bytes=1_048_576)  # fork overrides: no window needed
+    assert SessionConfig(prefold_ratio=0.0).to_proto().HasField("prefold_ratio")  # 0 is "off", sent
+    assert not SessionConfig().to_proto().HasField("prefold_ratio")  # unset is the server's default
     error = _refused(ErrorReason.INVALID_CONFIG, core.create_request, SessionConfig(system_prompt="no window"))
     assert error.metadata["field"] == "context_window"
 

@@ -55,6 +55,12 @@ export interface SessionConfigOptions {
   model?: string;
   /** Turn off the task anchor (the opening user message kept verbatim after the system prompt). */
   disableTaskAnchor?: boolean;
+  /**
+   * Where a fold starts in the background, as a share of the window: undefined is the server's
+   * default (compactRatio − 0.05 for a summarizer that calls a model, off for "extractive"), 0 turns
+   * background folds off, otherwise within [0.10, compactRatio).
+   */
+  prefoldRatio?: number;
 }
 
 /**
@@ -112,6 +118,9 @@ export class SessionConfigBuilder {
   disableTaskAnchor(value = true): this {
     return this.with("disableTaskAnchor", value);
   }
+  prefoldRatio(value: number): this {
+    return this.with("prefoldRatio", value);
+  }
   /** The options collected so far (a copy). */
   build(): SessionConfigOptions {
     return { ...this.options };
@@ -150,6 +159,9 @@ function checkRanges(o: SessionConfigOverrides, creating: boolean): void {
   for (const [field, value] of Object.entries(counts)) {
     if ((value ?? 0) < 0) throw invalidConfig(field, `must be >= 0, got ${value}`);
   }
+  if (o.prefoldRatio !== undefined && o.prefoldRatio !== 0 && !(o.prefoldRatio >= 0.1 && o.prefoldRatio < 1)) {
+    throw invalidConfig("prefold_ratio", `must be 0 (off) or within [0.10, compact_ratio), got ${o.prefoldRatio}`);
+  }
   if (o.toolContentMaxBytes && !(o.toolContentMaxBytes >= 4096 && o.toolContentMaxBytes <= 1_048_576)) {
     throw invalidConfig("tool_content_max_bytes", `must be within [4096, 1048576], got ${o.toolContentMaxBytes}`);
   }
@@ -187,6 +199,7 @@ export function toProtoConfig(input: SessionConfigInput | SessionConfigOverrides
     promptCacheKey: o.promptCacheKey,
     model: o.model,
     disableTaskAnchor: o.disableTaskAnchor,
+    prefoldRatio: o.prefoldRatio,
   });
 }
 

@@ -89,6 +89,8 @@ export interface SessionConfig {
   promptCacheKey: string;
   model: string;
   disableTaskAnchor: boolean;
+  /** Where background folds start (a share of the window); 0 when they are off. */
+  prefoldRatio: number;
 }
 
 /** A session of one agent conversation. */
@@ -310,6 +312,7 @@ export function sessionConfigOf(c: pb.SessionConfig | undefined): SessionConfig 
     promptCacheKey: c?.promptCacheKey ?? "",
     model: c?.model ?? "",
     disableTaskAnchor: c?.disableTaskAnchor ?? false,
+    prefoldRatio: c?.prefoldRatio ?? 0,
   };
 }
 

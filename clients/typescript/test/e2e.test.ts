@@ -101,6 +101,9 @@ describe("ctxfold e2e", () => {
     assert.equal(session.config.contextWindow, 8000);
     assert.equal(session.config.compactRatio, 0.8, "the server's defaults are filled in");
     assert.equal(session.config.summarizer, "extractive");
+    assert.equal(session.config.prefoldRatio, 0, "background folds are off for the extractive summarizer");
+    const ahead = await client.createSession(sessionConfig(8000).prefoldRatio(0.5));
+    assert.equal(ahead.config.prefoldRatio, 0.5);
     assert.ok(session.createTime instanceof Date);
     const other = await client.createSession({ contextWindow: 8000 });
 

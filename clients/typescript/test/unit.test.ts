@@ -486,6 +486,8 @@ describe("argument checks: the server's reason, the client's domain, before any 
     assert.equal(await field(() => client.createSession(sessionConfig(0))), "context_window");
     assert.equal(await field(() => client.createSession(sessionConfig(8000).compactRatio(0.99))), "compact_ratio");
     assert.equal(await field(() => client.createSession(sessionConfig(8000).tailRatio(0.6))), "tail_ratio");
+    assert.equal(await field(() => client.createSession(sessionConfig(8000).prefoldRatio(0.05))), "prefold_ratio");
+    assert.equal(await field(() => client.createSession(sessionConfig(8000).prefoldRatio(1))), "prefold_ratio");
     assert.equal(await field(() => client.createSession(sessionConfig(8000).maxOutputTokens(-1))), "max_output_tokens");
     assert.equal(await field(() => client.createSession(sessionConfig(8000).toolContentMaxBytes(100))), "tool_content_max_bytes");
     assert.equal(await field(() => client.createSession(sessionConfig(8000).tools("[{"))), "tools_json");

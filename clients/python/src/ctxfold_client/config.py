@@ -37,6 +37,9 @@ class SessionConfig:
     the view reaches 80 % of the window), `tail_ratio` 0.16, `summary_max_tokens` 8192 (less for small windows),
     `tool_content_max_bytes` 32768 (larger tool results are bounded in the view and kept whole for
     `read_tool_result()`), `summarizer` "extractive", `prompt_cache_key` derived from the session.
+    `prefold_ratio` is the one field whose zero is a value: `None` (unset) is the server's default
+    (compact_ratio - 0.05 for a summarizer that calls a model, off for "extractive"), `0.0` turns
+    background folds off, and a ratio in [0.10, compact_ratio) starts them there.
 
     >>> SessionConfig(context_window=128_000, max_output_tokens=4096, system_prompt="You are terse.")
     """
@@ -54,6 +57,7 @@ class SessionConfig:
     prompt_cache_key: str = ""
     model: str = ""
     disable_task_anchor: bool = False
+    prefold_ratio: float | None = None
 
     def __post_init__(self) -> None:
         _check_ranges(self)
@@ -75,7 +79,7 @@ class SessionConfig:
             raise _invalid("tools_json", f"is not JSON ({exc})") from None
 
     def to_proto(self) -> pb.SessionConfig:
-        return pb.SessionConfig(
+        config = pb.SessionConfig(
             context_window=self.context_window,
             compact_ratio=self.compact_ratio,
             tail_ratio=self.tail_ratio,
@@ -90,6 +94,9 @@ class SessionConfig:
             model=self.model,
             disable_task_anchor=self.disable_task_anchor,
         )
+        if self.prefold_ratio is not None:
+            config.prefold_ratio = self.prefold_ratio
+        return config
 
     @classmethod
     def from_proto(cls, config: pb.SessionConfig) -> SessionConfig:
@@ -108,6 +115,7 @@ class SessionConfig:
             prompt_cache_key=config.prompt_cache_key,
             model=config.model,
             disable_task_anchor=config.disable_task_anchor,
+            prefold_ratio=config.prefold_ratio if config.HasField("prefold_ratio") else None,
         )
 
     def check_creatable(self) -> None:
@@ -136,6 +144,9 @@ def _check_ranges(config: SessionConfig) -> None:
     for name in ("max_output_tokens", "summary_max_tokens", "cache_ttl_seconds"):
         if getattr(config, name) < 0:
             raise _invalid(name, f"must be >= 0, got {getattr(config, name)}")
+    prefold = config.prefold_ratio
+    if prefold is not None and prefold != 0.0 and not 0.10 <= prefold < 1.0:
+        raise _invalid("prefold_ratio", f"must be 0 (off) or within [0.10, compact_ratio), got {prefold}")
     size = config.tool_content_max_bytes
     if size and not 4096 <= size <= 1_048_576:
         raise _invalid("tool_content_max_bytes", f"must be within [4096, 1048576], got {size}")

@@ -5,6 +5,7 @@ import dev.ctxfold.v1.SessionConfig;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
+import java.util.OptionalDouble;
 
 /**
  * Typed, immutable settings of a session (the wire form is the generated
@@ -108,6 +109,15 @@ public final class SessionSettings {
 
   public boolean disableTaskAnchor() {
     return proto.getDisableTaskAnchor();
+  }
+
+  /**
+   * Where a fold starts in the background, as a share of the window; empty when unset (the server's
+   * default: compact ratio − 0.05 for a summarizer that calls a model, off for {@code extractive}),
+   * 0 when background folds are off.
+   */
+  public OptionalDouble prefoldRatio() {
+    return proto.hasPrefoldRatio() ? OptionalDouble.of(proto.getPrefoldRatio()) : OptionalDouble.empty();
   }
 
   @Override
@@ -261,6 +271,18 @@ public final class SessionSettings {
     /** Turns off the task anchor (the opening user message kept verbatim after the system prompt). */
     public Builder disableTaskAnchor(boolean disable) {
       proto.setDisableTaskAnchor(disable);
+      return this;
+    }
+
+    /**
+     * Where a fold starts in the background, as a share of the window: 0 turns background folds off;
+     * otherwise within [0.10, compact ratio). Unset, the server's default applies.
+     */
+    public Builder prefoldRatio(double ratio) {
+      if (ratio != 0 && !(ratio >= 0.10 && ratio < 1)) {
+        throw invalid("prefold_ratio", "must be 0 (off) or within [0.10, compact_ratio), got " + ratio);
+      }
+      proto.setPrefoldRatio(ratio);
       return this;
     }
 

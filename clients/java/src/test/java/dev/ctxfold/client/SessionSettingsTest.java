@@ -1,6 +1,7 @@
 package dev.ctxfold.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -89,11 +90,23 @@ class SessionSettingsTest {
     refused("context_window", () -> SessionSettings.builder().contextWindow(-1));
     refused("compact_ratio", () -> SessionSettings.builder().compactRatio(0.99));
     refused("tail_ratio", () -> SessionSettings.builder().tailRatio(0));
+    refused("prefold_ratio", () -> SessionSettings.builder().prefoldRatio(0.05));
+    refused("prefold_ratio", () -> SessionSettings.builder().prefoldRatio(1));
     refused("tool_content_max_bytes", () -> SessionSettings.builder().toolContentMaxBytes(100));
     refused("max_output_tokens", () -> SessionSettings.builder().maxOutputTokens(-1));
     refused("cache_ttl_seconds", () -> SessionSettings.builder().cacheTtl(Duration.ofSeconds(-1)));
     refused("tools_json", () -> SessionSettings.builder().toolsJson("[{"));
     assertThrows(NullPointerException.class, () -> SessionSettings.builder().systemPrompt(null));
+  }
+
+  @Test
+  void prefoldRatioZeroIsSentUnsetIsNot() {
+    SessionSettings off = SessionSettings.builder().contextWindow(8_000).prefoldRatio(0).build();
+    assertTrue(off.toProto().hasPrefoldRatio());
+    assertEquals(0.0, off.prefoldRatio().getAsDouble());
+    SessionSettings unset = SessionSettings.builder().contextWindow(8_000).build();
+    assertFalse(unset.toProto().hasPrefoldRatio());
+    assertTrue(unset.prefoldRatio().isEmpty());
   }
 
   @Test
