@@ -129,3 +129,22 @@ def test_render_marks_abandoned_checkpoints_and_limits_receipts(receipts: int) -
     assert "cache: warm (key ctxfold-s_1)" in text
     assert ("5,000 -> 900 tokens" in text) == (receipts == 1)
     assert "900 -> 500" not in text
+
+
+def test_show_says_where_a_background_fold_stands() -> None:
+    session = pb.Session(
+        id="s_1", head_seq=9, config=pb.SessionConfig(context_window=8000, compact_ratio=0.8, prefold_ratio=0.75)
+    )
+    made = {"time": 1, "action": "background", "status": "prepared", "tokens_in": 6100, "tokens_out": 900}
+    made["reason"] = "prepared in the background over seqs ≤ 7; installed at the trigger"
+    used = {"time": 2, "action": "summary", "status": "applied", "tokens_in": 6500, "tokens_out": 1300}
+    used["reason"] = "installed the fold prepared in the background at 6100 tokens"
+
+    def shown(*receipts: dict[str, object]) -> str:
+        return render_show(SessionReport(session, [], {"receipts": list(receipts)}), 5, now=10.0)
+
+    assert "background folds from 0.75" in shown()
+    assert "background fold: prepared at 6,100 tokens, installed at the trigger" in shown(made)
+    assert "background fold:" not in shown(made, used)
+    failed = {**made, "status": "failed", "reason": "the summarizer failed: 500"}
+    assert "background fold: failed at 6,100 tokens (the summarizer failed: 500)" in shown(failed)

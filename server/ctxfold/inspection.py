@@ -101,6 +101,20 @@ def _indent(text: str, prefix: str = "      ") -> str:
     return "\n".join(prefix + line if line else line for line in text.splitlines())
 
 
+def background_fold(receipts: Sequence[dict[str, Any]]) -> str:
+    """What the receipts say of the session's background fold: prepared and waiting for the trigger,
+    or failed ("" when the last one was installed or discarded, or none ran)."""
+    for r in reversed(receipts):
+        if r.get("action") == "background" and r.get("status") in ("prepared", "failed"):
+            made = int(r.get("tokens_in", 0))
+            if r["status"] == "failed":
+                return f"background fold: failed at {made:,} tokens ({r.get('reason', '')}); the trigger folds itself"
+            return f"background fold: prepared at {made:,} tokens, installed at the trigger ({r.get('reason', '')})"
+        if r.get("action") == "background" or "prepared in the background" in str(r.get("reason", "")):
+            return ""
+    return ""
+
+
 def render_show(report: SessionReport, receipts: int, now: float) -> str:
     s, state = report.session, report.state
     config = s.config
@@ -108,7 +122,8 @@ def render_show(report: SessionReport, receipts: int, now: float) -> str:
         f"session {s.id}",
         f"  created {_when(s.create_time.seconds)}, updated {_when(s.update_time.seconds)}, head seq {s.head_seq}",
         f"  window {config.context_window:,} tokens, compact at {config.compact_ratio:.2f}, "
-        f"summarizer {config.summarizer or 'extractive'}",
+        f"summarizer {config.summarizer or 'extractive'}"
+        + (f", background folds from {config.prefold_ratio:.2f}" if config.prefold_ratio else ""),
     ]
     if s.forked_from_session_id:
         lines.append(f"  forked from {s.forked_from_session_id} at seq {s.forked_at_seq}")
@@ -125,6 +140,9 @@ def render_show(report: SessionReport, receipts: int, now: float) -> str:
     else:
         view.append("(nothing folded)")
     lines += ["", " ".join(view)]
+    background = background_fold(state.get("receipts") or [])
+    if background:
+        lines.append(background)
     last = float(state.get("last_activity") or 0)
     idle = f", last activity {now - last:.0f} s ago" if last else ""
     lines.append(
