@@ -454,3 +454,23 @@ async def test_the_callers_author_decides_whose_messages_become_standing_instruc
     assert "[Request interrupted by user]" in instructions
     assert "task-notification" not in instructions and "Keep the old API." not in instructions
     assert view[-2].content == "Also add benchmarks."  # the input the next call answers stays verbatim
+
+
+async def test_every_check_of_one_request_names_its_messages_by_the_requests_field(
+    stub: pb_grpc.ContextServiceStub,
+) -> None:
+    """Prepare's messages are `append[i]` in every error (the NUL check, the message checks, the
+    tool-call protocol); AppendMessages' are `messages[i]`."""
+    session = await create_session(stub)
+
+    async def details(call: object) -> str:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call  # type: ignore[misc]
+        return caught.value.details() or ""
+
+    no_id = pb.Message(role=pb.ROLE_TOOL, content="x")
+    assert (await details(prepare(stub, session.id, no_id))).startswith("append[0]: ")
+    assert (await details(prepare(stub, session.id, result("nobody", "x")))).startswith("append[0]: ")
+    assert "append[0].content" in await details(prepare(stub, session.id, user("a\x00b")))
+    appended = stub.AppendMessages(pb.AppendMessagesRequest(session_id=session.id, messages=[no_id]))
+    assert (await details(appended)).startswith("messages[0]: ")

@@ -114,12 +114,17 @@ class AppendRequest:
     known_view_version: int = 0
     answer: bool = True  # AppendMessages makes no answer
 
+    @property
+    def field(self) -> str:
+        """The request field the messages came in, which errors about them name."""
+        return "append" if self.answer else "messages"
+
 
 def append(context: Context, request: AppendRequest) -> Appended:
     """`request.messages` appended to `context` (FAILED_PRECONDITION when they break the tool-call
     protocol), and the answer when the grown view needs no maintenance."""
     session = context.session
-    open_calls = advance_open_calls(session.open_tool_calls, request.messages)
+    open_calls = advance_open_calls(session.open_tool_calls, request.messages, request.field)
     messages = tuple(
         replace(m, seq=session.head_seq + 1 + i, create_time=request.now) for i, m in enumerate(request.messages)
     )

@@ -24,14 +24,15 @@ class AppendLimits:
     max_tool_result_bytes: int  # the raw result of one tool message
 
 
-def validate_new_messages(messages: Sequence[NewMessage], limits: AppendLimits) -> None:
+def validate_new_messages(messages: Sequence[NewMessage], limits: AppendLimits, field: str = "messages") -> None:
+    """Checks each message on its own; errors name it as `field[index]` (the request's field)."""
     if len(messages) > MAX_MESSAGES_PER_APPEND:
         raise too_large(
             "TOO_MANY_MESSAGES",
             f"{len(messages)} messages in one append; at most {MAX_MESSAGES_PER_APPEND} are accepted",
         )
     for index, message in enumerate(messages):
-        _validate_message(index, message, limits)
+        _validate_message(index, message, limits, field)
 
 
 def _utf8_bytes(text: str) -> int:
@@ -40,8 +41,8 @@ def _utf8_bytes(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode())
 
 
-def _validate_message(index: int, message: NewMessage, limits: AppendLimits) -> None:
-    where = f"messages[{index}]"
+def _validate_message(index: int, message: NewMessage, limits: AppendLimits, field: str) -> None:
+    where = f"{field}[{index}]"
     content_bytes = _utf8_bytes(message.content)
     if message.role is Role.TOOL:
         if not message.tool_call_id:
@@ -125,7 +126,9 @@ def _validate_payload(where: str, index: int, role: Role, payload: ProviderPaylo
         )
 
 
-def advance_open_calls(open_calls: tuple[str, ...], messages: Sequence[NewMessage | StoredMessage]) -> tuple[str, ...]:
+def advance_open_calls(
+    open_calls: tuple[str, ...], messages: Sequence[NewMessage | StoredMessage], field: str = "messages"
+) -> tuple[str, ...]:
     """The tool calls still awaiting results after appending `messages`, or FAILED_PRECONDITION when a
     result answers no waiting call or a message other than a result arrives while calls wait."""
     waiting = list(open_calls)
@@ -134,7 +137,7 @@ def advance_open_calls(open_calls: tuple[str, ...], messages: Sequence[NewMessag
             if message.tool_call_id not in waiting:
                 raise failed_precondition(
                     "TOOL_CALL_NOT_OPEN",
-                    f"messages[{index}]: tool result for {message.tool_call_id!r} answers no tool call that "
+                    f"{field}[{index}]: tool result for {message.tool_call_id!r} answers no tool call that "
                     f"is waiting for a result (waiting: {', '.join(waiting) or 'none'})",
                     index=index,
                     tool_call_id=message.tool_call_id,
@@ -144,7 +147,7 @@ def advance_open_calls(open_calls: tuple[str, ...], messages: Sequence[NewMessag
         if waiting:
             raise failed_precondition(
                 "TOOL_RESULTS_PENDING",
-                f"messages[{index}]: tool calls {', '.join(waiting)} are waiting for results; append their "
+                f"{field}[{index}]: tool calls {', '.join(waiting)} are waiting for results; append their "
                 "tool results first",
                 index=index,
                 waiting=",".join(waiting),

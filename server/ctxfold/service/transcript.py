@@ -98,14 +98,17 @@ class Transcript:
         # page comes with a next_page_token.
         self.max_page_chars = max_response_bytes // 8
 
-    async def rows(self, messages: Sequence[NewMessage], request_id: str, config: SessionConfig) -> list[MessageRow]:
-        """Checks an append and makes its rows (ids, bounded content, token counts), off the event loop."""
+    async def rows(
+        self, messages: Sequence[NewMessage], request_id: str, config: SessionConfig, field: str = "messages"
+    ) -> list[MessageRow]:
+        """Checks an append (its errors naming the request's `field`) and makes its rows (ids, bounded
+        content, token counts), off the event loop."""
         if len(request_id) > MAX_REQUEST_ID_CHARS:
             raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
 
         def checked_rows() -> list[MessageRow]:
             # Checking measures UTF-8 sizes, which copies each non-ASCII text (~10 ms per 16 MiB).
-            validate_new_messages(messages, self.limits)
+            validate_new_messages(messages, self.limits, field)
             return message_rows(messages, config)
 
         return await cpu.run(text_chars(messages), checked_rows)
