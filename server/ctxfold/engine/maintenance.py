@@ -495,8 +495,9 @@ Decision = Answer | Prune | Blocked | InstallPrepared | FoldInBackground | Fold
 
 
 def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
-    """SPEC §3: below the trigger nothing happens (unless the provider overflowed); at or above it,
-    prune first and stop if that is enough — below the trigger with room for the next turns
+    """Invariant 2 (docs/architecture.md): below the trigger nothing happens (unless the provider
+    overflowed); at or above it, prune first and stop if that is enough — below the trigger with room
+    for the next turns
     (`prune_room`); otherwise fold, unless the same input failed to fold before and the view still
     fits. A fold prepared in the background is installed instead of folding, whenever it still applies;
     with background folds on and none prepared, a view that still fits is answered and folded in the

@@ -10,6 +10,12 @@ from dataclasses import dataclass
 from ctxfold.engine.errors import invalid
 
 SAFETY_MARGIN_TOKENS = 256
+# The defaults of the session config, written once: the dataclass, `resolve_config` and the replay use them.
+DEFAULT_COMPACT_RATIO = 0.80
+DEFAULT_TAIL_RATIO = 0.16
+DEFAULT_SUMMARY_MAX_TOKENS = 8192
+DEFAULT_TOOL_CONTENT_MAX_BYTES = 32768
+MAX_KEY_CHARS = 256  # prompt_cache_key and model
 
 
 class Role(enum.Enum):
@@ -102,11 +108,11 @@ class SessionConfig:
     """Per-session settings with their defaults filled in (see `resolve_config`)."""
 
     context_window: int
-    compact_ratio: float = 0.80
-    tail_ratio: float = 0.16
+    compact_ratio: float = DEFAULT_COMPACT_RATIO
+    tail_ratio: float = DEFAULT_TAIL_RATIO
     max_output_tokens: int = 0
-    summary_max_tokens: int = 8192
-    tool_content_max_bytes: int = 32768
+    summary_max_tokens: int = DEFAULT_SUMMARY_MAX_TOKENS
+    tool_content_max_bytes: int = DEFAULT_TOOL_CONTENT_MAX_BYTES
     system_prompt: str = ""
     tools_json: str = ""
     summarizer: str = "extractive"
@@ -175,8 +181,11 @@ MIN_PREFOLD_RATIO = 0.10
 IN_PROCESS_SUMMARIZER = "extractive"
 
 
+MIN_SUMMARY_MAX_TOKENS = 256
+
+
 def _default_summary_max(window: int) -> int:
-    return max(256, min(8192, window // 8))
+    return max(MIN_SUMMARY_MAX_TOKENS, min(DEFAULT_SUMMARY_MAX_TOKENS, window // 8))
 
 
 def json_depth(value: object) -> int:
@@ -209,10 +218,10 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str], session_id: 
     if window < MIN_CONTEXT_WINDOW:
         # Said here, not as a max_output_tokens or summary_max_tokens error further down.
         raise bad("context_window", f"must be at least {MIN_CONTEXT_WINDOW} tokens, got {window}")
-    ratio = given.compact_ratio or 0.80
+    ratio = given.compact_ratio or DEFAULT_COMPACT_RATIO
     if not 0.30 <= ratio <= 0.95:
         raise bad("compact_ratio", f"must be within [0.30, 0.95], got {ratio}")
-    tail = given.tail_ratio or 0.16
+    tail = given.tail_ratio or DEFAULT_TAIL_RATIO
     if not 0.0 < tail <= 0.5:
         raise bad("tail_ratio", f"must be within (0, 0.5], got {tail}")
     if given.max_output_tokens < 0:
@@ -220,7 +229,7 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str], session_id: 
     summary_max = given.summary_max_tokens or _default_summary_max(window)
     if summary_max < 0 or given.summary_max_tokens < 0:
         raise bad("summary_max_tokens", "must be >= 0")
-    tool_max = given.tool_content_max_bytes or 32768
+    tool_max = given.tool_content_max_bytes or DEFAULT_TOOL_CONTENT_MAX_BYTES
     if not MIN_TOOL_CONTENT_BYTES <= tool_max <= MAX_TOOL_CONTENT_BYTES:
         raise bad(
             "tool_content_max_bytes",
@@ -229,16 +238,17 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str], session_id: 
     if given.cache_ttl_seconds < 0:
         raise bad("cache_ttl_seconds", "must be >= 0")
     trigger = int(ratio * window)
-    if given.max_output_tokens + 256 >= trigger:
+    if given.max_output_tokens + SAFETY_MARGIN_TOKENS >= trigger:
         raise bad(
             "max_output_tokens",
-            f"{given.max_output_tokens} output tokens plus the 256-token margin do not fit below the "
-            f"trigger of {trigger} tokens (compact_ratio × context_window)",
+            f"{given.max_output_tokens} output tokens plus the {SAFETY_MARGIN_TOKENS}-token margin do not fit "
+            f"below the trigger of {trigger} tokens (compact_ratio × context_window)",
         )
-    if summary_max + given.max_output_tokens + 256 > trigger:
+    if summary_max + given.max_output_tokens + SAFETY_MARGIN_TOKENS > trigger:
         raise bad(
             "summary_max_tokens",
-            f"a {summary_max}-token summary plus {given.max_output_tokens} output tokens and the 256-token "
+            f"a {summary_max}-token summary plus {given.max_output_tokens} output tokens and the "
+            f"{SAFETY_MARGIN_TOKENS}-token "
             f"margin do not fit below the trigger of {trigger} tokens",
         )
     if len(given.system_prompt.encode()) > MAX_SYSTEM_PROMPT_BYTES:
@@ -260,10 +270,10 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str], session_id: 
     summarizer = given.summarizer or IN_PROCESS_SUMMARIZER
     if summarizer not in summarizers:
         raise bad("summarizer", f"unknown summarizer {summarizer!r}; configured: {', '.join(sorted(summarizers))}")
-    if len(given.prompt_cache_key) > 256:
-        raise bad("prompt_cache_key", "must be at most 256 characters")
-    if len(given.model) > 256:
-        raise bad("model", "must be at most 256 characters")
+    if len(given.prompt_cache_key) > MAX_KEY_CHARS:
+        raise bad("prompt_cache_key", f"must be at most {MAX_KEY_CHARS} characters")
+    if len(given.model) > MAX_KEY_CHARS:
+        raise bad("model", f"must be at most {MAX_KEY_CHARS} characters")
     prefold = given.prefold_ratio
     if prefold is None:
         prefold = 0.0 if summarizer == IN_PROCESS_SUMMARIZER else round(ratio - PREFOLD_LEAD, 4)

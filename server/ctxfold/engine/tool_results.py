@@ -1,4 +1,4 @@
-"""Bounded tool results (SPEC invariant 7) and byte-offset paging of raw results.
+"""Bounded tool results (invariant 7, docs/architecture.md) and byte-offset paging of raw results.
 
 At append, a tool result above the session's byte bound keeps a head and a tail, cut on UTF-8
 character boundaries, around a marker that names the stored raw result. Results that end in an

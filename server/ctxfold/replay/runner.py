@@ -19,7 +19,7 @@ from typing import IO, Literal
 import grpc
 
 from ctxfold.engine import estimator
-from ctxfold.engine.model import ToolCall
+from ctxfold.engine.model import DEFAULT_COMPACT_RATIO, DEFAULT_TAIL_RATIO, ToolCall
 from ctxfold.replay import probes
 from ctxfold.replay.metrics import AGENT_KEY, Meter, ModelCall, Recording, ReplayResult, SummaryCall, last_view
 from ctxfold.replay.prices import BUILT_IN, DEFAULT_SHEET, PriceError, PriceSheet, sheet_from_mapping
@@ -43,7 +43,7 @@ class ReplayError(Exception):
 @dataclass(frozen=True)
 class Options:
     window: int = 32000
-    ratio: float = 0.0  # 0 = the server's default (0.80)
+    ratio: float = 0.0  # 0 = the server's default (DEFAULT_COMPACT_RATIO)
     tail_ratio: float = 0.0
     max_output_tokens: int = 0
     summary_max_tokens: int = 0
@@ -57,8 +57,8 @@ class Options:
     def settings(self) -> dict[str, object]:
         return {
             "window": self.window,
-            "ratio": self.ratio or 0.80,
-            "tail_ratio": self.tail_ratio or 0.16,
+            "ratio": self.ratio or DEFAULT_COMPACT_RATIO,
+            "tail_ratio": self.tail_ratio or DEFAULT_TAIL_RATIO,
             "max_output_tokens": self.max_output_tokens,
             "summarizer": self.summarizer or "extractive",
             "think_seconds": self.think_seconds,

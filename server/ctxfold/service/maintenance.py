@@ -1,7 +1,8 @@
 """Context maintenance use cases: Prepare, Compact, ObserveUsage, GetContextState.
 
-The flow of SPEC §3 as a driver loop: load what is stored, ask the engine what to do (`decide`),
-prune or summarize, install, and repeat until the engine says to answer. Every install is a
+The flow of docs/architecture.md ("The view and maintenance") as a driver loop: load what is
+stored, ask the engine what to do (`decide`), prune or summarize, install, and repeat until the
+engine says to answer; folds made ahead of the trigger run in the background. Every install is a
 compare-and-swap on the session: if anything changed underneath (an append, another replica's fold,
 a rewind), the candidate is discarded and the round starts again from what is stored. What the call
 reports on the way (progress, spans, metrics) goes to its `MaintenanceObserver`."""
@@ -249,7 +250,7 @@ class Maintenance:
         started = time.perf_counter()
         config, tokens = await self.configs.get(tenant, session_id)
         check_fixed_costs(config, tokens.system, tokens.tools)
-        rows = await self.transcript.rows(append, request_id, config) if append else []
+        rows = await self.transcript.rows(append, request_id, config, field="append") if append else []
         request = AppendRequest((), 0.0, overflow, known_view_version)
         written = await self.transcript.append(tenant, session_id, rows, request_id, request)
         on_appended()
