@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from builders import append as append_messages
 from builders import create_session, user
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
@@ -27,6 +28,7 @@ from ctxfold.service.transcript import message_rows
 from ctxfold.store.append import INLINE_MAX_BYTES, AppendWrite, Bookkeeping, PostgresAppender, Repeated, Stale, Written
 from ctxfold.store.rows import MessageRow
 from ctxfold.store.tool_results import encode_raw_results
+from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import prepare, transcript
 
@@ -338,3 +340,14 @@ async def test_two_appends_from_one_version_commit_once(
     assert stored in (["start", "ran step 1", "go on after 1"], ["start", "ran step 2", "go on after 2"])
     after = await server.store.get_session(TENANT, record.id)
     assert (after.version, after.head_seq) == (record.version + 1, 3)
+
+
+async def test_every_user_message_is_readable_whole_by_its_result_ref(stub: pb_grpc.ContextServiceStub) -> None:
+    """A user message may be shown in part or folded away (a text-acting agent's observation is
+    listed in the folded-results index by its ref), so even "hi" has one, read like a tool result."""
+    session = await create_session(stub)
+    appended = await append_messages(stub, session.id, user("hi"), user("Refactor the parser. " * 200))
+    for message in appended.messages:
+        assert message.result_ref
+        page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session.id, result_ref=message.result_ref))
+        assert page.data == message.content and page.complete

@@ -725,7 +725,10 @@ type Message struct {
 	ReasoningContent string `protobuf:"bytes,7,opt,name=reasoning_content,json=reasoningContent,proto3" json:"reasoning_content,omitempty"`
 	// A pinned message is always kept verbatim by folds.
 	Pinned bool `protobuf:"varint,8,opt,name=pinned,proto3" json:"pinned,omitempty"`
-	// Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+	// Output only. For tool results and user messages: the reference that ReadToolResult reads the
+	// whole text by. A user message may be shown in part or folded away too (a large task, a long
+	// instruction, the observation a text-acting agent's command produced, which the folded-results
+	// index lists by this reference), so every one gets it; it is stored by reference, not copied.
 	ResultRef string `protobuf:"bytes,9,opt,name=result_ref,json=resultRef,proto3" json:"result_ref,omitempty"`
 	// Output only. For tool results: size of the raw result in UTF-8 bytes.
 	RawBytes int64 `protobuf:"varint,10,opt,name=raw_bytes,json=rawBytes,proto3" json:"raw_bytes,omitempty"`

@@ -558,7 +558,11 @@ class Message(_message.Message):
     pinned: _builtins.bool
     """A pinned message is always kept verbatim by folds."""
     result_ref: _builtins.str
-    """Output only. For tool results: the reference that ReadToolResult reads the raw result by."""
+    """Output only. For tool results and user messages: the reference that ReadToolResult reads the
+    whole text by. A user message may be shown in part or folded away too (a large task, a long
+    instruction, the observation a text-acting agent's command produced, which the folded-results
+    index lists by this reference), so every one gets it; it is stored by reference, not copied.
+    """
     raw_bytes: _builtins.int
     """Output only. For tool results: size of the raw result in UTF-8 bytes."""
     truncated: _builtins.bool

@@ -142,7 +142,10 @@ export type Message = Message$1<"ctxfold.v1.Message"> & {
   pinned: boolean;
 
   /**
-   * Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+   * Output only. For tool results and user messages: the reference that ReadToolResult reads the
+   * whole text by. A user message may be shown in part or folded away too (a large task, a long
+   * instruction, the observation a text-acting agent's command produced, which the folded-results
+   * index lists by this reference), so every one gets it; it is stored by reference, not copied.
    *
    * @generated from field: string result_ref = 9;
    */
@@ -286,7 +289,10 @@ export type MessageJson = {
   pinned?: boolean;
 
   /**
-   * Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+   * Output only. For tool results and user messages: the reference that ReadToolResult reads the
+   * whole text by. A user message may be shown in part or folded away too (a large task, a long
+   * instruction, the observation a text-acting agent's command produced, which the folded-results
+   * index lists by this reference), so every one gets it; it is stored by reference, not copied.
    *
    * @generated from field: string result_ref = 9;
    */

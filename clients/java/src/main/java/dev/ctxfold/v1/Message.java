@@ -376,7 +376,10 @@ private static final long serialVersionUID = 0L;
   private volatile java.lang.Object resultRef_ = "";
   /**
    * <pre>
-   * Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+   * Output only. For tool results and user messages: the reference that ReadToolResult reads the
+   * whole text by. A user message may be shown in part or folded away too (a large task, a long
+   * instruction, the observation a text-acting agent's command produced, which the folded-results
+   * index lists by this reference), so every one gets it; it is stored by reference, not copied.
    * </pre>
    *
    * <code>string result_ref = 9;</code>
@@ -397,7 +400,10 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+   * Output only. For tool results and user messages: the reference that ReadToolResult reads the
+   * whole text by. A user message may be shown in part or folded away too (a large task, a long
+   * instruction, the observation a text-acting agent's command produced, which the folded-results
+   * index lists by this reference), so every one gets it; it is stored by reference, not copied.
    * </pre>
    *
    * <code>string result_ref = 9;</code>
@@ -2327,7 +2333,10 @@ private static final long serialVersionUID = 0L;
     private java.lang.Object resultRef_ = "";
     /**
      * <pre>
-     * Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+     * Output only. For tool results and user messages: the reference that ReadToolResult reads the
+     * whole text by. A user message may be shown in part or folded away too (a large task, a long
+     * instruction, the observation a text-acting agent's command produced, which the folded-results
+     * index lists by this reference), so every one gets it; it is stored by reference, not copied.
      * </pre>
      *
      * <code>string result_ref = 9;</code>
@@ -2347,7 +2356,10 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+     * Output only. For tool results and user messages: the reference that ReadToolResult reads the
+     * whole text by. A user message may be shown in part or folded away too (a large task, a long
+     * instruction, the observation a text-acting agent's command produced, which the folded-results
+     * index lists by this reference), so every one gets it; it is stored by reference, not copied.
      * </pre>
      *
      * <code>string result_ref = 9;</code>
@@ -2368,7 +2380,10 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+     * Output only. For tool results and user messages: the reference that ReadToolResult reads the
+     * whole text by. A user message may be shown in part or folded away too (a large task, a long
+     * instruction, the observation a text-acting agent's command produced, which the folded-results
+     * index lists by this reference), so every one gets it; it is stored by reference, not copied.
      * </pre>
      *
      * <code>string result_ref = 9;</code>
@@ -2385,7 +2400,10 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+     * Output only. For tool results and user messages: the reference that ReadToolResult reads the
+     * whole text by. A user message may be shown in part or folded away too (a large task, a long
+     * instruction, the observation a text-acting agent's command produced, which the folded-results
+     * index lists by this reference), so every one gets it; it is stored by reference, not copied.
      * </pre>
      *
      * <code>string result_ref = 9;</code>
@@ -2399,7 +2417,10 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+     * Output only. For tool results and user messages: the reference that ReadToolResult reads the
+     * whole text by. A user message may be shown in part or folded away too (a large task, a long
+     * instruction, the observation a text-acting agent's command produced, which the folded-results
+     * index lists by this reference), so every one gets it; it is stored by reference, not copied.
      * </pre>
      *
      * <code>string result_ref = 9;</code>

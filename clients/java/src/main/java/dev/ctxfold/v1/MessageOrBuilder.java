@@ -179,7 +179,10 @@ public interface MessageOrBuilder extends
 
   /**
    * <pre>
-   * Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+   * Output only. For tool results and user messages: the reference that ReadToolResult reads the
+   * whole text by. A user message may be shown in part or folded away too (a large task, a long
+   * instruction, the observation a text-acting agent's command produced, which the folded-results
+   * index lists by this reference), so every one gets it; it is stored by reference, not copied.
    * </pre>
    *
    * <code>string result_ref = 9;</code>
@@ -188,7 +191,10 @@ public interface MessageOrBuilder extends
   java.lang.String getResultRef();
   /**
    * <pre>
-   * Output only. For tool results: the reference that ReadToolResult reads the raw result by.
+   * Output only. For tool results and user messages: the reference that ReadToolResult reads the
+   * whole text by. A user message may be shown in part or folded away too (a large task, a long
+   * instruction, the observation a text-acting agent's command produced, which the folded-results
+   * index lists by this reference), so every one gets it; it is stored by reference, not copied.
    * </pre>
    *
    * <code>string result_ref = 9;</code>
