@@ -79,6 +79,28 @@ async def test_abandoned_checkpoints_are_listed_only_when_asked(stub: pb_grpc.Co
     assert in_fork.checkpoint.on_head_chain
 
 
+async def test_a_rewind_deletes_the_checkpoints_it_leaves_behind_and_keeps_every_message(
+    stub: pb_grpc.ContextServiceStub,
+) -> None:
+    """A checkpoint is derived data (a summary of messages that stay readable): with no fork building
+    on it, one a Rewind leaves behind is deleted, not listed, and not found by id; the messages it
+    summarized stay listable as abandoned."""
+    session = await create_session(stub, context_window=WINDOW)
+    await prepare(stub, session.id, user("Long audit"))
+    await fold_turns(stub, session.id, 0, 2)
+    before = await checkpoints(stub, session.id)
+    await stub.Rewind(pb.RewindRequest(session_id=session.id, to_seq=before[-1].position_seq))
+    everything = await checkpoints(stub, session.id, include_abandoned=True)
+    assert [c.id for c in everything] == [before[-1].id]
+    await expect_error(
+        stub.GetCheckpoint(pb.GetCheckpointRequest(session_id=session.id, checkpoint_id=before[0].id)),
+        grpc.StatusCode.NOT_FOUND,
+        "CHECKPOINT_NOT_FOUND",
+    )
+    listed = await stub.ListMessages(pb.ListMessagesRequest(session_id=session.id, include_abandoned=True))
+    assert [m for m in listed.messages if m.abandoned], "the rewound messages stay readable"
+
+
 async def test_a_checkpoint_of_another_session_is_not_found(stub: pb_grpc.ContextServiceStub) -> None:
     folded = await create_session(stub, context_window=WINDOW)
     await prepare(stub, folded.id, user("Audit"))

@@ -3337,7 +3337,9 @@ type ListCheckpointsRequest struct {
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From a previous next_page_token.
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	// Also list checkpoints of abandoned branches (left behind by Rewind).
+	// Also list checkpoints of abandoned branches that still exist. A checkpoint is derived from
+	// messages that stay readable, so Rewind deletes the ones it leaves behind unless a fork still
+	// builds on them: those (inherited by the fork) are the ones listed, marked not on the head chain.
 	IncludeAbandoned bool `protobuf:"varint,4,opt,name=include_abandoned,json=includeAbandoned,proto3" json:"include_abandoned,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache

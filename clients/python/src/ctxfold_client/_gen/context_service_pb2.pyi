@@ -1820,7 +1820,10 @@ class ListCheckpointsRequest(_message.Message):
     page_token: _builtins.str
     """From a previous next_page_token."""
     include_abandoned: _builtins.bool
-    """Also list checkpoints of abandoned branches (left behind by Rewind)."""
+    """Also list checkpoints of abandoned branches that still exist. A checkpoint is derived from
+    messages that stay readable, so Rewind deletes the ones it leaves behind unless a fork still
+    builds on them: those (inherited by the fork) are the ones listed, marked not on the head chain.
+    """
     def __init__(
         self,
         *,

@@ -2916,7 +2916,9 @@ export type ListCheckpointsRequest = Message$1<"ctxfold.v1.ListCheckpointsReques
   pageToken: string;
 
   /**
-   * Also list checkpoints of abandoned branches (left behind by Rewind).
+   * Also list checkpoints of abandoned branches that still exist. A checkpoint is derived from
+   * messages that stay readable, so Rewind deletes the ones it leaves behind unless a fork still
+   * builds on them: those (inherited by the fork) are the ones listed, marked not on the head chain.
    *
    * @generated from field: bool include_abandoned = 4;
    */
@@ -2951,7 +2953,9 @@ export type ListCheckpointsRequestJson = {
   pageToken?: string;
 
   /**
-   * Also list checkpoints of abandoned branches (left behind by Rewind).
+   * Also list checkpoints of abandoned branches that still exist. A checkpoint is derived from
+   * messages that stay readable, so Rewind deletes the ones it leaves behind unless a fork still
+   * builds on them: those (inherited by the fork) are the ones listed, marked not on the head chain.
    *
    * @generated from field: bool include_abandoned = 4;
    */

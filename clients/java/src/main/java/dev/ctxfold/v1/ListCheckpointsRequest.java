@@ -167,7 +167,9 @@ private static final long serialVersionUID = 0L;
   private boolean includeAbandoned_ = false;
   /**
    * <pre>
-   * Also list checkpoints of abandoned branches (left behind by Rewind).
+   * Also list checkpoints of abandoned branches that still exist. A checkpoint is derived from
+   * messages that stay readable, so Rewind deletes the ones it leaves behind unless a fork still
+   * builds on them: those (inherited by the fork) are the ones listed, marked not on the head chain.
    * </pre>
    *
    * <code>bool include_abandoned = 4;</code>
@@ -780,7 +782,9 @@ private static final long serialVersionUID = 0L;
     private boolean includeAbandoned_ ;
     /**
      * <pre>
-     * Also list checkpoints of abandoned branches (left behind by Rewind).
+     * Also list checkpoints of abandoned branches that still exist. A checkpoint is derived from
+     * messages that stay readable, so Rewind deletes the ones it leaves behind unless a fork still
+     * builds on them: those (inherited by the fork) are the ones listed, marked not on the head chain.
      * </pre>
      *
      * <code>bool include_abandoned = 4;</code>
@@ -792,7 +796,9 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Also list checkpoints of abandoned branches (left behind by Rewind).
+     * Also list checkpoints of abandoned branches that still exist. A checkpoint is derived from
+     * messages that stay readable, so Rewind deletes the ones it leaves behind unless a fork still
+     * builds on them: those (inherited by the fork) are the ones listed, marked not on the head chain.
      * </pre>
      *
      * <code>bool include_abandoned = 4;</code>
@@ -808,7 +814,9 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Also list checkpoints of abandoned branches (left behind by Rewind).
+     * Also list checkpoints of abandoned branches that still exist. A checkpoint is derived from
+     * messages that stay readable, so Rewind deletes the ones it leaves behind unless a fork still
+     * builds on them: those (inherited by the fork) are the ones listed, marked not on the head chain.
      * </pre>
      *
      * <code>bool include_abandoned = 4;</code>

@@ -62,7 +62,9 @@ public interface ListCheckpointsRequestOrBuilder extends
 
   /**
    * <pre>
-   * Also list checkpoints of abandoned branches (left behind by Rewind).
+   * Also list checkpoints of abandoned branches that still exist. A checkpoint is derived from
+   * messages that stay readable, so Rewind deletes the ones it leaves behind unless a fork still
+   * builds on them: those (inherited by the fork) are the ones listed, marked not on the head chain.
    * </pre>
    *
    * <code>bool include_abandoned = 4;</code>
