@@ -148,3 +148,16 @@ def test_show_says_where_a_background_fold_stands() -> None:
     assert "background fold:" not in shown(made, used)
     failed = {**made, "status": "failed", "reason": "the summarizer failed: 500"}
     assert "background fold: failed at 6,100 tokens (the summarizer failed: 500)" in shown(failed)
+
+
+async def test_a_reader_that_stops_early_ends_the_output_quietly(
+    stub: pb_grpc.ContextServiceStub, server: RunningServer, tmp_path: Path
+) -> None:
+    """`ctxfold sessions --json | head`: more output than a pipe holds (a 300 KB system prompt), a
+    reader that closes it after a few bytes: exit 141, as for SIGPIPE, and no traceback."""
+    await create_session(stub, system_prompt="Be thorough. " * 25_000)
+    command = " ".join([*ctxfold_command(), "sessions", "--json", "--server", f"127.0.0.1:{server.port}"])
+    script = f"{command} 2>err.txt | head -c 20 >/dev/null; echo ${{PIPESTATUS[0]}} > status.txt"
+    await asyncio.to_thread(subprocess.run, ["bash", "-c", script], cwd=tmp_path, timeout=60, check=True)
+    assert (tmp_path / "status.txt").read_text().strip() == "141"
+    assert (tmp_path / "err.txt").read_text() == ""

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ctxfold import __version__
@@ -132,6 +134,22 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         stop_telemetry()
 
 
+@contextlib.contextmanager
+def _stdout_may_close() -> Iterator[None]:
+    """`ctxfold show … | head`: a reader that stops early closes the pipe, and the command ends quietly
+    with 141 (128 + SIGPIPE, what a shell reports for a command a closed pipe stopped), not with a
+    BrokenPipeError traceback (the pattern of the Python docs, "Note on SIGPIPE")."""
+    try:
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at devnull so that flush cannot fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+
+
 def main(argv: list[str] | None = None) -> None:
     _quiet_grpc_core()
     parser = argparse.ArgumentParser(prog="ctxfold", description="Context maintenance for long-running LLM agents.")
@@ -146,6 +164,19 @@ def main(argv: list[str] | None = None) -> None:
     inspection.add_parsers(sub)
     healthcheck.add_parser(sub)
     args = parser.parse_args(argv)
+    with _stdout_may_close():
+        _dispatch(args, parser, serve_parser, gateway_parser)
+
+
+def _dispatch(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    serve_parser: argparse.ArgumentParser,
+    gateway_parser: argparse.ArgumentParser,
+) -> None:
+    from ctxfold import healthcheck, inspection
+    from ctxfold.replay import cli as replay_cli
+
     if args.command == "replay":
         sys.exit(replay_cli.run(args, parser))
     if args.command in ("sessions", "show"):
