@@ -271,21 +271,27 @@ def test_constraints_pin_the_whole_runtime_closure_and_satisfy_it() -> None:
 # ---- the health check follows the server's settings ---------------------------------------------------
 
 
-@pytest.mark.parametrize("source", ["flag", "config", "environment"])
+@pytest.mark.parametrize("source", ["flag", "config", "relative config", "relative config in env", "environment"])
 def test_healthcheck_follows_the_servers_flags_config_and_environment(tmp_path: Path, source: str) -> None:
     port = free_port()
     listen = f"127.0.0.1:{port}"
     args, env = ["--data-dir", str(tmp_path / "data")], {}
     if source == "flag":
         args += ["--listen", listen]
-    elif source == "config":
+    elif source.endswith("config"):
         (tmp_path / "ctxfold.toml").write_text(f'listen = "{listen}"\n')
-        args += ["--config", str(tmp_path / "ctxfold.toml")]
+        args += ["--config", "ctxfold.toml" if source == "relative config" else str(tmp_path / "ctxfold.toml")]
+    elif source == "relative config in env":
+        (tmp_path / "ctxfold.toml").write_text(f'listen = "{listen}"\n')
+        env["CTXFOLD_CONFIG"] = "ctxfold.toml"
     else:
         env["CTXFOLD_LISTEN"] = listen
     with serving(tmp_path, args, env, port) as served:
+        elsewhere = tmp_path / "elsewhere"  # the check runs in another folder than the server
+        elsewhere.mkdir()
         done = subprocess.run(
             [*ctxfold_command(), "healthcheck", "--pid", str(served.process.pid)],
+            cwd=elsewhere,
             env=clean_environ(tmp_path, {}),  # the check's own environment names no port
             capture_output=True,
             text=True,

@@ -9,6 +9,7 @@ client would (a CA, a client certificate), so it checks that the port accepts co
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,25 +21,32 @@ class HealthcheckError(Exception):
     """Why the server is not healthy (or cannot be checked), in one line."""
 
 
-def server_process(pid: int) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment of process `pid`."""
+def server_process(pid: int) -> tuple[list[str], dict[str, str], str]:
+    """The command line, environment and working directory of process `pid`."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         environ_raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError as exc:
         raise HealthcheckError(f"cannot read process {pid}: {exc.strerror or exc}") from None
     environ = dict(item.decode(errors="replace").split("=", 1) for item in environ_raw if b"=" in item)
-    return [a.decode(errors="replace") for a in argv if a], environ
+    return [a.decode(errors="replace") for a in argv if a], environ, cwd
 
 
-def served_settings(argv: Sequence[str], environ: Mapping[str, str], serve_parser: argparse.ArgumentParser) -> Settings:
-    """The settings `ctxfold serve` resolved from this command line and environment."""
+def served_settings(
+    argv: Sequence[str], environ: Mapping[str, str], serve_parser: argparse.ArgumentParser, cwd: str = ""
+) -> Settings:
+    """The settings `ctxfold serve` resolved from this command line and environment, in its working
+    directory `cwd` (a relative --config or CTXFOLD_CONFIG names a file there, not in the check's)."""
     if "serve" not in argv:
         raise HealthcheckError(f"not a `ctxfold serve` process: {' '.join(argv)}")
     args, _ = serve_parser.parse_known_args(list(argv[list(argv).index("serve") + 1 :]))
     flags = {name: value for name, value in vars(args).items() if name != "config"}
+    config = args.config or environ.get("CTXFOLD_CONFIG", "")
+    if config and cwd:
+        config = str(Path(cwd, config))
     try:
-        return load_settings(flags, environ, args.config)
+        return load_settings(flags, environ, config)
     except (ValueError, OSError) as exc:
         raise HealthcheckError(f"the server's settings do not load: {exc}") from None
 
@@ -90,6 +98,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace, serve_parser: argparse.ArgumentParser, out: Callable[[str], None]) -> int:
-    argv, environ = server_process(args.pid)
-    out(check(served_settings(argv, environ, serve_parser), args.timeout))
+    argv, environ, cwd = server_process(args.pid)
+    out(check(served_settings(argv, environ, serve_parser, cwd), args.timeout))
     return 0
