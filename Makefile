@@ -12,20 +12,21 @@ TEST_TMP := $(CURDIR)/.cache/tmp
 
 .PHONY: setup serve test check pytest clients generate test-tmp
 
-# The server alone (no dev or bench extras): what `make serve` needs.
+# The server alone (no dev or bench extras): what `make serve` needs. Both installs take the image's
+# pins (constraints.txt, every runtime dependency), so `make serve`, the tests and the image run the same versions.
 # The gateway reaches the server through the Python SDK, installed from clients/python beside it.
-$(VENV)/.installed-server: pyproject.toml VERSION clients/python/pyproject.toml
+$(VENV)/.installed-server: pyproject.toml VERSION clients/python/pyproject.toml constraints.txt
 	@echo "make serve: installing ctxfold and its server dependencies into $(VENV) (first run: about a minute)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q -U pip
-	@$(PY) -m pip install -q -e ./clients/python -e .
+	@$(PY) -m pip install -q --constraint constraints.txt -e ./clients/python -e .
 	@touch $@
 
 # Everything the tests, linters and benchmarks need (a superset of the server's).
-$(VENV)/.installed: pyproject.toml VERSION clients/python/pyproject.toml
+$(VENV)/.installed: pyproject.toml VERSION clients/python/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e ./clients/python -e '.[dev,bench]'
+	$(PY) -m pip install -q --constraint constraints.txt -e ./clients/python -e '.[dev,bench]'
 	touch $@ $(VENV)/.installed-server
 
 node_modules/.installed: package.json package-lock.json

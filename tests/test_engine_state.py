@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from ctxfold.engine.cache import COLD, UNKNOWN, WARM, cache_state, cache_ttl_seconds
+from ctxfold.engine.cache import COLD, OBSERVED_CACHE_TTL_SECONDS, UNKNOWN, WARM, cache_state, cache_ttl_seconds
 from ctxfold.engine.errors import DomainError
+from ctxfold.engine.maintenance import Action, Answering, Projection, answer
 from ctxfold.engine.model import SessionConfig, Usage
 from ctxfold.engine.state import (
     CALIBRATION_SMOOTHING,
@@ -91,6 +92,33 @@ def test_cache_state_comes_from_activity_and_ttl_only() -> None:
     assert cache_ttl_seconds(SessionConfig(context_window=1000, model="deepseek-chat")) == 3600
     assert cache_ttl_seconds(SessionConfig(context_window=1000, cache_ttl_seconds=42)) == 42
     assert cache_ttl_seconds(SessionConfig(context_window=1000)) == 0
+
+
+@pytest.mark.parametrize(
+    ("model", "ttl"),
+    [("openai/gpt-4.1", 300), ("us.anthropic.claude-sonnet-4-5", 300), ("o3-mini", 300), ("azure/o4-mini", 300),
+     ("deepseek-ai/DeepSeek-V3", 3600), ("llama-3-70b", 0), ("solo3", 0)],
+)  # fmt: skip
+def test_a_model_names_its_provider_anywhere_in_its_name(model: str, ttl: int) -> None:
+    assert cache_ttl_seconds(SessionConfig(context_window=1000, model=model)) == ttl
+
+
+def test_a_provider_that_reported_cache_hits_is_warm_not_unknown() -> None:
+    """No TTL set, no model named, but ObserveUsage reported cached input: the provider caches, so the
+    state is warm or cold by the shortest documented TTL; before any hit it stays unknown."""
+    config = SessionConfig(context_window=8000)
+    assert cache_ttl_seconds(config) == 0
+    assert cache_ttl_seconds(config, hits_observed=True) == OBSERVED_CACHE_TTL_SECONDS == 300
+    state = observed(ContextState(fingerprint=FP, views=(ViewRecord(7, 1000),)), usage(7, 1000, cached=970)).state
+    view = Projection(config, 0, 0, 1.0, None, (), (), {})
+    answered = answer(Answering(view, replace(state, last_activity=900.0), [], 0, Action.NONE, 0, None), 0, 1000.0)
+    assert answered.cache_state == WARM
+    assert (
+        answer(
+            Answering(view, ContextState(fingerprint=FP, last_activity=900.0), [], 0, Action.NONE, 0, None), 0, 1000.0
+        ).cache_state
+        == UNKNOWN
+    )
 
 
 def test_views_with_keeps_the_newest_records_and_one_per_version() -> None:

@@ -350,3 +350,16 @@ def test_compose_publishes_on_loopback_restarts_and_sends_no_metrics_to_jaeger()
 def test_the_server_version_is_the_project_version() -> None:
     """One version for the server and every SDK: the root VERSION file (the SDKs' own tests check theirs)."""
     assert metadata.version("ctxfold") == (ROOT / "VERSION").read_text().strip()
+
+
+def test_make_serve_the_tests_and_the_image_install_the_same_pins() -> None:
+    """One set of pins: every pip install of the Makefile and the Dockerfile takes constraints.txt."""
+    installs = [
+        line
+        for path in ("Makefile", "Dockerfile")
+        for line in (ROOT / path).read_text().splitlines()
+        if "pip install" in line and "-U pip" not in line and "--upgrade pip" not in line
+    ]
+    assert len(installs) >= 3, installs
+    unpinned = [line.strip() for line in installs if "--constraint constraints.txt" not in line]
+    assert unpinned == []

@@ -1020,7 +1020,9 @@ type SessionConfig struct {
 	ToolsJson string `protobuf:"bytes,8,opt,name=tools_json,json=toolsJson,proto3" json:"tools_json,omitempty"`
 	// Name of a summarizer configured on the server. Default "extractive".
 	Summarizer string `protobuf:"bytes,9,opt,name=summarizer,proto3" json:"summarizer,omitempty"`
-	// The provider's prompt-cache TTL in seconds; 0 = the summarizer provider's default.
+	// The provider's prompt-cache TTL in seconds, for cache_state. 0 = the documented default of the
+	// provider the model names (claude: 300, gpt / o1 / o3 / o4: 300, deepseek: 3600); for a model
+	// of no known provider, 300 once ObserveUsage reported cached input, else cache_state is unknown.
 	CacheTtlSeconds int64 `protobuf:"varint,10,opt,name=cache_ttl_seconds,json=cacheTtlSeconds,proto3" json:"cache_ttl_seconds,omitempty"`
 	// The prompt-cache key to send with requests; empty = derived from the session id.
 	PromptCacheKey string `protobuf:"bytes,11,opt,name=prompt_cache_key,json=promptCacheKey,proto3" json:"prompt_cache_key,omitempty"`

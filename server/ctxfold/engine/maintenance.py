@@ -744,7 +744,8 @@ def answer(answering: Answering, known_view_version: int, now: float) -> Answere
     projection, state = answering.projection, answering.state
     config = projection.config
     view = projection.view()
-    cache = cache_state(state.last_activity, now, cache_ttl_seconds(config))
+    hits_observed = state.telemetry.get("cached_input_tokens", 0) > 0
+    cache = cache_state(state.last_activity, now, cache_ttl_seconds(config, hits_observed))
     version = view_version(state.generation, len(view))
     previous = state.views[-1] if state.views else None
     if answering.action is not Action.NONE:

@@ -712,7 +712,10 @@ class SessionConfig(_message.Message):
     summarizer: _builtins.str
     """Name of a summarizer configured on the server. Default "extractive"."""
     cache_ttl_seconds: _builtins.int
-    """The provider's prompt-cache TTL in seconds; 0 = the summarizer provider's default."""
+    """The provider's prompt-cache TTL in seconds, for cache_state. 0 = the documented default of the
+    provider the model names (claude: 300, gpt / o1 / o3 / o4: 300, deepseek: 3600); for a model
+    of no known provider, 300 once ObserveUsage reported cached input, else cache_state is unknown.
+    """
     prompt_cache_key: _builtins.str
     """The prompt-cache key to send with requests; empty = derived from the session id."""
     model: _builtins.str

@@ -536,7 +536,9 @@ export type SessionConfig = Message$1<"ctxfold.v1.SessionConfig"> & {
   summarizer: string;
 
   /**
-   * The provider's prompt-cache TTL in seconds; 0 = the summarizer provider's default.
+   * The provider's prompt-cache TTL in seconds, for cache_state. 0 = the documented default of the
+   * provider the model names (claude: 300, gpt / o1 / o3 / o4: 300, deepseek: 3600); for a model
+   * of no known provider, 300 once ObserveUsage reported cached input, else cache_state is unknown.
    *
    * @generated from field: int64 cache_ttl_seconds = 10;
    */
@@ -651,7 +653,9 @@ export type SessionConfigJson = {
   summarizer?: string;
 
   /**
-   * The provider's prompt-cache TTL in seconds; 0 = the summarizer provider's default.
+   * The provider's prompt-cache TTL in seconds, for cache_state. 0 = the documented default of the
+   * provider the model names (claude: 300, gpt / o1 / o3 / o4: 300, deepseek: 3600); for a model
+   * of no known provider, 300 once ObserveUsage reported cached input, else cache_state is unknown.
    *
    * @generated from field: int64 cache_ttl_seconds = 10;
    */

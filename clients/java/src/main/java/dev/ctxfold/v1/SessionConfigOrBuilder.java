@@ -135,7 +135,9 @@ public interface SessionConfigOrBuilder extends
 
   /**
    * <pre>
-   * The provider's prompt-cache TTL in seconds; 0 = the summarizer provider's default.
+   * The provider's prompt-cache TTL in seconds, for cache_state. 0 = the documented default of the
+   * provider the model names (claude: 300, gpt / o1 / o3 / o4: 300, deepseek: 3600); for a model
+   * of no known provider, 300 once ObserveUsage reported cached input, else cache_state is unknown.
    * </pre>
    *
    * <code>int64 cache_ttl_seconds = 10;</code>
