@@ -417,3 +417,12 @@ class _Recorder:
 
     def record(self, value: float) -> None:
         self.into.append(value)
+
+
+@pytest.mark.parametrize(
+    ("lag", "before", "after", "level"),
+    [(0.05, 3, 3, None), (0.12, 0, 0, logging.DEBUG), (0.12, 1, 0, logging.WARNING), (0.12, 0, 2, logging.WARNING)],
+)
+def test_a_hold_is_a_warning_only_when_a_call_waited(lag: float, before: int, after: int, level: int | None) -> None:
+    """An idle server whose loop another process held 120 ms logs that at DEBUG: nobody waited."""
+    assert loop_lag.log_level(lag, loop_lag.WARN_SECONDS, before, after) == level

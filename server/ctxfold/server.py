@@ -226,7 +226,7 @@ async def serve(settings: Settings, gateway: GatewaySettings | None = None) -> N
             raise ConfigError(f"gateway_listen: cannot listen on {gateway.listen}: {exc.strerror}") from None
         log.info("ctxfold gateway serving on %s", listen_address(gateway.listen, embedded.port))
     memory.freeze_startup_objects()
-    watching = asyncio.create_task(loop_lag.watch())
+    watching = asyncio.create_task(loop_lag.watch(lambda: running.admission.calls_in_progress))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -52,6 +52,10 @@ class Admission:
     draining: bool = False
     _running: set[asyncio.Task[Any]] = field(default_factory=set)
 
+    @property
+    def calls_in_progress(self) -> int:
+        return self._calls
+
     @contextlib.contextmanager
     def admit(self, tenant: str, request_bytes: int) -> Iterator[None]:
         if self.draining:
