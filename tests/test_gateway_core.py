@@ -8,10 +8,11 @@ import struct
 
 import orjson
 import pytest
-from ctxfold_client import Action, Role
+from ctxfold_client import Action, Message, ProviderPayload, Role
 
 from ctxfold.gateway.attachments import anthropic_image_tokens, image_size, openai_image_tokens
-from ctxfold.gateway.contexts import OBSERVE_INTERVAL_SECONDS, should_observe
+from ctxfold.gateway.contexts import OBSERVE_INTERVAL_SECONDS, native_summary, should_observe
+from ctxfold.gateway.formats import CacheHints, ViewEntry
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages, place_breakpoints
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
@@ -209,3 +210,34 @@ def test_fingerprints_of_an_unchanged_prefix_are_reused_and_only_new_pieces_hash
     # a first piece that merely starts like the old one is no prefix
     grown = [Piece(Role.SYSTEM, "Be brief."), Piece(Role.USER, {"role": "user", "content": "hi", "name": "x"})]
     assert request_fingerprints("openai_chat", grown, stale, known_json)[0][1] == fingerprint("openai_chat", grown[1])
+
+
+def test_a_native_summary_goes_to_its_own_api_family_as_its_item_and_to_others_as_text() -> None:
+    """A summary made by the provider's own compaction is re-sent byte for byte to that family, the
+    engine's sections as text beside it; another family gets the text alone (it cannot read the item)."""
+    item = {"type": "compaction", "id": "cmp_1", "encrypted_content": "enc:abc"}
+    payload = ProviderPayload("openai_responses", orjson.dumps(item).decode())
+    task = Message(role=Role.USER, content="Fix the test", seq=1)
+    summary = Message(role=Role.USER, content="## Standing instructions", summary=True, provider_payload=payload)
+    assert native_summary(summary, "openai_responses") == [item, {"role": "user", "content": summary.content}]
+    assert native_summary(summary, "openai_chat") is None
+    assert native_summary(task, "openai_responses") is None
+    body = OpenAIResponses().rewritten(
+        {"model": "m", "input": []},
+        [
+            ViewEntry(task, {"role": "user", "content": "Fix the test"}),
+            ViewEntry(summary, native_summary(summary, "openai_responses")),
+        ],
+        CacheHints("k", 0),
+    )
+    assert body["input"][1] == item and body["input"][2]["content"] == summary.content
+    block = {"type": "compaction", "content": "the summary", "signature": "sig_1"}
+    anthropic_payload = ProviderPayload("anthropic_messages", orjson.dumps(block).decode())
+    anthropic = Message(role=Role.USER, content="## Artifacts", summary=True, provider_payload=anthropic_payload)
+    sent = AnthropicMessages().rewritten(
+        {"model": "m", "max_tokens": 10, "messages": []},
+        [ViewEntry(anthropic, native_summary(anthropic, "anthropic_messages"))],
+        CacheHints("", 0),
+    )
+    assert sent["messages"][0]["content"][0] == block
+    assert sent["messages"][0]["content"][1]["text"] == "## Artifacts"

@@ -11,10 +11,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import grpc
+import orjson
 from ctxfold_client import Action, AsyncClient, Message, SessionConfig, View
 
 from ctxfold.gateway.formats import ApiFormat, Conversation, ViewEntry
-from ctxfold.gateway.pieces import request_fingerprints
+from ctxfold.gateway.pieces import Json, request_fingerprints
 from ctxfold.gateway.reconcile import reconcile
 from ctxfold.gateway.settings import GatewaySettings
 
@@ -71,17 +72,33 @@ class NewSession:
     model: str
 
 
-def view_entries(view: View, conversation: Conversation) -> list[ViewEntry]:
+def view_entries(view: View, conversation: Conversation, api: str = "") -> list[ViewEntry]:
     """Each view message with the agent's source of it when the view shows the canonical message
-    unchanged (a live seq maps to the request's piece of that index); None renders it from its fields
-    (the summary, a pruned or bounded result, a bounded anchor)."""
+    unchanged (a live seq maps to the request's piece of that index); a summary made by the provider's
+    own compaction, for that API family, as its item beside the engine's sections (`native_summary`);
+    None renders it from its fields (a text summary, a pruned or bounded result, a bounded anchor)."""
     pieces, count = conversation.pieces, len(conversation.pieces)
     return [
         ViewEntry(m, pieces[m.seq - 1].source)
         if 0 < m.seq <= count and not (m.summary or m.pruned or m.truncated)
-        else ViewEntry(m, None)
+        else ViewEntry(m, native_summary(m, api))
         for m in view.messages
     ]
+
+
+def native_summary(message: Message, api: str) -> Json | None:
+    """The summary as the provider re-reads it: its compaction item (OpenAI Responses) or block
+    (Anthropic Messages) byte for byte, then the engine's sections as text; None when the summary is
+    text only or its item is of another API family (which cannot read it: the text goes)."""
+    payload = message.provider_payload
+    if not message.summary or payload is None or payload.format != api or not payload.json:
+        return None
+    item = orjson.loads(payload.json)
+    if api == "openai_responses":
+        return [item, {"role": "user", "content": message.content}]
+    if api == "anthropic_messages":
+        return [item, {"type": "text", "text": message.content}]
+    return None
 
 
 class Contexts:
@@ -141,7 +158,7 @@ class Contexts:
         return Prepared(
             session_id=state.session_id,
             view=view,
-            entries=view_entries(view, conversation),
+            entries=view_entries(view, conversation, api.api),
             appended=len(append),
             rewound_to=plan.keep if plan.rewind else None,
             observe=observe,
