@@ -37,6 +37,7 @@ from typing import Any
 import benchlib as bl
 import grpc
 
+from ctxfold.engine.model import PREFOLD_LEAD
 from ctxfold.replay import baselines, report
 from ctxfold.replay.metrics import Recording, ReplayResult, bill, ideal_hit_ratio
 from ctxfold.replay.prices import BUILT_IN, PriceSheet
@@ -79,10 +80,17 @@ async def record_ctxfold(
         for window in windows:
             for trace in traces:
                 runs = out.setdefault((window, trace.name), [])
-                for index, ratio in enumerate(ratios):
+                default = ratios[0]
+                variants = [
+                    (ctxfold_name(ratio, index == 0), Options(window=window, ratio=ratio, think_seconds=think))
+                    for index, ratio in enumerate(ratios)
+                ]
+                # Background folds, as an LLM summarizer has them by default (the extractive one has them off).
+                prefold = round(default - PREFOLD_LEAD, 4)
+                background = Options(window=window, ratio=default, think_seconds=think, prefold_ratio=prefold)
+                variants.append((f"ctxfold ratio {default:.2f}, background from {prefold:.2f}", background))
+                for name, options in variants:
                     started = time.monotonic()
-                    options = Options(window=window, ratio=ratio, think_seconds=think)
-                    name = ctxfold_name(ratio, index == 0)
                     _, recording = await replay_through(stub, trace, options, policy=name)
                     runs.append(recording)
                     if not quiet:

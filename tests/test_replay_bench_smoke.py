@@ -18,6 +18,7 @@ BENCH = ROOT / "bench" / "replay_compare.py"
 TRACE = ROOT / "tests" / "data" / "traces" / "openhands-multi-swe-bench-1.json"
 POLICIES = [
     "ctxfold ratio 0.80 (default)",
+    "ctxfold ratio 0.80, background from 0.75",
     "summarize-all",
     "summarize-all, keeps user messages",
     "clear-tool-uses",
