@@ -16,8 +16,8 @@ import pytest
 from builders import create_session, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.context import Context, SessionRecord
-from ctxfold.engine.maintenance import Projection
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import ContextState, Receipt, ViewRecord, load_state, view_version
 from ctxfold.server import RunningServer, start
 from ctxfold.service.contexts import SESSION_OVERHEAD_BYTES, Contexts, message_bytes

@@ -8,24 +8,22 @@ from dataclasses import replace
 import pytest
 
 from ctxfold.engine.background import PreparedFold, applied, covered_digest, prefold_due
+from ctxfold.engine.candidate import Accepted, FoldDocument, accept
 from ctxfold.engine.errors import DomainError
 from ctxfold.engine.maintenance import (
-    Accepted,
     Answer,
     Fold,
-    FoldDocument,
     FoldInBackground,
     InstallPrepared,
     MaintainRequest,
-    Projection,
     Prune,
     Snapshot,
     Trigger,
-    accept,
     decide,
     plan_pass,
 )
 from ctxfold.engine.model import ConfigInput, SessionConfig, override_config, resolve_config
+from ctxfold.engine.projection import Projection
 from test_engine_decide import LARGE, SMALL, conversation, first_pass, projection
 
 

@@ -12,40 +12,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxfold.engine import artifacts, estimator, folded_index
+from ctxfold.engine.answer import RESPONSE_FRAMING_BYTES, Answering, answer, check_response_size
 from ctxfold.engine.authorship import TOOLS
 from ctxfold.engine.briefing import FoldNotes, record_fold
+from ctxfold.engine.candidate import Accepted, Rejected, accept, body_budget, summary_failure
 from ctxfold.engine.errors import DomainError
 from ctxfold.engine.lineage import Segment, live_ranges, ranges_within, segment_holding
 from ctxfold.engine.maintenance import (
     INSTRUCTION_TOKENS,
-    RESPONSE_FRAMING_BYTES,
-    Accepted,
     Action,
     Answer,
-    Answering,
     Blocked,
     Decision,
     Fold,
     FoldPass,
     MaintainRequest,
     NotFolded,
-    Projection,
     Prune,
-    Rejected,
     Snapshot,
     Trigger,
-    accept,
-    answer,
-    body_budget,
     bound_to_fit,
-    check_response_size,
     decide,
     plan_pass,
     prune,
     prune_room,
-    summary_failure,
 )
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import ContextState, ViewRecord, view_version
 from ctxfold.engine.transcript import advance_open_calls, open_calls_at_end
 from ctxfold.engine.view import PRUNE_MIN_CODE_POINTS, call_groups, prunable, split_fold

@@ -7,10 +7,12 @@ from dataclasses import replace
 
 import pytest
 
+from ctxfold.engine.answer import Answering, answer
 from ctxfold.engine.cache import COLD, OBSERVED_CACHE_TTL_SECONDS, UNKNOWN, WARM, cache_state, cache_ttl_seconds
 from ctxfold.engine.errors import DomainError
-from ctxfold.engine.maintenance import Action, Answering, Projection, answer
+from ctxfold.engine.maintenance import Action
 from ctxfold.engine.model import SessionConfig, Usage
+from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import (
     CALIBRATION_SMOOTHING,
     MAX_VIEWS,

@@ -16,22 +16,21 @@ from hypothesis import strategies as st
 from ctxfold.engine import artifacts, estimator, folded_index
 from ctxfold.engine.authorship import TEXT, is_text_action
 from ctxfold.engine.briefing import record_fold
+from ctxfold.engine.candidate import Accepted, accept
 from ctxfold.engine.maintenance import (
-    Accepted,
     Answer,
     Blocked,
     Fold,
     MaintainRequest,
-    Projection,
     Prune,
     Snapshot,
     Trigger,
-    accept,
     bound_to_fit,
     decide,
     plan_pass,
 )
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.projection import Projection
 from ctxfold.engine.tool_results import RESULT_REF
 from traces import TRACES_DIR
 

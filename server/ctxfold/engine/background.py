@@ -10,8 +10,10 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ctxfold.engine.maintenance import FoldDocument, Projection, after_position, apply_pass, prune, prune_room
+from ctxfold.engine.candidate import FoldDocument
+from ctxfold.engine.maintenance import prune, prune_room
 from ctxfold.engine.model import StoredMessage
+from ctxfold.engine.projection import Projection, after_position, apply_pass
 from ctxfold.engine.view import Checkpoint
 
 

@@ -11,19 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ctxfold.engine.maintenance import (
-    Action,
-    Answer,
-    Answered,
-    Answering,
-    MaintainRequest,
-    Projection,
-    Snapshot,
-    Trigger,
-    answer,
-    decide,
-)
+from ctxfold.engine.answer import Answered, Answering, answer
+from ctxfold.engine.maintenance import Action, Answer, MaintainRequest, Snapshot, Trigger, decide
 from ctxfold.engine.model import SessionConfig, StoredMessage
+from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import ContextState, fingerprint, load_state
 from ctxfold.engine.transcript import advance_open_calls
 from ctxfold.engine.view import Checkpoint

@@ -21,47 +21,44 @@ from typing import Any
 from opentelemetry import trace
 
 from ctxfold.engine import artifacts, folded_index
+from ctxfold.engine.answer import Answered, Answering, answer, check_response_size
 from ctxfold.engine.background import PreparedFold, applied, covered_digest, prefold_due
 from ctxfold.engine.briefing import FoldRecord, record_fold, strip_engine_sections
+from ctxfold.engine.candidate import (
+    Accepted,
+    FoldDocument,
+    Install,
+    Rejected,
+    accept,
+    body_budget,
+    fold_install,
+    prune_install,
+    summary_failure,
+)
 from ctxfold.engine.context import AppendRequest, Context, SessionRecord
 from ctxfold.engine.errors import DomainError, Kind, with_context
 from ctxfold.engine.maintenance import (
-    Accepted,
     Action,
     Answer,
-    Answered,
-    Answering,
     Blocked,
     Fold,
-    FoldDocument,
     FoldInBackground,
     FoldOutcome,
     FoldPass,
     FoldPlan,
-    Install,
     InstallPrepared,
     MaintainRequest,
     NotFolded,
-    Projection,
     Prune,
-    Rejected,
     Snapshot,
     Trigger,
-    accept,
-    answer,
-    body_budget,
     bound_to_fit,
-    budget_error,
-    check_fixed_costs,
-    check_response_size,
     decide,
-    fold_install,
     fold_outcome,
     plan_pass,
-    prune_install,
-    summary_failure,
 )
 from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, Usage
+from ctxfold.engine.projection import Projection, budget_error, check_fixed_costs
 from ctxfold.engine.state import ContextState, Receipt, check_usage, fingerprint, load_state, observed
 from ctxfold.engine.view import ViewMessage
 from ctxfold.service.background import BackgroundFolds

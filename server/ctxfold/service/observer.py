@@ -15,7 +15,8 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ctxfold.engine import estimator
-from ctxfold.engine.maintenance import Action, FoldInstall, FoldOutcome, FoldPass, Install, MaintainRequest
+from ctxfold.engine.candidate import FoldInstall, Install
+from ctxfold.engine.maintenance import Action, FoldOutcome, FoldPass, MaintainRequest
 from ctxfold.engine.model import SessionConfig
 from ctxfold.engine.state import ContextState, Receipt, split_view_version
 from ctxfold.store import StaleSession

@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 
 from ctxfold import cpu
 from ctxfold.engine import estimator
+from ctxfold.engine.answer import Answered
 from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append
 from ctxfold.engine.errors import DomainError, Kind, invalid
-from ctxfold.engine.maintenance import Answered
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, text_chars
 from ctxfold.engine.tool_results import bound_tool_content
 from ctxfold.engine.transcript import AppendLimits, validate_new_messages

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ctxfold.engine.candidate import FoldInstall
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import not_found
 from ctxfold.engine.lineage import CheckpointLink
-from ctxfold.engine.maintenance import FoldInstall
 from ctxfold.engine.view import Checkpoint, StoredCheckpoint
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase

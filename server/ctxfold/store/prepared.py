@@ -7,8 +7,8 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold.engine.background import PreparedFold
+from ctxfold.engine.candidate import FoldDocument
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.maintenance import FoldDocument
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase
 from ctxfold.store.rows import checkpoint_entries, checkpoint_from_row

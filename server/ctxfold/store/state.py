@@ -8,10 +8,10 @@ from __future__ import annotations
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ctxfold.engine.candidate import FoldInstall, Install
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.lineage import ranges_within
-from ctxfold.engine.maintenance import FoldInstall, Install
 from ctxfold.engine.model import StoredMessage, Usage
 from ctxfold.store import schema
 from ctxfold.store.base import StaleSession, StoreBase, session_row

@@ -10,9 +10,9 @@ from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold import cpu
+from ctxfold.engine.candidate import FoldDocument
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind, not_found
-from ctxfold.engine.maintenance import FoldDocument
 from ctxfold.engine.tool_results import RawSpan, page_span, sha256_hex
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase
