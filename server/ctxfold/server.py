@@ -30,6 +30,7 @@ from ctxfold.service.contexts import Contexts
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Hooks, Maintenance
 from ctxfold.service.sessions import SessionConfigs, Sessions
+from ctxfold.service.states import ContextStates
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
 from ctxfold.store import Store
@@ -143,6 +144,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     contexts = Contexts(store, settings.hot_state_max_bytes)
     sessions = Sessions(store, frozenset(summarizers))
     transcript = Transcript(store, contexts, limits, settings.max_send_message_bytes)
+    states = ContextStates(store, contexts)
     maintenance = Maintenance(
         store,
         transcript,
@@ -152,6 +154,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         max_waiting_per_session=settings.max_waiting_per_session,
         max_response_bytes=settings.max_send_message_bytes,
         contexts=contexts,
+        states=states,
     )
     admission = Admission(
         settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant, settings.max_concurrent_request_bytes
@@ -163,6 +166,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         tool_results=ToolResults(store),
         lineage=Lineage(store, sessions, on_rewound=maintenance.background.rewound),
         maintenance=maintenance,
+        states=states,
         admission=admission,
         requests=RequestPacer(settings.max_receive_message_bytes),
         checkpoints=Checkpoints(store),

@@ -27,6 +27,7 @@ from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Event, Maintenance, Prepared
 from ctxfold.service.sessions import Sessions, session_info
+from ctxfold.service.states import ContextStates
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
 from ctxfold.v1 import context_service_pb2 as pb
@@ -237,6 +238,7 @@ class ContextServicer:
         tool_results: ToolResults,
         lineage: Lineage,
         maintenance: Maintenance,
+        states: ContextStates,
         admission: Admission,
         requests: RequestPacer,
         checkpoints: Checkpoints,
@@ -248,6 +250,7 @@ class ContextServicer:
         self.tool_results = tool_results
         self.lineage = lineage
         self.maintenance = maintenance
+        self.states = states
         self.checkpoints = checkpoints
         self.requests = requests
         self.answers = AnswerPacer()
@@ -365,14 +368,14 @@ class ContextServicer:
             output_tokens=request.output_tokens,
             finish_reason=request.finish_reason[:64],
         )
-        calibration, accepted = await self.maintenance.observe_usage(tenant, request.session_id, usage)
+        calibration, accepted = await self.states.observe_usage(tenant, request.session_id, usage)
         return pb.ObserveUsageResponse(calibration=calibration, calibration_accepted=accepted)
 
     @unary
     async def GetContextState(
         self, request: pb.GetContextStateRequest, context: Context, tenant: str
     ) -> pb.GetContextStateResponse:
-        return pb.GetContextStateResponse(state_json=await self.maintenance.context_state(tenant, request.session_id))
+        return pb.GetContextStateResponse(state_json=await self.states.context_state(tenant, request.session_id))
 
     @unary
     async def ListCheckpoints(

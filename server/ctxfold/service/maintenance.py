@@ -57,26 +57,24 @@ from ctxfold.engine.maintenance import (
     fold_outcome,
     plan_pass,
 )
-from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, Usage
+from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage
 from ctxfold.engine.projection import Projection, budget_error, check_fixed_costs
-from ctxfold.engine.state import ContextState, Receipt, check_usage, fingerprint, load_state, observed
+from ctxfold.engine.state import ContextState, Receipt
 from ctxfold.engine.view import ViewMessage
 from ctxfold.service.background import BackgroundFolds
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
 from ctxfold.service.observer import Emit, MaintenanceObserver, Progress, Stage, no_progress, traceparent_of
 from ctxfold.service.sessions import SessionConfigs
+from ctxfold.service.states import MAX_ROUNDS, ContextStates, kept_changing
 from ctxfold.service.transcript import Transcript
 from ctxfold.store import StaleSession, Store
 from ctxfold.store.rows import new_id, new_result_ref
 from ctxfold.summarizers.base import OnDelta, Summarizer, SummaryRequest, SummaryResult
 from ctxfold.summarizers.extractive import ExtractiveSummarizer
-from ctxfold.telemetry import INSTRUMENTS
 
 log = logging.getLogger(__name__)
 
-# A Prepare that keeps losing compare-and-swap races gives up after this many rounds.
-MAX_ROUNDS = 8
 STALE = "no longer applies (the history it covers or the head checkpoint changed)"
 
 
@@ -164,16 +162,6 @@ def _appended_anyway(error: DomainError, appended: Sequence[StoredMessage], requ
     )
 
 
-def _kept_changing(session_id: str) -> DomainError:
-    return DomainError(
-        Kind.ABORTED,
-        "CONCURRENT_MODIFICATION",
-        f"session {session_id!r} kept changing while this call wrote it; retry",
-        {"session_id": session_id},
-        retry_after_seconds=1.0,
-    )
-
-
 class FoldedElsewhere(Exception):
     """Another server held the session's fold lease; what it installed must be looked at afresh."""
 
@@ -188,6 +176,7 @@ class Maintenance:
         *,
         max_response_bytes: int,
         contexts: Contexts,
+        states: ContextStates,
         hooks: Hooks | None = None,
         max_waiting_per_session: int = 16,
     ):
@@ -205,6 +194,7 @@ class Maintenance:
         self._leases = FoldLeases(store)
         self.max_response_bytes = max_response_bytes
         self.contexts = contexts
+        self.states = states
         self.background = BackgroundFolds()
 
     # ---- streaming shell ------------------------------------------------------------------------
@@ -297,47 +287,6 @@ class Maintenance:
 
         return self._stream(work)
 
-    # ---- usage and state ------------------------------------------------------------------------
-
-    async def observe_usage(self, tenant: str, session_id: str, usage: Usage) -> tuple[float, bool]:
-        """Records provider usage and calibrates the estimator; never maintains anything."""
-        check_usage(usage)
-        session = await self.store.get_session(tenant, session_id)
-        for _ in range(MAX_ROUNDS):
-            text, revision = await self.store.read_state(session)
-            state, _why = load_state(text, fingerprint(session.branch_id, session.checkpoint_id))
-            result = observed(state, usage)
-            written = await self.store.save_state(session.id, result.state.to_json(), revision)
-            if written:
-                self._recalibrate_cached(tenant, session_id, revision, result.state, written)
-                break
-            session = await self.store.get_session(tenant, session_id)
-        else:
-            raise _kept_changing(session_id)
-        await self.store.record_usage(session, replace(usage, estimated_tokens=result.estimated_tokens))
-        INSTRUMENTS.usage_input_tokens.add(usage.cached_input_tokens, {"ctxfold.cached": True})
-        INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, {"ctxfold.cached": False})
-        return result.state.calibration, result.accepted
-
-    def _recalibrate_cached(self, tenant: str, session_id: str, read: int, state: ContextState, written: int) -> None:
-        """Moves the cached context of a session to the state ObserveUsage wrote over revision `read`
-        (else the next append's bookkeeping would be skipped); one of another revision is dropped."""
-        cached = self.contexts.cached(tenant, session_id)
-        if cached is None:
-            return
-        if cached.revision != read:
-            self.contexts.drop(tenant, session_id)
-            return
-        projection = cached.projection.recalibrated(state.calibration)
-        self.contexts.put(replace(cached, projection=projection, state=state, revision=written), grown_by=())
-
-    async def context_state(self, tenant: str, session_id: str) -> str:
-        """The stored state when it is valid for the session, else the state it would be rebuilt to."""
-        session = await self.store.get_session(tenant, session_id)
-        text, _revision = await self.store.read_state(session)
-        state, _why = load_state(text, fingerprint(session.branch_id, session.checkpoint_id))
-        return state.to_json()
-
     # ---- the flow -------------------------------------------------------------------------------
 
     async def _load(self, tenant: str, session_id: str) -> _Run:
@@ -387,7 +336,7 @@ class Maintenance:
                 await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
                 raise budget_error(run.projection, tokens, run.failure[1] if run.failure else "")
             return run
-        raise _kept_changing(session_id)
+        raise kept_changing(session_id)
 
     async def _round(self, run: _Run, observer: MaintenanceObserver) -> None:
         """Decide, act, decide again on what was installed, until the engine says to answer."""
@@ -725,7 +674,7 @@ class Maintenance:
             if applied(run.projection, prepared) is not None:
                 return True  # made already (by another replica)
             if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
-                await self._add_receipt(tenant, run.session, self._discarded(prepared, STALE))
+                await self.states.add_receipt(tenant, run.session, self._discarded(prepared, STALE))
         # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
         run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
         fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens, ahead=True).first
@@ -743,7 +692,7 @@ class Maintenance:
                     failure = run.failure[1] if run.failure else ""
                     observer.folded(0, 1, before, FoldOutcome.FAILED, failure)
                     receipt = self._receipt("failed", "background", before, before, failure)
-                    await self._add_receipt(tenant, run.session, receipt)
+                    await self.states.add_receipt(tenant, run.session, receipt)
                     return False
                 outcome, document, _ = made
                 checkpoint, after = outcome.checkpoint, outcome.candidate.tokens()
@@ -755,7 +704,7 @@ class Maintenance:
                 await self.store.save_prepared(run.session, made_fold)
                 observer.folded(1, 1, after, FoldOutcome.PREPARED, "")
         why = f"prepared in the background over seqs ≤ {checkpoint.position_seq}; installed at the trigger"
-        await self._add_receipt(tenant, run.session, self._receipt("prepared", "background", before, after, why))
+        await self.states.add_receipt(tenant, run.session, self._receipt("prepared", "background", before, after, why))
         return True
 
     async def _read_prepared(self, run: _Run, observer: MaintenanceObserver) -> PreparedFold | None:
@@ -804,17 +753,6 @@ class Maintenance:
         await self._install(run, install, candidate, before, after, observer, prepared.traceparent)
         run.action = Action.FOLDED
         await observer.prepared_installed(before, after, prepared.checkpoint.id, prepared.summarizer)
-
-    async def _add_receipt(self, tenant: str, session: SessionRecord, receipt: Receipt) -> None:
-        """Adds a receipt to the stored state (best effort: given up if the state keeps changing)."""
-        MaintenanceObserver.receipt(receipt)
-        for _ in range(MAX_ROUNDS):
-            text, revision = await self.store.read_state(session)
-            state, _why = load_state(text, fingerprint(session.branch_id, session.checkpoint_id))
-            if await self.store.save_state(session.id, state.with_receipt(receipt).to_json(), revision):
-                self.contexts.drop(tenant, session.id)
-                return
-            session = await self.store.get_session(tenant, session.id)
 
     # ---- the answer -----------------------------------------------------------------------------
 
