@@ -13,7 +13,7 @@ from builders import create_session, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.tool_results import RESULT_REF
 from ctxfold.server import RunningServer, start
-from ctxfold.service.maintenance import Hooks
+from ctxfold.service.run import Hooks
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import call, compact, prepare, state, transcript

@@ -22,7 +22,7 @@ from conftest import fresh_database, settings_for
 from ctxfold.engine.briefing import strip_engine_sections
 from ctxfold.engine.estimator import PER_MESSAGE_TOKENS, count_text
 from ctxfold.server import RunningServer, start
-from ctxfold.service.maintenance import Hooks
+from ctxfold.service.run import Hooks
 from ctxfold.store import schema
 from ctxfold.summarizers.base import MAX_BYTES_PER_TOKEN
 from ctxfold.v1 import context_service_pb2 as pb

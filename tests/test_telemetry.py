@@ -30,7 +30,7 @@ from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.replay.runner import Options, replay
 from ctxfold.replay.trace import parse_trace
 from ctxfold.server import RunningServer, start
-from ctxfold.service.maintenance import Hooks
+from ctxfold.service.run import Hooks
 from ctxfold.telemetry import exporter_names
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc

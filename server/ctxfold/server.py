@@ -28,7 +28,8 @@ from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.lineage import Lineage
-from ctxfold.service.maintenance import Hooks, Maintenance
+from ctxfold.service.maintenance import Maintenance
+from ctxfold.service.run import Hooks
 from ctxfold.service.sessions import SessionConfigs, Sessions
 from ctxfold.service.states import ContextStates
 from ctxfold.service.tool_results import ToolResults

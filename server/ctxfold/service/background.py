@@ -1,6 +1,8 @@
-"""The background folds this process runs: at most one task per session, outliving the call that
-started it, cancelled by a rewind below what it folds and by shutdown. Across replicas the fold lease
-keeps a session's background fold to one process; what the fold decides is `engine/background.py`."""
+"""Background folds in the service: when a Prepare starts one (`progress`), the fold made and kept
+prepared (`_prefold`), what the trigger does with it (`read_prepared`, `install_prepared`,
+`discard_prepared`), and the tasks this process runs — at most one per session, outliving the call
+that started it, cancelled by a rewind below what it folds and by shutdown. Across replicas the fold
+lease keeps a session's background fold to one process; what it decides is `engine/background.py`."""
 
 from __future__ import annotations
 
@@ -10,22 +12,181 @@ import contextvars
 import logging
 from collections import OrderedDict
 from collections.abc import Coroutine
+from dataclasses import replace
 from typing import Any
+
+from opentelemetry import trace
+
+from ctxfold.engine.background import PreparedFold, applied, covered_digest, prefold_due
+from ctxfold.engine.candidate import Accepted, fold_install
+from ctxfold.engine.errors import DomainError
+from ctxfold.engine.maintenance import Action, FoldOutcome, MaintainRequest, Trigger, plan_pass
+from ctxfold.engine.projection import Projection
+from ctxfold.engine.state import Receipt
+from ctxfold.service.contexts import Contexts
+from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
+from ctxfold.service.folding import Folding
+from ctxfold.service.observer import MaintenanceObserver, Progress, Stage, no_progress, traceparent_of
+from ctxfold.service.run import Run
+from ctxfold.service.states import ContextStates
+from ctxfold.store import Store
 
 log = logging.getLogger(__name__)
 
+# Why a prepared fold is discarded when it no longer applies (said in its receipt).
+STALE = "no longer applies (the history it covers or the head checkpoint changed)"
 # Sessions remembered as "already tried over this head checkpoint" (oldest forgotten first).
 MEMO_SESSIONS = 10_000
 
 
 class BackgroundFolds:
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        store: Store,
+        contexts: Contexts,
+        states: ContextStates,
+        folding: Folding,
+        sessions: KeyedLock,
+        leases: FoldLeases,
+    ) -> None:
+        self.store = store
+        self.contexts = contexts
+        self.states = states
+        self.folding = folding
+        self.installs = folding.installs
+        self.summarizers = folding.summarizers
+        # The session's turn and the fold lease: a background fold takes both, as any other fold.
+        self._sessions = sessions
+        self._leases = leases
         # session id -> (task, the seq its fold reads up to)
         self._tasks: dict[str, tuple[asyncio.Task[bool], int]] = {}
         # session id -> the installed state (head checkpoint and generation) a background fold prepared
         # a fold over: it is not started again over the same one. One that made nothing (a failed
         # summary, another replica's lease) is forgotten, so a later Prepare tries again.
         self._tried: OrderedDict[str, str] = OrderedDict()
+
+    def progress(self, tenant: str, session_id: str, run: Run) -> Progress | None:
+        """After an answer: starts the session's background fold when the view has reached
+        `prefold_tokens` (`prefold_due`) and none ran over this head checkpoint; the progress event
+        that says so, or that one is running, else None."""
+        projection = run.projection
+        tokens = projection.tokens()
+        if self.running(session_id):
+            message = "a fold of this session runs in the background"
+            return Progress(Stage.BACKGROUND_RUNNING, message, tokens_before=tokens)
+        # Once per installed state: a prune or fold since lets another start.
+        head = f"{run.session.checkpoint_id or ''}:{run.state.generation}"
+        if not self.due(session_id, head) or not prefold_due(projection):
+            return None
+        started_by = trace.get_current_span().get_span_context()
+        self.start(session_id, head, projection.head_seq, self._prefold(tenant, session_id, started_by))
+        message = (
+            f"the view reached {tokens} tokens (prefold_ratio × context_window = {run.config.prefold_tokens}): "
+            f"a fold started in the background; the trigger ({run.config.trigger_tokens}) installs it"
+        )
+        return Progress(Stage.BACKGROUND_STARTED, message, tokens_before=tokens)
+
+    async def _prefold(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> bool:
+        """A background fold: one pass made like any other (same lease, summarizer and checks) and kept
+        prepared, not installed. It takes its turn with the session's other maintenance, so a Prepare
+        that must fold meanwhile waits for it and then installs what it made."""
+        try:
+            async with self._sessions.hold(session_id):
+                return await self._prefold_locked(tenant, session_id, started_by)
+        except DomainError as error:  # the session went away, or its history cannot be folded now
+            log.info("background fold of session %s not made: %s", session_id, error.message)
+            return False
+
+    async def _prefold_locked(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> bool:
+        """Whether a fold is prepared (by this call or earlier); False lets a later Prepare try again."""
+        run = Run.of(await self.contexts.load(tenant, session_id, fresh=True))
+        summarizer = self.summarizers.get(run.config.summarizer)
+        if summarizer is None or not prefold_due(run.projection):
+            return False
+        prepared = await self.store.read_prepared(run.session)
+        if prepared is not None:
+            if applied(run.projection, prepared) is not None:
+                return True  # made already (by another replica)
+            if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
+                await self.states.add_receipt(tenant, run.session, self._discarded(prepared, STALE))
+        # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
+        run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
+        fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens, ahead=True).first
+        if fold is None:
+            return False
+        observer = MaintenanceObserver(no_progress, session_id, tenant)
+        async with self._leases.holding(run.session, wait=False) as held:
+            if held.lease is not Lease.TAKEN:
+                return False  # another replica folds this session
+            before = run.projection.tokens()
+            with observer.folding(run.request, run.config, summarizer, 1, before, started_by) as span:
+                with observer.fold_pass(1, 1):
+                    made = await self.folding.candidate(run, summarizer, fold, 1, 1, observer)
+                if made is None:
+                    failure = run.failure[1] if run.failure else ""
+                    observer.folded(0, 1, before, FoldOutcome.FAILED, failure)
+                    receipt = self.installs.receipt("failed", "background", before, before, failure)
+                    await self.states.add_receipt(tenant, run.session, receipt)
+                    return False
+                outcome, document, _ = made
+                checkpoint, after = outcome.checkpoint, outcome.candidate.tokens()
+                label = checkpoint.notes.summarizer if checkpoint.notes else summarizer.name
+                covered = covered_digest(run.projection.messages, checkpoint.position_seq)
+                made_fold = PreparedFold(
+                    checkpoint, document, covered, before, after, label, traceparent_of(span), self.store.clock()
+                )
+                await self.store.save_prepared(run.session, made_fold)
+                observer.folded(1, 1, after, FoldOutcome.PREPARED, "")
+        why = f"prepared in the background over seqs ≤ {checkpoint.position_seq}; installed at the trigger"
+        await self.states.add_receipt(
+            tenant, run.session, self.installs.receipt("prepared", "background", before, after, why)
+        )
+        return True
+
+    async def read_prepared(self, run: Run, observer: MaintenanceObserver) -> PreparedFold | None:
+        """The session's prepared fold when this round may install one (a Prepare at or above the
+        trigger); one that no longer applies is discarded here, with a receipt (its summary was paid for)."""
+        config = run.config
+        if config.prefold_tokens == 0 or run.request.trigger not in (Trigger.THRESHOLD, Trigger.OVERFLOW):
+            return None
+        if run.first_tokens < config.trigger_tokens and run.request.trigger is Trigger.THRESHOLD:
+            return None
+        prepared = await self.store.read_prepared(run.session)
+        if prepared is None or applied(run.projection, prepared) is not None:
+            return prepared
+        await self.discard_prepared(run, prepared, STALE, observer)
+        return None
+
+    async def discard_prepared(self, run: Run, prepared: PreparedFold, why: str, observer: MaintenanceObserver) -> None:
+        """Drops a prepared fold the trigger did not use, with a receipt: its summary was paid for."""
+        if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
+            receipt = self._discarded(prepared, why)
+            run.state = run.state.with_receipt(receipt)
+            observer.receipt(receipt)
+
+    def _discarded(self, prepared: PreparedFold, why: str) -> Receipt:
+        reason = (
+            f"the fold prepared in the background at {prepared.tokens_before} tokens {why}; its summary is not used"
+        )
+        return self.installs.receipt("discarded", "background", prepared.tokens_before, prepared.tokens_after, reason)
+
+    async def install_prepared(
+        self, run: Run, prepared: PreparedFold, candidate: Projection, observer: MaintenanceObserver
+    ) -> None:
+        before, after = run.projection.tokens(), candidate.tokens()
+        why = f"installed the fold prepared in the background at {prepared.tokens_before} tokens"
+        receipt = self.installs.receipt("applied", "summary", before, after, why)
+        state = replace(
+            run.state,
+            pruned=dict(candidate.pruned),
+            bounds=dict(candidate.bounds),
+            generation=run.state.generation + 1,
+            failed_fold_tokens=0,
+        ).with_receipt(receipt)
+        install = fold_install(state, run.session.branch_id, Accepted(candidate), prepared.document, before)
+        await self.installs.install(run, install, candidate, before, after, observer, prepared.traceparent)
+        run.action = Action.FOLDED
+        await observer.prepared_installed(before, after, prepared.checkpoint.id, prepared.summarizer)
 
     def running(self, session_id: str) -> bool:
         return session_id in self._tasks

@@ -1,0 +1,247 @@
+"""A fold of one run, pass after pass: the fold lease, the plan, one summarizer call per pass (with
+the extractive fallback above the hard ceiling), the candidate, its install. A background fold makes
+its one candidate here too (`candidate`), and keeps it instead of installing it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+
+from ctxfold.engine import artifacts, folded_index
+from ctxfold.engine.briefing import FoldRecord, record_fold, strip_engine_sections
+from ctxfold.engine.candidate import (
+    Accepted,
+    FoldDocument,
+    Rejected,
+    accept,
+    body_budget,
+    fold_install,
+    summary_failure,
+)
+from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.maintenance import Action, Fold, FoldPass, FoldPlan, NotFolded, fold_outcome, plan_pass
+from ctxfold.service.exclusion import FoldLeases, Lease
+from ctxfold.service.observer import MaintenanceObserver
+from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
+from ctxfold.store import Store
+from ctxfold.store.rows import new_id, new_result_ref
+from ctxfold.summarizers.base import OnDelta, Summarizer, SummaryRequest, SummaryResult
+from ctxfold.summarizers.extractive import ExtractiveSummarizer
+
+log = logging.getLogger(__name__)
+
+
+class Folding:
+    def __init__(
+        self,
+        store: Store,
+        summarizers: Mapping[str, Summarizer],
+        leases: FoldLeases,
+        installs: Installs,
+        hooks: Hooks,
+    ):
+        self.store = store
+        self.summarizers = summarizers
+        self._leases = leases
+        self.installs = installs
+        self.hooks = hooks
+
+    async def fold(self, run: Run, fold: Fold, observer: MaintenanceObserver) -> None:
+        summarizer = self.summarizers.get(run.config.summarizer)
+        if summarizer is None:
+            raise DomainError(
+                Kind.FAILED_PRECONDITION,
+                "SUMMARIZER_NOT_CONFIGURED",
+                f"summarizer {run.config.summarizer!r} is not configured on this server",
+                {"summarizer": run.config.summarizer},
+            )
+        before = run.projection.tokens()
+        keep_tokens = run.request.keep_tokens
+        plan = plan_pass(run.projection, summarizer.input_window_tokens, keep_tokens)
+        if plan.first is None:
+            self.installs.record(run, observer, "noop", "summary", before, before, "nothing to fold")
+            run.not_folding(
+                NotFolded.NOTHING_OUTSIDE_KEPT_SET,
+                f"all {len(run.projection.messages)} messages of the view are in the kept set (the opening "
+                "anchors, pinned messages, the input the next call must answer, the newest call group"
+                + (f", the newest {keep_tokens} tokens)" if keep_tokens else ")"),
+            )
+            return
+        # Only a call that must fold waits for another holder's fold: any other Prepare answers with
+        # the current view, which still fits.
+        async with self._leases.holding(run.session, wait=fold.must_fold) as held:
+            if held.lease is Lease.WAITED:
+                raise FoldedElsewhere(run.session.id)
+            if held.lease is Lease.HELD_ELSEWHERE:
+                why = (
+                    f"another call folds this session (fold lease holder {held.holder}, renewed while it "
+                    f"runs; it runs out {max(held.until - self.store.clock(), 0):.0f} s from now unless renewed)"
+                )
+                self.installs.record(run, observer, "blocked", "summary", before, before, why)
+                run.not_folding(NotFolded.FOLD_IN_PROGRESS, why)
+                return
+            await self._fold_passes(run, summarizer, plan, observer)
+
+    async def _fold_passes(
+        self, run: Run, summarizer: Summarizer, plan: FoldPlan, observer: MaintenanceObserver
+    ) -> None:
+        """Pass after pass, each planned afresh from what the previous one installed, until the fold is
+        complete (or after one pass on overflow, or a dry run's candidate, or a failed pass)."""
+        before = run.projection.tokens()
+        passes = 1 if run.request.one_pass else plan.passes_planned
+        await observer.planned(passes, before)
+        with observer.folding(run.request, run.config, summarizer, passes, before):
+            fold: FoldPass | None = plan.first
+            index = 0
+            committed = True
+            while fold is not None:
+                index += 1
+                with observer.fold_pass(index, passes):
+                    committed = await self._fold_pass(run, summarizer, fold, index, passes, observer)
+                if not committed or run.request.dry_run or run.request.one_pass or fold.final:
+                    break
+                fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens).first
+                passes = max(passes, index + 1)
+            installed = index if committed else index - 1
+            outcome = fold_outcome(installed, not committed, run.request.dry_run)
+            observer.folded(installed, passes, run.projection.tokens(), outcome, run.failure[1] if run.failure else "")
+
+    async def _fold_pass(
+        self, run: Run, summarizer: Summarizer, fold: FoldPass, index: int, passes: int, observer: MaintenanceObserver
+    ) -> bool:
+        """One summarizer call and its install; False when the pass failed (nothing installed)."""
+        before = run.projection.tokens()
+        made = await self.candidate(run, summarizer, fold, index, passes, observer)
+        if made is None:
+            return False
+        outcome, document, fell_back = made
+        checkpoint, after = outcome.checkpoint, outcome.candidate.tokens()
+        if run.request.dry_run:
+            run.candidate = outcome.candidate
+            run.not_folding(NotFolded.DRY_RUN, f"dry run: the fold would take the view from {before} to {after} tokens")
+            return True
+        note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
+        receipt = self.installs.receipt("applied", "summary", before, after, note)
+        state = replace(
+            run.state,
+            pruned=dict(outcome.candidate.pruned),
+            bounds=dict(outcome.candidate.bounds),
+            generation=run.state.generation + 1,
+            failed_fold_tokens=0,
+        ).with_receipt(receipt)
+        if self.hooks.before_install is not None:
+            await self.hooks.before_install(run.session.id)
+        install = fold_install(state, run.session.branch_id, outcome, document, before)
+        await self.installs.install(run, install, outcome.candidate, before, after, observer)
+        run.action = Action.FOLDED
+        label = checkpoint.notes.summarizer if checkpoint.notes else summarizer.name
+        await observer.pass_committed(index, passes, before, after, checkpoint.id, label)
+        return True
+
+    async def candidate(
+        self, run: Run, summarizer: Summarizer, fold: FoldPass, index: int, passes: int, observer: MaintenanceObserver
+    ) -> tuple[Accepted, FoldDocument, str] | None:
+        """One summarizer call: the accepted candidate, its folded-results document and how the pass
+        fell back ("" when it did not), or None when the pass failed (recorded in `run`). Above the
+        hard ceiling a failed LLM summary falls back to extractive."""
+        projection = run.projection
+        before = projection.tokens()
+        await observer.pass_started(fold, index, passes, before, summarizer.name)
+        on_delta = observer.summary_deltas(index, passes)
+        record = await self._record_fold(run, fold)
+        previous = projection.checkpoint
+        request = SummaryRequest(
+            system_prompt=run.config.system_prompt,
+            tools_json=run.config.tools_json,
+            prompt_cache_key=run.config.prompt_cache_key,
+            previous_summary=(previous.notes.body if previous.notes else previous.summary) if previous else "",
+            prefix=fold.prefix,
+            folded=fold.folded,
+            max_tokens=body_budget(record.notes, run.config),
+            focus=run.request.focus,
+            send_max_tokens=run.config.max_output_tokens > 0,
+        )
+
+        fell_back = ""
+
+        async def attempt(with_summarizer: Summarizer) -> Accepted | Rejected:
+            nonlocal fell_back
+            result, failure = await self._summarize(run, with_summarizer, request, on_delta, observer)
+            if result is None:
+                return Rejected(failure, "SUMMARIZER_FAILED")
+            if result.native_fallback:
+                # Native compaction was asked for and is unsupported here: this is the application summary.
+                fell_back = result.native_fallback
+                name = with_summarizer.name
+                await observer.fell_back(index, passes, before, name, name, fell_back)
+            notes = replace(record.notes, summarizer=with_summarizer.name)
+            body = strip_engine_sections(result.text)
+            outcome = accept(projection, fold, notes, body, new_id("cp"), result.native)
+            if isinstance(outcome, Rejected) and outcome.not_folded is not NotFolded.UNSPECIFIED:
+                run.not_folding(outcome.not_folded, outcome.why)
+            return outcome
+
+        outcome = await attempt(summarizer)
+        above_ceiling = before > run.config.hard_limit_tokens
+        if isinstance(outcome, Rejected) and summarizer.name != ExtractiveSummarizer.name and above_ceiling:
+            # Above the ceiling the agent cannot go on without a fold: the offline summarizer always answers.
+            fallback = self.summarizers.get(ExtractiveSummarizer.name) or ExtractiveSummarizer()
+            fell_back = f"{summarizer.name} failed ({outcome.why}); folded with {fallback.name}"
+            await observer.fell_back(index, passes, before, summarizer.name, fallback.name, fell_back)
+            outcome = await attempt(fallback)
+        if isinstance(outcome, Rejected):
+            await observer.pass_failed(index, passes, outcome.why)
+            run.state = replace(run.state, failed_fold_tokens=before)
+            run.failure = (outcome.reason, outcome.why)
+            if run.not_folded is NotFolded.UNSPECIFIED and run.action is not Action.FOLDED:
+                run.not_folding(NotFolded.SUMMARIZER_FAILED, outcome.why)
+            self.installs.record(run, observer, "failed", "summary", before, before, outcome.why)
+            return None
+        observer.candidate(outcome.checkpoint.id, outcome.candidate.tokens())
+        last_folded = fold.folded[-1].source
+        assert last_folded is not None  # folded view messages render canonical messages
+        document = FoldDocument(record.notes.index_ref, last_folded.id, folded_index.render(record.index))
+        return outcome, document, fell_back
+
+    async def _record_fold(self, run: Run, fold: FoldPass) -> FoldRecord:
+        """The engine's notes and folded-results index after `fold`, rolled forward from the head
+        checkpoint's (its index document is read back as data, not parsed out of summary text)."""
+        projection = run.projection
+        notes = projection.checkpoint.notes if projection.checkpoint else None
+        previous = folded_index.FoldedIndex()
+        if notes is not None and notes.index_ref:
+            raw = await self.store.read_raw_result(run.session, notes.index_ref)
+            previous = folded_index.parse(raw.data.decode())
+        folded = [v.source for v in fold.folded if v.source is not None]
+        return record_fold(
+            notes,
+            previous,
+            projection.messages,
+            folded,
+            new_result_ref(),
+            artifacts.budget(run.config),
+            projection.anchor_end,
+            projection.mode,
+        )
+
+    @staticmethod
+    async def _summarize(
+        run: Run, summarizer: Summarizer, request: SummaryRequest, on_delta: OnDelta, observer: MaintenanceObserver
+    ) -> tuple[SummaryResult | None, str]:
+        """(the answer, its text stripped, "") or (None, why it failed): one summarizer call."""
+        with observer.summarizing(summarizer, request) as call:
+            try:
+                result = await summarizer.summarize(request, on_delta)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("summarizer %s failed for session %s: %s", summarizer.name, run.session.id, exc)
+                failure = f"the summarizer failed: {exc}"
+                call.raised(exc, failure)
+                return None, failure
+            text = result.text.strip()
+            failure = summary_failure(text, result.finish_reason, native=result.native is not None)
+            call.answered(result, text, failure)
+        return (None, failure) if failure else (replace(result, text=text), "")

@@ -1,0 +1,97 @@
+"""One maintenance call's run: the state it carries through its rounds (`Run`) and the writes it
+makes on it — installs by compare-and-swap and receipts, stamped with the store's clock (`Installs`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from ctxfold.engine.candidate import Install
+from ctxfold.engine.context import Context, SessionRecord
+from ctxfold.engine.maintenance import Action, MaintainRequest, NotFolded
+from ctxfold.engine.model import SessionConfig
+from ctxfold.engine.projection import Projection
+from ctxfold.engine.state import ContextState, Receipt
+from ctxfold.engine.view import ViewMessage
+from ctxfold.service.observer import MaintenanceObserver
+from ctxfold.store import Store
+
+
+@dataclass
+class Hooks:
+    """Test seams: `before_install` runs after a candidate is made and before it is installed."""
+
+    before_install: Callable[[str], Awaitable[None]] | None = None
+
+
+@dataclass
+class Run:
+    """The state of one Prepare or Compact call as it moves through a round."""
+
+    session: SessionRecord
+    projection: Projection
+    state: ContextState
+    revision: int
+    first_view: list[ViewMessage]
+    first_tokens: int
+    request: MaintainRequest = field(default_factory=MaintainRequest)
+    action: Action = Action.NONE
+    not_folded: NotFolded = NotFolded.UNSPECIFIED
+    not_folded_detail: str = ""
+    # Set by a dry run: the view and summary a fold would install.
+    candidate: Projection | None = None
+    # (reason, message) of the last failed pass: a Compact ends with it as its error.
+    failure: tuple[str, str] | None = None
+
+    @staticmethod
+    def of(context: Context) -> Run:
+        projection = context.projection
+        return Run(context.session, projection, context.state, context.revision, projection.view(), projection.tokens())
+
+    @property
+    def config(self) -> SessionConfig:
+        """The session's config (installs replace the projection, never its config)."""
+        return self.projection.config
+
+    def not_folding(self, why: NotFolded, detail: str) -> None:
+        self.not_folded, self.not_folded_detail = why, detail
+
+
+class FoldedElsewhere(Exception):
+    """Another server held the session's fold lease; what it installed must be looked at afresh."""
+
+
+class Installs:
+    def __init__(self, store: Store):
+        self.store = store
+        # The store's clock: receipts and the rows the store writes agree.
+        self.clock = store.clock
+
+    async def install(
+        self,
+        run: Run,
+        install: Install,
+        candidate: Projection,
+        before: int,
+        after: int,
+        observer: MaintenanceObserver,
+        prepared_by: str = "",
+    ) -> None:
+        with observer.installing(install, before, after, prepared_by):
+            run.session, run.revision = await self.store.install(run.session, install)
+            run.projection = candidate
+            run.state = install.state
+        receipt = run.state.last_receipt
+        if receipt is not None:
+            observer.receipt(receipt)
+
+    def receipt(self, status: str, action: str, tokens_in: int, tokens_out: int, reason: str) -> Receipt:
+        return Receipt(uuid.uuid4().hex, status, action, tokens_in, tokens_out, reason, self.clock())
+
+    def record(
+        self, run: Run, observer: MaintenanceObserver, status: str, action: str, before: int, after: int, reason: str
+    ) -> None:
+        receipt = self.receipt(status, action, before, after, reason)
+        run.state = run.state.with_receipt(receipt)
+        observer.receipt(receipt)
