@@ -23,8 +23,8 @@ from ctxfold.engine.model import DEFAULT_COMPACT_RATIO, DEFAULT_TAIL_RATIO, Tool
 from ctxfold.replay import probes
 from ctxfold.replay.metrics import AGENT_KEY, Meter, ModelCall, Recording, ReplayResult, SummaryCall, last_view
 from ctxfold.replay.prices import BUILT_IN, DEFAULT_SHEET, PriceError, PriceSheet, sheet_from_mapping
-from ctxfold.replay.simulator import Provider, cache_model
-from ctxfold.replay.trace import Msg, Trace, parse_trace, turns
+from ctxfold.replay.simulator import Bill, Provider, cache_model
+from ctxfold.replay.trace import Msg, Trace, Turn, parse_trace, turns
 from ctxfold.summarizers.base import SummaryRequest
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -217,62 +217,22 @@ async def replay_through(
                     on_turn(number, len(calls), meter.result)
                 continue
             new_view = [from_pb(m, sources) for m in result.messages]
-            waited = time.perf_counter() - started
-            stages = [p.stage for p in progress]
-            passes = stages.count(pb.FOLD_STAGE_PASS_STARTED)
-            key = result.prompt_cache_key or AGENT_KEY
-            summary_calls: list[SummaryCall] = []
+            appended = [from_pb(m, sources) for m in result.appended]
             limit = session.config.summary_max_tokens or options.window // 8
-            if passes:
-                previous_summary = next((m.content for m in view if m.summary), "")
-                instruction = SummaryRequest("", "", "", previous_summary, (), (), limit).instruction()
-                appended = [from_pb(m, sources) for m in result.appended]
-                committed = stages.count(pb.FOLD_STAGE_PASS_COMMITTED)
-                summary_calls = _summary_calls(view, appended, new_view, key, instruction, passes, committed)
-            unused = 0
-            if pb.FOLD_STAGE_PREPARED_INSTALLED in stages and background.started is not None:
-                summary_calls += background.installed(new_view, key, limit)
-            if pb.FOLD_STAGE_BACKGROUND_STARTED in stages:
-                if background.started is not None:  # the one before was never installed
-                    summary_calls.append(background.unused(new_view, limit))
-                    unused += 1
-                background.start(new_view, key)
+            waited = time.perf_counter() - started
+            call = _model_call(turn, result, progress, view, new_view, appended, limit, background, waited)
+            if pb.FOLD_STAGE_BACKGROUND_STARTED in (p.stage for p in progress):
                 await background.settled(stub, session.id, metadata)
-            call = ModelCall(
-                view=tuple(new_view),
-                answer=turn.answer,
-                action={pb.ACTION_FOLDED: "folded", pb.ACTION_PRUNED: "pruned"}.get(result.action, "none"),
-                key=key,
-                summary_calls=tuple(summary_calls),
-                prunes=stages.count(pb.FOLD_STAGE_PRUNED) + stages.count(pb.FOLD_STAGE_RESULTS_BOUNDED),
-                failed_summaries=stages.count(pb.FOLD_STAGE_PASS_FAILED),
-                unused_summaries=unused,
-                prepare_seconds=waited,
-            )
             bill = meter.call(call)
             recorded.append(call)
             view = new_view
             assert bill is not None  # an accepted call is billed
-            try:
-                await stub.ObserveUsage(
-                    pb.ObserveUsageRequest(
-                        session_id=session.id,
-                        view_version=result.view_version,
-                        input_tokens=bill.cache.input_tokens,
-                        cached_input_tokens=bill.cache.hit,
-                        output_tokens=bill.output_tokens,
-                        finish_reason="tool_calls" if turn.answer.tool_calls else "stop",
-                    ),
-                    metadata=metadata,
-                )
-            except grpc.aio.AioRpcError as exc:
-                raise ReplayError(f"turn {number}: ObserveUsage failed: {exc.code().name}: {exc.details()}") from None
+            await _observe(stub, session.id, result.view_version, bill, turn, metadata, number)
             if on_turn is not None:
                 on_turn(number, len(calls), meter.result)
         if background.started is not None and recorded:
             # The session ended before the trigger: that summary was paid for and never used.
-            limit = session.config.summary_max_tokens or options.window // 8
-            never_used = background.unused(view, limit)
+            never_used = background.unused(view, session.config.summary_max_tokens or options.window // 8)
             meter.unused(never_used)
             last = recorded[-1]
             recorded[-1] = replace(
@@ -461,6 +421,75 @@ async def replay(
             return result
         finally:
             bar.close()
+
+
+def _model_call(
+    turn: Turn,
+    result: pb.PreparedContext,
+    progress: Sequence[pb.FoldProgress],
+    view: Sequence[Msg],
+    new_view: Sequence[Msg],
+    appended: Sequence[Msg],
+    limit: int,
+    background: Background,
+    waited: float,
+) -> ModelCall:
+    """The model call a Prepare answered for: its view, what maintenance did and every summary request
+    it stands for (its passes'; a background fold's, when installed here or replaced unused)."""
+    stages = [p.stage for p in progress]
+    passes = stages.count(pb.FOLD_STAGE_PASS_STARTED)
+    key = result.prompt_cache_key or AGENT_KEY
+    summary_calls: list[SummaryCall] = []
+    if passes:
+        previous_summary = next((m.content for m in view if m.summary), "")
+        instruction = SummaryRequest("", "", "", previous_summary, (), (), limit).instruction()
+        committed = stages.count(pb.FOLD_STAGE_PASS_COMMITTED)
+        summary_calls = _summary_calls(view, appended, new_view, key, instruction, passes, committed)
+    unused = 0
+    if pb.FOLD_STAGE_PREPARED_INSTALLED in stages and background.started is not None:
+        summary_calls += background.installed(new_view, key, limit)
+    if pb.FOLD_STAGE_BACKGROUND_STARTED in stages:
+        if background.started is not None:  # the one before was never installed
+            summary_calls.append(background.unused(new_view, limit))
+            unused += 1
+        background.start(new_view, key)
+    return ModelCall(
+        view=tuple(new_view),
+        answer=turn.answer,
+        action={pb.ACTION_FOLDED: "folded", pb.ACTION_PRUNED: "pruned"}.get(result.action, "none"),
+        key=key,
+        summary_calls=tuple(summary_calls),
+        prunes=stages.count(pb.FOLD_STAGE_PRUNED) + stages.count(pb.FOLD_STAGE_RESULTS_BOUNDED),
+        failed_summaries=stages.count(pb.FOLD_STAGE_PASS_FAILED),
+        unused_summaries=unused,
+        prepare_seconds=waited,
+    )
+
+
+async def _observe(
+    stub: pb_grpc.ContextServiceAsyncStub,
+    session_id: str,
+    view_version: int,
+    bill: Bill,
+    turn: Turn,
+    metadata: tuple[tuple[str, str], ...],
+    number: int,
+) -> None:
+    """ObserveUsage with what the simulated provider billed for the view."""
+    try:
+        await stub.ObserveUsage(
+            pb.ObserveUsageRequest(
+                session_id=session_id,
+                view_version=view_version,
+                input_tokens=bill.cache.input_tokens,
+                cached_input_tokens=bill.cache.hit,
+                output_tokens=bill.output_tokens,
+                finish_reason="tool_calls" if turn.answer.tool_calls else "stop",
+            ),
+            metadata=metadata,
+        )
+    except grpc.aio.AioRpcError as exc:
+        raise ReplayError(f"turn {number}: ObserveUsage failed: {exc.code().name}: {exc.details()}") from None
 
 
 class Background:
