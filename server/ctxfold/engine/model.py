@@ -202,86 +202,98 @@ def json_depth(value: object) -> int:
     return deepest
 
 
+def _bad(field_name: str, why: str) -> Exception:
+    return invalid("INVALID_CONFIG", f"config.{field_name}: {why}", field=field_name)
+
+
+def _check_window(window: int) -> None:
+    if window <= 0:
+        raise _bad("context_window", "is required and must be > 0")
+    if window > MAX_CONTEXT_WINDOW:
+        raise _bad("context_window", f"must be at most {MAX_CONTEXT_WINDOW}")
+    if window < MIN_CONTEXT_WINDOW:
+        # Said here, not as a max_output_tokens or summary_max_tokens error further down.
+        raise _bad("context_window", f"must be at least {MIN_CONTEXT_WINDOW} tokens, got {window}")
+
+
+def _check_fits_below_trigger(trigger: int, max_output: int, summary_max: int) -> None:
+    """The reserved output and a whole summary must fit below the trigger, with the safety margin."""
+    if max_output + SAFETY_MARGIN_TOKENS >= trigger:
+        raise _bad(
+            "max_output_tokens",
+            f"{max_output} output tokens plus the {SAFETY_MARGIN_TOKENS}-token margin do not fit "
+            f"below the trigger of {trigger} tokens (compact_ratio × context_window)",
+        )
+    if summary_max + max_output + SAFETY_MARGIN_TOKENS > trigger:
+        raise _bad(
+            "summary_max_tokens",
+            f"a {summary_max}-token summary plus {max_output} output tokens and the {SAFETY_MARGIN_TOKENS}-token "
+            f"margin do not fit below the trigger of {trigger} tokens",
+        )
+
+
+def _check_tools(tools_json: str) -> None:
+    if not tools_json:
+        return
+    if len(tools_json.encode()) > MAX_TOOLS_JSON_BYTES:
+        raise _bad("tools_json", f"must be at most {MAX_TOOLS_JSON_BYTES} bytes")
+    try:
+        tools = json.loads(tools_json)
+    except ValueError as exc:
+        raise _bad("tools_json", f"is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise _bad("tools_json", f"nests deeper than {MAX_JSON_DEPTH} levels") from None
+    if not isinstance(tools, list):
+        raise _bad("tools_json", "must be a JSON array of tool schemas")
+    if json_depth(tools) > MAX_JSON_DEPTH:
+        # Providers' SDKs walk the schemas recursively: a deep one would fail every fold.
+        raise _bad("tools_json", f"nests deeper than {MAX_JSON_DEPTH} levels")
+
+
+def _prefold_ratio(given: float | None, summarizer: str, ratio: float) -> float:
+    """Unset: compact_ratio − PREFOLD_LEAD for a summarizer that calls a model, off for the in-process
+    one; else 0 (off) or within [MIN_PREFOLD_RATIO, compact_ratio)."""
+    if given is None:
+        return 0.0 if summarizer == IN_PROCESS_SUMMARIZER else round(ratio - PREFOLD_LEAD, 4)
+    if given != 0.0 and not MIN_PREFOLD_RATIO <= given < ratio:
+        raise _bad(
+            "prefold_ratio", f"must be 0 (off) or within [{MIN_PREFOLD_RATIO}, compact_ratio {ratio}), got {given}"
+        )
+    return given
+
+
 def resolve_config(given: ConfigInput, summarizers: frozenset[str], session_id: str) -> SessionConfig:
     """Fills defaults and validates; raises INVALID_ARGUMENT (reason INVALID_CONFIG) naming the field.
     The default prompt cache key is the session's own, stable for its life, so every request of it
     lands on the same provider cache."""
-
-    def bad(field_name: str, why: str) -> Exception:
-        return invalid("INVALID_CONFIG", f"config.{field_name}: {why}", field=field_name)
-
     window = given.context_window
-    if window <= 0:
-        raise bad("context_window", "is required and must be > 0")
-    if window > MAX_CONTEXT_WINDOW:
-        raise bad("context_window", f"must be at most {MAX_CONTEXT_WINDOW}")
-    if window < MIN_CONTEXT_WINDOW:
-        # Said here, not as a max_output_tokens or summary_max_tokens error further down.
-        raise bad("context_window", f"must be at least {MIN_CONTEXT_WINDOW} tokens, got {window}")
+    _check_window(window)
     ratio = given.compact_ratio or DEFAULT_COMPACT_RATIO
     if not 0.30 <= ratio <= 0.95:
-        raise bad("compact_ratio", f"must be within [0.30, 0.95], got {ratio}")
+        raise _bad("compact_ratio", f"must be within [0.30, 0.95], got {ratio}")
     tail = given.tail_ratio or DEFAULT_TAIL_RATIO
     if not 0.0 < tail <= 0.5:
-        raise bad("tail_ratio", f"must be within (0, 0.5], got {tail}")
-    if given.max_output_tokens < 0:
-        raise bad("max_output_tokens", "must be >= 0")
+        raise _bad("tail_ratio", f"must be within (0, 0.5], got {tail}")
+    for name in ("max_output_tokens", "summary_max_tokens", "cache_ttl_seconds"):
+        if getattr(given, name) < 0:
+            raise _bad(name, "must be >= 0")
     summary_max = given.summary_max_tokens or _default_summary_max(window)
-    if summary_max < 0 or given.summary_max_tokens < 0:
-        raise bad("summary_max_tokens", "must be >= 0")
     tool_max = given.tool_content_max_bytes or DEFAULT_TOOL_CONTENT_MAX_BYTES
     if not MIN_TOOL_CONTENT_BYTES <= tool_max <= MAX_TOOL_CONTENT_BYTES:
-        raise bad(
+        raise _bad(
             "tool_content_max_bytes",
             f"must be within [{MIN_TOOL_CONTENT_BYTES}, {MAX_TOOL_CONTENT_BYTES}], got {tool_max}",
         )
-    if given.cache_ttl_seconds < 0:
-        raise bad("cache_ttl_seconds", "must be >= 0")
-    trigger = int(ratio * window)
-    if given.max_output_tokens + SAFETY_MARGIN_TOKENS >= trigger:
-        raise bad(
-            "max_output_tokens",
-            f"{given.max_output_tokens} output tokens plus the {SAFETY_MARGIN_TOKENS}-token margin do not fit "
-            f"below the trigger of {trigger} tokens (compact_ratio × context_window)",
-        )
-    if summary_max + given.max_output_tokens + SAFETY_MARGIN_TOKENS > trigger:
-        raise bad(
-            "summary_max_tokens",
-            f"a {summary_max}-token summary plus {given.max_output_tokens} output tokens and the "
-            f"{SAFETY_MARGIN_TOKENS}-token "
-            f"margin do not fit below the trigger of {trigger} tokens",
-        )
+    _check_fits_below_trigger(int(ratio * window), given.max_output_tokens, summary_max)
     if len(given.system_prompt.encode()) > MAX_SYSTEM_PROMPT_BYTES:
-        raise bad("system_prompt", f"must be at most {MAX_SYSTEM_PROMPT_BYTES} bytes")
-    if given.tools_json:
-        if len(given.tools_json.encode()) > MAX_TOOLS_JSON_BYTES:
-            raise bad("tools_json", f"must be at most {MAX_TOOLS_JSON_BYTES} bytes")
-        try:
-            tools = json.loads(given.tools_json)
-        except ValueError as exc:
-            raise bad("tools_json", f"is not valid JSON ({exc})") from None
-        except RecursionError:
-            raise bad("tools_json", f"nests deeper than {MAX_JSON_DEPTH} levels") from None
-        if not isinstance(tools, list):
-            raise bad("tools_json", "must be a JSON array of tool schemas")
-        if json_depth(tools) > MAX_JSON_DEPTH:
-            # Providers' SDKs walk the schemas recursively: a deep one would fail every fold.
-            raise bad("tools_json", f"nests deeper than {MAX_JSON_DEPTH} levels")
+        raise _bad("system_prompt", f"must be at most {MAX_SYSTEM_PROMPT_BYTES} bytes")
+    _check_tools(given.tools_json)
     summarizer = given.summarizer or IN_PROCESS_SUMMARIZER
     if summarizer not in summarizers:
-        raise bad("summarizer", f"unknown summarizer {summarizer!r}; configured: {', '.join(sorted(summarizers))}")
-    if len(given.prompt_cache_key) > MAX_KEY_CHARS:
-        raise bad("prompt_cache_key", f"must be at most {MAX_KEY_CHARS} characters")
-    if len(given.model) > MAX_KEY_CHARS:
-        raise bad("model", f"must be at most {MAX_KEY_CHARS} characters")
-    prefold = given.prefold_ratio
-    if prefold is None:
-        prefold = 0.0 if summarizer == IN_PROCESS_SUMMARIZER else round(ratio - PREFOLD_LEAD, 4)
-    if prefold != 0.0 and not MIN_PREFOLD_RATIO <= prefold < ratio:
-        raise bad(
-            "prefold_ratio",
-            f"must be 0 (off) or within [{MIN_PREFOLD_RATIO}, compact_ratio {ratio}), got {prefold}",
-        )
+        raise _bad("summarizer", f"unknown summarizer {summarizer!r}; configured: {', '.join(sorted(summarizers))}")
+    for name in ("prompt_cache_key", "model"):
+        if len(getattr(given, name)) > MAX_KEY_CHARS:
+            raise _bad(name, f"must be at most {MAX_KEY_CHARS} characters")
     return SessionConfig(
         context_window=window,
         compact_ratio=ratio,
@@ -296,7 +308,7 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str], session_id: 
         prompt_cache_key=given.prompt_cache_key or f"ctxfold-{session_id}",
         model=given.model,
         disable_task_anchor=given.disable_task_anchor,
-        prefold_ratio=prefold,
+        prefold_ratio=_prefold_ratio(given.prefold_ratio, summarizer, ratio),
     )
 
 

@@ -151,19 +151,7 @@ class Folding:
         await observer.pass_started(fold, index, passes, before, summarizer.name)
         on_delta = observer.summary_deltas(index, passes)
         record = await self._record_fold(run, fold)
-        previous = projection.checkpoint
-        request = SummaryRequest(
-            system_prompt=run.config.system_prompt,
-            tools_json=run.config.tools_json,
-            prompt_cache_key=run.config.prompt_cache_key,
-            previous_summary=(previous.notes.body if previous.notes else previous.summary) if previous else "",
-            prefix=fold.prefix,
-            folded=fold.folded,
-            max_tokens=body_budget(record.notes, run.config),
-            focus=run.request.focus,
-            send_max_tokens=run.config.max_output_tokens > 0,
-        )
-
+        request = _summary_request(run, fold, record)
         fell_back = ""
 
         async def attempt(with_summarizer: Summarizer) -> Accepted | Rejected:
@@ -245,3 +233,21 @@ class Folding:
             failure = summary_failure(text, result.finish_reason, native=result.native is not None)
             call.answered(result, text, failure)
         return (None, failure) if failure else (replace(result, text=text), "")
+
+
+def _summary_request(run: Run, fold: FoldPass, record: FoldRecord) -> SummaryRequest:
+    """What the summarizer is asked: a cache-safe fork of the agent's request (its system prompt,
+    tools and cache key), the pass's prefix, the previous summary's body to update, and the budget the
+    engine's sections leave."""
+    config, previous = run.config, run.projection.checkpoint
+    return SummaryRequest(
+        system_prompt=config.system_prompt,
+        tools_json=config.tools_json,
+        prompt_cache_key=config.prompt_cache_key,
+        previous_summary=(previous.notes.body if previous.notes else previous.summary) if previous else "",
+        prefix=fold.prefix,
+        folded=fold.folded,
+        max_tokens=body_budget(record.notes, config),
+        focus=run.request.focus,
+        send_max_tokens=config.max_output_tokens > 0,
+    )
