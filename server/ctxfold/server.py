@@ -111,16 +111,8 @@ def _tokens(settings: Settings) -> dict[str, str] | None:
         raise ConfigError(f"auth_tokens_file: {exc}") from None
 
 
-async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer:
-    """Raises ConfigError, before touching the database, when a file named by a setting is unusable."""
-    tokens = _tokens(settings)
-    credentials = _credentials(settings)
-    if tokens is None and _listens_beyond_loopback(settings.listen):
-        log.warning(
-            "listening on %s without authentication: every caller shares one tenant; "
-            "set auth_tokens_file to require bearer tokens",
-            settings.listen,
-        )
+async def _open_store(settings: Settings) -> Store:
+    """The store on the migrated database; StartupError (one line) when it cannot be opened."""
     engine = create_engine(settings.database_url(), pool_size=settings.db_pool_size)
     try:
         await migrate(engine)
@@ -133,11 +125,19 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         raise StartupError(
             f"database: cannot open {engine.url.render_as_string(hide_password=True)}: {cause}"
         ) from None
-    store = Store(engine)
-    # Loaded now, off the loop: loading on the first count would stall the event loop ~0.5 s; and the
-    # counting process started, so that the first large append does not wait for it.
-    await asyncio.to_thread(estimator.warm_up)
-    await asyncio.to_thread(cpu.start_counting)
+    return Store(engine)
+
+
+@dataclass(frozen=True)
+class _Services:
+    servicer: ContextServicer
+    contexts: Contexts
+    maintenance: Maintenance
+    admission: Admission
+
+
+def _services(settings: Settings, store: Store, tokens: dict[str, str] | None, hooks: Hooks | None) -> _Services:
+    """The use cases and the servicer over them, wired once."""
     limits = AppendLimits(
         max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
     )
@@ -172,6 +172,11 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         requests=RequestPacer(settings.max_receive_message_bytes),
         checkpoints=Checkpoints(store),
     )
+    return _Services(servicer, contexts, maintenance, admission)
+
+
+def _grpc_server(settings: Settings, servicer: ContextServicer) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    """ContextService, health and reflection on one gRPC server (not started)."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
@@ -188,13 +193,33 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
         server,
     )
+    return server, health_servicer
+
+
+async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer:
+    """Raises ConfigError, before touching the database, when a file named by a setting is unusable."""
+    tokens = _tokens(settings)
+    credentials = _credentials(settings)
+    if tokens is None and _listens_beyond_loopback(settings.listen):
+        log.warning(
+            "listening on %s without authentication: every caller shares one tenant; "
+            "set auth_tokens_file to require bearer tokens",
+            settings.listen,
+        )
+    store = await _open_store(settings)
+    # Loaded now, off the loop: loading on the first count would stall the event loop ~0.5 s; and the
+    # counting process started, so that the first large append does not wait for it.
+    await asyncio.to_thread(estimator.warm_up)
+    await asyncio.to_thread(cpu.start_counting)
+    services = _services(settings, store, tokens, hooks)
+    server, health_servicer = _grpc_server(settings, services.servicer)
     try:
         if credentials is None:
             port = server.add_insecure_port(settings.listen)
         else:
             port = server.add_secure_port(settings.listen, credentials)
     except RuntimeError as exc:  # grpc raises it when the address cannot be bound
-        await engine.dispose()
+        await store.engine.dispose()
         # grpc's own text only says to raise GRPC_VERBOSITY; the causes are these two.
         raise ConfigError(
             f"listen: cannot listen on {settings.listen}: the port is in use or the host is not this machine's"
@@ -209,9 +234,11 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         port,
         "TLS" if credentials else "plaintext",
         "bearer tokens" if tokens else "single tenant",
-        engine.url.render_as_string(hide_password=True),
+        store.engine.url.render_as_string(hide_password=True),
     )
-    return RunningServer(server, health_servicer, store, port, settings, contexts, maintenance, admission)
+    return RunningServer(
+        server, health_servicer, store, port, settings, services.contexts, services.maintenance, services.admission
+    )
 
 
 async def serve(settings: Settings, gateway: GatewaySettings | None = None) -> None:
