@@ -9,10 +9,13 @@ import json
 import os
 import re
 import sys
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ctxfold.config import TOKEN_ENV
-from ctxfold.replay.prices import BUILT_IN, DEFAULT_SHEET, PROVIDERS, PriceError
+from ctxfold.replay.prices import BUILT_IN, DEFAULT_SHEET, PROVIDERS, PriceError, PriceSheet
+
+if TYPE_CHECKING:  # the replay machinery is imported by the command, not by `ctxfold serve`
+    from ctxfold.replay.runner import Options
 
 # W3C Trace Context, version 00: a trace id and a parent span id that are not all zeros, and flags.
 TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
@@ -79,24 +82,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    # Imported here so that `ctxfold serve` does not load the replay machinery.
-    from ctxfold.replay import report
-    from ctxfold.replay.runner import Options, ReplayError, load_prices, load_trace_file, replay
-    from ctxfold.replay.trace import TraceError
-
-    try:
-        trace = load_trace_file(args.trace)
-        prices = load_prices(args.prices)
-    except (ReplayError, TraceError, PriceError) as exc:
-        parser.exit(2, f"ctxfold replay: {exc}\n")
+def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Exits 2 with one line for an argument the replay cannot use, before it runs (it can take minutes)."""
     if args.window <= 0:
         parser.exit(2, "ctxfold replay: --window must be > 0\n")
     if args.traceparent and not TRACEPARENT.fullmatch(args.traceparent):
         why = "not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)"
         parser.exit(2, f"ctxfold replay: --traceparent: {why}: {args.traceparent!r}\n")
     if args.plot:
-        # Checked before the replay runs, which can take minutes.
         from ctxfold.replay.plot import PlotError, pyplot, writable
 
         try:
@@ -104,10 +97,15 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             pyplot()
         except PlotError as exc:
             parser.exit(2, f"ctxfold replay: --plot: {exc}\n")
+
+
+def _options(args: argparse.Namespace, prices: PriceSheet) -> Options:
+    from ctxfold.replay.runner import Options
+
     ttl: float | Literal["default"] | None = "default"
     if args.cache_ttl is not None:
         ttl = None if args.cache_ttl == 0 else args.cache_ttl
-    options = Options(
+    return Options(
         window=args.window,
         ratio=args.ratio,
         tail_ratio=args.tail_ratio,
@@ -120,6 +118,21 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         cache_ttl=ttl,
         think_seconds=args.think_seconds,
     )
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    # Imported here so that `ctxfold serve` does not load the replay machinery.
+    from ctxfold.replay import report
+    from ctxfold.replay.runner import ReplayError, load_prices, load_trace_file, replay
+    from ctxfold.replay.trace import TraceError
+
+    try:
+        trace = load_trace_file(args.trace)
+        prices = load_prices(args.prices)
+    except (ReplayError, TraceError, PriceError) as exc:
+        parser.exit(2, f"ctxfold replay: {exc}\n")
+    _check(args, parser)
+    options = _options(args, prices)
     show_progress = not args.quiet and sys.stderr.isatty()
     try:
         result = asyncio.run(

@@ -65,6 +65,22 @@ class Options:
             **({} if self.prefold_ratio is None else {"prefold_ratio": self.prefold_ratio}),
         }
 
+    def config(self, trace: Trace) -> pb.SessionConfig:
+        """The session config a replay of `trace` creates."""
+        config = pb.SessionConfig(
+            context_window=self.window,
+            compact_ratio=self.ratio,
+            tail_ratio=self.tail_ratio,
+            max_output_tokens=self.max_output_tokens,
+            summary_max_tokens=self.summary_max_tokens,
+            system_prompt=trace.system_prompt,
+            tools_json=trace.tools_json,
+            summarizer=self.summarizer,
+        )
+        if self.prefold_ratio is not None:
+            config.prefold_ratio = self.prefold_ratio
+        return config
+
     def provider(self) -> Provider:
         return Provider(cache_model(self.provider_cache or self.prices.provider, self.cache_ttl), self.prices)
 
@@ -179,20 +195,8 @@ async def replay_through(
     """Replays `trace` through the server behind `stub` in a new session (deleted at the end)."""
     calls, trailing = turns(trace)
     meter = Meter(trace, options.provider(), policy, options.settings(), options.think_seconds)
-    config = pb.SessionConfig(
-        context_window=options.window,
-        compact_ratio=options.ratio,
-        tail_ratio=options.tail_ratio,
-        max_output_tokens=options.max_output_tokens,
-        summary_max_tokens=options.summary_max_tokens,
-        system_prompt=trace.system_prompt,
-        tools_json=trace.tools_json,
-        summarizer=options.summarizer,
-    )
-    if options.prefold_ratio is not None:
-        config.prefold_ratio = options.prefold_ratio
     try:
-        created = await stub.CreateSession(pb.CreateSessionRequest(config=config), metadata=metadata)
+        created = await stub.CreateSession(pb.CreateSessionRequest(config=options.config(trace)), metadata=metadata)
     except grpc.aio.AioRpcError as exc:
         raise ReplayError(f"CreateSession failed: {exc.code().name}: {exc.details()}") from None
     session = created.session
@@ -240,20 +244,30 @@ async def replay_through(
             )
         refs = await stored_refs(stub, session.id, sources, metadata)
         documents = await read_documents(stub, session.id, view, trace, refs, metadata)
-        if trailing:
-            try:
-                await stub.AppendMessages(
-                    pb.AppendMessagesRequest(session_id=session.id, messages=[to_pb(m) for m in trailing]),
-                    metadata=metadata,
-                )
-            except grpc.aio.AioRpcError as exc:
-                raise ReplayError(f"appending the last messages failed: {exc.code().name}: {exc.details()}") from None
+        await _append_trailing(stub, session.id, trailing, metadata)
     finally:
         with contextlib.suppress(grpc.aio.AioRpcError):
             await stub.DeleteSession(pb.DeleteSessionRequest(session_id=session.id), metadata=metadata)
     appended_count = calls[-1].answer.source if calls else 0
     recording = Recording(policy, options.settings(), tuple(recorded), appended_count, refs, documents)
     return meter.finish(last_view(recorded), appended_count, refs, documents), recording
+
+
+async def _append_trailing(
+    stub: pb_grpc.ContextServiceAsyncStub,
+    session_id: str,
+    trailing: Sequence[Msg],
+    metadata: tuple[tuple[str, str], ...],
+) -> None:
+    """The messages after the last answer: appended, never sent (they have no recorded answer)."""
+    if not trailing:
+        return
+    try:
+        await stub.AppendMessages(
+            pb.AppendMessagesRequest(session_id=session_id, messages=[to_pb(m) for m in trailing]), metadata=metadata
+        )
+    except grpc.aio.AioRpcError as exc:
+        raise ReplayError(f"appending the last messages failed: {exc.code().name}: {exc.details()}") from None
 
 
 async def stored_refs(
