@@ -93,7 +93,7 @@ async def test_create_fills_defaults(stub: Stub) -> None:
     config = session.config
     assert config.context_window == 128_000
     assert config.compact_ratio == pytest.approx(0.80)
-    assert config.tail_ratio == pytest.approx(0.16)
+    assert config.tail_ratio == pytest.approx(0.08)
     assert config.tool_content_max_bytes == 32768
     assert config.summary_max_tokens == 8192
     assert config.summarizer == "extractive"

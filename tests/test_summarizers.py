@@ -450,6 +450,7 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
         compact_ratio=0.5,
         summarizer=SUMMARIZER_FOR.get(behaviour, "fake"),
         summary_max_tokens=4700,
+        tail_ratio=0.16,  # a tail the fold keeps, so that the folded part is shorter than that budget
     )
     fake.script(behaviour)
     _, result = await prepare(stub, session.id, [user("Make every case pass.")])
@@ -714,7 +715,12 @@ def anthropic_blocks(view: Sequence[pb.Message]) -> list[dict[str, Any]]:
 async def test_anthropic_fold_through_the_messages_api(env: Env) -> None:
     stub, fake = env.stub, env.fake
     session = await create(
-        stub, context_window=8000, summarizer="fake_anthropic", tools_json=ANTHROPIC_TOOLS, summary_max_tokens=1000
+        stub,
+        context_window=8000,
+        summarizer="fake_anthropic",
+        tools_json=ANTHROPIC_TOOLS,
+        summary_max_tokens=1000,
+        tail_ratio=0.16,  # a tail of whole call groups is kept, so the replay stops before the view's end
     )
     previous, _, progress, result = await run_until_fold(stub, session.id, [user("Make every case pass.")], 300)
     assert len(fake.requests) == 1

@@ -15,7 +15,7 @@ type SessionConfig struct {
 	ContextWindow int64
 	// CompactRatio: maintenance runs at ratio × window (default 0.80, allowed 0.30..0.95).
 	CompactRatio float64
-	// TailRatio is the share of the window a fold keeps verbatim (default 0.16, allowed (0, 0.5]).
+	// TailRatio is the share of the window a fold keeps verbatim (default 0.08, allowed (0, 0.5]).
 	TailRatio float64
 	// MaxOutputTokens are reserved for the answer in every estimate.
 	MaxOutputTokens int64
@@ -153,7 +153,7 @@ func PrefoldRatio(ratio float64) ConfigOption {
 	return func(c *SessionConfig) error { c.PrefoldRatio = &ratio; return nil }
 }
 
-// TailRatio sets the share of the window kept verbatim by a fold (default 0.16, allowed (0, 0.5]).
+// TailRatio sets the share of the window kept verbatim by a fold (default 0.08, allowed (0, 0.5]).
 func TailRatio(ratio float64) ConfigOption {
 	return func(c *SessionConfig) error { c.TailRatio = ratio; return nil }
 }

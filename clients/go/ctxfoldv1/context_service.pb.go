@@ -1004,7 +1004,7 @@ type SessionConfig struct {
 	// Maintenance runs when the projected request reaches compact_ratio × context_window.
 	// Default 0.80; allowed range [0.30, 0.95].
 	CompactRatio float64 `protobuf:"fixed64,2,opt,name=compact_ratio,json=compactRatio,proto3" json:"compact_ratio,omitempty"`
-	// Share of the window kept verbatim as the recent tail by a fold. Default 0.16; (0, 0.5].
+	// Share of the window kept verbatim as the recent tail by a fold. Default 0.08; (0, 0.5].
 	TailRatio float64 `protobuf:"fixed64,3,opt,name=tail_ratio,json=tailRatio,proto3" json:"tail_ratio,omitempty"`
 	// Output tokens the agent asks the provider for; counted in every estimate. 0 = the agent
 	// does not set it and nothing is reserved beyond the 256-token safety margin.

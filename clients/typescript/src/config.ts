@@ -29,7 +29,7 @@ export interface SessionConfigOptions {
   contextWindow: number;
   /** Maintenance trigger as a share of the window; default 0.80, range [0.30, 0.95]. */
   compactRatio?: number;
-  /** Share of the window a fold keeps verbatim as the recent tail; default 0.16, (0, 0.5]. */
+  /** Share of the window a fold keeps verbatim as the recent tail; default 0.08, (0, 0.5]. */
   tailRatio?: number;
   /** Output tokens requested from the provider; counted in every estimate. Default 0. */
   maxOutputTokens?: number;

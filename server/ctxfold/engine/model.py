@@ -12,7 +12,10 @@ from ctxfold.engine.errors import invalid
 SAFETY_MARGIN_TOKENS = 256
 # The defaults of the session config, written once: the dataclass, `resolve_config` and the replay use them.
 DEFAULT_COMPACT_RATIO = 0.80
-DEFAULT_TAIL_RATIO = 0.16
+# The recent tail a fold keeps verbatim: 0.08 of the window was 2-10 % cheaper than 0.16 over the
+# recorded traces at 16k and 32k under the three price sheets, every probe (task, instructions, paths,
+# reachable results) unchanged (`ctxfold replay --tail-ratio`, docs/architecture.md).
+DEFAULT_TAIL_RATIO = 0.08
 DEFAULT_SUMMARY_MAX_TOKENS = 8192
 DEFAULT_TOOL_CONTENT_MAX_BYTES = 32768
 MAX_KEY_CHARS = 256  # prompt_cache_key and model
@@ -173,8 +176,8 @@ MAX_NAME_CHARS = 128
 # A background fold starts this far below the trigger (as a share of the window) by default. Late
 # enough that few summaries are made for a trigger a prune meets or a session that ends first; a turn
 # that jumps past the band is folded in the background at the trigger all the same. On the recorded
-# traces, 0.05 was 4-5 % cheaper than no background folds at 16k and 32k windows, 0.10 1-2 % (and
-# up to 12 % dearer on one trace); see docs/architecture.md, "Background folds", for the command.
+# traces, 0.05 cost what folds at the trigger cost (within 1 %, both with the default tail), where
+# 0.10 was up to 12 % dearer on one trace; docs/architecture.md, "Background folds", has the command.
 PREFOLD_LEAD = 0.05
 MIN_PREFOLD_RATIO = 0.10
 # The summarizer that runs in-process: it answers at once, so a fold with it never waits in the background.

@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--summarizers", default="", help="the embedded server's summarizers setting (JSON)")
     p.add_argument("--window", type=int, default=32000, help="context_window of the session (default 32000)")
     p.add_argument("--ratio", type=float, default=0.0, help="compact_ratio (default: the server's, 0.80)")
-    p.add_argument("--tail-ratio", type=float, default=0.0, help="tail_ratio (default: the server's, 0.16)")
+    p.add_argument("--tail-ratio", type=float, default=0.0, help="tail_ratio (default: the server's, 0.08)")
     p.add_argument("--max-output-tokens", type=int, default=0, help="max_output_tokens of the session (default 0)")
     p.add_argument("--summary-max-tokens", type=int, default=0, help="summary_max_tokens (default: the server's)")
     p.add_argument("--summarizer", default="", help="the session's summarizer (default extractive)")

@@ -694,7 +694,7 @@ class SessionConfig(_message.Message):
     Default 0.80; allowed range [0.30, 0.95].
     """
     tail_ratio: _builtins.float
-    """Share of the window kept verbatim as the recent tail by a fold. Default 0.16; (0, 0.5]."""
+    """Share of the window kept verbatim as the recent tail by a fold. Default 0.08; (0, 0.5]."""
     max_output_tokens: _builtins.int
     """Output tokens the agent asks the provider for; counted in every estimate. 0 = the agent
     does not set it and nothing is reserved beyond the 256-token safety margin.

@@ -34,7 +34,7 @@ class SessionConfig:
     the same tokens whichever SDK created the session.
 
     Server defaults of unset fields: `context_window` is required; `compact_ratio` 0.80 (fold when
-    the view reaches 80 % of the window), `tail_ratio` 0.16, `summary_max_tokens` 8192 (less for small windows),
+    the view reaches 80 % of the window), `tail_ratio` 0.08, `summary_max_tokens` 8192 (less for small windows),
     `tool_content_max_bytes` 32768 (larger tool results are bounded in the view and kept whole for
     `read_tool_result()`), `summarizer` "extractive", `prompt_cache_key` derived from the session.
     `prefold_ratio` is the one field whose zero is a value: `None` (unset) is the server's default

@@ -485,7 +485,7 @@ export type SessionConfig = Message$1<"ctxfold.v1.SessionConfig"> & {
   compactRatio: number;
 
   /**
-   * Share of the window kept verbatim as the recent tail by a fold. Default 0.16; (0, 0.5].
+   * Share of the window kept verbatim as the recent tail by a fold. Default 0.08; (0, 0.5].
    *
    * @generated from field: double tail_ratio = 3;
    */
@@ -602,7 +602,7 @@ export type SessionConfigJson = {
   compactRatio?: number | "NaN" | "Infinity" | "-Infinity";
 
   /**
-   * Share of the window kept verbatim as the recent tail by a fold. Default 0.16; (0, 0.5].
+   * Share of the window kept verbatim as the recent tail by a fold. Default 0.08; (0, 0.5].
    *
    * @generated from field: double tail_ratio = 3;
    */

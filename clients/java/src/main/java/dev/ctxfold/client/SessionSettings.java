@@ -10,7 +10,7 @@ import java.util.OptionalDouble;
 /**
  * Typed, immutable settings of a session (the wire form is the generated
  * {@link SessionConfig}, see {@link #toProto()}). Unset fields are sent as zero, which the server reads as
- * "use the default" (compact ratio 0.80, tail ratio 0.16, summary 8192 tokens, tool content
+ * "use the default" (compact ratio 0.80, tail ratio 0.08, summary 8192 tokens, tool content
  * 32768 bytes, the {@code extractive} summarizer, a derived prompt-cache key).
  *
  * <pre>{@code
@@ -170,7 +170,7 @@ public final class SessionSettings {
       return this;
     }
 
-    /** Share of the window a fold keeps verbatim as the recent tail; (0, 0.5], default 0.16. */
+    /** Share of the window a fold keeps verbatim as the recent tail; (0, 0.5], default 0.08. */
     public Builder tailRatio(double ratio) {
       if (!(ratio > 0 && ratio <= 0.5)) {
         throw invalid("tail_ratio", "must be within (0, 0.5], got " + ratio);

@@ -93,7 +93,7 @@ private static final long serialVersionUID = 0L;
   private double tailRatio_ = 0D;
   /**
    * <pre>
-   * Share of the window kept verbatim as the recent tail by a fold. Default 0.16; (0, 0.5].
+   * Share of the window kept verbatim as the recent tail by a fold. Default 0.08; (0, 0.5].
    * </pre>
    *
    * <code>double tail_ratio = 3;</code>
@@ -1175,7 +1175,7 @@ private static final long serialVersionUID = 0L;
     private double tailRatio_ ;
     /**
      * <pre>
-     * Share of the window kept verbatim as the recent tail by a fold. Default 0.16; (0, 0.5].
+     * Share of the window kept verbatim as the recent tail by a fold. Default 0.08; (0, 0.5].
      * </pre>
      *
      * <code>double tail_ratio = 3;</code>
@@ -1187,7 +1187,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Share of the window kept verbatim as the recent tail by a fold. Default 0.16; (0, 0.5].
+     * Share of the window kept verbatim as the recent tail by a fold. Default 0.08; (0, 0.5].
      * </pre>
      *
      * <code>double tail_ratio = 3;</code>
@@ -1203,7 +1203,7 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Share of the window kept verbatim as the recent tail by a fold. Default 0.16; (0, 0.5].
+     * Share of the window kept verbatim as the recent tail by a fold. Default 0.08; (0, 0.5].
      * </pre>
      *
      * <code>double tail_ratio = 3;</code>

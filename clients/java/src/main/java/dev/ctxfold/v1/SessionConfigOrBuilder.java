@@ -33,7 +33,7 @@ public interface SessionConfigOrBuilder extends
 
   /**
    * <pre>
-   * Share of the window kept verbatim as the recent tail by a fold. Default 0.16; (0, 0.5].
+   * Share of the window kept verbatim as the recent tail by a fold. Default 0.08; (0, 0.5].
    * </pre>
    *
    * <code>double tail_ratio = 3;</code>
