@@ -7,7 +7,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +77,13 @@ func TestPrefoldRatioZeroIsSentAndUnsetIsNot(t *testing.T) {
 	}
 	if back := ctxfold.SessionConfigFromProto(off.Proto()); back.PrefoldRatio == nil || *back.PrefoldRatio != 0 {
 		t.Errorf("round trip lost the explicit 0: %v", back.PrefoldRatio)
+	}
+	for _, ratio := range []float64{-0.1, 0.0999, 1, math.NaN()} {
+		_, err := ctxfold.NewSessionConfig(8000, ctxfold.PrefoldRatio(ratio))
+		refused(t, fmt.Sprintf("PrefoldRatio(%v)", ratio), err, ctxfold.ReasonInvalidConfig)
+	}
+	if _, err := ctxfold.NewSessionConfig(8000, ctxfold.PrefoldRatio(0.10)); err != nil {
+		t.Errorf("PrefoldRatio(0.10), the low end: %v", err)
 	}
 }
 

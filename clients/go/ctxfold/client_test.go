@@ -543,3 +543,37 @@ func TestGlobalPropagatorAlsoInjects(t *testing.T) {
 		t.Errorf("baggage with a nil propagator = %v", got)
 	}
 }
+
+func TestPrefoldRatioIsReadWithPresenceAndTheBackgroundStagesByName(t *testing.T) {
+	var answered *float64
+	f := &fakeServer{getSession: func() (*ctxfoldv1.GetSessionResponse, error) {
+		return &ctxfoldv1.GetSessionResponse{Session: &ctxfoldv1.Session{Id: "s1", Config: &ctxfoldv1.SessionConfig{ContextWindow: 8000, PrefoldRatio: answered}}}, nil
+	}}
+	f.prepare = func(_ *ctxfoldv1.PrepareRequest, send func(*ctxfoldv1.PrepareResponse) error) error {
+		for _, stage := range []ctxfoldv1.FoldStage{ctxfold.FoldStageBackgroundStarted, ctxfold.FoldStagePreparedInstalled, ctxfold.FoldStageBackgroundRunning} {
+			_ = send(progress(stage))
+		}
+		return send(result(&ctxfoldv1.PreparedContext{Messages: []*ctxfoldv1.Message{msg("u1")}, ViewVersion: 1, ViewMessageCount: 1}))
+	}
+	client := startFake(t, f)
+	ctx := context.Background()
+	ratio := func(v float64) *float64 { return &v }
+	for _, want := range []*float64{ratio(0), ratio(0.75), nil} {
+		answered = want
+		s, err := client.GetSession(ctx, "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := s.Info().Config.PrefoldRatio
+		if (got == nil) != (want == nil) || (got != nil && *got != *want) {
+			t.Errorf("the server said %v, the config reads %v", want, got)
+		}
+	}
+	var stages []string
+	if _, err := client.OpenSession("s1").Prepare(ctx, ctxfold.WithProgress(func(p ctxfold.FoldProgress) { stages = append(stages, p.Stage.String()) })); err != nil {
+		t.Fatal(err)
+	}
+	if want := "FOLD_STAGE_BACKGROUND_STARTED FOLD_STAGE_PREPARED_INSTALLED FOLD_STAGE_BACKGROUND_RUNNING"; strings.Join(stages, " ") != want {
+		t.Errorf("stages %v, want %s", stages, want)
+	}
+}

@@ -83,7 +83,7 @@ func (c *SessionConfig) checkRanges(creating bool) error {
 		return invalidConfig("summary_max_tokens", "must be >= 0, got %d", c.SummaryMaxTokens)
 	case c.CacheTTL < 0:
 		return invalidConfig("cache_ttl_seconds", "must be >= 0, got %v", c.CacheTTL)
-	case c.PrefoldRatio != nil && *c.PrefoldRatio != 0 && (*c.PrefoldRatio < 0.10 || *c.PrefoldRatio >= 1):
+	case c.PrefoldRatio != nil && *c.PrefoldRatio != 0 && !(*c.PrefoldRatio >= 0.10 && *c.PrefoldRatio < 1): // NaN too
 		return invalidConfig("prefold_ratio", "must be 0 (off) or within [0.10, compact_ratio), got %v", *c.PrefoldRatio)
 	case c.ToolContentMaxBytes != 0 && (c.ToolContentMaxBytes < 4096 || c.ToolContentMaxBytes > 1_048_576):
 		return invalidConfig("tool_content_max_bytes", "must be within [4096, 1048576], got %d", c.ToolContentMaxBytes)

@@ -47,8 +47,8 @@ def test_session_lifecycle(client: Client) -> None:
     assert fetched.config.context_window == 32_000
     assert fetched.config.compact_ratio == pytest.approx(0.80)  # the server's default, filled in
     assert fetched.config.prefold_ratio == 0.0  # the extractive summarizer answers at once: off
-    off = client.create_session(config.replace(summarizer="extractive", prefold_ratio=0.5))
-    assert off.config.prefold_ratio == pytest.approx(0.5)
+    ahead = client.create_session(config.replace(summarizer="extractive", prefold_ratio=0.5))
+    assert ahead.config.prefold_ratio == pytest.approx(0.5)
     assert fetched.config.system_prompt == "Be brief."
     assert fetched.config.tools_json == session.config.tools_json
 

@@ -87,6 +87,19 @@ def test_session_config_to_proto() -> None:
     )
 
 
+def test_prefold_ratio_keeps_its_presence_both_ways() -> None:
+    assert SessionConfig.from_json({"context_window": 8000}).prefold_ratio is None  # unset: the server's default
+    assert SessionConfig.from_json({"context_window": 8000, "prefold_ratio": 0}).prefold_ratio == 0.0  # off
+    assert SessionConfig.from_proto(pb.SessionConfig(prefold_ratio=0.75)).prefold_ratio == pytest.approx(0.75)
+    for ratio in (None, 0.0, 0.1, 0.75):
+        assert SessionConfig.from_proto(SessionConfig(prefold_ratio=ratio).to_proto()).prefold_ratio == ratio
+    fork = SessionConfig(prefold_ratio=0.0).to_proto()  # fork overrides: no window, an explicit 0
+    assert fork.HasField("prefold_ratio") and fork.prefold_ratio == 0.0
+    with pytest.raises(CtxfoldError) as raised:
+        SessionConfig(prefold_ratio=float("nan"))
+    assert raised.value.metadata["field"] == "prefold_ratio"
+
+
 def test_message_constructors_and_proto_round_trip() -> None:
     call = tool_call("c1", "ls", {"path": "é"})
     assert call.arguments == '{"path":"é"}'
@@ -213,6 +226,10 @@ def test_fold_stream_progress_then_result() -> None:
     stream = core.FoldStream("s1", None, cache)
     event = stream.feed(pb.PrepareResponse(progress=pb.FoldProgress(stage=pb.FOLD_STAGE_PLANNED, passes_planned=2)))
     assert event == FoldProgress(stage=FoldStage.PLANNED, passes_planned=2)
+    for stage in (pb.FOLD_STAGE_BACKGROUND_STARTED, pb.FOLD_STAGE_PREPARED_INSTALLED, pb.FOLD_STAGE_BACKGROUND_RUNNING):
+        background = stream.feed(pb.PrepareResponse(progress=pb.FoldProgress(stage=stage)))
+        assert isinstance(background, FoldProgress)
+        assert str(background.stage) == pb.FoldStage.Name(stage)  # FOLD_STAGE_BACKGROUND_STARTED, ...
     assert stream.feed(pb.PrepareResponse()) is None  # an item kind from a newer server
     view = stream.feed(_result([user("a").to_proto(), user("b").to_proto()], 7))
     assert isinstance(view, View)

@@ -89,8 +89,11 @@ export interface SessionConfig {
   promptCacheKey: string;
   model: string;
   disableTaskAnchor: boolean;
-  /** Where background folds start (a share of the window); 0 when they are off. */
-  prefoldRatio: number;
+  /**
+   * Where background folds start (a share of the window); 0 when they are off, undefined when the
+   * server did not say (an older server).
+   */
+  prefoldRatio: number | undefined;
 }
 
 /** A session of one agent conversation. */
@@ -312,7 +315,7 @@ export function sessionConfigOf(c: pb.SessionConfig | undefined): SessionConfig 
     promptCacheKey: c?.promptCacheKey ?? "",
     model: c?.model ?? "",
     disableTaskAnchor: c?.disableTaskAnchor ?? false,
-    prefoldRatio: c?.prefoldRatio ?? 0,
+    prefoldRatio: c?.prefoldRatio,
   };
 }
 

@@ -509,6 +509,54 @@ describe("argument checks: the server's reason, the client's domain, before any 
   });
 });
 
+describe("prefold_ratio: presence both ways, and the background stages", () => {
+  it("sends an explicit 0 (off) and a ratio, sends nothing when unset, and reads the server's value back with presence", async () => {
+    const sent: pb.SessionConfig[] = [];
+    let answered: number | undefined;
+    const client = fakeClient({
+      createSession(req) {
+        sent.push(req.config ?? create(pb.SessionConfigSchema));
+        return { session: create(pb.SessionSchema, { id: "s", config: { contextWindow: 8000n, prefoldRatio: answered } }) };
+      },
+    });
+    answered = 0;
+    const off = await client.createSession(sessionConfig(8000).prefoldRatio(0));
+    answered = 0.75;
+    const unset = await client.createSession({ contextWindow: 8000 });
+    answered = undefined;
+    const older = await client.createSession({ contextWindow: 8000, prefoldRatio: 0.5 });
+    assert.equal(sent[0].prefoldRatio, 0, "an explicit 0 is sent");
+    assert.equal(sent[1].prefoldRatio, undefined, "an unset ratio is not sent");
+    assert.equal(sent[2].prefoldRatio, 0.5);
+    assert.equal(off.config.prefoldRatio, 0, "off, as the server says");
+    assert.equal(unset.config.prefoldRatio, 0.75, "the server's default, filled in");
+    assert.equal(older.config.prefoldRatio, undefined, "a server that does not say leaves it undefined, not 0");
+  });
+
+  it("refuses a ratio outside {0} and [0.10, 1) before any call", async () => {
+    const client = fakeClient({});
+    for (const ratio of [-0.1, 0.05, 1, Number.NaN]) {
+      const err = await refused(ErrorReason.INVALID_CONFIG, () => client.createSession({ contextWindow: 8000, prefoldRatio: ratio }));
+      assert.equal(err.metadata.field, "prefold_ratio");
+    }
+    await refused(ErrorReason.INVALID_CONFIG, () => client.fork("s", "head", { config: { prefoldRatio: 0.05 } }));
+  });
+
+  it("prints the background fold stages by name", async () => {
+    const client = fakeClient({
+      async *prepare() {
+        for (const stage of [pb.FoldStage.BACKGROUND_STARTED, pb.FoldStage.PREPARED_INSTALLED, pb.FoldStage.BACKGROUND_RUNNING]) {
+          yield { event: { case: "progress", value: { stage } } };
+        }
+        yield { event: { case: "result", value: answer(1, []) } };
+      },
+    });
+    const stages: string[] = [];
+    await client.prepare("s", { onProgress: (p) => stages.push(p.stage) });
+    assert.deepEqual(stages, ["FOLD_STAGE_BACKGROUND_STARTED", "FOLD_STAGE_PREPARED_INSTALLED", "FOLD_STAGE_BACKGROUND_RUNNING"]);
+  });
+});
+
 describe("the tools of a provider request", () => {
   const bash = { type: "function", function: { name: "bash", parameters: { type: "object" } } };
   const read = toolDefinitions("openai_chat")[0];

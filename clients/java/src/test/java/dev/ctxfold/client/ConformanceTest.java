@@ -187,6 +187,9 @@ class ConformanceTest {
     if (c.getTailRatio() != 0) {
       b.tailRatio(c.getTailRatio());
     }
+    if (c.hasPrefoldRatio()) {
+      b.prefoldRatio(c.getPrefoldRatio());
+    }
     if (c.getMaxOutputTokens() != 0) {
       b.maxOutputTokens(c.getMaxOutputTokens());
     }

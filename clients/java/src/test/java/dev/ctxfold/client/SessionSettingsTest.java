@@ -107,6 +107,26 @@ class SessionSettingsTest {
     SessionSettings unset = SessionSettings.builder().contextWindow(8_000).build();
     assertFalse(unset.toProto().hasPrefoldRatio());
     assertTrue(unset.prefoldRatio().isEmpty());
+    refused("prefold_ratio", () -> SessionSettings.builder().prefoldRatio(Double.NaN));
+    refused("prefold_ratio", () -> SessionSettings.builder().prefoldRatio(-0.1));
+    assertEquals(0.10, SessionSettings.builder().contextWindow(8_000).prefoldRatio(0.10).build().prefoldRatio().getAsDouble());
+    assertTrue(SessionSettings.overrides().prefoldRatio(0).build().toProto().hasPrefoldRatio(), "a fork can turn them off");
+    // A session's settings are the server's config: its value, 0 included, read back with presence.
+    SessionSettings effective = SessionSettings.fromProto(
+        dev.ctxfold.v1.SessionConfig.newBuilder().setContextWindow(8_000).setPrefoldRatio(0.75).build());
+    assertEquals(0.75, effective.prefoldRatio().getAsDouble());
+    assertEquals(0.0, SessionSettings.fromProto(off.toProto()).prefoldRatio().getAsDouble());
+    assertTrue(SessionSettings.fromProto(unset.toProto()).prefoldRatio().isEmpty());
+  }
+
+  @Test
+  void backgroundFoldStagesPrintByName() {
+    for (dev.ctxfold.v1.FoldStage stage : new dev.ctxfold.v1.FoldStage[] {dev.ctxfold.v1.FoldStage.FOLD_STAGE_BACKGROUND_STARTED,
+        dev.ctxfold.v1.FoldStage.FOLD_STAGE_PREPARED_INSTALLED, dev.ctxfold.v1.FoldStage.FOLD_STAGE_BACKGROUND_RUNNING}) {
+      FoldProgress p = FoldProgress.fromProto(dev.ctxfold.v1.FoldProgress.newBuilder().setStageValue(stage.getNumber()).build());
+      assertEquals(stage, p.stage());
+      assertTrue(p.toString().contains("stage=" + stage.name()), p.toString());
+    }
   }
 
   @Test
