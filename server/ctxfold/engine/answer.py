@@ -74,6 +74,37 @@ class Answering:
     candidate: Projection | None = None  # a dry run's candidate
 
 
+def _stable_prefix(answering: Answering, view: Sequence[ViewMessage]) -> int:
+    """How many leading messages of `view` the previous answer had: after maintenance, what this call
+    left of the view it loaded; else the previous view's count when it is of the same generation."""
+    if answering.action is not Action.NONE:
+        return common_prefix(answering.first_view, view)
+    state = answering.state
+    previous = state.views[-1] if state.views else None
+    if previous is not None and split_view_version(previous.version)[0] == state.generation:
+        return min(split_view_version(previous.version)[1], len(view))
+    return 0
+
+
+def _dry_run(state: ContextState, view: Sequence[ViewMessage], candidate: Projection, cache: str) -> Answered:
+    """A dry run answers the view its fold would install (version 0: nothing installed)."""
+    candidate_view = candidate.view()
+    return Answered(
+        state=state,
+        messages=candidate_view,
+        estimated_tokens=candidate.tokens(),
+        estimated_input_tokens=candidate.input_tokens(),
+        view_version=0,
+        view_message_count=len(candidate_view),
+        stable_prefix_messages=common_prefix(view, candidate_view),
+        delta=False,
+        cache_state=cache,
+        checkpoint_id="",
+        folded_results_ref=_index_ref(candidate),
+        candidate_summary=candidate.checkpoint.summary if candidate.checkpoint else "",
+    )
+
+
 def answer(answering: Answering, known_view_version: int, now: float) -> Answered:
     """The view's version (generation and message count), how much of it the previous answer already
     had (the stable prefix, for prompt caching), only the new messages when the client's
@@ -84,13 +115,7 @@ def answer(answering: Answering, known_view_version: int, now: float) -> Answere
     hits_observed = state.telemetry.get("cached_input_tokens", 0) > 0
     cache = cache_state(state.last_activity, now, cache_ttl_seconds(config, hits_observed))
     version = view_version(state.generation, len(view))
-    previous = state.views[-1] if state.views else None
-    if answering.action is not Action.NONE:
-        stable = common_prefix(answering.first_view, view)
-    elif previous is not None and split_view_version(previous.version)[0] == state.generation:
-        stable = min(split_view_version(previous.version)[1], len(view))
-    else:
-        stable = 0
+    stable = _stable_prefix(answering, view)
     estimated = projection.tokens()
     state = replace(  # one replace: this is every Prepare's
         state,
@@ -105,23 +130,8 @@ def answer(answering: Answering, known_view_version: int, now: float) -> Answere
         source_tokens=answering.first_tokens,
         projection_tokens=estimated,
     )
-    candidate = answering.candidate
-    if candidate is not None:
-        candidate_view = candidate.view()
-        return Answered(
-            state=state,
-            messages=candidate_view,
-            estimated_tokens=candidate.tokens(),
-            estimated_input_tokens=candidate.input_tokens(),
-            view_version=0,
-            view_message_count=len(candidate_view),
-            stable_prefix_messages=common_prefix(view, candidate_view),
-            delta=False,
-            cache_state=cache,
-            checkpoint_id="",
-            folded_results_ref=_index_ref(candidate),
-            candidate_summary=candidate.checkpoint.summary if candidate.checkpoint else "",
-        )
+    if answering.candidate is not None:
+        return _dry_run(state, view, answering.candidate, cache)
     known_generation, known_count = split_view_version(known_view_version)
     delta = known_view_version > 0 and known_generation == state.generation and known_count <= len(view)
     return Answered(
