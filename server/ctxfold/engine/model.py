@@ -187,7 +187,7 @@ IN_PROCESS_SUMMARIZER = "extractive"
 MIN_SUMMARY_MAX_TOKENS = 256
 
 
-def _default_summary_max(window: int) -> int:
+def default_summary_max(window: int) -> int:
     return max(MIN_SUMMARY_MAX_TOKENS, min(DEFAULT_SUMMARY_MAX_TOKENS, window // 8))
 
 
@@ -280,7 +280,7 @@ def resolve_config(given: ConfigInput, summarizers: frozenset[str], session_id: 
     for name in ("max_output_tokens", "summary_max_tokens", "cache_ttl_seconds"):
         if getattr(given, name) < 0:
             raise _bad(name, "must be >= 0")
-    summary_max = given.summary_max_tokens or _default_summary_max(window)
+    summary_max = given.summary_max_tokens or default_summary_max(window)
     tool_max = given.tool_content_max_bytes or DEFAULT_TOOL_CONTENT_MAX_BYTES
     if not MIN_TOOL_CONTENT_BYTES <= tool_max <= MAX_TOOL_CONTENT_BYTES:
         raise _bad(

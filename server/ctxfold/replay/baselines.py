@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ctxfold.engine import estimator
-from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, ToolCall
+from ctxfold.engine.model import DEFAULT_COMPACT_RATIO, SAFETY_MARGIN_TOKENS, ToolCall, default_summary_max
 from ctxfold.replay import peer_summary, probes
 from ctxfold.replay.metrics import AGENT_KEY, ModelCall, Recording, SummaryCall
 from ctxfold.replay.trace import Msg, Trace, turns
@@ -63,7 +63,7 @@ class Budget:
     max_output_tokens − 256, default summary size max(256, min(8192, window / 8))."""
 
     window: int
-    ratio: float = 0.80
+    ratio: float = DEFAULT_COMPACT_RATIO
     max_output_tokens: int = 0
     summary_max_tokens: int = 0
 
@@ -77,7 +77,7 @@ class Budget:
 
     @property
     def summary_max(self) -> int:
-        return self.summary_max_tokens or max(256, min(8192, self.window // 8))
+        return self.summary_max_tokens or default_summary_max(self.window)
 
 
 @dataclass(frozen=True)
