@@ -5,10 +5,12 @@ Without it the PostgreSQL cases skip locally and fail in CI (CI=true)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -22,6 +24,7 @@ from ctxfold.config import Settings
 from ctxfold.server import RunningServer, start
 from ctxfold.store.database import MIGRATIONS_DIR
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from fake_provider import FakeProvider
 
 BACKENDS = ["sqlite", "postgresql"]
 _created_databases: list[str] = []
@@ -119,3 +122,28 @@ def downgrade(connection: Connection, revision: str) -> None:
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.attributes["connection"] = connection
     command.downgrade(config, revision)
+
+
+@dataclass
+class Replicas:
+    fake: FakeProvider
+    running: list[RunningServer]
+    stubs: list[pb_grpc.ContextServiceStub]
+
+
+@pytest.fixture
+async def replicas(backend: str, tmp_path: Path) -> AsyncIterator[Replicas]:
+    """Two servers (replicas) on one fresh database, both summarizing with the fake provider as "llm"."""
+    with FakeProvider() as fake:
+        url = await fresh_database(backend, tmp_path)
+        specs = json.dumps({"llm": {"type": "openai", "base_url": fake.base_url, "model": "m", "max_retries": 0}})
+        running = [await start(settings_for(url, summarizers=specs)) for _ in range(2)]
+        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{r.port}") for r in running]
+        try:
+            yield Replicas(fake, running, [pb_grpc.ContextServiceStub(c) for c in channels])
+        finally:
+            fake.release()  # answers a test left stalled
+            for channel in channels:
+                await channel.close()
+            for replica in running:
+                await replica.stop(grace=1.0)

@@ -7,17 +7,13 @@ across replicas it runs once."""
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 
 import grpc
 import pytest
 
 from builders import assistant, call, create_session, result, user
-from conftest import fresh_database, settings_for
-from ctxfold.server import RunningServer, start
+from conftest import Replicas
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
@@ -25,31 +21,6 @@ from test_prepare import Outcome, prepare, state
 from traces import tool_output
 
 WINDOW = 12_000
-
-
-@dataclass
-class Servers:
-    fake: FakeProvider
-    running: list[RunningServer]
-    stubs: list[pb_grpc.ContextServiceStub]
-
-
-@pytest.fixture
-async def servers(backend: str, tmp_path: Path) -> AsyncIterator[Servers]:
-    """Two servers (replicas) on one fresh database, both summarizing with the fake provider."""
-    with FakeProvider() as fake:
-        url = await fresh_database(backend, tmp_path)
-        specs = json.dumps({"llm": {"type": "openai", "base_url": fake.base_url, "model": "m", "max_retries": 0}})
-        running = [await start(settings_for(url, summarizers=specs)) for _ in range(2)]
-        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{r.port}") for r in running]
-        try:
-            yield Servers(fake, running, [pb_grpc.ContextServiceStub(c) for c in channels])
-        finally:
-            fake.release()
-            for channel in channels:
-                await channel.close()
-            for replica in running:
-                await replica.stop(grace=1.0)
 
 
 def stages(outcome: Outcome) -> list[int]:
@@ -111,9 +82,9 @@ async def stalled(fake: FakeProvider) -> None:
 
 
 async def test_the_prepare_at_the_trigger_installs_the_background_fold_without_waiting_for_a_summarizer(
-    servers: Servers,
+    replicas: Replicas,
 ) -> None:
-    fake, stub = servers.fake, servers.stubs[0]
+    fake, stub = replicas.fake, replicas.stubs[0]
     fake.script("stall")
     agent = await llm_session(stub)
     first = await agent.until(started)
@@ -147,9 +118,9 @@ async def test_the_prepare_at_the_trigger_installs_the_background_fold_without_w
     assert "prepared in the background" in str(applied[-1]["reason"])
 
 
-async def test_a_background_fold_runs_once_across_replicas_and_either_replica_installs_it(servers: Servers) -> None:
-    fake = servers.fake
-    a, b = servers.stubs
+async def test_a_background_fold_runs_once_across_replicas_and_either_replica_installs_it(replicas: Replicas) -> None:
+    fake = replicas.fake
+    a, b = replicas.stubs
     fake.script("stall")
     agent = await llm_session(a)
     await agent.until(started)
@@ -166,9 +137,9 @@ async def test_a_background_fold_runs_once_across_replicas_and_either_replica_in
     assert len(fake.requests) == 1
 
 
-async def test_a_rewind_below_a_running_background_fold_cancels_it(servers: Servers) -> None:
-    fake, stub = servers.fake, servers.stubs[0]
-    running = servers.running[0]
+async def test_a_rewind_below_a_running_background_fold_cancels_it(replicas: Replicas) -> None:
+    fake, stub = replicas.fake, replicas.stubs[0]
+    running = replicas.running[0]
     fake.script("stall")
     agent = await llm_session(stub)
     await agent.until(started)
@@ -189,8 +160,8 @@ async def test_a_rewind_below_a_running_background_fold_cancels_it(servers: Serv
     await eventually_receipt(stub, agent.session_id, "prepared")
 
 
-async def test_a_prepared_fold_made_stale_by_a_rewind_is_discarded_never_installed(servers: Servers) -> None:
-    fake, stub = servers.fake, servers.stubs[0]
+async def test_a_prepared_fold_made_stale_by_a_rewind_is_discarded_never_installed(replicas: Replicas) -> None:
+    fake, stub = replicas.fake, replicas.stubs[0]
     agent = await llm_session(stub)
     await agent.until(started)
     stale = await eventually_receipt(stub, agent.session_id, "prepared")
@@ -216,10 +187,10 @@ async def test_a_prepared_fold_made_stale_by_a_rewind_is_discarded_never_install
 
 
 async def test_at_the_trigger_with_nothing_prepared_the_view_is_answered_and_folded_in_the_background(
-    servers: Servers,
+    replicas: Replicas,
 ) -> None:
     """A turn that jumps past the prefold band: the Prepare at the trigger does not wait either."""
-    fake, stub = servers.fake, servers.stubs[0]
+    fake, stub = replicas.fake, replicas.stubs[0]
     agent = await llm_session(stub, compact_ratio=0.6, prefold_ratio=0.599)  # a band no turn lands in
     fake.script("stall")
     jumped = await agent.until(lambda o: o.result.estimated_tokens >= o.result.trigger_tokens)
@@ -241,8 +212,8 @@ async def test_at_the_trigger_with_nothing_prepared_the_view_is_answered_and_fol
     assert over.result.estimated_tokens <= over.result.hard_limit_tokens
 
 
-async def test_with_prefold_ratio_zero_nothing_runs_in_the_background(servers: Servers) -> None:
-    fake, stub = servers.fake, servers.stubs[0]
+async def test_with_prefold_ratio_zero_nothing_runs_in_the_background(replicas: Replicas) -> None:
+    fake, stub = replicas.fake, replicas.stubs[0]
     agent = await llm_session(stub, prefold_ratio=0.0)
     session = (await stub.GetSession(pb.GetSessionRequest(session_id=agent.session_id))).session
     assert session.config.HasField("prefold_ratio") and session.config.prefold_ratio == 0.0
@@ -254,8 +225,8 @@ async def test_with_prefold_ratio_zero_nothing_runs_in_the_background(servers: S
     assert pb.FOLD_STAGE_PASS_COMMITTED in stages(folded)
 
 
-async def test_the_effective_config_says_where_background_folds_start(servers: Servers) -> None:
-    stub = servers.stubs[0]
+async def test_the_effective_config_says_where_background_folds_start(replicas: Replicas) -> None:
+    stub = replicas.stubs[0]
     llm = await create_session(stub, context_window=WINDOW, summarizer="llm")
     assert llm.config.prefold_ratio == pytest.approx(0.75)
     extractive = await create_session(stub, context_window=WINDOW)

@@ -44,7 +44,7 @@ class Replica:
 
 
 @pytest.fixture
-async def replicas(backend: str, tmp_path: Path) -> AsyncIterator[tuple[Replica, Replica]]:
+async def two_servers(backend: str, tmp_path: Path) -> AsyncIterator[tuple[Replica, Replica]]:
     """Two servers on one database (PostgreSQL, or one SQLite file), as two replicas."""
     url = await fresh_database(backend, tmp_path)
     servers = [await start(settings_for(url)) for _ in range(2)]
@@ -64,9 +64,9 @@ def contents(messages: object) -> list[str]:
 
 
 async def test_append_by_another_replica_between_two_prepares_is_in_the_next_view(
-    replicas: tuple[Replica, Replica],
+    two_servers: tuple[Replica, Replica],
 ) -> None:
-    a, b = replicas
+    a, b = two_servers
     session = await create_session(a.stub, context_window=200_000, system_prompt="You are a careful agent.")
     await prepare(a.stub, session.id, user("Investigate the flaky test"))
     last = (await prepare(a.stub, session.id, call("c0", "look"), result("c0", "log line"))).result
@@ -96,8 +96,8 @@ async def test_append_by_another_replica_between_two_prepares_is_in_the_next_vie
     assert a.cached_version(session.id) == await a.version(session.id)
 
 
-async def test_rewind_by_another_replica_is_never_answered_from_the_cache(replicas: tuple[Replica, Replica]) -> None:
-    a, b = replicas
+async def test_rewind_by_another_replica_is_never_answered_from_the_cache(two_servers: tuple[Replica, Replica]) -> None:
+    a, b = two_servers
     session = await create_session(a.stub, context_window=200_000)
     for i in range(3):
         await prepare(a.stub, session.id, user(f"turn {i}"), pb.Message(role=pb.ROLE_ASSISTANT, content=f"answer {i}"))
@@ -107,10 +107,10 @@ async def test_rewind_by_another_replica_is_never_answered_from_the_cache(replic
     assert [m.content for m in await transcript(a.stub, session.id)] == contents(answer.messages)
 
 
-async def test_hot_answers_equal_a_cold_load(replicas: tuple[Replica, Replica]) -> None:
+async def test_hot_answers_equal_a_cold_load(two_servers: tuple[Replica, Replica]) -> None:
     """A runs every call on its hot state (usage observed between them); B, which never saw the
     session, loads it from the database: both answer the same view, version and estimate."""
-    a, b = replicas
+    a, b = two_servers
     session = await create_session(a.stub, context_window=100_000, system_prompt="system")
     await prepare(a.stub, session.id, user("task " * 50))
     for i in range(6):
@@ -131,8 +131,8 @@ async def test_hot_answers_equal_a_cold_load(replicas: tuple[Replica, Replica]) 
     assert [(m.role, m.content) for m in hot.messages] == [(m.role, m.content) for m in cold.messages]
 
 
-async def test_a_repeated_request_id_appends_once_on_the_hot_path(replicas: tuple[Replica, Replica]) -> None:
-    a, _ = replicas
+async def test_a_repeated_request_id_appends_once_on_the_hot_path(two_servers: tuple[Replica, Replica]) -> None:
+    a, _ = two_servers
     session = await create_session(a.stub, context_window=200_000)
     await prepare(a.stub, session.id, user("start"))
     first = (await prepare(a.stub, session.id, user("once"), request_id="r-1")).result

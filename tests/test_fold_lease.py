@@ -6,20 +6,15 @@ runs, so the lease of a holder that died (kill -9) runs out within seconds."""
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import grpc
 import pytest
 from sqlalchemy import select, update
 
 from builders import create_session, result, user
-from conftest import fresh_database, settings_for
-from ctxfold.server import RunningServer, start
+from conftest import Replicas
+from ctxfold.server import RunningServer
 from ctxfold.service.exclusion import FOLD_LEASE_RENEW_SECONDS, FOLD_LEASE_SECONDS
 from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
@@ -27,29 +22,6 @@ from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
 from test_prepare import call, prepare, state, transcript
 from traces import tool_output
-
-
-@dataclass
-class Replicas:
-    fake: FakeProvider
-    running: list[RunningServer]
-    stubs: list[pb_grpc.ContextServiceStub]
-
-
-@pytest.fixture
-async def replicas(backend: str, tmp_path: Path) -> AsyncIterator[Replicas]:
-    with FakeProvider() as fake:
-        url = await fresh_database(backend, tmp_path)
-        specs = json.dumps({"llm": {"type": "openai", "base_url": fake.base_url, "model": "m", "max_retries": 0}})
-        running = [await start(settings_for(url, summarizers=specs)) for _ in range(2)]
-        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{r.port}") for r in running]
-        try:
-            yield Replicas(fake, running, [pb_grpc.ContextServiceStub(c) for c in channels])
-        finally:
-            for channel in channels:
-                await channel.close()
-            for replica in running:
-                await replica.stop(grace=1.0)
 
 
 async def tool_session(stub: pb_grpc.ContextServiceStub) -> pb.Session:

@@ -399,7 +399,7 @@ async def test_a_held_event_loop_is_recorded_and_warned_of(
     more."""
     recorded: list[float] = []
     monkeypatch.setattr(loop_lag, "INSTRUMENTS", dataclasses.replace(INSTRUMENTS, event_loop_lag=_Recorder(recorded)))
-    watching = asyncio.create_task(loop_lag.watch(interval=0.01))
+    watching = asyncio.create_task(loop_lag.watch(lambda: 1, interval=0.01))
     with caplog.at_level(logging.WARNING, logger="ctxfold.loop_lag"):
         await asyncio.sleep(0.05)
         time.sleep(0.15)  # noqa: ASYNC251 (holding the loop is the point)

@@ -39,7 +39,7 @@ def log_level(lag: float, warn: float, calls_before: int, calls_after: int) -> i
 
 
 async def watch(
-    calls_in_progress: Callable[[], int] = lambda: 1, interval: float = INTERVAL_SECONDS, warn: float = WARN_SECONDS
+    calls_in_progress: Callable[[], int], interval: float = INTERVAL_SECONDS, warn: float = WARN_SECONDS
 ) -> NoReturn:
     """Runs until cancelled; `calls_in_progress` counts the calls admitted and not answered."""
     while True:

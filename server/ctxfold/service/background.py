@@ -22,7 +22,6 @@ from ctxfold.engine.candidate import Accepted, fold_install
 from ctxfold.engine.errors import DomainError
 from ctxfold.engine.maintenance import Action, FoldOutcome, MaintainRequest, Trigger, plan_pass
 from ctxfold.engine.projection import Projection
-from ctxfold.engine.state import Receipt
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
 from ctxfold.service.folding import Folding
@@ -69,6 +68,8 @@ class BackgroundFolds:
         """After an answer: starts the session's background fold when the view has reached
         `prefold_tokens` (`prefold_due`) and none ran over this head checkpoint; the progress event
         that says so, or that one is running, else None."""
+        if not run.config.prefold_tokens:  # off: the common Prepare pays for nothing more
+            return None
         projection = run.projection
         tokens = projection.tokens()
         if self.running(session_id):
@@ -108,7 +109,9 @@ class BackgroundFolds:
             if applied(run.projection, prepared) is not None:
                 return True  # made already (by another replica)
             if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
-                await self.states.add_receipt(tenant, run.session, self._discarded(prepared, STALE))
+                before, after = prepared.tokens_before, prepared.tokens_after
+                stale = self.installs.receipt("discarded", "background", before, after, _discarded(prepared, STALE))
+                await self.states.add_receipt(tenant, run.session, stale)
         # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
         run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
         fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens, ahead=True).first
@@ -160,15 +163,8 @@ class BackgroundFolds:
     async def discard_prepared(self, run: Run, prepared: PreparedFold, why: str, observer: MaintenanceObserver) -> None:
         """Drops a prepared fold the trigger did not use, with a receipt: its summary was paid for."""
         if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
-            receipt = self._discarded(prepared, why)
-            run.state = run.state.with_receipt(receipt)
-            observer.receipt(receipt)
-
-    def _discarded(self, prepared: PreparedFold, why: str) -> Receipt:
-        reason = (
-            f"the fold prepared in the background at {prepared.tokens_before} tokens {why}; its summary is not used"
-        )
-        return self.installs.receipt("discarded", "background", prepared.tokens_before, prepared.tokens_after, reason)
+            before, after = prepared.tokens_before, prepared.tokens_after
+            self.installs.record(run, observer, "discarded", "background", before, after, _discarded(prepared, why))
 
     async def install_prepared(
         self, run: Run, prepared: PreparedFold, candidate: Projection, observer: MaintenanceObserver
@@ -229,3 +225,8 @@ class BackgroundFolds:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def _discarded(prepared: PreparedFold, why: str) -> str:
+    """The reason of the receipt of a prepared fold dropped unused (`why`: what made it so)."""
+    return f"the fold prepared in the background at {prepared.tokens_before} tokens {why}; its summary is not used"

@@ -153,11 +153,7 @@ class AnthropicSummarizer:
             raise native.unsupported_status(exc.status_code, exc.message) from None
         except anthropic.AnthropicError as exc:
             raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
-        try:
-            answer = json.loads(raw.http_response.content)
-        except ValueError:
-            raise SummarizerError(f"{PROVIDER}: the compaction answer is not JSON") from None
-        block = native.compaction_item(answer, "content")
+        answer, block = native.compaction_of(raw.http_response.content, "content", PROVIDER)
         text = block.get("content")
         if not isinstance(text, str) or not text.strip():
             raise native.Unsupported("the compaction block holds no summary (the provider's compaction failed)")

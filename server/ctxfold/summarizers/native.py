@@ -22,6 +22,7 @@ from ctxfold.engine import estimator
 from ctxfold.engine.errors import ConfigError
 from ctxfold.engine.model import ProviderPayload, Role
 from ctxfold.engine.view import ViewMessage
+from ctxfold.summarizers.base import SummarizerError
 
 OPENAI_RESPONSES = "openai_responses"  # the API families, named as the gateway names them
 ANTHROPIC_MESSAGES = "anthropic_messages"
@@ -60,13 +61,20 @@ def responses_input(prefix: Sequence[ViewMessage]) -> list[dict[str, Any]]:
     return items
 
 
-def compaction_item(answer: Any, what: str) -> dict[str, Any]:
-    """The one `compaction` item (OpenAI output) or block (Anthropic content) of an answer."""
-    entries = answer.get(what) if isinstance(answer, dict) else None
+def compaction_of(content: bytes, what: str, provider: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The answer (its JSON object) and its one `compaction` item (OpenAI `output`) or block (Anthropic
+    `content`); Unsupported when it holds none, SummarizerError when it is not JSON."""
+    try:
+        answer = json.loads(content)
+    except ValueError:
+        raise SummarizerError(f"{provider}: the compaction answer is not JSON") from None
+    if not isinstance(answer, dict):
+        raise SummarizerError(f"{provider}: the compaction answer is not a JSON object")
+    entries = answer.get(what)
     found = [e for e in entries or [] if isinstance(e, dict) and e.get("type") == "compaction"]
     if not found:
         raise Unsupported(f"the answer holds no compaction {'item' if what == 'output' else 'block'}")
-    return found[-1]
+    return answer, found[-1]
 
 
 def mode(name: str, spec: dict[str, Any]) -> str:

@@ -126,11 +126,7 @@ class OpenAISummarizer:
             raise native.unsupported_status(exc.status_code, exc.message) from None
         except openai.OpenAIError as exc:
             raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
-        try:
-            answer = json.loads(raw.http_response.content)
-        except ValueError:
-            raise SummarizerError(f"{PROVIDER}: the compaction answer is not JSON") from None
-        item = native.compaction_item(answer, "output")
+        answer, item = native.compaction_of(raw.http_response.content, "output", PROVIDER)
         if not isinstance(item.get("encrypted_content"), str) or not item["encrypted_content"]:
             raise SummarizerError(f"{PROVIDER}: the compaction item has no encrypted_content")
         usage = answer.get("usage") or {}
