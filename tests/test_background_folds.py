@@ -201,15 +201,68 @@ async def test_at_the_trigger_with_nothing_prepared_the_view_is_answered_and_fol
     await eventually_receipt(stub, agent.session_id, "prepared")
     installed = await agent.step()
     assert stages(installed) == [pb.FOLD_STAGE_PREPARED_INSTALLED]
-    # Above the hard ceiling the agent cannot go on as it is: that Prepare maintains the view itself.
-    big = await create_session(stub, context_window=WINDOW, summarizer="llm")
-    await prepare(stub, big.id, user("Read the whole log"))
-    reads = [pb.ToolCall(id=f"r{i}", name="read", arguments="{}") for i in range(3)]
-    over = await prepare(
-        stub, big.id, assistant("", *reads), *(result(f"r{i}", tool_output(i, 30_000)) for i in range(3))
+
+
+async def huge_turn(stub: pb_grpc.ContextServiceStub, session_id: str) -> Outcome:
+    """A turn that takes a view of half this window above its hard ceiling: four reads of 7,000
+    characters each (too short to prune), which the next call must answer."""
+    reads = [pb.ToolCall(id=f"r{i}", name="read", arguments="{}") for i in range(4)]
+    return await prepare(
+        stub, session_id, assistant("", *reads), *(result(f"r{i}", tool_output(i, 7_000)) for i in range(4))
     )
-    assert over.result.action != pb.ACTION_NONE and not started(over)
-    assert over.result.estimated_tokens <= over.result.hard_limit_tokens
+
+
+def folded_offline(outcome: Outcome) -> None:
+    """The Prepare folded with extractive instead of the session's LLM summarizer, and said so."""
+    assert outcome.result.action != pb.ACTION_NONE
+    assert outcome.result.estimated_tokens <= outcome.result.hard_limit_tokens
+    fallbacks = [p for p in outcome.progress if p.stage == pb.FOLD_STAGE_SUMMARIZER_FALLBACK]
+    assert fallbacks and all(p.summarizer == "extractive" for p in fallbacks)
+    assert "background folds are on" in fallbacks[0].message and "instead of waiting for llm" in fallbacks[0].message
+    committed = [p for p in outcome.progress if p.stage == pb.FOLD_STAGE_PASS_COMMITTED]
+    assert committed and all(p.summarizer == "extractive" for p in committed)
+
+
+async def test_above_the_hard_ceiling_with_nothing_prepared_the_fold_is_made_offline_at_once(
+    replicas: Replicas,
+) -> None:
+    """The summarizer never answers: with background folds on the agent does not wait for it."""
+    fake, stub = replicas.fake, replicas.stubs[0]
+    fake.script("stall")
+    agent = await llm_session(stub)
+    await agent.until(lambda o: o.result.estimated_tokens >= WINDOW // 2)
+    over = await asyncio.wait_for(huge_turn(stub, agent.session_id), timeout=10)
+    folded_offline(over)
+    assert fake.requests == [] and not fake.stalled.is_set()
+    applied = await receipts(stub, agent.session_id, "applied")
+    assert any("instead of waiting for llm" in str(r["reason"]) for r in applied)
+    # Off, the same turn is folded by the LLM (the fallback to extractive is only for a failed summary).
+    fake.reset()
+    off = await llm_session(stub, prefold_ratio=0.0)
+    await off.until(lambda o: o.result.estimated_tokens >= WINDOW // 2)
+    folded = await huge_turn(stub, off.session_id)
+    assert len(fake.requests) >= 1
+    assert all(p.summarizer == "llm" for p in folded.progress if p.stage == pb.FOLD_STAGE_PASS_COMMITTED)
+
+
+async def test_a_turn_above_the_hard_ceiling_stops_the_running_background_fold_and_does_not_wait_for_it(
+    replicas: Replicas,
+) -> None:
+    fake, stub = replicas.fake, replicas.stubs[0]
+    fake.script("stall")
+    agent = await llm_session(stub)
+    await agent.until(started)
+    await stalled(fake)
+    over = await asyncio.wait_for(huge_turn(stub, agent.session_id), timeout=10)
+    folded_offline(over)
+    assert len(fake.requests) == 1  # the stopped background fold's, and no other
+    stopped = await receipts(stub, agent.session_id, "discarded")
+    assert stopped and "stopped before it was ready: the view went above the hard ceiling" in str(stopped[-1]["reason"])
+    assert stopped[-1]["action"] == "background"
+    fake.release()
+    # Nothing prepared from the stopped fold is installed later.
+    await asyncio.sleep(0.3)
+    assert await receipts(stub, agent.session_id, "prepared") == []
 
 
 async def test_with_prefold_ratio_zero_nothing_runs_in_the_background(replicas: Replicas) -> None:

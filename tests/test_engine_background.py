@@ -115,7 +115,7 @@ def test_decide_installs_a_prepared_fold_at_the_trigger_not_before_and_instead_o
     off = replace(at, config=replace(at.config, prefold_ratio=0.0))
     assert decide(Snapshot(off, off.tokens(), 0, None), MaintainRequest()) == Fold(must_fold=False)
     over = in_window(at, 1.01)
-    assert decide(Snapshot(over, over.tokens(), 0, None), MaintainRequest()) == Fold(must_fold=True)
+    assert decide(Snapshot(over, over.tokens(), 0, None), MaintainRequest()) == Fold(must_fold=True, offline=True)
     # A Compact folds with its own focus and kept tokens: it does not take the prepared fold.
     compact = MaintainRequest(Trigger.COMPACT)
     assert decide(Snapshot(at, at.tokens(), 0, candidate), compact) == Fold(must_fold=True)
@@ -124,6 +124,21 @@ def test_decide_installs_a_prepared_fold_at_the_trigger_not_before_and_instead_o
     assert decide(Snapshot(below, below.tokens(), 0, applied(below, prepared)), overflow) == InstallPrepared(
         applied(below, prepared)  # type: ignore[arg-type]
     )
+
+
+def test_with_background_folds_on_a_view_the_agent_cannot_send_is_folded_offline_at_once() -> None:
+    """Above the hard ceiling, or refused by the provider, with nothing prepared: the agent would wait
+    for an LLM summary; with background folds on it gets the offline fold instead. Off, or asked by a
+    Compact, the configured summarizer folds as before."""
+    view = in_window(projection(conversation(SMALL)), 1.01)
+    assert view.tokens() > view.config.hard_limit_tokens
+    assert decide(Snapshot(view, view.tokens(), 0, None), MaintainRequest()) == Fold(must_fold=True, offline=True)
+    overflow = in_window(view, 0.5)
+    decision = decide(Snapshot(overflow, overflow.tokens(), 0, None), MaintainRequest(Trigger.OVERFLOW))
+    assert decision == Fold(must_fold=False, offline=True)
+    off = replace(view, config=replace(view.config, prefold_ratio=0.0))
+    assert decide(Snapshot(off, off.tokens(), 0, None), MaintainRequest()) == Fold(must_fold=True)
+    assert decide(Snapshot(view, view.tokens(), 0, None), MaintainRequest(Trigger.COMPACT)) == Fold(must_fold=True)
 
 
 def test_a_prune_that_is_enough_comes_before_a_prepared_fold() -> None:

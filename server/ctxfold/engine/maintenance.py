@@ -283,9 +283,14 @@ class Blocked:
 @dataclass(frozen=True)
 class Fold:
     """Fold in passes. `must_fold`: the caller cannot go on without it (a Compact, or a view above the
-    hard ceiling), so it waits for another holder's fold instead of answering the current view."""
+    hard ceiling), so it waits for another holder's fold instead of answering the current view.
+    `offline`: background folds are on and the agent cannot go on with this view (above the hard
+    ceiling, or refused by the provider) before a fold prepared for it is ready: it is folded at once
+    with the offline summarizer (`extractive`, which calls no provider) instead of waiting for an LLM;
+    the next fold's summary merges that briefing as it merges any other."""
 
     must_fold: bool
+    offline: bool = False
 
 
 @dataclass(frozen=True)
@@ -308,11 +313,11 @@ Decision = Answer | Prune | Blocked | InstallPrepared | FoldInBackground | Fold
 def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
     """Invariant 2 (docs/architecture.md): below the trigger nothing happens (unless the provider
     overflowed); at or above it, prune first and stop if that is enough — below the trigger with room
-    for the next turns
-    (`prune_room`); otherwise fold, unless the same input failed to fold before and the view still
-    fits. A fold prepared in the background is installed instead of folding, whenever it still applies;
-    with background folds on and none prepared, a view that still fits is answered and folded in the
-    background. A Compact folds whatever the size (with its own focus and kept tokens)."""
+    for the next turns (`prune_room`); otherwise fold, unless the same input failed to fold before and
+    the view still fits. A fold prepared in the background is installed instead of folding, whenever it
+    still applies; with background folds on and none prepared, a view that still fits is answered and
+    folded in the background, and one that does not is folded at once offline (`Fold.offline`). A
+    Compact folds whatever the size (with its own focus and kept tokens)."""
     projection = snapshot.projection
     config = projection.config
     tokens = projection.tokens()
@@ -339,4 +344,5 @@ def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
         return Answer()
     if config.prefold_tokens and not overflow and tokens <= config.hard_limit_tokens:
         return FoldInBackground()
-    return Fold(must_fold=tokens > config.hard_limit_tokens)
+    # Reached with background folds on only above the hard ceiling or on overflow: the agent waits for no summarizer.
+    return Fold(must_fold=tokens > config.hard_limit_tokens, offline=config.prefold_tokens > 0)

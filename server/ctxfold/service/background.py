@@ -89,8 +89,8 @@ class BackgroundFolds:
 
     async def _prefold(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> bool:
         """A background fold: one pass made like any other (same lease, summarizer and checks) and kept
-        prepared, not installed. It takes its turn with the session's other maintenance, so a Prepare
-        that must fold meanwhile waits for it and then installs what it made."""
+        prepared, not installed. It takes its turn with the session's other maintenance; a Prepare whose
+        view cannot be sent meanwhile stops it (`stop`) rather than wait, and folds offline."""
         try:
             async with self._sessions.hold(session_id):
                 return await self._prefold_locked(tenant, session_id, started_by)
@@ -209,6 +209,21 @@ class BackgroundFolds:
             self._tried.pop(session_id, None)
         if not task.cancelled() and task.exception() is not None:
             log.warning("background fold of session %s failed: %s", session_id, task.exception())
+
+    async def stop(self, run: Run, why: str) -> None:
+        """Cancels the session's background fold of this process, when one runs, and waits for it to
+        unwind; its summary request, paid for in part, is said in a receipt."""
+        running = self._tasks.get(run.session.id)
+        if running is None:
+            return
+        running[0].cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await running[0]
+        tokens = run.projection.tokens()
+        receipt = self.installs.receipt(
+            "discarded", "background", tokens, tokens, f"stopped before it was ready: {why}"
+        )
+        await self.states.add_receipt(run.session.tenant, run.session, receipt)
 
     def rewound(self, session_id: str, to_seq: int) -> None:
         """A rewind to `to_seq`: a background fold reading past it is cancelled, and one may start again."""

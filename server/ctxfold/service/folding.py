@@ -49,15 +49,23 @@ class Folding:
         self.hooks = hooks
 
     async def fold(self, run: Run, fold: Fold, observer: MaintenanceObserver) -> None:
-        summarizer = self.summarizers.get(run.config.summarizer)
-        if summarizer is None:
+        configured = self.summarizers.get(run.config.summarizer)
+        if configured is None:
             raise DomainError(
                 Kind.FAILED_PRECONDITION,
                 "SUMMARIZER_NOT_CONFIGURED",
                 f"summarizer {run.config.summarizer!r} is not configured on this server",
                 {"summarizer": run.config.summarizer},
             )
+        summarizer, stand_in = configured, ""
         before = run.projection.tokens()
+        if fold.offline and configured.name != ExtractiveSummarizer.name:
+            summarizer = self._extractive()
+            stand_in = (
+                f"background folds are on and no fold prepared in the background covers this view ({before} tokens, "
+                f"hard ceiling {run.config.hard_limit_tokens}): folded with {summarizer.name} at once instead of "
+                f"waiting for {configured.name}"
+            )
         keep_tokens = run.request.keep_tokens
         plan = plan_pass(run.projection, summarizer.input_window_tokens, keep_tokens)
         if plan.first is None:
@@ -68,6 +76,11 @@ class Folding:
                 "anchors, pinned messages, the input the next call must answer, the newest call group"
                 + (f", the newest {keep_tokens} tokens)" if keep_tokens else ")"),
             )
+            return
+        if fold.offline:
+            # The fold lease only saves summarizer calls twice paid for; an offline fold pays none, and the
+            # agent does not wait for another holder's summary (the compare-and-swap keeps one install).
+            await self._fold_passes(run, summarizer, plan, observer, stand_in)
             return
         # Only a call that must fold waits for another holder's fold: any other Prepare answers with
         # the current view, which still fits.
@@ -84,11 +97,15 @@ class Folding:
                 return
             await self._fold_passes(run, summarizer, plan, observer)
 
+    def _extractive(self) -> Summarizer:
+        return self.summarizers.get(ExtractiveSummarizer.name) or ExtractiveSummarizer()
+
     async def _fold_passes(
-        self, run: Run, summarizer: Summarizer, plan: FoldPlan, observer: MaintenanceObserver
+        self, run: Run, summarizer: Summarizer, plan: FoldPlan, observer: MaintenanceObserver, stand_in: str = ""
     ) -> None:
         """Pass after pass, each planned afresh from what the previous one installed, until the fold is
-        complete (or after one pass on overflow, or a dry run's candidate, or a failed pass)."""
+        complete (or after one pass on overflow, or a dry run's candidate, or a failed pass);
+        `stand_in`: why `summarizer` folds instead of the configured one ("" when it is that one)."""
         before = run.projection.tokens()
         passes = 1 if run.request.one_pass else plan.passes_planned
         await observer.planned(passes, before)
@@ -99,7 +116,7 @@ class Folding:
             while fold is not None:
                 index += 1
                 with observer.fold_pass(index, passes):
-                    committed = await self._fold_pass(run, summarizer, fold, index, passes, observer)
+                    committed = await self._fold_pass(run, summarizer, fold, index, passes, observer, stand_in)
                 if not committed or run.request.dry_run or run.request.one_pass or fold.final:
                     break
                 fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens).first
@@ -109,11 +126,18 @@ class Folding:
             observer.folded(installed, passes, run.projection.tokens(), outcome, run.failure[1] if run.failure else "")
 
     async def _fold_pass(
-        self, run: Run, summarizer: Summarizer, fold: FoldPass, index: int, passes: int, observer: MaintenanceObserver
+        self,
+        run: Run,
+        summarizer: Summarizer,
+        fold: FoldPass,
+        index: int,
+        passes: int,
+        observer: MaintenanceObserver,
+        stand_in: str,
     ) -> bool:
         """One summarizer call and its install; False when the pass failed (nothing installed)."""
         before = run.projection.tokens()
-        made = await self.candidate(run, summarizer, fold, index, passes, observer)
+        made = await self.candidate(run, summarizer, fold, index, passes, observer, stand_in)
         if made is None:
             return False
         outcome, document, fell_back = made
@@ -141,18 +165,28 @@ class Folding:
         return True
 
     async def candidate(
-        self, run: Run, summarizer: Summarizer, fold: FoldPass, index: int, passes: int, observer: MaintenanceObserver
+        self,
+        run: Run,
+        summarizer: Summarizer,
+        fold: FoldPass,
+        index: int,
+        passes: int,
+        observer: MaintenanceObserver,
+        stand_in: str = "",
     ) -> tuple[Accepted, FoldDocument, str] | None:
         """One summarizer call: the accepted candidate, its folded-results document and how the pass
-        fell back ("" when it did not), or None when the pass failed (recorded in `run`). Above the
-        hard ceiling a failed LLM summary falls back to extractive."""
+        fell back ("" when it did not; `stand_in` when `summarizer` folds instead of the configured
+        one), or None when the pass failed (recorded in `run`). Above the hard ceiling a failed LLM
+        summary falls back to extractive."""
         projection = run.projection
         before = projection.tokens()
         await observer.pass_started(fold, index, passes, before, summarizer.name)
+        if stand_in:
+            await observer.fell_back(index, passes, before, run.config.summarizer, summarizer.name, stand_in)
         on_delta = observer.summary_deltas(index, passes)
         record = await self._record_fold(run, fold)
         request = _summary_request(run, fold, record)
-        fell_back = ""
+        fell_back = stand_in
 
         async def attempt(with_summarizer: Summarizer) -> Accepted | Rejected:
             nonlocal fell_back
@@ -175,7 +209,7 @@ class Folding:
         above_ceiling = before > run.config.hard_limit_tokens
         if isinstance(outcome, Rejected) and summarizer.name != ExtractiveSummarizer.name and above_ceiling:
             # Above the ceiling the agent cannot go on without a fold: the offline summarizer always answers.
-            fallback = self.summarizers.get(ExtractiveSummarizer.name) or ExtractiveSummarizer()
+            fallback = self._extractive()
             fell_back = f"{summarizer.name} failed ({outcome.why}); folded with {fallback.name}"
             await observer.fell_back(index, passes, before, summarizer.name, fallback.name, fell_back)
             outcome = await attempt(fallback)
