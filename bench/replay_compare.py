@@ -39,7 +39,14 @@ import grpc
 
 from ctxfold.engine.model import PREFOLD_LEAD
 from ctxfold.replay import baselines, report
-from ctxfold.replay.metrics import Recording, ReplayResult, bill, ideal_hit_ratio
+from ctxfold.replay.metrics import (
+    SUMMARY_FIRST_TOKEN_SECONDS,
+    SUMMARY_TOKENS_PER_SECOND,
+    Recording,
+    ReplayResult,
+    bill,
+    ideal_hit_ratio,
+)
 from ctxfold.replay.prices import BUILT_IN, PriceSheet
 from ctxfold.replay.runner import CHANNEL_OPTIONS, Options, embedded_server, load_trace_file, replay_through
 from ctxfold.replay.simulator import Provider, cache_model
@@ -177,6 +184,8 @@ def summary_rows(
                 "folds": sum(r.folds for r in primary),
                 "prunes": sum(r.prunes for r in primary),
                 "summarizer_calls": sum(r.summarizer_calls for r in primary),
+                "summary_wait_seconds": round(sum(r.summary_wait_seconds for r in primary), 1),
+                "summary_wait_max_seconds": round(max(r.summary_wait_max_seconds for r in primary), 1),
                 "peak_view_tokens": max(r.peak_view_tokens for r in primary),
                 "input_tokens": sum(r.input_tokens for r in primary),
                 "cache_hit_ratio": {
@@ -208,12 +217,13 @@ def _pct(value: float | None) -> str:
 def summary_table(rows: Sequence[dict[str, Any]], ideal: float) -> str:
     """The compact table of one window: cost and cache hits per price sheet, then the probes."""
     labels = [SHEET_LABELS.get(sheet, sheet[:8]) for sheet in SHEETS]
-    head = f"{'policy':<35}{'refused':>8}{'folds':>6}{'input':>11}"
+    head = f"{'policy':<35}{'refused':>8}{'folds':>6}{'wait s':>8}{'max s':>7}{'input':>11}"
     head += "".join(f"{'$ ' + label:>11}" for label in labels) + "".join(f"{'hit ' + label:>13}" for label in labels)
     head += f"{'task':>6}{'instr':>7}{'paths':>7}{'reach':>7}"
     lines = [head, "-" * len(head)]
     for row in rows:
-        line = f"{row['policy']:<35}{row['refused_calls']:>8}{row['folds']:>6}{row['input_tokens']:>11,}"
+        line = f"{row['policy']:<35}{row['refused_calls']:>8}{row['folds']:>6}"
+        line += f"{row['summary_wait_seconds']:>8.0f}{row['summary_wait_max_seconds']:>7.0f}{row['input_tokens']:>11,}"
         line += "".join(f"{row['total_cost'][sheet]:>11.4f}" for sheet in SHEETS)
         line += "".join(f"{100 * row['cache_hit_ratio'][sheet]:>12.1f}%" for sheet in SHEETS)
         probes = row["probes"]
@@ -230,7 +240,10 @@ def summary_table(rows: Sequence[dict[str, Any]], ideal: float) -> str:
     lines.append(f"ideal cache-hit ratio over all traces (full history, token granularity): {100 * ideal:.1f}%")
     lines.append(
         "refused: model calls the policy could not make (a failed Prepare; a view above the window, which the "
-        "provider refuses), billed nothing; task: traces whose opening user message the last view keeps; instr: "
+        "provider refuses), billed nothing; wait s / max s: what the agent waited for summaries in all and "
+        f"before one call at most (modeled: {SUMMARY_FIRST_TOKEN_SECONDS:g} s to the first token, then "
+        f"{SUMMARY_TOKENS_PER_SECOND:g} tokens/s; a summary made in the background is not waited for); "
+        "task: traces whose opening user message the last view keeps; instr: "
         "the person's later messages kept; paths: touched paths the view names; reach: hidden tool results "
         "reachable from the view"
     )

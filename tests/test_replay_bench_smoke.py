@@ -63,6 +63,12 @@ def test_replay_compare_smoke(tmp_path: Path) -> None:
     assert by_policy["ctxfold ratio 0.80 (default)"]["recoverable_tool_results"] > 0
     assert by_policy["clear-tool-uses"]["recoverable_tool_results"] == 0
     assert by_policy["summarize-all, keeps user messages"]["probes"]["instructions"] == 1.0
+    # What the agent waits for summaries: for each fold's in the foreground, for none made in the background.
+    assert by_policy["ctxfold ratio 0.80 (default)"]["summary_wait_seconds"] > 0
+    assert by_policy["summarize-all"]["summary_wait_seconds"] > 0
+    assert by_policy["ctxfold ratio 0.80, background from 0.75"]["summary_wait_seconds"] == 0
+    assert by_policy["clear-tool-uses"]["summary_wait_seconds"] == 0
+    assert "wait s" in result.stdout
     assert [t["window"] for t in document["traces"]] == [8000, 12000]
     for trace in document["traces"]:
         assert trace["model_calls"] == 33 and 0 < trace["ideal_cache_hit_ratio"] < 1

@@ -144,4 +144,7 @@ def test_replay_bills_every_background_summary_installed_or_not(tmp_path: Path, 
     assert made == 1 and on["unused_summaries"] == 1
     assert on["summarizer_cost"] > off["summarizer_cost"]
     assert on["settings"]["prefold_ratio"] == 0.7
-    assert on["fold_wait_max_seconds"] <= on["prepare_max_seconds"]
+    # The agent waits for the summaries of its folds with them off, for none with them on.
+    assert on["summary_wait_seconds"] == 0
+    assert (off["summary_wait_seconds"] > 0) is (folds > 0)
+    assert off["summary_wait_max_seconds"] <= off["summary_wait_seconds"]

@@ -9,7 +9,15 @@ import pytest
 
 from ctxfold.engine import estimator
 from ctxfold.engine.model import ToolCall
-from ctxfold.replay.metrics import ModelCall, Recording, bill, ideal_hit_ratio
+from ctxfold.replay.metrics import (
+    SUMMARY_FIRST_TOKEN_SECONDS,
+    SUMMARY_TOKENS_PER_SECOND,
+    ModelCall,
+    Recording,
+    SummaryCall,
+    bill,
+    ideal_hit_ratio,
+)
 from ctxfold.replay.prices import BUILT_IN, PriceError, PriceSheet, sheet_from_mapping
 from ctxfold.replay.simulator import (
     END,
@@ -236,6 +244,26 @@ def test_bill_keeps_hits_plus_misses_equal_to_billed_input() -> None:
         assert result.turns == 4
         assert result.cache_hit_tokens + result.cache_miss_tokens == result.input_tokens
         assert result.total_cost == pytest.approx(result.series_cumulative_cost[-1])
+
+
+def test_the_agent_waits_for_the_summaries_of_its_calls_but_not_for_those_made_in_the_background() -> None:
+    messages = tuple(Msg("user" if i % 2 == 0 else "assistant", f"message {i} " * 50, source=i) for i in range(6))
+    trace = Trace("t", "system prompt", "[]", messages)
+    calls, _ = turns(trace)
+    summary = (Msg("user", "summarize"),)
+    waited = SummaryCall("agent", summary, 300)
+    behind = SummaryCall("agent", summary, 300, background=True)
+    recorded = (
+        ModelCall((calls[0].append[0],), calls[0].answer, summary_calls=(waited, SummaryCall("agent", (), 0))),
+        ModelCall((calls[1].append[0],), calls[1].answer, summary_calls=(behind,)),
+        ModelCall((calls[2].append[0],), calls[2].answer, summary_calls=(waited,)),
+    )
+    sheet = BUILT_IN["gpt-5"]
+    result = bill(trace, Recording("p", {}, recorded, 5), Provider(cache_model(sheet.provider), sheet))
+    one = SUMMARY_FIRST_TOKEN_SECONDS + 300 / SUMMARY_TOKENS_PER_SECOND
+    assert result.summary_wait_max_seconds == pytest.approx(one + SUMMARY_FIRST_TOKEN_SECONDS)  # two passes
+    assert result.summary_wait_seconds == pytest.approx(2 * one + SUMMARY_FIRST_TOKEN_SECONDS)
+    assert result.summarizer_calls == 4  # the background one is paid for all the same
 
 
 # ---- traces ------------------------------------------------------------------------------------------

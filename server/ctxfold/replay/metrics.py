@@ -13,15 +13,27 @@ from ctxfold.replay.trace import Msg, Trace, turns
 
 AGENT_KEY = "agent"
 
+# What the agent waits for a summary it cannot go on without, modeled the same for every policy: the
+# time to the first token, then the summary written at a typical speed (real models: 50–150 tokens/s).
+SUMMARY_FIRST_TOKEN_SECONDS = 1.0
+SUMMARY_TOKENS_PER_SECOND = 100.0
+
 
 @dataclass(frozen=True)
 class SummaryCall:
     """One summarizer request as an LLM would receive it, and the tokens of the summary it wrote.
-    `key` is the prompt-cache key it is sent with (a cache-safe fork shares the agent's key)."""
+    `key` is the prompt-cache key it is sent with (a cache-safe fork shares the agent's key);
+    `background`: made ahead of the call that uses it, so the agent does not wait for it."""
 
     key: str
     messages: tuple[Msg, ...]
     output_tokens: int
+    background: bool = False
+
+    @property
+    def wait_seconds(self) -> float:
+        """What the agent waits for this summary (modeled; nothing for one made in the background)."""
+        return 0.0 if self.background else SUMMARY_FIRST_TOKEN_SECONDS + self.output_tokens / SUMMARY_TOKENS_PER_SECOND
 
 
 @dataclass(frozen=True)
@@ -74,8 +86,10 @@ class ReplayResult:
     summarizer_calls: int = 0
     failed_summaries: int = 0
     unused_summaries: int = 0  # summaries made in the background and never installed
-    # The longest the agent waited in one Prepare that folded (a summarizer it waited for), and in any.
-    fold_wait_max_seconds: float = 0.0
+    # What the agent waited for summaries (modeled: `SummaryCall.wait_seconds`), in all and before one
+    # model call at most; and the longest Prepare of this replay as measured (its summarizer's real time).
+    summary_wait_seconds: float = 0.0
+    summary_wait_max_seconds: float = 0.0
     prepare_max_seconds: float = 0.0
     # Model calls the policy could not make: a refused Prepare, a view above the window's hard limit
     # (the provider refuses it). Billed nothing: the agent is stuck at that turn.
@@ -173,14 +187,15 @@ class Meter:
         for summary_call in call.summary_calls:
             self.summarizer(summary_call)
         r = self.result
+        waited = sum(summary_call.wait_seconds for summary_call in call.summary_calls)
+        r.summary_wait_seconds += waited
+        r.summary_wait_max_seconds = max(r.summary_wait_max_seconds, waited)
         r.turns += 1
         r.folds += int(call.action == "folded")
         r.prunes += call.prunes
         r.failed_summaries += call.failed_summaries
         r.unused_summaries += call.unused_summaries
         r.prepare_max_seconds = max(r.prepare_max_seconds, call.prepare_seconds)
-        if call.action == "folded":
-            r.fold_wait_max_seconds = max(r.fold_wait_max_seconds, call.prepare_seconds)
         if call.refused:
             r.refused_calls += 1
             r.series_view_tokens.append(0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ctxfold.replay.metrics import ReplayResult
+from ctxfold.replay.metrics import SUMMARY_FIRST_TOKEN_SECONDS, SUMMARY_TOKENS_PER_SECOND, ReplayResult
 
 
 def _pct(value: float) -> str:
@@ -38,9 +38,11 @@ def single(r: ReplayResult, price_source: str = "") -> str:
             + (f" ({r.unused_summaries} made in the background, never installed)" if r.unused_summaries else ""),
         ),
         (
-            "longest wait in a folding Prepare",
-            f"{r.fold_wait_max_seconds:.3f} s (any Prepare: {r.prepare_max_seconds:.3f} s)",
+            "waited for summaries (modeled)",
+            f"{r.summary_wait_seconds:,.0f} s in all, {r.summary_wait_max_seconds:,.0f} s before one call at most "
+            f"(first token {SUMMARY_FIRST_TOKEN_SECONDS:g} s, then {SUMMARY_TOKENS_PER_SECOND:g} tokens/s)",
         ),
+        ("longest Prepare (measured)", f"{r.prepare_max_seconds:.3f} s"),
         ("peak view tokens", f"{r.peak_view_tokens:,}"),
         ("mean view tokens", f"{r.mean_view_tokens:,.0f}"),
         ("summary tokens (last view)", f"{r.summary_tokens:,}"),

@@ -224,7 +224,8 @@ async def replay_through(
             appended = [from_pb(m, sources) for m in result.appended]
             limit = session.config.summary_max_tokens or options.window // 8
             waited = time.perf_counter() - started
-            call = _model_call(turn, result, progress, view, new_view, appended, limit, background, waited)
+            offline = session.config.prefold_ratio > 0
+            call = _model_call(turn, result, progress, view, new_view, appended, limit, background, waited, offline)
             if pb.FOLD_STAGE_BACKGROUND_STARTED in (p.stage for p in progress):
                 await background.settled(stub, session.id, metadata)
             bill = meter.call(call)
@@ -447,14 +448,17 @@ def _model_call(
     limit: int,
     background: Background,
     waited: float,
+    offline: bool,
 ) -> ModelCall:
     """The model call a Prepare answered for: its view, what maintenance did and every summary request
-    it stands for (its passes'; a background fold's, when installed here or replaced unused)."""
+    it stands for (its passes'; a background fold's, when installed here or replaced unused). With
+    background folds on (`offline`), a pass in the Prepare itself is the offline fold of a view that
+    cannot be sent (`Fold.offline`): written by `extractive`, it is no LLM request and no wait."""
     stages = [p.stage for p in progress]
     passes = stages.count(pb.FOLD_STAGE_PASS_STARTED)
     key = result.prompt_cache_key or AGENT_KEY
     summary_calls: list[SummaryCall] = []
-    if passes:
+    if passes and not offline:
         previous_summary = next((m.content for m in view if m.summary), "")
         instruction = SummaryRequest("", "", "", previous_summary, (), (), limit).instruction()
         committed = stages.count(pb.FOLD_STAGE_PASS_COMMITTED)
@@ -525,7 +529,10 @@ class Background:
         self.started = None
         previous_summary = next((m.content for m in view if m.summary), "")
         instruction = SummaryRequest("", "", "", previous_summary, (), (), limit).instruction()
-        return _summary_calls(view, [], new_view, started_key, instruction, 1, 1)
+        return [
+            replace(made, background=True)
+            for made in _summary_calls(view, [], new_view, started_key, instruction, 1, 1)
+        ]
 
     def unused(self, latest_view: Sequence[Msg], limit: int) -> SummaryCall:
         """The summary request of a background fold never installed; its summary is assumed as long as
@@ -534,7 +541,7 @@ class Background:
         view, key = self.started
         self.started = None
         shown = [estimator.count_text(m.content) for m in latest_view if m.summary]
-        return SummaryCall(key, (*view, Msg("user", "summarize")), shown[0] if shown else limit // 2)
+        return SummaryCall(key, (*view, Msg("user", "summarize")), shown[0] if shown else limit // 2, background=True)
 
     async def settled(
         self, stub: pb_grpc.ContextServiceAsyncStub, session_id: str, metadata: tuple[tuple[str, str], ...]
