@@ -217,12 +217,12 @@ def _pct(value: float | None) -> str:
 def summary_table(rows: Sequence[dict[str, Any]], ideal: float) -> str:
     """The compact table of one window: cost and cache hits per price sheet, then the probes."""
     labels = [SHEET_LABELS.get(sheet, sheet[:8]) for sheet in SHEETS]
-    head = f"{'policy':<35}{'refused':>8}{'folds':>6}{'wait s':>8}{'max s':>7}{'input':>11}"
+    head = f"{'policy':<41}{'refused':>8}{'folds':>6}{'wait s':>8}{'max s':>7}{'input':>11}"
     head += "".join(f"{'$ ' + label:>11}" for label in labels) + "".join(f"{'hit ' + label:>13}" for label in labels)
     head += f"{'task':>6}{'instr':>7}{'paths':>7}{'reach':>7}"
     lines = [head, "-" * len(head)]
     for row in rows:
-        line = f"{row['policy']:<35}{row['refused_calls']:>8}{row['folds']:>6}"
+        line = f"{row['policy']:<41}{row['refused_calls']:>8}{row['folds']:>6}"
         line += f"{row['summary_wait_seconds']:>8.0f}{row['summary_wait_max_seconds']:>7.0f}{row['input_tokens']:>11,}"
         line += "".join(f"{row['total_cost'][sheet]:>11.4f}" for sheet in SHEETS)
         line += "".join(f"{100 * row['cache_hit_ratio'][sheet]:>12.1f}%" for sheet in SHEETS)
