@@ -199,59 +199,84 @@ async def replay_through(
         created = await stub.CreateSession(pb.CreateSessionRequest(config=options.config(trace)), metadata=metadata)
     except grpc.aio.AioRpcError as exc:
         raise ReplayError(f"CreateSession failed: {exc.code().name}: {exc.details()}") from None
-    session = created.session
-    sources: dict[int, int] = {}  # seq -> trace index of the message appended there
-    view: list[Msg] = []
-    recorded: list[ModelCall] = []
-    head = 0
-    background = Background()
+    replay = _Replay(
+        stub, created.session, metadata, meter, created.session.config.summary_max_tokens or options.window // 8
+    )
     try:
         for number, turn in enumerate(calls, 1):
-            for message in turn.append:
-                head += 1  # a Prepare appends before it maintains, so its append stays even when it fails
-                sources[head] = message.source
-            started = time.perf_counter()
-            try:
-                result, progress = await _prepare(stub, session.id, turn.append, metadata, number)
-            except PrepareRefused as refusal:
-                call = ModelCall(view=(), answer=turn.answer, action="refused", refused=refusal.why)
-                meter.call(call)
-                recorded.append(call)
-                if on_turn is not None:
-                    on_turn(number, len(calls), meter.result)
-                continue
-            new_view = [from_pb(m, sources) for m in result.messages]
-            appended = [from_pb(m, sources) for m in result.appended]
-            limit = session.config.summary_max_tokens or options.window // 8
-            waited = time.perf_counter() - started
-            offline = session.config.prefold_ratio > 0
-            call = _model_call(turn, result, progress, view, new_view, appended, limit, background, waited, offline)
-            if pb.FOLD_STAGE_BACKGROUND_STARTED in (p.stage for p in progress):
-                await background.settled(stub, session.id, metadata)
-            bill = meter.call(call)
-            recorded.append(call)
-            view = new_view
-            assert bill is not None  # an accepted call is billed
-            await _observe(stub, session.id, result.view_version, bill, turn, metadata, number)
+            await replay.turn(number, turn)
             if on_turn is not None:
                 on_turn(number, len(calls), meter.result)
-        if background.started is not None and recorded:
-            # The session ended before the trigger: that summary was paid for and never used.
-            never_used = background.unused(view, session.config.summary_max_tokens or options.window // 8)
-            meter.unused(never_used)
-            last = recorded[-1]
-            recorded[-1] = replace(
-                last, summary_calls=(*last.summary_calls, never_used), unused_summaries=last.unused_summaries + 1
-            )
-        refs = await stored_refs(stub, session.id, sources, metadata)
-        documents = await read_documents(stub, session.id, view, trace, refs, metadata)
-        await _append_trailing(stub, session.id, trailing, metadata)
+        replay.ended()
+        refs = await stored_refs(stub, replay.session.id, replay.sources, metadata)
+        documents = await read_documents(stub, replay.session.id, replay.view, trace, refs, metadata)
+        await _append_trailing(stub, replay.session.id, trailing, metadata)
     finally:
         with contextlib.suppress(grpc.aio.AioRpcError):
-            await stub.DeleteSession(pb.DeleteSessionRequest(session_id=session.id), metadata=metadata)
+            await stub.DeleteSession(pb.DeleteSessionRequest(session_id=replay.session.id), metadata=metadata)
     appended_count = calls[-1].answer.source if calls else 0
-    recording = Recording(policy, options.settings(), tuple(recorded), appended_count, refs, documents)
-    return meter.finish(last_view(recorded), appended_count, refs, documents), recording
+    recording = Recording(policy, options.settings(), tuple(replay.recorded), appended_count, refs, documents)
+    return meter.finish(last_view(replay.recorded), appended_count, refs, documents), recording
+
+
+class _Replay:
+    """One replayed session, turn by turn: what it sent (`recorded`), the view the agent holds and
+    which trace message each seq is."""
+
+    def __init__(
+        self,
+        stub: pb_grpc.ContextServiceAsyncStub,
+        session: pb.Session,
+        metadata: tuple[tuple[str, str], ...],
+        meter: Meter,
+        summary_limit: int,
+    ) -> None:
+        self.stub, self.session, self.metadata, self.meter = stub, session, metadata, meter
+        self.summary_limit = summary_limit
+        self.sources: dict[int, int] = {}  # seq -> trace index of the message appended there
+        self.view: list[Msg] = []
+        self.recorded: list[ModelCall] = []
+        self.head = 0
+        self.background = Background()
+
+    async def turn(self, number: int, turn: Turn) -> None:
+        """One Prepare (its append and what it did) and the model call it answered for, billed."""
+        for message in turn.append:
+            self.head += 1  # a Prepare appends before it maintains, so its append stays even when it fails
+            self.sources[self.head] = message.source
+        started = time.perf_counter()
+        try:
+            result, progress = await _prepare(self.stub, self.session.id, turn.append, self.metadata, number)
+        except PrepareRefused as refusal:
+            refused = ModelCall(view=(), answer=turn.answer, action="refused", refused=refusal.why)
+            self.meter.call(refused)
+            self.recorded.append(refused)
+            return
+        waited = time.perf_counter() - started
+        new_view = [from_pb(m, self.sources) for m in result.messages]
+        appended = [from_pb(m, self.sources) for m in result.appended]
+        offline = self.session.config.prefold_ratio > 0
+        call = _model_call(
+            turn, result, progress, self.view, new_view, appended, self.summary_limit, self.background, waited, offline
+        )
+        if pb.FOLD_STAGE_BACKGROUND_STARTED in (p.stage for p in progress):
+            await self.background.settled(self.stub, self.session.id, self.metadata)
+        bill = self.meter.call(call)
+        self.recorded.append(call)
+        self.view = new_view
+        assert bill is not None  # an accepted call is billed
+        await _observe(self.stub, self.session.id, result.view_version, bill, turn, self.metadata, number)
+
+    def ended(self) -> None:
+        """A background fold still pending when the session ended: its summary was paid for, never used."""
+        if self.background.started is None or not self.recorded:
+            return
+        never_used = self.background.unused(self.view, self.summary_limit)
+        self.meter.unused(never_used)
+        last = self.recorded[-1]
+        self.recorded[-1] = replace(
+            last, summary_calls=(*last.summary_calls, never_used), unused_summaries=last.unused_summaries + 1
+        )
 
 
 async def _append_trailing(
