@@ -214,18 +214,25 @@ class Folding:
             await observer.fell_back(index, passes, before, summarizer.name, fallback.name, fell_back)
             outcome = await attempt(fallback)
         if isinstance(outcome, Rejected):
-            await observer.pass_failed(index, passes, outcome.why)
-            run.state = replace(run.state, failed_fold_tokens=before)
-            run.failure = (outcome.reason, outcome.why)
-            if run.not_folded is NotFolded.UNSPECIFIED and run.action is not Action.FOLDED:
-                run.not_folding(NotFolded.SUMMARIZER_FAILED, outcome.why)
-            self.installs.record(run, observer, "failed", "summary", before, before, outcome.why)
+            await self._failed(run, outcome, index, passes, observer)
             return None
         observer.candidate(outcome.checkpoint.id, outcome.candidate.tokens())
         last_folded = fold.folded[-1].source
         assert last_folded is not None  # folded view messages render canonical messages
         document = FoldDocument(record.notes.index_ref, last_folded.id, folded_index.render(record.index))
         return outcome, document, fell_back
+
+    async def _failed(
+        self, run: Run, outcome: Rejected, index: int, passes: int, observer: MaintenanceObserver
+    ) -> None:
+        """A pass that made no candidate: said, remembered (not retried until the view grows) and receipted."""
+        before = run.projection.tokens()
+        await observer.pass_failed(index, passes, outcome.why)
+        run.state = replace(run.state, failed_fold_tokens=before)
+        run.failure = (outcome.reason, outcome.why)
+        if run.not_folded is NotFolded.UNSPECIFIED and run.action is not Action.FOLDED:
+            run.not_folding(NotFolded.SUMMARIZER_FAILED, outcome.why)
+        self.installs.record(run, observer, "failed", "summary", before, before, outcome.why)
 
     async def _record_fold(self, run: Run, fold: FoldPass) -> FoldRecord:
         """The engine's notes and folded-results index after `fold`, rolled forward from the head
