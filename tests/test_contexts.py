@@ -18,7 +18,15 @@ from conftest import fresh_database, settings_for
 from ctxfold.engine.context import Context, SessionRecord
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.projection import Projection
-from ctxfold.engine.state import ContextState, Receipt, ViewRecord, load_state, view_version
+from ctxfold.engine.state import (
+    ContextState,
+    Receipt,
+    ReceiptAction,
+    ReceiptStatus,
+    ViewRecord,
+    load_state,
+    view_version,
+)
 from ctxfold.server import RunningServer, start
 from ctxfold.service.contexts import SESSION_OVERHEAD_BYTES, Contexts, message_bytes
 from ctxfold.store.rows import state_document
@@ -257,7 +265,7 @@ def test_bookkeeping_laid_over_the_stored_state_is_the_new_state() -> None:
     stored = ContextState(
         fingerprint="f",
         pruned={"m1": 40},
-        receipts=(Receipt("op", "applied", "prune", 900, 300, "threshold", 1.0),),
+        receipts=(Receipt("op", ReceiptStatus.APPLIED, ReceiptAction.PRUNE, 900, 300, "threshold", 1.0),),
         telemetry={"prune_applied": 1, "prepares": 3},
         views=(ViewRecord(view_version(1, 4), 120),),
     )

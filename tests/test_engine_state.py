@@ -18,6 +18,8 @@ from ctxfold.engine.state import (
     MAX_VIEWS,
     ContextState,
     Receipt,
+    ReceiptAction,
+    ReceiptStatus,
     ViewRecord,
     carried_over,
     check_usage,
@@ -33,7 +35,7 @@ FP = fingerprint("g_1", "cp_1")
 
 def stored() -> ContextState:
     state = ContextState(fingerprint=FP, generation=4, pruned={"m_1": 120}, calibration=1.2)
-    state = state.with_receipt(Receipt("op", "applied", "summary", 9000, 4000, "pass 1", 1.0))
+    state = state.with_receipt(Receipt("op", ReceiptStatus.APPLIED, ReceiptAction.SUMMARY, 9000, 4000, "pass 1", 1.0))
     return replace(state, views=state.views_with(ViewRecord(view_version(4, 12), 8000)))
 
 
@@ -49,6 +51,16 @@ def test_legacy_and_unknown_fields_are_read_and_ignored() -> None:
     document = json.loads(stored().to_json()) | {"soft_compact_ratio": 0.6, "native_compaction": {"x": 1}}
     state, why = load_state(json.dumps(document), FP)
     assert why == "" and state == stored()
+
+
+def test_receipts_read_back_as_their_status_and_action_and_unknown_ones_are_left_out() -> None:
+    document = json.loads(stored().to_json())
+    assert document["receipts"][0]["status"] == "applied" and document["receipts"][0]["action"] == "summary"
+    newer = {**document["receipts"][0], "operation_id": "op2", "status": "deferred"}
+    state, why = load_state(json.dumps(document | {"receipts": [*document["receipts"], newer]}), FP)
+    assert why == ""
+    (receipt,) = state.receipts
+    assert receipt.status is ReceiptStatus.APPLIED and receipt.action is ReceiptAction.SUMMARY
 
 
 def test_invalid_states_are_rebuilt_keeping_receipts_and_calibration() -> None:

@@ -8,6 +8,7 @@ Unknown (legacy) fields are read and ignored."""
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
@@ -57,13 +58,28 @@ def fingerprint(branch_id: str, checkpoint_id: str | None) -> str:
     return hashlib.sha256(f"{branch_id}\0{checkpoint_id or ''}".encode()).hexdigest()[:32]
 
 
+class ReceiptStatus(enum.StrEnum):
+    """What came of one maintenance step."""
+
+    APPLIED = "applied"  # installed
+    NOOP = "noop"  # nothing to do (nothing outside the kept set)
+    BLOCKED = "blocked"  # not tried: the same input failed before, or another call holds the fold lease
+    FAILED = "failed"  # the summary failed or was rejected
+    PREPARED = "prepared"  # a background fold made its checkpoint, kept for the trigger
+    DISCARDED = "discarded"  # a background fold's work dropped unused (stale, not needed, stopped): paid for
+
+
+class ReceiptAction(enum.StrEnum):
+    PRUNE = "prune"  # prune or bound tool results
+    SUMMARY = "summary"  # a fold (or a prepared fold installed)
+    BACKGROUND = "background"  # a fold made ahead of the trigger
+
+
 @dataclass(frozen=True)
 class Receipt:
     operation_id: str
-    # applied | noop | blocked | failed; for a background fold: prepared | failed, then discarded when it
-    # went stale before the trigger (its summary was paid for and not used)
-    status: str
-    action: str  # prune | summary | noop | background
+    status: ReceiptStatus
+    action: ReceiptAction
     tokens_in: int
     tokens_out: int
     reason: str
@@ -111,7 +127,7 @@ class ContextState:
         counters = dict(self.telemetry)
         key = f"{receipt.action}_{receipt.status}"
         counters[key] = counters.get(key, 0) + 1
-        if receipt.status == "applied":
+        if receipt.status is ReceiptStatus.APPLIED:
             counters["tokens_saved"] = counters.get("tokens_saved", 0) + receipt.tokens_saved
         return replace(self, receipts=(*self.receipts, receipt)[-MAX_RECEIPTS:], telemetry=counters)
 
@@ -151,8 +167,14 @@ class ContextState:
 
 
 def _receipts(raw: Any) -> tuple[Receipt, ...]:
+    """The stored receipts; one of a status or action this version does not know is left out."""
     names = Receipt.__dataclass_fields__
-    return tuple(Receipt(**{k: v for k, v in r.items() if k in names}) for r in raw or ())
+    statuses, actions = set(ReceiptStatus), set(ReceiptAction)
+    return tuple(
+        replace(receipt, status=ReceiptStatus(receipt.status), action=ReceiptAction(receipt.action))
+        for receipt in (Receipt(**{k: v for k, v in r.items() if k in names}) for r in raw or ())
+        if receipt.status in statuses and receipt.action in actions
+    )
 
 
 def load_state(text: str | None, expected_fingerprint: str) -> tuple[ContextState, str]:

@@ -22,6 +22,7 @@ from ctxfold.engine.candidate import Accepted, fold_install
 from ctxfold.engine.errors import DomainError
 from ctxfold.engine.maintenance import Action, FoldOutcome, MaintainRequest, Trigger, plan_pass
 from ctxfold.engine.projection import Projection
+from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
 from ctxfold.service.folding import Folding
@@ -110,7 +111,9 @@ class BackgroundFolds:
                 return True  # made already (by another replica)
             if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
                 before, after = prepared.tokens_before, prepared.tokens_after
-                stale = self.installs.receipt("discarded", "background", before, after, _discarded(prepared, STALE))
+                stale = self.installs.receipt(
+                    ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, before, after, _discarded(prepared, STALE)
+                )
                 await self.states.add_receipt(tenant, run.session, stale)
         # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
         run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
@@ -128,7 +131,9 @@ class BackgroundFolds:
                 if made is None:
                     failure = run.failure[1] if run.failure else ""
                     observer.folded(0, 1, before, FoldOutcome.FAILED, failure)
-                    receipt = self.installs.receipt("failed", "background", before, before, failure)
+                    receipt = self.installs.receipt(
+                        ReceiptStatus.FAILED, ReceiptAction.BACKGROUND, before, before, failure
+                    )
                     await self.states.add_receipt(tenant, run.session, receipt)
                     return False
                 outcome, document, _ = made
@@ -142,7 +147,9 @@ class BackgroundFolds:
                 observer.folded(1, 1, after, FoldOutcome.PREPARED, "")
         why = f"prepared in the background over seqs ≤ {checkpoint.position_seq}; installed at the trigger"
         await self.states.add_receipt(
-            tenant, run.session, self.installs.receipt("prepared", "background", before, after, why)
+            tenant,
+            run.session,
+            self.installs.receipt(ReceiptStatus.PREPARED, ReceiptAction.BACKGROUND, before, after, why),
         )
         return True
 
@@ -164,14 +171,22 @@ class BackgroundFolds:
         """Drops a prepared fold the trigger did not use, with a receipt: its summary was paid for."""
         if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
             before, after = prepared.tokens_before, prepared.tokens_after
-            self.installs.record(run, observer, "discarded", "background", before, after, _discarded(prepared, why))
+            self.installs.record(
+                run,
+                observer,
+                ReceiptStatus.DISCARDED,
+                ReceiptAction.BACKGROUND,
+                before,
+                after,
+                _discarded(prepared, why),
+            )
 
     async def install_prepared(
         self, run: Run, prepared: PreparedFold, candidate: Projection, observer: MaintenanceObserver
     ) -> None:
         before, after = run.projection.tokens(), candidate.tokens()
         why = f"installed the fold prepared in the background at {prepared.tokens_before} tokens"
-        receipt = self.installs.receipt("applied", "summary", before, after, why)
+        receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.SUMMARY, before, after, why)
         state = replace(
             run.state,
             pruned=dict(candidate.pruned),
@@ -221,7 +236,7 @@ class BackgroundFolds:
             await running[0]
         tokens = run.projection.tokens()
         receipt = self.installs.receipt(
-            "discarded", "background", tokens, tokens, f"stopped before it was ready: {why}"
+            ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, tokens, tokens, f"stopped before it was ready: {why}"
         )
         await self.states.add_receipt(run.session.tenant, run.session, receipt)
 

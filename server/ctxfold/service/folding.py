@@ -22,6 +22,7 @@ from ctxfold.engine.candidate import (
 )
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.maintenance import Action, Fold, FoldPass, FoldPlan, NotFolded, fold_outcome, plan_pass
+from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.exclusion import FoldLeases, Lease
 from ctxfold.service.observer import MaintenanceObserver
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
@@ -69,7 +70,9 @@ class Folding:
         keep_tokens = run.request.keep_tokens
         plan = plan_pass(run.projection, summarizer.input_window_tokens, keep_tokens)
         if plan.first is None:
-            self.installs.record(run, observer, "noop", "summary", before, before, "nothing to fold")
+            self.installs.record(
+                run, observer, ReceiptStatus.NOOP, ReceiptAction.SUMMARY, before, before, "nothing to fold"
+            )
             run.not_folding(
                 NotFolded.NOTHING_OUTSIDE_KEPT_SET,
                 f"all {len(run.projection.messages)} messages of the view are in the kept set (the opening "
@@ -92,7 +95,7 @@ class Folding:
                     f"another call folds this session (fold lease holder {held.holder}, renewed while it "
                     f"runs; it runs out {max(held.until - self.store.clock(), 0):.0f} s from now unless renewed)"
                 )
-                self.installs.record(run, observer, "blocked", "summary", before, before, why)
+                self.installs.record(run, observer, ReceiptStatus.BLOCKED, ReceiptAction.SUMMARY, before, before, why)
                 run.not_folding(NotFolded.FOLD_IN_PROGRESS, why)
                 return
             await self._fold_passes(run, summarizer, plan, observer)
@@ -147,7 +150,7 @@ class Folding:
             run.not_folding(NotFolded.DRY_RUN, f"dry run: the fold would take the view from {before} to {after} tokens")
             return True
         note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
-        receipt = self.installs.receipt("applied", "summary", before, after, note)
+        receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.SUMMARY, before, after, note)
         state = replace(
             run.state,
             pruned=dict(outcome.candidate.pruned),
@@ -232,7 +235,7 @@ class Folding:
         run.failure = (outcome.reason, outcome.why)
         if run.not_folded is NotFolded.UNSPECIFIED and run.action is not Action.FOLDED:
             run.not_folding(NotFolded.SUMMARIZER_FAILED, outcome.why)
-        self.installs.record(run, observer, "failed", "summary", before, before, outcome.why)
+        self.installs.record(run, observer, ReceiptStatus.FAILED, ReceiptAction.SUMMARY, before, before, outcome.why)
 
     async def _record_fold(self, run: Run, fold: FoldPass) -> FoldRecord:
         """The engine's notes and folded-results index after `fold`, rolled forward from the head

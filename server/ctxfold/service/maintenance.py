@@ -41,7 +41,7 @@ from ctxfold.engine.maintenance import (
 )
 from ctxfold.engine.model import NewMessage, StoredMessage
 from ctxfold.engine.projection import budget_error, check_fixed_costs
-from ctxfold.engine.state import ContextState
+from ctxfold.engine.state import ContextState, ReceiptAction, ReceiptStatus
 from ctxfold.engine.view import ViewMessage
 from ctxfold.service.background import BackgroundFolds
 from ctxfold.service.contexts import Contexts
@@ -306,7 +306,13 @@ class Maintenance:
                 case Blocked() as blocked:
                     tokens = blocked.tokens
                     self.installs.record(
-                        run, observer, "blocked", "summary", tokens, tokens, "the last fold of this input failed"
+                        run,
+                        observer,
+                        ReceiptStatus.BLOCKED,
+                        ReceiptAction.SUMMARY,
+                        tokens,
+                        tokens,
+                        "the last fold of this input failed",
                     )
                     run.not_folding(NotFolded.PREVIOUS_FAILURE, blocked.detail)
                     return
@@ -317,7 +323,9 @@ class Maintenance:
 
     async def _prune(self, run: Run, prune: Prune, observer: MaintenanceObserver) -> None:
         before, after = run.projection.tokens(), prune.candidate.tokens()
-        receipt = self.installs.receipt("applied", "prune", before, after, f"pruned {prune.results} results")
+        receipt = self.installs.receipt(
+            ReceiptStatus.APPLIED, ReceiptAction.PRUNE, before, after, f"pruned {prune.results} results"
+        )
         state = replace(run.state, pruned=dict(prune.candidate.pruned), generation=run.state.generation + 1)
         install = prune_install(state.with_receipt(receipt), run.session.branch_id, run.session.checkpoint_id)
         with observer.pruning(prune.results, before, after):
@@ -333,7 +341,7 @@ class Maintenance:
             return
         before, after = run.projection.tokens(), bound.candidate.tokens()
         why = f"bounded {bound.results} tool results to fit the hard ceiling ({run.config.hard_limit_tokens} tokens)"
-        receipt = self.installs.receipt("applied", "prune", before, after, why)
+        receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.PRUNE, before, after, why)
         state = replace(
             run.state,
             pruned=dict(bound.candidate.pruned),

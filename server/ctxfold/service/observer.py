@@ -18,7 +18,7 @@ from ctxfold.engine import estimator
 from ctxfold.engine.candidate import FoldInstall, Install
 from ctxfold.engine.maintenance import Action, FoldOutcome, FoldPass, MaintainRequest
 from ctxfold.engine.model import SessionConfig
-from ctxfold.engine.state import ContextState, Receipt, split_view_version
+from ctxfold.engine.state import ContextState, Receipt, ReceiptStatus, split_view_version
 from ctxfold.store import StaleSession
 from ctxfold.summarizers.base import IN_PROCESS_PROVIDER, Summarizer, SummaryRequest, SummaryResult
 from ctxfold.telemetry import INSTRUMENTS, TRACER
@@ -162,9 +162,10 @@ class MaintenanceObserver:
 
     @staticmethod
     def receipt(receipt: Receipt) -> None:
-        INSTRUMENTS.maintenance_operations.add(1, {"ctxfold.action": receipt.action, "ctxfold.status": receipt.status})
-        if receipt.status == "applied":
-            INSTRUMENTS.tokens_saved.add(receipt.tokens_saved, {"ctxfold.action": receipt.action})
+        action, status = receipt.action.value, receipt.status.value
+        INSTRUMENTS.maintenance_operations.add(1, {"ctxfold.action": action, "ctxfold.status": status})
+        if receipt.status is ReceiptStatus.APPLIED:
+            INSTRUMENTS.tokens_saved.add(receipt.tokens_saved, {"ctxfold.action": action})
 
     # ---- prune --------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from ctxfold.engine.context import Context, SessionRecord
 from ctxfold.engine.maintenance import Action, MaintainRequest, NotFolded
 from ctxfold.engine.model import SessionConfig
 from ctxfold.engine.projection import Projection
-from ctxfold.engine.state import ContextState, Receipt
+from ctxfold.engine.state import ContextState, Receipt, ReceiptAction, ReceiptStatus
 from ctxfold.engine.view import ViewMessage
 from ctxfold.service.observer import MaintenanceObserver
 from ctxfold.store import Store
@@ -86,11 +86,20 @@ class Installs:
         if receipt is not None:
             observer.receipt(receipt)
 
-    def receipt(self, status: str, action: str, tokens_in: int, tokens_out: int, reason: str) -> Receipt:
+    def receipt(
+        self, status: ReceiptStatus, action: ReceiptAction, tokens_in: int, tokens_out: int, reason: str
+    ) -> Receipt:
         return Receipt(uuid.uuid4().hex, status, action, tokens_in, tokens_out, reason, self.clock())
 
     def record(
-        self, run: Run, observer: MaintenanceObserver, status: str, action: str, before: int, after: int, reason: str
+        self,
+        run: Run,
+        observer: MaintenanceObserver,
+        status: ReceiptStatus,
+        action: ReceiptAction,
+        before: int,
+        after: int,
+        reason: str,
     ) -> None:
         receipt = self.receipt(status, action, before, after, reason)
         run.state = run.state.with_receipt(receipt)
