@@ -153,6 +153,8 @@ async def test_a_rewind_below_a_running_background_fold_cancels_it(replicas: Rep
     assert not running.maintenance.background.running(agent.session_id)
     await asyncio.sleep(0.2)
     assert await receipts(stub, agent.session_id, "prepared") == []
+    (stopped,) = await receipts(stub, agent.session_id, "discarded")
+    assert stopped["action"] == "background" and "a rewind to seq 3" in str(stopped["reason"])
     # The session goes on; in the band again, a new background fold starts over the rewound history.
     fake.reset()
     again = await agent.until(started)

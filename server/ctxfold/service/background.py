@@ -22,7 +22,7 @@ from ctxfold.engine.candidate import Accepted, fold_install
 from ctxfold.engine.errors import DomainError
 from ctxfold.engine.maintenance import Action, FoldOutcome, MaintainRequest, Trigger, plan_pass
 from ctxfold.engine.projection import Projection
-from ctxfold.engine.state import ReceiptAction, ReceiptStatus
+from ctxfold.engine.state import Receipt, ReceiptAction, ReceiptStatus
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
 from ctxfold.service.folding import Folding
@@ -240,12 +240,16 @@ class BackgroundFolds:
         )
         await self.states.add_receipt(run.session.tenant, run.session, receipt)
 
-    def rewound(self, session_id: str, to_seq: int) -> None:
-        """A rewind to `to_seq`: a background fold reading past it is cancelled, and one may start again."""
+    def rewound(self, session_id: str, to_seq: int) -> Receipt | None:
+        """A rewind to `to_seq`: a background fold reading past it is cancelled, and one may start again.
+        The receipt of the one cancelled (its summary request was paid for in part), if any."""
         self._tried.pop(session_id, None)
         running = self._tasks.get(session_id)
-        if running is not None and running[1] > to_seq:
-            running[0].cancel()
+        if running is None or running[1] <= to_seq:
+            return None
+        running[0].cancel()
+        why = f"stopped before it was ready: a rewind to seq {to_seq} went below the history it read"
+        return self.installs.receipt(ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, 0, 0, why)
 
     async def close(self) -> None:
         """Cancels every background fold and waits for them to unwind (their leases handed back)."""

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import ConfigInput, config_from_json, config_to_json, override_config
-from ctxfold.engine.state import ContextState, carried_over, fingerprint, load_state
+from ctxfold.engine.state import ContextState, Receipt, carried_over, fingerprint, load_state
 from ctxfold.service.sessions import SessionInfo, Sessions, fitting_config_tokens, session_info
 from ctxfold.store import StaleSession, Store
 from ctxfold.store.rows import new_id
@@ -18,10 +18,16 @@ REWIND_ATTEMPTS = 10
 
 
 class Lineage:
-    def __init__(self, store: Store, sessions: Sessions, on_rewound: Callable[[str, int], None] = lambda _s, _q: None):
+    def __init__(
+        self,
+        store: Store,
+        sessions: Sessions,
+        on_rewound: Callable[[str, int], Receipt | None] = lambda _s, _q: None,
+    ):
         self.store = store
         self.sessions = sessions
-        # Told of every rewind (session id, to_seq): a background fold reading past it is cancelled.
+        # Told of every rewind (session id, to_seq): a background fold reading past it is cancelled, and
+        # the receipt it answers is kept with the session's state.
         self.on_rewound = on_rewound
 
     async def fork(self, tenant: str, session_id: str, at_seq: int, overrides: ConfigInput) -> SessionInfo:
@@ -59,7 +65,8 @@ class Lineage:
                 await self.store.rewind(session, to_seq)
             except StaleSession:
                 continue
-            self.on_rewound(session_id, to_seq)
+            if (stopped := self.on_rewound(session_id, to_seq)) is not None:
+                state = state.with_receipt(stopped)
             info = await self.sessions.get(tenant, session_id)
             # Best effort: if the state changed meanwhile, the next Prepare rebuilds it safely.
             await self.store.save_state(session_id, self._carried(state, info.record), revision)
