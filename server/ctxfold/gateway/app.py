@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import AsyncIterator, Mapping
@@ -39,6 +40,9 @@ OPENAI, ANTHROPIC = OpenAIChat(), AnthropicMessages()
 APIS: tuple[ApiFormat, ...] = (OPENAI, OpenAIResponses(), ANTHROPIC)
 # Agents send whole histories, with images: the largest request body accepted.
 MAX_REQUEST_BYTES = 64 << 20
+# The garbage collector's thresholds (youngest generation, then how many of its passes make one of
+# the next): Python's default is (700, 10, 10).
+GC_THRESHOLDS = (20_000, 20, 20)
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
      "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding", "content-encoding"}
@@ -428,6 +432,10 @@ async def serve_gateway(settings: GatewaySettings) -> None:
     """`ctxfold gateway`: serves until SIGTERM or SIGINT, then lets requests in flight finish."""
     running = await start_gateway(settings)
     memory.freeze_startup_objects()
+    # A request's parsed history is in flight across several young collections and reaches the oldest
+    # generation, whose passes then ran every ~70 requests: with a larger nursery the collector took
+    # 0.1 s instead of 1.2 s of a `bench/gateway.py` run, and requests/s rose 8 % (side by side).
+    gc.set_threshold(*GC_THRESHOLDS)
     log.info(
         "ctxfold gateway %s serving on %s (ctxfold at %s; OpenAI upstream %s, Anthropic upstream %s; fail %s)",
         __version__,
