@@ -247,6 +247,18 @@ async def test_above_the_hard_ceiling_with_nothing_prepared_the_fold_is_made_off
     assert all(p.summarizer == "llm" for p in folded.progress if p.stage == pb.FOLD_STAGE_PASS_COMMITTED)
 
 
+async def test_an_overflow_with_nothing_prepared_is_folded_offline_too(replicas: Replicas) -> None:
+    """The provider refused a view that fits by ctxfold's estimate: the retry folds one pass at once."""
+    fake, stub = replicas.fake, replicas.stubs[0]
+    fake.script("stall")
+    agent = await llm_session(stub)
+    await agent.until(lambda o: o.result.estimated_tokens >= WINDOW // 2)
+    retried = await asyncio.wait_for(prepare(stub, agent.session_id, overflow=True), timeout=10)
+    assert retried.result.action == pb.ACTION_FOLDED and fake.requests == []
+    (fallback,) = [p for p in retried.progress if p.stage == pb.FOLD_STAGE_SUMMARIZER_FALLBACK]
+    assert fallback.summarizer == "extractive" and "refused by the provider" in fallback.message
+
+
 async def test_a_turn_above_the_hard_ceiling_stops_the_running_background_fold_and_does_not_wait_for_it(
     replicas: Replicas,
 ) -> None:

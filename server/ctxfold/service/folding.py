@@ -62,10 +62,11 @@ class Folding:
         before = run.projection.tokens()
         if fold.offline and configured.name != ExtractiveSummarizer.name:
             summarizer = self._extractive()
+            hard = run.config.hard_limit_tokens
+            sent = f"{before} tokens, above the hard ceiling of {hard}" if before > hard else "refused by the provider"
             stand_in = (
-                f"background folds are on and no fold prepared in the background covers this view ({before} tokens, "
-                f"hard ceiling {run.config.hard_limit_tokens}): folded with {summarizer.name} at once instead of "
-                f"waiting for {configured.name}"
+                f"background folds are on and no fold prepared in the background covers this view ({sent}): "
+                f"folded with {summarizer.name} at once instead of waiting for {configured.name}"
             )
         keep_tokens = run.request.keep_tokens
         plan = plan_pass(run.projection, summarizer.input_window_tokens, keep_tokens)
