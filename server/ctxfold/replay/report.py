@@ -72,7 +72,7 @@ def single(r: ReplayResult, price_source: str = "") -> str:
 
 
 COLUMNS = (
-    ("policy", 34),
+    ("policy", 41),
     ("calls", 5),
     ("folds", 5),
     ("summ", 4),
