@@ -19,9 +19,11 @@ from ctxfold.engine.maintenance import (
     Prune,
     Snapshot,
     Trigger,
+    WhileMaintained,
     decide,
     plan_pass,
     prune,
+    while_maintained,
 )
 from ctxfold.engine.model import ConfigInput, SessionConfig, override_config, resolve_config
 from ctxfold.engine.projection import Projection
@@ -153,6 +155,18 @@ def test_with_background_folds_on_a_view_the_agent_cannot_send_is_folded_offline
     off = replace(view, config=replace(view.config, prefold_ratio=0.0))
     assert decide(Snapshot(off, off.tokens(), 0, None), MaintainRequest()) == Fold(must_fold=True)
     assert decide(Snapshot(view, view.tokens(), 0, None), MaintainRequest(Trigger.COMPACT)) == Fold(must_fold=True)
+
+
+def test_while_another_call_folds_a_view_that_fits_is_answered_and_one_that_does_not_waits_for_no_summarizer() -> None:
+    fits = in_window(projection(conversation(SMALL)), 0.85)
+    over = in_window(fits, 1.01)
+    off = replace(over, config=replace(over.config, prefold_ratio=0.0))
+    assert while_maintained(fits, Trigger.THRESHOLD) is WhileMaintained.ANSWER
+    assert while_maintained(over, Trigger.THRESHOLD) is WhileMaintained.STOP_BACKGROUND
+    assert while_maintained(fits, Trigger.OVERFLOW) is WhileMaintained.STOP_BACKGROUND
+    # Background folds off: the other call's fold is what this one needs, so it takes its turn after it.
+    assert while_maintained(off, Trigger.THRESHOLD) is WhileMaintained.WAIT
+    assert while_maintained(fits, Trigger.COMPACT) is WhileMaintained.WAIT
 
 
 def test_a_prune_that_is_enough_comes_before_a_prepared_fold() -> None:

@@ -245,6 +245,30 @@ def plan_pass(
     )
 
 
+# ---- while another call maintains the session --------------------------------------------------------
+
+
+class WhileMaintained(enum.Enum):
+    """What a call does when another call of this process maintains the session (`while_maintained`)."""
+
+    ANSWER = "answer"  # the view still fits: answer it as committed, without waiting for that fold
+    WAIT = "wait"  # take the session's turn after that call: its fold may be what this one needs
+    STOP_BACKGROUND = "stop_background"  # stop a background fold, then fold offline (`Fold.offline`)
+
+
+def while_maintained(projection: Projection, trigger: Trigger) -> WhileMaintained:
+    """A Prepare whose view fits is answered now, as across replicas; one that cannot be sent (above the
+    hard ceiling, or an overflow) waits for its turn, unless background folds are on: then it waits for
+    no summarizer, and the background fold it would wait for would not apply after its offline fold.
+    A Compact takes its turn."""
+    config = projection.config
+    if trigger is Trigger.COMPACT:
+        return WhileMaintained.WAIT
+    if trigger is Trigger.THRESHOLD and projection.tokens() <= config.hard_limit_tokens:
+        return WhileMaintained.ANSWER
+    return WhileMaintained.STOP_BACKGROUND if config.prefold_tokens else WhileMaintained.WAIT
+
+
 # ---- what to do next -------------------------------------------------------------------------------
 
 

@@ -36,8 +36,10 @@ from ctxfold.engine.maintenance import (
     Prune,
     Snapshot,
     Trigger,
+    WhileMaintained,
     bound_to_fit,
     decide,
+    while_maintained,
 )
 from ctxfold.engine.model import NewMessage, StoredMessage
 from ctxfold.engine.projection import budget_error, check_fixed_costs
@@ -234,22 +236,21 @@ class Maintenance:
         return self._sessions.held(session_id)
 
     async def _maintain(self, tenant: str, session_id: str, request: MaintainRequest, emit: Emit) -> Run:
-        if request.trigger is not Trigger.COMPACT and self.maintaining(session_id):
-            # Another call of this process is maintaining (folding) the session: a view that still fits
-            # is answered now, as committed, instead of waiting for that fold (as across replicas).
+        if self.maintaining(session_id):
+            # Another call of this process is maintaining (folding) the session.
             run = await self._load(tenant, session_id)
-            tokens = run.projection.tokens()
-            if request.trigger is Trigger.THRESHOLD and tokens <= run.config.hard_limit_tokens:
-                run.request = request
-                if tokens >= run.config.trigger_tokens:
-                    run.not_folding(NotFolded.FOLD_IN_PROGRESS, "another call of this server is folding this session")
-                return run
-            if run.config.prefold_tokens:
-                # With background folds on the agent waits for no summarizer: this call folds offline
-                # (`Fold.offline`), and a background fold would not apply after it.
-                above = tokens > run.config.hard_limit_tokens
-                why = "the view went above the hard ceiling" if above else "the provider refused the view"
-                await self.background.stop(run, f"{why} ({tokens} tokens) and was folded offline at once")
+            tokens, config = run.projection.tokens(), run.config
+            match while_maintained(run.projection, request.trigger):
+                case WhileMaintained.ANSWER:
+                    run.request = request
+                    if tokens >= config.trigger_tokens:
+                        why = "another call of this server is folding this session"
+                        run.not_folding(NotFolded.FOLD_IN_PROGRESS, why)
+                    return run
+                case WhileMaintained.STOP_BACKGROUND:
+                    above = tokens > config.hard_limit_tokens
+                    why = "the view went above the hard ceiling" if above else "the provider refused the view"
+                    await self.background.stop(run, f"{why} ({tokens} tokens) and was folded offline at once")
         async with self._sessions.hold(session_id):
             observer = MaintenanceObserver(emit, session_id, tenant)
             return await self._maintain_locked(tenant, session_id, request, observer)
