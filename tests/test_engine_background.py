@@ -20,7 +20,9 @@ from ctxfold.engine.maintenance import (
     Snapshot,
     Trigger,
     WhileMaintained,
+    another_pass,
     decide,
+    falls_back,
     plan_pass,
     prune,
     while_maintained,
@@ -167,6 +169,26 @@ def test_while_another_call_folds_a_view_that_fits_is_answered_and_one_that_does
     # Background folds off: the other call's fold is what this one needs, so it takes its turn after it.
     assert while_maintained(off, Trigger.THRESHOLD) is WhileMaintained.WAIT
     assert while_maintained(fits, Trigger.COMPACT) is WhileMaintained.WAIT
+
+
+def test_a_failed_model_summary_is_made_again_in_process_only_above_the_hard_ceiling() -> None:
+    fits = in_window(projection(conversation(SMALL)), 0.85)
+    over = in_window(fits, 1.01)
+    assert falls_back(over.config, over.tokens(), "llm")
+    assert not falls_back(fits.config, fits.tokens(), "llm")
+    assert not falls_back(over.config, over.tokens(), "extractive")
+
+
+def test_a_fold_goes_on_pass_after_pass_until_the_last_unless_one_fails_or_one_is_all_it_may_make() -> None:
+    view = in_window(projection(conversation(SMALL)), 0.85)
+    plan = plan_pass(view, 2_000)
+    assert plan.first is not None and not plan.first.final
+    assert another_pass(MaintainRequest(), plan.first, committed=True)
+    assert not another_pass(MaintainRequest(), plan.first, committed=False)
+    assert not another_pass(MaintainRequest(Trigger.OVERFLOW), plan.first, committed=True)
+    assert not another_pass(MaintainRequest(Trigger.COMPACT, dry_run=True), plan.first, committed=True)
+    whole = plan_pass(view, 1_000_000).first
+    assert whole is not None and whole.final and not another_pass(MaintainRequest(), whole, committed=True)
 
 
 def test_a_prune_that_is_enough_comes_before_a_prepared_fold() -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from ctxfold.engine import estimator
 from ctxfold.engine.errors import DomainError, Kind
-from ctxfold.engine.model import Role, StoredMessage
+from ctxfold.engine.model import IN_PROCESS_SUMMARIZER, Role, SessionConfig, StoredMessage
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.view import (
     ViewMessage,
@@ -173,6 +173,19 @@ class FoldPass:
 class FoldPlan:
     passes_planned: int
     first: FoldPass | None  # None: nothing can be folded
+
+
+def another_pass(request: MaintainRequest, fold: FoldPass, committed: bool) -> bool:
+    """Whether a fold goes on after the pass `fold`: not after a failed pass (what was installed stays),
+    a dry run's candidate, an overflow's one pass, or the pass that folds everything to be folded."""
+    return committed and not (request.dry_run or request.one_pass or fold.final)
+
+
+def falls_back(config: SessionConfig, tokens: int, summarizer: str) -> bool:
+    """Whether a pass whose summary by `summarizer` failed is made again in-process (`extractive`): only
+    where the agent cannot go on without a fold, above the hard ceiling (below it the view is answered
+    as it is), and not when the in-process summarizer is the one that failed."""
+    return summarizer != IN_PROCESS_SUMMARIZER and tokens > config.hard_limit_tokens
 
 
 class FoldOutcome(enum.Enum):

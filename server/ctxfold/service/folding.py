@@ -21,7 +21,17 @@ from ctxfold.engine.candidate import (
     summary_failure,
 )
 from ctxfold.engine.errors import DomainError, Kind
-from ctxfold.engine.maintenance import Action, Fold, FoldPass, FoldPlan, NotFolded, fold_outcome, plan_pass
+from ctxfold.engine.maintenance import (
+    Action,
+    Fold,
+    FoldPass,
+    FoldPlan,
+    NotFolded,
+    another_pass,
+    falls_back,
+    fold_outcome,
+    plan_pass,
+)
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.exclusion import FoldLeases, Lease
 from ctxfold.service.observer import MaintenanceObserver
@@ -121,7 +131,7 @@ class Folding:
                 index += 1
                 with observer.fold_pass(index, passes):
                     committed = await self._fold_pass(run, summarizer, fold, index, passes, observer, stand_in)
-                if not committed or run.request.dry_run or run.request.one_pass or fold.final:
+                if not another_pass(run.request, fold, committed):
                     break
                 fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens).first
                 passes = max(passes, index + 1)
@@ -210,8 +220,7 @@ class Folding:
             return outcome
 
         outcome = await attempt(summarizer)
-        above_ceiling = before > run.config.hard_limit_tokens
-        if isinstance(outcome, Rejected) and summarizer.name != ExtractiveSummarizer.name and above_ceiling:
+        if isinstance(outcome, Rejected) and falls_back(run.config, before, summarizer.name):
             # Above the ceiling the agent cannot go on without a fold: the offline summarizer always answers.
             fallback = self._extractive()
             fell_back = f"{summarizer.name} failed ({outcome.why}); folded with {fallback.name}"
