@@ -25,6 +25,7 @@ from ctxfold.engine.maintenance import (
     falls_back,
     plan_pass,
     prune,
+    unanswerable,
     while_maintained,
 )
 from ctxfold.engine.model import ConfigInput, SessionConfig, override_config, resolve_config
@@ -189,6 +190,21 @@ def test_a_fold_goes_on_pass_after_pass_until_the_last_unless_one_fails_or_one_i
     assert not another_pass(MaintainRequest(Trigger.COMPACT, dry_run=True), plan.first, committed=True)
     whole = plan_pass(view, 1_000_000).first
     assert whole is not None and whole.final and not another_pass(MaintainRequest(), whole, committed=True)
+
+
+def test_a_session_that_cannot_be_answered_says_why() -> None:
+    fits = in_window(projection(conversation(SMALL)), 0.85)
+    over = in_window(fits, 1.01)
+    assert unanswerable(fits, MaintainRequest(), None) is None
+    assert unanswerable(fits, MaintainRequest(), ("SUMMARIZER_FAILED", "the summarizer failed: 500")) is None
+    budget = unanswerable(over, MaintainRequest(), None)
+    assert budget is not None and budget.reason == "CONTEXT_BUDGET_UNSATISFIED"
+    # Above the ceiling after a failed summary, the failure is the cause the caller can act on.
+    failed = unanswerable(over, MaintainRequest(), ("SUMMARIZER_FAILED", "the summarizer failed: 500"))
+    assert failed is not None and failed.reason == "SUMMARIZER_FAILED" and "500" in failed.message
+    compact = unanswerable(fits, MaintainRequest(Trigger.COMPACT), ("NOT_SMALLER", "the summary is not smaller"))
+    assert compact is not None and compact.reason == "NOT_SMALLER"
+    assert compact.message == "Compact folded nothing: the summary is not smaller"
 
 
 def test_a_prune_that_is_enough_comes_before_a_prepared_fold() -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ctxfold.engine import estimator
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import IN_PROCESS_SUMMARIZER, Role, SessionConfig, StoredMessage
-from ctxfold.engine.projection import Projection
+from ctxfold.engine.projection import Projection, budget_error
 from ctxfold.engine.view import (
     ViewMessage,
     bound_stub,
@@ -256,6 +256,21 @@ def plan_pass(
         passes,
         FoldPass(prefix, folded_view, kept, position, final, _prefix_tokens(prefix)),
     )
+
+
+def unanswerable(
+    projection: Projection, request: MaintainRequest, failure: tuple[str, str] | None
+) -> DomainError | None:
+    """Why a maintained session cannot be answered, None when it can: a Compact whose fold failed
+    (`failure`: its reason and message), or a view still above the hard ceiling (the fold's failure,
+    when one failed, is the cause the caller can act on)."""
+    if request.trigger is Trigger.COMPACT and failure is not None:
+        reason, message = failure
+        return DomainError(Kind.FAILED_PRECONDITION, reason, f"Compact folded nothing: {message}")
+    tokens = projection.tokens()
+    if tokens > projection.config.hard_limit_tokens:
+        return budget_error(projection, tokens, failure[1] if failure else "")
+    return None
 
 
 # ---- while another call maintains the session --------------------------------------------------------

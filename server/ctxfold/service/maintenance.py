@@ -39,10 +39,11 @@ from ctxfold.engine.maintenance import (
     WhileMaintained,
     bound_to_fit,
     decide,
+    unanswerable,
     while_maintained,
 )
 from ctxfold.engine.model import NewMessage, StoredMessage
-from ctxfold.engine.projection import budget_error, check_fixed_costs
+from ctxfold.engine.projection import check_fixed_costs
 from ctxfold.engine.state import ContextState, ReceiptAction, ReceiptStatus
 from ctxfold.engine.view import ViewMessage
 from ctxfold.service.background import BackgroundFolds
@@ -269,15 +270,11 @@ class Maintenance:
                 # Something changed underneath; what was committed stays, the rest is recomputed.
                 await observer.discarded()
                 continue
-            if request.trigger is Trigger.COMPACT and run.failure is not None:
-                await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
-                reason, message = run.failure
-                raise DomainError(Kind.FAILED_PRECONDITION, reason, f"Compact folded nothing: {message}")
-            tokens = run.projection.tokens()
-            if tokens > run.config.hard_limit_tokens:
+            error = unanswerable(run.projection, request, run.failure)
+            if error is not None:
                 # Keep the receipts (e.g. the failed summary); the view and checkpoints stay as they were.
                 await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
-                raise budget_error(run.projection, tokens, run.failure[1] if run.failure else "")
+                raise error
             return run
         raise kept_changing(session_id)
 
