@@ -19,25 +19,13 @@ from ctxfold.engine.maintenance import (
     Prune,
     Snapshot,
     Trigger,
-    WhileMaintained,
-    another_pass,
     decide,
-    falls_back,
     plan_pass,
     prune,
-    unanswerable,
-    while_maintained,
 )
 from ctxfold.engine.model import ConfigInput, SessionConfig, override_config, resolve_config
 from ctxfold.engine.projection import Projection
-from test_engine_decide import LARGE, SMALL, conversation, first_pass, projection
-
-
-def in_window(view: Projection, share: float, **config: object) -> Projection:
-    """`view` in a window it fills to `share`, with background folds at 0.7 and the trigger at 0.8."""
-    window = int(view.tokens() / share)
-    settings = {"compact_ratio": 0.8, "prefold_ratio": 0.7, **config}
-    return replace(view, config=SessionConfig(context_window=window, **settings))  # type: ignore[arg-type]
+from test_engine_decide import LARGE, SMALL, conversation, first_pass, in_window, projection
 
 
 def prepare(view: Projection) -> PreparedFold:
@@ -158,53 +146,6 @@ def test_with_background_folds_on_a_view_the_agent_cannot_send_is_folded_offline
     off = replace(view, config=replace(view.config, prefold_ratio=0.0))
     assert decide(Snapshot(off, off.tokens(), 0, None), MaintainRequest()) == Fold(must_fold=True)
     assert decide(Snapshot(view, view.tokens(), 0, None), MaintainRequest(Trigger.COMPACT)) == Fold(must_fold=True)
-
-
-def test_while_another_call_folds_a_view_that_fits_is_answered_and_one_that_does_not_waits_for_no_summarizer() -> None:
-    fits = in_window(projection(conversation(SMALL)), 0.85)
-    over = in_window(fits, 1.01)
-    off = replace(over, config=replace(over.config, prefold_ratio=0.0))
-    assert while_maintained(fits, Trigger.THRESHOLD) is WhileMaintained.ANSWER
-    assert while_maintained(over, Trigger.THRESHOLD) is WhileMaintained.STOP_BACKGROUND
-    assert while_maintained(fits, Trigger.OVERFLOW) is WhileMaintained.STOP_BACKGROUND
-    # Background folds off: the other call's fold is what this one needs, so it takes its turn after it.
-    assert while_maintained(off, Trigger.THRESHOLD) is WhileMaintained.WAIT
-    assert while_maintained(fits, Trigger.COMPACT) is WhileMaintained.WAIT
-
-
-def test_a_failed_model_summary_is_made_again_in_process_only_above_the_hard_ceiling() -> None:
-    fits = in_window(projection(conversation(SMALL)), 0.85)
-    over = in_window(fits, 1.01)
-    assert falls_back(over.config, over.tokens(), "llm")
-    assert not falls_back(fits.config, fits.tokens(), "llm")
-    assert not falls_back(over.config, over.tokens(), "extractive")
-
-
-def test_a_fold_goes_on_pass_after_pass_until_the_last_unless_one_fails_or_one_is_all_it_may_make() -> None:
-    view = in_window(projection(conversation(SMALL)), 0.85)
-    plan = plan_pass(view, 2_000)
-    assert plan.first is not None and not plan.first.final
-    assert another_pass(MaintainRequest(), plan.first, committed=True)
-    assert not another_pass(MaintainRequest(), plan.first, committed=False)
-    assert not another_pass(MaintainRequest(Trigger.OVERFLOW), plan.first, committed=True)
-    assert not another_pass(MaintainRequest(Trigger.COMPACT, dry_run=True), plan.first, committed=True)
-    whole = plan_pass(view, 1_000_000).first
-    assert whole is not None and whole.final and not another_pass(MaintainRequest(), whole, committed=True)
-
-
-def test_a_session_that_cannot_be_answered_says_why() -> None:
-    fits = in_window(projection(conversation(SMALL)), 0.85)
-    over = in_window(fits, 1.01)
-    assert unanswerable(fits, MaintainRequest(), None) is None
-    assert unanswerable(fits, MaintainRequest(), ("SUMMARIZER_FAILED", "the summarizer failed: 500")) is None
-    budget = unanswerable(over, MaintainRequest(), None)
-    assert budget is not None and budget.reason == "CONTEXT_BUDGET_UNSATISFIED"
-    # Above the ceiling after a failed summary, the failure is the cause the caller can act on.
-    failed = unanswerable(over, MaintainRequest(), ("SUMMARIZER_FAILED", "the summarizer failed: 500"))
-    assert failed is not None and failed.reason == "SUMMARIZER_FAILED" and "500" in failed.message
-    compact = unanswerable(fits, MaintainRequest(Trigger.COMPACT), ("NOT_SMALLER", "the summary is not smaller"))
-    assert compact is not None and compact.reason == "NOT_SMALLER"
-    assert compact.message == "Compact folded nothing: the summary is not smaller"
 
 
 def test_a_prune_that_is_enough_comes_before_a_prepared_fold() -> None:
