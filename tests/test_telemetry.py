@@ -211,6 +211,32 @@ async def test_a_prune_install_names_no_checkpoint(
     installs = [s for s in spans.get_finished_spans() if s.name == "ctxfold.checkpoint.install"]
     prunes = [s for s in installs if (s.attributes or {}).get("ctxfold.install.kind") == "prune"]
     assert prunes and all("ctxfold.checkpoint.id" not in (s.attributes or {}) for s in prunes)
+    # Each prune is a `ctxfold.prune` span saying how many results and the tokens before and after.
+    (pruned, *_) = [s for s in spans.get_finished_spans() if s.name == "ctxfold.prune"]
+    attributes = pruned.attributes or {}
+    assert attributes["ctxfold.prune.results"] >= 1  # type: ignore[operator]
+    assert attributes["ctxfold.tokens.before"] > attributes["ctxfold.tokens.after"]  # type: ignore[operator]
+
+
+async def test_results_bounded_to_fit_are_a_bound_span(
+    stub: pb_grpc.ContextServiceStub, spans: InMemorySpanExporter
+) -> None:
+    """Parallel reads larger than the window, none large enough to prune: bounded, as `ctxfold.bound`."""
+    session = await create_session(stub, context_window=12_000)
+    reads = [pb.ToolCall(id=f"r{i}", name="Read", arguments="{}") for i in range(8)]
+    spans.clear()
+    outcome = await prepare(
+        stub,
+        session.id,
+        user("Read the parser files"),
+        pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=reads),
+        *(result(f"r{i}", tool_output(i, 7500)) for i in range(8)),
+    )
+    assert outcome.result.action == pb.ACTION_PRUNED
+    (bound,) = [s for s in spans.get_finished_spans() if s.name == "ctxfold.bound"]
+    attributes = bound.attributes or {}
+    assert attributes["ctxfold.bound.results"] >= 1  # type: ignore[operator]
+    assert attributes["ctxfold.tokens.after"] <= outcome.result.hard_limit_tokens  # type: ignore[operator]
 
 
 TINY_TRACE = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "ok"}]

@@ -43,7 +43,7 @@ from ctxfold.engine.maintenance import (
     while_maintained,
 )
 from ctxfold.engine.model import NewMessage, StoredMessage
-from ctxfold.engine.projection import check_fixed_costs
+from ctxfold.engine.projection import Projection, check_fixed_costs
 from ctxfold.engine.state import ContextState, ReceiptAction, ReceiptStatus
 from ctxfold.engine.view import ViewMessage
 from ctxfold.service.background import BackgroundFolds
@@ -320,38 +320,42 @@ class Maintenance:
                     return
 
     async def _prune(self, run: Run, prune: Prune, observer: MaintenanceObserver) -> None:
-        before, after = run.projection.tokens(), prune.candidate.tokens()
-        receipt = self.installs.receipt(
-            ReceiptStatus.APPLIED, ReceiptAction.PRUNE, before, after, f"pruned {prune.results} results"
-        )
-        state = replace(run.state, pruned=dict(prune.candidate.pruned), generation=run.state.generation + 1)
-        install = prune_install(state.with_receipt(receipt), run.session.branch_id, run.session.checkpoint_id)
-        with observer.pruning(prune.results, before, after):
-            await self.installs.install(run, install, prune.candidate, before, after, observer)
-        run.action = Action.PRUNED
-        await observer.pruned(prune.results, before, after)
+        await self._install_pruned(run, prune.candidate, prune.results, f"pruned {prune.results} results", observer)
 
     async def _bound(self, run: Run, observer: MaintenanceObserver) -> None:
         """The last resort when folding left the view above the hard ceiling: its largest tool results
         bounded until it fits (`bound_to_fit`), installed like a prune and reported as such."""
         bound = None if run.request.dry_run else bound_to_fit(run.projection)
-        if bound is None:
-            return
-        before, after = run.projection.tokens(), bound.candidate.tokens()
-        why = f"bounded {bound.results} tool results to fit the hard ceiling ({run.config.hard_limit_tokens} tokens)"
+        if bound is not None:
+            ceiling = run.config.hard_limit_tokens
+            why = f"bounded {bound.results} tool results to fit the hard ceiling ({ceiling} tokens)"
+            await self._install_pruned(run, bound.candidate, bound.results, why, observer, bound=True)
+
+    async def _install_pruned(
+        self,
+        run: Run,
+        candidate: Projection,
+        results: int,
+        why: str,
+        observer: MaintenanceObserver,
+        bound: bool = False,
+    ) -> None:
+        """Installs `candidate`, the view with `results` more tool results pruned (or bounded), with its
+        receipt; the call's action is `pruned` unless it folded too."""
+        before, after = run.projection.tokens(), candidate.tokens()
         receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.PRUNE, before, after, why)
         state = replace(
             run.state,
-            pruned=dict(bound.candidate.pruned),
-            bounds=dict(bound.candidate.bounds),
+            pruned=dict(candidate.pruned),
+            bounds=dict(candidate.bounds),
             generation=run.state.generation + 1,
         )
         install = prune_install(state.with_receipt(receipt), run.session.branch_id, run.session.checkpoint_id)
-        with observer.bounding(bound.results, before, after):
-            await self.installs.install(run, install, bound.candidate, before, after, observer)
+        with observer.pruning(results, before, after, bound):
+            await self.installs.install(run, install, candidate, before, after, observer)
         if run.action is Action.NONE:
             run.action = Action.PRUNED
-        await observer.bounded(bound.results, before, after)
+        await observer.pruned(results, before, after, bound)
 
     # ---- the answer -----------------------------------------------------------------------------
 

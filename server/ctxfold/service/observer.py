@@ -167,46 +167,33 @@ class MaintenanceObserver:
         if receipt.status is ReceiptStatus.APPLIED:
             INSTRUMENTS.tokens_saved.add(receipt.tokens_saved, {"ctxfold.action": action})
 
-    # ---- prune --------------------------------------------------------------------------------
+    # ---- prune, and bound (the last resort) -------------------------------------------------------
 
     @contextlib.contextmanager
-    def pruning(self, results: int, before: int, after: int) -> Iterator[None]:
-        with TRACER.start_as_current_span("ctxfold.prune") as span:
+    def pruning(self, results: int, before: int, after: int, bound: bool) -> Iterator[None]:
+        """The span of a prune (`ctxfold.prune`) or, `bound`, of results bounded to fit (`ctxfold.bound`)."""
+        name = "ctxfold.bound" if bound else "ctxfold.prune"
+        with TRACER.start_as_current_span(name) as span:
             span.set_attributes(
                 {
                     "ctxfold.session.id": self.session_id,
-                    "ctxfold.prune.results": results,
+                    f"{name}.results": results,
                     "ctxfold.tokens.before": before,
                     "ctxfold.tokens.after": after,
                 }
             )
             yield
 
-    async def pruned(self, results: int, before: int, after: int) -> None:
-        message = f"pruned {results} old tool results: {before} → {after} tokens"
-        await self.emit(Progress(Stage.PRUNED, message, tokens_before=before, tokens_after=after))
-
-    # ---- bound (the last resort) --------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def bounding(self, results: int, before: int, after: int) -> Iterator[None]:
-        with TRACER.start_as_current_span("ctxfold.bound") as span:
-            span.set_attributes(
-                {
-                    "ctxfold.session.id": self.session_id,
-                    "ctxfold.bound.results": results,
-                    "ctxfold.tokens.before": before,
-                    "ctxfold.tokens.after": after,
-                }
+    async def pruned(self, results: int, before: int, after: int, bound: bool) -> None:
+        if bound:
+            message = (
+                f"nothing more to fold and the view above the hard ceiling: bounded {results} tool results "
+                f"(head + tail + their result_ref): {before} → {after} tokens"
             )
-            yield
-
-    async def bounded(self, results: int, before: int, after: int) -> None:
-        message = (
-            f"nothing more to fold and the view above the hard ceiling: bounded {results} tool results "
-            f"(head + tail + their result_ref): {before} → {after} tokens"
-        )
-        await self.emit(Progress(Stage.RESULTS_BOUNDED, message, tokens_before=before, tokens_after=after))
+        else:
+            message = f"pruned {results} old tool results: {before} → {after} tokens"
+        stage = Stage.RESULTS_BOUNDED if bound else Stage.PRUNED
+        await self.emit(Progress(stage, message, tokens_before=before, tokens_after=after))
 
     # ---- fold ---------------------------------------------------------------------------------
 
