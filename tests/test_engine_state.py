@@ -173,3 +173,14 @@ def test_usage_that_cannot_be_true_is_refused() -> None:
             check_usage(bad)
         assert caught.value.reason == "INVALID_USAGE"
     check_usage(usage(1, 10, 10))
+
+
+def test_an_install_starts_a_generation_with_its_receipt_and_a_fold_clears_the_failed_fold_memo() -> None:
+    state = replace(stored(), failed_fold_tokens=7000)
+    receipt = Receipt("op2", ReceiptStatus.APPLIED, ReceiptAction.PRUNE, 9000, 6000, "pruned 2 results", 2.0)
+    pruned = state.installed({"m_1": 120, "m_2": 80}, {"m_2": 400}, receipt, folded=False)
+    assert pruned.generation == state.generation + 1 and pruned.last_receipt == receipt
+    assert pruned.pruned == {"m_1": 120, "m_2": 80} and pruned.bounds == {"m_2": 400}
+    assert pruned.failed_fold_tokens == 7000  # a prune does not fold away the input that failed
+    folded = state.installed({}, {}, receipt, folded=True)
+    assert folded.failed_fold_tokens == 0 and folded.generation == state.generation + 1

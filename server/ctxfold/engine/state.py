@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -122,6 +123,18 @@ class ContextState:
     @property
     def last_receipt(self) -> Receipt | None:
         return self.receipts[-1] if self.receipts else None
+
+    def installed(
+        self, pruned: Mapping[str, int], bounds: Mapping[str, int], receipt: Receipt, folded: bool
+    ) -> ContextState:
+        """The state once a candidate view with these pruned and bounded results is installed: a new
+        generation (its prefix changed), its receipt and, after a fold, no failed-fold memo (the input
+        that failed is folded away)."""
+        failed = 0 if folded else self.failed_fold_tokens
+        changed = replace(
+            self, pruned=dict(pruned), bounds=dict(bounds), generation=self.generation + 1, failed_fold_tokens=failed
+        )
+        return changed.with_receipt(receipt)
 
     def with_receipt(self, receipt: Receipt) -> ContextState:
         counters = dict(self.telemetry)

@@ -12,7 +12,6 @@ import contextvars
 import logging
 from collections import OrderedDict
 from collections.abc import Coroutine
-from dataclasses import replace
 from typing import Any
 
 from opentelemetry import trace
@@ -187,13 +186,7 @@ class BackgroundFolds:
         before, after = run.projection.tokens(), candidate.tokens()
         why = f"installed the fold prepared in the background at {prepared.tokens_before} tokens"
         receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.SUMMARY, before, after, why)
-        state = replace(
-            run.state,
-            pruned=dict(candidate.pruned),
-            bounds=dict(candidate.bounds),
-            generation=run.state.generation + 1,
-            failed_fold_tokens=0,
-        ).with_receipt(receipt)
+        state = run.state.installed(candidate.pruned, candidate.bounds, receipt, folded=True)
         install = fold_install(state, run.session.branch_id, Accepted(candidate), prepared.document, before)
         await self.installs.install(run, install, candidate, before, after, observer, prepared.traceparent)
         run.action = Action.FOLDED

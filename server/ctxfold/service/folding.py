@@ -162,13 +162,7 @@ class Folding:
             return True
         note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
         receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.SUMMARY, before, after, note)
-        state = replace(
-            run.state,
-            pruned=dict(outcome.candidate.pruned),
-            bounds=dict(outcome.candidate.bounds),
-            generation=run.state.generation + 1,
-            failed_fold_tokens=0,
-        ).with_receipt(receipt)
+        state = run.state.installed(outcome.candidate.pruned, outcome.candidate.bounds, receipt, folded=True)
         if self.hooks.before_install is not None:
             await self.hooks.before_install(run.session.id)
         install = fold_install(state, run.session.branch_id, outcome, document, before)

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ctxfold.engine.answer import Answered, Answering, answer, check_response_size
@@ -344,13 +344,8 @@ class Maintenance:
         receipt; the call's action is `pruned` unless it folded too."""
         before, after = run.projection.tokens(), candidate.tokens()
         receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.PRUNE, before, after, why)
-        state = replace(
-            run.state,
-            pruned=dict(candidate.pruned),
-            bounds=dict(candidate.bounds),
-            generation=run.state.generation + 1,
-        )
-        install = prune_install(state.with_receipt(receipt), run.session.branch_id, run.session.checkpoint_id)
+        state = run.state.installed(candidate.pruned, candidate.bounds, receipt, folded=False)
+        install = prune_install(state, run.session.branch_id, run.session.checkpoint_id)
         with observer.pruning(results, before, after, bound):
             await self.installs.install(run, install, candidate, before, after, observer)
         if run.action is Action.NONE:
