@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from typing import Any
 
 import anthropic
@@ -107,12 +106,10 @@ class AnthropicSummarizer:
         return body
 
     async def summarize(self, request: SummaryRequest, on_delta: OnDelta | None = None) -> SummaryResult:
-        fallback = ""
-        if self.compaction == native.NATIVE:
-            try:
-                return await self._compact(request)
-            except native.Unsupported as why:
-                fallback = f"native compaction unsupported ({why})"
+        compact, summary = (lambda: self._compact(request)), (lambda: self._summary(request, on_delta))
+        return await native.compacted_or_summary(self.compaction, compact, summary)
+
+    async def _summary(self, request: SummaryRequest, on_delta: OnDelta | None) -> SummaryResult:
         bound = OutputBound(request.max_tokens)
         try:
             async with (
@@ -124,7 +121,7 @@ class AnthropicSummarizer:
                 result = await _read_stream(answer, bound, on_delta)
         except anthropic.AnthropicError as exc:
             raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
-        return replace(result, native_fallback=fallback)
+        return result
 
     async def _compact(self, request: SummaryRequest) -> SummaryResult:
         """The folded view with Anthropic's compaction edit, paused after compaction: its `compaction`

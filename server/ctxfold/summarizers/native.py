@@ -15,14 +15,15 @@ application summary instead."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ctxfold.engine import estimator
 from ctxfold.engine.errors import ConfigError
 from ctxfold.engine.model import ProviderPayload, Role
 from ctxfold.engine.view import ViewMessage
-from ctxfold.summarizers.base import SummarizerError
+from ctxfold.summarizers.base import SummarizerError, SummaryResult
 
 OPENAI_RESPONSES = "openai_responses"  # the API families, named as the gateway names them
 ANTHROPIC_MESSAGES = "anthropic_messages"
@@ -36,6 +37,21 @@ MODES = ("summary", NATIVE)
 
 class Unsupported(Exception):
     """The provider cannot compact this request natively; the message says why."""
+
+
+async def compacted_or_summary(
+    compaction: str,
+    compact: Callable[[], Awaitable[SummaryResult]],
+    summary: Callable[[], Awaitable[SummaryResult]],
+) -> SummaryResult:
+    """The provider's compaction when the summarizer asks for it (`compaction` is NATIVE) and the
+    provider can; else the application summary, which says why native compaction was not used."""
+    if compaction != NATIVE:
+        return await summary()
+    try:
+        return await compact()
+    except Unsupported as why:
+        return replace(await summary(), native_fallback=f"native compaction unsupported ({why})")
 
 
 def payload(format_name: str, item: dict[str, Any]) -> ProviderPayload:

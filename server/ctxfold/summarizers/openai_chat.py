@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from typing import Any
 
 import openai
@@ -99,12 +98,10 @@ class OpenAISummarizer:
         return body
 
     async def summarize(self, request: SummaryRequest, on_delta: OnDelta | None = None) -> SummaryResult:
-        fallback = ""
-        if self.compaction == native.NATIVE:
-            try:
-                return await self._compact(request)
-            except native.Unsupported as why:
-                fallback = f"native compaction unsupported ({why})"
+        compact, summary = (lambda: self._compact(request)), (lambda: self._summary(request, on_delta))
+        return await native.compacted_or_summary(self.compaction, compact, summary)
+
+    async def _summary(self, request: SummaryRequest, on_delta: OnDelta | None) -> SummaryResult:
         body = self.build_request(request)
         bound = OutputBound(request.max_tokens)
         try:
@@ -112,7 +109,7 @@ class OpenAISummarizer:
                 result = await (self._streamed(body, bound, on_delta) if self.stream else self._whole(body, bound))
         except openai.OpenAIError as exc:
             raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
-        return replace(result, native_fallback=fallback)
+        return result
 
     async def _compact(self, request: SummaryRequest) -> SummaryResult:
         """The Responses API's compaction of the folded view: its `compaction` item, no text."""
