@@ -54,15 +54,11 @@ def test_a_background_fold_is_due_from_the_prefold_ratio_up_to_the_hard_ceiling(
     assert prefold_due(in_window(projection(conversation(SMALL)), share)) is due
 
 
-def test_no_background_fold_when_a_prune_at_the_trigger_would_do_and_its_prediction_is_close() -> None:
-    """Old results worth pruning: the trigger will prune, so no summary is made ahead of it. The
-    prediction counts stubs by their share of code points instead of tokenizing them: within 5 % of
-    the exact prune on these results (an error that starts a fold later, never makes one wait)."""
+def test_no_background_fold_when_a_prune_at_the_trigger_would_do() -> None:
+    """Old results worth pruning: the trigger will prune, so no summary is made ahead of it."""
     view = in_window(projection(conversation(LARGE)), 0.75)
+    assert prune(view) != dict(view.pruned)
     assert not prefold_due(view)
-    exact, predicted = prune(view), prune(view, exact=False)
-    assert exact.keys() == predicted.keys() and exact != dict(view.pruned)
-    assert sum(predicted.values()) == pytest.approx(sum(exact.values()), rel=0.05)
     # With only small results nothing can be pruned: the fold starts ahead of the trigger.
     assert prefold_due(in_window(projection(conversation(SMALL)), 0.75))
 

@@ -47,12 +47,11 @@ def prefold_due(projection: Projection) -> bool:
     too, when the view jumped past the band and still fits: `FoldInBackground`), and pruning would not
     be enough. A prune at the trigger removes at least what it would remove now, so when pruning now
     leaves `prune_room` below the prefold threshold, the trigger will prune, not fold, and a summary
-    made now would be paid for nothing. It runs on every Prepare in the band until a fold starts, so
-    the prune's stubs are counted, not tokenized (`prune(exact=False)`)."""
+    made now would be paid for nothing."""
     config = projection.config
     if not 0 < config.prefold_tokens <= projection.tokens() <= config.hard_limit_tokens:
         return False
-    pruned = replace(projection, pruned=prune(projection, exact=False))
+    pruned = replace(projection, pruned=prune(projection))
     return pruned.tokens() >= config.prefold_tokens - prune_room(projection)
 
 

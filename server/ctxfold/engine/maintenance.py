@@ -84,16 +84,12 @@ def prune_room(projection: Projection) -> int:
     return int(PRUNE_ROOM_SHARE * tail_budget(projection.config, projection.system_tokens, projection.tools_tokens))
 
 
-def prune(projection: Projection, exact: bool = True) -> dict[str, int]:
+def prune(projection: Projection) -> dict[str, int]:
     """The pruned set after pruning every large tool result outside the recent tail (new stubs are
-    tokenized once here; their counts are persisted with the projection). Not `exact`: each new stub's
-    tokens are its result's in proportion to the code points it keeps — a prediction's count, within a
-    few percent, which tokenizes nothing (a stub costs about 0.4 ms)."""
+    tokenized once here; their counts are persisted with the projection)."""
     pruned = dict(projection.pruned)
     for message in prune_candidates(projection.messages, projection.tail(), projection.pruned):
-        stub = prune_stub(message.content, message.result_ref)
-        share = len(stub) / len(message.content)
-        pruned[message.id] = estimator.count_text(stub) if exact else int(message.tokens * share) + 1
+        pruned[message.id] = estimator.count_text(prune_stub(message.content, message.result_ref))
     return pruned
 
 
