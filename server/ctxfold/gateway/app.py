@@ -433,8 +433,8 @@ async def serve_gateway(settings: GatewaySettings) -> None:
     running = await start_gateway(settings)
     memory.freeze_startup_objects()
     # A request's parsed history is in flight across several young collections and reaches the oldest
-    # generation, whose passes then ran every ~70 requests: with a larger nursery the collector took
-    # 0.1 s instead of 1.2 s of a `bench/gateway.py` run, and requests/s rose 8 % (side by side).
+    # generation, whose full passes then ran every ~70 requests: with a larger nursery requests/s rose
+    # from 36-37 % to 40 % of pass-through (`bench/gateway.py`, alternating with and without).
     gc.set_threshold(*GC_THRESHOLDS)
     log.info(
         "ctxfold gateway %s serving on %s (ctxfold at %s; OpenAI upstream %s, Anthropic upstream %s; fail %s)",
