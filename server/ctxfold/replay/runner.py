@@ -233,6 +233,8 @@ class _Replay:
     ) -> None:
         self.stub, self.session, self.metadata, self.meter = stub, session, metadata, meter
         self.summary_limit = summary_limit
+        # With background folds on, a pass made in the Prepare itself is the offline fold (`_model_call`).
+        self.offline = session.config.prefold_ratio > 0
         self.sources: dict[int, int] = {}  # seq -> trace index of the message appended there
         self.view: list[Msg] = []
         self.recorded: list[ModelCall] = []
@@ -255,9 +257,17 @@ class _Replay:
         waited = time.perf_counter() - started
         new_view = [from_pb(m, self.sources) for m in result.messages]
         appended = [from_pb(m, self.sources) for m in result.appended]
-        offline = self.session.config.prefold_ratio > 0
         call = _model_call(
-            turn, result, progress, self.view, new_view, appended, self.summary_limit, self.background, waited, offline
+            turn,
+            result,
+            progress,
+            self.view,
+            new_view,
+            appended,
+            self.summary_limit,
+            self.background,
+            waited,
+            self.offline,
         )
         if pb.FOLD_STAGE_BACKGROUND_STARTED in (p.stage for p in progress):
             await self.background.settled(self.stub, self.session.id, self.metadata)
