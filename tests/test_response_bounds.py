@@ -13,11 +13,12 @@ import pytest
 from conftest import fresh_database, settings_for
 from ctxfold.api import convert
 from ctxfold.api.servicer import _result_bytes
+from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.maintenance import Action
 from ctxfold.engine.model import Role, StoredMessage, ToolCall
+from ctxfold.engine.state import ContextState
 from ctxfold.engine.view import ViewMessage
 from ctxfold.server import start
-from ctxfold.service.maintenance import Prepared
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
@@ -99,7 +100,8 @@ def test_a_result_serialized_one_message_at_a_time_is_the_result_built_whole(
     ]
     calls = (ToolCall(id="c1", name="bash", arguments='{"cmd": "ls"}'),)
     stored.append(StoredMessage(id="m9", seq=9, role=Role.ASSISTANT, content="", tokens=3, tool_calls=calls))
-    prepared = Prepared(
+    prepared = PreparedContext(
+        state=ContextState(fingerprint="f"),
         messages=[
             ViewMessage(Role.SYSTEM, "be brief", 2),
             *(ViewMessage(m.role, m.content, m.tokens, m) for m in stored),
@@ -115,10 +117,10 @@ def test_a_result_serialized_one_message_at_a_time_is_the_result_built_whole(
         view_message_count=6,
         trigger_tokens=900,
         hard_limit_tokens=1000,
-        appended=stored[-2:],
-        not_folded_detail="",
+        appended=tuple(stored[-2:]),
         candidate_summary="summary",
         folded_results_ref="ref",
+        estimated_input_tokens=1200,
     )
     whole = response_type(result=convert.prepared_pb(prepared))
     parsed = response_type.FromString(_result_bytes(response_type, prepared))

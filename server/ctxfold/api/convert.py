@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.errors import invalid
 from ctxfold.engine.maintenance import Action, NotFolded
 from ctxfold.engine.model import (
@@ -20,7 +21,7 @@ from ctxfold.engine.model import (
     ToolCall,
 )
 from ctxfold.engine.view import StoredCheckpoint, ViewMessage
-from ctxfold.service.maintenance import Event, Prepared
+from ctxfold.service.maintenance import Event
 from ctxfold.service.observer import Progress, Stage
 from ctxfold.service.sessions import SessionInfo
 from ctxfold.v1 import context_service_pb2 as pb
@@ -185,7 +186,7 @@ _NOT_FOLDED_TO_PB = {
 }
 
 
-def prepared_pb(prepared: Prepared) -> pb.PreparedContext:
+def prepared_pb(prepared: PreparedContext) -> pb.PreparedContext:
     return pb.PreparedContext(
         messages=[view_message_pb(v) for v in prepared.messages],
         estimated_tokens=prepared.estimated_tokens,

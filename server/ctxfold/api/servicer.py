@@ -21,11 +21,12 @@ from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.pacing import LARGE_BYTES, AnswerPacer, RequestPacer, Turn
 from ctxfold.api.tracing import annotate_request, annotate_response, annotate_tenant, mark_error, traced
 from ctxfold.api.validate import check_request
+from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.errors import DomainError, invalid
 from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
 from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
-from ctxfold.service.maintenance import Event, Maintenance, Prepared
+from ctxfold.service.maintenance import Event, Maintenance
 from ctxfold.service.sessions import Sessions, session_info
 from ctxfold.service.states import ContextStates
 from ctxfold.service.tool_results import ToolResults
@@ -187,11 +188,11 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _result_bytes(response_type: type[EventResponse], prepared: Prepared) -> bytes:
+def _result_bytes(response_type: type[EventResponse], prepared: PreparedContext) -> bytes:
     """`response_type(result=prepared_pb(prepared))` serialized: the result `_in_parts` (a 20 MiB
     view built whole was copied in single calls holding the GIL, three times over), behind the
     result field's tag and length."""
-    head = convert.prepared_pb(replace(prepared, messages=[], appended=[]))
+    head = convert.prepared_pb(replace(prepared, messages=[], appended=()))
     repeated: dict[str, Iterable[Message]] = {
         "messages": map(convert.view_message_pb, prepared.messages),
         "appended": map(convert.message_pb, prepared.appended),
@@ -203,7 +204,7 @@ def _result_bytes(response_type: type[EventResponse], prepared: Prepared) -> byt
 
 async def _event_response(response_type: type[EventResponse], event: Event) -> EventResponse | bytes:
     """A fold progress event as it is; a result (the whole view) serialized off the loop when large."""
-    if not isinstance(event, Prepared):
+    if not isinstance(event, PreparedContext):
         return response_type(**convert.event_fields(event))  # type: ignore[arg-type]
     size = sum(len(v.content) for v in event.messages) + text_chars(event.appended)
     if size < cpu.OFFLOAD_MIN_BYTES:
@@ -224,7 +225,7 @@ async def _streamed(
     async with contextlib.aclosing(events):
         async for event in events:
             response = await _event_response(response_type, event)
-            if isinstance(event, Prepared):
+            if isinstance(event, PreparedContext):
                 return response
             # The context of a handler gRPC runs as unary has no serializer: bytes go as they are.
             await context.write(_serialize(response))

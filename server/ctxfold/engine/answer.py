@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 
 from ctxfold.engine.cache import cache_state, cache_ttl_seconds
 from ctxfold.engine.errors import DomainError, Kind
-from ctxfold.engine.maintenance import Action
+from ctxfold.engine.maintenance import Action, NotFolded
+from ctxfold.engine.model import StoredMessage
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import ContextState, ViewRecord, split_view_version, view_version
 from ctxfold.engine.view import (
@@ -43,8 +44,9 @@ def _index_ref(projection: Projection) -> str:
 
 
 @dataclass(frozen=True)
-class Answered:
-    """What a call answers, and the bookkeeping state to save with it."""
+class PreparedContext:
+    """What a Prepare or Compact answers (the proto's `PreparedContext`), and `state`, the bookkeeping
+    written with it (not sent)."""
 
     state: ContextState
     messages: list[ViewMessage]  # the view, only its new messages when `delta`, or a dry run's candidate
@@ -57,7 +59,14 @@ class Answered:
     cache_state: str
     checkpoint_id: str
     folded_results_ref: str
+    action: Action
+    prompt_cache_key: str
+    trigger_tokens: int
+    hard_limit_tokens: int
+    not_folded: NotFolded = NotFolded.UNSPECIFIED
+    not_folded_detail: str = ""
     candidate_summary: str = ""
+    appended: tuple[StoredMessage, ...] = ()  # a Prepare's appended messages as stored
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,8 @@ class Answering:
     head_seq: int
     checkpoint_id: str | None
     candidate: Projection | None = None  # a dry run's candidate
+    not_folded: NotFolded = NotFolded.UNSPECIFIED
+    not_folded_detail: str = ""
 
 
 def _stable_prefix(answering: Answering, view: Sequence[ViewMessage]) -> int:
@@ -86,11 +97,11 @@ def _stable_prefix(answering: Answering, view: Sequence[ViewMessage]) -> int:
     return 0
 
 
-def _dry_run(state: ContextState, view: Sequence[ViewMessage], candidate: Projection, cache: str) -> Answered:
+def _dry_run(answered: PreparedContext, view: Sequence[ViewMessage], candidate: Projection) -> PreparedContext:
     """A dry run answers the view its fold would install (version 0: nothing installed)."""
     candidate_view = candidate.view()
-    return Answered(
-        state=state,
+    return replace(
+        answered,
         messages=candidate_view,
         estimated_tokens=candidate.tokens(),
         estimated_input_tokens=candidate.input_tokens(),
@@ -98,14 +109,13 @@ def _dry_run(state: ContextState, view: Sequence[ViewMessage], candidate: Projec
         view_message_count=len(candidate_view),
         stable_prefix_messages=common_prefix(view, candidate_view),
         delta=False,
-        cache_state=cache,
         checkpoint_id="",
         folded_results_ref=_index_ref(candidate),
         candidate_summary=candidate.checkpoint.summary if candidate.checkpoint else "",
     )
 
 
-def answer(answering: Answering, known_view_version: int, now: float) -> Answered:
+def answer(answering: Answering, known_view_version: int, now: float) -> PreparedContext:
     """The view's version (generation and message count), how much of it the previous answer already
     had (the stable prefix, for prompt caching), only the new messages when the client's
     `known_view_version` is a prefix of it, and the bookkeeping: the view record, activity, counters."""
@@ -130,11 +140,9 @@ def answer(answering: Answering, known_view_version: int, now: float) -> Answere
         source_tokens=answering.first_tokens,
         projection_tokens=estimated,
     )
-    if answering.candidate is not None:
-        return _dry_run(state, view, answering.candidate, cache)
     known_generation, known_count = split_view_version(known_view_version)
     delta = known_view_version > 0 and known_generation == state.generation and known_count <= len(view)
-    return Answered(
+    answered = PreparedContext(
         state=state,
         messages=view[known_count:] if delta else view,
         estimated_tokens=estimated,
@@ -146,7 +154,16 @@ def answer(answering: Answering, known_view_version: int, now: float) -> Answere
         cache_state=cache,
         checkpoint_id=answering.checkpoint_id or "",
         folded_results_ref=_index_ref(projection),
+        action=answering.action,
+        prompt_cache_key=config.prompt_cache_key,
+        trigger_tokens=config.trigger_tokens,
+        hard_limit_tokens=config.hard_limit_tokens,
+        not_folded=answering.not_folded,
+        not_folded_detail=answering.not_folded_detail,
     )
+    if answering.candidate is not None:
+        return _dry_run(answered, view, answering.candidate)
+    return answered
 
 
 # Room in a response for everything but the view's text: ids, framing, the other fields.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ctxfold.engine.answer import Answered, Answering, answer
+from ctxfold.engine.answer import Answering, PreparedContext, answer
 from ctxfold.engine.maintenance import Action, Answer, MaintainRequest, Snapshot, Trigger, decide
 from ctxfold.engine.model import SessionConfig, StoredMessage
 from ctxfold.engine.projection import Projection
@@ -94,7 +94,7 @@ class Appended:
 
     context: Context
     messages: tuple[StoredMessage, ...]
-    answered: Answered | None
+    answered: PreparedContext | None
 
 
 @dataclass(frozen=True)

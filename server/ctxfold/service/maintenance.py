@@ -14,10 +14,10 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
 
-from ctxfold.engine.answer import Answered, Answering, answer, check_response_size
+from ctxfold.engine.answer import PreparedContext, answer, check_response_size
 from ctxfold.engine.background import applied
 from ctxfold.engine.candidate import (
     prune_install,
@@ -44,8 +44,7 @@ from ctxfold.engine.maintenance import (
 )
 from ctxfold.engine.model import NewMessage, StoredMessage
 from ctxfold.engine.projection import Projection, check_fixed_costs
-from ctxfold.engine.state import ContextState, ReceiptAction, ReceiptStatus
-from ctxfold.engine.view import ViewMessage
+from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.background import BackgroundFolds
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock
@@ -61,29 +60,7 @@ from ctxfold.summarizers.base import Summarizer
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Prepared:
-    messages: list[ViewMessage]
-    estimated_tokens: int
-    view_version: int
-    action: Action
-    cache_state: str
-    prompt_cache_key: str
-    checkpoint_id: str
-    stable_prefix_messages: int
-    delta: bool
-    view_message_count: int
-    trigger_tokens: int
-    hard_limit_tokens: int
-    appended: list[StoredMessage] = field(default_factory=list)
-    not_folded: NotFolded = NotFolded.UNSPECIFIED
-    not_folded_detail: str = ""
-    candidate_summary: str = ""
-    folded_results_ref: str = ""
-    estimated_input_tokens: int = 0
-
-
-Event = Progress | Prepared
+Event = Progress | PreparedContext
 
 
 def _appended_anyway(error: DomainError, appended: Sequence[StoredMessage], request_id: str) -> DomainError:
@@ -137,7 +114,9 @@ class Maintenance:
 
     # ---- streaming shell ------------------------------------------------------------------------
 
-    async def _stream(self, work: Callable[[Emit], Coroutine[Any, Any, Prepared]]) -> AsyncGenerator[Event, None]:
+    async def _stream(
+        self, work: Callable[[Emit], Coroutine[Any, Any, PreparedContext]]
+    ) -> AsyncGenerator[Event, None]:
         """Runs `work` as a task and yields its progress events, then its result. If the consumer
         goes away (client cancelled), the task is cancelled: installs are single transactions, so
         nothing is left half-written and committed passes stay."""
@@ -182,9 +161,9 @@ class Maintenance:
         appended = written.messages
         if written.answered is not None and written.context is not None:
             run = Run.of(written.context)
-            prepared = self._prepared(run, written.answered, appended)
+            prepared = replace(written.answered, appended=tuple(appended))
             try:
-                self._finish(run, written.answered.state, prepared, started)
+                self._finish(run, prepared, started)
             except DomainError as error:
                 raise _appended_anyway(error, appended, request_id) from None
             if (background := self.background.progress(tenant, session_id, run)) is not None:
@@ -192,7 +171,7 @@ class Maintenance:
             yield prepared
             return
 
-        async def work(emit: Emit) -> Prepared:
+        async def work(emit: Emit) -> PreparedContext:
             try:
                 request = MaintainRequest(Trigger.OVERFLOW if overflow else Trigger.THRESHOLD)
                 result = await self._maintain(tenant, session_id, request, emit)
@@ -213,7 +192,7 @@ class Maintenance:
         `dry_run` makes the candidate and answers it without installing. A Compact that cannot fold
         says why in the result; one whose fold fails ends with an error."""
 
-        async def work(emit: Emit) -> Prepared:
+        async def work(emit: Emit) -> PreparedContext:
             started = time.perf_counter()
             if keep_tokens < 0:
                 raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_REQUEST", "keep_tokens must be >= 0")
@@ -356,25 +335,14 @@ class Maintenance:
 
     async def _answer(
         self, run: Run, known_view_version: int, appended: list[StoredMessage], started: float
-    ) -> Prepared:
+    ) -> PreparedContext:
         """The result, plus the bookkeeping write (view record, activity, receipts); that write is
         skipped, never retried over someone else's, if the state changed meanwhile. What was answered
         becomes the session's cached context."""
-        answering = Answering(
-            run.projection,
-            run.state,
-            run.first_view,
-            run.first_tokens,
-            run.action,
-            run.session.head_seq,
-            run.session.checkpoint_id,
-            run.candidate,
-        )
-        answered = answer(answering, known_view_version, self.clock())
-        prepared = self._prepared(run, answered, appended)
-        revision = await self.store.save_state(run.session.id, answered.state.to_json(), run.revision)
+        prepared = replace(answer(run.answering(), known_view_version, self.clock()), appended=tuple(appended))
+        revision = await self.store.save_state(run.session.id, prepared.state.to_json(), run.revision)
         if revision:
-            self.contexts.put(Context(run.session, run.projection, answered.state, revision))
+            self.contexts.put(Context(run.session, run.projection, prepared.state, revision))
         else:
             self.contexts.drop(run.session.tenant, run.session.id)
             log.debug(
@@ -382,35 +350,12 @@ class Maintenance:
                 run.session.id,
                 prepared.view_version,
             )
-        self._finish(run, answered.state, prepared, started)
+        self._finish(run, prepared, started)
         return prepared
 
-    @staticmethod
-    def _prepared(run: Run, answered: Answered, appended: list[StoredMessage]) -> Prepared:
-        return Prepared(
-            messages=answered.messages,
-            estimated_tokens=answered.estimated_tokens,
-            view_version=answered.view_version,
-            action=run.action,
-            cache_state=answered.cache_state,
-            prompt_cache_key=run.config.prompt_cache_key,
-            checkpoint_id=answered.checkpoint_id,
-            stable_prefix_messages=answered.stable_prefix_messages,
-            delta=answered.delta,
-            view_message_count=answered.view_message_count,
-            trigger_tokens=run.config.trigger_tokens,
-            hard_limit_tokens=run.config.hard_limit_tokens,
-            appended=appended,
-            not_folded=run.not_folded,
-            not_folded_detail=run.not_folded_detail,
-            candidate_summary=answered.candidate_summary,
-            folded_results_ref=answered.folded_results_ref,
-            estimated_input_tokens=answered.estimated_input_tokens,
-        )
-
-    def _finish(self, run: Run, state: ContextState, prepared: Prepared, started: float) -> None:
+    def _finish(self, run: Run, prepared: PreparedContext, started: float) -> None:
         """Telemetry of an answered call, and RESPONSE_TOO_LARGE when its view cannot be sent."""
-        MaintenanceObserver.answered(run.session.id, state, run.request.operation, run.action, started)
+        MaintenanceObserver.answered(run.session.id, prepared.state, run.request.operation, run.action, started)
         if run.not_folded is not NotFolded.UNSPECIFIED:
             MaintenanceObserver.not_folded(run.not_folded.value, run.not_folded_detail)
         check_response_size(prepared.messages, self.max_response_bytes)

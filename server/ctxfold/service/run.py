@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from ctxfold.engine.answer import Answering
 from ctxfold.engine.candidate import Install
 from ctxfold.engine.context import Context, SessionRecord
 from ctxfold.engine.maintenance import Action, MaintainRequest, NotFolded
@@ -53,6 +54,22 @@ class Run:
     def config(self) -> SessionConfig:
         """The session's config (installs replace the projection, never its config)."""
         return self.projection.config
+
+    def answering(self) -> Answering:
+        """What the answer is made from once the round's maintenance is done."""
+        session = self.session
+        return Answering(
+            self.projection,
+            self.state,
+            self.first_view,
+            self.first_tokens,
+            self.action,
+            session.head_seq,
+            session.checkpoint_id,
+            self.candidate,
+            self.not_folded,
+            self.not_folded_detail,
+        )
 
     def not_folding(self, why: NotFolded, detail: str) -> None:
         self.not_folded, self.not_folded_detail = why, detail

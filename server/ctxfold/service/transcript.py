@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from ctxfold import cpu
 from ctxfold.engine import estimator
-from ctxfold.engine.answer import Answered
+from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append
 from ctxfold.engine.errors import DomainError, Kind, invalid
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, text_chars
@@ -83,7 +83,7 @@ class Written:
 
     messages: list[StoredMessage]
     context: Context | None
-    answered: Answered | None
+    answered: PreparedContext | None
 
 
 class Transcript:
