@@ -59,6 +59,12 @@ def busy(message: str, retry_after_seconds: float, **metadata: object) -> Domain
     return DomainError(Kind.RESOURCE_EXHAUSTED, "SESSION_BUSY", message, metadata, retry_after_seconds)
 
 
+def kept_changing(session_id: str, during: str = "while this call wrote it", retry: str = "retry") -> DomainError:
+    """A write that kept losing its compare-and-swap to other writers of the session."""
+    message = f"session {session_id!r} kept changing {during}; {retry}"
+    return DomainError(Kind.ABORTED, "CONCURRENT_MODIFICATION", message, {"session_id": session_id}, 1.0)
+
+
 def session_not_found(session_id: str) -> DomainError:
     # Identical for a missing session and another tenant's session: nothing leaks across tenants.
     return not_found("SESSION_NOT_FOUND", f"session {session_id!r} not found", session_id=session_id)

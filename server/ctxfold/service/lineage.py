@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.errors import kept_changing
 from ctxfold.engine.model import ConfigInput, config_from_json, config_to_json, override_config
 from ctxfold.engine.state import ContextState, Receipt, carried_over, fingerprint, load_state
 from ctxfold.service.sessions import SessionInfo, Sessions, fitting_config_tokens, session_info
@@ -71,10 +71,4 @@ class Lineage:
             # Best effort: if the state changed meanwhile, the next Prepare rebuilds it safely.
             await self.store.save_state(session_id, self._carried(state, info.record), revision)
             return info
-        raise DomainError(
-            Kind.ABORTED,
-            "CONCURRENT_MODIFICATION",
-            f"session {session_id!r} kept changing during the rewind; retry",
-            {"session_id": session_id},
-            retry_after_seconds=1.0,
-        )
+        raise kept_changing(session_id, "during the rewind")

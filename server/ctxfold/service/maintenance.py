@@ -23,7 +23,7 @@ from ctxfold.engine.candidate import (
     prune_install,
 )
 from ctxfold.engine.context import AppendRequest, Context
-from ctxfold.engine.errors import DomainError, Kind, with_context
+from ctxfold.engine.errors import DomainError, Kind, kept_changing, with_context
 from ctxfold.engine.maintenance import (
     Action,
     Answer,
@@ -52,7 +52,7 @@ from ctxfold.service.folding import Folding
 from ctxfold.service.observer import Emit, MaintenanceObserver, Progress
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
 from ctxfold.service.sessions import SessionConfigs
-from ctxfold.service.states import MAX_ROUNDS, ContextStates, kept_changing
+from ctxfold.service.states import MAX_ROUNDS, ContextStates
 from ctxfold.service.transcript import Transcript
 from ctxfold.store import StaleSession, Store
 from ctxfold.summarizers.base import Summarizer

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.errors import kept_changing
 from ctxfold.engine.model import Usage
 from ctxfold.engine.state import ContextState, Receipt, check_usage, fingerprint, load_state, observed
 from ctxfold.service.contexts import Contexts
@@ -17,16 +17,6 @@ from ctxfold.telemetry import INSTRUMENTS
 
 # A write that keeps losing compare-and-swap races gives up after this many rounds.
 MAX_ROUNDS = 8
-
-
-def kept_changing(session_id: str) -> DomainError:
-    return DomainError(
-        Kind.ABORTED,
-        "CONCURRENT_MODIFICATION",
-        f"session {session_id!r} kept changing while this call wrote it; retry",
-        {"session_id": session_id},
-        retry_after_seconds=1.0,
-    )
 
 
 class ContextStates:

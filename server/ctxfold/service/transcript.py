@@ -10,7 +10,7 @@ from ctxfold import cpu
 from ctxfold.engine import estimator
 from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append
-from ctxfold.engine.errors import DomainError, Kind, invalid
+from ctxfold.engine.errors import DomainError, invalid, kept_changing
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, text_chars
 from ctxfold.engine.tool_results import bound_tool_content
 from ctxfold.engine.transcript import AppendLimits, validate_new_messages
@@ -182,13 +182,7 @@ class Transcript:
                     # answer stand; what the state is now, the next load reads.
                     self.contexts.drop(tenant, session_id)
                     return Written(list(step.messages), step.context, answered)
-        raise DomainError(
-            Kind.ABORTED,
-            "CONCURRENT_MODIFICATION",
-            f"session {session_id!r} kept changing during the append; retry with the same request_id",
-            {"session_id": session_id},
-            retry_after_seconds=1.0,
-        )
+        raise kept_changing(session_id, "during the append", "retry with the same request_id")
 
     async def list(
         self, tenant: str, session_id: str, requested_size: int, token: str, include_abandoned: bool
