@@ -1,24 +1,5 @@
-"""The one write of an append: a session's new messages (with their raw results and request id) and the
-bookkeeping of the answer made with them, in one transaction, run by the database driver itself.
-
-Every agent step is this write, and both AppendMessages and Prepare make it. It is a compare-and-swap
-as it reads: the session's row is updated only while it is the one the append was decided on
-(version and branch), and the row count says who won; everything else the write does is guarded by
-that update, so a loser writes nothing. With bookkeeping, the state's revision the answer was made
-from is part of the swap (on PostgreSQL a state written between the statement's snapshot and its
-update only makes the bookkeeping skipped: the append stands). A request id seen before writes
-nothing either and answers the first append's messages.
-
-Why the driver and not SQLAlchemy's async layer: through it the same statements cost about 4 ms of
-server CPU per call (a thread hop per statement through aiosqlite, statement handling per
-execution), ten times what they cost here (`bench/hot_path.py`; docs/operations.md has the runs).
-
-- SQLite admits one writer at a time, so the appender is one connection: a small write commits on
-  the event loop (about 0.1 ms; a thread hop per transaction cost 0.7 ms of CPU more under load), a
-  large one in a thread of its own; both in the store's writer turn.
-- PostgreSQL: one statement of data-modifying CTEs, a transaction of its own (one round trip), on a
-  connection of the store's pool. Its inserts take their rows as arrays (`unnest`), so the statement
-  is the same for every append and asyncpg prepares it once per connection."""
+"""The one write of an append (messages, raw results, request id, the answer's bookkeeping): a compare-and-swap
+in one transaction, run by the database driver itself. See docs/architecture.md, One path for every append."""
 
 from __future__ import annotations
 
@@ -128,7 +109,7 @@ def _result_rows(append: AppendWrite) -> tuple[list[dict[str, object]], list[dic
 
 # ---- SQLite -------------------------------------------------------------------------------------
 
-# A write of at most this many bytes commits on the event loop (see the module docstring).
+# A write of at most this many bytes commits on the event loop (about 0.1 ms), a larger one in the thread.
 INLINE_MAX_BYTES = cpu.OFFLOAD_MIN_BYTES
 # The loop never checkpoints the WAL on commit (a checkpoint syncs the database file): after this many
 # commits a passive checkpoint runs in the thread, which bounds the WAL file.
@@ -324,13 +305,10 @@ class _PostgresStatements:
 
     @staticmethod
     def compile() -> _PostgresStatements:
-        # Both: $1-$4 the session as seen (id, tenant, version, branch), $5-$8 the bookkeeping, the
-        # revision it is written over (-1: none), whether it is the whole state, and the time. The append:
-        # $9 the request id, $10-$12 what the session becomes (head_seq, open_tool_calls, version), $13
-        # the request's message ids, then the rows' arrays.
+        # $1-$4 the session as seen (id, tenant, version, branch), $5-$8 the bookkeeping, its revision (-1: none),
+        # whether whole, the time; the append adds $9 request id, $10-$12 the new head, $13 message ids, arrays.
         current = "id = $1 AND tenant = $2 AND version = $3 AND branch_id = $4"
-        # The state as the answer was made from it, when there is bookkeeping; when it was written since
-        # the write (committed by the time this statement's snapshot was taken) is stale. One written
+        # Bookkeeping's state written since (by this statement's snapshot) makes the write stale; one written
         # between the snapshot and the update only makes the bookkeeping skipped.
         state_current = "($6 < 0 OR EXISTS (SELECT 1 FROM context_states WHERE session_id = $1 AND revision = $6))"
         book = (

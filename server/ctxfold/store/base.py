@@ -27,10 +27,8 @@ class StaleSession(Exception):
 async def session_row(
     conn: AsyncConnection, tenant: str, session_id: str, lock: bool = False, shared: bool = False
 ) -> SessionRecord:
-    """With `lock`, the row stays locked until the transaction ends, `shared` with other shared holders
-    (PostgreSQL; SQLite write transactions already hold the database lock). Every write transaction
-    of a session takes its row first, so the writers of one session queue on it rather than deadlock
-    on the rows they touch after it, and decide on the session as it is, not as it was read before."""
+    """With `lock`, the row stays locked until the transaction ends (`shared`: with other shared holders, on
+    PostgreSQL). Every write of a session takes its row first (docs/architecture.md, Concurrency)."""
     s = schema.sessions.c
     query = select(schema.sessions).where(s.id == session_id, s.tenant == tenant)
     if lock:
@@ -44,24 +42,18 @@ async def session_row(
 class StoreBase:
     def __init__(self, engine: AsyncEngine, clock: Callable[[], float] = time.time):
         self.engine = engine
-        # Every time the store writes (create, update, lease expiry) comes from here, so a test or the
-        # server can give the store and the service one clock.
+        # Every time the store writes comes from here: a test or the server gives store and service one clock.
         self.clock = clock
-        # SQLite admits one writer at a time; waiting writers poll in its busy handler with sleeps of up
-        # to 100 ms, which makes tail latency under concurrent appends seconds long. Queueing them here
-        # hands the lock over at once (writers in other processes still rely on busy_timeout).
+        # SQLite's busy handler polls with sleeps of up to 100 ms: this process's writers queue here instead.
         self._writer_turn: asyncio.Lock | None = asyncio.Lock() if engine.dialect.name == "sqlite" else None
-        # PostgreSQL: one snapshot for every statement of a read (its default, READ COMMITTED, takes one
-        # per statement, so a rewind between two of them showed half of each state); asyncpg names it in
-        # its BEGIN, no round trip more. SQLite's read transactions see one snapshot already (WAL).
+        # PostgreSQL: one snapshot for every statement of a read (READ COMMITTED showed half a rewind).
         self._read_options = {"isolation_level": "REPEATABLE READ"} if engine.dialect.name == "postgresql" else {}
 
     async def close(self) -> None:
         await self.engine.dispose()
 
-    # Every statement of the store runs in one of these two (or in the hot writer), so a failure of the
-    # database (gone, full, a deadlock) reaches the caller as the domain error it means, never as a
-    # driver's (`store/errors.py`).
+    # Every statement runs in one of these two (or in `store/append.py`), so a database failure reaches
+    # the caller as the domain error it means (`store/errors.py`), never as a driver's.
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection]:

@@ -1,6 +1,5 @@
-"""Checkpoints: immutable rows shared between forks, each building on its parent. The session's head
-chain, the index of what a session can read (its head chain and the abandoned checkpoints its forks
-inherited), the insert of a fold's checkpoint and the collection of checkpoints nothing reaches."""
+"""Checkpoints (immutable, shared between forks): head chains, the index of what a session can read,
+the insert of a fold's checkpoint and the collection of checkpoints nothing reaches."""
 
 from __future__ import annotations
 
@@ -101,12 +100,8 @@ async def _chain_times(conn: AsyncConnection, tenant: str, head_id: str) -> dict
 async def _checkpoint_index(
     conn: AsyncConnection, session: SessionRecord, include_abandoned: bool
 ) -> dict[str, tuple[float, bool]]:
-    """id -> (create_time, on_head_chain) of the session's readable checkpoints.
-
-    Rewind deletes the checkpoints it leaves behind unless a fork still builds on them, so the
-    abandoned checkpoints that still exist are exactly those on the chain of a fork (or a fork of
-    a fork) of this session that were written before that fork was made: the fork inherited them
-    from this session. Work is bounded by the session's fork tree and chains."""
+    """id -> (create_time, on_head_chain) of the session's readable checkpoints: its head chain and what
+    its forks inherited from it (docs/architecture.md, Storage model). Bounded by its fork tree."""
     index: dict[str, tuple[float, bool]] = {}
     if session.checkpoint_id is not None:
         times = await _chain_times(conn, session.tenant, session.checkpoint_id)

@@ -50,10 +50,8 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
 def _configure_postgresql(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "checkout")
     def on_checkout(_dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
-        # Instead of a liveness ping per checkout (asyncpg's adapter pings in a transaction: three round
-        # trips, as many as an append's own): asyncpg knows when the server closed a connection while it
-        # was idle (a restart, an administrator), and the pool then replaces it. One cut off while in use
-        # fails its call (UNAVAILABLE) and is invalidated.
+        # Instead of a ping per checkout (three round trips): a connection the server closed while idle is
+        # replaced (docs/operations.md, Databases).
         if record.driver_connection is not None and record.driver_connection.is_closed():
             raise DisconnectionError("the server closed this connection while it was idle")
 
@@ -138,12 +136,8 @@ def _sqlite_foreign_keys(connection: Connection, on: bool) -> None:
 
 
 async def migrate(engine: AsyncEngine) -> None:
-    """Upgrades the schema to the newest revision (a no-op when it is current), all or nothing.
-
-    On SQLite, foreign keys are off while it runs: Alembic changes a column there by rebuilding its
-    table, and dropping the old table with them on would let ON DELETE CASCADE empty every child table
-    (append_requests, context_states, usage_observations of `sessions`). The upgrade then checks the
-    keys itself, and counts the rows of every table before and after."""
+    """Upgrades the schema to the newest revision (a no-op when it is current), all or nothing; raises
+    SchemaError. SQLite's foreign keys are off meanwhile (docs/operations.md, Databases says why)."""
     async with engine.connect() as plain:
         sqlite = engine.dialect.name == "sqlite"
         if sqlite:

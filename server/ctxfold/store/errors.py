@@ -1,12 +1,5 @@
-"""What a failure of the database means for the caller: the one translation of driver and SQLAlchemy
-errors (SQLite, PostgreSQL through asyncpg, either through SQLAlchemy or not) into domain errors.
-
-A database that is gone, shutting down, full or read-only is UNAVAILABLE (`STORE_UNAVAILABLE`); a
-transaction the database aborted because of another one (deadlock, serialization failure, a lock not
-granted in time) is ABORTED (`CONCURRENT_MODIFICATION`). Both carry a `cause` and a retry delay, and
-say `may_have_committed` when the failure came while the transaction was committing, so its outcome
-is unknown (a retry with the same request_id is still safe). Anything else is not the database's
-condition and is left alone: a bug stays a bug."""
+"""The one translation of SQLite, asyncpg and SQLAlchemy errors into domain errors (the table: docs/operations.md,
+Errors); anything that is not the database's condition is left alone: a bug stays a bug."""
 
 from __future__ import annotations
 

@@ -52,13 +52,9 @@ async def session_live_ranges(conn: AsyncConnection, session: SessionRecord) -> 
 
 
 async def in_history(conn: AsyncConnection, session: SessionRecord) -> ColumnElement[bool]:
-    """Matches everything that was ever in the session's transcript, abandoned branches included (but
-    not what a fork's source wrote after the fork point). Every message of a segment the session owns
-    is in its history, so those are matched by owner, however many rewinds made them. The rest is the
-    source history the session was forked from: each owned segment whose parent another session wrote
-    branched off that one lineage (at the fork, or lower after a rewind below the fork point), so the
-    one branching highest covers all of them, and its chain is as long as the fork's, not the session's
-    number of segments."""
+    """Matches everything that was ever in the session's transcript, abandoned branches included (not
+    what a fork's source wrote after the fork point): owned segments by owner, plus the inherited lineage
+    (why that suffices: docs/architecture.md, Storage model)."""
     seg, m = schema.segments.c, schema.messages.c
     parent = schema.segments.alias("parent")
     branch = (
@@ -204,9 +200,8 @@ class LineageStore(StoreBase):
                 len(await segments(conn, [session.segment_id])),
                 await _live_branch_depth_after(conn, session.segment_id, to_seq),
             ):
-                # The point is in the head segment: its tail moves to the new segment, which becomes an
-                # abandoned branch, and the head keeps appending in place. Otherwise every rewind would
-                # add a segment to the live chain and a range to every query.
+                # The head segment's tail moves to the new (abandoned) segment and the head stays, so
+                # rewinds do not lengthen the live chain (docs/architecture.md, Storage model).
                 await _split_tail(conn, session.segment_id, to_seq, new_segment_id)
                 segment_id = session.segment_id
             else:

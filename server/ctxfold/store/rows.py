@@ -25,9 +25,8 @@ _BASE32_DIGIT = bytes.maketrans(bytes(range(256)), b"abcdefghijklmnopqrstuvwxyz2
 
 
 def new_result_ref() -> str:
-    """80 random bits in 16 base32 digits: refs are written into summaries, where each costs tokens
-    (about 11 here against 20 for a hex UUID). One random byte per digit, translated in C: base64's
-    b32encode is Python, and this is made for every user message and tool result."""
+    """80 random bits in 16 base32 digits: about 11 tokens in a summary against 20 for a hex UUID.
+    Translated in C (base64's b32encode is Python): one is made for every user message and tool result."""
     return "tr_" + os.urandom(16).translate(_BASE32_DIGIT).decode()
 
 

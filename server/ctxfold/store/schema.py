@@ -100,10 +100,8 @@ messages = Table(
     Index("ix_messages_segment_tool_call", "segment_id", "tool_call_id"),
 )
 
-# The full text of every tool result; readable page by page with ReadToolResult. `codec` says where
-# the bytes are: "inline" (the message content) or "identity" (all of them in `data`), both for results
-# of at most one chunk, or "zstd_chunks" (in `tool_result_chunks`, `chunk_bytes` raw bytes per chunk;
-# `data` is empty). Rows of codec "zstd" (one frame, before 0003) are chunked by migration 0006.
+# The full text of every tool result. `codec`: "inline" (the message content), "identity" (in `data`), or
+# "zstd_chunks" (`tool_result_chunks`, `data` empty); docs/architecture.md, Storage model, says when.
 tool_results = Table(
     "tool_results",
     metadata,
@@ -145,9 +143,8 @@ checkpoints = Table(
     Index("ix_checkpoints_parent_id", "parent_id"),
 )
 
-# At most one fold per session made in the background and not installed yet: the checkpoint (columns
-# as in `checkpoints`) and its folded-results document, installed at the trigger if it still applies
-# (`engine/background.py`). A fold install or a delete of the session removes it.
+# At most one background fold per session, not installed yet: its checkpoint (as in `checkpoints`) and
+# document (`engine/background.py`). A fold install or a delete of the session removes it.
 prepared_folds = Table(
     "prepared_folds",
     metadata,
@@ -179,9 +176,8 @@ append_requests = Table(
     Column("create_time", Float, nullable=False),
 )
 
-# The projection "sidecar" (schema v3 JSON) per session. The state is `state_json` with the fields of
-# `bookkeeping_json` over it: an append-only Prepare writes only those (its view record, counters,
-# activity), any other write the whole state and NULL there.
+# The projection "sidecar" (schema v3 JSON): `state_json` with `bookkeeping_json`'s fields over it; an
+# append-only Prepare writes only those, any other write the whole state and NULL there.
 context_states = Table(
     "context_states",
     metadata,

@@ -1,7 +1,5 @@
-"""A session's context state and what reads and writes it with the view: the snapshot a view is built
-from, installs (prune or fold), plain state writes (an append's bookkeeping is written with it,
-`store/append.py`), and usage observations. The state document is opaque here (`engine/state.py` owns it); its
-row carries a revision every write compare-and-swaps on."""
+"""The view's stored rows (`load_context`), installs, context-state writes and usage. The state document is
+opaque here (`engine/state.py` owns it); every write compare-and-swaps on its row's revision."""
 
 from __future__ import annotations
 

@@ -24,10 +24,8 @@ from ctxfold.store.rows import EncodedResult, MessageRow, RawResult
 ZSTD_LEVEL = 3
 # Raw results below this size are stored uncompressed; compression costs more than it saves.
 _COMPRESS_MIN_BYTES = 1024
-# Results longer than this many raw bytes are stored in chunks of it, each compressed on its own; shorter
-# ones are kept whole (in `data`, or as the message content). So a page read (at most 24 KiB) fetches
-# and decompresses at most two chunks or one whole result of at most one chunk, whatever the result's
-# size (migration 0006 chunks the longer rows stored whole before).
+# Longer results are stored in chunks of this many raw bytes, each compressed on its own, so a page read
+# (at most 24 KiB) costs at most two chunks or one whole result of at most one chunk, whatever the size.
 CHUNK_BYTES = 64 << 10
 
 
