@@ -1,17 +1,5 @@
-"""Admission of ContextService calls: how many run at once in the whole server and per tenant, and
-how many bytes of large requests the server holds at once. A call past a bound is refused at once
-(RESOURCE_EXHAUSTED, SESSION_BUSY, with a RetryInfo delay) instead of queueing. Health and
-reflection are not counted, so they answer however busy the server is, and no tenant can take the
-slots every other tenant needs.
-
-The bytes bound is what keeps memory bounded under any number of clients: gRPC hands a request over
-whole, so each large call holds its request (and, while it is worked on, a few times that: see
-`ctxfold.api.pacing`) until it ends. A large request past the bound is refused as soon as it is
-handed over, and its bytes are freed at once.
-
-Admission also drains the server at shutdown: new calls are refused, calls in progress get the grace
-period, and those still running then are cancelled and answer UNAVAILABLE (SERVER_SHUTTING_DOWN, with
-a retry delay) rather than gRPC's bare cancellation."""
+"""Admission of ContextService calls (per server, per tenant, bytes of large requests): a call past a bound is
+refused at once, and the server is drained at shutdown. See docs/operations.md, Limits."""
 
 from __future__ import annotations
 

@@ -1,23 +1,5 @@
-"""Large requests are worked on one at a time; large answers go out one at a time, a turn of the
-event loop apart.
-
-Everything the server does with a large request (gRPC's copies, decoding it, its strings, its rows,
-its answer) needs memory as large as the request, several times over, and every thread that first
-touches fresh memory faults its pages in holding the GIL: on a virtual machine that costs several
-times the copy, and the event loop, with every health check, waits for it. `RequestPacer` keeps
-that memory small and reused: a large request is decoded and worked on only once the large
-requests before it are done, so eight clients sending 20 MiB at once hold eight requests' wire
-bytes and one request's working memory, not eight (the CPU pool, which works on one request at a
-time anyway, would otherwise decode all of them first and count them after: 500-660 MiB of heap in
-use at the peak instead of 275-315, glibc's `mallinfo2` during `bench/availability.py`). The eight
-take as long either way (20-30 s): their CPU work queued for the same worker before.
-
-When a handler returns its answer, gRPC copies it whole into a buffer of its own in the same step of
-the event loop, holding the GIL (`SendMessageOperation`): 10-30 ms for 20 MiB here. When several large
-answers are ready at once, their copies would run back to back while everything else that is ready
-waits behind them: health checks, small calls, the next requests' reads. `AnswerPacer.turn` lets one
-large answer go per turn of the loop: the next waits until the loop has polled for I/O and run what
-was ready in between."""
+"""Large requests are worked on one at a time; large answers go out one at a time, a turn of the event loop
+apart. Why and what it measured: docs/operations.md, Limits ("Large work never blocks the server")."""
 
 from __future__ import annotations
 

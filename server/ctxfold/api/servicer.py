@@ -1,4 +1,5 @@
-"""The gRPC servicer: authenticates, converts, calls the use case, maps errors. Nothing else."""
+"""The gRPC servicer: authenticates, converts, calls the use case, maps errors. Nothing else.
+See docs/architecture.md, The API shell."""
 
 from __future__ import annotations
 
@@ -79,11 +80,8 @@ def _parse(method_name: str, raw: bytes) -> tuple[Any, list[NewMessage] | None]:
 
 
 def _in_parts(message_type: type[Message], head: Message, repeated: Mapping[str, Iterable[Message]]) -> list[bytes]:
-    """The wire form of `head` with the `repeated` fields' elements added, in pieces whose
-    concatenation is that message: a message's wire form is its fields', and a repeated field's its
-    elements', concatenated. No single call (each holds the GIL) copies more than one element's
-    content, where serializing the whole message would copy all of it at once, and protobuf copies a
-    sub-message given to a constructor by serializing it too."""
+    """The wire form of `head` with the `repeated` fields' elements added, in pieces whose concatenation is
+    that message, so no single call (each holds the GIL) copies more than one element's content."""
     parts = [
         message_type(**{field: [element]}).SerializeToString()
         for field, elements in repeated.items()
@@ -117,11 +115,8 @@ def _serialize(response: Message | bytes) -> bytes:
 
 
 def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
-    """Registers the servicer, each handler traced (`traced`), with requests handed over as bytes: its
-    handlers decode them (large ones off the event loop), so an undecodable request answers
-    INVALID_ARGUMENT (INVALID_REQUEST) instead of gRPC's reasonless UNKNOWN. A handler may answer bytes
-    it serialized itself (`_encoded`). Every handler is a coroutine, the server-streaming ones too
-    (`_streamed`)."""
+    """Registers every handler as a traced unary coroutine taking the request's bytes and answering a
+    message or bytes (why: docs/architecture.md, The API shell)."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         method.name: grpc.unary_unary_rpc_method_handler(
             traced(f"{SERVICE.full_name}/{method.name}", getattr(servicer, method.name)),
@@ -144,10 +139,8 @@ async def _abort(context: Context, exc: Exception) -> NoReturn:
 def unary(
     method: Callable[..., Awaitable[Response | bytes]],
 ) -> Callable[[Any, bytes, Context], Awaitable[Response | bytes]]:
-    """Authenticates the caller, admits the call, waits for a large request's turn (`RequestPacer`),
-    decodes the request and turns every failure into a status with an ErrorInfo. The method is called
-    with the request, the context and the tenant, and for the RPCs in `_MESSAGE_FIELDS` with the
-    converted messages and the request's turn (which the method may end early)."""
+    """Authenticates, admits, waits for a large request's turn, decodes, and maps every failure to a status.
+    The method gets (request, context, tenant), plus for `_MESSAGE_FIELDS` RPCs (messages, turn)."""
 
     @functools.wraps(method)
     async def handler(self: ContextServicer, raw: bytes, context: Context) -> Response | bytes:
@@ -189,9 +182,8 @@ def _varint(value: int) -> bytes:
 
 
 def _result_bytes(response_type: type[EventResponse], prepared: PreparedContext) -> bytes:
-    """`response_type(result=prepared_pb(prepared))` serialized: the result `_in_parts` (a 20 MiB
-    view built whole was copied in single calls holding the GIL, three times over), behind the
-    result field's tag and length."""
+    """`response_type(result=prepared_pb(prepared))` serialized: the result `_in_parts`, behind the result
+    field's tag and length (a 20 MiB view built whole was copied holding the GIL, three times over)."""
     head = convert.prepared_pb(replace(prepared, messages=[], appended=()))
     repeated: dict[str, Iterable[Message]] = {
         "messages": map(convert.view_message_pb, prepared.messages),
@@ -217,10 +209,8 @@ async def _event_response(response_type: type[EventResponse], event: Event) -> E
 async def _streamed(
     response_type: type[EventResponse], events: AsyncGenerator[Event, None], context: Context
 ) -> EventResponse | bytes:
-    """The answer of a server-streaming RPC: progress events are written as they come, the result is
-    returned. gRPC runs the handler as unary (`add_to_server`), so it sends the result together with
-    the status, one batch fewer than a streaming handler's; on the wire it is the same server stream,
-    and the common Prepare is the result alone."""
+    """The answer of a server-streaming RPC run as unary: progress events are written as they come, the
+    result is returned and leaves with the status (docs/architecture.md, The API shell)."""
     # Closed here, not by the collector: a cancelled call stops its maintenance task now.
     async with contextlib.aclosing(events):
         async for event in events:

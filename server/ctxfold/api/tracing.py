@@ -1,20 +1,5 @@
-"""One server span per ContextService RPC, attached in one place: `traced`, which wraps every handler
-when the servicer is registered.
-
-It continues the caller's W3C trace (a `traceparent` in the metadata) and names the span after the
-method (`ctxfold.v1.ContextService/Prepare`, without gRPC's leading slash, as the OpenTelemetry RPC
-conventions say). The servicer's one wrapper, which authenticates and decodes every request, puts the
-tenant, the session id and the request's domain fields (and the response's, for unary RPCs) on it
-(`annotate_tenant`, `annotate_request`, `annotate_response`). Errors are marked by the servicer's
-error mapping (`mark_error`), which alone knows the ErrorInfo reason: the reason always; status ERROR
-and one exception event only for a server error (`SERVER_ERRORS`), as the RPC conventions say for
-server spans: a client's mistake (NOT_FOUND, INVALID_ARGUMENT, …) is not the server failing.
-
-Why not opentelemetry-instrumentation-grpc: it records every abort twice ("Locally aborted."),
-leaves the status of client errors unset, and keeps its context attached across a stream's yields,
-so a client that cancels a stream logs "Failed to detach context" tracebacks. Here every handler is
-one coroutine (the streaming ones too) and the span's context is attached only while it runs. Health
-checks and reflection stay untraced: they are noise."""
+"""One server span per ContextService RPC, attached in one place: `traced`, which wraps every handler when
+the servicer is registered. See docs/architecture.md, The API shell, and docs/observability.md."""
 
 from __future__ import annotations
 
@@ -85,10 +70,9 @@ SERVER_ERRORS = frozenset(
 
 
 def message_attributes(message: Message, prefix: str, sent_only: bool = False) -> dict[str, AttributeValue]:
-    """The domain fields of a request or response as span attributes: numbers, flags, enums and ids
-    (`prefix.<field>`), the sizes of repeated fields (`prefix.<field>.count`), and `session_id` as
-    `ctxfold.session.id`. With `sent_only` (requests) fields left at their default are left out: a
-    proto3 scalar at its default is one the caller did not set (`known_view_version=0`)."""
+    """A message's domain fields as span attributes: `prefix.<field>` (numbers, flags, enums, ids), repeated
+    fields' sizes (`prefix.<field>.count`), `ctxfold.session.id`; `sent_only` (requests) drops proto3 defaults
+    (fields the caller did not set)."""
     attributes: dict[str, AttributeValue] = {}
     # Only the fields used are read: reading a string field copies it (a content can be MiBs).
     for name, kind in _attribute_fields(message.DESCRIPTOR):

@@ -1,8 +1,5 @@
-"""Checks every request passes before its use case runs, the same for every RPC: a request about a
-session must name one, and no text may hold a NUL character, which PostgreSQL cannot store or
-compare (SQLite can: refusing it everywhere keeps both stores answering alike) — but a tool result,
-which is whatever a tool printed: its raw text is stored as bytes, and the view shows NUL as a
-picture (`engine/tool_results.py`)."""
+"""Checks every request passes before its use case runs: a `session_id` field is set, and no text but a tool
+result's holds a NUL character (why: docs/architecture.md, The API shell)."""
 
 from __future__ import annotations
 
