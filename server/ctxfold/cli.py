@@ -1,8 +1,5 @@
-"""The `ctxfold` command: serve, replay, the read-only `sessions` / `show` for operators, and
-`healthcheck` for containers.
-
-Failures an operator can cause (a bad setting, an unreachable database, a port in use, an
-unreachable server) end in one `ctxfold: …` line and a non-zero exit, never a traceback."""
+"""The `ctxfold` command: serve, gateway, replay, `sessions` / `show` and `healthcheck`. A failure an operator
+can cause ends in one `ctxfold: …` line and a non-zero exit, never a traceback."""
 
 from __future__ import annotations
 
@@ -100,9 +97,8 @@ def _embedded_gateway(args: argparse.Namespace, settings: Settings) -> gateway_s
 
 
 def _quiet_grpc_core() -> None:
-    """gRPC core's own stderr log (a raw line beside our message for a port in use) is off unless the
-    operator sets GRPC_VERBOSITY: its errors reach us as exceptions and statuses anyway. It is read
-    when grpc loads, so this runs before anything imports grpc."""
+    """gRPC core's own stderr log is off unless GRPC_VERBOSITY is set (its errors reach us as exceptions
+    anyway). Read when grpc loads: call this before anything imports grpc."""
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
@@ -136,9 +132,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def _stdout_may_close() -> Iterator[None]:
-    """`ctxfold show … | head`: a reader that stops early closes the pipe, and the command ends quietly
-    with 141 (128 + SIGPIPE, what a shell reports for a command a closed pipe stopped), not with a
-    BrokenPipeError traceback (the pattern of the Python docs, "Note on SIGPIPE")."""
+    """`ctxfold show … | head`: a closed pipe ends the command quietly with 141 (128 + SIGPIPE, as a shell
+    reports it), not with a BrokenPipeError traceback (the Python docs' "Note on SIGPIPE")."""
     try:
         try:
             yield

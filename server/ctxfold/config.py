@@ -31,17 +31,14 @@ class Settings:
     tls_cert: str = field(default="", metadata={"help": "PEM server certificate (enables TLS)"})
     tls_key: str = field(default="", metadata={"help": "PEM server private key"})
     tls_client_ca: str = field(default="", metadata={"help": "PEM CA bundle; when set, clients must present a cert"})
-    # gRPC copies each request and response whole on the event loop (about 2 ms per MiB, more under
-    # load): these bounds keep that copy, and with it every health check, well under 100 ms
-    # (docs/operations.md, "Large work never blocks the server"). A response may be a little larger
-    # than its request: AppendMessages echoes the messages with their ids, seqs and times.
+    # gRPC copies each request and answer whole on the event loop (about 2 ms per MiB): these keep health
+    # checks well under 100 ms (docs/operations.md, Limits). An AppendMessages answer echoes its request.
     max_receive_message_bytes: int = field(default=20 << 20, metadata={"help": "largest gRPC request accepted"})
     max_send_message_bytes: int = field(default=24 << 20, metadata={"help": "largest gRPC response sent"})
     max_message_bytes: int = field(default=4 << 20, metadata={"help": "largest non-tool message (content+reasoning)"})
     max_tool_result_bytes: int = field(default=16 << 20, metadata={"help": "largest raw tool result"})
-    # Without it glibc unmaps each large buffer when freed, and every copy of the next request faults
-    # its pages in again, on the event loop (`ctxfold.memory`). With 256 MiB, 8 clients repeating
-    # requests of the largest size kept health under 62 ms; with 80 MiB, under 98 (`bench/availability.py`).
+    # Without it every copy of the next large request faults fresh pages in on the event loop (`ctxfold.memory`);
+    # why 256 MiB: docs/operations.md, Limits.
     retained_heap_bytes: int = field(
         default=256 << 20,
         metadata={"help": "freed memory kept for the next large requests, not returned to the OS (glibc; 0 = off)"},
@@ -52,9 +49,8 @@ class Settings:
     max_concurrent_rpcs_per_tenant: int = field(
         default=64, metadata={"help": "RPCs one tenant may have in progress at once; more are refused"}
     )
-    # Eight requests of the largest size, waiting for their turns with one worked on, kept 275-315 MiB of
-    # heap in use at the peak: about what `retained_heap_bytes` keeps plus the server's own heap
-    # (`bench/availability.py`; `ctxfold.api.admission`, `ctxfold.api.pacing`).
+    # Eight of the largest requests, one worked on at a time, kept 275-315 MiB of heap in use at the peak:
+    # about `retained_heap_bytes` plus the server's own (`bench/availability.py`).
     max_concurrent_request_bytes: int = field(
         default=160 << 20,
         metadata={"help": "bytes of large requests (1 MiB or more) in progress at once; more are refused"},

@@ -1,23 +1,5 @@
-"""CPU-heavy work (tokenizing, compressing, hashing, decoding large requests) runs off the event loop
-when its input is large, so that one big request never stalls the event loop, and with it health
-checks and every other session.
-
-Most of it runs in a worker thread. zstandard, hashlib and tiktoken's encoder release the GIL while
-they work; what still holds it (copying strings, decoding) is kept to short calls by the callers
-(answers serialized per message), since a worker holding the GIL stalls the loop just the same.
-The workers are a pool of their own, one fewer than the CPUs this process may run on (at least one):
-with asyncio's default pool (CPUs + 4 threads), eight concurrent large appends kept six threads
-tokenizing on a 2-core machine, so the loop waited for a CPU and then for the GIL behind each of them
-(health checks took up to 400 ms). Large requests queue for the pool instead; the loop keeps a CPU.
-
-Counting the tokens of a large text, the bulk of that work (0.4 s per 4 MiB of the tokenizer's
-slowest text), runs in a process of its own at the lowest CPU priority (`count_text`). In a thread
-it held the GIL a few hundred times a second, to build each slice's list of token ids, and on a
-machine whose CPUs were all busy it was preempted holding it, and the loop waited for it; and it
-took a CPU from the loop, gRPC's threads and the clients on the same machine as much as any of them.
-Renicing the server's other threads did not help (an earlier session measured it): a thread
-preempted while it holds the GIL holds up the loop whatever its priority. A process has no GIL to
-hold, and at nice 19 anything else that wants a CPU gets it first."""
+"""CPU-heavy work off the event loop when its input is large: a pool of its own (`run`), and a low-priority
+counting process for the tokens of large texts (`count_text`). Why, and what it measured: docs/operations.md, Limits."""
 
 from __future__ import annotations
 
@@ -78,10 +60,9 @@ def _start_counting() -> None:
 
 
 class _CountingProcess:
-    """The process that counts large texts, started on first use (or by `start_counting`), and
-    started again if it dies: a count it did not answer is made in the calling thread instead. A
-    process that cannot start, or dies `MAX_FAILURES` times in a row, is given up for this server's
-    life: counts are then made in the calling thread, as the log says."""
+    """The process that counts large texts, started on first use and again if it dies (the count it owed is
+    made in the calling thread); one that cannot start or fails `MAX_FAILURES` times in a row is given up
+    for this server's life, as the log says."""
 
     MAX_FAILURES = 3
 

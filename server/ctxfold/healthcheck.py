@@ -1,10 +1,5 @@
-"""`ctxfold healthcheck`: is the `ctxfold serve` of this container serving?
-
-A container's HEALTHCHECK runs apart from the server and sees none of its flags. This command reads
-the server's own command line and environment (/proc/PID, PID 1 in a container), resolves its
-settings exactly as `serve` did (flags over CTXFOLD_* over --config file over defaults) and asks the
-standard grpc.health.v1 service on the address it listens on. With TLS it cannot present what a
-client would (a CA, a client certificate), so it checks that the port accepts connections."""
+"""`ctxfold healthcheck`: is the `ctxfold serve` of this container serving? It resolves the server's settings
+from /proc/PID as `serve` did (docs/operations.md, Health, reflection, shutdown)."""
 
 from __future__ import annotations
 

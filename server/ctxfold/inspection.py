@@ -1,8 +1,5 @@
-"""`ctxfold sessions` and `ctxfold show SESSION`: what a running server holds, for operators.
-
-Read-only: ListSessions, GetSession, ListCheckpoints and GetContextState over gRPC, with the same
---server / --token / --tls-ca flags as `ctxfold replay`. The rendering is pure (`render_*`), the
-calls are a thin shell around it."""
+"""`ctxfold sessions` and `ctxfold show SESSION`: read-only gRPC views of a running server for operators, with
+`ctxfold replay`'s connection flags. The rendering is pure (`render_*`), the calls a thin shell around it."""
 
 from __future__ import annotations
 

@@ -1,17 +1,5 @@
-"""The event loop's lag, watched: how late a timer set every 10 ms fires.
-
-Health checks and every call are answered on the event loop, so anything that holds it (a long step,
-or a thread holding the GIL) delays them all by as much. The lag is recorded as the histogram
-`ctxfold.event_loop.lag`, and a lag of 100 ms or more while calls are in progress is logged as a
-warning: where a slow health check coincides with none, the wait was outside the loop (for a CPU, in
-gRPC's own threads). A hold while no call is in progress (another process loading the CPUs of an
-idle server) delayed nobody: it is logged at DEBUG, not as a fault.
-
-The lag falls short of how long the loop was held by up to the interval (a hold that starts late in
-one wait is seen only from that wait's end). Every 50 ms, a hold of 140 ms could pass unwarned; a
-5 ms timer saw holds of 70-100 ms in runs of `bench/availability.py` like those where the 50 ms one
-warned of none. Every 10 ms costs under 1 % of one CPU on an idle loop (30-50 ms of CPU per 5 s,
-against about 20 at 50 ms, measured on this 2-core machine)."""
+"""The event loop's lag, watched: how late a timer set every 10 ms fires, as a metric and, from 100 ms while
+calls are in progress, a warning. Why these numbers: docs/operations.md, Limits."""
 
 from __future__ import annotations
 

@@ -1,31 +1,5 @@
-"""Process-wide memory tuning: glibc's allocator kept from handing large buffers back to the kernel
-between requests (`retain_large_buffers`), and the objects alive at startup kept out of the garbage
-collector's full passes (`freeze_startup_objects`).
-
-gRPC copies every request and every answer whole, on the event loop and holding the GIL: a 20 MiB
-request three times when it is received, a 20 MiB answer once when it is sent. glibc serves such a
-buffer from a fresh `mmap`, or from heap it has just returned to the kernel, so each copy also
-faults in and zeroes 5,000 new pages. On a virtual machine the faults cost several times the copy:
-with a bare `grpc.aio` server, sending a 20 MiB answer held the loop 40-50 ms, and 9-12 ms once
-the buffers were kept.
-
-`retain_large_buffers` makes glibc serve buffers up to 32 MiB (its ceiling for `M_MMAP_THRESHOLD`)
-from its heap, keep `retained_bytes` of freed heap at its top whenever it gives the rest back
-(`M_TOP_PAD`; it gives back only beyond one more such buffer, `M_TRIM_THRESHOLD`), and touches that
-much heap once, now, so that the first large requests find it ready too. It also gives every thread
-that one heap (`M_ARENA_MAX` 1): glibc otherwise gives threads that allocate at the same time arenas
-of their own (up to eight per CPU), and each arena grew from fresh pages. The CPU pool's worker
-decodes requests and makes their strings there holding the GIL, and gRPC's threads receive there:
-eight clients sending 20 MiB requests at once grew the server by 500 MiB of fresh pages the first
-time, and health's p99 was twice as long as with one arena. Small allocations come from each
-thread's own cache (tcache) either way: `bench/hot_path.py`, run side by side with per-thread arenas,
-served as many calls per second with one (24 and 21-22 % of the echo server's, 16 in flight). The
-price is resident memory that starts `retained_bytes` higher and stays near its high-water mark: at
-most `retained_bytes` + 32 MiB unused. Elsewhere than glibc (musl, macOS) it does nothing.
-
-protobuf's runtime (upb) calls `malloc_trim(0)` after every 10,000 message arenas it frees, and that
-hands back the kept heap too: under steady traffic the heap is kept between those calls, and the
-first large requests after one fault their pages in again."""
+"""Process-wide memory tuning: glibc kept from handing large buffers back to the kernel (`retain_large_buffers`),
+and the objects alive at startup frozen out of the collector's passes. See docs/operations.md, Limits."""
 
 from __future__ import annotations
 
@@ -56,7 +30,7 @@ def _glibc() -> ctypes.CDLL | None:
 
 
 def retain_large_buffers(retained_bytes: int) -> bool:
-    """Tunes glibc's allocator as the module says, with a heap of `retained_bytes` touched in
+    """Tunes glibc's allocator (docs/operations.md, Limits), with a heap of `retained_bytes` touched in
     advance. Returns whether it could (False elsewhere than glibc)."""
     libc = _glibc()
     if libc is None:
@@ -91,10 +65,7 @@ def retain_large_buffers(retained_bytes: int) -> bool:
 
 
 def freeze_startup_objects() -> None:
-    """Moves every object alive now out of the collector's sight. What is alive once serving (modules,
-    classes, gRPC's, aiohttp's and OpenTelemetry's machinery: over 100k objects) lives as long as the
-    process; a full collection, which runs on whichever thread allocates (the event loop, mostly),
-    walks them all: in the gateway, 35-50 ms once per 40 requests at a 100k-token history; about 1 ms
-    once frozen (docs/gateway.md)."""
+    """Moves every object alive now (over 100k, alive as long as the process) out of the collector's
+    sight, so full collections stop walking them (docs/operations.md, Limits; docs/gateway.md)."""
     gc.collect()
     gc.freeze()

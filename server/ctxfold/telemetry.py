@@ -1,12 +1,5 @@
-"""OpenTelemetry traces and metrics.
-
-Instrumentation goes through the OpenTelemetry API (`TRACER`, `INSTRUMENTS`); without a configured
-SDK it is a no-op. `configure()` installs the SDK for a `ctxfold serve` process from the standard
-variables: OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER (otlp, console, none; comma-separated),
-OTEL_EXPORTER_OTLP_PROTOCOL (grpc or http/protobuf), OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME,
-OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_* and OTEL_METRIC_EXPORT_INTERVAL. Setting only
-OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4317 for Jaeger) turns OTLP trace export on;
-metrics are exported only where asked for (`exporter_names`)."""
+"""OpenTelemetry traces and metrics: instrumentation through the API (`TRACER`, `INSTRUMENTS`), a no-op until
+`configure()` installs the SDK from the standard OTEL_* variables (docs/observability.md)."""
 
 from __future__ import annotations
 
@@ -132,10 +125,8 @@ def resource_for(environ: Mapping[str, str]) -> Resource:
 
 
 def exporter_names(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """The trace and metric exporters the variables ask for. OTEL_EXPORTER_OTLP_ENDPOINT alone turns
-    on OTLP traces, not metrics: the endpoint is most often Jaeger, which refuses metrics, and every
-    push would log an export error. Metrics go out when OTEL_METRICS_EXPORTER names an exporter or
-    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT names where."""
+    """The trace and metric exporters the variables ask for. OTEL_EXPORTER_OTLP_ENDPOINT alone turns on
+    traces, not metrics (most often it is Jaeger, which refuses them; docs/observability.md)."""
     traces_default = "otlp" if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") else "none"
     metrics_default = "otlp" if environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else "none"
     return (
