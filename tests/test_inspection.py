@@ -10,12 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ctxfold_client import Checkpoint, Session, SessionConfig
 
 from builders import create_session, user
 from conftest import fresh_database, settings_for
 from ctxfold.inspection import SessionReport, render_show
 from ctxfold.server import RunningServer, start
-from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_checkpoints import checkpoints
 from test_cli import ctxfold_command
@@ -107,10 +107,10 @@ async def test_the_token_flag_authenticates(backend: str, tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("receipts", [0, 1])
 def test_render_marks_abandoned_checkpoints_and_limits_receipts(receipts: int) -> None:
-    session = pb.Session(id="s_1", head_seq=9, checkpoint_id="k_2", config=pb.SessionConfig(context_window=8000))
+    session = Session(id="s_1", head_seq=9, checkpoint_id="k_2", config=SessionConfig(context_window=8000))
     chain = [
-        pb.Checkpoint(id="k_3", parent_id="k_2", position_seq=8, summary="third", summary_tokens=30),
-        pb.Checkpoint(id="k_2", position_seq=4, summary="second\nline two", summary_tokens=20, on_head_chain=True),
+        Checkpoint(id="k_3", parent_id="k_2", position_seq=8, summary="third", summary_tokens=30),
+        Checkpoint(id="k_2", position_seq=4, summary="second\nline two", summary_tokens=20, on_head_chain=True),
     ]
     state = {
         "projection_tokens": 1200,
@@ -132,8 +132,8 @@ def test_render_marks_abandoned_checkpoints_and_limits_receipts(receipts: int) -
 
 
 def test_show_says_where_a_background_fold_stands() -> None:
-    session = pb.Session(
-        id="s_1", head_seq=9, config=pb.SessionConfig(context_window=8000, compact_ratio=0.8, prefold_ratio=0.75)
+    session = Session(
+        id="s_1", head_seq=9, config=SessionConfig(context_window=8000, compact_ratio=0.8, prefold_ratio=0.75)
     )
     made = {"time": 1, "action": "background", "status": "prepared", "tokens_in": 6100, "tokens_out": 900}
     made["reason"] = "prepared in the background over seqs ≤ 7; installed at the trigger"

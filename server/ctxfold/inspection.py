@@ -11,15 +11,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import grpc
+from ctxfold_client import AsyncClient, Checkpoint, CtxfoldError, Session
 from google.protobuf.json_format import MessageToDict
 
 from ctxfold.config import TOKEN_ENV
-from ctxfold.v1 import context_service_pb2 as pb
-from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 
@@ -63,18 +61,20 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 # --- rendering (pure) ---------------------------------------------------------------------------------
 
 
-def _when(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%SZ") if seconds else "-"
+def _when(time: datetime | float | None) -> str:
+    if isinstance(time, int | float):
+        time = datetime.fromtimestamp(time, UTC) if time else None
+    return time.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if time else "-"
 
 
-def render_sessions(sessions: Sequence[pb.Session]) -> str:
+def render_sessions(sessions: Sequence[Session]) -> str:
     if not sessions:
         return "no sessions"
     rows = [("SESSION", "CREATED", "HEAD SEQ", "WINDOW", "SUMMARIZER", "CHECKPOINT", "FORKED FROM")]
     rows += [
         (
             s.id,
-            _when(s.create_time.seconds),
+            _when(s.create_time),
             str(s.head_seq),
             f"{s.config.context_window:,}",
             s.config.summarizer or "-",
@@ -89,8 +89,8 @@ def render_sessions(sessions: Sequence[pb.Session]) -> str:
 
 @dataclass(frozen=True)
 class SessionReport:
-    session: pb.Session
-    checkpoints: list[pb.Checkpoint]
+    session: Session
+    checkpoints: list[Checkpoint]
     state: dict[str, Any]  # GetContextState's JSON
 
 
@@ -117,7 +117,7 @@ def render_show(report: SessionReport, receipts: int, now: float) -> str:
     config = s.config
     lines = [
         f"session {s.id}",
-        f"  created {_when(s.create_time.seconds)}, updated {_when(s.update_time.seconds)}, head seq {s.head_seq}",
+        f"  created {_when(s.create_time)}, updated {_when(s.update_time)}, head seq {s.head_seq}",
         f"  window {config.context_window:,} tokens, compact at {config.compact_ratio:.2f}, "
         f"summarizer {config.summarizer or 'extractive'}"
         + (f", background folds from {config.prefold_ratio:.2f}" if config.prefold_ratio else ""),
@@ -154,7 +154,7 @@ def render_show(report: SessionReport, receipts: int, now: float) -> str:
         marks = ["head" if c.id == s.checkpoint_id else "", "" if c.on_head_chain else "abandoned"]
         flags = ", ".join(m for m in marks if m)
         lines.append(
-            f"  {c.id}  seq ≤ {c.position_seq}  {c.summary_tokens:,} tokens  {_when(c.create_time.seconds)}"
+            f"  {c.id}  seq ≤ {c.position_seq}  {c.summary_tokens:,} tokens  {_when(c.create_time)}"
             + (f"  [{flags}]" if flags else "")
             + (f"  parent {c.parent_id}" if c.parent_id else "")
         )
@@ -173,79 +173,39 @@ def render_show(report: SessionReport, receipts: int, now: float) -> str:
 # --- the calls (shell) --------------------------------------------------------------------------------
 
 
-def _credentials(tls_ca: str) -> grpc.ChannelCredentials | None:
-    if not tls_ca:
-        return None
-    try:
-        return grpc.ssl_channel_credentials(Path(tls_ca).read_bytes())
-    except OSError as exc:
-        raise InspectError(f"cannot read {tls_ca}: {exc.strerror or exc}") from None
+def _failure(error: CtxfoldError, server: str) -> InspectError:
+    if error.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return InspectError(f"cannot reach {server}: {error.code.name}: {error.message}")
+    return InspectError(f"{error.code.name}: {error.message}")
 
 
-def _failure(exc: grpc.aio.AioRpcError, server: str) -> InspectError:
-    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return InspectError(f"cannot reach {server}: {exc.code().name}: {exc.details()}")
-    return InspectError(f"{exc.code().name}: {exc.details()}")
-
-
-async def _list_sessions(stub: pb_grpc.ContextServiceAsyncStub, limit: int, call: dict[str, Any]) -> list[pb.Session]:
-    sessions: list[pb.Session] = []
-    token = ""
-    while len(sessions) < limit:
-        page = await stub.ListSessions(
-            pb.ListSessionsRequest(page_size=min(limit - len(sessions), 100), page_token=token), **call
-        )
-        sessions += page.sessions
-        token = page.next_page_token
-        if not token:
-            break
-    return sessions
-
-
-async def _report(
-    stub: pb_grpc.ContextServiceAsyncStub, session_id: str, abandoned: bool, call: dict[str, Any]
-) -> SessionReport:
-    session = (await stub.GetSession(pb.GetSessionRequest(session_id=session_id), **call)).session
-    checkpoints: list[pb.Checkpoint] = []
-    token = ""
-    while True:
-        page = await stub.ListCheckpoints(
-            pb.ListCheckpointsRequest(
-                session_id=session_id, page_size=100, page_token=token, include_abandoned=abandoned
-            ),
-            **call,
-        )
-        checkpoints += page.checkpoints
-        token = page.next_page_token
-        if not token:
-            break
-    state_json = (await stub.GetContextState(pb.GetContextStateRequest(session_id=session_id), **call)).state_json
-    return SessionReport(session, checkpoints, json.loads(state_json) if state_json else {})
+async def _report(client: AsyncClient, session_id: str, abandoned: bool) -> SessionReport:
+    session = await client.get_session(session_id)
+    checkpoints = [c async for c in client.list_checkpoints(session_id, include_abandoned=abandoned, page_size=100)]
+    return SessionReport(session, checkpoints, dict(await client.get_context_state(session_id)))
 
 
 async def _run(args: argparse.Namespace) -> str:
-    credentials = _credentials(args.tls_ca)
-    call: dict[str, Any] = {"timeout": args.timeout}
-    if args.token:
-        call["metadata"] = (("authorization", f"Bearer {args.token}"),)
-    channel = (
-        grpc.aio.secure_channel(args.server, credentials) if credentials else grpc.aio.insecure_channel(args.server)
-    )
-    async with channel:
-        stub = pb_grpc.ContextServiceStub(channel)
-        try:
+    try:
+        async with AsyncClient(
+            args.server, token=args.token or None, ca_cert=args.tls_ca or None, timeout=args.timeout
+        ) as client:
             if args.command == "sessions":
-                sessions = await _list_sessions(stub, args.limit, call)
+                sessions = []
+                async for session in client.list_sessions(page_size=min(args.limit, 100)):
+                    sessions.append(session)
+                    if len(sessions) == args.limit:
+                        break
                 if args.json:
-                    return json.dumps([MessageToDict(s) for s in sessions], indent=2)
+                    return json.dumps([MessageToDict(s.to_proto()) for s in sessions], indent=2)
                 return render_sessions(sessions)
-            report = await _report(stub, args.session, args.abandoned, call)
-        except grpc.aio.AioRpcError as exc:
-            raise _failure(exc, args.server) from None
+            report = await _report(client, args.session, args.abandoned)
+    except CtxfoldError as error:
+        raise _failure(error, args.server) from None
     if args.json:
         document = {
-            "session": MessageToDict(report.session),
-            "checkpoints": [MessageToDict(c) for c in report.checkpoints],
+            "session": MessageToDict(report.session.to_proto()),
+            "checkpoints": [MessageToDict(c.to_proto()) for c in report.checkpoints],
             "state": report.state,
         }
         return json.dumps(document, indent=2)
