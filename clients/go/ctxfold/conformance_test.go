@@ -717,7 +717,7 @@ func fromProvider(op, fixture string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var turn *ctxfold.Turn
+	var turn *ctxfold.ProviderTurn
 	switch op {
 	case "from_openai_chat":
 		turn, err = openaichat.ParseResponse(body)

@@ -165,16 +165,16 @@ type Usage struct {
 // reasoning_content) and the usage:
 // input is input_tokens + cache_read_input_tokens + cache_creation_input_tokens, cached is
 // cache_read_input_tokens, the finish reason is stop_reason.
-func ParseResponse(body []byte) (*ctxfold.Turn, error) {
+func ParseResponse(body []byte) (*ctxfold.ProviderTurn, error) {
 	var resp Response
 	if err := json.Unmarshal(body, &resp); err != nil {
 		return nil, fmt.Errorf("anthropic: decode response: %w", err)
 	}
-	return resp.Turn()
+	return resp.ProviderTurn()
 }
 
-// Turn converts a decoded response.
-func (r *Response) Turn() (*ctxfold.Turn, error) {
+// ProviderTurn converts a decoded response.
+func (r *Response) ProviderTurn() (*ctxfold.ProviderTurn, error) {
 	var text, thinking []string
 	msg := ctxfold.Message{Role: ctxfold.RoleAssistant}
 	for _, b := range r.Content {
@@ -193,7 +193,7 @@ func (r *Response) Turn() (*ctxfold.Turn, error) {
 	}
 	msg.Content, msg.ReasoningContent = strings.Join(text, "\n"), strings.Join(thinking, "\n")
 	u := r.Usage
-	return &ctxfold.Turn{
+	return &ctxfold.ProviderTurn{
 		Messages: []ctxfold.Message{msg},
 		Usage: ctxfold.Usage{
 			InputTokens:       u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens,

@@ -250,16 +250,16 @@ type Usage struct {
 // ParseResponse decodes a Chat Completions response body into the assistant message to append
 // (the first choice's content, or its refusal; tool calls with their arguments as received;
 // reasoning_content where the provider returns it) and the usage.
-func ParseResponse(body []byte) (*ctxfold.Turn, error) {
+func ParseResponse(body []byte) (*ctxfold.ProviderTurn, error) {
 	var resp Response
 	if err := json.Unmarshal(body, &resp); err != nil {
 		return nil, fmt.Errorf("openaichat: decode response: %w", err)
 	}
-	return resp.Turn()
+	return resp.ProviderTurn()
 }
 
-// Turn converts a decoded response.
-func (r *Response) Turn() (*ctxfold.Turn, error) {
+// ProviderTurn converts a decoded response.
+func (r *Response) ProviderTurn() (*ctxfold.ProviderTurn, error) {
 	if len(r.Choices) == 0 {
 		return nil, adapt.Unconvertible("openaichat", "the response has no choices")
 	}
@@ -272,7 +272,7 @@ func (r *Response) Turn() (*ctxfold.Turn, error) {
 		text = choice.Message.Refusal
 	}
 	msg := fromMessage(ctxfold.RoleAssistant, Message{Content: text, ToolCalls: choice.Message.ToolCalls, ReasoningContent: choice.Message.ReasoningContent})
-	return &ctxfold.Turn{
+	return &ctxfold.ProviderTurn{
 		Messages: []ctxfold.Message{msg},
 		Usage: ctxfold.Usage{
 			InputTokens:       r.Usage.PromptTokens,

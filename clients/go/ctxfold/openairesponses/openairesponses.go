@@ -119,16 +119,16 @@ type Usage struct {
 // output_text and refusal parts of its message items joined with a newline, a tool call per
 // function_call, the reasoning summary texts joined with a newline as reasoning_content) and the
 // usage, with the response status as the finish reason.
-func ParseResponse(body []byte) (*ctxfold.Turn, error) {
+func ParseResponse(body []byte) (*ctxfold.ProviderTurn, error) {
 	var resp Response
 	if err := json.Unmarshal(body, &resp); err != nil {
 		return nil, fmt.Errorf("openairesponses: decode response: %w", err)
 	}
-	return resp.Turn(), nil
+	return resp.ProviderTurn(), nil
 }
 
-// Turn converts a decoded response.
-func (r *Response) Turn() *ctxfold.Turn {
+// ProviderTurn converts a decoded response.
+func (r *Response) ProviderTurn() *ctxfold.ProviderTurn {
 	var text, reasoning []string
 	msg := ctxfold.Message{Role: ctxfold.RoleAssistant}
 	for _, item := range r.Output {
@@ -153,7 +153,7 @@ func (r *Response) Turn() *ctxfold.Turn {
 		}
 	}
 	msg.Content, msg.ReasoningContent = strings.Join(text, "\n"), strings.Join(reasoning, "\n")
-	return &ctxfold.Turn{
+	return &ctxfold.ProviderTurn{
 		Messages: []ctxfold.Message{msg},
 		Usage: ctxfold.Usage{
 			InputTokens:       r.Usage.InputTokens,

@@ -18,7 +18,7 @@ from ctxfold_client._gen import context_service_pb2 as pb
 from ctxfold_client._gen.enums import Action, CacheState, ErrorReason, FoldStage, NotFoldedReason, Role
 from ctxfold_client._sync_client import Client
 from ctxfold_client._version import VERSION
-from ctxfold_client.adapters import Reply
+from ctxfold_client.adapters import ProviderTurn
 from ctxfold_client.config import SessionConfig
 from ctxfold_client.errors import CLIENT_DOMAIN, SERVER_DOMAIN, CtxfoldError
 from ctxfold_client.messages import assistant, system, tool_call, tool_result, user
@@ -60,7 +60,7 @@ __all__ = [
     "Message",
     "NotFoldedReason",
     "ProviderPayload",
-    "Reply",
+    "ProviderTurn",
     "Role",
     "Session",
     "SessionConfig",

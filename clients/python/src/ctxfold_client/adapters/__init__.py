@@ -4,10 +4,10 @@ messages to append plus the `Usage` to report with `observe_usage()` (clients/RE
 response object of the official `openai` or `anthropic` SDK is accepted too (via `model_dump()`).
 
     request = adapters.anthropic_messages.to_request(view)       # + model, max_tokens, tools
-    reply = adapters.anthropic_messages.from_response(response)  # Reply(messages, usage)
+    reply = adapters.anthropic_messages.from_response(response)  # ProviderTurn(messages, usage)
 """
 
 from ctxfold_client.adapters import anthropic_messages, openai_chat, openai_responses
-from ctxfold_client.adapters._common import Reply
+from ctxfold_client.adapters._common import ProviderTurn
 
-__all__ = ["Reply", "anthropic_messages", "openai_chat", "openai_responses"]
+__all__ = ["ProviderTurn", "anthropic_messages", "openai_chat", "openai_responses"]

@@ -24,7 +24,7 @@ Response = Mapping[str, Any] | SupportsModelDump
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class ProviderTurn:
     """A provider response as ctxfold sees it: the messages to append (the assistant message with
     its tool calls; their results follow from the agent's tools) and the usage to report."""
 

@@ -11,7 +11,7 @@ from typing import Any
 from ctxfold_client import _json
 from ctxfold_client._gen.enums import Role
 from ctxfold_client.adapters._common import (
-    Reply,
+    ProviderTurn,
     Response,
     as_mapping,
     count,
@@ -85,7 +85,7 @@ def to_request(view: View | Sequence[Message], *, tools: Tools | None = None) ->
     return request
 
 
-def from_response(response: Response) -> Reply:
+def from_response(response: Response) -> ProviderTurn:
     """The content blocks as one assistant message (`text`, `tool_use` as tool calls with the input
     as JSON, `thinking` as `reasoning_content`) and the usage: input_tokens +
     cache_read_input_tokens + cache_creation_input_tokens as input, cache_read_input_tokens as
@@ -105,7 +105,7 @@ def from_response(response: Response) -> Reply:
             calls.append(ToolCall(id=str(block.get("id", "")), name=str(block.get("name", "")), arguments=arguments))
     usage = data.get("usage") or {}
     cache_read = count(usage.get("cache_read_input_tokens"))
-    return Reply(
+    return ProviderTurn(
         messages=(
             Message(
                 role=Role.ASSISTANT, content=join(texts), tool_calls=tuple(calls), reasoning_content=join(thinking)

@@ -10,7 +10,7 @@ from typing import Any
 from ctxfold_client import _json
 from ctxfold_client._gen.enums import Role
 from ctxfold_client.adapters._common import (
-    Reply,
+    ProviderTurn,
     Response,
     as_mapping,
     count,
@@ -119,7 +119,7 @@ def from_messages(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
     return out
 
 
-def from_response(response: Response) -> Reply:
+def from_response(response: Response) -> ProviderTurn:
     """The first choice's message (content or refusal, tool calls, `reasoning_content` where the
     provider sends it) and the usage: prompt_tokens, prompt_tokens_details.cached_tokens,
     completion_tokens, finish_reason."""
@@ -131,7 +131,7 @@ def from_response(response: Response) -> Reply:
     message: Mapping[str, Any] = choice.get("message") or {}
     usage = data.get("usage") or {}
     details = usage.get("prompt_tokens_details") or {}
-    return Reply(
+    return ProviderTurn(
         messages=(
             Message(
                 role=Role.ASSISTANT,

@@ -8,7 +8,7 @@ from typing import Any
 
 from ctxfold_client._gen.enums import Role
 from ctxfold_client.adapters._common import (
-    Reply,
+    ProviderTurn,
     Response,
     as_mapping,
     count,
@@ -62,7 +62,7 @@ def to_request(view: View | Sequence[Message], *, tools: Tools | None = None) ->
     return request
 
 
-def from_response(response: Response) -> Reply:
+def from_response(response: Response) -> ProviderTurn:
     """The output items as one assistant message (output text, function calls, reasoning summary
     text as `reasoning_content`) and the usage: input_tokens, input_tokens_details.cached_tokens,
     output_tokens, and the response `status` as the finish reason."""
@@ -90,7 +90,7 @@ def from_response(response: Response) -> Reply:
             reasoning.extend(str(part.get("text") or "") for part in items(item.get("summary")))
     usage = data.get("usage") or {}
     details = usage.get("input_tokens_details") or {}
-    return Reply(
+    return ProviderTurn(
         messages=(
             Message(
                 role=Role.ASSISTANT, content=join(texts), tool_calls=tuple(calls), reasoning_content=join(reasoning)

@@ -1,9 +1,9 @@
 package ctxfold
 
-// Turn is a provider response as the agent loop needs it: the messages to append (the assistant
+// ProviderTurn is a provider response as the agent loop needs it: the messages to append (the assistant
 // message, with its tool calls) and the usage to report with [Session.ObserveUsage]. The adapters
 // in openaichat, openairesponses and anthropic return it.
-type Turn struct {
+type ProviderTurn struct {
 	// Messages are the messages to append, in order.
 	Messages []Message
 	// Usage is what the provider billed.
@@ -11,7 +11,7 @@ type Turn struct {
 }
 
 // ToolCalls returns the tool calls of the turn's messages, in order.
-func (t *Turn) ToolCalls() []ToolCall {
+func (t *ProviderTurn) ToolCalls() []ToolCall {
 	var calls []ToolCall
 	for _, m := range t.Messages {
 		calls = append(calls, m.ToolCalls...)
