@@ -30,7 +30,7 @@ from ctxfold.service.contexts import Contexts
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Maintenance
 from ctxfold.service.run import Hooks
-from ctxfold.service.sessions import SessionConfigs, Sessions
+from ctxfold.service.sessions import Sessions
 from ctxfold.service.states import ContextStates
 from ctxfold.service.tool_results import ToolResults
 from ctxfold.service.transcript import Transcript
@@ -150,7 +150,6 @@ def _services(settings: Settings, store: Store, tokens: dict[str, str] | None, h
         store,
         transcript,
         summarizers,
-        SessionConfigs(store),
         hooks=hooks,
         max_waiting_per_session=settings.max_waiting_per_session,
         max_response_bytes=settings.max_send_message_bytes,

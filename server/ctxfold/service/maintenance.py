@@ -42,7 +42,7 @@ from ctxfold.engine.maintenance import (
     unanswerable,
     while_maintained,
 )
-from ctxfold.engine.model import NewMessage, StoredMessage
+from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage
 from ctxfold.engine.projection import Projection, check_fixed_costs
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.background import BackgroundFolds
@@ -51,7 +51,6 @@ from ctxfold.service.exclusion import FoldLeases, KeyedLock
 from ctxfold.service.folding import Folding
 from ctxfold.service.observer import Emit, MaintenanceObserver, Progress
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
-from ctxfold.service.sessions import SessionConfigs
 from ctxfold.service.states import MAX_ROUNDS, ContextStates
 from ctxfold.service.transcript import Transcript
 from ctxfold.store import StaleSession, Store
@@ -86,7 +85,6 @@ class Maintenance:
         store: Store,
         transcript: Transcript,
         summarizers: Mapping[str, Summarizer],
-        configs: SessionConfigs,
         *,
         max_response_bytes: int,
         contexts: Contexts,
@@ -97,7 +95,6 @@ class Maintenance:
         self.store = store
         self.transcript = transcript
         self.summarizers = summarizers
-        self.configs = configs
         # The store's clock: receipts and the stamps of hot appends agree with what the store writes.
         self.clock = store.clock
         # Concurrent calls on one session in this process that must maintain it take turns, so they do
@@ -152,8 +149,7 @@ class Maintenance:
         queue. Only maintenance, which may report progress, runs as a `_stream` task. `on_appended` is
         called once the append is stored, before anything waits for a lock or a summarizer."""
         started = time.perf_counter()
-        config, tokens = await self.configs.get(tenant, session_id)
-        check_fixed_costs(config, tokens.system, tokens.tools)
+        config = await self._config(tenant, session_id)
         rows = await self.transcript.rows(append, request_id, config, field="append") if append else []
         request = AppendRequest((), 0.0, overflow, known_view_version)
         written = await self.transcript.append(tenant, session_id, rows, request_id, request)
@@ -196,8 +192,7 @@ class Maintenance:
             started = time.perf_counter()
             if keep_tokens < 0:
                 raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_REQUEST", "keep_tokens must be >= 0")
-            config, tokens = await self.configs.get(tenant, session_id)
-            check_fixed_costs(config, tokens.system, tokens.tools)
+            await self._config(tenant, session_id)
             request = MaintainRequest(Trigger.COMPACT, focus, keep_tokens, dry_run)
             run = await self._maintain(tenant, session_id, request, emit)
             return await self._answer(run, 0, [], started)
@@ -205,6 +200,12 @@ class Maintenance:
         return self._stream(work)
 
     # ---- the flow -------------------------------------------------------------------------------
+
+    async def _config(self, tenant: str, session_id: str) -> SessionConfig:
+        """The session's config (from its cached context), once its fixed costs are known to fit."""
+        context = await self.contexts.load(tenant, session_id)
+        check_fixed_costs(context.config, context.session.system_tokens, context.session.tools_tokens)
+        return context.config
 
     async def _load(self, tenant: str, session_id: str) -> Run:
         return Run.of(await self.contexts.load(tenant, session_id, fresh=True))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from ctxfold import cpu
@@ -46,30 +45,6 @@ async def fitting_config_tokens(config: SessionConfig) -> ConfigTokens:
 
 def session_info(record: SessionRecord) -> SessionInfo:
     return SessionInfo(record, config_from_json(record.config_json))
-
-
-class SessionConfigs:
-    """A session's config never changes after it is created (a fork is a new session), so each process
-    reads it once; the hot path then skips a round trip. A deleted session's entry is harmless: every
-    use goes on to the store, which answers NOT_FOUND."""
-
-    def __init__(self, store: Store, size: int = 10_000):
-        self.store = store
-        self.size = size
-        self._configs: OrderedDict[tuple[str, str], tuple[SessionConfig, ConfigTokens]] = OrderedDict()
-
-    async def get(self, tenant: str, session_id: str) -> tuple[SessionConfig, ConfigTokens]:
-        key = (tenant, session_id)
-        found = self._configs.get(key)
-        if found is not None:
-            self._configs.move_to_end(key)
-            return found
-        record = await self.store.get_session(tenant, session_id)
-        found = (config_from_json(record.config_json), ConfigTokens(record.system_tokens, record.tools_tokens))
-        self._configs[key] = found
-        if len(self._configs) > self.size:
-            self._configs.popitem(last=False)
-        return found
 
 
 class Sessions:
