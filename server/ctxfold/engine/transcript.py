@@ -4,11 +4,13 @@ appended while they wait, so a view can never hold a call without its result or 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ctxfold.engine import estimator
 from ctxfold.engine.errors import failed_precondition, invalid, too_large
-from ctxfold.engine.model import MAX_NAME_CHARS, NewMessage, ProviderPayload, Role, StoredMessage
+from ctxfold.engine.model import MAX_NAME_CHARS, NewMessage, ProviderPayload, Role, SessionConfig, StoredMessage
+from ctxfold.engine.tool_results import bound_tool_content
 
 MAX_MESSAGES_PER_APPEND = 1000
 MAX_TOOL_CALLS_PER_MESSAGE = 256
@@ -170,3 +172,42 @@ def open_calls_at_end(messages: Sequence[StoredMessage]) -> tuple[str, ...]:
         else:
             waiting = []
     return tuple(waiting)
+
+
+def keeps_raw_result(role: Role) -> bool:
+    """Tool results and user messages are stored whole under a result_ref (a user message by reference,
+    no copy): a view or fold that shows part of one (a bounded result, a large task anchor, a long
+    instruction) names where all of it is read with ReadToolResult."""
+    return role in (Role.TOOL, Role.USER)
+
+
+def stored_form(
+    message: NewMessage, config: SessionConfig, message_id: str, result_ref: str, count_text: Callable[[str], int]
+) -> tuple[StoredMessage, bytes | None]:
+    """`message` as stored, but for its seq and time (given by the append): a tool result bounded to
+    `tool_content_max_bytes`, its tokens counted once (never recomputed), and the raw bytes when its
+    content is a cut of them. `result_ref` is "" unless `keeps_raw_result`."""
+    content, raw, raw_bytes, truncated = message.content, None, 0, False
+    if message.role is Role.TOOL:
+        bounded = bound_tool_content(message.content, config.tool_content_max_bytes, result_ref)
+        content, raw_bytes, truncated = bounded.content, bounded.raw_bytes, bounded.truncated
+        raw = None if bounded.exact else message.content.encode()
+    tokens = estimator.message_tokens(content, message.tool_calls, message.reasoning_content, message.name, count_text)
+    stored = StoredMessage(
+        id=message_id,
+        seq=0,
+        role=message.role,
+        content=content,
+        tokens=tokens + (message.payload.tokens if message.payload else 0),
+        tool_calls=message.tool_calls,
+        tool_call_id=message.tool_call_id,
+        reasoning_content=message.reasoning_content,
+        pinned=message.pinned,
+        name=message.name,
+        author=message.author,
+        result_ref=result_ref,
+        raw_bytes=raw_bytes,
+        truncated=truncated,
+        payload=message.payload,
+    )
+    return stored, raw

@@ -7,13 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ctxfold import cpu
-from ctxfold.engine import estimator
 from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append
 from ctxfold.engine.errors import DomainError, invalid, kept_changing
-from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, text_chars
-from ctxfold.engine.tool_results import bound_tool_content
-from ctxfold.engine.transcript import AppendLimits, validate_new_messages
+from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, text_chars
+from ctxfold.engine.transcript import AppendLimits, keeps_raw_result, stored_form, validate_new_messages
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import KeyedLock
 from ctxfold.service.paging import decode_token, encode_token, page_size
@@ -27,47 +25,14 @@ MAX_REQUEST_ID_CHARS = 128
 
 
 def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[MessageRow]:
-    """Bounds tool results and counts tokens once (large texts in the counting process: call it from a
-    worker of `cpu.run`); the counts are stored and never recomputed.
-    User messages get a result_ref too (stored by reference, no copy): a fold that shows only part
-    of one (a large task anchor, a long instruction, an agent's observation) names where all of it
-    is read with ReadToolResult."""
-    rows = []
-    for message in messages:
-        result_ref, raw, raw_bytes, truncated, content = "", None, 0, False, message.content
-        if message.role is Role.USER:
-            result_ref = new_result_ref()
-        if message.role is Role.TOOL:
-            result_ref = new_result_ref()
-            bounded = bound_tool_content(message.content, config.tool_content_max_bytes, result_ref)
-            content, raw_bytes, truncated = bounded.content, bounded.raw_bytes, bounded.truncated
-            raw = None if bounded.exact else message.content.encode()
-        rows.append(
-            MessageRow(
-                StoredMessage(
-                    id=new_id("m"),
-                    seq=0,  # given by the append, with the create_time
-                    role=message.role,
-                    content=content,
-                    tokens=estimator.message_tokens(
-                        content, message.tool_calls, message.reasoning_content, message.name, cpu.count_text
-                    )
-                    + (message.payload.tokens if message.payload else 0),
-                    tool_calls=message.tool_calls,
-                    tool_call_id=message.tool_call_id,
-                    reasoning_content=message.reasoning_content,
-                    pinned=message.pinned,
-                    name=message.name,
-                    author=message.author,
-                    result_ref=result_ref,
-                    raw_bytes=raw_bytes,
-                    truncated=truncated,
-                    payload=message.payload,
-                ),
-                raw,
-            )
+    """The rows of an append (ids, bounded contents, token counts; large texts counted in the counting
+    process: call it from a worker of `cpu.run`)."""
+    return [
+        MessageRow(
+            *stored_form(m, config, new_id("m"), new_result_ref() if keeps_raw_result(m.role) else "", cpu.count_text)
         )
-    return rows
+        for m in messages
+    ]
 
 
 # An append that keeps losing compare-and-swap races (or whose cached context keeps being behind) gives
