@@ -27,11 +27,9 @@ MAX_REQUEST_ID_CHARS = 128
 
 
 def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[MessageRow]:
-    """Bounds tool results and counts tokens once (large texts in the counting process: call it from a
-    worker of `cpu.run`); the counts are stored and never recomputed.
-    User messages get a result_ref too (stored by reference, no copy): a fold that shows only part
-    of one (a large task anchor, a long instruction, an agent's observation) names where all of it
-    is read with ReadToolResult."""
+    """An append's rows: tool results bounded, tokens counted once (stored, never recomputed), a result_ref for
+    each user and tool message (why: docs/architecture.md, Storage model). Counts large texts in the counting
+    process: call it from a worker of `cpu.run`."""
     rows = []
     for message in messages:
         result_ref, raw, raw_bytes, truncated, content = "", None, 0, False, message.content
@@ -93,9 +91,8 @@ class Transcript:
         # Appends to one session in this process queue here; across processes the swap decides.
         self._appending = KeyedLock(max_waiting=None)
         self.limits = limits
-        # A ListMessages page holds at most this many characters of text (at most 4 bytes each in
-        # UTF-8, and room for the framing), so it fits one response whatever page_size asks; a shorter
-        # page comes with a next_page_token.
+        # A ListMessages page holds at most this many characters (4 UTF-8 bytes each, and room for the framing),
+        # so it fits one response whatever page_size asks; a shorter page comes with a next_page_token.
         self.max_page_chars = max_response_bytes // 8
 
     async def rows(
