@@ -68,7 +68,7 @@ INSTRUMENTS = Instruments(
         "ctxfold.hot_state.sessions", unit="{session}", description="Sessions held by the hot-state cache"
     ),
     event_loop_lag=_METER.create_histogram(
-        "ctxfold.event_loop.lag", unit="s", description="How late a timer set every 50 ms fired on the event loop"
+        "ctxfold.event_loop.lag", unit="s", description="How late a timer set every 10 ms fired on the event loop"
     ),
 )
 

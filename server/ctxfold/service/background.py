@@ -1,8 +1,5 @@
-"""Background folds in the service: when a Prepare starts one (`progress`), the fold made and kept
-prepared (`_prefold`), what the trigger does with it (`read_prepared`, `install_prepared`,
-`discard_prepared`), and the tasks this process runs — at most one per session, outliving the call
-that started it, cancelled by a rewind below what it folds and by shutdown. Across replicas the fold
-lease keeps a session's background fold to one process; what it decides is `engine/background.py`."""
+"""Background folds: started by a Prepare, made and kept prepared, installed or discarded at the trigger; one
+task per session in this process (docs/architecture.md, The view and maintenance, Background folds)."""
 
 from __future__ import annotations
 
@@ -59,9 +56,8 @@ class BackgroundFolds:
         self._leases = leases
         # session id -> (task, the seq its fold reads up to)
         self._tasks: dict[str, tuple[asyncio.Task[bool], int]] = {}
-        # session id -> the installed state (head checkpoint and generation) a background fold prepared
-        # a fold over: it is not started again over the same one. One that made nothing (a failed
-        # summary, another replica's lease) is forgotten, so a later Prepare tries again.
+        # session id -> the installed state (head checkpoint:generation) last tried, not tried twice; forgotten
+        # when the fold made nothing (a failed summary, another replica's lease), so a later Prepare retries.
         self._tried: OrderedDict[str, str] = OrderedDict()
 
     def progress(self, tenant: str, session_id: str, run: Run) -> Progress | None:
@@ -88,9 +84,8 @@ class BackgroundFolds:
         return Progress(Stage.BACKGROUND_STARTED, message, tokens_before=tokens)
 
     async def _prefold(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> bool:
-        """A background fold: one pass made like any other (same lease, summarizer and checks) and kept
-        prepared, not installed. It takes its turn with the session's other maintenance; a Prepare whose
-        view cannot be sent meanwhile stops it (`stop`) rather than wait, and folds offline."""
+        """A background fold: one pass made like any other (the session's turn, lease, summarizer, checks) and
+        kept prepared, not installed; a Prepare whose view cannot be sent meanwhile `stop`s it."""
         try:
             async with self._sessions.hold(session_id):
                 return await self._prefold_locked(tenant, session_id, started_by)

@@ -1,11 +1,5 @@
-"""Sessions' current contexts, read through a per-process cache, so that an append costs what is new
-instead of reloading and rebuilding the view.
-
-A cached context is only ever a guess: every use is validated by the write it makes, a compare-and-swap
-on the session's version and branch (`store/append.py`). The one place it is dropped is a write that
-found it stale (another replica or call wrote, the session was rewound, deleted or re-created): the
-next `load` reads the database. Entries are bounded by an estimate of their bytes, least recently used
-evicted first."""
+"""Sessions' current contexts, cached per process so an append costs what is new, not a reload of the view.
+Each is a guess the write's swap validates (docs/architecture.md, One path for every append)."""
 
 from __future__ import annotations
 
@@ -22,9 +16,8 @@ from ctxfold.telemetry import INSTRUMENTS
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 256 << 20
-# What a cached message costs beyond its text: its StoredMessage and ViewMessage objects, ids, string
-# headers and tuple slots. tracemalloc measures about 530 bytes for a message without tool calls; the
-# rest is room for tool-call ids and names and view-only text (pruned stubs, bounded anchors).
+# A cached message's cost beyond its text (its objects, ids, headers): tracemalloc measures ~530 bytes without
+# tool calls; the rest is room for tool-call ids and names and view-only text (pruned stubs, bounded anchors).
 MESSAGE_OVERHEAD_BYTES = 1024
 # The session record, the state (views, receipts, counters) and the projection itself.
 SESSION_OVERHEAD_BYTES = 16 << 10

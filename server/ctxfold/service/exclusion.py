@@ -1,8 +1,5 @@
-"""Who may maintain a session at a time: one call per process (`KeyedLock`, so calls of one process
-do not summarize the same input twice) and one replica per database (the fold lease, so replicas do
-not either). Neither is needed for consistency — every install is a compare-and-swap — only to avoid
-wasted summarizer calls. Appends to one session take turns in a process the same way (`KeyedLock`),
-so that concurrent callers queue instead of losing each other's swap."""
+"""Who may maintain a session at a time: one call per process (`KeyedLock`, which queues appends too) and one
+replica per database (the fold lease); why: docs/architecture.md, The view and maintenance."""
 
 from __future__ import annotations
 
@@ -30,9 +27,8 @@ FOLD_LEASE_POLL_SECONDS = 0.25
 
 
 class KeyedLock:
-    """One asyncio lock per key, dropped when nobody holds or waits for it. At most `max_waiting` calls
-    wait for one key (None: no bound but the admission's): more are refused at once (SESSION_BUSY), so
-    a busy session's queue stays short and a client learns to back off instead of piling up calls."""
+    """One asyncio lock per key, dropped when nobody holds or waits for it. Beyond `max_waiting` waiters (None: the
+    admission's bound) `hold` raises SESSION_BUSY at once, so a busy session's queue stays short."""
 
     def __init__(self, max_waiting: int | None, retry_after_seconds: float = 1.0) -> None:
         self.max_waiting = max_waiting
@@ -78,9 +74,8 @@ class LeaseOutcome:
     until: float = 0.0  # when its lease runs out (the store's clock)
 
 
-# Who holds a lease: host, process id and a token of this process (a restarted server in a container
-# has the pid of the one that died), then one id per call. A holder on this host whose process is gone
-# died with its lease (kill -9); its lease is taken over at once instead of waited out.
+# A lease holder: host, pid and a token of this process (a restarted container reuses the dead one's pid), then
+# one id per call; a holder on this host whose process is gone (`died`) loses its lease at once.
 _HOST = socket.gethostname()[:24]
 _PROCESS = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -113,11 +108,9 @@ class FoldLeases:
 
     @contextlib.asynccontextmanager
     async def holding(self, session: SessionRecord, wait: bool) -> AsyncIterator[LeaseOutcome]:
-        """Takes the session's fold lease and, while the body runs, renews it; hands it back after,
-        even when the call is cancelled. When another holder has it, yields HELD_ELSEWHERE (with the
-        holder) at once or (with `wait`) waits until it is released or runs out and yields WAITED (that
-        holder's fold has probably changed the session); either way nothing is held. A holder that
-        died on this host loses its lease to us at once."""
+        """TAKEN: the fold lease is held, renewed, until the body ends (even cancelled). Else nothing is held:
+        HELD_ELSEWHERE (with its holder) at once, or with `wait` WAITED once that lease ended (re-read the
+        session: its fold probably changed it). A holder that died on this host loses its lease to us at once."""
         owner = new_owner()
         until, holder = await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
         if until and died(holder):

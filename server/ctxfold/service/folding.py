@@ -1,6 +1,5 @@
-"""A fold of one run, pass after pass: the fold lease, the plan, one summarizer call per pass (with
-the extractive fallback above the hard ceiling), the candidate, its install. A background fold makes
-its one candidate here too (`candidate`), and keeps it instead of installing it."""
+"""A fold of one run, pass after pass: the fold lease, the plan, one summarizer call per pass (extractive above
+the hard ceiling), the candidate, its install. A background fold makes its one `candidate` here too."""
 
 from __future__ import annotations
 
@@ -182,10 +181,9 @@ class Folding:
         observer: MaintenanceObserver,
         stand_in: str = "",
     ) -> tuple[Accepted, FoldDocument, str] | None:
-        """One summarizer call: the accepted candidate, its folded-results document and how the pass
-        fell back ("" when it did not; `stand_in` when `summarizer` folds instead of the configured
-        one), or None when the pass failed (recorded in `run`). Above the hard ceiling a failed LLM
-        summary falls back to extractive."""
+        """One summarizer call: (the accepted candidate, its folded-results document, how the pass fell back, else
+        `stand_in`), or None when it failed (recorded in `run`). Above the hard ceiling a failed LLM summary falls
+        back to extractive."""
         projection = run.projection
         before = projection.tokens()
         await observer.pass_started(fold, index, passes, before, summarizer.name)

@@ -1,6 +1,4 @@
-"""Lineage use cases: Fork and Rewind. Neither copies history: a fork starts a new transcript segment
-whose parent holds the branch point; a rewind abandons the later messages in a segment of their own
-(see engine/lineage.py)."""
+"""Lineage use cases: Fork and Rewind; neither copies history (docs/architecture.md, Storage model)."""
 
 from __future__ import annotations
 

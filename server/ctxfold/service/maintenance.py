@@ -1,11 +1,5 @@
-"""Context maintenance use cases: Prepare, Compact, ObserveUsage, GetContextState.
-
-The flow of docs/architecture.md ("The view and maintenance") as a driver loop: load what is
-stored, ask the engine what to do (`decide`), prune or summarize, install, and repeat until the
-engine says to answer; folds made ahead of the trigger run in the background. Every install is a
-compare-and-swap on the session: if anything changed underneath (an append, another replica's fold,
-a rewind), the candidate is discarded and the round starts again from what is stored. What the call
-reports on the way (progress, spans, metrics) goes to its `MaintenanceObserver`."""
+"""Context maintenance use cases, Prepare and Compact: the driver loop (load, `decide`, prune or fold, install,
+answer) of docs/architecture.md, The view and maintenance."""
 
 from __future__ import annotations
 
@@ -63,9 +57,8 @@ Event = Progress | PreparedContext
 
 
 def _appended_anyway(error: DomainError, appended: Sequence[StoredMessage], request_id: str) -> DomainError:
-    """The rule for a Prepare that fails after its append: the appended messages are canonical (the
-    append committed first) and the error names their seqs. Retrying with the same request_id
-    appends nothing again; without one, a retry appends them a second time."""
+    """The error of a Prepare that failed after its append: it names the kept messages' seqs and how to retry
+    (docs/architecture.md, Appends)."""
     if not appended:
         return error
     first, last = appended[0].seq, appended[-1].seq
@@ -97,9 +90,8 @@ class Maintenance:
         self.summarizers = summarizers
         # The store's clock: receipts and the stamps of hot appends agree with what the store writes.
         self.clock = store.clock
-        # Concurrent calls on one session in this process that must maintain it take turns, so they do
-        # not summarize the same input twice (a view that fits is answered without waiting); across
-        # replicas the fold lease and the compare-and-swap do the same.
+        # Calls of this process that must maintain one session take turns, so no input is summarized twice (a
+        # view that fits is answered without waiting); across replicas the fold lease does the same.
         self._sessions = KeyedLock(max_waiting_per_session)
         self._leases = FoldLeases(store)
         self.installs = Installs(store)
@@ -114,9 +106,8 @@ class Maintenance:
     async def _stream(
         self, work: Callable[[Emit], Coroutine[Any, Any, PreparedContext]]
     ) -> AsyncGenerator[Event, None]:
-        """Runs `work` as a task and yields its progress events, then its result. If the consumer
-        goes away (client cancelled), the task is cancelled: installs are single transactions, so
-        nothing is left half-written and committed passes stay."""
+        """Runs `work` as a task, yielding its progress events, then its result; a consumer that goes away (client
+        cancelled) cancels it: installs are single transactions, so nothing is left half-written."""
         queue: asyncio.Queue[Progress | None] = asyncio.Queue()
 
         async def emit(event: Progress) -> None:
@@ -144,10 +135,9 @@ class Maintenance:
         request_id: str = "",
         on_appended: Callable[[], None] = lambda: None,
     ) -> AsyncGenerator[Event, None]:
-        """The checks, the append and, when no maintenance is due, the answer written with it run in
-        the caller's task: they emit no progress, so the common call (one result) pays for no task and
-        queue. Only maintenance, which may report progress, runs as a `_stream` task. `on_appended` is
-        called once the append is stored, before anything waits for a lock or a summarizer."""
+        """The append and, when no maintenance is due, the answer run in the caller's task (no task or queue);
+        maintenance runs as a `_stream` task. `on_appended` is called once the append is stored, before
+        anything waits for a lock or a summarizer."""
         started = time.perf_counter()
         config = await self._config(tenant, session_id)
         rows = await self.transcript.rows(append, request_id, config, field="append") if append else []

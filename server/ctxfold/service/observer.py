@@ -1,6 +1,5 @@
-"""What one Prepare or Compact reports while it runs, kept out of the flow: progress events on the
-call's stream, OpenTelemetry spans (prune, fold, fold pass, summarizer call, install) and metrics.
-The maintenance driver notifies one `MaintenanceObserver` at each step; nothing here decides."""
+"""What one Prepare or Compact reports while it runs (progress events, spans, metrics): the driver notifies
+one `MaintenanceObserver` at each step; nothing here decides."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""ObserveUsage and GetContextState: the session's context state ("sidecar") read, and written by
-compare-and-swap on its revision (usage and calibration, a background fold's receipt); the cached
-context follows what was written."""
+"""ObserveUsage, GetContextState and receipts written apart from a call: the context state read, and written
+by compare-and-swap on its revision; the cached context follows what was written."""
 
 from __future__ import annotations
 

@@ -58,9 +58,8 @@ class Transcript:
         # Appends to one session in this process queue here; across processes the swap decides.
         self._appending = KeyedLock(max_waiting=None)
         self.limits = limits
-        # A ListMessages page holds at most this many characters of text (at most 4 bytes each in
-        # UTF-8, and room for the framing), so it fits one response whatever page_size asks; a shorter
-        # page comes with a next_page_token.
+        # A ListMessages page holds at most this many characters (4 UTF-8 bytes each, and room for the framing),
+        # so it fits one response whatever page_size asks; a shorter page comes with a next_page_token.
         self.max_page_chars = max_response_bytes // 8
 
     async def rows(
