@@ -288,3 +288,32 @@ def test_bookkeeping_laid_over_the_stored_state_is_the_new_state() -> None:
 def test_bookkeeping_over_a_document_that_is_no_state_leaves_it_for_the_reader_to_reject(base: str) -> None:
     row = SimpleNamespace(_mapping={"state_json": base, "bookkeeping_json": ContextState("f").bookkeeping_json()})
     assert state_document(row) == base
+
+
+@pytest.mark.parametrize("hot_state_max_bytes", [0, 256 << 20])
+async def test_an_append_only_prepare_reads_the_context_at_most_once(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hot_state_max_bytes: int
+) -> None:
+    """Without the cache (or on a miss) the config and the append share one read of the context; with
+    it, a cached session reads none."""
+    url = await fresh_database(backend, tmp_path)
+    running = await start(replace(settings_for(url), hot_state_max_bytes=hot_state_max_bytes))
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
+    try:
+        stub = pb_grpc.ContextServiceStub(channel)
+        session = await create_session(stub)
+        reads: list[str] = []
+        load_context = running.store.load_context
+
+        async def counted(tenant: str, session_id: str):  # type: ignore[no-untyped-def]
+            reads.append(session_id)
+            return await load_context(tenant, session_id)
+
+        monkeypatch.setattr(running.store, "load_context", counted)
+        await prepare(stub, session.id, user("first"))
+        assert len(reads) == 1
+        await prepare(stub, session.id, user("second"))
+        assert len(reads) == (2 if hot_state_max_bytes == 0 else 1)
+    finally:
+        await channel.close()
+        await running.stop(grace=0.5)

@@ -52,9 +52,10 @@ class Contexts:
         self._entries.move_to_end((tenant, session_id))
         return entry.context
 
-    async def load(self, tenant: str, session_id: str, *, fresh: bool = False) -> Context:
-        """The session's context: cached unless `fresh`, else read from the store (and cached)."""
-        context = None if fresh else self.cached(tenant, session_id)
+    async def load(self, tenant: str, session_id: str, *, fresh: bool = False, given: Context | None = None) -> Context:
+        """The session's context: cached unless `fresh`, else `given` (read by this call moments ago: a
+        write checks it) or read from the store (and cached)."""
+        context = None if fresh else self.cached(tenant, session_id) or given
         if context is not None:
             return context
         stored = await self.store.load_context(tenant, session_id)

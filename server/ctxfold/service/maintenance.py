@@ -36,7 +36,7 @@ from ctxfold.engine.maintenance import (
     unanswerable,
     while_maintained,
 )
-from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage
+from ctxfold.engine.model import NewMessage, StoredMessage
 from ctxfold.engine.projection import Projection, check_fixed_costs
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.background import BackgroundFolds
@@ -139,10 +139,10 @@ class Maintenance:
         maintenance runs as a `_stream` task. `on_appended` is called once the append is stored, before
         anything waits for a lock or a summarizer."""
         started = time.perf_counter()
-        config = await self._config(tenant, session_id)
-        rows = await self.transcript.rows(append, request_id, config, field="append") if append else []
+        context = await self._context(tenant, session_id)
+        rows = await self.transcript.rows(append, request_id, context.config, field="append") if append else []
         request = AppendRequest((), 0.0, overflow, known_view_version)
-        written = await self.transcript.append(tenant, session_id, rows, request_id, request)
+        written = await self.transcript.append(context, rows, request_id, request)
         on_appended()
         appended = written.messages
         if written.answered is not None and written.context is not None:
@@ -182,7 +182,7 @@ class Maintenance:
             started = time.perf_counter()
             if keep_tokens < 0:
                 raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_REQUEST", "keep_tokens must be >= 0")
-            await self._config(tenant, session_id)
+            await self._context(tenant, session_id)
             request = MaintainRequest(Trigger.COMPACT, focus, keep_tokens, dry_run)
             run = await self._maintain(tenant, session_id, request, emit)
             return await self._answer(run, 0, [], started)
@@ -191,11 +191,11 @@ class Maintenance:
 
     # ---- the flow -------------------------------------------------------------------------------
 
-    async def _config(self, tenant: str, session_id: str) -> SessionConfig:
-        """The session's config (from its cached context), once its fixed costs are known to fit."""
+    async def _context(self, tenant: str, session_id: str) -> Context:
+        """The session's context, once its config's fixed costs are known to fit."""
         context = await self.contexts.load(tenant, session_id)
         check_fixed_costs(context.config, context.session.system_tokens, context.session.tools_tokens)
-        return context.config
+        return context
 
     async def _load(self, tenant: str, session_id: str) -> Run:
         return Run.of(await self.contexts.load(tenant, session_id, fresh=True))

@@ -82,34 +82,31 @@ class Transcript:
     ) -> tuple[list[StoredMessage], SessionRecord]:
         """AppendMessages: the append alone (no answer); returns the messages as stored and the session
         after them."""
-        config = (await self.contexts.load(tenant, session_id)).config
-        rows = await self.rows(messages, request_id, config)
-        written = await self.append(tenant, session_id, rows, request_id, AppendRequest((), 0.0, answer=False))
+        context = await self.contexts.load(tenant, session_id)
+        rows = await self.rows(messages, request_id, context.config)
+        request = AppendRequest((), 0.0, answer=False)
+        written = await self.append(context, rows, request_id, request)
         session = written.context.session if written.context else await self.store.get_session(tenant, session_id)
         return written.messages, session
 
     async def append(
-        self, tenant: str, session_id: str, rows: Sequence[MessageRow], request_id: str, request: AppendRequest
+        self, loaded: Context, rows: Sequence[MessageRow], request_id: str, request: AppendRequest
     ) -> Written:
         """Appends `rows` (all of them or none) to the session as it is, with the answer's bookkeeping
         when `request` asks for one and no maintenance is due: the one write of AppendMessages and
         Prepare. A request id seen before appends nothing and answers the first append's messages."""
         raw_results = tuple(await encode_raw_results(rows))
         request = replace(request, messages=tuple(r.message for r in rows))
-        async with self._appending.hold(session_id):
-            return await self._append(tenant, session_id, request_id, request, raw_results)
+        async with self._appending.hold(loaded.session.id):
+            return await self._append(loaded, request_id, request, raw_results)
 
     async def _append(
-        self,
-        tenant: str,
-        session_id: str,
-        request_id: str,
-        request: AppendRequest,
-        raw_results: tuple[EncodedResult, ...],
+        self, loaded: Context, request_id: str, request: AppendRequest, raw_results: tuple[EncodedResult, ...]
     ) -> Written:
+        tenant, session_id = loaded.session.tenant, loaded.session.id
         fresh = False
         for _ in range(MAX_ATTEMPTS):
-            context = await self.contexts.load(tenant, session_id, fresh=fresh)
+            context = await self.contexts.load(tenant, session_id, fresh=fresh, given=loaded)
             try:
                 step = append(context, replace(request, now=self.store.clock()))
             except DomainError:
