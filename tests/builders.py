@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable
+from dataclasses import dataclass, field
+
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 
@@ -37,3 +40,38 @@ async def append(
     return await stub.AppendMessages(
         pb.AppendMessagesRequest(session_id=session_id, messages=list(messages), request_id=request_id)
     )
+
+
+@dataclass
+class Outcome:
+    """What a Prepare or Compact stream answered: its one result and the progress events before it."""
+
+    result: pb.PreparedContext
+    progress: list[pb.FoldProgress] = field(default_factory=list)
+
+
+async def _outcome(stream: AsyncIterable[pb.PrepareResponse] | AsyncIterable[pb.CompactResponse]) -> Outcome:
+    """Reads the whole stream: progress events, then exactly one result, which is the last event."""
+    progress: list[pb.FoldProgress] = []
+    results: list[pb.PreparedContext] = []
+    async for event in stream:
+        assert not results, "the result must be the last event of the stream"
+        kind = event.WhichOneof("event")
+        if kind == "progress":
+            progress.append(event.progress)
+        else:
+            assert kind == "result", f"an event that is neither progress nor a result: {event}"
+            results.append(event.result)
+    assert len(results) == 1, "the stream ended without a result"
+    return Outcome(results[0], progress)
+
+
+async def prepare(stub: pb_grpc.ContextServiceStub, session_id: str, *append: pb.Message, **request: object) -> Outcome:
+    """A Prepare appending `append`, with the other PrepareRequest fields from `request`
+    (`overflow`, `known_view_version`, `request_id`)."""
+    return await _outcome(stub.Prepare(pb.PrepareRequest(session_id=session_id, append=append, **request)))  # type: ignore[arg-type]
+
+
+async def compact(stub: pb_grpc.ContextServiceStub, session_id: str, **request: object) -> Outcome:
+    """A Compact, with the other CompactRequest fields from `request` (`focus`, `keep_tokens`, `dry_run`)."""
+    return await _outcome(stub.Compact(pb.CompactRequest(session_id=session_id, **request)))  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from builders import append as append_messages
-from builders import create_session, user
+from builders import create_session, prepare, user
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, ToolCall
@@ -30,7 +30,7 @@ from ctxfold.store.rows import MessageRow
 from ctxfold.store.tool_results import encode_raw_results
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import prepare, transcript
+from test_prepare import transcript
 
 TENANT = "default"
 CONFIG = SessionConfig(context_window=200_000)

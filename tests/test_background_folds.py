@@ -12,12 +12,12 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from builders import assistant, call, create_session, result, user
+from builders import Outcome, assistant, call, create_session, prepare, result, user
 from conftest import Replicas
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
-from test_prepare import Outcome, prepare, state
+from test_prepare import state
 from traces import tool_output
 
 WINDOW = 12_000

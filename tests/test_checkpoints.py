@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import grpc
 
-from builders import create_session, user
+from builders import create_session, prepare, user
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
 from test_lineage_folds import WINDOW, fold_turns, head
-from test_prepare import prepare
 
 
 async def checkpoints(

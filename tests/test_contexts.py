@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
-from builders import create_session, result, user
+from builders import create_session, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.context import Context, SessionRecord
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
@@ -32,7 +32,7 @@ from ctxfold.service.contexts import SESSION_OVERHEAD_BYTES, Contexts, message_b
 from ctxfold.store.rows import state_document
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import call, prepare, transcript
+from test_prepare import call, transcript
 
 TENANT = "default"  # of a server without a tokens file
 

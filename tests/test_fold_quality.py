@@ -13,13 +13,12 @@ import re
 import grpc
 import pytest
 
-from builders import create_session
+from builders import compact, create_session, prepare
 from ctxfold.engine.tool_results import RESULT_REF
 from ctxfold.replay.probes import listed_paths
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
-from test_prepare import prepare
 from traces import Trace, load_trace, turns
 
 # A path as a person would name one: a relative or absolute path with a file extension.
@@ -148,16 +147,6 @@ async def test_a_foreign_index_ref_is_not_found(stub: pb_grpc.ContextServiceStub
     )
 
 
-async def compact(stub: pb_grpc.ContextServiceStub, session_id: str, **request: object) -> pb.PreparedContext:
-    results = [
-        event.result
-        async for event in stub.Compact(pb.CompactRequest(session_id=session_id, **request))  # type: ignore[arg-type]
-        if event.HasField("result")
-    ]
-    assert len(results) == 1
-    return results[0]
-
-
 async def replayed_session(stub: pb_grpc.ContextServiceStub, window: int, batches: int) -> pb.Session:
     trace = load_trace("openhands-django-11149.json")
     session = await create_session(
@@ -172,7 +161,7 @@ async def test_compact_folds_everything_outside_the_minimal_kept_set(stub: pb_gr
     session = await replayed_session(stub, 200_000, 30)  # far below the trigger
     before = (await prepare(stub, session.id)).result
     assert before.action == pb.ACTION_NONE
-    result = await compact(stub, session.id)
+    result = (await compact(stub, session.id)).result
     assert result.action == pb.ACTION_FOLDED and result.not_folded_reason == pb.NOT_FOLDED_REASON_UNSPECIFIED
     view = list(result.messages)
     # System, the task, the summary, then only the newest call group (an assistant call and its result).
@@ -183,8 +172,8 @@ async def test_compact_folds_everything_outside_the_minimal_kept_set(stub: pb_gr
 
 async def test_compact_keeps_the_requested_tokens_verbatim(stub: pb_grpc.ContextServiceStub) -> None:
     session = await replayed_session(stub, 200_000, 30)
-    minimal = await compact(stub, session.id, dry_run=True)
-    kept = await compact(stub, session.id, keep_tokens=4000)
+    minimal = (await compact(stub, session.id, dry_run=True)).result
+    kept = (await compact(stub, session.id, keep_tokens=4000)).result
     assert kept.action == pb.ACTION_FOLDED
     verbatim = sum(m.tokens for m in kept.messages[3:])
     assert len(kept.messages) > len(minimal.messages) and verbatim <= 4000 + max(m.tokens for m in kept.messages[3:])
@@ -193,7 +182,7 @@ async def test_compact_keeps_the_requested_tokens_verbatim(stub: pb_grpc.Context
 async def test_compact_dry_run_installs_nothing(stub: pb_grpc.ContextServiceStub) -> None:
     session = await replayed_session(stub, 200_000, 30)
     before = (await prepare(stub, session.id)).result
-    dry = await compact(stub, session.id, dry_run=True)
+    dry = (await compact(stub, session.id, dry_run=True)).result
     assert dry.not_folded_reason == pb.NOT_FOLDED_REASON_DRY_RUN and "dry run" in dry.not_folded_detail
     assert dry.action == pb.ACTION_NONE and dry.checkpoint_id == "" and dry.view_version == 0
     assert dry.candidate_summary and [m.content for m in dry.messages if m.summary] == [dry.candidate_summary]
@@ -211,7 +200,7 @@ async def test_compact_dry_run_installs_nothing(stub: pb_grpc.ContextServiceStub
 
 async def test_compact_with_nothing_to_fold_says_why(stub: pb_grpc.ContextServiceStub) -> None:
     session = await replayed_session(stub, 200_000, 2)  # the task and one call group
-    result = await compact(stub, session.id)
+    result = (await compact(stub, session.id)).result
     assert result.action == pb.ACTION_NONE
     assert result.not_folded_reason == pb.NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET
     assert "kept set" in result.not_folded_detail

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from ctxfold_client import Checkpoint, Session, SessionConfig
 
-from builders import create_session, user
+from builders import create_session, prepare, user
 from conftest import fresh_database, settings_for
 from ctxfold.inspection import SessionReport, render_show
 from ctxfold.server import RunningServer, start
@@ -20,7 +20,6 @@ from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_checkpoints import checkpoints
 from test_cli import ctxfold_command
 from test_lineage_folds import WINDOW, fold_turns
-from test_prepare import prepare
 
 
 async def ctxfold(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from builders import call, create_session, result, user
+from builders import Outcome, call, create_session, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.errors import ConfigError
 from ctxfold.server import RunningServer, start
@@ -22,7 +22,7 @@ from ctxfold.summarizers.registry import build_summarizers
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
-from test_prepare import Outcome, prepare, state
+from test_prepare import state
 from traces import tool_output
 
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 import pytest
 from sqlalchemy import update
 
-from builders import create_session, result, user
+from builders import compact, create_session, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, start
 from ctxfold.store import schema
@@ -20,37 +19,6 @@ from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
 from traces import load_trace, tool_output, turns
-
-
-@dataclass
-class Outcome:
-    result: pb.PreparedContext
-    progress: list[pb.FoldProgress] = field(default_factory=list)
-
-
-async def prepare(stub: pb_grpc.ContextServiceStub, session_id: str, *append: pb.Message, **kwargs: object) -> Outcome:
-    progress: list[pb.FoldProgress] = []
-    results: list[pb.PreparedContext] = []
-    async for event in stub.Prepare(pb.PrepareRequest(session_id=session_id, append=append, **kwargs)):  # type: ignore[arg-type]
-        if event.HasField("progress"):
-            assert not results, "progress after the result"
-            progress.append(event.progress)
-        else:
-            results.append(event.result)
-    assert len(results) == 1
-    return Outcome(results[0], progress)
-
-
-async def compact(stub: pb_grpc.ContextServiceStub, session_id: str, focus: str = "") -> Outcome:
-    progress: list[pb.FoldProgress] = []
-    results: list[pb.PreparedContext] = []
-    async for event in stub.Compact(pb.CompactRequest(session_id=session_id, focus=focus)):
-        if event.HasField("progress"):
-            progress.append(event.progress)
-        else:
-            results.append(event.result)
-    assert len(results) == 1
-    return Outcome(results[0], progress)
 
 
 async def transcript(stub: pb_grpc.ContextServiceStub, session_id: str) -> list[pb.Message]:

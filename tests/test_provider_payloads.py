@@ -10,6 +10,7 @@ import json
 import grpc
 import pytest
 
+from builders import prepare
 from ctxfold.engine.estimator import message_tokens
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -51,8 +52,7 @@ async def test_a_view_carries_the_payload_of_the_message_it_renders(stub: Stub) 
         pb.Message(role=pb.ROLE_USER, content="hi"),
         pb.Message(role=pb.ROLE_ASSISTANT, content="I will read it.", provider_payload=payload()),
     ]
-    responses = [r async for r in stub.Prepare(pb.PrepareRequest(session_id=session.id, append=appended))]
-    view = responses[-1].result.messages
+    view = (await prepare(stub, session.id, *appended)).result.messages
     assert view[1].provider_payload.json == THINKING
 
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 import pytest
 
-from builders import call, result, user
+from builders import call, compact, prepare, result, user
 from ctxfold.store import lineage as store_lineage
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -34,16 +34,6 @@ GROUP = 3
 
 def turn(tag: str) -> list[pb.Message]:
     return [user(f"step {tag}"), call(f"call_{tag}", "read_file"), result(f"call_{tag}", f"contents {tag} " * 150)]
-
-
-async def prepare(stub: pb_grpc.ContextServiceStub, sid: str, *messages: pb.Message) -> pb.PreparedContext:
-    events = [e async for e in stub.Prepare(pb.PrepareRequest(session_id=sid, append=messages))]
-    return events[-1].result
-
-
-async def compact(stub: pb_grpc.ContextServiceStub, sid: str) -> pb.PreparedContext:
-    events = [e async for e in stub.Compact(pb.CompactRequest(session_id=sid))]
-    return events[-1].result
 
 
 async def live_messages(stub: pb_grpc.ContextServiceStub, sid: str) -> list[pb.Message]:
@@ -114,7 +104,7 @@ async def test_forks_rewinds_compacts_and_prepares_racing_on_one_session_leave_e
 
     assert statuses["OK"] > len(clients), statuses
     for session_id in [sid, *forks]:
-        view = await prepare(stub, session_id)
+        view = (await prepare(stub, session_id)).result
         session = (await stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session
         assert_whole(await live_messages(stub, session_id), session.head_seq, session_id)
         state = (await stub.GetContextState(pb.GetContextStateRequest(session_id=session_id))).state_json
@@ -151,5 +141,5 @@ async def test_a_fork_at_the_head_while_a_rewind_of_its_source_commits_is_a_snap
     forked = (await fork).session
     assert forked.head_seq in (13, 25)
     assert_whole(await live_messages(stub, forked.id), forked.head_seq, forked.id)
-    appended = await prepare(stub, forked.id, *turn("on the fork"))
+    appended = (await prepare(stub, forked.id, *turn("on the fork"))).result
     assert [m.seq for m in appended.messages[-3:]] == [forked.head_seq + 1, forked.head_seq + 2, forked.head_seq + 3]

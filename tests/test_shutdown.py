@@ -10,7 +10,7 @@ from pathlib import Path
 
 import grpc
 
-from builders import call, result, user
+from builders import call, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.server import start
 from ctxfold.v1 import context_service_pb2 as pb
@@ -19,11 +19,6 @@ from fake_provider import FakeProvider
 from rpc_errors import error_info
 from test_store_faults import contents, retry_delay
 from traces import tool_output
-
-
-async def _prepare(stub: pb_grpc.ContextServiceStub, sid: str, *messages: pb.Message) -> pb.PreparedContext:
-    events = [e async for e in stub.Prepare(pb.PrepareRequest(session_id=sid, append=messages))]
-    return events[-1].result
 
 
 def _shutting_down(error: grpc.aio.AioRpcError) -> None:
@@ -43,7 +38,7 @@ async def test_calls_running_past_the_grace_period_answer_server_shutting_down_a
         stub = pb_grpc.ContextServiceStub(channel)
         config = pb.SessionConfig(context_window=12_000, summarizer="llm", prefold_ratio=0.0)
         folding = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
-        await _prepare(stub, folding, user("Investigate the flaky test"))
+        await prepare(stub, folding, user("Investigate the flaky test"))
         for i in range(12):
             await stub.AppendMessages(
                 pb.AppendMessagesRequest(
@@ -54,14 +49,14 @@ async def test_calls_running_past_the_grace_period_answer_server_shutting_down_a
             await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=64_000)))
         ).session.id
         fake.script("stall")
-        fold = asyncio.ensure_future(_prepare(stub, folding, user("go on")))
+        fold = asyncio.ensure_future(prepare(stub, folding, user("go on")))
         await asyncio.to_thread(fake.stalled.wait, 30)  # the fold waits for the summarizer
 
         stopping = asyncio.create_task(running.stop(grace=1.0))
         while not running.admission.draining:  # noqa: ASYNC110 (a flag of the server, no event to wait on)
             await asyncio.sleep(0.01)
         try:
-            await _prepare(stub, quiet, user("a new call while the server drains"))
+            await prepare(stub, quiet, user("a new call while the server drains"))
             raise AssertionError("a call after the drain began was served")
         except grpc.aio.AioRpcError as error:
             _shutting_down(error)

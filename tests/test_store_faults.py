@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from sqlalchemy.engine import make_url
 
-from builders import user
+from builders import prepare, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.server import RunningServer, start
@@ -41,11 +41,6 @@ def retry_delay(error: grpc.aio.AioRpcError) -> float:
             detail.Unpack(info)
             return info.retry_delay.ToTimedelta().total_seconds()
     raise AssertionError(f"{error.code()} {error.details()!r} carries no RetryInfo")
-
-
-async def prepare(stub: pb_grpc.ContextServiceStub, sid: str, request_id: str, *messages: pb.Message) -> None:
-    events = [e async for e in stub.Prepare(pb.PrepareRequest(session_id=sid, append=messages, request_id=request_id))]
-    assert events[-1].HasField("result")
 
 
 async def contents(stub: pb_grpc.ContextServiceStub, sid: str) -> list[str]:
@@ -80,7 +75,9 @@ async def test_postgresql_stopped_and_restarted_under_load_answers_unavailable_a
                     for step in range(steps):
                         while True:  # a retry of one step keeps its request id
                             try:
-                                await prepare(stub, sid, f"{index}-{step}", user(f"client {index} step {step} " * 60))
+                                await prepare(
+                                    stub, sid, user(f"client {index} step {step} " * 60), request_id=f"{index}-{step}"
+                                )
                                 await stub.GetSession(pb.GetSessionRequest(session_id=sid))
                             except grpc.aio.AioRpcError as error:
                                 assert error.code() in RETRYABLE, f"{error.code()}: {error.details()}"
@@ -141,7 +138,7 @@ async def test_a_full_sqlite_disk_answers_unavailable_and_recovers(tmp_path: Pat
                 sid = (
                     await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=8000)))
                 ).session.id
-                await prepare(stub, sid, "first", user("the task"))
+                await prepare(stub, sid, user("the task"), request_id="first")
                 filler = fill(disk, 1 << 20)
                 kept, error = await _appends_until_refused(stub, sid)
                 await _check_refusal(error, {"disk_full", "io_error"})
@@ -174,7 +171,7 @@ async def test_a_full_postgresql_disk_answers_unavailable_and_recovers(tmp_path:
                 sid = (
                     await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=8000)))
                 ).session.id
-                await prepare(stub, sid, "first", user("the task"))
+                await prepare(stub, sid, user("the task"), request_id="first")
                 filler = fill(disk, 1 << 20)
                 kept, error = await _appends_until_refused(stub, sid)
                 await _check_refusal(error, {"disk_full", "io_error", "out_of_resources"})

@@ -17,7 +17,7 @@ import grpc
 import pytest
 from sqlalchemy import select
 
-from builders import user
+from builders import compact, prepare, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.briefing import strip_engine_sections
 from ctxfold.engine.estimator import PER_MESSAGE_TOKENS, count_text
@@ -198,31 +198,6 @@ async def append(stub: Stub, session_id: str, messages: Sequence[pb.Message]) ->
     await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session_id, messages=list(messages)))
 
 
-async def collect(call: Any) -> tuple[list[pb.FoldProgress], pb.PreparedContext]:
-    progress: list[pb.FoldProgress] = []
-    result: pb.PreparedContext | None = None
-    async for response in call:
-        assert result is None, "the result must be the last item of the stream"
-        if response.WhichOneof("event") == "progress":
-            progress.append(response.progress)
-        else:
-            result = response.result
-    assert result is not None
-    return progress, result
-
-
-async def prepare(
-    stub: Stub, session_id: str, messages: Sequence[pb.Message] = (), overflow: bool = False
-) -> tuple[list[pb.FoldProgress], pb.PreparedContext]:
-    return await collect(
-        stub.Prepare(pb.PrepareRequest(session_id=session_id, append=list(messages), overflow=overflow))
-    )
-
-
-async def compact(stub: Stub, session_id: str, focus: str = "") -> tuple[list[pb.FoldProgress], pb.PreparedContext]:
-    return await collect(stub.Compact(pb.CompactRequest(session_id=session_id, focus=focus)))
-
-
 async def session_checkpoint(stub: Stub, session_id: str) -> str:
     return (await stub.GetSession(pb.GetSessionRequest(session_id=session_id))).session.checkpoint_id
 
@@ -287,11 +262,12 @@ async def run_until_fold(
 ) -> tuple[list[pb.Message], list[pb.Message], list[pb.FoldProgress], pb.PreparedContext]:
     """Drives an agent loop (one call group per Prepare) until a Prepare folds. Returns the view of
     the Prepare before, what the folding Prepare appended, its progress and its result."""
-    _, result = await prepare(stub, session_id, first)
+    result = (await prepare(stub, session_id, *first)).result
     for index in range(1, limit):
         previous = list(result.messages)
         turn = tool_turn(index, result_words)
-        progress, result = await prepare(stub, session_id, turn)
+        outcome = await prepare(stub, session_id, *turn)
+        progress, result = outcome.progress, outcome.result
         if result.action == pb.ACTION_FOLDED:
             return previous, turn, progress, result
         assert result.estimated_tokens < result.trigger_tokens
@@ -381,7 +357,7 @@ async def test_second_fold_rolls_the_previous_summary_in(env: Env) -> None:
     first_summary = first.messages[2].content
     previous = list(first.messages)
     for index in range(100, 160):
-        _, result = await prepare(stub, session.id, tool_turn(index, 300))
+        result = (await prepare(stub, session.id, *tool_turn(index, 300))).result
         if result.action == pb.ACTION_FOLDED:
             break
         previous = list(result.messages)
@@ -453,9 +429,10 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
         tail_ratio=0.16,  # a tail the fold keeps, so that the folded part is shorter than that budget
     )
     fake.script(behaviour)
-    _, result = await prepare(stub, session.id, [user("Make every case pass.")])
+    result = (await prepare(stub, session.id, user("Make every case pass."))).result
     for index in range(1, 60):
-        progress, result = await prepare(stub, session.id, tool_turn(index, 300))
+        outcome = await prepare(stub, session.id, *tool_turn(index, 300))
+        progress, result = outcome.progress, outcome.result
         if fake.requests:
             break
     assert len(fake.requests) == 1 and fake.requests[0].behaviour == behaviour
@@ -474,14 +451,16 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
     view = list(result.messages)
 
     # The same input is not summarized again.
-    progress, again = await prepare(stub, session.id)
+    outcome = await prepare(stub, session.id)
+    progress, again = outcome.progress, outcome.result
     assert len(fake.requests) == 1
     assert not stages(progress, pb.FOLD_STAGE_PASS_STARTED)
     assert list(again.messages) == view
     assert again.checkpoint_id == ""
 
     # Once the view grows, it is retried (and now succeeds).
-    progress, grown = await prepare(stub, session.id, [user("Also keep the public API unchanged.")])
+    outcome = await prepare(stub, session.id, user("Also keep the public API unchanged."))
+    progress, grown = outcome.progress, outcome.result
     assert len(fake.requests) == 2
     assert grown.action == pb.ACTION_FOLDED
     assert grown.checkpoint_id and grown.checkpoint_id == await session_checkpoint(stub, session.id)
@@ -506,7 +485,8 @@ async def test_failed_summary_above_the_hard_ceiling_falls_back_to_extractive(en
     for index in range(1, 13):
         await append(stub, session.id, tool_turn(index, 900))
     fake.script(behaviour)
-    progress, result = await prepare(stub, session.id)
+    outcome = await prepare(stub, session.id)
+    progress, result = outcome.progress, outcome.result
     assert len(fake.requests) == 1
     # The agent is not stuck: the pass was folded by the extractive summarizer, and says so.
     (fallback,) = stages(progress, pb.FOLD_STAGE_SUMMARIZER_FALLBACK)
@@ -527,9 +507,10 @@ async def test_failed_summary_below_the_hard_ceiling_does_not_fall_back(env: Env
     stub, fake = env.stub, env.fake
     session = await create(stub, context_window=10000, compact_ratio=0.5, summarizer="fake")
     fake.script("error500")
-    await prepare(stub, session.id, [user("Make every case pass.")])
+    await prepare(stub, session.id, user("Make every case pass."))
     for index in range(1, 60):
-        progress, result = await prepare(stub, session.id, tool_turn(index, 300))
+        outcome = await prepare(stub, session.id, *tool_turn(index, 300))
+        progress, result = outcome.progress, outcome.result
         if fake.requests:
             break
     assert result.estimated_tokens <= result.hard_limit_tokens
@@ -552,7 +533,7 @@ async def test_a_failed_prepare_keeps_its_append_names_its_seqs_and_a_retry_with
     more = [user("Here is the whole log, read it all: " + "the build step failed again. " * 1800)]
     for _attempt in range(2):
         await expect_error(
-            collect(stub.Prepare(pb.PrepareRequest(session_id=session.id, append=more, request_id="turn-4"))),
+            prepare(stub, session.id, *more, request_id="turn-4"),
             grpc.StatusCode.FAILED_PRECONDITION,
             "CONTEXT_BUDGET_UNSATISFIED",
             {"appended_first_seq": str(head + 1), "appended_last_seq": str(head + 1), "appended_count": "1"},
@@ -623,7 +604,8 @@ async def test_passes_commit_one_by_one_and_a_killed_summarizer_resumes_from_the
 
         env.hooks.before_install = kill_after_pass_2
 
-    progress, result = await prepare(stub, session.id)
+    outcome = await prepare(stub, session.id)
+    progress, result = outcome.progress, outcome.result
     planned = stages(progress, pb.FOLD_STAGE_PLANNED)
     assert len(planned) == 1 and planned[0].passes_planned > 2
     committed = stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)
@@ -647,9 +629,10 @@ async def test_passes_commit_one_by_one_and_a_killed_summarizer_resumes_from_the
     fake.script()  # every later request: "ok"
     before = len(fake.requests)
     # Not retried on the same input; once the view grows, continued from pass 2's checkpoint.
-    _, same = await prepare(stub, session.id)
+    same = (await prepare(stub, session.id)).result
     assert len(fake.requests) == before and same.checkpoint_id == second_id
-    progress, result = await prepare(stub, session.id, [user("Continue.")])
+    outcome = await prepare(stub, session.id, user("Continue."))
+    progress, result = outcome.progress, outcome.result
     resumed = fake.requests[before]
     assert resumed.messages[0] == {"role": "system", "content": SYSTEM}
     assert resumed.messages[1] == {"role": "user", "content": "Make every case pass."}
@@ -679,9 +662,10 @@ async def test_passes_commit_one_by_one_and_a_killed_summarizer_resumes_from_the
 async def test_compact_runs_all_passes_with_the_focus(env: Env) -> None:
     stub, fake = env.stub, env.fake
     session = await passes_session(stub, groups=12)  # below the trigger: only Compact folds
-    _, result = await prepare(stub, session.id)
+    result = (await prepare(stub, session.id)).result
     assert result.action == pb.ACTION_NONE and not fake.requests
-    progress, result = await compact(stub, session.id, focus="Keep the public API of app.core stable.")
+    outcome = await compact(stub, session.id, focus="Keep the public API of app.core stable.")
+    progress, result = outcome.progress, outcome.result
     committed = stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)
     assert len(committed) == len(fake.requests) >= 3
     for index, event in enumerate(committed, start=1):
@@ -766,9 +750,10 @@ async def test_anthropic_failure_is_not_installed(env: Env, behaviour: str) -> N
         stub, context_window=10000, compact_ratio=0.5, summarizer="fake_anthropic", tools_json=ANTHROPIC_TOOLS
     )
     fake.script(behaviour)
-    _, result = await prepare(stub, session.id, [user("Make every case pass.")])
+    result = (await prepare(stub, session.id, user("Make every case pass."))).result
     for index in range(1, 60):
-        progress, result = await prepare(stub, session.id, tool_turn(index, 300))
+        outcome = await prepare(stub, session.id, *tool_turn(index, 300))
+        progress, result = outcome.progress, outcome.result
         if fake.requests:
             break
     failed = stages(progress, pb.FOLD_STAGE_PASS_FAILED)
@@ -789,10 +774,11 @@ async def test_overflow_below_the_trigger_prunes_once_and_summarizes_once(env: E
     ]
     assert all(len(m.content) > 8192 for m in big[1::2])
     small = [m for i in range(3, 17) for m in tool_turn(i, 400)]
-    _, before = await prepare(stub, session.id, [user("Make every case pass."), *big, *small])
+    before = (await prepare(stub, session.id, user("Make every case pass."), *big, *small)).result
     assert before.action == pb.ACTION_NONE and before.estimated_tokens < before.trigger_tokens
 
-    progress, result = await prepare(stub, session.id, overflow=True)
+    outcome = await prepare(stub, session.id, overflow=True)
+    progress, result = outcome.progress, outcome.result
     assert len(stages(progress, pb.FOLD_STAGE_PRUNED)) == 1
     planned = stages(progress, pb.FOLD_STAGE_PLANNED)
     assert len(planned) == 1 and planned[0].passes_planned == 1
@@ -807,7 +793,7 @@ async def test_overflow_below_the_trigger_prunes_once_and_summarizes_once(env: E
     assert ref in fake.requests[0].answer
 
     # The fold input was larger than the summarizer window: a Compact finds more to fold.
-    progress, _ = await compact(stub, session.id)
+    progress = (await compact(stub, session.id)).progress
     assert stages(progress, pb.FOLD_STAGE_PASS_COMMITTED)
 
 
@@ -876,7 +862,8 @@ async def test_cancelling_mid_fold_leaves_no_half_state(env: Env, where: str, pa
 
     # The next Prepare works: it folds from where the committed passes left off.
     before = len(fake.requests)
-    progress, result = await prepare(stub, session.id)
+    outcome = await prepare(stub, session.id)
+    progress, result = outcome.progress, outcome.result
     assert result.action == pb.ACTION_FOLDED
     assert result.estimated_tokens < result.trigger_tokens
     assert len(summaries(result.messages)) == 1

@@ -16,6 +16,7 @@ import zstandard
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from builders import prepare
 from conftest import downgrade, fresh_database, settings_for
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.tool_results import (
@@ -381,8 +382,8 @@ async def test_a_binary_tool_result_is_accepted_pictured_in_the_view_and_read_ba
     stored = await append_result(stub, session_id, "call_cat", text)
     assert "\x00" not in stored.content and "\u2400" in stored.content
     assert stored.raw_bytes == len(text.encode())
-    events = [e async for e in stub.Prepare(pb.PrepareRequest(session_id=session_id))]
-    assert stored.content in [m.content for m in events[-1].result.messages]
+    view = (await prepare(stub, session_id)).result
+    assert stored.content in [m.content for m in view.messages]
     await read_all(stub, session_id, stored.result_ref, text.encode(), MAX_PAGE_BYTES)
 
 

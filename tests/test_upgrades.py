@@ -20,7 +20,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, MetaData, insert, select, text
 
-from builders import call, result, user
+from builders import call, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, StartupError, start
 from ctxfold.store import database, schema
@@ -64,11 +64,6 @@ def _big(seed: str, size: int) -> str:
     return "".join(out)[:size]
 
 
-async def _prepare(stub: pb_grpc.ContextServiceStub, session_id: str, *messages: pb.Message) -> pb.PreparedContext:
-    events = [e async for e in stub.Prepare(pb.PrepareRequest(session_id=session_id, append=messages))]
-    return events[-1].result
-
-
 async def _populate(stub: pb_grpc.ContextServiceStub) -> dict[str, Any]:
     """A session with folds (checkpoints, fold documents, pruned results, receipts), a fork, a rewind
     (an abandoned branch), results of every storage form, request ids and usage observations."""
@@ -76,13 +71,13 @@ async def _populate(stub: pb_grpc.ContextServiceStub) -> dict[str, Any]:
         context_window=WINDOW, max_output_tokens=200, summary_max_tokens=600, tool_content_max_bytes=4096
     )
     sid = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
-    view = await _prepare(stub, sid, user("Fix the failing test in parser.py"))
+    view = (await prepare(stub, sid, user("Fix the failing test in parser.py"))).result
     large = _big("large", 150_000)  # bounded, three chunks
     for turn in range(8):
         call_id = f"call_{turn}"
         content = large if turn == 1 else _big(f"t{turn}", 2_000 if turn % 2 else 300)
-        view = await _prepare(stub, sid, call(call_id, "read_file", '{"path": "src/parser.py"}'))
-        view = await _prepare(stub, sid, result(call_id, content))
+        view = (await prepare(stub, sid, call(call_id, "read_file", '{"path": "src/parser.py"}'))).result
+        view = (await prepare(stub, sid, result(call_id, content))).result
         await stub.ObserveUsage(
             pb.ObserveUsageRequest(session_id=sid, view_version=view.view_version, input_tokens=900, output_tokens=40)
         )
@@ -94,10 +89,10 @@ async def _populate(stub: pb_grpc.ContextServiceStub) -> dict[str, Any]:
         )
     )
     fork = (await stub.Fork(pb.ForkRequest(session_id=sid, at_seq=0))).session
-    await _prepare(stub, fork.id, pb.Message(role=pb.ROLE_ASSISTANT, content="on the fork"), user("go on"))
+    await prepare(stub, fork.id, pb.Message(role=pb.ROLE_ASSISTANT, content="on the fork"), user("go on"))
     head = (await stub.GetSession(pb.GetSessionRequest(session_id=sid))).session.head_seq
     await stub.Rewind(pb.RewindRequest(session_id=fork.id, to_seq=head - 1))
-    await _prepare(stub, fork.id, user("edited"))
+    await prepare(stub, fork.id, user("edited"))
     await _prepared_fold(stub)
     session = (await stub.GetSession(pb.GetSessionRequest(session_id=sid))).session
     assert session.checkpoint_id, "the scenario must fold"
@@ -116,11 +111,11 @@ async def _prepared_fold(stub: pb_grpc.ContextServiceStub) -> None:
     prefold ratio and its trigger)."""
     config = pb.SessionConfig(context_window=WINDOW, prefold_ratio=0.5)
     sid = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
-    await _prepare(stub, sid, user("Profile the import"))
+    await prepare(stub, sid, user("Profile the import"))
     for turn in range(40):
-        view = await _prepare(
-            stub, sid, call(f"bg_{turn}", "read_file", "{}"), result(f"bg_{turn}", _big(f"b{turn}", 600))
-        )
+        view = (
+            await prepare(stub, sid, call(f"bg_{turn}", "read_file", "{}"), result(f"bg_{turn}", _big(f"b{turn}", 600)))
+        ).result
         if view.estimated_tokens >= 0.5 * WINDOW:
             break
     for _ in range(200):
@@ -327,7 +322,7 @@ async def test_an_upgrade_from_every_released_schema_keeps_every_row_and_serves_
         assert raw == scenario["large"].encode()
         assert page.sha256 == hashlib.sha256(raw).hexdigest()
         # The session folds on: its checkpoint and its state agree.
-        view = await _prepare(stub, sid, user("and the changelog"))
+        view = (await prepare(stub, sid, user("and the changelog"))).result
         session = (await stub.GetSession(pb.GetSessionRequest(session_id=sid))).session
         state = (await stub.GetContextState(pb.GetContextStateRequest(session_id=sid))).state_json
         assert view.checkpoint_id == session.checkpoint_id and session.checkpoint_id in state
