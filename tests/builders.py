@@ -17,9 +17,9 @@ def assistant(text: str = "", *calls: pb.ToolCall) -> pb.Message:
     return pb.Message(role=pb.ROLE_ASSISTANT, content=text, tool_calls=calls)
 
 
-def call(call_id: str, name: str = "bash", arguments: str = "{}") -> pb.Message:
-    """An assistant message making one tool call."""
-    return assistant("", pb.ToolCall(id=call_id, name=name, arguments=arguments))
+def call(call_id: str, name: str = "bash", arguments: str = "{}", *, text: str = "") -> pb.Message:
+    """An assistant message making one tool call (saying `text` with it)."""
+    return assistant(text, pb.ToolCall(id=call_id, name=name, arguments=arguments))
 
 
 def result(call_id: str, text: str) -> pb.Message:

@@ -13,6 +13,7 @@ import pytest
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from builders import result, user
 from ctxfold.config import Settings
 from ctxfold.server import RunningServer
 from ctxfold.v1 import context_service_pb2 as pb
@@ -27,8 +28,10 @@ PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def user(content: str = "hello 你好") -> pb.Message:
-    return pb.Message(role=pb.ROLE_USER, content=content)
+# The texts of the messages the table sends when the text is not the point are not ASCII, on purpose:
+# what was stored before must come back intact, multi-byte characters included.
+USER_TEXT = "hello 你好"
+RESULT_TEXT = "结果 😀 ok"
 
 
 def assistant_calls(*call_ids: str) -> pb.Message:
@@ -39,16 +42,12 @@ def assistant_calls(*call_ids: str) -> pb.Message:
     )
 
 
-def result(call_id: str, content: str = "结果 😀 ok") -> pb.Message:
-    return pb.Message(role=pb.ROLE_TOOL, tool_call_id=call_id, content=content)
-
-
 # Every session starts with this; with `open_call`, an assistant call that waits for its result follows.
 BASELINE = [
     pb.Message(role=pb.ROLE_SYSTEM, content="You are a careful agent."),
-    user(),
+    user(USER_TEXT),
     assistant_calls("call_a"),
-    result("call_a"),
+    result("call_a", RESULT_TEXT),
     pb.Message(role=pb.ROLE_ASSISTANT, content="done ✅"),
 ]
 
@@ -200,7 +199,9 @@ def forged_token(position: object) -> Callable[[Stub, str], Awaitable[object]]:
 
 CASES = [
     # ---- which session --------------------------------------------------------------------------
-    Case("append-empty-session-id", lambda stub, sid: append(user())(stub, ""), INVALID, "SESSION_ID_REQUIRED"),
+    Case(
+        "append-empty-session-id", lambda stub, sid: append(user(USER_TEXT))(stub, ""), INVALID, "SESSION_ID_REQUIRED"
+    ),
     Case(
         "get-empty-session-id",
         lambda stub, sid: stub.GetSession(pb.GetSessionRequest()),
@@ -217,7 +218,7 @@ CASES = [
     Case("read-empty-session-id", lambda stub, sid: read_result()(stub, ""), INVALID, "SESSION_ID_REQUIRED"),
     Case(
         "append-unknown-session",
-        lambda stub, sid: append(user())(stub, "s_nope"),
+        lambda stub, sid: append(user(USER_TEXT))(stub, "s_nope"),
         NOT_FOUND,
         "SESSION_NOT_FOUND",
         {"session_id": "s_nope"},
@@ -261,7 +262,13 @@ CASES = [
         "INVALID_TEXT",
         {"field": "messages[1].tool_calls[0].arguments"},
     ),
-    Case("nul-in-request-id", append(user(), request_id="r\x00"), INVALID, "INVALID_TEXT", {"field": "request_id"}),
+    Case(
+        "nul-in-request-id",
+        append(user(USER_TEXT), request_id="r\x00"),
+        INVALID,
+        "INVALID_TEXT",
+        {"field": "request_id"},
+    ),
     Case("nul-in-result-ref", read_result(call_id="", ref="tr_\x00"), INVALID, "INVALID_TEXT"),
     Case("nul-in-page-token-position", forged_token([1, 0, "m_\x00"]), INVALID, "INVALID_PAGE_TOKEN"),
     Case(
@@ -275,7 +282,7 @@ CASES = [
     Case("role-unspecified", append(pb.Message(content="hi")), INVALID, "INVALID_MESSAGE", {"index": "0"}),
     Case(
         "role-out-of-range",
-        append(user(), pb.Message(role=99, content="hi")),
+        append(user(USER_TEXT), pb.Message(role=99, content="hi")),
         INVALID,
         "INVALID_MESSAGE",
         {"index": "1"},
@@ -328,25 +335,25 @@ CASES = [
     Case("empty-user-message", append(user("")), INVALID, "INVALID_MESSAGE"),
     Case("empty-assistant-message", append(pb.Message(role=pb.ROLE_ASSISTANT)), INVALID, "INVALID_MESSAGE"),
     Case("empty-system-message", append(pb.Message(role=pb.ROLE_SYSTEM)), INVALID, "INVALID_MESSAGE"),
-    Case("request-id-too-long", append(user(), request_id="r" * 129), INVALID, "INVALID_REQUEST_ID"),
+    Case("request-id-too-long", append(user(USER_TEXT), request_id="r" * 129), INVALID, "INVALID_REQUEST_ID"),
     # ---- tool call order ------------------------------------------------------------------------
     Case(
         "result-answers-no-open-call",
-        append(result("call_a")),
+        append(result("call_a", RESULT_TEXT)),
         PRECONDITION,
         "TOOL_CALL_NOT_OPEN",
         {"tool_call_id": "call_a"},
     ),
     Case(
         "result-answers-another-call",
-        append(result("call_zzz")),
+        append(result("call_zzz", RESULT_TEXT)),
         PRECONDITION,
         "TOOL_CALL_NOT_OPEN",
         open_call=True,
     ),
     Case(
         "result-answered-twice",
-        append(result("call_open"), result("call_open")),
+        append(result("call_open", RESULT_TEXT), result("call_open", RESULT_TEXT)),
         PRECONDITION,
         "TOOL_CALL_NOT_OPEN",
         {"index": "1"},
@@ -510,7 +517,9 @@ def _bad_text_cases() -> list[Case]:
             (
                 "utf8-request-id",
                 "AppendMessages",
-                lambda sid: bad_utf8(pb.AppendMessagesRequest(session_id=sid, messages=[user()], request_id=text)),
+                lambda sid: bad_utf8(
+                    pb.AppendMessagesRequest(session_id=sid, messages=[user(USER_TEXT)], request_id=text)
+                ),
                 False,
             ),
             (
@@ -638,9 +647,9 @@ CASES += [
     Case("prepare-empty-session-id", lambda stub, sid: prepare()(stub, ""), INVALID, "SESSION_ID_REQUIRED"),
     Case("prepare-unknown-session", prepare(sid="s_nope"), NOT_FOUND, "SESSION_NOT_FOUND"),
     Case("prepare-bad-append", prepare(pb.Message(content="no role")), INVALID, "INVALID_MESSAGE"),
-    Case("prepare-append-answers-no-call", prepare(result("call_a")), PRECONDITION, "TOOL_CALL_NOT_OPEN"),
+    Case("prepare-append-answers-no-call", prepare(result("call_a", RESULT_TEXT)), PRECONDITION, "TOOL_CALL_NOT_OPEN"),
     Case("prepare-append-while-calls-wait", prepare(user("hi")), PRECONDITION, "TOOL_RESULTS_PENDING", open_call=True),
-    Case("prepare-request-id-too-long", prepare(user(), request_id="r" * 129), INVALID, "INVALID_REQUEST_ID"),
+    Case("prepare-request-id-too-long", prepare(user(USER_TEXT), request_id="r" * 129), INVALID, "INVALID_REQUEST_ID"),
     Case("prepare-nul-in-append", prepare(user("a\x00")), INVALID, "INVALID_TEXT"),
     Case(
         "compact-empty-session-id",
@@ -705,7 +714,7 @@ async def test_bad_input_is_refused_and_changes_nothing(
     health = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     # The session still accepts a good append afterwards.
-    follow_up = result("call_open") if case.open_call else user("still here")
+    follow_up = result("call_open", RESULT_TEXT) if case.open_call else user("still here")
     appended = await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session_id, messages=[follow_up]))
     assert appended.messages[0].seq == len(stored) + 1
 
@@ -740,7 +749,7 @@ async def test_messages_exactly_at_the_size_limits_are_accepted(stub: Stub, serv
     content += "x" * (limit - len(content.encode()))
     assert len(content.encode()) == limit
     answered = await stub.AppendMessages(
-        pb.AppendMessagesRequest(session_id=session_id, messages=[result("call_open"), user(content)])
+        pb.AppendMessagesRequest(session_id=session_id, messages=[result("call_open", RESULT_TEXT), user(content)])
     )
     assert [m.seq for m in answered.messages] == [len(stored) + 1, len(stored) + 2]
     assert answered.messages[1].content == content

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
-from builders import create_session, prepare, result, user
+from builders import call, create_session, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.context import Context, SessionRecord
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
@@ -32,7 +32,7 @@ from ctxfold.service.contexts import SESSION_OVERHEAD_BYTES, Contexts, message_b
 from ctxfold.store.rows import state_document
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import call, transcript
+from test_prepare import transcript
 
 TENANT = "default"  # of a server without a tokens file
 
@@ -77,12 +77,14 @@ async def test_append_by_another_replica_between_two_prepares_is_in_the_next_vie
     a, b = two_servers
     session = await create_session(a.stub, context_window=200_000, system_prompt="You are a careful agent.")
     await prepare(a.stub, session.id, user("Investigate the flaky test"))
-    last = (await prepare(a.stub, session.id, call("c0", "look"), result("c0", "log line"))).result
+    last = (await prepare(a.stub, session.id, call("c0", text="look"), result("c0", "log line"))).result
     assert a.cached_version(session.id) == await a.version(session.id)  # A's next Prepare could use its cache
 
     await prepare(b.stub, session.id, user("from B, by Prepare"))
     await b.stub.AppendMessages(
-        pb.AppendMessagesRequest(session_id=session.id, messages=[call("c1", "B acts"), result("c1", "B's output")])
+        pb.AppendMessagesRequest(
+            session_id=session.id, messages=[call("c1", text="B acts"), result("c1", "B's output")]
+        )
     )
     assert a.cached_version(session.id) < await a.version(session.id)
 
@@ -122,7 +124,9 @@ async def test_hot_answers_equal_a_cold_load(two_servers: tuple[Replica, Replica
     session = await create_session(a.stub, context_window=100_000, system_prompt="system")
     await prepare(a.stub, session.id, user("task " * 50))
     for i in range(6):
-        answer = (await prepare(a.stub, session.id, call(f"c{i}", "run"), result(f"c{i}", f"output {i} " * 40))).result
+        answer = (
+            await prepare(a.stub, session.id, call(f"c{i}", text="run"), result(f"c{i}", f"output {i} " * 40))
+        ).result
         await a.stub.ObserveUsage(
             pb.ObserveUsageRequest(
                 session_id=session.id, view_version=answer.view_version, input_tokens=answer.estimated_tokens

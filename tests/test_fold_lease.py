@@ -12,7 +12,7 @@ import time
 import pytest
 from sqlalchemy import select, update
 
-from builders import create_session, prepare, result, user
+from builders import call, create_session, prepare, result, user
 from conftest import Replicas
 from ctxfold.server import RunningServer
 from ctxfold.service.exclusion import FOLD_LEASE_RENEW_SECONDS, FOLD_LEASE_SECONDS
@@ -20,7 +20,7 @@ from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
-from test_prepare import call, state, transcript
+from test_prepare import state, transcript
 from traces import tool_output
 
 

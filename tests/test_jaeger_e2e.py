@@ -21,11 +21,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from builders import create_session, result, user
+from builders import call, create_session, result, user
 from conftest import free_port
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import call
 from traces import tool_output
 
 JAEGER = os.environ.get("CTXFOLD_JAEGER_BIN", "")

@@ -9,14 +9,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from builders import compact, create_session, prepare, result, user
+from builders import call, compact, create_session, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.tool_results import RESULT_REF
 from ctxfold.server import RunningServer, start
 from ctxfold.service.run import Hooks
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import call, state, transcript
+from test_prepare import state, transcript
 from traces import tool_output
 
 WINDOW = 6_000

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from sqlalchemy import update
 
-from builders import compact, create_session, prepare, result, user
+from builders import call, compact, create_session, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, start
 from ctxfold.store import schema
@@ -35,14 +35,6 @@ async def transcript(stub: pb_grpc.ContextServiceStub, session_id: str) -> list[
 async def state(stub: pb_grpc.ContextServiceStub, session_id: str) -> dict[str, object]:
     response = await stub.GetContextState(pb.GetContextStateRequest(session_id=session_id))
     return json.loads(response.state_json)  # type: ignore[no-any-return]
-
-
-def call(call_id: str, text: str = "") -> pb.Message:
-    return pb.Message(
-        role=pb.ROLE_ASSISTANT,
-        content=text,
-        tool_calls=[pb.ToolCall(id=call_id, name="bash", arguments='{"cmd":"ls"}')],
-    )
 
 
 def assert_view_well_formed(messages: list[pb.Message]) -> None:

@@ -9,10 +9,10 @@ import grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builders import compact, prepare, result, user
+from builders import call, compact, prepare, result, user
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import assert_view_well_formed, call, transcript
+from test_prepare import assert_view_well_formed, transcript
 from traces import tool_output
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from builders import create_session, prepare, result, user
+from builders import call, create_session, prepare, result, user
 from conftest import free_port, fresh_database
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_prepare import assert_view_well_formed, call, state, transcript
+from test_prepare import assert_view_well_formed, state, transcript
 from traces import tool_output
 
 

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from builders import compact, create_session, prepare, result, user
+from builders import call, compact, create_session, prepare, result, user
 from conftest import free_port, fresh_database, settings_for
 from ctxfold import __version__
 from ctxfold.api.tracing import mark_error
@@ -35,7 +35,6 @@ from ctxfold.telemetry import exporter_names
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
-from test_prepare import call
 from traces import tool_output
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import zstandard
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from builders import prepare
+from builders import append, call, prepare, result
 from conftest import downgrade, fresh_database, settings_for
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.tool_results import (
@@ -316,21 +316,10 @@ async def new_session(stub: pb_grpc.ContextServiceStub, **config: object) -> str
     return str(response.session.id)
 
 
-def tool_call(call_id: str, name: str = "read_file") -> pb.Message:
-    return pb.Message(
-        role=pb.ROLE_ASSISTANT,
-        tool_calls=[pb.ToolCall(id=call_id, name=name, arguments='{"path": "日志.txt"}')],
-    )
-
-
-def tool_result(call_id: str, content: str) -> pb.Message:
-    return pb.Message(role=pb.ROLE_TOOL, tool_call_id=call_id, content=content)
-
-
 async def append_result(stub: pb_grpc.ContextServiceStub, session_id: str, call_id: str, content: str) -> pb.Message:
     """Appends a call and its result; returns the stored result message."""
-    response = await stub.AppendMessages(
-        pb.AppendMessagesRequest(session_id=session_id, messages=[tool_call(call_id), tool_result(call_id, content)])
+    response = await append(
+        stub, session_id, call(call_id, "read_file", '{"path": "日志.txt"}'), result(call_id, content)
     )
     stored = response.messages[1]
     assert stored.role == pb.ROLE_TOOL
