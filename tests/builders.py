@@ -27,11 +27,11 @@ def result(call_id: str, text: str) -> pb.Message:
     return pb.Message(role=pb.ROLE_TOOL, tool_call_id=call_id, content=text)
 
 
-async def create_session(stub: pb_grpc.ContextServiceStub, **config: object) -> pb.Session:
-    """A new session with `config` (a 128k window unless given)."""
+async def create_session(stub: pb_grpc.ContextServiceStub, *, session_key: str = "", **config: object) -> pb.Session:
+    """A new session with `config` (a 128k window unless given), named by `session_key` if given."""
     config.setdefault("context_window", 128_000)
-    response = await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(**config)))  # type: ignore[arg-type]
-    return response.session
+    request = pb.CreateSessionRequest(config=pb.SessionConfig(**config), session_key=session_key)  # type: ignore[arg-type]
+    return (await stub.CreateSession(request)).session
 
 
 async def append(

@@ -13,7 +13,8 @@ import pytest
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from builders import result, user
+from builders import append as append_messages  # this file's append() makes the calls of the table
+from builders import create_session, result, user
 from ctxfold.config import Settings
 from ctxfold.server import RunningServer
 from ctxfold.v1 import context_service_pb2 as pb
@@ -161,15 +162,15 @@ def bad_config(case_id: str, field_name: str, **config: object) -> Case:
 
 
 async def token_of_other_session(stub: Stub, sid: str) -> object:
-    other = (await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=8000)))).session.id
-    await stub.AppendMessages(pb.AppendMessagesRequest(session_id=other, messages=[user("a"), user("b")]))
+    other = (await create_session(stub, context_window=8000)).id
+    await append_messages(stub, other, user("a"), user("b"))
     token = (await stub.ListMessages(pb.ListMessagesRequest(session_id=other, page_size=1))).next_page_token
     assert token
     return await list_messages(token=token)(stub, sid)
 
 
 async def token_of_session_listing(stub: Stub, sid: str) -> object:
-    await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=8000)))
+    await create_session(stub, context_window=8000)
     token = (await stub.ListSessions(pb.ListSessionsRequest(page_size=1))).next_page_token
     assert token
     return await list_messages(token=token)(stub, sid)
@@ -683,12 +684,11 @@ CASES += [
 ]
 
 
-async def new_session(stub: Stub, open_call: bool) -> tuple[str, list[pb.Message]]:
+async def baseline_session(stub: Stub, open_call: bool) -> tuple[str, list[pb.Message]]:
     """A session holding BASELINE (and an open call); returns its id and messages as stored."""
-    created = await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=100_000)))
-    session_id = created.session.id
+    session_id = (await create_session(stub, context_window=100_000)).id
     messages = [*BASELINE, assistant_calls("call_open")] if open_call else BASELINE
-    appended = await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session_id, messages=messages))
+    appended = await append_messages(stub, session_id, *messages)
     return session_id, list(appended.messages)
 
 
@@ -704,7 +704,7 @@ async def assert_intact(stub: Stub, session_id: str, stored: list[pb.Message]) -
 async def test_bad_input_is_refused_and_changes_nothing(
     stub: Stub, channel: grpc.aio.Channel, server: RunningServer, case: Case
 ) -> None:
-    session_id, stored = await new_session(stub, case.open_call)
+    session_id, stored = await baseline_session(stub, case.open_call)
     before = await server.store.row_counts()
     call = case.call(channel, session_id) if isinstance(case.call, Raw) else case.call(stub, session_id)
     await expect_error(call, case.code, case.reason, case.metadata)
@@ -726,7 +726,7 @@ def test_case_ids_are_unique() -> None:
 async def test_a_request_above_the_grpc_limit_is_refused_by_grpc(stub: Stub, server: RunningServer) -> None:
     """Above max_receive_message_bytes (20 MiB) gRPC itself refuses the request: RESOURCE_EXHAUSTED,
     before any handler runs, and the server keeps serving."""
-    session_id, stored = await new_session(stub, open_call=False)
+    session_id, stored = await baseline_session(stub, open_call=False)
     limit = server.settings.max_receive_message_bytes
     async with grpc.aio.insecure_channel(
         f"127.0.0.1:{server.port}", options=[("grpc.max_send_message_length", limit + 8 * MiB)]
@@ -742,7 +742,7 @@ async def test_a_request_above_the_grpc_limit_is_refused_by_grpc(stub: Stub, ser
 
 async def test_messages_exactly_at_the_size_limits_are_accepted(stub: Stub, server: RunningServer) -> None:
     """The limits are inclusive: only what is above them is refused (see the table)."""
-    session_id, stored = await new_session(stub, open_call=True)
+    session_id, stored = await baseline_session(stub, open_call=True)
     limit = server.settings.max_message_bytes
     unit = "hello world, 你好 "  # 22 bytes
     content = unit * (limit // len(unit.encode()))

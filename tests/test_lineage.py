@@ -9,18 +9,13 @@ import grpc
 import pytest
 from sqlalchemy import select
 
-from builders import append, call, result, user
+from builders import append, call, create_session, result, user
 from conftest import downgrade, fresh_database, settings_for
 from ctxfold.server import RunningServer, start
 from ctxfold.store import schema
 from ctxfold.store.database import create_engine
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-
-
-async def new_session(stub: pb_grpc.ContextServiceStub) -> str:
-    response = await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=32000)))
-    return response.session.id
 
 
 async def listing(
@@ -41,7 +36,7 @@ async def listing(
 
 
 async def test_rewind_abandons_later_messages_and_keeps_them_listable(stub: pb_grpc.ContextServiceStub) -> None:
-    sid = await new_session(stub)
+    sid = (await create_session(stub, context_window=32000)).id
     first = (await append(stub, sid, user("one"), user("two"), user("three"), user("four"))).messages
     session = (await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=2))).session
     assert session.head_seq == 2
@@ -61,7 +56,7 @@ async def test_rewind_abandons_later_messages_and_keeps_them_listable(stub: pb_g
 
 
 async def test_rewind_restores_waiting_tool_calls(stub: pb_grpc.ContextServiceStub) -> None:
-    sid = await new_session(stub)
+    sid = (await create_session(stub, context_window=32000)).id
     await append(stub, sid, user("go"), call("c1"), result("c1", "done"), user("thanks"))
     await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=2))
     with pytest.raises(grpc.aio.AioRpcError) as error:
@@ -72,7 +67,7 @@ async def test_rewind_restores_waiting_tool_calls(stub: pb_grpc.ContextServiceSt
 
 async def test_rewind_out_of_range_is_refused(stub: pb_grpc.ContextServiceStub) -> None:
     """A negative seq is a bad argument; one past the head depends on the head, which moves."""
-    sid = await new_session(stub)
+    sid = (await create_session(stub, context_window=32000)).id
     await append(stub, sid, user("one"))
     for bad, code in ((-1, grpc.StatusCode.INVALID_ARGUMENT), (2, grpc.StatusCode.FAILED_PRECONDITION)):
         with pytest.raises(grpc.aio.AioRpcError) as error:
@@ -81,7 +76,7 @@ async def test_rewind_out_of_range_is_refused(stub: pb_grpc.ContextServiceStub) 
 
 
 async def test_fork_shares_history_and_then_diverges(stub: pb_grpc.ContextServiceStub) -> None:
-    sid = await new_session(stub)
+    sid = (await create_session(stub, context_window=32000)).id
     source = (await append(stub, sid, user("a"), call("c1"), result("c1", "r" * 50_000), user("b"), user("c"))).messages
     fork = (
         await stub.Fork(pb.ForkRequest(session_id=sid, at_seq=4, config=pb.SessionConfig(max_output_tokens=1000)))
@@ -115,7 +110,7 @@ async def test_deleting_source_keeps_fork_and_deleting_all_leaves_no_rows(
     isolated: tuple[RunningServer, pb_grpc.ContextServiceStub],
 ) -> None:
     running, stub = isolated
-    sid = await new_session(stub)
+    sid = (await create_session(stub, context_window=32000)).id
     source = (await append(stub, sid, user("a"), call("c1"), result("c1", "x" * 40_000), user("b"))).messages
     await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=3))
     await append(stub, sid, user("b2"))
@@ -153,7 +148,7 @@ async def test_long_rewind_chains_stay_bounded_and_working(
     depth of 1,000 when every rewind added a range to each query): the rewinds land in the head segment,
     so the live chain stays one segment, and every operation still works."""
     running, stub = isolated
-    sid = await new_session(stub)
+    sid = (await create_session(stub, context_window=32000)).id
     cycles = 1200
     pending: list[pb.Message] = []
     for cycle in range(cycles):
@@ -192,7 +187,7 @@ async def test_sessions_from_before_migration_0004_keep_their_state_fingerprint(
     running = await start(settings_for(url))
     async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
         stub = pb_grpc.ContextServiceStub(channel)
-        sid = await new_session(stub)
+        sid = (await create_session(stub, context_window=32000)).id
         await append(stub, sid, user("one"), user("two"), user("three"))
     await running.stop(grace=0.5)
     engine = create_engine(url)

@@ -10,13 +10,14 @@ import json
 import grpc
 import pytest
 
-from builders import prepare
+from builders import create_session, prepare
 from ctxfold.engine.estimator import message_tokens
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
 
 Stub = pb_grpc.ContextServiceStub
+WINDOW = 16000  # of every session here
 
 THINKING = json.dumps(
     [
@@ -30,13 +31,8 @@ def payload(json_text: str = THINKING, tokens: int = 0) -> pb.ProviderPayload:
     return pb.ProviderPayload(format="anthropic_messages", json=json_text, fingerprint="fp-1", tokens=tokens)
 
 
-async def new_session(stub: Stub, window: int = 16000, key: str = "") -> pb.Session:
-    request = pb.CreateSessionRequest(config=pb.SessionConfig(context_window=window), session_key=key)
-    return (await stub.CreateSession(request)).session
-
-
 async def test_a_payload_is_stored_verbatim_and_listed(stub: Stub) -> None:
-    session = await new_session(stub)
+    session = await create_session(stub, context_window=WINDOW)
     message = pb.Message(role=pb.ROLE_ASSISTANT, content="I will read it.", provider_payload=payload())
     await stub.AppendMessages(
         pb.AppendMessagesRequest(session_id=session.id, messages=[pb.Message(role=pb.ROLE_USER, content="hi"), message])
@@ -47,7 +43,7 @@ async def test_a_payload_is_stored_verbatim_and_listed(stub: Stub) -> None:
 
 
 async def test_a_view_carries_the_payload_of_the_message_it_renders(stub: Stub) -> None:
-    session = await new_session(stub)
+    session = await create_session(stub, context_window=WINDOW)
     appended = [
         pb.Message(role=pb.ROLE_USER, content="hi"),
         pb.Message(role=pb.ROLE_ASSISTANT, content="I will read it.", provider_payload=payload()),
@@ -57,7 +53,7 @@ async def test_a_view_carries_the_payload_of_the_message_it_renders(stub: Stub) 
 
 
 async def test_payload_tokens_are_added_to_the_message_estimate(stub: Stub) -> None:
-    session = await new_session(stub)
+    session = await create_session(stub, context_window=WINDOW)
     with_image = pb.Message(
         role=pb.ROLE_USER, content="[image: image/png, 1280x800]", provider_payload=payload("[]", 1229)
     )
@@ -69,7 +65,7 @@ async def test_payload_tokens_are_added_to_the_message_estimate(stub: Stub) -> N
 
 async def test_a_message_with_only_a_payload_is_not_empty(stub: Stub) -> None:
     """An assistant turn holding only a redacted thinking block has no text, but it is a message."""
-    session = await new_session(stub)
+    session = await create_session(stub, context_window=WINDOW)
     redacted = pb.Message(
         role=pb.ROLE_ASSISTANT, provider_payload=payload('[{"type": "redacted_thinking", "data": "EmwKAhgB"}]')
     )
@@ -90,7 +86,7 @@ async def test_a_message_with_only_a_payload_is_not_empty(stub: Stub) -> None:
     ],
 )
 async def test_a_malformed_payload_is_refused_with_its_field(stub: Stub, bad: pb.ProviderPayload, why: str) -> None:
-    session = await new_session(stub)
+    session = await create_session(stub, context_window=WINDOW)
     message = pb.Message(role=pb.ROLE_USER, content="hi", provider_payload=bad)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session.id, messages=[message]))
@@ -99,26 +95,28 @@ async def test_a_malformed_payload_is_refused_with_its_field(stub: Stub, bad: pb
 
 
 async def test_a_session_key_names_one_session(stub: Stub) -> None:
-    first = await new_session(stub, key="agent-7/conversation-1")
-    again = await new_session(stub, window=64000, key="agent-7/conversation-1")
-    other = await new_session(stub, key="agent-7/conversation-2")
+    first = await create_session(stub, context_window=WINDOW, session_key="agent-7/conversation-1")
+    again = await create_session(stub, context_window=64000, session_key="agent-7/conversation-1")
+    other = await create_session(stub, context_window=WINDOW, session_key="agent-7/conversation-2")
     assert again.id == first.id
-    assert again.config.context_window == 16000  # the existing session, unchanged
+    assert again.config.context_window == WINDOW  # the existing session, unchanged
     assert other.id != first.id
 
 
 async def test_concurrent_creates_of_one_key_give_one_session(stub: Stub) -> None:
-    sessions = await asyncio.gather(*(new_session(stub, key="raced-key") for _ in range(6)))
+    sessions = await asyncio.gather(
+        *(create_session(stub, context_window=WINDOW, session_key="raced-key") for _ in range(6))
+    )
     assert len({s.id for s in sessions}) == 1
 
 
 async def test_a_deleted_keyed_session_is_created_anew(stub: Stub) -> None:
-    first = await new_session(stub, key="short-lived")
+    first = await create_session(stub, context_window=WINDOW, session_key="short-lived")
     await stub.AppendMessages(
         pb.AppendMessagesRequest(session_id=first.id, messages=[pb.Message(role=pb.ROLE_USER, content="hi")])
     )
     await stub.DeleteSession(pb.DeleteSessionRequest(session_id=first.id))
-    second = await new_session(stub, key="short-lived")
+    second = await create_session(stub, context_window=WINDOW, session_key="short-lived")
     assert second.id == first.id
     assert second.head_seq == 0
 
@@ -126,7 +124,7 @@ async def test_a_deleted_keyed_session_is_created_anew(stub: Stub) -> None:
 async def test_a_too_long_session_key_is_refused(stub: Stub) -> None:
     await expect_error(
         stub.CreateSession(
-            pb.CreateSessionRequest(config=pb.SessionConfig(context_window=16000), session_key="k" * 513)
+            pb.CreateSessionRequest(config=pb.SessionConfig(context_window=WINDOW), session_key="k" * 513)
         ),
         grpc.StatusCode.INVALID_ARGUMENT,
         "INVALID_REQUEST",

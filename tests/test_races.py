@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 import pytest
 
-from builders import call, compact, prepare, result, user
+from builders import call, compact, create_session, prepare, result, user
 from ctxfold.store import lineage as store_lineage
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -62,8 +62,7 @@ def assert_whole(messages: list[pb.Message], head_seq: int, sid: str) -> None:
 async def test_forks_rewinds_compacts_and_prepares_racing_on_one_session_leave_every_session_whole(
     stub: pb_grpc.ContextServiceStub,
 ) -> None:
-    config = pb.SessionConfig(context_window=6000, max_output_tokens=200, summary_max_tokens=600)
-    sid = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+    sid = (await create_session(stub, context_window=6000, max_output_tokens=200, summary_max_tokens=600)).id
     await prepare(stub, sid, user("the task: keep every session whole"))
     for k in range(4):
         await prepare(stub, sid, *turn(f"warm{k}"))
@@ -119,7 +118,7 @@ async def test_a_fork_at_the_head_while_a_rewind_of_its_source_commits_is_a_snap
     """The rewind is held after it moved the abandoned tail out of the head segment and before it
     commits; a fork at the head made meanwhile must not see the old head over the moved messages (on
     PostgreSQL it did: `head_seq` 25 with live messages up to 13, then appends at 26)."""
-    sid = (await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=64000)))).session.id
+    sid = (await create_session(stub, context_window=64000)).id
     await prepare(stub, sid, user("the task"))
     for k in range(8):
         await prepare(stub, sid, *turn(f"{k}"))

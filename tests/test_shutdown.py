@@ -10,7 +10,7 @@ from pathlib import Path
 
 import grpc
 
-from builders import call, prepare, result, user
+from builders import call, create_session, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.server import start
 from ctxfold.v1 import context_service_pb2 as pb
@@ -36,8 +36,7 @@ async def test_calls_running_past_the_grace_period_answer_server_shutting_down_a
         running = await start(settings_for(url, summarizers=specs))
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
         stub = pb_grpc.ContextServiceStub(channel)
-        config = pb.SessionConfig(context_window=12_000, summarizer="llm", prefold_ratio=0.0)
-        folding = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+        folding = (await create_session(stub, context_window=12_000, summarizer="llm", prefold_ratio=0.0)).id
         await prepare(stub, folding, user("Investigate the flaky test"))
         for i in range(12):
             await stub.AppendMessages(
@@ -45,9 +44,7 @@ async def test_calls_running_past_the_grace_period_answer_server_shutting_down_a
                     session_id=folding, messages=[call(f"c{i}"), result(f"c{i}", tool_output(i, 4000))]
                 )
             )
-        quiet = (
-            await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=64_000)))
-        ).session.id
+        quiet = (await create_session(stub, context_window=64_000)).id
         fake.script("stall")
         fold = asyncio.ensure_future(prepare(stub, folding, user("go on")))
         await asyncio.to_thread(fake.stalled.wait, 30)  # the fold waits for the summarizer

@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from sqlalchemy.engine import make_url
 
-from builders import prepare, user
+from builders import create_session, prepare, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.server import RunningServer, start
@@ -61,11 +61,8 @@ async def test_postgresql_stopped_and_restarted_under_load_answers_unavailable_a
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
                 stub = pb_grpc.ContextServiceStub(channel)
-                config = pb.SessionConfig(context_window=6000, max_output_tokens=200, summary_max_tokens=600)
-                sessions = [
-                    (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
-                    for _ in range(clients)
-                ]
+                config = {"context_window": 6000, "max_output_tokens": 200, "summary_max_tokens": 600}
+                sessions = [(await create_session(stub, **config)).id for _ in range(clients)]
                 statuses: Counter[str] = Counter()
                 progress = [0] * clients
                 warmed = asyncio.Event()  # every client made three steps: time for the outage
@@ -135,9 +132,7 @@ async def test_a_full_sqlite_disk_answers_unavailable_and_recovers(tmp_path: Pat
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
                 stub = pb_grpc.ContextServiceStub(channel)
-                sid = (
-                    await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=8000)))
-                ).session.id
+                sid = (await create_session(stub, context_window=8000)).id
                 await prepare(stub, sid, user("the task"), request_id="first")
                 filler = fill(disk, 1 << 20)
                 kept, error = await _appends_until_refused(stub, sid)
@@ -168,9 +163,7 @@ async def test_a_full_postgresql_disk_answers_unavailable_and_recovers(tmp_path:
             running = await start(settings_for(url.set(database=name).render_as_string(hide_password=False)))
             async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
                 stub = pb_grpc.ContextServiceStub(channel)
-                sid = (
-                    await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(context_window=8000)))
-                ).session.id
+                sid = (await create_session(stub, context_window=8000)).id
                 await prepare(stub, sid, user("the task"), request_id="first")
                 filler = fill(disk, 1 << 20)
                 kept, error = await _appends_until_refused(stub, sid)

@@ -17,7 +17,7 @@ import grpc
 import pytest
 from sqlalchemy import select
 
-from builders import compact, prepare, user
+from builders import append, compact, create_session, prepare, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.briefing import strip_engine_sections
 from ctxfold.engine.estimator import PER_MESSAGE_TOKENS, count_text
@@ -184,18 +184,15 @@ def tool_turn(index: int, result_words: int, result: str = "") -> list[pb.Messag
 # ---- calls -------------------------------------------------------------------------------------
 
 
-async def create(stub: Stub, **config: Any) -> pb.Session:
+async def agent_session(stub: Stub, **config: Any) -> pb.Session:
+    """A session of the agent these tests play: its system prompt, its tools and a cache key unless
+    `config` says otherwise."""
     config.setdefault("system_prompt", SYSTEM)
     config.setdefault("tools_json", OPENAI_TOOLS)
     config.setdefault("prompt_cache_key", f"pck-{uuid.uuid4().hex[:12]}")
     # These tests are about the fold a Prepare makes itself; test_background_folds.py covers the others.
     config.setdefault("prefold_ratio", 0.0)
-    response = await stub.CreateSession(pb.CreateSessionRequest(config=pb.SessionConfig(**config)))
-    return response.session
-
-
-async def append(stub: Stub, session_id: str, messages: Sequence[pb.Message]) -> None:
-    await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session_id, messages=list(messages)))
+    return await create_session(stub, **config)
 
 
 async def session_checkpoint(stub: Stub, session_id: str) -> str:
@@ -280,7 +277,7 @@ async def run_until_fold(
 @pytest.mark.parametrize("max_output_tokens", [0, 600])
 async def test_openai_fold_request_is_a_cache_safe_fork_of_the_agent_view(env: Env, max_output_tokens: int) -> None:
     stub, fake = env.stub, env.fake
-    session = await create(
+    session = await agent_session(
         stub,
         context_window=8000,
         summarizer="fake",
@@ -352,7 +349,7 @@ async def test_openai_fold_request_is_a_cache_safe_fork_of_the_agent_view(env: E
 
 async def test_second_fold_rolls_the_previous_summary_in(env: Env) -> None:
     stub, fake = env.stub, env.fake
-    session = await create(stub, context_window=8000, summarizer="fake", summary_max_tokens=1000)
+    session = await agent_session(stub, context_window=8000, summarizer="fake", summary_max_tokens=1000)
     _, _, _, first = await run_until_fold(stub, session.id, [user("Make every case pass.")], result_words=300)
     first_summary = first.messages[2].content
     previous = list(first.messages)
@@ -382,7 +379,7 @@ async def test_second_fold_rolls_the_previous_summary_in(env: Env) -> None:
 async def test_openai_without_streaming_tools_or_cache_key(env: Env) -> None:
     """`stream: false`, a session without tools and with a derived prompt cache key."""
     stub, fake = env.stub, env.fake
-    session = await create(
+    session = await agent_session(
         stub, context_window=8000, summarizer="fake_plain", summary_max_tokens=1000, tools_json="", prompt_cache_key=""
     )
     _, _, progress, result = await run_until_fold(stub, session.id, [user("Make every case pass.")], 300)
@@ -420,7 +417,7 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
     stub, fake = env.stub, env.fake
     # A low trigger leaves room below the hard ceiling; a large summary_max_tokens lets a
     # not-smaller "summary" fail as not smaller rather than as too long.
-    session = await create(
+    session = await agent_session(
         stub,
         context_window=10000,
         compact_ratio=0.5,
@@ -472,7 +469,7 @@ async def test_failed_summary_installs_nothing_and_is_not_retried_until_the_view
 @pytest.mark.parametrize("behaviour", sorted(FAILURES))
 async def test_failed_summary_above_the_hard_ceiling_falls_back_to_extractive(env: Env, behaviour: str) -> None:
     stub, fake = env.stub, env.fake
-    session = await create(
+    session = await agent_session(
         stub,
         context_window=10000,
         compact_ratio=0.5,
@@ -481,9 +478,9 @@ async def test_failed_summary_above_the_hard_ceiling_falls_back_to_extractive(en
         summary_max_tokens=4000,
     )
     # Appended without Prepare: the view is now larger than the whole window.
-    await append(stub, session.id, [user("Make every case pass.")])
+    await append(stub, session.id, user("Make every case pass."))
     for index in range(1, 13):
-        await append(stub, session.id, tool_turn(index, 900))
+        await append(stub, session.id, *tool_turn(index, 900))
     fake.script(behaviour)
     outcome = await prepare(stub, session.id)
     progress, result = outcome.progress, outcome.result
@@ -505,7 +502,7 @@ async def test_failed_summary_above_the_hard_ceiling_falls_back_to_extractive(en
 
 async def test_failed_summary_below_the_hard_ceiling_does_not_fall_back(env: Env) -> None:
     stub, fake = env.stub, env.fake
-    session = await create(stub, context_window=10000, compact_ratio=0.5, summarizer="fake")
+    session = await agent_session(stub, context_window=10000, compact_ratio=0.5, summarizer="fake")
     fake.script("error500")
     await prepare(stub, session.id, user("Make every case pass."))
     for index in range(1, 60):
@@ -525,10 +522,10 @@ async def test_a_failed_prepare_keeps_its_append_names_its_seqs_and_a_retry_with
     error's metadata names their seqs, and a retry with the same request_id appends nothing again.
     (Here the new input alone is larger than the hard ceiling, so no summarizer can make it fit.)"""
     stub = env.stub
-    session = await create(stub, context_window=10000, compact_ratio=0.5, max_output_tokens=500)
-    await append(stub, session.id, [user("Make every case pass.")])
+    session = await agent_session(stub, context_window=10000, compact_ratio=0.5, max_output_tokens=500)
+    await append(stub, session.id, user("Make every case pass."))
     for index in range(1, 4):
-        await append(stub, session.id, tool_turn(index, 900))
+        await append(stub, session.id, *tool_turn(index, 900))
     head = (await stub.GetSession(pb.GetSessionRequest(session_id=session.id))).session.head_seq
     more = [user("Here is the whole log, read it all: " + "the build step failed again. " * 1800)]
     for _attempt in range(2):
@@ -548,11 +545,11 @@ async def test_a_failed_prepare_keeps_its_append_names_its_seqs_and_a_retry_with
 async def passes_session(stub: Stub, groups: int) -> pb.Session:
     """A 32k window with a 16k trigger whose fold input is far larger than the 3000-token
     summarizer window ("fake_small"): every group is ~1000 tokens."""
-    session = await create(stub, context_window=32000, compact_ratio=0.5, summarizer="fake_small")
-    await append(stub, session.id, [user("Make every case pass.")])
+    session = await agent_session(stub, context_window=32000, compact_ratio=0.5, summarizer="fake_small")
+    await append(stub, session.id, user("Make every case pass."))
     for start_index in range(1, groups + 1, 8):
         batch = [m for i in range(start_index, min(groups + 1, start_index + 8)) for m in tool_turn(i, 950)]
-        await append(stub, session.id, batch)
+        await append(stub, session.id, *batch)
     return session
 
 
@@ -561,10 +558,10 @@ async def passes_session(stub: Stub, groups: int) -> pb.Session:
 )
 async def test_a_failed_compact_is_an_error_and_installs_nothing(env: Env, behaviour: str, reason: str) -> None:
     stub, fake = env.stub, env.fake
-    session = await create(stub, context_window=32000, summarizer="fake", summary_max_tokens=4000)
-    await append(stub, session.id, [user("Make every case pass.")])
+    session = await agent_session(stub, context_window=32000, summarizer="fake", summary_max_tokens=4000)
+    await append(stub, session.id, user("Make every case pass."))
     for index in range(1, 6):
-        await append(stub, session.id, tool_turn(index, 300))
+        await append(stub, session.id, *tool_turn(index, 300))
     fake.script(behaviour)
 
     async def drain() -> None:
@@ -698,7 +695,7 @@ def anthropic_blocks(view: Sequence[pb.Message]) -> list[dict[str, Any]]:
 
 async def test_anthropic_fold_through_the_messages_api(env: Env) -> None:
     stub, fake = env.stub, env.fake
-    session = await create(
+    session = await agent_session(
         stub,
         context_window=8000,
         summarizer="fake_anthropic",
@@ -746,7 +743,7 @@ async def test_anthropic_fold_through_the_messages_api(env: Env) -> None:
 @pytest.mark.parametrize("behaviour", ["truncated", "cut", "empty", "error500"])
 async def test_anthropic_failure_is_not_installed(env: Env, behaviour: str) -> None:
     stub, fake = env.stub, env.fake
-    session = await create(
+    session = await agent_session(
         stub, context_window=10000, compact_ratio=0.5, summarizer="fake_anthropic", tools_json=ANTHROPIC_TOOLS
     )
     fake.script(behaviour)
@@ -767,7 +764,7 @@ async def test_anthropic_failure_is_not_installed(env: Env, behaviour: str) -> N
 
 async def test_overflow_below_the_trigger_prunes_once_and_summarizes_once(env: Env) -> None:
     stub, fake = env.stub, env.fake
-    session = await create(stub, context_window=16000, summarizer="fake_small")
+    session = await agent_session(stub, context_window=16000, summarizer="fake_small")
     big = [
         *tool_turn(1, 0, result="$ cat log\n" + words(1700, seed=1)),
         *tool_turn(2, 0, result="$ cat log\n" + words(1700, seed=2)),

@@ -16,7 +16,7 @@ import zstandard
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from builders import append, call, prepare, result
+from builders import append, call, create_session, prepare, result
 from conftest import downgrade, fresh_database, settings_for
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.tool_results import (
@@ -309,13 +309,6 @@ def test_read_page_rejects_offsets_inside_a_character(offset: int, char_start: i
 # ---- through the server ------------------------------------------------------------------------
 
 
-async def new_session(stub: pb_grpc.ContextServiceStub, **config: object) -> str:
-    response = await stub.CreateSession(
-        pb.CreateSessionRequest(config=pb.SessionConfig(context_window=128_000, **config))  # type: ignore[arg-type]
-    )
-    return str(response.session.id)
-
-
 async def append_result(stub: pb_grpc.ContextServiceStub, session_id: str, call_id: str, content: str) -> pb.Message:
     """Appends a call and its result; returns the stored result message."""
     response = await append(
@@ -366,7 +359,7 @@ async def read_all(stub: pb_grpc.ContextServiceStub, session_id: str, ref: str, 
 async def test_a_binary_tool_result_is_accepted_pictured_in_the_view_and_read_back_byte_for_byte(
     stub: pb_grpc.ContextServiceStub, n_chars: int
 ) -> None:
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     text = binary_text(n_chars, seed=n_chars)
     stored = await append_result(stub, session_id, "call_cat", text)
     assert "\x00" not in stored.content and "\u2400" in stored.content
@@ -377,7 +370,7 @@ async def test_a_binary_tool_result_is_accepted_pictured_in_the_view_and_read_ba
 
 
 async def test_a_200k_result_is_bounded_and_pages_back_exactly(stub: pb_grpc.ContextServiceStub) -> None:
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     text = mixed_text(200 * 1024, seed=11) + "\n完成 ✅ done"
     raw = text.encode()
     await stub.AppendMessages(
@@ -415,7 +408,7 @@ async def test_a_200k_result_is_bounded_and_pages_back_exactly(stub: pb_grpc.Con
 async def test_tiny_pages_chain_through_a_large_result(stub: pb_grpc.ContextServiceStub, limit: int) -> None:
     """Tiny pages across the start, the middle and the end of a 200 KiB result (paging all of it 4
     bytes at a time would take 50,000 calls)."""
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     raw = mixed_text(200 * 1024, seed=limit).encode()
     ref = (await append_result(stub, session_id, "call_1", raw.decode())).result_ref
     middle = len(raw) // 2
@@ -441,7 +434,7 @@ async def test_tiny_pages_chain_through_a_large_result(stub: pb_grpc.ContextServ
 
 @pytest.mark.parametrize("limit", [4, 5, 7])
 async def test_tiny_pages_read_a_whole_small_result(stub: pb_grpc.ContextServiceStub, limit: int) -> None:
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     raw = ("结果 😀 ok, " + mixed_text(300, seed=limit) + " 尾🎉").encode()
     stored = await append_result(stub, session_id, "call_1", raw.decode())
     assert not stored.truncated
@@ -454,7 +447,7 @@ async def test_tiny_pages_read_a_whole_small_result(stub: pb_grpc.ContextService
 async def test_results_around_the_limit_round_trip(
     stub: pb_grpc.ContextServiceStub, max_bytes: int, delta: int
 ) -> None:
-    session_id = await new_session(stub, tool_content_max_bytes=max_bytes)
+    session_id = (await create_session(stub, tool_content_max_bytes=max_bytes)).id
     limit = max_bytes or LIMIT
     text = mixed_text(limit + delta, seed=limit + delta)
     raw = text.encode()
@@ -471,7 +464,7 @@ async def test_results_around_the_limit_round_trip(
 
 
 async def test_pure_chinese_and_emoji_results_round_trip(stub: pb_grpc.ContextServiceStub) -> None:
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     for call_id, text in [("c1", repeat_to("汉", 3 * 20000)), ("c2", repeat_to("😀", 4 * 15000))]:
         stored = await append_result(stub, session_id, call_id, text)
         assert stored.truncated
@@ -480,7 +473,7 @@ async def test_pure_chinese_and_emoji_results_round_trip(stub: pb_grpc.ContextSe
 
 
 async def test_unknown_result_ref_is_not_found(stub: pb_grpc.ContextServiceStub) -> None:
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     await append_result(stub, session_id, "call_1", "ok")
     await expect_error(
         read(stub, session_id, "tr_doesnotexist"),
@@ -491,7 +484,7 @@ async def test_unknown_result_ref_is_not_found(stub: pb_grpc.ContextServiceStub)
 
 
 async def test_unknown_tool_call_id_is_not_found(stub: pb_grpc.ContextServiceStub) -> None:
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     await append_result(stub, session_id, "call_1", "ok")
     await expect_error(
         stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session_id, tool_call_id="call_2")),
@@ -501,7 +494,7 @@ async def test_unknown_tool_call_id_is_not_found(stub: pb_grpc.ContextServiceStu
 
 
 async def test_a_result_needs_a_ref_or_a_tool_call_id(stub: pb_grpc.ContextServiceStub) -> None:
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     await expect_error(
         stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session_id)),
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -510,7 +503,7 @@ async def test_a_result_needs_a_ref_or_a_tool_call_id(stub: pb_grpc.ContextServi
 
 
 async def test_a_reused_tool_call_id_is_ambiguous_without_a_ref(stub: pb_grpc.ContextServiceStub) -> None:
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     first = await append_result(stub, session_id, "call_1", "第一次 🥇")
     second = await append_result(stub, session_id, "call_1", "第二次 🥈")
     assert first.result_ref != second.result_ref
@@ -532,8 +525,8 @@ async def test_a_reused_tool_call_id_is_ambiguous_without_a_ref(stub: pb_grpc.Co
 
 
 async def test_another_sessions_result_is_not_found(stub: pb_grpc.ContextServiceStub) -> None:
-    owner = await new_session(stub)
-    other = await new_session(stub)
+    owner = (await create_session(stub)).id
+    other = (await create_session(stub)).id
     text = mixed_text(50_000, seed=9)
     stored = await append_result(stub, owner, "call_1", text)
     small = await append_result(stub, owner, "call_2", "small 小")
@@ -573,7 +566,7 @@ async def test_reading_in_an_unknown_session_is_not_found(stub: pb_grpc.ContextS
 async def test_bad_offsets_and_limits_are_invalid(
     stub: pb_grpc.ContextServiceStub, offset: int, limit: int, reason: str
 ) -> None:
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     stored = await append_result(stub, session_id, "call_1", "结果 😀 ok")
     await expect_error(
         read(stub, session_id, stored.result_ref, offset, limit), grpc.StatusCode.INVALID_ARGUMENT, reason
@@ -595,7 +588,7 @@ def chunk_text(n_bytes: int) -> str:
 
 
 async def test_a_multi_mib_result_pages_back_exactly_with_its_sha256(stub: pb_grpc.ContextServiceStub) -> None:
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     raw = chunk_text(3 * (1 << 20) + 12_345).encode()
     stored = await append_result(stub, session_id, "call_big", raw.decode())
     assert stored.truncated
@@ -609,7 +602,7 @@ async def test_a_multi_mib_result_pages_back_exactly_with_its_sha256(stub: pb_gr
 async def test_a_page_read_fetches_only_the_chunks_it_covers(
     server: RunningServer, stub: pb_grpc.ContextServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    session_id = await new_session(stub)
+    session_id = (await create_session(stub)).id
     raw = chunk_text(8 << 20).encode()
     ref = (await append_result(stub, session_id, "call_big", raw.decode())).result_ref
     fetched: list[tuple[int, int]] = []
@@ -644,7 +637,7 @@ async def test_a_result_stored_before_migration_0003_stays_readable(backend: str
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
             stub = pb_grpc.ContextServiceStub(channel)
-            session_id = await new_session(stub)
+            session_id = (await create_session(stub)).id
             ref = (await append_result(stub, session_id, "call_old", raw.decode())).result_ref
     finally:
         await running.stop(grace=0.5)

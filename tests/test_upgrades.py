@@ -20,7 +20,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, MetaData, insert, select, text
 
-from builders import call, prepare, result, user
+from builders import call, create_session, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, StartupError, start
 from ctxfold.store import database, schema
@@ -67,10 +67,11 @@ def _big(seed: str, size: int) -> str:
 async def _populate(stub: pb_grpc.ContextServiceStub) -> dict[str, Any]:
     """A session with folds (checkpoints, fold documents, pruned results, receipts), a fork, a rewind
     (an abandoned branch), results of every storage form, request ids and usage observations."""
-    config = pb.SessionConfig(
-        context_window=WINDOW, max_output_tokens=200, summary_max_tokens=600, tool_content_max_bytes=4096
-    )
-    sid = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+    sid = (
+        await create_session(
+            stub, context_window=WINDOW, max_output_tokens=200, summary_max_tokens=600, tool_content_max_bytes=4096
+        )
+    ).id
     view = (await prepare(stub, sid, user("Fix the failing test in parser.py"))).result
     large = _big("large", 150_000)  # bounded, three chunks
     for turn in range(8):
@@ -109,8 +110,7 @@ async def _populate(stub: pb_grpc.ContextServiceStub) -> dict[str, Any]:
 async def _prepared_fold(stub: pb_grpc.ContextServiceStub) -> None:
     """A session whose fold was made in the background and is kept, not installed (between its
     prefold ratio and its trigger)."""
-    config = pb.SessionConfig(context_window=WINDOW, prefold_ratio=0.5)
-    sid = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+    sid = (await create_session(stub, context_window=WINDOW, prefold_ratio=0.5)).id
     await prepare(stub, sid, user("Profile the import"))
     for turn in range(40):
         view = (
