@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from builders import append as append_messages
-from builders import create_session, prepare, user
+from builders import append, create_session, prepare, user
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, ToolCall
@@ -74,9 +73,10 @@ async def write(record: SessionRecord, rows: list[MessageRow], revision: int, re
     return AppendWrite(record, replace(after, update_time=now), messages, raw, request_id, Bookkeeping("{}", revision))
 
 
-async def append(
+async def store_append(
     server: RunningServer, record: SessionRecord, rows: list[MessageRow], revision: int, request_id: str = ""
 ) -> Written | Stale | Repeated:
+    """The store's write of `rows`, under the service (an AppendMessages call is builders.append)."""
     return await server.store.append(await write(record, rows, revision, request_id))
 
 
@@ -101,7 +101,7 @@ async def test_concurrent_appends_stay_apart(server: RunningServer, stub: pb_grp
     for i, (record, revision) in enumerate(started):
         # 2: someone appended since the session was read; 5: someone wrote its state since.
         seen = replace(record, version=record.version - 1) if i == 2 else record
-        plans.append(append(server, seen, turn(i), revision - 1 if i == 5 else revision))
+        plans.append(store_append(server, seen, turn(i), revision - 1 if i == 5 else revision))
     outcomes = await asyncio.gather(*plans)
 
     assert [isinstance(o, Stale) for o in outcomes] == [i in (2, 5) for i in range(8)]
@@ -126,9 +126,9 @@ async def test_a_bookkeeping_write_without_messages_checks_the_session(
     server: RunningServer, stub: pb_grpc.ContextServiceStub
 ) -> None:
     record, revision = await started_session(stub, server)
-    assert await append(server, replace(record, branch_id="another-branch"), [], revision) == Stale()
+    assert await store_append(server, replace(record, branch_id="another-branch"), [], revision) == Stale()
     assert (await server.store.read_state(record))[1] == revision
-    assert await append(server, record, [], revision) == Written(revision + 1)
+    assert await store_append(server, record, [], revision) == Written(revision + 1)
 
 
 async def test_a_repeated_request_id_writes_nothing(server: RunningServer, stub: pb_grpc.ContextServiceStub) -> None:
@@ -136,7 +136,7 @@ async def test_a_repeated_request_id_writes_nothing(server: RunningServer, stub:
     first = await write(record, turn(0), revision, request_id="req-1")
     assert await server.store.append(first) == Written(revision + 1)
     after = await server.store.get_session(TENANT, record.id)
-    repeated = await append(server, after, turn(1), revision + 1, request_id="req-1")
+    repeated = await store_append(server, after, turn(1), revision + 1, request_id="req-1")
     assert repeated == Repeated(tuple(m.id for m in first.messages))
     again = await server.store.get_session(TENANT, record.id)
     assert (again.version, again.head_seq) == (after.version, after.head_seq)
@@ -147,8 +147,8 @@ async def test_a_caller_that_gives_up_does_not_stop_the_writer(
     server: RunningServer, stub: pb_grpc.ContextServiceStub
 ) -> None:
     (first, first_revision), (second, second_revision) = [await started_session(stub, server) for _ in range(2)]
-    abandoned = asyncio.ensure_future(append(server, first, turn(0), first_revision))
-    kept = asyncio.ensure_future(append(server, second, turn(1), second_revision))
+    abandoned = asyncio.ensure_future(store_append(server, first, turn(0), first_revision))
+    kept = asyncio.ensure_future(store_append(server, second, turn(1), second_revision))
     await asyncio.sleep(0)
     abandoned.cancel()
     assert await kept == Written(second_revision + 1)
@@ -158,7 +158,7 @@ async def test_a_caller_that_gives_up_does_not_stop_the_writer(
     assert stored in (1, 4)
     current = await server.store.get_session(TENANT, first.id)
     _, revision = await server.store.read_state(current)
-    await append(server, current, turn(2), revision)
+    await store_append(server, current, turn(2), revision)
     assert len(await transcript(stub, first.id)) == stored + 3
 
 
@@ -209,7 +209,7 @@ async def test_the_postgresql_writer_replaces_lost_connections_and_bounds_them(
     if backend != "postgresql":
         pytest.skip("the PostgreSQL writer's connections")
     started = [await started_session(stub, server) for _ in range(3 * server.settings.db_pool_size)]
-    revisions = await asyncio.gather(*(append(server, r, small_turn(0), v) for r, v in started))
+    revisions = await asyncio.gather(*(store_append(server, r, small_turn(0), v) for r, v in started))
     assert revisions == [Written(v + 1) for _, v in started]
     pool = server.store.engine.sync_engine.pool
     assert 1 <= await hot_write_backends(server) <= pool.size() + pool._max_overflow  # type: ignore[attr-defined]
@@ -218,7 +218,7 @@ async def test_the_postgresql_writer_replaces_lost_connections_and_bounds_them(
     await asyncio.sleep(0.5)  # the writer's connections read the server's goodbye
     for record, revision in started[:2]:
         current = await server.store.get_session(TENANT, record.id)
-        assert await append(server, current, small_turn(1), revision + 1) == Written(revision + 2)
+        assert await store_append(server, current, small_turn(1), revision + 1) == Written(revision + 2)
     assert await hot_write_backends(server) >= 1
 
 
@@ -236,7 +236,7 @@ async def test_a_postgresql_write_cut_off_by_the_server_is_unavailable(
         locked = holder.transaction()
         await locked.start()
         await holder.execute("SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE", record.id)
-        appending = asyncio.ensure_future(append(server, record, small_turn(0), revision))
+        appending = asyncio.ensure_future(store_append(server, record, small_turn(0), revision))
         waiting: list[int] = []
         for _ in range(1500):  # up to 30 s on a loaded machine; found at once on a quiet one
             waiting = await hot_write_pids(holder, waiting_for_a_lock=True)
@@ -252,7 +252,7 @@ async def test_a_postgresql_write_cut_off_by_the_server_is_unavailable(
     finally:
         await holder.close()
     assert len(await transcript(stub, record.id)) == 1
-    assert await append(server, record, small_turn(1), revision) == Written(revision + 1)
+    assert await store_append(server, record, small_turn(1), revision) == Written(revision + 1)
 
 
 async def test_a_postgresql_writer_that_cannot_connect_is_unavailable(backend: str, server: RunningServer) -> None:
@@ -283,7 +283,7 @@ async def test_an_append_waits_for_another_process_off_the_event_loop(
     other = sqlite3.connect(server.store.engine.url.database or "", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
-        appending = asyncio.ensure_future(append(server, record, small_turn(0), revision))
+        appending = asyncio.ensure_future(store_append(server, record, small_turn(0), revision))
         gaps = []
         for _ in range(20):
             tick = time.perf_counter()
@@ -310,7 +310,7 @@ async def test_the_write_ahead_log_stays_bounded(
     before = await asyncio.to_thread(os.path.getsize, wal)  # earlier tests' high-water mark
     sizes = []
     for i in range(1500):
-        outcome = await append(server, record, small_turn(i), revision)
+        outcome = await store_append(server, record, small_turn(i), revision)
         assert isinstance(outcome, Written)
         revision = outcome.revision
         record = (
@@ -332,8 +332,8 @@ async def test_two_appends_from_one_version_commit_once(
     other writes nothing and says the session went stale."""
     record, revision = await started_session(stub, server)
     outcomes = await asyncio.gather(
-        append(server, record, small_turn(1), revision),
-        append(server, record, small_turn(2), revision),
+        store_append(server, record, small_turn(1), revision),
+        store_append(server, record, small_turn(2), revision),
     )
     assert sorted(type(o).__name__ for o in outcomes) == ["Stale", "Written"]
     stored = [m.content for m in await transcript(stub, record.id)]
@@ -346,7 +346,7 @@ async def test_every_user_message_is_readable_whole_by_its_result_ref(stub: pb_g
     """A user message may be shown in part or folded away (a text-acting agent's observation is
     listed in the folded-results index by its ref), so even "hi" has one, read like a tool result."""
     session = await create_session(stub)
-    appended = await append_messages(stub, session.id, user("hi"), user("Refactor the parser. " * 200))
+    appended = await append(stub, session.id, user("hi"), user("Refactor the parser. " * 200))
     for message in appended.messages:
         assert message.result_ref
         page = await stub.ReadToolResult(pb.ReadToolResultRequest(session_id=session.id, result_ref=message.result_ref))
