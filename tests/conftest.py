@@ -5,11 +5,13 @@ Without it the PostgreSQL cases skip locally and fail in CI (CI=true)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,19 +133,44 @@ class Replicas:
     stubs: list[pb_grpc.ContextServiceStub]
 
 
+@asynccontextmanager
+async def stubs_for(ports: list[int], ready_within: float = 30.0) -> AsyncIterator[list[pb_grpc.ContextServiceStub]]:
+    """A stub for each server on these loopback ports, once its channel is ready; the channels close
+    on exit."""
+    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for port in ports]
+    try:
+        for channel in channels:
+            await asyncio.wait_for(channel.channel_ready(), ready_within)
+        yield [pb_grpc.ContextServiceStub(channel) for channel in channels]
+    finally:
+        for channel in channels:
+            await channel.close()
+
+
+@asynccontextmanager
+async def started_replicas(url: str, count: int = 2, **overrides: object) -> AsyncIterator[list[RunningServer]]:
+    """`count` servers (replicas) in this process on the database `url`, with these settings."""
+    running: list[RunningServer] = []
+    try:
+        for _ in range(count):
+            running.append(await start(settings_for(url, **overrides)))
+        yield running
+    finally:
+        for replica in running:
+            await replica.stop(grace=1.0)
+
+
 @pytest.fixture
 async def replicas(backend: str, tmp_path: Path) -> AsyncIterator[Replicas]:
     """Two servers (replicas) on one fresh database, both summarizing with the fake provider as "llm"."""
     with FakeProvider() as fake:
         url = await fresh_database(backend, tmp_path)
         specs = json.dumps({"llm": {"type": "openai", "base_url": fake.base_url, "model": "m", "max_retries": 0}})
-        running = [await start(settings_for(url, summarizers=specs)) for _ in range(2)]
-        channels = [grpc.aio.insecure_channel(f"127.0.0.1:{r.port}") for r in running]
-        try:
-            yield Replicas(fake, running, [pb_grpc.ContextServiceStub(c) for c in channels])
-        finally:
-            fake.release()  # answers a test left stalled
-            for channel in channels:
-                await channel.close()
-            for replica in running:
-                await replica.stop(grace=1.0)
+        async with (
+            started_replicas(url, summarizers=specs) as running,
+            stubs_for([replica.port for replica in running]) as stubs,
+        ):
+            try:
+                yield Replicas(fake, running, stubs)
+            finally:
+                fake.release()  # answers a test left stalled

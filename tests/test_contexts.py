@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from builders import call, create_session, prepare, result, user
-from conftest import fresh_database, settings_for
+from conftest import fresh_database, settings_for, started_replicas, stubs_for
 from ctxfold.engine.context import Context, SessionRecord
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.projection import Projection
@@ -55,16 +55,9 @@ class Replica:
 async def two_servers(backend: str, tmp_path: Path) -> AsyncIterator[tuple[Replica, Replica]]:
     """Two servers on one database (PostgreSQL, or one SQLite file), as two replicas."""
     url = await fresh_database(backend, tmp_path)
-    servers = [await start(settings_for(url)) for _ in range(2)]
-    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") for s in servers]
-    try:
-        first, second = (Replica(s, pb_grpc.ContextServiceStub(c)) for s, c in zip(servers, channels, strict=True))
+    async with started_replicas(url) as servers, stubs_for([s.port for s in servers]) as stubs:
+        first, second = (Replica(s, stub) for s, stub in zip(servers, stubs, strict=True))
         yield first, second
-    finally:
-        for channel in channels:
-            await channel.close()
-        for server in servers:
-            await server.stop(grace=1.0)
 
 
 def contents(messages: object) -> list[str]:

@@ -10,11 +10,10 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from builders import call, create_session, prepare, result, user
-from conftest import free_port, fresh_database
+from conftest import free_port, fresh_database, stubs_for
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import assert_view_well_formed, state, transcript
@@ -22,13 +21,17 @@ from traces import tool_output
 
 
 @pytest.fixture
-async def replicas(tmp_path: Path) -> AsyncIterator[list[pb_grpc.ContextServiceStub]]:
+async def serve_processes(tmp_path: Path) -> AsyncIterator[list[pb_grpc.ContextServiceStub]]:
+    """Two `ctxfold serve` processes on one fresh PostgreSQL database: replicas as deployed, sharing
+    nothing but the database (conftest's `replicas` are servers in this process, on either store)."""
     url = await fresh_database("postgresql", tmp_path)
+    ports: list[int] = []
+    while len(ports) < 2:  # two different ports: neither is taken before its process starts
+        if (port := free_port()) not in ports:
+            ports.append(port)
     processes = []
-    channels = []
     try:
-        for index in range(2):
-            port = free_port()
+        for index, port in enumerate(ports):
             processes.append(
                 await asyncio.create_subprocess_exec(
                     sys.executable,
@@ -45,20 +48,16 @@ async def replicas(tmp_path: Path) -> AsyncIterator[list[pb_grpc.ContextServiceS
                     stderr=subprocess.DEVNULL,
                 )
             )
-            channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-            await asyncio.wait_for(channel.channel_ready(), 30)
-            channels.append(channel)
-        yield [pb_grpc.ContextServiceStub(channel) for channel in channels]
+        async with stubs_for(ports) as stubs:
+            yield stubs
     finally:
-        for channel in channels:
-            await channel.close()
         for process in processes:
             process.terminate()
             await asyncio.wait_for(process.wait(), 30)
 
 
-async def test_two_replicas_fold_one_session_once(replicas: list[pb_grpc.ContextServiceStub]) -> None:
-    a, b = replicas
+async def test_two_replicas_fold_one_session_once(serve_processes: list[pb_grpc.ContextServiceStub]) -> None:
+    a, b = serve_processes
     session = await create_session(a, context_window=12_000)
     await prepare(a, session.id, user("Investigate the flaky test"))
     for i in range(12):
