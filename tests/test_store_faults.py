@@ -66,10 +66,13 @@ async def test_postgresql_stopped_and_restarted_under_load_answers_unavailable_a
                 statuses: Counter[str] = Counter()
                 progress = [0] * clients
                 warmed = asyncio.Event()  # every client made three steps: time for the outage
+                stopped = asyncio.Event()  # the database is down: the later steps run into the outage
 
                 async def client(index: int) -> None:
                     sid = sessions[index]
                     for step in range(steps):
+                        if step == steps // 2:
+                            await stopped.wait()
                         while True:  # a retry of one step keeps its request id
                             try:
                                 await prepare(
@@ -90,6 +93,7 @@ async def test_postgresql_stopped_and_restarted_under_load_answers_unavailable_a
                 async def outage() -> None:
                     await warmed.wait()
                     await asyncio.to_thread(postgres.stop)
+                    stopped.set()
                     await asyncio.sleep(2.0)
                     await asyncio.to_thread(postgres.start)
 
