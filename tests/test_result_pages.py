@@ -15,6 +15,7 @@ import zstandard
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from builders import create_session
 from conftest import downgrade, fresh_database, settings_for
 from ctxfold.engine.tool_results import MAX_PAGE_BYTES
 from ctxfold.server import RunningServer, start
@@ -22,7 +23,7 @@ from ctxfold.store import Store, schema
 from ctxfold.store.database import create_engine
 from ctxfold.store.tool_results import CHUNK_BYTES
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from test_tool_results import append_result, chunk_text, new_session, read
+from test_tool_results import append_result, chunk_text, read
 
 # What one page may fetch: two compressed chunks (zstd adds a few bytes to incompressible input) or one
 # result kept whole, which is at most one chunk.
@@ -75,7 +76,7 @@ async def test_every_page_of_every_size_fetches_at_most_two_chunks(
 ) -> None:
     """With tool_content_max_bytes at its maximum, results up to 1 MiB are the message content itself
     (not truncated); the larger ones are truncated. Either way no page reads the whole result."""
-    session_id = await new_session(stub, tool_content_max_bytes=MAX_CONTENT)
+    session_id = (await create_session(stub, tool_content_max_bytes=MAX_CONTENT)).id
     raw = chunk_text(size).encode()
     stored = await append_result(stub, session_id, "call", raw.decode())
     assert stored.truncated == (size > MAX_CONTENT)
@@ -96,7 +97,7 @@ async def test_results_stored_whole_before_migration_0006_are_chunked_and_page_b
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
             stub = pb_grpc.ContextServiceStub(channel)
-            session_id = await new_session(stub, tool_content_max_bytes=MAX_CONTENT)
+            session_id = (await create_session(stub, tool_content_max_bytes=MAX_CONTENT)).id
             frame = (await append_result(stub, session_id, "c1", frame_raw.decode())).result_ref
             inline = (await append_result(stub, session_id, "c2", inline_raw.decode())).result_ref
             small = (await append_result(stub, session_id, "c3", small_raw.decode())).result_ref

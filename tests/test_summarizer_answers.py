@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from builders import user
+from builders import prepare, user
 from ctxfold.v1 import context_service_pb2 as pb
-from test_summarizers import ANTHROPIC_TOOLS, Env, create, env, module_env, prepare, provider, stages, tool_turn
+from test_summarizers import ANTHROPIC_TOOLS, Env, agent_session, env, module_env, provider, stages, tool_turn
 
 __all__ = ["env", "module_env", "provider"]  # the fixtures, imported for the tests below
 
@@ -36,11 +36,12 @@ async def test_a_malformed_answer_fails_the_pass_with_a_clear_message(
 ) -> None:
     stub, fake = env.stub, env.fake
     tools = {"tools_json": ANTHROPIC_TOOLS} if summarizer == "fake_anthropic" else {}
-    session = await create(stub, context_window=10000, compact_ratio=0.5, summarizer=summarizer, **tools)
+    session = await agent_session(stub, context_window=10000, compact_ratio=0.5, summarizer=summarizer, **tools)
     fake.script(behaviour)
-    await prepare(stub, session.id, [user("Make every case pass.")])
+    await prepare(stub, session.id, user("Make every case pass."))
     for index in range(1, 60):
-        progress, result = await prepare(stub, session.id, tool_turn(index, 300))
+        outcome = await prepare(stub, session.id, *tool_turn(index, 300))
+        progress, result = outcome.progress, outcome.result
         if fake.requests:
             break
     assert [r.behaviour for r in fake.requests] == [behaviour]
