@@ -15,7 +15,7 @@ import pytest
 
 from builders import call, create_session, prepare, result, user
 from conftest import fresh_database, settings_for, started_replicas, stubs_for
-from ctxfold.engine.context import Context, SessionRecord
+from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import (
@@ -218,6 +218,26 @@ def test_a_grown_entry_grows_by_the_appended_messages_only() -> None:
     grown = replace(start, session=replace(start.session, version=2), projection=start.projection.extended(appended))
     contexts.put(grown, grown_by=appended)
     assert contexts.bytes == before + message_bytes(appended)
+
+
+@pytest.mark.parametrize("state_stored", [True, False])
+def test_an_append_writes_its_bookkeeping_and_knows_the_context_after_it(state_stored: bool) -> None:
+    """An append's answer writes the bookkeeping fields over a stored state, the whole state over a new or
+    rebuilt one; the context after it carries the new revision, or is unknown when the write was skipped."""
+    start = replace(entry("s", 1, 100), state_stored=state_stored)
+    step = append(start, AppendRequest((message(2, Role.ASSISTANT, "ok"),), now=5.0))
+    assert step.answered is not None
+    document, whole = step.bookkeeping() or ("", False)
+    assert whole is not state_stored
+    assert document == (step.answered.state.bookkeeping_json() if state_stored else step.answered.state.to_json())
+    after = step.written(7)
+    assert after is not None and after.revision == 7 and after.state_stored and after.state == step.answered.state
+    assert after.session.head_seq == start.session.head_seq + 1
+    assert step.written(0) is None  # the bookkeeping was skipped: the state is not known here
+    silent = append(start, AppendRequest((message(2, Role.ASSISTANT, "ok"),), now=5.0, answer=False))
+    assert silent.bookkeeping() is None
+    unchanged = silent.written(0)
+    assert unchanged is not None and unchanged.revision == start.revision and unchanged.state == start.state
 
 
 # ---- the extended projection is the rebuilt one ---------------------------------------------------

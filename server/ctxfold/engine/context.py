@@ -96,6 +96,24 @@ class Appended:
     messages: tuple[StoredMessage, ...]
     answered: PreparedContext | None
 
+    def bookkeeping(self) -> tuple[str, bool] | None:
+        """What the answer writes with the append: the state's bookkeeping fields over the stored state,
+        or (`True`) the whole state when the stored one is not it but for them (a new or rebuilt state)."""
+        if self.answered is None:
+            return None
+        whole = not self.context.state_stored
+        state = self.answered.state
+        return (state.to_json() if whole else state.bookkeeping_json()), whole
+
+    def written(self, revision: int) -> Context | None:
+        """The context once the append is written and its bookkeeping made the state's `revision` (0: no
+        bookkeeping); None when the bookkeeping was skipped (the state was written meanwhile: unknown here)."""
+        if self.answered is not None and not revision:
+            return None
+        state = self.answered.state if self.answered else self.context.state
+        stored = bool(revision) or self.context.state_stored
+        return replace(self.context, state=state, revision=revision or self.context.revision, state_stored=stored)
+
 
 @dataclass(frozen=True)
 class AppendRequest:

@@ -114,14 +114,11 @@ class Transcript:
                     raise
                 fresh = True  # the cached context may be behind what the store has: check against that
                 continue
-            answered = step.answered
-            bookkeeping = None
-            if answered is not None:
-                whole = not context.state_stored
-                document = answered.state.to_json() if whole else answered.state.bookkeeping_json()
-                bookkeeping = Bookkeeping(document, context.revision, whole)
-            after = step.context.session
-            write = AppendWrite(context.session, after, step.messages, raw_results, request_id, bookkeeping)
+            book = step.bookkeeping()
+            bookkeeping = Bookkeeping(book[0], context.revision, book[1]) if book else None
+            write = AppendWrite(
+                context.session, step.context.session, step.messages, raw_results, request_id, bookkeeping
+            )
             match await self.store.append(write):
                 case Stale():
                     self.contexts.drop(tenant, session_id)
@@ -129,20 +126,12 @@ class Transcript:
                 case Repeated(message_ids):
                     return Written(await self.store.messages(message_ids), None, None)
                 case WrittenRows(revision):
-                    if answered is None or revision:
-                        state = answered.state if answered else context.state
-                        grown = replace(
-                            step.context,
-                            state=state,
-                            revision=revision or context.revision,
-                            state_stored=bool(revision) or context.state_stored,
-                        )
-                        self.contexts.put(grown, grown_by=step.messages)
-                        return Written(list(step.messages), grown, answered)
-                    # The bookkeeping was skipped (the state was written meanwhile): the append and its
-                    # answer stand; what the state is now, the next load reads.
-                    self.contexts.drop(tenant, session_id)
-                    return Written(list(step.messages), step.context, answered)
+                    grown = step.written(revision)
+                    if grown is None:  # the append and its answer stand; the next load reads the state
+                        self.contexts.drop(tenant, session_id)
+                        return Written(list(step.messages), step.context, step.answered)
+                    self.contexts.put(grown, grown_by=step.messages)
+                    return Written(list(step.messages), grown, step.answered)
         raise kept_changing(session_id, "during the append", "retry with the same request_id")
 
     async def list(
