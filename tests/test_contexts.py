@@ -334,3 +334,23 @@ async def test_an_append_only_prepare_reads_the_context_at_most_once(
     finally:
         await channel.close()
         await running.stop(grace=0.5)
+
+
+async def test_a_receipt_written_apart_from_a_call_moves_the_cached_context_with_it(
+    stub: pb_grpc.ContextServiceStub, server: RunningServer
+) -> None:
+    """A background fold's receipt is a state write of its own: the cached context takes it, so the next
+    append's bookkeeping is written over it rather than skipped."""
+    session = await create_session(stub)
+    await prepare(stub, session.id, user("go"))
+    cached = server.contexts.cached(TENANT, session.id)
+    assert cached is not None
+    receipt = Receipt("r1", ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, 10, 10, "stopped", 1.0)
+    await server.maintenance.states.add_receipt(cached.session, receipt)
+    after = server.contexts.cached(TENANT, session.id)
+    assert after is not None and after.revision == cached.revision + 1 and after.state.last_receipt == receipt
+    await prepare(stub, session.id, user("more"))
+    _, revision = await server.maintenance.states.read(after.session)
+    grown = server.contexts.cached(TENANT, session.id)
+    assert grown is not None and grown.revision == revision == after.revision + 1  # not skipped
+    assert grown.state.last_receipt == receipt

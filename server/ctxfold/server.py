@@ -164,7 +164,7 @@ def _services(settings: Settings, store: Store, tokens: dict[str, str] | None, h
         sessions=sessions,
         transcript=transcript,
         tool_results=ToolResults(store),
-        lineage=Lineage(store, sessions, on_rewound=maintenance.background.rewound),
+        lineage=Lineage(store, sessions, states, on_rewound=maintenance.background.rewound),
         maintenance=maintenance,
         states=states,
         admission=admission,

@@ -108,7 +108,7 @@ class BackgroundFolds:
                 stale = self.installs.receipt(
                     ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, before, after, _discarded(prepared, STALE)
                 )
-                await self.states.add_receipt(tenant, run.session, stale)
+                await self.states.add_receipt(run.session, stale)
         # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
         run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
         fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens, ahead=True).first
@@ -128,7 +128,7 @@ class BackgroundFolds:
                     receipt = self.installs.receipt(
                         ReceiptStatus.FAILED, ReceiptAction.BACKGROUND, before, before, failure
                     )
-                    await self.states.add_receipt(tenant, run.session, receipt)
+                    await self.states.add_receipt(run.session, receipt)
                     return False
                 outcome, document, _ = made
                 checkpoint, after = outcome.checkpoint, outcome.candidate.tokens()
@@ -141,7 +141,6 @@ class BackgroundFolds:
                 observer.folded(1, 1, after, FoldOutcome.PREPARED, "")
         why = f"prepared in the background over seqs ≤ {checkpoint.position_seq}; installed at the trigger"
         await self.states.add_receipt(
-            tenant,
             run.session,
             self.installs.receipt(ReceiptStatus.PREPARED, ReceiptAction.BACKGROUND, before, after, why),
         )
@@ -226,7 +225,7 @@ class BackgroundFolds:
         receipt = self.installs.receipt(
             ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, tokens, tokens, f"stopped before it was ready: {why}"
         )
-        await self.states.add_receipt(run.session.tenant, run.session, receipt)
+        await self.states.add_receipt(run.session, receipt)
 
     def rewound(self, session_id: str, to_seq: int) -> Receipt | None:
         """A rewind to `to_seq`: a background fold reading past it is cancelled, and one may start again.

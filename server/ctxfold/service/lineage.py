@@ -7,8 +7,9 @@ from collections.abc import Callable
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import kept_changing
 from ctxfold.engine.model import ConfigInput, config_from_json, config_to_json, override_config
-from ctxfold.engine.state import ContextState, Receipt, carried_over, fingerprint, load_state
+from ctxfold.engine.state import ContextState, Receipt, carried_over, fingerprint
 from ctxfold.service.sessions import SessionInfo, Sessions, fitting_config_tokens, session_info
+from ctxfold.service.states import ContextStates
 from ctxfold.store import StaleSession, Store
 from ctxfold.store.rows import new_id
 
@@ -20,10 +21,12 @@ class Lineage:
         self,
         store: Store,
         sessions: Sessions,
+        states: ContextStates,
         on_rewound: Callable[[str, int], Receipt | None] = lambda _s, _q: None,
     ):
         self.store = store
         self.sessions = sessions
+        self.states = states
         # Told of every rewind (session id, to_seq): a background fold reading past it is cancelled, and
         # the receipt it answers is kept with the session's state.
         self.on_rewound = on_rewound
@@ -40,14 +43,10 @@ class Lineage:
             await fitting_config_tokens(config),
         )
         # The fork's first view equals the source's at the fork point: same checkpoint, same pruning.
-        source_state, _ = await self._state(source)
+        source_state, _ = await self.states.read(source)
         _, revision = await self.store.read_state(record)
         await self.store.save_state(record.id, self._carried(source_state, record), revision)
         return SessionInfo(record, config)
-
-    async def _state(self, session: SessionRecord) -> tuple[ContextState, int]:
-        text, revision = await self.store.read_state(session)
-        return load_state(text, fingerprint(session.branch_id, session.checkpoint_id))[0], revision
 
     @staticmethod
     def _carried(state: ContextState, branch: SessionRecord) -> str:
@@ -58,7 +57,7 @@ class Lineage:
             session = await self.store.get_session(tenant, session_id)
             if to_seq == session.head_seq:
                 return session_info(session)
-            state, revision = await self._state(session)
+            state, revision = await self.states.read(session)
             try:
                 await self.store.rewind(session, to_seq)
             except StaleSession:
