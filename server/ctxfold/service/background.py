@@ -21,7 +21,7 @@ from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import Receipt, ReceiptAction, ReceiptStatus
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
-from ctxfold.service.folding import Folding
+from ctxfold.service.folding import Folding, PassCall
 from ctxfold.service.observer import MaintenanceObserver, Progress, Stage, no_progress, traceparent_of
 from ctxfold.service.run import Run
 from ctxfold.service.states import ContextStates
@@ -121,7 +121,7 @@ class BackgroundFolds:
             before = run.projection.tokens()
             with observer.folding(run.request, run.config, summarizer, 1, before, started_by) as span:
                 with observer.fold_pass(1, 1):
-                    made = await self.folding.candidate(run, summarizer, fold, 1, 1, observer)
+                    made = await self.folding.candidate(run, PassCall(summarizer, fold, 1, 1), observer)
                 if made is None:
                     failure = run.failure[1] if run.failure else ""
                     observer.folded(0, 1, before, FoldOutcome.FAILED, failure)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ctxfold.engine import artifacts, folded_index
 from ctxfold.engine.briefing import FoldRecord, record_fold, strip_engine_sections
@@ -41,6 +41,18 @@ from ctxfold.summarizers.base import OnDelta, Summarizer, SummaryRequest, Summar
 from ctxfold.summarizers.extractive import ExtractiveSummarizer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PassCall:
+    """One fold pass of a call: the summarizer it asks, what it folds, its place in the plan, and why that
+    summarizer folds instead of the configured one ("" when it is that one)."""
+
+    summarizer: Summarizer
+    fold: FoldPass
+    index: int
+    passes: int
+    stand_in: str = ""
 
 
 class Folding:
@@ -129,7 +141,9 @@ class Folding:
             while fold is not None:
                 index += 1
                 with observer.fold_pass(index, passes):
-                    committed = await self._fold_pass(run, summarizer, fold, index, passes, observer, stand_in)
+                    committed = await self._fold_pass(
+                        run, PassCall(summarizer, fold, index, passes, stand_in), observer
+                    )
                 if not another_pass(run.request, fold, committed):
                     break
                 fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens).first
@@ -138,19 +152,10 @@ class Folding:
             outcome = fold_outcome(installed, not committed, run.request.dry_run)
             observer.folded(installed, passes, run.projection.tokens(), outcome, run.failure[1] if run.failure else "")
 
-    async def _fold_pass(
-        self,
-        run: Run,
-        summarizer: Summarizer,
-        fold: FoldPass,
-        index: int,
-        passes: int,
-        observer: MaintenanceObserver,
-        stand_in: str,
-    ) -> bool:
+    async def _fold_pass(self, run: Run, call: PassCall, observer: MaintenanceObserver) -> bool:
         """One summarizer call and its install; False when the pass failed (nothing installed)."""
         before = run.projection.tokens()
-        made = await self.candidate(run, summarizer, fold, index, passes, observer, stand_in)
+        made = await self.candidate(run, call, observer)
         if made is None:
             return False
         outcome, document, fell_back = made
@@ -159,7 +164,7 @@ class Folding:
             run.candidate = outcome.candidate
             run.not_folding(NotFolded.DRY_RUN, f"dry run: the fold would take the view from {before} to {after} tokens")
             return True
-        note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
+        note = f"pass {call.index}" + (f": {fell_back}" if fell_back else "")
         receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.SUMMARY, before, after, note)
         state = run.state.installed(outcome.candidate.pruned, outcome.candidate.bounds, receipt, folded=True)
         if self.hooks.before_install is not None:
@@ -167,32 +172,26 @@ class Folding:
         install = fold_install(state, run.session.branch_id, outcome, document, before)
         await self.installs.install(run, install, outcome.candidate, before, after, observer)
         run.action = Action.FOLDED
-        label = checkpoint.notes.summarizer if checkpoint.notes else summarizer.name
-        await observer.pass_committed(index, passes, before, after, checkpoint.id, label)
+        label = checkpoint.notes.summarizer if checkpoint.notes else call.summarizer.name
+        await observer.pass_committed(call.index, call.passes, before, after, checkpoint.id, label)
         return True
 
     async def candidate(
-        self,
-        run: Run,
-        summarizer: Summarizer,
-        fold: FoldPass,
-        index: int,
-        passes: int,
-        observer: MaintenanceObserver,
-        stand_in: str = "",
+        self, run: Run, call: PassCall, observer: MaintenanceObserver
     ) -> tuple[Accepted, FoldDocument, str] | None:
         """One summarizer call: (the accepted candidate, its folded-results document, how the pass fell back, else
         `stand_in`), or None when it failed (recorded in `run`). Above the hard ceiling a failed LLM summary falls
         back to extractive."""
-        projection = run.projection
+        projection, summarizer, fold = run.projection, call.summarizer, call.fold
+        index, passes = call.index, call.passes
         before = projection.tokens()
         await observer.pass_started(fold, index, passes, before, summarizer.name)
-        if stand_in:
-            await observer.fell_back(index, passes, before, run.config.summarizer, summarizer.name, stand_in)
+        if call.stand_in:
+            await observer.fell_back(index, passes, before, run.config.summarizer, summarizer.name, call.stand_in)
         on_delta = observer.summary_deltas(index, passes)
         record = await self._record_fold(run, fold)
         request = _summary_request(run, fold, record)
-        fell_back = stand_in
+        fell_back = call.stand_in
 
         async def attempt(with_summarizer: Summarizer) -> Accepted | Rejected:
             nonlocal fell_back
@@ -219,7 +218,7 @@ class Folding:
             await observer.fell_back(index, passes, before, summarizer.name, fallback.name, fell_back)
             outcome = await attempt(fallback)
         if isinstance(outcome, Rejected):
-            await self._failed(run, outcome, index, passes, observer)
+            await self._failed(run, outcome, call, observer)
             return None
         observer.candidate(outcome.checkpoint.id, outcome.candidate.tokens())
         last_folded = fold.folded[-1].source
@@ -227,12 +226,10 @@ class Folding:
         document = FoldDocument(record.notes.index_ref, last_folded.id, folded_index.render(record.index))
         return outcome, document, fell_back
 
-    async def _failed(
-        self, run: Run, outcome: Rejected, index: int, passes: int, observer: MaintenanceObserver
-    ) -> None:
+    async def _failed(self, run: Run, outcome: Rejected, call: PassCall, observer: MaintenanceObserver) -> None:
         """A pass that made no candidate: said, remembered (not retried until the view grows) and receipted."""
         before = run.projection.tokens()
-        await observer.pass_failed(index, passes, outcome.why)
+        await observer.pass_failed(call.index, call.passes, outcome.why)
         run.state = replace(run.state, failed_fold_tokens=before)
         run.failure = (outcome.reason, outcome.why)
         if run.not_folded is NotFolded.UNSPECIFIED and run.action is not Action.FOLDED:
