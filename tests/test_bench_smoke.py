@@ -85,3 +85,18 @@ def test_background_benchmark_smoke(tmp_path: Path) -> None:
     assert document["table"]["off"]["at_trigger"]["n"] >= 1
     assert document["table"]["off"]["at_trigger"]["max"] >= 0.6  # it waited for a summary
     assert document["on"]["installed_prepared"] >= 1
+
+
+def test_prepare_path_benchmark_traces_the_append_path(tmp_path: Path) -> None:
+    """bench/prepare_path.py traces a real delta Prepare: it enters the servicer, the maintenance driver,
+    the transcript and the one write, and the engine's append."""
+    out = tmp_path / "path.json"
+    command = [sys.executable, str(ROOT / "bench" / "prepare_path.py"), "--json", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(out.read_text())
+    for module in ("api/servicer.py", "service/maintenance.py", "service/transcript.py", "store/append.py"):
+        assert module in document["shell_modules"], document
+    assert "engine/context.py" in document["engine_modules"]
+    assert document["stops"][0].startswith("api/") and len(document["stops"]) >= len(document["shell_modules"])
+    assert "goal: at most 6 shell modules" in result.stdout
