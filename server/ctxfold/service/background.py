@@ -182,7 +182,7 @@ class BackgroundFolds:
         receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.SUMMARY, before, after, why)
         state = run.state.installed(candidate.pruned, candidate.bounds, receipt, folded=True)
         install = fold_install(state, run.session.branch_id, Accepted(candidate), prepared.document, before)
-        await self.installs.install(run, install, candidate, before, after, observer, prepared.traceparent)
+        await self.installs.install(run, install, candidate, observer, prepared.traceparent)
         run.action = Action.FOLDED
         await observer.prepared_installed(before, after, prepared.checkpoint.id, prepared.summarizer)
 

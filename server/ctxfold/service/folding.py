@@ -170,7 +170,7 @@ class Folding:
         if self.hooks.before_install is not None:
             await self.hooks.before_install(run.session.id)
         install = fold_install(state, run.session.branch_id, outcome, document, before)
-        await self.installs.install(run, install, outcome.candidate, before, after, observer)
+        await self.installs.install(run, install, outcome.candidate, observer)
         run.action = Action.FOLDED
         label = checkpoint.notes.summarizer if checkpoint.notes else call.summarizer.name
         await observer.pass_committed(call.index, call.passes, before, after, checkpoint.id, label)

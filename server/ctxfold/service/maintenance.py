@@ -317,7 +317,7 @@ class Maintenance:
         state = run.state.installed(candidate.pruned, candidate.bounds, receipt, folded=False)
         install = prune_install(state, run.session.branch_id, run.session.checkpoint_id)
         with observer.pruning(results, before, after, bound):
-            await self.installs.install(run, install, candidate, before, after, observer)
+            await self.installs.install(run, install, candidate, observer)
         if run.action is Action.NONE:
             run.action = Action.PRUNED
         await observer.pruned(results, before, after, bound)

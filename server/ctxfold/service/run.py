@@ -86,16 +86,10 @@ class Installs:
         self.clock = store.clock
 
     async def install(
-        self,
-        run: Run,
-        install: Install,
-        candidate: Projection,
-        before: int,
-        after: int,
-        observer: MaintenanceObserver,
-        prepared_by: str = "",
+        self, run: Run, install: Install, candidate: Projection, observer: MaintenanceObserver, prepared_by: str = ""
     ) -> None:
-        with observer.installing(install, before, after, prepared_by):
+        """Installs `candidate` by compare-and-swap (StaleSession when the session changed); `run` follows it."""
+        with observer.installing(install, run.projection.tokens(), candidate.tokens(), prepared_by):
             run.session, run.revision = await self.store.install(run.session, install)
             run.projection = candidate
             run.state = install.state
