@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ctxfold.engine.context import Context, loaded
+from ctxfold.engine.context import Context, SessionRecord, loaded
 from ctxfold.engine.model import StoredMessage, config_from_json, text_chars
 from ctxfold.store import Store
 from ctxfold.telemetry import INSTRUMENTS
@@ -71,13 +71,23 @@ class Contexts:
         )
         if why not in ("", "new"):
             log.warning("context state of session %s rebuilt: %s", session.id, why)
-        self.put(context)
+        self._put(context)
         return context
 
-    def put(self, context: Context, grown_by: Sequence[StoredMessage] | None = None) -> None:
-        """Keeps `context` for its session (replacing an older one), then evicts the least recently used
-        entries until the bound holds. `grown_by`: it is the cached one after an append of these
+    def written(
+        self, session: SessionRecord, context: Context | None, grown_by: Sequence[StoredMessage] | None = None
+    ) -> None:
+        """After a write to `session`: the context it left is kept (replacing an older one), or, None, the write lost
+        its swap or left the state unknown and the cached one is dropped (the next `load` reads the store). The one
+        place the cache changes but for `load`. `grown_by`: the context is the cached one after an append of these
         (its size is counted from theirs, not from the whole view again)."""
+        if context is None:
+            self._remove((session.tenant, session.id))
+        else:
+            self._put(context, grown_by)
+
+    def _put(self, context: Context, grown_by: Sequence[StoredMessage] | None = None) -> None:
+        """Keeps `context` for its session, then evicts the least recently used entries until the bound holds."""
         key = (context.session.tenant, context.session.id)
         previous = self._entries.get(key)
         if previous is not None and previous.context.session.version > context.session.version:
@@ -95,9 +105,6 @@ class Contexts:
             _, evicted = self._entries.popitem(last=False)
             self._change(-evicted.size_bytes, -1)
             INSTRUMENTS.hot_state_evictions.add(1)
-
-    def drop(self, tenant: str, session_id: str) -> None:
-        self._remove((tenant, session_id))
 
     def _remove(self, key: tuple[str, str]) -> None:
         entry = self._entries.pop(key, None)

@@ -332,10 +332,10 @@ class Maintenance:
         becomes the session's cached context."""
         prepared = replace(answer(run.answering(), known_view_version, self.clock()), appended=tuple(appended))
         revision = await self.store.save_state(run.session.id, prepared.state.to_json(), run.revision)
-        if revision:
-            self.contexts.put(Context(run.session, run.projection, prepared.state, revision))
-        else:
-            self.contexts.drop(run.session.tenant, run.session.id)
+        self.contexts.written(
+            run.session, Context(run.session, run.projection, prepared.state, revision) if revision else None
+        )
+        if not revision:
             log.debug(
                 "state of session %s changed meanwhile; bookkeeping of view %d skipped",
                 run.session.id,

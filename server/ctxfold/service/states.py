@@ -51,11 +51,11 @@ class ContextStates:
         if cached is None:
             return
         if cached.revision != read:
-            self.contexts.drop(session.tenant, session.id)
+            self.contexts.written(session, None)
             return
         projection = cached.projection.recalibrated(state.calibration)
         changed = replace(cached, projection=projection, state=state, revision=written, state_stored=True)
-        self.contexts.put(changed, grown_by=())
+        self.contexts.written(session, changed, grown_by=())
 
     async def observe_usage(self, tenant: str, session_id: str, usage: Usage) -> tuple[float, bool]:
         """Records provider usage and calibrates the estimator; never maintains anything."""

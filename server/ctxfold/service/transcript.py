@@ -121,17 +121,14 @@ class Transcript:
             )
             match await self.store.append(write):
                 case Stale():
-                    self.contexts.drop(tenant, session_id)
+                    self.contexts.written(context.session, None)
                     fresh = True
                 case Repeated(message_ids):
                     return Written(await self.store.messages(message_ids), None, None)
                 case WrittenRows(revision):
-                    grown = step.written(revision)
-                    if grown is None:  # the append and its answer stand; the next load reads the state
-                        self.contexts.drop(tenant, session_id)
-                        return Written(list(step.messages), step.context, step.answered)
-                    self.contexts.put(grown, grown_by=step.messages)
-                    return Written(list(step.messages), grown, step.answered)
+                    grown = step.written(revision)  # None: the bookkeeping was skipped, the append stands
+                    self.contexts.written(context.session, grown, grown_by=step.messages)
+                    return Written(list(step.messages), grown or step.context, step.answered)
         raise kept_changing(session_id, "during the append", "retry with the same request_id")
 
     async def list(
