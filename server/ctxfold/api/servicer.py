@@ -27,7 +27,7 @@ from ctxfold.engine.errors import DomainError, invalid
 from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
 from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
-from ctxfold.service.maintenance import Event, Maintenance
+from ctxfold.service.maintenance import Event, Maintenance, PrepareCall
 from ctxfold.service.sessions import Sessions, session_info
 from ctxfold.service.states import ContextStates
 from ctxfold.service.tool_results import ToolResults
@@ -332,16 +332,12 @@ class ContextServicer:
     async def Prepare(
         self, request: pb.PrepareRequest, context: Context, tenant: str, append: list[NewMessage], turn: Turn
     ) -> pb.PrepareResponse | bytes:
-        # The turn ends once the append is stored: maintenance may wait for a summarizer.
-        events = self.maintenance.prepare(
-            tenant,
-            request.session_id,
-            append,
-            request.overflow,
-            request.known_view_version,
-            request.request_id,
-            on_appended=turn.end,
+        call = PrepareCall(
+            tenant, request.session_id, append, request.overflow, request.known_view_version, request.request_id
         )
+        pending = await self.maintenance.append(call)
+        turn.end()  # the append is stored: what is left may wait for a summarizer, not for other large requests
+        events = self.maintenance.prepare(pending)
         return await _streamed(pb.PrepareResponse, events, context)
 
     @unary

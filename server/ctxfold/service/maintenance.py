@@ -8,7 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxfold.engine.answer import PreparedContext, answer, check_response_size
@@ -46,7 +46,7 @@ from ctxfold.service.folding import Folding
 from ctxfold.service.observer import Emit, MaintenanceObserver, Progress
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
 from ctxfold.service.states import MAX_ROUNDS, ContextStates
-from ctxfold.service.transcript import Transcript
+from ctxfold.service.transcript import Transcript, Written
 from ctxfold.store import StaleSession, Store
 from ctxfold.summarizers.base import Summarizer
 
@@ -54,6 +54,27 @@ log = logging.getLogger(__name__)
 
 
 Event = Progress | PreparedContext
+
+
+@dataclass(frozen=True)
+class PrepareCall:
+    """A Prepare as the service takes it: the request's fields, its messages converted."""
+
+    tenant: str
+    session_id: str
+    append: Sequence[NewMessage]
+    overflow: bool = False
+    known_view_version: int = 0
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A Prepare whose append is stored, waiting for its answer."""
+
+    call: PrepareCall
+    written: Written
+    started: float  # perf_counter at the call's start (the duration metric)
 
 
 def _appended_anyway(error: DomainError, appended: Sequence[StoredMessage], request_id: str) -> DomainError:
@@ -125,48 +146,46 @@ class Maintenance:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def prepare(
-        self,
-        tenant: str,
-        session_id: str,
-        append: Sequence[NewMessage],
-        overflow: bool,
-        known_view_version: int,
-        request_id: str = "",
-        on_appended: Callable[[], None] = lambda: None,
-    ) -> AsyncGenerator[Event, None]:
-        """The append and, when no maintenance is due, the answer run in the caller's task (no task or queue);
-        maintenance runs as a `_stream` task. `on_appended` is called once the append is stored, before
-        anything waits for a lock or a summarizer."""
+    async def append(self, call: PrepareCall) -> Pending:
+        """A Prepare's checks and append, with its answer when no maintenance is due: what is stored once this
+        returns (the caller may then stop pacing the request: what is left may wait for a summarizer)."""
         started = time.perf_counter()
-        context = await self._context(tenant, session_id)
-        rows = await self.transcript.rows(append, request_id, context.config, field="append") if append else []
-        request = AppendRequest((), 0.0, overflow, known_view_version)
-        written = await self.transcript.append(context, rows, request_id, request)
-        on_appended()
-        appended = written.messages
+        context = await self._context(call.tenant, call.session_id)
+        rows = (
+            await self.transcript.rows(call.append, call.request_id, context.config, field="append")
+            if call.append
+            else []
+        )
+        request = AppendRequest((), 0.0, call.overflow, call.known_view_version)
+        written = await self.transcript.append(context, rows, call.request_id, request)
+        return Pending(call, written, started)
+
+    async def prepare(self, pending: Pending) -> AsyncGenerator[Event, None]:
+        """The answer of an appended Prepare: in the caller's task when no maintenance was due (no task or
+        queue), else after maintenance, which runs as a `_stream` task reporting its progress."""
+        call, written, appended = pending.call, pending.written, pending.written.messages
         if written.answered is not None and written.context is not None:
             run = Run.of(written.context)
             prepared = replace(written.answered, appended=tuple(appended))
             try:
-                self._finish(run, prepared, started)
+                self._finish(run, prepared, pending.started)
             except DomainError as error:
-                raise _appended_anyway(error, appended, request_id) from None
-            if (background := self.background.progress(tenant, session_id, run)) is not None:
+                raise _appended_anyway(error, appended, call.request_id) from None
+            if (background := self.background.progress(call.tenant, call.session_id, run)) is not None:
                 yield background
             yield prepared
             return
 
         async def work(emit: Emit) -> PreparedContext:
             try:
-                request = MaintainRequest(Trigger.OVERFLOW if overflow else Trigger.THRESHOLD)
-                result = await self._maintain(tenant, session_id, request, emit)
-                answered = await self._answer(result, known_view_version, appended, started)
-                if (background := self.background.progress(tenant, session_id, result)) is not None:
+                request = MaintainRequest(Trigger.OVERFLOW if call.overflow else Trigger.THRESHOLD)
+                result = await self._maintain(call.tenant, call.session_id, request, emit)
+                answered = await self._answer(result, call.known_view_version, appended, pending.started)
+                if (background := self.background.progress(call.tenant, call.session_id, result)) is not None:
                     await emit(background)
                 return answered
             except DomainError as error:
-                raise _appended_anyway(error, appended, request_id) from None
+                raise _appended_anyway(error, appended, call.request_id) from None
 
         async for event in self._stream(work):
             yield event
