@@ -180,8 +180,9 @@ def entry(session_id: str, version: int, text_bytes: int) -> Context:
     return Context(record, projection(message(1, Role.USER, "x" * text_bytes)), ContextState("f"), 1)
 
 
-def _kept(context: Context) -> tuple[SessionRecord, Context]:
-    return context.session, context
+def keep(contexts: Contexts, context: Context) -> None:
+    """What a write that left `context` does to the cache."""
+    contexts.written(context.session, context)
 
 
 def cache(max_bytes: int = 1 << 30) -> Contexts:
@@ -192,13 +193,13 @@ def test_cache_is_bounded_by_bytes_and_evicts_the_least_recently_used() -> None:
     one = SESSION_OVERHEAD_BYTES + message_bytes([message(1, Role.USER, "x" * 10_000)])
     contexts = cache(max_bytes=3 * one)
     for name in ("s1", "s2", "s3"):
-        contexts.written(*_kept(entry(name, 1, 10_000)))
+        keep(contexts, entry(name, 1, 10_000))
     assert len(contexts) == 3 and contexts.bytes == 3 * one
     assert contexts.cached("", "s1") is not None  # s1 is now the most recently used
-    contexts.written(*_kept(entry("s4", 1, 10_000)))
+    keep(contexts, entry("s4", 1, 10_000))
     assert contexts.cached("", "s2") is None and len(contexts) == 3 and contexts.bytes == 3 * one
     assert all(contexts.cached("", name) is not None for name in ("s1", "s3", "s4"))
-    contexts.written(*_kept(entry("big", 1, 4 * one)))  # larger than the whole bound: not kept, nothing evicted for it
+    keep(contexts, entry("big", 1, 4 * one))  # larger than the whole bound: not kept, nothing evicted for it
     assert contexts.cached("", "big") is None and len(contexts) == 3
     contexts.written(entry("s3", 1, 0).session, None)
     assert contexts.cached("", "s3") is None and contexts.bytes == 2 * one
@@ -206,8 +207,8 @@ def test_cache_is_bounded_by_bytes_and_evicts_the_least_recently_used() -> None:
 
 def test_cache_keeps_the_newer_context_of_a_session() -> None:
     contexts = cache()
-    contexts.written(*_kept(entry("s", 5, 10)))
-    contexts.written(*_kept(entry("s", 4, 10)))  # a call that finished later with an older context
+    keep(contexts, entry("s", 5, 10))
+    keep(contexts, entry("s", 4, 10))  # a call that finished later with an older context
     found = contexts.cached("", "s")
     assert found is not None and found.session.version == 5
     assert contexts.bytes == SESSION_OVERHEAD_BYTES + message_bytes(found.projection.messages)
@@ -216,7 +217,7 @@ def test_cache_keeps_the_newer_context_of_a_session() -> None:
 def test_a_grown_entry_grows_by_the_appended_messages_only() -> None:
     contexts = cache()
     start = entry("s", 1, 100)
-    contexts.written(start.session, start)
+    keep(contexts, start)
     before = contexts.bytes
     appended = [message(2, Role.ASSISTANT, "y" * 500)]
     grown = replace(start, session=replace(start.session, version=2), projection=start.projection.extended(appended))
