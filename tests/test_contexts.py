@@ -317,7 +317,7 @@ async def test_an_append_only_prepare_reads_the_context_at_most_once(
     backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hot_state_max_bytes: int
 ) -> None:
     """Without the cache (or on a miss) the config and the append share one read of the context; with
-    it, a cached session reads none."""
+    it, a cached session reads none; either way a Prepare looks the cache up once."""
     url = await fresh_database(backend, tmp_path)
     running = await start(replace(settings_for(url), hot_state_max_bytes=hot_state_max_bytes))
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
@@ -332,10 +332,19 @@ async def test_an_append_only_prepare_reads_the_context_at_most_once(
             return await load_context(tenant, session_id)
 
         monkeypatch.setattr(running.store, "load_context", counted)
+        lookups: list[str] = []
+        cached = running.contexts.cached
+
+        def looked_up(tenant: str, session_id: str) -> Context | None:
+            lookups.append(session_id)
+            return cached(tenant, session_id)
+
+        monkeypatch.setattr(running.contexts, "cached", looked_up)
         await prepare(stub, session.id, user("first"))
-        assert len(reads) == 1
+        assert len(reads) == 1 and len(lookups) == 1
         await prepare(stub, session.id, user("second"))
         assert len(reads) == (2 if hot_state_max_bytes == 0 else 1)
+        assert len(lookups) == 2  # one cache lookup per Prepare (the metric counts each once)
     finally:
         await channel.close()
         await running.stop(grace=0.5)

@@ -53,9 +53,12 @@ class Contexts:
         return entry.context
 
     async def load(self, tenant: str, session_id: str, *, fresh: bool = False, given: Context | None = None) -> Context:
-        """The session's context: cached unless `fresh`, else `given` (read by this call moments ago: a
-        write checks it) or read from the store (and cached)."""
-        context = None if fresh else self.cached(tenant, session_id) or given
+        """The session's context: cached unless `fresh`, else read from the store (and cached). `given`: the one
+        this call looked up moments ago, kept unless a write has cached a newer one since (not another lookup)."""
+        if not fresh and given is not None:
+            entry = self._entries.get((tenant, session_id))
+            return entry.context if entry is not None else given
+        context = None if fresh else self.cached(tenant, session_id)
         if context is not None:
             return context
         stored = await self.store.load_context(tenant, session_id)
