@@ -31,16 +31,16 @@ class ContextStates:
 
     async def change(
         self, session: SessionRecord, change: Callable[[ContextState], ContextState]
-    ) -> tuple[SessionRecord, ContextState] | None:
+    ) -> SessionRecord | None:
         """`change` applied to the stored state by compare-and-swap on its revision, read again while others
-        write it (None when they kept writing); the session as written and the state it wrote."""
+        write it; the session as written (None when others kept writing)."""
         for _ in range(MAX_ROUNDS):
             state, revision = await self.read(session)
             changed = change(state)
             written = await self.store.save_state(session.id, changed.to_json(), revision)
             if written:
                 self._follow(session, revision, changed, written)
-                return session, changed
+                return session
             session = await self.store.get_session(session.tenant, session.id)
         return None
 
@@ -66,11 +66,11 @@ class ContextStates:
             results.append(observed(state, usage))
             return results[-1].state
 
-        changed = await self.change(await self.store.get_session(tenant, session_id), observe)
-        if changed is None:
+        session = await self.change(await self.store.get_session(tenant, session_id), observe)
+        if session is None:
             raise kept_changing(session_id)
         result = results[-1]
-        await self.store.record_usage(changed[0], replace(usage, estimated_tokens=result.estimated_tokens))
+        await self.store.record_usage(session, replace(usage, estimated_tokens=result.estimated_tokens))
         INSTRUMENTS.usage_input_tokens.add(usage.cached_input_tokens, {"ctxfold.cached": True})
         INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, {"ctxfold.cached": False})
         return result.state.calibration, result.accepted
