@@ -61,10 +61,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 # --- rendering (pure) ---------------------------------------------------------------------------------
 
 
-def _when(time: datetime | float | None) -> str:
-    if isinstance(time, int | float):
-        time = datetime.fromtimestamp(time, UTC) if time else None
-    return time.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if time else "-"
+def _when(moment: datetime | float | None) -> str:
+    """A time as UTC text: a datetime (the SDK's) or epoch seconds (a receipt's); "-" when unset."""
+    if isinstance(moment, int | float):
+        moment = datetime.fromtimestamp(moment, UTC) if moment else None
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if moment else "-"
 
 
 def render_sessions(sessions: Sequence[Session]) -> str:
