@@ -22,7 +22,7 @@ from ctxfold.engine.model import (
 )
 from ctxfold.engine.view import StoredCheckpoint, ViewMessage
 from ctxfold.service.maintenance import Event
-from ctxfold.service.observer import Progress, Stage
+from ctxfold.service.progress import FoldProgress, FoldStage
 from ctxfold.service.sessions import SessionInfo
 from ctxfold.v1 import context_service_pb2 as pb
 
@@ -160,30 +160,11 @@ def view_message_pb(view: ViewMessage) -> pb.Message:
     return message
 
 
-_ACTION_TO_PB = {Action.NONE: pb.ACTION_NONE, Action.PRUNED: pb.ACTION_PRUNED, Action.FOLDED: pb.ACTION_FOLDED}
+# Each domain enum's proto value has its name with the proto enum's prefix (a missing one fails at import).
+_ACTION_TO_PB = {a: pb.Action.Value(f"ACTION_{a.name}") for a in Action}
 _CACHE_TO_PB = {"warm": pb.CACHE_STATE_WARM, "cold": pb.CACHE_STATE_COLD, "unknown": pb.CACHE_STATE_UNKNOWN}
-_STAGE_TO_PB = {
-    Stage.PRUNED: pb.FOLD_STAGE_PRUNED,
-    Stage.PLANNED: pb.FOLD_STAGE_PLANNED,
-    Stage.PASS_STARTED: pb.FOLD_STAGE_PASS_STARTED,
-    Stage.SUMMARY_DELTA: pb.FOLD_STAGE_SUMMARY_DELTA,
-    Stage.PASS_COMMITTED: pb.FOLD_STAGE_PASS_COMMITTED,
-    Stage.PASS_FAILED: pb.FOLD_STAGE_PASS_FAILED,
-    Stage.SUMMARIZER_FALLBACK: pb.FOLD_STAGE_SUMMARIZER_FALLBACK,
-    Stage.RESULTS_BOUNDED: pb.FOLD_STAGE_RESULTS_BOUNDED,
-    Stage.BACKGROUND_STARTED: pb.FOLD_STAGE_BACKGROUND_STARTED,
-    Stage.PREPARED_INSTALLED: pb.FOLD_STAGE_PREPARED_INSTALLED,
-    Stage.BACKGROUND_RUNNING: pb.FOLD_STAGE_BACKGROUND_RUNNING,
-}
-_NOT_FOLDED_TO_PB = {
-    NotFolded.UNSPECIFIED: pb.NOT_FOLDED_REASON_UNSPECIFIED,
-    NotFolded.NOTHING_OUTSIDE_KEPT_SET: pb.NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET,
-    NotFolded.PREVIOUS_FAILURE: pb.NOT_FOLDED_REASON_PREVIOUS_FAILURE,
-    NotFolded.NOT_SMALLER: pb.NOT_FOLDED_REASON_NOT_SMALLER,
-    NotFolded.DRY_RUN: pb.NOT_FOLDED_REASON_DRY_RUN,
-    NotFolded.FOLD_IN_PROGRESS: pb.NOT_FOLDED_REASON_FOLD_IN_PROGRESS,
-    NotFolded.SUMMARIZER_FAILED: pb.NOT_FOLDED_REASON_SUMMARIZER_FAILED,
-}
+_STAGE_TO_PB = {s: pb.FoldStage.Value(f"FOLD_STAGE_{s.name}") for s in FoldStage}
+_NOT_FOLDED_TO_PB = {n: pb.NotFoldedReason.Value(f"NOT_FOLDED_REASON_{n.name}") for n in NotFolded}
 
 
 def prepared_pb(prepared: PreparedContext) -> pb.PreparedContext:
@@ -209,7 +190,7 @@ def prepared_pb(prepared: PreparedContext) -> pb.PreparedContext:
     )
 
 
-def progress_pb(progress: Progress) -> pb.FoldProgress:
+def progress_pb(progress: FoldProgress) -> pb.FoldProgress:
     return pb.FoldProgress(
         stage=_STAGE_TO_PB[progress.stage],
         pass_index=progress.pass_index,
@@ -225,6 +206,6 @@ def progress_pb(progress: Progress) -> pb.FoldProgress:
 
 def event_fields(event: Event) -> dict[str, pb.FoldProgress | pb.PreparedContext]:
     """The oneof of PrepareResponse and CompactResponse for one event."""
-    if isinstance(event, Progress):
+    if isinstance(event, FoldProgress):
         return {"progress": progress_pb(event)}
     return {"result": prepared_pb(event)}

@@ -22,7 +22,8 @@ from ctxfold.engine.state import Receipt, ReceiptAction, ReceiptStatus
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
 from ctxfold.service.folding import Folding, PassCall
-from ctxfold.service.observer import MaintenanceObserver, Progress, Stage, no_progress, traceparent_of
+from ctxfold.service.observer import MaintenanceObserver, traceparent_of
+from ctxfold.service.progress import FoldProgress, FoldStage, no_progress
 from ctxfold.service.run import Run
 from ctxfold.service.states import ContextStates
 from ctxfold.store import Store
@@ -60,7 +61,7 @@ class BackgroundFolds:
         # when the fold made nothing (a failed summary, another replica's lease), so a later Prepare retries.
         self._tried: OrderedDict[str, str] = OrderedDict()
 
-    def progress(self, tenant: str, session_id: str, run: Run) -> Progress | None:
+    def progress(self, tenant: str, session_id: str, run: Run) -> FoldProgress | None:
         """After an answer: starts the session's background fold when the view has reached
         `prefold_tokens` (`prefold_due`) and none ran over this head checkpoint; the progress event
         that says so, or that one is running, else None."""
@@ -70,7 +71,7 @@ class BackgroundFolds:
         tokens = projection.tokens()
         if self.running(session_id):
             message = "a fold of this session runs in the background"
-            return Progress(Stage.BACKGROUND_RUNNING, message, tokens_before=tokens)
+            return FoldProgress(FoldStage.BACKGROUND_RUNNING, message, tokens_before=tokens)
         # Once per installed state: a prune or fold since lets another start.
         head = f"{run.session.checkpoint_id or ''}:{run.state.generation}"
         if not self.due(session_id, head) or not prefold_due(projection):
@@ -81,7 +82,7 @@ class BackgroundFolds:
             f"the view reached {tokens} tokens (prefold_ratio × context_window = {run.config.prefold_tokens}): "
             f"a fold started in the background; the trigger ({run.config.trigger_tokens}) installs it"
         )
-        return Progress(Stage.BACKGROUND_STARTED, message, tokens_before=tokens)
+        return FoldProgress(FoldStage.BACKGROUND_STARTED, message, tokens_before=tokens)
 
     async def _prefold(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> bool:
         """A background fold: one pass made like any other (the session's turn, lease, summarizer, checks) and

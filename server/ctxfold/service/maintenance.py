@@ -43,7 +43,8 @@ from ctxfold.service.background import BackgroundFolds
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock
 from ctxfold.service.folding import Folding
-from ctxfold.service.observer import Emit, MaintenanceObserver, Progress
+from ctxfold.service.observer import MaintenanceObserver
+from ctxfold.service.progress import Emit, FoldProgress
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
 from ctxfold.service.states import MAX_ROUNDS, ContextStates
 from ctxfold.service.transcript import Transcript, Written
@@ -53,7 +54,7 @@ from ctxfold.summarizers.base import Summarizer
 log = logging.getLogger(__name__)
 
 
-Event = Progress | PreparedContext
+Event = FoldProgress | PreparedContext
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,9 @@ class Maintenance:
     ) -> AsyncGenerator[Event, None]:
         """Runs `work` as a task, yielding its progress events, then its result; a consumer that goes away (client
         cancelled) cancels it: installs are single transactions, so nothing is left half-written."""
-        queue: asyncio.Queue[Progress | None] = asyncio.Queue()
+        queue: asyncio.Queue[FoldProgress | None] = asyncio.Queue()
 
-        async def emit(event: Progress) -> None:
+        async def emit(event: FoldProgress) -> None:
             await queue.put(event)
 
         task = asyncio.create_task(work(emit))

@@ -4,7 +4,6 @@ one `MaintenanceObserver` at each step; nothing here decides."""
 from __future__ import annotations
 
 import contextlib
-import enum
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,39 +17,10 @@ from ctxfold.engine.candidate import FoldInstall, Install
 from ctxfold.engine.maintenance import Action, FoldOutcome, FoldPass, MaintainRequest
 from ctxfold.engine.model import SessionConfig
 from ctxfold.engine.state import ContextState, Receipt, ReceiptStatus, split_view_version
+from ctxfold.service.progress import Emit, FoldProgress, FoldStage
 from ctxfold.store import StaleSession
 from ctxfold.summarizers.base import IN_PROCESS_PROVIDER, Summarizer, SummaryRequest, SummaryResult
 from ctxfold.telemetry import INSTRUMENTS, TRACER
-
-
-class Stage(enum.Enum):
-    PRUNED = "pruned"
-    PLANNED = "planned"
-    PASS_STARTED = "pass_started"
-    SUMMARY_DELTA = "summary_delta"
-    PASS_COMMITTED = "pass_committed"
-    PASS_FAILED = "pass_failed"
-    SUMMARIZER_FALLBACK = "summarizer_fallback"
-    RESULTS_BOUNDED = "results_bounded"
-    BACKGROUND_STARTED = "background_started"
-    PREPARED_INSTALLED = "prepared_installed"
-    BACKGROUND_RUNNING = "background_running"
-
-
-@dataclass(frozen=True)
-class Progress:
-    stage: Stage
-    message: str
-    pass_index: int = 0
-    passes_planned: int = 0
-    tokens_before: int = 0
-    tokens_after: int = 0
-    checkpoint_id: str = ""
-    summary_delta: str = ""
-    summarizer: str = ""
-
-
-Emit = Callable[[Progress], Awaitable[None]]
 
 
 @dataclass
@@ -117,10 +87,6 @@ def span_context_of(traceparent: str) -> trace.SpanContext:
     return trace.get_current_span(_TRACE_CONTEXT.extract({"traceparent": traceparent})).get_span_context()
 
 
-async def no_progress(_: Progress) -> None:
-    """The emit of a call nobody listens to (a background fold)."""
-
-
 @dataclass
 class MaintenanceObserver:
     emit: Emit
@@ -132,7 +98,7 @@ class MaintenanceObserver:
 
     async def discarded(self) -> None:
         await self.emit(
-            Progress(Stage.PASS_FAILED, "the session changed meanwhile: candidate discarded, starting over")
+            FoldProgress(FoldStage.PASS_FAILED, "the session changed meanwhile: candidate discarded, starting over")
         )
 
     @contextlib.contextmanager
@@ -191,8 +157,8 @@ class MaintenanceObserver:
             )
         else:
             message = f"pruned {results} old tool results: {before} → {after} tokens"
-        stage = Stage.RESULTS_BOUNDED if bound else Stage.PRUNED
-        await self.emit(Progress(stage, message, tokens_before=before, tokens_after=after))
+        stage = FoldStage.RESULTS_BOUNDED if bound else FoldStage.PRUNED
+        await self.emit(FoldProgress(stage, message, tokens_before=before, tokens_after=after))
 
     # ---- fold ---------------------------------------------------------------------------------
 
@@ -232,8 +198,8 @@ class MaintenanceObserver:
     async def prepared_installed(self, before: int, after: int, checkpoint_id: str, summarizer: str) -> None:
         message = f"installed the fold prepared in the background by {summarizer}: {before} → {after} tokens"
         await self.emit(
-            Progress(
-                Stage.PREPARED_INSTALLED,
+            FoldProgress(
+                FoldStage.PREPARED_INSTALLED,
                 message,
                 tokens_before=before,
                 tokens_after=after,
@@ -244,7 +210,7 @@ class MaintenanceObserver:
 
     async def planned(self, passes: int, before: int) -> None:
         message = f"folding in {passes} pass(es) from {before} tokens"
-        await self.emit(Progress(Stage.PLANNED, message, passes_planned=passes, tokens_before=before))
+        await self.emit(FoldProgress(FoldStage.PLANNED, message, passes_planned=passes, tokens_before=before))
 
     def folded(self, installed: int, planned: int, after: int, outcome: FoldOutcome, failure: str) -> None:
         """The fold's end: how many passes it installed of the final plan's, and what it came to."""
@@ -289,8 +255,8 @@ class MaintenanceObserver:
         if fold.position_seq != last_seq:  # the checkpoint also covers messages this pass did not read
             span.set_attribute("ctxfold.checkpoint.position_seq", fold.position_seq)
         await self.emit(
-            Progress(
-                Stage.PASS_STARTED,
+            FoldProgress(
+                FoldStage.PASS_STARTED,
                 f"pass {index}: summarizing {len(fold.folded)} messages ({fold.input_tokens} tokens read)",
                 pass_index=index,
                 passes_planned=passes,
@@ -302,7 +268,7 @@ class MaintenanceObserver:
     def summary_deltas(self, index: int, passes: int) -> Callable[[str], Awaitable[None]]:
         async def on_delta(text: str) -> None:
             await self.emit(
-                Progress(Stage.SUMMARY_DELTA, "", pass_index=index, passes_planned=passes, summary_delta=text)
+                FoldProgress(FoldStage.SUMMARY_DELTA, "", pass_index=index, passes_planned=passes, summary_delta=text)
             )
 
         return on_delta
@@ -310,8 +276,8 @@ class MaintenanceObserver:
     async def fell_back(self, index: int, passes: int, before: int, failed: str, fallback: str, note: str) -> None:
         trace.get_current_span().set_attribute("ctxfold.fold.fallback_from", failed)
         await self.emit(
-            Progress(
-                Stage.SUMMARIZER_FALLBACK,
+            FoldProgress(
+                FoldStage.SUMMARIZER_FALLBACK,
                 f"pass {index}: {note}",
                 pass_index=index,
                 passes_planned=passes,
@@ -322,7 +288,7 @@ class MaintenanceObserver:
 
     async def pass_failed(self, index: int, passes: int, why: str) -> None:
         trace.get_current_span().set_status(StatusCode.ERROR, why)
-        await self.emit(Progress(Stage.PASS_FAILED, why, pass_index=index, passes_planned=passes))
+        await self.emit(FoldProgress(FoldStage.PASS_FAILED, why, pass_index=index, passes_planned=passes))
 
     @staticmethod
     def candidate(checkpoint_id: str, after: int) -> None:
@@ -332,8 +298,8 @@ class MaintenanceObserver:
         self, index: int, passes: int, before: int, after: int, checkpoint_id: str, summarizer: str
     ) -> None:
         await self.emit(
-            Progress(
-                Stage.PASS_COMMITTED,
+            FoldProgress(
+                FoldStage.PASS_COMMITTED,
                 f"pass {index} committed checkpoint {checkpoint_id}: {before} → {after} tokens",
                 pass_index=index,
                 passes_planned=passes,
