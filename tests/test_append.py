@@ -26,7 +26,7 @@ from ctxfold.server import RunningServer
 from ctxfold.service.transcript import message_rows
 from ctxfold.store.append import INLINE_MAX_BYTES, AppendWrite, Bookkeeping, PostgresAppender, Repeated, Stale, Written
 from ctxfold.store.rows import MessageRow
-from ctxfold.store.tool_results import encode_raw_results
+from ctxfold.store.tool_results import raw_results
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import transcript
@@ -69,7 +69,7 @@ async def write(record: SessionRecord, rows: list[MessageRow], revision: int, re
         if rows
         else record
     )
-    raw = tuple(await encode_raw_results(rows))
+    raw = tuple(raw_results(rows))
     return AppendWrite(record, replace(after, update_time=now), messages, raw, request_id, Bookkeeping("{}", revision))
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ctxfold.engine.answer import Answering, PreparedContext, answer
 from ctxfold.engine.maintenance import Action, Answer, MaintainRequest, Snapshot, Trigger, decide
 from ctxfold.engine.model import SessionConfig, StoredMessage
-from ctxfold.engine.projection import Projection
+from ctxfold.engine.projection import Projection, check_fixed_costs
 from ctxfold.engine.state import ContextState, fingerprint, load_state
 from ctxfold.engine.transcript import advance_open_calls
 from ctxfold.engine.view import Checkpoint
@@ -131,8 +131,11 @@ class AppendRequest:
 
 def append(context: Context, request: AppendRequest) -> Appended:
     """`request.messages` appended to `context` (FAILED_PRECONDITION when they break the tool-call
-    protocol), and the answer when the grown view needs no maintenance."""
+    protocol, or, for a Prepare, when the session's fixed costs leave no room for a view), and the answer
+    when the grown view needs no maintenance."""
     session = context.session
+    if request.answer:
+        check_fixed_costs(context.config, session.system_tokens, session.tools_tokens)
     open_calls = advance_open_calls(session.open_tool_calls, request.messages, request.field)
     messages = tuple(
         replace(m, seq=session.head_seq + 1 + i, create_time=request.now) for i, m in enumerate(request.messages)

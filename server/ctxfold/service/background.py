@@ -15,6 +15,7 @@ from opentelemetry import trace
 
 from ctxfold.engine.background import PreparedFold, applied, covered_digest, prefold_due
 from ctxfold.engine.candidate import Accepted, fold_install
+from ctxfold.engine.context import Context
 from ctxfold.engine.errors import DomainError
 from ctxfold.engine.maintenance import Action, FoldOutcome, MaintainRequest, Trigger, plan_pass
 from ctxfold.engine.projection import Projection
@@ -61,26 +62,27 @@ class BackgroundFolds:
         # when the fold made nothing (a failed summary, another replica's lease), so a later Prepare retries.
         self._tried: OrderedDict[str, str] = OrderedDict()
 
-    def progress(self, tenant: str, session_id: str, run: Run) -> FoldProgress | None:
+    def progress(self, tenant: str, answered: Context) -> FoldProgress | None:
         """After an answer: starts the session's background fold when the view has reached
         `prefold_tokens` (`prefold_due`) and none ran over this head checkpoint; the progress event
         that says so, or that one is running, else None."""
-        if not run.config.prefold_tokens:  # off: the common Prepare pays for nothing more
+        config, session_id = answered.config, answered.session.id
+        if not config.prefold_tokens:  # off: the common Prepare pays for nothing more
             return None
-        projection = run.projection
+        projection = answered.projection
         tokens = projection.tokens()
         if self.running(session_id):
             message = "a fold of this session runs in the background"
             return FoldProgress(FoldStage.BACKGROUND_RUNNING, message, tokens_before=tokens)
         # Once per installed state: a prune or fold since lets another start.
-        head = f"{run.session.checkpoint_id or ''}:{run.state.generation}"
+        head = f"{answered.session.checkpoint_id or ''}:{answered.state.generation}"
         if not self.due(session_id, head) or not prefold_due(projection):
             return None
         started_by = trace.get_current_span().get_span_context()
         self.start(session_id, head, projection.head_seq, self._prefold(tenant, session_id, started_by))
         message = (
-            f"the view reached {tokens} tokens (prefold_ratio × context_window = {run.config.prefold_tokens}): "
-            f"a fold started in the background; the trigger ({run.config.trigger_tokens}) installs it"
+            f"the view reached {tokens} tokens (prefold_ratio × context_window = {config.prefold_tokens}): "
+            f"a fold started in the background; the trigger ({config.trigger_tokens}) installs it"
         )
         return FoldProgress(FoldStage.BACKGROUND_STARTED, message, tokens_before=tokens)
 

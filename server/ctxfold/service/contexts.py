@@ -52,12 +52,8 @@ class Contexts:
         self._entries.move_to_end((tenant, session_id))
         return entry.context
 
-    async def load(self, tenant: str, session_id: str, *, fresh: bool = False, given: Context | None = None) -> Context:
-        """The session's context: cached unless `fresh`, else read from the store (and cached). `given`: the one
-        this call looked up moments ago, kept unless a write has cached a newer one since (not another lookup)."""
-        if not fresh and given is not None:
-            entry = self._entries.get((tenant, session_id))
-            return entry.context if entry is not None else given
+    async def load(self, tenant: str, session_id: str, *, fresh: bool = False) -> Context:
+        """The session's context: cached unless `fresh`, else read from the store (and cached)."""
         context = None if fresh else self.cached(tenant, session_id)
         if context is not None:
             return context

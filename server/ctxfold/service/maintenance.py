@@ -151,14 +151,8 @@ class Maintenance:
         """A Prepare's checks and append, with its answer when no maintenance is due: what is stored once this
         returns (the caller may then stop pacing the request: what is left may wait for a summarizer)."""
         started = time.perf_counter()
-        context = await self._context(call.tenant, call.session_id)
-        rows = (
-            await self.transcript.rows(call.append, call.request_id, context.config, field="append")
-            if call.append
-            else []
-        )
         request = AppendRequest((), 0.0, call.overflow, call.known_view_version)
-        written = await self.transcript.append(context, rows, call.request_id, request)
+        written = await self.transcript.append(call.tenant, call.session_id, call.append, call.request_id, request)
         return Pending(call, written, started)
 
     async def prepare(self, pending: Pending) -> AsyncGenerator[Event, None]:
@@ -166,13 +160,12 @@ class Maintenance:
         queue), else after maintenance, which runs as a `_stream` task reporting its progress."""
         call, written, appended = pending.call, pending.written, pending.written.messages
         if written.answered is not None and written.context is not None:
-            run = Run.of(written.context)
             prepared = replace(written.answered, appended=tuple(appended))
             try:
-                self._finish(run, prepared, pending.started)
+                self._finish(call.session_id, prepared, "prepare", pending.started)
             except DomainError as error:
                 raise _appended_anyway(error, appended, call.request_id) from None
-            if (background := self.background.progress(call.tenant, call.session_id, run)) is not None:
+            if (background := self.background.progress(call.tenant, written.context)) is not None:
                 yield background
             yield prepared
             return
@@ -182,7 +175,7 @@ class Maintenance:
                 request = MaintainRequest(Trigger.OVERFLOW if call.overflow else Trigger.THRESHOLD)
                 result = await self._maintain(call.tenant, call.session_id, request, emit)
                 answered = await self._answer(result, call.known_view_version, appended, pending.started)
-                if (background := self.background.progress(call.tenant, call.session_id, result)) is not None:
+                if (background := self.background.progress(call.tenant, result.context)) is not None:
                     await emit(background)
                 return answered
             except DomainError as error:
@@ -361,12 +354,10 @@ class Maintenance:
                 run.session.id,
                 prepared.view_version,
             )
-        self._finish(run, prepared, started)
+        self._finish(run.session.id, prepared, run.request.operation, started)
         return prepared
 
-    def _finish(self, run: Run, prepared: PreparedContext, started: float) -> None:
+    def _finish(self, session_id: str, prepared: PreparedContext, operation: str, started: float) -> None:
         """Telemetry of an answered call, and RESPONSE_TOO_LARGE when its view cannot be sent."""
-        MaintenanceObserver.answered(run.session.id, prepared.state, run.request.operation, run.action, started)
-        if run.not_folded is not NotFolded.UNSPECIFIED:
-            MaintenanceObserver.not_folded(run.not_folded.value, run.not_folded_detail)
+        MaintenanceObserver.answered(session_id, prepared, operation, started)
         check_response_size(prepared.messages, self.max_response_bytes)

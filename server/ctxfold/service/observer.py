@@ -13,10 +13,11 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ctxfold.engine import estimator
+from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.candidate import FoldInstall, Install
-from ctxfold.engine.maintenance import Action, FoldOutcome, FoldPass, MaintainRequest
+from ctxfold.engine.maintenance import FoldOutcome, FoldPass, MaintainRequest, NotFolded
 from ctxfold.engine.model import SessionConfig
-from ctxfold.engine.state import ContextState, Receipt, ReceiptStatus, split_view_version
+from ctxfold.engine.state import Receipt, ReceiptStatus, split_view_version
 from ctxfold.service.progress import Emit, FoldProgress, FoldStage
 from ctxfold.store import StaleSession
 from ctxfold.summarizers.base import IN_PROCESS_PROVIDER, Summarizer, SummaryRequest, SummaryResult
@@ -352,9 +353,11 @@ class MaintenanceObserver:
     # ---- the answer ---------------------------------------------------------------------------
 
     @staticmethod
-    def answered(session_id: str, state: ContextState, operation: str, action: Action, started: float) -> None:
-        """The answered view, as its bookkeeping `state` recorded it (the installed view, also on a dry
-        run); static, as a view that fits is answered without maintenance (and its observer)."""
+    def answered(session_id: str, prepared: PreparedContext, operation: str, started: float) -> None:
+        """The answered view, as its bookkeeping state recorded it (the installed view, also on a dry run), and
+        why a call that had to fold (or was asked to) folded nothing; static, as a view that fits is answered
+        without maintenance (and its observer)."""
+        state, action = prepared.state, prepared.action
         version = state.views[-1].version
         span = trace.get_current_span()
         if span.is_recording():
@@ -369,13 +372,13 @@ class MaintenanceObserver:
                     "ctxfold.cache_state": state.cache_state,
                 }
             )
+            if prepared.not_folded is not NotFolded.UNSPECIFIED:
+                span.set_attributes(
+                    {
+                        "ctxfold.not_folded.reason": prepared.not_folded.value,
+                        "ctxfold.not_folded.detail": prepared.not_folded_detail,
+                    }
+                )
         INSTRUMENTS.prepare_duration.record(
             time.perf_counter() - started, {"ctxfold.operation": operation, "ctxfold.action": action.value}
-        )
-
-    @staticmethod
-    def not_folded(reason: str, detail: str) -> None:
-        """Why a call that had to fold (or was asked to) folded nothing, on its RPC's span."""
-        trace.get_current_span().set_attributes(
-            {"ctxfold.not_folded.reason": reason, "ctxfold.not_folded.detail": detail}
         )

@@ -51,6 +51,11 @@ class Run:
         return Run(context.session, projection, context.state, context.revision, projection.view(), projection.tokens())
 
     @property
+    def context(self) -> Context:
+        """The session's context as the run left it."""
+        return Context(self.session, self.projection, self.state, self.revision)
+
+    @property
     def config(self) -> SessionConfig:
         """The session's config (installs replace the projection, never its config)."""
         return self.projection.config

@@ -19,7 +19,7 @@ from ctxfold.store import Store
 from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Stale
 from ctxfold.store.append import Written as WrittenRows
 from ctxfold.store.rows import EncodedResult, MessageRow, new_id, new_result_ref
-from ctxfold.store.tool_results import encode_raw_results
+from ctxfold.store.tool_results import raw_results
 
 MAX_REQUEST_ID_CHARS = 128
 
@@ -55,64 +55,57 @@ class Transcript:
     def __init__(self, store: Store, contexts: Contexts, limits: AppendLimits, max_response_bytes: int):
         self.store = store
         self.contexts = contexts
-        # Appends to one session in this process queue here; across processes the swap decides.
+        # Appends to one session in this process take turns, each from the context the one before wrote; across
+        # processes the swap decides.
         self._appending = KeyedLock(max_waiting=None)
         self.limits = limits
         # A ListMessages page holds at most this many characters (4 UTF-8 bytes each, and room for the framing),
         # so it fits one response whatever page_size asks; a shorter page comes with a next_page_token.
         self.max_page_chars = max_response_bytes // 8
 
-    async def rows(
-        self, messages: Sequence[NewMessage], request_id: str, config: SessionConfig, field: str = "messages"
-    ) -> list[MessageRow]:
-        """Checks an append (its errors naming the request's `field`) and makes its rows (ids, bounded
-        content, token counts), off the event loop."""
-        if len(request_id) > MAX_REQUEST_ID_CHARS:
-            raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
-
-        def checked_rows() -> list[MessageRow]:
-            # Checking measures UTF-8 sizes, which copies each non-ASCII text (~10 ms per 16 MiB).
-            validate_new_messages(messages, self.limits, field)
-            return message_rows(messages, config)
-
-        return await cpu.run(text_chars(messages), checked_rows)
-
     async def append_messages(
         self, tenant: str, session_id: str, messages: Sequence[NewMessage], request_id: str
     ) -> tuple[list[StoredMessage], SessionRecord]:
         """AppendMessages: the append alone (no answer); returns the messages as stored and the session
         after them."""
-        context = await self.contexts.load(tenant, session_id)
-        rows = await self.rows(messages, request_id, context.config)
-        request = AppendRequest((), 0.0, answer=False)
-        written = await self.append(context, rows, request_id, request)
+        written = await self.append(tenant, session_id, messages, request_id, AppendRequest((), 0.0, answer=False))
         session = written.context.session if written.context else await self.store.get_session(tenant, session_id)
         return written.messages, session
 
     async def append(
-        self, loaded: Context, rows: Sequence[MessageRow], request_id: str, request: AppendRequest
+        self, tenant: str, session_id: str, messages: Sequence[NewMessage], request_id: str, request: AppendRequest
     ) -> Written:
-        """Appends `rows` (all of them or none) to the session as it is, with the answer's bookkeeping
+        """Appends `messages` (all of them or none) to the session as it is, with the answer's bookkeeping
         when `request` asks for one and no maintenance is due: the one write of AppendMessages and
         Prepare. A request id seen before appends nothing and answers the first append's messages."""
-        raw_results = tuple(await encode_raw_results(rows))
-        request = replace(request, messages=tuple(r.message for r in rows))
-        async with self._appending.hold(loaded.session.id):
-            return await self._append(loaded, request_id, request, raw_results)
+        if len(request_id) > MAX_REQUEST_ID_CHARS:
+            raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
+        async with self._appending.hold(session_id):
+            context = await self.contexts.load(tenant, session_id)
+            limits, config = self.limits, context.config
 
-    async def _append(
-        self, loaded: Context, request_id: str, request: AppendRequest, raw_results: tuple[EncodedResult, ...]
+            def rows_and_results() -> tuple[list[MessageRow], tuple[EncodedResult, ...]]:
+                # Checking measures UTF-8 sizes, which copies each non-ASCII text (~10 ms per 16 MiB).
+                validate_new_messages(messages, limits, request.field)
+                rows = message_rows(messages, config)
+                return rows, tuple(raw_results(rows))
+
+            rows, results = await cpu.run(text_chars(messages), rows_and_results)
+            request = replace(request, messages=tuple(r.message for r in rows))
+            return await self._write(context, request_id, request, results)
+
+    async def _write(
+        self, context: Context, request_id: str, request: AppendRequest, raw_results: tuple[EncodedResult, ...]
     ) -> Written:
-        tenant, session_id = loaded.session.tenant, loaded.session.id
-        fresh = False
-        for _ in range(MAX_ATTEMPTS):
-            context = await self.contexts.load(tenant, session_id, fresh=fresh, given=loaded)
+        """The append's write, decided on `context` and, when that turns out behind the store, on the store's."""
+        for attempt in range(MAX_ATTEMPTS):
+            if attempt:  # the cached context was behind what the store has: decide on that
+                context = await self.contexts.load(context.session.tenant, context.session.id, fresh=True)
             try:
                 step = append(context, replace(request, now=self.store.clock()))
             except DomainError:
-                if fresh:
+                if attempt:
                     raise
-                fresh = True  # the cached context may be behind what the store has: check against that
                 continue
             book = step.bookkeeping()
             bookkeeping = Bookkeeping(book[0], context.revision, book[1]) if book else None
@@ -122,14 +115,13 @@ class Transcript:
             match await self.store.append(write):
                 case Stale():
                     self.contexts.written(context.session, None)
-                    fresh = True
                 case Repeated(message_ids):
                     return Written(await self.store.messages(message_ids), None, None)
                 case WrittenRows(revision):
                     grown = step.written(revision)  # None: the bookkeeping was skipped, the append stands
                     self.contexts.written(context.session, grown, grown_by=step.messages)
                     return Written(list(step.messages), grown or step.context, step.answered)
-        raise kept_changing(session_id, "during the append", "retry with the same request_id")
+        raise kept_changing(context.session.id, "during the append", "retry with the same request_id")
 
     async def list(
         self, tenant: str, session_id: str, requested_size: int, token: str, include_abandoned: bool

@@ -69,12 +69,10 @@ def _decompress_span(chunks: Sequence[bytes], first_start: int, start: int, stop
     return joined[start - first_start : stop - first_start]
 
 
-async def encode_raw_results(rows: Sequence[MessageRow]) -> list[EncodedResult]:
-    """Compressing and hashing raw results is done before the write transaction, off the event loop.
-    A user message's result is its content (raw_bytes 0): it is encoded and hashed all the same."""
-    with_result = [r for r in rows if r.message.result_ref]
-    raw_size = sum(len(r.message.content) if r.raw is None else len(r.raw) for r in with_result)
-    return await cpu.run(raw_size, lambda: [_raw_result(r) for r in with_result])
+def raw_results(rows: Sequence[MessageRow]) -> list[EncodedResult]:
+    """The raw results of an append's rows, compressed and hashed (before its write, and large ones off the
+    event loop: the caller's worker step). A user message's result is its content (raw_bytes 0)."""
+    return [_raw_result(r) for r in rows if r.message.result_ref]
 
 
 async def insert_results(conn: AsyncConnection, segment_id: str, results: Sequence[EncodedResult]) -> None:
