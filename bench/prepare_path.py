@@ -53,8 +53,8 @@ def in_shell(module: str) -> bool:
     return module.startswith(SHELL_PACKAGES) or "/" not in module
 
 
-async def traced_prepare(tmp: Path) -> list[str]:
-    """The modules one delta Prepare of a cached session calls into, in order, one entry per stop."""
+async def traced_prepare(tmp: Path) -> list[tuple[str, str]]:
+    """(caller, callee) of each call from one module into another by one delta Prepare of a cached session."""
     running = await start(bl.server_settings(await bl.fresh_database("sqlite", tmp, ""), tmp))
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
     try:
@@ -92,7 +92,7 @@ async def traced_prepare(tmp: Path) -> list[str]:
         finally:
             sys.setprofile(None)
             threading.setprofile(None)  # type: ignore[arg-type]
-        return [callee for _, callee in calls]
+        return calls
     finally:
         await channel.close()
         await running.stop(grace=0.5)
@@ -108,8 +108,10 @@ def path(stops: list[str]) -> dict[str, Any]:
     return {"modules": sorted(entered), "stops": stops, "returns": returns}
 
 
-def summarize(called: list[str]) -> dict[str, Any]:
-    shell = [m for m in called if in_shell(m)]
+def summarize(calls: list[tuple[str, str]]) -> dict[str, Any]:
+    into_shell = [call for call in calls if in_shell(call[1])]
+    # Consecutive calls from one module into another (a loop over a helper) are one stop.
+    shell = [callee for i, (caller, callee) in enumerate(into_shell) if i == 0 or into_shell[i - 1] != (caller, callee)]
     door = path([m for m in shell if m.startswith("api/")])
     use_case = path([m for m in shell if not m.startswith("api/")])
     return {
@@ -117,7 +119,7 @@ def summarize(called: list[str]) -> dict[str, Any]:
         "stops": shell,
         "door": door,
         "use_case": use_case,
-        "engine_modules": sorted({m for m in called if not in_shell(m)}),
+        "engine_modules": sorted({callee for _, callee in calls if not in_shell(callee)}),
         "goal_pass": len(use_case["modules"]) <= GOAL_MODULES and use_case["returns"] == 0,
     }
 

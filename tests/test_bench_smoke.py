@@ -95,8 +95,9 @@ def test_prepare_path_benchmark_traces_the_append_path(tmp_path: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads(out.read_text())
-    for module in ("api/servicer.py", "service/maintenance.py", "service/transcript.py", "store/append.py"):
-        assert module in document["shell_modules"], document
+    assert "api/servicer.py" in document["door"]["modules"], document
+    for module in ("service/maintenance.py", "service/transcript.py", "store/append.py"):
+        assert module in document["use_case"]["modules"], document
     assert "engine/context.py" in document["engine_modules"]
     assert document["stops"][0].startswith("api/") and len(document["stops"]) >= len(document["shell_modules"])
-    assert "goal: at most 6 shell modules" in result.stdout
+    assert "goal: at most 6 shell modules behind the door" in result.stdout
