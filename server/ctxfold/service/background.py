@@ -98,7 +98,8 @@ class BackgroundFolds:
 
     async def _prefold_locked(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> bool:
         """Whether a fold is prepared (by this call or earlier); False lets a later Prepare try again."""
-        run = Run.of(await self.contexts.load(tenant, session_id, fresh=True))
+        observer = MaintenanceObserver(no_progress, session_id, tenant)
+        run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer)
         summarizer = self.summarizers.get(run.config.summarizer)
         if summarizer is None or not prefold_due(run.projection):
             return False
@@ -117,17 +118,16 @@ class BackgroundFolds:
         fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens, ahead=True).first
         if fold is None:
             return False
-        observer = MaintenanceObserver(no_progress, session_id, tenant)
         async with self._leases.holding(run.session, wait=False) as held:
             if held.lease is not Lease.TAKEN:
                 return False  # another replica folds this session
             before = run.projection.tokens()
-            with observer.folding(run.request, run.config, summarizer, 1, before, started_by) as span:
-                with observer.fold_pass(1, 1):
-                    made = await self.folding.candidate(run, PassCall(summarizer, fold, 1, 1), observer)
+            with run.observer.folding(run.request, run.config, summarizer, 1, before, started_by) as span:
+                with run.observer.fold_pass(1, 1):
+                    made = await self.folding.candidate(run, PassCall(summarizer, fold, 1, 1))
                 if made is None:
                     failure = run.failure[1] if run.failure else ""
-                    observer.folded(0, 1, before, FoldOutcome.FAILED, failure)
+                    run.observer.folded(0, 1, before, FoldOutcome.FAILED, failure)
                     receipt = self.installs.receipt(
                         ReceiptStatus.FAILED, ReceiptAction.BACKGROUND, before, before, failure
                     )
@@ -141,7 +141,7 @@ class BackgroundFolds:
                     checkpoint, document, covered, before, after, label, traceparent_of(span), self.store.clock()
                 )
                 await self.store.save_prepared(run.session, made_fold)
-                observer.folded(1, 1, after, FoldOutcome.PREPARED, "")
+                run.observer.folded(1, 1, after, FoldOutcome.PREPARED, "")
         why = f"prepared in the background over seqs ≤ {checkpoint.position_seq}; installed at the trigger"
         await self.states.add_receipt(
             run.session,
@@ -149,7 +149,7 @@ class BackgroundFolds:
         )
         return True
 
-    async def read_prepared(self, run: Run, observer: MaintenanceObserver) -> PreparedFold | None:
+    async def read_prepared(self, run: Run) -> PreparedFold | None:
         """The session's prepared fold when this round may install one (a Prepare at or above the
         trigger); one that no longer applies is discarded here, with a receipt (its summary was paid for)."""
         config = run.config
@@ -160,34 +160,25 @@ class BackgroundFolds:
         prepared = await self.store.read_prepared(run.session)
         if prepared is None or applied(run.projection, prepared) is not None:
             return prepared
-        await self.discard_prepared(run, prepared, STALE, observer)
+        await self.discard_prepared(run, prepared, STALE)
         return None
 
-    async def discard_prepared(self, run: Run, prepared: PreparedFold, why: str, observer: MaintenanceObserver) -> None:
+    async def discard_prepared(self, run: Run, prepared: PreparedFold, why: str) -> None:
         """Drops a prepared fold the trigger did not use, with a receipt: its summary was paid for."""
         if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
             before, after = prepared.tokens_before, prepared.tokens_after
-            self.installs.record(
-                run,
-                observer,
-                ReceiptStatus.DISCARDED,
-                ReceiptAction.BACKGROUND,
-                before,
-                after,
-                _discarded(prepared, why),
-            )
+            reason = _discarded(prepared, why)
+            self.installs.record(run, ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, before, after, reason)
 
-    async def install_prepared(
-        self, run: Run, prepared: PreparedFold, candidate: Projection, observer: MaintenanceObserver
-    ) -> None:
+    async def install_prepared(self, run: Run, prepared: PreparedFold, candidate: Projection) -> None:
         before, after = run.projection.tokens(), candidate.tokens()
         why = f"installed the fold prepared in the background at {prepared.tokens_before} tokens"
         receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.SUMMARY, before, after, why)
         state = run.state.installed(candidate.pruned, candidate.bounds, receipt, folded=True)
         install = fold_install(state, run.session.branch_id, Accepted(candidate), prepared.document, before)
-        await self.installs.install(run, install, candidate, observer, prepared.traceparent)
+        await self.installs.install(run, install, candidate, prepared.traceparent)
         run.action = Action.FOLDED
-        await observer.prepared_installed(before, after, prepared.checkpoint.id, prepared.summarizer)
+        await run.observer.prepared_installed(before, after, prepared.checkpoint.id, prepared.summarizer)
 
     def running(self, session_id: str) -> bool:
         return session_id in self._tasks

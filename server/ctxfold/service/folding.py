@@ -33,7 +33,6 @@ from ctxfold.engine.maintenance import (
 )
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.exclusion import FoldLeases, Lease
-from ctxfold.service.observer import MaintenanceObserver
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
 from ctxfold.store import Store
 from ctxfold.store.rows import new_id, new_result_ref
@@ -70,7 +69,7 @@ class Folding:
         self.installs = installs
         self.hooks = hooks
 
-    async def fold(self, run: Run, fold: Fold, observer: MaintenanceObserver) -> None:
+    async def fold(self, run: Run, fold: Fold) -> None:
         configured = self.summarizers.get(run.config.summarizer)
         if configured is None:
             raise DomainError(
@@ -92,9 +91,7 @@ class Folding:
         keep_tokens = run.request.keep_tokens
         plan = plan_pass(run.projection, summarizer.input_window_tokens, keep_tokens)
         if plan.first is None:
-            self.installs.record(
-                run, observer, ReceiptStatus.NOOP, ReceiptAction.SUMMARY, before, before, "nothing to fold"
-            )
+            self.installs.record(run, ReceiptStatus.NOOP, ReceiptAction.SUMMARY, before, before, "nothing to fold")
             run.not_folding(
                 NotFolded.NOTHING_OUTSIDE_KEPT_SET,
                 f"all {len(run.projection.messages)} messages of the view are in the kept set (the opening "
@@ -105,7 +102,7 @@ class Folding:
         if fold.offline:
             # The fold lease only saves summarizer calls twice paid for; an offline fold pays none, and the
             # agent does not wait for another holder's summary (the compare-and-swap keeps one install).
-            await self._fold_passes(run, summarizer, plan, observer, stand_in)
+            await self._fold_passes(run, summarizer, plan, stand_in)
             return
         # Only a call that must fold waits for another holder's fold: any other Prepare answers with
         # the current view, which still fits.
@@ -117,45 +114,42 @@ class Folding:
                     f"another call folds this session (fold lease holder {held.holder}, renewed while it "
                     f"runs; it runs out {max(held.until - self.store.clock(), 0):.0f} s from now unless renewed)"
                 )
-                self.installs.record(run, observer, ReceiptStatus.BLOCKED, ReceiptAction.SUMMARY, before, before, why)
+                self.installs.record(run, ReceiptStatus.BLOCKED, ReceiptAction.SUMMARY, before, before, why)
                 run.not_folding(NotFolded.FOLD_IN_PROGRESS, why)
                 return
-            await self._fold_passes(run, summarizer, plan, observer)
+            await self._fold_passes(run, summarizer, plan)
 
     def _extractive(self) -> Summarizer:
         return self.summarizers.get(ExtractiveSummarizer.name) or ExtractiveSummarizer()
 
-    async def _fold_passes(
-        self, run: Run, summarizer: Summarizer, plan: FoldPlan, observer: MaintenanceObserver, stand_in: str = ""
-    ) -> None:
+    async def _fold_passes(self, run: Run, summarizer: Summarizer, plan: FoldPlan, stand_in: str = "") -> None:
         """Pass after pass, each planned afresh from what the previous one installed, until the fold is
         complete (or after one pass on overflow, or a dry run's candidate, or a failed pass);
         `stand_in`: why `summarizer` folds instead of the configured one ("" when it is that one)."""
         before = run.projection.tokens()
         passes = 1 if run.request.one_pass else plan.passes_planned
-        await observer.planned(passes, before)
-        with observer.folding(run.request, run.config, summarizer, passes, before):
+        await run.observer.planned(passes, before)
+        with run.observer.folding(run.request, run.config, summarizer, passes, before):
             fold: FoldPass | None = plan.first
             index = 0
             committed = True
             while fold is not None:
                 index += 1
-                with observer.fold_pass(index, passes):
-                    committed = await self._fold_pass(
-                        run, PassCall(summarizer, fold, index, passes, stand_in), observer
-                    )
+                with run.observer.fold_pass(index, passes):
+                    committed = await self._fold_pass(run, PassCall(summarizer, fold, index, passes, stand_in))
                 if not another_pass(run.request, fold, committed):
                     break
                 fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens).first
                 passes = max(passes, index + 1)
             installed = index if committed else index - 1
             outcome = fold_outcome(installed, not committed, run.request.dry_run)
-            observer.folded(installed, passes, run.projection.tokens(), outcome, run.failure[1] if run.failure else "")
+            failure = run.failure[1] if run.failure else ""
+            run.observer.folded(installed, passes, run.projection.tokens(), outcome, failure)
 
-    async def _fold_pass(self, run: Run, call: PassCall, observer: MaintenanceObserver) -> bool:
+    async def _fold_pass(self, run: Run, call: PassCall) -> bool:
         """One summarizer call and its install; False when the pass failed (nothing installed)."""
         before = run.projection.tokens()
-        made = await self.candidate(run, call, observer)
+        made = await self.candidate(run, call)
         if made is None:
             return False
         outcome, document, fell_back = made
@@ -170,39 +164,37 @@ class Folding:
         if self.hooks.before_install is not None:
             await self.hooks.before_install(run.session.id)
         install = fold_install(state, run.session.branch_id, outcome, document, before)
-        await self.installs.install(run, install, outcome.candidate, observer)
+        await self.installs.install(run, install, outcome.candidate)
         run.action = Action.FOLDED
         label = checkpoint.notes.summarizer if checkpoint.notes else call.summarizer.name
-        await observer.pass_committed(call.index, call.passes, before, after, checkpoint.id, label)
+        await run.observer.pass_committed(call.index, call.passes, before, after, checkpoint.id, label)
         return True
 
-    async def candidate(
-        self, run: Run, call: PassCall, observer: MaintenanceObserver
-    ) -> tuple[Accepted, FoldDocument, str] | None:
+    async def candidate(self, run: Run, call: PassCall) -> tuple[Accepted, FoldDocument, str] | None:
         """One summarizer call: (the accepted candidate, its folded-results document, how the pass fell back, else
         `stand_in`), or None when it failed (recorded in `run`). Above the hard ceiling a failed LLM summary falls
         back to extractive."""
         projection, summarizer, fold = run.projection, call.summarizer, call.fold
         index, passes = call.index, call.passes
         before = projection.tokens()
-        await observer.pass_started(fold, index, passes, before, summarizer.name)
+        await run.observer.pass_started(fold, index, passes, before, summarizer.name)
         if call.stand_in:
-            await observer.fell_back(index, passes, before, run.config.summarizer, summarizer.name, call.stand_in)
-        on_delta = observer.summary_deltas(index, passes)
+            await run.observer.fell_back(index, passes, before, run.config.summarizer, summarizer.name, call.stand_in)
+        on_delta = run.observer.summary_deltas(index, passes)
         record = await self._record_fold(run, fold)
         request = _summary_request(run, fold, record)
         fell_back = call.stand_in
 
         async def attempt(with_summarizer: Summarizer) -> Accepted | Rejected:
             nonlocal fell_back
-            result, failure = await self._summarize(run, with_summarizer, request, on_delta, observer)
+            result, failure = await self._summarize(run, with_summarizer, request, on_delta)
             if result is None:
                 return Rejected(failure, "SUMMARIZER_FAILED")
             if result.native_fallback:
                 # Native compaction was asked for and is unsupported here: this is the application summary.
                 fell_back = result.native_fallback
                 name = with_summarizer.name
-                await observer.fell_back(index, passes, before, name, name, fell_back)
+                await run.observer.fell_back(index, passes, before, name, name, fell_back)
             notes = replace(record.notes, summarizer=with_summarizer.name)
             body = strip_engine_sections(result.text)
             outcome = accept(projection, fold, notes, body, new_id("cp"), result.native)
@@ -215,26 +207,26 @@ class Folding:
             # Above the ceiling the agent cannot go on without a fold: the offline summarizer always answers.
             fallback = self._extractive()
             fell_back = f"{summarizer.name} failed ({outcome.why}); folded with {fallback.name}"
-            await observer.fell_back(index, passes, before, summarizer.name, fallback.name, fell_back)
+            await run.observer.fell_back(index, passes, before, summarizer.name, fallback.name, fell_back)
             outcome = await attempt(fallback)
         if isinstance(outcome, Rejected):
-            await self._failed(run, outcome, call, observer)
+            await self._failed(run, outcome, call)
             return None
-        observer.candidate(outcome.checkpoint.id, outcome.candidate.tokens())
+        run.observer.candidate(outcome.checkpoint.id, outcome.candidate.tokens())
         last_folded = fold.folded[-1].source
         assert last_folded is not None  # folded view messages render canonical messages
         document = FoldDocument(record.notes.index_ref, last_folded.id, folded_index.render(record.index))
         return outcome, document, fell_back
 
-    async def _failed(self, run: Run, outcome: Rejected, call: PassCall, observer: MaintenanceObserver) -> None:
+    async def _failed(self, run: Run, outcome: Rejected, call: PassCall) -> None:
         """A pass that made no candidate: said, remembered (not retried until the view grows) and receipted."""
         before = run.projection.tokens()
-        await observer.pass_failed(call.index, call.passes, outcome.why)
+        await run.observer.pass_failed(call.index, call.passes, outcome.why)
         run.state = replace(run.state, failed_fold_tokens=before)
         run.failure = (outcome.reason, outcome.why)
         if run.not_folded is NotFolded.UNSPECIFIED and run.action is not Action.FOLDED:
             run.not_folding(NotFolded.SUMMARIZER_FAILED, outcome.why)
-        self.installs.record(run, observer, ReceiptStatus.FAILED, ReceiptAction.SUMMARY, before, before, outcome.why)
+        self.installs.record(run, ReceiptStatus.FAILED, ReceiptAction.SUMMARY, before, before, outcome.why)
 
     async def _record_fold(self, run: Run, fold: FoldPass) -> FoldRecord:
         """The engine's notes and folded-results index after `fold`, rolled forward from the head
@@ -259,10 +251,10 @@ class Folding:
 
     @staticmethod
     async def _summarize(
-        run: Run, summarizer: Summarizer, request: SummaryRequest, on_delta: OnDelta, observer: MaintenanceObserver
+        run: Run, summarizer: Summarizer, request: SummaryRequest, on_delta: OnDelta
     ) -> tuple[SummaryResult | None, str]:
         """(the answer, its text stripped, "") or (None, why it failed): one summarizer call."""
-        with observer.summarizing(summarizer, request) as call:
+        with run.observer.summarizing(summarizer, request) as call:
             try:
                 result = await summarizer.summarize(request, on_delta)
             except asyncio.CancelledError:

@@ -210,8 +210,8 @@ class Maintenance:
         check_fixed_costs(context.config, context.session.system_tokens, context.session.tools_tokens)
         return context
 
-    async def _load(self, tenant: str, session_id: str) -> Run:
-        return Run.of(await self.contexts.load(tenant, session_id, fresh=True))
+    async def _load(self, tenant: str, session_id: str, observer: MaintenanceObserver) -> Run:
+        return Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer)
 
     def maintaining(self, session_id: str) -> bool:
         """Whether a call of this process is maintaining (or waiting to maintain) the session. A call the
@@ -220,9 +220,10 @@ class Maintenance:
         return self._sessions.held(session_id)
 
     async def _maintain(self, tenant: str, session_id: str, request: MaintainRequest, emit: Emit) -> Run:
+        observer = MaintenanceObserver(emit, session_id, tenant)
         if self.maintaining(session_id):
             # Another call of this process is maintaining (folding) the session.
-            run = await self._load(tenant, session_id)
+            run = await self._load(tenant, session_id, observer)
             tokens, config = run.projection.tokens(), run.config
             match while_maintained(run.projection, request.trigger):
                 case WhileMaintained.ANSWER:
@@ -236,22 +237,21 @@ class Maintenance:
                     why = "the view went above the hard ceiling" if above else "the provider refused the view"
                     await self.background.stop(run, f"{why} ({tokens} tokens) and was folded offline at once")
         async with self._sessions.hold(session_id):
-            observer = MaintenanceObserver(emit, session_id, tenant)
             return await self._maintain_locked(tenant, session_id, request, observer)
 
     async def _maintain_locked(
         self, tenant: str, session_id: str, request: MaintainRequest, observer: MaintenanceObserver
     ) -> Run:
         for _ in range(MAX_ROUNDS):
-            run = await self._load(tenant, session_id)
+            run = await self._load(tenant, session_id, observer)
             run.request = request
             try:
-                await self._round(run, observer)
+                await self._round(run)
             except FoldedElsewhere:
                 continue
             except StaleSession:
                 # Something changed underneath; what was committed stays, the rest is recomputed.
-                await observer.discarded()
+                await run.observer.discarded()
                 continue
             error = unanswerable(run.projection, request, run.failure)
             if error is not None:
@@ -261,58 +261,49 @@ class Maintenance:
             return run
         raise kept_changing(session_id)
 
-    async def _round(self, run: Run, observer: MaintenanceObserver) -> None:
+    async def _round(self, run: Run) -> None:
         """Decide, act, decide again on what was installed, until the engine says to answer."""
-        prepared = await self.background.read_prepared(run, observer)
+        prepared = await self.background.read_prepared(run)
         while True:
             candidate = applied(run.projection, prepared) if prepared is not None else None
             snapshot = Snapshot(run.projection, run.first_tokens, run.state.failed_fold_tokens, candidate)
             match decide(snapshot, run.request):
                 case Answer():
                     if prepared is not None:
-                        await self.background.discard_prepared(
-                            run, prepared, "this trigger was met without it", observer
-                        )
+                        await self.background.discard_prepared(run, prepared, "this trigger was met without it")
                     return
                 case Prune() as prune:
-                    await self._prune(run, prune, observer)
+                    await self._prune(run, prune)
                 case FoldInBackground():
                     detail = "a fold runs in the background; the view fits meanwhile and a later Prepare installs it"
                     run.not_folding(NotFolded.FOLD_IN_PROGRESS, detail)
                     return
                 case InstallPrepared() as install:
                     assert prepared is not None  # decide installs only a prepared fold it was given
-                    await self.background.install_prepared(run, prepared, install.candidate, observer)
+                    await self.background.install_prepared(run, prepared, install.candidate)
                     prepared = None
                 case Blocked() as blocked:
                     tokens = blocked.tokens
-                    self.installs.record(
-                        run,
-                        observer,
-                        ReceiptStatus.BLOCKED,
-                        ReceiptAction.SUMMARY,
-                        tokens,
-                        tokens,
-                        "the last fold of this input failed",
-                    )
+                    why = "the last fold of this input failed"
+                    self.installs.record(run, ReceiptStatus.BLOCKED, ReceiptAction.SUMMARY, tokens, tokens, why)
                     run.not_folding(NotFolded.PREVIOUS_FAILURE, blocked.detail)
                     return
                 case Fold() as fold:
-                    await self.folding.fold(run, fold, observer)
-                    await self._bound(run, observer)
+                    await self.folding.fold(run, fold)
+                    await self._bound(run)
                     return
 
-    async def _prune(self, run: Run, prune: Prune, observer: MaintenanceObserver) -> None:
-        await self._install_pruned(run, prune.candidate, prune.results, f"pruned {prune.results} results", observer)
+    async def _prune(self, run: Run, prune: Prune) -> None:
+        await self._install_pruned(run, prune.candidate, prune.results, f"pruned {prune.results} results")
 
-    async def _bound(self, run: Run, observer: MaintenanceObserver) -> None:
+    async def _bound(self, run: Run) -> None:
         """The last resort when folding left the view above the hard ceiling: its largest tool results
         bounded until it fits (`bound_to_fit`), installed like a prune and reported as such."""
         bound = None if run.request.dry_run else bound_to_fit(run.projection)
         if bound is not None:
             ceiling = run.config.hard_limit_tokens
             why = f"bounded {bound.results} tool results to fit the hard ceiling ({ceiling} tokens)"
-            await self._install_pruned(run, bound.candidate, bound.results, why, observer, bound=True)
+            await self._install_pruned(run, bound.candidate, bound.results, why, bound=True)
 
     async def _install_pruned(
         self,
@@ -320,7 +311,6 @@ class Maintenance:
         candidate: Projection,
         results: int,
         why: str,
-        observer: MaintenanceObserver,
         bound: bool = False,
     ) -> None:
         """Installs `candidate`, the view with `results` more tool results pruned (or bounded), with its
@@ -329,11 +319,11 @@ class Maintenance:
         receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.PRUNE, before, after, why)
         state = run.state.installed(candidate.pruned, candidate.bounds, receipt, folded=False)
         install = prune_install(state, run.session.branch_id, run.session.checkpoint_id)
-        with observer.pruning(results, before, after, bound):
-            await self.installs.install(run, install, candidate, observer)
+        with run.observer.pruning(results, before, after, bound):
+            await self.installs.install(run, install, candidate)
         if run.action is Action.NONE:
             run.action = Action.PRUNED
-        await observer.pruned(results, before, after, bound)
+        await run.observer.pruned(results, before, after, bound)
 
     # ---- the answer -----------------------------------------------------------------------------
 

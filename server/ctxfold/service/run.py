@@ -36,6 +36,7 @@ class Run:
     revision: int
     first_view: list[ViewMessage]
     first_tokens: int
+    observer: MaintenanceObserver  # what the call reports to
     request: MaintainRequest = field(default_factory=MaintainRequest)
     action: Action = Action.NONE
     not_folded: NotFolded = NotFolded.UNSPECIFIED
@@ -46,9 +47,17 @@ class Run:
     failure: tuple[str, str] | None = None
 
     @staticmethod
-    def of(context: Context) -> Run:
+    def of(context: Context, observer: MaintenanceObserver) -> Run:
         projection = context.projection
-        return Run(context.session, projection, context.state, context.revision, projection.view(), projection.tokens())
+        return Run(
+            context.session,
+            projection,
+            context.state,
+            context.revision,
+            projection.view(),
+            projection.tokens(),
+            observer,
+        )
 
     @property
     def context(self) -> Context:
@@ -90,17 +99,15 @@ class Installs:
         # The store's clock: receipts and the rows the store writes agree.
         self.clock = store.clock
 
-    async def install(
-        self, run: Run, install: Install, candidate: Projection, observer: MaintenanceObserver, prepared_by: str = ""
-    ) -> None:
+    async def install(self, run: Run, install: Install, candidate: Projection, prepared_by: str = "") -> None:
         """Installs `candidate` by compare-and-swap (StaleSession when the session changed); `run` follows it."""
-        with observer.installing(install, run.projection.tokens(), candidate.tokens(), prepared_by):
+        with run.observer.installing(install, run.projection.tokens(), candidate.tokens(), prepared_by):
             run.session, run.revision = await self.store.install(run.session, install)
             run.projection = candidate
             run.state = install.state
         receipt = run.state.last_receipt
         if receipt is not None:
-            observer.receipt(receipt)
+            run.observer.receipt(receipt)
 
     def receipt(
         self, status: ReceiptStatus, action: ReceiptAction, tokens_in: int, tokens_out: int, reason: str
@@ -108,15 +115,9 @@ class Installs:
         return Receipt(uuid.uuid4().hex, status, action, tokens_in, tokens_out, reason, self.clock())
 
     def record(
-        self,
-        run: Run,
-        observer: MaintenanceObserver,
-        status: ReceiptStatus,
-        action: ReceiptAction,
-        before: int,
-        after: int,
-        reason: str,
+        self, run: Run, status: ReceiptStatus, action: ReceiptAction, before: int, after: int, reason: str
     ) -> None:
+        """A receipt of what the run did not install, on its state and to its observer."""
         receipt = self.receipt(status, action, before, after, reason)
         run.state = run.state.with_receipt(receipt)
-        observer.receipt(receipt)
+        run.observer.receipt(receipt)
