@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from ctxfold.engine.background import PreparedFold, applied, covered_digest, prefold_due
+from ctxfold.engine.background import PreparedFold, applied, covered_digest, may_install_prepared, prefold_due
 from ctxfold.engine.candidate import Accepted, FoldDocument, accept
 from ctxfold.engine.errors import DomainError
 from ctxfold.engine.maintenance import (
@@ -190,3 +190,16 @@ def test_a_fold_made_ahead_folds_the_newest_call_group_unless_it_awaits_results(
     waiting = replace(view, after=view.after[:-1])
     open_ahead = plan_pass(waiting, 1_000_000, keep_tokens=0, ahead=True)
     assert open_ahead.first is not None and waiting.messages[-1].id in {m.id for m in open_ahead.first.kept}
+
+
+def test_a_prepared_fold_is_read_at_the_trigger_and_on_overflow_only() -> None:
+    """A Prepare below the trigger keeps a prepared fold for later; at the trigger or on overflow it may
+    install it; a Compact folds what it is asked to; with background folds off none is ever read."""
+    config = SessionConfig(context_window=100_000, prefold_ratio=0.6)
+    trigger = config.trigger_tokens
+    assert not may_install_prepared(config, MaintainRequest(Trigger.THRESHOLD), trigger - 1)
+    assert may_install_prepared(config, MaintainRequest(Trigger.THRESHOLD), trigger)
+    assert may_install_prepared(config, MaintainRequest(Trigger.OVERFLOW), trigger // 2)
+    assert not may_install_prepared(config, MaintainRequest(Trigger.COMPACT), trigger * 2)
+    off = SessionConfig(context_window=100_000, prefold_ratio=0.0)
+    assert not may_install_prepared(off, MaintainRequest(Trigger.OVERFLOW), trigger * 2)

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ctxfold.engine.candidate import FoldDocument
-from ctxfold.engine.maintenance import prune, prune_room
-from ctxfold.engine.model import StoredMessage
+from ctxfold.engine.maintenance import MaintainRequest, Trigger, prune, prune_room
+from ctxfold.engine.model import SessionConfig, StoredMessage
 from ctxfold.engine.projection import Projection, after_position, apply_pass
 from ctxfold.engine.view import Checkpoint
 
@@ -53,6 +53,17 @@ def prefold_due(projection: Projection) -> bool:
         return False
     pruned = replace(projection, pruned=prune(projection))
     return pruned.tokens() >= config.prefold_tokens - prune_room(projection)
+
+
+def may_install_prepared(config: SessionConfig, request: MaintainRequest, tokens: int) -> bool:
+    """Whether a round may install a prepared fold (and so reads one): with background folds on, a Prepare
+    whose view (`tokens` when the round loaded it) reached the trigger, or one on overflow. Below the
+    trigger a prepared fold waits; a Compact folds what it is asked to."""
+    if config.prefold_tokens == 0:
+        return False
+    return request.trigger is Trigger.OVERFLOW or (
+        request.trigger is Trigger.THRESHOLD and tokens >= config.trigger_tokens
+    )
 
 
 def applied(projection: Projection, prepared: PreparedFold) -> Projection | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from ctxfold.engine.background import PreparedFold, applied, covered_digest, prefold_due
+from ctxfold.engine.background import PreparedFold, applied, covered_digest, may_install_prepared, prefold_due
 from ctxfold.engine.candidate import Accepted, fold_install
 from ctxfold.engine.context import Context
 from ctxfold.engine.errors import DomainError
@@ -152,10 +152,7 @@ class BackgroundFolds:
     async def read_prepared(self, run: Run) -> PreparedFold | None:
         """The session's prepared fold when this round may install one (a Prepare at or above the
         trigger); one that no longer applies is discarded here, with a receipt (its summary was paid for)."""
-        config = run.config
-        if config.prefold_tokens == 0 or run.request.trigger not in (Trigger.THRESHOLD, Trigger.OVERFLOW):
-            return None
-        if run.first_tokens < config.trigger_tokens and run.request.trigger is Trigger.THRESHOLD:
+        if not may_install_prepared(run.config, run.request, run.first_tokens):
             return None
         prepared = await self.store.read_prepared(run.session)
         if prepared is None or applied(run.projection, prepared) is not None:
