@@ -1,0 +1,256 @@
+"""The request handler: read the agent's request, let `contexts` reconcile and prepare, rewrite it
+with the view, send it on (`read_rounds`, `upstream`), say what happened in response headers and one
+span per request, and report usage afterwards; or, when ctxfold does not take part, forward the
+request unchanged. Decisions live in the pure modules."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+from ctxfold_client import Action, CtxfoldError, ErrorReason, Usage
+from opentelemetry import propagate, trace
+
+from ctxfold.gateway.contexts import Contexts, NewSession, Prepared, unreachable
+from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, Conversation
+from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
+from ctxfold.gateway.formats.openai_chat import OpenAIChat
+from ctxfold.gateway.formats.openai_responses import OpenAIResponses
+from ctxfold.gateway.identity import context_window, session_key
+from ctxfold.gateway.pieces import compact_json
+from ctxfold.gateway.read_rounds import Exchange, ReadRounds, offers_read_tool, with_read_tool
+from ctxfold.gateway.settings import GatewaySettings, key_sha256, load_tenants
+from ctxfold.gateway.upstream import Upstream, UpstreamUnreachable, forwarded_headers, json_response
+
+log = logging.getLogger("ctxfold.gateway")
+tracer = trace.get_tracer("ctxfold.gateway")
+
+OPENAI, ANTHROPIC = OpenAIChat(), AnthropicMessages()
+APIS: tuple[ApiFormat, ...] = (OPENAI, OpenAIResponses(), ANTHROPIC)
+# Agents send whole histories, with images: the largest request body accepted.
+MAX_REQUEST_BYTES = 64 << 20
+ACTION_NAMES = {Action.NONE: "none", Action.PRUNED: "pruned", Action.FOLDED: "folded"}
+SESSION_HEADER = "x-ctxfold-session"
+WINDOW_HEADER = "x-ctxfold-context-window"
+TOKEN_HEADER = "x-ctxfold-token"
+
+
+@dataclass(frozen=True)
+class Caller:
+    api_key: str  # the agent's provider key: forwarded, hashed into session keys, never stored
+    token: str  # the ctxfold bearer token of its tenant ("" = the gateway's single tenant)
+
+
+def api_key_of(headers: Mapping[str, str]) -> str:
+    authorization = headers.get("Authorization", "")
+    if authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip()
+    return headers.get("x-api-key", "")
+
+
+def upstream_request(api: ApiFormat, body: dict[str, Any], prepared: Prepared, offers_read: bool) -> dict[str, Any]:
+    """The agent's request with the view for its history (and the read tool when offered)."""
+    cache = CacheHints(prepared.view.prompt_cache_key, prepared.view.stable_prefix_messages)
+    rewritten = api.rewritten(body, prepared.entries, cache)
+    return with_read_tool(api, rewritten) if offers_read else rewritten
+
+
+def answer_ctxfold_headers(prepared: Prepared, key: str) -> dict[str, str]:
+    return {
+        SESSION_HEADER: prepared.session_id,
+        "x-ctxfold-session-key": key.split(":", 1)[1],  # without the API key's digest
+        "x-ctxfold-action": ACTION_NAMES.get(prepared.view.action, "none"),
+        "x-ctxfold-view-tokens": str(prepared.view.estimated_tokens),
+    }
+
+
+def new_session(conversation: Conversation, window: int) -> NewSession:
+    """What the request sets when it creates its session."""
+    return NewSession(
+        window=window,
+        max_output_tokens=min(conversation.max_output_tokens, window // 4),
+        tools_json=compact_json(list(conversation.tools)) if conversation.tools else "",
+        model=conversation.model,
+    )
+
+
+def describe(span: trace.Span, prepared: Prepared) -> None:
+    """What ctxfold did, on the request's span."""
+    span.set_attribute("gen_ai.conversation.id", prepared.session_id)
+    span.set_attribute("ctxfold.action", ACTION_NAMES.get(prepared.view.action, "none"))
+    span.set_attribute("ctxfold.view_tokens", prepared.view.estimated_tokens)
+    span.set_attribute("ctxfold.appended", prepared.appended)
+    if prepared.rewound_to is not None:
+        span.set_attribute("ctxfold.rewound_to_seq", prepared.rewound_to)
+
+
+class Gateway:
+    def __init__(self, settings: GatewaySettings, upstream: Upstream):
+        self.settings = settings
+        self.contexts = Contexts(settings)
+        self.tenants = load_tenants(settings.tenants_file)
+        self.windows = settings.windows()
+        self.upstream = upstream
+        self.rounds = ReadRounds(upstream, self.contexts, settings.max_read_rounds)
+        self._background: set[asyncio.Task[None]] = set()
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        for api in APIS:
+            app.router.add_post(api.path, self._handler(api))
+        app.router.add_route("*", "/{tail:.*}", self.pass_through)
+        return app
+
+    async def close(self) -> None:
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.contexts.close()
+
+    def _handler(self, api: ApiFormat) -> Any:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            try:
+                return await self.handle(api, request)
+            except UpstreamUnreachable as exc:
+                return self._unreachable(api, exc)
+
+        return handle
+
+    def _unreachable(self, api: ApiFormat, exc: UpstreamUnreachable) -> web.Response:
+        log.warning("the upstream cannot be reached: %s", exc)
+        return self._error(api, 502, f"ctxfold gateway: the upstream cannot be reached ({exc})")
+
+    def base_url(self, provider: str) -> str:
+        base = self.settings.anthropic_base_url if provider == "anthropic" else self.settings.openai_base_url
+        return base.rstrip("/")
+
+    def caller(self, headers: Mapping[str, str]) -> Caller:
+        api_key = api_key_of(headers)
+        token = headers.get(TOKEN_HEADER) or self.tenants.get(key_sha256(api_key)) or self.settings.token
+        return Caller(api_key, token)
+
+    # ---- the three APIs ----------------------------------------------------------------------------
+
+    async def handle(self, api: ApiFormat, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        if self.settings.mode == "pass_through":
+            return await self.upstream.relay(request, self.base_url(api.provider) + request.path_qs, raw, {})
+        try:
+            body = orjson.loads(raw)
+            if not isinstance(body, dict):
+                raise BadRequest("the request body must be a JSON object")
+            conversation = api.conversation(body)
+            window = self._window(request.headers, conversation.model)
+        except orjson.JSONDecodeError as exc:
+            return self._error(api, 400, f"the request body is not valid JSON: {exc}")
+        except BadRequest as exc:
+            return self._error(api, 400, str(exc))
+        context = propagate.extract(request.headers)
+        name = f"chat {conversation.model}" if conversation.model else "chat"
+        with tracer.start_as_current_span(name, context=context, kind=trace.SpanKind.SERVER) as span:
+            span.set_attribute("gen_ai.operation.name", "chat")
+            span.set_attribute("gen_ai.provider.name", api.provider)
+            span.set_attribute("gen_ai.request.model", conversation.model)
+            span.set_attribute("ctxfold.gateway.api", api.api)
+            if conversation.not_reconciled:
+                return await self._unchanged(api, request, raw, conversation.not_reconciled)
+            return await self._with_ctxfold(api, request, raw, body, conversation, window)
+
+    async def _with_ctxfold(
+        self,
+        api: ApiFormat,
+        request: web.Request,
+        raw: bytes,
+        body: dict[str, Any],
+        conversation: Conversation,
+        window: int,
+    ) -> web.StreamResponse:
+        """The request with the view ctxfold prepared for its history, upstream and back."""
+        span = trace.get_current_span()
+        caller = self.caller(request.headers)
+        key = session_key(api.api, caller.api_key, request.headers.get(SESSION_HEADER, ""), conversation.model,
+                          conversation.pieces)  # fmt: skip
+        try:
+            prepared = await self.contexts.prepare(
+                caller.token, key, api, conversation, new_session(conversation, window)
+            )
+        except CtxfoldError as error:
+            span.set_attribute("ctxfold.error.reason", error.reason)
+            if error.reason == ErrorReason.CONTEXT_BUDGET_UNSATISFIED:
+                tokens = int(error.metadata.get("estimated_tokens", 0) or 0)
+                return json_response(400, api.context_length_error(tokens, window), {})
+            return await self._ctxfold_failed(api, request, raw, error)
+        describe(span, prepared)
+        offers_read = self.settings.max_read_rounds > 0 and offers_read_tool(prepared, conversation)
+        upstream_body = upstream_request(api, body, prepared, offers_read)
+        url = self.base_url(api.provider) + request.path_qs
+        exchange = Exchange(api, url, forwarded_headers(request.headers), prepared,
+                            answer_ctxfold_headers(prepared, key), caller.token, offers_read)  # fmt: skip
+        if conversation.stream:
+            response, usage = await self.rounds.stream(exchange, request, upstream_body)
+        else:
+            response, usage = await self.rounds.complete(exchange, upstream_body)
+        if usage is not None:
+            self._observe(exchange, usage)
+        return response
+
+    def _window(self, headers: Mapping[str, str], model: str) -> int:
+        given = headers.get(WINDOW_HEADER)
+        if given is None:
+            return context_window(model, self.windows)
+        if not given.isdigit() or int(given) < 1000:
+            raise BadRequest(f"{WINDOW_HEADER}: must be a whole number of tokens, at least 1000 (got {given!r})")
+        return int(given)
+
+    def _observe(self, exchange: Exchange, usage: Usage) -> None:
+        """Reports usage after the answer, never delaying it; a failure is logged, not raised."""
+        span = trace.get_current_span()
+        span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+        prepared, token = exchange.prepared, exchange.token
+        if not usage.input_tokens or not prepared.observe:
+            return
+
+        async def observe() -> None:
+            try:
+                await self.contexts.client(token).observe_usage(prepared.session_id, prepared.view, usage)
+            except CtxfoldError as error:
+                log.warning("ObserveUsage for session %s failed: %s", prepared.session_id, error)
+
+        task = asyncio.get_running_loop().create_task(observe())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ---- when ctxfold does not take part --------------------------------------------------------
+
+    async def _ctxfold_failed(
+        self, api: ApiFormat, request: web.Request, raw: bytes, error: CtxfoldError
+    ) -> web.StreamResponse:
+        state = "unreachable" if unreachable(error) else "refused the request"
+        why = f"ctxfold {state}: {error.reason or error.code.name}"
+        if self.settings.fail_mode == "closed":
+            log.warning("%s; answered 503 (fail_mode closed)", why)
+            return json_response(503, api.error(503, f"{why}: {error.message}"), {"x-ctxfold-warning": why})
+        log.warning("%s; request forwarded unchanged (fail_mode open)", why)
+        return await self._unchanged(api, request, raw, why)
+
+    async def _unchanged(self, api: ApiFormat, request: web.Request, raw: bytes, why: str) -> web.StreamResponse:
+        url = self.base_url(api.provider) + request.path_qs
+        return await self.upstream.relay(request, url, raw, {"x-ctxfold-warning": why, "x-ctxfold-action": "none"})
+
+    async def pass_through(self, request: web.Request) -> web.StreamResponse:
+        """Anything the gateway does not change (`/v1/models`, `/v1/messages/count_tokens`, ...), to
+        the upstream of its provider: Anthropic's paths and requests, else OpenAI's."""
+        anthropic = request.path.startswith("/v1/messages") or "anthropic-version" in request.headers
+        api = ANTHROPIC if anthropic else OPENAI
+        url = self.base_url(api.provider) + request.path_qs
+        try:
+            return await self.upstream.relay(request, url, await request.read(), {})
+        except UpstreamUnreachable as exc:
+            return self._unreachable(api, exc)
+
+    def _error(self, api: ApiFormat, status: int, message: str) -> web.Response:
+        return json_response(status, api.error(status, message), {})

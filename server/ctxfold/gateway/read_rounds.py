@@ -1,0 +1,163 @@
+"""The read tool's rounds: `read_tool_result` is offered when the view hides results, the model's
+calls of it are answered here from ReadToolResult and the upstream is asked again, and the agent
+gets one answer without them: the last round's JSON answer, or one stream spliced from every round
+(`splice`)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from ctxfold_client import Usage, tool_definitions
+from ctxfold_client.tools import READ_TOOL_RESULT
+from multidict import CIMultiDict
+from opentelemetry import trace
+
+from ctxfold.gateway.contexts import Contexts, Prepared
+from ctxfold.gateway.formats import ApiFormat, Conversation, as_dict
+from ctxfold.gateway.splice import KEEP, SPLICERS, Splicer, event_bytes
+from ctxfold.gateway.sse import EventSplitter
+from ctxfold.gateway.upstream import Upstream, UpstreamUnreachable, answer_headers, json_response
+
+log = logging.getLogger("ctxfold.gateway")
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One agent request on its way upstream."""
+
+    api: ApiFormat
+    url: str
+    forward: CIMultiDict[str]  # the headers the upstream gets
+    prepared: Prepared
+    headers: dict[str, str]  # the x-ctxfold-* headers the agent gets
+    token: str  # the ctxfold bearer token of the agent's tenant
+    offers_read: bool  # read_tool_result is offered and answered here
+
+
+def tool_name(tool: Any) -> str:
+    """A tool definition's name in any of the three APIs."""
+    tool = as_dict(tool)
+    return str(as_dict(tool.get("function")).get("name") or tool.get("name") or "")
+
+
+def offers_read_tool(prepared: Prepared, conversation: Conversation) -> bool:
+    """The view hides a result (a summary, a bounded or pruned one) and the agent has no tool of that name."""
+    hides = any(m.summary or m.pruned or m.truncated for m in prepared.view.messages)
+    return hides and READ_TOOL_RESULT not in {tool_name(tool) for tool in conversation.tools}
+
+
+def with_read_tool(api: ApiFormat, body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with the read tool among its tools."""
+    return api.tools_with(body, [t for t in tool_definitions(api.tool_format) if tool_name(t) == READ_TOOL_RESULT])
+
+
+class ReadRounds:
+    """Sends an exchange upstream and answers the model's read calls, up to `max_rounds` rounds.
+    Each method answers the agent and the first round's usage (None when there is none to report)."""
+
+    def __init__(self, upstream: Upstream, contexts: Contexts, max_rounds: int):
+        self.upstream = upstream
+        self.contexts = contexts
+        self.max_rounds = max_rounds
+
+    async def complete(self, exchange: Exchange, body: dict[str, Any]) -> tuple[web.StreamResponse, Usage | None]:
+        """A JSON answer: the last round's (a final round that still reads, without its read calls)."""
+        api, rounds = exchange.api, 0
+        first_usage: Usage | None = None
+        while True:
+            status, upstream_headers, payload = await self.upstream.post(exchange.url, exchange.forward, body)
+            if status != 200:
+                break
+            try:
+                response = as_dict(orjson.loads(payload))
+            except orjson.JSONDecodeError:
+                break
+            if first_usage is None:
+                first_usage = api.usage(response)
+            if not exchange.offers_read or not api.read_calls(response, READ_TOOL_RESULT):
+                break
+            if rounds >= self.max_rounds:  # the agent never sees a tool it did not define
+                payload = orjson.dumps(api.without_calls(response, READ_TOOL_RESULT))
+                break
+            rounds += 1
+            body = api.continued(body, response, await self._answers(exchange, response))
+        trace.get_current_span().set_attribute("ctxfold.read_rounds", rounds)
+        headers = {**exchange.headers, "x-ctxfold-read-rounds": str(rounds)}
+        return json_response(status, payload, headers, upstream_headers), first_usage
+
+    async def stream(
+        self, exchange: Exchange, request: web.Request, body: dict[str, Any]
+    ) -> tuple[web.StreamResponse, Usage | None]:
+        """Event by event, as each arrives; with the read tool offered, its rounds are spliced into
+        the one stream the agent reads."""
+        api = exchange.api
+        splicer = SPLICERS[api.api](READ_TOOL_RESULT) if exchange.offers_read else None
+        response: web.StreamResponse | None = None
+        usage = Usage(0)
+        rounds = 0
+        while True:
+            try:
+                async with self.upstream.call("POST", exchange.url, orjson.dumps(body), exchange.forward) as answer:
+                    if answer.status != 200:
+                        if response is None:
+                            payload = await answer.read()
+                            return json_response(answer.status, payload, exchange.headers, answer.headers), None
+                        log.warning("read round %d of session %s failed upstream: HTTP %d", rounds,
+                                    exchange.prepared.session_id, answer.status)  # fmt: skip
+                        break
+                    if response is None:
+                        headers = answer_headers(answer.headers, exchange.headers)
+                        response = web.StreamResponse(status=200, headers=headers)
+                        await response.prepare(request)
+                    usage = await self._forward_events(api, answer.content, response, splicer, usage, rounds == 0)
+            except UpstreamUnreachable as exc:
+                if response is None:
+                    raise
+                log.warning("read round %d of session %s: %s", rounds, exchange.prepared.session_id, exc)
+                break
+            if splicer is None or not splicer.holds_end:
+                break
+            rounds += 1
+            turn = splicer.turn()
+            body = api.continued(body, turn, await self._answers(exchange, turn))
+            splicer.next_round(can_continue=rounds < self.max_rounds)
+        trace.get_current_span().set_attribute("ctxfold.read_rounds", rounds)
+        assert response is not None  # the loop returns before the first round sent anything, or sends
+        await response.write_eof()
+        return response, usage
+
+    @staticmethod
+    async def _forward_events(
+        api: ApiFormat,
+        content: aiohttp.StreamReader,
+        response: web.StreamResponse,
+        splicer: Splicer | None,
+        usage: Usage,
+        first: bool,
+    ) -> Usage:
+        """One round's events to the agent as each completes (as the splicer has them); the usage
+        they report when `first`."""
+        splitter = EventSplitter()
+        async for chunk in content.iter_any():
+            for event in splitter.feed(chunk):
+                if event.data is not None and first:
+                    usage = api.stream_usage(event.data, usage)
+                step = splicer.step(event.data) if splicer is not None else KEEP
+                if step.forward:
+                    named = splicer is not None and splicer.named_events
+                    await response.write(event.raw if step.data is None else event_bytes(step.data, named))
+        await response.write(splitter.rest())
+        return usage
+
+    async def _answers(self, exchange: Exchange, turn: dict[str, Any]) -> dict[str, str]:
+        """ctxfold's answers to the model's read calls in `turn`, by call id."""
+        client, session_id = self.contexts.client(exchange.token), exchange.prepared.session_id
+        return {
+            call.call_id: await client.dispatch_tool_call(session_id, READ_TOOL_RESULT, call.arguments) or ""
+            for call in exchange.api.read_calls(turn, READ_TOOL_RESULT)
+        }

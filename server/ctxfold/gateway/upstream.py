@@ -1,0 +1,98 @@
+"""Forwarding to the provider: the headers each way, one upstream call (its own span, whose trace
+context the upstream gets), a request relayed as it came with its answer streamed back, and JSON
+answers to the agent."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from opentelemetry import propagate, trace
+
+tracer = trace.get_tracer("ctxfold.gateway")
+
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+     "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding", "content-encoding"}
+)  # fmt: skip
+
+
+class UpstreamUnreachable(Exception):
+    """No answer came from the upstream (refused, reset, timed out before its headers)."""
+
+
+def forwarded_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    """The agent's headers as the upstream gets them: without hop-by-hop headers and ctxfold's own."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower not in HOP_BY_HOP and not lower.startswith("x-ctxfold-"):
+            out.add(name, value)
+    out["Accept-Encoding"] = "identity"  # the client gets the upstream's bytes as they are
+    return out
+
+
+def answer_headers(upstream: CIMultiDictProxy[str], extra: Mapping[str, str]) -> CIMultiDict[str]:
+    """The upstream's answer headers as the agent gets them: without hop-by-hop headers, with `extra`."""
+    out: CIMultiDict[str] = CIMultiDict((k, v) for k, v in upstream.items() if k.lower() not in HOP_BY_HOP)
+    out.update(extra)
+    return out
+
+
+def json_response(
+    status: int, payload: bytes, extra: Mapping[str, str], upstream: CIMultiDictProxy[str] | None = None
+) -> web.Response:
+    """A whole answer to the agent: `payload` with the upstream's headers (when it came from there)
+    and `extra`."""
+    headers = answer_headers(upstream, extra) if upstream is not None else CIMultiDict(extra)
+    headers.setdefault("Content-Type", "application/json")
+    return web.Response(status=status, body=payload, headers=headers)
+
+
+class Upstream:
+    """The provider, through one aiohttp client session."""
+
+    def __init__(self, session: aiohttp.ClientSession):
+        self.session = session
+
+    @contextlib.asynccontextmanager
+    async def call(
+        self, method: str, url: str, data: bytes | None, forward: CIMultiDict[str]
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One upstream call (a span of its own, whose trace context the upstream gets), open until
+        its body is read. UpstreamUnreachable when no answer came (nothing was sent to the agent)."""
+        with tracer.start_as_current_span(f"{method} upstream", kind=trace.SpanKind.CLIENT) as span:
+            span.set_attribute("url.full", url)
+            headers = CIMultiDict(forward)
+            propagate.inject(headers)
+            try:
+                answer = await self.session.request(method, url, data=data, headers=headers)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise UpstreamUnreachable(f"{url}: {exc or type(exc).__name__}") from exc
+            span.set_attribute("http.response.status_code", answer.status)
+            try:
+                yield answer
+            finally:
+                answer.release()
+
+    async def post(
+        self, url: str, forward: CIMultiDict[str], body: dict[str, Any]
+    ) -> tuple[int, CIMultiDictProxy[str], bytes]:
+        """`body` posted as JSON: the answer's status, headers and whole body."""
+        async with self.call("POST", url, orjson.dumps(body), forward) as answer:
+            return answer.status, answer.headers, await answer.read()
+
+    async def relay(self, request: web.Request, url: str, raw: bytes, extra: dict[str, str]) -> web.StreamResponse:
+        """The request as it came, the answer as it comes (streamed chunk by chunk)."""
+        async with self.call(request.method, url, raw or None, forwarded_headers(request.headers)) as answer:
+            response = web.StreamResponse(status=answer.status, headers=answer_headers(answer.headers, extra))
+            await response.prepare(request)
+            async for chunk in answer.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
