@@ -15,8 +15,8 @@ import pytest
 
 from builders import call, create_session, prepare, result, user
 from conftest import fresh_database, settings_for, started_replicas, stubs_for
-from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append
-from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append, observe
+from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall, Usage
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import (
     ContextState,
@@ -245,6 +245,29 @@ def test_an_append_writes_its_bookkeeping_and_knows_the_context_after_it(state_s
     assert unchanged is not None and unchanged.revision == start.revision and unchanged.state == start.state
 
 
+def test_observed_usage_recalibrates_the_context_and_records_the_views_estimate() -> None:
+    """ObserveUsage's step: the state's calibration moves toward the reported ratio, the projection counts
+    with it (its view unchanged), the usage is recorded with the estimate of the view it reports on, and
+    the written context carries the new revision with its whole state stored."""
+    start = append(entry("s", 1, 100), AppendRequest((message(2, Role.ASSISTANT, "ok"),), now=5.0))
+    assert start.answered is not None
+    context = start.written(3)
+    assert context is not None
+    view = context.state.views[-1]
+    usage = Usage(view.version, 0, view.estimated_tokens * 2, 0, 10, "stop")
+    step = observe(context, usage)
+    assert step.accepted and step.usage == replace(usage, estimated_tokens=view.estimated_tokens)
+    calibration = step.context.state.calibration
+    assert 1.0 < calibration < 2.0 and step.context.projection.calibration == calibration
+    assert step.context.projection.view() == context.projection.view()
+    assert step.context.projection.tokens() > context.projection.tokens()
+    written = step.written(4)
+    assert written.revision == 4 and written.state_stored and written.state == step.context.state
+    unknown = observe(context, replace(usage, view_version=view.version + 99))
+    assert not unknown.accepted and unknown.usage.estimated_tokens == 0
+    assert unknown.context.state.calibration == context.state.calibration
+
+
 # ---- the extended projection is the rebuilt one ---------------------------------------------------
 
 
@@ -368,3 +391,41 @@ async def test_a_receipt_written_apart_from_a_call_moves_the_cached_context_with
     grown = server.contexts.cached(TENANT, session.id)
     assert grown is not None and grown.revision == revision == after.revision + 1  # not skipped
     assert grown.state.last_receipt == receipt
+
+
+async def test_usage_is_one_write_from_the_cached_context_and_no_observation_is_lost(
+    two_servers: tuple[Replica, Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ObserveUsage on a cached session opens no transaction of the store's own (it reads nothing): it writes
+    the observed state and the usage row together, the append's one write, over the cached state's
+    revision, and the cache follows. When another replica observed in between, the stale write is refused
+    and made again on the store's context: every observation is counted once, with one row each."""
+    a, b = two_servers
+    session = await create_session(a.stub, context_window=100_000)
+    answer = (await prepare(a.stub, session.id, user("task " * 200))).result
+    before = a.running.contexts.cached(TENANT, session.id)
+    assert before is not None
+    transactions: list[str] = []
+    store = a.running.store
+    for name in ("_read", "_write"):
+        opened = getattr(store, name)
+        monkeypatch.setattr(store, name, lambda opened=opened, name=name: (transactions.append(name), opened())[1])
+
+    async def observe(replica: Replica) -> pb.ObserveUsageResponse:
+        request = pb.ObserveUsageRequest(
+            session_id=session.id, view_version=answer.view_version, input_tokens=answer.estimated_tokens * 11 // 10
+        )
+        response: pb.ObserveUsageResponse = await replica.stub.ObserveUsage(request)
+        return response
+
+    first = await observe(a)
+    assert transactions == [] and first.calibration_accepted and first.calibration > 1.0
+    cached = a.running.contexts.cached(TENANT, session.id)
+    assert cached is not None and cached.revision == before.revision + 1
+    assert cached.state.calibration == first.calibration == cached.projection.calibration
+    await observe(b)  # a's cached state is now a revision behind
+    third = await observe(a)
+    assert transactions == ["_read"]  # the refused write read the store's context once
+    state, _ = await a.running.maintenance.states.read(cached.session)
+    assert state.telemetry["observations"] == 3 and state.calibration == third.calibration
+    assert (await store.row_counts())["usage_observations"] == 3

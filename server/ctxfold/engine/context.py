@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 
 from ctxfold.engine.answer import Answering, PreparedContext, answer
 from ctxfold.engine.maintenance import Action, Answer, MaintainRequest, Snapshot, Trigger, decide
-from ctxfold.engine.model import SessionConfig, StoredMessage
+from ctxfold.engine.model import SessionConfig, StoredMessage, Usage
 from ctxfold.engine.projection import Projection, check_fixed_costs
-from ctxfold.engine.state import ContextState, fingerprint, load_state
+from ctxfold.engine.state import ContextState, fingerprint, load_state, observed
 from ctxfold.engine.transcript import advance_open_calls
 from ctxfold.engine.view import Checkpoint
 
@@ -113,6 +113,28 @@ class Appended:
         state = self.answered.state if self.answered else self.context.state
         stored = bool(revision) or self.context.state_stored
         return replace(self.context, state=state, revision=revision or self.context.revision, state_stored=stored)
+
+
+@dataclass(frozen=True)
+class UsageObserved:
+    """What ObserveUsage writes: the context with the observed state (calibration, counters) and its projection
+    recalibrated, and the usage as recorded (with the estimate of the view it reports on)."""
+
+    context: Context
+    usage: Usage
+    accepted: bool  # whether the calibration moved toward this observation
+
+    def written(self, revision: int) -> Context:
+        """The context once its whole state is stored as `revision`."""
+        return replace(self.context, revision=revision, state_stored=True)
+
+
+def observe(context: Context, usage: Usage) -> UsageObserved:
+    """The provider's `usage` for one of the session's views, observed on its context (`observed`)."""
+    result = observed(context.state, usage)
+    projection = context.projection.recalibrated(result.state.calibration)
+    recorded = replace(usage, estimated_tokens=result.estimated_tokens)
+    return UsageObserved(replace(context, projection=projection, state=result.state), recorded, result.accepted)
 
 
 @dataclass(frozen=True)

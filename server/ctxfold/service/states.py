@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ctxfold.engine.context import SessionRecord
+from ctxfold.engine.context import SessionRecord, observe
 from ctxfold.engine.errors import kept_changing
 from ctxfold.engine.model import Usage
-from ctxfold.engine.state import ContextState, Observed, Receipt, check_usage, fingerprint, load_state, observed
+from ctxfold.engine.state import ContextState, Receipt, check_usage, fingerprint, load_state
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.observer import MaintenanceObserver
 from ctxfold.store import Store
+from ctxfold.store.append import AppendWrite, Bookkeeping, Written
 from ctxfold.telemetry import INSTRUMENTS
 
 # A write that keeps losing compare-and-swap races gives up after this many rounds.
@@ -58,22 +59,26 @@ class ContextStates:
         self.contexts.written(session, changed, grown_by=())
 
     async def observe_usage(self, tenant: str, session_id: str, usage: Usage) -> tuple[float, bool]:
-        """Records provider usage and calibrates the estimator; never maintains anything."""
+        """Records provider usage and calibrates the estimator; never maintains anything. One write, as an
+        append's: the session's context (cached), observed, written over its state's revision with the usage
+        row; the cached context follows it."""
         check_usage(usage)
-        results: list[Observed] = []
-
-        def observe(state: ContextState) -> ContextState:
-            results.append(observed(state, usage))
-            return results[-1].state
-
-        session = await self.change(await self.store.get_session(tenant, session_id), observe)
-        if session is None:
-            raise kept_changing(session_id)
-        result = results[-1]
-        await self.store.record_usage(session, replace(usage, estimated_tokens=result.estimated_tokens))
-        INSTRUMENTS.usage_input_tokens.add(usage.cached_input_tokens, {"ctxfold.cached": True})
-        INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, {"ctxfold.cached": False})
-        return result.state.calibration, result.accepted
+        for attempt in range(MAX_ROUNDS):
+            context = await self.contexts.load(tenant, session_id, fresh=attempt > 0)
+            result = observe(context, usage)
+            session, now = context.session, self.store.clock()
+            book = Bookkeeping(result.context.state.to_json(), context.revision, whole=True)
+            write = AppendWrite(session, replace(session, update_time=now), (), (), "", book, result.usage)
+            match await self.store.append(write):
+                case Written(revision) if revision:
+                    self.contexts.written(session, result.written(revision), grown_by=())
+                    INSTRUMENTS.usage_input_tokens.add(usage.cached_input_tokens, {"ctxfold.cached": True})
+                    cached = {"ctxfold.cached": False}
+                    INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, cached)
+                    return result.context.state.calibration, result.accepted
+                case _:  # the session or its state changed since the context was read: read the store's
+                    self.contexts.written(session, None)
+        raise kept_changing(session_id)
 
     async def context_state(self, tenant: str, session_id: str) -> str:
         """The stored state when it is valid for the session, else the state it would be rebuilt to."""

@@ -1,5 +1,6 @@
-"""The one write of an append (messages, raw results, request id, the answer's bookkeeping): a compare-and-swap
-in one transaction, run by the database driver itself. See docs/architecture.md, One path for every append."""
+"""The one write of an agent's step (an append's messages, raw results and request id, the answer's bookkeeping;
+or ObserveUsage's state and usage row): a compare-and-swap in one transaction, run by the database driver
+itself. See docs/architecture.md, One path for every append."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxfold import cpu
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.model import StoredMessage, text_chars
+from ctxfold.engine.model import StoredMessage, Usage, text_chars
 from ctxfold.store import schema
 from ctxfold.store.database import configure_sqlite_connection
 from ctxfold.store.errors import raise_store_error
-from ctxfold.store.rows import EncodedResult, head_values, message_values
+from ctxfold.store.rows import USAGE_FIELDS, EncodedResult, head_values, message_values, usage_values
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class Bookkeeping:
 @dataclass(frozen=True)
 class AppendWrite:
     """One append, decided on the session as `seen`: it becomes `after` once `messages` (stored forms,
-    with seqs) are written. No messages: the bookkeeping alone, while the session is still `seen`."""
+    with seqs) are written. No messages: the bookkeeping alone, while the session is still `seen`. A
+    `usage` report is recorded with the bookkeeping, when that is written."""
 
     seen: SessionRecord
     after: SessionRecord
@@ -49,6 +51,7 @@ class AppendWrite:
     raw_results: tuple[EncodedResult, ...]
     request_id: str = ""
     bookkeeping: Bookkeeping | None = None
+    usage: Usage | None = None
 
     @property
     def size(self) -> int:
@@ -146,6 +149,10 @@ class _SqliteStatements:
             "message": insert(schema.messages),
             "result": insert(schema.tool_results),
             "chunk": insert(schema.tool_result_chunks),
+            # Its id is the database's.
+            "usage": insert(schema.usage_observations).values(
+                {name: bindparam(name) for name in ("session_id", *USAGE_FIELDS, "create_time")}
+            ),
             "bookkeeping": update(schema.context_states)
             .where(cs.session_id == bindparam("at_id"), cs.revision == bindparam("revision"))
             .values(
@@ -277,36 +284,54 @@ class SqliteAppender:
             "now": append.after.update_time,
         }
         run(conn, "whole_state" if book.whole else "bookkeeping", values)
+        if append.usage is not None:
+            run(conn, "usage", usage_values(append.seen.id, append.usage, append.after.update_time))
         return Written(book.revision + 1)  # the revision was checked in this transaction
 
 
 # ---- PostgreSQL ---------------------------------------------------------------------------------
 
 
-def _array_type(column: Column[Any]) -> str:
-    return f"{column.type.compile(dialect=postgresql.dialect())}[]"  # type: ignore[no-untyped-call]
+def _type(column: Column[Any]) -> str:
+    return str(column.type.compile(dialect=postgresql.dialect()))  # type: ignore[no-untyped-call]
 
 
 def _unnest(table: Table, first: int) -> tuple[str, tuple[str, ...]]:
     """`INSERT INTO table (…) SELECT u.* FROM swapped, unnest($first::type[], …) AS u`: the rows as one
     array per column, inserted only when the session's swap (the CTE `swapped`) changed its row."""
     names = tuple(c.name for c in table.columns)
-    arrays = ", ".join(f"${first + i}::{_array_type(table.c[name])}" for i, name in enumerate(names))
+    arrays = ", ".join(f"${first + i}::{_type(table.c[name])}[]" for i, name in enumerate(names))
     return f"INSERT INTO {table.name} ({', '.join(names)}) SELECT u.* FROM swapped, unnest({arrays}) AS u", names
+
+
+# $1-$4 the session as seen (id, tenant, version, branch), $5-$8 the bookkeeping, its revision (-1: none), whether
+# whole, the time; $9 whether a usage row is recorded, then its fields; the append's own from APPEND_FIRST on.
+_USAGE_FIRST = 10
+_APPEND_FIRST = _USAGE_FIRST + len(USAGE_FIELDS)
+
+
+def _usage_insert() -> str:
+    """The usage row, inserted only when the bookkeeping was written (the CTE `book`)."""
+    u = schema.usage_observations.c
+    values = ", ".join(f"${_USAGE_FIRST + i}::{_type(u[name])}" for i, name in enumerate(USAGE_FIELDS))
+    return (
+        f"usage AS (INSERT INTO usage_observations (session_id, create_time, {', '.join(USAGE_FIELDS)}) "
+        f"SELECT $1::varchar, $8::float8, {values} FROM book WHERE $9::boolean)"
+    )
 
 
 @dataclass(frozen=True)
 class _PostgresStatements:
-    append: str  # with messages: swap, request id, messages, results, chunks, bookkeeping
-    bookkeeping: str  # without: the bookkeeping, while the session is current
+    append: str  # with messages: swap, request id, messages, results, chunks, bookkeeping, usage
+    bookkeeping: str  # without: the bookkeeping (and usage), while the session is current
     message_columns: tuple[str, ...]
     result_columns: tuple[str, ...]
     chunk_columns: tuple[str, ...]
 
     @staticmethod
     def compile() -> _PostgresStatements:
-        # $1-$4 the session as seen (id, tenant, version, branch), $5-$8 the bookkeeping, its revision (-1: none),
-        # whether whole, the time; the append adds $9 request id, $10-$12 the new head, $13 message ids, arrays.
+        # The append adds: request id, the new head (3), message ids, then the rows' arrays.
+        request, head, ids = f"${_APPEND_FIRST}", [f"${_APPEND_FIRST + i}" for i in (1, 2, 3)], f"${_APPEND_FIRST + 4}"
         current = "id = $1 AND tenant = $2 AND version = $3 AND branch_id = $4"
         # Bookkeeping's state written since (by this statement's snapshot) makes the write stale; one written
         # between the snapshot and the update only makes the bookkeeping skipped.
@@ -314,17 +339,20 @@ class _PostgresStatements:
         book = (
             "book AS (UPDATE context_states SET state_json = CASE WHEN $7 THEN $5 ELSE state_json END, "
             "bookkeeping_json = CASE WHEN $7 THEN NULL ELSE $5 END, revision = revision + 1, update_time = $8 "
-            "WHERE session_id = $1 AND revision = $6 AND EXISTS (SELECT 1 FROM swapped) RETURNING revision)"
+            f"WHERE session_id = $1 AND revision = $6 AND EXISTS (SELECT 1 FROM swapped) RETURNING revision), "
+            f"{_usage_insert()}"
         )
-        messages, message_columns = _unnest(schema.messages, 14)
-        results, result_columns = _unnest(schema.tool_results, 14 + len(message_columns))
-        chunks, chunk_columns = _unnest(schema.tool_result_chunks, 14 + len(message_columns) + len(result_columns))
+        first = _APPEND_FIRST + 5
+        messages, message_columns = _unnest(schema.messages, first)
+        results, result_columns = _unnest(schema.tool_results, first + len(message_columns))
+        chunks, chunk_columns = _unnest(schema.tool_result_chunks, first + len(message_columns) + len(result_columns))
         append = (
-            "WITH prior AS (SELECT message_ids_json FROM append_requests WHERE session_id = $1 AND request_id = $9), "
-            "swapped AS (UPDATE sessions SET head_seq = $10, open_tool_calls = $11, version = $12, update_time = $8 "
-            f"WHERE {current} AND NOT EXISTS (SELECT 1 FROM prior) AND {state_current} RETURNING 1), "
+            "WITH prior AS (SELECT message_ids_json FROM append_requests "
+            f"WHERE session_id = $1 AND request_id = {request}), "
+            f"swapped AS (UPDATE sessions SET head_seq = {head[0]}, open_tool_calls = {head[1]}, version = {head[2]}, "
+            f"update_time = $8 WHERE {current} AND NOT EXISTS (SELECT 1 FROM prior) AND {state_current} RETURNING 1), "
             "request AS (INSERT INTO append_requests (session_id, request_id, message_ids_json, create_time) "
-            "SELECT $1::varchar, $9::varchar, $13::text, $8::float8 FROM swapped WHERE $9 <> ''), "
+            f"SELECT $1::varchar, {request}::varchar, {ids}::text, $8::float8 FROM swapped WHERE {request} <> ''), "
             f"messages AS ({messages}), results AS ({results}), chunks AS ({chunks}), {book} "
             "SELECT (SELECT message_ids_json FROM prior), (SELECT count(*) FROM swapped), (SELECT revision FROM book)"
         )
@@ -355,6 +383,8 @@ class PostgresAppender:
             book.revision if book else -1,
             book.whole if book else False,
             after.update_time,
+            append.usage is not None,
+            *(getattr(append.usage, name) if append.usage else None for name in USAGE_FIELDS),
         ]
         sql = statements.bookkeeping
         if append.messages:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ctxfold.engine.briefing import FoldNotes
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.model import Author, ProviderPayload, Role, StoredMessage, ToolCall
+from ctxfold.engine.model import Author, ProviderPayload, Role, StoredMessage, ToolCall, Usage
 from ctxfold.engine.view import Checkpoint
 
 
@@ -222,3 +222,21 @@ def state_document(row: object) -> str:
 def whole_state(state_json: str) -> dict[str, str | None]:
     """The columns of a write of the whole state: its bookkeeping is in it."""
     return {"state_json": state_json, "bookkeeping_json": None}
+
+
+# ---- usage observations -------------------------------------------------------------------------
+
+# The engine's `Usage` fields a row holds, in the order the PostgreSQL write passes them.
+USAGE_FIELDS = (
+    "view_version",
+    "estimated_tokens",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "finish_reason",
+)
+
+
+def usage_values(session_id: str, usage: Usage, now: float) -> dict[str, object]:
+    """The columns of a usage_observations row."""
+    return {"session_id": session_id, **{name: getattr(usage, name) for name in USAGE_FIELDS}, "create_time": now}

@@ -3,14 +3,14 @@ opaque here (`engine/state.py` owns it); every write compare-and-swaps on its ro
 
 from __future__ import annotations
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold.engine.candidate import FoldInstall, Install
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.lineage import ranges_within
-from ctxfold.engine.model import StoredMessage, Usage
+from ctxfold.engine.model import StoredMessage
 from ctxfold.store import schema
 from ctxfold.store.base import StaleSession, StoreBase, session_row
 from ctxfold.store.checkpoints import insert_checkpoint, load_checkpoint
@@ -114,18 +114,3 @@ class StateStore(StoreBase):
         async with self._read() as conn:
             row = (await conn.execute(_STATE_QUERY.where(cs.session_id == session.id))).first()
         return (state_document(row), row.revision) if row else (None, 0)
-
-    async def record_usage(self, session: SessionRecord, usage: Usage) -> None:
-        async with self._write() as conn:
-            await conn.execute(
-                insert(schema.usage_observations).values(
-                    session_id=session.id,
-                    view_version=usage.view_version,
-                    estimated_tokens=usage.estimated_tokens,
-                    input_tokens=usage.input_tokens,
-                    cached_input_tokens=usage.cached_input_tokens,
-                    output_tokens=usage.output_tokens,
-                    finish_reason=usage.finish_reason,
-                    create_time=self.clock(),
-                )
-            )
