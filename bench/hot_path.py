@@ -109,6 +109,13 @@ class Session:
         self.answers += 1
         self.deltas += result.delta
 
+    async def observe_usage(self) -> None:
+        """The agent's report of the provider's usage for the last view (as many tokens as estimated)."""
+        request = pb.ObserveUsageRequest(
+            session_id=self.session_id, view_version=self.view_version, input_tokens=self.view_tokens, output_tokens=50
+        )
+        await self.stub.ObserveUsage(request)
+
 
 async def new_session(stub: pb_grpc.ContextServiceAsyncStub, opts: Options, view_tokens: int, start: int) -> Session:
     """A session whose view holds about `view_tokens` of recorded agent trace, appended in batches and
@@ -192,12 +199,18 @@ async def measure_round(
 ) -> dict[str, Any]:
     order = bl.round_order(["echo", *backends], index)
     latency: dict[str, dict[str, list[float]]] = {name: {} for name in order}
+    observe_cpu_ms: dict[str, float] = {}
     for name in order:
         if name == "echo":
             latency["echo"]["echo"] = await bl.sequential(echo, opts.calls)
             continue
         for label in opts.views:
             latency[name][label] = await bl.sequential(backends[name].latency_sessions[label].delta_prepare, opts.calls)
+        cpu_before = bl.cpu_seconds(pids[name])
+        latency[name]["observe"] = await bl.sequential(
+            backends[name].latency_sessions["small"].observe_usage, opts.calls
+        )
+        observe_cpu_ms[name] = (bl.cpu_seconds(pids[name]) - cpu_before) * 1e3 / opts.calls
     calls_per_s: dict[str, dict[str, float]] = {name: {} for name in order}
     cpu_ms_per_call: dict[str, dict[str, float]] = {name: {} for name in order}
     for concurrency in opts.concurrency:
@@ -208,7 +221,12 @@ async def measure_round(
             cpu = bl.cpu_seconds(pids[name]) - cpu_before
             calls_per_s[name][str(concurrency)] = window.calls_per_s
             cpu_ms_per_call[name][str(concurrency)] = cpu * 1e3 / max(1, len(window.latencies))
-    return {"latency_s": latency, "calls_per_s": calls_per_s, "server_cpu_ms_per_call": cpu_ms_per_call}
+    return {
+        "latency_s": latency,
+        "calls_per_s": calls_per_s,
+        "server_cpu_ms_per_call": cpu_ms_per_call,
+        "observe_cpu_ms_per_call": observe_cpu_ms,
+    }
 
 
 async def run(opts: Options) -> dict[str, Any]:
@@ -272,6 +290,10 @@ def report(opts: Options, backends: dict[str, Backend], rounds: list[dict[str, A
                     ),
                 }
                 for label in opts.views
+            },
+            "observe_usage": {
+                **pooled(name, "observe"),
+                "server_cpu_ms_per_call": statistics.median(r["observe_cpu_ms_per_call"][name] for r in rounds),
             },
             "calls_per_s": throughput(name),
             "server_cpu_ms_per_call": throughput(name, "server_cpu_ms_per_call"),
@@ -388,6 +410,15 @@ def table(result: dict[str, Any]) -> str:
             ["target", "view tokens (first-last)", "p50", "p99", "x echo p50", "large/small", "delta"], rows
         )
     )
+    lines += [
+        "",
+        "ObserveUsage after the small view's Prepares (ms; server CPU per call: median over rounds, 10 ms ticks):",
+    ]
+    rows = [
+        [name, b["observe_usage"]["p50_ms"], b["observe_usage"]["p99_ms"], b["observe_usage"]["server_cpu_ms_per_call"]]
+        for name, b in result["backends"].items()
+    ]
+    lines.append(bl.render_table(["target", "p50", "p99", "server CPU"], rows))
     lines += ["", "throughput (calls/s, median over rounds; share of echo at the same concurrency):"]
     header = ["target", *(f"{c} in flight" for c in s["concurrency"])]
     rows = [["echo", *(echo["calls_per_s"][str(c)] for c in s["concurrency"])]]

@@ -40,7 +40,7 @@ def test_hot_path_smoke(tmp_path: Path) -> None:
         pytest.fail("CTXFOLD_TEST_POSTGRES_URL is not set in CI")
     table, doc = run_bench(tmp_path, "hot_path.py", "--quick", "--backends", backends)
     names = backends.split(",")
-    assert "issue 10 goals" in table and "RSS per cached session" in table, table
+    assert "issue 10 goals" in table and "RSS per cached session" in table and "ObserveUsage" in table, table
     concurrency = [str(c) for c in doc["settings"]["concurrency"]]
     calls = doc["settings"]["calls"] * doc["settings"]["rounds"]
     echo = doc["echo"]
@@ -59,6 +59,8 @@ def test_hot_path_smoke(tmp_path: Path) -> None:
         assert large["view_tokens_first"] > 5 * small["view_tokens_last"], name
         assert large["view_tokens_last"] < 0.8 * doc["settings"]["window"], name  # below the trigger: never folds
         assert measured["load_delta_fraction"] == 1.0, name
+        observe = measured["observe_usage"]
+        assert observe["calls"] == calls and 0 < observe["p50_ms"] <= observe["p99_ms"], (name, observe)
         assert all(measured["calls_per_s"][c] > 0 for c in concurrency), name
         assert all(measured["server_cpu_ms_per_call"][c] > 0 for c in concurrency), name
         assert measured["rss_kib_before_warming"] > 10_000 and measured["rss_kib_after_warming"] > 10_000, name
