@@ -4,6 +4,7 @@ bounded by bytes; and what it answers is what a server without the cache answers
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -429,3 +430,31 @@ async def test_usage_is_one_write_from_the_cached_context_and_no_observation_is_
     state, _ = await a.running.maintenance.states.read(cached.session)
     assert state.telemetry["observations"] == 3 and state.calibration == third.calibration
     assert (await store.row_counts())["usage_observations"] == 3
+
+
+async def test_usage_reports_and_appends_of_one_session_take_turns_in_a_process(
+    stub: pb_grpc.ContextServiceStub, server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Usage reports racing a session's Prepares on one server start from the context the write before
+    left: none loses its swap and reads the store again, and every report and message is kept."""
+    session = await create_session(stub, context_window=100_000)
+    answer = (await prepare(stub, session.id, user("task " * 200))).result
+    reads: list[str] = []
+    load_context = server.store.load_context
+
+    async def counted(tenant: str, session_id: str):  # type: ignore[no-untyped-def]
+        reads.append(session_id)
+        return await load_context(tenant, session_id)
+
+    monkeypatch.setattr(server.store, "load_context", counted)
+    report = pb.ObserveUsageRequest(
+        session_id=session.id, view_version=answer.view_version, input_tokens=answer.estimated_tokens
+    )
+    calls = [stub.ObserveUsage(report) for _ in range(6)]
+    calls += [prepare(stub, session.id, user(f"step {i}")) for i in range(6)]
+    await asyncio.gather(*calls)
+    assert reads == []
+    cached = server.contexts.cached(TENANT, session.id)
+    assert cached is not None
+    state, _ = await server.maintenance.states.read(cached.session)
+    assert state.telemetry["observations"] == 6 and cached.session.head_seq == 7

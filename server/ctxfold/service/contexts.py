@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ctxfold.engine.context import Context, SessionRecord, loaded
 from ctxfold.engine.model import StoredMessage, config_from_json, text_chars
+from ctxfold.service.exclusion import KeyedLock
 from ctxfold.store import Store
 from ctxfold.telemetry import INSTRUMENTS
 
@@ -40,6 +41,9 @@ class Contexts:
         self.max_bytes = max_bytes
         self.bytes = 0
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+        # A session's turn to change its context in this process (appends, usage reports): each starts from
+        # the context the one before wrote, instead of losing its swap to it; across processes the swap decides.
+        self.turns = KeyedLock(max_waiting=None)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -63,6 +63,10 @@ class ContextStates:
         append's: the session's context (cached), observed, written over its state's revision with the usage
         row; the cached context follows it."""
         check_usage(usage)
+        async with self.contexts.turns.hold(session_id):
+            return await self._observe(tenant, session_id, usage)
+
+    async def _observe(self, tenant: str, session_id: str, usage: Usage) -> tuple[float, bool]:
         for attempt in range(MAX_ROUNDS):
             context = await self.contexts.load(tenant, session_id, fresh=attempt > 0)
             result = observe(context, usage)

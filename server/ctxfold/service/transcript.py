@@ -13,7 +13,6 @@ from ctxfold.engine.errors import DomainError, invalid, kept_changing
 from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, text_chars
 from ctxfold.engine.transcript import AppendLimits, keeps_raw_result, stored_form, validate_new_messages
 from ctxfold.service.contexts import Contexts
-from ctxfold.service.exclusion import KeyedLock
 from ctxfold.service.paging import decode_token, encode_token, page_size
 from ctxfold.store import Store
 from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Stale
@@ -55,9 +54,6 @@ class Transcript:
     def __init__(self, store: Store, contexts: Contexts, limits: AppendLimits, max_response_bytes: int):
         self.store = store
         self.contexts = contexts
-        # Appends to one session in this process take turns, each from the context the one before wrote; across
-        # processes the swap decides.
-        self._appending = KeyedLock(max_waiting=None)
         self.limits = limits
         # A ListMessages page holds at most this many characters (4 UTF-8 bytes each, and room for the framing),
         # so it fits one response whatever page_size asks; a shorter page comes with a next_page_token.
@@ -80,7 +76,7 @@ class Transcript:
         Prepare. A request id seen before appends nothing and answers the first append's messages."""
         if len(request_id) > MAX_REQUEST_ID_CHARS:
             raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
-        async with self._appending.hold(session_id):
+        async with self.contexts.turns.hold(session_id):
             context = await self.contexts.load(tenant, session_id)
             limits, config = self.limits, context.config
 
