@@ -24,7 +24,9 @@ from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, ToolCall
 from ctxfold.server import RunningServer
 from ctxfold.service.transcript import message_rows
-from ctxfold.store.append import INLINE_MAX_BYTES, AppendWrite, Bookkeeping, PostgresAppender, Repeated, Stale, Written
+from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Stale, Written
+from ctxfold.store.append_postgres import PostgresAppender
+from ctxfold.store.append_sqlite import INLINE_MAX_BYTES
 from ctxfold.store.rows import MessageRow
 from ctxfold.store.tool_results import raw_results
 from ctxfold.v1 import context_service_pb2 as pb

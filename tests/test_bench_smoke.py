@@ -96,7 +96,7 @@ def test_prepare_path_benchmark_traces_the_append_path(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads(out.read_text())
     assert "api/servicer.py" in document["door"]["modules"], document
-    for module in ("service/maintenance.py", "service/transcript.py", "store/append.py"):
+    for module in ("service/maintenance.py", "service/transcript.py", "store/append_sqlite.py"):
         assert module in document["use_case"]["modules"], document
     assert "engine/context.py" in document["engine_modules"]
     assert document["stops"][0].startswith("api/") and len(document["stops"]) >= len(document["shell_modules"])

@@ -11,7 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.model import StoredMessage
 from ctxfold.store import schema
-from ctxfold.store.append import AppendWrite, Outcome, appender
+from ctxfold.store.append import Appender, AppendWrite, Outcome
+from ctxfold.store.append_postgres import PostgresAppender
+from ctxfold.store.append_sqlite import SqliteAppender
 from ctxfold.store.base import StoreBase
 from ctxfold.store.lineage import in_history, in_ranges, session_live_ranges
 from ctxfold.store.rows import message_from_row
@@ -20,7 +22,11 @@ from ctxfold.store.rows import message_from_row
 class TranscriptStore(StoreBase):
     def __init__(self, engine: AsyncEngine, clock: Callable[[], float] = time.time):
         super().__init__(engine, clock)
-        self._appender = appender(engine, self._writer_turn)
+        self._appender: Appender
+        if self._writer_turn is not None:  # SQLite
+            self._appender = SqliteAppender(engine.url.database or "", self._writer_turn)
+        else:
+            self._appender = PostgresAppender(engine)
 
     async def close(self) -> None:
         await self._appender.close()

@@ -1,0 +1,158 @@
+"""The one write on PostgreSQL: one statement of data-modifying CTEs (a transaction of its own, one round trip) on
+a connection of the store's pool, its rows as one array per column. Why: docs/architecture.md, One path for every
+append."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+from sqlalchemy import Column, Table
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ctxfold.store import schema
+from ctxfold.store.append import AppendWrite, Outcome, Repeated, Stale, Written, result_rows
+from ctxfold.store.errors import raise_store_error
+from ctxfold.store.rows import USAGE_FIELDS, head_values, message_values
+
+
+def _type(column: Column[Any]) -> str:
+    return str(column.type.compile(dialect=postgresql.dialect()))  # type: ignore[no-untyped-call]
+
+
+def _unnest(table: Table, first: int) -> tuple[str, tuple[str, ...]]:
+    """`INSERT INTO table (…) SELECT u.* FROM swapped, unnest($first::type[], …) AS u`: the rows as one
+    array per column, inserted only when the session's swap (the CTE `swapped`) changed its row."""
+    names = tuple(c.name for c in table.columns)
+    arrays = ", ".join(f"${first + i}::{_type(table.c[name])}[]" for i, name in enumerate(names))
+    return f"INSERT INTO {table.name} ({', '.join(names)}) SELECT u.* FROM swapped, unnest({arrays}) AS u", names
+
+
+# $1-$4 the session as seen (id, tenant, version, branch), $5-$8 the bookkeeping, its revision (-1: none), whether
+# whole, the time; $9 whether a usage row is recorded, then its fields; the append's own from APPEND_FIRST on.
+_USAGE_FIRST = 10
+_APPEND_FIRST = _USAGE_FIRST + len(USAGE_FIELDS)
+
+
+def _usage_insert() -> str:
+    """The usage row, inserted only when the bookkeeping was written (the CTE `book`)."""
+    u = schema.usage_observations.c
+    values = ", ".join(f"${_USAGE_FIRST + i}::{_type(u[name])}" for i, name in enumerate(USAGE_FIELDS))
+    return (
+        f"usage AS (INSERT INTO usage_observations (session_id, create_time, {', '.join(USAGE_FIELDS)}) "
+        f"SELECT $1::varchar, $8::float8, {values} FROM book WHERE $9::boolean)"
+    )
+
+
+@dataclass(frozen=True)
+class _PostgresStatements:
+    append: str  # with messages: swap, request id, messages, results, chunks, bookkeeping, usage
+    bookkeeping: str  # without: the bookkeeping (and usage), while the session is current
+    message_columns: tuple[str, ...]
+    result_columns: tuple[str, ...]
+    chunk_columns: tuple[str, ...]
+
+    @staticmethod
+    def compile() -> _PostgresStatements:
+        # The append adds: request id, the new head (3), message ids, then the rows' arrays.
+        request, head, ids = f"${_APPEND_FIRST}", [f"${_APPEND_FIRST + i}" for i in (1, 2, 3)], f"${_APPEND_FIRST + 4}"
+        current = "id = $1 AND tenant = $2 AND version = $3 AND branch_id = $4"
+        # Bookkeeping's state written since (by this statement's snapshot) makes the write stale; one written
+        # between the snapshot and the update only makes the bookkeeping skipped.
+        state_current = "($6 < 0 OR EXISTS (SELECT 1 FROM context_states WHERE session_id = $1 AND revision = $6))"
+        book = (
+            "book AS (UPDATE context_states SET state_json = CASE WHEN $7 THEN $5 ELSE state_json END, "
+            "bookkeeping_json = CASE WHEN $7 THEN NULL ELSE $5 END, revision = revision + 1, update_time = $8 "
+            f"WHERE session_id = $1 AND revision = $6 AND EXISTS (SELECT 1 FROM swapped) RETURNING revision), "
+            f"{_usage_insert()}"
+        )
+        first = _APPEND_FIRST + 5
+        messages, message_columns = _unnest(schema.messages, first)
+        results, result_columns = _unnest(schema.tool_results, first + len(message_columns))
+        chunks, chunk_columns = _unnest(schema.tool_result_chunks, first + len(message_columns) + len(result_columns))
+        append = (
+            "WITH prior AS (SELECT message_ids_json FROM append_requests "
+            f"WHERE session_id = $1 AND request_id = {request}), "
+            f"swapped AS (UPDATE sessions SET head_seq = {head[0]}, open_tool_calls = {head[1]}, version = {head[2]}, "
+            f"update_time = $8 WHERE {current} AND NOT EXISTS (SELECT 1 FROM prior) AND {state_current} RETURNING 1), "
+            "request AS (INSERT INTO append_requests (session_id, request_id, message_ids_json, create_time) "
+            f"SELECT $1::varchar, {request}::varchar, {ids}::text, $8::float8 FROM swapped WHERE {request} <> ''), "
+            f"messages AS ({messages}), results AS ({results}), chunks AS ({chunks}), {book} "
+            "SELECT (SELECT message_ids_json FROM prior), (SELECT count(*) FROM swapped), (SELECT revision FROM book)"
+        )
+        alone = (
+            f"WITH swapped AS (SELECT 1 FROM sessions WHERE {current} AND {state_current}), {book} "
+            "SELECT NULL, (SELECT count(*) FROM swapped), (SELECT revision FROM book)"
+        )
+        return _PostgresStatements(append, alone, message_columns, result_columns, chunk_columns)
+
+
+def _columns_of(rows: Sequence[dict[str, object]], names: Sequence[str]) -> list[list[object]]:
+    return [[row[name] for row in rows] for name in names]
+
+
+class PostgresAppender:
+    """On connections of the store's pool (SQLAlchemy's), each write one statement of its own."""
+
+    def __init__(self, engine: AsyncEngine):
+        self._engine = engine
+        self._statements = _PostgresStatements.compile()
+
+    async def write(self, append: AppendWrite) -> Outcome:
+        statements, seen, after = self._statements, append.seen, append.after
+        book = append.bookkeeping
+        args: list[object] = [
+            *(seen.id, seen.tenant, seen.version, seen.branch_id),
+            book.json if book else "",
+            book.revision if book else -1,
+            book.whole if book else False,
+            after.update_time,
+            append.usage is not None,
+            *(getattr(append.usage, name) if append.usage else None for name in USAGE_FIELDS),
+        ]
+        sql = statements.bookkeeping
+        if append.messages:
+            sql = statements.append
+            head = head_values(after)
+            args += [append.request_id, head["head_seq"], head["open_tool_calls"], head["version"]]
+            args.append(json.dumps([m.id for m in append.messages]))
+            results, chunks = result_rows(append)
+            args += _columns_of(
+                [message_values(m, seen.segment_id) for m in append.messages], statements.message_columns
+            )
+            args += _columns_of(results, statements.result_columns)
+            args += _columns_of(chunks, statements.chunk_columns)
+        conn = self._engine.connect()
+        try:
+            await conn.start()
+        except Exception as error:
+            raise_store_error(error, connecting=True)
+        try:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            prior, swapped, revision = await driver.fetchrow(sql, *args)
+        except BaseException as error:
+            if not isinstance(error, asyncpg.PostgresError):
+                # Cut off on the way (cancelled, the connection lost): the connection may be left in the
+                # middle of its statement, so it is never used again.
+                await asyncio.shield(conn.invalidate())
+            if not isinstance(error, Exception):
+                raise
+            # One statement, a transaction of its own: cut off on the way (not answered with an error by
+            # the server) it may have committed.
+            raise_store_error(error, may_have_committed=not isinstance(error, asyncpg.PostgresError))
+        finally:
+            await conn.close()
+        if prior is not None:
+            return Repeated(tuple(json.loads(prior)))
+        if swapped != 1:
+            return Stale()
+        return Written(int(revision) if revision is not None else 0)
+
+    async def close(self) -> None:
+        pass  # the connections are the engine's

@@ -1,0 +1,198 @@
+"""The one write on SQLite: one connection in the store's writer turn, a small write committed on the event loop
+without waiting for the write lock, a larger one (or any while another process holds it) in a thread that waits.
+Why: docs/architecture.md, One path for every append."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from sqlalchemy import Dialect, and_, bindparam, insert, literal_column, null, select, update
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+from ctxfold import cpu
+from ctxfold.store import schema
+from ctxfold.store.append import AppendWrite, Outcome, Repeated, Stale, Written, request_row, result_rows
+from ctxfold.store.database import configure_sqlite_connection
+from ctxfold.store.errors import raise_store_error
+from ctxfold.store.rows import USAGE_FIELDS, head_values, message_values, usage_values
+
+# A write of at most this many bytes commits on the event loop (about 0.1 ms), a larger one in the thread.
+INLINE_MAX_BYTES = cpu.OFFLOAD_MIN_BYTES
+# The loop never checkpoints the WAL on commit (a checkpoint syncs the database file): after this many
+# commits a passive checkpoint runs in the thread, which bounds the WAL file.
+CHECKPOINT_EVERY_COMMITS = 100
+BUSY_TIMEOUT_MS = 10_000
+
+
+class _Busy(Exception):
+    """Another process holds SQLite's write lock: the loop must not wait for it."""
+
+
+@dataclass(frozen=True)
+class _SqliteStatements:
+    """The statements of an append compiled once for SQLite, with their parameter names in order."""
+
+    sql: dict[str, tuple[str, tuple[str, ...]]]
+
+    @staticmethod
+    def compile(dialect: Dialect) -> _SqliteStatements:
+        s, cs, ar = schema.sessions.c, schema.context_states.c, schema.append_requests.c
+        current = and_(
+            *(getattr(s, name) == bindparam(f"at_{name}") for name in ("id", "tenant", "version", "branch_id"))
+        )
+        statements = {
+            "prior": select(ar.message_ids_json).where(
+                ar.session_id == bindparam("at_id"), ar.request_id == bindparam("request_id")
+            ),
+            "current": select(s.id).where(current),
+            "revision": select(cs.revision).where(cs.session_id == bindparam("at_id")),
+            "advance": update(schema.sessions)
+            .where(current)
+            .values({name: bindparam(name) for name in ("head_seq", "open_tool_calls", "version", "update_time")}),
+            "request": insert(schema.append_requests),
+            "message": insert(schema.messages),
+            "result": insert(schema.tool_results),
+            "chunk": insert(schema.tool_result_chunks),
+            # Its id is the database's.
+            "usage": insert(schema.usage_observations).values(
+                {name: bindparam(name) for name in ("session_id", *USAGE_FIELDS, "create_time")}
+            ),
+            "bookkeeping": update(schema.context_states)
+            .where(cs.session_id == bindparam("at_id"), cs.revision == bindparam("revision"))
+            .values(
+                bookkeeping_json=bindparam("document"),
+                revision=cs.revision + literal_column("1"),
+                update_time=bindparam("now"),
+            ),
+            "whole_state": update(schema.context_states)
+            .where(cs.session_id == bindparam("at_id"), cs.revision == bindparam("revision"))
+            .values(
+                state_json=bindparam("document"),
+                bookkeeping_json=null(),
+                revision=cs.revision + literal_column("1"),
+                update_time=bindparam("now"),
+            ),
+        }
+        compiled = {}
+        for name, statement in statements.items():
+            done = statement.compile(dialect=dialect)
+            compiled[name] = (str(done), tuple(done.positiontup or ()))
+        return _SqliteStatements(compiled)
+
+    def run(self, conn: sqlite3.Connection, name: str, *rows: dict[str, object]) -> sqlite3.Cursor:
+        sql, params = self.sql[name]
+        if len(rows) == 1:
+            return conn.execute(sql, tuple(rows[0][p] for p in params))
+        return conn.executemany(sql, [tuple(r[p] for p in params) for r in rows])
+
+
+class SqliteAppender:
+    def __init__(self, path: str, writer_turn: asyncio.Lock):
+        self._statements = _SqliteStatements.compile(sqlite_dialect.dialect(paramstyle="qmark"))
+        self._path = path
+        self._writer_turn = writer_turn  # the in-process writers' queue for SQLite's one write lock
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctxfold-append")
+        self._conn: sqlite3.Connection | None = None
+        self._commits = 0
+
+    async def write(self, append: AppendWrite) -> Outcome:
+        loop = asyncio.get_running_loop()
+        async with self._writer_turn:
+            conn = self._connection()
+            if append.size <= INLINE_MAX_BYTES:
+                try:
+                    outcome = self._commit(conn, append, wait=False)
+                except _Busy:
+                    pass  # another process writes: wait for it in the thread
+                else:
+                    self._commits += 1
+                    if self._commits % CHECKPOINT_EVERY_COMMITS == 0:
+                        await loop.run_in_executor(self._thread, self._checkpoint_wal, conn)
+                    return outcome
+            return await loop.run_in_executor(self._thread, self._commit, conn, append, True)
+
+    async def close(self) -> None:
+        async with self._writer_turn:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        self._thread.shutdown()
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            # isolation_level None: `_commit` issues the transaction control itself; used by the loop and
+            # the thread in turn (the writer turn), never at once.
+            self._conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            configure_sqlite_connection(self._conn)
+            self._conn.execute("PRAGMA wal_autocheckpoint=0")
+        return self._conn
+
+    @staticmethod
+    def _checkpoint_wal(conn: sqlite3.Connection) -> None:
+        # PASSIVE: copies what it can without waiting for readers or blocking writers; a failure only
+        # delays it (the engine's connections checkpoint too).
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _commit(self, conn: sqlite3.Connection, append: AppendWrite, wait: bool) -> Outcome:
+        """`append` in one transaction. Without `wait` (on the loop) a write lock held by another
+        process raises _Busy before anything is written."""
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS if wait else 0}")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            if not wait and error.sqlite_errorcode == sqlite3.SQLITE_BUSY:
+                raise _Busy from None
+            raise_store_error(error)
+        committing = False
+        try:
+            outcome = self._writes(conn, append)
+            committing = True
+            conn.execute("COMMIT" if isinstance(outcome, Written) else "ROLLBACK")
+            return outcome
+        except BaseException as error:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # a disk that failed the write may fail this too
+                    conn.execute("ROLLBACK")
+            raise_store_error(error, may_have_committed=committing)
+
+    def _writes(self, conn: sqlite3.Connection, append: AppendWrite) -> Outcome:
+        run = self._statements.run
+        at = {f"at_{name}": getattr(append.seen, name) for name in ("id", "tenant", "version", "branch_id")}
+        if append.request_id:
+            prior = run(conn, "prior", {**at, "request_id": append.request_id}).fetchone()
+            if prior is not None:
+                return Repeated(tuple(json.loads(prior[0])))
+        book = append.bookkeeping
+        if book is not None and run(conn, "revision", at).fetchone() != (book.revision,):
+            return Stale()  # the state was written since the answer was made from it
+        if append.messages:
+            if run(conn, "advance", {**at, **head_values(append.after)}).rowcount != 1:
+                return Stale()
+            if append.request_id:
+                run(conn, "request", request_row(append))
+            run(conn, "message", *(message_values(m, append.seen.segment_id) for m in append.messages))
+            results, chunks = result_rows(append)
+            if results:
+                run(conn, "result", *results)
+            if chunks:
+                run(conn, "chunk", *chunks)
+        elif run(conn, "current", at).fetchone() is None:
+            return Stale()
+        if book is None:
+            return Written(0)
+        values = {
+            "at_id": append.seen.id,
+            "revision": book.revision,
+            "document": book.json,
+            "now": append.after.update_time,
+        }
+        run(conn, "whole_state" if book.whole else "bookkeeping", values)
+        if append.usage is not None:
+            run(conn, "usage", usage_values(append.seen.id, append.usage, append.after.update_time))
+        return Written(book.revision + 1)  # the revision was checked in this transaction
