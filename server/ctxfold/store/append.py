@@ -5,7 +5,6 @@ docs/architecture.md, One path for every append."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -71,19 +70,3 @@ class Appender(Protocol):
     async def write(self, append: AppendWrite) -> Outcome: ...
 
     async def close(self) -> None: ...
-
-
-def request_row(append: AppendWrite) -> dict[str, object]:
-    return {
-        "session_id": append.seen.id,
-        "request_id": append.request_id,
-        "message_ids_json": json.dumps([m.id for m in append.messages]),
-        "create_time": append.after.update_time,
-    }
-
-
-def result_rows(append: AppendWrite) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    segment = append.seen.segment_id
-    return [{**r.row, "segment_id": segment} for r in append.raw_results], [
-        c for r in append.raw_results for c in r.chunks
-    ]

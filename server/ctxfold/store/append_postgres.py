@@ -16,9 +16,9 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxfold.store import schema
-from ctxfold.store.append import AppendWrite, Outcome, Repeated, Stale, Written, result_rows
+from ctxfold.store.append import AppendWrite, Outcome, Repeated, Stale, Written
 from ctxfold.store.errors import raise_store_error
-from ctxfold.store.rows import USAGE_FIELDS, head_values, message_values
+from ctxfold.store.rows import USAGE_FIELDS, head_values, message_values, result_values
 
 
 def _type(column: Column[Any]) -> str:
@@ -121,7 +121,7 @@ class PostgresAppender:
             head = head_values(after)
             args += [append.request_id, head["head_seq"], head["open_tool_calls"], head["version"]]
             args.append(json.dumps([m.id for m in append.messages]))
-            results, chunks = result_rows(append)
+            results, chunks = result_values(append.seen.segment_id, append.raw_results)
             args += _columns_of(
                 [message_values(m, seen.segment_id) for m in append.messages], statements.message_columns
             )

@@ -16,10 +16,17 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from ctxfold import cpu
 from ctxfold.store import schema
-from ctxfold.store.append import AppendWrite, Outcome, Repeated, Stale, Written, request_row, result_rows
+from ctxfold.store.append import AppendWrite, Outcome, Repeated, Stale, Written
 from ctxfold.store.database import configure_sqlite_connection
 from ctxfold.store.errors import raise_store_error
-from ctxfold.store.rows import USAGE_FIELDS, head_values, message_values, usage_values
+from ctxfold.store.rows import (
+    USAGE_FIELDS,
+    head_values,
+    message_values,
+    request_values,
+    result_values,
+    usage_values,
+)
 
 # A write of at most this many bytes commits on the event loop (about 0.1 ms), a larger one in the thread.
 INLINE_MAX_BYTES = cpu.OFFLOAD_MIN_BYTES
@@ -174,10 +181,11 @@ class SqliteAppender:
         if append.messages:
             if run(conn, "advance", {**at, **head_values(append.after)}).rowcount != 1:
                 return Stale()
+            segment, ids, now = append.seen.segment_id, [m.id for m in append.messages], append.after.update_time
             if append.request_id:
-                run(conn, "request", request_row(append))
-            run(conn, "message", *(message_values(m, append.seen.segment_id) for m in append.messages))
-            results, chunks = result_rows(append)
+                run(conn, "request", request_values(append.seen.id, append.request_id, ids, now))
+            run(conn, "message", *(message_values(m, segment) for m in append.messages))
+            results, chunks = result_values(segment, append.raw_results)
             if results:
                 run(conn, "result", *results)
             if chunks:

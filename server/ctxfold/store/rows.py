@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,6 +168,23 @@ def message_values(message: StoredMessage, segment_id: str) -> dict[str, object]
         "create_time": message.create_time,
         "provider_payload_json": json.dumps(message.payload.__dict__) if message.payload else None,
     }
+
+
+def request_values(session_id: str, request_id: str, message_ids: Sequence[str], now: float) -> dict[str, object]:
+    """The columns of an append_requests row: what a repeated request id answers."""
+    return {
+        "session_id": session_id,
+        "request_id": request_id,
+        "message_ids_json": json.dumps(list(message_ids)),
+        "create_time": now,
+    }
+
+
+def result_values(
+    segment_id: str, results: Sequence[EncodedResult]
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """The tool_results rows of encoded raw results in `segment_id`, and their tool_result_chunks rows."""
+    return [{**r.row, "segment_id": segment_id} for r in results], [c for r in results for c in r.chunks]
 
 
 # ---- checkpoints --------------------------------------------------------------------------------
