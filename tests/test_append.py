@@ -180,12 +180,21 @@ async def connect_to_store(server: RunningServer) -> Any:
     )
 
 
-async def hot_write_pids(connection: Any, waiting_for_a_lock: bool = False) -> list[int]:
+async def hot_write_pids(connection: Any) -> list[int]:
     """The backends whose last statement is an append."""
-    waiting = " AND wait_event_type = 'Lock'" if waiting_for_a_lock else ""
     rows = await connection.fetch(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        f" AND query LIKE 'WITH prior AS%'{waiting}"
+        " AND query LIKE 'WITH prior AS%'"
+    )
+    return [row["pid"] for row in rows]
+
+
+async def blocked_pids(holder: Any) -> list[int]:
+    """The backends waiting for a lock `holder` holds (whatever statement text pg_stat_activity shows for
+    them: a connection's first append reports asyncpg's type lookup that prepared it)."""
+    rows = await holder.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pg_backend_pid() = ANY(pg_blocking_pids(pid))"
     )
     return [row["pid"] for row in rows]
 
@@ -241,7 +250,7 @@ async def test_a_postgresql_write_cut_off_by_the_server_is_unavailable(
         appending = asyncio.ensure_future(store_append(server, record, small_turn(0), revision))
         waiting: list[int] = []
         for _ in range(1500):  # up to 30 s on a loaded machine; found at once on a quiet one
-            waiting = await hot_write_pids(holder, waiting_for_a_lock=True)
+            waiting = await blocked_pids(holder)
             if waiting:
                 break
             await asyncio.sleep(0.02)
