@@ -33,7 +33,8 @@ from pathlib import Path
 import benchlib as bl
 
 sys.path.insert(0, str(bl.REPO / "tests"))
-from ctxfold.replay.runner import load_trace_file, to_pb
+from ctxfold.replay.options import load_trace_file
+from ctxfold.replay.rpc import to_pb
 from ctxfold.replay.trace import turns
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc

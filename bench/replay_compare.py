@@ -39,6 +39,7 @@ import grpc
 
 from ctxfold.engine.model import PREFOLD_LEAD
 from ctxfold.replay import baselines, report
+from ctxfold.replay.connection import CHANNEL_OPTIONS, embedded_server
 from ctxfold.replay.metrics import (
     SUMMARY_FIRST_TOKEN_SECONDS,
     SUMMARY_TOKENS_PER_SECOND,
@@ -47,8 +48,9 @@ from ctxfold.replay.metrics import (
     bill,
     ideal_hit_ratio,
 )
+from ctxfold.replay.options import Options, load_trace_file
 from ctxfold.replay.prices import BUILT_IN, PriceSheet
-from ctxfold.replay.runner import CHANNEL_OPTIONS, Options, embedded_server, load_trace_file, replay_through
+from ctxfold.replay.runner import replay_through
 from ctxfold.replay.simulator import Provider, cache_model
 from ctxfold.replay.trace import Trace, turns
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc

@@ -11,8 +11,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxfold.engine import artifacts, folded_index
-from ctxfold.engine.artifacts import Artifact, Kind, call_artifacts, message_artifacts
+from ctxfold.engine import artifact_listing, artifacts, folded_index
+from ctxfold.engine.artifact_extraction import call_artifacts, message_artifacts
+from ctxfold.engine.artifacts import Artifact, Kind
 from ctxfold.engine.authorship import TEXT, TOOLS, session_mode
 from ctxfold.engine.briefing import (
     INSTRUCTION_CHARS,
@@ -179,7 +180,7 @@ def test_shell_paths_urls_and_what_a_command_does() -> None:
 
 
 def test_the_index_groups_files_by_directory_with_their_marks() -> None:
-    found = artifacts.merge(
+    found = artifact_listing.merge(
         [],
         [
             Artifact(Kind.READ, "/repo/src/a.py"),
@@ -190,7 +191,7 @@ def test_the_index_groups_files_by_directory_with_their_marks() -> None:
             Artifact(Kind.URL, "https://example.com/x"),
         ],
     )
-    text = artifacts.render(found)
+    text = artifact_listing.render(found)
     assert text.splitlines()[1:4] == [
         "/repo/tests/: test_a.py X",
         "./: notes.md W",
@@ -223,15 +224,15 @@ def test_what_the_budget_leaves_out_is_counted_and_named() -> None:
 
 
 def test_merge_keeps_the_most_recent_first_and_every_way_a_file_was_touched() -> None:
-    earlier = artifacts.merge([], [Artifact(Kind.EDITED, "a.py"), Artifact(Kind.READ, "b.py")])
-    later = artifacts.merge(earlier, [Artifact(Kind.READ, "a.py"), Artifact(Kind.COMMAND, "pytest", "exit 1")])
+    earlier = artifact_listing.merge([], [Artifact(Kind.EDITED, "a.py"), Artifact(Kind.READ, "b.py")])
+    later = artifact_listing.merge(earlier, [Artifact(Kind.READ, "a.py"), Artifact(Kind.COMMAND, "pytest", "exit 1")])
     assert later == [
         Artifact(Kind.COMMAND, "pytest", "exit 1"),
         Artifact(Kind.EDITED, "a.py", marks=frozenset({Kind.EDITED, Kind.READ})),
         Artifact(Kind.READ, "b.py"),
     ]
     assert Artifact.from_json(later[1].to_json()) == later[1]
-    again = artifacts.merge(later, [Artifact(Kind.COMMAND, "pytest", "exit 0")])
+    again = artifact_listing.merge(later, [Artifact(Kind.COMMAND, "pytest", "exit 0")])
     assert again[0] == Artifact(Kind.COMMAND, "pytest", "exit 0") and len(again) == 3
 
 
@@ -239,7 +240,7 @@ def test_files_and_the_rest_have_budgets_of_their_own_commands_leaving_first() -
     found = [Artifact(Kind.COMMAND, f"python step_{i}.py --verbose --all", "exit 0") for i in range(200)]
     found += [Artifact(Kind.URL, f"https://example.com/{i}") for i in range(3)]
     found += [Artifact(Kind.EDITED, f"src/module_{i}.py") for i in range(20)]
-    kept, evicted = artifacts.within_budget(found, artifacts.Budget(300, 300))
+    kept, evicted = artifact_listing.within_budget(found, artifacts.Budget(300, 300))
     assert all(a in kept for a in found if a.kind in (Kind.EDITED, Kind.URL))
     assert evicted and all(a.kind is Kind.COMMAND for a in evicted)
     # The newest commands are the ones kept.

@@ -15,8 +15,8 @@ from ctxfold.engine.model import ToolCall
 from ctxfold.replay import baselines as b
 from ctxfold.replay import peer_summary, probes
 from ctxfold.replay.metrics import AGENT_KEY, bill
+from ctxfold.replay.options import load_trace_file
 from ctxfold.replay.prices import BUILT_IN
-from ctxfold.replay.runner import load_trace_file
 from ctxfold.replay.simulator import Provider, cache_model
 from ctxfold.replay.trace import Msg, Trace, turns
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import settings_for
+from ctxfold.replay.options import Options, ReplayError, load_trace_file
 from ctxfold.replay.prices import BUILT_IN
-from ctxfold.replay.runner import Options, ReplayError, load_trace_file, replay
+from ctxfold.replay.runner import replay
 from ctxfold.server import start
 
 TRACES = Path(__file__).resolve().parent / "data" / "traces"

@@ -14,7 +14,9 @@ import pytest
 from conftest import settings_for
 from ctxfold.engine.model import ToolCall
 from ctxfold.replay import probes
-from ctxfold.replay.runner import Options, load_trace_file, read_documents, replay_through
+from ctxfold.replay.options import Options, load_trace_file
+from ctxfold.replay.rpc import read_documents
+from ctxfold.replay.runner import replay_through
 from ctxfold.replay.trace import Msg, Trace
 from ctxfold.server import start
 from ctxfold.v1 import context_service_pb2 as pb

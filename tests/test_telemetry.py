@@ -27,7 +27,8 @@ from conftest import free_port, fresh_database, settings_for
 from ctxfold import __version__
 from ctxfold.api.tracing import mark_error
 from ctxfold.engine.errors import DomainError, Kind
-from ctxfold.replay.runner import Options, replay
+from ctxfold.replay.options import Options
+from ctxfold.replay.runner import replay
 from ctxfold.replay.trace import parse_trace
 from ctxfold.server import RunningServer, start
 from ctxfold.service.run import Hooks

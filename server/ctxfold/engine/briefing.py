@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxfold.engine import artifacts, folded_index
+from ctxfold.engine import artifact_listing, artifacts, folded_index
+from ctxfold.engine.artifact_extraction import message_artifacts
 from ctxfold.engine.artifacts import Artifact
 from ctxfold.engine.authorship import UNDECIDED, author
 from ctxfold.engine.folded_index import FoldedIndex
@@ -143,15 +144,15 @@ def record_fold(
     instructions = earlier.instructions + tuple(
         instruction(m) for m in person_messages(messages, folded_ids, mode) if m.seq not in known
     )
-    merged = artifacts.merge(earlier.artifacts, artifacts.message_artifacts(folded, mode))
-    kept, evicted = artifacts.within_budget(merged, artifact_budget)
+    merged = artifact_listing.merge(earlier.artifacts, message_artifacts(folded, mode))
+    kept, evicted = artifact_listing.within_budget(merged, artifact_budget)
     entries = folded_index.entries_for(folded, messages)
     index = folded_index.extend(previous_index, entries, evicted)
     listed = {a.key for a in kept}
     notes = FoldNotes(
         instructions=instructions,
         artifacts=tuple(kept),
-        more_artifacts=artifacts.counts([a for a in index.artifacts if a.key not in listed]),
+        more_artifacts=artifact_listing.counts([a for a in index.artifacts if a.key not in listed]),
         index_ref=index_ref,
         index_results=len(index.entries),
         body=earlier.body,
@@ -208,7 +209,7 @@ def render_summary(notes: FoldNotes) -> str:
     if notes.body:
         parts.append(notes.body)
     if notes.artifacts or notes.more_artifacts:
-        parts.append("\n".join((ARTIFACTS_TITLE, artifacts.render(notes.artifacts), _more(notes))).strip())
+        parts.append("\n".join((ARTIFACTS_TITLE, artifact_listing.render(notes.artifacts), _more(notes))).strip())
     if notes.index_ref:
         parts.append(
             f"{INDEX_TITLE}\n{notes.index_results} tool results are no longer shown in full; each is listed "

@@ -15,7 +15,7 @@ from ctxfold.config import TOKEN_ENV
 from ctxfold.replay.prices import BUILT_IN, DEFAULT_SHEET, PROVIDERS, PriceError, PriceSheet
 
 if TYPE_CHECKING:  # the replay machinery is imported by the command, not by `ctxfold serve`
-    from ctxfold.replay.runner import Options
+    from ctxfold.replay.options import Options
 
 # W3C Trace Context, version 00: a trace id and a parent span id that are not all zeros, and flags.
 TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
@@ -100,7 +100,7 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace, prices: PriceSheet) -> Options:
-    from ctxfold.replay.runner import Options
+    from ctxfold.replay.options import Options
 
     ttl: float | Literal["default"] | None = "default"
     if args.cache_ttl is not None:
@@ -123,7 +123,8 @@ def _options(args: argparse.Namespace, prices: PriceSheet) -> Options:
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     # Imported here so that `ctxfold serve` does not load the replay machinery.
     from ctxfold.replay import report
-    from ctxfold.replay.runner import ReplayError, load_prices, load_trace_file, replay
+    from ctxfold.replay.options import ReplayError, load_prices, load_trace_file
+    from ctxfold.replay.runner import replay
     from ctxfold.replay.trace import TraceError
 
     try:
