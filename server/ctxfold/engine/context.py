@@ -124,10 +124,6 @@ class UsageObserved:
     usage: Usage
     accepted: bool  # whether the calibration moved toward this observation
 
-    def written(self, revision: int) -> Context:
-        """The context once its whole state is stored as `revision`."""
-        return replace(self.context, revision=revision, state_stored=True)
-
 
 def observe(context: Context, usage: Usage) -> UsageObserved:
     """The provider's `usage` for one of the session's views, observed on its context (`observed`)."""

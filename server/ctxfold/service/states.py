@@ -1,12 +1,12 @@
-"""ObserveUsage, GetContextState and receipts written apart from a call: the context state read, and written
-by compare-and-swap on its revision; the cached context follows what was written."""
+"""ObserveUsage, GetContextState and receipts written apart from a call: the context state read, and changed
+by the one write of an append (compare-and-swap on the state's revision); the cached context follows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
 
-from ctxfold.engine.context import SessionRecord, observe
+from ctxfold.engine.context import Context, SessionRecord, UsageObserved, observe
 from ctxfold.engine.errors import kept_changing
 from ctxfold.engine.model import Usage
 from ctxfold.engine.state import ContextState, Receipt, check_usage, fingerprint, load_state
@@ -19,6 +19,9 @@ from ctxfold.telemetry import INSTRUMENTS
 # A write that keeps losing compare-and-swap races gives up after this many rounds.
 MAX_ROUNDS = 8
 
+# A change of a session's context apart from an append: the context it becomes, and a usage row to record with it.
+Change = Callable[[Context], tuple[Context, Usage | None]]
+
 
 class ContextStates:
     def __init__(self, store: Store, contexts: Contexts):
@@ -30,65 +33,47 @@ class ContextStates:
         text, revision = await self.store.read_state(session)
         return load_state(text, fingerprint(session.branch_id, session.checkpoint_id))[0], revision
 
-    async def change(
-        self, session: SessionRecord, change: Callable[[ContextState], ContextState]
-    ) -> SessionRecord | None:
-        """`change` applied to the stored state by compare-and-swap on its revision, read again while others
-        write it; the session as written (None when others kept writing)."""
-        for _ in range(MAX_ROUNDS):
-            state, revision = await self.read(session)
-            changed = change(state)
-            written = await self.store.save_state(session.id, changed.to_json(), revision)
-            if written:
-                self._follow(session, revision, changed, written)
-                return session
-            session = await self.store.get_session(session.tenant, session.id)
-        return None
-
-    def _follow(self, session: SessionRecord, read: int, state: ContextState, written: int) -> None:
-        """The session's cached context of revision `read` takes the state written over it (else its next
-        append's bookkeeping would be skipped); one of another revision is dropped."""
-        cached = self.contexts.cached(session.tenant, session.id)
-        if cached is None:
-            return
-        if cached.revision != read:
-            self.contexts.written(session, None)
-            return
-        projection = cached.projection.recalibrated(state.calibration)
-        changed = replace(cached, projection=projection, state=state, revision=written, state_stored=True)
-        self.contexts.written(session, changed, grown_by=())
-
     async def observe_usage(self, tenant: str, session_id: str, usage: Usage) -> tuple[float, bool]:
-        """Records provider usage and calibrates the estimator; never maintains anything. One write, as an
-        append's: the session's context (cached), observed, written over its state's revision with the usage
-        row; the cached context follows it."""
+        """Records provider usage and calibrates the estimator; never maintains anything."""
         check_usage(usage)
-        async with self.contexts.turns.hold(session_id):
-            return await self._observe(tenant, session_id, usage)
+        observed: list[UsageObserved] = []
 
-    async def _observe(self, tenant: str, session_id: str, usage: Usage) -> tuple[float, bool]:
-        for attempt in range(MAX_ROUNDS):
-            context = await self.contexts.load(tenant, session_id, fresh=attempt > 0)
-            result = observe(context, usage)
-            session, now = context.session, self.store.clock()
-            book = Bookkeeping(result.context.state.to_json(), context.revision, whole=True)
-            write = AppendWrite(session, replace(session, update_time=now), (), (), "", book, result.usage)
-            match await self.store.append(write):
-                case Written(revision) if revision:
-                    self.contexts.written(session, result.written(revision), grown_by=())
-                    INSTRUMENTS.usage_input_tokens.add(usage.cached_input_tokens, {"ctxfold.cached": True})
-                    cached = {"ctxfold.cached": False}
-                    INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, cached)
-                    return result.context.state.calibration, result.accepted
-                case _:  # the session or its state changed since the context was read: read the store's
-                    self.contexts.written(session, None)
-        raise kept_changing(session_id)
+        def observing(context: Context) -> tuple[Context, Usage | None]:
+            observed.append(observe(context, usage))
+            return observed[-1].context, observed[-1].usage
 
-    async def context_state(self, tenant: str, session_id: str) -> str:
-        """The stored state when it is valid for the session, else the state it would be rebuilt to."""
-        return (await self.read(await self.store.get_session(tenant, session_id)))[0].to_json()
+        if not await self.change(tenant, session_id, observing):
+            raise kept_changing(session_id)
+        INSTRUMENTS.usage_input_tokens.add(usage.cached_input_tokens, {"ctxfold.cached": True})
+        INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, {"ctxfold.cached": False})
+        return observed[-1].context.state.calibration, observed[-1].accepted
 
     async def add_receipt(self, session: SessionRecord, receipt: Receipt) -> None:
         """Adds a receipt to the stored state (best effort: given up if the state keeps changing)."""
         MaintenanceObserver.receipt(receipt)
-        await self.change(session, lambda state: state.with_receipt(receipt))
+        await self.change(session.tenant, session.id, lambda c: (replace(c, state=c.state.with_receipt(receipt)), None))
+
+    async def change(self, tenant: str, session_id: str, change: Change) -> bool:
+        """`change` applied to the session's context (cached) and its whole state written, with the usage row it
+        gives, by the one write of an append, over the state's revision while the session is unchanged; in
+        the session's turn, read again from the store while others write (False when they kept writing).
+        The cached context follows what was written."""
+        async with self.contexts.turns.hold(session_id):
+            for attempt in range(MAX_ROUNDS):
+                context = await self.contexts.load(tenant, session_id, fresh=attempt > 0)
+                changed, usage = change(context)
+                session, now = context.session, self.store.clock()
+                book = Bookkeeping(changed.state.to_json(), context.revision, whole=True)
+                write = AppendWrite(session, replace(session, update_time=now), (), (), "", book, usage)
+                match await self.store.append(write):
+                    case Written(revision) if revision:
+                        written = replace(changed, revision=revision, state_stored=True)
+                        self.contexts.written(session, written, grown_by=())
+                        return True
+                    case _:  # the session or its state changed since the context was read: read the store's
+                        self.contexts.written(session, None)
+        return False
+
+    async def context_state(self, tenant: str, session_id: str) -> str:
+        """The stored state when it is valid for the session, else the state it would be rebuilt to."""
+        return (await self.read(await self.store.get_session(tenant, session_id)))[0].to_json()
