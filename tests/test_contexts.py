@@ -61,6 +61,19 @@ async def two_servers(backend: str, tmp_path: Path) -> AsyncIterator[tuple[Repli
         yield first, second
 
 
+def context_reads(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The session ids of the contexts `server` reads from its store from now on, in order."""
+    reads: list[str] = []
+    load_context = server.store.load_context
+
+    async def counted(tenant: str, session_id: str):  # type: ignore[no-untyped-def]
+        reads.append(session_id)
+        return await load_context(tenant, session_id)
+
+    monkeypatch.setattr(server.store, "load_context", counted)
+    return reads
+
+
 def contents(messages: object) -> list[str]:
     return [m.content for m in messages if m.role != pb.ROLE_SYSTEM]  # type: ignore[attr-defined]
 
@@ -345,14 +358,7 @@ async def test_an_append_only_prepare_reads_the_context_at_most_once(
     try:
         stub = pb_grpc.ContextServiceStub(channel)
         session = await create_session(stub)
-        reads: list[str] = []
-        load_context = running.store.load_context
-
-        async def counted(tenant: str, session_id: str):  # type: ignore[no-untyped-def]
-            reads.append(session_id)
-            return await load_context(tenant, session_id)
-
-        monkeypatch.setattr(running.store, "load_context", counted)
+        reads = context_reads(running, monkeypatch)
         lookups: list[str] = []
         cached = running.contexts.cached
 
@@ -436,14 +442,7 @@ async def test_usage_reports_and_appends_of_one_session_take_turns_in_a_process(
     left: none loses its swap and reads the store again, and every report and message is kept."""
     session = await create_session(stub, context_window=100_000)
     answer = (await prepare(stub, session.id, user("task " * 200))).result
-    reads: list[str] = []
-    load_context = server.store.load_context
-
-    async def counted(tenant: str, session_id: str):  # type: ignore[no-untyped-def]
-        reads.append(session_id)
-        return await load_context(tenant, session_id)
-
-    monkeypatch.setattr(server.store, "load_context", counted)
+    reads = context_reads(server, monkeypatch)
     report = pb.ObserveUsageRequest(
         session_id=session.id, view_version=answer.view_version, input_tokens=answer.estimated_tokens
     )
