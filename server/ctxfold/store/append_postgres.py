@@ -34,7 +34,7 @@ def _unnest(table: Table, first: int) -> tuple[str, tuple[str, ...]]:
 
 
 # $1-$4 the session as seen (id, tenant, version, branch), $5-$8 the bookkeeping, its revision (-1: none), whether
-# whole, the time; $9 whether a usage row is recorded, then its fields; the append's own from APPEND_FIRST on.
+# whole, the time; $9 whether a usage row is recorded, then its fields; the append's own from _APPEND_FIRST on.
 _USAGE_FIRST = 10
 _APPEND_FIRST = _USAGE_FIRST + len(USAGE_FIELDS)
 
@@ -68,7 +68,7 @@ class _PostgresStatements:
         book = (
             "book AS (UPDATE context_states SET state_json = CASE WHEN $7 THEN $5 ELSE state_json END, "
             "bookkeeping_json = CASE WHEN $7 THEN NULL ELSE $5 END, revision = revision + 1, update_time = $8 "
-            f"WHERE session_id = $1 AND revision = $6 AND EXISTS (SELECT 1 FROM swapped) RETURNING revision), "
+            "WHERE session_id = $1 AND revision = $6 AND EXISTS (SELECT 1 FROM swapped) RETURNING revision), "
             f"{_usage_insert()}"
         )
         first = _APPEND_FIRST + 5

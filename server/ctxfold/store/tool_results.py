@@ -17,7 +17,7 @@ from ctxfold.engine.tool_results import RawSpan, page_span, sha256_hex
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase
 from ctxfold.store.lineage import in_history, in_ranges, session_live_ranges
-from ctxfold.store.rows import EncodedResult, MessageRow, RawResult
+from ctxfold.store.rows import EncodedResult, MessageRow, RawResult, result_values
 
 # zstd (de)compressor objects are not thread-safe, and (de)compression runs in worker threads: one
 # object per call (they are cheap to make).
@@ -76,8 +76,8 @@ def raw_results(rows: Sequence[MessageRow]) -> list[EncodedResult]:
 
 
 async def insert_results(conn: AsyncConnection, segment_id: str, results: Sequence[EncodedResult]) -> None:
-    await conn.execute(insert(schema.tool_results), [{**r.row, "segment_id": segment_id} for r in results])
-    chunks = [chunk for r in results for chunk in r.chunks]
+    rows, chunks = result_values(segment_id, results)
+    await conn.execute(insert(schema.tool_results), rows)
     if chunks:
         await conn.execute(insert(schema.tool_result_chunks), chunks)
 
