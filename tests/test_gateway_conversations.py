@@ -5,11 +5,14 @@ fail open / fail closed, tenants, and restarts of the gateway and of the server.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import orjson
 import pytest
@@ -200,3 +203,81 @@ async def test_restarts_of_the_gateway_and_the_server_lose_nothing(tmp_path: Pat
         everything = await running.transcript(session_id, include_abandoned=True)
         assert [m.content for m in everything] == [m["content"] for m in history]
         assert not any(m.abandoned for m in everything)
+
+
+# ---- a resent request recognized by its bytes ----------------------------------------------------------
+
+LONG_SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 12}  # past the bucket's bytes
+
+
+async def post_chat(stack: Stack, body: dict[str, Any], session: str = "") -> tuple[int, str]:
+    """A request whose bytes this test writes (Python's spaced JSON, which the gateway never writes)."""
+    headers = {"Authorization": "Bearer sk-test", "Content-Type": "application/json"}
+    if session:
+        headers["x-ctxfold-session"] = session
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{stack.url}/v1/chat/completions", data=json.dumps(body).encode(), headers=headers) as answer,
+    ):
+        return answer.status, answer.headers.get("x-ctxfold-session", "")
+
+
+def without_cache_key(body: dict[str, Any]) -> dict[str, Any]:
+    assert body.pop("prompt_cache_key")
+    return body
+
+
+async def test_an_appended_turn_is_spliced_into_the_last_upstream_body_and_anything_else_rewritten(
+    stack: Stack,
+) -> None:
+    history: list[dict[str, Any]] = [LONG_SYSTEM, {"role": "user", "content": "Fix the bug in a.py"}]
+    body: dict[str, Any] = {"model": "gpt-4.1", "messages": history, "tools": TOOLS, "temperature": 0.1}
+
+    async def turn(content: str) -> dict[str, Any]:
+        history.extend([{"role": "assistant", "content": "ok"}, {"role": "user", "content": content}])
+        status, _ = await post_chat(stack, body, "spliced")
+        assert status == 200
+        return stack.upstream.last(CHAT).__dict__  # path, headers, raw
+
+    await post_chat(stack, body, "spliced")
+    for number in range(3):
+        seen = await turn(f"and now file {number}.py")
+        assert without_cache_key(orjson.loads(seen["raw"])) == body  # the whole request, as sent
+        assert json.dumps(history[-1]).encode() in seen["raw"]  # the agent's own bytes: nothing re-serialized
+    body["temperature"] = 0.7  # another field changed: the request is rewritten whole
+    seen = await turn("warmer")
+    assert without_cache_key(orjson.loads(seen["raw"])) == body
+    assert json.dumps(history[-1]).encode() not in seen["raw"]
+    history[-1]["content"] = "warmer, and b.py"  # an edit of the last message: a rewind
+    status, _ = await post_chat(stack, body, "spliced")
+    assert status == 200 and without_cache_key(stack.upstream.last(CHAT).body) == body
+    seen = await turn("then c.py")  # and the next turn is recognized again
+    assert without_cache_key(orjson.loads(seen["raw"])) == body
+    assert json.dumps(history[-1]).encode() in seen["raw"]
+    _, session_id = await post_chat(stack, body, "spliced")
+    assert [m.content for m in await stack.transcript(session_id)] == [m["content"] for m in history]
+
+
+async def test_conversations_opening_alike_each_continue_their_own_history(stack: Stack) -> None:
+    """Without a header, conversations with one system prompt and API key share a bucket: each
+    resent request must find its own session."""
+    histories = [[LONG_SYSTEM, {"role": "user", "content": f"Task {n}"}] for n in range(3)]
+    sessions = set()
+    for step in range(3):
+        for history in histories:
+            history += [{"role": "assistant", "content": f"step {step}"}, {"role": "user", "content": "go on"}]
+            body = {"model": "gpt-4.1", "messages": history}
+            status, session_id = await post_chat(stack, body)
+            assert status == 200 and without_cache_key(stack.upstream.last(CHAT).body) == body
+            sessions.add(session_id)
+    assert len(sessions) == 3
+
+
+async def test_one_resent_request_sent_twice_at_once_is_appended_once(stack: Stack) -> None:
+    history: list[dict[str, Any]] = [LONG_SYSTEM, {"role": "user", "content": "Fix the bug"}]
+    body = {"model": "gpt-4.1", "messages": history}
+    await post_chat(stack, body, "twice")
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and the test"}]
+    answers = await asyncio.gather(post_chat(stack, body, "twice"), post_chat(stack, body, "twice"))
+    assert [status for status, _ in answers] == [200, 200]
+    assert [m.content for m in await stack.transcript(answers[0][1])] == [m["content"] for m in history]

@@ -1,6 +1,7 @@
 """The gateway's side of ContextService, through the Python SDK: one client per tenant token, the
-sessions this process has seen (their ids and transcript fingerprints, so that reconciling a resent
-history costs no call in the common case), reconcile, rewind, prepare."""
+sessions this process has seen (their ids, transcript fingerprints and last request, so that
+reconciling a resent history costs no call in the common case and an appended turn is recognized
+by its bytes), reconcile, rewind, prepare."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import grpc
 import orjson
 from ctxfold_client import Action, AsyncClient, Message, SessionConfig, View
 
-from ctxfold.gateway.formats import ApiFormat, Conversation, ViewEntry
+from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation, ViewEntry
 from ctxfold.gateway.pieces import Json, request_fingerprints
 from ctxfold.gateway.reconcile import reconcile
+from ctxfold.gateway.resent import Forwarded, continued, grew_by, inserted, new_items
 from ctxfold.gateway.settings import GatewaySettings
 
 log = logging.getLogger("ctxfold.gateway")
@@ -30,9 +32,20 @@ VIEW_CACHE_SIZE = 4096
 # every prune or fold (the view the estimate describes changed). Each ObserveUsage is a few writes
 # on the server, as costly as the Prepare itself.
 OBSERVE_INTERVAL_SECONDS = 30.0
-# The JSON of each session's last request kept for `request_fingerprints`, all sessions together;
-# the least recently used sessions' go first (they then hash their next request whole).
-MAX_KNOWN_JSON_BYTES = 256 << 20
+# The bytes of sessions' last requests kept, all sessions together: the JSON of their pieces for
+# `request_fingerprints` and the requests `resent` recognizes. The least recently used sessions'
+# go first (their next request then takes the full path).
+MAX_KEPT_BYTES = 256 << 20
+# Sessions a bucket of `resent` holds (requests with the same scope and first bytes).
+MAX_BUCKET_SESSIONS = 32
+# A bucket: the scope of a request (tenant token, API key digest, API, session and window headers) and
+# its first `resent.BUCKET_BYTES` bytes.
+Bucket = tuple[str, str, str, str, str, bytes]
+
+
+def fingerprint_of(message: Message) -> str:
+    """The fingerprint a message carries ("" for one no gateway appended)."""
+    return message.provider_payload.fingerprint if message.provider_payload is not None else ""
 
 
 def should_observe(last_observed: float | None, now: float, action: Action) -> bool:
@@ -45,21 +58,42 @@ class TranscriptMoved(Exception):
 
 @dataclass
 class SessionState:
+    key: tuple[str, str]  # (tenant token, session key)
     session_id: str
     fingerprints: list[str]
     known_json: bytes = b""  # the JSON of the pieces `fingerprints` were made from, when kept
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     observed_at: float | None = None  # when usage was last reported (monotonic seconds)
+    forwarded: Forwarded | None = None  # its last request, when its next one may be recognized by bytes
+    prepares: int = 0  # Prepares this process made for it
+
+    @property
+    def kept_bytes(self) -> int:
+        return len(self.known_json) + (self.forwarded.size if self.forwarded is not None else 0)
 
 
 @dataclass(frozen=True)
 class Prepared:
-    session_id: str
+    state: SessionState
+    prepares: int  # the state's count of Prepares when this one answered
     view: View
-    entries: list[ViewEntry]
     appended: int
     rewound_to: int | None  # the seq the transcript was rewound to, if it diverged
     observe: bool  # report this request's usage
+    upstream: bytes | None = None  # the upstream body, when a resent request's messages only grew the view
+
+    @property
+    def session_id(self) -> str:
+        return self.state.session_id
+
+
+@dataclass(frozen=True)
+class Resent:
+    """A request recognized as a session's last one with `middle` inserted into its history."""
+
+    state: SessionState
+    forwarded: Forwarded
+    middle: bytes
 
 
 @dataclass(frozen=True)
@@ -106,7 +140,8 @@ class Contexts:
         self.settings = settings
         self._clients: dict[str, AsyncClient] = {}
         self._sessions: OrderedDict[tuple[str, str], SessionState] = OrderedDict()
-        self._known_json_bytes = 0
+        self._buckets: OrderedDict[Bucket, list[SessionState]] = OrderedDict()
+        self._kept_bytes = 0
 
     def client(self, token: str) -> AsyncClient:
         found = self._clients.get(token)
@@ -134,9 +169,65 @@ class Contexts:
             try:
                 return await self._reconcile_and_prepare(client, state, api, conversation)
             except TranscriptMoved:
-                log.info("session %s changed underneath this gateway; reloading its transcript", state.session_id)
-                self._remember(state, await self._fingerprints(client, state.session_id), b"")
+                await self._reload(client, state)
                 return await self._reconcile_and_prepare(client, state, api, conversation)
+
+    def resent(self, bucket: Bucket, raw: bytes) -> Resent | None:
+        """The session whose last request `raw` repeats with messages inserted, if this process has it."""
+        for state in self._buckets.get(bucket, ()):
+            forwarded = state.forwarded
+            middle = inserted(forwarded, raw) if forwarded is not None else None
+            if forwarded is not None and middle is not None:
+                return Resent(state, forwarded, middle)
+        return None
+
+    async def prepare_resent(self, token: str, api: ApiFormat, resent: Resent) -> Prepared | None:
+        """Appends the resent request's new messages and prepares; None when the request must take
+        the full path (its inserted bytes are not new messages, another request of the session came
+        first, or another writer moved the transcript)."""
+        state, forwarded = resent.state, resent.forwarded
+        items = new_items(resent.middle)
+        try:
+            pieces = api.conversation({api.history_key: items}).pieces if items is not None else ()
+        except BadRequest:
+            return None
+        if not pieces or len(pieces) != len(items or ()):
+            return None
+        client = self.client(token)
+        async with state.lock:
+            if state.forwarded is not forwarded:
+                return None
+            append = [api.canonical(piece) for piece in pieces]
+            view = await client.prepare(state.session_id, append)
+            state.prepares += 1
+            if not view.appended or view.appended[0].seq != forwarded.pieces + 1:
+                await self._reload(client, state)
+                return None
+            grown = grew_by(forwarded, view, view.appended)
+            fingerprints = [*state.fingerprints, *(fingerprint_of(message) for message in append)]
+            after = continued(forwarded, resent.middle, view, len(append)) if grown else None
+            self._remember(state, fingerprints, b"", after)
+            return Prepared(
+                state=state,
+                prepares=state.prepares,
+                view=view,
+                appended=len(append),
+                rewound_to=None,
+                observe=self._observes(state, view),
+                upstream=forwarded.upstream_head + resent.middle + forwarded.upstream_tail if grown else None,
+            )
+
+    def remember_forwarded(self, prepared: Prepared, bucket: Bucket, forwarded: Forwarded) -> None:
+        """Keeps the request that went upstream so that its continuation is recognized by bytes, when
+        no other Prepare of its session came in between and its session is still kept."""
+        state = prepared.state
+        if state.prepares != prepared.prepares or self._sessions.get(state.key) is not state:
+            return
+        self._remember(state, state.fingerprints, state.known_json, forwarded)
+        sessions = [s for s in self._buckets.pop(bucket, []) if s is not state and s.forwarded is not None]
+        self._buckets[bucket] = [*sessions[-MAX_BUCKET_SESSIONS + 1 :], state]
+        if len(self._buckets) > MAX_SESSIONS:
+            self._buckets.popitem(last=False)
 
     async def _reconcile_and_prepare(
         self, client: AsyncClient, state: SessionState, api: ApiFormat, conversation: Conversation
@@ -145,24 +236,29 @@ class Contexts:
         plan = reconcile(state.fingerprints, request)
         if plan.rewind:
             await client.rewind(state.session_id, plan.keep)
-            self._remember(state, state.fingerprints[: plan.keep], b"")
+            self._remember(state, state.fingerprints[: plan.keep], b"", None)
         append: list[Message] = [api.canonical(piece) for piece in conversation.pieces[plan.keep :]]
         view = await client.prepare(state.session_id, append)
+        state.prepares += 1
         if append and (not view.appended or view.appended[0].seq != plan.keep + 1):
             raise TranscriptMoved
-        self._remember(state, request, request_json)
+        self._remember(state, request, request_json, None)
+        return Prepared(
+            state=state,
+            prepares=state.prepares,
+            view=view,
+            appended=len(append),
+            rewound_to=plan.keep if plan.rewind else None,
+            observe=self._observes(state, view),
+        )
+
+    @staticmethod
+    def _observes(state: SessionState, view: View) -> bool:
         now = time.monotonic()
         observe = should_observe(state.observed_at, now, view.action)
         if observe:
             state.observed_at = now
-        return Prepared(
-            session_id=state.session_id,
-            view=view,
-            entries=view_entries(view, conversation, api.api),
-            appended=len(append),
-            rewound_to=plan.keep if plan.rewind else None,
-            observe=observe,
-        )
+        return observe
 
     async def _state(self, client: AsyncClient, token: str, key: str, api: ApiFormat, new: NewSession) -> SessionState:
         cache_key = (token, key)
@@ -175,29 +271,34 @@ class Contexts:
         )
         session = await client.create_session(config, session_key=key)
         fingerprints = await self._fingerprints(client, session.id) if session.head_seq else []
-        state = SessionState(session.id, fingerprints)
+        state = SessionState(cache_key, session.id, fingerprints)
         self._sessions[cache_key] = state
         if len(self._sessions) > MAX_SESSIONS:
             _, evicted = self._sessions.popitem(last=False)
-            self._known_json_bytes -= len(evicted.known_json)
+            self._kept_bytes -= evicted.kept_bytes
+            evicted.known_json, evicted.forwarded = b"", None
         return state
+
+    async def _reload(self, client: AsyncClient, state: SessionState) -> None:
+        log.info("session %s changed underneath this gateway; reloading its transcript", state.session_id)
+        self._remember(state, await self._fingerprints(client, state.session_id), b"", None)
 
     async def _fingerprints(self, client: AsyncClient, session_id: str) -> list[str]:
         """The live transcript's fingerprints (a message another client appended has none, so the
         resent history diverges at it and the gateway rewinds to just before it)."""
-        return [
-            m.provider_payload.fingerprint if m.provider_payload is not None else ""
-            async for m in client.list_messages(session_id, page_size=1000)
-        ]
+        return [fingerprint_of(m) async for m in client.list_messages(session_id, page_size=1000)]
 
-    def _remember(self, state: SessionState, fingerprints: list[str], known_json: bytes) -> None:
-        self._known_json_bytes += len(known_json) - len(state.known_json)
-        state.fingerprints, state.known_json = fingerprints, known_json
+    def _remember(
+        self, state: SessionState, fingerprints: list[str], known_json: bytes, forwarded: Forwarded | None
+    ) -> None:
+        before = state.kept_bytes
+        state.fingerprints, state.known_json, state.forwarded = fingerprints, known_json, forwarded
+        self._kept_bytes += state.kept_bytes - before
         for other in self._sessions.values():  # least recently used first
-            if self._known_json_bytes <= MAX_KNOWN_JSON_BYTES:
+            if self._kept_bytes <= MAX_KEPT_BYTES:
                 break
-            self._known_json_bytes -= len(other.known_json)
-            other.known_json = b""
+            self._kept_bytes -= other.kept_bytes
+            other.known_json, other.forwarded = b"", None
 
 
 def unreachable(error: Exception) -> bool:

@@ -8,22 +8,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 from aiohttp import web
-from ctxfold_client import Action, CtxfoldError, ErrorReason, Usage
+from ctxfold_client import Action, CtxfoldError, ErrorReason, Role, Usage
 from opentelemetry import propagate, trace
 
-from ctxfold.gateway.contexts import Contexts, NewSession, Prepared, unreachable
+from ctxfold.gateway.contexts import Bucket, Contexts, NewSession, Prepared, Resent, unreachable, view_entries
 from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, Conversation
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
-from ctxfold.gateway.identity import context_window, session_key
+from ctxfold.gateway.identity import api_key_digest, context_window, session_key
 from ctxfold.gateway.pieces import compact_json
 from ctxfold.gateway.read_rounds import Exchange, ReadRounds, offers_read_tool, with_read_tool
+from ctxfold.gateway.resent import BUCKET_BYTES, Forwarded, history_close, split_json
 from ctxfold.gateway.settings import GatewaySettings, key_sha256, load_tenants
 from ctxfold.gateway.upstream import Upstream, UpstreamUnreachable, forwarded_headers, json_response
 
@@ -46,6 +47,18 @@ class Caller:
     token: str  # the ctxfold bearer token of its tenant ("" = the gateway's single tenant)
 
 
+@dataclass(frozen=True)
+class Incoming:
+    """An agent's request to one of the three APIs, as it came."""
+
+    api: ApiFormat
+    request: web.Request
+    raw: bytes
+    caller: Caller
+    bucket: Bucket | None  # where its continuation will be looked for (None: never recognized by bytes)
+    window: int
+
+
 def api_key_of(headers: Mapping[str, str]) -> str:
     authorization = headers.get("Authorization", "")
     if authorization[:7].lower() == "bearer ":
@@ -53,17 +66,52 @@ def api_key_of(headers: Mapping[str, str]) -> str:
     return headers.get("x-api-key", "")
 
 
-def upstream_request(api: ApiFormat, body: dict[str, Any], prepared: Prepared, offers_read: bool) -> dict[str, Any]:
+def parsed(api: ApiFormat, raw: bytes) -> tuple[dict[str, Any], Conversation]:
+    """The agent's request and what the gateway reads from it (orjson.JSONDecodeError, BadRequest)."""
+    body = orjson.loads(raw)
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return body, api.conversation(body)
+
+
+def upstream_request(
+    api: ApiFormat, body: dict[str, Any], conversation: Conversation, prepared: Prepared, offers_read: bool
+) -> dict[str, Any]:
     """The agent's request with the view for its history (and the read tool when offered)."""
     cache = CacheHints(prepared.view.prompt_cache_key, prepared.view.stable_prefix_messages)
-    rewritten = api.rewritten(body, prepared.entries, cache)
+    rewritten = api.rewritten(body, view_entries(prepared.view, conversation, api.api), cache)
     return with_read_tool(api, rewritten) if offers_read else rewritten
 
 
-def answer_ctxfold_headers(prepared: Prepared, key: str) -> dict[str, str]:
+def forwarded(
+    incoming: Incoming, body: dict[str, Any], conversation: Conversation, upstream: tuple[bytes, bytes],
+    prepared: Prepared, offers_read: bool,
+) -> Forwarded | None:  # fmt: skip
+    """The request as `resent` recognizes its continuation: when its history is found in its bytes,
+    and its session key stays the same as messages are appended (without the header, the key is
+    derived from the first user message: one must be there)."""
+    close = history_close(incoming.raw, body, incoming.api.history_key)
+    if close is None or close < BUCKET_BYTES or not prepared.view.messages:
+        return None
+    keyed = incoming.request.headers.get(SESSION_HEADER) or any(p.role is Role.USER for p in conversation.pieces)
+    if not keyed:
+        return None
+    return Forwarded(
+        head=incoming.raw[:close],
+        tail=incoming.raw[close:],
+        upstream_head=upstream[0],
+        upstream_tail=upstream[1],
+        conversation=replace(conversation, pieces=()),
+        pieces=len(conversation.pieces),
+        view=prepared.view,
+        offers_read=offers_read,
+    )
+
+
+def answer_ctxfold_headers(prepared: Prepared) -> dict[str, str]:
     return {
         SESSION_HEADER: prepared.session_id,
-        "x-ctxfold-session-key": key.split(":", 1)[1],  # without the API key's digest
+        "x-ctxfold-session-key": prepared.state.key[1].split(":", 1)[1],  # without the API key's digest
         "x-ctxfold-action": ACTION_NAMES.get(prepared.view.action, "none"),
         "x-ctxfold-view-tokens": str(prepared.view.estimated_tokens),
     }
@@ -134,15 +182,27 @@ class Gateway:
 
     # ---- the three APIs ----------------------------------------------------------------------------
 
+    def bucket(self, api: ApiFormat, caller: Caller, headers: Mapping[str, str], raw: bytes) -> Bucket | None:
+        """Where `Contexts.resent` looks for the sessions whose last request `raw` may repeat."""
+        if not api.history_key or len(raw) <= BUCKET_BYTES:
+            return None
+        api_key = api_key_digest(caller.api_key)  # never the key itself
+        scope = (caller.token, api_key, api.api, headers.get(SESSION_HEADER, ""), headers.get(WINDOW_HEADER, ""))
+        return (*scope, raw[:BUCKET_BYTES])
+
     async def handle(self, api: ApiFormat, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         if self.settings.mode == "pass_through":
             return await self.upstream.relay(request, self.base_url(api.provider) + request.path_qs, raw, {})
+        caller = self.caller(request.headers)
+        bucket = self.bucket(api, caller, request.headers, raw)
+        resent = self.contexts.resent(bucket, raw) if bucket is not None else None
+        body: dict[str, Any] | None = None
         try:
-            body = orjson.loads(raw)
-            if not isinstance(body, dict):
-                raise BadRequest("the request body must be a JSON object")
-            conversation = api.conversation(body)
+            if resent is None:
+                body, conversation = parsed(api, raw)
+            else:  # its fields are the forwarded request's, byte for byte
+                conversation = resent.forwarded.conversation
             window = self._window(request.headers, conversation.model)
         except orjson.JSONDecodeError as exc:
             return self._error(api, 400, f"the request body is not valid JSON: {exc}")
@@ -157,38 +217,44 @@ class Gateway:
             span.set_attribute("ctxfold.gateway.api", api.api)
             if conversation.not_reconciled:
                 return await self._unchanged(api, request, raw, conversation.not_reconciled)
-            return await self._with_ctxfold(api, request, raw, body, conversation, window)
+            incoming = Incoming(api, request, raw, caller, bucket, window)
+            return await self._with_ctxfold(incoming, body, conversation, resent)
 
     async def _with_ctxfold(
-        self,
-        api: ApiFormat,
-        request: web.Request,
-        raw: bytes,
-        body: dict[str, Any],
-        conversation: Conversation,
-        window: int,
+        self, incoming: Incoming, body: dict[str, Any] | None, conversation: Conversation, resent: Resent | None
     ) -> web.StreamResponse:
-        """The request with the view ctxfold prepared for its history, upstream and back."""
+        """The request with the view ctxfold prepared for its history, upstream and back: a resent
+        request's new messages spliced into the previous upstream body when the view only grew by
+        them, else the whole request rewritten with the view."""
+        api, request, raw, caller = incoming.api, incoming.request, incoming.raw, incoming.caller
         span = trace.get_current_span()
-        caller = self.caller(request.headers)
-        key = session_key(api.api, caller.api_key, request.headers.get(SESSION_HEADER, ""), conversation.model,
-                          conversation.pieces)  # fmt: skip
         try:
-            prepared = await self.contexts.prepare(
-                caller.token, key, api, conversation, new_session(conversation, window)
-            )
+            prepared = await self.contexts.prepare_resent(caller.token, api, resent) if resent is not None else None
+            if prepared is None:
+                if body is None:  # the forwarded request with new items inserted: it parses
+                    body, conversation = parsed(api, raw)
+                key = session_key(api.api, caller.api_key, request.headers.get(SESSION_HEADER, ""),
+                                  conversation.model, conversation.pieces)  # fmt: skip
+                prepared = await self.contexts.prepare(
+                    caller.token, key, api, conversation, new_session(conversation, incoming.window)
+                )
         except CtxfoldError as error:
             span.set_attribute("ctxfold.error.reason", error.reason)
             if error.reason == ErrorReason.CONTEXT_BUDGET_UNSATISFIED:
                 tokens = int(error.metadata.get("estimated_tokens", 0) or 0)
-                return json_response(400, api.context_length_error(tokens, window), {})
+                return json_response(400, api.context_length_error(tokens, incoming.window), {})
             return await self._ctxfold_failed(api, request, raw, error)
         describe(span, prepared)
-        offers_read = self.settings.max_read_rounds > 0 and offers_read_tool(prepared, conversation)
-        upstream_body = upstream_request(api, body, prepared, offers_read)
+        if prepared.upstream is not None and resent is not None:
+            upstream_body, offers_read = prepared.upstream, resent.forwarded.offers_read
+        else:
+            if body is None:
+                body, conversation = parsed(api, raw)
+            upstream_body, offers_read = self._rewritten(incoming, body, conversation, prepared)
+        span.set_attribute("ctxfold.gateway.resent", prepared.upstream is not None)
         url = self.base_url(api.provider) + request.path_qs
         exchange = Exchange(api, url, forwarded_headers(request.headers), prepared,
-                            answer_ctxfold_headers(prepared, key), caller.token, offers_read)  # fmt: skip
+                            answer_ctxfold_headers(prepared), caller.token, offers_read)  # fmt: skip
         if conversation.stream:
             response, usage = await self.rounds.stream(exchange, request, upstream_body)
         else:
@@ -196,6 +262,22 @@ class Gateway:
         if usage is not None:
             self._observe(exchange, usage)
         return response
+
+    def _rewritten(
+        self, incoming: Incoming, body: dict[str, Any], conversation: Conversation, prepared: Prepared
+    ) -> tuple[bytes, bool]:
+        """The upstream body with the whole view and whether it offers the read tool; kept for `resent`
+        when the API allows."""
+        api = incoming.api
+        offers_read = self.settings.max_read_rounds > 0 and offers_read_tool(prepared, conversation)
+        rewritten = upstream_request(api, body, conversation, prepared, offers_read)
+        if not api.history_key or incoming.bucket is None:
+            return orjson.dumps(rewritten), offers_read
+        upstream = split_json(rewritten, api.history_key)
+        kept = forwarded(incoming, body, conversation, upstream, prepared, offers_read)
+        if kept is not None:
+            self.contexts.remember_forwarded(prepared, incoming.bucket, kept)
+        return upstream[0] + upstream[1], offers_read
 
     def _window(self, headers: Mapping[str, str], model: str) -> int:
         given = headers.get(WINDOW_HEADER)

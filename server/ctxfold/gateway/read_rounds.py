@@ -65,7 +65,7 @@ class ReadRounds:
         self.contexts = contexts
         self.max_rounds = max_rounds
 
-    async def complete(self, exchange: Exchange, body: dict[str, Any]) -> tuple[web.StreamResponse, Usage | None]:
+    async def complete(self, exchange: Exchange, body: bytes) -> tuple[web.StreamResponse, Usage | None]:
         """A JSON answer: the last round's (a final round that still reads, without its read calls)."""
         api, rounds = exchange.api, 0
         first_usage: Usage | None = None
@@ -85,13 +85,13 @@ class ReadRounds:
                 payload = orjson.dumps(api.without_calls(response, READ_TOOL_RESULT))
                 break
             rounds += 1
-            body = api.continued(body, response, await self._answers(exchange, response))
+            body = orjson.dumps(api.continued(orjson.loads(body), response, await self._answers(exchange, response)))
         trace.get_current_span().set_attribute("ctxfold.read_rounds", rounds)
         headers = {**exchange.headers, "x-ctxfold-read-rounds": str(rounds)}
         return json_response(status, payload, headers, upstream_headers), first_usage
 
     async def stream(
-        self, exchange: Exchange, request: web.Request, body: dict[str, Any]
+        self, exchange: Exchange, request: web.Request, body: bytes
     ) -> tuple[web.StreamResponse, Usage | None]:
         """Event by event, as each arrives; with the read tool offered, its rounds are spliced into
         the one stream the agent reads."""
@@ -102,7 +102,7 @@ class ReadRounds:
         rounds = 0
         while True:
             try:
-                async with self.upstream.call("POST", exchange.url, orjson.dumps(body), exchange.forward) as answer:
+                async with self.upstream.call("POST", exchange.url, body, exchange.forward) as answer:
                     if answer.status != 200:
                         if response is None:
                             payload = await answer.read()
@@ -124,7 +124,7 @@ class ReadRounds:
                 break
             rounds += 1
             turn = splicer.turn()
-            body = api.continued(body, turn, await self._answers(exchange, turn))
+            body = orjson.dumps(api.continued(orjson.loads(body), turn, await self._answers(exchange, turn)))
             splicer.next_round(can_continue=rounds < self.max_rounds)
         trace.get_current_span().set_attribute("ctxfold.read_rounds", rounds)
         assert response is not None  # the loop returns before the first round sent anything, or sends

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry import propagate, trace
@@ -80,11 +78,9 @@ class Upstream:
             finally:
                 answer.release()
 
-    async def post(
-        self, url: str, forward: CIMultiDict[str], body: dict[str, Any]
-    ) -> tuple[int, CIMultiDictProxy[str], bytes]:
-        """`body` posted as JSON: the answer's status, headers and whole body."""
-        async with self.call("POST", url, orjson.dumps(body), forward) as answer:
+    async def post(self, url: str, forward: CIMultiDict[str], body: bytes) -> tuple[int, CIMultiDictProxy[str], bytes]:
+        """`body` (JSON) posted: the answer's status, headers and whole body."""
+        async with self.call("POST", url, body, forward) as answer:
             return answer.status, answer.headers, await answer.read()
 
     async def relay(self, request: web.Request, url: str, raw: bytes, extra: dict[str, str]) -> web.StreamResponse:

@@ -62,6 +62,9 @@ class ApiFormat(abc.ABC):
     provider: Literal["openai", "anthropic"]
     tool_format: ToolFormat
     path: str
+    # The body's history array when an appended turn is recognized by its bytes (`resent`): its
+    # pieces are its items one to one and the view is written into it unchanged. "" = never.
+    history_key: str = ""
 
     @abc.abstractmethod
     def conversation(self, body: dict[str, Any]) -> Conversation: ...

@@ -98,6 +98,7 @@ class OpenAIChat(ApiFormat):
     provider = "openai"
     tool_format = "openai_chat"
     path = "/v1/chat/completions"
+    history_key = "messages"
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
         messages = body.get("messages")

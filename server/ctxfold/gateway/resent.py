@@ -1,0 +1,123 @@
+"""A resent request recognized by its bytes.
+
+Agents resend their whole request on every call, the new messages appended. When a request is the
+session's previous one with bytes inserted just before the closing bracket of its history, and
+nothing else changed, only the inserted bytes are parsed; when the view then only grew by those
+messages, the upstream gets the previous upstream body with the same bytes inserted at the same
+place. An appended turn costs O(new messages): the history is compared, never parsed, hashed or
+serialized again. Anything else (an edit, another field changed, a prune or a fold) takes the full
+path. Pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from ctxfold_client import Message, View
+
+from ctxfold.gateway.formats import Conversation
+
+# With its scope, a request's first bytes find the sessions whose last request may be its prefix.
+BUCKET_BYTES = 256
+# Candidates for the history's closing bracket tried per request (each costs a parse).
+MAX_CANDIDATES = 3
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """A session's last request as the agent sent it and as the upstream got it, each cut just
+    before the closing bracket of its history."""
+
+    head: bytes
+    tail: bytes
+    upstream_head: bytes
+    upstream_tail: bytes
+    conversation: Conversation  # its fields other than the pieces (they are not kept)
+    pieces: int  # the history's length
+    view: View  # what the upstream got
+    offers_read: bool  # the upstream got the read tool
+
+    @property
+    def size(self) -> int:
+        return len(self.head) + len(self.tail) + len(self.upstream_head) + len(self.upstream_tail)
+
+
+def split_json(body: dict[str, Any], key: str) -> tuple[bytes, bytes]:
+    """`body` as JSON (its `key` array first), cut just before that array's closing bracket."""
+    rest = orjson.dumps({k: v for k, v in body.items() if k != key})
+    items = orjson.dumps(body[key])
+    return b'{"' + key.encode() + b'":' + items[:-1], b"]" + (b"," + rest[1:] if rest != b"{}" else b"}")
+
+
+def history_close(raw: bytes, body: dict[str, Any], key: str) -> int | None:
+    """Where the closing bracket of `body[key]`, a non-empty array, is in `raw` (the JSON `body` was
+    parsed from); None when it cannot be told. A candidate (the bracket before the next key, or
+    before the object's end) is proven by parsing `raw` with a value inserted there."""
+    keys = list(body)
+    if key not in body or not isinstance(body[key], list) or not body[key]:
+        return None
+    after = keys.index(key) + 1
+    ending = rb"\s*,\s*" + re.escape(orjson.dumps(keys[after])) + rb"\s*:" if after < len(keys) else rb"\s*\}\s*$"
+    for number, match in enumerate(re.finditer(rb"\]" + ending, raw)):
+        if number == MAX_CANDIDATES:
+            break
+        at = match.start()
+        try:
+            probe = orjson.loads(raw[:at] + b",0" + raw[at:])
+        except orjson.JSONDecodeError:
+            continue
+        items = probe.get(key) if isinstance(probe, dict) else None
+        if isinstance(items, list) and len(items) == len(body[key]) + 1 and items[-1] == 0:
+            return at
+    return None
+
+
+def inserted(forwarded: Forwarded, raw: bytes) -> bytes | None:
+    """The bytes `raw` inserts into the forwarded request just before its history's closing
+    bracket when that is all it changes (they then start with the comma before a new item)."""
+    head, tail = forwarded.head, forwarded.tail
+    if len(raw) <= len(head) + len(tail) + 1 or not raw.startswith(head) or not raw.endswith(tail):
+        return None
+    middle = raw[len(head) : len(raw) - len(tail)]
+    return middle if middle[:1] == b"," else None
+
+
+def new_items(middle: bytes) -> list[Any] | None:
+    """The items the inserted bytes add; None when they are not a list of JSON values."""
+    try:
+        items = orjson.loads(b"[" + middle[1:] + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    return items if isinstance(items, list) and items else None
+
+
+def grew_by(forwarded: Forwarded, view: View, appended: Sequence[Message]) -> bool:
+    """The view is the forwarded one followed by the appended messages, each shown unchanged. (The
+    prefix compares in C: the SDK builds a delta's view from the very messages it held.)"""
+    known = len(forwarded.view.messages)
+    new = view.messages[known:]
+    return (
+        len(new) == len(appended)
+        and view.messages[:known] == forwarded.view.messages
+        and all(
+            shown.seq == stored.seq and not (shown.summary or shown.pruned or shown.truncated)
+            for shown, stored in zip(new, appended, strict=True)
+        )
+    )
+
+
+def continued(forwarded: Forwarded, middle: bytes, view: View, added: int) -> Forwarded:
+    """The forwarded request after the resent one, `middle` adding `added` pieces, went upstream."""
+    return Forwarded(
+        head=forwarded.head + middle,
+        tail=forwarded.tail,
+        upstream_head=forwarded.upstream_head + middle,
+        upstream_tail=forwarded.upstream_tail,
+        conversation=forwarded.conversation,
+        pieces=forwarded.pieces + added,
+        view=view,
+        offers_read=forwarded.offers_read,
+    )
