@@ -20,7 +20,7 @@ import pytest
 from conftest import free_port, settings_for
 from ctxfold.gateway.app import start_gateway
 from ctxfold.server import start
-from fake_upstream import CHAT, Call, FakeUpstream, Reply
+from fake_upstream import CHAT, RESPONSES, Call, FakeUpstream, Reply
 from gateway_fixtures import Stack, gateway_settings, make_stack, stack
 
 __all__ = ["stack"]
@@ -210,14 +210,14 @@ async def test_restarts_of_the_gateway_and_the_server_lose_nothing(tmp_path: Pat
 LONG_SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 12}  # past the bucket's bytes
 
 
-async def post_chat(stack: Stack, body: dict[str, Any], session: str = "") -> tuple[int, str]:
+async def post_chat(stack: Stack, body: dict[str, Any], session: str = "", path: str = CHAT) -> tuple[int, str]:
     """A request whose bytes this test writes (Python's spaced JSON, which the gateway never writes)."""
     headers = {"Authorization": "Bearer sk-test", "Content-Type": "application/json"}
     if session:
         headers["x-ctxfold-session"] = session
     async with (
         aiohttp.ClientSession() as http,
-        http.post(f"{stack.url}/v1/chat/completions", data=json.dumps(body).encode(), headers=headers) as answer,
+        http.post(f"{stack.url}{path}", data=json.dumps(body).encode(), headers=headers) as answer,
     ):
         return answer.status, answer.headers.get("x-ctxfold-session", "")
 
@@ -281,3 +281,33 @@ async def test_one_resent_request_sent_twice_at_once_is_appended_once(stack: Sta
     answers = await asyncio.gather(post_chat(stack, body, "twice"), post_chat(stack, body, "twice"))
     assert [status for status, _ in answers] == [200, 200]
     assert [m.content for m in await stack.transcript(answers[0][1])] == [m["content"] for m in history]
+
+
+async def test_responses_turns_are_spliced_unless_they_continue_the_last_assistant_turn(stack: Stack) -> None:
+    items: list[dict[str, Any]] = [{"role": "user", "content": "List the files, then read each."}]
+    body = {"model": "o4-mini", "instructions": LONG_SYSTEM["content"], "input": items, "store": False}
+
+    async def send() -> bytes:
+        status, _ = await post_chat(stack, body, "responses-spliced", RESPONSES)
+        assert status == 200
+        seen = stack.upstream.last(RESPONSES)
+        assert without_cache_key(seen.body) == body
+        return seen.raw
+
+    await send()
+    for number in range(3):
+        turn = [
+            {"type": "reasoning", "id": f"rs_{number}", "summary": [], "encrypted_content": f"gAAAA-{number}=="},
+            {"type": "function_call", "call_id": f"call_{number}", "name": "shell", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"call_{number}", "output": f"file {number}"},
+        ]
+        items.extend(turn)
+        assert json.dumps(turn)[1:-1].encode() in await send()  # the agent's bytes, spliced
+    items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done"}]})
+    await send()
+    more = {"type": "function_call", "call_id": "call_x", "name": "shell", "arguments": "{}"}
+    items.append(more)  # it joins the assistant turn above: rewritten whole
+    assert json.dumps(more).encode() not in await send()
+    _, session_id = await post_chat(stack, body, "responses-spliced", RESPONSES)
+    roles = [m.role.name for m in await stack.transcript(session_id)]
+    assert roles == ["SYSTEM", "USER", *["ASSISTANT", "TOOL"] * 3, "ASSISTANT"]

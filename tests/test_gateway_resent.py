@@ -68,7 +68,8 @@ def forwarded_of(body: dict[str, Any], encode: Any = compact, view: View | None 
     head, tail = split_json(body, "messages")
     conversation = Conversation(pieces=(), model="gpt-4.1", stream=False, max_output_tokens=0, tools=())
     shown = view or view_of(Message(role=Role.SYSTEM, content="s", seq=1))
-    return Forwarded(raw[:close], raw[close:], head, tail, conversation, len(body["messages"]), shown, False)
+    pieces = len(body["messages"])
+    return Forwarded(raw[:close], raw[close:], head, tail, conversation, pieces, Role.USER, shown, False)
 
 
 @pytest.mark.parametrize("encode", [compact, spaced])
@@ -125,5 +126,5 @@ def test_a_view_grew_only_when_its_prefix_is_the_forwarded_view_and_the_new_mess
     assert not grew_by(forwarded, view_of(*pruned_prefix, *appended), appended)
     summary = Message(role=Role.SYSTEM, content="summary", seq=0, summary=True)
     assert not grew_by(forwarded, view_of(shown[0], summary, *appended), appended)
-    after = continued(forwarded, b',{"role":"user","content":"n"}', view_of(*shown, *appended), 1)
+    after = continued(forwarded, b',{"role":"user","content":"n"}', view_of(*shown, *appended), [Role.USER])
     assert after.pieces == forwarded.pieces + 1 and after.view.messages[-1] is appended[0]

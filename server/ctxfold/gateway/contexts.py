@@ -188,10 +188,11 @@ class Contexts:
         state, forwarded = resent.state, resent.forwarded
         items = new_items(resent.middle)
         try:
-            pieces = api.conversation({api.history_key: items}).pieces if items is not None else ()
+            added = api.conversation({api.history_key: items}) if items is not None else None
         except BadRequest:
             return None
-        if not pieces or len(pieces) != len(items or ()):
+        pieces = added.pieces if added is not None and not added.not_reconciled else ()
+        if not pieces or api.joins(forwarded.last_role, pieces[0].role):
             return None
         client = self.client(token)
         async with state.lock:
@@ -205,7 +206,7 @@ class Contexts:
                 return None
             grown = grew_by(forwarded, view, view.appended)
             fingerprints = [*state.fingerprints, *(fingerprint_of(message) for message in append)]
-            after = continued(forwarded, resent.middle, view, len(append)) if grown else None
+            after = continued(forwarded, resent.middle, view, [piece.role for piece in pieces]) if grown else None
             self._remember(state, fingerprints, b"", after)
             return Prepared(
                 state=state,

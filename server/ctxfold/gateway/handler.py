@@ -91,7 +91,7 @@ def forwarded(
     and its session key stays the same as messages are appended (without the header, the key is
     derived from the first user message: one must be there)."""
     close = history_close(incoming.raw, body, incoming.api.history_key)
-    if close is None or close < BUCKET_BYTES or not prepared.view.messages:
+    if close is None or close < BUCKET_BYTES or not conversation.pieces or not prepared.view.messages:
         return None
     keyed = incoming.request.headers.get(SESSION_HEADER) or any(p.role is Role.USER for p in conversation.pieces)
     if not keyed:
@@ -103,6 +103,7 @@ def forwarded(
         upstream_tail=upstream[1],
         conversation=replace(conversation, pieces=()),
         pieces=len(conversation.pieces),
+        last_role=conversation.pieces[-1].role,
         view=prepared.view,
         offers_read=offers_read,
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from ctxfold_client import Message, View
+from ctxfold_client import Message, Role, View
 
 from ctxfold.gateway.formats import Conversation
 
@@ -37,6 +37,7 @@ class Forwarded:
     upstream_tail: bytes
     conversation: Conversation  # its fields other than the pieces (they are not kept)
     pieces: int  # the history's length
+    last_role: Role  # its last piece's
     view: View  # what the upstream got
     offers_read: bool  # the upstream got the read tool
 
@@ -109,15 +110,16 @@ def grew_by(forwarded: Forwarded, view: View, appended: Sequence[Message]) -> bo
     )
 
 
-def continued(forwarded: Forwarded, middle: bytes, view: View, added: int) -> Forwarded:
-    """The forwarded request after the resent one, `middle` adding `added` pieces, went upstream."""
+def continued(forwarded: Forwarded, middle: bytes, view: View, added: Sequence[Role]) -> Forwarded:
+    """The forwarded request after the resent one, `middle` adding pieces of roles `added`, went upstream."""
     return Forwarded(
         head=forwarded.head + middle,
         tail=forwarded.tail,
         upstream_head=forwarded.upstream_head + middle,
         upstream_tail=forwarded.upstream_tail,
         conversation=forwarded.conversation,
-        pieces=forwarded.pieces + added,
+        pieces=forwarded.pieces + len(added),
+        last_role=added[-1],
         view=view,
         offers_read=forwarded.offers_read,
     )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 import orjson
-from ctxfold_client import Message, Usage
+from ctxfold_client import Message, Role, Usage
 
 from ctxfold.gateway.pieces import Json, Piece
 
@@ -62,8 +62,8 @@ class ApiFormat(abc.ABC):
     provider: Literal["openai", "anthropic"]
     tool_format: ToolFormat
     path: str
-    # The body's history array when an appended turn is recognized by its bytes (`resent`): its
-    # pieces are its items one to one and the view is written into it unchanged. "" = never.
+    # The body's history array when an appended turn is recognized by its bytes (`resent`): the view
+    # is written into it, one piece's items after another's. "" = never.
     history_key: str = ""
 
     @abc.abstractmethod
@@ -103,6 +103,10 @@ class ApiFormat(abc.ABC):
     @abc.abstractmethod
     def context_length_error(self, tokens: int, limit: int) -> bytes:
         """The provider's own answer to a prompt longer than the window (status 400)."""
+
+    def joins(self, last: Role, first: Role) -> bool:
+        """Whether a piece of role `first` placed after one of role `last` becomes part of it."""
+        return False
 
     def tools_with(self, body: dict[str, Any], definitions: Sequence[Json]) -> dict[str, Any]:
         return {**body, "tools": [*(body.get("tools") or []), *definitions]}

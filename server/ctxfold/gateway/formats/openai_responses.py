@@ -88,6 +88,10 @@ class OpenAIResponses(ApiFormat):
     provider = "openai"
     tool_format = "openai_responses"
     path = "/v1/responses"
+    history_key = "input"
+
+    def joins(self, last: Role, first: Role) -> bool:
+        return last is Role.ASSISTANT and first is Role.ASSISTANT  # one turn's items are one piece
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
         given = body.get("input")
