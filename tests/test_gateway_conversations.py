@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -210,14 +211,18 @@ async def test_restarts_of_the_gateway_and_the_server_lose_nothing(tmp_path: Pat
 LONG_SYSTEM = {"role": "system", "content": "You are a careful coding agent. " * 12}  # past the bucket's bytes
 
 
-async def post_chat(stack: Stack, body: dict[str, Any], session: str = "", path: str = CHAT) -> tuple[int, str]:
-    """A request whose bytes this test writes (Python's spaced JSON, which the gateway never writes)."""
+async def post_chat(
+    stack: Stack, body: dict[str, Any], session: str = "", path: str = CHAT, compact: bool = False
+) -> tuple[int, str]:
+    """A request whose bytes this test writes (Python's spaced JSON, which the gateway never writes,
+    unless `compact`)."""
+    data = orjson.dumps(body) if compact else json.dumps(body).encode()
     headers = {"Authorization": "Bearer sk-test", "Content-Type": "application/json"}
     if session:
         headers["x-ctxfold-session"] = session
     async with (
         aiohttp.ClientSession() as http,
-        http.post(f"{stack.url}{path}", data=json.dumps(body).encode(), headers=headers) as answer,
+        http.post(f"{stack.url}{path}", data=data, headers=headers) as answer,
     ):
         return answer.status, answer.headers.get("x-ctxfold-session", "")
 
@@ -311,3 +316,31 @@ async def test_responses_turns_are_spliced_unless_they_continue_the_last_assista
     _, session_id = await post_chat(stack, body, "responses-spliced", RESPONSES)
     roles = [m.role.name for m in await stack.transcript(session_id)]
     assert roles == ["SYSTEM", "USER", *["ASSISTANT", "TOOL"] * 3, "ASSISTANT"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_random_appends_edits_retries_and_changed_fields_reach_the_upstream_as_sent(
+    stack: Stack, seed: int
+) -> None:
+    rng = random.Random(seed)
+    history: list[dict[str, Any]] = [LONG_SYSTEM, {"role": "user", "content": f"task {seed}"}]
+    body: dict[str, Any] = {"model": "gpt-4.1", "messages": history, "temperature": 0.0}
+    session_id = ""
+    for step in range(30):
+        match rng.choice(["append", "append", "append", "edit", "retry", "field", "again", "encoding"]):
+            case "append":
+                for _ in range(rng.randint(1, 3)):
+                    role = rng.choice(["user", "assistant"])
+                    history.append({"role": role, "content": f"step {step} " + "x" * rng.randint(0, 300)})
+            case "edit" if len(history) > 2:
+                history[rng.randrange(1, len(history))]["content"] += " (edited)"
+            case "retry" if len(history) > 3:
+                del history[-rng.randint(1, 2) :]
+            case "field":
+                body["temperature"] = round(rng.random(), 2)
+            case _:
+                pass  # the same request again, or in other bytes
+        status, session_id = await post_chat(stack, body, f"random-{seed}", compact=rng.random() < 0.2)
+        assert status == 200
+        assert without_cache_key(stack.upstream.last(CHAT).body) == body, f"step {step}"
+    assert [m.content for m in await stack.transcript(session_id)] == [m["content"] for m in history]
