@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from conftest import free_port, settings_for
+from ctxfold.gateway import contexts as gateway_contexts
 from ctxfold.gateway.app import start_gateway
 from ctxfold.server import start
 from fake_upstream import CHAT, RESPONSES, Call, FakeUpstream, Reply
@@ -344,3 +345,18 @@ async def test_random_appends_edits_retries_and_changed_fields_reach_the_upstrea
         assert status == 200
         assert without_cache_key(stack.upstream.last(CHAT).body) == body, f"step {step}"
     assert [m.content for m in await stack.transcript(session_id)] == [m["content"] for m in history]
+
+
+async def test_a_session_recognized_by_bytes_stays_among_those_kept_while_others_come_and_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gateway_contexts, "MAX_SESSIONS", 2)
+    async for running in make_stack(tmp_path):
+        history: list[dict[str, Any]] = [LONG_SYSTEM, {"role": "user", "content": "the long task"}]
+        body = {"model": "gpt-4.1", "messages": history}
+        for turn in range(4):  # between its turns, another conversation each time
+            history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"step {turn}"}]
+            assert (await post_chat(running, body, "kept"))[0] == 200
+            if turn:  # recognized: the agent's own bytes went upstream
+                assert json.dumps(history[-1]).encode() in running.upstream.last(CHAT).raw
+            assert (await post_chat(running, {"model": "gpt-4.1", "messages": history[:2]}, f"other-{turn}"))[0] == 200

@@ -178,6 +178,8 @@ class Contexts:
             forwarded = state.forwarded
             middle = inserted(forwarded, raw) if forwarded is not None else None
             if forwarded is not None and middle is not None:
+                self._buckets.move_to_end(bucket)
+                self._sessions.move_to_end(state.key)  # kept: an evicted session keeps no request (`_remember`)
                 return Resent(state, forwarded, middle)
         return None
 
@@ -222,7 +224,7 @@ class Contexts:
         """Keeps the request that went upstream so that its continuation is recognized by bytes, when
         no other Prepare of its session came in between and its session is still kept."""
         state = prepared.state
-        if state.prepares != prepared.prepares or self._sessions.get(state.key) is not state:
+        if state.prepares != prepared.prepares:
             return
         self._remember(state, state.fingerprints, state.known_json, forwarded)
         sessions = [s for s in self._buckets.pop(bucket, []) if s is not state and s.forwarded is not None]
@@ -292,6 +294,8 @@ class Contexts:
     def _remember(
         self, state: SessionState, fingerprints: list[str], known_json: bytes, forwarded: Forwarded | None
     ) -> None:
+        if self._sessions.get(state.key) is not state:  # evicted while it was prepared: it keeps no bytes
+            known_json, forwarded = b"", None
         before = state.kept_bytes
         state.fingerprints, state.known_json, state.forwarded = fingerprints, known_json, forwarded
         self._kept_bytes += state.kept_bytes - before
