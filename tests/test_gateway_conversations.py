@@ -360,3 +360,21 @@ async def test_a_session_recognized_by_bytes_stays_among_those_kept_while_others
             if turn:  # recognized: the agent's own bytes went upstream
                 assert json.dumps(history[-1]).encode() in running.upstream.last(CHAT).raw
             assert (await post_chat(running, {"model": "gpt-4.1", "messages": history[:2]}, f"other-{turn}"))[0] == 200
+
+
+async def test_a_resent_request_with_a_malformed_suffix_is_refused_in_the_providers_shape(stack: Stack) -> None:
+    history: list[dict[str, Any]] = [LONG_SYSTEM, {"role": "user", "content": "the task"}]
+    body = {"model": "gpt-4.1", "messages": history, "temperature": 0.5}
+    assert (await post_chat(stack, body, "malformed"))[0] == 200
+    raw = json.dumps(body).encode()
+    close = raw.rindex(b"]")
+    headers = {"Authorization": "Bearer sk-test", "x-ctxfold-session": "malformed"}
+    async with aiohttp.ClientSession() as http:
+        for suffix in (b', {"role":', b', {"role": "robot", "content": "x"}', b", 42"):
+            data = raw[:close] + suffix + raw[close:]
+            async with http.post(f"{stack.url}{CHAT}", data=data, headers=headers) as answer:
+                assert answer.status == 400, suffix
+                assert (await answer.json())["error"]["type"] == "invalid_request_error"
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
+    assert (await post_chat(stack, body, "malformed"))[0] == 200
+    assert json.dumps(history[-1]).encode() in stack.upstream.last(CHAT).raw  # still recognized

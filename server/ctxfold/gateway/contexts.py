@@ -16,7 +16,7 @@ import orjson
 from ctxfold_client import Action, AsyncClient, Message, SessionConfig, View
 
 from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation, ViewEntry
-from ctxfold.gateway.pieces import Json, request_fingerprints
+from ctxfold.gateway.pieces import Json, Piece, request_fingerprints
 from ctxfold.gateway.reconcile import reconcile
 from ctxfold.gateway.resent import Forwarded, continued, grew_by, inserted, new_items
 from ctxfold.gateway.settings import GatewaySettings
@@ -89,11 +89,26 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Resent:
-    """A request recognized as a session's last one with `middle` inserted into its history."""
+    """A request recognized as a session's last one with `middle`, the JSON of new `pieces`, inserted
+    into its history."""
 
     state: SessionState
     forwarded: Forwarded
     middle: bytes
+    pieces: tuple[Piece, ...]
+
+
+def new_pieces(api: ApiFormat, forwarded: Forwarded, middle: bytes) -> tuple[Piece, ...] | None:
+    """The pieces the inserted bytes add to the forwarded request's history: None unless they are
+    JSON items the API reads as whole new pieces."""
+    items = new_items(middle)
+    try:
+        added = api.conversation({api.history_key: items}) if items is not None else None
+    except BadRequest:
+        return None
+    if added is None or added.not_reconciled or not added.pieces:
+        return None
+    return None if api.joins(forwarded.last_role, added.pieces[0].role) else added.pieces
 
 
 @dataclass(frozen=True)
@@ -172,30 +187,25 @@ class Contexts:
                 await self._reload(client, state)
                 return await self._reconcile_and_prepare(client, state, api, conversation)
 
-    def resent(self, bucket: Bucket, raw: bytes) -> Resent | None:
-        """The session whose last request `raw` repeats with messages inserted, if this process has it."""
+    def resent(self, api: ApiFormat, bucket: Bucket, raw: bytes) -> Resent | None:
+        """The session whose last request `raw` repeats with new messages inserted, if this process has it."""
         for state in self._buckets.get(bucket, ()):
             forwarded = state.forwarded
             middle = inserted(forwarded, raw) if forwarded is not None else None
             if forwarded is not None and middle is not None:
+                pieces = new_pieces(api, forwarded, middle)
+                if pieces is None:
+                    return None
                 self._buckets.move_to_end(bucket)
                 self._sessions.move_to_end(state.key)  # kept: an evicted session keeps no request (`_remember`)
-                return Resent(state, forwarded, middle)
+                return Resent(state, forwarded, middle, pieces)
         return None
 
     async def prepare_resent(self, token: str, api: ApiFormat, resent: Resent) -> Prepared | None:
         """Appends the resent request's new messages and prepares; None when the request must take
-        the full path (its inserted bytes are not new messages, another request of the session came
-        first, or another writer moved the transcript)."""
-        state, forwarded = resent.state, resent.forwarded
-        items = new_items(resent.middle)
-        try:
-            added = api.conversation({api.history_key: items}) if items is not None else None
-        except BadRequest:
-            return None
-        pieces = added.pieces if added is not None and not added.not_reconciled else ()
-        if not pieces or api.joins(forwarded.last_role, pieces[0].role):
-            return None
+        the full path (another request of the session came first, or another writer moved the
+        transcript)."""
+        state, forwarded, pieces = resent.state, resent.forwarded, resent.pieces
         client = self.client(token)
         async with state.lock:
             if state.forwarded is not forwarded:

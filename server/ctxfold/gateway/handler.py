@@ -197,7 +197,7 @@ class Gateway:
             return await self.upstream.relay(request, self.base_url(api.provider) + request.path_qs, raw, {})
         caller = self.caller(request.headers)
         bucket = self.bucket(api, caller, request.headers, raw)
-        resent = self.contexts.resent(bucket, raw) if bucket is not None else None
+        resent = self.contexts.resent(api, bucket, raw) if bucket is not None else None
         body: dict[str, Any] | None = None
         try:
             if resent is None:
@@ -239,6 +239,8 @@ class Gateway:
                 prepared = await self.contexts.prepare(
                     caller.token, key, api, conversation, new_session(conversation, incoming.window)
                 )
+        except (orjson.JSONDecodeError, BadRequest) as exc:  # not expected: a resent request was checked
+            return self._error(api, 400, f"the request body cannot be read: {exc}")
         except CtxfoldError as error:
             span.set_attribute("ctxfold.error.reason", error.reason)
             if error.reason == ErrorReason.CONTEXT_BUDGET_UNSATISFIED:
