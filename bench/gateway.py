@@ -27,7 +27,10 @@ warm-up and not timed. Rounds interleave the modes and alternate their order. Th
 are printed with PASS or MISS: added p50 <= 2 ms, added p99 <= 10 ms, time to first byte within 2 ms
 of direct, ctxfold requests/s >= 50 % of pass_through's.
 
-    .venv/bin/python bench/gateway.py [--rounds 3] [--calls 40] [--seconds 4] [--json PATH]
+The agent speaks Chat Completions unless `--api responses` or `--api anthropic` (the same history as
+that API's items or blocks; the saving is replayed for Chat only).
+
+    .venv/bin/python bench/gateway.py [--rounds 3] [--calls 40] [--seconds 4] [--api chat] [--json PATH]
     .venv/bin/python bench/gateway.py --quick      # a smoke run, seconds
 """
 
@@ -67,6 +70,7 @@ NO_FOLD_WINDOW = 10_000_000
 PRICE_SHEET = "gpt-5"
 GOALS = {"added_p50_ms": 2.0, "added_p99_ms": 10.0, "ttfb_added_ms": 2.0, "throughput_ratio": 0.5}
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class Options:
     throughput_tokens: int
     replay_window: int
     trace: Path
+    api: str = "chat"  # the provider API the agent speaks (`PATHS`); the saving is replayed for "chat" only
 
 
 @dataclass
@@ -105,6 +110,54 @@ def history(tokens: int, tag: str) -> list[dict[str, Any]]:
     return out
 
 
+def responses_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Chat history as an OpenAI Responses request: the system prompt as instructions, calls and
+    results as items."""
+    items: list[dict[str, Any]] = []
+    for m in messages[1:]:
+        if m["role"] == "user":
+            items.append({"role": "user", "content": m["content"]})
+        elif m["role"] == "tool":
+            items.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"]})
+        elif m.get("tool_calls"):
+            items += [{"type": "function_call", "call_id": c["id"], "name": c["function"]["name"],
+                       "arguments": c["function"]["arguments"]} for c in m["tool_calls"]]  # fmt: skip
+        else:
+            text = [{"type": "output_text", "text": m["content"]}]
+            items.append({"type": "message", "role": "assistant", "content": text})
+    tools = [{"type": "function", "name": "bash", "parameters": {"type": "object"}}]
+    return {"model": "gpt-4.1", "instructions": messages[0]["content"], "input": items, "tools": tools}
+
+
+def anthropic_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Chat history as an Anthropic Messages request: calls as tool_use blocks, results as
+    tool_result blocks of user turns."""
+    out: list[dict[str, Any]] = []
+    for m in messages[1:]:
+        if m["role"] == "tool":
+            result = {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
+            out.append({"role": "user", "content": [result]})
+        elif m.get("tool_calls"):
+            uses = [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+                     "input": json.loads(c["function"]["arguments"])} for c in m["tool_calls"]]  # fmt: skip
+            out.append({"role": "assistant", "content": uses})
+        else:
+            out.append({"role": m["role"], "content": m["content"]})
+    tools = [{"name": "bash", "input_schema": {"type": "object"}}]
+    return {"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": messages[0]["content"], "messages": out,
+            "tools": tools}  # fmt: skip
+
+
+def request_body(api: str, messages: list[dict[str, Any]], stream: bool) -> bytes:
+    if api == "responses":
+        body = responses_body(messages)
+    elif api == "anthropic":
+        body = anthropic_body(messages)
+    else:
+        body = {"model": "gpt-4.1", "messages": messages, "tools": TOOLS}
+    return orjson.dumps({**body, "stream": True} if stream else body)
+
+
 def new_message(number: int) -> dict[str, Any]:
     text = f"Step {number}: " + ("please continue with the next failing test and report. " * 20)
     return {"role": "user", "content": text[:NEW_MESSAGE_BYTES]}
@@ -113,9 +166,10 @@ def new_message(number: int) -> dict[str, Any]:
 class Conversation:
     """One agent conversation: its history grows by the previous answer and a new message per call."""
 
-    def __init__(self, tokens: int, tag: str, stream: bool = False):
+    def __init__(self, tokens: int, tag: str, api: str, stream: bool = False):
         self.messages = history(tokens, tag)
         self.tag = tag
+        self.api = api
         self.stream = stream
         self.calls = 0
 
@@ -124,19 +178,22 @@ class Conversation:
             self.messages.append({"role": "assistant", "content": "ok"})
         self.messages.append(new_message(self.calls))
         self.calls += 1
-        body: dict[str, Any] = {"model": "gpt-4.1", "messages": self.messages, "tools": TOOLS}
-        if self.stream:
-            body["stream"] = True
-        return orjson.dumps(body)
+        return request_body(self.api, self.messages, self.stream)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        key = {"x-api-key": "sk-bench", "anthropic-version": "2023-06-01"} if self.api == "anthropic" else {
+            "Authorization": "Bearer sk-bench"}  # fmt: skip
+        return {**key, "Content-Type": "application/json", "x-ctxfold-session": self.tag,
+                "x-ctxfold-context-window": str(NO_FOLD_WINDOW)}  # fmt: skip
 
 
 async def call(http: aiohttp.ClientSession, endpoint: Endpoint, conversation: Conversation) -> tuple[float, float]:
     """(seconds to the whole answer, seconds to its first byte)."""
-    headers = {"Authorization": "Bearer sk-bench", "Content-Type": "application/json",
-               "x-ctxfold-session": conversation.tag, "x-ctxfold-context-window": str(NO_FOLD_WINDOW)}  # fmt: skip
     body = conversation.next_body()
     started = time.perf_counter()
-    async with http.post(f"{endpoint.url}/v1/chat/completions", data=body, headers=headers) as answer:
+    url = f"{endpoint.url}{PATHS[conversation.api]}"
+    async with http.post(url, data=body, headers=conversation.headers) as answer:
         await answer.content.readany()
         first = time.perf_counter() - started
         await answer.read()
@@ -158,7 +215,8 @@ async def measure_latency(
     order = endpoints if round_number % 2 == 0 else endpoints[::-1]
     for endpoint in order:
         kind = "ttfb" if stream else "latency"
-        conversation = Conversation(options.history_tokens, f"{kind}-{endpoint.mode}-{round_number}", stream)
+        tag = f"{kind}-{endpoint.mode}-{round_number}"
+        conversation = Conversation(options.history_tokens, tag, options.api, stream)
         await call(http, endpoint, conversation)  # warm-up: the session is created, the history appended
         times = []
         for _ in range(options.calls):
@@ -175,7 +233,7 @@ async def measure_throughput(
     order = endpoints if round_number % 2 == 0 else endpoints[::-1]
     for endpoint in order:
         conversations = [
-            Conversation(options.throughput_tokens, f"rps-{endpoint.mode}-{round_number}-{n}")
+            Conversation(options.throughput_tokens, f"rps-{endpoint.mode}-{round_number}-{n}", options.api)
             for n in range(options.concurrency)
         ]
         await asyncio.gather(*(call(http, endpoint, c) for c in conversations))  # warm-up
@@ -321,7 +379,8 @@ async def run(options: Options) -> dict[str, Any]:
 
             def gateway(mode: str, port: int) -> list[str]:
                 return [*bl.ctxfold_command(), "gateway", "--listen", f"127.0.0.1:{port}", "--server", server.address,
-                        "--openai-base-url", upstream_url, "--mode", mode, "--log-level", "WARNING"]  # fmt: skip
+                        "--openai-base-url", upstream_url, "--anthropic-base-url", upstream_url, "--mode", mode,
+                        "--log-level", "WARNING"]  # fmt: skip
 
             through_url = await stack.enter_async_context(
                 http_process("pass_through", gateway("pass_through", through_port), through_port, tmp / "pt.log")
@@ -346,8 +405,10 @@ async def run(options: Options) -> dict[str, Any]:
                     bl.log(f"round {number + 1}/{options.rounds}: throughput")
                     for mode, rate in (await measure_throughput(http, endpoints, options, number)).items():
                         throughput[mode].append(rate)
-            bl.log("saving: replaying the trace")
-            saving = await measure_saving(server.address, options)
+            saving = None
+            if options.api == "chat":
+                bl.log("saving: replaying the trace")
+                saving = await measure_saving(server.address, options)
     return summarize(options, latency, ttfb, throughput, saving)
 
 
@@ -356,7 +417,7 @@ def summarize(
     latency: dict[str, list[float]],
     ttfb: dict[str, list[float]],
     throughput: dict[str, list[float]],
-    saving: dict[str, Any],
+    saving: dict[str, Any] | None,
 ) -> dict[str, Any]:
     def ms(values: list[float], share: float) -> float:
         return percentile(values, share) * 1000
@@ -393,7 +454,8 @@ def summarize(
 def render(result: dict[str, Any]) -> str:
     options, table, added = result["options"], result["modes"], result["added"]
     lines = [
-        f"gateway overhead: ~{options['history_tokens']:,}-token history + 1 kB message, {options['calls']} calls x "
+        f"gateway overhead ({options['api']}): ~{options['history_tokens']:,}-token history + 1 kB message, "
+        f"{options['calls']} calls x "
         f"{options['rounds']} rounds; throughput {options['concurrency']} in flight at "
         f"~{options['throughput_tokens']:,} tokens",
         f"{'mode':<14}{'p50 ms':>10}{'p99 ms':>10}{'ttfb p50':>10}{'req/s':>10}{'+p50':>9}{'+p99':>9}{'+ttfb':>9}",
@@ -418,6 +480,8 @@ def render(result: dict[str, Any]) -> str:
         f"goal req/s >= 50 % of pass_through: {result['throughput_ratio']:.0%} {mark('throughput_ratio')}",
     ]
     saving = result["saving"]
+    if saving is None:
+        return "\n".join([*lines, "saving: replayed with --api chat only"])
     lines.append(
         f"saving over {saving['trace']} ({saving['model_calls']} model calls, window {saving['window']:,}, "
         f"{saving['folds']} folds): {saving['agent_tokens']:,} tokens sent by the agent, {saving['upstream_tokens']:,} "
@@ -438,13 +502,14 @@ def main() -> None:
     parser.add_argument("--throughput-tokens", type=bl.positive_int, default=100_000)
     parser.add_argument("--replay-window", type=bl.positive_int, default=16_000)
     parser.add_argument("--trace", type=Path, default=bl.DEFAULT_TRACES / "openhands-django-11149.json")
+    parser.add_argument("--api", choices=sorted(PATHS), default="chat", help="the provider API the agent speaks")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the result as JSON to PATH")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes, one round")
     args = parser.parse_args()
     options = Options(args.rounds, args.calls, args.seconds, args.concurrency, args.history_tokens,
-                      args.throughput_tokens, args.replay_window, args.trace)  # fmt: skip
+                      args.throughput_tokens, args.replay_window, args.trace, args.api)  # fmt: skip
     if args.quick:
-        options = Options(1, 3, 0.5, 4, 4000, 2000, args.replay_window, args.trace)
+        options = Options(1, 3, 0.5, 4, 4000, 2000, args.replay_window, args.trace, args.api)
     result = asyncio.run(run(options))
     print(render(result))
     if args.json:
