@@ -3,10 +3,10 @@
 (issue 23).
 
 Every server runs in its own process: `ctxfold serve` on a fresh SQLite file, the fake upstream
-(tests/fake_upstream.py: OpenAI Chat Completions answering "ok"), `ctxfold gateway` with ctxfold
+(tests/fake_upstream.py, answering "ok" in each API), `ctxfold gateway` with ctxfold
 behind it, and `ctxfold gateway --mode pass_through`: the same HTTP stack (aiohttp server and client,
 the same handlers) forwarding every request unchanged. One client process drives them with
-pre-serialized Chat Completions requests, so the three modes differ only in what is in between:
+pre-serialized requests, so the three modes differ only in what is in between:
 
   direct        client -> fake upstream
   pass_through  client -> gateway (ctxfold off) -> fake upstream
