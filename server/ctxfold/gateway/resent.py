@@ -4,9 +4,9 @@ Agents resend their whole request on every call, the new messages appended. When
 session's previous one with bytes inserted just before the closing bracket of its history, and
 nothing else changed, only the inserted bytes are parsed; when the view then only grew by those
 messages, the upstream gets the previous upstream body with the same bytes inserted at the same
-place. An appended turn costs O(new messages): the history is compared, never parsed, hashed or
-serialized again. Anything else (an edit, another field changed, a prune or a fold) takes the full
-path. Pure."""
+place. An appended turn costs a byte comparison of the history (memcmp) and work in proportion to
+the new messages: the history is never parsed, hashed or serialized again. Anything else (an edit,
+another field changed, a prune or a fold) takes the full path. Pure."""
 
 from __future__ import annotations
 
