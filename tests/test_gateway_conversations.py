@@ -378,3 +378,26 @@ async def test_a_resent_request_with_a_malformed_suffix_is_refused_in_the_provid
     history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
     assert (await post_chat(stack, body, "malformed"))[0] == 200
     assert json.dumps(history[-1]).encode() in stack.upstream.last(CHAT).raw  # still recognized
+
+
+async def next_turn(stack: Stack, history: list[dict[str, Any]], session: str) -> bool:
+    """One more turn of a conversation; whether it was recognized by its bytes."""
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": f"more {len(history)}"}]
+    body = {"model": "gpt-4.1", "messages": history}
+    assert (await post_chat(stack, body, session))[0] == 200
+    assert without_cache_key(stack.upstream.last(CHAT).body) == body
+    return json.dumps(history[-1]).encode() in stack.upstream.last(CHAT).raw
+
+
+async def test_kept_request_bytes_stay_within_their_budget_the_least_recently_used_going_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gateway_contexts, "MAX_KEPT_BYTES", 40_000)  # room for one conversation's request
+    async for running in make_stack(tmp_path):
+        a, b = ([LONG_SYSTEM, {"role": "user", "content": f"task {name} " + "z" * 9000}] for name in "ab")
+        await next_turn(running, a, "a")
+        assert await next_turn(running, a, "a")
+        await next_turn(running, b, "b")  # b's request is kept: a's, the least recently used, goes
+        assert await next_turn(running, b, "b")
+        assert not await next_turn(running, a, "a")  # the full path, and a is kept again
+        assert await next_turn(running, a, "a")
