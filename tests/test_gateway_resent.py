@@ -68,8 +68,7 @@ def forwarded_of(body: dict[str, Any], encode: Any = compact, view: View | None 
     head, tail = split_json(body, "messages")
     conversation = Conversation(pieces=(), model="gpt-4.1", stream=False, max_output_tokens=0, tools=())
     shown = view or view_of(Message(role=Role.SYSTEM, content="s", seq=1))
-    pieces = len(body["messages"])
-    return Forwarded(raw[:close], raw[close:], head, tail, conversation, pieces, Role.USER, shown, False)
+    return Forwarded(raw[:close], raw[close:], head, tail, conversation, Role.USER, shown, False)
 
 
 @pytest.mark.parametrize("encode", [compact, spaced])
@@ -126,5 +125,7 @@ def test_a_view_grew_only_when_its_prefix_is_the_forwarded_view_and_the_new_mess
     assert not grew_by(forwarded, view_of(*pruned_prefix, *appended), appended)
     summary = Message(role=Role.SYSTEM, content="summary", seq=0, summary=True)
     assert not grew_by(forwarded, view_of(shown[0], summary, *appended), appended)
-    after = continued(forwarded, b',{"role":"user","content":"n"}', view_of(*shown, *appended), [Role.USER])
-    assert after.pieces == forwarded.pieces + 1 and after.view.messages[-1] is appended[0]
+    middle = b',{"role":"user","content":"n"}'
+    after = continued(forwarded, middle, view_of(*shown, *appended), Role.USER)
+    assert after.head == forwarded.head + middle and after.upstream_head == forwarded.upstream_head + middle
+    assert after.tail == forwarded.tail and after.view.messages[-1] is appended[0]

@@ -213,12 +213,13 @@ class Contexts:
             append = [api.canonical(piece) for piece in pieces]
             view = await client.prepare(state.session_id, append)
             state.prepares += 1
-            if not view.appended or view.appended[0].seq != forwarded.pieces + 1:
+            # The transcript is the forwarded history, fingerprinted: the new messages follow it.
+            if not view.appended or view.appended[0].seq != len(state.fingerprints) + 1:
                 await self._reload(client, state)
                 return None
             grown = grew_by(forwarded, view, view.appended)
             fingerprints = [*state.fingerprints, *(fingerprint_of(message) for message in append)]
-            after = continued(forwarded, resent.middle, view, [piece.role for piece in pieces]) if grown else None
+            after = continued(forwarded, resent.middle, view, pieces[-1].role) if grown else None
             self._remember(state, fingerprints, b"", after)
             return Prepared(
                 state=state,

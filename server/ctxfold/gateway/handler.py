@@ -102,7 +102,6 @@ def forwarded(
         upstream_head=upstream[0],
         upstream_tail=upstream[1],
         conversation=replace(conversation, pieces=()),
-        pieces=len(conversation.pieces),
         last_role=conversation.pieces[-1].role,
         view=prepared.view,
         offers_read=offers_read,
@@ -231,9 +230,9 @@ class Gateway:
         span = trace.get_current_span()
         try:
             prepared = await self.contexts.prepare_resent(caller.token, api, resent) if resent is not None else None
+            if body is None and (prepared is None or prepared.upstream is None):
+                body, conversation = parsed(api, raw)  # the full path for a resent request
             if prepared is None:
-                if body is None:  # the forwarded request with new items inserted: it parses
-                    body, conversation = parsed(api, raw)
                 key = session_key(api.api, caller.api_key, request.headers.get(SESSION_HEADER, ""),
                                   conversation.model, conversation.pieces)  # fmt: skip
                 prepared = await self.contexts.prepare(
@@ -251,8 +250,7 @@ class Gateway:
         if prepared.upstream is not None and resent is not None:
             upstream_body, offers_read = prepared.upstream, resent.forwarded.offers_read
         else:
-            if body is None:
-                body, conversation = parsed(api, raw)
+            assert body is not None  # parsed above for the full path
             upstream_body, offers_read = self._rewritten(incoming, body, conversation, prepared)
         span.set_attribute("ctxfold.gateway.resent", prepared.upstream is not None)
         url = self.base_url(api.provider) + request.path_qs

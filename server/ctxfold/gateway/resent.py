@@ -36,8 +36,7 @@ class Forwarded:
     upstream_head: bytes
     upstream_tail: bytes
     conversation: Conversation  # its fields other than the pieces (they are not kept)
-    pieces: int  # the history's length
-    last_role: Role  # its last piece's
+    last_role: Role  # its history's last piece's
     view: View  # what the upstream got
     offers_read: bool  # the upstream got the read tool
 
@@ -110,16 +109,15 @@ def grew_by(forwarded: Forwarded, view: View, appended: Sequence[Message]) -> bo
     )
 
 
-def continued(forwarded: Forwarded, middle: bytes, view: View, added: Sequence[Role]) -> Forwarded:
-    """The forwarded request after the resent one, `middle` adding pieces of roles `added`, went upstream."""
+def continued(forwarded: Forwarded, middle: bytes, view: View, last_role: Role) -> Forwarded:
+    """The forwarded request after the resent one, `middle` adding pieces up to one of `last_role`, went upstream."""
     return Forwarded(
         head=forwarded.head + middle,
         tail=forwarded.tail,
         upstream_head=forwarded.upstream_head + middle,
         upstream_tail=forwarded.upstream_tail,
         conversation=forwarded.conversation,
-        pieces=forwarded.pieces + len(added),
-        last_role=added[-1],
+        last_role=last_role,
         view=view,
         offers_read=forwarded.offers_read,
     )
