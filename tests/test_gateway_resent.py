@@ -10,8 +10,19 @@ import orjson
 import pytest
 from ctxfold_client import Action, Message, Role, View
 
+from ctxfold.engine import estimator
+from ctxfold.gateway import resent
 from ctxfold.gateway.formats import Conversation
-from ctxfold.gateway.resent import Forwarded, continued, grew_by, history_close, inserted, new_items, split_json
+from ctxfold.gateway.resent import (
+    Forwarded,
+    continued,
+    grew_by,
+    history_close,
+    inserted,
+    likely_grows,
+    new_items,
+    split_json,
+)
 
 HISTORY = [{"role": "system", "content": "You are careful."}, {"role": "user", "content": "Fix a.py"}]
 NEW = {"role": "user", "content": 'and b.py, with "quotes" and ] brackets'}
@@ -129,3 +140,15 @@ def test_a_view_grew_only_when_its_prefix_is_the_forwarded_view_and_the_new_mess
     after = continued(forwarded, middle, view_of(*shown, *appended), Role.USER)
     assert after.head == forwarded.head + middle and after.upstream_head == forwarded.upstream_head + middle
     assert after.tail == forwarded.tail and after.view.messages[-1] is appended[0]
+
+
+def test_a_view_likely_grows_while_the_new_bytes_cannot_reach_the_trigger_or_the_bound_of_a_result() -> None:
+    def forwarded_at(estimated: int) -> Forwarded:
+        view = View(messages=(), estimated_tokens=estimated, view_version=1, action=Action.NONE, trigger_tokens=10_000)
+        return forwarded_of({"messages": HISTORY}, view=view)
+
+    middle = b"," + b"x" * 999  # 1,000 bytes: at most 2,000 tokens at the highest calibration
+    assert likely_grows(forwarded_at(7_999), middle, tool_content_max_bytes=4096)
+    assert not likely_grows(forwarded_at(8_000), middle, tool_content_max_bytes=4096)  # a prune may be due
+    assert not likely_grows(forwarded_at(0), middle, tool_content_max_bytes=999)  # a result may be cut
+    assert resent.MAX_CALIBRATION == estimator.MAX_CALIBRATION  # the server's, which the gateway does not import

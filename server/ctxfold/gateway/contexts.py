@@ -61,6 +61,7 @@ class SessionState:
     key: tuple[str, str]  # (tenant token, session key)
     session_id: str
     fingerprints: list[str]
+    tool_content_max_bytes: int  # the session's bound of a tool result's text in the view
     known_json: bytes = b""  # the JSON of the pieces `fingerprints` were made from, when kept
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     observed_at: float | None = None  # when usage was last reported (monotonic seconds)
@@ -96,6 +97,7 @@ class Resent:
     forwarded: Forwarded
     middle: bytes
     pieces: tuple[Piece, ...]
+    upstream: bytes  # the forwarded upstream body with `middle` inserted: sent when the view only grows
 
 
 def new_pieces(api: ApiFormat, forwarded: Forwarded, middle: bytes) -> tuple[Piece, ...] | None:
@@ -198,7 +200,8 @@ class Contexts:
                     return None
                 self._buckets.move_to_end(bucket)
                 self._sessions.move_to_end(state.key)  # kept: an evicted session keeps no request (`_remember`)
-                return Resent(state, forwarded, middle, pieces)
+                upstream = forwarded.upstream_head + middle + forwarded.upstream_tail
+                return Resent(state, forwarded, middle, pieces, upstream)
         return None
 
     async def prepare_resent(self, token: str, api: ApiFormat, resent: Resent) -> Prepared | None:
@@ -228,7 +231,7 @@ class Contexts:
                 appended=len(append),
                 rewound_to=None,
                 observe=self._observes(state, view),
-                upstream=forwarded.upstream_head + resent.middle + forwarded.upstream_tail if grown else None,
+                upstream=resent.upstream if grown else None,
             )
 
     def remember_forwarded(self, prepared: Prepared, bucket: Bucket, forwarded: Forwarded) -> None:
@@ -285,7 +288,7 @@ class Contexts:
         )
         session = await client.create_session(config, session_key=key)
         fingerprints = await self._fingerprints(client, session.id) if session.head_seq else []
-        state = SessionState(cache_key, session.id, fingerprints)
+        state = SessionState(cache_key, session.id, fingerprints, session.config.tool_content_max_bytes)
         self._sessions[cache_key] = state
         if len(self._sessions) > MAX_SESSIONS:
             _, evicted = self._sessions.popitem(last=False)

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 from ctxfold_client import Action, CtxfoldError, ErrorReason, Role, Usage
+from multidict import CIMultiDict
 from opentelemetry import propagate, trace
 
 from ctxfold.gateway.contexts import Bucket, Contexts, NewSession, Prepared, Resent, unreachable, view_entries
@@ -24,9 +25,9 @@ from ctxfold.gateway.formats.openai_responses import OpenAIResponses
 from ctxfold.gateway.identity import api_key_digest, context_window, session_key
 from ctxfold.gateway.pieces import compact_json
 from ctxfold.gateway.read_rounds import Exchange, ReadRounds, offers_read_tool, with_read_tool
-from ctxfold.gateway.resent import BUCKET_BYTES, Forwarded, history_close, split_json
+from ctxfold.gateway.resent import BUCKET_BYTES, Forwarded, history_close, likely_grows, split_json
 from ctxfold.gateway.settings import GatewaySettings, key_sha256, load_tenants
-from ctxfold.gateway.upstream import Upstream, UpstreamUnreachable, forwarded_headers, json_response
+from ctxfold.gateway.upstream import Opened, Upstream, UpstreamUnreachable, forwarded_headers, json_response
 
 log = logging.getLogger("ctxfold.gateway")
 tracer = trace.get_tracer("ctxfold.gateway")
@@ -125,6 +126,14 @@ def new_session(conversation: Conversation, window: int) -> NewSession:
         tools_json=compact_json(list(conversation.tools)) if conversation.tools else "",
         model=conversation.model,
     )
+
+
+def dropped(opening: asyncio.Task[Opened]) -> None:
+    """An early upstream call the Prepare did not confirm: cancelled, or its answer released unread."""
+    if opening.cancel():
+        return
+    if not opening.cancelled() and opening.exception() is None:
+        opening.result().release()
 
 
 def describe(span: trace.Span, prepared: Prepared) -> None:
@@ -228,41 +237,61 @@ class Gateway:
         them, else the whole request rewritten with the view."""
         api, request, raw, caller = incoming.api, incoming.request, incoming.raw, incoming.caller
         span = trace.get_current_span()
-        try:
-            prepared = await self.contexts.prepare_resent(caller.token, api, resent) if resent is not None else None
-            if body is None and (prepared is None or prepared.upstream is None):
-                body, conversation = parsed(api, raw)  # the full path for a resent request
-            if prepared is None:
-                key = session_key(api.api, caller.api_key, request.headers.get(SESSION_HEADER, ""),
-                                  conversation.model, conversation.pieces)  # fmt: skip
-                prepared = await self.contexts.prepare(
-                    caller.token, key, api, conversation, new_session(conversation, incoming.window)
-                )
-        except (orjson.JSONDecodeError, BadRequest) as exc:  # not expected: a resent request was checked
-            return self._error(api, 400, f"the request body cannot be read: {exc}")
-        except CtxfoldError as error:
-            span.set_attribute("ctxfold.error.reason", error.reason)
-            if error.reason == ErrorReason.CONTEXT_BUDGET_UNSATISFIED:
-                tokens = int(error.metadata.get("estimated_tokens", 0) or 0)
-                return json_response(400, api.context_length_error(tokens, incoming.window), {})
-            return await self._ctxfold_failed(api, request, raw, error)
-        describe(span, prepared)
-        if prepared.upstream is not None and resent is not None:
-            upstream_body, offers_read = prepared.upstream, resent.forwarded.offers_read
-        else:
-            assert body is not None  # parsed above for the full path
-            upstream_body, offers_read = self._rewritten(incoming, body, conversation, prepared)
-        span.set_attribute("ctxfold.gateway.resent", prepared.upstream is not None)
         url = self.base_url(api.provider) + request.path_qs
-        exchange = Exchange(api, url, forwarded_headers(request.headers), prepared,
-                            answer_ctxfold_headers(prepared), caller.token, offers_read)  # fmt: skip
-        if conversation.stream:
-            response, usage = await self.rounds.stream(exchange, request, upstream_body)
-        else:
-            response, usage = await self.rounds.complete(exchange, upstream_body)
+        forward = forwarded_headers(request.headers)
+        opening = self._early(url, forward, resent)
+        try:
+            try:
+                prepared = await self.contexts.prepare_resent(caller.token, api, resent) if resent is not None else None
+                if body is None and (prepared is None or prepared.upstream is None):
+                    body, conversation = parsed(api, raw)  # the full path for a resent request
+                if prepared is None:
+                    key = session_key(api.api, caller.api_key, request.headers.get(SESSION_HEADER, ""),
+                                      conversation.model, conversation.pieces)  # fmt: skip
+                    prepared = await self.contexts.prepare(
+                        caller.token, key, api, conversation, new_session(conversation, incoming.window)
+                    )
+            except (orjson.JSONDecodeError, BadRequest) as exc:  # not expected: a resent request was checked
+                return self._error(api, 400, f"the request body cannot be read: {exc}")
+            except CtxfoldError as error:
+                span.set_attribute("ctxfold.error.reason", error.reason)
+                if error.reason == ErrorReason.CONTEXT_BUDGET_UNSATISFIED:
+                    tokens = int(error.metadata.get("estimated_tokens", 0) or 0)
+                    return json_response(400, api.context_length_error(tokens, incoming.window), {})
+                return await self._ctxfold_failed(api, request, raw, error)
+            describe(span, prepared)
+            if prepared.upstream is not None and resent is not None:
+                upstream_body, offers_read = prepared.upstream, resent.forwarded.offers_read
+            else:
+                assert body is not None  # parsed above for the full path
+                upstream_body, offers_read = self._rewritten(incoming, body, conversation, prepared)
+            span.set_attribute("ctxfold.gateway.resent", prepared.upstream is not None)
+            # The early call sent the very bytes the Prepare confirmed, or it is dropped.
+            first, opening = (
+                (opening, None) if resent is not None and upstream_body is resent.upstream else (None, opening)
+            )
+            if first is not None or opening is not None:
+                span.set_attribute("ctxfold.gateway.early_call", "used" if first is not None else "dropped")
+            exchange = Exchange(
+                api, url, forward, prepared, answer_ctxfold_headers(prepared), caller.token, offers_read
+            )
+            if conversation.stream:
+                response, usage = await self.rounds.stream(exchange, request, upstream_body, first)
+            else:
+                response, usage = await self.rounds.complete(exchange, upstream_body, first)
+        finally:
+            if opening is not None:
+                dropped(opening)
         if usage is not None:
             self._observe(exchange, usage)
         return response
+
+    def _early(self, url: str, forward: CIMultiDict[str], resent: Resent | None) -> asyncio.Task[Opened] | None:
+        """The upstream call of a resent request whose view likely only grows, sent while the Prepare runs
+        (the upstream's time hides the Prepare's); None when the request waits for its Prepare."""
+        if resent is None or not likely_grows(resent.forwarded, resent.middle, resent.state.tool_content_max_bytes):
+            return None
+        return asyncio.ensure_future(self.upstream.open("POST", url, resent.upstream, forward))
 
     def _rewritten(
         self, incoming: Incoming, body: dict[str, Any], conversation: Conversation, prepared: Prepared

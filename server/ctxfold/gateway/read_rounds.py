@@ -6,6 +6,7 @@ gets one answer without them: the last round's JSON answer, or one stream splice
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from ctxfold.gateway.contexts import Contexts, Prepared
 from ctxfold.gateway.formats import ApiFormat, Conversation, as_dict
 from ctxfold.gateway.splice import KEEP, SPLICERS, Splicer, event_bytes
 from ctxfold.gateway.sse import EventSplitter
-from ctxfold.gateway.upstream import Upstream, UpstreamUnreachable, answer_headers, json_response
+from ctxfold.gateway.upstream import Opened, Upstream, UpstreamUnreachable, answer_headers, json_response
 
 log = logging.getLogger("ctxfold.gateway")
 
@@ -65,12 +66,16 @@ class ReadRounds:
         self.contexts = contexts
         self.max_rounds = max_rounds
 
-    async def complete(self, exchange: Exchange, body: bytes) -> tuple[web.StreamResponse, Usage | None]:
-        """A JSON answer: the last round's (a final round that still reads, without its read calls)."""
+    async def complete(
+        self, exchange: Exchange, body: bytes, opening: Awaitable[Opened] | None = None
+    ) -> tuple[web.StreamResponse, Usage | None]:
+        """A JSON answer: the last round's (a final round that still reads, without its read calls).
+        `opening`: the first round's call, already sent."""
         api, rounds = exchange.api, 0
         first_usage: Usage | None = None
         while True:
-            status, upstream_headers, payload = await self.upstream.post(exchange.url, exchange.forward, body)
+            status, upstream_headers, payload = await self.upstream.post(exchange.url, exchange.forward, body, opening)
+            opening = None
             if status != 200:
                 break
             try:
@@ -91,10 +96,10 @@ class ReadRounds:
         return json_response(status, payload, headers, upstream_headers), first_usage
 
     async def stream(
-        self, exchange: Exchange, request: web.Request, body: bytes
+        self, exchange: Exchange, request: web.Request, body: bytes, opening: Awaitable[Opened] | None = None
     ) -> tuple[web.StreamResponse, Usage | None]:
         """Event by event, as each arrives; with the read tool offered, its rounds are spliced into
-        the one stream the agent reads."""
+        the one stream the agent reads. `opening`: the first round's call, already sent."""
         api = exchange.api
         splicer = SPLICERS[api.api](READ_TOOL_RESULT) if exchange.offers_read else None
         response: web.StreamResponse | None = None
@@ -102,7 +107,8 @@ class ReadRounds:
         rounds = 0
         while True:
             try:
-                async with self.upstream.call("POST", exchange.url, body, exchange.forward) as answer:
+                async with self.upstream.call("POST", exchange.url, body, exchange.forward, opening) as answer:
+                    opening = None
                     if answer.status != 200:
                         if response is None:
                             payload = await answer.read()

@@ -24,6 +24,8 @@ from ctxfold.gateway.formats import Conversation
 BUCKET_BYTES = 256
 # Candidates for the history's closing bracket tried per request (each costs a parse).
 MAX_CANDIDATES = 3
+# The server's highest calibration of its token estimates (engine.estimator.MAX_CALIBRATION).
+MAX_CALIBRATION = 2.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,17 @@ def grew_by(forwarded: Forwarded, view: View, appended: Sequence[Message]) -> bo
             for shown, stored in zip(new, appended, strict=True)
         )
     )
+
+
+def likely_grows(forwarded: Forwarded, middle: bytes, tool_content_max_bytes: int) -> bool:
+    """Whether the view will likely only grow by the inserted messages, each shown whole: no result
+    among them can be longer than the session's bound of a result in the view, and with every
+    inserted byte counted as a token at the server's highest calibration the forwarded view stays
+    under its trigger, so no maintenance is due. Only a guess: it decides whether the upstream is
+    called while the Prepare runs, and the Prepare confirms it or the early call is dropped."""
+    view = forwarded.view
+    fits = view.estimated_tokens + MAX_CALIBRATION * len(middle) < view.trigger_tokens
+    return fits and len(middle) <= tool_content_max_bytes
 
 
 def continued(forwarded: Forwarded, middle: bytes, view: View, last_role: Role) -> Forwarded:

@@ -5,12 +5,14 @@ answers to the agent."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, StatusCode
 
 tracer = trace.get_tracer("ctxfold.gateway")
 
@@ -52,35 +54,65 @@ def json_response(
     return web.Response(status=status, body=payload, headers=headers)
 
 
+@dataclass
+class Opened:
+    """An upstream answer whose headers arrived, open until released (which ends its span)."""
+
+    answer: aiohttp.ClientResponse
+    span: Span
+
+    def release(self) -> None:
+        self.answer.release()
+        self.span.end()
+
+
 class Upstream:
     """The provider, through one aiohttp client session."""
 
     def __init__(self, session: aiohttp.ClientSession):
         self.session = session
 
+    async def open(self, method: str, url: str, data: bytes | None, forward: CIMultiDict[str]) -> Opened:
+        """One upstream call until its answer's headers (a span of its own, whose trace context the
+        upstream gets). UpstreamUnreachable when no answer came (nothing was sent to the agent). The
+        span is not made current, so a call may be opened in one task and read in another."""
+        span = tracer.start_span(f"{method} upstream", kind=trace.SpanKind.CLIENT)
+        span.set_attribute("url.full", url)
+        headers = CIMultiDict(forward)
+        propagate.inject(headers, context=trace.set_span_in_context(span))
+        try:
+            answer = await self.session.request(method, url, data=data, headers=headers)
+        except BaseException as exc:  # unreachable, or cancelled (an early call the Prepare did not confirm)
+            span.record_exception(exc)
+            span.set_status(StatusCode.ERROR)
+            span.end()
+            if isinstance(exc, aiohttp.ClientError | TimeoutError):
+                raise UpstreamUnreachable(f"{url}: {exc or type(exc).__name__}") from exc
+            raise
+        span.set_attribute("http.response.status_code", answer.status)
+        return Opened(answer, span)
+
     @contextlib.asynccontextmanager
     async def call(
-        self, method: str, url: str, data: bytes | None, forward: CIMultiDict[str]
+        self,
+        method: str,
+        url: str,
+        data: bytes | None,
+        forward: CIMultiDict[str],
+        opening: Awaitable[Opened] | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """One upstream call (a span of its own, whose trace context the upstream gets), open until
-        its body is read. UpstreamUnreachable when no answer came (nothing was sent to the agent)."""
-        with tracer.start_as_current_span(f"{method} upstream", kind=trace.SpanKind.CLIENT) as span:
-            span.set_attribute("url.full", url)
-            headers = CIMultiDict(forward)
-            propagate.inject(headers)
-            try:
-                answer = await self.session.request(method, url, data=data, headers=headers)
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise UpstreamUnreachable(f"{url}: {exc or type(exc).__name__}") from exc
-            span.set_attribute("http.response.status_code", answer.status)
-            try:
-                yield answer
-            finally:
-                answer.release()
+        """`open` (or the call `opening` already sent), released when done."""
+        opened = await (opening if opening is not None else self.open(method, url, data, forward))
+        try:
+            yield opened.answer
+        finally:
+            opened.release()
 
-    async def post(self, url: str, forward: CIMultiDict[str], body: bytes) -> tuple[int, CIMultiDictProxy[str], bytes]:
-        """`body` (JSON) posted: the answer's status, headers and whole body."""
-        async with self.call("POST", url, body, forward) as answer:
+    async def post(
+        self, url: str, forward: CIMultiDict[str], body: bytes, opening: Awaitable[Opened] | None = None
+    ) -> tuple[int, CIMultiDictProxy[str], bytes]:
+        """`body` (JSON) posted (or the call `opening` already sent): the answer's status, headers and whole body."""
+        async with self.call("POST", url, body, forward, opening) as answer:
             return answer.status, answer.headers, await answer.read()
 
     async def relay(self, request: web.Request, url: str, raw: bytes, extra: dict[str, str]) -> web.StreamResponse:
