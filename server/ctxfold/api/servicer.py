@@ -28,6 +28,7 @@ from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
 from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Event, Maintenance, PrepareCall
+from ctxfold.service.progress import Appended
 from ctxfold.service.sessions import Sessions, session_info
 from ctxfold.service.states import ContextStates
 from ctxfold.service.tool_results import ToolResults
@@ -207,13 +208,22 @@ async def _event_response(response_type: type[EventResponse], event: Event) -> E
 
 
 async def _streamed(
-    response_type: type[EventResponse], events: AsyncGenerator[Event, None], context: Context
+    response_type: type[EventResponse],
+    events: AsyncGenerator[Appended | Event, None],
+    context: Context,
+    turn: Turn | None = None,
 ) -> EventResponse | bytes:
     """The answer of a server-streaming RPC run as unary: progress events are written as they come, the
-    result is returned and leaves with the status (docs/architecture.md, The API shell)."""
+    result is returned and leaves with the status (docs/architecture.md, The API shell). The request's
+    `turn` ends once its append is stored: what is left may wait for a summarizer, not for other large
+    requests."""
     # Closed here, not by the collector: a cancelled call stops its maintenance task now.
     async with contextlib.aclosing(events):
         async for event in events:
+            if isinstance(event, Appended):
+                if turn is not None:
+                    turn.end()
+                continue
             response = await _event_response(response_type, event)
             if isinstance(event, PreparedContext):
                 return response
@@ -335,10 +345,7 @@ class ContextServicer:
         call = PrepareCall(
             tenant, request.session_id, append, request.overflow, request.known_view_version, request.request_id
         )
-        pending = await self.maintenance.append(call)
-        turn.end()  # the append is stored: what is left may wait for a summarizer, not for other large requests
-        events = self.maintenance.prepare(pending)
-        return await _streamed(pb.PrepareResponse, events, context)
+        return await _streamed(pb.PrepareResponse, self.maintenance.prepare(call), context, turn)
 
     @unary
     async def Compact(self, request: pb.CompactRequest, context: Context, tenant: str) -> pb.CompactResponse | bytes:

@@ -44,10 +44,10 @@ from ctxfold.service.contexts import Contexts
 from ctxfold.service.exclusion import FoldLeases, KeyedLock
 from ctxfold.service.folding import Folding
 from ctxfold.service.observer import MaintenanceObserver
-from ctxfold.service.progress import Emit, FoldProgress
+from ctxfold.service.progress import Appended, Emit, FoldProgress
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
 from ctxfold.service.states import MAX_ROUNDS, ContextStates
-from ctxfold.service.transcript import Transcript, Written
+from ctxfold.service.transcript import Transcript
 from ctxfold.store import StaleSession, Store
 from ctxfold.summarizers.base import Summarizer
 
@@ -67,15 +67,6 @@ class PrepareCall:
     overflow: bool = False
     known_view_version: int = 0
     request_id: str = ""
-
-
-@dataclass(frozen=True)
-class Pending:
-    """A Prepare whose append is stored, waiting for its answer."""
-
-    call: PrepareCall
-    written: Written
-    started: float  # perf_counter at the call's start (the duration metric)
 
 
 def _appended_anyway(error: DomainError, appended: Sequence[StoredMessage], request_id: str) -> DomainError:
@@ -147,22 +138,19 @@ class Maintenance:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def append(self, call: PrepareCall) -> Pending:
-        """A Prepare's checks and append, with its answer when no maintenance is due: what is stored once this
-        returns (the caller may then stop pacing the request: what is left may wait for a summarizer)."""
+    async def prepare(self, call: PrepareCall) -> AsyncGenerator[Appended | Event, None]:
+        """A Prepare: its checks and append, `Appended` once that is stored, then its answer: in the caller's
+        task when no maintenance was due (no task or queue), else after maintenance, which runs as a `_stream`
+        task reporting its progress."""
         started = time.perf_counter()
         request = AppendRequest((), 0.0, call.overflow, call.known_view_version)
         written = await self.transcript.append(call.tenant, call.session_id, call.append, call.request_id, request)
-        return Pending(call, written, started)
-
-    async def prepare(self, pending: Pending) -> AsyncGenerator[Event, None]:
-        """The answer of an appended Prepare: in the caller's task when no maintenance was due (no task or
-        queue), else after maintenance, which runs as a `_stream` task reporting its progress."""
-        call, written, appended = pending.call, pending.written, pending.written.messages
+        yield Appended()
+        appended = written.messages
         if written.answered is not None and written.context is not None:
             prepared = replace(written.answered, appended=tuple(appended))
             try:
-                self._finish(call.session_id, prepared, "prepare", pending.started)
+                self._finish(call.session_id, prepared, "prepare", started)
             except DomainError as error:
                 raise _appended_anyway(error, appended, call.request_id) from None
             if (background := self.background.progress(call.tenant, written.context)) is not None:
@@ -174,7 +162,7 @@ class Maintenance:
             try:
                 request = MaintainRequest(Trigger.OVERFLOW if call.overflow else Trigger.THRESHOLD)
                 result = await self._maintain(call.tenant, call.session_id, request, emit)
-                answered = await self._answer(result, call.known_view_version, appended, pending.started)
+                answered = await self._answer(result, call.known_view_version, appended, started)
                 if (background := self.background.progress(call.tenant, result.context)) is not None:
                     await emit(background)
                 return answered

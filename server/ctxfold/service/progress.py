@@ -35,6 +35,11 @@ class FoldProgress:
     summarizer: str = ""
 
 
+@dataclass(frozen=True)
+class Appended:
+    """A Prepare's first event: its append is stored (what is left may wait for a summarizer). Not sent."""
+
+
 Emit = Callable[[FoldProgress], Awaitable[None]]
 
 
