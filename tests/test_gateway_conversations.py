@@ -69,6 +69,43 @@ async def test_a_retry_rewinds_to_before_the_answer(stack: Stack) -> None:
     ]
 
 
+async def test_a_history_longer_than_one_append_is_kept_whole_and_edited_far_back(stack: Stack) -> None:
+    """An agent that comes to the gateway mid-session sends more messages than one append may carry
+    (the server's 1000): they are appended in several, and an edit far back re-appends as many."""
+    agent = client(stack.url, "long-history")
+    history: list[dict[str, Any]] = [SYSTEM]
+    for n in range(1300):
+        history += [{"role": "user", "content": f"question {n}"}, {"role": "assistant", "content": f"answer {n}"}]
+    history.append({"role": "user", "content": "and now?"})
+    raw = await ask(agent, history)
+    assert "x-ctxfold-warning" not in raw.headers, raw.headers["x-ctxfold-warning"]
+    session_id = raw.headers["x-ctxfold-session"]
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
+    await ask(agent, history)
+    assert [m.content for m in await stack.transcript(session_id)] == [m["content"] for m in history]
+    edited = [*history[:3], {"role": "assistant", "content": "another answer 0"}, *history[4:]]
+    raw = await ask(agent, edited)
+    assert "x-ctxfold-warning" not in raw.headers, raw.headers["x-ctxfold-warning"]
+    assert [m.content for m in await stack.transcript(session_id)] == [m["content"] for m in edited]
+    abandoned = [m for m in await stack.transcript(session_id, include_abandoned=True) if m.abandoned]
+    assert len(abandoned) == len(history) - 3
+
+
+async def test_a_history_larger_than_one_request_is_kept_whole(stack: Stack) -> None:
+    """Tool results that add up to more than the server takes in one request (20 MiB) are appended
+    in several requests."""
+    agent = client(stack.url, "large-history")
+    history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Read the logs."}]
+    for n in range(6):
+        call = {"id": f"log_{n}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        history.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        history.append({"role": "tool", "tool_call_id": f"log_{n}", "content": f"{n}" * (4 << 20)})
+    raw = await ask(agent, history)
+    assert "x-ctxfold-warning" not in raw.headers, raw.headers["x-ctxfold-warning"]
+    transcript = await stack.transcript(raw.headers["x-ctxfold-session"])
+    assert [m.raw_bytes or len(m.content) for m in transcript][3::2] == [4 << 20] * 6
+
+
 async def test_without_a_header_one_conversation_keeps_one_session(stack: Stack) -> None:
     agent = client(stack.url)
     one = [SYSTEM, {"role": "user", "content": "Task one"}]

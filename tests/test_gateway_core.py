@@ -8,10 +8,17 @@ import struct
 
 import orjson
 import pytest
-from ctxfold_client import Action, Message, ProviderPayload, Role
+from ctxfold_client import Action, Message, ProviderPayload, Role, ToolCall
 
 from ctxfold.gateway.attachments import anthropic_image_tokens, image_size, openai_image_tokens
-from ctxfold.gateway.contexts import OBSERVE_INTERVAL_SECONDS, native_summary, should_observe
+from ctxfold.gateway.contexts import (
+    MAX_APPEND_CHARS,
+    MAX_APPEND_MESSAGES,
+    OBSERVE_INTERVAL_SECONDS,
+    append_batches,
+    native_summary,
+    should_observe,
+)
 from ctxfold.gateway.formats import CacheHints, ViewEntry
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages, place_breakpoints
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
@@ -40,6 +47,21 @@ def test_reconcile(transcript: list[str], request_: list[str], plan: Plan) -> No
 
 
 # ---- identity -------------------------------------------------------------------------------------
+
+
+def test_a_long_history_is_appended_in_batches_the_server_accepts() -> None:
+    short = [Message(role=Role.USER, content=f"m{n}") for n in range(2 * MAX_APPEND_MESSAGES + 5)]
+    assert [len(b) for b in append_batches(short)] == [MAX_APPEND_MESSAGES, MAX_APPEND_MESSAGES, 5]
+    assert [m for b in append_batches(short) for m in b] == short
+    third = MAX_APPEND_CHARS // 3
+    results = [Message(role=Role.TOOL, content="x" * third, tool_call_id=f"c{n}") for n in range(4)]
+    assert [len(b) for b in append_batches(results)] == [3, 1]  # by characters
+    calls = Message(role=Role.ASSISTANT, tool_calls=(ToolCall("c", "bash", "y" * third),))
+    payload = Message(role=Role.USER, content="z", provider_payload=ProviderPayload("openai_chat", "w" * third))
+    assert [len(b) for b in append_batches([results[0], calls, payload, results[1]])] == [3, 1]
+    huge = Message(role=Role.TOOL, content="x" * (MAX_APPEND_CHARS + 1), tool_call_id="h")
+    assert append_batches([short[0], huge, short[1]]) == [[short[0]], [huge], [short[1]]]  # alone
+    assert append_batches([]) == []
 
 
 def test_a_header_key_is_scoped_by_the_api_key() -> None:

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -41,6 +42,33 @@ MAX_BUCKET_SESSIONS = 32
 # A bucket: the scope of a request (tenant token, API key digest, API, session and window headers) and
 # its first `resent.BUCKET_BYTES` bytes.
 Bucket = tuple[str, str, str, str, str, bytes]
+# One append carries at most the server's 1000 messages (docs/operations.md, Limits) and this many
+# characters of text, so that even at 4 UTF-8 bytes each it stays under the server's default request
+# size (20 MiB); a longer history (an agent that comes to the gateway mid-session, a divergence far
+# back) is appended in several.
+MAX_APPEND_MESSAGES = 1000
+MAX_APPEND_CHARS = 4 << 20
+
+
+def message_chars(message: Message) -> int:
+    payload = message.provider_payload
+    arguments = sum(len(call.arguments) for call in message.tool_calls)
+    return len(message.content) + len(message.reasoning_content) + arguments + (len(payload.json) if payload else 0)
+
+
+def append_batches(messages: Sequence[Message]) -> list[list[Message]]:
+    """`messages` in order, cut into appends the server accepts: each within `MAX_APPEND_MESSAGES`
+    and `MAX_APPEND_CHARS` (a message larger than that goes alone, for the server to judge)."""
+    batches: list[list[Message]] = []
+    chars = 0
+    for message in messages:
+        size = message_chars(message)
+        if not batches or len(batches[-1]) >= MAX_APPEND_MESSAGES or chars + size > MAX_APPEND_CHARS:
+            batches.append([])
+            chars = 0
+        batches[-1].append(message)
+        chars += size
+    return batches
 
 
 def fingerprint_of(message: Message) -> str:
@@ -206,14 +234,14 @@ class Contexts:
 
     async def prepare_resent(self, token: str, api: ApiFormat, resent: Resent) -> Prepared | None:
         """Appends the resent request's new messages and prepares; None when the request must take
-        the full path (another request of the session came first, or another writer moved the
-        transcript)."""
+        the full path (another request of the session came first, another writer moved the
+        transcript, or its new messages take more than one append)."""
         state, forwarded, pieces = resent.state, resent.forwarded, resent.pieces
         client = self.client(token)
         async with state.lock:
-            if state.forwarded is not forwarded:
-                return None
             append = [api.canonical(piece) for piece in pieces]
+            if state.forwarded is not forwarded or len(append_batches(append)) > 1:
+                return None
             view = await client.prepare(state.session_id, append)
             state.prepares += 1
             # The transcript is the forwarded history, fingerprinted: the new messages follow it.
@@ -255,9 +283,16 @@ class Contexts:
             await client.rewind(state.session_id, plan.keep)
             self._remember(state, state.fingerprints[: plan.keep], b"", None)
         append: list[Message] = [api.canonical(piece) for piece in conversation.pieces[plan.keep :]]
-        view = await client.prepare(state.session_id, append)
+        *leading, last = append_batches(append) or [[]]
+        head_seq = plan.keep
+        for batch in leading:  # a history longer than one append: all but its last batch appended alone
+            stored = await client.append_messages(state.session_id, batch)
+            if stored[0].seq != head_seq + 1:
+                raise TranscriptMoved
+            head_seq += len(batch)
+        view = await client.prepare(state.session_id, last)
         state.prepares += 1
-        if append and (not view.appended or view.appended[0].seq != plan.keep + 1):
+        if last and (not view.appended or view.appended[0].seq != head_seq + 1):
             raise TranscriptMoved
         self._remember(state, request, request_json, None)
         return Prepared(
