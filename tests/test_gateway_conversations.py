@@ -10,6 +10,7 @@ import dataclasses
 import json
 import random
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ import orjson
 import pytest
 
 from conftest import free_port, settings_for
+from ctxfold import cpu
 from ctxfold.gateway import contexts as gateway_contexts
+from ctxfold.gateway import handler as gateway_handler
 from ctxfold.gateway.app import start_gateway
 from ctxfold.server import start
 from fake_upstream import CHAT, RESPONSES, Call, FakeUpstream, Reply
@@ -104,6 +107,39 @@ async def test_a_history_larger_than_one_request_is_kept_whole(stack: Stack) -> 
     assert "x-ctxfold-warning" not in raw.headers, raw.headers["x-ctxfold-warning"]
     transcript = await stack.transcript(raw.headers["x-ctxfold-session"])
     assert [m.raw_bytes or len(m.content) for m in transcript][3::2] == [4 << 20] * 6
+
+
+async def test_a_large_request_is_read_reconciled_and_rewritten_off_the_event_loop(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parsing a history, fingerprinting it, making its new messages canonical and rewriting it take
+    time in proportion to its messages (seconds for a few hundred thousand small ones): for a large
+    request they run in the CPU pool (`ctxfold.cpu`), so other agents' requests go on meanwhile; a
+    small one's run at once."""
+    threads: dict[str, list[str]] = {}
+
+    def recorded(module: Any, name: str) -> None:
+        function = getattr(module, name)
+
+        def call(*args: Any) -> Any:
+            threads.setdefault(name, []).append(threading.current_thread().name)
+            return function(*args)
+
+        monkeypatch.setattr(module, name, call)
+
+    recorded(gateway_handler, "parsed")
+    recorded(gateway_handler, "rewritten_upstream")
+    recorded(gateway_contexts, "reconciled_request")
+    agent = client(stack.url, "off-the-loop")
+    small = [SYSTEM, {"role": "user", "content": "Count the lines."}]
+    await ask(agent, small)
+    here = [threading.current_thread().name]
+    assert threads == dict.fromkeys(("parsed", "reconciled_request", "rewritten_upstream"), here), threads
+    threads.clear()
+    large = [*small, *({"role": "user", "content": f"line {n}"} for n in range(cpu.OFFLOAD_MIN_BYTES // 16))]
+    await ask(agent, [*large, {"role": "user", "content": "Count them now."}])
+    assert threads.keys() == {"parsed", "reconciled_request", "rewritten_upstream"}
+    assert all(name.startswith("ctxfold-cpu") for names in threads.values() for name in names), threads
 
 
 async def test_without_a_header_one_conversation_keeps_one_session(stack: Stack) -> None:

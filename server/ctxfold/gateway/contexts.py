@@ -16,9 +16,10 @@ import grpc
 import orjson
 from ctxfold_client import Action, AsyncClient, Message, SessionConfig, View
 
+from ctxfold import cpu
 from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation, ViewEntry
 from ctxfold.gateway.pieces import Json, Piece, request_fingerprints
-from ctxfold.gateway.reconcile import reconcile
+from ctxfold.gateway.reconcile import Plan, reconcile
 from ctxfold.gateway.resent import Forwarded, continued, grew_by, inserted, new_items
 from ctxfold.gateway.settings import GatewaySettings
 
@@ -141,6 +142,16 @@ def new_pieces(api: ApiFormat, forwarded: Forwarded, middle: bytes) -> tuple[Pie
     return None if api.joins(forwarded.last_role, added.pieces[0].role) else added.pieces
 
 
+def reconciled_request(
+    api: ApiFormat, conversation: Conversation, fingerprints: list[str], known_json: bytes
+) -> tuple[list[str], bytes, Plan, list[Message]]:
+    """The request's fingerprints and their JSON (`request_fingerprints`), how it continues a
+    transcript of `fingerprints`, and the canonical messages it appends."""
+    request, request_json = request_fingerprints(api.api, conversation.pieces, fingerprints, known_json)
+    plan = reconcile(fingerprints, request)
+    return request, request_json, plan, [api.canonical(piece) for piece in conversation.pieces[plan.keep :]]
+
+
 @dataclass(frozen=True)
 class NewSession:
     """What a request that creates its session sets."""
@@ -206,16 +217,18 @@ class Contexts:
         await asyncio.gather(*(client.close() for client in self._clients.values()))
 
     async def prepare(
-        self, token: str, key: str, api: ApiFormat, conversation: Conversation, new: NewSession
+        self, token: str, key: str, api: ApiFormat, conversation: Conversation, new: NewSession, size: int
     ) -> Prepared:
+        """Reconciles the request's history (of `size` bytes: its fingerprints and new messages are
+        made off the event loop when large) with the session's transcript and prepares."""
         client = self.client(token)
         state = await self._state(client, token, key, api, new)
         async with state.lock:
             try:
-                return await self._reconcile_and_prepare(client, state, api, conversation)
+                return await self._reconcile_and_prepare(client, state, api, conversation, size)
             except TranscriptMoved:
                 await self._reload(client, state)
-                return await self._reconcile_and_prepare(client, state, api, conversation)
+                return await self._reconcile_and_prepare(client, state, api, conversation, size)
 
     def resent(self, api: ApiFormat, bucket: Bucket, raw: bytes) -> Resent | None:
         """The session whose last request `raw` repeats with new messages inserted, if this process has it."""
@@ -275,14 +288,13 @@ class Contexts:
             self._buckets.popitem(last=False)
 
     async def _reconcile_and_prepare(
-        self, client: AsyncClient, state: SessionState, api: ApiFormat, conversation: Conversation
+        self, client: AsyncClient, state: SessionState, api: ApiFormat, conversation: Conversation, size: int
     ) -> Prepared:
-        request, request_json = request_fingerprints(api.api, conversation.pieces, state.fingerprints, state.known_json)
-        plan = reconcile(state.fingerprints, request)
+        reconciled = await cpu.run(size, reconciled_request, api, conversation, state.fingerprints, state.known_json)
+        request, request_json, plan, append = reconciled
         if plan.rewind:
             await client.rewind(state.session_id, plan.keep)
             self._remember(state, state.fingerprints[: plan.keep], b"", None)
-        append: list[Message] = [api.canonical(piece) for piece in conversation.pieces[plan.keep :]]
         *leading, last = append_batches(append) or [[]]
         head_seq = plan.keep
         for batch in leading:  # a history longer than one append: all but its last batch appended alone

@@ -17,6 +17,7 @@ from ctxfold_client import Action, CtxfoldError, ErrorReason, Role, Usage
 from multidict import CIMultiDict
 from opentelemetry import propagate, trace
 
+from ctxfold import cpu
 from ctxfold.gateway.contexts import Bucket, Contexts, NewSession, Prepared, Resent, unreachable, view_entries
 from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, Conversation
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
@@ -107,6 +108,21 @@ def forwarded(
         view=prepared.view,
         offers_read=offers_read,
     )
+
+
+def rewritten_upstream(
+    incoming: Incoming, body: dict[str, Any], conversation: Conversation, prepared: Prepared, read_rounds: bool
+) -> tuple[bytes, bool, Forwarded | None]:
+    """The upstream body with the whole view, whether it offers the read tool (when `read_rounds` are
+    allowed), and the request as `resent` will recognize its continuation (None: it will not)."""
+    api = incoming.api
+    offers_read = read_rounds and offers_read_tool(prepared, conversation)
+    rewritten = upstream_request(api, body, conversation, prepared, offers_read)
+    if not api.history_key or incoming.bucket is None:
+        return orjson.dumps(rewritten), offers_read, None
+    upstream = split_json(rewritten, api.history_key)
+    kept = forwarded(incoming, body, conversation, upstream, prepared, offers_read)
+    return upstream[0] + upstream[1], offers_read, kept
 
 
 def answer_ctxfold_headers(prepared: Prepared) -> dict[str, str]:
@@ -209,7 +225,7 @@ class Gateway:
         body: dict[str, Any] | None = None
         try:
             if resent is None:
-                body, conversation = parsed(api, raw)
+                body, conversation = await cpu.run(len(raw), parsed, api, raw)
             else:  # its fields are the forwarded request's, byte for byte
                 conversation = resent.forwarded.conversation
             window = self._window(request.headers, conversation.model)
@@ -244,13 +260,12 @@ class Gateway:
             try:
                 prepared = await self.contexts.prepare_resent(caller.token, api, resent) if resent is not None else None
                 if body is None and (prepared is None or prepared.upstream is None):
-                    body, conversation = parsed(api, raw)  # the full path for a resent request
+                    body, conversation = await cpu.run(len(raw), parsed, api, raw)  # the full path, resent
                 if prepared is None:
                     key = session_key(api.api, caller.api_key, request.headers.get(SESSION_HEADER, ""),
                                       conversation.model, conversation.pieces)  # fmt: skip
-                    prepared = await self.contexts.prepare(
-                        caller.token, key, api, conversation, new_session(conversation, incoming.window)
-                    )
+                    new = new_session(conversation, incoming.window)
+                    prepared = await self.contexts.prepare(caller.token, key, api, conversation, new, len(raw))
             except (orjson.JSONDecodeError, BadRequest) as exc:  # not expected: a resent request was checked
                 return self._error(api, 400, f"the request body cannot be read: {exc}")
             except CtxfoldError as error:
@@ -264,7 +279,7 @@ class Gateway:
                 upstream_body, offers_read = prepared.upstream, resent.forwarded.offers_read
             else:
                 assert body is not None  # parsed above for the full path
-                upstream_body, offers_read = self._rewritten(incoming, body, conversation, prepared)
+                upstream_body, offers_read = await self._rewritten(incoming, body, conversation, prepared)
             span.set_attribute("ctxfold.gateway.resent", prepared.upstream is not None)
             # The early call sent the very bytes the Prepare confirmed, or it is dropped.
             first, opening = (
@@ -293,21 +308,18 @@ class Gateway:
             return None
         return asyncio.ensure_future(self.upstream.open("POST", url, resent.upstream, forward))
 
-    def _rewritten(
+    async def _rewritten(
         self, incoming: Incoming, body: dict[str, Any], conversation: Conversation, prepared: Prepared
     ) -> tuple[bytes, bool]:
         """The upstream body with the whole view and whether it offers the read tool; kept for `resent`
         when the API allows."""
-        api = incoming.api
-        offers_read = self.settings.max_read_rounds > 0 and offers_read_tool(prepared, conversation)
-        rewritten = upstream_request(api, body, conversation, prepared, offers_read)
-        if not api.history_key or incoming.bucket is None:
-            return orjson.dumps(rewritten), offers_read
-        upstream = split_json(rewritten, api.history_key)
-        kept = forwarded(incoming, body, conversation, upstream, prepared, offers_read)
-        if kept is not None:
+        offers_read = self.settings.max_read_rounds > 0
+        upstream, offers_read, kept = await cpu.run(
+            len(incoming.raw), rewritten_upstream, incoming, body, conversation, prepared, offers_read
+        )
+        if kept is not None and incoming.bucket is not None:
             self.contexts.remember_forwarded(prepared, incoming.bucket, kept)
-        return upstream[0] + upstream[1], offers_read
+        return upstream, offers_read
 
     def _window(self, headers: Mapping[str, str], model: str) -> int:
         given = headers.get(WINDOW_HEADER)
