@@ -39,6 +39,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
     (r"\bawait core\.notify_async\(", "core.notify("),
+    (r"\bawait core\.feed_async\(stream, ", "stream.feed("),
     (r"\basync (def|for|with) ", r"\1 "),
     (r"(?<![\w)\]])\(await ([\w.]+\([^()]*\))\)", r"\1"),  # (await f(x)).y -> f(x).y
     (r"\bawait ", ""),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 
 import grpc
 import pytest
@@ -23,6 +24,8 @@ from ctxfold_client import (
     tool_result,
     user,
 )
+from ctxfold_client import _core as core
+from ctxfold_client._gen import context_service_pb2 as pb
 from helpers import FOLDING_CONFIG, ROOMY_CONFIG, multibyte_text, tool_pair
 
 
@@ -136,3 +139,25 @@ async def test_async_tools_dispatcher_and_checkpoints_fork(server: Server) -> No
         assert budget is not None and f'"estimated_tokens":{view.estimated_tokens},' in budget
         fork = await client.fork(session.id, at_head=True)
         assert fork.forked_at_seq == 3
+
+
+async def test_async_a_large_view_is_made_in_a_thread(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making a view's messages takes ~10 µs each: the asyncio client makes those of a result of more
+    than `LARGE_RESULT_MESSAGES` in a thread, so the caller's event loop goes on meanwhile."""
+    on_loop: list[bool] = []
+    feed = core.FoldStream.feed
+
+    def recorded(stream: core.FoldStream, item: pb.PrepareResponse) -> object:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return feed(stream, item)
+
+    monkeypatch.setattr(core.FoldStream, "feed", recorded)
+    async with AsyncClient(server.address, view_cache_size=0) as client:
+        session = await client.create_session(ROOMY_CONFIG)
+        await client.append_messages(session.id, [user(f"m{i}") for i in range(core.LARGE_RESULT_MESSAGES // 2)])
+        at_most = await client.prepare(session.id, [user(f"n{i}") for i in range(core.LARGE_RESULT_MESSAGES // 2)])
+        above = await client.prepare(session.id, [user("one more")])
+    large = core.LARGE_RESULT_MESSAGES
+    assert [len(view.messages) for view in (at_most, above)] == [large, large + 1]
+    assert above.messages[:-1] == at_most.messages
+    assert on_loop == [True, False]

@@ -95,7 +95,7 @@ class AsyncClient(ClientBase[grpc.aio.Channel]):
             responses = method(core.checked(request), timeout=timeout, metadata=metadata)
             try:
                 async for item in responses:
-                    event = stream.feed(item)
+                    event = await core.feed_async(stream, item)
                     if event is not None:
                         yield event
                 stream.finish()

@@ -8,6 +8,7 @@ generated from it) only drive these pieces with awaited or blocking calls.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import os
@@ -420,6 +421,18 @@ async def notify_async(on_progress: OnProgress, event: FoldProgress) -> None:
     outcome = on_progress(event)
     if inspect.isawaitable(outcome):
         await outcome
+
+
+# Making a result's messages takes ~10 µs each: the asyncio client makes those of a larger result in
+# a thread, so its event loop is never held for much longer than this many take.
+LARGE_RESULT_MESSAGES = 1024
+
+
+async def feed_async(stream: FoldStream, item: pb.PrepareResponse | pb.CompactResponse) -> StreamEvent | None:
+    """`stream.feed(item)` for the asyncio client: a large result's in a thread, while the loop goes on."""
+    if item.WhichOneof("event") == "result" and len(item.result.messages) > LARGE_RESULT_MESSAGES:
+        return await asyncio.to_thread(stream.feed, item)
+    return stream.feed(item)
 
 
 def whole_view_request(session_id: str) -> pb.PrepareRequest:
