@@ -18,6 +18,10 @@ pre-serialized requests, so the three modes differ only in what is in between:
   ttfb        the same, streamed: time to the first byte of the answer.
   throughput  `--concurrency` conversations of ~`--throughput-tokens` tokens, a closed loop for
               `--seconds`: requests/s per mode (medians over rounds).
+  stall       one request of `--stall-messages` small messages (a long history arriving at once, or
+              a hostile one) sent to the ctxfold gateway while another client asks it for /v1/models
+              every 10 ms: how long that request took, and the longest wait of the others meanwhile
+              (the gateway parses, reconciles and rewrites a large request in its CPU pool).
   saving      a recorded agent trace replayed through the gateway at a `--replay-window` window: tokens
               the agent sent against tokens the upstream received, and both billed with `ctxfold
               replay`'s prompt-cache simulator and price sheet (GPT-5, OpenAI's cache rules).
@@ -83,7 +87,8 @@ class Options:
     throughput_tokens: int
     replay_window: int
     trace: Path
-    api: str = "chat"  # the provider API the agent speaks (`PATHS`); the saving is replayed for "chat" only
+    api: str = "chat"
+    stall_messages: int = 50_000  # the provider API the agent speaks (`PATHS`); the saving is replayed for "chat" only
 
 
 @dataclass
@@ -255,6 +260,39 @@ async def closed_loop(
     return done
 
 
+async def measure_stall(http: aiohttp.ClientSession, url: str, messages: int) -> dict[str, Any]:
+    """One request of `messages` short messages to the gateway at `url`, timed, while /v1/models is
+    asked every 10 ms: the seconds of each of those answers."""
+    history = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n}"} for n in range(messages)]
+    body = orjson.dumps({"model": "gpt-4.1", "messages": [*history, new_message(0)]})
+    headers = {"Authorization": "Bearer sk-bench", "Content-Type": "application/json",
+               "x-ctxfold-session": "stall", "x-ctxfold-context-window": str(NO_FOLD_WINDOW)}  # fmt: skip
+    waits: list[float] = []
+    done = asyncio.Event()
+
+    async def probe() -> None:
+        while not done.is_set():
+            started = time.perf_counter()
+            async with http.get(f"{url}/v1/models", headers={"Authorization": "Bearer sk-bench"}) as answer:
+                await answer.read()
+            waits.append(time.perf_counter() - started)
+            await asyncio.sleep(0.01)
+
+    probing = asyncio.create_task(probe())
+    await asyncio.sleep(0.2)
+    started = time.perf_counter()
+    async with http.post(f"{url}{PATHS['chat']}", data=body, headers=headers) as answer:
+        await answer.read()
+        if answer.status != 200 or "x-ctxfold-warning" in answer.headers:
+            raise RuntimeError(f"stall: HTTP {answer.status} {answer.headers.get('x-ctxfold-warning', '')}")
+    took = time.perf_counter() - started
+    done.set()
+    await probing
+    return {"messages": messages, "request_bytes": len(body), "seconds": took,
+            "probe_p50_ms": percentile(waits, 0.5) * 1000, "probe_max_ms": max(waits) * 1000,
+            "probes": len(waits)}  # fmt: skip
+
+
 # ---- the saving over a recorded trace -------------------------------------------------------------
 
 
@@ -405,11 +443,13 @@ async def run(options: Options) -> dict[str, Any]:
                     bl.log(f"round {number + 1}/{options.rounds}: throughput")
                     for mode, rate in (await measure_throughput(http, endpoints, options, number)).items():
                         throughput[mode].append(rate)
+                bl.log(f"stall: one request of {options.stall_messages:,} messages")
+                stall = await measure_stall(http, ctxfold_url, options.stall_messages)
             saving = None
             if options.api == "chat":
                 bl.log("saving: replaying the trace")
                 saving = await measure_saving(server.address, options)
-    return summarize(options, latency, ttfb, throughput, saving)
+    return summarize(options, latency, ttfb, throughput, stall, saving)
 
 
 def summarize(
@@ -417,6 +457,7 @@ def summarize(
     latency: dict[str, list[float]],
     ttfb: dict[str, list[float]],
     throughput: dict[str, list[float]],
+    stall: dict[str, Any],
     saving: dict[str, Any] | None,
 ) -> dict[str, Any]:
     def ms(values: list[float], share: float) -> float:
@@ -448,7 +489,7 @@ def summarize(
         "throughput_ratio": ratio >= GOALS["throughput_ratio"],
     }
     return {"options": {**asdict(options), "trace": str(options.trace)}, "modes": table, "added": added,
-            "throughput_ratio": ratio, "goals": goals, "saving": saving}  # fmt: skip
+            "throughput_ratio": ratio, "goals": goals, "stall": stall, "saving": saving}  # fmt: skip
 
 
 def render(result: dict[str, Any]) -> str:
@@ -479,6 +520,12 @@ def render(result: dict[str, Any]) -> str:
         f"goal ttfb within 2 ms of direct: +{added['ctxfold']['ttfb_added_ms']:.2f} ms {mark('ttfb_added_ms')}",
         f"goal req/s >= 50 % of pass_through: {result['throughput_ratio']:.0%} {mark('throughput_ratio')}",
     ]
+    stall = result["stall"]
+    lines.append(
+        f"stall: one request of {stall['messages']:,} messages ({stall['request_bytes'] / 1e6:.1f} MB) took "
+        f"{stall['seconds']:.2f} s; /v1/models meanwhile p50 {stall['probe_p50_ms']:.1f} ms, longest "
+        f"{stall['probe_max_ms']:.0f} ms ({stall['probes']} probes)"
+    )
     saving = result["saving"]
     if saving is None:
         return "\n".join([*lines, "saving: replayed with --api chat only"])
@@ -503,13 +550,15 @@ def main() -> None:
     parser.add_argument("--replay-window", type=bl.positive_int, default=16_000)
     parser.add_argument("--trace", type=Path, default=bl.DEFAULT_TRACES / "openhands-django-11149.json")
     parser.add_argument("--api", choices=sorted(PATHS), default="chat", help="the provider API the agent speaks")
+    parser.add_argument("--stall-messages", type=bl.positive_int, default=50_000, help="messages of the stall request")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the result as JSON to PATH")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes, one round")
     args = parser.parse_args()
     options = Options(args.rounds, args.calls, args.seconds, args.concurrency, args.history_tokens,
-                      args.throughput_tokens, args.replay_window, args.trace, args.api)  # fmt: skip
+                      args.throughput_tokens, args.replay_window, args.trace, args.api,
+                      args.stall_messages)  # fmt: skip
     if args.quick:
-        options = Options(1, 3, 0.5, 4, 4000, 2000, args.replay_window, args.trace, args.api)
+        options = Options(1, 3, 0.5, 4, 4000, 2000, args.replay_window, args.trace, args.api, 2000)
     result = asyncio.run(run(options))
     print(render(result))
     if args.json:

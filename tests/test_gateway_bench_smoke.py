@@ -1,4 +1,4 @@
-"""bench/gateway.py runs end to end (tiny sizes) and prints every mode, the goals and the saving: it
+"""bench/gateway.py runs end to end (tiny sizes) and prints every mode, the goals, the stall and the saving: it
 measures nothing here; it only must not rot."""
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ def test_the_gateway_benchmark_runs(tmp_path: Path, api: str) -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     saving = "saving over" if api == "chat" else "saving:"
-    for line in ("direct ", "pass_through ", "ctxfold ", "goal added p50", saving):
+    for line in ("direct ", "pass_through ", "ctxfold ", "goal added p50", "stall: one request of 2,000", saving):
         assert line in result.stdout, result.stdout
     document = json.loads(out.read_text())
     assert set(document["modes"]) == {"direct", "pass_through", "ctxfold"}
     assert all(mode["requests_per_s"] > 0 for mode in document["modes"].values())
+    assert document["stall"]["probes"] > 0
     if api == "chat":
         assert document["saving"]["upstream_tokens"] < document["saving"]["agent_tokens"]

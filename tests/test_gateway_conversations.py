@@ -20,7 +20,6 @@ import orjson
 import pytest
 
 from conftest import free_port, settings_for
-from ctxfold import cpu
 from ctxfold.gateway import contexts as gateway_contexts
 from ctxfold.gateway import handler as gateway_handler
 from ctxfold.gateway.app import start_gateway
@@ -113,9 +112,9 @@ async def test_a_large_request_is_read_reconciled_and_rewritten_off_the_event_lo
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Parsing a history, fingerprinting it, making its new messages canonical and rewriting it take
-    time in proportion to its messages (seconds for a few hundred thousand small ones): for a large
-    request they run in the CPU pool (`ctxfold.cpu`), so other agents' requests go on meanwhile; a
-    small one's run at once."""
+    time in proportion to its messages (seconds for a few hundred thousand small ones): for a request
+    of more than `OFFLOAD_MIN_OBJECTS` JSON objects they run in the CPU pool (`ctxfold.cpu`), so other
+    agents' requests go on meanwhile; a smaller one's run at once."""
     threads: dict[str, list[str]] = {}
 
     def recorded(module: Any, name: str) -> None:
@@ -136,7 +135,8 @@ async def test_a_large_request_is_read_reconciled_and_rewritten_off_the_event_lo
     here = [threading.current_thread().name]
     assert threads == dict.fromkeys(("parsed", "reconciled_request", "rewritten_upstream"), here), threads
     threads.clear()
-    large = [*small, *({"role": "user", "content": f"line {n}"} for n in range(cpu.OFFLOAD_MIN_BYTES // 16))]
+    lines = range(gateway_handler.OFFLOAD_MIN_OBJECTS)
+    large = [*small, *({"role": "user", "content": f"line {n}"} for n in lines)]
     await ask(agent, [*large, {"role": "user", "content": "Count them now."}])
     assert threads.keys() == {"parsed", "reconciled_request", "rewritten_upstream"}
     assert all(name.startswith("ctxfold-cpu") for names in threads.values() for name in names), threads

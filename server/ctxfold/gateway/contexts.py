@@ -219,8 +219,8 @@ class Contexts:
     async def prepare(
         self, token: str, key: str, api: ApiFormat, conversation: Conversation, new: NewSession, size: int
     ) -> Prepared:
-        """Reconciles the request's history (of `size` bytes: its fingerprints and new messages are
-        made off the event loop when large) with the session's transcript and prepares."""
+        """Reconciles the request's history with the session's transcript (its fingerprints and new
+        messages made in the CPU pool when `size`, as `handler.work_size`, says so) and prepares."""
         client = self.client(token)
         state = await self._state(client, token, key, api, new)
         async with state.lock:

@@ -41,6 +41,10 @@ ACTION_NAMES = {Action.NONE: "none", Action.PRUNED: "pruned", Action.FOLDED: "fo
 SESSION_HEADER = "x-ctxfold-session"
 WINDOW_HEADER = "x-ctxfold-context-window"
 TOKEN_HEADER = "x-ctxfold-token"
+# Requests of more JSON objects than this are read, reconciled and rewritten in the CPU pool
+# (`work_size`): up to ~20 ms of the event loop at once, against a thread hop per step beyond (in
+# `bench/gateway.py --api anthropic`, which always takes the full path, hops cost 15-20 % of req/s).
+OFFLOAD_MIN_OBJECTS = 1000
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,14 @@ def api_key_of(headers: Mapping[str, str]) -> str:
     if authorization[:7].lower() == "bearer ":
         return authorization[7:].strip()
     return headers.get("x-api-key", "")
+
+
+def work_size(raw: bytes) -> int:
+    """The size `cpu.run` is told of the work on a request's history: at least its threshold when the
+    JSON has more than `OFFLOAD_MIN_OBJECTS` objects, else 0. That work (pieces, fingerprints, canonical
+    messages, the rewritten view) is Python per message, ~20 µs each, and every message is at least one
+    object; per byte it is orjson's and hashlib's, fast in C. Fewer run at once: a hop costs more."""
+    return max(len(raw), cpu.OFFLOAD_MIN_BYTES) if raw.count(b"{") > OFFLOAD_MIN_OBJECTS else 0
 
 
 def parsed(api: ApiFormat, raw: bytes) -> tuple[dict[str, Any], Conversation]:
@@ -223,9 +235,11 @@ class Gateway:
         bucket = self.bucket(api, caller, request.headers, raw)
         resent = self.contexts.resent(api, bucket, raw) if bucket is not None else None
         body: dict[str, Any] | None = None
+        work = 0  # `work_size`, counted on the full path only
         try:
             if resent is None:
-                body, conversation = await cpu.run(len(raw), parsed, api, raw)
+                work = work_size(raw)
+                body, conversation = await cpu.run(work, parsed, api, raw)
             else:  # its fields are the forwarded request's, byte for byte
                 conversation = resent.forwarded.conversation
             window = self._window(request.headers, conversation.model)
@@ -243,14 +257,19 @@ class Gateway:
             if conversation.not_reconciled:
                 return await self._unchanged(api, request, raw, conversation.not_reconciled)
             incoming = Incoming(api, request, raw, caller, bucket, window)
-            return await self._with_ctxfold(incoming, body, conversation, resent)
+            return await self._with_ctxfold(incoming, body, conversation, resent, work)
 
     async def _with_ctxfold(
-        self, incoming: Incoming, body: dict[str, Any] | None, conversation: Conversation, resent: Resent | None
+        self,
+        incoming: Incoming,
+        body: dict[str, Any] | None,
+        conversation: Conversation,
+        resent: Resent | None,
+        work: int,
     ) -> web.StreamResponse:
         """The request with the view ctxfold prepared for its history, upstream and back: a resent
         request's new messages spliced into the previous upstream body when the view only grew by
-        them, else the whole request rewritten with the view."""
+        them, else the whole request rewritten with the view (`work`: its `work_size`, once parsed)."""
         api, request, raw, caller = incoming.api, incoming.request, incoming.raw, incoming.caller
         span = trace.get_current_span()
         url = self.base_url(api.provider) + request.path_qs
@@ -260,12 +279,13 @@ class Gateway:
             try:
                 prepared = await self.contexts.prepare_resent(caller.token, api, resent) if resent is not None else None
                 if body is None and (prepared is None or prepared.upstream is None):
-                    body, conversation = await cpu.run(len(raw), parsed, api, raw)  # the full path, resent
+                    work = work_size(raw)  # the full path for a resent request
+                    body, conversation = await cpu.run(work, parsed, api, raw)
                 if prepared is None:
                     key = session_key(api.api, caller.api_key, request.headers.get(SESSION_HEADER, ""),
                                       conversation.model, conversation.pieces)  # fmt: skip
                     new = new_session(conversation, incoming.window)
-                    prepared = await self.contexts.prepare(caller.token, key, api, conversation, new, len(raw))
+                    prepared = await self.contexts.prepare(caller.token, key, api, conversation, new, work)
             except (orjson.JSONDecodeError, BadRequest) as exc:  # not expected: a resent request was checked
                 return self._error(api, 400, f"the request body cannot be read: {exc}")
             except CtxfoldError as error:
@@ -279,7 +299,7 @@ class Gateway:
                 upstream_body, offers_read = prepared.upstream, resent.forwarded.offers_read
             else:
                 assert body is not None  # parsed above for the full path
-                upstream_body, offers_read = await self._rewritten(incoming, body, conversation, prepared)
+                upstream_body, offers_read = await self._rewritten(incoming, body, conversation, prepared, work)
             span.set_attribute("ctxfold.gateway.resent", prepared.upstream is not None)
             # The early call sent the very bytes the Prepare confirmed, or it is dropped.
             first, opening = (
@@ -309,13 +329,13 @@ class Gateway:
         return asyncio.ensure_future(self.upstream.open("POST", url, resent.upstream, forward))
 
     async def _rewritten(
-        self, incoming: Incoming, body: dict[str, Any], conversation: Conversation, prepared: Prepared
+        self, incoming: Incoming, body: dict[str, Any], conversation: Conversation, prepared: Prepared, work: int
     ) -> tuple[bytes, bool]:
         """The upstream body with the whole view and whether it offers the read tool; kept for `resent`
         when the API allows."""
         offers_read = self.settings.max_read_rounds > 0
         upstream, offers_read, kept = await cpu.run(
-            len(incoming.raw), rewritten_upstream, incoming, body, conversation, prepared, offers_read
+            work, rewritten_upstream, incoming, body, conversation, prepared, offers_read
         )
         if kept is not None and incoming.bucket is not None:
             self.contexts.remember_forwarded(prepared, incoming.bucket, kept)
