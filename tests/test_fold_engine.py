@@ -11,12 +11,11 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxfold.engine import artifact_listing, artifacts, folded_index
+from ctxfold.engine import artifact_listing, artifacts, estimator, folded_index
 from ctxfold.engine.artifact_extraction import call_artifacts, message_artifacts
 from ctxfold.engine.artifacts import Artifact, Kind
 from ctxfold.engine.authorship import TEXT, TOOLS, session_mode
 from ctxfold.engine.briefing import (
-    INSTRUCTION_CHARS,
     INSTRUCTIONS_TITLE,
     FoldNotes,
     person_messages,
@@ -25,6 +24,7 @@ from ctxfold.engine.briefing import (
     strip_engine_sections,
 )
 from ctxfold.engine.folded_index import FoldedIndex
+from ctxfold.engine.instructions import HEAD_CHARS, INSTRUCTION_CHARS, Instruction, Shown, within_budget
 from ctxfold.engine.maintenance import FoldOutcome, fold_outcome
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.view import anchor_shares, bounded_anchor, build_view, call_groups, opening_end
@@ -320,6 +320,42 @@ def test_a_large_task_anchor_is_bounded_with_a_reference() -> None:
     assert opening_end([task], SessionConfig(context_window=16000, disable_task_anchor=True)) == 0
 
 
+def test_instructions_over_their_budget_are_shown_by_their_head_then_listed_in_the_index() -> None:
+    """A long interactive session's standing instructions never grow past their budget: the oldest are
+    shown by their head and reference first, then listed whole in the folded-results index, counted."""
+    long = [
+        Instruction(n, f"decision {n}: " + "keep the public API stable " * 20, f"tr_{n:016d}", 0) for n in range(40)
+    ]
+    costs = [estimator.count_text(i.render()) for i in long]
+    assert within_budget(long, sum(costs)) == Shown(tuple(long), 0, ())
+    heads = [estimator.count_text(i.render(head=True)) for i in long]
+    some_headed = within_budget(long, sum(costs) - costs[0] + heads[0])
+    assert some_headed == Shown(tuple(long), 1, ())
+    marker = f"[ctxfold: {len(long[0].text) - HEAD_CHARS} more characters of this message: "
+    assert long[0].render(head=True).endswith(marker + f'ReadToolResult(result_ref="tr_{0:016d}")]')
+    listed = within_budget(long, sum(heads[-10:]))
+    assert listed == Shown(tuple(long[30:]), 10, tuple(long[:30]))
+    assert within_budget(long, 1) == Shown(tuple(long[-1:]), 1, tuple(long[:-1]))  # the newest stays shown
+
+    messages = [stored(Role.USER, f"decision {n}: " + "keep the public API stable " * 20) for n in range(40)]
+    messages += [stored(Role.ASSISTANT, "noted")]
+    budget = artifacts.budget(SessionConfig(context_window=4000))
+    record = record_fold(None, FoldedIndex(), messages, messages, "tr_index000000000", budget, 0, TOOLS)
+    notes, summary = record.notes, render_summary(record.notes)
+    assert notes.more_instructions == len(record.index.instructions) > 0
+    assert len(notes.instructions) + notes.more_instructions == 40
+    counted = f"[ctxfold: {notes.more_instructions} earlier messages of the person, verbatim, are listed in "
+    assert counted + 'ReadToolResult(result_ref="tr_index000000000")]' in summary
+    document = folded_index.render(record.index)
+    assert all(m.content in document for m in messages[: notes.more_instructions])
+    assert folded_index.parse(document) == record.index
+    assert FoldNotes.from_json(notes.to_json()) == notes
+    later = [stored(Role.USER, "one more decision"), stored(Role.ASSISTANT, "ok")]
+    again = record_fold(notes, record.index, [*messages, *later], later, "tr_index000000001", budget, 0, TOOLS)
+    assert again.notes.more_instructions == len(again.index.instructions) >= notes.more_instructions
+    assert again.notes.instructions[-1].text == "one more decision"
+
+
 # ---- the property -----------------------------------------------------------------------------
 
 STEPS = st.lists(
@@ -338,11 +374,12 @@ def test_no_fold_sequence_loses_an_instruction_an_artifact_or_a_result(
     folded_so_far: list[StoredMessage] = []
     people: list[StoredMessage] = []  # the person's messages, by the rule of the fold that folded them
     touched: set[tuple[str, str]] = set()
-    limits = artifacts.Budget(budget, budget // 4)
+    limits = artifacts.Budget(budget, budget // 4, budget // 3)
     position = 0
     for kind, n in steps:
         if kind == "person":
-            messages.append(stored(Role.USER, f"Instruction {n}: keep module_{n} stable"))
+            because = " because the release depends on it" * 12 if n % 4 == 0 else ""
+            messages.append(stored(Role.USER, f"Instruction {n}: keep module_{n} stable{because}"))
         elif kind == "call":
             call = ToolCall(
                 f"c{len(messages)}", "bash", json.dumps({"command": f"sed -i s/x/y/ src/module_{n}.py && pytest"})
@@ -364,12 +401,25 @@ def test_no_fold_sequence_loses_an_instruction_an_artifact_or_a_result(
     if notes is None:
         return
     summary = render_summary(notes)
+    listed = {i.seq: i for i in index.instructions}
+    document = folded_index.render(index)
     for message in people:
-        assert message.content in summary
+        omitted = len(message.content) - HEAD_CHARS
+        headed = f"{message.content[:HEAD_CHARS]}\n[ctxfold: {omitted} more characters of this message: "
+        readable = f'ReadToolResult(result_ref="{message.result_ref}")]'
+        if message.seq in listed:  # left to the index by the instructions' budget, whole there
+            assert listed[message.seq].text == message.content and message.content in document
+        else:
+            assert message.content in summary or headed + readable in summary.replace("\n> ", "\n"), message.content
+    assert notes.more_instructions == len(index.instructions)
+    if index.instructions:  # nothing leaves silently
+        assert f"[ctxfold: {len(index.instructions)} earlier messages of the person" in summary
+    shown = [estimator.count_text(i.render(head=n < notes.headed)) for n, i in enumerate(notes.instructions)]
+    assert len(shown) == 1 or sum(shown) <= limits.instructions
     assert touched == {a.key for a in notes.artifacts} | {a.key for a in index.artifacts}
-    listed = {a.key for a in notes.artifacts}
+    in_summary = {a.key for a in notes.artifacts}
     more = sum(notes.more_artifacts.values())
-    assert more == len({a.key for a in index.artifacts} - listed)  # nothing leaves silently
+    assert more == len({a.key for a in index.artifacts} - in_summary)  # nothing leaves silently
     results = {m.result_ref for m in folded_so_far if m.role is Role.TOOL or m.content.startswith("page")}
     assert results <= index.refs()
 

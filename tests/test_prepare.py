@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import grpc
 import pytest
 from sqlalchemy import update
 
-from builders import call, compact, create_session, prepare, result, user
+from builders import assistant, call, compact, create_session, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, start
 from ctxfold.store import schema
@@ -384,6 +385,39 @@ async def test_a_fresh_turn_of_large_results_is_bounded_to_fit_not_refused(stub:
     follow = await prepare(stub, session.id, pb.Message(role=pb.ROLE_ASSISTANT, content="They parse."), user("thanks"))
     assert follow.result.action == pb.ACTION_FOLDED
     assert follow.result.estimated_tokens <= follow.result.hard_limit_tokens
+
+
+async def test_a_long_interactive_session_keeps_answering_and_every_decision_readable(
+    stub: pb_grpc.ContextServiceStub,
+) -> None:
+    """Hundreds of decisions typed by the person outgrow a small window: the summary's standing
+    instructions stay within their share of it (the oldest by their head, then listed in the
+    folded-results index), so Prepare keeps answering, and every decision is one read away."""
+    session = await create_session(stub, context_window=8000)
+    said = []
+    for n in range(0, 600, 100):
+        turn = []
+        for k in range(n, n + 100):
+            turn += [user(f"decision {k}: name the module parser_{k} and keep its API"), assistant(f"done {k}")]
+        said += turn
+        outcome = await prepare(stub, session.id, *turn)
+        assert outcome.result.estimated_tokens <= outcome.result.hard_limit_tokens
+    view = outcome.result.messages
+    summary = next(m.content for m in view if m.summary)
+    document = re.search(
+        r'earlier messages of the person, verbatim, are listed in ReadToolResult\(result_ref="(\w+)"\)', summary
+    )
+    assert document is not None
+    readable = summary
+    offset, complete = 0, False
+    while not complete:
+        page = await stub.ReadToolResult(
+            pb.ReadToolResultRequest(session_id=session.id, result_ref=document.group(1), offset=offset)
+        )
+        readable += page.data
+        offset, complete = page.next_offset, page.complete
+    shown = "\n".join(m.content for m in view)
+    assert all(m.content in readable or m.content in shown for m in said if m.role == pb.ROLE_USER)
 
 
 async def test_the_callers_author_decides_whose_messages_become_standing_instructions(

@@ -9,6 +9,7 @@ fitting the budget and rendering are `artifact_listing`."""
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass, field
 
 from ctxfold.engine.model import SessionConfig
@@ -42,22 +43,29 @@ PATHS = "paths"
 FILES_WINDOW_SHARE = 0.08
 OTHERS_WINDOW_SHARE = 0.02
 ARTIFACT_MIN_TOKENS = 128
+# The standing instructions (engine/instructions.py) take at most this share of the window, and at
+# least INSTRUCTIONS_MIN_TOKENS: what is beyond is shortened to heads, then listed in the index.
+INSTRUCTIONS_WINDOW_SHARE = 0.25
+INSTRUCTIONS_MIN_TOKENS = 512
 
 
 @dataclass(frozen=True)
 class Budget:
-    """Tokens the artifact index may take in a summary: its files, and everything else."""
+    """Tokens the engine's sections may take in a summary: the artifact index's files and everything
+    else it lists, and the standing instructions (unbounded unless given)."""
 
     files: int
     others: int
+    instructions: int = sys.maxsize
 
 
 def budget(config: SessionConfig) -> Budget:
-    """The artifact index's budget: it scales with the window."""
+    """The engine's sections' budget: it scales with the window."""
     window = config.context_window
     return Budget(
         max(ARTIFACT_MIN_TOKENS, int(window * FILES_WINDOW_SHARE)),
         max(ARTIFACT_MIN_TOKENS, int(window * OTHERS_WINDOW_SHARE)),
+        max(INSTRUCTIONS_MIN_TOKENS, int(window * INSTRUCTIONS_WINDOW_SHARE)),
     )
 
 

@@ -19,6 +19,7 @@ from ctxfold.engine.artifact_extraction import message_artifacts
 from ctxfold.engine.artifacts import Artifact
 from ctxfold.engine.authorship import UNDECIDED, author
 from ctxfold.engine.folded_index import FoldedIndex
+from ctxfold.engine.instructions import Instruction, instruction, within_budget
 from ctxfold.engine.model import Author, Role, StoredMessage
 
 HEADER = "[ctxfold summary of earlier conversation]"
@@ -27,39 +28,16 @@ ARTIFACTS_TITLE = "## Artifact index (most recent first)"
 INDEX_TITLE = "## Folded tool results"
 # Section titles the engine renders; the same titles in a summarizer's text are dropped.
 ENGINE_TITLES = ("standing instructions", "standing facts", "artifact index", "folded tool results")
-# One instruction shows this many characters verbatim; the rest is one ReadToolResult away.
-INSTRUCTION_CHARS = 2000
 _HEADING = re.compile(r"^#{1,3} +(.+?)\s*$", re.M)
-
-
-@dataclass(frozen=True)
-class Instruction:
-    seq: int
-    text: str  # the message's first INSTRUCTION_CHARS characters, verbatim
-    result_ref: str  # where all of it is read ("" for messages stored before user messages had refs)
-    omitted_chars: int
-
-    def render(self) -> str:
-        more = ""
-        if self.omitted_chars:
-            where = f"ListMessages (seq {self.seq})"
-            if self.result_ref:
-                where = f'ReadToolResult(result_ref="{self.result_ref}")'
-            more = f"\n[ctxfold: {self.omitted_chars} more characters of this message: {where}]"
-        return f"[message {self.seq}]\n{quoted(self.text)}{more}"
-
-
-def quoted(text: str) -> str:
-    """A person's text, every line behind "> ": no line of it can read as one the engine writes (a
-    section heading, a `[message N]` or `[ctxfold: …]` line), whatever the person typed."""
-    return "\n".join("> " + line for line in text.split("\n"))
 
 
 @dataclass(frozen=True)
 class FoldNotes:
     """What a checkpoint carries as data besides its summary text: rolled forward fold to fold."""
 
-    instructions: tuple[Instruction, ...] = ()
+    instructions: tuple[Instruction, ...] = ()  # oldest first, within the instructions' budget
+    headed: int = 0  # the first `headed` of them are shown by their head only
+    more_instructions: int = 0  # older ones the budget left to the folded-results index
     artifacts: tuple[Artifact, ...] = ()  # most recent first, within the artifact budget
     # What the artifact budget left to the folded-results index, by category ("paths": 41).
     more_artifacts: dict[str, int] = field(default_factory=dict)
@@ -73,6 +51,8 @@ class FoldNotes:
     def to_json(self) -> dict[str, object]:
         return {
             "instructions": [i.__dict__ for i in self.instructions],
+            "headed": self.headed,
+            "more_instructions": self.more_instructions,
             "artifacts": [a.to_json() for a in self.artifacts],
             "more_artifacts": dict(self.more_artifacts),
             "index_ref": self.index_ref,
@@ -87,6 +67,8 @@ class FoldNotes:
     def from_json(data: dict[str, Any]) -> FoldNotes:
         return FoldNotes(
             instructions=tuple(Instruction(**i) for i in data.get("instructions", ())),
+            headed=int(data.get("headed", 0)),
+            more_instructions=int(data.get("more_instructions", 0)),
             artifacts=tuple(Artifact.from_json(a) for a in data.get("artifacts", ())),
             more_artifacts={str(k): int(v) for k, v in (data.get("more_artifacts") or {}).items()},
             index_ref=str(data.get("index_ref", "")),
@@ -118,39 +100,37 @@ def person_messages(messages: Sequence[StoredMessage], folded_ids: set[str], mod
     return found
 
 
-def instruction(message: StoredMessage) -> Instruction:
-    text = message.content
-    shown = text[:INSTRUCTION_CHARS]
-    return Instruction(message.seq, shown, message.result_ref, len(text) - len(shown))
-
-
 def record_fold(
     previous: FoldNotes | None,
     previous_index: FoldedIndex,
     messages: Sequence[StoredMessage],
     folded: Sequence[StoredMessage],
     index_ref: str,
-    artifact_budget: artifacts.Budget,
+    budget: artifacts.Budget,
     opening_end_seq: int,
     mode: str,
 ) -> FoldRecord:
     """The notes and index after folding `folded` (a part of `messages`, the view's canonical
-    messages, of a session acting as `mode` says): instructions appended, artifacts merged and kept
-    within `artifact_budget` (what falls out goes to the index, and the summary says how much),
-    every folded result indexed."""
+    messages, of a session acting as `mode` says): instructions appended and artifacts merged, each
+    kept within its `budget` (what falls out goes to the index, and the summary says how much), every
+    folded result indexed."""
     earlier = previous or FoldNotes()
     folded_ids = {m.id for m in folded}
-    known = {i.seq for i in earlier.instructions}
-    instructions = earlier.instructions + tuple(
-        instruction(m) for m in person_messages(messages, folded_ids, mode) if m.seq not in known
+    known = {i.seq for i in (*earlier.instructions, *previous_index.instructions)}
+    instructions = within_budget(
+        earlier.instructions
+        + tuple(instruction(m) for m in person_messages(messages, folded_ids, mode) if m.seq not in known),
+        budget.instructions,
     )
     merged = artifact_listing.merge(earlier.artifacts, message_artifacts(folded, mode))
-    kept, evicted = artifact_listing.within_budget(merged, artifact_budget)
+    kept, evicted = artifact_listing.within_budget(merged, budget)
     entries = folded_index.entries_for(folded, messages)
-    index = folded_index.extend(previous_index, entries, evicted)
+    index = folded_index.extend(previous_index, entries, evicted, instructions.listed)
     listed = {a.key for a in kept}
     notes = FoldNotes(
-        instructions=instructions,
+        instructions=instructions.shown,
+        headed=instructions.headed,
+        more_instructions=earlier.more_instructions + len(instructions.listed),
         artifacts=tuple(kept),
         more_artifacts=artifact_listing.counts([a for a in index.artifacts if a.key not in listed]),
         index_ref=index_ref,
@@ -202,10 +182,20 @@ def _more(notes: FoldNotes) -> str:
     return f'[ctxfold: {listed}, older, are listed in ReadToolResult(result_ref="{notes.index_ref}")]'
 
 
+def _more_instructions(notes: FoldNotes) -> str:
+    return (
+        f"[ctxfold: {notes.more_instructions} earlier messages of the person, verbatim, are listed in "
+        f'ReadToolResult(result_ref="{notes.index_ref}")]'
+    )
+
+
 def render_summary(notes: FoldNotes) -> str:
     parts = [HEADER]
     if notes.instructions:
-        parts.append(INSTRUCTIONS_TITLE + "\n" + "\n\n".join(i.render() for i in notes.instructions))
+        shown = [i.render(head=n < notes.headed) for n, i in enumerate(notes.instructions)]
+        if notes.more_instructions:
+            shown.insert(0, _more_instructions(notes))
+        parts.append(INSTRUCTIONS_TITLE + "\n" + "\n\n".join(shown))
     if notes.body:
         parts.append(notes.body)
     if notes.artifacts or notes.more_artifacts:

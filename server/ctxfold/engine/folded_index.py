@@ -1,6 +1,6 @@
 """The folded-results index: one document listing every tool result the view no longer shows in
-full (and every artifact that fell out of the summary's artifact budget), so that all of them are
-reachable from the one reference the summary names, however many folds happened.
+full (and every artifact and standing instruction that fell out of the summary's budgets), so that
+all of them are reachable from the one reference the summary names, however many folds happened.
 
 Each fold writes a new document: the previous one's entries plus the newly folded results, newest
 first, one JSON object per line under a plain-text header. It is stored like a raw tool result and
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxfold.engine.artifacts import Artifact
+from ctxfold.engine.instructions import Instruction
 from ctxfold.engine.model import Role, StoredMessage
 
 _DIGEST = 160
@@ -44,6 +45,7 @@ class IndexEntry:
 class FoldedIndex:
     entries: tuple[IndexEntry, ...] = ()  # newest first
     artifacts: tuple[Artifact, ...] = ()  # evicted from the summary's artifact budget, newest first
+    instructions: tuple[Instruction, ...] = ()  # evicted from the instructions' budget, oldest first
 
     def refs(self) -> set[str]:
         return {e.result_ref for e in self.entries}
@@ -88,22 +90,30 @@ def entries_for(folded: Sequence[StoredMessage], calls: Sequence[StoredMessage])
     return entries[::-1]
 
 
-def extend(previous: FoldedIndex, entries: Sequence[IndexEntry], evicted: Sequence[Artifact]) -> FoldedIndex:
-    """`previous` with `entries` and `evicted` artifacts in front; a result already listed stays once."""
+def extend(
+    previous: FoldedIndex,
+    entries: Sequence[IndexEntry],
+    evicted: Sequence[Artifact],
+    instructions: Sequence[Instruction] = (),
+) -> FoldedIndex:
+    """`previous` with `entries` and `evicted` artifacts in front and `instructions` after its own; a
+    result already listed stays once."""
     known = previous.refs()
     fresh = tuple(e for e in entries if e.result_ref not in known)
     seen = {a.key for a in evicted}
     artifacts = tuple(evicted) + tuple(a for a in previous.artifacts if a.key not in seen)
-    return FoldedIndex(fresh + previous.entries, artifacts)
+    return FoldedIndex(fresh + previous.entries, artifacts, previous.instructions + tuple(instructions))
 
 
 def render(index: FoldedIndex) -> str:
     lines = [
         f"{HEADER}: {len(index.entries)} tool results no longer shown in full, newest first; read any of them "
-        'with ReadToolResult(result_ref="..."). Then artifacts that no longer fit the summary.'
+        'with ReadToolResult(result_ref="..."). Then artifacts that no longer fit the summary, and the '
+        "person's earlier messages (oldest first; a longer one's whole text in its result_ref)."
     ]
     lines += [json.dumps(e.to_json(), ensure_ascii=False) for e in index.entries]
     lines += [json.dumps({"artifact": a.to_json()}, ensure_ascii=False) for a in index.artifacts]
+    lines += [json.dumps({"instruction": i.__dict__}, ensure_ascii=False) for i in index.instructions]
     return "\n".join(lines) + "\n"
 
 
@@ -111,12 +121,15 @@ def parse(text: str) -> FoldedIndex:
     """The inverse of `render` (a document this module wrote)."""
     entries: list[IndexEntry] = []
     artifacts: list[Artifact] = []
+    instructions: list[Instruction] = []
     for line in text.splitlines():
         if not line.startswith("{"):
             continue
         data = json.loads(line)
         if "artifact" in data:
             artifacts.append(Artifact.from_json(data["artifact"]))
+        elif "instruction" in data:
+            instructions.append(Instruction(**data["instruction"]))
         else:
             entries.append(
                 IndexEntry(
@@ -128,4 +141,4 @@ def parse(text: str) -> FoldedIndex:
                     str(data["first_line"]),
                 )
             )
-    return FoldedIndex(tuple(entries), tuple(artifacts))
+    return FoldedIndex(tuple(entries), tuple(artifacts), tuple(instructions))

@@ -31,7 +31,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ctxfold.engine.briefing import quoted
+from ctxfold.engine.instructions import quoted
 from ctxfold.engine.tool_results import RESULT_REF
 from ctxfold.replay.trace import Msg, Trace
 
