@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ctxfold.engine import artifacts, estimator, folded_index
 from ctxfold.engine.answer import RESPONSE_FRAMING_BYTES, Answering, answer, check_response_size
-from ctxfold.engine.authorship import TOOLS
+from ctxfold.engine.authorship import TEXT, TOOLS
 from ctxfold.engine.briefing import FoldNotes, record_fold
 from ctxfold.engine.candidate import Accepted, Rejected, accept, body_budget, summary_failure
 from ctxfold.engine.errors import DomainError
@@ -42,7 +42,7 @@ from ctxfold.engine.maintenance import (
     unanswerable,
     while_maintained,
 )
-from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.model import Author, NewMessage, Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import ContextState, ViewRecord, view_version
 from ctxfold.engine.transcript import advance_open_calls, open_calls_at_end
@@ -568,6 +568,32 @@ def test_what_cannot_be_bounded_is_not_bounded() -> None:
     view = projection([task, *parallel_reads([300])[1:]], window=8000, disable_task_anchor=True)
     assert view.tokens() > view.config.hard_limit_tokens
     assert bound_to_fit(view) is None
+
+
+def test_a_text_acting_agents_output_is_bounded_like_a_tool_result_and_the_persons_message_never() -> None:
+    """SWE-agent and mini-swe-agent act by a fenced command and get its output as the next user message:
+    a fresh output too large for the window is bounded (head + tail + its result_ref); a message the
+    caller says the person wrote is not, so the view cannot fit and nothing is bounded."""
+
+    def turn(output_author: Author) -> list[StoredMessage]:
+        action = "Let me look.\n```bash\ncat app.py\n```"
+        output = text(60_000)
+        return [
+            StoredMessage("t", 1, Role.USER, "Find the bug in app.py", 6, result_ref="trt"),
+            StoredMessage("a", 2, Role.ASSISTANT, action, estimator.count_text(action)),
+            StoredMessage(
+                "o", 3, Role.USER, output, estimator.count_text(output), result_ref="tro", author=output_author
+            ),
+        ]
+
+    view = projection(turn(Author.UNSTATED), window=8000)
+    assert view.mode == TEXT and view.tokens() > view.config.hard_limit_tokens
+    bound = bound_to_fit(view)
+    assert bound is not None and set(bound.candidate.bounds) == {"o"}
+    assert bound.candidate.tokens() <= view.config.hard_limit_tokens
+    shown = bound.candidate.view()[-1].content
+    assert shown.startswith(text(60_000)[:100]) and 'ReadToolResult(result_ref="tro")' in shown
+    assert bound_to_fit(projection(turn(Author.PERSON), window=8000)) is None
 
 
 def in_window(view: Projection, share: float, **config: object) -> Projection:

@@ -118,6 +118,17 @@ def is_text_action(message: StoredMessage, mode: str) -> bool:
     )
 
 
+def is_action_output(message: StoredMessage, previous: StoredMessage | None, mode: str) -> bool:
+    """A user message carrying the output of a text action (rule 2): a tool result in all but its role,
+    unless the caller said the person wrote it."""
+    return (
+        message.role is Role.USER
+        and message.author is not Author.PERSON
+        and previous is not None
+        and is_text_action(previous, mode)
+    )
+
+
 def machine_shaped(content: str) -> bool:
     """Rule 3: the text opens like machine text, or is made only of a harness's wrappers."""
     text = content.lstrip()

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ctxfold.engine import estimator
+from ctxfold.engine.authorship import is_action_output
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import IN_PROCESS_SUMMARIZER, Role, SessionConfig, StoredMessage
 from ctxfold.engine.projection import Projection, budget_error
@@ -127,6 +128,9 @@ def bound_to_fit(projection: Projection) -> Bound | None:
     if projection.tokens() <= config.hard_limit_tokens:
         return None
     pruned, bounds = dict(projection.pruned), dict(projection.bounds)
+    messages, mode = projection.messages, projection.mode
+    # A text-acting agent's results are user messages answering its actions.
+    results = {m.id for previous, m in itertools.pairwise(messages) if is_action_output(m, previous, mode)}
     candidate = projection
     changed: set[str] = set()
     for _ in range(len(projection.view())):
@@ -139,7 +143,7 @@ def bound_to_fit(projection: Projection) -> Bound | None:
             (v.tokens, v.source)
             for v in candidate.view()
             if v.source is not None
-            and v.source.role is Role.TOOL
+            and (v.source.role is Role.TOOL or v.source.id in results)
             and bounds.get(v.source.id, len(v.source.content)) > MIN_BOUND_CODE_POINTS
         ]
         if not shrinkable:
