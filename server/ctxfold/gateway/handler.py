@@ -333,9 +333,9 @@ class Gateway:
     ) -> tuple[bytes, bool]:
         """The upstream body with the whole view and whether it offers the read tool; kept for `resent`
         when the API allows."""
-        offers_read = self.settings.max_read_rounds > 0
+        read_rounds = self.settings.max_read_rounds > 0
         upstream, offers_read, kept = await cpu.run(
-            work, rewritten_upstream, incoming, body, conversation, prepared, offers_read
+            work, rewritten_upstream, incoming, body, conversation, prepared, read_rounds
         )
         if kept is not None and incoming.bucket is not None:
             self.contexts.remember_forwarded(prepared, incoming.bucket, kept)
