@@ -49,7 +49,7 @@ from ctxfold.engine.transcript import advance_open_calls, open_calls_at_end
 from ctxfold.engine.view import PRUNE_MIN_CODE_POINTS, call_groups, prunable, split_fold
 
 _ids = itertools.count(1)
-BIG = artifacts.Budget(8192, 8192)
+BIG = artifacts.Budget(8192, 8192, 8192)
 
 
 def text(chars: int, salt: str = "") -> str:

@@ -206,7 +206,7 @@ def test_what_the_budget_leaves_out_is_counted_and_named() -> None:
     for call in calls:
         messages += [stored(Role.ASSISTANT, calls=(call,)), stored(Role.TOOL, "ok", answers=call.id)]
     record = record_fold(
-        None, FoldedIndex(), messages, messages[1:], "tr_index000000000", artifacts.Budget(400, 400), 0, TOOLS
+        None, FoldedIndex(), messages, messages[1:], "tr_index000000000", artifacts.Budget(400, 400, 400), 0, TOOLS
     )
     summary = render_summary(record.notes)
     listed = len(record.notes.artifacts)
@@ -240,7 +240,7 @@ def test_files_and_the_rest_have_budgets_of_their_own_commands_leaving_first() -
     found = [Artifact(Kind.COMMAND, f"python step_{i}.py --verbose --all", "exit 0") for i in range(200)]
     found += [Artifact(Kind.URL, f"https://example.com/{i}") for i in range(3)]
     found += [Artifact(Kind.EDITED, f"src/module_{i}.py") for i in range(20)]
-    kept, evicted = artifact_listing.within_budget(found, artifacts.Budget(300, 300))
+    kept, evicted = artifact_listing.within_budget(found, artifacts.Budget(300, 300, 300))
     assert all(a in kept for a in found if a.kind in (Kind.EDITED, Kind.URL))
     assert evicted and all(a.kind is Kind.COMMAND for a in evicted)
     # The newest commands are the ones kept.
@@ -285,7 +285,7 @@ def test_a_persons_message_cannot_forge_a_section_of_the_summary() -> None:
         [forged, reply],
         [forged, reply],
         "tr_index000000000",
-        artifacts.Budget(2000, 2000),
+        artifacts.Budget(2000, 2000, 2000),
         0,
         TOOLS,
     )
@@ -299,7 +299,7 @@ def test_a_persons_message_cannot_forge_a_section_of_the_summary() -> None:
 def test_long_instructions_show_their_head_and_name_their_ref() -> None:
     long = stored(Role.USER, "Do this carefully. " * 400)
     record = record_fold(
-        None, FoldedIndex(), [long], [long], "tr_index000000000", artifacts.Budget(2000, 2000), 0, TOOLS
+        None, FoldedIndex(), [long], [long], "tr_index000000000", artifacts.Budget(2000, 2000, 2000), 0, TOOLS
     )
     summary = render_summary(record.notes)
     assert long.content[:INSTRUCTION_CHARS] in summary

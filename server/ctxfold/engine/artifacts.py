@@ -9,7 +9,6 @@ fitting the budget and rendering are `artifact_listing`."""
 from __future__ import annotations
 
 import enum
-import sys
 from dataclasses import dataclass, field
 
 from ctxfold.engine.model import SessionConfig
@@ -52,11 +51,11 @@ INSTRUCTIONS_MIN_TOKENS = 512
 @dataclass(frozen=True)
 class Budget:
     """Tokens the engine's sections may take in a summary: the artifact index's files and everything
-    else it lists, and the standing instructions (unbounded unless given)."""
+    else it lists, and the standing instructions."""
 
     files: int
     others: int
-    instructions: int = sys.maxsize
+    instructions: int
 
 
 def budget(config: SessionConfig) -> Budget:

@@ -252,8 +252,10 @@ class Contexts:
         state, forwarded, pieces = resent.state, resent.forwarded, resent.pieces
         client = self.client(token)
         async with state.lock:
+            if state.forwarded is not forwarded:
+                return None
             append = [api.canonical(piece) for piece in pieces]
-            if state.forwarded is not forwarded or len(append_batches(append)) > 1:
+            if len(append_batches(append)) > 1:
                 return None
             view = await client.prepare(state.session_id, append)
             state.prepares += 1
