@@ -46,7 +46,7 @@ from ctxfold.engine.model import Author, NewMessage, Role, SessionConfig, Stored
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import ContextState, ViewRecord, view_version
 from ctxfold.engine.transcript import advance_open_calls, open_calls_at_end
-from ctxfold.engine.view import PRUNE_MIN_CODE_POINTS, call_groups, prunable, split_fold
+from ctxfold.engine.view import PRUNE_MIN_CODE_POINTS, call_groups, prunable, result_ids, split_fold
 
 _ids = itertools.count(1)
 BIG = artifacts.Budget(8192, 8192, 8192)
@@ -181,7 +181,8 @@ def test_a_prune_is_only_proposed_when_it_makes_the_view_smaller() -> None:
     prune = decide(snapshot(view), THRESHOLD)
     assert isinstance(prune, Prune)
     in_tail = {m.id for m in view.tail()}
-    large_and_old = {m.id for m in view.messages if prunable(m) and m.id not in in_tail}
+    results = result_ids(view.messages, view.mode)
+    large_and_old = {m.id for m in view.messages if prunable(m, results) and m.id not in in_tail}
     assert set(prune.candidate.pruned) == large_and_old
     assert prune.results == len(large_and_old) > 0
     assert prune.candidate.tokens() < view.tokens()
@@ -594,6 +595,39 @@ def test_a_text_acting_agents_output_is_bounded_like_a_tool_result_and_the_perso
     shown = bound.candidate.view()[-1].content
     assert shown.startswith(text(60_000)[:100]) and 'ReadToolResult(result_ref="tro")' in shown
     assert bound_to_fit(projection(turn(Author.PERSON), window=8000)) is None
+
+
+def test_a_text_acting_agents_old_outputs_are_pruned_like_tool_results_and_the_persons_messages_never() -> None:
+    """Outside the recent tail, the large outputs of a text-acting agent's commands are pruned to head +
+    tail + their result_ref before anything is folded, as tool results are; a long message the
+    caller says the person wrote, and one answering a reply that ran no command, are not results."""
+    messages: list[StoredMessage] = []
+
+    def add(role: Role, content: str, author: Author = Author.UNSTATED) -> str:
+        seq = len(messages) + 1
+        ref = f"tr{seq}" if role is Role.USER else ""
+        tokens = estimator.count_text(content)
+        messages.append(StoredMessage(f"x{seq}", seq, role, content, tokens, result_ref=ref, author=author))
+        return messages[-1].id
+
+    add(Role.USER, "Find the bug in app.py")
+    outputs = []
+    for turn in range(10):
+        add(Role.ASSISTANT, f"Looking at part {turn}.\n```bash\nsed -n {turn}00,{turn}99p app.py\n```")
+        outputs.append(add(Role.USER, text(PRUNE_MIN_CODE_POINTS * 3, salt=str(turn))))
+        if turn == 3:
+            add(Role.ASSISTANT, "Which style do you want?")
+            add(Role.USER, "Tabs. " + text(PRUNE_MIN_CODE_POINTS * 2, salt="plain"))
+            add(Role.ASSISTANT, "Noted.\n```bash\necho noted\n```")
+            add(Role.USER, text(PRUNE_MIN_CODE_POINTS * 2, salt="person"), Author.PERSON)
+    view = sized(messages, 0.85)
+    assert view.mode == TEXT
+    decision = decide(snapshot(view), THRESHOLD)
+    assert isinstance(decision, Prune)
+    in_tail = {m.id for m in view.tail()}
+    assert set(decision.candidate.pruned) == set(outputs) - in_tail and in_tail & set(outputs)
+    shown = {v.source.id: v.content for v in decision.candidate.view() if v.source is not None}
+    assert 'ReadToolResult(result_ref="tr3")' in shown["x3"]
 
 
 def in_window(view: Projection, share: float, **config: object) -> Projection:

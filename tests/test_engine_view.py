@@ -90,7 +90,7 @@ def test_prune_stub_keeps_head_and_tail_and_names_the_ref() -> None:
 def test_prune_candidates_are_large_results_outside_the_tail() -> None:
     messages = conversation(4, result_chars=9000)
     tail = messages[-3:]
-    candidates = prune_candidates(messages, tail, pruned={messages[2].id: 10})
+    candidates = prune_candidates(messages, tail, pruned={messages[2].id: 10}, mode=TOOLS)
     assert messages[2] not in candidates  # already pruned
     assert all(m.role is Role.TOOL and m not in tail for m in candidates)
     assert len(candidates) == 5

@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ctxfold.engine import estimator
-from ctxfold.engine.authorship import is_action_output
 from ctxfold.engine.errors import DomainError, Kind
-from ctxfold.engine.model import IN_PROCESS_SUMMARIZER, Role, SessionConfig, StoredMessage
+from ctxfold.engine.model import IN_PROCESS_SUMMARIZER, SessionConfig, StoredMessage
 from ctxfold.engine.projection import Projection, budget_error
 from ctxfold.engine.view import (
     ViewMessage,
@@ -23,6 +22,7 @@ from ctxfold.engine.view import (
     group_tokens,
     prune_candidates,
     prune_stub,
+    result_ids,
     split_fold,
     tail_budget,
 )
@@ -89,7 +89,7 @@ def prune(projection: Projection) -> dict[str, int]:
     """The pruned set after pruning every large tool result outside the recent tail (new stubs are
     tokenized once here; their counts are persisted with the projection)."""
     pruned = dict(projection.pruned)
-    for message in prune_candidates(projection.messages, projection.tail(), projection.pruned):
+    for message in prune_candidates(projection.messages, projection.tail(), projection.pruned, projection.mode):
         pruned[message.id] = estimator.count_text(prune_stub(message.content, message.result_ref))
     return pruned
 
@@ -128,9 +128,7 @@ def bound_to_fit(projection: Projection) -> Bound | None:
     if projection.tokens() <= config.hard_limit_tokens:
         return None
     pruned, bounds = dict(projection.pruned), dict(projection.bounds)
-    messages, mode = projection.messages, projection.mode
-    # A text-acting agent's results are user messages answering its actions.
-    results = {m.id for previous, m in itertools.pairwise(messages) if is_action_output(m, previous, mode)}
+    results = result_ids(projection.messages, projection.mode)
     candidate = projection
     changed: set[str] = set()
     for _ in range(len(projection.view())):
@@ -143,7 +141,7 @@ def bound_to_fit(projection: Projection) -> Bound | None:
             (v.tokens, v.source)
             for v in candidate.view()
             if v.source is not None
-            and (v.source.role is Role.TOOL or v.source.id in results)
+            and v.source.id in results
             and bounds.get(v.source.id, len(v.source.content)) > MIN_BOUND_CODE_POINTS
         ]
         if not shrinkable:

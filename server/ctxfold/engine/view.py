@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from ctxfold.engine import estimator
-from ctxfold.engine.authorship import invokes_command, is_text_action
+from ctxfold.engine.authorship import invokes_command, is_action_output, is_text_action
 from ctxfold.engine.briefing import FoldNotes
 from ctxfold.engine.model import ProviderPayload, Role, SessionConfig, StoredMessage
 
@@ -86,8 +86,19 @@ def bound_stub(content: str, result_ref: str, keep: int) -> str:
     return content[:head] + marker + (content[-tail:] if tail else "")
 
 
-def prunable(message: StoredMessage) -> bool:
-    return message.role is Role.TOOL and len(message.content) > PRUNE_MIN_CODE_POINTS
+def result_ids(messages: Sequence[StoredMessage], mode: str) -> set[str]:
+    """The ids of the results among `messages`: tool results, and in a session acting in text (`mode`)
+    the user messages holding its commands' output (a tool result in all but its role)."""
+    previous = [None, *messages[:-1]]
+    return {
+        m.id
+        for before, m in zip(previous, messages, strict=True)
+        if m.role is Role.TOOL or is_action_output(m, before, mode)
+    }
+
+
+def prunable(message: StoredMessage, results: set[str]) -> bool:
+    return message.id in results and len(message.content) > PRUNE_MIN_CODE_POINTS
 
 
 def system_message(config: SessionConfig, system_tokens: int) -> list[ViewMessage]:
@@ -235,11 +246,11 @@ def recent_tail(
 
 
 def prune_candidates(
-    messages: Sequence[StoredMessage], tail: Sequence[StoredMessage], pruned: Mapping[str, int]
+    messages: Sequence[StoredMessage], tail: Sequence[StoredMessage], pruned: Mapping[str, int], mode: str
 ) -> list[StoredMessage]:
-    """Large tool results outside the recent tail that are not pruned yet."""
-    in_tail = {m.id for m in tail}
-    return [m for m in messages if prunable(m) and m.id not in in_tail and m.id not in pruned]
+    """Large results (`result_ids`) outside the recent tail that are not pruned yet."""
+    in_tail, results = {m.id for m in tail}, result_ids(messages, mode)
+    return [m for m in messages if prunable(m, results) and m.id not in in_tail and m.id not in pruned]
 
 
 @dataclass(frozen=True)
