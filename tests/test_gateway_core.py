@@ -86,6 +86,9 @@ def test_a_derived_key_follows_the_opening_not_the_rest() -> None:
 def test_windows_come_from_the_longest_matching_prefix() -> None:
     assert context_window("claude-sonnet-4-5-20250929", {}) == 200_000
     assert context_window("gpt-4.1-mini", {}) == 1_047_576
+    # GPT-5 models accept 272k input tokens (400k with the output): the trigger must stay below that.
+    assert context_window("gpt-5.1-codex", {}) == context_window("gpt-5-mini-2025-08-07", {}) == 272_000
+    assert context_window("gpt-5-chat-latest", {}) == 128_000
     assert context_window("my-local-model", {}) == DEFAULT_WINDOW
     assert context_window("gpt-4.1-mini", {"gpt-4.1-mini": 64_000}) == 64_000
     assert model_family("claude-sonnet-4-5-20250929") == "claude-sonnet-4-5"

@@ -16,15 +16,20 @@ from ctxfold_client import Role
 
 from ctxfold.gateway.pieces import Piece, stable_json
 
-# Context windows of current models by name prefix (the longest matching prefix wins); a model that
-# matches none gets DEFAULT_WINDOW. Overridden by the gateway's `context_windows` setting and, for
-# the request that creates the session, by the `x-ctxfold-context-window` header.
+# Context windows of current models by name prefix (the longest matching prefix wins): the input a
+# request may carry. A model that matches none gets DEFAULT_WINDOW. Overridden by the gateway's
+# `context_windows` setting and, for the request that creates the session, by the
+# `x-ctxfold-context-window` header. GPT-5 models take 272k input tokens of their 400k (the rest is
+# their output, whether or not the request caps it; Codex CLI's window too): a window of 400k would
+# put the trigger above what OpenAI accepts, and the agent would get context_length_exceeded before
+# any fold.
 MODEL_WINDOWS: Mapping[str, int] = {
     "claude": 200_000,
     "gpt-4o": 128_000,
     "gpt-4.1": 1_047_576,
     "gpt-4-turbo": 128_000,
-    "gpt-5": 400_000,
+    "gpt-5": 272_000,
+    "gpt-5-chat": 128_000,
     "o1": 200_000,
     "o3": 200_000,
     "o4-mini": 200_000,
