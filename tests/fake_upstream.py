@@ -35,6 +35,7 @@ class Reply:
     reasoning: tuple[tuple[str, str], ...] = ()  # (summary, encrypted_content), Responses only
     status: int = 200
     error_body: bytes = b""  # the body of a non-200 answer
+    end_delay: float = 0.0  # seconds a stream stays open after its last event
 
 
 @dataclass
@@ -112,6 +113,7 @@ class FakeUpstream:
                 sent += event
                 await response.write(event)
             self.sent.append(sent)
+            await asyncio.sleep(reply.end_delay)
             await response.write_eof()
             return response
         payload = orjson.dumps(ANSWERS[request.path](reply, body, input_tokens, number))

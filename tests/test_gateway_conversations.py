@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import random
 import re
 import threading
@@ -474,3 +475,41 @@ async def test_kept_request_bytes_stay_within_their_budget_the_least_recently_us
         assert await next_turn(running, b, "b")
         assert not await next_turn(running, a, "a")  # the full path, and a is kept again
         assert await next_turn(running, a, "a")
+
+
+async def hang_up_after(url: str, path: str, body: dict[str, Any], last_event: bytes) -> bytes:
+    """Posts a streamed request and closes the connection once `last_event` has arrived, before the
+    stream's end (as Codex CLI does): what it received."""
+    port = int(url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    payload = orjson.dumps(body)
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer sk-test\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n")  # fmt: skip
+    writer.write(head.encode() + payload)
+    received = b""
+    while last_event not in received:
+        chunk = await reader.read(65536)
+        assert chunk, received
+        received += chunk
+    writer.transport.abort()
+    return received
+
+
+@pytest.mark.parametrize("managed", [True, False], ids=["managed", "forwarded_unchanged"])
+async def test_an_agent_hanging_up_at_its_last_event_is_no_error_and_its_usage_counts(
+    stack: Stack, managed: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Codex CLI closes a stream once `response.completed` is in, before the end of the HTTP body. The
+    gateway answers nothing more, logs no error, and still reports the usage of a managed answer."""
+    stack.upstream.reply(RESPONSES, Reply(text="Done.", end_delay=0.3))
+    body: dict[str, Any] = {"model": "gpt-5", "input": f"Hang up early ({managed}).", "stream": True}
+    if not managed:  # a stored conversation: forwarded unchanged
+        body["previous_response_id"] = "resp_1"
+    received = await hang_up_after(stack.url, "/v1/responses", body, b"response.completed")
+    await asyncio.sleep(0.6)  # the upstream's end, then the gateway's write to the closed connection
+    assert b"HTTP/1.1 200" in received
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    if managed:
+        session_id = re.search(rb"x-ctxfold-session: (\S+)", received, re.I).group(1).decode()  # type: ignore[union-attr]
+        state = await stack.ctxfold.get_context_state(session_id)
+        assert state["telemetry"]["observations"] == 1

@@ -105,36 +105,41 @@ class ReadRounds:
         response: web.StreamResponse | None = None
         usage = Usage(0)
         rounds = 0
-        while True:
-            try:
-                async with self.upstream.call("POST", exchange.url, body, exchange.forward, opening) as answer:
-                    opening = None
-                    if answer.status != 200:
+        try:
+            while True:
+                try:
+                    async with self.upstream.call("POST", exchange.url, body, exchange.forward, opening) as answer:
+                        opening = None
+                        if answer.status != 200:
+                            if response is None:
+                                payload = await answer.read()
+                                return json_response(answer.status, payload, exchange.headers, answer.headers), None
+                            log.warning("read round %d of session %s failed upstream: HTTP %d", rounds,
+                                        exchange.prepared.session_id, answer.status)  # fmt: skip
+                            break
                         if response is None:
-                            payload = await answer.read()
-                            return json_response(answer.status, payload, exchange.headers, answer.headers), None
-                        log.warning("read round %d of session %s failed upstream: HTTP %d", rounds,
-                                    exchange.prepared.session_id, answer.status)  # fmt: skip
-                        break
+                            headers = answer_headers(answer.headers, exchange.headers)
+                            response = web.StreamResponse(status=200, headers=headers)
+                            await response.prepare(request)
+                        usage = await self._forward_events(api, answer.content, response, splicer, usage, rounds == 0)
+                except UpstreamUnreachable as exc:
                     if response is None:
-                        headers = answer_headers(answer.headers, exchange.headers)
-                        response = web.StreamResponse(status=200, headers=headers)
-                        await response.prepare(request)
-                    usage = await self._forward_events(api, answer.content, response, splicer, usage, rounds == 0)
-            except UpstreamUnreachable as exc:
-                if response is None:
-                    raise
-                log.warning("read round %d of session %s: %s", rounds, exchange.prepared.session_id, exc)
-                break
-            if splicer is None or not splicer.holds_end:
-                break
-            rounds += 1
-            turn = splicer.turn()
-            body = orjson.dumps(api.continued(orjson.loads(body), turn, await self._answers(exchange, turn)))
-            splicer.next_round(can_continue=rounds < self.max_rounds)
-        trace.get_current_span().set_attribute("ctxfold.read_rounds", rounds)
-        assert response is not None  # the loop returns before the first round sent anything, or sends
-        await response.write_eof()
+                        raise
+                    log.warning("read round %d of session %s: %s", rounds, exchange.prepared.session_id, exc)
+                    break
+                if splicer is None or not splicer.holds_end:
+                    break
+                rounds += 1
+                turn = splicer.turn()
+                body = orjson.dumps(api.continued(orjson.loads(body), turn, await self._answers(exchange, turn)))
+                splicer.next_round(can_continue=rounds < self.max_rounds)
+            trace.get_current_span().set_attribute("ctxfold.read_rounds", rounds)
+            assert response is not None  # the loop returns before the first round sent anything, or sends
+            await response.write_eof()
+        except ConnectionResetError:  # the agent hung up: some close the stream once its last event is in
+            if response is None:
+                raise
+            log.debug("session %s: the agent closed the stream before its end", exchange.prepared.session_id)
         return response, usage
 
     @staticmethod

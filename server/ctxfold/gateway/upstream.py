@@ -120,7 +120,8 @@ class Upstream:
         async with self.call(request.method, url, raw or None, forwarded_headers(request.headers)) as answer:
             response = web.StreamResponse(status=answer.status, headers=answer_headers(answer.headers, extra))
             await response.prepare(request)
-            async for chunk in answer.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
+            with contextlib.suppress(ConnectionResetError):  # the agent hung up: nothing more to send it
+                async for chunk in answer.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
             return response
