@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import aiohttp
 import openai
 import pytest
 
@@ -130,3 +131,17 @@ async def test_a_streamed_response_passes_event_by_event(stack: Stack) -> None:
         final = await events.get_final_response()
     assert text == "Streaming through the gateway works."
     assert final.usage is not None and final.usage.input_tokens > 0
+
+
+async def test_a_websocket_upgrade_is_refused_at_once_so_the_agent_streams_over_http(stack: Stack) -> None:
+    """Codex CLI opens the Responses API as a WebSocket first (GET /v1/responses, Upgrade: websocket).
+    The gateway serves HTTP only: 426 Upgrade Required in OpenAI's error shape, and Codex falls back to
+    POST with SSE at once; nothing reaches the upstream."""
+    before = len(stack.upstream.seen)
+    headers = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Authorization": "Bearer sk-test-1"}  # fmt: skip
+    async with aiohttp.ClientSession() as http, http.get(f"{stack.url}/v1/responses", headers=headers) as answer:
+        assert answer.status == 426
+        error = (await answer.json())["error"]
+    assert "WebSockets are not served" in error["message"]
+    assert len(stack.upstream.seen) == before

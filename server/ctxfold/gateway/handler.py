@@ -390,6 +390,10 @@ class Gateway:
         the upstream of its provider: Anthropic's paths and requests, else OpenAI's."""
         anthropic = request.path.startswith("/v1/messages") or "anthropic-version" in request.headers
         api = ANTHROPIC if anthropic else OPENAI
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            # Codex CLI asks for the Responses API over a WebSocket first: a 426 has it fall back to
+            # HTTP streaming at once, where a 404 from upstream had it retry for up to seconds.
+            return self._error(api, 426, "ctxfold gateway: WebSockets are not served; use HTTP (SSE streaming)")
         url = self.base_url(api.provider) + request.path_qs
         try:
             return await self.upstream.relay(request, url, await request.read(), {})
