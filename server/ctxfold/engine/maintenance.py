@@ -86,8 +86,8 @@ def prune_room(projection: Projection) -> int:
 
 
 def prune(projection: Projection) -> dict[str, int]:
-    """The pruned set after pruning every large tool result outside the recent tail (new stubs are
-    tokenized once here; their counts are persisted with the projection)."""
+    """The pruned set after pruning every large result outside the recent tail (`prune_candidates`; new
+    stubs are tokenized once here; their counts are persisted with the projection)."""
     pruned = dict(projection.pruned)
     for message in prune_candidates(projection.messages, projection.tail(), projection.pruned, projection.mode):
         pruned[message.id] = estimator.count_text(prune_stub(message.content, message.result_ref))
