@@ -672,6 +672,26 @@ def test_a_fold_goes_on_pass_after_pass_until_the_last_unless_one_fails_or_one_i
     assert whole is not None and whole.final and not another_pass(MaintainRequest(), whole, committed=True)
 
 
+@pytest.mark.parametrize("output_share", [0.0, 0.25])
+def test_the_reserved_output_counts_once_so_every_view_below_the_trigger_can_be_answered(output_share: float) -> None:
+    """A view's estimate includes its reserved output, and the hard ceiling leaves room for that output
+    once. Counted twice, a large max_output_tokens (the Vercel AI SDK asks Anthropic for 64k; the
+    gateway reserves up to a quarter of the window) put the ceiling below the trigger, and a view
+    between the two failed with CONTEXT_BUDGET_UNSATISFIED, no fold tried."""
+    base = projection(conversation(SMALL))
+    window = int(base.tokens() / (0.79 - output_share))  # the view, its output reserved, just below the trigger
+    output = int(output_share * window)
+    view = replace(base, config=SessionConfig(context_window=window, max_output_tokens=output))
+    assert view.tokens() < view.config.trigger_tokens
+    assert view.input_tokens() <= view.config.hard_limit_tokens
+    assert isinstance(decide(snapshot(view), THRESHOLD), Answer)
+    assert unanswerable(view, MaintainRequest(), None) is None
+    assert bound_to_fit(view) is None
+    # The ceiling holds the input: one token of input over it is above.
+    over = view.config.hard_limit_tokens + output + 1
+    assert view.config.above_ceiling(over) and not view.config.above_ceiling(over - 1)
+
+
 def test_a_session_that_cannot_be_answered_says_why() -> None:
     fits = in_window(projection(conversation(SMALL)), 0.85)
     over = in_window(fits, 1.01)

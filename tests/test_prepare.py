@@ -99,6 +99,30 @@ async def test_below_trigger_views_extend_byte_for_byte_across_a_restart(
         await restarted.stop(grace=1.0)
 
 
+async def test_a_large_max_output_never_refuses_a_view_below_the_trigger(stub: pb_grpc.ContextServiceStub) -> None:
+    """max_output_tokens a quarter of the window (what the gateway reserves for the Vercel AI SDK's
+    Anthropic default of 64k), and pinned notes no fold can remove: the view sits between the hard
+    ceiling and the trigger. With the output reserved twice that band was above the ceiling, and a
+    Prepare there failed with CONTEXT_BUDGET_UNSATISFIED though the provider would take the view; now
+    every Prepare answers, folding when due."""
+    session = await create_session(stub, context_window=16_000, max_output_tokens=4_000, prefold_ratio=0.7)
+    lines = "\n".join(f"note {n}: module_{n} owns table_{n * 31 % 97}" for n in range(660))
+    notes = user(f"Keep these notes in view:\n{lines}")
+    notes.pinned = True  # kept whole by every fold, so that a fold leaves the view in the band
+    await prepare(stub, session.id, user("List every part, one call each."))
+    await prepare(stub, session.id, assistant("Noted, go on?"), notes)
+    answered: list[tuple[int, int]] = []
+    for turn in range(40):
+        output = "\n".join(f"part{turn}/file_{n}.py: {n * 7919 % 10007}" for n in range(60))
+        outcome = await prepare(stub, session.id, call(f"c{turn}", "bash", '{"cmd": "ls"}'), result(f"c{turn}", output))
+        answered.append((outcome.result.estimated_tokens, outcome.result.action))
+        assert outcome.result.estimated_input_tokens <= outcome.result.hard_limit_tokens
+    hard, trigger = outcome.result.hard_limit_tokens, outcome.result.trigger_tokens
+    # Estimates (the output reserved) between the ceiling and the trigger are what failed before.
+    assert any(hard < tokens < trigger for tokens, _ in answered)
+    assert any(action == pb.ACTION_FOLDED for _, action in answered)
+
+
 async def test_large_results_are_pruned_once_and_read_back_in_full(stub: pb_grpc.ContextServiceStub) -> None:
     session = await create_session(stub, context_window=30_000, compact_ratio=0.5)
     texts = {f"c{i}": tool_output(i, 10_000) for i in range(8)}

@@ -2212,7 +2212,7 @@ type PreparedContext struct {
 	// `delta`, only the messages after the client's known view.
 	Messages []*Message `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
 	// Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
-	// figure the trigger and the hard ceiling are compared with.
+	// figure the trigger is compared with.
 	EstimatedTokens int64 `protobuf:"varint,2,opt,name=estimated_tokens,json=estimatedTokens,proto3" json:"estimated_tokens,omitempty"`
 	// Version of this view; pass it to ObserveUsage and as `known_view_version`.
 	ViewVersion int64 `protobuf:"varint,3,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
@@ -2232,7 +2232,8 @@ type PreparedContext struct {
 	ViewMessageCount int64 `protobuf:"varint,10,opt,name=view_message_count,json=viewMessageCount,proto3" json:"view_message_count,omitempty"`
 	// The trigger: compact_ratio × context_window.
 	TriggerTokens int64 `protobuf:"varint,11,opt,name=trigger_tokens,json=triggerTokens,proto3" json:"trigger_tokens,omitempty"`
-	// The hard ceiling: context_window − max_output_tokens − 256.
+	// The hard ceiling: context_window − max_output_tokens − 256, the most `estimated_input_tokens`
+	// may be (the output is reserved once).
 	HardLimitTokens int64 `protobuf:"varint,12,opt,name=hard_limit_tokens,json=hardLimitTokens,proto3" json:"hard_limit_tokens,omitempty"`
 	// The messages this call appended, with ids and seqs.
 	Appended []*Message `protobuf:"bytes,13,rep,name=appended,proto3" json:"appended,omitempty"`

@@ -49,7 +49,8 @@ def prefold_due(projection: Projection) -> bool:
     leaves `prune_room` below the prefold threshold, the trigger will prune, not fold, and a summary
     made now would be paid for nothing."""
     config = projection.config
-    if not 0 < config.prefold_tokens <= projection.tokens() <= config.hard_limit_tokens:
+    tokens = projection.tokens()
+    if not 0 < config.prefold_tokens <= tokens or config.above_ceiling(tokens):
         return False
     pruned = replace(projection, pruned=prune(projection))
     return pruned.tokens() >= config.prefold_tokens - prune_room(projection)

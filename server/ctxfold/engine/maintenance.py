@@ -125,14 +125,14 @@ def bound_to_fit(projection: Projection) -> Bound | None:
     at its least cannot make it fit (what cannot be bounded — system prompt, tools, the opening, the
     summary, the person's messages — does not fit alone)."""
     config = projection.config
-    if projection.tokens() <= config.hard_limit_tokens:
+    if not config.above_ceiling(projection.tokens()):
         return None
     pruned, bounds = dict(projection.pruned), dict(projection.bounds)
     results = result_ids(projection.messages, projection.mode)
     candidate = projection
     changed: set[str] = set()
     for _ in range(len(projection.view())):
-        excess = candidate.tokens() - config.hard_limit_tokens
+        excess = candidate.tokens() - config.max_output_tokens - config.hard_limit_tokens
         if excess <= 0:
             return Bound(candidate, len(changed))
         # Request tokens count a message's tokens times the calibration.
@@ -151,7 +151,7 @@ def bound_to_fit(projection: Projection) -> Bound | None:
         pruned[message.id], bounds[message.id] = tokens, keep
         changed.add(message.id)
         candidate = replace(projection, pruned=dict(pruned), bounds=dict(bounds))
-    return Bound(candidate, len(changed)) if candidate.tokens() <= config.hard_limit_tokens else None
+    return Bound(candidate, len(changed)) if not config.above_ceiling(candidate.tokens()) else None
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ def falls_back(config: SessionConfig, tokens: int, summarizer: str) -> bool:
     """Whether a pass whose summary by `summarizer` failed is made again in-process (`extractive`): only
     where the agent cannot go on without a fold, above the hard ceiling (below it the view is answered
     as it is), and not when the in-process summarizer is the one that failed."""
-    return summarizer != IN_PROCESS_SUMMARIZER and tokens > config.hard_limit_tokens
+    return summarizer != IN_PROCESS_SUMMARIZER and config.above_ceiling(tokens)
 
 
 class FoldOutcome(enum.Enum):
@@ -266,7 +266,7 @@ def unanswerable(
         reason, message = failure
         return DomainError(Kind.FAILED_PRECONDITION, reason, f"Compact folded nothing: {message}")
     tokens = projection.tokens()
-    if tokens > projection.config.hard_limit_tokens:
+    if projection.config.above_ceiling(tokens):
         return budget_error(projection, tokens, failure[1] if failure else "")
     return None
 
@@ -290,7 +290,7 @@ def while_maintained(projection: Projection, trigger: Trigger) -> WhileMaintaine
     config = projection.config
     if trigger is Trigger.COMPACT:
         return WhileMaintained.WAIT
-    if trigger is Trigger.THRESHOLD and projection.tokens() <= config.hard_limit_tokens:
+    if trigger is Trigger.THRESHOLD and not config.above_ceiling(projection.tokens()):
         return WhileMaintained.ANSWER
     return WhileMaintained.STOP_BACKGROUND if config.prefold_tokens else WhileMaintained.WAIT
 
@@ -391,12 +391,12 @@ def decide(snapshot: Snapshot, request: MaintainRequest) -> Decision:
             return Prune(candidate, len(pruned) - len(projection.pruned))
     if snapshot.prepared is not None and (overflow or tokens >= config.trigger_tokens):
         return InstallPrepared(snapshot.prepared)
-    if not overflow and snapshot.loaded_tokens <= snapshot.failed_fold_tokens and tokens <= config.hard_limit_tokens:
+    if not overflow and snapshot.loaded_tokens <= snapshot.failed_fold_tokens and not config.above_ceiling(tokens):
         # A view above the hard ceiling is retried: that is the only way forward.
         return Blocked(snapshot.loaded_tokens) if tokens >= config.trigger_tokens else Answer()
     if tokens < config.trigger_tokens and not overflow:
         return Answer()
-    if config.prefold_tokens and not overflow and tokens <= config.hard_limit_tokens:
+    if config.prefold_tokens and not overflow and not config.above_ceiling(tokens):
         return FoldInBackground()
     # Reached with background folds on only above the hard ceiling or on overflow: the agent waits for no summarizer.
-    return Fold(must_fold=tokens > config.hard_limit_tokens, offline=config.prefold_tokens > 0)
+    return Fold(must_fold=config.above_ceiling(tokens), offline=config.prefold_tokens > 0)

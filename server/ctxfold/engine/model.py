@@ -137,7 +137,15 @@ class SessionConfig:
 
     @property
     def hard_limit_tokens(self) -> int:
+        """The hard ceiling of a request's input: what the provider accepts beside the reserved output."""
         return self.context_window - self.max_output_tokens - SAFETY_MARGIN_TOKENS
+
+    def above_ceiling(self, tokens: int) -> bool:
+        """Whether a request estimate (`Projection.tokens()`, the reserved output included) is above the
+        hard ceiling. The output is reserved once: compared with `hard_limit_tokens` as it stood, a
+        large `max_output_tokens` put the ceiling below the trigger, and a view between the two failed
+        with CONTEXT_BUDGET_UNSATISFIED without a fold being tried."""
+        return tokens - self.max_output_tokens > self.hard_limit_tokens
 
 
 @dataclass(frozen=True)

@@ -132,15 +132,20 @@ def _seed(projection: Projection, view: tuple[ViewMessage, ...], message_tokens:
 
 
 def budget_error(projection: Projection, tokens: int, fold_failure: str = "") -> DomainError:
-    """The view does not fit. When a fold of this call failed, that failure is the cause the caller
-    can act on (SUMMARIZER_FAILED, with its reason in `summarizer_error`)."""
+    """The view (`tokens`: its request estimate) does not fit. When a fold of this call failed, that
+    failure is the cause the caller can act on (SUMMARIZER_FAILED, with its reason in `summarizer_error`)."""
     config = projection.config
+    needs = tokens - config.max_output_tokens
     fits = (
-        f"the view needs {tokens} tokens but at most {config.hard_limit_tokens} fit "
+        f"the view needs {needs} input tokens but at most {config.hard_limit_tokens} fit "
         f"(context_window {config.context_window} − max_output_tokens {config.max_output_tokens} − "
         f"{SAFETY_MARGIN_TOKENS})"
     )
-    metadata: dict[str, object] = {"estimated_tokens": tokens, "hard_limit_tokens": config.hard_limit_tokens}
+    metadata: dict[str, object] = {
+        "estimated_tokens": tokens,
+        "estimated_input_tokens": needs,
+        "hard_limit_tokens": config.hard_limit_tokens,
+    }
     if fold_failure:
         return DomainError(
             Kind.FAILED_PRECONDITION,

@@ -291,7 +291,7 @@ class Gateway:
             except CtxfoldError as error:
                 span.set_attribute("ctxfold.error.reason", error.reason)
                 if error.reason == ErrorReason.CONTEXT_BUDGET_UNSATISFIED:
-                    tokens = int(error.metadata.get("estimated_tokens", 0) or 0)
+                    tokens = int(error.metadata.get("estimated_input_tokens", 0) or 0)
                     return json_response(400, api.context_length_error(tokens, incoming.window), {})
                 return await self._ctxfold_failed(api, request, raw, error)
             describe(span, prepared)

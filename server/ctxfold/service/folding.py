@@ -82,8 +82,9 @@ class Folding:
         before = run.projection.tokens()
         if fold.offline and configured.name != ExtractiveSummarizer.name:
             summarizer = self._extractive()
-            hard = run.config.hard_limit_tokens
-            sent = f"{before} tokens, above the hard ceiling of {hard}" if before > hard else "refused by the provider"
+            above = run.config.above_ceiling(before)
+            ceiling = f"above the hard ceiling of {run.config.hard_limit_tokens} input tokens"
+            sent = f"{before} tokens, {ceiling}" if above else "refused by the provider"
             stand_in = (
                 f"background folds are on and no fold prepared in the background covers this view ({sent}): "
                 f"folded with {summarizer.name} at once instead of waiting for {configured.name}"

@@ -221,7 +221,7 @@ class Maintenance:
                         run.not_folding(NotFolded.FOLD_IN_PROGRESS, why)
                     return run
                 case WhileMaintained.STOP_BACKGROUND:
-                    above = tokens > config.hard_limit_tokens
+                    above = config.above_ceiling(tokens)
                     why = "the view went above the hard ceiling" if above else "the provider refused the view"
                     await self.background.stop(run, f"{why} ({tokens} tokens) and was folded offline at once")
         async with self._sessions.hold(session_id):

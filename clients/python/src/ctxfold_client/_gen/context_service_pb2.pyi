@@ -1293,7 +1293,7 @@ class PreparedContext(_message.Message):
     ESTIMATED_INPUT_TOKENS_FIELD_NUMBER: _builtins.int
     estimated_tokens: _builtins.int
     """Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
-    figure the trigger and the hard ceiling are compared with.
+    figure the trigger is compared with.
     """
     view_version: _builtins.int
     """Version of this view; pass it to ObserveUsage and as `known_view_version`."""
@@ -1314,7 +1314,9 @@ class PreparedContext(_message.Message):
     trigger_tokens: _builtins.int
     """The trigger: compact_ratio × context_window."""
     hard_limit_tokens: _builtins.int
-    """The hard ceiling: context_window − max_output_tokens − 256."""
+    """The hard ceiling: context_window − max_output_tokens − 256, the most `estimated_input_tokens`
+    may be (the output is reserved once).
+    """
     not_folded_reason: Global___NotFoldedReason.ValueType
     """Set when the call folded nothing although it was asked to (Compact) or the view is at or above
     the trigger (Prepare).

@@ -1707,7 +1707,7 @@ export type PreparedContext = Message$1<"ctxfold.v1.PreparedContext"> & {
 
   /**
    * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
-   * figure the trigger and the hard ceiling are compared with.
+   * figure the trigger is compared with.
    *
    * @generated from field: int64 estimated_tokens = 2;
    */
@@ -1777,7 +1777,8 @@ export type PreparedContext = Message$1<"ctxfold.v1.PreparedContext"> & {
   triggerTokens: bigint;
 
   /**
-   * The hard ceiling: context_window − max_output_tokens − 256.
+   * The hard ceiling: context_window − max_output_tokens − 256, the most `estimated_input_tokens`
+   * may be (the output is reserved once).
    *
    * @generated from field: int64 hard_limit_tokens = 12;
    */
@@ -1846,7 +1847,7 @@ export type PreparedContextJson = {
 
   /**
    * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
-   * figure the trigger and the hard ceiling are compared with.
+   * figure the trigger is compared with.
    *
    * @generated from field: int64 estimated_tokens = 2;
    */
@@ -1916,7 +1917,8 @@ export type PreparedContextJson = {
   triggerTokens?: string;
 
   /**
-   * The hard ceiling: context_window − max_output_tokens − 256.
+   * The hard ceiling: context_window − max_output_tokens − 256, the most `estimated_input_tokens`
+   * may be (the output is reserved once).
    *
    * @generated from field: int64 hard_limit_tokens = 12;
    */

@@ -133,7 +133,7 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
-   * figure the trigger and the hard ceiling are compared with.
+   * figure the trigger is compared with.
    * </pre>
    *
    * <code>int64 estimated_tokens = 2;</code>
@@ -369,7 +369,8 @@ private static final long serialVersionUID = 0L;
   private long hardLimitTokens_ = 0L;
   /**
    * <pre>
-   * The hard ceiling: context_window − max_output_tokens − 256.
+   * The hard ceiling: context_window − max_output_tokens − 256, the most `estimated_input_tokens`
+   * may be (the output is reserved once).
    * </pre>
    *
    * <code>int64 hard_limit_tokens = 12;</code>
@@ -1761,7 +1762,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
-     * figure the trigger and the hard ceiling are compared with.
+     * figure the trigger is compared with.
      * </pre>
      *
      * <code>int64 estimated_tokens = 2;</code>
@@ -1774,7 +1775,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
-     * figure the trigger and the hard ceiling are compared with.
+     * figure the trigger is compared with.
      * </pre>
      *
      * <code>int64 estimated_tokens = 2;</code>
@@ -1791,7 +1792,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
-     * figure the trigger and the hard ceiling are compared with.
+     * figure the trigger is compared with.
      * </pre>
      *
      * <code>int64 estimated_tokens = 2;</code>
@@ -2355,7 +2356,8 @@ private static final long serialVersionUID = 0L;
     private long hardLimitTokens_ ;
     /**
      * <pre>
-     * The hard ceiling: context_window − max_output_tokens − 256.
+     * The hard ceiling: context_window − max_output_tokens − 256, the most `estimated_input_tokens`
+     * may be (the output is reserved once).
      * </pre>
      *
      * <code>int64 hard_limit_tokens = 12;</code>
@@ -2367,7 +2369,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The hard ceiling: context_window − max_output_tokens − 256.
+     * The hard ceiling: context_window − max_output_tokens − 256, the most `estimated_input_tokens`
+     * may be (the output is reserved once).
      * </pre>
      *
      * <code>int64 hard_limit_tokens = 12;</code>
@@ -2383,7 +2386,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The hard ceiling: context_window − max_output_tokens − 256.
+     * The hard ceiling: context_window − max_output_tokens − 256, the most `estimated_input_tokens`
+     * may be (the output is reserved once).
      * </pre>
      *
      * <code>int64 hard_limit_tokens = 12;</code>

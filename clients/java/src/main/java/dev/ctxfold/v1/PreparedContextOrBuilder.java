@@ -62,7 +62,7 @@ public interface PreparedContextOrBuilder extends
   /**
    * <pre>
    * Estimated request tokens: messages, overheads, tools and max_output_tokens, calibrated. The
-   * figure the trigger and the hard ceiling are compared with.
+   * figure the trigger is compared with.
    * </pre>
    *
    * <code>int64 estimated_tokens = 2;</code>
@@ -200,7 +200,8 @@ public interface PreparedContextOrBuilder extends
 
   /**
    * <pre>
-   * The hard ceiling: context_window − max_output_tokens − 256.
+   * The hard ceiling: context_window − max_output_tokens − 256, the most `estimated_input_tokens`
+   * may be (the output is reserved once).
    * </pre>
    *
    * <code>int64 hard_limit_tokens = 12;</code>
