@@ -85,7 +85,7 @@ def test_truncate_drops_the_oldest_call_groups_to_fit_the_window() -> None:
     policy = b.Truncate(trace, budget)
     steps = views(trace, policy)
     for step in steps:
-        assert policy.estimate(step.view) <= budget.hard
+        assert not budget.above_ceiling(policy.estimate(step.view))
         assert step.view[0].role == "system"
         assert_well_formed(step.view)
     truncated = [s for s in steps if s.action == "truncated"]
@@ -103,7 +103,7 @@ def test_summarize_all_replaces_history_with_one_summary_at_the_trigger() -> Non
     folds = [s for s in steps if s.action == "folded"]
     assert len(folds) >= 2
     for step in steps:
-        assert policy.estimate(step.view) <= budget.hard
+        assert not budget.above_ceiling(policy.estimate(step.view))
         assert sum(m.summary for m in step.view) <= 1
         assert_well_formed(step.view)
     previous = None
@@ -188,7 +188,7 @@ def test_context_editing_clears_all_but_the_newest_three_when_that_frees_enough(
             assert after.view[: len(before.view)] == before.view
     for step in steps:
         assert_well_formed(step.view)
-        assert policy.estimate(step.view) <= budget.hard
+        assert not budget.above_ceiling(policy.estimate(step.view))
 
 
 def test_context_editing_does_not_clear_when_it_would_free_too_little() -> None:
@@ -245,7 +245,7 @@ def test_every_policy_on_a_real_trace_stays_well_formed_and_bills_consistently()
         for call in recording.calls:
             assert_well_formed(call.view)
             # A view above the window is the provider's refusal: a failed call, not a billed one.
-            assert bool(call.refused) == (policy.estimate(call.view) > budget.hard)  # type: ignore[attr-defined]
+            assert bool(call.refused) == budget.above_ceiling(policy.estimate(call.view))  # type: ignore[attr-defined]
             if call.refused:  # only when the newest call group alone (a ~20k-character result) is too large
                 assert call.view[-1].role == "tool" and b.message_estimate(call.view[-1]) > 4000
         result = bill(trace, recording, Provider(cache_model("deepseek"), BUILT_IN["deepseek-chat"]))

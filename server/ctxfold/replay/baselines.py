@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ctxfold.engine import estimator
-from ctxfold.engine.model import DEFAULT_COMPACT_RATIO, SAFETY_MARGIN_TOKENS, ToolCall, default_summary_max
+from ctxfold.engine.model import DEFAULT_COMPACT_RATIO, SessionConfig, ToolCall, default_summary_max
 from ctxfold.replay import peer_summary, probes
 from ctxfold.replay.metrics import AGENT_KEY, ModelCall, Recording, SummaryCall
 from ctxfold.replay.trace import Msg, Trace, turns
@@ -72,8 +72,17 @@ class Budget:
         return int(self.ratio * self.window)
 
     @property
+    def config(self) -> SessionConfig:
+        """ctxfold's session config of this window arithmetic."""
+        return SessionConfig(context_window=self.window, max_output_tokens=self.max_output_tokens)
+
+    @property
     def hard(self) -> int:
-        return self.window - self.max_output_tokens - SAFETY_MARGIN_TOKENS
+        return self.config.hard_limit_tokens
+
+    def above_ceiling(self, tokens: int) -> bool:
+        """Whether a request estimate (its output reserved) is above the hard ceiling: ctxfold's rule."""
+        return self.config.above_ceiling(tokens)
 
     @property
     def summary_max(self) -> int:
@@ -139,13 +148,13 @@ class _Base:
 
     def over_limit(self, view: Sequence[Msg]) -> bool:
         """The view is above the hard ceiling: nothing this policy may drop would make it fit."""
-        return self.budget.window > 0 and self.estimate(view) > self.budget.hard
+        return self.budget.window > 0 and self.budget.above_ceiling(self.estimate(view))
 
     def fit(self, head: Sequence[Msg], body: Sequence[Msg]) -> list[Msg]:
         """`body` without its oldest call groups, until head + body fits the hard ceiling (the newest
         group always stays)."""
         groups = call_groups(body)
-        while len(groups) > 1 and self.estimate([*head, *(m for g in groups for m in g)]) > self.budget.hard:
+        while len(groups) > 1 and self.budget.above_ceiling(self.estimate([*head, *(m for g in groups for m in g)])):
             groups.pop(0)
         return [m for g in groups for m in g]
 
@@ -221,7 +230,7 @@ class SummarizeAll(_Base):
         call = SummaryCall(AGENT_KEY, call_prompt, estimator.count_text(text))
         self.summary, self.body = text, groups[-1]
         view = self._view()
-        if self.estimate(view) > self.budget.hard:  # the newest group alone is too large
+        if self.budget.above_ceiling(self.estimate(view)):  # the newest group alone is too large
             self.body = self.fit(view[: len(view) - len(self.body)], self.body)
             view = self._view()
         return Step(view, "folded", (call,))
@@ -284,7 +293,7 @@ class RollingCondenser(_Base):
         self.summary = text
         self.body = [m for g in groups[len(groups) - keep :] for m in g]
         view = self._view()
-        if self.estimate(view) > self.budget.hard:
+        if self.budget.above_ceiling(self.estimate(view)):
             self.body = self.fit(view[: len(view) - len(self.body)], self.body)
             view = self._view()
         return Step(view, "folded", (call,))
