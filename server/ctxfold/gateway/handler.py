@@ -142,7 +142,7 @@ def answer_ctxfold_headers(prepared: Prepared) -> dict[str, str]:
         SESSION_HEADER: prepared.session_id,
         "x-ctxfold-session-key": prepared.state.key[1].split(":", 1)[1],  # without the API key's digest
         "x-ctxfold-action": ACTION_NAMES.get(prepared.view.action, "none"),
-        "x-ctxfold-view-tokens": str(prepared.view.estimated_tokens),
+        "x-ctxfold-view-tokens": str(prepared.view.estimated_input_tokens),  # what goes upstream
     }
 
 
@@ -168,7 +168,7 @@ def describe(span: trace.Span, prepared: Prepared) -> None:
     """What ctxfold did, on the request's span."""
     span.set_attribute("gen_ai.conversation.id", prepared.session_id)
     span.set_attribute("ctxfold.action", ACTION_NAMES.get(prepared.view.action, "none"))
-    span.set_attribute("ctxfold.view_tokens", prepared.view.estimated_tokens)
+    span.set_attribute("ctxfold.view_tokens", prepared.view.estimated_input_tokens)
     span.set_attribute("ctxfold.appended", prepared.appended)
     if prepared.rewound_to is not None:
         span.set_attribute("ctxfold.rewound_to_seq", prepared.rewound_to)
