@@ -141,10 +141,9 @@ class SessionConfig:
         return self.context_window - self.max_output_tokens - SAFETY_MARGIN_TOKENS
 
     def above_ceiling(self, tokens: int) -> bool:
-        """Whether a request estimate (`Projection.tokens()`, the reserved output included) is above the
-        hard ceiling. The output is reserved once: compared with `hard_limit_tokens` as it stood, a
-        large `max_output_tokens` put the ceiling below the trigger, and a view between the two failed
-        with CONTEXT_BUDGET_UNSATISFIED without a fold being tried."""
+        """Whether a request estimate (`Projection.tokens()`, which holds the reserved output already) is
+        above the hard ceiling of its input. The output is reserved once, so the ceiling never falls
+        below the trigger, where a view would fail with no fold tried."""
         return tokens - self.max_output_tokens > self.hard_limit_tokens
 
 
