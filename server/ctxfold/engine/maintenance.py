@@ -8,7 +8,6 @@ from __future__ import annotations
 import bisect
 import enum
 import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ctxfold.engine import estimator
@@ -205,10 +204,6 @@ def fold_outcome(installed: int, failed: bool, dry_run: bool) -> FoldOutcome:
     return FoldOutcome.INSTALLED
 
 
-def _prefix_tokens(view: Sequence[ViewMessage]) -> int:
-    return sum(v.tokens + estimator.PER_MESSAGE_TOKENS for v in view)
-
-
 def plan_pass(
     projection: Projection, input_window_tokens: int, keep_tokens: int | None = None, ahead: bool = False
 ) -> FoldPlan:
@@ -250,10 +245,8 @@ def plan_pass(
     summary = projection.checkpoint.summary_tokens if projection.checkpoint else 0
     per_pass = max(available // 4, available - projection.system_tokens - summary, 1)
     passes = 1 + (0 if final else -(-remaining // per_pass))
-    return FoldPlan(
-        passes,
-        FoldPass(prefix, folded_view, kept, position, final, _prefix_tokens(prefix)),
-    )
+    prefix_tokens = sum(v.tokens + estimator.PER_MESSAGE_TOKENS for v in prefix)
+    return FoldPlan(passes, FoldPass(prefix, folded_view, kept, position, final, prefix_tokens))
 
 
 def unanswerable(

@@ -23,7 +23,7 @@ from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, Conversat
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
-from ctxfold.gateway.identity import api_key_digest, context_window, session_key
+from ctxfold.gateway.identity import api_key_digest, api_key_of, context_window, session_key
 from ctxfold.gateway.pieces import compact_json
 from ctxfold.gateway.read_rounds import Exchange, ReadRounds, offers_read_tool, with_read_tool
 from ctxfold.gateway.resent import BUCKET_BYTES, Forwarded, history_close, likely_grows, split_json
@@ -63,13 +63,6 @@ class Incoming:
     caller: Caller
     bucket: Bucket | None  # where its continuation will be looked for (None: never recognized by bytes)
     window: int
-
-
-def api_key_of(headers: Mapping[str, str]) -> str:
-    authorization = headers.get("Authorization", "")
-    if authorization[:7].lower() == "bearer ":
-        return authorization[7:].strip()
-    return headers.get("x-api-key", "")
 
 
 def work_size(raw: bytes) -> int:
@@ -170,6 +163,7 @@ def describe(span: trace.Span, prepared: Prepared) -> None:
     span.set_attribute("ctxfold.action", ACTION_NAMES.get(prepared.view.action, "none"))
     span.set_attribute("ctxfold.view_tokens", prepared.view.estimated_input_tokens)
     span.set_attribute("ctxfold.appended", prepared.appended)
+    span.set_attribute("ctxfold.gateway.resent", prepared.upstream is not None)
     if prepared.rewound_to is not None:
         span.set_attribute("ctxfold.rewound_to_seq", prepared.rewound_to)
 
@@ -300,7 +294,6 @@ class Gateway:
             else:
                 assert body is not None  # parsed above for the full path
                 upstream_body, offers_read = await self._rewritten(incoming, body, conversation, prepared, work)
-            span.set_attribute("ctxfold.gateway.resent", prepared.upstream is not None)
             # The early call sent the very bytes the Prepare confirmed, or it is dropped.
             first, opening = (
                 (opening, None) if resent is not None and upstream_body is resent.upstream else (None, opening)

@@ -54,6 +54,14 @@ def context_window(model: str, overrides: Mapping[str, int]) -> int:
     return DEFAULT_WINDOW
 
 
+def api_key_of(headers: Mapping[str, str]) -> str:
+    """The agent's API key: OpenAI's bearer token or Anthropic's x-api-key."""
+    authorization = headers.get("Authorization", "")
+    if authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip()
+    return headers.get("x-api-key", "")
+
+
 def api_key_digest(api_key: str) -> str:
     """What the gateway keeps of an API key: 16 hex digits of its SHA-256 (never the key)."""
     return hashlib.sha256(api_key.encode()).hexdigest()[:16]
