@@ -87,8 +87,8 @@ class Options:
     throughput_tokens: int
     replay_window: int
     trace: Path
-    api: str = "chat"
-    stall_messages: int = 50_000  # the provider API the agent speaks (`PATHS`); the saving is replayed for "chat" only
+    api: str = "chat"  # the provider API the agent speaks (`PATHS`); the saving is replayed for "chat" only
+    stall_messages: int = 50_000  # messages of the stall request
 
 
 @dataclass

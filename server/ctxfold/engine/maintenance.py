@@ -131,7 +131,7 @@ def bound_to_fit(projection: Projection) -> Bound | None:
     candidate = projection
     changed: set[str] = set()
     for _ in range(len(projection.view())):
-        excess = candidate.tokens() - config.max_output_tokens - config.hard_limit_tokens
+        excess = candidate.input_tokens() - config.hard_limit_tokens
         if excess <= 0:
             return Bound(candidate, len(changed))
         # Request tokens count a message's tokens times the calibration.
