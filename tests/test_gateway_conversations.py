@@ -23,6 +23,7 @@ import pytest
 from conftest import free_port, settings_for
 from ctxfold.gateway import contexts as gateway_contexts
 from ctxfold.gateway import handler as gateway_handler
+from ctxfold.gateway import request as gateway_request
 from ctxfold.gateway.app import start_gateway
 from ctxfold.server import start
 from fake_upstream import CHAT, RESPONSES, Call, FakeUpstream, Reply
@@ -136,7 +137,7 @@ async def test_a_large_request_is_read_reconciled_and_rewritten_off_the_event_lo
     here = [threading.current_thread().name]
     assert threads == dict.fromkeys(("parsed", "reconciled_request", "rewritten_upstream"), here), threads
     threads.clear()
-    lines = range(gateway_handler.OFFLOAD_MIN_OBJECTS)
+    lines = range(gateway_request.OFFLOAD_MIN_OBJECTS)
     large = [*small, *({"role": "user", "content": f"line {n}"} for n in lines)]
     await ask(agent, [*large, {"role": "user", "content": "Count them now."}])
     assert threads.keys() == {"parsed", "reconciled_request", "rewritten_upstream"}

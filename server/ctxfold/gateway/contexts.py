@@ -10,7 +10,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import grpc
 import orjson
@@ -276,6 +276,17 @@ class Contexts:
                 observe=self._observes(state, view),
                 upstream=resent.upstream if grown else None,
             )
+
+    async def prepare_overflow(self, token: str, refused: Prepared) -> Prepared:
+        """After the provider refused `refused`'s view as too long: a Prepare with `overflow` (nothing
+        appended; the server prunes or folds once whatever the view's size). The session's last
+        request is no longer what went upstream: its continuation takes the full path."""
+        state = refused.state
+        async with state.lock:
+            view = await self.client(token).prepare(state.session_id, overflow=True)
+            state.prepares += 1
+            self._remember(state, state.fingerprints, state.known_json, None)
+            return replace(refused, prepares=state.prepares, view=view, observe=True, upstream=None)
 
     def remember_forwarded(self, prepared: Prepared, bucket: Bucket, forwarded: Forwarded) -> None:
         """Keeps the request that went upstream so that its continuation is recognized by bytes, when

@@ -8,25 +8,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import orjson
 from aiohttp import web
-from ctxfold_client import Action, CtxfoldError, ErrorReason, Role, Usage
+from ctxfold_client import Action, CtxfoldError, ErrorReason, Usage
 from multidict import CIMultiDict
 from opentelemetry import propagate, trace
 
 from ctxfold import cpu
-from ctxfold.gateway.contexts import Bucket, Contexts, NewSession, Prepared, Resent, unreachable, view_entries
-from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, Conversation
+from ctxfold.gateway.contexts import Bucket, Contexts, NewSession, Prepared, Resent, unreachable
+from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
 from ctxfold.gateway.identity import api_key_digest, api_key_of, context_window, session_key
 from ctxfold.gateway.pieces import compact_json
-from ctxfold.gateway.read_rounds import Exchange, ReadRounds, offers_read_tool, with_read_tool
-from ctxfold.gateway.resent import BUCKET_BYTES, Forwarded, history_close, likely_grows, split_json
+from ctxfold.gateway.read_rounds import Exchange, ReadRounds, ViewTooLong
+from ctxfold.gateway.request import SESSION_HEADER, Caller, Incoming, parsed, rewritten_upstream, work_size
+from ctxfold.gateway.resent import BUCKET_BYTES, likely_grows
 from ctxfold.gateway.settings import GatewaySettings, key_sha256, load_tenants
 from ctxfold.gateway.upstream import Opened, Upstream, UpstreamUnreachable, forwarded_headers, json_response
 
@@ -38,96 +39,8 @@ APIS: tuple[ApiFormat, ...] = (OPENAI, OpenAIResponses(), ANTHROPIC)
 # Agents send whole histories, with images: the largest request body accepted.
 MAX_REQUEST_BYTES = 64 << 20
 ACTION_NAMES = {Action.NONE: "none", Action.PRUNED: "pruned", Action.FOLDED: "folded"}
-SESSION_HEADER = "x-ctxfold-session"
 WINDOW_HEADER = "x-ctxfold-context-window"
 TOKEN_HEADER = "x-ctxfold-token"
-# Requests of more JSON objects than this are read, reconciled and rewritten in the CPU pool
-# (`work_size`): up to ~20 ms of the event loop at once, against a thread hop per step beyond (in
-# `bench/gateway.py --api anthropic`, which always takes the full path, hops cost 15-20 % of req/s).
-OFFLOAD_MIN_OBJECTS = 1000
-
-
-@dataclass(frozen=True)
-class Caller:
-    api_key: str  # the agent's provider key: forwarded, hashed into session keys, never stored
-    token: str  # the ctxfold bearer token of its tenant ("" = the gateway's single tenant)
-
-
-@dataclass(frozen=True)
-class Incoming:
-    """An agent's request to one of the three APIs, as it came."""
-
-    api: ApiFormat
-    request: web.Request
-    raw: bytes
-    caller: Caller
-    bucket: Bucket | None  # where its continuation will be looked for (None: never recognized by bytes)
-    window: int
-
-
-def work_size(raw: bytes) -> int:
-    """The size `cpu.run` is told of the work on a request's history: at least its threshold when the
-    JSON has more than `OFFLOAD_MIN_OBJECTS` objects, else 0. That work (pieces, fingerprints, canonical
-    messages, the rewritten view) is Python per message, ~20 µs each, and every message is at least one
-    object; per byte it is orjson's and hashlib's, fast in C. Fewer run at once: a hop costs more."""
-    return max(len(raw), cpu.OFFLOAD_MIN_BYTES) if raw.count(b"{") > OFFLOAD_MIN_OBJECTS else 0
-
-
-def parsed(api: ApiFormat, raw: bytes) -> tuple[dict[str, Any], Conversation]:
-    """The agent's request and what the gateway reads from it (orjson.JSONDecodeError, BadRequest)."""
-    body = orjson.loads(raw)
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return body, api.conversation(body)
-
-
-def upstream_request(
-    api: ApiFormat, body: dict[str, Any], conversation: Conversation, prepared: Prepared, offers_read: bool
-) -> dict[str, Any]:
-    """The agent's request with the view for its history (and the read tool when offered)."""
-    cache = CacheHints(prepared.view.prompt_cache_key, prepared.view.stable_prefix_messages)
-    rewritten = api.rewritten(body, view_entries(prepared.view, conversation, api.api), cache)
-    return with_read_tool(api, rewritten) if offers_read else rewritten
-
-
-def forwarded(
-    incoming: Incoming, body: dict[str, Any], conversation: Conversation, upstream: tuple[bytes, bytes],
-    prepared: Prepared, offers_read: bool,
-) -> Forwarded | None:  # fmt: skip
-    """The request as `resent` recognizes its continuation: when its history is found in its bytes,
-    and its session key stays the same as messages are appended (without the header, the key is
-    derived from the first user message: one must be there)."""
-    close = history_close(incoming.raw, body, incoming.api.history_key)
-    if close is None or close < BUCKET_BYTES or not conversation.pieces or not prepared.view.messages:
-        return None
-    keyed = incoming.request.headers.get(SESSION_HEADER) or any(p.role is Role.USER for p in conversation.pieces)
-    if not keyed:
-        return None
-    return Forwarded(
-        head=incoming.raw[:close],
-        tail=incoming.raw[close:],
-        upstream_head=upstream[0],
-        upstream_tail=upstream[1],
-        conversation=replace(conversation, pieces=()),
-        last_role=conversation.pieces[-1].role,
-        view=prepared.view,
-        offers_read=offers_read,
-    )
-
-
-def rewritten_upstream(
-    incoming: Incoming, body: dict[str, Any], conversation: Conversation, prepared: Prepared, read_rounds: bool
-) -> tuple[bytes, bool, Forwarded | None]:
-    """The upstream body with the whole view, whether it offers the read tool (when `read_rounds` are
-    allowed), and the request as `resent` will recognize its continuation (None: it will not)."""
-    api = incoming.api
-    offers_read = read_rounds and offers_read_tool(prepared, conversation)
-    rewritten = upstream_request(api, body, conversation, prepared, offers_read)
-    if not api.history_key or incoming.bucket is None:
-        return orjson.dumps(rewritten), offers_read, None
-    upstream = split_json(rewritten, api.history_key)
-    kept = forwarded(incoming, body, conversation, upstream, prepared, offers_read)
-    return upstream[0] + upstream[1], offers_read, kept
 
 
 def answer_ctxfold_headers(prepared: Prepared) -> dict[str, str]:
@@ -300,19 +213,61 @@ class Gateway:
             )
             if first is not None or opening is not None:
                 span.set_attribute("ctxfold.gateway.early_call", "used" if first is not None else "dropped")
-            exchange = Exchange(
-                api, url, forward, prepared, answer_ctxfold_headers(prepared), caller.token, offers_read
-            )
-            if conversation.stream:
-                response, usage = await self.rounds.stream(exchange, request, upstream_body, first)
-            else:
-                response, usage = await self.rounds.complete(exchange, upstream_body, first)
+            headers = answer_ctxfold_headers(prepared)
+            exchange = Exchange(api, url, forward, prepared, headers, caller.token, offers_read)
+            try:
+                response, usage = await self._send(exchange, request, upstream_body, conversation.stream, first)
+            except ViewTooLong as refusal:
+                response, usage = await self._smaller(incoming, body, conversation, exchange, refusal)
         finally:
             if opening is not None:
                 dropped(opening)
         if usage is not None:
             self._observe(exchange, usage)
         return response
+
+    async def _send(
+        self, exchange: Exchange, request: web.Request, body: bytes, stream: bool, first: asyncio.Task[Opened] | None
+    ) -> tuple[web.StreamResponse, Usage | None]:
+        if stream:
+            return await self.rounds.stream(exchange, request, body, first)
+        return await self.rounds.complete(exchange, body, first)
+
+    async def _smaller(
+        self,
+        incoming: Incoming,
+        body: dict[str, Any] | None,
+        conversation: Conversation,
+        exchange: Exchange,
+        refusal: ViewTooLong,
+    ) -> tuple[web.StreamResponse, Usage | None]:
+        """After the provider refused the view as too long (ctxfold's estimate fell short of its count):
+        a Prepare with `overflow` (one prune or fold whatever the view's size) and the request once more
+        with the smaller view; the refusal reaches the agent unchanged when that cannot be had."""
+        span, session_id, work = trace.get_current_span(), exchange.prepared.session_id, work_size(incoming.raw)
+        try:
+            prepared = await self.contexts.prepare_overflow(exchange.token, exchange.prepared)
+            # A resent request was spliced, not read: read it whole for its rewrite.
+            whole, conversation = (
+                (body, conversation) if body is not None else await cpu.run(work, parsed, incoming.api, incoming.raw)
+            )
+        except (CtxfoldError, orjson.JSONDecodeError, BadRequest) as error:
+            log.warning("session %s: the provider refused the view as too long; no smaller one: %s", session_id, error)
+            return refusal.answer(exchange), None
+        if prepared.view.action is Action.NONE:  # nothing left to prune or fold: the same view again is refused
+            log.warning("session %s: the provider refused the view as too long; nothing to fold", session_id)
+            return refusal.answer(exchange), None
+        log.info("session %s: the provider refused the view as too long; sent again after %s", session_id,
+                 ACTION_NAMES.get(prepared.view.action, "none"))  # fmt: skip
+        describe(span, prepared)
+        span.set_attribute("ctxfold.gateway.refused_as_too_long", True)
+        upstream_body, offers_read = await self._rewritten(incoming, whole, conversation, prepared, work)
+        headers = answer_ctxfold_headers(prepared)
+        retried = replace(exchange, prepared=prepared, headers=headers, offers_read=offers_read, refusal_retried=True)
+        response, usage = await self._send(retried, incoming.request, upstream_body, conversation.stream, None)
+        if usage is not None:
+            self._observe(retried, usage)
+        return response, None  # its usage reported: the view it describes is the smaller one
 
     def _early(self, url: str, forward: CIMultiDict[str], resent: Resent | None) -> asyncio.Task[Opened] | None:
         """The upstream call of a resent request whose view likely only grows, sent while the Prepare runs

@@ -15,7 +15,7 @@ import orjson
 from aiohttp import web
 from ctxfold_client import Usage, tool_definitions
 from ctxfold_client.tools import READ_TOOL_RESULT
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry import trace
 
 from ctxfold.gateway.contexts import Contexts, Prepared
@@ -38,6 +38,19 @@ class Exchange:
     headers: dict[str, str]  # the x-ctxfold-* headers the agent gets
     token: str  # the ctxfold bearer token of the agent's tenant
     offers_read: bool  # read_tool_result is offered and answered here
+    refusal_retried: bool = False  # a refusal as too long comes back as ViewTooLong unless it was retried once
+
+
+class ViewTooLong(Exception):
+    """The provider refused the exchange's view as longer than its window, before the agent got anything."""
+
+    def __init__(self, status: int, headers: CIMultiDictProxy[str], payload: bytes):
+        super().__init__(f"HTTP {status}")
+        self.status, self.headers, self.payload = status, headers, payload
+
+    def answer(self, exchange: Exchange) -> web.Response:
+        """The refusal as the agent gets it when it is not retried: unchanged."""
+        return json_response(self.status, self.payload, exchange.headers, self.headers)
 
 
 def tool_name(tool: Any) -> str:
@@ -55,6 +68,13 @@ def offers_read_tool(prepared: Prepared, conversation: Conversation) -> bool:
 def with_read_tool(api: ApiFormat, body: dict[str, Any]) -> dict[str, Any]:
     """`body` with the read tool among its tools."""
     return api.tools_with(body, [t for t in tool_definitions(api.tool_format) if tool_name(t) == READ_TOOL_RESULT])
+
+
+def refused(exchange: Exchange, status: int, headers: CIMultiDictProxy[str], payload: bytes) -> None:
+    """Raises ViewTooLong when the first round's answer refuses the view as too long and no smaller
+    view was tried yet."""
+    if not exchange.refusal_retried and exchange.api.refused_as_too_long(status, payload):
+        raise ViewTooLong(status, headers, payload)
 
 
 class ReadRounds:
@@ -77,6 +97,8 @@ class ReadRounds:
             status, upstream_headers, payload = await self.upstream.post(exchange.url, exchange.forward, body, opening)
             opening = None
             if status != 200:
+                if rounds == 0:
+                    refused(exchange, status, upstream_headers, payload)
                 break
             try:
                 response = as_dict(orjson.loads(payload))
@@ -113,6 +135,7 @@ class ReadRounds:
                         if answer.status != 200:
                             if response is None:
                                 payload = await answer.read()
+                                refused(exchange, answer.status, answer.headers, payload)
                                 return json_response(answer.status, payload, exchange.headers, answer.headers), None
                             log.warning("read round %d of session %s failed upstream: HTTP %d", rounds,
                                         exchange.prepared.session_id, answer.status)  # fmt: skip

@@ -104,6 +104,10 @@ class ApiFormat(abc.ABC):
     def context_length_error(self, tokens: int, limit: int) -> bytes:
         """The provider's own answer to a prompt longer than the window (status 400)."""
 
+    @abc.abstractmethod
+    def refused_as_too_long(self, status: int, payload: bytes) -> bool:
+        """Whether an upstream answer is the provider's refusal of a prompt longer than its window."""
+
     def joins(self, last: Role, first: Role) -> bool:
         """Whether a piece of role `first` placed after one of role `last` becomes part of it."""
         return False
@@ -114,6 +118,14 @@ class ApiFormat(abc.ABC):
 
 def dumps(value: Json) -> bytes:
     return orjson.dumps(value)
+
+
+def error_of(payload: bytes) -> dict[str, Any]:
+    """The `error` object of an error body in either provider's shape ({} when there is none)."""
+    try:
+        return as_dict(as_dict(orjson.loads(payload)).get("error"))
+    except orjson.JSONDecodeError:
+        return {}
 
 
 def as_list(value: Json) -> list[Json]:

@@ -25,6 +25,7 @@ from ctxfold.gateway.formats import (
     as_list,
     count,
     dumps,
+    error_of,
     text_of,
 )
 from ctxfold.gateway.pieces import CACHE_CONTROL, Json, Piece, compact_json, join, with_payload
@@ -242,6 +243,9 @@ class AnthropicMessages(ApiFormat):
 
     def context_length_error(self, tokens: int, limit: int) -> bytes:
         return self.error(400, f"prompt is too long: {tokens} tokens > {limit} maximum")
+
+    def refused_as_too_long(self, status: int, payload: bytes) -> bool:
+        return status == 400 and text_of(error_of(payload).get("message")).startswith("prompt is too long")
 
 
 def _is_call(block: dict[str, Any], name: str) -> bool:

@@ -19,6 +19,7 @@ from ctxfold.gateway.formats import (
     as_list,
     count,
     dumps,
+    error_of,
     text_of,
 )
 from ctxfold.gateway.pieces import Json, Piece, join, with_payload
@@ -52,6 +53,15 @@ def openai_context_length_error(tokens: int, limit: int) -> bytes:
         f"{tokens} tokens. Please reduce the length of the messages."
     )
     return openai_error(400, message, "context_length_exceeded")
+
+
+def openai_refused_as_too_long(status: int, payload: bytes) -> bool:
+    """OpenAI's `context_length_exceeded`, or the message compatible servers (vLLM, LiteLLM) send with it."""
+    error = error_of(payload)
+    too_long = error.get("code") == "context_length_exceeded" or "maximum context length" in text_of(
+        error.get("message")
+    )
+    return status == 400 and too_long
 
 
 def _called(call: dict[str, Any]) -> str:
@@ -200,3 +210,6 @@ class OpenAIChat(ApiFormat):
 
     def context_length_error(self, tokens: int, limit: int) -> bytes:
         return openai_context_length_error(tokens, limit)
+
+    def refused_as_too_long(self, status: int, payload: bytes) -> bool:
+        return openai_refused_as_too_long(status, payload)

@@ -30,6 +30,7 @@ from ctxfold.gateway.formats.openai_chat import (
     content_text,
     openai_context_length_error,
     openai_error,
+    openai_refused_as_too_long,
     part_text,
 )
 from ctxfold.gateway.pieces import Json, Piece, compact_json, join, with_payload
@@ -235,3 +236,6 @@ class OpenAIResponses(ApiFormat):
 
     def context_length_error(self, tokens: int, limit: int) -> bytes:
         return openai_context_length_error(tokens, limit)
+
+    def refused_as_too_long(self, status: int, payload: bytes) -> bool:
+        return openai_refused_as_too_long(status, payload)
