@@ -58,14 +58,8 @@ def openai_context_length_error(tokens: int, limit: int) -> bytes:
 def openai_refused_as_too_long(status: int, payload: bytes) -> bool:
     """OpenAI's `context_length_exceeded`, or the message compatible servers (vLLM, LiteLLM) send with it."""
     error = error_of(payload)
-    too_long = error.get("code") == "context_length_exceeded" or "maximum context length" in text_of(
-        error.get("message")
-    )
-    return status == 400 and too_long
-
-
-def _called(call: dict[str, Any]) -> str:
-    return text_of(as_dict(call.get("function")).get("name"))
+    message = text_of(error.get("message"))
+    return status == 400 and (error.get("code") == "context_length_exceeded" or "maximum context length" in message)
 
 
 def part_text(part: dict[str, Any]) -> tuple[str, int]:
