@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from conftest import free_port, settings_for
+from ctxfold.engine import estimator
 from ctxfold.gateway import contexts as gateway_contexts
 from ctxfold.gateway import handler as gateway_handler
 from ctxfold.gateway import request as gateway_request
@@ -183,6 +184,7 @@ async def test_folds_keep_the_upstream_under_the_trigger_and_canonical_whole(sta
     agent = client(stack.url, "folding", window=window)
     history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Find the failing line in big.log."}]
     stack.upstream.reply(CHAT, *[read_then_answer] * 60)
+    seen_before = len(stack.upstream.seen)
     actions, folded_at = [], None
     for turn in range(24):
         raw = await ask(agent, history)
@@ -209,6 +211,12 @@ async def test_folds_keep_the_upstream_under_the_trigger_and_canonical_whole(sta
     rounds = [s for s in stack.upstream.seen if s.path == CHAT and '"read_1"' in s.raw.decode()]
     assert rounds, "the read tool was never called"
     assert any('"tool_call_id":"read_1"' in s.raw.decode() for s in rounds)  # answered inside the gateway
+    # Every request after the first fold, read rounds too, stays under the trigger (counted on the
+    # messages' JSON, a little above ctxfold's own estimate of them).
+    chats = [s for s in stack.upstream.seen[seen_before:] if s.path == CHAT]
+    folded = next(i for i, s in enumerate(chats) if len(s.body["messages"]) < len(chats[i - 1].body["messages"]))
+    sizes = [estimator.count_text(orjson.dumps(s.body["messages"]).decode()) for s in chats[folded:]]
+    assert max(sizes) <= int(window * 0.8), sizes
 
 
 async def test_errors_come_in_the_providers_shape(stack: Stack) -> None:

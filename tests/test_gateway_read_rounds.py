@@ -13,6 +13,7 @@ import openai
 import orjson
 import pytest
 
+from ctxfold.engine import estimator
 from fake_upstream import CHAT, MESSAGES, RESPONSES, Call, Reply
 from gateway_fixtures import Stack, stack
 
@@ -133,3 +134,34 @@ async def test_the_rounds_are_bounded_and_never_show_the_read_tool(stack: Stack)
     choice = raw.parse().choices[0]
     assert not choice.message.tool_calls and choice.finish_reason == "stop"
     stack.upstream.script.pop(CHAT)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_a_read_gets_only_the_room_the_view_leaves_under_the_trigger(stack: Stack, stream: bool) -> None:
+    """A window whose trigger the view nearly fills: the page read is cut to the room left, so the
+    round that carries it stays under the trigger (a full 16 KiB page would not)."""
+    window = 8000  # the view (~3,100 tokens after a prune) leaves ~2,700 bytes for reading
+    agent = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key="sk-r", max_retries=0,
+                               default_headers={"x-ctxfold-session": f"read-room-{stream}",
+                                                "x-ctxfold-context-window": str(window)})  # fmt: skip
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+    messages = [
+        {"role": "user", "content": "Find the needle in the log."},
+        {"role": "assistant", "content": None, "tool_calls": [BASH_CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": BIG_RESULT},
+        {"role": "user", "content": "Context: " + "the build runs nightly on four workers. " * 200},
+    ]  # fmt: skip
+    before = len(stack.upstream.seen)
+    stack.upstream.reply(CHAT, reads_first, reads_first)
+    try:
+        answer = await agent.chat.completions.create(model="gpt-4.1", messages=messages, tools=tools, stream=stream)  # type: ignore[call-overload]
+        if stream:
+            [chunk async for chunk in answer]
+    finally:
+        stack.upstream.script.pop(CHAT, None)
+    rounds = [s for s in stack.upstream.seen[before:] if s.path == CHAT]
+    assert len(rounds) == 2 and "read_tool_result: bytes" in rounds[1].raw.decode()  # read, cut short
+    read = next(m["content"] for m in rounds[1].body["messages"] if m.get("tool_call_id") == "read_1")
+    assert 256 <= len(read.encode()) < 16384
+    sizes = [estimator.count_text(orjson.dumps(s.body["messages"]).decode()) for s in rounds]
+    assert max(sizes) <= int(window * 0.8), sizes

@@ -148,7 +148,9 @@ def test_a_view_likely_grows_while_the_new_bytes_cannot_reach_the_trigger_or_the
         return forwarded_of({"messages": HISTORY}, view=view)
 
     middle = b"," + b"x" * 999  # 1,000 bytes: at most 2,000 tokens at the highest calibration
-    assert likely_grows(forwarded_at(7_999), middle, tool_content_max_bytes=4096)
-    assert not likely_grows(forwarded_at(8_000), middle, tool_content_max_bytes=4096)  # a prune may be due
-    assert not likely_grows(forwarded_at(0), middle, tool_content_max_bytes=999)  # a result may be cut
+    assert likely_grows(forwarded_at(7_999), middle, tool_content_max_bytes=4096, reserve=0)
+    assert not likely_grows(forwarded_at(8_000), middle, tool_content_max_bytes=4096, reserve=0)  # a prune may be due
+    assert not likely_grows(forwarded_at(0), middle, tool_content_max_bytes=999, reserve=0)  # a result may be cut
+    # A request offering the read tool keeps its room: else it is rewritten without it.
+    assert not likely_grows(forwarded_at(7_999), middle, tool_content_max_bytes=4096, reserve=1)
     assert resent.MAX_CALIBRATION == estimator.MAX_CALIBRATION  # the server's, which the gateway does not import

@@ -1,7 +1,8 @@
 """The read tool's rounds: `read_tool_result` is offered when the view hides results, the model's
 calls of it are answered here from ReadToolResult and the upstream is asked again, and the agent
 gets one answer without them: the last round's JSON answer, or one stream spliced from every round
-(`splice`)."""
+(`splice`). What the rounds add stays within the room the view leaves below its fold trigger: the
+upstream never gets more than the trigger for reading (`read_room`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
-from ctxfold_client import Usage, tool_definitions
+from ctxfold_client import AsyncClient, CtxfoldError, Usage, View, tool_definitions, tools
 from ctxfold_client.tools import READ_TOOL_RESULT
 from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry import trace
@@ -25,6 +26,19 @@ from ctxfold.gateway.sse import EventSplitter
 from ctxfold.gateway.upstream import Opened, Upstream, UpstreamUnreachable, answer_headers, json_response
 
 log = logging.getLogger("ctxfold.gateway")
+
+# Rounds are bounded in bytes, which never undercount tokens (a byte-level tokenizer makes at most one
+# token of a byte). The read tool is offered when the view leaves at least this much room below the
+# trigger, and a round continues while this much is left for the model's next call and a short answer.
+MIN_READ_ROOM_BYTES = 2048
+ROUND_RESERVE_BYTES = 512
+PAGE_FOOTER_BYTES = 256  # `tools.page_answer`'s footer naming the next offset
+SMALLEST_PAGE_BYTES = 256
+PAGE_BYTES = 16384
+NO_ROOM = (
+    "ctxfold: not read: this request has no room left below its context budget for more of the result; "
+    "answer with what the context shows"
+)
 
 
 @dataclass(frozen=True)
@@ -59,15 +73,38 @@ def tool_name(tool: Any) -> str:
     return str(as_dict(tool.get("function")).get("name") or tool.get("name") or "")
 
 
-def offers_read_tool(prepared: Prepared, conversation: Conversation) -> bool:
-    """The view hides a result (a summary, a bounded or pruned one) and the agent has no tool of that name."""
+def read_tool(api: ApiFormat) -> list[Any]:
+    return [t for t in tool_definitions(api.tool_format) if tool_name(t) == READ_TOOL_RESULT]
+
+
+def read_room(view: View, api: ApiFormat) -> int:
+    """The bytes the read rounds may add to the view's request: what it leaves below the trigger, less
+    the read tool's definition (not in the view's estimate)."""
+    return view.trigger_tokens - view.estimated_tokens - len(orjson.dumps(read_tool(api)))
+
+
+def read_reserve(api: ApiFormat) -> int:
+    """What a view must leave below its trigger for the read tool to be offered: its definition and
+    room to read."""
+    return len(orjson.dumps(read_tool(api))) + MIN_READ_ROOM_BYTES
+
+
+def reads_fit(view: View, api: ApiFormat) -> bool:
+    """The view leaves room to read some of a result."""
+    return view.trigger_tokens - view.estimated_tokens >= read_reserve(api)
+
+
+def offers_read_tool(prepared: Prepared, conversation: Conversation, api: ApiFormat) -> bool:
+    """The view hides a result (a summary, a bounded or pruned one), leaves room to read some of it, and
+    the agent has no tool of that name."""
     hides = any(m.summary or m.pruned or m.truncated for m in prepared.view.messages)
-    return hides and READ_TOOL_RESULT not in {tool_name(tool) for tool in conversation.tools}
+    own = READ_TOOL_RESULT in {tool_name(tool) for tool in conversation.tools}
+    return hides and not own and reads_fit(prepared.view, api)
 
 
 def with_read_tool(api: ApiFormat, body: dict[str, Any]) -> dict[str, Any]:
     """`body` with the read tool among its tools."""
-    return api.tools_with(body, [t for t in tool_definitions(api.tool_format) if tool_name(t) == READ_TOOL_RESULT])
+    return api.tools_with(body, read_tool(api))
 
 
 def refused(exchange: Exchange, status: int, headers: CIMultiDictProxy[str], payload: bytes) -> None:
@@ -93,6 +130,7 @@ class ReadRounds:
         `opening`: the first round's call, already sent."""
         api, rounds = exchange.api, 0
         first_usage: Usage | None = None
+        room = read_room(exchange.prepared.view, api) + len(body)  # `body` may grow to `room` bytes
         while True:
             status, upstream_headers, payload = await self.upstream.post(exchange.url, exchange.forward, body, opening)
             opening = None
@@ -108,11 +146,12 @@ class ReadRounds:
                 first_usage = api.usage(response)
             if not exchange.offers_read or not api.read_calls(response, READ_TOOL_RESULT):
                 break
-            if rounds >= self.max_rounds:  # the agent never sees a tool it did not define
-                payload = orjson.dumps(api.without_calls(response, READ_TOOL_RESULT))
+            allowance = room - len(body) - len(payload)  # the model's turn counted by its whole answer
+            if rounds >= self.max_rounds or allowance < ROUND_RESERVE_BYTES:
+                payload = orjson.dumps(api.without_calls(response, READ_TOOL_RESULT))  # never a tool it did not define
                 break
             rounds += 1
-            body = orjson.dumps(api.continued(orjson.loads(body), response, await self._answers(exchange, response)))
+            body = await self._continued(exchange, body, response, allowance)
         trace.get_current_span().set_attribute("ctxfold.read_rounds", rounds)
         headers = {**exchange.headers, "x-ctxfold-read-rounds": str(rounds)}
         return json_response(status, payload, headers, upstream_headers), first_usage
@@ -127,6 +166,7 @@ class ReadRounds:
         response: web.StreamResponse | None = None
         usage = Usage(0)
         rounds = 0
+        room = read_room(exchange.prepared.view, api) + len(body)  # `body` may grow to `room` bytes
         try:
             while True:
                 try:
@@ -154,8 +194,8 @@ class ReadRounds:
                     break
                 rounds += 1
                 turn = splicer.turn()
-                body = orjson.dumps(api.continued(orjson.loads(body), turn, await self._answers(exchange, turn)))
-                splicer.next_round(can_continue=rounds < self.max_rounds)
+                body = await self._continued(exchange, body, turn, room - len(body) - len(orjson.dumps(turn)))
+                splicer.next_round(can_continue=rounds < self.max_rounds and room - len(body) >= ROUND_RESERVE_BYTES)
             trace.get_current_span().set_attribute("ctxfold.read_rounds", rounds)
             assert response is not None  # the loop returns before the first round sent anything, or sends
             await response.write_eof()
@@ -188,10 +228,29 @@ class ReadRounds:
         await response.write(splitter.rest())
         return usage
 
-    async def _answers(self, exchange: Exchange, turn: dict[str, Any]) -> dict[str, str]:
-        """ctxfold's answers to the model's read calls in `turn`, by call id."""
+    async def _continued(self, exchange: Exchange, body: bytes, turn: dict[str, Any], allowance: int) -> bytes:
+        """`body` followed by the model's turn and ctxfold's answers to its read calls, which share
+        `allowance` bytes."""
+        calls = exchange.api.read_calls(turn, READ_TOOL_RESULT)
         client, session_id = self.contexts.client(exchange.token), exchange.prepared.session_id
-        return {
-            call.call_id: await client.dispatch_tool_call(session_id, READ_TOOL_RESULT, call.arguments) or ""
-            for call in exchange.api.read_calls(turn, READ_TOOL_RESULT)
-        }
+        share = allowance // max(1, len(calls)) - PAGE_FOOTER_BYTES
+        answers = {call.call_id: await read_answer(client, session_id, call.arguments, share) for call in calls}
+        return orjson.dumps(exchange.api.continued(orjson.loads(body), turn, answers))
+
+
+async def read_answer(client: AsyncClient, session_id: str, arguments: str, limit: int) -> str:
+    """A read call's answer: a page of at most `limit` bytes (NO_ROOM when that is too small to read),
+    or what the model got wrong."""
+    parsed = tools.parse_call(READ_TOOL_RESULT, arguments)
+    if not isinstance(parsed, tools.ReadCall):
+        return parsed.answer if isinstance(parsed, tools.BadCall) else ""
+    if limit < SMALLEST_PAGE_BYTES:
+        return NO_ROOM
+    pages = client.tool_result_pages(
+        session_id, result_ref=parsed.result_ref, offset=parsed.offset, page_bytes=min(limit, PAGE_BYTES)
+    )
+    try:
+        page = await anext(pages, None)  # one page: the model asks for the next offset when it wants it
+    except CtxfoldError as error:
+        return tools.error_answer(error)
+    return tools.page_answer(page) if page is not None else ""

@@ -98,7 +98,7 @@ def rewritten_upstream(
     """The upstream body with the whole view, whether it offers the read tool (when `read_rounds` are
     allowed), and the request as `resent` will recognize its continuation (None: it will not)."""
     api = incoming.api
-    offers_read = read_rounds and offers_read_tool(prepared, conversation)
+    offers_read = read_rounds and offers_read_tool(prepared, conversation, api)
     rewritten = upstream_request(api, body, conversation, prepared, offers_read)
     if not api.history_key or incoming.bucket is None:
         return orjson.dumps(rewritten), offers_read, None

@@ -111,14 +111,15 @@ def grew_by(forwarded: Forwarded, view: View, appended: Sequence[Message]) -> bo
     )
 
 
-def likely_grows(forwarded: Forwarded, middle: bytes, tool_content_max_bytes: int) -> bool:
+def likely_grows(forwarded: Forwarded, middle: bytes, tool_content_max_bytes: int, reserve: int) -> bool:
     """Whether the view will likely only grow by the inserted messages, each shown whole: no result
     among them can be longer than the session's bound of a result in the view, and with every
     inserted byte counted as a token at the server's highest calibration the forwarded view stays
-    under its trigger, so no maintenance is due. Only a guess: it decides whether the upstream is
-    called while the Prepare runs, and the Prepare confirms it or the early call is dropped."""
+    `reserve` tokens under its trigger, so no maintenance is due (nor the read tool's room used up).
+    Only a guess: it decides whether the upstream is called while the Prepare runs, and the Prepare
+    confirms it or the early call is dropped."""
     view = forwarded.view
-    fits = view.estimated_tokens + MAX_CALIBRATION * len(middle) < view.trigger_tokens
+    fits = view.estimated_tokens + MAX_CALIBRATION * len(middle) + reserve < view.trigger_tokens
     return fits and len(middle) <= tool_content_max_bytes
 
 
