@@ -26,7 +26,7 @@ from ctxfold.server import RunningServer
 from ctxfold.service.transcript import message_rows
 from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Stale, Written
 from ctxfold.store.append_postgres import PostgresAppender
-from ctxfold.store.append_sqlite import INLINE_MAX_BYTES
+from ctxfold.store.append_sqlite import INLINE_MAX_BYTES, write_size
 from ctxfold.store.rows import MessageRow
 from ctxfold.store.tool_results import raw_results
 from ctxfold.v1 import context_service_pb2 as pb
@@ -92,8 +92,8 @@ async def test_a_write_counts_the_text_and_data_it_carries() -> None:
         written = await write(UNSTORED_RECORD, rows, 3, "r")
         text = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in written.messages)
         stored = [d for r in written.raw_results for d in (r.row["data"], *(c["data"] for c in r.chunks))]
-        assert written.size == text + sum(len(d) for d in stored if isinstance(d, bytes)) + len("{}")
-        sizes[name] = written.size
+        assert write_size(written) == text + sum(len(d) for d in stored if isinstance(d, bytes)) + len("{}")
+        sizes[name] = write_size(written)
     assert sizes["small"] < INLINE_MAX_BYTES < sizes["large"]
 
 

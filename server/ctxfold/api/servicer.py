@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NoReturn, TypeVar
@@ -20,7 +21,14 @@ from ctxfold.api.admission import Admission, shutting_down
 from ctxfold.api.auth import Authenticator
 from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.pacing import LARGE_BYTES, AnswerPacer, RequestPacer, Turn
-from ctxfold.api.tracing import annotate_request, annotate_response, annotate_tenant, mark_error, traced
+from ctxfold.api.tracing import (
+    annotate_answer,
+    annotate_request,
+    annotate_response,
+    annotate_tenant,
+    mark_error,
+    traced,
+)
 from ctxfold.api.validate import check_request
 from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.errors import DomainError, invalid
@@ -209,6 +217,7 @@ async def _event_response(response_type: type[EventResponse], event: Event) -> E
 
 async def _streamed(
     response_type: type[EventResponse],
+    session_id: str,
     events: AsyncGenerator[Appended | Event, None],
     context: Context,
     turn: Turn | None = None,
@@ -217,6 +226,7 @@ async def _streamed(
     result is returned and leaves with the status (docs/architecture.md, The API shell). The request's
     `turn` ends once its append is stored: what is left may wait for a summarizer, not for other large
     requests."""
+    started = time.perf_counter()
     # Closed here, not by the collector: a cancelled call stops its maintenance task now.
     async with contextlib.aclosing(events):
         async for event in events:
@@ -226,6 +236,8 @@ async def _streamed(
                 continue
             response = await _event_response(response_type, event)
             if isinstance(event, PreparedContext):
+                operation = "prepare" if response_type is pb.PrepareResponse else "compact"
+                annotate_answer(session_id, event, operation, started)
                 return response
             # The context of a handler gRPC runs as unary has no serializer: bytes go as they are.
             await context.write(_serialize(response))
@@ -345,14 +357,14 @@ class ContextServicer:
         call = PrepareCall(
             tenant, request.session_id, append, request.overflow, request.known_view_version, request.request_id
         )
-        return await _streamed(pb.PrepareResponse, self.maintenance.prepare(call), context, turn)
+        return await _streamed(pb.PrepareResponse, request.session_id, self.maintenance.prepare(call), context, turn)
 
     @unary
     async def Compact(self, request: pb.CompactRequest, context: Context, tenant: str) -> pb.CompactResponse | bytes:
         events = self.maintenance.compact(
             tenant, request.session_id, request.focus, request.keep_tokens, request.dry_run
         )
-        return await _streamed(pb.CompactResponse, events, context)
+        return await _streamed(pb.CompactResponse, request.session_id, events, context)
 
     @unary
     async def ObserveUsage(

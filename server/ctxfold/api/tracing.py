@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -16,8 +17,11 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.errors import DomainError
-from ctxfold.telemetry import TRACER
+from ctxfold.engine.maintenance import NotFolded
+from ctxfold.engine.state import split_view_version
+from ctxfold.telemetry import INSTRUMENTS, TRACER
 
 _SCALARS = {
     FieldDescriptor.TYPE_BOOL,
@@ -122,6 +126,35 @@ def annotate_response(request: Message, response: Message, counts: Mapping[str, 
     attributes = response_attributes(request, response)
     attributes |= {f"ctxfold.response.{name}.count": count for name, count in (counts or {}).items()}
     span.set_attributes(attributes)
+
+
+def annotate_answer(session_id: str, prepared: PreparedContext, operation: str, started: float) -> None:
+    """The answered view of a Prepare or Compact, as its bookkeeping state recorded it (the installed view,
+    also on a dry run), why a call that had to fold (or was asked to) folded nothing, and its duration."""
+    state, action = prepared.state, prepared.action
+    span = trace.get_current_span()
+    if span.is_recording():
+        version = state.views[-1].version
+        span.set_attributes(
+            {
+                "ctxfold.session.id": session_id,
+                "ctxfold.view.version": version,
+                "ctxfold.view.messages": split_view_version(version)[1],
+                "ctxfold.tokens.before": state.source_tokens,
+                "ctxfold.tokens.after": state.projection_tokens,
+                "ctxfold.action": action.value,
+                "ctxfold.cache_state": state.cache_state,
+            }
+        )
+        if prepared.not_folded is not NotFolded.UNSPECIFIED:
+            span.set_attributes(
+                {
+                    "ctxfold.not_folded.reason": prepared.not_folded.value,
+                    "ctxfold.not_folded.detail": prepared.not_folded_detail,
+                }
+            )
+    duration = time.perf_counter() - started
+    INSTRUMENTS.prepare_duration.record(duration, {"ctxfold.operation": operation, "ctxfold.action": action.value})
 
 
 def mark_error(error: DomainError, code: grpc.StatusCode, exc: BaseException) -> None:

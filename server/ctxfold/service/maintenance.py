@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -142,7 +141,6 @@ class Maintenance:
         """A Prepare: its checks and append, `Appended` once that is stored, then its answer: in the caller's
         task when no maintenance was due (no task or queue), else after maintenance, which runs as a `_stream`
         task reporting its progress."""
-        started = time.perf_counter()
         request = AppendRequest((), 0.0, call.overflow, call.known_view_version)
         written = await self.transcript.append(call.tenant, call.session_id, call.append, call.request_id, request)
         yield Appended()
@@ -150,7 +148,7 @@ class Maintenance:
         if written.answered is not None and written.context is not None:
             prepared = replace(written.answered, appended=tuple(appended))
             try:
-                self._finish(call.session_id, prepared, "prepare", started)
+                check_response_size(prepared.messages, self.max_response_bytes)
             except DomainError as error:
                 raise _appended_anyway(error, appended, call.request_id) from None
             if (background := self.background.progress(call.tenant, written.context)) is not None:
@@ -162,7 +160,7 @@ class Maintenance:
             try:
                 request = MaintainRequest(Trigger.OVERFLOW if call.overflow else Trigger.THRESHOLD)
                 result = await self._maintain(call.tenant, call.session_id, request, emit)
-                answered = await self._answer(result, call.known_view_version, appended, started)
+                answered = await self._answer(result, call.known_view_version, appended)
                 if (background := self.background.progress(call.tenant, result.context)) is not None:
                     await emit(background)
                 return answered
@@ -180,13 +178,12 @@ class Maintenance:
         says why in the result; one whose fold fails ends with an error."""
 
         async def work(emit: Emit) -> PreparedContext:
-            started = time.perf_counter()
             if keep_tokens < 0:
                 raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_REQUEST", "keep_tokens must be >= 0")
             await self._context(tenant, session_id)
             request = MaintainRequest(Trigger.COMPACT, focus, keep_tokens, dry_run)
             run = await self._maintain(tenant, session_id, request, emit)
-            return await self._answer(run, 0, [], started)
+            return await self._answer(run, 0, [])
 
         return self._stream(work)
 
@@ -315,9 +312,7 @@ class Maintenance:
 
     # ---- the answer -----------------------------------------------------------------------------
 
-    async def _answer(
-        self, run: Run, known_view_version: int, appended: list[StoredMessage], started: float
-    ) -> PreparedContext:
+    async def _answer(self, run: Run, known_view_version: int, appended: list[StoredMessage]) -> PreparedContext:
         """The result, plus the bookkeeping write (view record, activity, receipts); that write is
         skipped, never retried over someone else's, if the state changed meanwhile. What was answered
         becomes the session's cached context."""
@@ -332,10 +327,5 @@ class Maintenance:
                 run.session.id,
                 prepared.view_version,
             )
-        self._finish(run.session.id, prepared, run.request.operation, started)
-        return prepared
-
-    def _finish(self, session_id: str, prepared: PreparedContext, operation: str, started: float) -> None:
-        """Telemetry of an answered call, and RESPONSE_TOO_LARGE when its view cannot be sent."""
-        MaintenanceObserver.answered(session_id, prepared, operation, started)
         check_response_size(prepared.messages, self.max_response_bytes)
+        return prepared

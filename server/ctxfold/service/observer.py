@@ -13,11 +13,10 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ctxfold.engine import estimator
-from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.candidate import FoldInstall, Install
-from ctxfold.engine.maintenance import FoldOutcome, FoldPass, MaintainRequest, NotFolded
+from ctxfold.engine.maintenance import FoldOutcome, FoldPass, MaintainRequest
 from ctxfold.engine.model import SessionConfig
-from ctxfold.engine.state import Receipt, ReceiptStatus, split_view_version
+from ctxfold.engine.state import Receipt, ReceiptStatus
 from ctxfold.service.progress import Emit, FoldProgress, FoldStage
 from ctxfold.store import StaleSession
 from ctxfold.summarizers.base import IN_PROCESS_PROVIDER, Summarizer, SummaryRequest, SummaryResult
@@ -349,36 +348,3 @@ class MaintenanceObserver:
                         **({"error.type": "summary"} if call.failure else {}),
                     },
                 )
-
-    # ---- the answer ---------------------------------------------------------------------------
-
-    @staticmethod
-    def answered(session_id: str, prepared: PreparedContext, operation: str, started: float) -> None:
-        """The answered view, as its bookkeeping state recorded it (the installed view, also on a dry run), and
-        why a call that had to fold (or was asked to) folded nothing; static, as a view that fits is answered
-        without maintenance (and its observer)."""
-        state, action = prepared.state, prepared.action
-        version = state.views[-1].version
-        span = trace.get_current_span()
-        if span.is_recording():
-            span.set_attributes(
-                {
-                    "ctxfold.session.id": session_id,
-                    "ctxfold.view.version": version,
-                    "ctxfold.view.messages": split_view_version(version)[1],
-                    "ctxfold.tokens.before": state.source_tokens,
-                    "ctxfold.tokens.after": state.projection_tokens,
-                    "ctxfold.action": action.value,
-                    "ctxfold.cache_state": state.cache_state,
-                }
-            )
-            if prepared.not_folded is not NotFolded.UNSPECIFIED:
-                span.set_attributes(
-                    {
-                        "ctxfold.not_folded.reason": prepared.not_folded.value,
-                        "ctxfold.not_folded.detail": prepared.not_folded_detail,
-                    }
-                )
-        INSTRUMENTS.prepare_duration.record(
-            time.perf_counter() - started, {"ctxfold.operation": operation, "ctxfold.action": action.value}
-        )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.model import StoredMessage, Usage, text_chars
+from ctxfold.engine.model import StoredMessage, Usage
 from ctxfold.store.rows import EncodedResult
 
 
@@ -37,13 +37,6 @@ class AppendWrite:
     request_id: str = ""
     bookkeeping: Bookkeeping | None = None
     usage: Usage | None = None
-
-    @property
-    def size(self) -> int:
-        """The bytes of text and data it carries (what running it on the event loop would cost)."""
-        stored = [d for r in self.raw_results for d in (r.row["data"], *(c["data"] for c in r.chunks))]
-        data = sum(len(d) for d in stored if isinstance(d, bytes))
-        return text_chars(self.messages) + data + (len(self.bookkeeping.json) if self.bookkeeping else 0)
 
 
 @dataclass(frozen=True)

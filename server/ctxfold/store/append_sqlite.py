@@ -15,6 +15,7 @@ from sqlalchemy import Dialect, and_, bindparam, insert, literal_column, null, s
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from ctxfold import cpu
+from ctxfold.engine.model import text_chars
 from ctxfold.store import schema
 from ctxfold.store.append import AppendWrite, Outcome, Repeated, Stale, Written
 from ctxfold.store.database import configure_sqlite_connection
@@ -34,6 +35,13 @@ INLINE_MAX_BYTES = cpu.OFFLOAD_MIN_BYTES
 # commits a passive checkpoint runs in the thread, which bounds the WAL file.
 CHECKPOINT_EVERY_COMMITS = 100
 BUSY_TIMEOUT_MS = 10_000
+
+
+def write_size(append: AppendWrite) -> int:
+    """The bytes of text and data `append` carries (what committing it on the event loop would cost)."""
+    stored = [d for r in append.raw_results for d in (r.row["data"], *(c["data"] for c in r.chunks))]
+    data = sum(len(d) for d in stored if isinstance(d, bytes))
+    return text_chars(append.messages) + data + (len(append.bookkeeping.json) if append.bookkeeping else 0)
 
 
 class _Busy(Exception):
@@ -111,7 +119,7 @@ class SqliteAppender:
         loop = asyncio.get_running_loop()
         async with self._writer_turn:
             conn = self._connection()
-            if append.size <= INLINE_MAX_BYTES:
+            if write_size(append) <= INLINE_MAX_BYTES:
                 try:
                     outcome = self._commit(conn, append, wait=False)
                 except _Busy:

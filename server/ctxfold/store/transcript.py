@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -27,15 +27,13 @@ class TranscriptStore(StoreBase):
             self._appender = SqliteAppender(engine.url.database or "", self._writer_turn)
         else:
             self._appender = PostgresAppender(engine)
+        # The one write of an append (`store/append.py`), the appender's own: all of it, or nothing when
+        # the session changed (Stale) or the request id was seen (Repeated).
+        self.append: Callable[[AppendWrite], Awaitable[Outcome]] = self._appender.write
 
     async def close(self) -> None:
         await self._appender.close()
         await super().close()
-
-    async def append(self, write: AppendWrite) -> Outcome:
-        """The one write of an append (`store/append.py`): all of it, or nothing when the session
-        changed (Stale) or the request id was seen (Repeated)."""
-        return await self._appender.write(write)
 
     async def messages(self, ids: Sequence[str]) -> list[StoredMessage]:
         """Messages by id, in seq order (the first append's messages of a repeated request id)."""
