@@ -6,6 +6,7 @@ upstream never gets more than the trigger for reading (`read_room`)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry import trace
 
 from ctxfold.gateway.contexts import Contexts, Prepared
-from ctxfold.gateway.formats import ApiFormat, Conversation, as_dict
+from ctxfold.gateway.formats import ApiFormat, Conversation, ToolFormat, as_dict
 from ctxfold.gateway.splice import KEEP, SPLICERS, Splicer, event_bytes
 from ctxfold.gateway.sse import EventSplitter
 from ctxfold.gateway.upstream import Opened, Upstream, UpstreamUnreachable, answer_headers, json_response
@@ -73,20 +74,23 @@ def tool_name(tool: Any) -> str:
     return str(as_dict(tool.get("function")).get("name") or tool.get("name") or "")
 
 
-def read_tool(api: ApiFormat) -> list[Any]:
-    return [t for t in tool_definitions(api.tool_format) if tool_name(t) == READ_TOOL_RESULT]
+@functools.cache
+def read_tool(tool_format: ToolFormat) -> tuple[list[Any], int]:
+    """The read tool's definition in `tool_format`, and its size in bytes (not in a view's estimate)."""
+    definition = [t for t in tool_definitions(tool_format) if tool_name(t) == READ_TOOL_RESULT]
+    return definition, len(orjson.dumps(definition))
 
 
 def read_room(view: View, api: ApiFormat) -> int:
     """The bytes the read rounds may add to the view's request: what it leaves below the trigger, less
-    the read tool's definition (not in the view's estimate)."""
-    return view.trigger_tokens - view.estimated_tokens - len(orjson.dumps(read_tool(api)))
+    the read tool's definition."""
+    return view.trigger_tokens - view.estimated_tokens - read_tool(api.tool_format)[1]
 
 
 def read_reserve(api: ApiFormat) -> int:
     """What a view must leave below its trigger for the read tool to be offered: its definition and
     room to read."""
-    return len(orjson.dumps(read_tool(api))) + MIN_READ_ROOM_BYTES
+    return read_tool(api.tool_format)[1] + MIN_READ_ROOM_BYTES
 
 
 def reads_fit(view: View, api: ApiFormat) -> bool:
@@ -104,7 +108,7 @@ def offers_read_tool(prepared: Prepared, conversation: Conversation, api: ApiFor
 
 def with_read_tool(api: ApiFormat, body: dict[str, Any]) -> dict[str, Any]:
     """`body` with the read tool among its tools."""
-    return api.tools_with(body, read_tool(api))
+    return api.tools_with(body, read_tool(api.tool_format)[0])
 
 
 def refused(exchange: Exchange, status: int, headers: CIMultiDictProxy[str], payload: bytes) -> None:
