@@ -35,7 +35,7 @@ MIN_READ_ROOM_BYTES = 2048
 ROUND_RESERVE_BYTES = 512
 PAGE_FOOTER_BYTES = 256  # `tools.page_answer`'s footer naming the next offset
 SMALLEST_PAGE_BYTES = 256
-PAGE_BYTES = 16384
+PAGE_BYTES = 16384  # the SDK dispatcher's page
 NO_ROOM = (
     "ctxfold: not read: this request has no room left below its context budget for more of the result; "
     "answer with what the context shows"
