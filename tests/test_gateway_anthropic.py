@@ -124,3 +124,16 @@ async def test_count_tokens_and_models_pass_through(stack: Stack) -> None:
     )
     assert raw.http_response.content == stack.upstream.sent[-1]
     assert orjson.loads(orjson.loads(raw.http_response.content)["echo"])["messages"][0]["content"] == "hi"
+
+
+async def test_the_one_million_token_beta_gives_a_new_session_that_window(stack: Stack) -> None:
+    agent = client(stack, "one-million")
+    answer = await agent.beta.messages.with_raw_response.create(
+        model="claude-sonnet-4-5",
+        max_tokens=1024,
+        messages=[{"role": "user", "content": "Read the whole repository."}],
+        betas=["context-1m-2025-08-07"],
+    )
+    session = await stack.ctxfold.get_session(answer.headers["x-ctxfold-session"])
+    assert session.config.context_window == 1_000_000
+    assert "context-1m-2025-08-07" in stack.upstream.last(MESSAGES).headers.get("anthropic-beta", "")

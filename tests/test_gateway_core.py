@@ -91,6 +91,12 @@ def test_windows_come_from_the_longest_matching_prefix() -> None:
     assert context_window("gpt-5-chat-latest", {}) == 128_000
     assert context_window("my-local-model", {}) == DEFAULT_WINDOW
     assert context_window("gpt-4.1-mini", {"gpt-4.1-mini": 64_000}) == 64_000
+    # Anthropic's 1M-token beta (Claude Code's sonnet[1m]), unless the gateway's settings say otherwise.
+    beta = "interleaved-thinking-2025-05-14,context-1m-2025-08-07"
+    assert context_window("claude-sonnet-4-5", {}, beta) == 1_000_000
+    assert context_window("claude-sonnet-4-5", {}, "interleaved-thinking-2025-05-14") == 200_000
+    assert context_window("claude-sonnet-4-5", {"claude": 150_000}, beta) == 150_000
+    assert context_window("gpt-4o", {}, beta) == 128_000
     assert model_family("claude-sonnet-4-5-20250929") == "claude-sonnet-4-5"
 
 

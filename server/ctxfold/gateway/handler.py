@@ -315,7 +315,7 @@ class Gateway:
     def _window(self, headers: Mapping[str, str], model: str) -> int:
         given = headers.get(WINDOW_HEADER)
         if given is None:
-            return context_window(model, self.windows)
+            return context_window(model, self.windows, headers.get("anthropic-beta", ""))
         if not given.isdigit() or int(given) < 1000:
             raise BadRequest(f"{WINDOW_HEADER}: must be a whole number of tokens, at least 1000 (got {given!r})")
         return int(given)

@@ -39,6 +39,9 @@ MODEL_WINDOWS: Mapping[str, int] = {
     "qwen3": 262_144,
 }
 DEFAULT_WINDOW = 128_000
+# Anthropic's beta header that gives a Claude model a 1M-token window (Claude Code's `sonnet[1m]`).
+ANTHROPIC_1M_BETA = "context-1m-"
+ANTHROPIC_1M_WINDOW = 1_000_000
 _DATE_SUFFIX = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2}|latest)$")
 
 
@@ -46,12 +49,16 @@ def model_family(model: str) -> str:
     return _DATE_SUFFIX.sub("", model)
 
 
-def context_window(model: str, overrides: Mapping[str, int]) -> int:
-    for table in (overrides, MODEL_WINDOWS):
-        matches = [prefix for prefix in table if model.startswith(prefix)]
-        if matches:
-            return table[max(matches, key=len)]
-    return DEFAULT_WINDOW
+def context_window(model: str, overrides: Mapping[str, int], anthropic_beta: str = "") -> int:
+    """The window of `model`: the gateway's settings', else Anthropic's 1M window when the request asks
+    for it (`anthropic-beta: context-1m-…`), else the table's."""
+    matches = [prefix for prefix in overrides if model.startswith(prefix)]
+    if matches:
+        return overrides[max(matches, key=len)]
+    if model.startswith("claude") and ANTHROPIC_1M_BETA in anthropic_beta:
+        return ANTHROPIC_1M_WINDOW
+    matches = [prefix for prefix in MODEL_WINDOWS if model.startswith(prefix)]
+    return MODEL_WINDOWS[max(matches, key=len)] if matches else DEFAULT_WINDOW
 
 
 def api_key_of(headers: Mapping[str, str]) -> str:
