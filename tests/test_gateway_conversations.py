@@ -197,6 +197,8 @@ async def test_folds_keep_the_upstream_under_the_trigger_and_canonical_whole(sta
             folded_at = turn
         message = raw.parse().choices[0].message
         assert all(c.function.name != "read_tool_result" for c in message.tool_calls or [])
+        # The read tool is offered only with room to read: a read call is never cut from a turn.
+        assert message.tool_calls, f"turn {turn}: the model's call was cut"
         history.append(message.model_dump(exclude_none=True))
         for call in message.tool_calls or []:
             log = "\n".join(f"{turn}:{line} INFO all good at step {line}" for line in range(60))

@@ -122,20 +122,23 @@ def test_the_upstream_body_is_cut_before_its_history_closes() -> None:
 
 
 def view_of(*messages: Message) -> View:
-    return View(messages=messages, estimated_tokens=1, view_version=1, action=Action.NONE)
+    return View(messages=messages, estimated_tokens=1, view_version=1, action=Action.NONE, trigger_tokens=5000)
 
 
 def test_a_view_grew_only_when_its_prefix_is_the_forwarded_view_and_the_new_messages_show_whole() -> None:
     shown = (Message(role=Role.SYSTEM, content="s", seq=1), Message(role=Role.USER, content="u", seq=2))
     forwarded = forwarded_of({"messages": HISTORY}, view=view_of(*shown))
     appended = (Message(role=Role.USER, content="n", seq=3),)
-    assert grew_by(forwarded, view_of(*shown, *appended), appended)
+    assert grew_by(forwarded, view_of(*shown, *appended), appended, reserve=0)
+    # A forwarded body offering the read tool keeps it only while the view leaves the tool its room.
+    assert grew_by(forwarded, view_of(*shown, *appended), appended, reserve=4999)
+    assert not grew_by(forwarded, view_of(*shown, *appended), appended, reserve=5000)
     truncated = Message(role=Role.USER, content="n…", seq=3, truncated=True)
-    assert not grew_by(forwarded, view_of(*shown, truncated), appended)
+    assert not grew_by(forwarded, view_of(*shown, truncated), appended, reserve=0)
     pruned_prefix = (shown[0], Message(role=Role.USER, content="[pruned]", seq=2, pruned=True))
-    assert not grew_by(forwarded, view_of(*pruned_prefix, *appended), appended)
+    assert not grew_by(forwarded, view_of(*pruned_prefix, *appended), appended, reserve=0)
     summary = Message(role=Role.SYSTEM, content="summary", seq=0, summary=True)
-    assert not grew_by(forwarded, view_of(shown[0], summary, *appended), appended)
+    assert not grew_by(forwarded, view_of(shown[0], summary, *appended), appended, reserve=0)
     middle = b',{"role":"user","content":"n"}'
     after = continued(forwarded, middle, view_of(*shown, *appended), Role.USER)
     assert after.head == forwarded.head + middle and after.upstream_head == forwarded.upstream_head + middle

@@ -48,10 +48,6 @@ class MaintainRequest:
     dry_run: bool = False  # make the candidate and answer it without installing it
 
     @property
-    def operation(self) -> str:
-        return "compact" if self.trigger is Trigger.COMPACT else "prepare"
-
-    @property
     def one_pass(self) -> bool:
         """An overflow retry is answered after one pass: the smaller view is what the agent needs now."""
         return self.trigger is Trigger.OVERFLOW

@@ -245,10 +245,11 @@ class Contexts:
                 return Resent(state, forwarded, middle, pieces, upstream)
         return None
 
-    async def prepare_resent(self, token: str, api: ApiFormat, resent: Resent) -> Prepared | None:
+    async def prepare_resent(self, token: str, api: ApiFormat, resent: Resent, reserve: int) -> Prepared | None:
         """Appends the resent request's new messages and prepares; None when the request must take
         the full path (another request of the session came first, another writer moved the
-        transcript, or its new messages take more than one append)."""
+        transcript, or its new messages take more than one append). Its upstream body is the forwarded
+        one spliced when the view only grew and leaves `reserve` under the trigger (`grew_by`)."""
         state, forwarded, pieces = resent.state, resent.forwarded, resent.pieces
         client = self.client(token)
         async with state.lock:
@@ -263,7 +264,7 @@ class Contexts:
             if not view.appended or view.appended[0].seq != len(state.fingerprints) + 1:
                 await self._reload(client, state)
                 return None
-            grown = grew_by(forwarded, view, view.appended)
+            grown = grew_by(forwarded, view, view.appended, reserve)
             fingerprints = [*state.fingerprints, *(fingerprint_of(message) for message in append)]
             after = continued(forwarded, resent.middle, view, pieces[-1].role) if grown else None
             self._remember(state, fingerprints, b"", after)
@@ -286,7 +287,9 @@ class Contexts:
             view = await self.client(token).prepare(state.session_id, overflow=True)
             state.prepares += 1
             self._remember(state, state.fingerprints, state.known_json, None)
-            return replace(refused, prepares=state.prepares, view=view, observe=True, upstream=None)
+            return replace(
+                refused, prepares=state.prepares, view=view, observe=self._observes(state, view), upstream=None
+            )
 
     def remember_forwarded(self, prepared: Prepared, bucket: Bucket, forwarded: Forwarded) -> None:
         """Keeps the request that went upstream so that its continuation is recognized by bytes, when

@@ -25,7 +25,7 @@ from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
 from ctxfold.gateway.identity import api_key_digest, api_key_of, context_window, session_key
 from ctxfold.gateway.pieces import compact_json
-from ctxfold.gateway.read_rounds import Exchange, ReadRounds, ViewTooLong, read_reserve, reads_fit
+from ctxfold.gateway.read_rounds import Exchange, ReadRounds, ViewTooLong, read_reserve
 from ctxfold.gateway.request import SESSION_HEADER, Caller, Incoming, parsed, rewritten_upstream, work_size
 from ctxfold.gateway.resent import BUCKET_BYTES, likely_grows
 from ctxfold.gateway.settings import GatewaySettings, key_sha256, load_tenants
@@ -181,10 +181,14 @@ class Gateway:
         span = trace.get_current_span()
         url = self.base_url(api.provider) + request.path_qs
         forward = forwarded_headers(request.headers)
-        opening = self._early(api, url, forward, resent)
+        # A spliced body keeps the read tool it offers only while the view leaves the tool its room.
+        reserve = read_reserve(api) if resent is not None and resent.forwarded.offers_read else 0
+        opening = self._early(url, forward, resent, reserve)
         try:
             try:
-                prepared, body, conversation, work = await self._prepared(incoming, body, conversation, resent, work)
+                prepared, body, conversation, work = await self._prepared(
+                    incoming, body, conversation, resent, work, reserve
+                )
             except (orjson.JSONDecodeError, BadRequest) as exc:  # not expected: a resent request was checked
                 return self._error(api, 400, f"the request body cannot be read: {exc}")
             except CtxfoldError as error:
@@ -225,15 +229,13 @@ class Gateway:
         conversation: Conversation,
         resent: Resent | None,
         work: int,
+        reserve: int,
     ) -> tuple[Prepared, dict[str, Any] | None, Conversation, int]:
         """The request's Prepare: a resent request's new messages appended (its previous upstream body
-        kept when the view only grew by them and its read tool still has room), else the request read
-        whole and its history reconciled. The request as read, and its `work_size`."""
+        kept when the view only grew by them, `reserve` under the trigger), else the request read whole
+        and its history reconciled. The request as read, and its `work_size`."""
         api, caller, raw = incoming.api, incoming.caller, incoming.raw
-        prepared = await self.contexts.prepare_resent(caller.token, api, resent) if resent is not None else None
-        if prepared is not None and prepared.upstream is not None and resent is not None:
-            offered = resent.forwarded.offers_read  # the read tool goes with its room: the request is rewritten
-            prepared = replace(prepared, upstream=None) if offered and not reads_fit(prepared.view, api) else prepared
+        prepared = await self.contexts.prepare_resent(caller.token, api, resent, reserve) if resent else None
         if body is None and (prepared is None or prepared.upstream is None):
             work = work_size(raw)  # the full path for a resent request
             body, conversation = await cpu.run(work, parsed, api, raw)
@@ -288,14 +290,13 @@ class Gateway:
         return response, None  # its usage reported: the view it describes is the smaller one
 
     def _early(
-        self, api: ApiFormat, url: str, forward: CIMultiDict[str], resent: Resent | None
+        self, url: str, forward: CIMultiDict[str], resent: Resent | None, reserve: int
     ) -> asyncio.Task[Opened] | None:
         """The upstream call of a resent request whose view likely only grows, sent while the Prepare runs
         (the upstream's time hides the Prepare's); None when the request waits for its Prepare."""
-        if resent is None:
-            return None
-        reserve = read_reserve(api) if resent.forwarded.offers_read else 0  # a spliced read tool must keep its room
-        if not likely_grows(resent.forwarded, resent.middle, resent.state.tool_content_max_bytes, reserve):
+        if resent is None or not likely_grows(
+            resent.forwarded, resent.middle, resent.state.tool_content_max_bytes, reserve
+        ):
             return None
         return asyncio.ensure_future(self.upstream.open("POST", url, resent.upstream, forward))
 

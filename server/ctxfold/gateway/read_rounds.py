@@ -93,17 +93,12 @@ def read_reserve(api: ApiFormat) -> int:
     return read_tool(api.tool_format)[1] + MIN_READ_ROOM_BYTES
 
 
-def reads_fit(view: View, api: ApiFormat) -> bool:
-    """The view leaves room to read some of a result."""
-    return view.trigger_tokens - view.estimated_tokens >= read_reserve(api)
-
-
 def offers_read_tool(prepared: Prepared, conversation: Conversation, api: ApiFormat) -> bool:
     """The view hides a result (a summary, a bounded or pruned one), leaves room to read some of it, and
     the agent has no tool of that name."""
     hides = any(m.summary or m.pruned or m.truncated for m in prepared.view.messages)
     own = READ_TOOL_RESULT in {tool_name(tool) for tool in conversation.tools}
-    return hides and not own and reads_fit(prepared.view, api)
+    return hides and not own and read_room(prepared.view, api) >= MIN_READ_ROOM_BYTES
 
 
 def with_read_tool(api: ApiFormat, body: dict[str, Any]) -> dict[str, Any]:

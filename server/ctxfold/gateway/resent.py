@@ -96,13 +96,15 @@ def new_items(middle: bytes) -> list[Any] | None:
     return items if isinstance(items, list) and items else None
 
 
-def grew_by(forwarded: Forwarded, view: View, appended: Sequence[Message]) -> bool:
-    """The view is the forwarded one followed by the appended messages, each shown unchanged. (The
-    prefix compares in C: the SDK builds a delta's view from the very messages it held.)"""
+def grew_by(forwarded: Forwarded, view: View, appended: Sequence[Message], reserve: int) -> bool:
+    """The view is the forwarded one followed by the appended messages, each shown unchanged, and
+    still `reserve` tokens under its trigger (the room of the read tool the forwarded body offers).
+    (The prefix compares in C: the SDK builds a delta's view from the very messages it held.)"""
     known = len(forwarded.view.messages)
     new = view.messages[known:]
     return (
-        len(new) == len(appended)
+        view.trigger_tokens - view.estimated_tokens >= reserve
+        and len(new) == len(appended)
         and view.messages[:known] == forwarded.view.messages
         and all(
             shown.seq == stored.seq and not (shown.summary or shown.pruned or shown.truncated)
