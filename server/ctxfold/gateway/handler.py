@@ -18,6 +18,7 @@ from multidict import CIMultiDict
 from opentelemetry import propagate, trace
 
 from ctxfold import cpu
+from ctxfold.engine.model import MAX_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW
 from ctxfold.gateway.contexts import Bucket, Contexts, NewSession, Prepared, Resent, unreachable
 from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
@@ -317,8 +318,9 @@ class Gateway:
         given = headers.get(WINDOW_HEADER)
         if given is None:
             return context_window(model, self.windows, headers.get("anthropic-beta", ""))
-        if not given.isdigit() or int(given) < 1000:
-            raise BadRequest(f"{WINDOW_HEADER}: must be a whole number of tokens, at least 1000 (got {given!r})")
+        if not given.isdigit() or not MIN_CONTEXT_WINDOW <= int(given) <= MAX_CONTEXT_WINDOW:
+            bounds = f"from {MIN_CONTEXT_WINDOW} to {MAX_CONTEXT_WINDOW}"
+            raise BadRequest(f"{WINDOW_HEADER}: must be a whole number of tokens {bounds} (got {given!r})")
         return int(given)
 
     def _observe(self, exchange: Exchange, usage: Usage) -> None:

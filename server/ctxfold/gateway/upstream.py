@@ -37,10 +37,13 @@ def forwarded_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
     return out
 
 
-def answer_headers(upstream: CIMultiDictProxy[str], extra: Mapping[str, str]) -> CIMultiDict[str]:
-    """The upstream's answer headers as the agent gets them: without hop-by-hop headers, with `extra`."""
-    out: CIMultiDict[str] = CIMultiDict((k, v) for k, v in upstream.items() if k.lower() not in HOP_BY_HOP)
-    out.update(extra)
+def answer_headers(upstream: CIMultiDictProxy[str] | None, extra: Mapping[str, str]) -> CIMultiDict[str]:
+    """The upstream's answer headers (if it answered) as the agent gets them: without hop-by-hop headers,
+    with `extra`, ctxfold's own, whose values may quote the agent's request: its control and non-ASCII
+    characters escaped, so no request can break a header (a raw newline was a 500)."""
+    given = upstream.items() if upstream is not None else ()
+    out: CIMultiDict[str] = CIMultiDict((k, v) for k, v in given if k.lower() not in HOP_BY_HOP)
+    out.update({name: value.encode("unicode_escape").decode("ascii") for name, value in extra.items()})
     return out
 
 
@@ -49,7 +52,7 @@ def json_response(
 ) -> web.Response:
     """A whole answer to the agent: `payload` with the upstream's headers (when it came from there)
     and `extra`."""
-    headers = answer_headers(upstream, extra) if upstream is not None else CIMultiDict(extra)
+    headers = answer_headers(upstream, extra)
     headers.setdefault("Content-Type", "application/json")
     return web.Response(status=status, body=payload, headers=headers)
 

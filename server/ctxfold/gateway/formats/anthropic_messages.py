@@ -303,7 +303,7 @@ def _marked(content: Json) -> Json:
     blocks = _blocks(content)
     for position in range(len(blocks) - 1, -1, -1):
         block = as_dict(blocks[position])
-        if block.get("type") in _UNCACHEABLE:
+        if text_of(block.get("type")) in _UNCACHEABLE:
             continue
         if CACHE_CONTROL not in block:
             blocks[position] = {**block, CACHE_CONTROL: dict(EPHEMERAL)}

@@ -110,7 +110,7 @@ class OpenAIChat(ApiFormat):
             raise BadRequest("messages: a list of messages is required")
         pieces = []
         for index, message in enumerate(messages):
-            role = ROLES.get(as_dict(message).get("role"))  # type: ignore[arg-type]
+            role = ROLES.get(text_of(as_dict(message).get("role")))
             if role is None:
                 raise BadRequest(f"messages[{index}].role: must be system, developer, user, assistant or tool")
             pieces.append(Piece(role, message))

@@ -113,8 +113,9 @@ class OpenAIResponses(ApiFormat):
             if turn:
                 pieces.append(Piece(Role.ASSISTANT, turn))
                 turn = []
-            if kind == "message" and item.get("role") in MESSAGE_ROLES:
-                pieces.append(Piece(MESSAGE_ROLES[str(item["role"])], item))
+            role = MESSAGE_ROLES.get(text_of(item.get("role"))) if kind == "message" else None
+            if role is not None:
+                pieces.append(Piece(role, item))
             elif kind in CALL_OUTPUTS:
                 pieces.append(Piece(Role.TOOL, item))
             else:

@@ -1,0 +1,178 @@
+"""Requests no agent should send, through the gateway: valid requests of each API with fields replaced
+by values of the wrong type, removed or added, alone or continuing a conversation, with odd ctxfold
+headers. The gateway answers each in the provider's shape or forwards it; it never fails with a 5xx
+and keeps serving."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+
+from fake_upstream import CHAT, MESSAGES, RESPONSES
+from gateway_fixtures import Stack, stack
+
+__all__ = ["stack"]
+
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+IMAGE_URL = f"data:image/png;base64,{PIXEL}"
+VALID: dict[str, dict[str, Any]] = {
+    CHAT: {
+        "model": "gpt-4.1",
+        "messages": [
+            {"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": [{"type": "text", "text": "look"},
+                                         {"type": "image_url", "image_url": {"url": IMAGE_URL}}]},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a\nb"},
+            {"role": "user", "content": "go on"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
+    },
+    RESPONSES: {
+        "model": "gpt-4.1",
+        "instructions": "be brief",
+        "input": [
+            {"role": "user", "content": "hi"},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+            {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}", "id": "fc_1"},
+            {"type": "function_call_output", "call_id": "c1", "output": "out"},
+            {"role": "user", "content": [{"type": "input_text", "text": "more"},
+                                         {"type": "input_image", "image_url": IMAGE_URL}]},
+        ],
+        "tools": [{"type": "function", "name": "bash", "parameters": {"type": "object"}}],
+    },
+    MESSAGES: {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 100,
+        "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image", "source": {
+                "type": "base64", "media_type": "image/png", "data": PIXEL}}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                {"type": "tool_use", "id": "t1", "name": "bash", "input": {"cmd": "ls"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                          "content": [{"type": "text", "text": "out"}]}]},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "next"},
+        ],
+        "tools": [{"name": "bash", "input_schema": {"type": "object"}}],
+    },
+}  # fmt: skip
+HISTORY = {CHAT: "messages", RESPONSES: "input", MESSAGES: "messages"}
+ODD_VALUES: list[Any] = [
+    None, 0, -1, 2**70, 1.5e308, True, "", "x", "\u0000", "line\nbreak", "é" * 3, [], {}, [None],
+    {"a": None}, [[[]]], "x" * 5000, {"type": None}, [{"type": "text"}], {"role": "user"},
+]  # fmt: skip
+ODD_HEADERS: dict[str, list[str]] = {
+    "x-ctxfold-context-window": ["-5", "abc", "99999999999999999999", "999", "0x10", " 5000"],
+    "x-ctxfold-session": ["a" * 5000, " ", "été"],
+    "anthropic-beta": ["context-1m-2025-08-07", "x" * 3000, ","],
+}
+HEADERS = {"Authorization": "Bearer sk-test", "x-api-key": "sk-test", "anthropic-version": "2023-06-01",
+           "Content-Type": "application/json"}  # fmt: skip
+
+
+def _places(value: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield at
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, inner in items:
+        yield from _places(inner, (*at, key))
+
+
+def mutated(body: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """`body` with one to three of its fields replaced by an odd value, removed, or joined by one."""
+    out = copy.deepcopy(body)
+    for _ in range(rng.randint(1, 3)):
+        places = [p for p in _places(out) if p]
+        if not places:
+            break
+        *parents, key = rng.choice(places)
+        parent = out
+        for step in parents:
+            parent = parent[step]
+        choice, odd = rng.random(), copy.deepcopy(rng.choice(ODD_VALUES))
+        if choice < 0.6:
+            parent[key] = odd
+        elif choice < 0.8:
+            del parent[key]
+        elif isinstance(parent, list):
+            parent.insert(key, odd)
+        else:
+            parent[f"extra_{rng.randint(0, 9)}"] = odd
+    return out
+
+
+def hostile_request(rng: random.Random) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """A path, a body and headers: a mutated request, or a valid history continued by a mutated message."""
+    path = rng.choice(sorted(VALID))
+    valid, headers = VALID[path], dict(HEADERS)
+    if rng.random() < 0.5:
+        history = valid[HISTORY[path]]
+        extra = mutated({"message": rng.choice(history[1:])}, rng).get("message")
+        body = {**copy.deepcopy(valid), HISTORY[path]: [*copy.deepcopy(history), extra]}
+        headers["x-ctxfold-session"] = f"conversation-{rng.randint(0, 3)}"
+    else:
+        body = mutated(valid, rng)
+    if rng.random() < 0.3:
+        body["stream"] = True
+    for name, values in ODD_HEADERS.items():
+        if rng.random() < 0.07:
+            headers[name] = rng.choice(values)
+    return path, body, headers
+
+
+async def post(http: aiohttp.ClientSession, stack: Stack, path: str, body: Any, headers: dict[str, str]) -> tuple[
+    int, dict[str, str], str
+]:  # fmt: skip
+    async with http.post(f"{stack.url}{path}", data=json.dumps(body), headers=headers) as answer:
+        return answer.status, dict(answer.headers), await answer.text()
+
+
+async def test_mutated_requests_never_fail_the_gateway(stack: Stack) -> None:
+    rng = random.Random(23)
+    failed = []
+    async with aiohttp.ClientSession() as http:
+        for _ in range(450):
+            path, body, headers = hostile_request(rng)
+            status, _, text = await post(http, stack, path, body, headers)
+            if status >= 500:
+                failed.append((status, path, json.dumps(body)[:300], text[:200]))
+        assert not failed, f"{len(failed)} requests failed the gateway, first: {failed[0]}"
+        for path, body in VALID.items():  # and it keeps serving
+            assert (await post(http, stack, path, body, {**HEADERS, "x-ctxfold-session": f"after-{path}"}))[0] == 200
+
+
+async def test_a_role_of_the_wrong_type_is_a_bad_request_in_the_providers_shape(stack: Stack) -> None:
+    body = copy.deepcopy(VALID[CHAT])
+    body["messages"][1]["role"] = {"role": "user"}
+    async with aiohttp.ClientSession() as http:
+        status, _, text = await post(http, stack, CHAT, body, HEADERS)
+    assert status == 400
+    assert json.loads(text)["error"]["message"].startswith("messages[1].role")
+
+
+async def test_a_window_header_beyond_the_servers_bounds_is_a_bad_request(stack: Stack) -> None:
+    async with aiohttp.ClientSession() as http:
+        for window in ("999", "100000001", "99999999999999999999"):
+            headers = {**HEADERS, "x-ctxfold-context-window": window}
+            status, _, text = await post(http, stack, MESSAGES, VALID[MESSAGES], headers)
+            assert status == 400, window
+            assert json.loads(text)["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_warning_header_quoting_the_request_cannot_be_broken_by_it(stack: Stack) -> None:
+    body = copy.deepcopy(VALID[RESPONSES])
+    body["input"].append({"type": "odd\r\nx-injected: 1\u0000é", "data": 1})
+    async with aiohttp.ClientSession() as http:
+        status, headers, _ = await post(http, stack, RESPONSES, body, HEADERS)
+    assert status == 200  # forwarded as sent, with a warning
+    assert "x-injected" not in {name.lower() for name in headers}
+    warning = headers["x-ctxfold-warning"]
+    assert "odd\\r\\nx-injected: 1\\x00\\xe9" in warning and warning.isprintable() and warning.isascii()
