@@ -96,6 +96,10 @@ def test_prune_candidates_are_large_results_outside_the_tail() -> None:
     assert len(candidates) == 5
 
 
+def test_no_messages_have_no_prune_candidates() -> None:
+    assert prune_candidates([], [], pruned={}, mode=TOOLS) == []
+
+
 def test_view_renders_pruned_results_and_one_summary() -> None:
     messages = conversation(2, result_chars=9000)
     config = SessionConfig(context_window=50_000, system_prompt="You are careful.")

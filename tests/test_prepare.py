@@ -123,6 +123,18 @@ async def test_a_large_max_output_never_refuses_a_view_below_the_trigger(stub: p
     assert any(action == pb.ACTION_FOLDED for _, action in answered)
 
 
+async def test_an_overflow_prepare_of_an_empty_session_answers_that_nothing_was_folded(
+    stub: pb_grpc.ContextServiceStub,
+) -> None:
+    """The provider refused a view of the system prompt alone (a gateway's first request): the overflow
+    Prepare has no message to prune or fold and says so (it was an INTERNAL error)."""
+    session = await create_session(stub, context_window=8_000, system_prompt="You are an agent.")
+    outcome = await prepare(stub, session.id, overflow=True)
+    assert outcome.result.action == pb.ACTION_NONE
+    assert outcome.result.not_folded_reason != pb.NOT_FOLDED_REASON_UNSPECIFIED
+    assert [m.role for m in outcome.result.messages] == [pb.ROLE_SYSTEM]
+
+
 async def test_large_results_are_pruned_once_and_read_back_in_full(stub: pb_grpc.ContextServiceStub) -> None:
     session = await create_session(stub, context_window=30_000, compact_ratio=0.5)
     texts = {f"c{i}": tool_output(i, 10_000) for i in range(8)}

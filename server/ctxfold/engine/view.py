@@ -89,7 +89,7 @@ def bound_stub(content: str, result_ref: str, keep: int) -> str:
 def result_ids(messages: Sequence[StoredMessage], mode: str) -> set[str]:
     """The ids of the results among `messages`: tool results, and in a session acting in text (`mode`)
     the user messages holding its commands' output (a tool result in all but its role)."""
-    previous = [None, *messages[:-1]]
+    previous = [None, *messages][: len(messages)]
     return {
         m.id
         for before, m in zip(previous, messages, strict=True)
