@@ -8,10 +8,11 @@ rendered as it was sent."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
-from ctxfold_client import Message, Role, ToolCall, Usage, adapters
+from ctxfold_client import Message, Role, ToolCall, Usage
 
 from ctxfold.gateway import attachments
 from ctxfold.gateway.formats import (
@@ -193,15 +194,15 @@ class AnthropicMessages(ApiFormat):
         return place_breakpoints(out, stable_turns)
 
     def usage(self, response: dict[str, Any]) -> Usage:
-        return adapters.anthropic_messages.from_response(response).usage
+        usage = as_dict(response.get("usage"))
+        cached = count(usage.get("cache_read_input_tokens"))
+        total = count(usage.get("input_tokens")) + cached + count(usage.get("cache_creation_input_tokens"))
+        return Usage(total, cached, count(usage.get("output_tokens")), text_of(response.get("stop_reason")))
 
     def stream_usage(self, event: dict[str, Any], so_far: Usage) -> Usage:
         kind = event.get("type")
-        if kind == "message_start":
-            usage = as_dict(as_dict(event.get("message")).get("usage"))
-            cached = count(usage.get("cache_read_input_tokens"))
-            total = count(usage.get("input_tokens")) + cached + count(usage.get("cache_creation_input_tokens"))
-            return Usage(total, cached, count(usage.get("output_tokens")), so_far.finish_reason)
+        if kind == "message_start":  # the message as it starts: its input, no stop reason yet
+            return replace(self.usage(as_dict(event.get("message"))), finish_reason=so_far.finish_reason)
         if kind == "message_delta":
             usage = as_dict(event.get("usage"))
             reason = text_of(as_dict(event.get("delta")).get("stop_reason")) or so_far.finish_reason

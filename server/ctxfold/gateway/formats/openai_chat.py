@@ -154,7 +154,7 @@ class OpenAIChat(ApiFormat):
         return out
 
     def usage(self, response: dict[str, Any]) -> Usage:
-        return adapters.openai_chat.from_response(response).usage
+        return self.stream_usage(response, Usage(0))  # a completion has the fields of its stream's last chunks
 
     def stream_usage(self, event: dict[str, Any], so_far: Usage) -> Usage:
         reason = so_far.finish_reason

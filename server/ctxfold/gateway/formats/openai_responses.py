@@ -196,7 +196,10 @@ class OpenAIResponses(ApiFormat):
         return out
 
     def usage(self, response: dict[str, Any]) -> Usage:
-        return adapters.openai_responses.from_response(response).usage
+        usage = as_dict(response.get("usage"))
+        cached = count(as_dict(usage.get("input_tokens_details")).get("cached_tokens"))
+        output, status = count(usage.get("output_tokens")), text_of(response.get("status"))
+        return Usage(count(usage.get("input_tokens")), cached, output, status)
 
     def stream_usage(self, event: dict[str, Any], so_far: Usage) -> Usage:
         if event.get("type") not in ("response.completed", "response.incomplete", "response.failed"):
