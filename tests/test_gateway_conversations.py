@@ -374,6 +374,37 @@ async def test_one_resent_request_sent_twice_at_once_is_appended_once(stack: Sta
     assert [m.content for m in await stack.transcript(answers[0][1])] == [m["content"] for m in history]
 
 
+async def test_a_new_conversation_opened_by_requests_at_once_is_appended_once(stack: Stack) -> None:
+    """Requests of a conversation this gateway has not seen, at once (an agent's parallel calls, retries):
+    one session state and one turn each; each opened its own before, so they appended the history over
+    each other and could fail with a 500."""
+    history = [LONG_SYSTEM, {"role": "user", "content": "Fix the bug"}, {"role": "assistant", "content": "ok"},
+               {"role": "user", "content": "and the test"}]  # fmt: skip
+    body = {"model": "gpt-4.1", "messages": history}
+    answers = await asyncio.gather(*(post_chat(stack, body, "at-once") for _ in range(8)))
+    assert [status for status, _ in answers] == [200] * 8
+    everything = await stack.transcript(answers[0][1], include_abandoned=True)
+    assert [m.content for m in everything] == [m["content"] for m in history]
+
+
+async def test_a_transcript_that_keeps_moving_under_a_request_fails_open_with_a_reason(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer appending between every read and append of this request (another gateway, an
+    SDK): after one reload and retry the request goes upstream unchanged, saying why (it was a 500)."""
+
+    async def moved(*_args: object) -> None:
+        raise gateway_contexts.TranscriptMoved
+
+    monkeypatch.setattr(gateway_contexts.Contexts, "_reconcile_and_prepare", moved)
+    body = {"model": "gpt-4.1", "messages": [LONG_SYSTEM, {"role": "user", "content": "moving"}]}
+    headers = {"Authorization": "Bearer sk-test", "x-ctxfold-session": "moving"}
+    async with aiohttp.ClientSession() as http, http.post(f"{stack.url}{CHAT}", json=body, headers=headers) as answer:
+        assert answer.status == 200
+        assert "CONCURRENT_MODIFICATION" in answer.headers["x-ctxfold-warning"]
+    assert stack.upstream.last(CHAT).body == body  # fail open: the agent's own request
+
+
 async def test_responses_turns_are_spliced_unless_they_continue_the_last_assistant_turn(stack: Stack) -> None:
     items: list[dict[str, Any]] = [{"role": "user", "content": "List the files, then read each."}]
     body = {"model": "o4-mini", "instructions": LONG_SYSTEM["content"], "input": items, "store": False}

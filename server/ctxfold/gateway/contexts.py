@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import grpc
 import orjson
-from ctxfold_client import Action, AsyncClient, Message, SessionConfig, View
+from ctxfold_client import Action, AsyncClient, CtxfoldError, ErrorReason, Message, SessionConfig, View
 
 from ctxfold import cpu
 from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation, ViewEntry
@@ -228,7 +228,11 @@ class Contexts:
                 return await self._reconcile_and_prepare(client, state, api, conversation, size)
             except TranscriptMoved:
                 await self._reload(client, state)
+            try:
                 return await self._reconcile_and_prepare(client, state, api, conversation, size)
+            except TranscriptMoved:  # another writer (another gateway, an SDK) keeps appending meanwhile
+                why = "the session's transcript kept moving while this request was appended"
+                raise CtxfoldError.client(grpc.StatusCode.ABORTED, ErrorReason.CONCURRENT_MODIFICATION, why) from None
 
     def resent(self, api: ApiFormat, bucket: Bucket, raw: bytes) -> Resent | None:
         """The session whose last request `raw` repeats with new messages inserted, if this process has it."""
@@ -351,6 +355,9 @@ class Contexts:
         )
         session = await client.create_session(config, session_key=key)
         fingerprints = await self._fingerprints(client, session.id) if session.head_seq else []
+        opened = self._sessions.get(cache_key)
+        if opened is not None:  # by a request of the same session meanwhile: one state, one lock, per session
+            return opened
         state = SessionState(cache_key, session.id, fingerprints, session.config.tool_content_max_bytes)
         self._sessions[cache_key] = state
         if len(self._sessions) > MAX_SESSIONS:
