@@ -256,3 +256,11 @@ async def test_odd_answers_of_the_upstream_reach_the_agent_as_they_came(stack: S
         await gateway.stop()
         assert upstream.runner is not None
         await upstream.runner.cleanup()
+
+
+async def test_a_body_above_the_gateways_limit_is_refused_in_the_providers_shape(stack: Stack) -> None:
+    body = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "x" * (65 << 20)}]}
+    async with aiohttp.ClientSession() as http:
+        status, _, text = await post(http, stack, MESSAGES, body, HEADERS)
+    assert status == 413
+    assert json.loads(text)["error"]["type"] == "request_too_large"

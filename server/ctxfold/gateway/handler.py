@@ -109,6 +109,8 @@ class Gateway:
                 return await self.handle(api, request)
             except UpstreamUnreachable as exc:
                 return self._unreachable(api, exc)
+            except web.HTTPRequestEntityTooLarge:
+                return self._error(api, 413, f"the request body is above this gateway's {MAX_REQUEST_BYTES} bytes")
 
         return handle
 

@@ -36,6 +36,7 @@ _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "invalid_request_error",
     404: "invalid_request_error",
+    413: "invalid_request_error",
     429: "rate_limit_error",
 }
 NOT_RUN = "ctxfold: this call was not run (the same turn read a stored result); call it again if it is still needed"
