@@ -521,6 +521,14 @@ def test_an_unreachable_database_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert f"127.0.0.1:{dead}" in line and "pw" not in line
 
 
+def test_a_data_dir_that_cannot_be_made_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    done = run_ctxfold(tmp_path, ["serve", "--listen", f"127.0.0.1:{free_port()}", "--data-dir", str(blocker / "data")])
+    line = one_line_failure(done, 1, "ctxfold: database: cannot create the directory of ")
+    assert "a-file" in line
+
+
 def test_a_port_in_use_is_one_line_without_grpc_log(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -113,7 +113,10 @@ def _tokens(settings: Settings) -> dict[str, str] | None:
 
 async def _open_store(settings: Settings) -> Store:
     """The store on the migrated database; StartupError (one line) when it cannot be opened."""
-    engine = create_engine(settings.database_url(), pool_size=settings.db_pool_size)
+    try:
+        engine = create_engine(settings.database_url(), pool_size=settings.db_pool_size)
+    except OSError as exc:  # the SQLite file's directory cannot be made (a data_dir where none can be)
+        raise StartupError(f"database: cannot create the directory of {settings.database_url()}: {exc}") from None
     try:
         await migrate(engine)
     except SchemaError as exc:
