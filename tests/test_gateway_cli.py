@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from conftest import free_port
 from test_cli import clean_environ, ctxfold_command, serving
 
@@ -47,10 +49,21 @@ def run_gateway(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
 
 
-def test_a_bad_gateway_setting_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    result = run_gateway(tmp_path, "--fail-mode", "sideways")
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (("--fail-mode", "sideways"), "setting fail_mode: 'sideways' is not 'open' or 'closed'"),
+        (("--openai-base-url", "api.openai.com"),
+         "setting openai_base_url: 'api.openai.com' is not an http(s) URL (e.g. https://api.openai.com)"),
+        (("--anthropic-base-url", "ftp://x"),
+         "setting anthropic_base_url: 'ftp://x' is not an http(s) URL (e.g. https://api.openai.com)"),
+        (("--timeout-seconds", "0"), "setting timeout_seconds: must be > 0"),
+    ],
+)  # fmt: skip
+def test_a_bad_gateway_setting_is_one_line_and_exit_2(tmp_path: Path, flags: tuple[str, ...], line: str) -> None:
+    result = run_gateway(tmp_path, *flags)
     assert result.returncode == 2
-    assert result.stderr.strip() == "ctxfold gateway: setting fail_mode: 'sideways' is not 'open' or 'closed'"
+    assert result.stderr.strip() == f"ctxfold gateway: {line}"
 
 
 def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from ctxfold.config import LOG_LEVELS, load_values
 
@@ -92,6 +93,12 @@ def load_gateway_settings(
         raise ValueError(f"setting log_level: {settings.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     if settings.max_read_rounds < 0:
         raise ValueError("setting max_read_rounds: must be >= 0")
+    if not settings.timeout_seconds > 0:
+        raise ValueError("setting timeout_seconds: must be > 0")
+    for name in ("openai_base_url", "anthropic_base_url"):
+        url = urlsplit(getattr(settings, name))
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"setting {name}: {url.geturl()!r} is not an http(s) URL (e.g. https://api.openai.com)")
     settings.windows()
     return settings
 
