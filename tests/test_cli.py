@@ -175,6 +175,11 @@ def test_load_settings_types_and_config_from_env(tmp_path: Path) -> None:
         ({}, {}, {"tls_client_ca": "/ca.pem"}, "tls_client_ca"),
         ({"grace_seconds": "soon"}, {}, {}, "grace_seconds"),
         ({}, {"CTXFOLD_DB_POOL_SIZE": "many"}, {}, "db_pool_size"),
+        ({}, {"CTXFOLD_DB_POOL_SIZE": "0"}, {}, "setting db_pool_size: '0' is below its minimum, 1"),
+        ({"max_concurrent_rpcs": -1}, {}, {}, "setting max_concurrent_rpcs: -1 is below its minimum, 1"),
+        ({}, {}, {"max_send_message_bytes": "10"}, "max_send_message_bytes: '10' is below its minimum, 65536"),
+        ({}, {}, {"grace_seconds": "-1"}, "grace_seconds: '-1' is below its minimum, 0"),
+        ({}, {"CTXFOLD_GRACE_SECONDS": "nan"}, {}, "grace_seconds: 'nan' is below its minimum, 0"),
     ],
 )
 def test_load_settings_rejects_bad_configuration(

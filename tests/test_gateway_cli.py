@@ -57,7 +57,8 @@ def run_gateway(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
          "setting openai_base_url: 'api.openai.com' is not an http(s) URL (e.g. https://api.openai.com)"),
         (("--anthropic-base-url", "ftp://x"),
          "setting anthropic_base_url: 'ftp://x' is not an http(s) URL (e.g. https://api.openai.com)"),
-        (("--timeout-seconds", "0"), "setting timeout_seconds: must be > 0"),
+        (("--timeout-seconds", "0"), "setting timeout_seconds: '0' is below its minimum, 0.1"),
+        (("--max-read-rounds", "-1"), "setting max_read_rounds: '-1' is below its minimum, 0"),
     ],
 )  # fmt: skip
 def test_a_bad_gateway_setting_is_one_line_and_exit_2(tmp_path: Path, flags: tuple[str, ...], line: str) -> None:

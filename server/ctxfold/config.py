@@ -26,41 +26,57 @@ class Settings:
         default="",
         metadata={"help": "SQLAlchemy URL (sqlite:///PATH or postgresql://…); default DATA_DIR/ctxfold.db"},
     )
-    db_pool_size: int = field(default=10, metadata={"help": "database connections per server process"})
+    db_pool_size: int = field(default=10, metadata={"minimum": 1, "help": "database connections per server process"})
     auth_tokens_file: str = field(default="", metadata={"help": "file of 'TOKEN TENANT' lines; empty = no auth"})
     tls_cert: str = field(default="", metadata={"help": "PEM server certificate (enables TLS)"})
     tls_key: str = field(default="", metadata={"help": "PEM server private key"})
     tls_client_ca: str = field(default="", metadata={"help": "PEM CA bundle; when set, clients must present a cert"})
     # gRPC copies each request and answer whole on the event loop (about 2 ms per MiB): these keep health
     # checks well under 100 ms (docs/operations.md, Limits). An AppendMessages answer echoes its request.
-    max_receive_message_bytes: int = field(default=20 << 20, metadata={"help": "largest gRPC request accepted"})
-    max_send_message_bytes: int = field(default=24 << 20, metadata={"help": "largest gRPC response sent"})
-    max_message_bytes: int = field(default=4 << 20, metadata={"help": "largest non-tool message (content+reasoning)"})
-    max_tool_result_bytes: int = field(default=16 << 20, metadata={"help": "largest raw tool result"})
+    max_receive_message_bytes: int = field(
+        default=20 << 20, metadata={"minimum": 64 << 10, "help": "largest gRPC request accepted"}
+    )
+    max_send_message_bytes: int = field(
+        default=24 << 20, metadata={"minimum": 64 << 10, "help": "largest gRPC response sent"}
+    )
+    max_message_bytes: int = field(
+        default=4 << 20, metadata={"minimum": 1, "help": "largest non-tool message (content+reasoning)"}
+    )
+    max_tool_result_bytes: int = field(default=16 << 20, metadata={"minimum": 1, "help": "largest raw tool result"})
     # Without it every copy of the next large request faults fresh pages in on the event loop (`ctxfold.memory`);
     # why 256 MiB: docs/operations.md, Limits.
     retained_heap_bytes: int = field(
         default=256 << 20,
-        metadata={"help": "freed memory kept for the next large requests, not returned to the OS (glibc; 0 = off)"},
+        metadata={
+            "minimum": 0,
+            "help": "freed memory kept for the next large requests, not returned to the OS (glibc; 0 = off)",
+        },
     )
     max_concurrent_rpcs: int = field(
-        default=256, metadata={"help": "ContextService RPCs served at once (health not counted); more are refused"}
+        default=256,
+        metadata={"minimum": 1, "help": "ContextService RPCs served at once (health not counted); more are refused"},
     )
     max_concurrent_rpcs_per_tenant: int = field(
-        default=64, metadata={"help": "RPCs one tenant may have in progress at once; more are refused"}
+        default=64, metadata={"minimum": 1, "help": "RPCs one tenant may have in progress at once; more are refused"}
     )
     # Eight of the largest requests, one worked on at a time, kept 275-315 MiB of heap in use at the peak:
     # about `retained_heap_bytes` plus the server's own (`bench/availability.py`).
     max_concurrent_request_bytes: int = field(
         default=160 << 20,
-        metadata={"help": "bytes of large requests (1 MiB or more) in progress at once; more are refused"},
+        metadata={
+            "minimum": 0,
+            "help": "bytes of large requests (1 MiB or more) in progress at once; more are refused",
+        },
     )
     max_waiting_per_session: int = field(
-        default=16, metadata={"help": "Prepare/Compact calls that may wait for one session's maintenance"}
+        default=16, metadata={"minimum": 0, "help": "Prepare/Compact calls that may wait for one session's maintenance"}
     )
     hot_state_max_bytes: int = field(
         default=256 << 20,
-        metadata={"help": "estimated bytes of active sessions' views kept in memory (0 = none): the Prepare hot path"},
+        metadata={
+            "minimum": 0,
+            "help": "estimated bytes of active sessions' views kept in memory (0 = none): the Prepare hot path",
+        },
     )
     gateway_listen: str = field(
         default="",
@@ -68,7 +84,9 @@ class Settings:
             "help": "also run the provider-compatible HTTP gateway on this address (host:port); see docs/gateway.md"
         },
     )
-    grace_seconds: float = field(default=30.0, metadata={"help": "time in-flight RPCs get to finish on shutdown"})
+    grace_seconds: float = field(
+        default=30.0, metadata={"minimum": 0, "help": "time in-flight RPCs get to finish on shutdown"}
+    )
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING or ERROR"})
     summarizers: str = field(
         default="",
@@ -88,17 +106,21 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def _coerce(name: str, value: Any, fields: Mapping[str, dataclasses.Field[Any]] = FIELDS) -> Any:
-    kind = fields[name].type
+    """`value` as the setting's type, at least the `minimum` of its metadata (a number of things is never
+    negative, a pool never empty)."""
+    kind, minimum = fields[name].type, fields[name].metadata.get("minimum")
     try:
         if kind == "int":
-            return int(value)
-        if kind == "float":
-            return float(value)
-        if isinstance(value, dict):  # a TOML table, e.g. [summarizers.NAME]
-            return json.dumps(value)
-        return str(value)
+            number: int | float = int(value)
+        elif kind == "float":
+            number = float(value)
+        else:
+            return json.dumps(value) if isinstance(value, dict) else str(value)  # a dict: a TOML table
     except (TypeError, ValueError):
         raise ValueError(f"setting {name}: {value!r} is not a valid {kind}") from None
+    if minimum is not None and not number >= minimum:
+        raise ValueError(f"setting {name}: {value!r} is below its minimum, {minimum}")
+    return number
 
 
 def load_values(

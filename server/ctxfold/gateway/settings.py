@@ -50,10 +50,10 @@ class GatewaySettings:
         default="", metadata={"help": 'windows by model name prefix, as JSON, e.g. {"my-model": 32000}'}
     )
     max_read_rounds: int = field(
-        default=4, metadata={"help": "read_tool_result calls answered in the gateway per request"}
+        default=4, metadata={"minimum": 0, "help": "read_tool_result calls answered in the gateway per request"}
     )
     timeout_seconds: float = field(
-        default=300.0, metadata={"help": "longest wait for ctxfold (a Prepare may fold first)"}
+        default=300.0, metadata={"minimum": 0.1, "help": "longest wait for ctxfold (a Prepare may fold first)"}
     )
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING or ERROR"})
 
@@ -91,10 +91,6 @@ def load_gateway_settings(
         raise ValueError(f"setting mode: {settings.mode!r} is not 'ctxfold' or 'pass_through'")
     if settings.log_level.upper() not in LOG_LEVELS:
         raise ValueError(f"setting log_level: {settings.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
-    if settings.max_read_rounds < 0:
-        raise ValueError("setting max_read_rounds: must be >= 0")
-    if not settings.timeout_seconds > 0:
-        raise ValueError("setting timeout_seconds: must be > 0")
     for name in ("openai_base_url", "anthropic_base_url"):
         url = urlsplit(getattr(settings, name))
         if url.scheme not in ("http", "https") or not url.hostname:
