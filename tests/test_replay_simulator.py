@@ -299,3 +299,5 @@ def test_traces_parse_from_chat_json_and_jsonl_and_split_into_model_calls() -> N
         parse_trace("bad.jsonl", '{"role": "robot", "content": "x"}\n')
     with pytest.raises(TraceError, match="no assistant"):
         parse_trace("bad.json", json.dumps({"messages": [{"role": "user", "content": "x"}]}))
+    with pytest.raises(TraceError, match=r"^bad\.json: no assistant"):  # valid JSON, not said to be invalid
+        parse_trace("bad.json", json.dumps([{"role": "user", "content": "x"}]))

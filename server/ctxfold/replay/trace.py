@@ -128,9 +128,10 @@ def parse_trace(name: str, text: str) -> Trace:
             return build_trace(name, document["messages"], document.get("tools"))
     elif stripped.startswith("["):
         try:
-            return build_trace(name, json.loads(text))
+            messages = json.loads(text)
         except ValueError as exc:
             raise TraceError(f"{name}: not valid JSON ({exc})") from None
+        return build_trace(name, messages)
     raw: list[Any] = []
     tools: Any = None
     for number, line in enumerate(text.splitlines(), 1):
