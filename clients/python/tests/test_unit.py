@@ -181,6 +181,25 @@ def test_anthropic_cache_breakpoint_follows_the_stable_prefix() -> None:
     assert (raised.value.reason, raised.value.domain) == (ErrorReason.INVALID_MESSAGE, CLIENT_DOMAIN)
 
 
+@pytest.mark.parametrize(
+    ("adapter", "response"),
+    [
+        (adapters.openai_chat, {"choices": [{"message": ["not", "an", "object"]}]}),
+        (adapters.openai_chat, {"choices": [{"message": {"tool_calls": [{"function": "f"}]}}]}),
+        (adapters.openai_chat, {"choices": [{"message": {}}], "usage": "many"}),
+        (adapters.openai_chat, {"choices": [{"message": {}}], "usage": {"prompt_tokens_details": 3}}),
+        (adapters.openai_responses, {"output": [], "usage": ["a"]}),
+        (adapters.openai_responses, {"output": [], "usage": {"input_tokens_details": True}}),
+        (adapters.anthropic_messages, {"content": [], "usage": 5}),
+    ],
+)
+def test_an_object_field_of_another_type_reads_as_empty(adapter: Any, response: dict[str, Any]) -> None:
+    """As the other SDKs read it (Java's `Json.object`); it raised AttributeError."""
+    turn = adapter.from_response(response)
+    assert turn.usage.input_tokens == turn.usage.cached_input_tokens == 0
+    assert [(m.content, [c.name for c in m.tool_calls]) for m in turn.messages] in ([("", [])], [("", [""])])
+
+
 def test_adapters_read_sdk_objects_and_missing_fields() -> None:
     class SdkCompletion:  # what the openai SDK returns: a pydantic model
         def model_dump(self) -> dict[str, Any]:

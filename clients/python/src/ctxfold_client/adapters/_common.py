@@ -54,6 +54,12 @@ def items(value: object) -> Iterable[Mapping[str, Any]]:
     return [item for item in value if isinstance(item, Mapping)]
 
 
+def fields(value: object) -> Mapping[str, Any]:
+    """A JSON object; anything else (null, absent, a value of another type) reads as empty, as in the
+    other SDKs."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def count(value: object) -> int:
     """A token count (null and absent read as 0)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -15,6 +15,7 @@ from ctxfold_client.adapters._common import (
     Response,
     as_mapping,
     count,
+    fields,
     items,
     join,
     unconvertible,
@@ -103,7 +104,7 @@ def from_response(response: Response) -> ProviderTurn:
         elif kind == "tool_use":
             arguments = _json.dumps(block.get("input") or {})
             calls.append(ToolCall(id=str(block.get("id", "")), name=str(block.get("name", "")), arguments=arguments))
-    usage = data.get("usage") or {}
+    usage = fields(data.get("usage"))
     cache_read = count(usage.get("cache_read_input_tokens"))
     return ProviderTurn(
         messages=(

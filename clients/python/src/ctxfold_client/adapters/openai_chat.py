@@ -14,6 +14,7 @@ from ctxfold_client.adapters._common import (
     Response,
     as_mapping,
     count,
+    fields,
     items,
     join,
     unconvertible,
@@ -80,7 +81,7 @@ def _text(content: object) -> str:
 def _tool_calls(calls: object) -> tuple[ToolCall, ...]:
     out = []
     for call in items(calls):
-        function = call.get("function") or {}
+        function = fields(call.get("function"))
         arguments = function.get("arguments", "")
         if not isinstance(arguments, str):
             arguments = _json.dumps(arguments)
@@ -128,9 +129,9 @@ def from_response(response: Response) -> ProviderTurn:
     if not choices:
         raise unconvertible("the chat completion has no choices")
     choice = choices[0]
-    message: Mapping[str, Any] = choice.get("message") or {}
-    usage = data.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
+    message = fields(choice.get("message"))
+    usage = fields(data.get("usage"))
+    details = fields(usage.get("prompt_tokens_details"))
     return ProviderTurn(
         messages=(
             Message(

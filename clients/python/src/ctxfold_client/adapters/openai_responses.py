@@ -12,6 +12,7 @@ from ctxfold_client.adapters._common import (
     Response,
     as_mapping,
     count,
+    fields,
     items,
     join,
     unconvertible,
@@ -88,8 +89,8 @@ def from_response(response: Response) -> ProviderTurn:
             )
         elif kind == "reasoning":
             reasoning.extend(str(part.get("text") or "") for part in items(item.get("summary")))
-    usage = data.get("usage") or {}
-    details = usage.get("input_tokens_details") or {}
+    usage = fields(data.get("usage"))
+    details = fields(usage.get("input_tokens_details"))
     return ProviderTurn(
         messages=(
             Message(
