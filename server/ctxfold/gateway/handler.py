@@ -27,7 +27,7 @@ from ctxfold.gateway.formats.openai_responses import OpenAIResponses
 from ctxfold.gateway.identity import api_key_digest, api_key_of, context_window, session_key
 from ctxfold.gateway.pieces import compact_json
 from ctxfold.gateway.read_rounds import Exchange, ReadRounds, ViewTooLong, read_reserve
-from ctxfold.gateway.request import SESSION_HEADER, Caller, Incoming, parsed, rewritten_upstream, work_size
+from ctxfold.gateway.request import SESSION_HEADER, Caller, Incoming, Read, parsed, rewritten_upstream, work_size
 from ctxfold.gateway.resent import BUCKET_BYTES, likely_grows
 from ctxfold.gateway.settings import GatewaySettings, key_sha256, load_tenants
 from ctxfold.gateway.upstream import Opened, Upstream, UpstreamUnreachable, forwarded_headers, json_response
@@ -144,20 +144,15 @@ class Gateway:
         caller = self.caller(request.headers)
         bucket = self.bucket(api, caller, request.headers, raw)
         resent = self.contexts.resent(api, bucket, raw) if bucket is not None else None
-        body: dict[str, Any] | None = None
-        work = 0  # `work_size`, counted on the full path only
         try:
-            if resent is None:
-                work = work_size(raw)
-                body, conversation = await cpu.run(work, parsed, api, raw)
-            else:  # its fields are the forwarded request's, byte for byte
-                conversation = resent.forwarded.conversation
-            window = self._window(request.headers, conversation.model)
+            # A resent request's fields are the forwarded request's, byte for byte.
+            read = Read(resent.forwarded.conversation) if resent is not None else await self._read_whole(api, raw)
+            window = self._window(request.headers, read.conversation.model)
         except orjson.JSONDecodeError as exc:
             return self._error(api, 400, f"the request body is not valid JSON: {exc}")
         except BadRequest as exc:
             return self._error(api, 400, str(exc))
-        context = propagate.extract(request.headers)
+        context, conversation = propagate.extract(request.headers), read.conversation
         name = f"chat {conversation.model}" if conversation.model else "chat"
         with tracer.start_as_current_span(name, context=context, kind=trace.SpanKind.SERVER) as span:
             span.set_attribute("gen_ai.operation.name", "chat")
@@ -167,19 +162,18 @@ class Gateway:
             if conversation.not_reconciled:
                 return await self._unchanged(api, request, raw, conversation.not_reconciled)
             incoming = Incoming(api, request, raw, caller, bucket, window)
-            return await self._with_ctxfold(incoming, body, conversation, resent, work)
+            return await self._with_ctxfold(incoming, read, resent)
 
-    async def _with_ctxfold(
-        self,
-        incoming: Incoming,
-        body: dict[str, Any] | None,
-        conversation: Conversation,
-        resent: Resent | None,
-        work: int,
-    ) -> web.StreamResponse:
+    async def _read_whole(self, api: ApiFormat, raw: bytes) -> Read:
+        """The request parsed whole, in the CPU pool when its `work_size` says so."""
+        work = work_size(raw)
+        body, conversation = await cpu.run(work, parsed, api, raw)
+        return Read(conversation, body, work)
+
+    async def _with_ctxfold(self, incoming: Incoming, read: Read, resent: Resent | None) -> web.StreamResponse:
         """The request with the view ctxfold prepared for its history, upstream and back: a resent
         request's new messages spliced into the previous upstream body when the view only grew by
-        them, else the whole request rewritten with the view (`work`: its `work_size`, once parsed)."""
+        them, else the whole request rewritten with the view."""
         api, request, raw, caller = incoming.api, incoming.request, incoming.raw, incoming.caller
         span = trace.get_current_span()
         url = self.base_url(api.provider) + request.path_qs
@@ -189,9 +183,7 @@ class Gateway:
         opening = self._early(url, forward, resent, reserve)
         try:
             try:
-                prepared, body, conversation, work = await self._prepared(
-                    incoming, body, conversation, resent, work, reserve
-                )
+                prepared, read = await self._prepared(incoming, read, resent, reserve)
             except (orjson.JSONDecodeError, BadRequest) as exc:  # not expected: a resent request was checked
                 return self._error(api, 400, f"the request body cannot be read: {exc}")
             except CtxfoldError as error:
@@ -204,8 +196,7 @@ class Gateway:
             if prepared.upstream is not None and resent is not None:
                 upstream_body, offers_read = prepared.upstream, resent.forwarded.offers_read
             else:
-                assert body is not None  # parsed above for the full path
-                upstream_body, offers_read = await self._rewritten(incoming, body, conversation, prepared, work)
+                upstream_body, offers_read = await self._rewritten(incoming, read, prepared)
             # The early call sent the very bytes the Prepare confirmed, or it is dropped.
             first, opening = (
                 (opening, None) if resent is not None and upstream_body is resent.upstream else (None, opening)
@@ -215,9 +206,9 @@ class Gateway:
             headers = answer_ctxfold_headers(prepared)
             exchange = Exchange(api, url, forward, prepared, headers, caller.token, offers_read)
             try:
-                response, usage = await self._send(exchange, request, upstream_body, conversation.stream, first)
+                response, usage = await self._send(exchange, request, upstream_body, read.conversation.stream, first)
             except ViewTooLong as refusal:
-                response, usage = await self._smaller(incoming, body, conversation, exchange, refusal)
+                response, usage = await self._smaller(incoming, read, exchange, refusal)
         finally:
             if opening is not None:
                 dropped(opening)
@@ -226,28 +217,22 @@ class Gateway:
         return response
 
     async def _prepared(
-        self,
-        incoming: Incoming,
-        body: dict[str, Any] | None,
-        conversation: Conversation,
-        resent: Resent | None,
-        work: int,
-        reserve: int,
-    ) -> tuple[Prepared, dict[str, Any] | None, Conversation, int]:
+        self, incoming: Incoming, read: Read, resent: Resent | None, reserve: int
+    ) -> tuple[Prepared, Read]:
         """The request's Prepare: a resent request's new messages appended (its previous upstream body
         kept when the view only grew by them, `reserve` under the trigger), else the request read whole
-        and its history reconciled. The request as read, and its `work_size`."""
-        api, caller, raw = incoming.api, incoming.caller, incoming.raw
+        and its history reconciled. And the request as read."""
+        api, caller = incoming.api, incoming.caller
         prepared = await self.contexts.prepare_resent(caller.token, api, resent, reserve) if resent else None
-        if body is None and (prepared is None or prepared.upstream is None):
-            work = work_size(raw)  # the full path for a resent request
-            body, conversation = await cpu.run(work, parsed, api, raw)
+        if read.body is None and (prepared is None or prepared.upstream is None):
+            read = await self._read_whole(api, incoming.raw)  # the full path for a resent request
         if prepared is None:
+            conversation = read.conversation
             key = session_key(api.api, caller.api_key, incoming.request.headers.get(SESSION_HEADER, ""),
                               conversation.model, conversation.pieces)  # fmt: skip
             new = new_session(conversation, incoming.window)
-            prepared = await self.contexts.prepare(caller.token, key, api, conversation, new, work)
-        return prepared, body, conversation, work
+            prepared = await self.contexts.prepare(caller.token, key, api, conversation, new, read.work)
+        return prepared, read
 
     async def _send(
         self, exchange: Exchange, request: web.Request, body: bytes, stream: bool, first: asyncio.Task[Opened] | None
@@ -257,23 +242,16 @@ class Gateway:
         return await self.rounds.complete(exchange, body, first)
 
     async def _smaller(
-        self,
-        incoming: Incoming,
-        body: dict[str, Any] | None,
-        conversation: Conversation,
-        exchange: Exchange,
-        refusal: ViewTooLong,
+        self, incoming: Incoming, read: Read, exchange: Exchange, refusal: ViewTooLong
     ) -> tuple[web.StreamResponse, Usage | None]:
         """After the provider refused the view as too long (ctxfold's estimate fell short of its count):
         a Prepare with `overflow` (one prune or fold whatever the view's size) and the request once more
         with the smaller view; the refusal reaches the agent unchanged when that cannot be had."""
-        span, session_id, work = trace.get_current_span(), exchange.prepared.session_id, work_size(incoming.raw)
+        span, session_id = trace.get_current_span(), exchange.prepared.session_id
         try:
             prepared = await self.contexts.prepare_overflow(exchange.token, exchange.prepared)
             # A resent request was spliced, not read: read it whole for its rewrite.
-            whole, conversation = (
-                (body, conversation) if body is not None else await cpu.run(work, parsed, incoming.api, incoming.raw)
-            )
+            whole = read if read.body is not None else await self._read_whole(incoming.api, incoming.raw)
         except (CtxfoldError, orjson.JSONDecodeError, BadRequest) as error:
             log.warning("session %s: the provider refused the view as too long; no smaller one: %s", session_id, error)
             return refusal.answer(exchange), None
@@ -284,10 +262,10 @@ class Gateway:
                  ACTION_NAMES.get(prepared.view.action, "none"))  # fmt: skip
         describe(span, prepared)
         span.set_attribute("ctxfold.gateway.refused_as_too_long", True)
-        upstream_body, offers_read = await self._rewritten(incoming, whole, conversation, prepared, work)
+        upstream_body, offers_read = await self._rewritten(incoming, whole, prepared)
         headers = answer_ctxfold_headers(prepared)
         retried = replace(exchange, prepared=prepared, headers=headers, offers_read=offers_read, refusal_retried=True)
-        response, usage = await self._send(retried, incoming.request, upstream_body, conversation.stream, None)
+        response, usage = await self._send(retried, incoming.request, upstream_body, whole.conversation.stream, None)
         if usage is not None:
             self._observe(retried, usage)
         return response, None  # its usage reported: the view it describes is the smaller one
@@ -303,14 +281,13 @@ class Gateway:
             return None
         return asyncio.ensure_future(self.upstream.open("POST", url, resent.upstream, forward))
 
-    async def _rewritten(
-        self, incoming: Incoming, body: dict[str, Any], conversation: Conversation, prepared: Prepared, work: int
-    ) -> tuple[bytes, bool]:
+    async def _rewritten(self, incoming: Incoming, read: Read, prepared: Prepared) -> tuple[bytes, bool]:
         """The upstream body with the whole view and whether it offers the read tool; kept for `resent`
         when the API allows."""
+        assert read.body is not None  # read whole whenever the view is written in full
         read_rounds = self.settings.max_read_rounds > 0
         upstream, offers_read, kept = await cpu.run(
-            work, rewritten_upstream, incoming, body, conversation, prepared, read_rounds
+            read.work, rewritten_upstream, incoming, read.body, read.conversation, prepared, read_rounds
         )
         if kept is not None and incoming.bucket is not None:
             self.contexts.remember_forwarded(prepared, incoming.bucket, kept)

@@ -1,4 +1,4 @@
-"""The agent's request: who sent it and how it came (`Caller`, `Incoming`), read (`parsed`), and
+"""The agent's request: who sent it and how it came (`Caller`, `Incoming`), read (`parsed`, `Read`), and
 written for the upstream with the view in place of its history (`rewritten_upstream`). Pure but for
 the aiohttp request it carries."""
 
@@ -40,6 +40,16 @@ class Incoming:
     caller: Caller
     bucket: Bucket | None  # where its continuation will be looked for (None: never recognized by bytes)
     window: int
+
+
+@dataclass(frozen=True)
+class Read:
+    """The request as read: what the gateway reads from it, and its JSON and `work_size` once parsed
+    whole (a resent request recognized by its bytes is not, until its Prepare says it must be)."""
+
+    conversation: Conversation
+    body: dict[str, Any] | None = None
+    work: int = 0
 
 
 def work_size(raw: bytes) -> int:
