@@ -1,5 +1,5 @@
 """Process-wide memory tuning: glibc kept from handing large buffers back to the kernel (`retain_large_buffers`),
-and the objects alive at startup frozen out of the collector's passes. See docs/operations.md, Limits."""
+and the garbage collector's passes made rarer and shorter (`tune_collector`). See docs/operations.md, Limits."""
 
 from __future__ import annotations
 
@@ -21,6 +21,14 @@ _INT_MAX = (1 << 31) - 1  # mallopt takes an int
 MMAP_THRESHOLD_CEILING = 32 << 20
 # Heap is touched in pieces below the mmap threshold, so that it stays in the heap once freed.
 _PREFAULT_PIECE = 16 << 20
+
+
+# The collector's thresholds (youngest generation, then how many of its passes make one of the next); Python's
+# default is (700, 10, 10). Requests in flight and a fold's views live across young passes and reached the oldest
+# generation, whose full passes walk the whole heap: a fold of 120,000 messages ran nine of 130-280 ms, each
+# holding the event loop (none with these); a gateway ran one every ~70 requests (36-37 % of pass-through
+# requests/s before, 40 % after, `bench/gateway.py`).
+GC_THRESHOLDS = (20_000, 20, 20)
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -64,8 +72,9 @@ def retain_large_buffers(retained_bytes: int) -> bool:
     return True
 
 
-def freeze_startup_objects() -> None:
+def tune_collector() -> None:
     """Moves every object alive now (over 100k, alive as long as the process) out of the collector's
-    sight, so full collections stop walking them (docs/operations.md, Limits; docs/gateway.md)."""
+    sight, so full collections stop walking them, and sets `GC_THRESHOLDS` (docs/operations.md, Limits)."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)

@@ -259,7 +259,7 @@ async def serve(settings: Settings, gateway: GatewaySettings | None = None) -> N
             await running.stop(grace=0)
             raise ConfigError(f"gateway_listen: cannot listen on {gateway.listen}: {exc.strerror}") from None
         log.info("ctxfold gateway serving on %s", listen_address(gateway.listen, embedded.port))
-    memory.freeze_startup_objects()
+    memory.tune_collector()
     watching = asyncio.create_task(loop_lag.watch(lambda: running.admission.calls_in_progress))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -5,7 +5,6 @@ is told to stop (`serve_gateway`). Requests are handled in `handler`."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
 from dataclasses import dataclass
@@ -19,10 +18,6 @@ from ctxfold.gateway.settings import GatewaySettings
 from ctxfold.gateway.upstream import Upstream
 
 log = logging.getLogger("ctxfold.gateway")
-
-# The garbage collector's thresholds (youngest generation, then how many of its passes make one of
-# the next): Python's default is (700, 10, 10).
-GC_THRESHOLDS = (20_000, 20, 20)
 
 
 @dataclass
@@ -45,11 +40,7 @@ def listen_address(listen: str, port: int) -> str:
 async def serve_gateway(settings: GatewaySettings) -> None:
     """`ctxfold gateway`: serves until SIGTERM or SIGINT, then lets requests in flight finish."""
     running = await start_gateway(settings)
-    memory.freeze_startup_objects()
-    # A request's parsed history is in flight across several young collections and reaches the oldest
-    # generation, whose full passes then ran every ~70 requests: with a larger nursery requests/s rose
-    # from 36-37 % to 40 % of pass-through (`bench/gateway.py`, alternating with and without).
-    gc.set_threshold(*GC_THRESHOLDS)
+    memory.tune_collector()
     log.info(
         "ctxfold gateway %s serving on %s (ctxfold at %s; OpenAI upstream %s, Anthropic upstream %s; fail %s)",
         __version__,
