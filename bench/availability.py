@@ -13,6 +13,8 @@ a) health-check latency (count, p50, p99, max, checks over 100 ms), probed every
    - --clients concurrent clients, each sending the first case's AppendMessages;
    - --clients concurrent clients, each a Prepare answered with its whole view: the first case's
      messages (appended by the previous case, or beforehand);
+   - a Prepare that folds a session of --fold-messages short messages (a long session, or a hostile
+     one: the engine's work grows with the message count, not the bytes), appended beforehand;
    - an AppendMessages twice as large as a request may be: gRPC refuses it (RESOURCE_EXHAUSTED) before
      copying it into Python, so the loop does not stall (a refusal by the handler would come after
      the copy);
@@ -55,7 +57,9 @@ IDLE_SECONDS = 2.0
 # Room left in a request for everything but the contents (ids, roles, framing).
 REQUEST_OVERHEAD_BYTES = 64 << 10
 LARGEST_WINDOW = 100_000_000
-CASES = ("idle", "append", "result", "prepare", "clients", "views", "oversized")
+CASES = ("idle", "append", "result", "prepare", "clients", "views", "fold", "oversized")
+FOLD_WINDOW = 16_000
+APPEND_MESSAGES_MAX = 1000  # the server's bound of one append's messages
 
 
 def spaceless(size: int, seed: int) -> str:
@@ -156,8 +160,30 @@ async def page_costs(
     return [bl.median(samples) * 1000 for samples in times]
 
 
+async def long_session(stub: pb_grpc.ContextServiceAsyncStub, messages: int) -> str:
+    """A session of `messages` short user and assistant messages, far above its window's trigger, not folded."""
+    config = pb.SessionConfig(context_window=FOLD_WINDOW)
+    session_id = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+    turns = [
+        pb.Message(role=pb.ROLE_USER, content=f"do step {n} in src/module_{n}.py")
+        if n % 2 == 0
+        else pb.Message(role=pb.ROLE_ASSISTANT, content=f"done step {n}")
+        for n in range(messages)
+    ]
+    for start in range(0, messages, APPEND_MESSAGES_MAX):
+        chunk = turns[start : start + APPEND_MESSAGES_MAX]
+        await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session_id, messages=chunk), timeout=600)
+    return session_id
+
+
 async def run(
-    database: bl.Database, work: Path, limits: Limits, max_messages: int, clients: int, selected: Sequence[str]
+    database: bl.Database,
+    work: Path,
+    limits: Limits,
+    max_messages: int,
+    clients: int,
+    selected: Sequence[str],
+    fold_messages: int,
 ) -> None:
     per_request = limits.max_receive_message_bytes - REQUEST_OVERHEAD_BYTES
     messages_bytes = min(max_messages * limits.max_message_bytes, per_request)
@@ -233,12 +259,18 @@ async def run(
                 lambda: each_client(append),
             ),
             "views": (f"{clients} clients x prepare, whole view", clients * messages_bytes, lambda: each_client(view)),
+            "fold": (
+                f"prepare folding {fold_messages:,} short messages",
+                0,
+                lambda: outcome_of(prepared(stub, pb.PrepareRequest(session_id=folding))),
+            ),
             "oversized": (
                 f"append {len(oversized)} x user message",
                 len(oversized) * limits.max_message_bytes,
                 lambda: send_oversized(users[0]),
             ),
         }
+        folding = await long_session(stub, fold_messages) if "fold" in selected else ""
         if "views" in selected and "clients" not in selected[: selected.index("views")]:
             await each_client(append)  # the views to answer
         cases = [await probed(server.address, log_path, *loads[name]) for name in selected]
@@ -263,7 +295,7 @@ async def main_async(args: argparse.Namespace, backends: Sequence[str], limits: 
     for backend in backends:
         database = await bl.fresh_database(backend, work, args.postgres_url, "availability")
         try:
-            await run(database, work, limits, args.messages, args.clients, args.cases)
+            await run(database, work, limits, args.messages, args.clients, args.cases, args.fold_messages)
         finally:
             await database.drop()
 
@@ -280,6 +312,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help=f"loads to measure, in order (default {','.join(CASES)}); b) needs 'result'",
     )
     parser.add_argument("--clients", type=bl.positive_int, default=8, help="concurrent clients of the last case")
+    parser.add_argument(
+        "--fold-messages", type=bl.positive_int, default=100_000, help="messages of the session the fold case folds"
+    )
     defaults = Settings()
     for name in Limits.__dataclass_fields__:
         parser.add_argument(f"--{name.replace('_', '-')}", type=bl.positive_int, default=getattr(defaults, name))

@@ -51,10 +51,11 @@ def test_append_throughput_benchmark_smoke(tmp_path: Path) -> None:
 
 def test_availability_benchmark_smoke(tmp_path: Path) -> None:
     """Every load of `bench/availability.py` runs at small limits and gets the outcome it should: the
-    appends, Prepares and views answer, the request twice the limit is refused by gRPC."""
+    appends, Prepares, views and the fold answer, the request twice the limit is refused by gRPC."""
     command = [sys.executable, str(ROOT / "bench" / "availability.py"), "--backends", "sqlite", "--clients", "2"]
     command += ["--max-receive-message-bytes", str(2 << 20), "--max-send-message-bytes", str(3 << 20)]
     command += ["--max-message-bytes", str(256 << 10), "--max-tool-result-bytes", str(1 << 20)]
+    command += ["--fold-messages", "3000"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     # Each load's row: its name, then request MiB, client s, outcome and six numbers.
@@ -66,6 +67,7 @@ def test_availability_benchmark_smoke(tmp_path: Path) -> None:
         "prepare, append 8 x user message": "OK",
         "2 clients x append 8 x user": "OK",
         "2 clients x prepare, whole view": "OK",
+        "prepare folding 3,000 short messages": "OK",
         "append 17 x user message": "RESOURCE_EXHAUSTED",
     }
     assert {name: rows.get(name) for name in expected} == expected, result.stdout

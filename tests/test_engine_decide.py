@@ -5,6 +5,8 @@ sends, and the lineage, open-call and folded-index functions the shell relies on
 from __future__ import annotations
 
 import itertools
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import pytest
@@ -16,6 +18,7 @@ from ctxfold.engine.answer import RESPONSE_FRAMING_BYTES, Answering, answer, che
 from ctxfold.engine.authorship import TEXT, TOOLS
 from ctxfold.engine.briefing import FoldNotes, record_fold
 from ctxfold.engine.candidate import Accepted, Rejected, accept, body_budget, summary_failure
+from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append_work
 from ctxfold.engine.errors import DomainError
 from ctxfold.engine.lineage import Segment, live_ranges, ranges_within, segment_holding
 from ctxfold.engine.maintenance import (
@@ -705,3 +708,55 @@ def test_a_session_that_cannot_be_answered_says_why() -> None:
     compact = unanswerable(fits, MaintainRequest(Trigger.COMPACT), ("NOT_SMALLER", "the summary is not smaller"))
     assert compact is not None and compact.reason == "NOT_SMALLER"
     assert compact.message == "Compact folded nothing: the summary is not smaller"
+
+
+def test_an_append_goes_through_its_new_messages_unless_it_builds_or_decides_on_the_whole_view() -> None:
+    """`append_work` says what `append` costs (the service runs a costly one off the event loop): the new
+    messages on a built view below its trigger, every message when the view must be built, or when an
+    answer must be decided on a view at its trigger (an AppendMessages decides nothing)."""
+    messages = conversation(SMALL)
+    below, at_trigger = sized(messages, 0.5), sized(messages, 0.95)
+    new = (replace(messages[-1], id="new", seq=0),)
+
+    def work(view: Projection, answer: bool = True, overflow: bool = False) -> int:
+        record = SessionRecord("s", "", "{}", 0, 0, "g", 1, "b", None, (), 1, None, len(messages), 0.0, 0.0)
+        request = AppendRequest(new, 0.0, overflow=overflow, answer=answer)
+        return append_work(Context(record, view, ContextState("f"), 1), request)
+
+    assert work(below) == len(messages) + 1  # the view is not built yet
+    below.tokens()
+    assert not at_trigger.has_view and below.has_view
+    assert work(below) == 1
+    assert work(below, overflow=True) == len(messages) + 1
+    at_trigger.tokens()
+    assert work(at_trigger) == len(messages) + 1
+    assert work(at_trigger, answer=False) == 1
+
+
+def test_a_thread_building_one_view_does_not_hold_up_another_projections_view() -> None:
+    """A worker builds a long view while the event loop builds a short one: the loop's does not wait for
+    the worker's (`functools.cached_property` in Python 3.11 holds one lock per attribute for all
+    instances)."""
+    building, release = threading.Event(), threading.Event()
+    long_view, short_view = projection(conversation(SMALL)), projection(conversation([10]))
+
+    class Slow(tuple[StoredMessage, ...]):
+        def __iter__(self) -> Iterator[StoredMessage]:
+            building.set()
+            release.wait(10)
+            return super().__iter__()
+
+    slow = replace(long_view, after=Slow(long_view.after))
+    worker = threading.Thread(target=slow.tokens)
+    worker.start()
+    try:
+        assert building.wait(10)
+        other = threading.Thread(target=short_view.tokens)
+        other.start()
+        other.join(5)
+        assert not other.is_alive(), "the short view waited for the long one"
+        assert short_view.has_view and not slow.has_view
+    finally:
+        release.set()
+        worker.join()
+    assert slow.tokens() == long_view.tokens()

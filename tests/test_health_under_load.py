@@ -29,14 +29,19 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from builders import append, assistant, create_session, prepare, user
 from conftest import free_port, fresh_database
 from ctxfold import cpu, loop_lag
 from ctxfold.api.admission import Admission
 from ctxfold.api.pacing import LARGE_BYTES, AnswerPacer, RequestPacer
 from ctxfold.config import Settings
 from ctxfold.engine import estimator
+from ctxfold.engine import projection as engine_projection
 from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.service import folding as service_folding
+from ctxfold.service import maintenance as service_maintenance
 from ctxfold.service import transcript as service_transcript
+from ctxfold.summarizers import extractive
 from ctxfold.telemetry import INSTRUMENTS
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -426,3 +431,54 @@ class _Recorder:
 def test_a_hold_is_a_warning_only_when_a_call_waited(lag: float, before: int, after: int, level: int | None) -> None:
     """An idle server whose loop another process held 120 ms logs that at DEBUG: nobody waited."""
     assert loop_lag.log_level(lag, loop_lag.WARN_SECONDS, before, after) == level
+
+
+LONG_VIEW_MESSAGES = 1200
+
+
+async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
+    stub: pb_grpc.ContextServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's steps over a view cost microseconds per message whatever their text: with a view of many
+    short messages, loading it, appending, deciding, planning, recording, summarizing and accepting a fold
+    run in the pool (a fold of 120,000 held the loop for seconds), while an append to a short session's view
+    stays on the loop."""
+    calls: list[tuple[str, int, str]] = []
+
+    def recorded(module: Any, name: str, size: Callable[..., int]) -> None:
+        function = getattr(module, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append((name, size(*args), threading.current_thread().name))
+            return function(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, call)
+
+    recorded(
+        engine_projection, "build_view", lambda config, tokens, checkpoint, kept, after, *_: len(kept) + len(after)
+    )
+    recorded(service_transcript, "append", lambda context, _: len(context.projection.messages))
+    recorded(service_maintenance, "decide", lambda snapshot, _: len(snapshot.projection.messages))
+    recorded(service_folding, "plan_pass", lambda projection, *_: len(projection.messages))
+    recorded(service_folding, "record_fold", lambda notes, previous, messages, *_: len(messages))
+    recorded(service_folding, "accept", lambda projection, *_: len(projection.messages))
+    recorded(extractive, "briefing", lambda request: len(request.folded))
+    session = await create_session(stub, context_window=12_000)
+    turns = [
+        (user(f"do step {n} in src/module_{n}.py"), assistant(f"done {n}")) for n in range(LONG_VIEW_MESSAGES // 2)
+    ]
+    history = [message for turn in turns for message in turn]
+    for start in range(0, len(history), 600):
+        await append(stub, session.id, *history[start : start + 600])
+    assert (await prepare(stub, session.id)).result.action == pb.ACTION_FOLDED
+    long = [(name, size, thread) for name, size, thread in calls if size >= LONG_VIEW_MESSAGES // 2]
+    assert {name for name, _, _ in long} == {
+        "build_view", "append", "decide", "plan_pass", "record_fold", "accept", "briefing"
+    }  # fmt: skip
+    assert all(thread.startswith("ctxfold-cpu") for _, _, thread in long), long
+
+    calls.clear()
+    short = await create_session(stub)
+    await append(stub, short.id, user("task"))
+    await prepare(stub, short.id, assistant("on it"), user("go on"))
+    assert [thread for name, _, thread in calls if name == "append"] == [threading.current_thread().name] * 2

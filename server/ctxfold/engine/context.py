@@ -147,6 +147,17 @@ class AppendRequest:
         return "append" if self.answer else "messages"
 
 
+def append_work(context: Context, request: AppendRequest) -> int:
+    """How many messages `append` goes through: the new ones; every one of the view when it must build
+    the view, or decide on one at its trigger."""
+    projection, new = context.projection, request.messages
+    if not projection.has_view:
+        return len(projection.messages) + len(new)
+    tokens = projection.tokens() + sum(m.tokens for m in new)
+    decides = request.answer and (request.overflow or tokens >= projection.config.trigger_tokens)
+    return len(projection.messages) + len(new) if decides else len(new)
+
+
 def append(context: Context, request: AppendRequest) -> Appended:
     """`request.messages` appended to `context` (FAILED_PRECONDITION when they break the tool-call
     protocol, or, for a Prepare, when the session's fixed costs leave no room for a view), and the answer

@@ -4,9 +4,9 @@ installed (`apply_pass`), and whether a config or a view fits its window at all.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
 
 from ctxfold.engine import estimator
 from ctxfold.engine.authorship import UNDECIDED, session_mode
@@ -21,6 +21,23 @@ from ctxfold.engine.view import (
     render,
     tail_budget,
 )
+
+T = TypeVar("T")
+
+
+class _once(Generic[T]):
+    """`functools.cached_property` without its lock: in Python 3.11 that lock is one per attribute for
+    all instances, so a worker building one long view (`cpu.run`) would block the event loop's first read
+    of any other. Two threads may compute a value at once: it is the same value."""
+
+    def __init__(self, compute: Callable[[Any], T]):
+        self.compute = compute
+        self.name = compute.__name__
+
+    def __get__(self, instance: object, owner: type | None = None) -> T:
+        value = self.compute(instance)
+        instance.__dict__[self.name] = value  # found there first from now on: computed once
+        return value
 
 
 @dataclass(frozen=True)
@@ -44,7 +61,7 @@ class Projection:
         return self.kept + self.after
 
     # A projection is immutable, so its view and estimates are computed at most once.
-    @functools.cached_property
+    @_once
     def anchor_end(self) -> int:
         """The seq of the last opening anchor: recorded by the checkpoint that first kept it, found
         in the transcript before any fold."""
@@ -55,13 +72,13 @@ class Projection:
             return checkpoint.notes.opening_end_seq
         return opening_end(self.kept, self.config)
 
-    @functools.cached_property
+    @_once
     def mode(self) -> str:
         """How the session acts (tool calls or text), carried by the checkpoint for what it folded."""
         notes = self.checkpoint.notes if self.checkpoint is not None else None
         return session_mode(self.messages, notes.mode if notes is not None else UNDECIDED)
 
-    @functools.cached_property
+    @_once
     def _view(self) -> tuple[ViewMessage, ...]:
         return tuple(
             build_view(
@@ -79,7 +96,12 @@ class Projection:
     def view(self) -> list[ViewMessage]:
         return list(self._view)
 
-    @functools.cached_property
+    @property
+    def has_view(self) -> bool:
+        """Whether the view is built (then an extended projection's costs what is new)."""
+        return "_view" in self.__dict__
+
+    @_once
     def _message_tokens(self) -> int:
         return sum(v.tokens for v in self._view)
 
@@ -102,7 +124,7 @@ class Projection:
         render on their own (past the opening anchors, which they leave unchanged) the view and its
         token sum are extended, not rebuilt: the cost is that of the new messages."""
         grown = replace(self, after=(*self.after, *appended))
-        if "_view" in self.__dict__ and grown.anchor_end == self.anchor_end:
+        if self.has_view and grown.anchor_end == self.anchor_end:
             tail = tuple(render(m, self.pruned, 0, self.bounds) for m in appended)
             _seed(grown, self._view + tail, self._message_tokens + sum(v.tokens for v in tail))
         return grown
@@ -110,7 +132,7 @@ class Projection:
     def recalibrated(self, calibration: float) -> Projection:
         """This projection with another calibration; the view does not depend on it and is kept."""
         changed = replace(self, calibration=calibration)
-        if "_view" in self.__dict__:
+        if self.has_view:
             _seed(changed, self._view, self._message_tokens)
         return changed
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from ctxfold import cpu
 from ctxfold.engine.background import PreparedFold, applied, covered_digest, may_install_prepared, prefold_due
 from ctxfold.engine.candidate import Accepted, fold_install
 from ctxfold.engine.context import Context
@@ -105,7 +106,7 @@ class BackgroundFolds:
             return False
         prepared = await self.store.read_prepared(run.session)
         if prepared is not None:
-            if applied(run.projection, prepared) is not None:
+            if await cpu.run(run.work, applied, run.projection, prepared) is not None:
                 return True  # made already (by another replica)
             if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
                 before, after = prepared.tokens_before, prepared.tokens_after
@@ -115,7 +116,8 @@ class BackgroundFolds:
                 await self.states.add_receipt(run.session, stale)
         # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
         run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
-        fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens, ahead=True).first
+        window, keep_tokens = summarizer.input_window_tokens, run.request.keep_tokens
+        fold = (await cpu.run(run.work, plan_pass, run.projection, window, keep_tokens, ahead=True)).first
         if fold is None:
             return False
         async with self._leases.holding(run.session, wait=False) as held:
@@ -155,7 +157,7 @@ class BackgroundFolds:
         if not may_install_prepared(run.config, run.request, run.first_tokens):
             return None
         prepared = await self.store.read_prepared(run.session)
-        if prepared is None or applied(run.projection, prepared) is not None:
+        if prepared is None or await cpu.run(run.work, applied, run.projection, prepared) is not None:
             return prepared
         await self.discard_prepared(run, prepared, STALE)
         return None

@@ -8,10 +8,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ctxfold import cpu
 from ctxfold.engine.context import Context, SessionRecord, loaded
 from ctxfold.engine.model import StoredMessage, config_from_json, text_chars
 from ctxfold.service.exclusion import KeyedLock
 from ctxfold.store import Store
+from ctxfold.store.rows import StoredContext
 from ctxfold.telemetry import INSTRUMENTS
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,22 @@ SESSION_OVERHEAD_BYTES = 16 << 10
 def message_bytes(messages: Sequence[StoredMessage]) -> int:
     """The estimated memory of cached messages: their text and the fixed overhead of each."""
     return MESSAGE_OVERHEAD_BYTES * len(messages) + text_chars(messages)
+
+
+def _loaded(stored: StoredContext) -> tuple[Context, str]:
+    """The context of `stored` with its view built: what follows costs what is new, not the whole view."""
+    session = stored.session
+    context, why = loaded(
+        session,
+        config_from_json(session.config_json),
+        stored.checkpoint,
+        stored.kept,
+        stored.after,
+        stored.state_json,
+        stored.state_revision,
+    )
+    context.projection.tokens()
+    return context, why
 
 
 @dataclass(frozen=True)
@@ -58,22 +76,14 @@ class Contexts:
 
     async def load(self, tenant: str, session_id: str, *, fresh: bool = False) -> Context:
         """The session's context: cached unless `fresh`, else read from the store (and cached)."""
-        context = None if fresh else self.cached(tenant, session_id)
-        if context is not None:
-            return context
+        cached = None if fresh else self.cached(tenant, session_id)
+        if cached is not None:
+            return cached
         stored = await self.store.load_context(tenant, session_id)
-        session = stored.session
-        context, why = loaded(
-            session,
-            config_from_json(session.config_json),
-            stored.checkpoint,
-            stored.kept,
-            stored.after,
-            stored.state_json,
-            stored.state_revision,
-        )
+        work = (len(stored.kept) + len(stored.after)) * cpu.MESSAGE_WORK_BYTES
+        context, why = await cpu.run(work, _loaded, stored)
         if why not in ("", "new"):
-            log.warning("context state of session %s rebuilt: %s", session.id, why)
+            log.warning("context state of session %s rebuilt: %s", session_id, why)
         self._put(context)
         return context
 

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from ctxfold import cpu
 from ctxfold.engine import artifacts, folded_index
 from ctxfold.engine.briefing import FoldRecord, record_fold, strip_engine_sections
 from ctxfold.engine.candidate import (
@@ -90,7 +91,7 @@ class Folding:
                 f"folded with {summarizer.name} at once instead of waiting for {configured.name}"
             )
         keep_tokens = run.request.keep_tokens
-        plan = plan_pass(run.projection, summarizer.input_window_tokens, keep_tokens)
+        plan = await cpu.run(run.work, plan_pass, run.projection, summarizer.input_window_tokens, keep_tokens)
         if plan.first is None:
             self.installs.record(run, ReceiptStatus.NOOP, ReceiptAction.SUMMARY, before, before, "nothing to fold")
             run.not_folding(
@@ -140,7 +141,8 @@ class Folding:
                     committed = await self._fold_pass(run, PassCall(summarizer, fold, index, passes, stand_in))
                 if not another_pass(run.request, fold, committed):
                     break
-                fold = plan_pass(run.projection, summarizer.input_window_tokens, run.request.keep_tokens).first
+                window, keep_tokens = summarizer.input_window_tokens, run.request.keep_tokens
+                fold = (await cpu.run(run.work, plan_pass, run.projection, window, keep_tokens)).first
                 passes = max(passes, index + 1)
             installed = index if committed else index - 1
             outcome = fold_outcome(installed, not committed, run.request.dry_run)
@@ -198,7 +200,7 @@ class Folding:
                 await run.observer.fell_back(index, passes, before, name, name, fell_back)
             notes = replace(record.notes, summarizer=with_summarizer.name)
             body = strip_engine_sections(result.text)
-            outcome = accept(projection, fold, notes, body, new_id("cp"), result.native)
+            outcome = await cpu.run(run.work, accept, projection, fold, notes, body, new_id("cp"), result.native)
             if isinstance(outcome, Rejected) and outcome.not_folded is not NotFolded.UNSPECIFIED:
                 run.not_folding(outcome.not_folded, outcome.why)
             return outcome
@@ -216,7 +218,8 @@ class Folding:
         run.observer.candidate(outcome.checkpoint.id, outcome.candidate.tokens())
         last_folded = fold.folded[-1].source
         assert last_folded is not None  # folded view messages render canonical messages
-        document = FoldDocument(record.notes.index_ref, last_folded.id, folded_index.render(record.index))
+        rendered = await cpu.run(run.work, folded_index.render, record.index)
+        document = FoldDocument(record.notes.index_ref, last_folded.id, rendered)
         return outcome, document, fell_back
 
     async def _failed(self, run: Run, outcome: Rejected, call: PassCall) -> None:
@@ -234,21 +237,17 @@ class Folding:
         checkpoint's (its index document is read back as data, not parsed out of summary text)."""
         projection = run.projection
         notes = projection.checkpoint.notes if projection.checkpoint else None
-        previous = folded_index.FoldedIndex()
+        raw = b""
         if notes is not None and notes.index_ref:
-            raw = await self.store.read_raw_result(run.session, notes.index_ref)
-            previous = folded_index.parse(raw.data.decode())
+            raw = (await self.store.read_raw_result(run.session, notes.index_ref)).data
         folded = [v.source for v in fold.folded if v.source is not None]
-        return record_fold(
-            notes,
-            previous,
-            projection.messages,
-            folded,
-            new_result_ref(),
-            artifacts.budget(run.config),
-            projection.anchor_end,
-            projection.mode,
-        )
+
+        def record() -> FoldRecord:
+            previous = folded_index.parse(raw.decode()) if raw else folded_index.FoldedIndex()
+            budget, anchor_end, mode = artifacts.budget(run.config), projection.anchor_end, projection.mode
+            return record_fold(notes, previous, projection.messages, folded, new_result_ref(), budget, anchor_end, mode)
+
+        return await cpu.run(run.work + len(raw), record)
 
     @staticmethod
     async def _summarize(

@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequen
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ctxfold import cpu
 from ctxfold.engine.answer import PreparedContext, answer, check_response_size
 from ctxfold.engine.background import applied
 from ctxfold.engine.candidate import (
@@ -250,9 +251,9 @@ class Maintenance:
         """Decide, act, decide again on what was installed, until the engine says to answer."""
         prepared = await self.background.read_prepared(run)
         while True:
-            candidate = applied(run.projection, prepared) if prepared is not None else None
+            candidate = await cpu.run(run.work, applied, run.projection, prepared) if prepared is not None else None
             snapshot = Snapshot(run.projection, run.first_tokens, run.state.failed_fold_tokens, candidate)
-            match decide(snapshot, run.request):
+            match await cpu.run(run.work, decide, snapshot, run.request):
                 case Answer():
                     if prepared is not None:
                         await self.background.discard_prepared(run, prepared, "this trigger was met without it")
@@ -284,7 +285,7 @@ class Maintenance:
     async def _bound(self, run: Run) -> None:
         """The last resort when folding left the view above the hard ceiling: its largest tool results
         bounded until it fits (`bound_to_fit`), installed like a prune and reported as such."""
-        bound = None if run.request.dry_run else bound_to_fit(run.projection)
+        bound = None if run.request.dry_run else await cpu.run(run.work, bound_to_fit, run.projection)
         if bound is not None:
             ceiling = run.config.hard_limit_tokens
             why = f"bounded {bound.results} tool results to fit the hard ceiling ({ceiling} tokens)"
@@ -316,7 +317,8 @@ class Maintenance:
         """The result, plus the bookkeeping write (view record, activity, receipts); that write is
         skipped, never retried over someone else's, if the state changed meanwhile. What was answered
         becomes the session's cached context."""
-        prepared = replace(answer(run.answering(), known_view_version, self.clock()), appended=tuple(appended))
+        answered = await cpu.run(run.work, answer, run.answering(), known_view_version, self.clock())
+        prepared = replace(answered, appended=tuple(appended))
         revision = await self.store.save_state(run.session.id, prepared.state.to_json(), run.revision)
         self.contexts.written(
             run.session, Context(run.session, run.projection, prepared.state, revision) if revision else None

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from ctxfold import cpu
 from ctxfold.engine.answer import Answering
 from ctxfold.engine.candidate import Install
 from ctxfold.engine.context import Context, SessionRecord
@@ -63,6 +64,11 @@ class Run:
     def context(self) -> Context:
         """The session's context as the run left it."""
         return Context(self.session, self.projection, self.state, self.revision)
+
+    @property
+    def work(self) -> int:
+        """What an engine step over the run's view costs (`cpu.run` decides from it where it runs)."""
+        return len(self.projection.messages) * cpu.MESSAGE_WORK_BYTES
 
     @property
     def config(self) -> SessionConfig:

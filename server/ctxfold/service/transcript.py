@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from ctxfold import cpu
 from ctxfold.engine.answer import PreparedContext
-from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append
+from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append, append_work
 from ctxfold.engine.errors import DomainError, invalid, kept_changing
 from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, text_chars
 from ctxfold.engine.transcript import AppendLimits, keeps_raw_result, stored_form, validate_new_messages
@@ -97,8 +97,10 @@ class Transcript:
         for attempt in range(MAX_ATTEMPTS):
             if attempt:  # the cached context was behind what the store has: decide on that
                 context = await self.contexts.load(context.session.tenant, context.session.id, fresh=True)
+            appending = replace(request, now=self.store.clock())
+            work = append_work(context, appending) * cpu.MESSAGE_WORK_BYTES
             try:
-                step = append(context, replace(request, now=self.store.clock()))
+                step = await cpu.run(work, append, context, appending)
             except DomainError:
                 if attempt:
                     raise

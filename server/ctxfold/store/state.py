@@ -3,9 +3,13 @@ opaque here (`engine/state.py` owns it); every write compare-and-swaps on its ro
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Row, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from ctxfold import cpu
 from ctxfold.engine.candidate import FoldInstall, Install
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
@@ -41,6 +45,10 @@ async def _put_state(
     return int(new_revision) if new_revision is not None else 0
 
 
+async def _messages(rows: Sequence[Row[Any]]) -> list[StoredMessage]:
+    return await cpu.run(len(rows) * cpu.MESSAGE_WORK_BYTES, lambda: [message_from_row(r) for r in rows])
+
+
 class StateStore(StoreBase):
     async def load_context(self, tenant: str, session_id: str) -> StoredContext:
         """The session, its head checkpoint and kept messages, the messages after the checkpoint's
@@ -56,7 +64,7 @@ class StateStore(StoreBase):
                     rows = (
                         await conn.execute(select(schema.messages).where(m.id.in_(checkpoint.kept_ids)).order_by(m.seq))
                     ).all()
-                    kept = [message_from_row(r) for r in rows]
+                    kept = await _messages(rows)
                     if len(kept) != len(checkpoint.kept_ids):
                         raise DomainError(
                             Kind.INTERNAL,
@@ -66,10 +74,9 @@ class StateStore(StoreBase):
                         )
             position = checkpoint.position_seq if checkpoint else 0
             ranges = ranges_within(await session_live_ranges(conn, session), position, session.head_seq)
-            after = [
-                message_from_row(r)
-                for r in (await conn.execute(select(schema.messages).where(in_ranges(ranges)).order_by(m.seq))).all()
-            ]
+            after = await _messages(
+                (await conn.execute(select(schema.messages).where(in_ranges(ranges)).order_by(m.seq))).all()
+            )
             state = (await conn.execute(_STATE_QUERY.where(cs.session_id == session.id))).first()
         return StoredContext(
             session, checkpoint, kept, after, state_document(state) if state else None, state.revision if state else 0

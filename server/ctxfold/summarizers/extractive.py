@@ -10,6 +10,7 @@ decisions go first when the body outgrows its budget."""
 
 from __future__ import annotations
 
+from ctxfold import cpu
 from ctxfold.engine import estimator
 from ctxfold.engine.briefing import sections, strip_engine_sections
 from ctxfold.engine.model import Role
@@ -58,6 +59,7 @@ def briefing(request: SummaryRequest) -> str:
     if request.focus:
         pending.append("Focus: " + _clip(request.focus, _PLAN_CHARS))
     budget = max(1, int(request.max_tokens * BODY_SHARE))
+    del decisions[:-budget]  # each is a line of a token or more: no more of the newest can fit
     text = _render(decisions, pending)
     while decisions and estimator.count_text(text) > budget:
         # Drop a batch at a time so a long fold needs few re-counts.
@@ -77,7 +79,7 @@ class ExtractiveSummarizer:
         self.input_window_tokens = input_window_tokens
 
     async def summarize(self, request: SummaryRequest, on_delta: OnDelta | None = None) -> SummaryResult:
-        text = briefing(request)
+        text = await cpu.run(len(request.folded) * cpu.MESSAGE_WORK_BYTES, briefing, request)
         if on_delta is not None:
             await on_delta(text)
         return SummaryResult(text=text, finish_reason="stop", input_tokens=0, output_tokens=0)
