@@ -712,21 +712,23 @@ def test_a_session_that_cannot_be_answered_says_why() -> None:
 
 def test_an_append_goes_through_its_new_messages_unless_it_builds_or_decides_on_the_whole_view() -> None:
     """`append_work` says what `append` costs (the service runs a costly one off the event loop): the new
-    messages on a built view below its trigger, every message when the view must be built, or when an
-    answer must be decided on a view at its trigger (an AppendMessages decides nothing)."""
+    messages on a built view below its trigger, every message when the view must be built, answered whole,
+    or decided on at its trigger (an AppendMessages answers and decides nothing)."""
     messages = conversation(SMALL)
     below, at_trigger = sized(messages, 0.5), sized(messages, 0.95)
     new = (replace(messages[-1], id="new", seq=0),)
 
-    def work(view: Projection, answer: bool = True, overflow: bool = False) -> int:
+    def work(view: Projection, answer: bool = True, overflow: bool = False, known: int = 7) -> int:
         record = SessionRecord("s", "", "{}", 0, 0, "g", 1, "b", None, (), 1, None, len(messages), 0.0, 0.0)
-        request = AppendRequest(new, 0.0, overflow=overflow, answer=answer)
+        request = AppendRequest(new, 0.0, overflow=overflow, known_view_version=known, answer=answer)
         return append_work(Context(record, view, ContextState("f"), 1), request)
 
     assert work(below) == len(messages) + 1  # the view is not built yet
     below.tokens()
     assert not at_trigger.has_view and below.has_view
     assert work(below) == 1
+    assert work(below, known=0) == len(messages) + 1  # answered whole
+    assert work(below, known=0, answer=False) == 1
     assert work(below, overflow=True) == len(messages) + 1
     at_trigger.tokens()
     assert work(at_trigger) == len(messages) + 1

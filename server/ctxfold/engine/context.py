@@ -149,13 +149,14 @@ class AppendRequest:
 
 def append_work(context: Context, request: AppendRequest) -> int:
     """How many messages `append` goes through: the new ones; every one of the view when it must build
-    the view, or decide on one at its trigger."""
+    the view, answer with all of it (no known version), or decide on one at its trigger."""
     projection, new = context.projection, request.messages
     if not projection.has_view:
         return len(projection.messages) + len(new)
     tokens = projection.tokens() + sum(m.tokens for m in new)
-    decides = request.answer and (request.overflow or tokens >= projection.config.trigger_tokens)
-    return len(projection.messages) + len(new) if decides else len(new)
+    at_trigger = request.overflow or tokens >= projection.config.trigger_tokens
+    whole = request.answer and (at_trigger or not request.known_view_version)
+    return len(projection.messages) + len(new) if whole else len(new)
 
 
 def append(context: Context, request: AppendRequest) -> Appended:
