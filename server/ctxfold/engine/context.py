@@ -152,11 +152,11 @@ def append_work(context: Context, request: AppendRequest) -> int:
     the view, answer with all of it (no known version), or decide on one at its trigger."""
     projection, new = context.projection, request.messages
     if not projection.has_view:
-        return len(projection.messages) + len(new)
+        return projection.message_count + len(new)
     tokens = projection.tokens() + sum(m.tokens for m in new)
     at_trigger = request.overflow or tokens >= projection.config.trigger_tokens
     whole = request.answer and (at_trigger or not request.known_view_version)
-    return len(projection.messages) + len(new) if whole else len(new)
+    return projection.message_count + len(new) if whole else len(new)
 
 
 def append(context: Context, request: AppendRequest) -> Appended:

@@ -60,6 +60,11 @@ class Projection:
         """The canonical messages the view renders, in seq order."""
         return self.kept + self.after
 
+    @property
+    def message_count(self) -> int:
+        """How many `messages` there are (without joining them)."""
+        return len(self.kept) + len(self.after)
+
     # A projection is immutable, so its view and estimates are computed at most once.
     @_once
     def anchor_end(self) -> int:

@@ -96,7 +96,7 @@ class Folding:
             self.installs.record(run, ReceiptStatus.NOOP, ReceiptAction.SUMMARY, before, before, "nothing to fold")
             run.not_folding(
                 NotFolded.NOTHING_OUTSIDE_KEPT_SET,
-                f"all {len(run.projection.messages)} messages of the view are in the kept set (the opening "
+                f"all {run.projection.message_count} messages of the view are in the kept set (the opening "
                 "anchors, pinned messages, the input the next call must answer, the newest call group"
                 + (f", the newest {keep_tokens} tokens)" if keep_tokens else ")"),
             )

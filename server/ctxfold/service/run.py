@@ -68,7 +68,7 @@ class Run:
     @property
     def work(self) -> int:
         """What an engine step over the run's view costs (`cpu.run` decides from it where it runs)."""
-        return len(self.projection.messages) * cpu.MESSAGE_WORK_BYTES
+        return self.projection.message_count * cpu.MESSAGE_WORK_BYTES
 
     @property
     def config(self) -> SessionConfig:
