@@ -14,6 +14,11 @@ import pytest
 
 from builders import Outcome, assistant, call, create_session, prepare, result, user
 from conftest import Replicas
+from ctxfold.engine.background import PreparedFold
+from ctxfold.engine.background import applied as applied_fold
+from ctxfold.engine.projection import Projection
+from ctxfold.service import background as background_service
+from ctxfold.service import maintenance as maintenance_service
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
@@ -82,9 +87,17 @@ async def stalled(fake: FakeProvider) -> None:
 
 
 async def test_the_prepare_at_the_trigger_installs_the_background_fold_without_waiting_for_a_summarizer(
-    replicas: Replicas,
+    replicas: Replicas, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake, stub = replicas.fake, replicas.stubs[0]
+    checks: list[int] = []  # views a prepared fold was applied to (a pass over the whole view each)
+
+    def counted(projection: Projection, prepared: PreparedFold) -> Projection | None:
+        checks.append(projection.message_count)
+        return applied_fold(projection, prepared)
+
+    monkeypatch.setattr(background_service, "applied", counted)
+    monkeypatch.setattr(maintenance_service, "applied", counted)
     fake.script("stall")
     agent = await llm_session(stub)
     first = await agent.until(started)
@@ -101,8 +114,11 @@ async def test_the_prepare_at_the_trigger_installs_the_background_fold_without_w
     fake.release()
     made = await eventually_receipt(stub, agent.session_id, "prepared")
     assert made["action"] == "background"
-    # The next Prepare at the trigger installs it: no summarizer call, no pass, one event that says so.
+    # The next Prepare at the trigger installs it: no summarizer call, no pass, one event that says so;
+    # whether it still applies is worked out once.
+    checks.clear()
     installed = await agent.step()
+    assert len(checks) == 1
     assert installed.result.action == pb.ACTION_FOLDED
     assert stages(installed) == [pb.FOLD_STAGE_PREPARED_INSTALLED]
     assert installed.progress[0].checkpoint_id == installed.result.checkpoint_id

@@ -151,14 +151,18 @@ class BackgroundFolds:
         )
         return True
 
-    async def read_prepared(self, run: Run) -> PreparedFold | None:
+    async def read_prepared(self, run: Run) -> tuple[PreparedFold, Projection] | None:
         """The session's prepared fold when this round may install one (a Prepare at or above the
-        trigger); one that no longer applies is discarded here, with a receipt (its summary was paid for)."""
+        trigger), with the view it makes (`applied`); one that no longer applies is discarded here,
+        with a receipt (its summary was paid for)."""
         if not may_install_prepared(run.config, run.request, run.first_tokens):
             return None
         prepared = await self.store.read_prepared(run.session)
-        if prepared is None or await cpu.run(run.work, applied, run.projection, prepared) is not None:
-            return prepared
+        if prepared is None:
+            return None
+        candidate = await cpu.run(run.work, applied, run.projection, prepared)
+        if candidate is not None:
+            return prepared, candidate
         await self.discard_prepared(run, prepared, STALE)
         return None
 

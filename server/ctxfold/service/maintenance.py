@@ -249,9 +249,8 @@ class Maintenance:
 
     async def _round(self, run: Run) -> None:
         """Decide, act, decide again on what was installed, until the engine says to answer."""
-        prepared = await self.background.read_prepared(run)
+        prepared, candidate = await self.background.read_prepared(run) or (None, None)
         while True:
-            candidate = await cpu.run(run.work, applied, run.projection, prepared) if prepared is not None else None
             snapshot = Snapshot(run.projection, run.first_tokens, run.state.failed_fold_tokens, candidate)
             match await cpu.run(run.work, decide, snapshot, run.request):
                 case Answer():
@@ -260,6 +259,8 @@ class Maintenance:
                     return
                 case Prune() as prune:
                     await self._prune(run, prune)
+                    if prepared is not None:  # does it still apply to the pruned view?
+                        candidate = await cpu.run(run.work, applied, run.projection, prepared)
                 case FoldInBackground():
                     detail = "a fold runs in the background; the view fits meanwhile and a later Prepare installs it"
                     run.not_folding(NotFolded.FOLD_IN_PROGRESS, detail)
@@ -267,7 +268,7 @@ class Maintenance:
                 case InstallPrepared() as install:
                     assert prepared is not None  # decide installs only a prepared fold it was given
                     await self.background.install_prepared(run, prepared, install.candidate)
-                    prepared = None
+                    prepared = candidate = None
                 case Blocked() as blocked:
                     tokens = blocked.tokens
                     why = "the last fold of this input failed"
