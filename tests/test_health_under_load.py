@@ -440,9 +440,9 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
     stub: pb_grpc.ContextServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The engine's steps over a view cost microseconds per message whatever their text: with a view of many
-    short messages, loading it, appending, deciding, planning, recording, summarizing and accepting a fold
-    run in the pool (a fold of 120,000 held the loop for seconds), while an append to a short session's view
-    stays on the loop."""
+    short messages, making an append's rows (ids, counts), loading it, appending, deciding, planning,
+    recording, summarizing and accepting a fold run in the pool (a fold of 120,000 held the loop for seconds),
+    while an append of two messages to a short session's view stays on the loop."""
     calls: list[tuple[str, int, str]] = []
 
     def recorded(module: Any, name: str, size: Callable[..., int]) -> None:
@@ -458,6 +458,7 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
         engine_projection, "build_view", lambda config, tokens, checkpoint, kept, after, *_: len(kept) + len(after)
     )
     recorded(service_transcript, "append", lambda context, _: len(context.projection.messages))
+    recorded(service_transcript, "message_rows", lambda messages, _: len(messages))
     recorded(service_maintenance, "decide", lambda snapshot, _: len(snapshot.projection.messages))
     recorded(service_folding, "plan_pass", lambda projection, *_: len(projection.messages))
     recorded(service_folding, "record_fold", lambda notes, previous, messages, *_: len(messages))
@@ -473,7 +474,7 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
     assert (await prepare(stub, session.id)).result.action == pb.ACTION_FOLDED
     long = [(name, size, thread) for name, size, thread in calls if size >= LONG_VIEW_MESSAGES // 2]
     assert {name for name, _, _ in long} == {
-        "build_view", "append", "decide", "plan_pass", "record_fold", "accept", "briefing"
+        "message_rows", "build_view", "append", "decide", "plan_pass", "record_fold", "accept", "briefing"
     }  # fmt: skip
     assert all(thread.startswith("ctxfold-cpu") for _, _, thread in long), long
 
@@ -481,4 +482,6 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
     short = await create_session(stub)
     await append(stub, short.id, user("task"))
     await prepare(stub, short.id, assistant("on it"), user("go on"))
-    assert [thread for name, _, thread in calls if name == "append"] == [threading.current_thread().name] * 2
+    on_loop = [threading.current_thread().name] * 2
+    assert [thread for name, _, thread in calls if name == "append"] == on_loop
+    assert [thread for name, _, thread in calls if name == "message_rows"] == on_loop

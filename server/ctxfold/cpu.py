@@ -23,9 +23,9 @@ log = logging.getLogger(__name__)
 # Below this many bytes (or characters) of input the work takes well under a millisecond: a thread
 # hop (or a trip to the counting process) would cost more than it saves.
 OFFLOAD_MIN_BYTES = 64 << 10
-# The engine's steps over a view (build it, decide, plan, record and summarize a fold) cost 1-10 µs per
-# message whatever its text: a message counts as this many bytes, so a view of 64 short messages or more
-# is worked on off the loop (120,000 held the loop for seconds).
+# The engine's steps over a view (build it, decide, plan, record and summarize a fold) and making an
+# append's rows cost 1-10 µs per message whatever its text: a message counts as this many bytes, so 64
+# short messages or more are worked on off the loop (a view of 120,000 held the loop for seconds).
 MESSAGE_WORK_BYTES = 1 << 10
 WORKERS = max(1, len(os.sched_getaffinity(0)) - 1)
 COUNTING_NICE = 19

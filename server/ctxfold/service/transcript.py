@@ -86,7 +86,8 @@ class Transcript:
                 rows = message_rows(messages, config)
                 return rows, tuple(raw_results(rows))
 
-            rows, results = await cpu.run(text_chars(messages), rows_and_results)
+            work = text_chars(messages) + len(messages) * cpu.MESSAGE_WORK_BYTES
+            rows, results = await cpu.run(work, rows_and_results)
             request = replace(request, messages=tuple(r.message for r in rows))
             return await self._write(context, request_id, request, results)
 
