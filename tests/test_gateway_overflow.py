@@ -14,6 +14,8 @@ import openai
 import orjson
 import pytest
 
+from ctxfold.engine import estimator
+from ctxfold.gateway.formats import stated_input_tokens
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
@@ -189,7 +191,7 @@ async def anthropic_turns(stack: Stack, session: str, turns: int) -> list[str]:
     tools = [{"name": "bash", "input_schema": {"type": "object"}}]
     actions = []
     for turn in range(turns):
-        async with agent.messages.stream(model="claude-sonnet-4-5", max_tokens=1024, system="You are careful.",
+        async with agent.messages.stream(model="claude-sonnet-4-6", max_tokens=1024, system="You are careful.",
                                          messages=messages, tools=tools) as stream:  # type: ignore[arg-type]  # fmt: skip
             final = await stream.get_final_message()
             actions.append(stream.response.headers["x-ctxfold-action"])
@@ -268,3 +270,51 @@ def test_each_providers_refusal_as_too_long_is_recognized_and_nothing_else(
     refused_as_too_long: Callable[[int, bytes], bool], status: int, payload: bytes, expected: bool
 ) -> None:
     assert refused_as_too_long(status, payload) is expected
+
+
+def error_message(message: str) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": "invalid_request_error"}})
+
+
+@pytest.mark.parametrize(
+    ("payload", "tokens"),
+    [
+        (OPENAI_TOO_LONG, 8113),
+        (ANTHROPIC_TOO_LONG, 8113),
+        # vLLM and LiteLLM count the completion too: the messages' part is the prompt.
+        (
+            error_message(
+                "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
+                "(4000 in the messages, 1000 in the completion). Please reduce the length of the messages."
+            ),
+            4000,
+        ),
+        (error_message("Your input exceeds the context window of this model."), 0),  # no count stated
+        (error_message("prompt is too long: 99999999999 tokens > 200000 maximum"), 0),  # not a count
+        (b"<html>bad gateway</html>", 0),
+    ],
+)
+def test_the_count_a_refusal_states_is_read_when_it_states_one(payload: bytes, tokens: int) -> None:
+    assert stated_input_tokens(payload) == tokens
+
+
+async def test_the_count_a_refusal_states_calibrates_the_session(stack: Stack) -> None:
+    """The provider's count of a view it refused is reported as its usage of that view before the
+    smaller view is made: the session's estimates follow the provider's count from then on."""
+    content = "\n".join(f"step {n}: compiled module_{n}.c" for n in range(200))
+    stated = estimator.count_text(content) * 3 // 2  # the provider counts half as much again
+
+    def refused(_body: dict[str, Any]) -> Reply:
+        return Reply(status=400, error_body=error_message(f"prompt is too long: {stated} tokens > 1000 maximum"))
+
+    agent = anthropic.AsyncAnthropic(base_url=stack.url, api_key="sk-ant-test", max_retries=0,
+                                     default_headers={"x-ctxfold-session": "stated-count"})  # fmt: skip
+    with scripted(stack, MESSAGES, refused), pytest.raises(anthropic.BadRequestError) as raised:
+        await agent.messages.create(
+            model="claude-sonnet-4-6", max_tokens=100, messages=[{"role": "user", "content": content}]
+        )
+    assert raised.value.status_code == 400  # a lone message: nothing to fold, the refusal reaches the agent
+    session_id = raised.value.response.headers["x-ctxfold-session"]
+    state = await stack.ctxfold.get_context_state(session_id)
+    assert state["telemetry"]["observations"] == 1 and state["telemetry"]["input_tokens"] == stated
+    assert 1.1 < state["calibration"] < 1.5  # moved toward the provider's ratio (~1.5)

@@ -248,6 +248,9 @@ class Gateway:
         a Prepare with `overflow` (one prune or fold whatever the view's size) and the request once more
         with the smaller view; the refusal reaches the agent unchanged when that cannot be had."""
         span, session_id = trace.get_current_span(), exchange.prepared.session_id
+        if refusal.stated_tokens:  # the provider's count of the refused view: the estimate learns it first
+            span.set_attribute("ctxfold.gateway.refused_input_tokens", refusal.stated_tokens)
+            await self._report(exchange, Usage(refusal.stated_tokens))
         try:
             prepared = await self.contexts.prepare_overflow(exchange.token, exchange.prepared)
             # A resent request was spliced, not read: read it whole for its rewrite.
@@ -307,19 +310,19 @@ class Gateway:
         span = trace.get_current_span()
         span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
-        prepared, token = exchange.prepared, exchange.token
-        if not usage.input_tokens or not prepared.observe:
+        if not usage.input_tokens or not exchange.prepared.observe:
             return
-
-        async def observe() -> None:
-            try:
-                await self.contexts.client(token).observe_usage(prepared.session_id, prepared.view, usage)
-            except CtxfoldError as error:
-                log.warning("ObserveUsage for session %s failed: %s", prepared.session_id, error)
-
-        task = asyncio.get_running_loop().create_task(observe())
+        task = asyncio.get_running_loop().create_task(self._report(exchange, usage))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _report(self, exchange: Exchange, usage: Usage) -> None:
+        """ObserveUsage for the exchange's view; a failure is logged, not raised."""
+        prepared = exchange.prepared
+        try:
+            await self.contexts.client(exchange.token).observe_usage(prepared.session_id, prepared.view, usage)
+        except CtxfoldError as error:
+            log.warning("ObserveUsage for session %s failed: %s", prepared.session_id, error)
 
     # ---- when ctxfold does not take part --------------------------------------------------------
 

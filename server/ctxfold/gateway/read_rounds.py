@@ -21,7 +21,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry import trace
 
 from ctxfold.gateway.contexts import Contexts, Prepared
-from ctxfold.gateway.formats import ApiFormat, Conversation, ToolFormat, as_dict
+from ctxfold.gateway.formats import ApiFormat, Conversation, ToolFormat, as_dict, stated_input_tokens
 from ctxfold.gateway.splice import KEEP, SPLICERS, Splicer, event_bytes
 from ctxfold.gateway.sse import EventSplitter
 from ctxfold.gateway.upstream import Opened, Upstream, UpstreamUnreachable, answer_headers, json_response
@@ -62,6 +62,7 @@ class ViewTooLong(Exception):
     def __init__(self, status: int, headers: CIMultiDictProxy[str], payload: bytes):
         super().__init__(f"HTTP {status}")
         self.status, self.headers, self.payload = status, headers, payload
+        self.stated_tokens = stated_input_tokens(payload)  # the provider's count of the view (0: not stated)
 
     def answer(self, exchange: Exchange) -> web.Response:
         """The refusal as the agent gets it when it is not retried: unchanged."""

@@ -5,6 +5,7 @@ calls of ctxfold's read tool, and answer errors in the provider's own shape. All
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -142,3 +143,16 @@ def count(value: Json) -> int:
 
 def text_of(value: Json) -> str:
     return value if isinstance(value, str) else ""
+
+
+# What a refusal as too long says the prompt came to: OpenAI's "your messages resulted in N tokens" (or "N in the
+# messages" when it counts the completion too, as vLLM and LiteLLM do), Anthropic's "prompt is too long: N tokens".
+_STATED_TOKENS = re.compile(
+    r"resulted in (\d{1,9}) tokens|\((\d{1,9}) in the messages|prompt is too long: (\d{1,9}) tokens"
+)
+
+
+def stated_input_tokens(payload: bytes) -> int:
+    """The prompt's tokens as a provider's refusal of it as too long states them (0 when it does not)."""
+    match = _STATED_TOKENS.search(text_of(error_of(payload).get("message")))
+    return int(next(group for group in match.groups() if group)) if match else 0
