@@ -45,7 +45,7 @@ async def test_thinking_signatures_reach_the_upstream_byte_exact(stack: Stack) -
         Reply(text="There are two files."),
     )
     messages: list[dict[str, object]] = [{"role": "user", "content": "What is here?"}]
-    kwargs = {"model": "claude-sonnet-4-5", "max_tokens": 2048, "system": "You are terse.",
+    kwargs = {"model": "claude-sonnet-4-6", "max_tokens": 2048, "system": "You are terse.",
               "thinking": {"type": "enabled", "budget_tokens": 1024}}  # fmt: skip
     first = await agent.messages.create(messages=messages, **kwargs)  # type: ignore[arg-type]
     messages.append({"role": "assistant", "content": [block.model_dump() for block in first.content]})
@@ -71,7 +71,7 @@ async def test_an_image_is_described_in_canonical_and_counted(stack: Stack) -> N
     agent = client(stack, "image")
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png(1280, 800)}}
     messages = [{"role": "user", "content": [image, {"type": "text", "text": "What does this screenshot show?"}]}]
-    raw = await agent.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=512, messages=messages)  # type: ignore[arg-type]
+    raw = await agent.messages.with_raw_response.create(model="claude-sonnet-4-6", max_tokens=512, messages=messages)  # type: ignore[arg-type]
     user = (await stack.transcript(raw.headers["x-ctxfold-session"]))[0]
     assert user.content == "[image: image/png, 1280x800]\nWhat does this screenshot show?"
     assert user.provider_payload is not None
@@ -85,12 +85,12 @@ async def test_a_stream_passes_through_unchanged(stack: Stack) -> None:
     agent = client(stack, "stream")
     stack.upstream.reply(MESSAGES, Reply(text="Streamed answer.", thinking=(("hmm", SIGNATURE),)))
     async with agent.messages.with_streaming_response.create(
-        model="claude-sonnet-4-5", max_tokens=512, stream=True, messages=[{"role": "user", "content": "Go."}]
+        model="claude-sonnet-4-6", max_tokens=512, stream=True, messages=[{"role": "user", "content": "Go."}]
     ) as response:
         received = b"".join([chunk async for chunk in response.iter_bytes()])
     assert received == stack.upstream.sent[-1]
     async with agent.messages.stream(
-        model="claude-sonnet-4-5", max_tokens=512, messages=[{"role": "user", "content": "Go."}]
+        model="claude-sonnet-4-6", max_tokens=512, messages=[{"role": "user", "content": "Go."}]
     ) as events:
         message = await events.get_final_message()
     assert message.content[0].type == "text"
@@ -110,7 +110,7 @@ async def test_cache_breakpoints_stay_within_four_keeping_the_agents_last(stack:
         )
         messages.append({"role": "assistant", "content": f"answer {turn}"})
     messages.append({"role": "user", "content": "last question"})
-    await agent.messages.create(model="claude-sonnet-4-5", max_tokens=512, system=system, messages=messages)  # type: ignore[arg-type]
+    await agent.messages.create(model="claude-sonnet-4-6", max_tokens=512, system=system, messages=messages)  # type: ignore[arg-type]
     sent = stack.upstream.last(MESSAGES).body
     assert _count_breakpoints(sent) == MAX_BREAKPOINTS
     assert sent["messages"][-1]["content"][-1]["cache_control"] == marked  # the gateway's, on the last turn
@@ -120,7 +120,7 @@ async def test_cache_breakpoints_stay_within_four_keeping_the_agents_last(stack:
 async def test_count_tokens_and_models_pass_through(stack: Stack) -> None:
     agent = client(stack, "pass")
     raw = await agent.messages.with_raw_response.count_tokens(
-        model="claude-sonnet-4-5", messages=[{"role": "user", "content": "hi"}]
+        model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}]
     )
     assert raw.http_response.content == stack.upstream.sent[-1]
     assert orjson.loads(orjson.loads(raw.http_response.content)["echo"])["messages"][0]["content"] == "hi"
@@ -129,7 +129,7 @@ async def test_count_tokens_and_models_pass_through(stack: Stack) -> None:
 async def test_the_one_million_token_beta_gives_a_new_session_that_window(stack: Stack) -> None:
     agent = client(stack, "one-million")
     answer = await agent.beta.messages.with_raw_response.create(
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         max_tokens=1024,
         messages=[{"role": "user", "content": "Read the whole repository."}],
         betas=["context-1m-2025-08-07"],

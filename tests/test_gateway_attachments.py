@@ -23,7 +23,7 @@ async def test_a_fold_names_an_image_and_never_carries_it(stack: Stack) -> None:
         {"role": "assistant", "content": "The button is misaligned."},
         {"role": "user", "content": "Anything else?"},
     ]
-    raw = await agent.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=256, messages=messages)  # type: ignore[arg-type]
+    raw = await agent.messages.with_raw_response.create(model="claude-sonnet-4-6", max_tokens=256, messages=messages)  # type: ignore[arg-type]
     view = await stack.ctxfold.compact(raw.headers["x-ctxfold-session"])
     assert view.summary is not None
     assert "[image: image/png, 1280x800]" in view.summary.content

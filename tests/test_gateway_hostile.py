@@ -51,7 +51,7 @@ VALID: dict[str, dict[str, Any]] = {
         "tools": [{"type": "function", "name": "bash", "parameters": {"type": "object"}}],
     },
     MESSAGES: {
-        "model": "claude-sonnet-4-5",
+        "model": "claude-sonnet-4-6",
         "max_tokens": 100,
         "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
         "messages": [
@@ -259,7 +259,7 @@ async def test_odd_answers_of_the_upstream_reach_the_agent_as_they_came(stack: S
 
 
 async def test_a_body_above_the_gateways_limit_is_refused_in_the_providers_shape(stack: Stack) -> None:
-    body = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "x" * (65 << 20)}]}
+    body = {"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "x" * (65 << 20)}]}
     async with aiohttp.ClientSession() as http:
         status, _, text = await post(http, stack, MESSAGES, body, HEADERS)
     assert status == 413

@@ -83,7 +83,7 @@ async def test_anthropic(stack: Stack, stream: bool) -> None:
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": BIG_RESULT}]},
     ]
-    request = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": messages,
+    request = {"model": "claude-sonnet-4-6", "max_tokens": 1024, "messages": messages,
                "tools": [{"name": "bash", "input_schema": {"type": "object"}}]}  # fmt: skip
     if stream:
         async with agent.messages.stream(**request) as events:  # type: ignore[arg-type]

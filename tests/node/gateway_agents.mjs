@@ -31,7 +31,7 @@ async function chatLoop() {
 async function anthropicLoop() {
   const anthropic = new Anthropic({ baseURL: gateway, apiKey: "sk-ant-node", maxRetries: 0,
                                     defaultHeaders: { "x-ctxfold-session": "node-anthropic" } });
-  const request = { model: "claude-sonnet-4-5", max_tokens: 2048, system: "You are terse.",
+  const request = { model: "claude-sonnet-4-6", max_tokens: 2048, system: "You are terse.",
                     thinking: { type: "enabled", budget_tokens: 1024 },
                     tools: [{ name: "bash", input_schema: { type: "object" } }] };
   const messages = [{ role: "user", content: "What is in this folder?" }];
