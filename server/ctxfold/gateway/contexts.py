@@ -1,5 +1,5 @@
-"""The gateway's side of ContextService, through the Python SDK: one client per tenant token, the
-sessions this process has seen (their ids, transcript fingerprints and last request, so that
+"""The gateway's side of ContextService, through the Python SDK: one client, each call carrying its
+tenant's token; the sessions this process has seen (their ids, transcript fingerprints and last request, so that
 reconciling a resent history costs no call in the common case and an appended turn is recognized
 by its bytes), reconcile, rewind, prepare."""
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import grpc
 import orjson
-from ctxfold_client import Action, AsyncClient, CtxfoldError, ErrorReason, Message, SessionConfig, View
+from ctxfold_client import Action, AsyncClient, CallOptions, CtxfoldError, ErrorReason, Message, SessionConfig, View
 
 from ctxfold import cpu
 from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation, ViewEntry
@@ -28,7 +28,7 @@ log = logging.getLogger("ctxfold.gateway")
 # Sessions whose fingerprints a gateway process keeps (about 40 bytes per message); an evicted one
 # costs one ListMessages when its agent comes back.
 MAX_SESSIONS = 4096
-# Views the SDK keeps per client so that Prepare answers with deltas.
+# Views the SDK keeps (one per session) so that Prepare answers with deltas.
 VIEW_CACHE_SIZE = 4096
 # Usage is reported for calibration, which moves slowly: at most this often per session, and after
 # every prune or fold (the view the estimate describes changed). Each ObserveUsage is a few writes
@@ -72,6 +72,17 @@ def append_batches(messages: Sequence[Message]) -> list[list[Message]]:
     return batches
 
 
+def credentials(token: str) -> CallOptions:
+    """A call made for the tenant of `token` ("": the server's single tenant): its bearer token as the call's
+    metadata on the gateway's one channel, so that a caller's token costs nothing beyond its calls."""
+    if not token:
+        return {}
+    if not (token.isascii() and token.isprintable()):
+        why = "the ctxfold token is not printable ASCII: it cannot be a bearer token"
+        raise CtxfoldError.client(grpc.StatusCode.UNAUTHENTICATED, ErrorReason.UNAUTHENTICATED, why)
+    return {"metadata": (("authorization", f"Bearer {token}"),)}
+
+
 def fingerprint_of(message: Message) -> str:
     """The fingerprint a message carries ("" for one no gateway appended)."""
     return message.provider_payload.fingerprint if message.provider_payload is not None else ""
@@ -96,6 +107,11 @@ class SessionState:
     observed_at: float | None = None  # when usage was last reported (monotonic seconds)
     forwarded: Forwarded | None = None  # its last request, when its next one may be recognized by bytes
     prepares: int = 0  # Prepares this process made for it
+
+    @property
+    def call(self) -> CallOptions:
+        """The options of a call for this session (its tenant's credentials)."""
+        return credentials(self.key[0])
 
     @property
     def kept_bytes(self) -> int:
@@ -194,42 +210,33 @@ def native_summary(message: Message, api: str) -> Json | None:
 class Contexts:
     def __init__(self, settings: GatewaySettings):
         self.settings = settings
-        self._clients: dict[str, AsyncClient] = {}
+        self.client = AsyncClient(
+            settings.server,
+            ca_cert=settings.tls_ca or None,
+            timeout=settings.timeout_seconds,
+            stream_timeout=settings.timeout_seconds,
+            view_cache_size=VIEW_CACHE_SIZE,
+        )
         self._sessions: OrderedDict[tuple[str, str], SessionState] = OrderedDict()
         self._buckets: OrderedDict[Bucket, list[SessionState]] = OrderedDict()
         self._kept_bytes = 0
 
-    def client(self, token: str) -> AsyncClient:
-        found = self._clients.get(token)
-        if found is None:
-            found = AsyncClient(
-                self.settings.server,
-                token=token or None,
-                ca_cert=self.settings.tls_ca or None,
-                timeout=self.settings.timeout_seconds,
-                stream_timeout=self.settings.timeout_seconds,
-                view_cache_size=VIEW_CACHE_SIZE,
-            )
-            self._clients[token] = found
-        return found
-
     async def close(self) -> None:
-        await asyncio.gather(*(client.close() for client in self._clients.values()))
+        await self.client.close()
 
     async def prepare(
         self, token: str, key: str, api: ApiFormat, conversation: Conversation, new: NewSession, size: int
     ) -> Prepared:
         """Reconciles the request's history with the session's transcript (its fingerprints and new
         messages made in the CPU pool when `size`, as `handler.work_size`, says so) and prepares."""
-        client = self.client(token)
-        state = await self._state(client, token, key, api, new)
+        state = await self._state(token, key, api, new)
         async with state.lock:
             try:
-                return await self._reconcile_and_prepare(client, state, api, conversation, size)
+                return await self._reconcile_and_prepare(state, api, conversation, size)
             except TranscriptMoved:
-                await self._reload(client, state)
+                await self._reload(state)
             try:
-                return await self._reconcile_and_prepare(client, state, api, conversation, size)
+                return await self._reconcile_and_prepare(state, api, conversation, size)
             except TranscriptMoved:  # another writer (another gateway, an SDK) keeps appending meanwhile
                 why = "the session's transcript kept moving while this request was appended"
                 raise CtxfoldError.client(grpc.StatusCode.ABORTED, ErrorReason.CONCURRENT_MODIFICATION, why) from None
@@ -249,24 +256,23 @@ class Contexts:
                 return Resent(state, forwarded, middle, pieces, upstream)
         return None
 
-    async def prepare_resent(self, token: str, api: ApiFormat, resent: Resent, reserve: int) -> Prepared | None:
+    async def prepare_resent(self, api: ApiFormat, resent: Resent, reserve: int) -> Prepared | None:
         """Appends the resent request's new messages and prepares; None when the request must take
         the full path (another request of the session came first, another writer moved the
         transcript, or its new messages take more than one append). Its upstream body is the forwarded
         one spliced when the view only grew and leaves `reserve` under the trigger (`grew_by`)."""
         state, forwarded, pieces = resent.state, resent.forwarded, resent.pieces
-        client = self.client(token)
         async with state.lock:
             if state.forwarded is not forwarded:
                 return None
             append = [api.canonical(piece) for piece in pieces]
             if len(append_batches(append)) > 1:
                 return None
-            view = await client.prepare(state.session_id, append)
+            view = await self.client.prepare(state.session_id, append, **state.call)
             state.prepares += 1
             # The transcript is the forwarded history, fingerprinted: the new messages follow it.
             if not view.appended or view.appended[0].seq != len(state.fingerprints) + 1:
-                await self._reload(client, state)
+                await self._reload(state)
                 return None
             grown = grew_by(forwarded, view, view.appended, reserve)
             fingerprints = [*state.fingerprints, *(fingerprint_of(message) for message in append)]
@@ -282,13 +288,13 @@ class Contexts:
                 upstream=resent.upstream if grown else None,
             )
 
-    async def prepare_overflow(self, token: str, refused: Prepared) -> Prepared:
+    async def prepare_overflow(self, refused: Prepared) -> Prepared:
         """After the provider refused `refused`'s view as too long: a Prepare with `overflow` (nothing
         appended; the server prunes or folds once whatever the view's size). The session's last
         request is no longer what went upstream: its continuation takes the full path."""
         state = refused.state
         async with state.lock:
-            view = await self.client(token).prepare(state.session_id, overflow=True)
+            view = await self.client.prepare(state.session_id, overflow=True, **state.call)
             state.prepares += 1
             self._remember(state, state.fingerprints, state.known_json, None)
             return replace(
@@ -308,21 +314,21 @@ class Contexts:
             self._buckets.popitem(last=False)
 
     async def _reconcile_and_prepare(
-        self, client: AsyncClient, state: SessionState, api: ApiFormat, conversation: Conversation, size: int
+        self, state: SessionState, api: ApiFormat, conversation: Conversation, size: int
     ) -> Prepared:
         reconciled = await cpu.run(size, reconciled_request, api, conversation, state.fingerprints, state.known_json)
         request, request_json, plan, append = reconciled
         if plan.rewind:
-            await client.rewind(state.session_id, plan.keep)
+            await self.client.rewind(state.session_id, plan.keep, **state.call)
             self._remember(state, state.fingerprints[: plan.keep], b"", None)
         *leading, last = append_batches(append) or [[]]
         head_seq = plan.keep
         for batch in leading:  # a history longer than one append: all but its last batch appended alone
-            stored = await client.append_messages(state.session_id, batch)
+            stored = await self.client.append_messages(state.session_id, batch, **state.call)
             if stored[0].seq != head_seq + 1:
                 raise TranscriptMoved
             head_seq += len(batch)
-        view = await client.prepare(state.session_id, last)
+        view = await self.client.prepare(state.session_id, last, **state.call)
         state.prepares += 1
         if last and (not view.appended or view.appended[0].seq != head_seq + 1):
             raise TranscriptMoved
@@ -344,7 +350,7 @@ class Contexts:
             state.observed_at = now
         return observe
 
-    async def _state(self, client: AsyncClient, token: str, key: str, api: ApiFormat, new: NewSession) -> SessionState:
+    async def _state(self, token: str, key: str, api: ApiFormat, new: NewSession) -> SessionState:
         cache_key = (token, key)
         state = self._sessions.get(cache_key)
         if state is not None:
@@ -353,8 +359,9 @@ class Contexts:
         config = SessionConfig(
             context_window=new.window, max_output_tokens=new.max_output_tokens, tools=new.tools_json, model=new.model
         )
-        session = await client.create_session(config, session_key=key)
-        fingerprints = await self._fingerprints(client, session.id) if session.head_seq else []
+        call = credentials(token)
+        session = await self.client.create_session(config, session_key=key, **call)
+        fingerprints = await self._fingerprints(session.id, call) if session.head_seq else []
         opened = self._sessions.get(cache_key)
         if opened is not None:  # by a request of the same session meanwhile: one state, one lock, per session
             return opened
@@ -366,14 +373,14 @@ class Contexts:
             evicted.known_json, evicted.forwarded = b"", None
         return state
 
-    async def _reload(self, client: AsyncClient, state: SessionState) -> None:
+    async def _reload(self, state: SessionState) -> None:
         log.info("session %s changed underneath this gateway; reloading its transcript", state.session_id)
-        self._remember(state, await self._fingerprints(client, state.session_id), b"", None)
+        self._remember(state, await self._fingerprints(state.session_id, state.call), b"", None)
 
-    async def _fingerprints(self, client: AsyncClient, session_id: str) -> list[str]:
+    async def _fingerprints(self, session_id: str, call: CallOptions) -> list[str]:
         """The live transcript's fingerprints (a message another client appended has none, so the
         resent history diverges at it and the gateway rewinds to just before it)."""
-        return [fingerprint_of(m) async for m in client.list_messages(session_id, page_size=1000)]
+        return [fingerprint_of(m) async for m in self.client.list_messages(session_id, page_size=1000, **call)]
 
     def _remember(
         self, state: SessionState, fingerprints: list[str], known_json: bytes, forwarded: Forwarded | None

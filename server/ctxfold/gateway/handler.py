@@ -174,7 +174,7 @@ class Gateway:
         """The request with the view ctxfold prepared for its history, upstream and back: a resent
         request's new messages spliced into the previous upstream body when the view only grew by
         them, else the whole request rewritten with the view."""
-        api, request, raw, caller = incoming.api, incoming.request, incoming.raw, incoming.caller
+        api, request, raw = incoming.api, incoming.request, incoming.raw
         span = trace.get_current_span()
         url = self.base_url(api.provider) + request.path_qs
         forward = forwarded_headers(request.headers)
@@ -204,7 +204,7 @@ class Gateway:
             if first is not None or opening is not None:
                 span.set_attribute("ctxfold.gateway.early_call", "used" if first is not None else "dropped")
             headers = answer_ctxfold_headers(prepared)
-            exchange = Exchange(api, url, forward, prepared, headers, caller.token, offers_read)
+            exchange = Exchange(api, url, forward, prepared, headers, offers_read)
             try:
                 response, usage = await self._send(exchange, request, upstream_body, read.conversation.stream, first)
             except ViewTooLong as refusal:
@@ -223,7 +223,7 @@ class Gateway:
         kept when the view only grew by them, `reserve` under the trigger), else the request read whole
         and its history reconciled. And the request as read."""
         api, caller = incoming.api, incoming.caller
-        prepared = await self.contexts.prepare_resent(caller.token, api, resent, reserve) if resent else None
+        prepared = await self.contexts.prepare_resent(api, resent, reserve) if resent else None
         if read.body is None and (prepared is None or prepared.upstream is None):
             read = await self._read_whole(api, incoming.raw)  # the full path for a resent request
         if prepared is None:
@@ -252,7 +252,7 @@ class Gateway:
             span.set_attribute("ctxfold.gateway.refused_input_tokens", refusal.stated_tokens)
             await self._report(exchange, Usage(refusal.stated_tokens))
         try:
-            prepared = await self.contexts.prepare_overflow(exchange.token, exchange.prepared)
+            prepared = await self.contexts.prepare_overflow(exchange.prepared)
             # A resent request was spliced, not read: read it whole for its rewrite.
             whole = read if read.body is not None else await self._read_whole(incoming.api, incoming.raw)
         except (CtxfoldError, orjson.JSONDecodeError, BadRequest) as error:
@@ -320,7 +320,7 @@ class Gateway:
         """ObserveUsage for the exchange's view; a failure is logged, not raised."""
         prepared = exchange.prepared
         try:
-            await self.contexts.client(exchange.token).observe_usage(prepared.session_id, prepared.view, usage)
+            await self.contexts.client.observe_usage(prepared.session_id, prepared.view, usage, **prepared.state.call)
         except CtxfoldError as error:
             log.warning("ObserveUsage for session %s failed: %s", prepared.session_id, error)
 

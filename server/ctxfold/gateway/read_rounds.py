@@ -51,7 +51,6 @@ class Exchange:
     forward: CIMultiDict[str]  # the headers the upstream gets
     prepared: Prepared
     headers: dict[str, str]  # the x-ctxfold-* headers the agent gets
-    token: str  # the ctxfold bearer token of the agent's tenant
     offers_read: bool  # read_tool_result is offered and answered here
     refusal_retried: bool = False  # a refusal as too long comes back as ViewTooLong unless it was retried once
 
@@ -232,13 +231,13 @@ class ReadRounds:
         """`body` followed by the model's turn and ctxfold's answers to its read calls, which share
         `allowance` bytes."""
         calls = exchange.api.read_calls(turn, READ_TOOL_RESULT)
-        client, session_id = self.contexts.client(exchange.token), exchange.prepared.session_id
+        client, prepared = self.contexts.client, exchange.prepared
         share = allowance // max(1, len(calls)) - PAGE_FOOTER_BYTES
-        answers = {call.call_id: await read_answer(client, session_id, call.arguments, share) for call in calls}
+        answers = {call.call_id: await read_answer(client, prepared, call.arguments, share) for call in calls}
         return orjson.dumps(exchange.api.continued(orjson.loads(body), turn, answers))
 
 
-async def read_answer(client: AsyncClient, session_id: str, arguments: str, limit: int) -> str:
+async def read_answer(client: AsyncClient, prepared: Prepared, arguments: str, limit: int) -> str:
     """A read call's answer: a page of at most `limit` bytes (NO_ROOM when that is too small to read),
     or what the model got wrong."""
     parsed = tools.parse_call(READ_TOOL_RESULT, arguments)
@@ -247,7 +246,11 @@ async def read_answer(client: AsyncClient, session_id: str, arguments: str, limi
     if limit < SMALLEST_PAGE_BYTES:
         return NO_ROOM
     pages = client.tool_result_pages(
-        session_id, result_ref=parsed.result_ref, offset=parsed.offset, page_bytes=min(limit, PAGE_BYTES)
+        prepared.session_id,
+        result_ref=parsed.result_ref,
+        offset=parsed.offset,
+        page_bytes=min(limit, PAGE_BYTES),
+        **prepared.state.call,
     )
     try:
         page = await anext(pages, None)  # one page: the model asks for the next offset when it wants it
