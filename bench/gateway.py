@@ -14,7 +14,9 @@ pre-serialized requests, so the three modes differ only in what is in between:
 
   latency     per round and mode, one conversation whose history is ~`--history-tokens` tokens;
               `--calls` sequential calls, each adding the previous answer and a 1 kB user message.
-              p50/p99 over all rounds, and what each gateway adds to direct.
+              p50/p99 over all rounds, what each gateway adds to direct, and the CPU time per call of
+              every process on the way (`cpu ms`: client, gateway, ctxfold, upstream; /proc/PID/stat):
+              on a machine with fewer cores than busy processes, latency follows it.
   ttfb        the same, streamed: time to the first byte of the answer.
   throughput  `--concurrency` conversations of ~`--throughput-tokens` tokens, a closed loop for
               `--seconds`: requests/s per mode (medians over rounds).
@@ -95,6 +97,12 @@ class Options:
 class Endpoint:
     mode: str
     url: str  # the base URL the client posts /v1/chat/completions to
+    pids: tuple[int, ...]  # the processes that serve it (gateway, ctxfold, upstream): their CPU is its cost
+
+
+def cpu_seconds(pids: tuple[int, ...]) -> float:
+    """CPU time so far of these processes (in clock ticks: time enough calls) and of this one (the client)."""
+    return sum(bl.cpu_seconds(pid) for pid in pids) + time.process_time()
 
 
 def history(tokens: int, tag: str) -> list[dict[str, Any]]:
@@ -214,9 +222,11 @@ def percentile(values: list[float], share: float) -> float:
 
 async def measure_latency(
     http: aiohttp.ClientSession, endpoints: list[Endpoint], options: Options, round_number: int, stream: bool
-) -> dict[str, list[float]]:
-    """Per mode, the seconds of each timed call (to the whole answer; to the first byte when streamed)."""
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Per mode, the seconds of each timed call (to the whole answer; to the first byte when streamed), and
+    the CPU seconds per call of every process on its way (client, gateway, ctxfold, upstream)."""
     out: dict[str, list[float]] = {}
+    cpu: dict[str, float] = {}
     order = endpoints if round_number % 2 == 0 else endpoints[::-1]
     for endpoint in order:
         kind = "ttfb" if stream else "latency"
@@ -224,11 +234,13 @@ async def measure_latency(
         conversation = Conversation(options.history_tokens, tag, options.api, stream)
         await call(http, endpoint, conversation)  # warm-up: the session is created, the history appended
         times = []
+        cpu_before = cpu_seconds(endpoint.pids)
         for _ in range(options.calls):
             whole, first = await call(http, endpoint, conversation)
             times.append(first if stream else whole)
+        cpu[endpoint.mode] = (cpu_seconds(endpoint.pids) - cpu_before) / options.calls
         out[endpoint.mode] = times
-    return out
+    return out, cpu
 
 
 async def measure_throughput(
@@ -384,8 +396,8 @@ def gateway_url(port: int) -> str:
 
 
 @contextlib.asynccontextmanager
-async def http_process(name: str, command: list[str], port: int, log_path: Path) -> AsyncIterator[str]:
-    """A process serving HTTP on `port`, once it answers; stopped afterwards."""
+async def http_process(name: str, command: list[str], port: int, log_path: Path) -> AsyncIterator[tuple[str, int]]:
+    """A process serving HTTP on `port`, once it answers: its URL and pid; stopped afterwards."""
     with log_path.open("ab") as out:
         popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=bl.ctxfold_env())  # noqa: ASYNC220
     url = gateway_url(port)
@@ -398,7 +410,7 @@ async def http_process(name: str, command: list[str], port: int, log_path: Path)
                     async with http.get(f"{url}/v1/models", headers={"Authorization": "Bearer sk-bench"}):
                         break
                 await asyncio.sleep(0.1)
-        yield url
+        yield url, popen.pid
     finally:
         await bl.stop_process(popen)
 
@@ -411,7 +423,7 @@ async def run(options: Options) -> dict[str, Any]:
         fake = [sys.executable, str(bl.REPO / "tests" / "fake_upstream.py"), str(upstream_port)]
         async with contextlib.AsyncExitStack() as stack:
             server = await stack.enter_async_context(bl.serve_process(database, tmp / "server.log", *bl.QUIET))
-            upstream_url = await stack.enter_async_context(
+            upstream_url, upstream_pid = await stack.enter_async_context(
                 http_process("upstream", fake, upstream_port, tmp / "up.log")
             )
 
@@ -420,26 +432,31 @@ async def run(options: Options) -> dict[str, Any]:
                         "--openai-base-url", upstream_url, "--anthropic-base-url", upstream_url, "--mode", mode,
                         "--log-level", "WARNING"]  # fmt: skip
 
-            through_url = await stack.enter_async_context(
+            through_url, through_pid = await stack.enter_async_context(
                 http_process("pass_through", gateway("pass_through", through_port), through_port, tmp / "pt.log")
             )
-            ctxfold_url = await stack.enter_async_context(
+            ctxfold_url, ctxfold_pid = await stack.enter_async_context(
                 http_process("ctxfold", gateway("ctxfold", gateway_port), gateway_port, tmp / "gw.log")
             )
-            endpoints = [Endpoint("direct", upstream_url), Endpoint("pass_through", through_url),
-                         Endpoint("ctxfold", ctxfold_url)]  # fmt: skip
+            endpoints = [Endpoint("direct", upstream_url, (upstream_pid,)),
+                         Endpoint("pass_through", through_url, (through_pid, upstream_pid)),
+                         Endpoint("ctxfold", ctxfold_url, (ctxfold_pid, server.pid, upstream_pid))]  # fmt: skip
             latency: dict[str, list[float]] = {m: [] for m in MODES}
+            cpu: dict[str, list[float]] = {m: [] for m in MODES}
             ttfb: dict[str, list[float]] = {m: [] for m in MODES}
             throughput: dict[str, list[float]] = {m: [] for m in MODES}
             connector = aiohttp.TCPConnector(limit=0)
             async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as http:
                 for number in range(options.rounds):
                     bl.log(f"round {number + 1}/{options.rounds}: latency")
-                    for mode, times in (await measure_latency(http, endpoints, options, number, False)).items():
-                        latency[mode] += times
+                    times, cpu_per_call = await measure_latency(http, endpoints, options, number, False)
+                    for mode in MODES:
+                        latency[mode] += times[mode]
+                        cpu[mode].append(cpu_per_call[mode])
                     bl.log(f"round {number + 1}/{options.rounds}: time to first byte")
-                    for mode, times in (await measure_latency(http, endpoints, options, number, True)).items():
-                        ttfb[mode] += times
+                    times_to_first, _ = await measure_latency(http, endpoints, options, number, True)
+                    for mode in MODES:
+                        ttfb[mode] += times_to_first[mode]
                     bl.log(f"round {number + 1}/{options.rounds}: throughput")
                     for mode, rate in (await measure_throughput(http, endpoints, options, number)).items():
                         throughput[mode].append(rate)
@@ -449,13 +466,14 @@ async def run(options: Options) -> dict[str, Any]:
             if options.api == "chat":
                 bl.log("saving: replaying the trace")
                 saving = await measure_saving(server.address, options)
-    return summarize(options, latency, ttfb, throughput, stall, saving)
+    return summarize(options, latency, ttfb, cpu, throughput, stall, saving)
 
 
 def summarize(
     options: Options,
     latency: dict[str, list[float]],
     ttfb: dict[str, list[float]],
+    cpu: dict[str, list[float]],
     throughput: dict[str, list[float]],
     stall: dict[str, Any],
     saving: dict[str, Any] | None,
@@ -468,6 +486,7 @@ def summarize(
             "p50_ms": ms(latency[mode], 0.5),
             "p99_ms": ms(latency[mode], 0.99),
             "ttfb_p50_ms": ms(ttfb[mode], 0.5),
+            "cpu_ms_per_call": statistics.median(cpu[mode]) * 1000,
             "requests_per_s": statistics.median(throughput[mode]),
         }
         for mode in MODES
@@ -499,7 +518,8 @@ def render(result: dict[str, Any]) -> str:
         f"{options['calls']} calls x "
         f"{options['rounds']} rounds; throughput {options['concurrency']} in flight at "
         f"~{options['throughput_tokens']:,} tokens",
-        f"{'mode':<14}{'p50 ms':>10}{'p99 ms':>10}{'ttfb p50':>10}{'req/s':>10}{'+p50':>9}{'+p99':>9}{'+ttfb':>9}",
+        f"{'mode':<14}{'p50 ms':>10}{'p99 ms':>10}{'ttfb p50':>10}{'req/s':>10}{'+p50':>9}{'+p99':>9}{'+ttfb':>9}"
+        f"{'cpu ms':>9}",
     ]
     for mode in MODES:
         row = table[mode]
@@ -507,7 +527,7 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             f"{mode:<14}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}{row['ttfb_p50_ms']:>10.2f}"
             f"{row['requests_per_s']:>10.1f}{extra['added_p50_ms']:>9.2f}{extra['added_p99_ms']:>9.2f}"
-            f"{extra['ttfb_added_ms']:>9.2f}"
+            f"{extra['ttfb_added_ms']:>9.2f}{row['cpu_ms_per_call']:>9.2f}"
         )
     goals = result["goals"]
 

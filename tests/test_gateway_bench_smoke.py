@@ -25,6 +25,7 @@ def test_the_gateway_benchmark_runs(tmp_path: Path, api: str) -> None:
     document = json.loads(out.read_text())
     assert set(document["modes"]) == {"direct", "pass_through", "ctxfold"}
     assert all(mode["requests_per_s"] > 0 for mode in document["modes"].values())
+    assert all(mode["cpu_ms_per_call"] > 0 for mode in document["modes"].values())  # the client's, at least
     assert document["stall"]["probes"] > 0
     if api == "chat":
         assert document["saving"]["upstream_tokens"] < document["saving"]["agent_tokens"]
