@@ -39,6 +39,7 @@ from ctxfold.engine.maintenance import (
     bound_to_fit,
     decide,
     falls_back,
+    offline_stand_in,
     plan_pass,
     prune,
     prune_room,
@@ -661,6 +662,17 @@ def test_a_failed_model_summary_is_made_again_in_process_only_above_the_hard_cei
     assert falls_back(over.config, over.tokens(), "llm")
     assert not falls_back(fits.config, fits.tokens(), "llm")
     assert not falls_back(over.config, over.tokens(), "extractive")
+
+
+def test_an_offline_fold_is_made_in_process_and_says_why_unless_the_configured_summarizer_is() -> None:
+    fits = in_window(projection(conversation(SMALL)), 0.85)
+    over = in_window(fits, 1.01)
+    offline = Fold(must_fold=True, offline=True)
+    above = offline_stand_in(offline, over.config, over.tokens(), "llm")
+    assert "above the hard ceiling" in above and above.endswith("with extractive at once instead of waiting for llm")
+    assert "(refused by the provider)" in offline_stand_in(offline, fits.config, fits.tokens(), "llm")
+    assert offline_stand_in(offline, over.config, over.tokens(), "extractive") == ""
+    assert offline_stand_in(Fold(must_fold=True), over.config, over.tokens(), "llm") == ""
 
 
 def test_a_fold_goes_on_pass_after_pass_until_the_last_unless_one_fails_or_one_is_all_it_may_make() -> None:

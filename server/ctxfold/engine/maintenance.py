@@ -181,6 +181,19 @@ def falls_back(config: SessionConfig, tokens: int, summarizer: str) -> bool:
     return summarizer != IN_PROCESS_SUMMARIZER and config.above_ceiling(tokens)
 
 
+def offline_stand_in(fold: Fold, config: SessionConfig, tokens: int, summarizer: str) -> str:
+    """Why an `offline` fold of a view of `tokens` is made by the in-process summarizer instead of the
+    configured `summarizer`; "" when `summarizer` makes it (not offline, or it is the in-process one)."""
+    if not fold.offline or summarizer == IN_PROCESS_SUMMARIZER:
+        return ""
+    ceiling = f"above the hard ceiling of {config.hard_limit_tokens} input tokens"
+    sent = f"{tokens} tokens, {ceiling}" if config.above_ceiling(tokens) else "refused by the provider"
+    return (
+        f"background folds are on and no fold prepared in the background covers this view ({sent}): "
+        f"folded with {IN_PROCESS_SUMMARIZER} at once instead of waiting for {summarizer}"
+    )
+
+
 class FoldOutcome(enum.Enum):
     """What one fold came to (the fold span's `ctxfold.fold.outcome`)."""
 

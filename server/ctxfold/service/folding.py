@@ -30,6 +30,7 @@ from ctxfold.engine.maintenance import (
     another_pass,
     falls_back,
     fold_outcome,
+    offline_stand_in,
     plan_pass,
 )
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
@@ -79,17 +80,9 @@ class Folding:
                 f"summarizer {run.config.summarizer!r} is not configured on this server",
                 {"summarizer": run.config.summarizer},
             )
-        summarizer, stand_in = configured, ""
         before = run.projection.tokens()
-        if fold.offline and configured.name != ExtractiveSummarizer.name:
-            summarizer = self._extractive()
-            above = run.config.above_ceiling(before)
-            ceiling = f"above the hard ceiling of {run.config.hard_limit_tokens} input tokens"
-            sent = f"{before} tokens, {ceiling}" if above else "refused by the provider"
-            stand_in = (
-                f"background folds are on and no fold prepared in the background covers this view ({sent}): "
-                f"folded with {summarizer.name} at once instead of waiting for {configured.name}"
-            )
+        stand_in = offline_stand_in(fold, run.config, before, configured.name)
+        summarizer = self._extractive() if stand_in else configured
         keep_tokens = run.request.keep_tokens
         plan = await cpu.run(run.work, plan_pass, run.projection, summarizer.input_window_tokens, keep_tokens)
         if plan.first is None:
