@@ -1,7 +1,7 @@
 """The gateway's side of ContextService, through the Python SDK: one client, each call carrying its
-tenant's token; the sessions this process has seen (their ids, transcript fingerprints and last request, so that
-reconciling a resent history costs no call in the common case and an appended turn is recognized
-by its bytes), reconcile, rewind, prepare."""
+tenant's token; the sessions this process has seen (their ids, transcript fingerprints and last
+request, so that reconciling a resent history costs no call in the common case and an appended turn
+is recognized by its bytes), reconcile, rewind, prepare."""
 
 from __future__ import annotations
 
