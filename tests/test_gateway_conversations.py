@@ -24,7 +24,7 @@ from conftest import free_port, settings_for
 from ctxfold.engine import estimator
 from ctxfold.gateway import contexts as gateway_contexts
 from ctxfold.gateway import handler as gateway_handler
-from ctxfold.gateway import request as gateway_request
+from ctxfold.gateway import pieces as gateway_pieces
 from ctxfold.gateway.app import start_gateway
 from ctxfold.server import start
 from fake_upstream import CHAT, RESPONSES, Call, FakeUpstream, Reply
@@ -114,10 +114,11 @@ async def test_a_history_larger_than_one_request_is_kept_whole(stack: Stack) -> 
 async def test_a_large_request_is_read_reconciled_and_rewritten_off_the_event_loop(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Parsing a history, fingerprinting it, making its new messages canonical and rewriting it take
-    time in proportion to its messages (seconds for a few hundred thousand small ones): for a request
-    of more than `OFFLOAD_MIN_OBJECTS` JSON objects they run in the CPU pool (`ctxfold.cpu`), so other
-    agents' requests go on meanwhile; a smaller one's run at once."""
+    """Parsing a history, fingerprinting it, making its new messages canonical, cutting them into appends
+    and rewriting it take time in proportion to its messages (seconds for a few hundred thousand small
+    ones): for a request of more than `OFFLOAD_MIN_OBJECTS` JSON objects they run in the CPU pool
+    (`ctxfold.cpu`), so other agents' requests go on meanwhile; a smaller one's run at once. A resent
+    request that inserts that many is not read on the loop as an appended turn: it takes the full path."""
     threads: dict[str, list[str]] = {}
 
     def recorded(module: Any, name: str) -> None:
@@ -132,16 +133,19 @@ async def test_a_large_request_is_read_reconciled_and_rewritten_off_the_event_lo
     recorded(gateway_handler, "parsed")
     recorded(gateway_handler, "rewritten_upstream")
     recorded(gateway_contexts, "reconciled_request")
+    recorded(gateway_contexts, "append_batches")
+    recorded(gateway_contexts, "new_pieces")
     agent = client(stack.url, "off-the-loop")
     small = [SYSTEM, {"role": "user", "content": "Count the lines."}]
     await ask(agent, small)
     here = [threading.current_thread().name]
-    assert threads == dict.fromkeys(("parsed", "reconciled_request", "rewritten_upstream"), here), threads
+    small_steps = ("parsed", "reconciled_request", "append_batches", "rewritten_upstream")
+    assert threads == dict.fromkeys(small_steps, here), threads
     threads.clear()
-    lines = range(gateway_request.OFFLOAD_MIN_OBJECTS)
+    lines = range(gateway_pieces.OFFLOAD_MIN_OBJECTS)
     large = [*small, *({"role": "user", "content": f"line {n}"} for n in lines)]
     await ask(agent, [*large, {"role": "user", "content": "Count them now."}])
-    assert threads.keys() == {"parsed", "reconciled_request", "rewritten_upstream"}
+    assert threads.keys() == {"parsed", "reconciled_request", "append_batches", "rewritten_upstream"}
     assert all(name.startswith("ctxfold-cpu") for names in threads.values() for name in names), threads
 
 
@@ -347,6 +351,34 @@ async def test_an_appended_turn_is_spliced_into_the_last_upstream_body_and_anyth
     assert json.dumps(history[-1]).encode() in seen["raw"]
     _, session_id = await post_chat(stack, body, "spliced")
     assert [m.content for m in await stack.transcript(session_id)] == [m["content"] for m in history]
+
+
+async def test_a_resent_request_that_inserts_many_messages_is_read_off_the_event_loop(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recognizing an appended turn by its bytes reads the inserted messages on the event loop (Python per
+    message): a request that inserts more than `OFFLOAD_MIN_OBJECTS` takes the full path, read in the pool."""
+    threads: dict[str, list[str]] = {}
+    for name in ("new_pieces", "reconciled_request"):
+        function = getattr(gateway_contexts, name)
+
+        def call(*args: Any, name: str = name, function: Any = function) -> Any:
+            threads.setdefault(name, []).append(threading.current_thread().name)
+            return function(*args)
+
+        monkeypatch.setattr(gateway_contexts, name, call)
+    history: list[dict[str, Any]] = [LONG_SYSTEM, {"role": "user", "content": "Count the lines."}]
+    body = {"model": "gpt-4.1", "messages": history}
+    await post_chat(stack, body, "many-inserted")
+    history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "A few more:"}]
+    await post_chat(stack, body, "many-inserted")
+    assert "new_pieces" in threads  # recognized by its bytes
+    threads.clear()
+    history += [{"role": "user", "content": f"line {n}"} for n in range(gateway_pieces.OFFLOAD_MIN_OBJECTS + 1)]
+    status, session_id = await post_chat(stack, body, "many-inserted")
+    assert status == 200 and "new_pieces" not in threads, threads
+    assert all(name.startswith("ctxfold-cpu") for name in threads["reconciled_request"]), threads
+    assert len(await stack.transcript(session_id)) == len(history)
 
 
 async def test_conversations_opening_alike_each_continue_their_own_history(stack: Stack) -> None:

@@ -18,7 +18,7 @@ from ctxfold_client import Action, AsyncClient, CallOptions, CtxfoldError, Error
 
 from ctxfold import cpu
 from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation, ViewEntry
-from ctxfold.gateway.pieces import Json, Piece, request_fingerprints
+from ctxfold.gateway.pieces import Json, Piece, request_fingerprints, work_size
 from ctxfold.gateway.reconcile import Plan, reconcile
 from ctxfold.gateway.resent import Forwarded, continued, grew_by, inserted, new_items
 from ctxfold.gateway.settings import GatewaySettings
@@ -160,12 +160,12 @@ def new_pieces(api: ApiFormat, forwarded: Forwarded, middle: bytes) -> tuple[Pie
 
 def reconciled_request(
     api: ApiFormat, conversation: Conversation, fingerprints: list[str], known_json: bytes
-) -> tuple[list[str], bytes, Plan, list[Message]]:
+) -> tuple[list[str], bytes, Plan, list[list[Message]]]:
     """The request's fingerprints and their JSON (`request_fingerprints`), how it continues a
-    transcript of `fingerprints`, and the canonical messages it appends."""
+    transcript of `fingerprints`, and the canonical messages it appends, in `append_batches`."""
     request, request_json = request_fingerprints(api.api, conversation.pieces, fingerprints, known_json)
     plan = reconcile(fingerprints, request)
-    return request, request_json, plan, [api.canonical(piece) for piece in conversation.pieces[plan.keep :]]
+    return request, request_json, plan, append_batches([api.canonical(p) for p in conversation.pieces[plan.keep :]])
 
 
 @dataclass(frozen=True)
@@ -228,7 +228,7 @@ class Contexts:
         self, token: str, key: str, api: ApiFormat, conversation: Conversation, new: NewSession, size: int
     ) -> Prepared:
         """Reconciles the request's history with the session's transcript (its fingerprints and new
-        messages made in the CPU pool when `size`, as `handler.work_size`, says so) and prepares."""
+        messages made in the CPU pool when `size`, as `pieces.work_size`, says so) and prepares."""
         state = await self._state(token, key, api, new)
         async with state.lock:
             try:
@@ -242,10 +242,13 @@ class Contexts:
                 raise CtxfoldError.client(grpc.StatusCode.ABORTED, ErrorReason.CONCURRENT_MODIFICATION, why) from None
 
     def resent(self, api: ApiFormat, bucket: Bucket, raw: bytes) -> Resent | None:
-        """The session whose last request `raw` repeats with new messages inserted, if this process has it."""
+        """The session whose last request `raw` repeats with new messages inserted, if this process has it;
+        None too when they are many (reading them is Python per message: the full path does it off the loop)."""
         for state in self._buckets.get(bucket, ()):
             forwarded = state.forwarded
             middle = inserted(forwarded, raw) if forwarded is not None else None
+            if middle is not None and work_size(middle):
+                return None
             if forwarded is not None and middle is not None:
                 pieces = new_pieces(api, forwarded, middle)
                 if pieces is None:
@@ -317,11 +320,11 @@ class Contexts:
         self, state: SessionState, api: ApiFormat, conversation: Conversation, size: int
     ) -> Prepared:
         reconciled = await cpu.run(size, reconciled_request, api, conversation, state.fingerprints, state.known_json)
-        request, request_json, plan, append = reconciled
+        request, request_json, plan, batches = reconciled
         if plan.rewind:
             await self.client.rewind(state.session_id, plan.keep, **state.call)
             self._remember(state, state.fingerprints[: plan.keep], b"", None)
-        *leading, last = append_batches(append) or [[]]
+        *leading, last = batches or [[]]
         head_seq = plan.keep
         for batch in leading:  # a history longer than one append: all but its last batch appended alone
             stored = await self.client.append_messages(state.session_id, batch, **state.call)
@@ -337,7 +340,7 @@ class Contexts:
             state=state,
             prepares=state.prepares,
             view=view,
-            appended=len(append),
+            appended=sum(len(batch) for batch in batches),
             rewound_to=plan.keep if plan.rewind else None,
             observe=self._observes(state, view),
         )

@@ -25,9 +25,9 @@ from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
 from ctxfold.gateway.identity import api_key_digest, api_key_of, context_window, session_key
-from ctxfold.gateway.pieces import compact_json
+from ctxfold.gateway.pieces import compact_json, work_size
 from ctxfold.gateway.read_rounds import Exchange, ReadRounds, ViewTooLong, read_reserve
-from ctxfold.gateway.request import SESSION_HEADER, Caller, Incoming, Read, parsed, rewritten_upstream, work_size
+from ctxfold.gateway.request import SESSION_HEADER, Caller, Incoming, Read, parsed, rewritten_upstream
 from ctxfold.gateway.resent import BUCKET_BYTES, likely_grows
 from ctxfold.gateway.settings import GatewaySettings, key_sha256, load_tenants
 from ctxfold.gateway.upstream import Opened, Upstream, UpstreamUnreachable, forwarded_headers, json_response

@@ -14,8 +14,22 @@ from typing import Any, NamedTuple
 import orjson
 from ctxfold_client import Message, ProviderPayload, Role
 
+from ctxfold import cpu
+
 Json = Any  # a value parsed from JSON: dict, list, str, int, float, bool or None
 CACHE_CONTROL = "cache_control"
+# Requests of more JSON objects than this are read, reconciled and rewritten in the CPU pool
+# (`work_size`): up to ~20 ms of the event loop at once, against a thread hop per step beyond (in
+# `bench/gateway.py --api anthropic`, which always takes the full path, hops cost 15-20 % of req/s).
+OFFLOAD_MIN_OBJECTS = 1000
+
+
+def work_size(raw: bytes) -> int:
+    """The size `cpu.run` is told of the work on a request's history: at least its threshold when the
+    JSON has more than `OFFLOAD_MIN_OBJECTS` objects, else 0. That work (pieces, fingerprints, canonical
+    messages, the rewritten view) is Python per message, ~20 µs each, and every message is at least one
+    object; per byte it is orjson's and hashlib's, fast in C. Fewer run at once: a hop costs more."""
+    return max(len(raw), cpu.OFFLOAD_MIN_BYTES) if raw.count(b"{") > OFFLOAD_MIN_OBJECTS else 0
 
 
 class Piece(NamedTuple):

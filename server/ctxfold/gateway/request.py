@@ -11,17 +11,12 @@ import orjson
 from aiohttp import web
 from ctxfold_client import Role
 
-from ctxfold import cpu
 from ctxfold.gateway.contexts import Bucket, Prepared, view_entries
 from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, Conversation
 from ctxfold.gateway.read_rounds import offers_read_tool, with_read_tool
 from ctxfold.gateway.resent import BUCKET_BYTES, Forwarded, history_close, split_json
 
 SESSION_HEADER = "x-ctxfold-session"
-# Requests of more JSON objects than this are read, reconciled and rewritten in the CPU pool
-# (`work_size`): up to ~20 ms of the event loop at once, against a thread hop per step beyond (in
-# `bench/gateway.py --api anthropic`, which always takes the full path, hops cost 15-20 % of req/s).
-OFFLOAD_MIN_OBJECTS = 1000
 
 
 @dataclass(frozen=True)
@@ -50,14 +45,6 @@ class Read:
     conversation: Conversation
     body: dict[str, Any] | None = None
     work: int = 0
-
-
-def work_size(raw: bytes) -> int:
-    """The size `cpu.run` is told of the work on a request's history: at least its threshold when the
-    JSON has more than `OFFLOAD_MIN_OBJECTS` objects, else 0. That work (pieces, fingerprints, canonical
-    messages, the rewritten view) is Python per message, ~20 µs each, and every message is at least one
-    object; per byte it is orjson's and hashlib's, fast in C. Fewer run at once: a hop costs more."""
-    return max(len(raw), cpu.OFFLOAD_MIN_BYTES) if raw.count(b"{") > OFFLOAD_MIN_OBJECTS else 0
 
 
 def parsed(api: ApiFormat, raw: bytes) -> tuple[dict[str, Any], Conversation]:
