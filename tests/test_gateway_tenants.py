@@ -67,7 +67,7 @@ async def test_tenants_come_from_the_key_map_or_the_header(tmp_path: Path) -> No
         await server.stop(grace=0.5)
 
 
-async def test_many_tokens_share_one_connection_to_ctxfold(tmp_path: Path) -> None:
+async def test_many_tokens_share_one_channel_to_ctxfold(tmp_path: Path) -> None:
     """Every `x-ctxfold-token` a caller sends (valid, forged or malformed) is one call's credential on the
     gateway's one channel to ctxfold: it holds no client per token (a channel and a view cache, ~20 kB each,
     kept for good), so callers rotating tokens cannot make it grow without bound."""

@@ -247,16 +247,15 @@ class Contexts:
         for state in self._buckets.get(bucket, ()):
             forwarded = state.forwarded
             middle = inserted(forwarded, raw) if forwarded is not None else None
-            if middle is not None and work_size(middle):
+            if forwarded is None or middle is None:
+                continue
+            pieces = None if work_size(middle) else new_pieces(api, forwarded, middle)
+            if pieces is None:
                 return None
-            if forwarded is not None and middle is not None:
-                pieces = new_pieces(api, forwarded, middle)
-                if pieces is None:
-                    return None
-                self._buckets.move_to_end(bucket)
-                self._sessions.move_to_end(state.key)  # kept: an evicted session keeps no request (`_remember`)
-                upstream = forwarded.upstream_head + middle + forwarded.upstream_tail
-                return Resent(state, forwarded, middle, pieces, upstream)
+            self._buckets.move_to_end(bucket)
+            self._sessions.move_to_end(state.key)  # kept: an evicted session keeps no request (`_remember`)
+            upstream = forwarded.upstream_head + middle + forwarded.upstream_tail
+            return Resent(state, forwarded, middle, pieces, upstream)
         return None
 
     async def prepare_resent(self, api: ApiFormat, resent: Resent, reserve: int) -> Prepared | None:
