@@ -23,12 +23,10 @@ from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, ToolCall
 from ctxfold.server import RunningServer
-from ctxfold.service.transcript import message_rows
 from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Stale, Written
 from ctxfold.store.append_postgres import PostgresAppender
 from ctxfold.store.append_sqlite import INLINE_MAX_BYTES, write_size
-from ctxfold.store.rows import MessageRow
-from ctxfold.store.tool_results import raw_results
+from ctxfold.store.rows import MessageRow, message_rows, raw_results
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import transcript
@@ -71,7 +69,7 @@ async def write(record: SessionRecord, rows: list[MessageRow], revision: int, re
         if rows
         else record
     )
-    raw = tuple(raw_results(rows))
+    raw = raw_results(rows)
     return AppendWrite(record, replace(after, update_time=now), messages, raw, request_id, Bookkeeping("{}", revision))
 
 

@@ -41,6 +41,7 @@ from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.service import folding as service_folding
 from ctxfold.service import maintenance as service_maintenance
 from ctxfold.service import transcript as service_transcript
+from ctxfold.store import rows as store_rows
 from ctxfold.summarizers import extractive
 from ctxfold.telemetry import INSTRUMENTS
 from ctxfold.v1 import context_service_pb2 as pb
@@ -181,7 +182,7 @@ async def test_a_large_append_is_checked_and_counted_off_the_event_loop(
         return call
 
     for name in ("validate_new_messages", "message_rows"):
-        monkeypatch.setattr(service_transcript, name, recorded(name, getattr(service_transcript, name)))
+        monkeypatch.setattr(store_rows, name, recorded(name, getattr(store_rows, name)))
     config = pb.SessionConfig(context_window=1_000_000)
     session = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session
     content = "héllo wörld, 你好 " * (cpu.OFFLOAD_MIN_BYTES // 8)
@@ -458,7 +459,7 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
         engine_projection, "build_view", lambda config, tokens, checkpoint, kept, after, *_: len(kept) + len(after)
     )
     recorded(service_transcript, "append", lambda context, _: len(context.projection.messages))
-    recorded(service_transcript, "message_rows", lambda messages, _: len(messages))
+    recorded(store_rows, "message_rows", lambda messages, _: len(messages))
     recorded(service_maintenance, "decide", lambda snapshot, _: len(snapshot.projection.messages))
     recorded(service_folding, "plan_pass", lambda projection, *_: len(projection.messages))
     recorded(service_folding, "record_fold", lambda notes, previous, messages, *_: len(messages))

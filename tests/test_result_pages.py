@@ -21,7 +21,7 @@ from ctxfold.engine.tool_results import MAX_PAGE_BYTES
 from ctxfold.server import RunningServer, start
 from ctxfold.store import Store, schema
 from ctxfold.store.database import create_engine
-from ctxfold.store.tool_results import CHUNK_BYTES
+from ctxfold.store.rows import CHUNK_BYTES
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_tool_results import append_result, chunk_text, read
 

@@ -15,7 +15,7 @@ from conftest import fresh_database, settings_for
 from ctxfold.engine.estimator import message_tokens
 from ctxfold.engine.model import ToolCall
 from ctxfold.server import RunningServer, start
-from ctxfold.store.tool_results import CHUNK_BYTES
+from ctxfold.store.rows import CHUNK_BYTES
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error

@@ -32,7 +32,7 @@ from ctxfold.server import RunningServer
 from ctxfold.server import start as start_server
 from ctxfold.store import schema
 from ctxfold.store.database import create_engine
-from ctxfold.store.tool_results import CHUNK_BYTES
+from ctxfold.store.rows import CHUNK_BYTES
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error

@@ -10,28 +10,16 @@ from ctxfold import cpu
 from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append, append_work
 from ctxfold.engine.errors import DomainError, invalid, kept_changing
-from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, text_chars
-from ctxfold.engine.transcript import AppendLimits, keeps_raw_result, stored_form, validate_new_messages
+from ctxfold.engine.model import NewMessage, StoredMessage, text_chars
+from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.paging import decode_token, encode_token, page_size
 from ctxfold.store import Store
 from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Stale
 from ctxfold.store.append import Written as WrittenRows
-from ctxfold.store.rows import EncodedResult, MessageRow, new_id, new_result_ref
-from ctxfold.store.tool_results import raw_results
+from ctxfold.store.rows import EncodedResult, append_rows
 
 MAX_REQUEST_ID_CHARS = 128
-
-
-def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[MessageRow]:
-    """The rows of an append (ids, bounded contents, token counts; large texts counted in the counting
-    process: call it from a worker of `cpu.run`)."""
-    return [
-        MessageRow(
-            *stored_form(m, config, new_id("m"), new_result_ref() if keeps_raw_result(m.role) else "", cpu.count_text)
-        )
-        for m in messages
-    ]
 
 
 # An append that keeps losing compare-and-swap races (or whose cached context keeps being behind) gives
@@ -78,16 +66,8 @@ class Transcript:
             raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
         async with self.contexts.turns.hold(session_id):
             context = await self.contexts.load(tenant, session_id)
-            limits, config = self.limits, context.config
-
-            def rows_and_results() -> tuple[list[MessageRow], tuple[EncodedResult, ...]]:
-                # Checking measures UTF-8 sizes, which copies each non-ASCII text (~10 ms per 16 MiB).
-                validate_new_messages(messages, limits, request.field)
-                rows = message_rows(messages, config)
-                return rows, tuple(raw_results(rows))
-
             work = text_chars(messages) + len(messages) * cpu.MESSAGE_WORK_BYTES
-            rows, results = await cpu.run(work, rows_and_results)
+            rows, results = await cpu.run(work, append_rows, messages, context.config, self.limits, request.field)
             request = replace(request, messages=tuple(r.message for r in rows))
             return await self._write(context, request_id, request, results)
 

@@ -10,9 +10,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import zstandard
+
+from ctxfold import cpu
 from ctxfold.engine.briefing import FoldNotes
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.model import Author, ProviderPayload, Role, StoredMessage, ToolCall, Usage
+from ctxfold.engine.model import (
+    Author,
+    NewMessage,
+    ProviderPayload,
+    Role,
+    SessionConfig,
+    StoredMessage,
+    ToolCall,
+    Usage,
+)
+from ctxfold.engine.tool_results import sha256_hex
+from ctxfold.engine.transcript import AppendLimits, keeps_raw_result, stored_form, validate_new_messages
 from ctxfold.engine.view import Checkpoint
 
 
@@ -185,6 +199,77 @@ def result_values(
 ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """The tool_results rows of encoded raw results in `segment_id`, and their tool_result_chunks rows."""
     return [{**r.row, "segment_id": segment_id} for r in results], [c for r in results for c in r.chunks]
+
+
+# ---- an append's rows and raw results ---------------------------------------------------------------
+
+# Raw results below this size are stored uncompressed; compression costs more than it saves.
+_COMPRESS_MIN_BYTES = 1024
+ZSTD_LEVEL = 3
+# Longer results are stored in chunks of this many raw bytes, each compressed on its own, so a page read
+# (at most 24 KiB) costs at most two chunks or one whole result of at most one chunk, whatever the size.
+CHUNK_BYTES = 64 << 10
+
+
+def append_rows(
+    messages: Sequence[NewMessage], config: SessionConfig, limits: AppendLimits, field: str
+) -> tuple[list[MessageRow], tuple[EncodedResult, ...]]:
+    """The rows of an append of `messages`, checked first (errors name `field`), and their raw results. A large
+    append's are made in a worker of `cpu.run`: checking measures UTF-8 sizes, which copies each non-ASCII text
+    (~10 ms per 16 MiB), and large texts are counted in the counting process."""
+    validate_new_messages(messages, limits, field)
+    rows = message_rows(messages, config)
+    return rows, raw_results(rows)
+
+
+def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[MessageRow]:
+    """The rows of an append: ids, bounded contents, token counts."""
+    return [
+        MessageRow(
+            *stored_form(m, config, new_id("m"), new_result_ref() if keeps_raw_result(m.role) else "", cpu.count_text)
+        )
+        for m in messages
+    ]
+
+
+def raw_results(rows: Sequence[MessageRow]) -> tuple[EncodedResult, ...]:
+    """The raw results of an append's rows, compressed and hashed. A user message's result is its content
+    (raw_bytes 0)."""
+    return tuple(_raw_result(r) for r in rows if r.message.result_ref)
+
+
+def _raw_result(row: MessageRow) -> EncodedResult:
+    """The stored raw result of a tool message; not truncated, its content is the raw result."""
+    message = row.message
+    if row.raw is None:
+        return encode_result(message.result_ref, message.id, message.content.encode(), inline=True)
+    return encode_result(message.result_ref, message.id, row.raw)
+
+
+def encode_result(ref: str, message_id: str, raw: bytes, *, inline: bool = False) -> EncodedResult:
+    """How `raw` is stored: only its identity when it is the message content (`inline`) of at most one
+    chunk, whole when small, else in independently compressed chunks. The sha256 is of the whole result."""
+    row: dict[str, object] = {
+        "ref": ref,
+        "message_id": message_id,
+        "codec": "inline",
+        "data": b"",
+        "total_bytes": len(raw),
+        "sha256": sha256_hex(raw),
+        "chunk_bytes": None,
+    }
+    if inline and len(raw) <= CHUNK_BYTES:
+        return EncodedResult(row, [])
+    if len(raw) < _COMPRESS_MIN_BYTES:
+        return EncodedResult({**row, "codec": "identity", "data": raw}, [])
+    # A compressor per call: they are not thread-safe, and encoding runs in the CPU pool's workers.
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    view = memoryview(raw)
+    chunks: list[dict[str, object]] = [
+        {"ref": ref, "chunk_index": index, "data": compressor.compress(view[start : start + CHUNK_BYTES])}
+        for index, start in enumerate(range(0, len(raw), CHUNK_BYTES))
+    ]
+    return EncodedResult({**row, "codec": "zstd_chunks", "chunk_bytes": CHUNK_BYTES}, chunks)
 
 
 # ---- checkpoints --------------------------------------------------------------------------------

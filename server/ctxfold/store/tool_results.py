@@ -1,5 +1,5 @@
-"""Raw tool results (and user messages and fold documents, stored the same way): how one is encoded
-(inline, whole or in independently compressed chunks), inserted, and read back a page at a time."""
+"""Raw tool results (and user messages and fold documents, stored the same way): inserted as `store/rows.py`
+encodes them (inline, whole or in independently compressed chunks) and read back a page at a time."""
 
 from __future__ import annotations
 
@@ -13,53 +13,11 @@ from ctxfold import cpu
 from ctxfold.engine.candidate import FoldDocument
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import DomainError, Kind, not_found
-from ctxfold.engine.tool_results import RawSpan, page_span, sha256_hex
+from ctxfold.engine.tool_results import RawSpan, page_span
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase
 from ctxfold.store.lineage import in_history, in_ranges, session_live_ranges
-from ctxfold.store.rows import EncodedResult, MessageRow, RawResult, result_values
-
-# zstd (de)compressor objects are not thread-safe, and (de)compression runs in worker threads: one
-# object per call (they are cheap to make).
-ZSTD_LEVEL = 3
-# Raw results below this size are stored uncompressed; compression costs more than it saves.
-_COMPRESS_MIN_BYTES = 1024
-# Longer results are stored in chunks of this many raw bytes, each compressed on its own, so a page read
-# (at most 24 KiB) costs at most two chunks or one whole result of at most one chunk, whatever the size.
-CHUNK_BYTES = 64 << 10
-
-
-def encode_result(ref: str, message_id: str, raw: bytes, *, inline: bool = False) -> EncodedResult:
-    """How `raw` is stored: only its identity when it is the message content (`inline`) of at most one
-    chunk, whole when small, else in independently compressed chunks. The sha256 is of the whole result."""
-    row: dict[str, object] = {
-        "ref": ref,
-        "message_id": message_id,
-        "codec": "inline",
-        "data": b"",
-        "total_bytes": len(raw),
-        "sha256": sha256_hex(raw),
-        "chunk_bytes": None,
-    }
-    if inline and len(raw) <= CHUNK_BYTES:
-        return EncodedResult(row, [])
-    if len(raw) < _COMPRESS_MIN_BYTES:
-        return EncodedResult({**row, "codec": "identity", "data": raw}, [])
-    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    view = memoryview(raw)
-    chunks: list[dict[str, object]] = [
-        {"ref": ref, "chunk_index": index, "data": compressor.compress(view[start : start + CHUNK_BYTES])}
-        for index, start in enumerate(range(0, len(raw), CHUNK_BYTES))
-    ]
-    return EncodedResult({**row, "codec": "zstd_chunks", "chunk_bytes": CHUNK_BYTES}, chunks)
-
-
-def _raw_result(row: MessageRow) -> EncodedResult:
-    """The stored raw result of a tool message; not truncated, its content is the raw result."""
-    message = row.message
-    if row.raw is None:
-        return encode_result(message.result_ref, message.id, message.content.encode(), inline=True)
-    return encode_result(message.result_ref, message.id, row.raw)
+from ctxfold.store.rows import EncodedResult, RawResult, encode_result, result_values
 
 
 def _decompress_span(chunks: Sequence[bytes], first_start: int, start: int, stop: int) -> bytes:
@@ -67,12 +25,6 @@ def _decompress_span(chunks: Sequence[bytes], first_start: int, start: int, stop
     decompressor = zstandard.ZstdDecompressor()
     joined = b"".join(decompressor.decompress(chunk) for chunk in chunks)
     return joined[start - first_start : stop - first_start]
-
-
-def raw_results(rows: Sequence[MessageRow]) -> list[EncodedResult]:
-    """The raw results of an append's rows, compressed and hashed (before its write, and large ones off the
-    event loop: the caller's worker step). A user message's result is its content (raw_bytes 0)."""
-    return [_raw_result(r) for r in rows if r.message.result_ref]
 
 
 async def insert_results(conn: AsyncConnection, segment_id: str, results: Sequence[EncodedResult]) -> None:
@@ -134,7 +86,7 @@ class ToolResultStore(StoreBase):
             if row.codec == "zstd_chunks":
                 data = await self._chunked_span(conn, ref, row.chunk_bytes, start, stop)
             elif row.codec in ("inline", "identity"):
-                # Kept whole: at most CHUNK_BYTES (see CHUNK_BYTES), no more than a chunked read costs.
+                # Kept whole: at most CHUNK_BYTES (see rows.CHUNK_BYTES), no more than a chunked read costs.
                 data = (await self._whole_raw(conn, ref, row.codec, row.message_id))[start:stop]
             else:
                 raise DomainError(Kind.INTERNAL, "STORAGE_CORRUPT", f"unknown codec {row.codec!r} for {ref}")
