@@ -19,6 +19,7 @@ import aiohttp
 import openai
 import orjson
 import pytest
+from ctxfold_client import Action, Message, Role, View
 
 from conftest import free_port, settings_for
 from ctxfold.engine import estimator
@@ -540,15 +541,38 @@ async def next_turn(stack: Stack, history: list[dict[str, Any]], session: str) -
 async def test_kept_request_bytes_stay_within_their_budget_the_least_recently_used_going_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gateway_contexts, "MAX_KEPT_BYTES", 40_000)  # room for one conversation's request
+    """A session's last request and the SDK's view of it (about 40 kB here) count in one budget: when it is full,
+    the least recently used session's go, its next request takes the full path and its Prepare answers the
+    whole view. Without the views counted, a gateway kept a view per session for up to 4,096 sessions."""
+    monkeypatch.setattr(gateway_contexts, "MAX_KEPT_BYTES", 50_000)  # room for one conversation's, not two
     async for running in make_stack(tmp_path):
+        contexts = running.gateway.gateway.contexts
         a, b = ([LONG_SYSTEM, {"role": "user", "content": f"task {name} " + "z" * 9000}] for name in "ab")
         await next_turn(running, a, "a")
         assert await next_turn(running, a, "a")
-        await next_turn(running, b, "b")  # b's request is kept: a's, the least recently used, goes
+        await next_turn(running, b, "b")  # b's request and view are kept: a's, the least recently used, go
         assert await next_turn(running, b, "b")
+        ids = {state.key[1].rpartition(":")[2]: state.session_id for state in contexts._sessions.values()}
+        assert [contexts.client.last_view(ids[name]) is not None for name in ("a", "b")] == [False, True]
+        assert contexts._kept_bytes <= gateway_contexts.MAX_KEPT_BYTES
         assert not await next_turn(running, a, "a")  # the full path, and a is kept again
         assert await next_turn(running, a, "a")
+        assert [contexts.client.last_view(ids[name]) is not None for name in ("a", "b")] == [True, False]
+        assert [m.content for m in await running.transcript(ids["a"])] == [m["content"] for m in a]
+
+
+def test_a_views_bytes_are_counted_from_what_it_grew_by_or_whole_after_a_fold() -> None:
+    def view(version: int, *contents: str) -> View:
+        messages = tuple(Message(role=Role.USER, content=c) for c in contents)
+        return View(messages=messages, estimated_tokens=0, view_version=version, action=Action.NONE)
+
+    per_message = gateway_contexts.VIEW_MESSAGE_BYTES
+    first = gateway_contexts.view_bytes(view(2, "ab", "cde"), 0, 0)
+    assert first == 5 + 2 * per_message
+    grown = view(3, "ab", "cde", "f")
+    assert gateway_contexts.view_bytes(grown, 2, 1_000_000) == 1_000_000 + 1 + per_message  # the new message only
+    folded = view(1 << 32 | 2, "summary", "f")  # a new generation: counted whole
+    assert gateway_contexts.view_bytes(folded, 3, 1_000_000) == 8 + 2 * per_message
 
 
 async def hang_up_after(url: str, path: str, body: dict[str, Any], last_event: bytes) -> bytes:

@@ -28,15 +28,19 @@ log = logging.getLogger("ctxfold.gateway")
 # Sessions whose fingerprints a gateway process keeps (about 40 bytes per message); an evicted one
 # costs one ListMessages when its agent comes back.
 MAX_SESSIONS = 4096
-# Views the SDK keeps (one per session) so that Prepare answers with deltas.
+# Views the SDK keeps (one per session) so that Prepare answers with deltas; their bytes count in
+# `MAX_KEPT_BYTES` too, and a session's view goes with its kept request.
 VIEW_CACHE_SIZE = 4096
+# A view message's objects beyond its text, as the budget counts them (the server's cache counts 1 KiB too).
+VIEW_MESSAGE_BYTES = 1024
 # Usage is reported for calibration, which moves slowly: at most this often per session, and after
 # every prune or fold (the view the estimate describes changed). Each ObserveUsage is a few writes
 # on the server, as costly as the Prepare itself.
 OBSERVE_INTERVAL_SECONDS = 30.0
-# The bytes of sessions' last requests kept, all sessions together: the JSON of their pieces for
-# `request_fingerprints` and the requests `resent` recognizes. The least recently used sessions'
-# go first (their next request then takes the full path).
+# The bytes of sessions' last requests and views kept, all sessions together: the JSON of their pieces
+# for `request_fingerprints`, the requests `resent` recognizes and the SDK's view of each. The least
+# recently used sessions' go first (their next request then takes the full path, its Prepare answers the
+# whole view).
 MAX_KEPT_BYTES = 256 << 20
 # Sessions a bucket of `resent` holds (requests with the same scope and first bytes).
 MAX_BUCKET_SESSIONS = 32
@@ -55,6 +59,16 @@ def message_chars(message: Message) -> int:
     payload = message.provider_payload
     arguments = sum(len(call.arguments) for call in message.tool_calls)
     return len(message.content) + len(message.reasoning_content) + arguments + (len(payload.json) if payload else 0)
+
+
+def view_bytes(view: View, known_version: int, known_bytes: int) -> int:
+    """The memory of `view` as the budget counts it: from `known_bytes` (of the view of `known_version`) and the
+    messages beyond it when the view only grew from that one (the same generation), else every message's."""
+    generation, count = divmod(view.view_version, 1 << 32)
+    known_generation, known_count = divmod(known_version, 1 << 32)
+    grown = known_version and generation == known_generation and count >= known_count
+    messages = view.messages[known_count:] if grown else view.messages
+    return (known_bytes if grown else 0) + sum(message_chars(m) + VIEW_MESSAGE_BYTES for m in messages)
 
 
 def append_batches(messages: Sequence[Message]) -> list[list[Message]]:
@@ -107,6 +121,9 @@ class SessionState:
     observed_at: float | None = None  # when usage was last reported (monotonic seconds)
     forwarded: Forwarded | None = None  # its last request, when its next one may be recognized by bytes
     prepares: int = 0  # Prepares this process made for it
+    view_version: int = 0  # of the SDK's view of it, when kept
+    view_bytes: int = 0  # that view's, as `view_bytes` counts them
+    counted_bytes: int = 0  # its bytes in the gateway's count (`Contexts._recount`)
 
     @property
     def call(self) -> CallOptions:
@@ -115,7 +132,13 @@ class SessionState:
 
     @property
     def kept_bytes(self) -> int:
-        return len(self.known_json) + (self.forwarded.size if self.forwarded is not None else 0)
+        return len(self.known_json) + (self.forwarded.size if self.forwarded is not None else 0) + self.view_bytes
+
+    def viewed(self, view: View) -> None:
+        """After a Prepare: `view` is the SDK's view of the session."""
+        self.view_bytes = view_bytes(view, self.view_version, self.view_bytes)
+        self.view_version = view.view_version
+        self.prepares += 1
 
 
 @dataclass(frozen=True)
@@ -271,7 +294,7 @@ class Contexts:
             if len(append_batches(append)) > 1:
                 return None
             view = await self.client.prepare(state.session_id, append, **state.call)
-            state.prepares += 1
+            state.viewed(view)
             # The transcript is the forwarded history, fingerprinted: the new messages follow it.
             if not view.appended or view.appended[0].seq != len(state.fingerprints) + 1:
                 await self._reload(state)
@@ -297,7 +320,7 @@ class Contexts:
         state = refused.state
         async with state.lock:
             view = await self.client.prepare(state.session_id, overflow=True, **state.call)
-            state.prepares += 1
+            state.viewed(view)
             self._remember(state, state.fingerprints, state.known_json, None)
             return replace(
                 refused, prepares=state.prepares, view=view, observe=self._observes(state, view), upstream=None
@@ -331,7 +354,7 @@ class Contexts:
                 raise TranscriptMoved
             head_seq += len(batch)
         view = await self.client.prepare(state.session_id, last, **state.call)
-        state.prepares += 1
+        state.viewed(view)
         if last and (not view.appended or view.appended[0].seq != head_seq + 1):
             raise TranscriptMoved
         self._remember(state, request, request_json, None)
@@ -370,9 +393,7 @@ class Contexts:
         state = SessionState(cache_key, session.id, fingerprints, session.config.tool_content_max_bytes)
         self._sessions[cache_key] = state
         if len(self._sessions) > MAX_SESSIONS:
-            _, evicted = self._sessions.popitem(last=False)
-            self._kept_bytes -= evicted.kept_bytes
-            evicted.known_json, evicted.forwarded = b"", None
+            self._forget(self._sessions.popitem(last=False)[1])
         return state
 
     async def _reload(self, state: SessionState) -> None:
@@ -387,16 +408,27 @@ class Contexts:
     def _remember(
         self, state: SessionState, fingerprints: list[str], known_json: bytes, forwarded: Forwarded | None
     ) -> None:
-        if self._sessions.get(state.key) is not state:  # evicted while it was prepared: it keeps no bytes
-            known_json, forwarded = b"", None
-        before = state.kept_bytes
-        state.fingerprints, state.known_json, state.forwarded = fingerprints, known_json, forwarded
-        self._kept_bytes += state.kept_bytes - before
+        state.fingerprints = fingerprints
+        if self._sessions.get(state.key) is not state:  # evicted while it was prepared: it keeps nothing
+            self._forget(state)
+            return
+        state.known_json, state.forwarded = known_json, forwarded
+        self._recount(state)
         for other in self._sessions.values():  # least recently used first
             if self._kept_bytes <= MAX_KEPT_BYTES:
                 break
-            self._kept_bytes -= other.kept_bytes
-            other.known_json, other.forwarded = b"", None
+            self._forget(other)
+
+    def _forget(self, state: SessionState) -> None:
+        """Drops what this process keeps of a session but its fingerprints: its last request and the SDK's view
+        (its next Prepare answers the whole view)."""
+        state.known_json, state.forwarded, state.view_version, state.view_bytes = b"", None, 0, 0
+        self._recount(state)
+        self.client.forget_view(state.session_id)
+
+    def _recount(self, state: SessionState) -> None:
+        self._kept_bytes += state.kept_bytes - state.counted_bytes
+        state.counted_bytes = state.kept_bytes
 
 
 def unreachable(error: Exception) -> bool:
