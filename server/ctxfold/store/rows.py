@@ -1,6 +1,7 @@
 """The store's records and the one row mapper of each: every query that reads a session, a message or a
 checkpoint row turns it into its record here, and every insert of a message or a checkpoint takes its
-columns from here, so a new field is added in one place (plus its schema column)."""
+columns from here, so a new field is added in one place (plus its schema column). An append's rows and raw
+results are made here too, before its write (`append_rows`)."""
 
 from __future__ import annotations
 
