@@ -24,6 +24,10 @@ pre-serialized requests, so the three modes differ only in what is in between:
               a hostile one) sent to the ctxfold gateway while another client asks it for /v1/models
               every 10 ms: how long that request took, and the longest wait of the others meanwhile
               (the gateway parses, reconciles and rewrites a large request in its CPU pool).
+  memory      `--memory-sessions` conversations of ~`--history-tokens` tokens sent to the ctxfold gateway,
+              three calls each (the history appended, then two turns: the gateway keeps each session's
+              last request and the SDK's view of it): its RSS every tenth of them, against its
+              kept-bytes budget (`MAX_KEPT_BYTES`). It levels off once the sessions fill the budget.
   saving      a recorded agent trace replayed through the gateway at a `--replay-window` window: tokens
               the agent sent against tokens the upstream received, and both billed with `ctxfold
               replay`'s prompt-cache simulator and price sheet (GPT-5, OpenAI's cache rules).
@@ -63,6 +67,7 @@ import orjson
 sys.path.insert(0, str(bl.REPO / "tests"))
 from ctxfold.engine import estimator
 from ctxfold.gateway.app import start_gateway
+from ctxfold.gateway.contexts import MAX_KEPT_BYTES
 from ctxfold.gateway.settings import GatewaySettings
 from ctxfold.replay import trace as replay_trace
 from ctxfold.replay.prices import BUILT_IN
@@ -91,6 +96,7 @@ class Options:
     trace: Path
     api: str = "chat"  # the provider API the agent speaks (`PATHS`); the saving is replayed for "chat" only
     stall_messages: int = 50_000  # messages of the stall request
+    memory_sessions: int = 300  # conversations of the memory phase
 
 
 @dataclass
@@ -305,6 +311,21 @@ async def measure_stall(http: aiohttp.ClientSession, url: str, messages: int) ->
             "probes": len(waits)}  # fmt: skip
 
 
+async def measure_memory(http: aiohttp.ClientSession, endpoint: Endpoint, options: Options) -> dict[str, Any]:
+    """The gateway's RSS (MiB) before and after every tenth of `options.memory_sessions` conversations of
+    three calls each."""
+    gateway_pid, sessions = endpoint.pids[0], options.memory_sessions
+    samples = [(0, bl.rss_kib(gateway_pid) >> 10)]
+    for number in range(sessions):
+        conversation = Conversation(options.history_tokens, f"memory-{number}", options.api)
+        for _ in range(3):
+            await call(http, endpoint, conversation)
+        if (number + 1) % max(1, sessions // 10) == 0 or number + 1 == sessions:
+            samples.append((number + 1, bl.rss_kib(gateway_pid) >> 10))
+    return {"sessions": sessions, "history_tokens": options.history_tokens, "rss_mib": samples,
+            "kept_bytes_budget_mib": MAX_KEPT_BYTES >> 20}  # fmt: skip
+
+
 # ---- the saving over a recorded trace -------------------------------------------------------------
 
 
@@ -462,11 +483,13 @@ async def run(options: Options) -> dict[str, Any]:
                         throughput[mode].append(rate)
                 bl.log(f"stall: one request of {options.stall_messages:,} messages")
                 stall = await measure_stall(http, ctxfold_url, options.stall_messages)
+                bl.log(f"memory: {options.memory_sessions} conversations")
+                memory = await measure_memory(http, endpoints[-1], options)
             saving = None
             if options.api == "chat":
                 bl.log("saving: replaying the trace")
                 saving = await measure_saving(server.address, options)
-    return summarize(options, latency, ttfb, cpu, throughput, stall, saving)
+    return summarize(options, latency, ttfb, cpu, throughput, stall, memory, saving)
 
 
 def summarize(
@@ -476,6 +499,7 @@ def summarize(
     cpu: dict[str, list[float]],
     throughput: dict[str, list[float]],
     stall: dict[str, Any],
+    memory: dict[str, Any],
     saving: dict[str, Any] | None,
 ) -> dict[str, Any]:
     def ms(values: list[float], share: float) -> float:
@@ -508,7 +532,7 @@ def summarize(
         "throughput_ratio": ratio >= GOALS["throughput_ratio"],
     }
     return {"options": {**asdict(options), "trace": str(options.trace)}, "modes": table, "added": added,
-            "throughput_ratio": ratio, "goals": goals, "stall": stall, "saving": saving}  # fmt: skip
+            "throughput_ratio": ratio, "goals": goals, "stall": stall, "memory": memory, "saving": saving}  # fmt: skip
 
 
 def render(result: dict[str, Any]) -> str:
@@ -546,6 +570,12 @@ def render(result: dict[str, Any]) -> str:
         f"{stall['seconds']:.2f} s; /v1/models meanwhile p50 {stall['probe_p50_ms']:.1f} ms, longest "
         f"{stall['probe_max_ms']:.0f} ms ({stall['probes']} probes)"
     )
+    memory = result["memory"]
+    lines.append(
+        f"memory: gateway RSS {' / '.join(str(rss) for _, rss in memory['rss_mib'])} MiB after "
+        f"{' / '.join(str(n) for n, _ in memory['rss_mib'])} conversations of ~{memory['history_tokens']:,} tokens "
+        f"(kept-bytes budget {memory['kept_bytes_budget_mib']} MiB)"
+    )
     saving = result["saving"]
     if saving is None:
         return "\n".join([*lines, "saving: replayed with --api chat only"])
@@ -571,14 +601,15 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, default=bl.DEFAULT_TRACES / "openhands-django-11149.json")
     parser.add_argument("--api", choices=sorted(PATHS), default="chat", help="the provider API the agent speaks")
     parser.add_argument("--stall-messages", type=bl.positive_int, default=50_000, help="messages of the stall request")
+    parser.add_argument("--memory-sessions", type=bl.positive_int, default=300, help="conversations, memory phase")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the result as JSON to PATH")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes, one round")
     args = parser.parse_args()
     options = Options(args.rounds, args.calls, args.seconds, args.concurrency, args.history_tokens,
                       args.throughput_tokens, args.replay_window, args.trace, args.api,
-                      args.stall_messages)  # fmt: skip
+                      args.stall_messages, args.memory_sessions)  # fmt: skip
     if args.quick:
-        options = Options(1, 3, 0.5, 4, 4000, 2000, args.replay_window, args.trace, args.api, 2000)
+        options = Options(1, 3, 0.5, 4, 4000, 2000, args.replay_window, args.trace, args.api, 2000, 3)
     result = asyncio.run(run(options))
     print(render(result))
     if args.json:
