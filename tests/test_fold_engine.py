@@ -27,7 +27,15 @@ from ctxfold.engine.folded_index import FoldedIndex
 from ctxfold.engine.instructions import HEAD_CHARS, INSTRUCTION_CHARS, Instruction, Shown, within_budget
 from ctxfold.engine.maintenance import FoldOutcome, fold_outcome
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
-from ctxfold.engine.view import anchor_shares, bounded_anchor, build_view, call_groups, opening_end
+from ctxfold.engine.projection import Projection
+from ctxfold.engine.view import (
+    MAX_OPENING_USER_MESSAGES,
+    anchor_shares,
+    bounded_anchor,
+    build_view,
+    call_groups,
+    opening_end,
+)
 
 _seq = itertools.count(1)
 
@@ -318,6 +326,22 @@ def test_a_large_task_anchor_is_bounded_with_a_reference() -> None:
     small = StoredMessage("s", 2, Role.USER, "note", 5)
     assert anchor_shares([task, small], 4000) == {"s": 5, "t": 3995}
     assert opening_end([task], SessionConfig(context_window=16000, disable_task_anchor=True)) == 0
+
+
+def test_the_opening_ends_after_its_first_user_messages() -> None:
+    """Many user messages before the first answer: the first `MAX_OPENING_USER_MESSAGES` are the opening,
+    the rest are ordinary messages, so a view extended by one more costs that message, not a rebuild."""
+    config = SessionConfig(context_window=32000)
+    system = StoredMessage("s", 1, Role.SYSTEM, "Be brief.", 3)
+    said = [StoredMessage(f"u{n}", n, Role.USER, f"message {n}", 4, result_ref=f"tr_{n:016d}") for n in range(2, 40)]
+    assert opening_end([system, *said], config) == MAX_OPENING_USER_MESSAGES + 1
+    assert opening_end([system, *said[:3]], config) == 4
+    assert opening_end([system, *said], SessionConfig(context_window=32000, disable_task_anchor=True)) == 1
+    projection = Projection(config, 0, 0, 1.0, None, (), (system, *said), {})
+    assert len(projection.view()) == len(said) + 1
+    more = StoredMessage("u40", 40, Role.USER, "one more", 4, result_ref="tr_0000000000000040")
+    grown = projection.extended([more])
+    assert grown.has_view and grown.view() == [*projection.view(), *build_view(config, 0, None, [], [more], {})]
 
 
 def test_instructions_over_their_budget_are_shown_by_their_head_then_listed_in_the_index() -> None:

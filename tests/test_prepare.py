@@ -12,7 +12,7 @@ import grpc
 import pytest
 from sqlalchemy import update
 
-from builders import assistant, call, compact, create_session, prepare, result, user
+from builders import append, assistant, call, compact, create_session, prepare, result, user
 from conftest import fresh_database, settings_for
 from ctxfold.server import RunningServer, start
 from ctxfold.store import schema
@@ -454,6 +454,28 @@ async def test_a_long_interactive_session_keeps_answering_and_every_decision_rea
         offset, complete = page.next_offset, page.complete
     shown = "\n".join(m.content for m in view)
     assert all(m.content in readable or m.content in shown for m in said if m.role == pb.ROLE_USER)
+
+
+async def test_many_messages_before_the_first_answer_fold_past_the_opening(stub: pb_grpc.ContextServiceStub) -> None:
+    """A session that takes in many user messages before its first answer (a channel bot) keeps its
+    first few as the opening anchors and folds the rest like any later message: Prepare answers within
+    the window, and every message is still in the transcript. (All of them were anchors, which no fold
+    shrinks: every Prepare failed with CONTEXT_BUDGET_UNSATISFIED.)"""
+    session = await create_session(stub, context_window=32000)
+    channel = [user(f"[#general] alice: message {n} " + "lorem ipsum dolor " * 20) for n in range(1500)]
+    for first in range(0, len(channel), 500):
+        await append(stub, session.id, *channel[first : first + 500])
+    outcome = await prepare(stub, session.id, user("@bot what did the channel decide?"))
+    view = outcome.result
+    assert view.action == pb.ACTION_FOLDED
+    assert view.estimated_tokens <= view.hard_limit_tokens
+    summaries = [n for n, m in enumerate(view.messages) if m.summary]
+    assert len(summaries) == 1
+    opening = [m.content for m in view.messages[: summaries[0]]]  # the anchors, before the summary
+    assert opening == [m.content for m in channel[: len(opening)]] and 1 <= len(opening) <= 8
+    assert [m.content for m in (await transcript(stub, session.id))[:1500]] == [m.content for m in channel]
+    answered = await prepare(stub, session.id, assistant("They decided to ship on Friday."), user("thanks"))
+    assert answered.result.action == pb.ACTION_NONE
 
 
 async def test_the_callers_author_decides_whose_messages_become_standing_instructions(

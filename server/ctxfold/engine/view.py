@@ -25,6 +25,10 @@ ANCHOR_WINDOW_SHARE = 0.25
 ANCHOR_MAX_TOKENS = 8000
 # Of a bounded anchor, the head keeps this share (the ask is usually stated first).
 ANCHOR_HEAD_SHARE = 0.75
+# The opening ends after this many user messages: a session that takes in many before its first answer
+# (a channel bot, an imported chat) kept them all as anchors, which no fold shrinks (1,500 at a 32k
+# window: every Prepare failed). Recorded agents open with one or two.
+MAX_OPENING_USER_MESSAGES = 8
 EMPTY: Mapping[str, int] = MappingProxyType({})
 
 
@@ -115,14 +119,18 @@ def summary_message(checkpoint: Checkpoint | None) -> list[ViewMessage]:
 
 def opening_end(messages: Sequence[StoredMessage], config: SessionConfig) -> int:
     """The seq of the last message of the opening — the system and user messages before the agent's
-    first answer (the task, and whatever else the person sent with it). With the task anchor
-    disabled only an opening system message counts."""
-    end = 0
+    first answer (the task, and whatever else the person sent with it), at most
+    `MAX_OPENING_USER_MESSAGES` user messages. With the task anchor disabled only an opening system
+    message counts."""
+    end, users = 0, 0
+    limit = 0 if config.disable_task_anchor else MAX_OPENING_USER_MESSAGES
     for message in messages:
         if message.role is Role.ASSISTANT or message.role is Role.TOOL or message.seq != end + 1:
             break
-        if message.role is Role.USER and config.disable_task_anchor:
-            break
+        if message.role is Role.USER:
+            if users == limit:
+                break
+            users += 1
         end = message.seq
     return end
 
