@@ -1,22 +1,27 @@
 """The gateway under the official `anthropic` Python SDK: thinking blocks whose signatures arrive
 byte-exact, images (described in canonical, counted by Anthropic's formula), streams, cache
-breakpoints within the provider's four."""
+breakpoints within the provider's four, appended turns recognized by their bytes while the agent
+moves its breakpoints."""
 
 from __future__ import annotations
 
 import base64
 import struct
 import zlib
+from typing import Any
 
 import anthropic
 import orjson
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ctxfold.gateway.attachments import anthropic_image_tokens
 from ctxfold.gateway.formats.anthropic_messages import MAX_BREAKPOINTS, _count_breakpoints
+from ctxfold.gateway.pieces import without_cache_control
 from fake_upstream import MESSAGES, Call, Reply
 from gateway_fixtures import Stack, stack
+from test_telemetry import spans
 
-__all__ = ["stack"]
+__all__ = ["spans", "stack"]
 
 SIGNATURE = "EqQBCkgIBRABGAIiQJ3+/sig/with=odd+bytes" + "A" * 64
 
@@ -137,3 +142,64 @@ async def test_the_one_million_token_beta_gives_a_new_session_that_window(stack:
     session = await stack.ctxfold.get_session(answer.headers["x-ctxfold-session"])
     assert session.config.context_window == 1_000_000
     assert "context-1m-2025-08-07" in stack.upstream.last(MESSAGES).headers.get("anthropic-beta", "")
+
+
+def marked_turns(body: dict[str, Any]) -> list[int]:
+    """The indices of the messages that carry a cache breakpoint."""
+    return [n for n, m in enumerate(body["messages"]) if "cache_control" in orjson.dumps(m["content"]).decode()]
+
+
+async def test_turns_are_recognized_by_bytes_while_the_agent_moves_its_breakpoint(
+    stack: Stack, spans: InMemorySpanExporter
+) -> None:
+    """The agent marks its last turn each time, as Claude Code does. Its appended turns are still
+    recognized by their bytes (sent upstream while the Prepare runs: the history is not parsed again),
+    thinking signatures arrive byte-exact, and the upstream gets the agent's history with breakpoints
+    at the end of the previous view (its stable prefix) and at the last turn, beside the agent's own
+    on the system prompt."""
+    agent = client(stack, "moving-breakpoints")
+    calls = [
+        Reply(text="", thinking=((f"step {n}", SIGNATURE),), calls=(Call(f"toolu_{n}", "bash", "{}"),))
+        for n in range(4)
+    ]
+    stack.upstream.reply(MESSAGES, *calls)
+    marked = {"type": "ephemeral"}
+    system = [{"type": "text", "text": "You are a careful coding agent. " * 12, "cache_control": marked}]
+    messages: list[dict[str, Any]] = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Fix a.py: " + "it fails. " * 30, "cache_control": marked}],
+        }
+    ]
+    for turn in range(4):
+        spans.clear()
+        answer = await agent.messages.create(
+            model="claude-sonnet-4-6", max_tokens=512, system=system, messages=messages
+        )  # type: ignore[arg-type]
+        seen = stack.upstream.last(MESSAGES)
+        sent = seen.body
+        assert without_cache_control(sent["messages"]) == without_cache_control(messages), turn
+        assert sent["system"] == system and _count_breakpoints(sent) <= MAX_BREAKPOINTS
+        gateway = next(s for s in spans.get_finished_spans() if s.name == "chat claude-sonnet-4-6")
+        early = dict(gateway.attributes or {}).get("ctxfold.gateway.early_call")
+        if turn:  # the first request creates the session: read whole
+            assert early == "used", turn
+            assert marked_turns(sent) == [len(messages) - 3, len(messages) - 1], turn
+            assert f'"signature":"{SIGNATURE}"'.encode() in seen.raw
+        for message in messages:  # the agent keeps one breakpoint, on its last turn
+            for block in message["content"]:
+                block.pop("cache_control", None)
+        messages.append({"role": "assistant", "content": [block.model_dump() for block in answer.content]})
+        result = {
+            "type": "tool_result",
+            "tool_use_id": f"toolu_{turn}",
+            "content": f"output {turn}",
+            "cache_control": marked,
+        }
+        messages.append({"role": "user", "content": [result]})
+    session_id = (
+        await agent.messages.with_raw_response.create(
+            model="claude-sonnet-4-6", max_tokens=512, system=system, messages=messages
+        )
+    ).headers["x-ctxfold-session"]  # type: ignore[arg-type]
+    assert len(await stack.transcript(session_id)) == 1 + len(messages)  # the system prompt, then every turn's pieces

@@ -1,5 +1,6 @@
 """A resent request recognized by its bytes (`gateway/resent.py`), directly: where a request's
-history closes, what a resent request inserts, when a view only grew, the upstream body's cut."""
+history closes, what a resent request inserts, when a view only grew, the upstream body's cut, and
+Anthropic's breakpoints (left out of the comparison, moved with the turns upstream)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from ctxfold_client import Action, Message, Role, View
 
 from ctxfold.engine import estimator
 from ctxfold.gateway import resent
-from ctxfold.gateway.formats import Conversation
+from ctxfold.gateway.formats import Conversation, Spliced, split_json
+from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
+from ctxfold.gateway.pieces import without_cache_control
 from ctxfold.gateway.resent import (
     Forwarded,
     continued,
@@ -21,7 +24,7 @@ from ctxfold.gateway.resent import (
     inserted,
     likely_grows,
     new_items,
-    split_json,
+    spliced,
 )
 
 HISTORY = [{"role": "system", "content": "You are careful."}, {"role": "user", "content": "Fix a.py"}]
@@ -79,7 +82,7 @@ def forwarded_of(body: dict[str, Any], encode: Any = compact, view: View | None 
     head, tail = split_json(body, "messages")
     conversation = Conversation(pieces=(), model="gpt-4.1", stream=False, max_output_tokens=0, tools=())
     shown = view or view_of(Message(role=Role.SYSTEM, content="s", seq=1))
-    return Forwarded(raw[:close], raw[close:], head, tail, conversation, Role.USER, shown, False)
+    return Forwarded(raw[:close], raw[close:], Spliced(head, -1), tail, conversation, Role.USER, shown, False)
 
 
 @pytest.mark.parametrize("encode", [compact, spaced])
@@ -90,8 +93,8 @@ def test_a_resent_request_inserts_its_new_messages_and_nothing_else(encode: Any)
     middle = inserted(forwarded, resent)
     assert middle is not None and middle[:1] == b","
     assert new_items(middle) == [NEW, NEW]
-    spliced = forwarded.upstream_head + middle + forwarded.upstream_tail
-    assert orjson.loads(spliced) == {**body, "messages": [*HISTORY, NEW, NEW]}
+    upstream = spliced(forwarded, Spliced(middle, -1), b"")
+    assert orjson.loads(upstream) == {**body, "messages": [*HISTORY, NEW, NEW]}
 
 
 @pytest.mark.parametrize(
@@ -140,8 +143,9 @@ def test_a_view_grew_only_when_its_prefix_is_the_forwarded_view_and_the_new_mess
     summary = Message(role=Role.SYSTEM, content="summary", seq=0, summary=True)
     assert not grew_by(forwarded, view_of(shown[0], summary, *appended), appended, reserve=0)
     middle = b',{"role":"user","content":"n"}'
-    after = continued(forwarded, middle, view_of(*shown, *appended), Role.USER)
-    assert after.head == forwarded.head + middle and after.upstream_head == forwarded.upstream_head + middle
+    after = continued(forwarded, middle, Spliced(middle, -1), view_of(*shown, *appended), Role.USER)
+    assert after.head == forwarded.head + middle
+    assert after.upstream_head == Spliced(forwarded.upstream_head.json + middle, -1)
     assert after.tail == forwarded.tail and after.view.messages[-1] is appended[0]
 
 
@@ -157,3 +161,62 @@ def test_a_view_likely_grows_while_the_new_bytes_cannot_reach_the_trigger_or_the
     # A request offering the read tool keeps its room: else it is rewritten without it.
     assert not likely_grows(forwarded_at(7_999), middle, tool_content_max_bytes=4096, reserve=1)
     assert resent.MAX_CALIBRATION == estimator.MAX_CALIBRATION  # the server's, which the gateway does not import
+
+
+MARK = {"type": "ephemeral"}
+
+
+@pytest.mark.parametrize("encode", [compact, spaced])
+def test_anthropic_requests_are_compared_without_their_breakpoints(encode: Any) -> None:
+    body = {
+        "system": [{"cache_control": MARK, "type": "text", "text": "Rules."}],  # the object's first member
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": 'say "cache_control": {}', "cache_control": MARK}]},
+            {"role": "assistant", "content": [{"cache_control": MARK}]},  # its only member
+        ],
+        "tools": [{"name": "bash", "cache_control": {"type": "ephemeral", "ttl": "1h"}, "input_schema": {}}],
+    }  # fmt: skip
+    comparable = AnthropicMessages().comparable(encode(body))
+    assert orjson.loads(comparable) == without_cache_control(body)
+    assert b'say \\"cache_control\\": {}' in comparable  # text is text
+    assert AnthropicMessages().comparable(encode(without_cache_control(body))) == comparable
+
+
+def test_an_anthropic_body_spliced_moves_its_two_breakpoints_with_the_turns() -> None:
+    """The upstream body of each resent request: the previous one with the new turns inserted, a breakpoint
+    at the end of the previous body's last turn (now the end of its stable prefix) and at the new last turn,
+    none elsewhere in the history; the system prompt's as the full path left them."""
+    api = AnthropicMessages()
+    history = [{"role": "user", "content": "Fix a.py", "cache_control": MARK}, {"role": "assistant", "content": "ok"}]
+    history[1]["content"] = [{"type": "text", "text": "ok", "cache_control": MARK}]
+    body = {"model": "claude-sonnet-4-6", "system": [{"type": "text", "text": "Rules.", "cache_control": MARK}],
+            "messages": [*history, {"role": "user", "content": [{"type": "text", "text": "and b.py"}]}]}  # fmt: skip
+    cut = api.history_cut(body)
+    assert cut is not None
+    head, tail = cut
+    forwarded = Forwarded(b"", b"", head, tail, Conversation((), "m", False, 0, ()), Role.USER, view_of(), False)
+    sent = list(body["messages"])
+    for turn in range(3):
+        blocks = [
+            {"type": "tool_result", "tool_use_id": f"t{turn}", "content": "x"},
+            {"type": "thinking", "thinking": "t"},
+        ]
+        new = [{"role": "assistant", "content": f"done {turn}"}, {"role": "user", "content": blocks}]
+        middle = b"," + b",".join(orjson.dumps(item) for item in new)
+        items = api.spliced_items(middle, new)
+        upstream = orjson.loads(spliced(forwarded, items, api.breakpoint))
+        sent += new
+        assert without_cache_control(upstream) == without_cache_control({**body, "messages": sent})
+        marks = [n for n, m in enumerate(upstream["messages"]) if b"cache_control" in orjson.dumps(m)]
+        count = len(upstream["messages"])
+        assert marks == [count - 3, count - 1]
+        assert upstream["messages"][-1]["content"][0]["cache_control"] == MARK  # not on the thinking block
+        assert upstream["system"] == body["system"]
+        forwarded = continued(forwarded, middle, items, view_of(), Role.USER)
+
+
+def test_no_anthropic_body_is_kept_for_splicing_when_its_two_breakpoints_would_be_too_many() -> None:
+    marked_tools = [{"name": f"t{n}", "input_schema": {}, "cache_control": MARK} for n in range(3)]
+    body = {"tools": marked_tools, "messages": [{"role": "user", "content": "hi"}]}
+    assert AnthropicMessages().history_cut(body) is None
+    assert AnthropicMessages().history_cut({**body, "tools": marked_tools[:2]}) is not None

@@ -17,10 +17,10 @@ import orjson
 from ctxfold_client import Action, AsyncClient, CallOptions, CtxfoldError, ErrorReason, Message, SessionConfig, View
 
 from ctxfold import cpu
-from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation, ViewEntry
+from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation, Spliced, ViewEntry
 from ctxfold.gateway.pieces import Json, Piece, request_fingerprints, work_size
 from ctxfold.gateway.reconcile import Plan, reconcile
-from ctxfold.gateway.resent import Forwarded, continued, grew_by, inserted, new_items
+from ctxfold.gateway.resent import Forwarded, continued, grew_by, inserted, new_items, spliced
 from ctxfold.gateway.settings import GatewaySettings
 
 log = logging.getLogger("ctxfold.gateway")
@@ -165,18 +165,18 @@ class Resent:
     forwarded: Forwarded
     middle: bytes
     pieces: tuple[Piece, ...]
-    upstream: bytes  # the forwarded upstream body with `middle` inserted: sent when the view only grows
+    items: Spliced  # what the upstream gets of `middle`
+    upstream: bytes  # the forwarded upstream body with `items` inserted: sent when the view only grows
 
 
-def new_pieces(api: ApiFormat, forwarded: Forwarded, middle: bytes) -> tuple[Piece, ...] | None:
-    """The pieces the inserted bytes add to the forwarded request's history: None unless they are
-    JSON items the API reads as whole new pieces."""
-    items = new_items(middle)
+def new_pieces(api: ApiFormat, forwarded: Forwarded, items: list[Json]) -> tuple[Piece, ...] | None:
+    """The pieces the inserted items add to the forwarded request's history: None unless the API reads
+    them as whole new pieces."""
     try:
-        added = api.conversation({api.history_key: items}) if items is not None else None
+        added = api.conversation({api.history_key: items})
     except BadRequest:
         return None
-    if added is None or added.not_reconciled or not added.pieces:
+    if added.not_reconciled or not added.pieces:
         return None
     return None if api.joins(forwarded.last_role, added.pieces[0].role) else added.pieces
 
@@ -272,13 +272,15 @@ class Contexts:
             middle = inserted(forwarded, raw) if forwarded is not None else None
             if forwarded is None or middle is None:
                 continue
-            pieces = None if work_size(middle) else new_pieces(api, forwarded, middle)
-            if pieces is None:
+            items = None if work_size(middle) else new_items(middle)
+            pieces = new_pieces(api, forwarded, items) if items is not None else None
+            if items is None or pieces is None:
                 return None
             self._buckets.move_to_end(bucket)
             self._sessions.move_to_end(state.key)  # kept: an evicted session keeps no request (`_remember`)
-            upstream = forwarded.upstream_head + middle + forwarded.upstream_tail
-            return Resent(state, forwarded, middle, pieces, upstream)
+            upstream_items = api.spliced_items(middle, items)
+            upstream = spliced(forwarded, upstream_items, api.breakpoint)
+            return Resent(state, forwarded, middle, pieces, upstream_items, upstream)
         return None
 
     async def prepare_resent(self, api: ApiFormat, resent: Resent, reserve: int) -> Prepared | None:
@@ -301,7 +303,7 @@ class Contexts:
                 return None
             grown = grew_by(forwarded, view, view.appended, reserve)
             fingerprints = [*state.fingerprints, *(fingerprint_of(message) for message in append)]
-            after = continued(forwarded, resent.middle, view, pieces[-1].role) if grown else None
+            after = continued(forwarded, resent.middle, resent.items, view, pieces[-1].role) if grown else None
             self._remember(state, fingerprints, b"", after)
             return Prepared(
                 state=state,

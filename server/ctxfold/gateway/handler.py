@@ -130,7 +130,7 @@ class Gateway:
     # ---- the three APIs ----------------------------------------------------------------------------
 
     def bucket(self, api: ApiFormat, caller: Caller, headers: Mapping[str, str], raw: bytes) -> Bucket | None:
-        """Where `Contexts.resent` looks for the sessions whose last request `raw` may repeat."""
+        """Where `Contexts.resent` looks for the sessions whose last request `raw` (as it is compared) may repeat."""
         if not api.history_key or len(raw) <= BUCKET_BYTES:
             return None
         api_key = api_key_digest(caller.api_key)  # never the key itself
@@ -142,8 +142,9 @@ class Gateway:
         if self.settings.mode == "pass_through":
             return await self.upstream.relay(request, self.base_url(api.provider) + request.path_qs, raw, {})
         caller = self.caller(request.headers)
-        bucket = self.bucket(api, caller, request.headers, raw)
-        resent = self.contexts.resent(api, bucket, raw) if bucket is not None else None
+        comparable = api.comparable(raw) if api.history_key else raw
+        bucket = self.bucket(api, caller, request.headers, comparable)
+        resent = self.contexts.resent(api, bucket, comparable) if bucket is not None else None
         try:
             # A resent request's fields are the forwarded request's, byte for byte.
             read = Read(resent.forwarded.conversation) if resent is not None else await self._read_whole(api, raw)
@@ -161,7 +162,7 @@ class Gateway:
             span.set_attribute("ctxfold.gateway.api", api.api)
             if conversation.not_reconciled:
                 return await self._unchanged(api, request, raw, conversation.not_reconciled)
-            incoming = Incoming(api, request, raw, caller, bucket, window)
+            incoming = Incoming(api, request, raw, comparable, caller, bucket, window)
             return await self._with_ctxfold(incoming, read, resent)
 
     async def _read_whole(self, api: ApiFormat, raw: bytes) -> Read:

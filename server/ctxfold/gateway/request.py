@@ -12,9 +12,9 @@ from aiohttp import web
 from ctxfold_client import Role
 
 from ctxfold.gateway.contexts import Bucket, Prepared, view_entries
-from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, Conversation
+from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, Conversation, Spliced
 from ctxfold.gateway.read_rounds import offers_read_tool, with_read_tool
-from ctxfold.gateway.resent import BUCKET_BYTES, Forwarded, history_close, split_json
+from ctxfold.gateway.resent import BUCKET_BYTES, Forwarded, history_close
 
 SESSION_HEADER = "x-ctxfold-session"
 
@@ -32,6 +32,7 @@ class Incoming:
     api: ApiFormat
     request: web.Request
     raw: bytes
+    comparable: bytes  # `raw` as `resent` compares it (`ApiFormat.comparable`)
     caller: Caller
     bucket: Bucket | None  # where its continuation will be looked for (None: never recognized by bytes)
     window: int
@@ -65,21 +66,21 @@ def upstream_request(
 
 
 def forwarded(
-    incoming: Incoming, body: dict[str, Any], conversation: Conversation, upstream: tuple[bytes, bytes],
+    incoming: Incoming, body: dict[str, Any], conversation: Conversation, upstream: tuple[Spliced, bytes],
     prepared: Prepared, offers_read: bool,
 ) -> Forwarded | None:  # fmt: skip
     """The request as `resent` recognizes its continuation: when its history is found in its bytes,
     and its session key stays the same as messages are appended (without the header, the key is
     derived from the first user message: one must be there)."""
-    close = history_close(incoming.raw, body, incoming.api.history_key)
+    close = history_close(incoming.comparable, body, incoming.api.history_key)
     if close is None or close < BUCKET_BYTES or not conversation.pieces or not prepared.view.messages:
         return None
     keyed = incoming.request.headers.get(SESSION_HEADER) or any(p.role is Role.USER for p in conversation.pieces)
     if not keyed:
         return None
     return Forwarded(
-        head=incoming.raw[:close],
-        tail=incoming.raw[close:],
+        head=incoming.comparable[:close],
+        tail=incoming.comparable[close:],
         upstream_head=upstream[0],
         upstream_tail=upstream[1],
         conversation=replace(conversation, pieces=()),
@@ -97,8 +98,10 @@ def rewritten_upstream(
     api = incoming.api
     offers_read = read_rounds and offers_read_tool(prepared, conversation, api)
     rewritten = upstream_request(api, body, conversation, prepared, offers_read)
-    if not api.history_key or incoming.bucket is None:
+    cut = api.history_cut(rewritten) if api.history_key and incoming.bucket is not None else None
+    if cut is None:
         return orjson.dumps(rewritten), offers_read, None
-    upstream = split_json(rewritten, api.history_key)
-    kept = forwarded(incoming, body, conversation, upstream, prepared, offers_read)
-    return upstream[0] + upstream[1], offers_read, kept
+    kept = forwarded(incoming, body, conversation, cut, prepared, offers_read)
+    # Where the API places breakpoints, the body this request sends has them all (`rewritten`).
+    (head, _), tail = cut
+    return head + tail if not api.breakpoint else orjson.dumps(rewritten), offers_read, kept

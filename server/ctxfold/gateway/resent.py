@@ -3,10 +3,11 @@
 Agents resend their whole request on every call, the new messages appended. When a request is the
 session's previous one with bytes inserted just before the closing bracket of its history, and
 nothing else changed, only the inserted bytes are parsed; when the view then only grew by those
-messages, the upstream gets the previous upstream body with the same bytes inserted at the same
+messages, the upstream gets the previous upstream body with the same items inserted at the same
 place. An appended turn costs a byte comparison of the history (memcmp) and work in proportion to
 the new messages: the history is never parsed, hashed or serialized again. Anything else (an edit,
-another field changed, a prune or a fold) takes the full path. Pure."""
+another field changed, a prune or a fold) takes the full path. Anthropic's requests are compared
+without their cache breakpoints, and the upstream's two move with the turns (`ApiFormat.breakpoint`). Pure."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any
 import orjson
 from ctxfold_client import Message, Role, View
 
-from ctxfold.gateway.formats import Conversation
+from ctxfold.gateway.formats import Conversation, Spliced
 
 # With its scope, a request's first bytes find the sessions whose last request may be its prefix.
 BUCKET_BYTES = 256
@@ -33,9 +34,9 @@ class Forwarded:
     """A session's last request as the agent sent it and as the upstream got it, each cut just
     before the closing bracket of its history."""
 
-    head: bytes
+    head: bytes  # as `ApiFormat.comparable` has them
     tail: bytes
-    upstream_head: bytes
+    upstream_head: Spliced  # where its last turn's breakpoint goes: the end of the next body's stable prefix
     upstream_tail: bytes
     conversation: Conversation  # its fields other than the pieces (they are not kept)
     last_role: Role  # its history's last piece's
@@ -44,14 +45,7 @@ class Forwarded:
 
     @property
     def size(self) -> int:
-        return len(self.head) + len(self.tail) + len(self.upstream_head) + len(self.upstream_tail)
-
-
-def split_json(body: dict[str, Any], key: str) -> tuple[bytes, bytes]:
-    """`body` as JSON (its `key` array first), cut just before that array's closing bracket."""
-    rest = orjson.dumps({k: v for k, v in body.items() if k != key})
-    items = orjson.dumps(body[key])
-    return b'{"' + key.encode() + b'":' + items[:-1], b"]" + (b"," + rest[1:] if rest != b"{}" else b"}")
+        return len(self.head) + len(self.tail) + len(self.upstream_head.json) + len(self.upstream_tail)
 
 
 def history_close(raw: bytes, body: dict[str, Any], key: str) -> int | None:
@@ -125,12 +119,29 @@ def likely_grows(forwarded: Forwarded, middle: bytes, tool_content_max_bytes: in
     return fits and len(middle) <= tool_content_max_bytes
 
 
-def continued(forwarded: Forwarded, middle: bytes, view: View, last_role: Role) -> Forwarded:
-    """The forwarded request after the resent one, `middle` adding pieces up to one of `last_role`, went upstream."""
+def spliced(forwarded: Forwarded, items: Spliced, breakpoint: bytes) -> bytes:
+    """The upstream body of a resent request: the forwarded one with the new `items` inserted, and
+    `breakpoint` where each says (the forwarded body's last turn then ends the stable prefix)."""
+    return b"".join([*_with_breakpoint(forwarded.upstream_head, breakpoint), *_with_breakpoint(items, breakpoint),
+                     forwarded.upstream_tail])  # fmt: skip
+
+
+def _with_breakpoint(json: Spliced, breakpoint: bytes) -> list[bytes | memoryview]:
+    if json.breakpoint_at < 0:
+        return [json.json]
+    whole = memoryview(json.json)
+    return [whole[: json.breakpoint_at], breakpoint, whole[json.breakpoint_at :]]
+
+
+def continued(forwarded: Forwarded, middle: bytes, items: Spliced, view: View, last_role: Role) -> Forwarded:
+    """The forwarded request after the resent one, `middle` adding pieces up to one of `last_role` (`items`
+    upstream), went upstream."""
+    head = forwarded.upstream_head.json
+    at = len(head) + items.breakpoint_at if items.breakpoint_at >= 0 else -1
     return Forwarded(
         head=forwarded.head + middle,
         tail=forwarded.tail,
-        upstream_head=forwarded.upstream_head + middle,
+        upstream_head=Spliced(head + items.json, at),
         upstream_tail=forwarded.upstream_tail,
         conversation=forwarded.conversation,
         last_role=last_role,

@@ -52,6 +52,21 @@ class CacheHints:
     stable_messages: int  # leading view messages unchanged since the previous view
 
 
+class Spliced(NamedTuple):
+    """Upstream JSON that `resent` splices, and where in it the cache breakpoint of its last turn goes
+    (-1: nowhere; only Anthropic's requests carry breakpoints)."""
+
+    json: bytes
+    breakpoint_at: int
+
+
+def split_json(body: dict[str, Any], key: str) -> tuple[bytes, bytes]:
+    """`body` as JSON (its `key` array first), cut just before that array's closing bracket."""
+    rest = orjson.dumps({k: v for k, v in body.items() if k != key})
+    items = orjson.dumps(body[key])
+    return b'{"' + key.encode() + b'":' + items[:-1], b"]" + (b"," + rest[1:] if rest != b"{}" else b"}")
+
+
 @dataclass(frozen=True)
 class ReadCall:
     call_id: str
@@ -66,6 +81,8 @@ class ApiFormat(abc.ABC):
     # The body's history array when an appended turn is recognized by its bytes (`resent`): the view
     # is written into it, one piece's items after another's. "" = never.
     history_key: str = ""
+    # What `resent` inserts where a `Spliced` says a breakpoint goes (b"": the API has none).
+    breakpoint: bytes = b""
 
     @abc.abstractmethod
     def conversation(self, body: dict[str, Any]) -> Conversation: ...
@@ -108,6 +125,20 @@ class ApiFormat(abc.ABC):
     @abc.abstractmethod
     def refused_as_too_long(self, status: int, payload: bytes) -> bool:
         """Whether an upstream answer is the provider's refusal of a prompt longer than its window."""
+
+    def comparable(self, raw: bytes) -> bytes:
+        """A request's bytes as `resent` compares them with the last request's."""
+        return raw
+
+    def history_cut(self, body: dict[str, Any]) -> tuple[Spliced, bytes] | None:
+        """The upstream `body` cut just before its history closes, for `resent` to insert a resent
+        request's new items there (None: it will not)."""
+        head, tail = split_json(body, self.history_key)
+        return Spliced(head, -1), tail
+
+    def spliced_items(self, middle: bytes, items: list[Json]) -> Spliced:
+        """What the upstream gets of a resent request's new `items`: `middle`, their bytes in it."""
+        return Spliced(middle, -1)
 
     def joins(self, last: Role, first: Role) -> bool:
         """Whether a piece of role `first` placed after one of role `last` becomes part of it."""

@@ -7,6 +7,7 @@ rendered as it was sent."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -21,19 +22,26 @@ from ctxfold.gateway.formats import (
     CacheHints,
     Conversation,
     ReadCall,
+    Spliced,
     ViewEntry,
     as_dict,
     as_list,
     count,
     dumps,
     error_of,
+    split_json,
     text_of,
 )
-from ctxfold.gateway.pieces import CACHE_CONTROL, Json, Piece, compact_json, join, with_payload
+from ctxfold.gateway.pieces import CACHE_CONTROL, Json, Piece, compact_json, join, with_payload, without_cache_control
 
 # The provider's limit of cache breakpoints per request (tools, system and messages together).
 MAX_BREAKPOINTS = 4
 EPHEMERAL = {"type": "ephemeral"}
+# A breakpoint as orjson writes it at the end of a block, and one as any agent writes it (its value has no
+# object inside: a JSON string cannot hold an unescaped quote, so the pattern only finds members).
+BREAKPOINT = b',"' + CACHE_CONTROL.encode() + b'":' + orjson.dumps(EPHEMERAL)
+_BREAKPOINT_MEMBER = re.compile(rb'"cache_control"\s*:\s*\{[^{}]*\}')
+_COMMA = re.compile(rb"\s*,\s*")
 _UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -94,6 +102,8 @@ class AnthropicMessages(ApiFormat):
     provider = "anthropic"
     tool_format = "anthropic"
     path = "/v1/messages"
+    history_key = "messages"
+    breakpoint = BREAKPOINT
 
     def conversation(self, body: dict[str, Any]) -> Conversation:
         messages = body.get("messages")
@@ -192,6 +202,26 @@ class AnthropicMessages(ApiFormat):
                 stable_turns = len(turns)
         out["messages"] = [{"role": role, "content": content} for role, content in turns]
         return place_breakpoints(out, stable_turns)
+
+    def joins(self, last: Role, first: Role) -> bool:
+        return (last is Role.ASSISTANT) == (first is Role.ASSISTANT)  # one role's consecutive pieces are one turn
+
+    def comparable(self, raw: bytes) -> bytes:
+        """Without its breakpoints: agents move theirs to the last turn each time, which changes nothing
+        the model reads (fingerprints and payloads leave them out too)."""
+        return without_breakpoints(raw)
+
+    def history_cut(self, body: dict[str, Any]) -> tuple[Spliced, bytes] | None:
+        """Its turns without breakpoints but where the last turn's goes, which a resent request's body
+        keeps as the end of its stable prefix (None when the two breakpoints it places would be too many)."""
+        if _count_breakpoints({**body, "messages": []}) > MAX_BREAKPOINTS - 2:
+            return None
+        head, tail = split_json({**body, "messages": _last_turn_marked(as_list(body.get("messages")))}, "messages")
+        return _unmarked(head), tail
+
+    def spliced_items(self, middle: bytes, items: list[Json]) -> Spliced:
+        """The new turns, their last one's content as blocks, which gets the last breakpoint."""
+        return _unmarked(b"".join(b"," + orjson.dumps(turn) for turn in _last_turn_marked(items)))
 
     def usage(self, response: dict[str, Any]) -> Usage:
         usage = as_dict(response.get("usage"))
@@ -310,6 +340,39 @@ def _marked(content: Json) -> Json:
             blocks[position] = {**block, CACHE_CONTROL: dict(EPHEMERAL)}
         return blocks
     return content
+
+
+def without_breakpoints(raw: bytes) -> bytes:
+    """The JSON `raw` without its `cache_control` members (and their commas)."""
+    if b'"cache_control"' not in raw:
+        return raw
+    parts: list[bytes] = []
+    kept = 0
+    for member in _BREAKPOINT_MEMBER.finditer(raw):
+        before, end = raw[kept : member.start()].rstrip(), member.end()
+        if before.endswith(b","):
+            before = before[:-1]
+        elif comma := _COMMA.match(raw, end):  # the object's first member: its comma follows
+            end = comma.end()
+        parts.append(before)
+        kept = end
+    parts.append(raw[kept:])
+    return b"".join(parts)
+
+
+def _last_turn_marked(turns: list[Json]) -> list[Json]:
+    """`turns` without breakpoints but one at the end of the last turn (its content as blocks)."""
+    if not turns:
+        return []
+    *before, last = without_cache_control(turns)
+    last = as_dict(last)
+    return [*before, {**last, "content": _marked(last.get("content"))}]
+
+
+def _unmarked(marked: bytes) -> Spliced:
+    """JSON whose last breakpoint (the only one) is `BREAKPOINT`, without it and where it was."""
+    at = marked.rfind(BREAKPOINT)
+    return Spliced(marked, -1) if at < 0 else Spliced(marked[:at] + marked[at + len(BREAKPOINT) :], at)
 
 
 def _count_breakpoints(body: dict[str, Any]) -> int:
