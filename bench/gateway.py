@@ -149,8 +149,9 @@ def responses_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def anthropic_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The Chat history as an Anthropic Messages request: calls as tool_use blocks, results as
-    tool_result blocks of user turns."""
+    """The Chat history as an Anthropic Messages request as Claude Code writes one: every content a
+    list of blocks (calls as tool_use blocks, results as tool_result blocks of user turns), cache
+    breakpoints on the system prompt and on the last turn (moved there each time)."""
     out: list[dict[str, Any]] = []
     for m in messages[1:]:
         if m["role"] == "tool":
@@ -161,10 +162,12 @@ def anthropic_body(messages: list[dict[str, Any]]) -> dict[str, Any]:
                      "input": json.loads(c["function"]["arguments"])} for c in m["tool_calls"]]  # fmt: skip
             out.append({"role": "assistant", "content": uses})
         else:
-            out.append({"role": m["role"], "content": m["content"]})
+            out.append({"role": m["role"], "content": [{"type": "text", "text": m["content"]}]})
+    *blocks, last = out[-1]["content"]
+    out[-1] = {**out[-1], "content": [*blocks, {**last, "cache_control": {"type": "ephemeral"}}]}
+    system = [{"type": "text", "text": messages[0]["content"], "cache_control": {"type": "ephemeral"}}]
     tools = [{"name": "bash", "input_schema": {"type": "object"}}]
-    return {"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": messages[0]["content"], "messages": out,
-            "tools": tools}  # fmt: skip
+    return {"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": system, "messages": out, "tools": tools}
 
 
 def request_body(api: str, messages: list[dict[str, Any]], stream: bool) -> bytes:

@@ -40,6 +40,7 @@ EPHEMERAL = {"type": "ephemeral"}
 # A breakpoint as orjson writes it at the end of a block, and one as any agent writes it (its value has no
 # object inside: a JSON string cannot hold an unescaped quote, so the pattern only finds members).
 BREAKPOINT = b',"' + CACHE_CONTROL.encode() + b'":' + orjson.dumps(EPHEMERAL)
+_KEY = b'"cache_control"'
 _BREAKPOINT_MEMBER = re.compile(rb'"cache_control"\s*:\s*\{[^{}]*\}')
 _COMMA = re.compile(rb"\s*,\s*")
 _UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
@@ -344,11 +345,14 @@ def _marked(content: Json) -> Json:
 
 def without_breakpoints(raw: bytes) -> bytes:
     """The JSON `raw` without its `cache_control` members (and their commas)."""
-    if b'"cache_control"' not in raw:
-        return raw
     parts: list[bytes] = []
     kept = 0
-    for member in _BREAKPOINT_MEMBER.finditer(raw):
+    found = raw.find(_KEY)  # in C: a regular expression's search of 400 kB took 0.7 ms
+    while found >= 0:
+        member = _BREAKPOINT_MEMBER.match(raw, found)
+        found = raw.find(_KEY, found + len(_KEY))
+        if member is None:
+            continue
         before, end = raw[kept : member.start()].rstrip(), member.end()
         if before.endswith(b","):
             before = before[:-1]
@@ -356,6 +360,8 @@ def without_breakpoints(raw: bytes) -> bytes:
             end = comma.end()
         parts.append(before)
         kept = end
+    if not parts:
+        return raw
     parts.append(raw[kept:])
     return b"".join(parts)
 
