@@ -142,7 +142,7 @@ class Gateway:
         if self.settings.mode == "pass_through":
             return await self.upstream.relay(request, self.base_url(api.provider) + request.path_qs, raw, {})
         caller = self.caller(request.headers)
-        comparable = api.comparable(raw) if api.history_key else raw
+        comparable = api.comparable(raw)
         bucket = self.bucket(api, caller, request.headers, comparable)
         resent = self.contexts.resent(api, bucket, comparable) if bucket is not None else None
         try:

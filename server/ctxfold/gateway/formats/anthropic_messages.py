@@ -37,9 +37,10 @@ from ctxfold.gateway.pieces import CACHE_CONTROL, Json, Piece, compact_json, joi
 # The provider's limit of cache breakpoints per request (tools, system and messages together).
 MAX_BREAKPOINTS = 4
 EPHEMERAL = {"type": "ephemeral"}
-# A breakpoint as orjson writes it at the end of a block, and one as any agent writes it (its value has no
-# object inside: a JSON string cannot hold an unescaped quote, so the pattern only finds members).
+# The gateway's breakpoint as orjson writes it at the end of a block.
 BREAKPOINT = b',"' + CACHE_CONTROL.encode() + b'":' + orjson.dumps(EPHEMERAL)
+# A breakpoint member as any agent writes it: a JSON string cannot hold an unescaped quote, so what
+# matches is a member, never text.
 _KEY = b'"cache_control"'
 _BREAKPOINT_MEMBER = re.compile(rb'"cache_control"\s*:\s*\{[^{}]*\}')
 _COMMA = re.compile(rb"\s*,\s*")
