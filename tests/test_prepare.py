@@ -18,7 +18,7 @@ from ctxfold.server import RunningServer, start
 from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
-from rpc_errors import expect_error
+from rpc_errors import error_info, expect_error
 from traces import load_trace, tool_output, turns
 
 
@@ -476,6 +476,27 @@ async def test_many_messages_before_the_first_answer_fold_past_the_opening(stub:
     assert [m.content for m in (await transcript(stub, session.id))[:1500]] == [m.content for m in channel]
     answered = await prepare(stub, session.id, assistant("They decided to ship on Friday."), user("thanks"))
     assert answered.result.action == pb.ACTION_NONE
+
+
+async def test_a_view_that_cannot_fit_says_what_it_is_made_of(stub: pb_grpc.ContextServiceStub) -> None:
+    """More pinned than the window holds: nothing can be folded, and the error names the part to act
+    on (the pinned messages, the largest part first) and the largest message's seq."""
+    session = await create_session(stub, context_window=16000)
+    await append(stub, session.id, user("Keep these notes."), assistant("ok"))
+    notes = [pb.Message(role=pb.ROLE_USER, content=f"note {n}: " + "keep this in view " * 60, pinned=True)
+             for n in range(100)]  # fmt: skip
+    notes[7] = pb.Message(role=pb.ROLE_USER, content="the longest note: " + "keep this in view " * 120, pinned=True)
+    await append(stub, session.id, *notes)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await prepare(stub, session.id, assistant("noted"), user("go on"))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    info = error_info(refused.value)
+    assert info.reason in ("CONTEXT_BUDGET_UNSATISFIED", "SUMMARIZER_FAILED")  # the fold tried made nothing smaller
+    assert info.metadata["largest_message_seq"] == "10"
+    assert int(info.metadata["estimated_input_tokens"]) > int(info.metadata["hard_limit_tokens"])
+    details = refused.value.details() or ""
+    assert "; in tokens: pinned " in details and " (100), " in details
+    assert "the largest message is seq 10 (user, " in details
 
 
 async def test_the_callers_author_decides_whose_messages_become_standing_instructions(

@@ -158,21 +158,51 @@ def _seed(projection: Projection, view: tuple[ViewMessage, ...], message_tokens:
     projection.__dict__["_message_tokens"] = message_tokens
 
 
+def view_parts(projection: Projection) -> tuple[str, StoredMessage | None]:
+    """What a view is made of, the largest part first (what a caller can act on when it does not fit:
+    pinned messages, the opening, a message too large on its own), and its largest message."""
+    parts: dict[str, list[int]] = {"tool schemas": [projection.tools_tokens, 0]}
+    largest: tuple[int, StoredMessage] | None = None
+    for shown in projection.view():
+        source = shown.source
+        if source is None:
+            part = "summary" if shown.summary else "system prompt"
+        else:
+            part = "opening" if source.seq <= projection.anchor_end else "pinned" if source.pinned else "messages"
+            largest = (shown.tokens, source) if largest is None or shown.tokens > largest[0] else largest
+        counted = parts.setdefault(part, [0, 0])
+        counted[0] += shown.tokens
+        counted[1] += 1
+    listed = ", ".join(
+        f"{part} {tokens}" + (f" ({count})" if part in ("opening", "pinned", "messages") else "")
+        for part, (tokens, count) in sorted(parts.items(), key=lambda item: -item[1][0])
+        if tokens
+    )
+    if largest is None:
+        return listed, None
+    tokens, message = largest
+    return f"{listed}; the largest message is seq {message.seq} ({message.role.value}, {tokens} tokens)", message
+
+
 def budget_error(projection: Projection, tokens: int, fold_failure: str = "") -> DomainError:
-    """The view (`tokens`: its request estimate) does not fit. When a fold of this call failed, that
-    failure is the cause the caller can act on (SUMMARIZER_FAILED, with its reason in `summarizer_error`)."""
+    """The view (`tokens`: its request estimate) does not fit, and what it is made of. When a fold of this
+    call failed, that failure is the cause the caller can act on (SUMMARIZER_FAILED, with its reason in
+    `summarizer_error`)."""
     config = projection.config
     needs = tokens - config.max_output_tokens
+    parts, largest = view_parts(projection)
     fits = (
         f"the view needs {needs} input tokens but at most {config.hard_limit_tokens} fit "
         f"(context_window {config.context_window} − max_output_tokens {config.max_output_tokens} − "
-        f"{SAFETY_MARGIN_TOKENS})"
+        f"{SAFETY_MARGIN_TOKENS}); in tokens: {parts}"
     )
     metadata: dict[str, object] = {
         "estimated_tokens": tokens,
         "estimated_input_tokens": needs,
         "hard_limit_tokens": config.hard_limit_tokens,
     }
+    if largest is not None:
+        metadata["largest_message_seq"] = largest.seq
     if fold_failure:
         return DomainError(
             Kind.FAILED_PRECONDITION,
