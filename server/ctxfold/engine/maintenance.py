@@ -262,14 +262,16 @@ def unanswerable(
     projection: Projection, request: MaintainRequest, failure: tuple[str, str] | None
 ) -> DomainError | None:
     """Why a maintained session cannot be answered, None when it can: a Compact whose fold failed
-    (`failure`: its reason and message), or a view still above the hard ceiling (the fold's failure,
-    when one failed, is the cause the caller can act on)."""
+    (`failure`: its reason and message), or a view still above the hard ceiling (a summarizer's failure,
+    when one failed, is the cause the caller can act on; a fold that made nothing smaller is not: what
+    the view holds is)."""
     if request.trigger is Trigger.COMPACT and failure is not None:
         reason, message = failure
         return DomainError(Kind.FAILED_PRECONDITION, reason, f"Compact folded nothing: {message}")
     tokens = projection.tokens()
     if projection.config.above_ceiling(tokens):
-        return budget_error(projection, tokens, failure[1] if failure else "")
+        summarizer_failed = failure is not None and failure[0] == "SUMMARIZER_FAILED"
+        return budget_error(projection, tokens, failure[1] if failure is not None and summarizer_failed else "")
     return None
 
 
