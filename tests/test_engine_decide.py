@@ -717,6 +717,10 @@ def test_a_session_that_cannot_be_answered_says_why() -> None:
     # Above the ceiling after a failed summary, the failure is the cause the caller can act on.
     failed = unanswerable(over, MaintainRequest(), ("SUMMARIZER_FAILED", "the summarizer failed: 500"))
     assert failed is not None and failed.reason == "SUMMARIZER_FAILED" and "500" in failed.message
+    # A fold that made nothing smaller is no summarizer's failure: what the view holds is the cause.
+    not_smaller = unanswerable(over, MaintainRequest(), ("COMPACT_FAILED", "the candidate is not smaller"))
+    assert not_smaller is not None and not_smaller.reason == "CONTEXT_BUDGET_UNSATISFIED"
+    assert "in tokens: messages " in not_smaller.message and not_smaller.metadata["largest_message_seq"]
     compact = unanswerable(fits, MaintainRequest(Trigger.COMPACT), ("NOT_SMALLER", "the summary is not smaller"))
     assert compact is not None and compact.reason == "NOT_SMALLER"
     assert compact.message == "Compact folded nothing: the summary is not smaller"
