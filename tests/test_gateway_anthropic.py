@@ -211,3 +211,48 @@ async def test_turns_are_recognized_by_bytes_while_the_agent_moves_its_breakpoin
         )
     ).headers["x-ctxfold-session"]  # type: ignore[arg-type]
     assert len(await stack.transcript(session_id)) == 1 + len(messages)  # the system prompt, then every turn's pieces
+
+
+async def test_an_edit_after_turns_recognized_by_bytes_rewinds_and_the_next_turn_is_recognized_again(
+    stack: Stack, spans: InMemorySpanExporter
+) -> None:
+    """The person edits an earlier message while the agent moves its breakpoint: the transcript is
+    rewound to just before it (the abandoned branch stays readable), the upstream gets the edited
+    history, and the turn after is recognized by its bytes again."""
+    agent = client(stack, "edit-after-resent")
+    marked = {"type": "ephemeral"}
+    system = [{"type": "text", "text": "You are a careful coding agent. " * 12, "cache_control": marked}]
+
+    def turns(edited: bool, count: int) -> list[dict[str, Any]]:
+        """`count` turns, the last one's message marked (as the agent marks its last turn each time)."""
+        out: list[dict[str, Any]] = []
+        for n in range(count):
+            text = f"step {n}: " + ("do it differently. " if edited and n == 1 else "go on. ") * 20
+            if out:
+                out.append({"role": "assistant", "content": [{"type": "text", "text": f"done {n - 1}"}]})
+            out.append({"role": "user", "content": [{"type": "text", "text": text}]})
+        out[-1]["content"][0]["cache_control"] = marked
+        return out
+
+    async def send(messages: list[dict[str, Any]]) -> tuple[str, object]:
+        spans.clear()
+        raw = await agent.messages.with_raw_response.create(
+            model="claude-sonnet-4-6", max_tokens=64, system=system, messages=messages
+        )  # type: ignore[arg-type]
+        gateway = next(s for s in spans.get_finished_spans() if s.name == "chat claude-sonnet-4-6")
+        assert without_cache_control(stack.upstream.last(MESSAGES).body["messages"]) == without_cache_control(messages)
+        return raw.headers["x-ctxfold-session"], dict(gateway.attributes or {}).get("ctxfold.gateway.early_call")
+
+    for count in (3, 4, 5):
+        session_id, early = await send(turns(False, count))
+    assert early == "used"
+    _, early = await send(turns(True, 6))  # message 1 edited: the full path, a rewind
+    assert early is None
+    live = await stack.transcript(session_id)
+    assert any("do it differently" in m.content for m in live) and not any(
+        m.content.startswith("step 1: go on") for m in live
+    )
+    abandoned = [m for m in await stack.transcript(session_id, include_abandoned=True) if m.abandoned]
+    assert any(m.content.startswith("step 1: go on") for m in abandoned)
+    _, early = await send(turns(True, 7))
+    assert early == "used"
