@@ -12,6 +12,7 @@ from typing import Any
 
 import anthropic
 import orjson
+from ctxfold_client import Role
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ctxfold.gateway.attachments import anthropic_image_tokens
@@ -256,3 +257,32 @@ async def test_an_edit_after_turns_recognized_by_bytes_rewinds_and_the_next_turn
     assert any(m.content.startswith("step 1: go on") for m in abandoned)
     _, early = await send(turns(True, 7))
     assert early == "used"
+
+
+def text_of(message: dict[str, Any]) -> tuple[str, str]:
+    content = message["content"]
+    return message["role"], content if isinstance(content, str) else "".join(b["text"] for b in content)
+
+
+async def test_a_message_respelled_when_it_is_no_longer_last_is_not_an_edit(stack: Stack) -> None:
+    """The agent writes its last message as one marked text block and, once an answer follows it, as a
+    plain string again (as cache-marking layers over chat histories do): the transcript is appended
+    to, never rewound, and the upstream gets the history as the agent wrote it."""
+    agent = client(stack, "respelled")
+    marked = {"type": "ephemeral"}
+    said: list[str] = [f"step 0: {'go on. ' * 50}"]
+    session_id = ""
+    for turn in range(4):
+        *before, last = said
+        messages: list[dict[str, Any]] = []
+        for n, text in enumerate(before):
+            messages += [{"role": "user", "content": text}, {"role": "assistant", "content": f"done {n}"}]
+        messages.append({"role": "user", "content": [{"type": "text", "text": last, "cache_control": marked}]})
+        raw = await agent.messages.with_raw_response.create(model="claude-sonnet-4-6", max_tokens=64, messages=messages)  # type: ignore[arg-type]
+        session_id = raw.headers["x-ctxfold-session"]
+        sent = stack.upstream.last(MESSAGES).body["messages"]
+        assert [text_of(m) for m in sent] == [text_of(m) for m in messages]  # breakpoints put text in blocks
+        said.append(f"step {turn + 1}")
+    transcript = await stack.transcript(session_id, include_abandoned=True)
+    assert not [m for m in transcript if m.abandoned]
+    assert [m.content for m in transcript if m.role is Role.USER] == said[:-1]

@@ -17,6 +17,7 @@ from ctxfold.gateway.contexts import (
     OBSERVE_INTERVAL_SECONDS,
     append_batches,
     native_summary,
+    respelled_as_stored,
     should_observe,
 )
 from ctxfold.gateway.formats import CacheHints, ViewEntry
@@ -24,7 +25,7 @@ from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages, place_
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
 from ctxfold.gateway.identity import DEFAULT_WINDOW, context_window, model_family, session_key
-from ctxfold.gateway.pieces import Piece, fingerprint, request_fingerprints
+from ctxfold.gateway.pieces import Piece, fingerprint, request_fingerprints, respelled_text
 from ctxfold.gateway.reconcile import Plan, reconcile
 from ctxfold.gateway.sse import EventSplitter
 
@@ -44,6 +45,32 @@ from ctxfold.gateway.sse import EventSplitter
 )
 def test_reconcile(transcript: list[str], request_: list[str], plan: Plan) -> None:
     assert reconcile(transcript, request_) == plan
+
+
+def test_text_respelled_is_the_same_message_not_an_edit() -> None:
+    """An agent that writes its last message as one marked text block for the prompt cache, and as a string
+    once it is no longer last: the stored message matches either spelling; an edit is still an edit."""
+    assert respelled_text("hi", "text") == [{"type": "text", "text": "hi"}]
+    assert respelled_text([{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}], "text") == "hi"
+    assert respelled_text([{"type": "text", "text": "hi"}, {"type": "text", "text": "!"}], "text") is None
+    assert respelled_text([{"type": "image", "text": "hi"}], "text") is None
+    chat = OpenAIChat()
+    marked = [{"type": "text", "text": "and b.py", "cache_control": {"type": "ephemeral"}}]
+    sent = [{"role": "user", "content": "Fix a.py"}, {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": marked}]  # fmt: skip
+    stored = [fingerprint(chat.api, Piece(Role.USER if m["role"] == "user" else Role.ASSISTANT, m)) for m in sent]
+    resent = [*sent[:2], {"role": "user", "content": "and b.py"}, {"role": "assistant", "content": "done"}]
+    pieces = [Piece(Role.USER if m["role"] == "user" else Role.ASSISTANT, m) for m in resent]
+    request = [fingerprint(chat.api, p) for p in pieces]
+    assert request[2] != stored[2]
+    matched = respelled_as_stored(chat, pieces, request, stored)
+    assert matched == [*stored, request[3]] and reconcile(stored, matched) == Plan(keep=3, rewind=False)
+    edited = [*pieces[:2], Piece(Role.USER, {"role": "user", "content": "and c.py"}), pieces[3]]
+    request = [fingerprint(chat.api, p) for p in edited]
+    assert reconcile(stored, respelled_as_stored(chat, edited, request, stored)) == Plan(keep=2, rewind=True)
+    anthropic = AnthropicMessages()
+    assert anthropic.respelled(Piece(Role.USER, "hi")) == Piece(Role.USER, [{"type": "text", "text": "hi"}])
+    assert anthropic.respelled(Piece(Role.TOOL, [{"type": "tool_result", "tool_use_id": "t", "content": "x"}])) is None
 
 
 # ---- identity -------------------------------------------------------------------------------------

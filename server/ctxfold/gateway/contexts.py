@@ -18,7 +18,7 @@ from ctxfold_client import Action, AsyncClient, CallOptions, CtxfoldError, Error
 
 from ctxfold import cpu
 from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation, Spliced, ViewEntry
-from ctxfold.gateway.pieces import Json, Piece, request_fingerprints, work_size
+from ctxfold.gateway.pieces import Json, Piece, fingerprint, request_fingerprints, work_size
 from ctxfold.gateway.reconcile import Plan, reconcile
 from ctxfold.gateway.resent import Forwarded, continued, grew_by, inserted, new_items, spliced
 from ctxfold.gateway.settings import GatewaySettings
@@ -181,12 +181,30 @@ def new_pieces(api: ApiFormat, forwarded: Forwarded, items: list[Json]) -> tuple
     return None if api.joins(forwarded.last_role, added.pieces[0].role) else added.pieces
 
 
+def respelled_as_stored(api: ApiFormat, pieces: Sequence[Piece], request: list[str], stored: list[str]) -> list[str]:
+    """`request`'s fingerprints, each that differs from the stored one only in how its text is written (a
+    string or one text block: agents that mark their last message for the prompt cache may switch it)
+    taken as the stored one: the same message to the model, not an edit to rewind."""
+    limit = min(len(request), len(stored))
+    if request[:limit] == stored[:limit]:  # the common case, compared in C
+        return request
+    out = list(request)
+    for index in range(limit):
+        if out[index] != stored[index]:
+            other = api.respelled(pieces[index])
+            if other is None or fingerprint(api.api, other) != stored[index]:
+                break  # an edit: reconciliation rewinds here
+            out[index] = stored[index]
+    return out
+
+
 def reconciled_request(
     api: ApiFormat, conversation: Conversation, fingerprints: list[str], known_json: bytes
 ) -> tuple[list[str], bytes, Plan, list[list[Message]]]:
-    """The request's fingerprints and their JSON (`request_fingerprints`), how it continues a
-    transcript of `fingerprints`, and the canonical messages it appends, in `append_batches`."""
+    """The request's fingerprints and their JSON (`request_fingerprints`, `respelled_as_stored`), how it
+    continues a transcript of `fingerprints`, and the canonical messages it appends, in `append_batches`."""
     request, request_json = request_fingerprints(api.api, conversation.pieces, fingerprints, known_json)
+    request = respelled_as_stored(api, conversation.pieces, request, fingerprints)
     plan = reconcile(fingerprints, request)
     return request, request_json, plan, append_batches([api.canonical(p) for p in conversation.pieces[plan.keep :]])
 

@@ -61,6 +61,18 @@ def fingerprint(api: str, piece: Piece) -> str:
     return digest.hexdigest()[:32]
 
 
+def respelled_text(content: Json, kind: str) -> Json | None:
+    """Text written the other way an API takes it: a string as one block of type `kind`, one such block
+    (and its breakpoint) as its string; None for anything else."""
+    if isinstance(content, str):
+        return [{"type": kind, "text": content}]
+    block = without_cache_control(content[0]) if isinstance(content, list) and len(content) == 1 else None
+    if isinstance(block, dict) and block.keys() == {"type", "text"} and block["type"] == kind:
+        text: Json = block["text"]
+        return text if isinstance(text, str) else None
+    return None
+
+
 def request_fingerprints(
     api: str, pieces: Sequence[Piece], known: Sequence[str], known_json: bytes
 ) -> tuple[list[str], bytes]:

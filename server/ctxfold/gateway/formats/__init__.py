@@ -144,6 +144,11 @@ class ApiFormat(abc.ABC):
         """Whether a piece of role `first` placed after one of role `last` becomes part of it."""
         return False
 
+    def respelled(self, piece: Piece) -> Piece | None:
+        """The piece with its text written the other way the API takes it (a string, or one text
+        block), None when there is none: the same message to the model."""
+        return None
+
     def tools_with(self, body: dict[str, Any], definitions: Sequence[Json]) -> dict[str, Any]:
         return {**body, "tools": [*(body.get("tools") or []), *definitions]}
 

@@ -32,7 +32,16 @@ from ctxfold.gateway.formats import (
     split_json,
     text_of,
 )
-from ctxfold.gateway.pieces import CACHE_CONTROL, Json, Piece, compact_json, join, with_payload, without_cache_control
+from ctxfold.gateway.pieces import (
+    CACHE_CONTROL,
+    Json,
+    Piece,
+    compact_json,
+    join,
+    respelled_text,
+    with_payload,
+    without_cache_control,
+)
 
 # The provider's limit of cache breakpoints per request (tools, system and messages together).
 MAX_BREAKPOINTS = 4
@@ -207,6 +216,10 @@ class AnthropicMessages(ApiFormat):
 
     def joins(self, last: Role, first: Role) -> bool:
         return (last is Role.ASSISTANT) == (first is Role.ASSISTANT)  # one role's consecutive pieces are one turn
+
+    def respelled(self, piece: Piece) -> Piece | None:
+        content = None if piece.role is Role.TOOL else respelled_text(piece.source, "text")
+        return None if content is None else Piece(piece.role, content)
 
     def comparable(self, raw: bytes) -> bytes:
         """Without its breakpoints: agents move theirs to the last turn each time, which changes nothing

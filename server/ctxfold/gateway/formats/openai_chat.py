@@ -22,7 +22,7 @@ from ctxfold.gateway.formats import (
     error_of,
     text_of,
 )
-from ctxfold.gateway.pieces import Json, Piece, join, with_payload
+from ctxfold.gateway.pieces import Json, Piece, join, respelled_text, with_payload
 
 ROLES = {
     "system": Role.SYSTEM,
@@ -122,6 +122,11 @@ class OpenAIChat(ApiFormat):
             max_output_tokens=count(body.get("max_completion_tokens")) or count(body.get("max_tokens")),
             tools=tuple(as_list(body.get("tools"))),
         )
+
+    def respelled(self, piece: Piece) -> Piece | None:
+        source = as_dict(piece.source)
+        content = respelled_text(source.get("content"), "text")
+        return None if content is None else Piece(piece.role, {**source, "content": content})
 
     def canonical(self, piece: Piece) -> Message:
         source = as_dict(piece.source)
