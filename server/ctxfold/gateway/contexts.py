@@ -184,7 +184,8 @@ def new_pieces(api: ApiFormat, forwarded: Forwarded, items: list[Json]) -> tuple
 def respelled_as_stored(api: ApiFormat, pieces: Sequence[Piece], request: list[str], stored: list[str]) -> list[str]:
     """`request`'s fingerprints, each that differs from the stored one only in how its text is written (a
     string or one text block: agents that mark their last message for the prompt cache may switch it)
-    taken as the stored one: the same message to the model, not an edit to rewind."""
+    taken as the stored one: the same message to the model, not an edit to rewind. (Fingerprints stay of
+    the spelling sent: one spelling for all would change those of every stored message.)"""
     limit = min(len(request), len(stored))
     if request[:limit] == stored[:limit]:  # the common case, compared in C
         return request
