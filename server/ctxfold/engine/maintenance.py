@@ -270,8 +270,8 @@ def unanswerable(
         return DomainError(Kind.FAILED_PRECONDITION, reason, f"Compact folded nothing: {message}")
     tokens = projection.tokens()
     if projection.config.above_ceiling(tokens):
-        summarizer_failed = failure is not None and failure[0] == "SUMMARIZER_FAILED"
-        return budget_error(projection, tokens, failure[1] if failure is not None and summarizer_failed else "")
+        summarizer_failure = failure[1] if failure is not None and failure[0] == "SUMMARIZER_FAILED" else ""
+        return budget_error(projection, tokens, summarizer_failure)
     return None
 
 
