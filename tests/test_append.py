@@ -19,14 +19,15 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from builders import append, create_session, prepare, user
-from ctxfold.engine.context import SessionRecord
+from ctxfold.engine.context import Made, SessionRecord, made
 from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.ids import new_id, new_result_ref
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, ToolCall
+from ctxfold.engine.transcript import AppendLimits
 from ctxfold.server import RunningServer
 from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Stale, Written
 from ctxfold.store.append_postgres import PostgresAppender
 from ctxfold.store.append_sqlite import INLINE_MAX_BYTES, write_size
-from ctxfold.store.rows import MessageRow, message_rows, raw_results
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import transcript
@@ -34,20 +35,25 @@ from test_prepare import transcript
 TENANT = "default"
 CONFIG = SessionConfig(context_window=200_000)
 RAW = bytes(range(256)) * 1024  # a 256 KiB tool result: stored in several chunks
+LIMITS = AppendLimits(1 << 20, 16 << 20)
 # A session as writes take it, for the tests that build writes without a store.
 UNSTORED_RECORD = SessionRecord("s", TENANT, "{}", 0, 0, "g", 0, "b", None, (), 1, None, 0, 0.0, 0.0)
 
 
-def turn(index: int) -> list[MessageRow]:
+def rows(messages: list[NewMessage]) -> Made:
+    """`messages` as an append makes them: stored forms, with their raw results."""
+    return made(messages, [(new_id("m"), new_result_ref()) for _ in messages], CONFIG, LIMITS)
+
+
+def turn(index: int) -> Made:
     """An assistant's tool call, its (large) result and a user message."""
     call_id = f"call-{index}"
-    return message_rows(
+    return rows(
         [
             NewMessage(Role.ASSISTANT, f"step {index}", tool_calls=(ToolCall(call_id, "bash", "{}"),)),
             NewMessage(Role.TOOL, RAW.hex() + str(index), tool_call_id=call_id),
             NewMessage(Role.USER, f"go on after {index}"),
-        ],
-        CONFIG,
+        ]
     )
 
 
@@ -59,38 +65,39 @@ async def started_session(stub: pb_grpc.ContextServiceStub, server: RunningServe
     return record, revision
 
 
-async def write(record: SessionRecord, rows: list[MessageRow], revision: int, request_id: str = "") -> AppendWrite:
-    """An append of `rows` (every turn answers its own tool call: nothing is left open) with its
+async def write(record: SessionRecord, new: Made | None, revision: int, request_id: str = "") -> AppendWrite:
+    """An append of `new` (every turn answers its own tool call: nothing is left open) with its
     bookkeeping over `revision`."""
     now = time.time()
-    messages = tuple(replace(r.message, seq=record.head_seq + 1 + i, create_time=now) for i, r in enumerate(rows))
+    new = new or Made((), ())
+    messages = tuple(replace(m, seq=record.head_seq + 1 + i, create_time=now) for i, m in enumerate(new.messages))
     after = (
-        replace(record, head_seq=record.head_seq + len(rows), open_tool_calls=(), version=record.version + 1)
-        if rows
+        replace(record, head_seq=record.head_seq + len(messages), open_tool_calls=(), version=record.version + 1)
+        if messages
         else record
     )
-    raw = raw_results(rows)
-    return AppendWrite(record, replace(after, update_time=now), messages, raw, request_id, Bookkeeping("{}", revision))
+    book = Bookkeeping("{}", revision)
+    return AppendWrite(record, replace(after, update_time=now), messages, new.results, request_id, book)
 
 
 async def store_append(
-    server: RunningServer, record: SessionRecord, rows: list[MessageRow], revision: int, request_id: str = ""
+    server: RunningServer, record: SessionRecord, new: Made | None, revision: int, request_id: str = ""
 ) -> Written | Stale | Repeated:
-    """The store's write of `rows`, under the service (an AppendMessages call is builders.append)."""
-    return await server.store.append(await write(record, rows, revision, request_id))
+    """The store's write of `new`, under the service (an AppendMessages call is builders.append)."""
+    return await server.store.append(await write(record, new, revision, request_id))
 
 
 async def test_a_write_counts_the_text_and_data_it_carries() -> None:
-    """What decides whether a SQLite write commits on the event loop: the text of its messages, the
-    stored (compressed) bytes of its raw results and its bookkeeping, counted from the inputs."""
+    """What decides whether a SQLite write is encoded and committed on the event loop: the text of its
+    messages, the raw results that are not a message's content, and its bookkeeping."""
     sizes = {}
-    result = NewMessage(Role.TOOL, os.urandom(256 << 10).hex(), tool_call_id="c")  # compresses to ~half
-    large = message_rows([NewMessage(Role.ASSISTANT, "", tool_calls=(ToolCall("c", "cat", "{}"),)), result], CONFIG)
-    for name, rows in (("small", message_rows([NewMessage(Role.USER, "go on")], CONFIG)), ("large", large)):
-        written = await write(UNSTORED_RECORD, rows, 3, "r")
+    result = NewMessage(Role.TOOL, os.urandom(256 << 10).hex(), tool_call_id="c")
+    large = rows([NewMessage(Role.ASSISTANT, "", tool_calls=(ToolCall("c", "cat", "{}"),)), result])
+    for name, new in (("small", rows([NewMessage(Role.USER, "go on")])), ("large", large)):
+        written = await write(UNSTORED_RECORD, new, 3, "r")
         text = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in written.messages)
-        stored = [d for r in written.raw_results for d in (r.row["data"], *(c["data"] for c in r.chunks))]
-        assert write_size(written) == text + sum(len(d) for d in stored if isinstance(d, bytes)) + len("{}")
+        raw = sum(len(r.data) for r in written.raw_results if not r.inline)
+        assert write_size(written) == text + raw + len("{}")
         sizes[name] = write_size(written)
     assert sizes["small"] < INLINE_MAX_BYTES < sizes["large"]
 
@@ -126,9 +133,9 @@ async def test_a_bookkeeping_write_without_messages_checks_the_session(
     server: RunningServer, stub: pb_grpc.ContextServiceStub
 ) -> None:
     record, revision = await started_session(stub, server)
-    assert await store_append(server, replace(record, branch_id="another-branch"), [], revision) == Stale()
+    assert await store_append(server, replace(record, branch_id="another-branch"), None, revision) == Stale()
     assert (await server.store.read_state(record))[1] == revision
-    assert await store_append(server, record, [], revision) == Written(revision + 1)
+    assert await store_append(server, record, None, revision) == Written(revision + 1)
 
 
 async def test_a_repeated_request_id_writes_nothing(server: RunningServer, stub: pb_grpc.ContextServiceStub) -> None:
@@ -162,10 +169,8 @@ async def test_a_caller_that_gives_up_does_not_stop_the_writer(
     assert len(await transcript(stub, first.id)) == stored + 3
 
 
-def small_turn(index: int) -> list[MessageRow]:
-    return message_rows(
-        [NewMessage(Role.ASSISTANT, f"ran step {index}"), NewMessage(Role.USER, f"go on after {index}")], CONFIG
-    )
+def small_turn(index: int) -> Made:
+    return rows([NewMessage(Role.ASSISTANT, f"ran step {index}"), NewMessage(Role.USER, f"go on after {index}")])
 
 
 async def connect_to_store(server: RunningServer) -> Any:
@@ -273,7 +278,7 @@ async def test_a_postgresql_writer_that_cannot_connect_is_unavailable(backend: s
     writer = PostgresAppender(engine)
     try:
         with pytest.raises(DomainError) as failed:
-            await writer.write(await write(UNSTORED_RECORD, [], 1))
+            await writer.write(await write(UNSTORED_RECORD, None, 1))
         assert failed.value.kind is Kind.UNAVAILABLE and failed.value.reason == "STORE_UNAVAILABLE"
     finally:
         await writer.close()

@@ -16,8 +16,10 @@ import pytest
 
 from builders import call, create_session, prepare, result, user
 from conftest import fresh_database, settings_for, started_replicas, stubs_for
-from ctxfold.engine.context import AppendRequest, Context, SessionRecord, append, observe
-from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall, Usage
+from ctxfold.engine import estimator
+from ctxfold.engine.context import AppendRequest, AppendStep, Context, SessionRecord, append, observe
+from ctxfold.engine.estimator import LARGE_TEXT_CHARS
+from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, ToolCall, Usage
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import (
     ContextState,
@@ -28,6 +30,7 @@ from ctxfold.engine.state import (
     load_state,
     view_version,
 )
+from ctxfold.engine.transcript import AppendLimits
 from ctxfold.server import RunningServer, start
 from ctxfold.service.contexts import SESSION_OVERHEAD_BYTES, Contexts, message_bytes
 from ctxfold.store.rows import state_document
@@ -200,7 +203,7 @@ def keep(contexts: Contexts, context: Context) -> None:
 
 
 def cache(max_bytes: int = 1 << 30) -> Contexts:
-    return Contexts(store=None, max_bytes=max_bytes)  # type: ignore[arg-type]  # written, cached: no store
+    return Contexts(store=None, limits=None, max_bytes=max_bytes)  # type: ignore[arg-type]  # written, cached: no store
 
 
 def test_cache_is_bounded_by_bytes_and_evicts_the_least_recently_used() -> None:
@@ -244,7 +247,7 @@ def test_an_append_writes_its_bookkeeping_and_knows_the_context_after_it(state_s
     """An append's answer writes the bookkeeping fields over a stored state, the whole state over a new or
     rebuilt one; the context after it carries the new revision, or is unknown when the write was skipped."""
     start = replace(entry("s", 1, 100), state_stored=state_stored)
-    step = append(start, AppendRequest((message(2, Role.ASSISTANT, "ok"),), now=5.0))
+    step = append(start, 5.0, AppendRequest((message(2, Role.ASSISTANT, "ok"),)))
     assert step.answered is not None
     document, whole = step.bookkeeping() or ("", False)
     assert whole is not state_stored
@@ -253,16 +256,45 @@ def test_an_append_writes_its_bookkeeping_and_knows_the_context_after_it(state_s
     assert after is not None and after.revision == 7 and after.state_stored and after.state == step.answered.state
     assert after.session.head_seq == start.session.head_seq + 1
     assert step.written(0) is None  # the bookkeeping was skipped: the state is not known here
-    silent = append(start, AppendRequest((message(2, Role.ASSISTANT, "ok"),), now=5.0, answer=False))
+    silent = append(start, 5.0, AppendRequest((message(2, Role.ASSISTANT, "ok"),), answer=False))
     assert silent.bookkeeping() is None
     unchanged = silent.written(0)
     assert unchanged is not None and unchanged.revision == start.revision and unchanged.state == start.state
 
 
+def test_an_append_step_makes_its_messages_once_and_counts_only_large_texts_apart() -> None:
+    """An append's step checks and makes its messages (ids given, token counts, raw results to keep) on the
+    first context, and a retry on a fresher one appends the same stored forms without counting again; only
+    a text of `LARGE_TEXT_CHARS` or more goes to the caller's counter (the server's counting process)."""
+    large = "word " * (LARGE_TEXT_CHARS // 5 + 1)
+    new = [NewMessage(Role.USER, large), NewMessage(Role.ASSISTANT, "", tool_calls=(ToolCall("c", "cat", "{}"),))]
+    new.append(NewMessage(Role.TOOL, "done", tool_call_id="c"))
+    counted: list[int] = []
+
+    def count_large(text: str) -> int:
+        counted.append(len(text))
+        return estimator.count_text(text)
+
+    ids = [(f"m{i}", f"tr_{i}") for i in range(3)]
+    step = AppendStep(new, ids, AppendLimits(1 << 20, 1 << 20), AppendRequest((), answer=False), count_large)
+    start = entry("s", 1, 100)
+    first = step(start, 5.0)
+    assert counted == [len(large)]
+    assert [m.id for m in first.messages] == ["m0", "m1", "m2"] and [m.seq for m in first.messages] == [2, 3, 4]
+    # A user message and a tool result keep their raw text under a ref; the assistant's has none.
+    assert [m.result_ref for m in first.messages] == ["tr_0", "", "tr_2"]
+    assert [(r.ref, r.inline) for r in first.results] == [("tr_0", True), ("tr_2", True)]
+    fresher = replace(start, session=replace(start.session, version=3, head_seq=5))
+    retried = step(fresher, 6.0)
+    assert counted == [len(large)]  # not counted again
+    assert [m.seq for m in retried.messages] == [6, 7, 8] and retried.messages[0].tokens == first.messages[0].tokens
+    assert step.work(fresher)[1] == 0  # made: no text left to go through
+
+
 def test_observed_usage_recalibrates_the_context_and_records_the_views_estimate() -> None:
     """ObserveUsage's step: the state's calibration moves toward the reported ratio, the projection counts
     with it (its view unchanged), and the usage is recorded with the estimate of the view it reports on."""
-    start = append(entry("s", 1, 100), AppendRequest((message(2, Role.ASSISTANT, "ok"),), now=5.0))
+    start = append(entry("s", 1, 100), 5.0, AppendRequest((message(2, Role.ASSISTANT, "ok"),)))
     assert start.answered is not None
     context = start.written(3)
     assert context is not None

@@ -736,8 +736,8 @@ def test_an_append_goes_through_its_new_messages_unless_it_builds_or_decides_on_
 
     def work(view: Projection, answer: bool = True, overflow: bool = False, known: int = 7) -> int:
         record = SessionRecord("s", "", "{}", 0, 0, "g", 1, "b", None, (), 1, None, len(messages), 0.0, 0.0)
-        request = AppendRequest(new, 0.0, overflow=overflow, known_view_version=known, answer=answer)
-        return append_work(Context(record, view, ContextState("f"), 1), request)
+        request = AppendRequest(new, overflow=overflow, known_view_version=known, answer=answer)
+        return append_work(Context(record, view, ContextState("f"), 1), request, len(new), sum(m.tokens for m in new))
 
     assert work(below) == len(messages) + 1  # the view is not built yet
     below.tokens()

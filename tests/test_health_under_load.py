@@ -35,13 +35,12 @@ from ctxfold import cpu, loop_lag
 from ctxfold.api.admission import Admission
 from ctxfold.api.pacing import LARGE_BYTES, AnswerPacer, RequestPacer
 from ctxfold.config import Settings
+from ctxfold.engine import context as engine_context
 from ctxfold.engine import estimator
 from ctxfold.engine import projection as engine_projection
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.service import folding as service_folding
 from ctxfold.service import maintenance as service_maintenance
-from ctxfold.service import transcript as service_transcript
-from ctxfold.store import rows as store_rows
 from ctxfold.summarizers import extractive
 from ctxfold.telemetry import INSTRUMENTS
 from ctxfold.v1 import context_service_pb2 as pb
@@ -171,7 +170,7 @@ async def test_a_large_append_is_checked_and_counted_off_the_event_loop(
     stub: pb_grpc.ContextServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Checking an append measures each text's UTF-8 size, a copy of every non-ASCII one (~10 ms per
-    16 MiB), and making its rows counts its tokens: for a large append both run in the pool."""
+    16 MiB), and making its stored forms counts its tokens: for a large append both run in the pool."""
     threads: dict[str, str] = {}
 
     def recorded(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -181,15 +180,15 @@ async def test_a_large_append_is_checked_and_counted_off_the_event_loop(
 
         return call
 
-    for name in ("validate_new_messages", "message_rows"):
-        monkeypatch.setattr(store_rows, name, recorded(name, getattr(store_rows, name)))
+    for name in ("validate_new_messages", "stored_form"):
+        monkeypatch.setattr(engine_context, name, recorded(name, getattr(engine_context, name)))
     config = pb.SessionConfig(context_window=1_000_000)
     session = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session
     content = "héllo wörld, 你好 " * (cpu.OFFLOAD_MIN_BYTES // 8)
     await stub.AppendMessages(
         pb.AppendMessagesRequest(session_id=session.id, messages=[pb.Message(role=pb.ROLE_USER, content=content)])
     )
-    assert threads.keys() == {"validate_new_messages", "message_rows"}
+    assert threads.keys() == {"validate_new_messages", "stored_form"}
     assert all(name.startswith("ctxfold-cpu") for name in threads.values()), threads
 
 
@@ -441,7 +440,7 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
     stub: pb_grpc.ContextServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The engine's steps over a view cost microseconds per message whatever their text: with a view of many
-    short messages, making an append's rows (ids, counts), loading it, appending, deciding, planning,
+    short messages, making an append's messages (counts), loading it, appending, deciding, planning,
     recording, summarizing and accepting a fold run in the pool (a fold of 120,000 held the loop for seconds),
     while an append of two messages to a short session's view stays on the loop."""
     calls: list[tuple[str, int, str]] = []
@@ -458,8 +457,8 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
     recorded(
         engine_projection, "build_view", lambda config, tokens, checkpoint, kept, after, *_: len(kept) + len(after)
     )
-    recorded(service_transcript, "append", lambda context, _: len(context.projection.messages))
-    recorded(store_rows, "message_rows", lambda messages, _: len(messages))
+    recorded(engine_context, "append", lambda context, *_: len(context.projection.messages))
+    recorded(engine_context, "made", lambda messages, *_: len(messages))
     recorded(service_maintenance, "decide", lambda snapshot, _: len(snapshot.projection.messages))
     recorded(service_folding, "plan_pass", lambda projection, *_: len(projection.messages))
     recorded(service_folding, "record_fold", lambda notes, previous, messages, *_: len(messages))
@@ -475,7 +474,7 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
     assert (await prepare(stub, session.id)).result.action == pb.ACTION_FOLDED
     long = [(name, size, thread) for name, size, thread in calls if size >= LONG_VIEW_MESSAGES // 2]
     assert {name for name, _, _ in long} == {
-        "message_rows", "build_view", "append", "decide", "plan_pass", "record_fold", "accept", "briefing"
+        "made", "build_view", "append", "decide", "plan_pass", "record_fold", "accept", "briefing"
     }  # fmt: skip
     assert all(thread.startswith("ctxfold-cpu") for _, _, thread in long), long
 
@@ -485,4 +484,4 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
     await prepare(stub, short.id, assistant("on it"), user("go on"))
     on_loop = [threading.current_thread().name] * 2
     assert [thread for name, _, thread in calls if name == "append"] == on_loop
-    assert [thread for name, _, thread in calls if name == "message_rows"] == on_loop
+    assert [thread for name, _, thread in calls if name == "made"] == on_loop

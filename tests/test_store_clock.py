@@ -9,7 +9,6 @@ from conftest import fresh_database
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, config_to_json
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.contexts import Contexts
-from ctxfold.service.transcript import Transcript
 from ctxfold.store import Store
 from ctxfold.store.database import create_engine, migrate
 from ctxfold.store.rows import ConfigTokens
@@ -34,8 +33,8 @@ async def test_rows_and_fold_leases_follow_the_injected_clock(backend: str, tmp_
         assert (session.create_time, session.update_time) == (1_000.0, 1_000.0)
 
         clock.now = 2_000.0
-        transcript = Transcript(store, Contexts(store), AppendLimits(1 << 20, 1 << 20), 1 << 22)
-        appended, after = await transcript.append_messages("tenant", session.id, [NewMessage(Role.USER, "hello")], "")
+        contexts = Contexts(store, AppendLimits(1 << 20, 1 << 20))
+        appended, after = await contexts.append_messages("tenant", session.id, [NewMessage(Role.USER, "hello")], "")
         assert [(m.seq, m.create_time) for m in appended] == [(1, 2_000.0)]
         assert after.update_time == 2_000.0
         snapshot = await store.load_context("tenant", session.id)

@@ -127,6 +127,6 @@ def start_counting() -> None:
 def count_text(text: str) -> int:
     """`estimator.count_text(text)`, in the counting process when `text` is large. It blocks while
     the process counts: call it from a worker of the pool (`run`), never on the event loop."""
-    if len(text) < OFFLOAD_MIN_BYTES:
+    if len(text) < estimator.LARGE_TEXT_CHARS:
         return estimator.count_text(text)
     return _counting.run(estimator.count_text, text)

@@ -145,13 +145,12 @@ def _services(settings: Settings, store: Store, tokens: dict[str, str] | None, h
         max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
     )
     summarizers = build_summarizers(settings.summarizers)
-    contexts = Contexts(store, settings.hot_state_max_bytes)
+    contexts = Contexts(store, limits, settings.hot_state_max_bytes)
     sessions = Sessions(store, frozenset(summarizers))
-    transcript = Transcript(store, contexts, limits, settings.max_send_message_bytes)
+    transcript = Transcript(store, settings.max_send_message_bytes)
     states = ContextStates(store, contexts)
     maintenance = Maintenance(
         store,
-        transcript,
         summarizers,
         hooks=hooks,
         max_waiting_per_session=settings.max_waiting_per_session,
@@ -165,6 +164,7 @@ def _services(settings: Settings, store: Store, tokens: dict[str, str] | None, h
     servicer = ContextServicer(
         auth=Authenticator(tokens),
         sessions=sessions,
+        contexts=contexts,
         transcript=transcript,
         tool_results=ToolResults(store),
         lineage=Lineage(store, sessions, states, on_rewound=maintenance.background.rewound),

@@ -34,6 +34,7 @@ from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.errors import DomainError, invalid
 from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
 from ctxfold.service.checkpoints import Checkpoints
+from ctxfold.service.contexts import Contexts
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Event, Maintenance, PrepareCall
 from ctxfold.service.progress import Appended
@@ -251,6 +252,7 @@ class ContextServicer:
         self,
         auth: Authenticator,
         sessions: Sessions,
+        contexts: Contexts,
         transcript: Transcript,
         tool_results: ToolResults,
         lineage: Lineage,
@@ -263,6 +265,7 @@ class ContextServicer:
         self.auth = auth
         self.admission = admission
         self.sessions = sessions
+        self.contexts = contexts
         self.transcript = transcript
         self.tool_results = tool_results
         self.lineage = lineage
@@ -302,7 +305,7 @@ class ContextServicer:
     async def AppendMessages(
         self, request: pb.AppendMessagesRequest, context: Context, tenant: str, messages: list[NewMessage], turn: Turn
     ) -> bytes:
-        stored, record = await self.transcript.append_messages(tenant, request.session_id, messages, request.request_id)
+        stored, record = await self.contexts.append_messages(tenant, request.session_id, messages, request.request_id)
         session = convert.session_pb(session_info(record))
         return await _encoded(
             request, pb.AppendMessagesResponse, "messages", stored, convert.message_pb, session=session

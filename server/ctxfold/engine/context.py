@@ -8,15 +8,22 @@ no maintenance is due, the answer with its bookkeeping — what the one write th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ctxfold.engine import estimator
 from ctxfold.engine.answer import Answering, PreparedContext, answer
 from ctxfold.engine.maintenance import Action, Answer, MaintainRequest, Snapshot, Trigger, decide
-from ctxfold.engine.model import SessionConfig, StoredMessage, Usage
+from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, Usage, text_chars
 from ctxfold.engine.projection import Projection, check_fixed_costs
 from ctxfold.engine.state import ContextState, fingerprint, load_state, observed
-from ctxfold.engine.transcript import advance_open_calls
+from ctxfold.engine.transcript import (
+    AppendLimits,
+    advance_open_calls,
+    keeps_raw_result,
+    stored_form,
+    validate_new_messages,
+)
 from ctxfold.engine.view import Checkpoint
 
 
@@ -89,16 +96,23 @@ def loaded(
 
 @dataclass(frozen=True)
 class Appended:
-    """What an append makes of a context: `context` after it, the messages as stored, and the answer
-    (its `state` is the bookkeeping to write with the append) when no maintenance is due."""
+    """What one write makes of a context: `context` after it, the messages it appends (stored forms) and the
+    answer when no maintenance is due (its `state` is the bookkeeping to write with them); or, for a usage
+    report or a receipt, which append nothing, `context.state` to write whole (`state_changed`) with the
+    provider `usage` it records."""
 
     context: Context
-    messages: tuple[StoredMessage, ...]
-    answered: PreparedContext | None
+    messages: tuple[StoredMessage, ...] = ()
+    answered: PreparedContext | None = None
+    state_changed: bool = False
+    usage: Usage | None = None
+    results: tuple[AppendedResult, ...] = ()  # the raw results of `messages`
 
     def bookkeeping(self) -> tuple[str, bool] | None:
-        """What the answer writes with the append: the state's bookkeeping fields over the stored state,
-        or (`True`) the whole state when the stored one is not it but for them (a new or rebuilt state)."""
+        """What is written with the messages: the state's bookkeeping fields over the stored state, or (`True`)
+        the whole state when it changed or the stored one is not it but for them (a new or rebuilt state)."""
+        if self.state_changed:
+            return self.context.state.to_json(), True
         if self.answered is None:
             return None
         whole = not self.context.state_stored
@@ -106,9 +120,9 @@ class Appended:
         return (state.to_json() if whole else state.bookkeeping_json()), whole
 
     def written(self, revision: int) -> Context | None:
-        """The context once the append is written and its bookkeeping made the state's `revision` (0: no
-        bookkeeping); None when the bookkeeping was skipped (the state was written meanwhile: unknown here)."""
-        if self.answered is not None and not revision:
+        """The context once the write is made and its state write made the state's `revision` (0: none); None
+        when the state write was skipped (the state was written meanwhile: unknown here)."""
+        if (self.answered is not None or self.state_changed) and not revision:
             return None
         state = self.answered.state if self.answered else self.context.state
         stored = bool(revision) or self.context.state_stored
@@ -136,7 +150,6 @@ def observe(context: Context, usage: Usage) -> UsageObserved:
 @dataclass(frozen=True)
 class AppendRequest:
     messages: tuple[StoredMessage, ...]  # ids, bounded contents and token counts made; no seq yet
-    now: float
     overflow: bool = False  # the provider refused the last view: maintain whatever the size
     known_view_version: int = 0
     answer: bool = True  # AppendMessages makes no answer
@@ -147,36 +160,34 @@ class AppendRequest:
         return "append" if self.answer else "messages"
 
 
-def append_work(context: Context, request: AppendRequest) -> int:
-    """How many messages `append` goes through: the new ones; every one of the view when it must build
-    the view, answer with all of it (no known version), or decide on one at its trigger."""
-    projection, new = context.projection, request.messages
+def append_work(context: Context, request: AppendRequest, new: int, new_tokens: int) -> int:
+    """How many messages `append` goes through: the `new` ones; every one of the view when it must build
+    the view, answer with all of it (no known version), or decide on one at its trigger (the new ones
+    bring `new_tokens`; a bound is enough)."""
+    projection = context.projection
     if not projection.has_view:
-        return projection.message_count + len(new)
-    tokens = projection.tokens() + sum(m.tokens for m in new)
-    at_trigger = request.overflow or tokens >= projection.config.trigger_tokens
+        return projection.message_count + new
+    at_trigger = request.overflow or projection.tokens() + new_tokens >= projection.config.trigger_tokens
     whole = request.answer and (at_trigger or not request.known_view_version)
-    return projection.message_count + len(new) if whole else len(new)
+    return projection.message_count + new if whole else new
 
 
-def append(context: Context, request: AppendRequest) -> Appended:
-    """`request.messages` appended to `context` (FAILED_PRECONDITION when they break the tool-call
+def append(context: Context, now: float, request: AppendRequest) -> Appended:
+    """`request.messages` appended to `context` at `now` (FAILED_PRECONDITION when they break the tool-call
     protocol, or, for a Prepare, when the session's fixed costs leave no room for a view), and the answer
     when the grown view needs no maintenance."""
     session = context.session
     if request.answer:
         check_fixed_costs(context.config, session.system_tokens, session.tools_tokens)
     open_calls = advance_open_calls(session.open_tool_calls, request.messages, request.field)
-    messages = tuple(
-        replace(m, seq=session.head_seq + 1 + i, create_time=request.now) for i, m in enumerate(request.messages)
-    )
+    messages = tuple(replace(m, seq=session.head_seq + 1 + i, create_time=now) for i, m in enumerate(request.messages))
     if messages:
         session = replace(
             session,
             head_seq=session.head_seq + len(messages),
             open_tool_calls=open_calls,
             version=session.version + 1,
-            update_time=request.now,
+            update_time=now,
         )
     projection = context.projection.extended(messages)
     grown = replace(context, session=session, projection=projection)
@@ -190,4 +201,78 @@ def append(context: Context, request: AppendRequest) -> Appended:
     answering = Answering(
         projection, context.state, projection.view(), tokens, Action.NONE, session.head_seq, session.checkpoint_id
     )
-    return Appended(grown, messages, answer(answering, request.known_view_version, request.now))
+    return Appended(grown, messages, answer(answering, request.known_view_version, now))
+
+
+@dataclass(frozen=True)
+class AppendedResult:
+    """A raw result an append stores whole under its `ref`: a tool result, or a user message. `inline`:
+    it is the message's content (stored by reference to the message, no copy)."""
+
+    ref: str
+    message_id: str
+    data: bytes
+    inline: bool
+
+
+@dataclass(frozen=True)
+class Made:
+    """New messages made into their stored forms (but for seq and time, which `append` gives them) and the
+    raw results to store with them."""
+
+    messages: tuple[StoredMessage, ...]
+    results: tuple[AppendedResult, ...]
+
+
+def made(
+    messages: Sequence[NewMessage],
+    ids: Sequence[tuple[str, str]],
+    config: SessionConfig,
+    limits: AppendLimits,
+    field: str = "messages",
+    count_large: Callable[[str], int] = estimator.count_text,
+) -> Made:
+    """`messages` checked (errors name `field`) and made (`stored_form`; `ids`: the id and result ref of each,
+    the ref kept where `keeps_raw_result`), with their raw results."""
+    validate_new_messages(messages, limits, field)
+    forms = [
+        stored_form(m, config, message_id, ref if keeps_raw_result(m.role) else "", count_large)
+        for m, (message_id, ref) in zip(messages, ids, strict=True)
+    ]
+    results = tuple(
+        AppendedResult(m.result_ref, m.id, m.content.encode() if raw is None else raw, inline=raw is None)
+        for m, raw in forms
+        if m.result_ref
+    )
+    return Made(tuple(m for m, _ in forms), results)
+
+
+@dataclass
+class AppendStep:
+    """An append as a step of the one write: `messages` are `made` on the first context it is given, and kept
+    for a retry on a fresher one (its session has the same config); then `append`. Texts of at least
+    `estimator.LARGE_TEXT_CHARS` are counted by `count_large` (the server's counting process)."""
+
+    messages: Sequence[NewMessage]
+    ids: Sequence[tuple[str, str]]
+    limits: AppendLimits
+    request: AppendRequest
+    count_large: Callable[[str], int] = estimator.count_text
+    _made: Made | None = None
+
+    def work(self, context: Context) -> tuple[int, int]:
+        """The messages (`append_work`) and characters of text the step goes through: the new messages' text
+        until they are made; before, their tokens are bounded by their UTF-8 bytes (a token is one or more)."""
+        if self._made is not None:
+            new = self._made.messages
+            return append_work(context, self.request, len(new), sum(m.tokens for m in new)), 0
+        chars = text_chars(self.messages)
+        bound = 4 * chars + sum(m.payload.tokens for m in self.messages if m.payload)
+        return append_work(context, self.request, len(self.messages), bound), chars
+
+    def __call__(self, context: Context, now: float) -> Appended:
+        if self._made is None:
+            request, config = self.request, context.config
+            self._made = made(self.messages, self.ids, config, self.limits, request.field, self.count_large)
+        appended = append(context, now, replace(self.request, messages=self._made.messages))
+        return replace(appended, results=self._made.results)

@@ -67,6 +67,10 @@ def token_slices(text: str, slice_chars: int = SLICE_CHARS) -> Iterator[str]:
     yield text[start:]
 
 
+# Counting a text this long takes milliseconds (0.4 s per 4 MiB of the tokenizer's slowest text).
+LARGE_TEXT_CHARS = 64 << 10
+
+
 def count_text(text: str) -> int:
     # encode_ordinary: special-token look-alikes in agent text are plain text, never an error.
     encoding = _encoding()
@@ -78,10 +82,15 @@ def message_tokens(
     tool_calls: Iterable[ToolCall] = (),
     reasoning: str = "",
     name: str = "",
-    count: Callable[[str], int] = count_text,
+    count_large: Callable[[str], int] = count_text,
 ) -> int:
-    """Tokens of one message's own text, without the per-message overhead; each text is counted by
-    `count` (the server's counts large texts in a process of their own: `ctxfold.cpu.count_text`)."""
+    """Tokens of one message's own text, without the per-message overhead; texts of at least
+    `LARGE_TEXT_CHARS` are counted by `count_large` (the server's, in a process of their own:
+    `ctxfold.cpu.count_text`)."""
+
+    def count(text: str) -> int:
+        return count_large(text) if len(text) >= LARGE_TEXT_CHARS else count_text(text)
+
     total = count(content) + count(reasoning) + count(name)
     for call in tool_calls:
         total += count(call.name) + count(call.arguments) + PER_TOOL_CALL_TOKENS

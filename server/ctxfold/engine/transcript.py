@@ -182,17 +182,17 @@ def keeps_raw_result(role: Role) -> bool:
 
 
 def stored_form(
-    message: NewMessage, config: SessionConfig, message_id: str, result_ref: str, count_text: Callable[[str], int]
+    message: NewMessage, config: SessionConfig, message_id: str, result_ref: str, count_large: Callable[[str], int]
 ) -> tuple[StoredMessage, bytes | None]:
     """`message` as stored, but for its seq and time (given by the append): a tool result bounded to
     `tool_content_max_bytes`, its tokens counted once (never recomputed), and the raw bytes when its
-    content is a cut of them. `result_ref` is "" unless `keeps_raw_result`."""
+    content is a cut of them. `result_ref` is "" unless `keeps_raw_result`; `count_large` counts large texts."""
     content, raw, raw_bytes, truncated = message.content, None, 0, False
     if message.role is Role.TOOL:
         bounded = bound_tool_content(message.content, config.tool_content_max_bytes, result_ref)
         content, raw_bytes, truncated = bounded.content, bounded.raw_bytes, bounded.truncated
         raw = None if bounded.exact else message.content.encode()
-    tokens = estimator.message_tokens(content, message.tool_calls, message.reasoning_content, message.name, count_text)
+    tokens = estimator.message_tokens(content, message.tool_calls, message.reasoning_content, message.name, count_large)
     stored = StoredMessage(
         id=message_id,
         seq=0,

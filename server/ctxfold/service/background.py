@@ -21,8 +21,8 @@ from ctxfold.engine.errors import DomainError
 from ctxfold.engine.maintenance import Action, FoldOutcome, MaintainRequest, Trigger, plan_pass
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import Receipt, ReceiptAction, ReceiptStatus
-from ctxfold.service.contexts import Contexts
-from ctxfold.service.exclusion import FoldLeases, KeyedLock, Lease
+from ctxfold.service.contexts import Contexts, KeyedLock
+from ctxfold.service.exclusion import FoldLeases, Lease
 from ctxfold.service.folding import Folding, PassCall
 from ctxfold.service.observer import MaintenanceObserver, traceparent_of
 from ctxfold.service.progress import FoldProgress, FoldStage, no_progress

@@ -1,24 +1,41 @@
-"""Sessions' current contexts, cached per process so an append costs what is new, not a reload of the view.
-Each is a guess the write's swap validates (docs/architecture.md, One path for every append)."""
+"""Sessions' current contexts, cached per process so an append costs what is new, not a reload of the view, and
+changed one at a time per session by the one write (`Contexts.change`): an append (all or nothing, idempotent
+with a request id, with the answer's bookkeeping when it makes one), a usage report, a receipt. Each cached
+context is a guess that write's swap validates (docs/architecture.md, One path for every append)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from ctxfold import cpu
-from ctxfold.engine.context import Context, SessionRecord, loaded
-from ctxfold.engine.model import StoredMessage, config_from_json, text_chars
-from ctxfold.service.exclusion import KeyedLock
+from ctxfold.engine.answer import PreparedContext
+from ctxfold.engine.context import Appended, AppendRequest, AppendStep, Context, SessionRecord, loaded
+from ctxfold.engine.errors import DomainError, busy, invalid, kept_changing
+from ctxfold.engine.ids import new_id, new_result_ref
+from ctxfold.engine.model import NewMessage, StoredMessage, config_from_json, text_chars
+from ctxfold.engine.transcript import AppendLimits
 from ctxfold.store import Store
+from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Written
 from ctxfold.store.rows import StoredContext
 from ctxfold.telemetry import INSTRUMENTS
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 256 << 20
+# A change that keeps losing compare-and-swap races (or whose cached context keeps being behind) gives up after
+# this many attempts.
+MAX_ATTEMPTS = 8
+
+MAX_REQUEST_ID_CHARS = 128
+
+# A change of a session's context, decided on its current context at the store's time (pure: run by `cpu.run`).
+Step = Callable[[Context, float], Appended]
+
 # A cached message's cost beyond its text (its objects, ids, headers): tracemalloc measures ~530 bytes without
 # tool calls; the rest is room for tool-call ids and names and view-only text (pruned stubs, bounded anchors).
 MESSAGE_OVERHEAD_BYTES = 1024
@@ -47,6 +64,52 @@ def _loaded(stored: StoredContext) -> tuple[Context, str]:
     return context, why
 
 
+class KeyedLock:
+    """One asyncio lock per key, dropped when nobody holds or waits for it. Beyond `max_waiting` waiters (None: the
+    admission's bound) `hold` raises SESSION_BUSY at once, so a busy session's queue stays short."""
+
+    def __init__(self, max_waiting: int | None, retry_after_seconds: float = 1.0) -> None:
+        self.max_waiting = max_waiting
+        self.retry_after_seconds = retry_after_seconds
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    def held(self, key: str) -> bool:
+        return key in self._locks
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        if self.max_waiting is not None and users > self.max_waiting:  # one holder and max_waiting waiters
+            raise busy(
+                f"{users - 1} calls already wait to maintain session {key!r} (at most {self.max_waiting}); retry later",
+                self.retry_after_seconds,
+                scope="session",
+                session_id=key,
+                limit=self.max_waiting,
+            )
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+@dataclass(frozen=True)
+class StoredAppend:
+    """An append as stored: its messages (the first append's, for a request id seen before), the
+    context after it (None after a repeated request id: the store has it), and the answer written with
+    it when no maintenance was due."""
+
+    messages: list[StoredMessage]
+    context: Context | None
+    answered: PreparedContext | None
+
+
 @dataclass(frozen=True)
 class _Entry:
     context: Context
@@ -54,8 +117,9 @@ class _Entry:
 
 
 class Contexts:
-    def __init__(self, store: Store, max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, store: Store, limits: AppendLimits, max_bytes: int = DEFAULT_MAX_BYTES):
         self.store = store
+        self.limits = limits
         self.max_bytes = max_bytes
         self.bytes = 0
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
@@ -86,6 +150,73 @@ class Contexts:
             log.warning("context state of session %s rebuilt: %s", session_id, why)
         self._put(context)
         return context
+
+    async def append_messages(
+        self, tenant: str, session_id: str, messages: Sequence[NewMessage], request_id: str
+    ) -> tuple[list[StoredMessage], SessionRecord]:
+        """AppendMessages: the append alone (no answer); returns the messages as stored and the session
+        after them."""
+        written = await self.append(tenant, session_id, messages, request_id, AppendRequest((), answer=False))
+        session = written.context.session if written.context else await self.store.get_session(tenant, session_id)
+        return written.messages, session
+
+    async def append(
+        self, tenant: str, session_id: str, messages: Sequence[NewMessage], request_id: str, request: AppendRequest
+    ) -> StoredAppend:
+        """Appends `messages` (all of them or none) to the session as it is, with the answer's bookkeeping
+        when `request` asks for one and no maintenance is due: the one write of AppendMessages and
+        Prepare. A request id seen before appends nothing and answers the first append's messages."""
+        if len(request_id) > MAX_REQUEST_ID_CHARS:
+            raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
+        ids = [(new_id("m"), new_result_ref()) for _ in messages]
+        step = AppendStep(messages, ids, self.limits, request, cpu.count_text)
+        match await self.change(tenant, session_id, step, step.work, request_id):
+            case Repeated(message_ids):
+                return StoredAppend(await self.store.messages(message_ids), None, None)
+            case appended, context:
+                return StoredAppend(list(appended.messages), context, appended.answered)
+
+    async def change(
+        self,
+        tenant: str,
+        session_id: str,
+        step: Step,
+        work: Callable[[Context], tuple[int, int]] | None = None,
+        request_id: str = "",
+    ) -> tuple[Appended, Context] | Repeated:
+        """`step` applied to the session's context and written by the one write of an append (with its
+        `request_id`), in the session's turn; decided again on the store's context when the cached one was
+        behind (its swap lost) or made the step fail. The step's result and the context after it (which the
+        cache keeps), or the first append's message ids when `request_id` was seen before. `work`: the
+        messages and characters of text the step goes through (`cpu.run`'s size)."""
+        async with self.turns.hold(session_id):
+            for attempt in range(MAX_ATTEMPTS):
+                context = await self.load(tenant, session_id, fresh=attempt > 0)
+                messages, chars = work(context) if work else (0, 0)
+                size = messages * cpu.MESSAGE_WORK_BYTES + chars
+                try:
+                    appended = await cpu.run(size, step, context, self.store.clock())
+                except DomainError:
+                    if attempt:
+                        raise
+                    continue
+                book = appended.bookkeeping()
+                bookkeeping = Bookkeeping(book[0], context.revision, book[1]) if book else None
+                session, after = context.session, appended.context.session
+                write = AppendWrite(
+                    session, after, appended.messages, appended.results, request_id, bookkeeping, appended.usage
+                )
+                match await self.store.append(write):
+                    case Repeated() as repeated:
+                        return repeated
+                    # An answer's bookkeeping may be skipped (the state changed meanwhile); a changed state must land.
+                    case Written(revision) if revision or not appended.state_changed:
+                        grown = appended.written(revision)  # None: the state write was skipped
+                        self.written(session, grown, grown_by=appended.messages)
+                        return appended, grown or appended.context
+                    case _:
+                        self.written(session, None)
+        raise kept_changing(session_id, retry="retry with the same request_id" if request_id else "retry")
 
     def written(
         self, session: SessionRecord, context: Context | None, grown_by: Sequence[StoredMessage] | None = None

@@ -1,5 +1,5 @@
-"""Who may maintain a session at a time: one call per process (`KeyedLock`, which queues appends too) and one
-replica per database (the fold lease); why: docs/architecture.md, The view and maintenance."""
+"""Which replica may fold a session: one per database at a time, the holder of its fold lease (within a process,
+one call at a time: `contexts.KeyedLock`); why: docs/architecture.md, The view and maintenance."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.errors import busy
 from ctxfold.store import Store
 
 log = logging.getLogger(__name__)
@@ -24,41 +23,6 @@ log = logging.getLogger(__name__)
 FOLD_LEASE_SECONDS = 10.0
 FOLD_LEASE_RENEW_SECONDS = FOLD_LEASE_SECONDS / 4
 FOLD_LEASE_POLL_SECONDS = 0.25
-
-
-class KeyedLock:
-    """One asyncio lock per key, dropped when nobody holds or waits for it. Beyond `max_waiting` waiters (None: the
-    admission's bound) `hold` raises SESSION_BUSY at once, so a busy session's queue stays short."""
-
-    def __init__(self, max_waiting: int | None, retry_after_seconds: float = 1.0) -> None:
-        self.max_waiting = max_waiting
-        self.retry_after_seconds = retry_after_seconds
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    def held(self, key: str) -> bool:
-        return key in self._locks
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        if self.max_waiting is not None and users > self.max_waiting:  # one holder and max_waiting waiters
-            raise busy(
-                f"{users - 1} calls already wait to maintain session {key!r} (at most {self.max_waiting}); retry later",
-                self.retry_after_seconds,
-                scope="session",
-                session_id=key,
-                limit=self.max_waiting,
-            )
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
 
 
 class Lease(enum.Enum):

@@ -21,6 +21,7 @@ from ctxfold.engine.candidate import (
     summary_failure,
 )
 from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.ids import new_id, new_result_ref
 from ctxfold.engine.maintenance import (
     Action,
     Fold,
@@ -37,7 +38,6 @@ from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.exclusion import FoldLeases, Lease
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
 from ctxfold.store import Store
-from ctxfold.store.rows import new_id, new_result_ref
 from ctxfold.summarizers.base import OnDelta, Summarizer, SummaryRequest, SummaryResult
 from ctxfold.summarizers.extractive import ExtractiveSummarizer
 

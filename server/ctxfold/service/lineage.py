@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import kept_changing
+from ctxfold.engine.ids import new_id
 from ctxfold.engine.model import ConfigInput, config_from_json, config_to_json, override_config
 from ctxfold.engine.state import ContextState, Receipt, carried_over, fingerprint
 from ctxfold.service.sessions import SessionInfo, Sessions, fitting_config_tokens, session_info
 from ctxfold.service.states import ContextStates
 from ctxfold.store import StaleSession, Store
-from ctxfold.store.rows import new_id
 
 REWIND_ATTEMPTS = 10
 

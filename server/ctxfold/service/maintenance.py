@@ -40,18 +40,20 @@ from ctxfold.engine.model import NewMessage, StoredMessage
 from ctxfold.engine.projection import Projection, check_fixed_costs
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.background import BackgroundFolds
-from ctxfold.service.contexts import Contexts
-from ctxfold.service.exclusion import FoldLeases, KeyedLock
+from ctxfold.service.contexts import Contexts, KeyedLock
+from ctxfold.service.exclusion import FoldLeases
 from ctxfold.service.folding import Folding
 from ctxfold.service.observer import MaintenanceObserver
 from ctxfold.service.progress import Appended, Emit, FoldProgress
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
-from ctxfold.service.states import MAX_ROUNDS, ContextStates
-from ctxfold.service.transcript import Transcript
+from ctxfold.service.states import ContextStates
 from ctxfold.store import StaleSession, Store
 from ctxfold.summarizers.base import Summarizer
 
 log = logging.getLogger(__name__)
+
+# A maintenance call whose rounds keep being overtaken (folded elsewhere, the session changed) gives up after this many.
+MAX_ROUNDS = 8
 
 
 Event = FoldProgress | PreparedContext
@@ -89,7 +91,6 @@ class Maintenance:
     def __init__(
         self,
         store: Store,
-        transcript: Transcript,
         summarizers: Mapping[str, Summarizer],
         *,
         max_response_bytes: int,
@@ -99,7 +100,6 @@ class Maintenance:
         max_waiting_per_session: int = 16,
     ):
         self.store = store
-        self.transcript = transcript
         self.summarizers = summarizers
         # The store's clock: receipts and the stamps of hot appends agree with what the store writes.
         self.clock = store.clock
@@ -142,8 +142,8 @@ class Maintenance:
         """A Prepare: its checks and append, `Appended` once that is stored, then its answer: in the caller's
         task when no maintenance was due (no task or queue), else after maintenance, which runs as a `_stream`
         task reporting its progress."""
-        request = AppendRequest((), 0.0, call.overflow, call.known_view_version)
-        written = await self.transcript.append(call.tenant, call.session_id, call.append, call.request_id, request)
+        request = AppendRequest((), call.overflow, call.known_view_version)
+        written = await self.contexts.append(call.tenant, call.session_id, call.append, call.request_id, request)
         yield Appended()
         appended = written.messages
         if written.answered is not None and written.context is not None:

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from ctxfold import cpu
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import invalid
+from ctxfold.engine.ids import new_id
 from ctxfold.engine.model import ConfigInput, SessionConfig, config_from_json, config_to_json, resolve_config
 from ctxfold.engine.projection import check_config_fits
 from ctxfold.service.paging import decode_token, encode_token, page_size
 from ctxfold.store import Store
-from ctxfold.store.rows import ConfigTokens, new_id
+from ctxfold.store.rows import ConfigTokens
 
 MAX_SESSION_KEY_CHARS = 512
 

@@ -3,24 +3,19 @@ by the one write of an append (compare-and-swap on the state's revision); the ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 from dataclasses import replace
 
-from ctxfold.engine.context import Context, SessionRecord, UsageObserved, observe
-from ctxfold.engine.errors import kept_changing
+from ctxfold.engine.context import Appended, Context, SessionRecord, UsageObserved, observe
+from ctxfold.engine.errors import DomainError
 from ctxfold.engine.model import Usage
 from ctxfold.engine.state import ContextState, Receipt, check_usage, fingerprint, load_state
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.observer import MaintenanceObserver
 from ctxfold.store import Store
-from ctxfold.store.append import AppendWrite, Bookkeeping, Written
 from ctxfold.telemetry import INSTRUMENTS
 
-# A write that keeps losing compare-and-swap races gives up after this many rounds.
-MAX_ROUNDS = 8
-
-# A change of a session's context apart from an append: the context it becomes, and a usage row to record with it.
-Change = Callable[[Context], tuple[Context, Usage | None]]
+log = logging.getLogger(__name__)
 
 
 class ContextStates:
@@ -38,12 +33,12 @@ class ContextStates:
         check_usage(usage)
         observed: list[UsageObserved] = []
 
-        def observing(context: Context) -> tuple[Context, Usage | None]:
+        def observing(context: Context, now: float) -> Appended:
             observed.append(observe(context, usage))
-            return observed[-1].context, observed[-1].usage
+            after = replace(observed[-1].context, session=replace(context.session, update_time=now))
+            return Appended(after, state_changed=True, usage=observed[-1].usage)
 
-        if not await self.change(tenant, session_id, observing):
-            raise kept_changing(session_id)
+        await self.contexts.change(tenant, session_id, observing)
         INSTRUMENTS.usage_input_tokens.add(usage.cached_input_tokens, {"ctxfold.cached": True})
         INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, {"ctxfold.cached": False})
         return observed[-1].context.state.calibration, observed[-1].accepted
@@ -51,28 +46,19 @@ class ContextStates:
     async def add_receipt(self, session: SessionRecord, receipt: Receipt) -> None:
         """Adds a receipt to the stored state (best effort: given up if the state keeps changing)."""
         MaintenanceObserver.receipt(receipt)
-        await self.change(session.tenant, session.id, lambda c: (replace(c, state=c.state.with_receipt(receipt)), None))
 
-    async def change(self, tenant: str, session_id: str, change: Change) -> bool:
-        """`change` applied to the session's context (cached) and its whole state written, with the usage row it
-        gives, by the one write of an append, over the state's revision while the session is unchanged; in
-        the session's turn, read again from the store while others write (False when they kept writing).
-        The cached context follows what was written."""
-        async with self.contexts.turns.hold(session_id):
-            for attempt in range(MAX_ROUNDS):
-                context = await self.contexts.load(tenant, session_id, fresh=attempt > 0)
-                changed, usage = change(context)
-                session, now = context.session, self.store.clock()
-                book = Bookkeeping(changed.state.to_json(), context.revision, whole=True)
-                write = AppendWrite(session, replace(session, update_time=now), (), (), "", book, usage)
-                match await self.store.append(write):
-                    case Written(revision) if revision:
-                        written = replace(changed, revision=revision, state_stored=True)
-                        self.contexts.written(session, written, grown_by=())
-                        return True
-                    case _:  # the session or its state changed since the context was read: read the store's
-                        self.contexts.written(session, None)
-        return False
+        def receipted(context: Context, now: float) -> Appended:
+            session = replace(context.session, update_time=now)
+            return Appended(
+                replace(context, session=session, state=context.state.with_receipt(receipt)), state_changed=True
+            )
+
+        try:
+            await self.contexts.change(session.tenant, session.id, receipted)
+        except DomainError as error:
+            if error.reason != "CONCURRENT_MODIFICATION":
+                raise
+            log.info("session %s kept changing: receipt %r not recorded", session.id, receipt.reason)
 
     async def context_state(self, tenant: str, session_id: str) -> str:
         """The stored state when it is valid for the session, else the state it would be rebuilt to."""

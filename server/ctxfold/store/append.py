@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ctxfold.engine.context import SessionRecord
+from ctxfold.engine.context import AppendedResult, SessionRecord
 from ctxfold.engine.model import StoredMessage, Usage
-from ctxfold.store.rows import EncodedResult
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class AppendWrite:
     seen: SessionRecord
     after: SessionRecord
     messages: tuple[StoredMessage, ...]
-    raw_results: tuple[EncodedResult, ...]
+    raw_results: tuple[AppendedResult, ...]  # compressed and hashed by the write (`rows.appended_result_values`)
     request_id: str = ""
     bookkeeping: Bookkeeping | None = None
     usage: Usage | None = None

@@ -15,10 +15,11 @@ from sqlalchemy import Column, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ctxfold import cpu
 from ctxfold.store import schema
 from ctxfold.store.append import AppendWrite, Outcome, Repeated, Stale, Written
 from ctxfold.store.errors import raise_store_error
-from ctxfold.store.rows import USAGE_FIELDS, head_values, message_values, result_values
+from ctxfold.store.rows import USAGE_FIELDS, appended_result_values, head_values, message_values
 
 
 def _type(column: Column[Any]) -> str:
@@ -121,7 +122,8 @@ class PostgresAppender:
             head = head_values(after)
             args += [append.request_id, head["head_seq"], head["open_tool_calls"], head["version"]]
             args.append(json.dumps([m.id for m in append.messages]))
-            results, chunks = result_values(append.seen.segment_id, append.raw_results)
+            size = sum(len(r.data) for r in append.raw_results)
+            results, chunks = await cpu.run(size, appended_result_values, seen.segment_id, append.raw_results)
             args += _columns_of(
                 [message_values(m, seen.segment_id) for m in append.messages], statements.message_columns
             )

@@ -22,10 +22,10 @@ from ctxfold.store.database import configure_sqlite_connection
 from ctxfold.store.errors import raise_store_error
 from ctxfold.store.rows import (
     USAGE_FIELDS,
+    appended_result_values,
     head_values,
     message_values,
     request_values,
-    result_values,
     usage_values,
 )
 
@@ -38,10 +38,14 @@ BUSY_TIMEOUT_MS = 10_000
 
 
 def write_size(append: AppendWrite) -> int:
-    """The bytes of text and data `append` carries (what committing it on the event loop would cost)."""
-    stored = [d for r in append.raw_results for d in (r.row["data"], *(c["data"] for c in r.chunks))]
-    data = sum(len(d) for d in stored if isinstance(d, bytes))
+    """The bytes of text and data `append` carries (what encoding and committing it on the event loop would
+    cost; an inline result is a message's content)."""
+    data = sum(len(r.data) for r in append.raw_results if not r.inline)
     return text_chars(append.messages) + data + (len(append.bookkeeping.json) if append.bookkeeping else 0)
+
+
+# The tool_results and tool_result_chunks rows of an append.
+Rows = tuple[list[dict[str, object]], list[dict[str, object]]]
 
 
 class _Busy(Exception):
@@ -116,12 +120,21 @@ class SqliteAppender:
         self._commits = 0
 
     async def write(self, append: AppendWrite) -> Outcome:
-        loop = asyncio.get_running_loop()
+        """`append` committed on the loop when small, else (or while another process holds the write lock) in
+        the thread; a large one's results are compressed in the CPU pool first, outside the writer's turn."""
+        loop, size = asyncio.get_running_loop(), write_size(append)
+        inline = size <= INLINE_MAX_BYTES
+        segment, raw = append.seen.segment_id, append.raw_results
+        results = (
+            appended_result_values(segment, raw)
+            if inline
+            else await cpu.run(size, appended_result_values, segment, raw)
+        )
         async with self._writer_turn:
             conn = self._connection()
-            if write_size(append) <= INLINE_MAX_BYTES:
+            if inline:
                 try:
-                    outcome = self._commit(conn, append, wait=False)
+                    outcome = self._commit(conn, append, results, wait=False)
                 except _Busy:
                     pass  # another process writes: wait for it in the thread
                 else:
@@ -129,7 +142,7 @@ class SqliteAppender:
                     if self._commits % CHECKPOINT_EVERY_COMMITS == 0:
                         await loop.run_in_executor(self._thread, self._checkpoint_wal, conn)
                     return outcome
-            return await loop.run_in_executor(self._thread, self._commit, conn, append, True)
+            return await loop.run_in_executor(self._thread, self._commit, conn, append, results, True)
 
     async def close(self) -> None:
         async with self._writer_turn:
@@ -154,7 +167,7 @@ class SqliteAppender:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def _commit(self, conn: sqlite3.Connection, append: AppendWrite, wait: bool) -> Outcome:
+    def _commit(self, conn: sqlite3.Connection, append: AppendWrite, results: Rows, wait: bool) -> Outcome:
         """`append` in one transaction. Without `wait` (on the loop) a write lock held by another
         process raises _Busy before anything is written."""
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS if wait else 0}")
@@ -166,7 +179,7 @@ class SqliteAppender:
             raise_store_error(error)
         committing = False
         try:
-            outcome = self._writes(conn, append)
+            outcome = self._writes(conn, append, results)
             committing = True
             conn.execute("COMMIT" if isinstance(outcome, Written) else "ROLLBACK")
             return outcome
@@ -176,7 +189,7 @@ class SqliteAppender:
                     conn.execute("ROLLBACK")
             raise_store_error(error, may_have_committed=committing)
 
-    def _writes(self, conn: sqlite3.Connection, append: AppendWrite) -> Outcome:
+    def _writes(self, conn: sqlite3.Connection, append: AppendWrite, encoded: Rows) -> Outcome:
         run = self._statements.run
         at = {f"at_{name}": getattr(append.seen, name) for name in ("id", "tenant", "version", "branch_id")}
         if append.request_id:
@@ -193,7 +206,7 @@ class SqliteAppender:
             if append.request_id:
                 run(conn, "request", request_values(append.seen.id, append.request_id, ids, now))
             run(conn, "message", *(message_values(m, segment) for m in append.messages))
-            results, chunks = result_values(segment, append.raw_results)
+            results, chunks = encoded
             if results:
                 run(conn, "result", *results)
             if chunks:

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import failed_precondition, invalid
+from ctxfold.engine.ids import new_id
 from ctxfold.engine.lineage import (
     Segment,
     SeqRange,
@@ -24,7 +25,7 @@ from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_
 from ctxfold.store import schema
 from ctxfold.store.base import StaleSession, StoreBase, session_row
 from ctxfold.store.checkpoints import checkpoint_chain, drop_unreachable_checkpoints
-from ctxfold.store.rows import BranchPoint, message_from_row, new_id
+from ctxfold.store.rows import BranchPoint, message_from_row
 
 
 def in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:

@@ -1,58 +1,28 @@
 """The store's records and the one row mapper of each: every query that reads a session, a message or a
-checkpoint row turns it into its record here, and every insert of a message or a checkpoint takes its
-columns from here, so a new field is added in one place (plus its schema column). An append's rows and raw
-results are made here too, before its write (`append_rows`)."""
+checkpoint row turns it into its record here, and every insert of a message, a raw result or a checkpoint
+takes its columns from here, so a new field is added in one place (plus its schema column)."""
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import zstandard
 
-from ctxfold import cpu
 from ctxfold.engine.briefing import FoldNotes
-from ctxfold.engine.context import SessionRecord
+from ctxfold.engine.context import AppendedResult, SessionRecord
 from ctxfold.engine.model import (
     Author,
-    NewMessage,
     ProviderPayload,
     Role,
-    SessionConfig,
     StoredMessage,
     ToolCall,
     Usage,
 )
 from ctxfold.engine.tool_results import sha256_hex
-from ctxfold.engine.transcript import AppendLimits, keeps_raw_result, stored_form, validate_new_messages
 from ctxfold.engine.view import Checkpoint
-
-
-def new_id(prefix: str) -> str:
-    """`prefix`, an underscore and 128 random bits in hex (a UUID's digits without its version bits)."""
-    return f"{prefix}_{os.urandom(16).hex()}"
-
-
-# Each byte value to a base32 digit (a-z, 2-7): 256 is a multiple of 32, so every digit is as likely.
-_BASE32_DIGIT = bytes.maketrans(bytes(range(256)), b"abcdefghijklmnopqrstuvwxyz234567" * 8)
-
-
-def new_result_ref() -> str:
-    """80 random bits in 16 base32 digits: about 11 tokens in a summary against 20 for a hex UUID.
-    Translated in C (base64's b32encode is Python): one is made for every user message and tool result."""
-    return "tr_" + os.urandom(16).translate(_BASE32_DIGIT).decode()
-
-
-@dataclass(frozen=True)
-class MessageRow:
-    """A message ready to insert: ids, bounded content and token count already computed. `message` is
-    the message as it will be stored, but for its seq and create_time, which the append gives it."""
-
-    message: StoredMessage
-    raw: bytes | None  # the raw tool result when `message.content` is a bounded cut of it
 
 
 @dataclass(frozen=True)
@@ -202,7 +172,15 @@ def result_values(
     return [{**r.row, "segment_id": segment_id} for r in results], [c for r in results for c in r.chunks]
 
 
-# ---- an append's rows and raw results ---------------------------------------------------------------
+def appended_result_values(
+    segment_id: str, results: Sequence[AppendedResult]
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """`result_values` of an append's raw results, compressed and hashed (in a worker of `cpu.run` when
+    large: zstd and hashlib release the GIL)."""
+    return result_values(segment_id, [encode_result(r.ref, r.message_id, r.data, inline=r.inline) for r in results])
+
+
+# ---- raw results ----------------------------------------------------------------------------------
 
 # Raw results below this size are stored uncompressed; compression costs more than it saves.
 _COMPRESS_MIN_BYTES = 1024
@@ -210,41 +188,6 @@ ZSTD_LEVEL = 3
 # Longer results are stored in chunks of this many raw bytes, each compressed on its own, so a page read
 # (at most 24 KiB) costs at most two chunks or one whole result of at most one chunk, whatever the size.
 CHUNK_BYTES = 64 << 10
-
-
-def append_rows(
-    messages: Sequence[NewMessage], config: SessionConfig, limits: AppendLimits, field: str
-) -> tuple[list[MessageRow], tuple[EncodedResult, ...]]:
-    """The rows of an append of `messages`, checked first (errors name `field`), and their raw results. A large
-    append's are made in a worker of `cpu.run`: checking measures UTF-8 sizes, which copies each non-ASCII text
-    (~10 ms per 16 MiB), and large texts are counted in the counting process."""
-    validate_new_messages(messages, limits, field)
-    rows = message_rows(messages, config)
-    return rows, raw_results(rows)
-
-
-def message_rows(messages: Sequence[NewMessage], config: SessionConfig) -> list[MessageRow]:
-    """The rows of an append: ids, bounded contents, token counts."""
-    return [
-        MessageRow(
-            *stored_form(m, config, new_id("m"), new_result_ref() if keeps_raw_result(m.role) else "", cpu.count_text)
-        )
-        for m in messages
-    ]
-
-
-def raw_results(rows: Sequence[MessageRow]) -> tuple[EncodedResult, ...]:
-    """The raw results of an append's rows, compressed and hashed. A user message's result is its content
-    (raw_bytes 0)."""
-    return tuple(_raw_result(r) for r in rows if r.message.result_ref)
-
-
-def _raw_result(row: MessageRow) -> EncodedResult:
-    """The stored raw result of a tool message; not truncated, its content is the raw result."""
-    message = row.message
-    if row.raw is None:
-        return encode_result(message.result_ref, message.id, message.content.encode(), inline=True)
-    return encode_result(message.result_ref, message.id, row.raw)
 
 
 def encode_result(ref: str, message_id: str, raw: bytes, *, inline: bool = False) -> EncodedResult:

@@ -10,11 +10,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold.engine.context import SessionRecord
+from ctxfold.engine.ids import new_id
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase, session_row
 from ctxfold.store.checkpoints import checkpoint_chain, drop_unreachable_checkpoints
 from ctxfold.store.lineage import branch_point, drop_unreachable_segments, segments
-from ctxfold.store.rows import BranchPoint, ConfigTokens, new_id, session_from_row
+from ctxfold.store.rows import BranchPoint, ConfigTokens, session_from_row
 
 
 class SessionStore(StoreBase):
