@@ -3,14 +3,17 @@
 returning to one it has left), traced with a profile hook on an in-process server over SQLite.
 
 A session is warmed with three delta Prepares (its context cached), then one more is traced. A *stop* is a
-call from one module into another (the engine's are listed apart); a *return* is a stop in a module the
-Prepare entered before (a module calling back into its caller, or a helper entered twice), not the unwinding
-of a call, nor a suspended coroutine resuming (the hook sees those as calls too, and skips them).
+call from one module into another (the engine's are listed apart), the caller being the nearest frame of
+ctxfold's (a module entering itself through `contextlib`'s `async with` is no stop); a *return* is a stop in
+a module the Prepare entered before (a module calling back into its caller, or a helper entered twice), not
+the unwinding of a call, nor a suspended coroutine resuming (the hook sees those as calls too, and skips them).
 
-The goal counts the use case behind the gRPC door (service/, store/ and the top-level modules): the door
-(api/) gives each cross-cutting concern a file of its own (tracing, auth, admission, pacing, validation,
-conversion: issue 22, item 3), and the issue's "11 today" counted the modules behind it. The door is
-printed too, with its own stops and returns.
+The goal counts the use case behind the gRPC door: the stops made inside the door's call into service/
+(service/, store/ and the top-level modules). The door (api/) gives each cross-cutting concern a file of its
+own (tracing, auth, admission, pacing, validation, conversion: issue 22, item 3), and its own work outside
+that call (decoding the request and encoding the answer, in the CPU pool when large: `cpu.run`) is the
+door's; the issue's "11 today" counted the modules behind it. The door is printed too, with its own stops and
+returns.
 
     .venv/bin/python bench/prepare_path.py [--json PATH]
 """
@@ -53,8 +56,21 @@ def in_shell(module: str) -> bool:
     return module.startswith(SHELL_PACKAGES) or "/" not in module
 
 
-async def traced_prepare(tmp: Path) -> list[tuple[str, str]]:
-    """(caller, callee) of each call from one module into another by one delta Prepare of a cached session."""
+def caller_of(frame: FrameType) -> tuple[str, bool]:
+    """The module of the nearest frame of ctxfold's calling `frame`, and whether a frame of service/ is on
+    the stack (the call is made inside the use case)."""
+    caller, back, inside = "", frame.f_back, False
+    while back is not None:
+        module = module_of(back.f_code.co_filename)
+        caller = caller or module
+        inside = inside or module.startswith("service/")
+        back = back.f_back
+    return caller, inside
+
+
+async def traced_prepare(tmp: Path) -> list[tuple[str, str, bool]]:
+    """(caller, callee, inside the use case) of each call from one module into another by one delta Prepare
+    of a cached session."""
     running = await start(bl.server_settings(await bl.fresh_database("sqlite", tmp, ""), tmp))
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
     try:
@@ -73,7 +89,7 @@ async def traced_prepare(tmp: Path) -> list[tuple[str, str]]:
 
         for number in range(3):
             await prepare(number)
-        calls: list[tuple[str, str]] = []
+        calls: list[tuple[str, str, bool]] = []
         started: dict[int, FrameType] = {}  # frames seen starting: a later call event of one is a resumption
 
         def hook(frame: FrameType, event: str, _arg: Any) -> None:
@@ -81,9 +97,9 @@ async def traced_prepare(tmp: Path) -> list[tuple[str, str]]:
                 return
             started[id(frame)] = frame
             callee = module_of(frame.f_code.co_filename)
-            caller = module_of(frame.f_back.f_code.co_filename) if frame.f_back is not None else ""
+            caller, inside = caller_of(frame)
             if callee and callee != caller:
-                calls.append((caller, callee))
+                calls.append((caller, callee, inside or callee.startswith("service/")))
 
         sys.setprofile(hook)
         threading.setprofile(hook)
@@ -108,18 +124,19 @@ def path(stops: list[str]) -> dict[str, Any]:
     return {"modules": sorted(entered), "stops": stops, "returns": returns}
 
 
-def summarize(calls: list[tuple[str, str]]) -> dict[str, Any]:
+def summarize(calls: list[tuple[str, str, bool]]) -> dict[str, Any]:
     into_shell = [call for call in calls if in_shell(call[1])]
     # Consecutive calls from one module into another (a loop over a helper) are one stop.
-    shell = [callee for i, (caller, callee) in enumerate(into_shell) if i == 0 or into_shell[i - 1] != (caller, callee)]
-    door = path([m for m in shell if m.startswith("api/")])
-    use_case = path([m for m in shell if not m.startswith("api/")])
+    stops = [call for i, call in enumerate(into_shell) if i == 0 or into_shell[i - 1][:2] != call[:2]]
+    door = path([callee for _, callee, inside in stops if callee.startswith("api/") or not inside])
+    use_case = path([callee for _, callee, inside in stops if not callee.startswith("api/") and inside])
+    shell = [callee for _, callee, _ in stops]
     return {
         "shell_modules": sorted(set(shell)),
         "stops": shell,
         "door": door,
         "use_case": use_case,
-        "engine_modules": sorted({callee for _, callee in calls if not in_shell(callee)}),
+        "engine_modules": sorted({callee for _, callee, _ in calls if not in_shell(callee)}),
         "goal_pass": len(use_case["modules"]) <= GOAL_MODULES and use_case["returns"] == 0,
     }
 

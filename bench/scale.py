@@ -56,8 +56,8 @@ import benchlib as bl
 from sqlalchemy import event
 
 from ctxfold.engine import estimator
+from ctxfold.engine.ids import new_id, new_result_ref
 from ctxfold.engine.state import fingerprint
-from ctxfold.store.rows import new_id, new_result_ref
 from ctxfold.v1 import context_service_pb2 as pb
 
 TEMPLATE_WINDOW = 200_000

@@ -91,14 +91,14 @@ def test_background_benchmark_smoke(tmp_path: Path) -> None:
 
 def test_prepare_path_benchmark_traces_the_append_path(tmp_path: Path) -> None:
     """bench/prepare_path.py traces a real delta Prepare: it enters the servicer, the maintenance driver,
-    the transcript and the one write, and the engine's append."""
+    the contexts and the one write, and the engine's append."""
     out = tmp_path / "path.json"
     command = [sys.executable, str(ROOT / "bench" / "prepare_path.py"), "--json", str(out)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     document = json.loads(out.read_text())
     assert "api/servicer.py" in document["door"]["modules"], document
-    for module in ("service/maintenance.py", "service/transcript.py", "store/append_sqlite.py"):
+    for module in ("service/maintenance.py", "service/contexts.py", "store/append_sqlite.py"):
         assert module in document["use_case"]["modules"], document
     assert "engine/context.py" in document["engine_modules"]
     assert document["stops"][0].startswith("api/") and len(document["stops"]) >= len(document["shell_modules"])
