@@ -409,6 +409,24 @@ async def test_an_append_only_prepare_reads_the_context_at_most_once(
         await running.stop(grace=0.5)
 
 
+async def test_a_refused_append_reads_the_store_again_only_for_a_precondition(
+    stub: pb_grpc.ContextServiceStub, server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append refused by a precondition of the session (a tool result no call waits for) may have been
+    refused by a cached context that is behind: it is decided again on the store's. A message that is
+    wrong in itself is refused without another read."""
+    session = await create_session(stub)
+    await prepare(stub, session.id, user("task"))
+    reads = context_reads(server, monkeypatch)
+    malformed = pb.Message(role=pb.ROLE_TOOL, content="out")  # no tool_call_id
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session.id, messages=[malformed]))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and reads == []
+    with pytest.raises(grpc.aio.AioRpcError) as unexpected:
+        await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session.id, messages=[result("c9", "out")]))
+    assert unexpected.value.code() == grpc.StatusCode.FAILED_PRECONDITION and reads == [session.id]
+
+
 async def test_a_receipt_written_apart_from_a_call_moves_the_cached_context_with_it(
     stub: pb_grpc.ContextServiceStub, server: RunningServer
 ) -> None:

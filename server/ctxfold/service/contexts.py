@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ctxfold import cpu
 from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.context import Appended, AppendRequest, AppendStep, Context, SessionRecord, loaded
-from ctxfold.engine.errors import DomainError, busy, invalid, kept_changing
+from ctxfold.engine.errors import DomainError, Kind, busy, invalid, kept_changing
 from ctxfold.engine.ids import new_id, new_result_ref
 from ctxfold.engine.model import NewMessage, StoredMessage, config_from_json, text_chars
 from ctxfold.engine.transcript import AppendLimits
@@ -186,9 +186,9 @@ class Contexts:
     ) -> tuple[Appended, Context] | Repeated:
         """`step` applied to the session's context and written by the one write of an append (with its
         `request_id`), in the session's turn; decided again on the store's context when the cached one was
-        behind (its swap lost) or made the step fail. The step's result and the context after it (which the
-        cache keeps), or the first append's message ids when `request_id` was seen before. `work`: the
-        messages and characters of text the step goes through (`cpu.run`'s size)."""
+        behind (its swap lost) or failed a precondition of the step. The step's result and the context after
+        it (which the cache keeps), or the first append's message ids when `request_id` was seen before.
+        `work`: the messages and characters of text the step goes through (`cpu.run`'s size)."""
         async with self.turns.hold(session_id):
             for attempt in range(MAX_ATTEMPTS):
                 context = await self.load(tenant, session_id, fresh=attempt > 0)
@@ -196,8 +196,9 @@ class Contexts:
                 size = messages * cpu.MESSAGE_WORK_BYTES + chars
                 try:
                     appended = await cpu.run(size, step, context, self.store.clock())
-                except DomainError:
-                    if attempt:
+                except DomainError as error:
+                    # A precondition (the waiting tool calls, say) may be one the cached context got wrong.
+                    if attempt or error.kind is not Kind.FAILED_PRECONDITION:
                         raise
                     continue
                 book = appended.bookkeeping()
