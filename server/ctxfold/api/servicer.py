@@ -37,7 +37,7 @@ from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Event, Maintenance, PrepareCall
-from ctxfold.service.progress import Appended
+from ctxfold.service.progress import AppendStored
 from ctxfold.service.sessions import Sessions, session_info
 from ctxfold.service.states import ContextStates
 from ctxfold.service.tool_results import ToolResults
@@ -219,7 +219,7 @@ async def _event_response(response_type: type[EventResponse], event: Event) -> E
 async def _streamed(
     response_type: type[EventResponse],
     session_id: str,
-    events: AsyncGenerator[Appended | Event, None],
+    events: AsyncGenerator[AppendStored | Event, None],
     context: Context,
     turn: Turn | None = None,
 ) -> EventResponse | bytes:
@@ -231,7 +231,7 @@ async def _streamed(
     # Closed here, not by the collector: a cancelled call stops its maintenance task now.
     async with contextlib.aclosing(events):
         async for event in events:
-            if isinstance(event, Appended):
+            if isinstance(event, AppendStored):
                 if turn is not None:
                     turn.end()
                 continue

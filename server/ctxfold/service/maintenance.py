@@ -44,7 +44,7 @@ from ctxfold.service.contexts import Contexts, KeyedLock
 from ctxfold.service.exclusion import FoldLeases
 from ctxfold.service.folding import Folding
 from ctxfold.service.observer import MaintenanceObserver
-from ctxfold.service.progress import Appended, Emit, FoldProgress
+from ctxfold.service.progress import AppendStored, Emit, FoldProgress
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
 from ctxfold.service.states import ContextStates
 from ctxfold.store import StaleSession, Store
@@ -138,13 +138,13 @@ class Maintenance:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def prepare(self, call: PrepareCall) -> AsyncGenerator[Appended | Event, None]:
-        """A Prepare: its checks and append, `Appended` once that is stored, then its answer: in the caller's
+    async def prepare(self, call: PrepareCall) -> AsyncGenerator[AppendStored | Event, None]:
+        """A Prepare: its checks and append, `AppendStored` once that is stored, then its answer: in the caller's
         task when no maintenance was due (no task or queue), else after maintenance, which runs as a `_stream`
         task reporting its progress."""
         request = AppendRequest((), call.overflow, call.known_view_version)
         written = await self.contexts.append(call.tenant, call.session_id, call.append, call.request_id, request)
-        yield Appended()
+        yield AppendStored()
         appended = written.messages
         if written.answered is not None and written.context is not None:
             prepared = replace(written.answered, appended=tuple(appended))

@@ -36,7 +36,7 @@ class FoldProgress:
 
 
 @dataclass(frozen=True)
-class Appended:
+class AppendStored:
     """A Prepare's first event: its append is stored (what is left may wait for a summarizer). Not sent."""
 
 
