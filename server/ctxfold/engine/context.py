@@ -65,18 +65,24 @@ class Context:
         return self.projection.config
 
 
-def loaded(
-    session: SessionRecord,
-    config: SessionConfig,
-    checkpoint: Checkpoint | None,
-    kept: Sequence[StoredMessage],
-    after: Sequence[StoredMessage],
-    state_json: str | None,
-    revision: int,
-) -> tuple[Context, str]:
-    """The context read from the store (the head checkpoint, its kept messages and the messages after
-    it, the stored state), and why its state was rebuilt ("" when it was valid, "new" when none)."""
-    state, why = load_state(state_json, fingerprint(session.branch_id, session.checkpoint_id))
+@dataclass(frozen=True)
+class StoredContext:
+    """What the store holds of a session's context, read in one transaction: its row, the head checkpoint,
+    its kept messages and the messages after it, the stored state (`Snapshot` is what a decision is made
+    from, once these became a projection)."""
+
+    session: SessionRecord
+    checkpoint: Checkpoint | None
+    kept: list[StoredMessage]
+    after: list[StoredMessage]
+    state_json: str | None
+    state_revision: int  # 0 when the session has no stored state yet
+
+
+def loaded(stored: StoredContext, config: SessionConfig) -> tuple[Context, str]:
+    """The context `stored` holds, and why its state was rebuilt ("" when it was valid, "new" when none)."""
+    session, kept, after = stored.session, stored.kept, stored.after
+    state, why = load_state(stored.state_json, fingerprint(session.branch_id, session.checkpoint_id))
     if why not in ("", "new"):
         state = state.count("state_rebuilds")
     in_view = {m.id for m in [*kept, *after]}
@@ -85,13 +91,13 @@ def loaded(
         system_tokens=session.system_tokens,
         tools_tokens=session.tools_tokens,
         calibration=state.calibration,
-        checkpoint=checkpoint,
+        checkpoint=stored.checkpoint,
         kept=tuple(kept),
         after=tuple(after),
         pruned={k: v for k, v in state.pruned.items() if k in in_view},
         bounds={k: v for k, v in state.bounds.items() if k in in_view},
     )
-    return Context(session, projection, state, revision, state_stored=why == ""), why
+    return Context(session, projection, state, stored.state_revision, state_stored=why == ""), why
 
 
 @dataclass(frozen=True)

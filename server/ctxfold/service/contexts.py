@@ -14,14 +14,21 @@ from dataclasses import dataclass
 
 from ctxfold import cpu
 from ctxfold.engine.answer import PreparedContext
-from ctxfold.engine.context import Appended, AppendRequest, AppendStep, Context, SessionRecord, loaded
+from ctxfold.engine.context import (
+    Appended,
+    AppendRequest,
+    AppendStep,
+    Context,
+    SessionRecord,
+    StoredContext,
+    loaded,
+)
 from ctxfold.engine.errors import DomainError, Kind, busy, invalid, kept_changing
 from ctxfold.engine.ids import new_id, new_result_ref
 from ctxfold.engine.model import NewMessage, StoredMessage, config_from_json, text_chars
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.store import Store
 from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Written
-from ctxfold.store.rows import StoredContext
 from ctxfold.telemetry import INSTRUMENTS
 
 log = logging.getLogger(__name__)
@@ -50,16 +57,7 @@ def message_bytes(messages: Sequence[StoredMessage]) -> int:
 
 def _loaded(stored: StoredContext) -> tuple[Context, str]:
     """The context of `stored` with its view built: what follows costs what is new, not the whole view."""
-    session = stored.session
-    context, why = loaded(
-        session,
-        config_from_json(session.config_json),
-        stored.checkpoint,
-        stored.kept,
-        stored.after,
-        stored.state_json,
-        stored.state_revision,
-    )
+    context, why = loaded(stored, config_from_json(stored.session.config_json))
     context.projection.tokens()
     return context, why
 

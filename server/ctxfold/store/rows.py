@@ -54,19 +54,6 @@ class BranchPoint:
     open_tool_calls: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class StoredContext:
-    """The rows a view is built from, read in one transaction (the engine's `Snapshot` is what a decision
-    is made from, once these became a projection)."""
-
-    session: SessionRecord
-    checkpoint: Checkpoint | None
-    kept: list[StoredMessage]
-    after: list[StoredMessage]
-    state_json: str | None
-    state_revision: int  # 0 when the session has no stored state yet
-
-
 def _columns(row: object) -> Any:
     return row._mapping  # type: ignore[attr-defined]
 

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold import cpu
 from ctxfold.engine.candidate import FoldInstall, Install
-from ctxfold.engine.context import SessionRecord
+from ctxfold.engine.context import SessionRecord, StoredContext
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.lineage import ranges_within
 from ctxfold.engine.model import StoredMessage
@@ -20,7 +20,7 @@ from ctxfold.store.base import StaleSession, StoreBase, session_row
 from ctxfold.store.checkpoints import insert_checkpoint, load_checkpoint
 from ctxfold.store.lineage import in_ranges, session_live_ranges
 from ctxfold.store.prepared import drop_prepared
-from ctxfold.store.rows import StoredContext, message_from_row, state_document, whole_state
+from ctxfold.store.rows import message_from_row, state_document, whole_state
 from ctxfold.store.tool_results import insert_document
 
 _STATE_QUERY = select(
