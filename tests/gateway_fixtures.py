@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anthropic
+import openai
 import pytest
 from ctxfold_client import AsyncClient, Message
 
@@ -60,3 +62,20 @@ async def make_stack(tmp: Path, **overrides: object) -> AsyncIterator[Stack]:
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     async for running in make_stack(tmp_path_factory.mktemp("gateway")):
         yield running
+
+
+def openai_agent(url: str, session: str = "", api_key: str = "sk-test", window: int = 0) -> openai.AsyncOpenAI:
+    """The official openai SDK pointed at the gateway at `url`, naming its session and window by header when
+    given, never retrying (a test sees each answer)."""
+    headers = {"x-ctxfold-session": session} if session else {}
+    if window:
+        headers["x-ctxfold-context-window"] = str(window)
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=api_key, default_headers=headers, max_retries=0)
+
+
+def anthropic_agent(url: str, session: str, api_key: str = "sk-ant-test", window: int = 0) -> anthropic.AsyncAnthropic:
+    """The official anthropic SDK pointed at the gateway at `url`, as `openai_agent`."""
+    headers = {"x-ctxfold-session": session}
+    if window:
+        headers["x-ctxfold-context-window"] = str(window)
+    return anthropic.AsyncAnthropic(base_url=url, api_key=api_key, default_headers=headers, max_retries=0)

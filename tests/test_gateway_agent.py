@@ -11,14 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 from agents import Agent, FunctionTool, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, set_tracing_disabled
 from agents.tool_context import ToolContext
 
 from ctxfold.engine import estimator
 from fake_upstream import CHAT, RESPONSES, Call, Reply
-from gateway_fixtures import Stack, make_stack
+from gateway_fixtures import Stack, make_stack, openai_agent
 
 TRACE = Path(__file__).resolve().parent / "data" / "traces" / "openhands-django-11149.json"
 WINDOW = 16_000
@@ -73,10 +72,7 @@ async def replay_through_the_gateway(agent_stack: Stack, api: str) -> None:
         )
         for t in trace["tools"]
     ]
-    client = openai.AsyncOpenAI(
-        base_url=f"{agent_stack.url}/v1", api_key="sk-agents",
-        default_headers={"x-ctxfold-context-window": str(WINDOW)}, max_retries=0,
-    )  # fmt: skip
+    client = openai_agent(agent_stack.url, api_key="sk-agents", window=WINDOW)
     agent = Agent(
         name="openhands-replay",
         instructions=system["content"],

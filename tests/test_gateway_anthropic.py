@@ -10,7 +10,6 @@ import struct
 import zlib
 from typing import Any
 
-import anthropic
 import orjson
 from ctxfold_client import Role
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -19,18 +18,12 @@ from ctxfold.gateway.attachments import anthropic_image_tokens
 from ctxfold.gateway.formats.anthropic_messages import MAX_BREAKPOINTS, _count_breakpoints
 from ctxfold.gateway.pieces import without_cache_control
 from fake_upstream import MESSAGES, Call, Reply
-from gateway_fixtures import Stack, stack
+from gateway_fixtures import Stack, anthropic_agent, stack
 from test_telemetry import spans
 
 __all__ = ["spans", "stack"]
 
 SIGNATURE = "EqQBCkgIBRABGAIiQJ3+/sig/with=odd+bytes" + "A" * 64
-
-
-def client(stack: Stack, session: str) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(
-        base_url=stack.url, api_key="sk-ant-test", default_headers={"x-ctxfold-session": session}, max_retries=0
-    )
 
 
 def png(width: int, height: int) -> str:
@@ -42,7 +35,7 @@ def png(width: int, height: int) -> str:
 
 
 async def test_thinking_signatures_reach_the_upstream_byte_exact(stack: Stack) -> None:
-    agent = client(stack, "thinking")
+    agent = anthropic_agent(stack.url, "thinking")
     stack.upstream.reply(
         MESSAGES,
         Reply(
@@ -74,7 +67,7 @@ async def test_thinking_signatures_reach_the_upstream_byte_exact(stack: Stack) -
 
 
 async def test_an_image_is_described_in_canonical_and_counted(stack: Stack) -> None:
-    agent = client(stack, "image")
+    agent = anthropic_agent(stack.url, "image")
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png(1280, 800)}}
     messages = [{"role": "user", "content": [image, {"type": "text", "text": "What does this screenshot show?"}]}]
     raw = await agent.messages.with_raw_response.create(model="claude-sonnet-4-6", max_tokens=512, messages=messages)  # type: ignore[arg-type]
@@ -88,7 +81,7 @@ async def test_an_image_is_described_in_canonical_and_counted(stack: Stack) -> N
 
 
 async def test_a_stream_passes_through_unchanged(stack: Stack) -> None:
-    agent = client(stack, "stream")
+    agent = anthropic_agent(stack.url, "stream")
     stack.upstream.reply(MESSAGES, Reply(text="Streamed answer.", thinking=(("hmm", SIGNATURE),)))
     async with agent.messages.with_streaming_response.create(
         model="claude-sonnet-4-6", max_tokens=512, stream=True, messages=[{"role": "user", "content": "Go."}]
@@ -103,7 +96,7 @@ async def test_a_stream_passes_through_unchanged(stack: Stack) -> None:
 
 
 async def test_cache_breakpoints_stay_within_four_keeping_the_agents_last(stack: Stack) -> None:
-    agent = client(stack, "breakpoints")
+    agent = anthropic_agent(stack.url, "breakpoints")
     marked = {"type": "ephemeral"}
     system = [
         {"type": "text", "text": "Rules.", "cache_control": marked},
@@ -124,7 +117,7 @@ async def test_cache_breakpoints_stay_within_four_keeping_the_agents_last(stack:
 
 
 async def test_count_tokens_and_models_pass_through(stack: Stack) -> None:
-    agent = client(stack, "pass")
+    agent = anthropic_agent(stack.url, "pass")
     raw = await agent.messages.with_raw_response.count_tokens(
         model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}]
     )
@@ -133,7 +126,7 @@ async def test_count_tokens_and_models_pass_through(stack: Stack) -> None:
 
 
 async def test_the_one_million_token_beta_gives_a_new_session_that_window(stack: Stack) -> None:
-    agent = client(stack, "one-million")
+    agent = anthropic_agent(stack.url, "one-million")
     answer = await agent.beta.messages.with_raw_response.create(
         model="claude-sonnet-4-6",
         max_tokens=1024,
@@ -158,7 +151,7 @@ async def test_turns_are_recognized_by_bytes_while_the_agent_moves_its_breakpoin
     thinking signatures arrive byte-exact, and the upstream gets the agent's history with breakpoints
     at the end of the previous view (its stable prefix) and at the last turn, beside the agent's own
     on the system prompt."""
-    agent = client(stack, "moving-breakpoints")
+    agent = anthropic_agent(stack.url, "moving-breakpoints")
     calls = [
         Reply(text="", thinking=((f"step {n}", SIGNATURE),), calls=(Call(f"toolu_{n}", "bash", "{}"),))
         for n in range(5)
@@ -220,7 +213,7 @@ async def test_an_edit_after_turns_recognized_by_bytes_rewinds_and_the_next_turn
     """The person edits an earlier message while the agent moves its breakpoint: the transcript is
     rewound to just before it (the abandoned branch stays readable), the upstream gets the edited
     history, and the turn after is recognized by its bytes again."""
-    agent = client(stack, "edit-after-resent")
+    agent = anthropic_agent(stack.url, "edit-after-resent")
     marked = {"type": "ephemeral"}
     system = [{"type": "text", "text": "You are a careful coding agent. " * 12, "cache_control": marked}]
 
@@ -268,7 +261,7 @@ async def test_a_message_respelled_when_it_is_no_longer_last_is_not_an_edit(stac
     """The agent writes its last message as one marked text block and, once an answer follows it, as a
     plain string again (as cache-marking layers over chat histories do): the transcript is appended
     to, never rewound, and the upstream gets the history as the agent wrote it."""
-    agent = client(stack, "respelled")
+    agent = anthropic_agent(stack.url, "respelled")
     marked = {"type": "ephemeral"}
     said: list[str] = [f"step 0: {'go on. ' * 50}"]
     session_id = ""

@@ -3,17 +3,14 @@ image's data (the canonical text describes it; the payload stays with the messag
 
 from __future__ import annotations
 
-import anthropic
-
-from gateway_fixtures import Stack, stack
+from gateway_fixtures import Stack, anthropic_agent, stack
 from test_gateway_anthropic import png
 
 __all__ = ["stack"]
 
 
 async def test_a_fold_names_an_image_and_never_carries_it(stack: Stack) -> None:
-    agent = anthropic.AsyncAnthropic(base_url=stack.url, api_key="sk-ant", max_retries=0,
-                                     default_headers={"x-ctxfold-session": "folded-image"})  # fmt: skip
+    agent = anthropic_agent(stack.url, "folded-image", "sk-ant")
     data = png(1280, 800)
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
     messages = [

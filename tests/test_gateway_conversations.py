@@ -29,7 +29,7 @@ from ctxfold.gateway import pieces as gateway_pieces
 from ctxfold.gateway.app import start_gateway
 from ctxfold.server import start
 from fake_upstream import CHAT, RESPONSES, Call, FakeUpstream, Reply
-from gateway_fixtures import Stack, gateway_settings, make_stack, stack
+from gateway_fixtures import Stack, gateway_settings, make_stack, openai_agent, stack
 
 __all__ = ["stack"]
 
@@ -37,19 +37,12 @@ SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
 
 
-def client(url: str, session: str = "", api_key: str = "sk-test", window: int = 0) -> openai.AsyncOpenAI:
-    headers = {"x-ctxfold-session": session} if session else {}
-    if window:
-        headers["x-ctxfold-context-window"] = str(window)
-    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=api_key, default_headers=headers, max_retries=0)
-
-
 async def ask(agent: openai.AsyncOpenAI, messages: list[dict[str, Any]]) -> Any:
     return await agent.chat.completions.with_raw_response.create(model="gpt-4.1", messages=messages, tools=TOOLS)  # type: ignore[arg-type]
 
 
 async def test_an_edit_rewinds_and_keeps_the_old_branch_readable(stack: Stack) -> None:
-    agent = client(stack.url, "edit")
+    agent = openai_agent(stack.url, "edit")
     history = [SYSTEM, {"role": "user", "content": "Fix the bug in a.py"}]
     first = await ask(agent, history)
     history += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "Also b.py"}]
@@ -64,7 +57,7 @@ async def test_an_edit_rewinds_and_keeps_the_old_branch_readable(stack: Stack) -
 
 
 async def test_a_retry_rewinds_to_before_the_answer(stack: Stack) -> None:
-    agent = client(stack.url, "retry")
+    agent = openai_agent(stack.url, "retry")
     history = [SYSTEM, {"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "9"},
                {"role": "user", "content": "That is not prime."}]  # fmt: skip
     await ask(agent, history)
@@ -78,7 +71,7 @@ async def test_a_retry_rewinds_to_before_the_answer(stack: Stack) -> None:
 async def test_a_history_longer_than_one_append_is_kept_whole_and_edited_far_back(stack: Stack) -> None:
     """An agent that comes to the gateway mid-session sends more messages than one append may carry
     (the server's 1000): they are appended in several, and an edit far back re-appends as many."""
-    agent = client(stack.url, "long-history")
+    agent = openai_agent(stack.url, "long-history")
     history: list[dict[str, Any]] = [SYSTEM]
     for n in range(1300):
         history += [{"role": "user", "content": f"question {n}"}, {"role": "assistant", "content": f"answer {n}"}]
@@ -100,7 +93,7 @@ async def test_a_history_longer_than_one_append_is_kept_whole_and_edited_far_bac
 async def test_a_history_larger_than_one_request_is_kept_whole(stack: Stack) -> None:
     """Tool results that add up to more than the server takes in one request (20 MiB) are appended
     in several requests."""
-    agent = client(stack.url, "large-history")
+    agent = openai_agent(stack.url, "large-history")
     history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Read the logs."}]
     for n in range(6):
         call = {"id": f"log_{n}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
@@ -136,7 +129,7 @@ async def test_a_large_request_is_read_reconciled_and_rewritten_off_the_event_lo
     recorded(gateway_contexts, "reconciled_request")
     recorded(gateway_contexts, "append_batches")
     recorded(gateway_contexts, "new_pieces")
-    agent = client(stack.url, "off-the-loop")
+    agent = openai_agent(stack.url, "off-the-loop")
     small = [SYSTEM, {"role": "user", "content": "Count the lines."}]
     await ask(agent, small)
     here = [threading.current_thread().name]
@@ -151,7 +144,7 @@ async def test_a_large_request_is_read_reconciled_and_rewritten_off_the_event_lo
 
 
 async def test_without_a_header_one_conversation_keeps_one_session(stack: Stack) -> None:
-    agent = client(stack.url)
+    agent = openai_agent(stack.url)
     one = [SYSTEM, {"role": "user", "content": "Task one"}]
     two = [SYSTEM, {"role": "user", "content": "Task two"}]
     first = await ask(agent, one)
@@ -159,14 +152,14 @@ async def test_without_a_header_one_conversation_keeps_one_session(stack: Stack)
     other = await ask(agent, two)
     assert first.headers["x-ctxfold-session"] == again.headers["x-ctxfold-session"]
     assert other.headers["x-ctxfold-session"] != first.headers["x-ctxfold-session"]
-    other_key = await ask(client(stack.url, api_key="sk-another"), one)
+    other_key = await ask(openai_agent(stack.url, api_key="sk-another"), one)
     assert other_key.headers["x-ctxfold-session"] != first.headers["x-ctxfold-session"]
 
 
 async def test_one_session_header_under_two_api_keys_is_two_sessions(stack: Stack) -> None:
     history = [SYSTEM, {"role": "user", "content": "hello"}]
-    first = await ask(client(stack.url, "shared-name", api_key="sk-alice"), history)
-    second = await ask(client(stack.url, "shared-name", api_key="sk-bob"), history)
+    first = await ask(openai_agent(stack.url, "shared-name", api_key="sk-alice"), history)
+    second = await ask(openai_agent(stack.url, "shared-name", api_key="sk-bob"), history)
     assert first.headers["x-ctxfold-session"] != second.headers["x-ctxfold-session"]
 
 
@@ -186,7 +179,7 @@ def read_then_answer(body: dict[str, Any]) -> Reply:
 
 async def test_folds_keep_the_upstream_under_the_trigger_and_canonical_whole(stack: Stack) -> None:
     window = 6000
-    agent = client(stack.url, "folding", window=window)
+    agent = openai_agent(stack.url, "folding", window=window)
     history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "Find the failing line in big.log."}]
     stack.upstream.reply(CHAT, *[read_then_answer] * 60)
     seen_before = len(stack.upstream.seen)
@@ -227,7 +220,7 @@ async def test_folds_keep_the_upstream_under_the_trigger_and_canonical_whole(sta
 
 
 async def test_errors_come_in_the_providers_shape(stack: Stack) -> None:
-    agent = client(stack.url, "errors")
+    agent = openai_agent(stack.url, "errors")
     import aiohttp
 
     async with aiohttp.ClientSession() as http:
@@ -242,7 +235,7 @@ async def test_errors_come_in_the_providers_shape(stack: Stack) -> None:
     with pytest.raises(openai.RateLimitError) as raised:
         await agent.chat.completions.create(model="gpt-4.1", messages=[SYSTEM, {"role": "user", "content": "hi"}])  # type: ignore[list-item]
     assert raised.value.response.content == limited
-    small = client(stack.url, "too-long", window=1000)
+    small = openai_agent(stack.url, "too-long", window=1000)
     with pytest.raises(openai.BadRequestError) as too_long:
         messages = [{"role": "system", "content": "rule " * 5000}, {"role": "user", "content": "hi"}]
         await small.chat.completions.create(model="gpt-4.1", messages=messages)  # type: ignore[arg-type]
@@ -256,7 +249,7 @@ async def test_ctxfold_unreachable_fails_open_or_closed(tmp_path: Path, fail_mod
     settings = gateway_settings(free_port(), upstream, fail_mode=fail_mode, timeout_seconds=2.0)
     gateway = await start_gateway(settings)
     try:
-        agent = client(f"http://127.0.0.1:{gateway.port}", "down")
+        agent = openai_agent(f"http://127.0.0.1:{gateway.port}", "down")
         messages = [SYSTEM, {"role": "user", "content": "hi"}]
         if fail_mode == "open":
             raw = await ask(agent, messages)
@@ -277,20 +270,20 @@ async def test_restarts_of_the_gateway_and_the_server_lose_nothing(tmp_path: Pat
     async for running in make_stack(tmp_path):
         history = [SYSTEM, {"role": "user", "content": "Long task."}]
         for turn in range(3):
-            raw = await ask(client(running.url, "restarts"), history)
+            raw = await ask(openai_agent(running.url, "restarts"), history)
             history += [{"role": "assistant", "content": f"step {turn}"}, {"role": "user", "content": f"go on {turn}"}]
         session_id = raw.headers["x-ctxfold-session"]
         # a new gateway process knows nothing of the session: it reads the transcript's fingerprints
         await running.gateway.stop()
         running.gateway = await start_gateway(gateway_settings(running.server.port, running.upstream))
-        raw = await ask(client(running.url, "restarts"), history)
+        raw = await ask(openai_agent(running.url, "restarts"), history)
         assert raw.headers["x-ctxfold-session"] == session_id
         # the server restarts on its database (same port) under the running gateway
         port, database = running.server.port, running.server.settings.database_url()
         await running.server.stop(grace=0.5)
         running.server = await start(dataclasses.replace(settings_for(database), listen=f"127.0.0.1:{port}"))
         history += [{"role": "assistant", "content": "after"}, {"role": "user", "content": "and now?"}]
-        raw = await ask(client(running.url, "restarts"), history)
+        raw = await ask(openai_agent(running.url, "restarts"), history)
         assert raw.headers["x-ctxfold-action"] == "none" and "x-ctxfold-warning" not in raw.headers
         everything = await running.transcript(session_id, include_abandoned=True)
         assert [m.content for m in everything] == [m["content"] for m in history]

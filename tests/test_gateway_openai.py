@@ -6,25 +6,19 @@ from __future__ import annotations
 import json
 
 import aiohttp
-import openai
 import pytest
 
 from fake_upstream import CHAT, RESPONSES, Call, Reply
-from gateway_fixtures import Stack, stack
+from gateway_fixtures import Stack, openai_agent, stack
 
 __all__ = ["stack"]
-
-
-def client(stack: Stack, session: str = "", api_key: str = "sk-test-1") -> openai.AsyncOpenAI:
-    headers = {"x-ctxfold-session": session} if session else {}
-    return openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=api_key, default_headers=headers, max_retries=0)
 
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 
 
 async def test_a_chat_answer_reaches_the_agent_byte_for_byte(stack: Stack) -> None:
-    agent = client(stack, "chat-bytes")
+    agent = openai_agent(stack.url, "chat-bytes", "sk-test-1")
     messages = [SYSTEM, {"role": "user", "content": "Say hello."}]
     raw = await agent.chat.completions.with_raw_response.create(model="gpt-4.1", messages=messages, max_tokens=20_000)  # type: ignore[arg-type]
     assert raw.http_response.content == stack.upstream.sent[-1]
@@ -42,7 +36,7 @@ async def test_a_chat_answer_reaches_the_agent_byte_for_byte(stack: Stack) -> No
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_tool_loop_with_parallel_calls_appends_each_turn_once(stack: Stack, stream: bool) -> None:
-    agent = client(stack, f"chat-tools-{stream}")
+    agent = openai_agent(stack.url, f"chat-tools-{stream}", "sk-test-1")
     calls = (Call("call_a", "read_file", '{"path": "a.py"}'), Call("call_b", "read_file", '{"path": "b.py"}'))
     stack.upstream.reply(CHAT, Reply(text="", calls=calls), Reply(text="Both files are fine."))
     messages: list[dict[str, object]] = [SYSTEM, {"role": "user", "content": "Check a.py and b.py."}]
@@ -82,7 +76,7 @@ async def test_a_tool_loop_with_parallel_calls_appends_each_turn_once(stack: Sta
 
 
 async def test_a_streamed_chat_answer_reaches_the_agent_byte_for_byte(stack: Stack) -> None:
-    agent = client(stack, "chat-stream-bytes")
+    agent = openai_agent(stack.url, "chat-stream-bytes", "sk-test-1")
     stack.upstream.reply(CHAT, Reply(text="A longer answer, streamed in pieces of eight characters."))
     async with agent.chat.completions.with_streaming_response.create(
         model="gpt-4.1",
@@ -95,7 +89,7 @@ async def test_a_streamed_chat_answer_reaches_the_agent_byte_for_byte(stack: Sta
 
 
 async def test_responses_keep_reasoning_items_and_call_ids_verbatim(stack: Stack) -> None:
-    agent = client(stack, "responses-reasoning")
+    agent = openai_agent(stack.url, "responses-reasoning", "sk-test-1")
     stack.upstream.reply(
         RESPONSES,
         Reply(
@@ -125,7 +119,7 @@ async def test_responses_keep_reasoning_items_and_call_ids_verbatim(stack: Stack
 
 
 async def test_a_streamed_response_passes_event_by_event(stack: Stack) -> None:
-    agent = client(stack, "responses-stream")
+    agent = openai_agent(stack.url, "responses-stream", "sk-test-1")
     stack.upstream.reply(RESPONSES, Reply(text="Streaming through the gateway works."))
     async with agent.responses.stream(model="gpt-5", input="Stream please.") as events:
         text = "".join([e.delta async for e in events if e.type == "response.output_text.delta"])

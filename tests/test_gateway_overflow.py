@@ -20,7 +20,7 @@ from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
 from fake_upstream import CHAT, MESSAGES, Call, Reply
-from gateway_fixtures import Stack, stack
+from gateway_fixtures import Stack, anthropic_agent, openai_agent, stack
 
 __all__ = ["stack"]
 
@@ -82,12 +82,7 @@ async def chat_turns(
 ) -> tuple[list[tuple[int, str]], str, list[dict[str, Any]]]:
     """An agent on the official openai SDK: each turn runs the model's tool call and sends its output.
     (status, x-ctxfold-action) of each call, the session's id and the last call's history."""
-    agent = openai.AsyncOpenAI(
-        base_url=f"{stack.url}/v1",
-        api_key="sk-test",
-        default_headers={"x-ctxfold-session": session, "x-ctxfold-context-window": str(WINDOW)},
-        max_retries=0,
-    )
+    agent = openai_agent(stack.url, session, window=WINDOW)
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
     history: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a careful build agent."},
@@ -146,8 +141,7 @@ async def test_a_view_the_provider_refuses_as_too_long_is_folded_and_sent_once_m
 
 async def test_a_refusal_no_smaller_view_can_help_reaches_the_agent_unchanged(stack: Stack) -> None:
     provider = Provider(OPENAI_TOO_LONG, limit=100)  # refuses everything: nothing ctxfold does is enough
-    agent = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key="sk-test", max_retries=0,
-                               default_headers={"x-ctxfold-session": "always-refused"})  # fmt: skip
+    agent = openai_agent(stack.url, "always-refused")
     messages = [{"role": "user", "content": "hello " * 300}]
     with scripted(stack, CHAT, *[provider] * 4), pytest.raises(openai.BadRequestError) as raised:
         await agent.chat.completions.create(model="gpt-4.1", messages=messages)  # type: ignore[arg-type]
@@ -172,8 +166,7 @@ async def test_other_refusals_pass_through_with_one_upstream_call(stack: Stack) 
         calls.append(1)
         return Reply(status=400, error_body=invalid)
 
-    agent = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key="sk-test", max_retries=0,
-                               default_headers={"x-ctxfold-session": "other-refusal"})  # fmt: skip
+    agent = openai_agent(stack.url, "other-refusal")
     with scripted(stack, CHAT, refuse, refuse), pytest.raises(openai.BadRequestError) as raised:
         await agent.chat.completions.create(model="gpt-4.1", messages=[{"role": "user", "content": "hi"}])
     assert raised.value.response.content == invalid and calls == [1]
@@ -181,12 +174,7 @@ async def test_other_refusals_pass_through_with_one_upstream_call(stack: Stack) 
 
 async def anthropic_turns(stack: Stack, session: str, turns: int) -> list[str]:
     """An agent on the official anthropic SDK, streaming: x-ctxfold-action of each call."""
-    agent = anthropic.AsyncAnthropic(
-        base_url=stack.url,
-        api_key="sk-ant-test",
-        default_headers={"x-ctxfold-session": session, "x-ctxfold-context-window": str(WINDOW)},
-        max_retries=0,
-    )
+    agent = anthropic_agent(stack.url, session, window=WINDOW)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Find why the build is slow."}]
     tools = [{"name": "bash", "input_schema": {"type": "object"}}]
     actions = []
@@ -307,8 +295,7 @@ async def test_the_count_a_refusal_states_calibrates_the_session(stack: Stack) -
     def refused(_body: dict[str, Any]) -> Reply:
         return Reply(status=400, error_body=error_message(f"prompt is too long: {stated} tokens > 1000 maximum"))
 
-    agent = anthropic.AsyncAnthropic(base_url=stack.url, api_key="sk-ant-test", max_retries=0,
-                                     default_headers={"x-ctxfold-session": "stated-count"})  # fmt: skip
+    agent = anthropic_agent(stack.url, "stated-count")
     with scripted(stack, MESSAGES, refused), pytest.raises(anthropic.BadRequestError) as raised:
         await agent.messages.create(
             model="claude-sonnet-4-6", max_tokens=100, messages=[{"role": "user", "content": content}]

@@ -8,14 +8,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import anthropic
 import openai
 import orjson
 import pytest
 
 from ctxfold.engine import estimator
 from fake_upstream import CHAT, MESSAGES, RESPONSES, Call, Reply
-from gateway_fixtures import Stack, stack
+from gateway_fixtures import Stack, anthropic_agent, openai_agent, stack
 
 __all__ = ["stack"]
 
@@ -44,8 +43,7 @@ def answered_reads(path: str, stack: Stack) -> list[str]:
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_chat(stack: Stack, stream: bool) -> None:
-    agent = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key="sk-r", max_retries=0,
-                               default_headers={"x-ctxfold-session": f"read-chat-{stream}"})  # fmt: skip
+    agent = openai_agent(stack.url, f"read-chat-{stream}", "sk-r")
     stack.upstream.reply(CHAT, reads_first, reads_first)
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
     messages = [
@@ -75,8 +73,7 @@ async def test_chat(stack: Stack, stream: bool) -> None:
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_anthropic(stack: Stack, stream: bool) -> None:
-    agent = anthropic.AsyncAnthropic(base_url=stack.url, api_key="sk-r", max_retries=0,
-                                     default_headers={"x-ctxfold-session": f"read-anthropic-{stream}"})  # fmt: skip
+    agent = anthropic_agent(stack.url, f"read-anthropic-{stream}", "sk-r")
     stack.upstream.reply(MESSAGES, reads_first, reads_first)
     messages = [
         {"role": "user", "content": "Find the needle in the log."},
@@ -99,8 +96,7 @@ async def test_anthropic(stack: Stack, stream: bool) -> None:
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_responses(stack: Stack, stream: bool) -> None:
-    agent = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key="sk-r", max_retries=0,
-                               default_headers={"x-ctxfold-session": f"read-responses-{stream}"})  # fmt: skip
+    agent = openai_agent(stack.url, f"read-responses-{stream}", "sk-r")
     stack.upstream.reply(RESPONSES, reads_first, reads_first)
     items = [
         {"role": "user", "content": "Find the needle in the log."},
@@ -120,8 +116,7 @@ async def test_responses(stack: Stack, stream: bool) -> None:
 
 
 async def test_the_rounds_are_bounded_and_never_show_the_read_tool(stack: Stack) -> None:
-    agent = openai.AsyncOpenAI(base_url=f"{stack.url}/v1", api_key="sk-r", max_retries=0,
-                               default_headers={"x-ctxfold-session": "read-forever"})  # fmt: skip
+    agent = openai_agent(stack.url, "read-forever", "sk-r")
     forever = Reply(text="Again.", calls=(Call("r", "read_tool_result", '{"result_ref": "tr_aaaaaaaaaaaaaaaa"}'),))
     stack.upstream.reply(CHAT, *[forever] * 10)
     messages = [
