@@ -461,7 +461,7 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
     recorded(engine_context, "made", lambda messages, *_: len(messages))
     recorded(service_maintenance, "decide", lambda snapshot, _: len(snapshot.projection.messages))
     recorded(service_folding, "plan_pass", lambda projection, *_: len(projection.messages))
-    recorded(service_folding, "record_fold", lambda notes, previous, messages, *_: len(messages))
+    recorded(service_folding, "record_pass", lambda projection, *_: len(projection.messages))
     recorded(service_folding, "accept", lambda projection, *_: len(projection.messages))
     recorded(extractive, "briefing", lambda request: len(request.folded))
     session = await create_session(stub, context_window=12_000)
@@ -474,7 +474,7 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
     assert (await prepare(stub, session.id)).result.action == pb.ACTION_FOLDED
     long = [(name, size, thread) for name, size, thread in calls if size >= LONG_VIEW_MESSAGES // 2]
     assert {name for name, _, _ in long} == {
-        "made", "build_view", "append", "decide", "plan_pass", "record_fold", "accept", "briefing"
+        "made", "build_view", "append", "decide", "plan_pass", "record_pass", "accept", "briefing"
     }  # fmt: skip
     assert all(thread.startswith("ctxfold-cpu") for _, _, thread in long), long
 

@@ -5,12 +5,14 @@ body's budget, whether the candidate may replace the current view (`accept`) and
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ctxfold.engine import estimator
-from ctxfold.engine.briefing import FoldNotes, render_summary
+from ctxfold.engine import artifacts, estimator
+from ctxfold.engine.briefing import FoldNotes, FoldRecord, record_fold, render_summary
+from ctxfold.engine.folded_index import FoldedIndex
 from ctxfold.engine.maintenance import FoldPass, NotFolded
-from ctxfold.engine.model import ProviderPayload, SessionConfig
+from ctxfold.engine.model import ProviderPayload, SessionConfig, StoredMessage
 from ctxfold.engine.projection import Projection, after_position, apply_pass
 from ctxfold.engine.state import ContextState, fingerprint
 from ctxfold.engine.view import (
@@ -38,6 +40,19 @@ def native_note(native: ProviderPayload) -> str:
     return (
         f"[The summary of the conversation so far is the provider's own compaction item ({native.format}) "
         "sent with this message; providers of another family see only the sections of this text.]"
+    )
+
+
+def record_pass(
+    projection: Projection, folded: Sequence[StoredMessage], previous_index: FoldedIndex, index_ref: str
+) -> FoldRecord:
+    """`record_fold` of a pass folding `folded` out of `projection`: from its head checkpoint's notes and
+    `previous_index` (that checkpoint's index, read back), within the config's artifact budget, in the
+    session's mode; the new index is stored under `index_ref`."""
+    notes = projection.checkpoint.notes if projection.checkpoint else None
+    budget = artifacts.budget(projection.config)
+    return record_fold(
+        notes, previous_index, projection.messages, folded, index_ref, budget, projection.anchor_end, projection.mode
     )
 
 

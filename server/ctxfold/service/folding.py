@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ctxfold import cpu
-from ctxfold.engine import artifacts, folded_index
-from ctxfold.engine.briefing import FoldRecord, record_fold, strip_engine_sections
+from ctxfold.engine import folded_index
+from ctxfold.engine.briefing import FoldRecord, strip_engine_sections
 from ctxfold.engine.candidate import (
     Accepted,
     FoldDocument,
@@ -18,6 +18,7 @@ from ctxfold.engine.candidate import (
     accept,
     body_budget,
     fold_install,
+    record_pass,
     summary_failure,
 )
 from ctxfold.engine.errors import DomainError, Kind
@@ -237,8 +238,7 @@ class Folding:
 
         def record() -> FoldRecord:
             previous = folded_index.parse(raw.decode()) if raw else folded_index.FoldedIndex()
-            budget, anchor_end, mode = artifacts.budget(run.config), projection.anchor_end, projection.mode
-            return record_fold(notes, previous, projection.messages, folded, new_result_ref(), budget, anchor_end, mode)
+            return record_pass(projection, folded, previous, new_result_ref())
 
         return await cpu.run(run.work + len(raw), record)
 
