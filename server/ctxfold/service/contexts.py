@@ -98,8 +98,8 @@ class KeyedLock:
 
 
 @dataclass(frozen=True)
-class StoredAppend:
-    """An append as stored: its messages (the first append's, for a request id seen before), the
+class AppendResult:
+    """What an append comes to: its messages as stored (the first append's, for a request id seen before), the
     context after it (None after a repeated request id: the store has it), and the answer written with
     it when no maintenance was due."""
 
@@ -160,7 +160,7 @@ class Contexts:
 
     async def append(
         self, tenant: str, session_id: str, messages: Sequence[NewMessage], request_id: str, request: AppendRequest
-    ) -> StoredAppend:
+    ) -> AppendResult:
         """Appends `messages` (all of them or none) to the session as it is, with the answer's bookkeeping
         when `request` asks for one and no maintenance is due: the one write of AppendMessages and
         Prepare. A request id seen before appends nothing and answers the first append's messages."""
@@ -170,9 +170,9 @@ class Contexts:
         step = AppendStep(messages, ids, self.limits, request, cpu.count_text)
         match await self.change(tenant, session_id, step, step.work, request_id):
             case Repeated(message_ids):
-                return StoredAppend(await self.store.messages(message_ids), None, None)
+                return AppendResult(await self.store.messages(message_ids), None, None)
             case appended, context:
-                return StoredAppend(list(appended.messages), context, appended.answered)
+                return AppendResult(list(appended.messages), context, appended.answered)
 
     async def change(
         self,
