@@ -89,14 +89,18 @@ def _parse(method_name: str, raw: bytes) -> tuple[Any, list[NewMessage] | None]:
     return request_type.FromString(request.SerializeToString()), messages
 
 
-def _in_parts(message_type: type[Message], head: Message, repeated: Mapping[str, Iterable[Message]]) -> list[bytes]:
-    """The wire form of `head` with the `repeated` fields' elements added, in pieces whose concatenation is
-    that message, so no single call (each holds the GIL) copies more than one element's content."""
-    parts = [
-        message_type(**{field: [element]}).SerializeToString()
-        for field, elements in repeated.items()
-        for element in elements
-    ]
+def _in_parts(head: Message, repeated: Mapping[str, Iterable[Message]], within: str = "") -> list[bytes]:
+    """The wire form of `head` with the `repeated` fields' elements added (of its field `within`, when given),
+    in pieces whose concatenation is that message: each piece is a message of head's type holding one
+    element, which a parser merges into one (protobuf's rule for a field seen twice), so no single call
+    (each holds the GIL) copies more than one element's content."""
+
+    def part(field: str, element: Message) -> bytes:
+        piece = type(head)()
+        getattr(getattr(piece, within) if within else piece, field).append(element)
+        return piece.SerializeToString()
+
+    parts = [part(field, element) for field, elements in repeated.items() for element in elements]
     parts.append(head.SerializeToString())
     return parts
 
@@ -115,7 +119,7 @@ async def _encoded(
     def encode() -> bytes:
         head = response_type(**rest)
         annotate_response(request, head, {field: len(elements)})
-        return b"".join(_in_parts(response_type, head, {field: map(build, elements)}))
+        return b"".join(_in_parts(head, {field: map(build, elements)}))
 
     return await cpu.run(text_chars(elements), encode)
 
@@ -179,29 +183,15 @@ def unary(
     return handler
 
 
-_LENGTH_DELIMITED = 2  # the protobuf wire type of strings, bytes and messages
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _result_bytes(response_type: type[EventResponse], prepared: PreparedContext) -> bytes:
-    """`response_type(result=prepared_pb(prepared))` serialized: the result `_in_parts`, behind the result
-    field's tag and length (a 20 MiB view built whole was copied holding the GIL, three times over)."""
-    head = convert.prepared_pb(replace(prepared, messages=[], appended=()))
+    """`response_type(result=prepared_pb(prepared))` serialized `_in_parts` (a 20 MiB view built whole was
+    copied holding the GIL, three times over)."""
+    head = response_type(result=convert.prepared_pb(replace(prepared, messages=[], appended=())))
     repeated: dict[str, Iterable[Message]] = {
         "messages": map(convert.view_message_pb, prepared.messages),
         "appended": map(convert.message_pb, prepared.appended),
     }
-    parts: list[bytes] = _in_parts(pb.PreparedContext, head, repeated)
-    tag = _varint(response_type.DESCRIPTOR.fields_by_name["result"].number << 3 | _LENGTH_DELIMITED)
-    return b"".join([tag, _varint(sum(map(len, parts))), *parts])
+    return b"".join(_in_parts(head, repeated, within="result"))
 
 
 async def _event_response(response_type: type[EventResponse], event: Event) -> EventResponse | bytes:
