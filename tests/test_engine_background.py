@@ -21,10 +21,10 @@ from ctxfold.engine.maintenance import (
     Trigger,
     decide,
     plan_pass,
-    prune,
 )
 from ctxfold.engine.model import ConfigInput, SessionConfig, override_config, resolve_config
 from ctxfold.engine.projection import Projection
+from ctxfold.engine.prune import prune
 from test_engine_decide import LARGE, SMALL, conversation, first_pass, in_window, projection
 
 

@@ -36,18 +36,16 @@ from ctxfold.engine.maintenance import (
     Trigger,
     WhileMaintained,
     another_pass,
-    bound_to_fit,
     decide,
     falls_back,
     offline_stand_in,
     plan_pass,
-    prune,
-    prune_room,
     unanswerable,
     while_maintained,
 )
 from ctxfold.engine.model import Author, NewMessage, Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.projection import Projection
+from ctxfold.engine.prune import bound_to_fit, prune, prune_room
 from ctxfold.engine.state import ContextState, ViewRecord, view_version
 from ctxfold.engine.transcript import advance_open_calls, open_calls_at_end
 from ctxfold.engine.view import PRUNE_MIN_CODE_POINTS, call_groups, prunable, result_ids, split_fold

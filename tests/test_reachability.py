@@ -25,12 +25,12 @@ from ctxfold.engine.maintenance import (
     Prune,
     Snapshot,
     Trigger,
-    bound_to_fit,
     decide,
     plan_pass,
 )
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.projection import Projection
+from ctxfold.engine.prune import bound_to_fit
 from ctxfold.engine.tool_results import RESULT_REF
 from traces import TRACES_DIR
 

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ctxfold.engine.candidate import FoldDocument
-from ctxfold.engine.maintenance import MaintainRequest, Trigger, prune, prune_room
+from ctxfold.engine.maintenance import MaintainRequest, Trigger
 from ctxfold.engine.model import SessionConfig, StoredMessage
 from ctxfold.engine.projection import Projection, after_position, apply_pass
+from ctxfold.engine.prune import prune, prune_room
 from ctxfold.engine.view import Checkpoint
 
 

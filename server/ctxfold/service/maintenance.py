@@ -31,13 +31,13 @@ from ctxfold.engine.maintenance import (
     Snapshot,
     Trigger,
     WhileMaintained,
-    bound_to_fit,
     decide,
     unanswerable,
     while_maintained,
 )
 from ctxfold.engine.model import NewMessage, StoredMessage
 from ctxfold.engine.projection import Projection, check_fixed_costs
+from ctxfold.engine.prune import bound_to_fit
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.background import BackgroundFolds
 from ctxfold.service.contexts import Contexts, KeyedLock
