@@ -26,6 +26,7 @@ from ctxfold.engine import estimator
 from ctxfold.gateway import contexts as gateway_contexts
 from ctxfold.gateway import handler as gateway_handler
 from ctxfold.gateway import pieces as gateway_pieces
+from ctxfold.gateway import reconcile as gateway_reconcile
 from ctxfold.gateway.app import start_gateway
 from ctxfold.server import start
 from fake_upstream import CHAT, RESPONSES, Call, FakeUpstream, Reply
@@ -127,7 +128,7 @@ async def test_a_large_request_is_read_reconciled_and_rewritten_off_the_event_lo
     recorded(gateway_handler, "parsed")
     recorded(gateway_handler, "rewritten_upstream")
     recorded(gateway_contexts, "reconciled_request")
-    recorded(gateway_contexts, "append_batches")
+    recorded(gateway_reconcile, "append_batches")  # called by reconciled_request
     recorded(gateway_contexts, "new_pieces")
     agent = openai_agent(stack.url, "off-the-loop")
     small = [SYSTEM, {"role": "user", "content": "Count the lines."}]

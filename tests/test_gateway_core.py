@@ -11,22 +11,21 @@ import pytest
 from ctxfold_client import Action, Message, ProviderPayload, Role, ToolCall
 
 from ctxfold.gateway.attachments import anthropic_image_tokens, image_size, openai_image_tokens
-from ctxfold.gateway.contexts import (
-    MAX_APPEND_CHARS,
-    MAX_APPEND_MESSAGES,
-    OBSERVE_INTERVAL_SECONDS,
-    append_batches,
-    native_summary,
-    respelled_as_stored,
-    should_observe,
-)
+from ctxfold.gateway.contexts import OBSERVE_INTERVAL_SECONDS, native_summary, should_observe
 from ctxfold.gateway.formats import CacheHints, ViewEntry
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages, place_breakpoints
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
 from ctxfold.gateway.identity import DEFAULT_WINDOW, context_window, model_family, session_key
 from ctxfold.gateway.pieces import Piece, fingerprint, request_fingerprints, respelled_text
-from ctxfold.gateway.reconcile import Plan, reconcile
+from ctxfold.gateway.reconcile import (
+    MAX_APPEND_CHARS,
+    MAX_APPEND_MESSAGES,
+    Plan,
+    append_batches,
+    reconcile,
+    respelled_as_stored,
+)
 from ctxfold.gateway.sse import EventSplitter
 
 # ---- reconciliation ----------------------------------------------------------------------------------

@@ -9,6 +9,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ctxfold_client import Message
+
+from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation
+from ctxfold.gateway.pieces import Json, Piece, fingerprint, request_fingerprints
+from ctxfold.gateway.resent import Forwarded
+
+# One append carries at most the server's 1000 messages (docs/operations.md, Limits) and this many
+# characters of text, so that even at 4 UTF-8 bytes each it stays under the server's default request
+# size (20 MiB); a longer history (an agent that comes to the gateway mid-session, a divergence far
+# back) is appended in several.
+MAX_APPEND_MESSAGES = 1000
+MAX_APPEND_CHARS = 4 << 20
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -27,3 +40,65 @@ def reconcile(transcript: Sequence[str], request: Sequence[str]) -> Plan:
     else:
         common = next(index for index in range(limit) if transcript[index] != request[index])
     return Plan(keep=common, rewind=common < len(transcript))
+
+
+def message_chars(message: Message) -> int:
+    payload = message.provider_payload
+    arguments = sum(len(call.arguments) for call in message.tool_calls)
+    return len(message.content) + len(message.reasoning_content) + arguments + (len(payload.json) if payload else 0)
+
+
+def append_batches(messages: Sequence[Message]) -> list[list[Message]]:
+    """`messages` in order, cut into appends the server accepts: each within `MAX_APPEND_MESSAGES`
+    and `MAX_APPEND_CHARS` (a message larger than that goes alone, for the server to judge)."""
+    batches: list[list[Message]] = []
+    chars = 0
+    for message in messages:
+        size = message_chars(message)
+        if not batches or len(batches[-1]) >= MAX_APPEND_MESSAGES or chars + size > MAX_APPEND_CHARS:
+            batches.append([])
+            chars = 0
+        batches[-1].append(message)
+        chars += size
+    return batches
+
+
+def new_pieces(api: ApiFormat, forwarded: Forwarded, items: list[Json]) -> tuple[Piece, ...] | None:
+    """The pieces the inserted items add to the forwarded request's history: None unless the API reads
+    them as whole new pieces."""
+    try:
+        added = api.conversation({api.history_key: items})
+    except BadRequest:
+        return None
+    if added.not_reconciled or not added.pieces:
+        return None
+    return None if api.joins(forwarded.last_role, added.pieces[0].role) else added.pieces
+
+
+def respelled_as_stored(api: ApiFormat, pieces: Sequence[Piece], request: list[str], stored: list[str]) -> list[str]:
+    """`request`'s fingerprints, each that differs from the stored one only in how its text is written (a
+    string or one text block: agents that mark their last message for the prompt cache may switch it)
+    taken as the stored one: the same message to the model, not an edit to rewind. (Fingerprints stay of
+    the spelling sent: one spelling for all would change those of every stored message.)"""
+    limit = min(len(request), len(stored))
+    if request[:limit] == stored[:limit]:  # the common case, compared in C
+        return request
+    out = list(request)
+    for index in range(limit):
+        if out[index] != stored[index]:
+            other = api.respelled(pieces[index])
+            if other is None or fingerprint(api.api, other) != stored[index]:
+                break  # an edit: reconciliation rewinds here
+            out[index] = stored[index]
+    return out
+
+
+def reconciled_request(
+    api: ApiFormat, conversation: Conversation, fingerprints: list[str], known_json: bytes
+) -> tuple[list[str], bytes, Plan, list[list[Message]]]:
+    """The request's fingerprints and their JSON (`request_fingerprints`, `respelled_as_stored`), how it
+    continues a transcript of `fingerprints`, and the canonical messages it appends, in `append_batches`."""
+    request, request_json = request_fingerprints(api.api, conversation.pieces, fingerprints, known_json)
+    request = respelled_as_stored(api, conversation.pieces, request, fingerprints)
+    plan = reconcile(fingerprints, request)
+    return request, request_json, plan, append_batches([api.canonical(p) for p in conversation.pieces[plan.keep :]])
