@@ -15,7 +15,7 @@ from ctxfold_client import Role
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ctxfold.gateway.attachments import anthropic_image_tokens
-from ctxfold.gateway.formats.anthropic_messages import MAX_BREAKPOINTS, _count_breakpoints
+from ctxfold.gateway.formats.anthropic_cache import MAX_BREAKPOINTS, count_breakpoints
 from ctxfold.gateway.pieces import without_cache_control
 from fake_upstream import MESSAGES, Call, Reply
 from gateway_fixtures import Stack, anthropic_agent, stack
@@ -111,7 +111,7 @@ async def test_cache_breakpoints_stay_within_four_keeping_the_agents_last(stack:
     messages.append({"role": "user", "content": "last question"})
     await agent.messages.create(model="claude-sonnet-4-6", max_tokens=512, system=system, messages=messages)  # type: ignore[arg-type]
     sent = stack.upstream.last(MESSAGES).body
-    assert _count_breakpoints(sent) == MAX_BREAKPOINTS
+    assert count_breakpoints(sent) == MAX_BREAKPOINTS
     assert sent["messages"][-1]["content"][-1]["cache_control"] == marked  # the gateway's, on the last turn
     assert sent["system"] == system  # the agent's own on the system prompt still apply
 
@@ -181,7 +181,7 @@ async def test_turns_are_recognized_by_bytes_while_the_agent_moves_its_breakpoin
         seen = stack.upstream.last(MESSAGES)
         sent = seen.body
         assert without_cache_control(sent["messages"]) == without_cache_control(messages), turn
-        assert sent["system"] == system and _count_breakpoints(sent) <= MAX_BREAKPOINTS
+        assert sent["system"] == system and count_breakpoints(sent) <= MAX_BREAKPOINTS
         gateway = next(s for s in spans.get_finished_spans() if s.name == "chat claude-sonnet-4-6")
         early = dict(gateway.attributes or {}).get("ctxfold.gateway.early_call")
         assert early == (None if turn in (0, 3) else "used"), turn  # the first request creates the session

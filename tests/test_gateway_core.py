@@ -13,7 +13,8 @@ from ctxfold_client import Action, Message, ProviderPayload, Role, ToolCall
 from ctxfold.gateway.attachments import anthropic_image_tokens, image_size, openai_image_tokens
 from ctxfold.gateway.contexts import OBSERVE_INTERVAL_SECONDS, native_summary, should_observe
 from ctxfold.gateway.formats import CacheHints, ViewEntry
-from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages, place_breakpoints
+from ctxfold.gateway.formats.anthropic_cache import place_breakpoints
+from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
 from ctxfold.gateway.formats.openai_responses import OpenAIResponses
 from ctxfold.gateway.identity import DEFAULT_WINDOW, context_window, model_family, session_key

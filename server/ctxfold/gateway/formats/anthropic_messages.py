@@ -7,7 +7,6 @@ rendered as it was sent."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -32,28 +31,25 @@ from ctxfold.gateway.formats import (
     split_json,
     text_of,
 )
+from ctxfold.gateway.formats.anthropic_cache import (
+    BREAKPOINT,
+    MAX_BREAKPOINTS,
+    blocks,
+    count_breakpoints,
+    last_turn_marked,
+    place_breakpoints,
+    unmarked,
+    without_breakpoints,
+)
 from ctxfold.gateway.pieces import (
-    CACHE_CONTROL,
     Json,
     Piece,
     compact_json,
     join,
     respelled_text,
     with_payload,
-    without_cache_control,
 )
 
-# The provider's limit of cache breakpoints per request (tools, system and messages together).
-MAX_BREAKPOINTS = 4
-EPHEMERAL = {"type": "ephemeral"}
-# The gateway's breakpoint as orjson writes it at the end of a block.
-BREAKPOINT = b',"' + CACHE_CONTROL.encode() + b'":' + orjson.dumps(EPHEMERAL)
-# A breakpoint member as any agent writes it: a JSON string cannot hold an unescaped quote, so what
-# matches is a member, never text.
-_KEY = b'"cache_control"'
-_BREAKPOINT_MEMBER = re.compile(rb'"cache_control"\s*:\s*\{[^{}]*\}')
-_COMMA = re.compile(rb"\s*,\s*")
-_UNCACHEABLE = frozenset({"thinking", "redacted_thinking"})
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -99,13 +95,6 @@ def _content_text(content: Json) -> tuple[str, int]:
         texts.append(text)
         tokens += cost
     return join(texts), tokens
-
-
-def _blocks(value: Json) -> list[Json]:
-    """A turn's content as a list of blocks (a string is one text block)."""
-    if isinstance(value, str):
-        return [{"type": "text", "text": value}] if value else []
-    return list(as_list(value))
 
 
 class AnthropicMessages(ApiFormat):
@@ -206,7 +195,7 @@ class AnthropicMessages(ApiFormat):
                 continue
             role = "assistant" if entry.message.role is Role.ASSISTANT else "user"
             if turns and turns[-1][0] == role:
-                turns[-1] = (role, [*_blocks(turns[-1][1]), *_blocks(value)])
+                turns[-1] = (role, [*blocks(turns[-1][1]), *blocks(value)])
             else:
                 turns.append((role, value))
             if index < cache.stable_messages:
@@ -229,14 +218,14 @@ class AnthropicMessages(ApiFormat):
     def history_cut(self, body: dict[str, Any]) -> tuple[Spliced, bytes] | None:
         """Its turns without breakpoints but where the last turn's goes, which a resent request's body
         keeps as the end of its stable prefix (None when the two breakpoints it places would be too many)."""
-        if _count_breakpoints({**body, "messages": []}) > MAX_BREAKPOINTS - 2:
+        if count_breakpoints({**body, "messages": []}) > MAX_BREAKPOINTS - 2:
             return None
-        head, tail = split_json({**body, "messages": _last_turn_marked(as_list(body.get("messages")))}, "messages")
-        return _unmarked(head), tail
+        head, tail = split_json({**body, "messages": last_turn_marked(as_list(body.get("messages")))}, "messages")
+        return unmarked(head), tail
 
     def spliced_items(self, middle: bytes, items: list[Json]) -> Spliced:
         """The new turns, their last one's content as blocks, which gets the last breakpoint."""
-        return _unmarked(b"".join(b"," + orjson.dumps(turn) for turn in _last_turn_marked(items)))
+        return unmarked(b"".join(b"," + orjson.dumps(turn) for turn in last_turn_marked(items)))
 
     def usage(self, response: dict[str, Any]) -> Usage:
         usage = as_dict(response.get("usage"))
@@ -305,100 +294,3 @@ def adapters_input(call: ToolCall) -> Json:
     except orjson.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def place_breakpoints(body: dict[str, Any], stable_turns: int) -> dict[str, Any]:
-    """Cache breakpoints at the end of the stable prefix (the first `stable_turns` turns, or the
-    system prompt when 0) and at the last turn, keeping the agent's own breakpoints while the total
-    stays within the provider's four: the agent's oldest ones in messages go first."""
-    out = dict(body)
-    messages = [dict(m) for m in as_list(body.get("messages"))]
-    out["messages"] = messages
-    wanted: list[tuple[str, int]] = []  # ("system", -1) or ("message", index)
-    if stable_turns > 0 and stable_turns <= len(messages):
-        wanted.append(("message", stable_turns - 1))
-    elif out.get("system"):
-        wanted.append(("system", -1))
-    if messages:
-        wanted.append(("message", len(messages) - 1))
-    for where, index in wanted:
-        if where == "system":
-            out["system"] = _marked(out["system"])
-        else:
-            messages[index]["content"] = _marked(messages[index].get("content"))
-    required = {index for where, index in wanted if where == "message"}
-    excess = _count_breakpoints(out) - MAX_BREAKPOINTS
-    for index, message in enumerate(messages):
-        if excess <= 0:
-            break
-        if index in required or not isinstance(message.get("content"), list):
-            continue
-        blocks = []
-        for block in message["content"]:
-            if excess > 0 and isinstance(block, dict) and CACHE_CONTROL in block:
-                blocks.append({k: v for k, v in block.items() if k != CACHE_CONTROL})
-                excess -= 1
-            else:
-                blocks.append(block)
-        message["content"] = blocks
-    return out
-
-
-def _marked(content: Json) -> Json:
-    """`content` with a breakpoint on its last block that can carry one (unchanged when one is there)."""
-    blocks = _blocks(content)
-    for position in range(len(blocks) - 1, -1, -1):
-        block = as_dict(blocks[position])
-        if text_of(block.get("type")) in _UNCACHEABLE:
-            continue
-        if CACHE_CONTROL not in block:
-            blocks[position] = {**block, CACHE_CONTROL: dict(EPHEMERAL)}
-        return blocks
-    return content
-
-
-def without_breakpoints(raw: bytes) -> bytes:
-    """The JSON `raw` without its `cache_control` members (and their commas)."""
-    parts: list[bytes] = []
-    kept = 0
-    found = raw.find(_KEY)  # in C: a regular expression's search of 400 kB took 0.7 ms
-    while found >= 0:
-        member = _BREAKPOINT_MEMBER.match(raw, found)
-        found = raw.find(_KEY, found + len(_KEY))
-        if member is None:
-            continue
-        before, end = raw[kept : member.start()].rstrip(), member.end()
-        if before.endswith(b","):
-            before = before[:-1]
-        elif comma := _COMMA.match(raw, end):  # the object's first member: its comma follows
-            end = comma.end()
-        parts.append(before)
-        kept = end
-    if not parts:
-        return raw
-    parts.append(raw[kept:])
-    return b"".join(parts)
-
-
-def _last_turn_marked(turns: list[Json]) -> list[Json]:
-    """`turns` without breakpoints but one at the end of the last turn (its content as blocks)."""
-    if not turns:
-        return []
-    *before, last = without_cache_control(turns)
-    last = as_dict(last)
-    return [*before, {**last, "content": _marked(last.get("content"))}]
-
-
-def _unmarked(marked: bytes) -> Spliced:
-    """JSON whose last breakpoint (the only one) is `BREAKPOINT`, without it and where it was."""
-    at = marked.rfind(BREAKPOINT)
-    return Spliced(marked, -1) if at < 0 else Spliced(marked[:at] + marked[at + len(BREAKPOINT) :], at)
-
-
-def _count_breakpoints(body: dict[str, Any]) -> int:
-    total = sum(1 for tool in as_list(body.get("tools")) if CACHE_CONTROL in as_dict(tool))
-    system = body.get("system")
-    total += sum(1 for block in as_list(system) if CACHE_CONTROL in as_dict(block))
-    for message in as_list(body.get("messages")):
-        total += sum(1 for block in as_list(as_dict(message).get("content")) if CACHE_CONTROL in as_dict(block))
-    return total
