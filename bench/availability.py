@@ -135,9 +135,12 @@ async def outcome_of(call: Awaitable[object]) -> str:
     return "OK"
 
 
-async def prepared(stub: pb_grpc.ContextServiceAsyncStub, request: pb.PrepareRequest) -> None:
-    async for _event in stub.Prepare(request, timeout=600):
-        pass
+async def prepared(stub: pb_grpc.ContextServiceAsyncStub, request: pb.PrepareRequest) -> int:
+    """The Prepare's view: how many characters its messages show."""
+    shown = 0
+    async for event in stub.Prepare(request, timeout=600):
+        shown = sum(len(m.content) for m in event.result.messages)
+    return shown
 
 
 async def page_costs(
@@ -216,6 +219,14 @@ async def run(
             )
         )
         users = [await session() for _ in range(clients + 2)]
+        for answered in users[2:]:
+            # The clients' large messages come after an answered opening: opening user messages are the task's
+            # anchors, which a view shows bounded, and the views case must answer them whole.
+            opening = [
+                pb.Message(role=pb.ROLE_USER, content="Go on."),
+                pb.Message(role=pb.ROLE_ASSISTANT, content="On it."),
+            ]
+            await stub.AppendMessages(pb.AppendMessagesRequest(session_id=answered, messages=opening))
         channels = [grpc.aio.insecure_channel(server.address, options=bl.CHANNEL_OPTIONS) for _ in range(clients)]
 
         def append(client_stub: pb_grpc.ContextServiceAsyncStub, session_id: str) -> Awaitable[str]:
@@ -230,8 +241,13 @@ async def run(
 
             return calls()
 
+        async def whole_view(client_stub: pb_grpc.ContextServiceAsyncStub, session_id: str) -> None:
+            shown = await prepared(client_stub, pb.PrepareRequest(session_id=session_id))
+            if shown < messages_bytes // 2:  # the case would measure nothing
+                raise RuntimeError(f"a view of the views case shows {shown} characters, not the whole messages")
+
         def view(client_stub: pb_grpc.ContextServiceAsyncStub, session_id: str) -> Awaitable[str]:
-            return outcome_of(prepared(client_stub, pb.PrepareRequest(session_id=session_id)))
+            return outcome_of(whole_view(client_stub, session_id))
 
         async def send_oversized(session_id: str) -> str:
             # A channel that lets it leave this process: the refusal must be the server's.
