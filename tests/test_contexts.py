@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
-from builders import call, create_session, prepare, result, user
+from builders import assistant, call, create_session, prepare, result, user
 from conftest import fresh_database, settings_for, started_replicas, stubs_for
 from ctxfold.engine import estimator
 from ctxfold.engine.context import AppendRequest, AppendStep, Context, SessionRecord, append, observe
@@ -33,6 +33,7 @@ from ctxfold.engine.state import (
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.server import RunningServer, start
 from ctxfold.service.contexts import SESSION_OVERHEAD_BYTES, Contexts, message_bytes
+from ctxfold.store import state as state_store
 from ctxfold.store.rows import state_document
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -151,6 +152,23 @@ async def test_hot_answers_equal_a_cold_load(two_servers: tuple[Replica, Replica
         cold.view_message_count,
     )
     assert [(m.role, m.content) for m in hot.messages] == [(m.role, m.content) for m in cold.messages]
+
+
+async def test_a_view_of_more_messages_than_a_partition_is_read_whole_and_in_order(
+    two_servers: tuple[Replica, Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store reads a view's messages a partition at a time, so the event loop is free between them (a
+    long session's view held it 120-140 ms read at once): B's cold load of a view many partitions long
+    answers what A's hot state does."""
+    monkeypatch.setattr(state_store, "PARTITION_ROWS", 3)
+    a, b = two_servers
+    session = await create_session(a.stub, context_window=100_000, system_prompt="system")
+    turns = [message for n in range(10) for message in (user(f"question {n}"), assistant(f"answer {n}"))]
+    hot = (await prepare(a.stub, session.id, *turns)).result
+    cold = (await prepare(b.stub, session.id)).result
+    expected = [text for n in range(10) for text in (f"question {n}", f"answer {n}")]
+    assert contents(cold.messages) == contents(hot.messages) == expected
+    assert [m.seq for m in cold.messages[1:]] == list(range(1, 21))
 
 
 async def test_a_repeated_request_id_appends_once_on_the_hot_path(two_servers: tuple[Replica, Replica]) -> None:
