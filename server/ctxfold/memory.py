@@ -26,10 +26,12 @@ _PREFAULT_PIECE = 16 << 20
 # The collector's thresholds (youngest generation, then how many of its passes make one of the next); Python's
 # default is (700, 10, 10). Requests in flight and a fold's views live across young passes and reached the oldest
 # generation, whose full passes walk the whole heap: folding 100,000 messages (`bench/availability.py --cases
-# fold`, side by side) took health checks over 100 ms 8 times, at worst 218-225 ms, with the defaults; once,
-# 126-156 ms, with these. A gateway ran one every ~70 requests (36-37 % of pass-through requests/s before, 40 %
-# after, `bench/gateway.py`).
-GC_THRESHOLDS = (20_000, 20, 20)
+# fold`, side by side) took health checks over 100 ms 8 times, at worst 218-225 ms, with the defaults. A larger
+# first threshold makes full passes rare (a gateway ran one every ~70 requests: 36-37 % of pass-through
+# requests/s before, 40 % after, `bench/gateway.py`); a small second one keeps each middle pass short: with 20,
+# a middle pass walked up to 400,000 young objects and held the loop 108-115 ms after that fold; with 4, the
+# fold case's health max was 36-51 ms against 86-117 (four runs each, alternating).
+GC_THRESHOLDS = (20_000, 4, 20)
 
 
 def _glibc() -> ctypes.CDLL | None:
