@@ -124,12 +124,7 @@ class SqliteAppender:
         the thread; a large one's results are compressed in the CPU pool first, outside the writer's turn."""
         loop, size = asyncio.get_running_loop(), write_size(append)
         inline = size <= INLINE_MAX_BYTES
-        segment, raw = append.seen.segment_id, append.raw_results
-        results = (
-            appended_result_values(segment, raw)
-            if inline
-            else await cpu.run(size, appended_result_values, segment, raw)
-        )
+        results = await cpu.run(size, appended_result_values, append.seen.segment_id, append.raw_results)
         async with self._writer_turn:
             conn = self._connection()
             if inline:
