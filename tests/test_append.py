@@ -27,7 +27,8 @@ from ctxfold.engine.transcript import AppendLimits
 from ctxfold.server import RunningServer
 from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Stale, Written
 from ctxfold.store.append_postgres import PostgresAppender
-from ctxfold.store.append_sqlite import INLINE_MAX_BYTES, write_size
+from ctxfold.store.append_sqlite import INLINE_MAX_BYTES
+from ctxfold.store.rows import append_write
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from test_prepare import transcript
@@ -77,7 +78,9 @@ async def write(record: SessionRecord, new: Made | None, revision: int, request_
         else record
     )
     book = Bookkeeping("{}", revision)
-    return AppendWrite(record, replace(after, update_time=now), messages, new.results, request_id, book)
+    return append_write(
+        record, replace(after, update_time=now), messages, new.results, request_id=request_id, bookkeeping=book
+    )
 
 
 async def store_append(
@@ -88,17 +91,17 @@ async def store_append(
 
 
 async def test_a_write_counts_the_text_and_data_it_carries() -> None:
-    """What decides whether a SQLite write is encoded and committed on the event loop: the text of its
+    """What decides whether a SQLite write is committed on the event loop: the text of its
     messages, the raw results that are not a message's content, and its bookkeeping."""
     sizes = {}
     result = NewMessage(Role.TOOL, os.urandom(256 << 10).hex(), tool_call_id="c")
     large = rows([NewMessage(Role.ASSISTANT, "", tool_calls=(ToolCall("c", "cat", "{}"),)), result])
     for name, new in (("small", rows([NewMessage(Role.USER, "go on")])), ("large", large)):
         written = await write(UNSTORED_RECORD, new, 3, "r")
-        text = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in written.messages)
-        raw = sum(len(r.data) for r in written.raw_results if not r.inline)
-        assert write_size(written) == text + raw + len("{}")
-        sizes[name] = write_size(written)
+        text = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in new.messages)
+        raw = sum(len(r.data) for r in new.results if not r.inline)
+        assert written.size == text + raw + len("{}")
+        sizes[name] = written.size
     assert sizes["small"] < INLINE_MAX_BYTES < sizes["large"]
 
 
@@ -140,11 +143,11 @@ async def test_a_bookkeeping_write_without_messages_checks_the_session(
 
 async def test_a_repeated_request_id_writes_nothing(server: RunningServer, stub: pb_grpc.ContextServiceStub) -> None:
     record, revision = await started_session(stub, server)
-    first = await write(record, turn(0), revision, request_id="req-1")
-    assert await server.store.append(first) == Written(revision + 1)
+    made_first = turn(0)
+    assert await store_append(server, record, made_first, revision, request_id="req-1") == Written(revision + 1)
     after = await server.store.get_session(TENANT, record.id)
     repeated = await store_append(server, after, turn(1), revision + 1, request_id="req-1")
-    assert repeated == Repeated(tuple(m.id for m in first.messages))
+    assert repeated == Repeated(tuple(m.id for m in made_first.messages))
     again = await server.store.get_session(TENANT, record.id)
     assert (again.version, again.head_seq) == (after.version, after.head_seq)
     assert len(await transcript(stub, record.id)) == 4

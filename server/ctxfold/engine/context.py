@@ -210,6 +210,10 @@ def append(context: Context, now: float, request: AppendRequest) -> Appended:
     return Appended(grown, messages, answer(answering, request.known_view_version, now))
 
 
+# A change of a session's context, decided on its current context at the store's time (pure: run by `cpu.run`).
+Step = Callable[[Context, float], Appended]
+
+
 @dataclass(frozen=True)
 class AppendedResult:
     """A raw result an append stores whole under its `ref`: a tool result, or a user message. `inline`:
@@ -268,10 +272,11 @@ class AppendStep:
 
     def work(self, context: Context) -> tuple[int, int]:
         """The messages (`append_work`) and characters of text the step goes through: the new messages' text
-        until they are made; before, their tokens are bounded by their UTF-8 bytes (a token is one or more)."""
+        until they are made (their tokens bounded by their UTF-8 bytes: a token is one or more), then their raw
+        results (which the write encodes each time)."""
         if self._made is not None:
-            new = self._made.messages
-            return append_work(context, self.request, len(new), sum(m.tokens for m in new)), 0
+            new, data = self._made.messages, sum(len(r.data) for r in self._made.results)
+            return append_work(context, self.request, len(new), sum(m.tokens for m in new)), data
         chars = text_chars(self.messages)
         bound = 4 * chars + sum(m.payload.tokens for m in self.messages if m.payload)
         return append_work(context, self.request, len(self.messages), bound), chars

@@ -20,6 +20,7 @@ from ctxfold.engine.context import (
     AppendStep,
     Context,
     SessionRecord,
+    Step,
     StoredContext,
     loaded,
 )
@@ -28,7 +29,8 @@ from ctxfold.engine.ids import new_id, new_result_ref
 from ctxfold.engine.model import NewMessage, StoredMessage, config_from_json, text_chars
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.store import Store
-from ctxfold.store.append import AppendWrite, Bookkeeping, Repeated, Written
+from ctxfold.store.append import Repeated, Written
+from ctxfold.store.rows import step_write
 from ctxfold.telemetry import INSTRUMENTS
 
 log = logging.getLogger(__name__)
@@ -39,9 +41,6 @@ DEFAULT_MAX_BYTES = 256 << 20
 MAX_ATTEMPTS = 8
 
 MAX_REQUEST_ID_CHARS = 128
-
-# A change of a session's context, decided on its current context at the store's time (pure: run by `cpu.run`).
-Step = Callable[[Context, float], Appended]
 
 # A cached message's cost beyond its text (its objects, ids, headers): tracemalloc measures ~530 bytes without
 # tool calls; the rest is room for tool-call ids and names and view-only text (pruned stubs, bounded anchors).
@@ -193,18 +192,13 @@ class Contexts:
                 messages, chars = work(context) if work else (0, 0)
                 size = messages * cpu.MESSAGE_WORK_BYTES + chars
                 try:
-                    appended = await cpu.run(size, step, context, self.store.clock())
+                    appended, write = await cpu.run(size, step_write, step, context, self.store.clock(), request_id)
                 except DomainError as error:
                     # A precondition (the waiting tool calls, say) may be one the cached context got wrong.
                     if attempt or error.kind is not Kind.FAILED_PRECONDITION:
                         raise
                     continue
-                book = appended.bookkeeping()
-                bookkeeping = Bookkeeping(book[0], context.revision, book[1]) if book else None
-                session, after = context.session, appended.context.session
-                write = AppendWrite(
-                    session, after, appended.messages, appended.results, request_id, bookkeeping, appended.usage
-                )
+                session = context.session
                 match await self.store.append(write):
                     case Repeated() as repeated:
                         return repeated

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ctxfold.engine.context import AppendedResult, SessionRecord
-from ctxfold.engine.model import StoredMessage, Usage
+from ctxfold.engine.context import SessionRecord
+
+Row = dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -24,18 +25,31 @@ class Bookkeeping:
 
 
 @dataclass(frozen=True)
+class AppendRows:
+    """The rows an append inserts and the session's columns it changes, made once for either store
+    (`rows.append_write`)."""
+
+    head: Row  # head_seq, open_tool_calls, version, update_time after it
+    request: Row | None  # its append_requests row, with a request id
+    messages: list[Row]
+    results: list[Row]  # raw results, compressed and hashed
+    chunks: list[Row]
+
+
+@dataclass(frozen=True)
 class AppendWrite:
-    """One append, decided on the session as `seen`: it becomes `after` once `messages` (stored forms,
-    with seqs) are written. No messages: the bookkeeping alone, while the session is still `seen`. A
-    `usage` report is recorded with the bookkeeping, when that is written."""
+    """One write, decided on the session as `seen`, at the store's time `now`: an append's `rows`, or (None)
+    the bookkeeping alone while the session is still `seen`. A `usage` row is recorded with the
+    bookkeeping, when that is written. `size`: the bytes of text and data it carries (what committing it
+    costs)."""
 
     seen: SessionRecord
-    after: SessionRecord
-    messages: tuple[StoredMessage, ...]
-    raw_results: tuple[AppendedResult, ...]  # compressed and hashed by the write (`rows.appended_result_values`)
+    now: float
+    rows: AppendRows | None
+    size: int
     request_id: str = ""
     bookkeeping: Bookkeeping | None = None
-    usage: Usage | None = None
+    usage: Row | None = None
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,10 @@ from sqlalchemy import Column, Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ctxfold import cpu
 from ctxfold.store import schema
-from ctxfold.store.append import AppendWrite, Outcome, Repeated, Stale, Written
+from ctxfold.store.append import AppendWrite, Outcome, Repeated, Row, Stale, Written
 from ctxfold.store.errors import raise_store_error
-from ctxfold.store.rows import USAGE_FIELDS, appended_result_values, head_values, message_values
+from ctxfold.store.rows import USAGE_FIELDS
 
 
 def _type(column: Column[Any]) -> str:
@@ -93,7 +92,7 @@ class _PostgresStatements:
         return _PostgresStatements(append, alone, message_columns, result_columns, chunk_columns)
 
 
-def _columns_of(rows: Sequence[dict[str, object]], names: Sequence[str]) -> list[list[object]]:
+def _columns_of(rows: Sequence[Row], names: Sequence[str]) -> list[list[object]]:
     return [[row[name] for row in rows] for name in names]
 
 
@@ -105,30 +104,25 @@ class PostgresAppender:
         self._statements = _PostgresStatements.compile()
 
     async def write(self, append: AppendWrite) -> Outcome:
-        statements, seen, after = self._statements, append.seen, append.after
+        statements, seen, rows, usage = self._statements, append.seen, append.rows, append.usage
         book = append.bookkeeping
         args: list[object] = [
             *(seen.id, seen.tenant, seen.version, seen.branch_id),
             book.json if book else "",
             book.revision if book else -1,
             book.whole if book else False,
-            after.update_time,
-            append.usage is not None,
-            *(getattr(append.usage, name) if append.usage else None for name in USAGE_FIELDS),
+            append.now,
+            usage is not None,
+            *(usage[name] if usage else None for name in USAGE_FIELDS),
         ]
         sql = statements.bookkeeping
-        if append.messages:
-            sql = statements.append
-            head = head_values(after)
+        if rows is not None:
+            sql, head = statements.append, rows.head
             args += [append.request_id, head["head_seq"], head["open_tool_calls"], head["version"]]
-            args.append(json.dumps([m.id for m in append.messages]))
-            size = sum(len(r.data) for r in append.raw_results)
-            results, chunks = await cpu.run(size, appended_result_values, seen.segment_id, append.raw_results)
-            args += _columns_of(
-                [message_values(m, seen.segment_id) for m in append.messages], statements.message_columns
-            )
-            args += _columns_of(results, statements.result_columns)
-            args += _columns_of(chunks, statements.chunk_columns)
+            args.append(json.dumps([m["id"] for m in rows.messages]))
+            args += _columns_of(rows.messages, statements.message_columns)
+            args += _columns_of(rows.results, statements.result_columns)
+            args += _columns_of(rows.chunks, statements.chunk_columns)
         conn = self._engine.connect()
         try:
             await conn.start()

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -15,19 +16,11 @@ from sqlalchemy import Dialect, and_, bindparam, insert, literal_column, null, s
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from ctxfold import cpu
-from ctxfold.engine.model import text_chars
 from ctxfold.store import schema
-from ctxfold.store.append import AppendWrite, Outcome, Repeated, Stale, Written
+from ctxfold.store.append import AppendWrite, Outcome, Repeated, Row, Stale, Written
 from ctxfold.store.database import configure_sqlite_connection
 from ctxfold.store.errors import raise_store_error
-from ctxfold.store.rows import (
-    USAGE_FIELDS,
-    appended_result_values,
-    head_values,
-    message_values,
-    request_values,
-    usage_values,
-)
+from ctxfold.store.rows import USAGE_FIELDS
 
 # A write of at most this many bytes commits on the event loop (about 0.1 ms), a larger one in the thread.
 INLINE_MAX_BYTES = cpu.OFFLOAD_MIN_BYTES
@@ -35,17 +28,6 @@ INLINE_MAX_BYTES = cpu.OFFLOAD_MIN_BYTES
 # commits a passive checkpoint runs in the thread, which bounds the WAL file.
 CHECKPOINT_EVERY_COMMITS = 100
 BUSY_TIMEOUT_MS = 10_000
-
-
-def write_size(append: AppendWrite) -> int:
-    """The bytes of text and data `append` carries (what encoding and committing it on the event loop would
-    cost; an inline result is a message's content)."""
-    data = sum(len(r.data) for r in append.raw_results if not r.inline)
-    return text_chars(append.messages) + data + (len(append.bookkeeping.json) if append.bookkeeping else 0)
-
-
-# The tool_results and tool_result_chunks rows of an append.
-Rows = tuple[list[dict[str, object]], list[dict[str, object]]]
 
 
 class _Busy(Exception):
@@ -103,11 +85,14 @@ class _SqliteStatements:
             compiled[name] = (str(done), tuple(done.positiontup or ()))
         return _SqliteStatements(compiled)
 
-    def run(self, conn: sqlite3.Connection, name: str, *rows: dict[str, object]) -> sqlite3.Cursor:
+    def run(self, conn: sqlite3.Connection, name: str, row: Row) -> sqlite3.Cursor:
         sql, params = self.sql[name]
-        if len(rows) == 1:
-            return conn.execute(sql, tuple(rows[0][p] for p in params))
-        return conn.executemany(sql, [tuple(r[p] for p in params) for r in rows])
+        return conn.execute(sql, tuple(row[p] for p in params))
+
+    def run_many(self, conn: sqlite3.Connection, name: str, rows: Sequence[Row]) -> None:
+        if rows:
+            sql, params = self.sql[name]
+            conn.executemany(sql, [tuple(r[p] for p in params) for r in rows])
 
 
 class SqliteAppender:
@@ -121,15 +106,13 @@ class SqliteAppender:
 
     async def write(self, append: AppendWrite) -> Outcome:
         """`append` committed on the loop when small, else (or while another process holds the write lock) in
-        the thread; a large one's results are compressed in the CPU pool first, outside the writer's turn."""
-        loop, size = asyncio.get_running_loop(), write_size(append)
-        inline = size <= INLINE_MAX_BYTES
-        results = await cpu.run(size, appended_result_values, append.seen.segment_id, append.raw_results)
+        the thread."""
+        loop = asyncio.get_running_loop()
         async with self._writer_turn:
             conn = self._connection()
-            if inline:
+            if append.size <= INLINE_MAX_BYTES:
                 try:
-                    outcome = self._commit(conn, append, results, wait=False)
+                    outcome = self._commit(conn, append, wait=False)
                 except _Busy:
                     pass  # another process writes: wait for it in the thread
                 else:
@@ -137,7 +120,7 @@ class SqliteAppender:
                     if self._commits % CHECKPOINT_EVERY_COMMITS == 0:
                         await loop.run_in_executor(self._thread, self._checkpoint_wal, conn)
                     return outcome
-            return await loop.run_in_executor(self._thread, self._commit, conn, append, results, True)
+            return await loop.run_in_executor(self._thread, self._commit, conn, append, True)
 
     async def close(self) -> None:
         async with self._writer_turn:
@@ -162,7 +145,7 @@ class SqliteAppender:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def _commit(self, conn: sqlite3.Connection, append: AppendWrite, results: Rows, wait: bool) -> Outcome:
+    def _commit(self, conn: sqlite3.Connection, append: AppendWrite, wait: bool) -> Outcome:
         """`append` in one transaction. Without `wait` (on the loop) a write lock held by another
         process raises _Busy before anything is written."""
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS if wait else 0}")
@@ -174,7 +157,7 @@ class SqliteAppender:
             raise_store_error(error)
         committing = False
         try:
-            outcome = self._writes(conn, append, results)
+            outcome = self._writes(conn, append)
             committing = True
             conn.execute("COMMIT" if isinstance(outcome, Written) else "ROLLBACK")
             return outcome
@@ -184,8 +167,8 @@ class SqliteAppender:
                     conn.execute("ROLLBACK")
             raise_store_error(error, may_have_committed=committing)
 
-    def _writes(self, conn: sqlite3.Connection, append: AppendWrite, encoded: Rows) -> Outcome:
-        run = self._statements.run
+    def _writes(self, conn: sqlite3.Connection, append: AppendWrite) -> Outcome:
+        run, rows = self._statements.run, append.rows
         at = {f"at_{name}": getattr(append.seen, name) for name in ("id", "tenant", "version", "branch_id")}
         if append.request_id:
             prior = run(conn, "prior", {**at, "request_id": append.request_id}).fetchone()
@@ -194,29 +177,19 @@ class SqliteAppender:
         book = append.bookkeeping
         if book is not None and run(conn, "revision", at).fetchone() != (book.revision,):
             return Stale()  # the state was written since the answer was made from it
-        if append.messages:
-            if run(conn, "advance", {**at, **head_values(append.after)}).rowcount != 1:
+        if rows is not None:
+            if run(conn, "advance", {**at, **rows.head}).rowcount != 1:
                 return Stale()
-            segment, ids, now = append.seen.segment_id, [m.id for m in append.messages], append.after.update_time
-            if append.request_id:
-                run(conn, "request", request_values(append.seen.id, append.request_id, ids, now))
-            run(conn, "message", *(message_values(m, segment) for m in append.messages))
-            results, chunks = encoded
-            if results:
-                run(conn, "result", *results)
-            if chunks:
-                run(conn, "chunk", *chunks)
+            if rows.request is not None:
+                run(conn, "request", rows.request)
+            for name, inserted in (("message", rows.messages), ("result", rows.results), ("chunk", rows.chunks)):
+                self._statements.run_many(conn, name, inserted)
         elif run(conn, "current", at).fetchone() is None:
             return Stale()
         if book is None:
             return Written(0)
-        values = {
-            "at_id": append.seen.id,
-            "revision": book.revision,
-            "document": book.json,
-            "now": append.after.update_time,
-        }
+        values = {"at_id": append.seen.id, "revision": book.revision, "document": book.json, "now": append.now}
         run(conn, "whole_state" if book.whole else "bookkeeping", values)
         if append.usage is not None:
-            run(conn, "usage", usage_values(append.seen.id, append.usage, append.after.update_time))
+            run(conn, "usage", append.usage)
         return Written(book.revision + 1)  # the revision was checked in this transaction

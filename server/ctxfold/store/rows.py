@@ -12,7 +12,7 @@ from typing import Any
 import zstandard
 
 from ctxfold.engine.briefing import FoldNotes
-from ctxfold.engine.context import AppendedResult, SessionRecord
+from ctxfold.engine.context import Appended, AppendedResult, Context, SessionRecord, Step
 from ctxfold.engine.model import (
     Author,
     ProviderPayload,
@@ -20,9 +20,11 @@ from ctxfold.engine.model import (
     StoredMessage,
     ToolCall,
     Usage,
+    text_chars,
 )
 from ctxfold.engine.tool_results import sha256_hex
 from ctxfold.engine.view import Checkpoint
+from ctxfold.store.append import AppendRows, AppendWrite, Bookkeeping
 
 
 @dataclass(frozen=True)
@@ -159,14 +161,6 @@ def result_values(
     return [{**r.row, "segment_id": segment_id} for r in results], [c for r in results for c in r.chunks]
 
 
-def appended_result_values(
-    segment_id: str, results: Sequence[AppendedResult]
-) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    """`result_values` of an append's raw results, compressed and hashed (in a worker of `cpu.run` when
-    large: zstd and hashlib release the GIL)."""
-    return result_values(segment_id, [encode_result(r.ref, r.message_id, r.data, inline=r.inline) for r in results])
-
-
 # ---- raw results ----------------------------------------------------------------------------------
 
 # Raw results below this size are stored uncompressed; compression costs more than it saves.
@@ -256,6 +250,58 @@ def state_document(row: object) -> str:
 def whole_state(state_json: str) -> dict[str, str | None]:
     """The columns of a write of the whole state: its bookkeeping is in it."""
     return {"state_json": state_json, "bookkeeping_json": None}
+
+
+# ---- the one write ---------------------------------------------------------------------------------
+
+
+def append_write(
+    seen: SessionRecord,
+    after: SessionRecord,
+    messages: Sequence[StoredMessage],
+    results: Sequence[AppendedResult],
+    *,
+    request_id: str = "",
+    bookkeeping: Bookkeeping | None = None,
+    usage: Usage | None = None,
+) -> AppendWrite:
+    """The write that makes `seen` into `after` by appending `messages` (stored forms, with seqs) and their raw
+    `results` (compressed and hashed here: zstd and hashlib release the GIL in `cpu.run`'s workers)."""
+    now = after.update_time
+    rows = None
+    if messages:
+        ids = [m.id for m in messages]
+        encoded = [encode_result(r.ref, r.message_id, r.data, inline=r.inline) for r in results]
+        result_rows, chunk_rows = result_values(seen.segment_id, encoded)
+        rows = AppendRows(
+            head=head_values(after),
+            request=request_values(seen.id, request_id, ids, now) if request_id else None,
+            messages=[message_values(m, seen.segment_id) for m in messages],
+            results=result_rows,
+            chunks=chunk_rows,
+        )
+    data = sum(len(r.data) for r in results if not r.inline)
+    size = text_chars(messages) + data + (len(bookkeeping.json) if bookkeeping else 0)
+    usage_row = usage_values(seen.id, usage, now) if usage is not None else None
+    return AppendWrite(seen, now, rows, size, request_id, bookkeeping, usage_row)
+
+
+def step_write(step: Step, context: Context, now: float, request_id: str) -> tuple[Appended, AppendWrite]:
+    """`step` on `context` at the store's time `now`, and the write it makes: one piece of work for `cpu.run`."""
+    appended = step(context, now)
+    book = appended.bookkeeping()
+    bookkeeping = Bookkeeping(book[0], context.revision, book[1]) if book else None
+    after = appended.context.session
+    write = append_write(
+        context.session,
+        after,
+        appended.messages,
+        appended.results,
+        request_id=request_id,
+        bookkeeping=bookkeeping,
+        usage=appended.usage,
+    )
+    return appended, write
 
 
 # ---- usage observations -------------------------------------------------------------------------
