@@ -88,6 +88,44 @@ async def test_a_streamed_chat_answer_reaches_the_agent_byte_for_byte(stack: Sta
     assert received == stack.upstream.sent[-1]
 
 
+async def test_a_custom_tools_call_is_a_call_of_the_transcript_and_goes_upstream_as_sent(stack: Stack) -> None:
+    """GPT-5's custom tools in Chat: a call of `type: custom` carries a free-form `input`, which the
+    transcript keeps as the call's arguments; the upstream gets the call in its own shape."""
+    agent = openai_agent(stack.url, "chat-custom-tool", "sk-test-1")
+    patch = "*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = 2\n*** End Patch"
+    call = {"id": "call_p", "type": "custom", "custom": {"name": "apply_patch", "input": patch}}
+    messages: list[dict[str, object]] = [
+        SYSTEM,
+        {"role": "user", "content": "Set x to 2."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_p", "content": "Done."},
+    ]
+    tools = [{"type": "custom", "custom": {"name": "apply_patch"}}]
+    raw = await agent.chat.completions.with_raw_response.create(model="gpt-5", messages=messages, tools=tools)  # type: ignore[arg-type]
+    assert "x-ctxfold-warning" not in raw.headers, raw.headers["x-ctxfold-warning"]
+    transcript = await stack.transcript(raw.headers["x-ctxfold-session"])
+    assert [(c.id, c.name, c.arguments) for c in transcript[2].tool_calls] == [("call_p", "apply_patch", patch)]
+    assert transcript[3].tool_call_id == "call_p"
+    assert stack.upstream.last(CHAT).body["messages"] == messages
+
+
+async def test_a_message_of_a_role_ctxfold_does_not_read_is_forwarded_with_the_request_as_sent(stack: Stack) -> None:
+    """The legacy functions API (an assistant's `function_call`, answered by a `function` message): the
+    provider judges it; the gateway forwards the request unchanged and says why in its warning header."""
+    agent = openai_agent(stack.url, "chat-function-role", "sk-test-1")
+    messages: list[dict[str, object]] = [
+        {"role": "user", "content": "What is 6 x 7?"},
+        {"role": "assistant", "content": None, "function_call": {"name": "multiply", "arguments": '{"a": 6, "b": 7}'}},
+        {"role": "function", "name": "multiply", "content": "42"},
+    ]
+    before = len(stack.upstream.seen)
+    raw = await agent.chat.completions.with_raw_response.create(model="gpt-4.1", messages=messages)  # type: ignore[arg-type]
+    assert raw.http_response.content == stack.upstream.sent[-1]
+    assert "messages[2]" in raw.headers["x-ctxfold-warning"] and "'function'" in raw.headers["x-ctxfold-warning"]
+    assert len(stack.upstream.seen) == before + 1
+    assert stack.upstream.seen[-1].body == {"model": "gpt-4.1", "messages": messages}
+
+
 async def test_responses_keep_reasoning_items_and_call_ids_verbatim(stack: Stack) -> None:
     agent = openai_agent(stack.url, "responses-reasoning", "sk-test-1")
     stack.upstream.reply(

@@ -87,6 +87,19 @@ def part_text(part: dict[str, Any]) -> tuple[str, int]:
     return attachments.Attachment(str(kind), "").describe(), 0
 
 
+def tool_call(call: dict[str, Any]) -> ToolCall:
+    """A function call, or a custom tool's call (its free-form `input` as the arguments)."""
+    if call.get("type") == "custom":
+        custom = as_dict(call.get("custom"))
+        return ToolCall(
+            id=text_of(call.get("id")), name=text_of(custom.get("name")), arguments=text_of(custom.get("input"))
+        )
+    function = as_dict(call.get("function"))
+    return ToolCall(
+        id=text_of(call.get("id")), name=text_of(function.get("name")), arguments=text_of(function.get("arguments"))
+    )
+
+
 def content_text(content: Json) -> tuple[str, int]:
     if isinstance(content, str) or content is None:
         return content or "", 0
@@ -109,11 +122,19 @@ class OpenAIChat(ApiFormat):
         messages = body.get("messages")
         if not isinstance(messages, list):
             raise BadRequest("messages: a list of messages is required")
-        pieces = []
+        pieces, not_reconciled = [], ""
         for index, message in enumerate(messages):
-            role = ROLES.get(text_of(as_dict(message).get("role")))
+            name = as_dict(message).get("role")
+            if name == "function":  # the legacy functions API's results: the provider reads them, ctxfold does not
+                not_reconciled = (
+                    not_reconciled or f"messages[{index}]: messages of role 'function' are forwarded as sent"
+                )
+                continue
+            role = ROLES.get(text_of(name))
             if role is None:
-                raise BadRequest(f"messages[{index}].role: must be system, developer, user, assistant or tool")
+                raise BadRequest(
+                    f"messages[{index}].role: must be system, developer, user, assistant, tool or function"
+                )
             pieces.append(Piece(role, message))
         return Conversation(
             pieces=tuple(pieces),
@@ -121,6 +142,7 @@ class OpenAIChat(ApiFormat):
             stream=body.get("stream") is True,
             max_output_tokens=count(body.get("max_completion_tokens")) or count(body.get("max_tokens")),
             tools=tuple(as_list(body.get("tools"))),
+            not_reconciled=not_reconciled,
         )
 
     def respelled(self, piece: Piece) -> Piece | None:
@@ -131,14 +153,7 @@ class OpenAIChat(ApiFormat):
     def canonical(self, piece: Piece) -> Message:
         source = as_dict(piece.source)
         text, tokens = content_text(source.get("content"))
-        calls = tuple(
-            ToolCall(
-                id=text_of(call.get("id")),
-                name=text_of(as_dict(call.get("function")).get("name")),
-                arguments=text_of(as_dict(call.get("function")).get("arguments")),
-            )
-            for call in map(as_dict, as_list(source.get("tool_calls")))
-        )
+        calls = tuple(map(tool_call, map(as_dict, as_list(source.get("tool_calls")))))
         message = Message(
             role=piece.role,
             content=text or text_of(source.get("refusal")),
