@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sqlalchemy import Dialect, and_, bindparam, insert, literal_column, null, select, update
+from sqlalchemy import Dialect, Update, and_, bindparam, insert, literal_column, null, select, update
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from ctxfold import cpu
@@ -46,6 +46,15 @@ class _SqliteStatements:
         current = and_(
             *(getattr(s, name) == bindparam(f"at_{name}") for name in ("id", "tenant", "version", "branch_id"))
         )
+
+        def state_write(**values: object) -> Update:
+            """A write of the session's state over the revision seen, which it advances."""
+            return (
+                update(schema.context_states)
+                .where(cs.session_id == bindparam("at_id"), cs.revision == bindparam("revision"))
+                .values(**values, revision=cs.revision + literal_column("1"), update_time=bindparam("now"))
+            )
+
         statements = {
             "prior": select(ar.message_ids_json).where(
                 ar.session_id == bindparam("at_id"), ar.request_id == bindparam("request_id")
@@ -63,21 +72,8 @@ class _SqliteStatements:
             "usage": insert(schema.usage_observations).values(
                 {name: bindparam(name) for name in ("session_id", *USAGE_FIELDS, "create_time")}
             ),
-            "bookkeeping": update(schema.context_states)
-            .where(cs.session_id == bindparam("at_id"), cs.revision == bindparam("revision"))
-            .values(
-                bookkeeping_json=bindparam("document"),
-                revision=cs.revision + literal_column("1"),
-                update_time=bindparam("now"),
-            ),
-            "whole_state": update(schema.context_states)
-            .where(cs.session_id == bindparam("at_id"), cs.revision == bindparam("revision"))
-            .values(
-                state_json=bindparam("document"),
-                bookkeeping_json=null(),
-                revision=cs.revision + literal_column("1"),
-                update_time=bindparam("now"),
-            ),
+            "bookkeeping": state_write(bookkeeping_json=bindparam("document")),
+            "whole_state": state_write(state_json=bindparam("document"), bookkeeping_json=null()),
         }
         compiled = {}
         for name, statement in statements.items():

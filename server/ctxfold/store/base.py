@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, Row, Table, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxfold.engine.context import SessionRecord
@@ -18,6 +19,17 @@ from ctxfold.store import schema
 from ctxfold.store.database import WRITE_OPTION
 from ctxfold.store.errors import raise_store_error
 from ctxfold.store.rows import session_from_row
+
+
+async def ancestors(
+    conn: AsyncConnection, table: Table, columns: Sequence[str], name: str, *start: ColumnElement[bool]
+) -> Sequence[Row[Any]]:
+    """`columns` of the rows of `table` that match `start` and of all their ancestors (by `parent_id`), in one
+    recursive query named `name`."""
+    chain = select(*(table.c[c] for c in columns)).where(*start).cte(name, recursive=True)
+    parent = table.alias("parent")
+    chain = chain.union(select(*(parent.c[c] for c in columns)).where(parent.c.id == chain.c.parent_id))
+    return (await conn.execute(select(chain))).all()
 
 
 class StaleSession(Exception):

@@ -14,20 +14,15 @@ from ctxfold.engine.errors import not_found
 from ctxfold.engine.lineage import CheckpointLink
 from ctxfold.engine.view import Checkpoint, StoredCheckpoint
 from ctxfold.store import schema
-from ctxfold.store.base import StoreBase
+from ctxfold.store.base import StoreBase, ancestors
 from ctxfold.store.rows import checkpoint_entries, checkpoint_from_row
 
 
 async def checkpoint_chain(conn: AsyncConnection, head_id: str | None) -> dict[str, CheckpointLink]:
     if head_id is None:
         return {}
-    cp = schema.checkpoints.c
-    chain = select(cp.id, cp.parent_id, cp.position_seq).where(cp.id == head_id).cte("cpchain", recursive=True)
-    parent = schema.checkpoints.alias("parent")
-    chain = chain.union_all(
-        select(parent.c.id, parent.c.parent_id, parent.c.position_seq).where(parent.c.id == chain.c.parent_id)
-    )
-    rows = (await conn.execute(select(chain))).all()
+    checkpoints, columns = schema.checkpoints, ("id", "parent_id", "position_seq")
+    rows = await ancestors(conn, checkpoints, columns, "cpchain", checkpoints.c.id == head_id)
     return {r.id: CheckpointLink(r.id, r.parent_id, r.position_seq) for r in rows}
 
 
@@ -84,17 +79,10 @@ async def _checkpoint_rows(conn: AsyncConnection, ids: Sequence[str]) -> dict[st
 
 async def _chain_times(conn: AsyncConnection, tenant: str, head_id: str) -> dict[str, float]:
     """The create_time of every checkpoint on the chain from `head_id` to its root."""
-    cp = schema.checkpoints.c
-    chain = (
-        select(cp.id, cp.parent_id, cp.create_time)
-        .where(cp.id == head_id, cp.tenant == tenant)
-        .cte("timechain", recursive=True)
-    )
-    parent = schema.checkpoints.alias("parent")
-    chain = chain.union_all(
-        select(parent.c.id, parent.c.parent_id, parent.c.create_time).where(parent.c.id == chain.c.parent_id)
-    )
-    return {r.id: r.create_time for r in (await conn.execute(select(chain.c.id, chain.c.create_time))).all()}
+    checkpoints, cp = schema.checkpoints, schema.checkpoints.c
+    columns = ("id", "parent_id", "create_time")
+    rows = await ancestors(conn, checkpoints, columns, "timechain", cp.id == head_id, cp.tenant == tenant)
+    return {r.id: r.create_time for r in rows}
 
 
 async def _checkpoint_index(

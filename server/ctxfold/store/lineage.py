@@ -23,7 +23,7 @@ from ctxfold.engine.lineage import (
 )
 from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_end
 from ctxfold.store import schema
-from ctxfold.store.base import StaleSession, StoreBase, session_row
+from ctxfold.store.base import StaleSession, StoreBase, ancestors, session_row
 from ctxfold.store.checkpoints import checkpoint_chain, drop_unreachable_checkpoints
 from ctxfold.store.rows import BranchPoint, message_from_row
 
@@ -38,13 +38,8 @@ def in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
 
 async def segments(conn: AsyncConnection, start_ids: Sequence[str]) -> dict[str, Segment]:
     """The given segments and all their ancestors, in one recursive query."""
-    seg = schema.segments.c
-    chain = select(seg.id, seg.parent_id, seg.base_seq).where(seg.id.in_(list(start_ids))).cte("chain", recursive=True)
-    parent = schema.segments.alias("parent")
-    chain = chain.union(
-        select(parent.c.id, parent.c.parent_id, parent.c.base_seq).where(parent.c.id == chain.c.parent_id)
-    )
-    rows = (await conn.execute(select(chain))).all()
+    segment, columns = schema.segments, ("id", "parent_id", "base_seq")
+    rows = await ancestors(conn, segment, columns, "chain", segment.c.id.in_(list(start_ids)))
     return {r.id: Segment(r.id, r.parent_id, r.base_seq) for r in rows}
 
 
@@ -177,6 +172,22 @@ async def _split_tail(conn: AsyncConnection, segment_id: str, seq: int, tail_id:
     )
 
 
+async def insert_segment(conn: AsyncConnection, tenant: str, point: BranchPoint, owner: str, now: float) -> str:
+    """A new segment of `owner`'s, branching at `point`: its id."""
+    segment_id = new_id("g")
+    await conn.execute(
+        insert(schema.segments).values(
+            id=segment_id,
+            tenant=tenant,
+            parent_id=point.parent_segment_id,
+            base_seq=point.seq,
+            owner_session_id=owner,
+            create_time=now,
+        )
+    )
+    return segment_id
+
+
 class LineageStore(StoreBase):
     async def rewind(self, session: SessionRecord, to_seq: int) -> None:
         """Moves the head back to `to_seq`; the later messages stay, abandoned.
@@ -186,17 +197,7 @@ class LineageStore(StoreBase):
             if (await session_row(conn, session.tenant, session.id, lock=True)).version != session.version:
                 raise StaleSession(session.id)
             point = await branch_point(conn, session, to_seq)
-            new_segment_id = new_id("g")
-            await conn.execute(
-                insert(schema.segments).values(
-                    id=new_segment_id,
-                    tenant=session.tenant,
-                    parent_id=point.parent_segment_id,
-                    base_seq=to_seq,
-                    owner_session_id=session.id,
-                    create_time=now,
-                )
-            )
+            new_segment_id = await insert_segment(conn, session.tenant, point, session.id, now)
             if point.parent_segment_id == session.segment_id and rewind_splits_head(
                 len(await segments(conn, [session.segment_id])),
                 await _live_branch_depth_after(conn, session.segment_id, to_seq),

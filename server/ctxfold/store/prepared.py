@@ -13,6 +13,9 @@ from ctxfold.store import schema
 from ctxfold.store.base import StoreBase
 from ctxfold.store.rows import checkpoint_entries, checkpoint_from_row
 
+# A prepared fold's fields its row holds under their own names, in their order.
+_CARRIED = ("covered", "tokens_before", "tokens_after", "summarizer", "traceparent", "create_time")
+
 
 async def drop_prepared(conn: AsyncConnection, session_id: str) -> None:
     await conn.execute(delete(schema.prepared_folds).where(schema.prepared_folds.c.session_id == session_id))
@@ -32,15 +35,10 @@ class PreparedFoldStore(StoreBase):
                     position_seq=checkpoint.position_seq,
                     entries_json=checkpoint_entries(checkpoint),
                     summary_tokens=checkpoint.summary_tokens,
-                    covered=prepared.covered,
                     document_ref=document.ref,
                     document_message_id=document.message_id,
                     document_text=document.text,
-                    tokens_before=prepared.tokens_before,
-                    tokens_after=prepared.tokens_after,
-                    summarizer=prepared.summarizer,
-                    traceparent=prepared.traceparent,
-                    create_time=prepared.create_time,
+                    **{name: getattr(prepared, name) for name in _CARRIED},
                 )
             )
 
@@ -53,12 +51,7 @@ class PreparedFoldStore(StoreBase):
         return PreparedFold(
             checkpoint_from_row(row, id_column="checkpoint_id"),
             FoldDocument(row.document_ref, row.document_message_id, row.document_text),
-            row.covered,
-            row.tokens_before,
-            row.tokens_after,
-            row.summarizer,
-            row.traceparent,
-            row.create_time,
+            *(getattr(row, name) for name in _CARRIED),
         )
 
     async def discard_prepared(self, session: SessionRecord, checkpoint_id: str) -> bool:

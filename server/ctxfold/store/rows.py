@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import zstandard
@@ -65,23 +65,8 @@ def _columns(row: object) -> Any:
 
 def session_from_row(row: object) -> SessionRecord:
     m = _columns(row)
-    return SessionRecord(
-        id=m["id"],
-        tenant=m["tenant"],
-        config_json=m["config_json"],
-        system_tokens=m["system_tokens"],
-        tools_tokens=m["tools_tokens"],
-        segment_id=m["segment_id"],
-        head_seq=m["head_seq"],
-        branch_id=m["branch_id"],
-        checkpoint_id=m["checkpoint_id"],
-        open_tool_calls=tuple(json.loads(m["open_tool_calls"])),
-        version=m["version"],
-        forked_from_session_id=m["forked_from_session_id"],
-        forked_at_seq=m["forked_at_seq"],
-        create_time=m["create_time"],
-        update_time=m["update_time"],
-    )
+    values = {f.name: m[f.name] for f in fields(SessionRecord)}
+    return SessionRecord(**{**values, "open_tool_calls": tuple(json.loads(m["open_tool_calls"]))})
 
 
 def head_values(after: SessionRecord) -> dict[str, object]:
@@ -239,17 +224,12 @@ def state_document(row: object) -> str:
     if not bookkeeping:
         return text
     try:
-        base, fields = json.loads(text), json.loads(bookkeeping)
+        base, bookkept = json.loads(text), json.loads(bookkeeping)
     except ValueError:
         return text
-    if not isinstance(base, dict) or not isinstance(fields, dict):
+    if not isinstance(base, dict) or not isinstance(bookkept, dict):
         return text
-    return json.dumps({**base, **fields}, sort_keys=True, separators=(",", ":"))
-
-
-def whole_state(state_json: str) -> dict[str, str | None]:
-    """The columns of a write of the whole state: its bookkeeping is in it."""
-    return {"state_json": state_json, "bookkeeping_json": None}
+    return json.dumps({**base, **bookkept}, sort_keys=True, separators=(",", ":"))
 
 
 # ---- the one write ---------------------------------------------------------------------------------
@@ -307,14 +287,7 @@ def step_write(step: Step, context: Context, now: float, request_id: str) -> tup
 # ---- usage observations -------------------------------------------------------------------------
 
 # The engine's `Usage` fields a row holds, in the order the PostgreSQL write passes them.
-USAGE_FIELDS = (
-    "view_version",
-    "estimated_tokens",
-    "input_tokens",
-    "cached_input_tokens",
-    "output_tokens",
-    "finish_reason",
-)
+USAGE_FIELDS = tuple(f.name for f in fields(Usage))
 
 
 def usage_values(session_id: str, usage: Usage, now: float) -> dict[str, object]:

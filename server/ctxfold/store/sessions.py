@@ -14,7 +14,7 @@ from ctxfold.engine.ids import new_id
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase, session_row
 from ctxfold.store.checkpoints import checkpoint_chain, drop_unreachable_checkpoints
-from ctxfold.store.lineage import branch_point, drop_unreachable_segments, segments
+from ctxfold.store.lineage import branch_point, drop_unreachable_segments, insert_segment, segments
 from ctxfold.store.rows import BranchPoint, ConfigTokens, session_from_row
 
 
@@ -65,17 +65,7 @@ class SessionStore(StoreBase):
         forked_from: str | None = None,
     ) -> None:
         now = self.clock()
-        segment_id = new_id("g")
-        await conn.execute(
-            insert(schema.segments).values(
-                id=segment_id,
-                tenant=tenant,
-                parent_id=point.parent_segment_id,
-                base_seq=point.seq,
-                owner_session_id=session_id,
-                create_time=now,
-            )
-        )
+        segment_id = await insert_segment(conn, tenant, point, session_id, now)
         await conn.execute(
             insert(schema.sessions).values(
                 id=session_id,

@@ -20,29 +20,27 @@ from ctxfold.store.base import StaleSession, StoreBase, session_row
 from ctxfold.store.checkpoints import insert_checkpoint, load_checkpoint
 from ctxfold.store.lineage import in_ranges, session_live_ranges
 from ctxfold.store.prepared import drop_prepared
-from ctxfold.store.rows import message_from_row, state_document, whole_state
+from ctxfold.store.rows import message_from_row, state_document
 from ctxfold.store.tool_results import insert_document
 
-_STATE_QUERY = select(
-    schema.context_states.c.state_json, schema.context_states.c.bookkeeping_json, schema.context_states.c.revision
-)
+
+async def _read_state(conn: AsyncConnection, session_id: str) -> tuple[str | None, int]:
+    """The session's stored state document and revision; (None, 0) without a row."""
+    cs = schema.context_states.c
+    query = select(cs.state_json, cs.bookkeeping_json, cs.revision).where(cs.session_id == session_id)
+    row = (await conn.execute(query)).first()
+    return (state_document(row), row.revision) if row else (None, 0)
 
 
-async def _put_state(
-    conn: AsyncConnection, session_id: str, values: dict[str, str | None], revision: int | None, now: float
-) -> int:
-    """Writes the state's columns `values` (its row exists from the session's creation): with a
-    `revision`, only over that revision. Returns the new revision, or 0 when the expected revision
-    was not there."""
+async def _put_state(conn: AsyncConnection, session_id: str, state_json: str, revision: int | None, now: float) -> int:
+    """Writes the whole state (its row exists from the session's creation; its bookkeeping is in it): with a
+    `revision`, only over that revision. Returns the new revision, or 0 when that revision was not there."""
     cs = schema.context_states.c
     query = update(schema.context_states).where(cs.session_id == session_id)
     if revision is not None:
         query = query.where(cs.revision == revision)
-    written = await conn.execute(
-        query.values(**values, revision=cs.revision + 1, update_time=now).returning(cs.revision)
-    )
-    new_revision = written.scalar_one_or_none()
-    return int(new_revision) if new_revision is not None else 0
+    values = {"state_json": state_json, "bookkeeping_json": None, "revision": cs.revision + 1, "update_time": now}
+    return int((await conn.execute(query.values(values).returning(cs.revision))).scalar_one_or_none() or 0)
 
 
 # The driver's rows become SQLAlchemy rows on the event loop (about 1 µs each): a long session's view (100,000
@@ -70,7 +68,7 @@ class StateStore(StoreBase):
     async def load_context(self, tenant: str, session_id: str) -> StoredContext:
         """The session, its head checkpoint and kept messages, the messages after the checkpoint's
         position and the state, in one transaction. Work is bounded by the view, not the transcript."""
-        m, cs = schema.messages.c, schema.context_states.c
+        m = schema.messages.c
         async with self._read() as conn:
             session = await session_row(conn, tenant, session_id)
             checkpoint = None
@@ -91,10 +89,8 @@ class StateStore(StoreBase):
             ranges = ranges_within(await session_live_ranges(conn, session), position, session.head_seq)
             query = select(schema.messages).where(in_ranges(ranges)).order_by(m.seq)
             after = await _messages(conn, query, sum(r.hi - r.lo for r in ranges))
-            state = (await conn.execute(_STATE_QUERY.where(cs.session_id == session.id))).first()
-        return StoredContext(
-            session, checkpoint, kept, after, state_document(state) if state else None, state.revision if state else 0
-        )
+            document, revision = await _read_state(conn, session.id)
+        return StoredContext(session, checkpoint, kept, after, document, revision)
 
     async def install(self, session: SessionRecord, install: Install) -> tuple[SessionRecord, int]:
         """Installs a fold (a new head checkpoint, its document and projection state) or a prune (only
@@ -121,17 +117,15 @@ class StateStore(StoreBase):
                 await insert_document(conn, fold.document)
                 # A new head checkpoint: a fold prepared over the old one no longer applies (or is this one).
                 await drop_prepared(conn, session.id)
-            revision = await _put_state(conn, session.id, whole_state(install.state.to_json()), None, now)
+            revision = await _put_state(conn, session.id, install.state.to_json(), None, now)
             return await session_row(conn, session.tenant, session.id), revision
 
     async def save_state(self, session_id: str, state_json: str, revision: int) -> int:
         """Bookkeeping write: stores the state only if nobody wrote it since `revision` was read.
         Returns the new revision, or 0 when someone else wrote first."""
         async with self._write() as conn:
-            return await _put_state(conn, session_id, whole_state(state_json), revision, self.clock())
+            return await _put_state(conn, session_id, state_json, revision, self.clock())
 
     async def read_state(self, session: SessionRecord) -> tuple[str | None, int]:
-        cs = schema.context_states.c
         async with self._read() as conn:
-            row = (await conn.execute(_STATE_QUERY.where(cs.session_id == session.id))).first()
-        return (state_document(row), row.revision) if row else (None, 0)
+            return await _read_state(conn, session.id)
