@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ctxfold import __version__
@@ -19,19 +19,11 @@ from ctxfold.engine.errors import ConfigError
 from ctxfold.gateway import settings as gateway_settings
 
 
-def _default_text(name: str) -> str:
-    value = getattr(Settings(), name)
-    return repr(value) if value == "" else str(value)
-
-
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gRPC service", description="Run the ctxfold gRPC service.")
     serve.add_argument("--config", default="", help="TOML settings file (default: none; env CTXFOLD_CONFIG)")
     for name, f in FIELDS.items():
-        flag = "--" + name.replace("_", "-")
-        # Flags default to None so that only the given ones override the environment and the file.
-        help_text = f"{f.metadata['help']} (default {_default_text(name)}; env CTXFOLD_{name.upper()})"
-        serve.add_argument(flag, dest=name, default=None, help=help_text.replace("%", "%%"))
+        _setting_flag(serve, name, f, "CTXFOLD_")
     for name in gateway_settings.EMBEDDED_FIELDS:
         _setting_flag(
             serve, name, gateway_settings.FIELDS[name], gateway_settings.ENV_PREFIX, "with --gateway-listen: "
@@ -42,8 +34,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> a
 def _setting_flag(
     parser: argparse.ArgumentParser, name: str, f: dataclasses.Field[Any], prefix: str, lead: str = ""
 ) -> None:
-    default = f.default if f.default != "" else "''"
-    help_text = f"{lead}{f.metadata['help']} (default {default}; env {prefix}{name.upper()})"
+    value = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[operator]
+    help_text = f"{lead}{f.metadata['help']} (default {value if value != '' else repr('')}; env {prefix}{name.upper()})"
+    # Flags default to None so that only the given ones override the environment and the file.
     parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=help_text.replace("%", "%%"))
 
 
@@ -66,18 +59,9 @@ def _gateway(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         )
     except (ValueError, OSError) as exc:
         parser.exit(2, f"ctxfold gateway: {exc}\n")
-    logging.basicConfig(
-        level=logging.getLevelName(settings.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    from ctxfold import telemetry
+    stop_telemetry = _logging_and_telemetry(parser, "ctxfold gateway", settings.log_level)
     from ctxfold.gateway.app import serve_gateway
 
-    try:
-        stop_telemetry = telemetry.configure(os.environ)
-    except ValueError as exc:
-        parser.exit(2, f"ctxfold gateway: {exc}\n")
     try:
         asyncio.run(serve_gateway(settings))
     except OSError as exc:
@@ -102,6 +86,20 @@ def _quiet_grpc_core() -> None:
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
+def _logging_and_telemetry(parser: argparse.ArgumentParser, command: str, log_level: str) -> Callable[[], None]:
+    """Logs to stderr at `log_level`, installs telemetry as OTEL_* says; returns telemetry's shutdown."""
+    level = logging.getLevelName(log_level.upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # One ready line at INFO: Alembic's plugin and migration lines at every start show only at DEBUG.
+    logging.getLogger("alembic").setLevel(logging.DEBUG if level <= logging.DEBUG else logging.WARNING)
+    from ctxfold import telemetry
+
+    try:
+        return telemetry.configure(os.environ)
+    except ValueError as exc:
+        parser.exit(2, f"{command}: {exc}\n")
+
+
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     flags = {name: getattr(args, name) for name in FIELDS}
     try:
@@ -109,17 +107,9 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         gateway = _embedded_gateway(args, settings)
     except (ValueError, OSError) as exc:
         parser.exit(2, f"ctxfold: {exc}\n")
-    level = logging.getLevelName(settings.log_level.upper())
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    # One ready line at INFO: Alembic's plugin and migration lines at every start show only at DEBUG.
-    logging.getLogger("alembic").setLevel(logging.DEBUG if level <= logging.DEBUG else logging.WARNING)
-    from ctxfold import telemetry
+    stop_telemetry = _logging_and_telemetry(parser, "ctxfold", settings.log_level)
     from ctxfold.server import StartupError, serve
 
-    try:
-        stop_telemetry = telemetry.configure(os.environ)
-    except ValueError as exc:
-        parser.exit(2, f"ctxfold: {exc}\n")
     try:
         asyncio.run(serve(settings, gateway))
     except ConfigError as exc:
@@ -160,34 +150,22 @@ def main(argv: list[str] | None = None) -> None:
     healthcheck.add_parser(sub)
     args = parser.parse_args(argv)
     with _stdout_may_close():
-        _dispatch(args, parser, serve_parser, gateway_parser)
-
-
-def _dispatch(
-    args: argparse.Namespace,
-    parser: argparse.ArgumentParser,
-    serve_parser: argparse.ArgumentParser,
-    gateway_parser: argparse.ArgumentParser,
-) -> None:
-    from ctxfold import healthcheck, inspection
-    from ctxfold.replay import cli as replay_cli
-
-    if args.command == "replay":
-        sys.exit(replay_cli.run(args, parser))
-    if args.command in ("sessions", "show"):
-        try:
-            sys.exit(inspection.run(args))
-        except inspection.InspectError as exc:
-            parser.exit(1, f"ctxfold {args.command}: {exc}\n")
-    if args.command == "healthcheck":
-        try:
-            sys.exit(healthcheck.run(args, serve_parser, print))
-        except healthcheck.HealthcheckError as exc:
-            parser.exit(1, f"ctxfold healthcheck: {exc}\n")
-    if args.command == "gateway":
-        _gateway(args, gateway_parser)
-        return
-    _serve(args, parser)
+        if args.command == "replay":
+            sys.exit(replay_cli.run(args, parser))
+        if args.command in ("sessions", "show"):
+            try:
+                sys.exit(inspection.run(args))
+            except inspection.InspectError as exc:
+                parser.exit(1, f"ctxfold {args.command}: {exc}\n")
+        if args.command == "healthcheck":
+            try:
+                sys.exit(healthcheck.run(args, serve_parser, print))
+            except healthcheck.HealthcheckError as exc:
+                parser.exit(1, f"ctxfold healthcheck: {exc}\n")
+        if args.command == "gateway":
+            _gateway(args, gateway_parser)
+        else:
+            _serve(args, parser)
 
 
 if __name__ == "__main__":

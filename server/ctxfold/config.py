@@ -18,83 +18,61 @@ def default_data_dir() -> str:
     return str(Path(base) / "ctxfold")
 
 
+def setting(default: Any, text: str, minimum: float | None = None) -> Any:
+    """A settings dataclass field: its default, its help `text` and the least value it takes."""
+    return field(default=default, metadata={"help": text} if minimum is None else {"help": text, "minimum": minimum})
+
+
 @dataclass(frozen=True)
 class Settings:
-    listen: str = field(default="127.0.0.1:50051", metadata={"help": "address to listen on (host:port)"})
+    listen: str = setting("127.0.0.1:50051", "address to listen on (host:port)")
     data_dir: str = field(default_factory=default_data_dir, metadata={"help": "where the default SQLite file lives"})
-    database: str = field(
-        default="",
-        metadata={"help": "SQLAlchemy URL (sqlite:///PATH or postgresql://…); default DATA_DIR/ctxfold.db"},
-    )
-    db_pool_size: int = field(default=10, metadata={"minimum": 1, "help": "database connections per server process"})
-    auth_tokens_file: str = field(default="", metadata={"help": "file of 'TOKEN TENANT' lines; empty = no auth"})
-    tls_cert: str = field(default="", metadata={"help": "PEM server certificate (enables TLS)"})
-    tls_key: str = field(default="", metadata={"help": "PEM server private key"})
-    tls_client_ca: str = field(default="", metadata={"help": "PEM CA bundle; when set, clients must present a cert"})
+    database: str = setting("", "SQLAlchemy URL (sqlite:///PATH or postgresql://…); default DATA_DIR/ctxfold.db")
+    db_pool_size: int = setting(10, "database connections per server process", minimum=1)
+    auth_tokens_file: str = setting("", "file of 'TOKEN TENANT' lines; empty = no auth")
+    tls_cert: str = setting("", "PEM server certificate (enables TLS)")
+    tls_key: str = setting("", "PEM server private key")
+    tls_client_ca: str = setting("", "PEM CA bundle; when set, clients must present a cert")
     # gRPC copies each request and answer whole on the event loop (about 2 ms per MiB): these keep health
     # checks well under 100 ms (docs/operations.md, Limits). An AppendMessages answer echoes its request.
-    max_receive_message_bytes: int = field(
-        default=20 << 20, metadata={"minimum": 64 << 10, "help": "largest gRPC request accepted"}
-    )
-    max_send_message_bytes: int = field(
-        default=24 << 20, metadata={"minimum": 64 << 10, "help": "largest gRPC response sent"}
-    )
-    max_message_bytes: int = field(
-        default=4 << 20, metadata={"minimum": 1, "help": "largest non-tool message (content+reasoning)"}
-    )
-    max_tool_result_bytes: int = field(default=16 << 20, metadata={"minimum": 1, "help": "largest raw tool result"})
+    max_receive_message_bytes: int = setting(20 << 20, "largest gRPC request accepted", minimum=64 << 10)
+    max_send_message_bytes: int = setting(24 << 20, "largest gRPC response sent", minimum=64 << 10)
+    max_message_bytes: int = setting(4 << 20, "largest non-tool message (content+reasoning)", minimum=1)
+    max_tool_result_bytes: int = setting(16 << 20, "largest raw tool result", minimum=1)
     # Without it every copy of the next large request faults fresh pages in on the event loop (`ctxfold.memory`);
     # why 256 MiB: docs/operations.md, Limits.
-    retained_heap_bytes: int = field(
-        default=256 << 20,
-        metadata={
-            "minimum": 0,
-            "help": "freed memory kept for the next large requests, not returned to the OS (glibc; 0 = off)",
-        },
+    retained_heap_bytes: int = setting(
+        256 << 20, "freed memory kept for the next large requests, not returned to the OS (glibc; 0 = off)", minimum=0
     )
-    max_concurrent_rpcs: int = field(
-        default=256,
-        metadata={"minimum": 1, "help": "ContextService RPCs served at once (health not counted); more are refused"},
+    max_concurrent_rpcs: int = setting(
+        256, "ContextService RPCs served at once (health not counted); more are refused", minimum=1
     )
-    max_concurrent_rpcs_per_tenant: int = field(
-        default=64, metadata={"minimum": 1, "help": "RPCs one tenant may have in progress at once; more are refused"}
+    max_concurrent_rpcs_per_tenant: int = setting(
+        64, "RPCs one tenant may have in progress at once; more are refused", minimum=1
     )
     # Eight of the largest requests, one worked on at a time, kept 275-315 MiB of heap in use at the peak:
     # about `retained_heap_bytes` plus the server's own (`bench/availability.py`).
-    max_concurrent_request_bytes: int = field(
-        default=160 << 20,
-        metadata={
-            "minimum": 0,
-            "help": "bytes of large requests (1 MiB or more) in progress at once; more are refused",
-        },
+    max_concurrent_request_bytes: int = setting(
+        160 << 20, "bytes of large requests (1 MiB or more) in progress at once; more are refused", minimum=0
     )
-    max_waiting_per_session: int = field(
-        default=16, metadata={"minimum": 0, "help": "Prepare/Compact calls that may wait for one session's maintenance"}
+    max_waiting_per_session: int = setting(
+        16, "Prepare/Compact calls that may wait for one session's maintenance", minimum=0
     )
-    hot_state_max_bytes: int = field(
-        default=256 << 20,
-        metadata={
-            "minimum": 0,
-            "help": "estimated bytes of active sessions' views kept in memory (0 = none): the Prepare hot path",
-        },
+    hot_state_max_bytes: int = setting(
+        256 << 20,
+        "estimated bytes of active sessions' views kept in memory (0 = none): the Prepare hot path",
+        minimum=0,
     )
-    gateway_listen: str = field(
-        default="",
-        metadata={
-            "help": "also run the provider-compatible HTTP gateway on this address (host:port); see docs/gateway.md"
-        },
+    gateway_listen: str = setting(
+        "", "also run the provider-compatible HTTP gateway on this address (host:port); see docs/gateway.md"
     )
-    grace_seconds: float = field(
-        default=30.0, metadata={"minimum": 0, "help": "time in-flight RPCs get to finish on shutdown"}
-    )
-    log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING or ERROR"})
-    summarizers: str = field(
-        default="",
-        metadata={
-            "help": "summarizers by name, as JSON (or [summarizers.NAME] tables in the TOML file), e.g. "
-            '{"gpt": {"type": "openai", "base_url": "…", "model": "…", "api_key_env": "OPENAI_API_KEY"}}; '
-            "'extractive' is always there"
-        },
+    grace_seconds: float = setting(30.0, "time in-flight RPCs get to finish on shutdown", minimum=0)
+    log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
+    summarizers: str = setting(
+        "",
+        "summarizers by name, as JSON (or [summarizers.NAME] tables in the TOML file), e.g. "
+        '{"gpt": {"type": "openai", "base_url": "…", "model": "…", "api_key_env": "OPENAI_API_KEY"}}; '
+        "'extractive' is always there",
     )
 
     def database_url(self) -> str:

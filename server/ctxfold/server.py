@@ -131,15 +131,7 @@ async def _open_store(settings: Settings) -> Store:
     return Store(engine)
 
 
-@dataclass(frozen=True)
-class _Services:
-    servicer: ContextServicer
-    contexts: Contexts
-    maintenance: Maintenance
-    admission: Admission
-
-
-def _services(settings: Settings, store: Store, tokens: dict[str, str] | None, hooks: Hooks | None) -> _Services:
+def _servicer(settings: Settings, store: Store, tokens: dict[str, str] | None, hooks: Hooks | None) -> ContextServicer:
     """The use cases and the servicer over them, wired once."""
     limits = AppendLimits(
         max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
@@ -161,7 +153,7 @@ def _services(settings: Settings, store: Store, tokens: dict[str, str] | None, h
     admission = Admission(
         settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant, settings.max_concurrent_request_bytes
     )
-    servicer = ContextServicer(
+    return ContextServicer(
         auth=Authenticator(tokens),
         sessions=sessions,
         contexts=contexts,
@@ -174,7 +166,6 @@ def _services(settings: Settings, store: Store, tokens: dict[str, str] | None, h
         requests=RequestPacer(settings.max_receive_message_bytes),
         checkpoints=Checkpoints(store),
     )
-    return _Services(servicer, contexts, maintenance, admission)
 
 
 def _grpc_server(settings: Settings, servicer: ContextServicer) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
@@ -213,8 +204,8 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     # counting process started, so that the first large append does not wait for it.
     await asyncio.to_thread(estimator.warm_up)
     await asyncio.to_thread(cpu.start_counting)
-    services = _services(settings, store, tokens, hooks)
-    server, health_servicer = _grpc_server(settings, services.servicer)
+    servicer = _servicer(settings, store, tokens, hooks)
+    server, health_servicer = _grpc_server(settings, servicer)
     try:
         if credentials is None:
             port = server.add_insecure_port(settings.listen)
@@ -239,7 +230,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         store.engine.url.render_as_string(hide_password=True),
     )
     return RunningServer(
-        server, health_servicer, store, port, settings, services.contexts, services.maintenance, services.admission
+        server, health_servicer, store, port, settings, servicer.contexts, servicer.maintenance, servicer.admission
     )
 
 

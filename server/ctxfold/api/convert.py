@@ -26,13 +26,9 @@ from ctxfold.service.progress import FoldProgress, FoldStage
 from ctxfold.service.sessions import SessionInfo
 from ctxfold.v1 import context_service_pb2 as pb
 
-_ROLE_FROM_PB = {
-    pb.ROLE_SYSTEM: Role.SYSTEM,
-    pb.ROLE_USER: Role.USER,
-    pb.ROLE_ASSISTANT: Role.ASSISTANT,
-    pb.ROLE_TOOL: Role.TOOL,
-}
-_ROLE_TO_PB = {role: value for value, role in _ROLE_FROM_PB.items()}
+# Each Role is named as its proto value (a missing one fails at import).
+_ROLE_TO_PB = {role: pb.Role.Value(f"ROLE_{role.name}") for role in Role}
+_ROLE_FROM_PB = {value: role for role, value in _ROLE_TO_PB.items()}
 _AUTHOR_FROM_PB = {pb.AUTHOR_PERSON: Author.PERSON, pb.AUTHOR_MACHINE: Author.MACHINE}
 _AUTHOR_TO_PB = {Author.UNSTATED: pb.AUTHOR_UNSPECIFIED, **{a: v for v, a in _AUTHOR_FROM_PB.items()}}
 

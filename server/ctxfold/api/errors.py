@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
@@ -17,17 +16,8 @@ from ctxfold.engine.errors import DomainError, Kind
 DOMAIN = "ctxfold.dev"
 log = logging.getLogger(__name__)
 
-_CODES: Mapping[Kind, grpc.StatusCode] = {
-    Kind.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-    Kind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    Kind.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
-    Kind.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    Kind.ABORTED: grpc.StatusCode.ABORTED,
-    Kind.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
-    Kind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
-    Kind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    Kind.INTERNAL: grpc.StatusCode.INTERNAL,
-}
+# Each Kind is named as its google.rpc code (a missing one fails at import).
+_CODES = {kind: getattr(code_pb2, kind.name) for kind in Kind}
 
 
 # Errors echo what the caller sent (ids, names). The status travels in trailing metadata, which
@@ -44,7 +34,6 @@ def _clip(text: str, limit: int) -> str:
 
 
 def status_for(error: DomainError) -> grpc.Status:
-    code = _CODES[error.kind]
     metadata = {key: _clip(value, MAX_METADATA_VALUE_BYTES) for key, value in error.metadata.items()}
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=metadata)
     details = [_packed(info)]
@@ -53,7 +42,7 @@ def status_for(error: DomainError) -> grpc.Status:
         delay.FromTimedelta(datetime.timedelta(seconds=error.retry_after_seconds))
         details.append(_packed(error_details_pb2.RetryInfo(retry_delay=delay)))
     message = _clip(error.message, MAX_MESSAGE_BYTES)
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=details)
+    status = status_pb2.Status(code=_CODES[error.kind], message=message, details=details)
     converted: grpc.Status = rpc_status.to_status(status)
     return converted
 

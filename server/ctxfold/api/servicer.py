@@ -9,7 +9,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -235,35 +235,22 @@ async def _streamed(
     raise AssertionError("unreachable: a maintenance stream ends with its result")
 
 
+@dataclass(eq=False)
 class ContextServicer:
     """The handlers of ContextService, registered by `add_to_server` (every RPC of the service needs one)."""
 
-    def __init__(
-        self,
-        auth: Authenticator,
-        sessions: Sessions,
-        contexts: Contexts,
-        transcript: Transcript,
-        tool_results: ToolResults,
-        lineage: Lineage,
-        maintenance: Maintenance,
-        states: ContextStates,
-        admission: Admission,
-        requests: RequestPacer,
-        checkpoints: Checkpoints,
-    ):
-        self.auth = auth
-        self.admission = admission
-        self.sessions = sessions
-        self.contexts = contexts
-        self.transcript = transcript
-        self.tool_results = tool_results
-        self.lineage = lineage
-        self.maintenance = maintenance
-        self.states = states
-        self.checkpoints = checkpoints
-        self.requests = requests
-        self.answers = AnswerPacer()
+    auth: Authenticator
+    sessions: Sessions
+    contexts: Contexts
+    transcript: Transcript
+    tool_results: ToolResults
+    lineage: Lineage
+    maintenance: Maintenance
+    states: ContextStates
+    admission: Admission
+    requests: RequestPacer
+    checkpoints: Checkpoints
+    answers: AnswerPacer = field(default_factory=AnswerPacer, init=False)
 
     @unary
     async def CreateSession(
@@ -315,23 +302,9 @@ class ContextServicer:
         self, request: pb.ReadToolResultRequest, context: Context, tenant: str
     ) -> pb.ReadToolResultResponse:
         result = await self.tool_results.read(
-            tenant,
-            request.session_id,
-            request.tool_call_id,
-            request.result_ref,
-            request.offset,
-            request.limit,
+            tenant, request.session_id, request.tool_call_id, request.result_ref, request.offset, request.limit
         )
-        page = result.page
-        return pb.ReadToolResultResponse(
-            data=page.data,
-            offset=page.offset,
-            next_offset=page.next_offset,
-            total_bytes=page.total_bytes,
-            sha256=result.sha256,
-            complete=page.complete,
-            result_ref=result.result_ref,
-        )
+        return pb.ReadToolResultResponse(**vars(result.page), sha256=result.sha256, result_ref=result.result_ref)
 
     @unary
     async def Fork(self, request: pb.ForkRequest, context: Context, tenant: str) -> pb.ForkResponse:

@@ -14,7 +14,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from ctxfold.engine.answer import PreparedContext
@@ -22,22 +22,6 @@ from ctxfold.engine.errors import DomainError
 from ctxfold.engine.maintenance import NotFolded
 from ctxfold.engine.state import split_view_version
 from ctxfold.telemetry import INSTRUMENTS, TRACER
-
-_SCALARS = {
-    FieldDescriptor.TYPE_BOOL,
-    FieldDescriptor.TYPE_INT32,
-    FieldDescriptor.TYPE_INT64,
-    FieldDescriptor.TYPE_UINT32,
-    FieldDescriptor.TYPE_UINT64,
-    FieldDescriptor.TYPE_DOUBLE,
-    FieldDescriptor.TYPE_FLOAT,
-    FieldDescriptor.TYPE_ENUM,
-}
-
-
-def _identifier(name: str) -> bool:
-    # Of the string fields only identifiers go on spans: no content, no free text, no page cursors.
-    return name.endswith("_id") or name.endswith("_ref")
 
 
 @functools.cache
@@ -52,10 +36,11 @@ def _attribute_fields(descriptor: Descriptor) -> tuple[tuple[str, str], ...]:
         elif field.name == "session_id":
             fields.append((field.name, "session"))
         elif field.type == FieldDescriptor.TYPE_STRING:
-            if _identifier(field.name):
+            # Of the string fields only identifiers go on spans: no content, no free text, no page cursors.
+            if field.name.endswith(("_id", "_ref")):
                 fields.append((field.name, "identifier"))
-        elif field.type in _SCALARS:
-            fields.append((field.name, "scalar"))
+        elif field.cpp_type not in (FieldDescriptor.CPPTYPE_STRING, FieldDescriptor.CPPTYPE_MESSAGE):
+            fields.append((field.name, "scalar"))  # numbers, flags, enums
     return tuple(fields)
 
 
@@ -184,47 +169,6 @@ def _status_code(context: grpc.aio.ServicerContext[Any, Any]) -> int:
     return int(code or 0)
 
 
-class _RpcSpan:
-    """The span of one RPC and the context the handler runs in."""
-
-    def __init__(self, method: str, context: grpc.aio.ServicerContext[Any, Any]):
-        carrier: Mapping[str, str | bytes] = dict(context.invocation_metadata() or ())
-        parent = propagate.extract(carrier)
-        service, _, name = method.partition("/")
-        self.span: Span = TRACER.start_span(
-            method,
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes={
-                "rpc.system": "grpc",
-                "rpc.service": service,
-                "rpc.method": name,
-                **peer_attributes(context.peer() or ""),
-            },
-        )
-        self.context = trace.set_span_in_context(self.span, parent)
-        self.grpc = context
-
-    async def run(self, step: Awaitable[Any]) -> Any:
-        """Awaits one step of the handler with the span current (attached and detached in one task)."""
-        token = otel_context.attach(self.context)
-        try:
-            return await step
-        finally:
-            otel_context.detach(token)
-
-    def unexpected(self, exc: BaseException) -> None:
-        # DomainErrors were marked by the servicer; anything reaching here escaped it (gRPC: UNKNOWN).
-        self.span.record_exception(exc)
-        self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        self.span.set_attribute("error.type", type(exc).__qualname__)
-
-    def end(self, cancelled: bool = False) -> None:
-        code = grpc.StatusCode.CANCELLED.value[0] if cancelled else _status_code(self.grpc)
-        self.span.set_attribute("rpc.grpc.status_code", code)
-        self.span.end()
-
-
 Handler = Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
@@ -239,22 +183,34 @@ def traced(method: str, behavior: Handler) -> Handler:
     with the call's status. Every ContextService handler is a coroutine run in one task, the
     server-streaming ones too, so the span's context is attached and detached in that task."""
 
+    service, _, name = method.partition("/")
+
     async def handler(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if not _tracing():
             return await behavior(request, context)
-        rpc = _RpcSpan(method, context)
-        cancelled = False
+        carrier: Mapping[str, str | bytes] = dict(context.invocation_metadata() or ())
+        parent = propagate.extract(carrier)
+        rpc = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+        attributes = rpc | peer_attributes(context.peer() or "")
+        span = TRACER.start_span(method, context=parent, kind=SpanKind.SERVER, attributes=attributes)
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        code = None
         try:
-            return await rpc.run(behavior(request, context))
+            return await behavior(request, context)
         except asyncio.CancelledError:
-            cancelled = True
+            code = grpc.StatusCode.CANCELLED.value[0]
             raise
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            rpc.unexpected(exc)
+            # DomainErrors were marked by the servicer; anything reaching here escaped it (gRPC: UNKNOWN).
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            span.set_attribute("error.type", type(exc).__qualname__)
             raise
         finally:
-            rpc.end(cancelled)
+            otel_context.detach(token)
+            span.set_attribute("rpc.grpc.status_code", _status_code(context) if code is None else code)
+            span.end()
 
     return handler

@@ -6,11 +6,11 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ctxfold.config import LOG_LEVELS, load_values
+from ctxfold.config import LOG_LEVELS, load_values, setting
 
 ENV_PREFIX = "CTXFOLD_GATEWAY_"
 FAIL_MODES = ("open", "closed")
@@ -19,43 +19,25 @@ MODES = ("ctxfold", "pass_through")
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    listen: str = field(default="127.0.0.1:8080", metadata={"help": "HTTP address to listen on (host:port)"})
-    server: str = field(default="127.0.0.1:50051", metadata={"help": "the ctxfold gRPC server (host:port)"})
-    token: str = field(
-        default="", metadata={"help": "bearer token for the server, for agents the tenants file does not map"}
+    listen: str = setting("127.0.0.1:8080", "HTTP address to listen on (host:port)")
+    server: str = setting("127.0.0.1:50051", "the ctxfold gRPC server (host:port)")
+    token: str = setting("", "bearer token for the server, for agents the tenants file does not map")
+    tls_ca: str = setting("", "PEM CA of the server's certificate (turns TLS on)")
+    openai_base_url: str = setting(
+        "https://api.openai.com", "upstream of /v1/chat/completions, /v1/responses and other OpenAI paths (without /v1)"
     )
-    tls_ca: str = field(default="", metadata={"help": "PEM CA of the server's certificate (turns TLS on)"})
-    openai_base_url: str = field(
-        default="https://api.openai.com",
-        metadata={"help": "upstream of /v1/chat/completions, /v1/responses and other OpenAI paths (without /v1)"},
+    anthropic_base_url: str = setting("https://api.anthropic.com", "upstream of /v1/messages* (without /v1)")
+    mode: str = setting(
+        "ctxfold", "'ctxfold', or 'pass_through': forward every request unchanged (ctxfold off, same HTTP path)"
     )
-    anthropic_base_url: str = field(
-        default="https://api.anthropic.com", metadata={"help": "upstream of /v1/messages* (without /v1)"}
+    fail_mode: str = setting(
+        "open", "when ctxfold cannot answer: 'open' forwards the request unchanged, 'closed' answers 503"
     )
-    mode: str = field(
-        default="ctxfold",
-        metadata={
-            "help": "'ctxfold', or 'pass_through': forward every request unchanged (ctxfold off, same HTTP path)"
-        },
-    )
-    fail_mode: str = field(
-        default="open",
-        metadata={"help": "when ctxfold cannot answer: 'open' forwards the request unchanged, 'closed' answers 503"},
-    )
-    tenants_file: str = field(
-        default="",
-        metadata={"help": "file of 'SHA256_OF_API_KEY CTXFOLD_TOKEN' lines: the tenant of each agent API key"},
-    )
-    context_windows: str = field(
-        default="", metadata={"help": 'windows by model name prefix, as JSON, e.g. {"my-model": 32000}'}
-    )
-    max_read_rounds: int = field(
-        default=4, metadata={"minimum": 0, "help": "read_tool_result calls answered in the gateway per request"}
-    )
-    timeout_seconds: float = field(
-        default=300.0, metadata={"minimum": 0.1, "help": "longest wait for ctxfold (a Prepare may fold first)"}
-    )
-    log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING or ERROR"})
+    tenants_file: str = setting("", "file of 'SHA256_OF_API_KEY CTXFOLD_TOKEN' lines: the tenant of each agent API key")
+    context_windows: str = setting("", 'windows by model name prefix, as JSON, e.g. {"my-model": 32000}')
+    max_read_rounds: int = setting(4, "read_tool_result calls answered in the gateway per request", minimum=0)
+    timeout_seconds: float = setting(300.0, "longest wait for ctxfold (a Prepare may fold first)", minimum=0.1)
+    log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
 
     def windows(self) -> dict[str, int]:
         return parse_windows(self.context_windows)
