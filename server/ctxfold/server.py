@@ -25,15 +25,13 @@ from ctxfold.config import Settings
 from ctxfold.engine import estimator
 from ctxfold.engine.errors import ConfigError
 from ctxfold.engine.transcript import AppendLimits
-from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Maintenance
+from ctxfold.service.reads import Reads
 from ctxfold.service.run import Hooks
 from ctxfold.service.sessions import Sessions
 from ctxfold.service.states import ContextStates
-from ctxfold.service.tool_results import ToolResults
-from ctxfold.service.transcript import Transcript
 from ctxfold.store import Store
 from ctxfold.store.database import SchemaError, create_engine, migrate
 from ctxfold.summarizers.registry import build_summarizers
@@ -139,7 +137,6 @@ def _servicer(settings: Settings, store: Store, tokens: dict[str, str] | None, h
     summarizers = build_summarizers(settings.summarizers)
     contexts = Contexts(store, limits, settings.hot_state_max_bytes)
     sessions = Sessions(store, frozenset(summarizers))
-    transcript = Transcript(store, settings.max_send_message_bytes)
     states = ContextStates(store, contexts)
     maintenance = Maintenance(
         store,
@@ -157,14 +154,12 @@ def _servicer(settings: Settings, store: Store, tokens: dict[str, str] | None, h
         auth=Authenticator(tokens),
         sessions=sessions,
         contexts=contexts,
-        transcript=transcript,
-        tool_results=ToolResults(store),
+        reads=Reads(store, settings.max_send_message_bytes),
         lineage=Lineage(store, sessions, states, on_rewound=maintenance.background.rewound),
         maintenance=maintenance,
         states=states,
         admission=admission,
         requests=RequestPacer(settings.max_receive_message_bytes),
-        checkpoints=Checkpoints(store),
     )
 
 

@@ -33,15 +33,13 @@ from ctxfold.api.validate import check_request
 from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.errors import DomainError, invalid
 from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
-from ctxfold.service.checkpoints import Checkpoints
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Event, Maintenance, PrepareCall
 from ctxfold.service.progress import AppendStored
+from ctxfold.service.reads import Reads
 from ctxfold.service.sessions import Sessions, session_info
 from ctxfold.service.states import ContextStates
-from ctxfold.service.tool_results import ToolResults
-from ctxfold.service.transcript import Transcript
 from ctxfold.v1 import context_service_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -242,14 +240,12 @@ class ContextServicer:
     auth: Authenticator
     sessions: Sessions
     contexts: Contexts
-    transcript: Transcript
-    tool_results: ToolResults
+    reads: Reads
     lineage: Lineage
     maintenance: Maintenance
     states: ContextStates
     admission: Admission
     requests: RequestPacer
-    checkpoints: Checkpoints
     answers: AnswerPacer = field(default_factory=AnswerPacer, init=False)
 
     @unary
@@ -290,7 +286,7 @@ class ContextServicer:
 
     @unary
     async def ListMessages(self, request: pb.ListMessagesRequest, context: Context, tenant: str) -> bytes:
-        messages, token = await self.transcript.list(
+        messages, token = await self.reads.messages(
             tenant, request.session_id, request.page_size, request.page_token, request.include_abandoned
         )
         return await _encoded(
@@ -301,7 +297,7 @@ class ContextServicer:
     async def ReadToolResult(
         self, request: pb.ReadToolResultRequest, context: Context, tenant: str
     ) -> pb.ReadToolResultResponse:
-        result = await self.tool_results.read(
+        result = await self.reads.tool_result(
             tenant, request.session_id, request.tool_call_id, request.result_ref, request.offset, request.limit
         )
         return pb.ReadToolResultResponse(**vars(result.page), sha256=result.sha256, result_ref=result.result_ref)
@@ -357,7 +353,7 @@ class ContextServicer:
     async def ListCheckpoints(
         self, request: pb.ListCheckpointsRequest, context: Context, tenant: str
     ) -> pb.ListCheckpointsResponse:
-        listed, token = await self.checkpoints.list(
+        listed, token = await self.reads.checkpoints(
             tenant, request.session_id, request.page_size, request.page_token, request.include_abandoned
         )
         return pb.ListCheckpointsResponse(checkpoints=[convert.checkpoint_pb(c) for c in listed], next_page_token=token)
@@ -366,5 +362,5 @@ class ContextServicer:
     async def GetCheckpoint(
         self, request: pb.GetCheckpointRequest, context: Context, tenant: str
     ) -> pb.GetCheckpointResponse:
-        stored = await self.checkpoints.get(tenant, request.session_id, request.checkpoint_id)
+        stored = await self.reads.checkpoint(tenant, request.session_id, request.checkpoint_id)
         return pb.GetCheckpointResponse(checkpoint=convert.checkpoint_pb(stored))

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ctxfold.engine.cache import cache_state, cache_ttl_seconds
-from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.errors import DomainError, Kind, with_context
 from ctxfold.engine.maintenance import Action, NotFolded
 from ctxfold.engine.model import StoredMessage
 from ctxfold.engine.projection import Projection
@@ -193,3 +193,19 @@ def check_response_size(messages: Sequence[ViewMessage], max_response_bytes: int
             "context_window, or send known_view_version to receive only the new messages",
             {"view_bytes": size, "max_response_bytes": room},
         )
+
+
+def appended_anyway(error: DomainError, appended: Sequence[StoredMessage], request_id: str) -> DomainError:
+    """The error of a Prepare that failed after its append: it names the kept messages' seqs and how to retry
+    (docs/architecture.md, Appends)."""
+    if not appended:
+        return error
+    first, last = appended[0].seq, appended[-1].seq
+    retry = "retry with the same request_id" if request_id else "do not append them again"
+    return with_context(
+        error,
+        f"the {len(appended)} appended messages (seqs {first}–{last}) were kept: {retry}",
+        appended_first_seq=first,
+        appended_last_seq=last,
+        appended_count=len(appended),
+    )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ctxfold.engine import estimator
 from ctxfold.engine.answer import Answering, PreparedContext, answer
 from ctxfold.engine.maintenance import Action, Answer, MaintainRequest, Snapshot, Trigger, decide
-from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, Usage, text_chars
+from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, Usage, config_from_json, text_chars
 from ctxfold.engine.projection import Projection, check_fixed_costs
 from ctxfold.engine.state import ContextState, fingerprint, load_state, observed
 from ctxfold.engine.transcript import (
@@ -79,9 +79,11 @@ class StoredContext:
     state_revision: int  # 0 when the session has no stored state yet
 
 
-def loaded(stored: StoredContext, config: SessionConfig) -> tuple[Context, str]:
-    """The context `stored` holds, and why its state was rebuilt ("" when it was valid, "new" when none)."""
+def loaded(stored: StoredContext) -> tuple[Context, str]:
+    """The context `stored` holds, its view built (what follows costs what is new), and why its state was rebuilt
+    ("" when it was valid, "new" when none)."""
     session, kept, after = stored.session, stored.kept, stored.after
+    config = config_from_json(session.config_json)
     state, why = load_state(stored.state_json, fingerprint(session.branch_id, session.checkpoint_id))
     if why not in ("", "new"):
         state = state.count("state_rebuilds")
@@ -97,6 +99,7 @@ def loaded(stored: StoredContext, config: SessionConfig) -> tuple[Context, str]:
         pruned={k: v for k, v in state.pruned.items() if k in in_view},
         bounds={k: v for k, v in state.bounds.items() if k in in_view},
     )
+    projection.tokens()
     return Context(session, projection, state, stored.state_revision, state_stored=why == ""), why
 
 

@@ -16,7 +16,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from ctxfold.engine.errors import invalid
+from ctxfold.engine.errors import failed_precondition, invalid, not_found
 
 # What a result_ref looks like (minted by the store as "tr_" + 16 base32 characters).
 RESULT_REF = re.compile(r"\btr_[a-z2-7]{16}\b")
@@ -176,3 +176,21 @@ def read_page(raw: RawSpan, offset: int, limit: int) -> Page:
 
 def sha256_hex(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
+
+
+def the_result_ref(tool_call_id: str, refs: list[str]) -> str:
+    """The one raw result a tool call id names among `refs` (its results in the session)."""
+    if not refs:
+        raise not_found(
+            "TOOL_CALL_NOT_FOUND",
+            f"no tool result for tool_call_id {tool_call_id!r} in this session",
+            tool_call_id=tool_call_id,
+        )
+    if len(refs) > 1:
+        raise failed_precondition(
+            "RESULT_REF_AMBIGUOUS",
+            f"tool_call_id {tool_call_id!r} has {len(refs)} results; name one by result_ref: {', '.join(refs)}",
+            tool_call_id=tool_call_id,
+            candidates=",".join(refs),
+        )
+    return refs[0]

@@ -8,8 +8,6 @@ import contextlib
 import contextvars
 import logging
 from collections import OrderedDict
-from collections.abc import Coroutine
-from typing import Any
 
 from opentelemetry import trace
 
@@ -77,10 +75,17 @@ class BackgroundFolds:
             return FoldProgress(FoldStage.BACKGROUND_RUNNING, message, tokens_before=tokens)
         # Once per installed state: a prune or fold since lets another start.
         head = f"{answered.session.checkpoint_id or ''}:{answered.state.generation}"
-        if not self.due(session_id, head) or not prefold_due(projection):
+        if self._tried.get(session_id) == head or not prefold_due(projection):
             return None
+        self._tried[session_id] = head
+        self._tried.move_to_end(session_id)
+        while len(self._tried) > MEMO_SESSIONS:
+            self._tried.popitem(last=False)
+        # A context of its own: the fold is not part of this RPC's trace (it links to it) and outlives it.
         started_by = trace.get_current_span().get_span_context()
-        self.start(session_id, head, projection.head_seq, self._prefold(tenant, session_id, started_by))
+        task = asyncio.create_task(self._prefold(tenant, session_id, started_by), context=contextvars.Context())
+        self._tasks[session_id] = (task, projection.head_seq)
+        task.add_done_callback(lambda done: self._finished(session_id, done))
         message = (
             f"the view reached {tokens} tokens (prefold_ratio × context_window = {config.prefold_tokens}): "
             f"a fold started in the background; the trigger ({config.trigger_tokens}) installs it"
@@ -110,10 +115,7 @@ class BackgroundFolds:
                 return True  # made already (by another replica)
             if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
                 before, after = prepared.tokens_before, prepared.tokens_after
-                stale = self.installs.receipt(
-                    ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, before, after, _discarded(prepared, STALE)
-                )
-                await self.states.add_receipt(run.session, stale)
+                await self._receipt(run, ReceiptStatus.DISCARDED, before, after, _discarded(prepared, STALE))
         # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
         run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
         window, keep_tokens = summarizer.input_window_tokens, run.request.keep_tokens
@@ -130,10 +132,7 @@ class BackgroundFolds:
                 if made is None:
                     failure = run.failure[1] if run.failure else ""
                     run.observer.folded(0, 1, before, FoldOutcome.FAILED, failure)
-                    receipt = self.installs.receipt(
-                        ReceiptStatus.FAILED, ReceiptAction.BACKGROUND, before, before, failure
-                    )
-                    await self.states.add_receipt(run.session, receipt)
+                    await self._receipt(run, ReceiptStatus.FAILED, before, before, failure)
                     return False
                 outcome, document, _ = made
                 checkpoint, after = outcome.checkpoint, outcome.candidate.tokens()
@@ -145,10 +144,7 @@ class BackgroundFolds:
                 await self.store.save_prepared(run.session, made_fold)
                 run.observer.folded(1, 1, after, FoldOutcome.PREPARED, "")
         why = f"prepared in the background over seqs ≤ {checkpoint.position_seq}; installed at the trigger"
-        await self.states.add_receipt(
-            run.session,
-            self.installs.receipt(ReceiptStatus.PREPARED, ReceiptAction.BACKGROUND, before, after, why),
-        )
+        await self._receipt(run, ReceiptStatus.PREPARED, before, after, why)
         return True
 
     async def read_prepared(self, run: Run) -> tuple[PreparedFold, Projection] | None:
@@ -186,21 +182,6 @@ class BackgroundFolds:
     def running(self, session_id: str) -> bool:
         return session_id in self._tasks
 
-    def due(self, session_id: str, state_key: str) -> bool:
-        """Whether a background fold may start for the session over this installed state."""
-        return session_id not in self._tasks and self._tried.get(session_id) != state_key
-
-    def start(self, session_id: str, state_key: str, head_seq: int, work: Coroutine[Any, Any, bool]) -> None:
-        """Runs `work` as the session's background fold. It starts in a context of its own: it is not
-        part of the calling RPC's trace (it links to it) and outlives it."""
-        self._tried[session_id] = state_key
-        self._tried.move_to_end(session_id)
-        while len(self._tried) > MEMO_SESSIONS:
-            self._tried.popitem(last=False)
-        task = asyncio.create_task(work, context=contextvars.Context())
-        self._tasks[session_id] = (task, head_seq)
-        task.add_done_callback(lambda done: self._finished(session_id, done))
-
     def _finished(self, session_id: str, task: asyncio.Task[bool]) -> None:
         if self._tasks.get(session_id, (None, 0))[0] is task:
             del self._tasks[session_id]
@@ -219,9 +200,11 @@ class BackgroundFolds:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await running[0]
         tokens = run.projection.tokens()
-        receipt = self.installs.receipt(
-            ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, tokens, tokens, f"stopped before it was ready: {why}"
-        )
+        await self._receipt(run, ReceiptStatus.DISCARDED, tokens, tokens, f"stopped before it was ready: {why}")
+
+    async def _receipt(self, run: Run, status: ReceiptStatus, before: int, after: int, why: str) -> None:
+        """A background fold's receipt, written to the stored state (its run's state is not written)."""
+        receipt = self.installs.receipt(status, ReceiptAction.BACKGROUND, before, after, why)
         await self.states.add_receipt(run.session, receipt)
 
     def rewound(self, session_id: str, to_seq: int) -> Receipt | None:

@@ -21,12 +21,11 @@ from ctxfold.engine.context import (
     Context,
     SessionRecord,
     Step,
-    StoredContext,
     loaded,
 )
 from ctxfold.engine.errors import DomainError, Kind, busy, invalid, kept_changing
 from ctxfold.engine.ids import new_id, new_result_ref
-from ctxfold.engine.model import NewMessage, StoredMessage, config_from_json, text_chars
+from ctxfold.engine.model import NewMessage, StoredMessage, text_chars
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.store import Store
 from ctxfold.store.append import Repeated, Written
@@ -52,13 +51,6 @@ SESSION_OVERHEAD_BYTES = 16 << 10
 def message_bytes(messages: Sequence[StoredMessage]) -> int:
     """The estimated memory of cached messages: their text and the fixed overhead of each."""
     return MESSAGE_OVERHEAD_BYTES * len(messages) + text_chars(messages)
-
-
-def _loaded(stored: StoredContext) -> tuple[Context, str]:
-    """The context of `stored` with its view built: what follows costs what is new, not the whole view."""
-    context, why = loaded(stored, config_from_json(stored.session.config_json))
-    context.projection.tokens()
-    return context, why
 
 
 class KeyedLock:
@@ -142,7 +134,7 @@ class Contexts:
             return cached
         stored = await self.store.load_context(tenant, session_id)
         work = (len(stored.kept) + len(stored.after)) * cpu.MESSAGE_WORK_BYTES
-        context, why = await cpu.run(work, _loaded, stored)
+        context, why = await cpu.run(work, loaded, stored)
         if why not in ("", "new"):
             log.warning("context state of session %s rebuilt: %s", session_id, why)
         self._put(context)

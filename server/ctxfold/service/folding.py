@@ -3,7 +3,6 @@ the hard ceiling), the candidate, its install. A background fold makes its one `
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -21,7 +20,7 @@ from ctxfold.engine.candidate import (
     record_pass,
     summary_failure,
 )
-from ctxfold.engine.errors import DomainError, Kind
+from ctxfold.engine.errors import failed_precondition
 from ctxfold.engine.ids import new_id, new_result_ref
 from ctxfold.engine.maintenance import (
     Action,
@@ -59,12 +58,7 @@ class PassCall:
 
 class Folding:
     def __init__(
-        self,
-        store: Store,
-        summarizers: Mapping[str, Summarizer],
-        leases: FoldLeases,
-        installs: Installs,
-        hooks: Hooks,
+        self, store: Store, summarizers: Mapping[str, Summarizer], leases: FoldLeases, installs: Installs, hooks: Hooks
     ):
         self.store = store
         self.summarizers = summarizers
@@ -73,14 +67,9 @@ class Folding:
         self.hooks = hooks
 
     async def fold(self, run: Run, fold: Fold) -> None:
-        configured = self.summarizers.get(run.config.summarizer)
-        if configured is None:
-            raise DomainError(
-                Kind.FAILED_PRECONDITION,
-                "SUMMARIZER_NOT_CONFIGURED",
-                f"summarizer {run.config.summarizer!r} is not configured on this server",
-                {"summarizer": run.config.summarizer},
-            )
+        if (configured := self.summarizers.get(name := run.config.summarizer)) is None:
+            message = f"summarizer {name!r} is not configured on this server"
+            raise failed_precondition("SUMMARIZER_NOT_CONFIGURED", message, summarizer=name)
         before = run.projection.tokens()
         stand_in = offline_stand_in(fold, run.config, before, configured.name)
         summarizer = self._extractive() if stand_in else configured
@@ -250,8 +239,6 @@ class Folding:
         with run.observer.summarizing(summarizer, request) as call:
             try:
                 result = await summarizer.summarize(request, on_delta)
-            except asyncio.CancelledError:
-                raise
             except Exception as exc:
                 log.warning("summarizer %s failed for session %s: %s", summarizer.name, run.session.id, exc)
                 failure = f"the summarizer failed: {exc}"

@@ -36,11 +36,7 @@ class Lineage:
         new_session_id = new_id("s")
         config = self.sessions.resolve(override_config(config_from_json(source.config_json), overrides), new_session_id)
         record = await self.store.fork(
-            source,
-            at_seq,
-            new_session_id,
-            config_to_json(config),
-            await fitting_config_tokens(config),
+            source, at_seq, new_session_id, config_to_json(config), await fitting_config_tokens(config)
         )
         # The fork's first view equals the source's at the fork point: same checkpoint, same pruning.
         source_state, _ = await self.states.read(source)

@@ -11,13 +11,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxfold import cpu
-from ctxfold.engine.answer import PreparedContext, answer, check_response_size
+from ctxfold.engine.answer import PreparedContext, answer, appended_anyway, check_response_size
 from ctxfold.engine.background import applied
-from ctxfold.engine.candidate import (
-    prune_install,
-)
+from ctxfold.engine.candidate import prune_install
 from ctxfold.engine.context import AppendRequest, Context
-from ctxfold.engine.errors import DomainError, Kind, kept_changing, with_context
+from ctxfold.engine.errors import DomainError, Kind, kept_changing
 from ctxfold.engine.maintenance import (
     Action,
     Answer,
@@ -71,22 +69,6 @@ class PrepareCall:
     request_id: str = ""
 
 
-def _appended_anyway(error: DomainError, appended: Sequence[StoredMessage], request_id: str) -> DomainError:
-    """The error of a Prepare that failed after its append: it names the kept messages' seqs and how to retry
-    (docs/architecture.md, Appends)."""
-    if not appended:
-        return error
-    first, last = appended[0].seq, appended[-1].seq
-    retry = "retry with the same request_id" if request_id else "do not append them again"
-    return with_context(
-        error,
-        f"the {len(appended)} appended messages (seqs {first}–{last}) were kept: {retry}",
-        appended_first_seq=first,
-        appended_last_seq=last,
-        appended_count=len(appended),
-    )
-
-
 class Maintenance:
     def __init__(
         self,
@@ -100,7 +82,6 @@ class Maintenance:
         max_waiting_per_session: int = 16,
     ):
         self.store = store
-        self.summarizers = summarizers
         # The store's clock: receipts and the stamps of hot appends agree with what the store writes.
         self.clock = store.clock
         # Calls of this process that must maintain one session take turns, so no input is summarized twice (a
@@ -151,7 +132,7 @@ class Maintenance:
             try:
                 check_response_size(prepared.messages, self.max_response_bytes)
             except DomainError as error:
-                raise _appended_anyway(error, appended, call.request_id) from None
+                raise appended_anyway(error, appended, call.request_id) from None
             if (background := self.background.progress(call.tenant, written.context)) is not None:
                 yield background
             yield prepared
@@ -166,7 +147,7 @@ class Maintenance:
                     await emit(background)
                 return answered
             except DomainError as error:
-                raise _appended_anyway(error, appended, call.request_id) from None
+                raise appended_anyway(error, appended, call.request_id) from None
 
         async for event in self._stream(work):
             yield event
@@ -181,7 +162,8 @@ class Maintenance:
         async def work(emit: Emit) -> PreparedContext:
             if keep_tokens < 0:
                 raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_REQUEST", "keep_tokens must be >= 0")
-            await self._context(tenant, session_id)
+            context = await self.contexts.load(tenant, session_id)
+            check_fixed_costs(context.config, context.session.system_tokens, context.session.tools_tokens)
             request = MaintainRequest(Trigger.COMPACT, focus, keep_tokens, dry_run)
             run = await self._maintain(tenant, session_id, request, emit)
             return await self._answer(run, 0, [])
@@ -189,12 +171,6 @@ class Maintenance:
         return self._stream(work)
 
     # ---- the flow -------------------------------------------------------------------------------
-
-    async def _context(self, tenant: str, session_id: str) -> Context:
-        """The session's context, once its config's fixed costs are known to fit."""
-        context = await self.contexts.load(tenant, session_id)
-        check_fixed_costs(context.config, context.session.system_tokens, context.session.tools_tokens)
-        return context
 
     async def _load(self, tenant: str, session_id: str, observer: MaintenanceObserver) -> Run:
         return Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer)
@@ -258,7 +234,7 @@ class Maintenance:
                         await self.background.discard_prepared(run, prepared, "this trigger was met without it")
                     return
                 case Prune() as prune:
-                    await self._prune(run, prune)
+                    await self._install_pruned(run, prune.candidate, prune.results, f"pruned {prune.results} results")
                     if prepared is not None:  # does it still apply to the pruned view?
                         candidate = await cpu.run(run.work, applied, run.projection, prepared)
                 case FoldInBackground():
@@ -270,8 +246,7 @@ class Maintenance:
                     await self.background.install_prepared(run, prepared, install.candidate)
                     prepared = candidate = None
                 case Blocked() as blocked:
-                    tokens = blocked.tokens
-                    why = "the last fold of this input failed"
+                    why, tokens = "the last fold of this input failed", blocked.tokens
                     self.installs.record(run, ReceiptStatus.BLOCKED, ReceiptAction.SUMMARY, tokens, tokens, why)
                     run.not_folding(NotFolded.PREVIOUS_FAILURE, blocked.detail)
                     return
@@ -279,9 +254,6 @@ class Maintenance:
                     await self.folding.fold(run, fold)
                     await self._bound(run)
                     return
-
-    async def _prune(self, run: Run, prune: Prune) -> None:
-        await self._install_pruned(run, prune.candidate, prune.results, f"pruned {prune.results} results")
 
     async def _bound(self, run: Run) -> None:
         """The last resort when folding left the view above the hard ceiling: its largest tool results
@@ -293,12 +265,7 @@ class Maintenance:
             await self._install_pruned(run, bound.candidate, bound.results, why, bound=True)
 
     async def _install_pruned(
-        self,
-        run: Run,
-        candidate: Projection,
-        results: int,
-        why: str,
-        bound: bool = False,
+        self, run: Run, candidate: Projection, results: int, why: str, bound: bool = False
     ) -> None:
         """Installs `candidate`, the view with `results` more tool results pruned (or bounded), with its
         receipt; the call's action is `pruned` unless it folded too."""
@@ -319,15 +286,13 @@ class Maintenance:
         skipped, never retried over someone else's, if the state changed meanwhile. What was answered
         becomes the session's cached context."""
         answered = await cpu.run(run.work, answer, run.answering(), known_view_version, self.clock())
-        prepared = replace(answered, appended=tuple(appended))
-        revision = await self.store.save_state(run.session.id, prepared.state.to_json(), run.revision)
-        self.contexts.written(
-            run.session, Context(run.session, run.projection, prepared.state, revision) if revision else None
-        )
+        prepared, session = replace(answered, appended=tuple(appended)), run.session
+        revision = await self.store.save_state(session.id, prepared.state.to_json(), run.revision)
+        self.contexts.written(session, Context(session, run.projection, prepared.state, revision) if revision else None)
         if not revision:
             log.debug(
                 "state of session %s changed meanwhile; bookkeeping of view %d skipped",
-                run.session.id,
+                session.id,
                 prepared.view_version,
             )
         check_response_size(prepared.messages, self.max_response_bytes)

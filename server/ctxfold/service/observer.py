@@ -106,19 +106,16 @@ class MaintenanceObserver:
         """The install's span; one of a fold prepared in the background links to that fold's span
         (`prepared_by`, its W3C traceparent)."""
         fold = install if isinstance(install, FoldInstall) else None
-        with TRACER.start_as_current_span("ctxfold.checkpoint.install") as span:
-            if prepared_by:
-                span.add_link(span_context_of(prepared_by), {"ctxfold.link": "prepared_by"})
-            span.set_attributes(
-                {
-                    "ctxfold.session.id": self.session_id,
-                    "ctxfold.install.kind": "checkpoint" if fold else "prune",
-                    "ctxfold.tokens.before": before,
-                    "ctxfold.tokens.after": after,
-                }
-            )
-            if fold:  # a prune installs no checkpoint
-                span.set_attribute("ctxfold.checkpoint.id", fold.checkpoint.id)
+        links = [trace.Link(span_context_of(prepared_by), {"ctxfold.link": "prepared_by"})] if prepared_by else None
+        attributes: dict[str, str | int] = {
+            "ctxfold.session.id": self.session_id,
+            "ctxfold.install.kind": "checkpoint" if fold else "prune",
+            "ctxfold.tokens.before": before,
+            "ctxfold.tokens.after": after,
+        }
+        if fold:  # a prune installs no checkpoint
+            attributes["ctxfold.checkpoint.id"] = fold.checkpoint.id
+        with TRACER.start_as_current_span("ctxfold.checkpoint.install", links=links, attributes=attributes) as span:
             try:
                 yield
             except StaleSession:
@@ -138,15 +135,9 @@ class MaintenanceObserver:
     def pruning(self, results: int, before: int, after: int, bound: bool) -> Iterator[None]:
         """The span of a prune (`ctxfold.prune`) or, `bound`, of results bounded to fit (`ctxfold.bound`)."""
         name = "ctxfold.bound" if bound else "ctxfold.prune"
-        with TRACER.start_as_current_span(name) as span:
-            span.set_attributes(
-                {
-                    "ctxfold.session.id": self.session_id,
-                    f"{name}.results": results,
-                    "ctxfold.tokens.before": before,
-                    "ctxfold.tokens.after": after,
-                }
-            )
+        attributes: dict[str, str | int] = {"ctxfold.session.id": self.session_id, f"{name}.results": results}
+        attributes |= {"ctxfold.tokens.before": before, "ctxfold.tokens.after": after}
+        with TRACER.start_as_current_span(name, attributes=attributes):
             yield
 
     async def pruned(self, results: int, before: int, after: int, bound: bool) -> None:

@@ -49,16 +49,8 @@ class Run:
 
     @staticmethod
     def of(context: Context, observer: MaintenanceObserver) -> Run:
-        projection = context.projection
-        return Run(
-            context.session,
-            projection,
-            context.state,
-            context.revision,
-            projection.view(),
-            projection.tokens(),
-            observer,
-        )
+        view = context.projection
+        return Run(context.session, view, context.state, context.revision, view.view(), view.tokens(), observer)
 
     @property
     def context(self) -> Context:

@@ -10,8 +10,8 @@ from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import invalid
 from ctxfold.engine.ids import new_id
 from ctxfold.engine.model import ConfigInput, SessionConfig, config_from_json, config_to_json, resolve_config
+from ctxfold.engine.paging import decode_token, encode_token, page_size
 from ctxfold.engine.projection import check_config_fits
-from ctxfold.service.paging import decode_token, encode_token, page_size
 from ctxfold.store import Store
 from ctxfold.store.rows import ConfigTokens
 
