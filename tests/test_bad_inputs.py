@@ -440,6 +440,16 @@ CASES = [
     Case("forged-token-huge-seq", forged_token([10**30, 0, "m_x"]), INVALID, "INVALID_PAGE_TOKEN"),
     Case("forged-token-bool", forged_token([True, 0, "m_x"]), INVALID, "INVALID_PAGE_TOKEN"),
     Case(
+        "forged-session-token-huge-time",  # an integer no float holds, where the token has a time
+        lambda stub, sid: stub.ListSessions(
+            pb.ListSessionsRequest(
+                page_token=b64(json.dumps({"s": "sessions:default", "p": [10**400, "s_x"]}).encode())
+            )
+        ),
+        INVALID,
+        "INVALID_PAGE_TOKEN",
+    ),
+    Case(
         "forged-session-token",
         lambda stub, sid: stub.ListSessions(
             pb.ListSessionsRequest(page_token=b64(json.dumps({"s": "sessions:default", "p": ["soon", 3]}).encode()))

@@ -12,6 +12,7 @@ import pytest
 
 from builders import create_session, prepare
 from ctxfold.engine.estimator import message_tokens
+from ctxfold.server import RunningServer
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import expect_error
@@ -108,6 +109,22 @@ async def test_concurrent_creates_of_one_key_give_one_session(stub: Stub) -> Non
         *(create_session(stub, context_window=WINDOW, session_key="raced-key") for _ in range(6))
     )
     assert len({s.id for s in sessions}) == 1
+
+
+async def test_a_create_that_loses_the_race_for_its_key_answers_the_winners_session(
+    stub: Stub, server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two creates of one key, both past the lookup: the second's insert loses, and it answers the session
+    the first made, with that session's config, not the one it asked for."""
+    first = await create_session(stub, context_window=WINDOW, session_key="lost-race")
+
+    async def not_yet_there(tenant: str, session_id: str) -> None:
+        return None  # as a lookup made before the winner's insert sees it
+
+    monkeypatch.setattr(server.store, "find_session", not_yet_there)
+    second = await create_session(stub, context_window=64000, session_key="lost-race")
+    assert second.id == first.id
+    assert second.config.context_window == WINDOW
 
 
 async def test_a_deleted_keyed_session_is_created_anew(stub: Stub) -> None:

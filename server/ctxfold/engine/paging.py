@@ -46,7 +46,7 @@ def decode_token(scope: str, token: str, shape: tuple[type, ...]) -> tuple[Any, 
         if not all(_has_type(value, kind) for value, kind in zip(position, shape, strict=True)):
             raise ValueError("shape")
         return tuple(position)
-    except (ValueError, KeyError, TypeError, RecursionError, binascii.Error):
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError, binascii.Error):
         raise invalid("INVALID_PAGE_TOKEN", "page_token is not a token this listing returned") from None
 
 

@@ -69,7 +69,7 @@ class Sessions:
         record = await self.store.create_session(
             tenant, config_to_json(config), await fitting_config_tokens(config), session_id=session_id
         )
-        return SessionInfo(record, config)
+        return session_info(record)  # a create of a key that lost the race gets the winner's session
 
     async def get(self, tenant: str, session_id: str) -> SessionInfo:
         return session_info(await self.store.get_session(tenant, session_id))
