@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -21,7 +22,6 @@ from ctxfold.engine.model import (
     ToolCall,
 )
 from ctxfold.engine.view import StoredCheckpoint, ViewMessage
-from ctxfold.service.maintenance import Event
 from ctxfold.service.progress import FoldProgress, FoldStage
 from ctxfold.service.sessions import SessionInfo
 from ctxfold.v1 import context_service_pb2 as pb
@@ -161,47 +161,22 @@ _ACTION_TO_PB = {a: pb.Action.Value(f"ACTION_{a.name}") for a in Action}
 _CACHE_TO_PB = {"warm": pb.CACHE_STATE_WARM, "cold": pb.CACHE_STATE_COLD, "unknown": pb.CACHE_STATE_UNKNOWN}
 _STAGE_TO_PB = {s: pb.FoldStage.Value(f"FOLD_STAGE_{s.name}") for s in FoldStage}
 _NOT_FOLDED_TO_PB = {n: pb.NotFoldedReason.Value(f"NOT_FOLDED_REASON_{n.name}") for n in NotFolded}
+# The fields of a PreparedContext its proto has under their own names, as they are (the rest are converted).
+_CONVERTED = ("messages", "action", "cache_state", "appended", "not_folded_reason")
+_PREPARED_AS_IS = [name for name in pb.PreparedContext.DESCRIPTOR.fields_by_name if name not in _CONVERTED]
+assert set(_PREPARED_AS_IS) <= {f.name for f in dataclasses.fields(PreparedContext)}, "a proto field with no value"
 
 
 def prepared_pb(prepared: PreparedContext) -> pb.PreparedContext:
     return pb.PreparedContext(
+        **{name: getattr(prepared, name) for name in _PREPARED_AS_IS},
         messages=[view_message_pb(v) for v in prepared.messages],
-        estimated_tokens=prepared.estimated_tokens,
-        view_version=prepared.view_version,
         action=_ACTION_TO_PB[prepared.action],
         cache_state=_CACHE_TO_PB[prepared.cache_state],
-        prompt_cache_key=prepared.prompt_cache_key,
-        checkpoint_id=prepared.checkpoint_id,
-        stable_prefix_messages=prepared.stable_prefix_messages,
-        delta=prepared.delta,
-        view_message_count=prepared.view_message_count,
-        trigger_tokens=prepared.trigger_tokens,
-        hard_limit_tokens=prepared.hard_limit_tokens,
         appended=[message_pb(m) for m in prepared.appended],
         not_folded_reason=_NOT_FOLDED_TO_PB[prepared.not_folded],
-        not_folded_detail=prepared.not_folded_detail,
-        candidate_summary=prepared.candidate_summary,
-        folded_results_ref=prepared.folded_results_ref,
-        estimated_input_tokens=prepared.estimated_input_tokens,
     )
 
 
 def progress_pb(progress: FoldProgress) -> pb.FoldProgress:
-    return pb.FoldProgress(
-        stage=_STAGE_TO_PB[progress.stage],
-        pass_index=progress.pass_index,
-        passes_planned=progress.passes_planned,
-        tokens_before=progress.tokens_before,
-        tokens_after=progress.tokens_after,
-        checkpoint_id=progress.checkpoint_id,
-        message=progress.message,
-        summary_delta=progress.summary_delta,
-        summarizer=progress.summarizer,
-    )
-
-
-def event_fields(event: Event) -> dict[str, pb.FoldProgress | pb.PreparedContext]:
-    """The oneof of PrepareResponse and CompactResponse for one event."""
-    if isinstance(event, FoldProgress):
-        return {"progress": progress_pb(event)}
-    return {"result": prepared_pb(event)}
+    return pb.FoldProgress(**{**vars(progress), "stage": _STAGE_TO_PB[progress.stage]})

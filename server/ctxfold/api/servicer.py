@@ -31,11 +31,12 @@ from ctxfold.api.tracing import (
 )
 from ctxfold.api.validate import check_request
 from ctxfold.engine.answer import PreparedContext
+from ctxfold.engine.context import AppendRequest
 from ctxfold.engine.errors import DomainError, invalid
 from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.lineage import Lineage
-from ctxfold.service.maintenance import Event, Maintenance, PrepareCall
+from ctxfold.service.maintenance import Event, Maintenance
 from ctxfold.service.progress import AppendStored
 from ctxfold.service.reads import Reads
 from ctxfold.service.sessions import Sessions, session_info
@@ -47,11 +48,6 @@ log = logging.getLogger(__name__)
 Response = TypeVar("Response")
 EventResponse = TypeVar("EventResponse", pb.PrepareResponse, pb.CompactResponse)
 Context = grpc.aio.ServicerContext[Any, Any]
-
-
-def _as_domain_error(exc: Exception) -> DomainError:
-    # The store raises what a database failure means itself (store/errors.py): anything else is a bug.
-    return exc if isinstance(exc, DomainError) else internal_error(exc)
 
 
 SERVICE = pb.DESCRIPTOR.services_by_name["ContextService"]
@@ -141,7 +137,8 @@ def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
 
 async def _abort(context: Context, exc: Exception) -> NoReturn:
     """Ends the call with `exc` as a status with an ErrorInfo, recorded on the RPC's span."""
-    error = _as_domain_error(exc)
+    # The store raises what a database failure means itself (store/errors.py): anything else is a bug.
+    error = exc if isinstance(exc, DomainError) else internal_error(exc)
     status = status_for(error)
     mark_error(error, status.code, exc)
     await context.abort(status.code, status.details, status.trailing_metadata)
@@ -195,7 +192,7 @@ def _result_bytes(response_type: type[EventResponse], prepared: PreparedContext)
 async def _event_response(response_type: type[EventResponse], event: Event) -> EventResponse | bytes:
     """A fold progress event as it is; a result (the whole view) serialized off the loop when large."""
     if not isinstance(event, PreparedContext):
-        return response_type(**convert.event_fields(event))  # type: ignore[arg-type]
+        return response_type(progress=convert.progress_pb(event))
     size = sum(len(v.content) for v in event.messages) + text_chars(event.appended)
     if size < cpu.OFFLOAD_MIN_BYTES:
         # The common result, a delta: serialized at once, 6 µs less than in parts (`bench/hot_path.py`
@@ -297,10 +294,10 @@ class ContextServicer:
     async def ReadToolResult(
         self, request: pb.ReadToolResultRequest, context: Context, tenant: str
     ) -> pb.ReadToolResultResponse:
-        result = await self.reads.tool_result(
+        page, sha256, ref = await self.reads.tool_result(
             tenant, request.session_id, request.tool_call_id, request.result_ref, request.offset, request.limit
         )
-        return pb.ReadToolResultResponse(**vars(result.page), sha256=result.sha256, result_ref=result.result_ref)
+        return pb.ReadToolResultResponse(**vars(page), sha256=sha256, result_ref=ref)
 
     @unary
     async def Fork(self, request: pb.ForkRequest, context: Context, tenant: str) -> pb.ForkResponse:
@@ -316,10 +313,9 @@ class ContextServicer:
     async def Prepare(
         self, request: pb.PrepareRequest, context: Context, tenant: str, append: list[NewMessage], turn: Turn
     ) -> pb.PrepareResponse | bytes:
-        call = PrepareCall(
-            tenant, request.session_id, append, request.overflow, request.known_view_version, request.request_id
-        )
-        return await _streamed(pb.PrepareResponse, request.session_id, self.maintenance.prepare(call), context, turn)
+        asked = AppendRequest((), request.overflow, request.known_view_version)
+        events = self.maintenance.prepare(tenant, request.session_id, append, asked, request.request_id)
+        return await _streamed(pb.PrepareResponse, request.session_id, events, context, turn)
 
     @unary
     async def Compact(self, request: pb.CompactRequest, context: Context, tenant: str) -> pb.CompactResponse | bytes:

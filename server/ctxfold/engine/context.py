@@ -16,7 +16,7 @@ from ctxfold.engine.answer import Answering, PreparedContext, answer
 from ctxfold.engine.maintenance import Action, Answer, MaintainRequest, Snapshot, Trigger, decide
 from ctxfold.engine.model import NewMessage, SessionConfig, StoredMessage, Usage, config_from_json, text_chars
 from ctxfold.engine.projection import Projection, check_fixed_costs
-from ctxfold.engine.state import ContextState, fingerprint, load_state, observed
+from ctxfold.engine.state import ContextState, Receipt, fingerprint, load_state, observed
 from ctxfold.engine.transcript import (
     AppendLimits,
     advance_open_calls,
@@ -154,6 +154,30 @@ def observe(context: Context, usage: Usage) -> UsageObserved:
     projection = context.projection.recalibrated(result.state.calibration)
     recorded = replace(usage, estimated_tokens=result.estimated_tokens)
     return UsageObserved(replace(context, projection=projection, state=result.state), recorded, result.accepted)
+
+
+def _state_written(context: Context, now: float, usage: Usage | None = None) -> Appended:
+    """`context`, whose state alone changed, as a write at `now` of its whole state (with the `usage` row)."""
+    session = replace(context.session, update_time=now)
+    return Appended(replace(context, session=session), state_changed=True, usage=usage)
+
+
+@dataclass
+class Observing:
+    """ObserveUsage as a step of the one write: `usage` observed on the context it is given (`observe`; the last
+    one in `observed`)."""
+
+    usage: Usage
+    observed: UsageObserved | None = None
+
+    def __call__(self, context: Context, now: float) -> Appended:
+        self.observed = observe(context, self.usage)
+        return _state_written(self.observed.context, now, self.observed.usage)
+
+
+def receipted(receipt: Receipt) -> Step:
+    """A receipt written apart from a call, as a step of the one write: added to the context's state."""
+    return lambda context, now: _state_written(replace(context, state=context.state.with_receipt(receipt)), now)
 
 
 @dataclass(frozen=True)

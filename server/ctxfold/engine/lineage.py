@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ctxfold.engine.errors import failed_precondition, invalid
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -68,6 +70,20 @@ def ranges_within(ranges: list[SeqRange], lo: int, hi: int) -> list[SeqRange]:
         if new_hi > new_lo:
             out.append(SeqRange(r.segment_id, new_lo, new_hi))
     return out
+
+
+def check_branch_seq(seq: int, head_seq: int) -> None:
+    """A new branch (Fork, Rewind) starts at a seq of the transcript 0..`head_seq`: SEQ_OUT_OF_RANGE otherwise."""
+    if seq < 0:
+        raise invalid("SEQ_OUT_OF_RANGE", f"seq {seq} is negative", seq=seq, head_seq=head_seq)
+    if seq > head_seq:
+        # The head moves (appends, rewinds), so a seq above it is a matter of state, not of the argument.
+        raise failed_precondition(
+            "SEQ_OUT_OF_RANGE",
+            f"seq {seq} is past the session's head (its transcript is 1..{head_seq})",
+            seq=seq,
+            head_seq=head_seq,
+        )
 
 
 def segment_holding(ranges: list[SeqRange], seq: int) -> str | None:

@@ -33,8 +33,9 @@ def encode_token(scope: str, position: list[Any]) -> str:
 
 
 def decode_token(scope: str, token: str, shape: tuple[type, ...]) -> tuple[Any, ...] | None:
-    """The position a token of this `scope` holds, checked against `shape` (one type per element),
-    or None for no token. Anything else, including a forged position, is INVALID_PAGE_TOKEN."""
+    """The position a token of this `scope` holds, checked against `shape` (one type per element, an integer
+    given for a float made one), or None for no token. Anything else, including a forged position, is
+    INVALID_PAGE_TOKEN."""
     if not token:
         return None
     try:
@@ -45,7 +46,7 @@ def decode_token(scope: str, token: str, shape: tuple[type, ...]) -> tuple[Any, 
             raise ValueError("scope")
         if not all(_has_type(value, kind) for value, kind in zip(position, shape, strict=True)):
             raise ValueError("shape")
-        return tuple(position)
+        return tuple(float(value) if kind is float else value for value, kind in zip(position, shape, strict=True))
     except (ValueError, KeyError, TypeError, OverflowError, RecursionError, binascii.Error):
         raise invalid("INVALID_PAGE_TOKEN", "page_token is not a token this listing returned") from None
 

@@ -190,6 +190,20 @@ def _receipts(raw: Any) -> tuple[Receipt, ...]:
     )
 
 
+def stored_document(state_json: str, bookkeeping_json: str | None) -> str:
+    """The stored state: `state_json` with the fields of `bookkeeping_json` (`ContextState.bookkeeping_json`)
+    laid over it. A document that is not a JSON object is answered as it is, for `load_state` to reject."""
+    if not bookkeeping_json:
+        return state_json
+    try:
+        base, bookkept = json.loads(state_json), json.loads(bookkeeping_json)
+    except ValueError:
+        return state_json
+    if not isinstance(base, dict) or not isinstance(bookkept, dict):
+        return state_json
+    return json.dumps({**base, **bookkept}, sort_keys=True, separators=(",", ":"))
+
+
 def load_state(text: str | None, expected_fingerprint: str) -> tuple[ContextState, str]:
     """The stored state if it is valid for `expected_fingerprint`, else a rebuilt one; the second
     value says why it was rebuilt ("" when it was valid, "new" when there was none)."""

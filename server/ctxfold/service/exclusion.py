@@ -44,10 +44,6 @@ _HOST = socket.gethostname()[:24]
 _PROCESS = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def new_owner() -> str:
-    return f"{_PROCESS}:{uuid.uuid4().hex[:8]}"
-
-
 def died(holder: str) -> bool:
     """Whether `holder` was a process of this host that no longer runs (False when it cannot be told)."""
     host, _, rest = holder.partition(":")
@@ -75,7 +71,7 @@ class FoldLeases:
         """TAKEN: the fold lease is held, renewed, until the body ends (even cancelled). Else nothing is held:
         HELD_ELSEWHERE (with its holder) at once, or with `wait` WAITED once that lease ended (re-read the
         session: its fold probably changed it). A holder that died on this host loses its lease to us at once."""
-        owner = new_owner()
+        owner = f"{_PROCESS}:{uuid.uuid4().hex[:8]}"
         until, holder = await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
         if until and died(holder):
             log.info("session %s: the fold lease of %s, which no longer runs, is taken over", session.id, holder)

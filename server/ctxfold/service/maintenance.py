@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from ctxfold import cpu
@@ -55,18 +55,6 @@ MAX_ROUNDS = 8
 
 
 Event = FoldProgress | PreparedContext
-
-
-@dataclass(frozen=True)
-class PrepareCall:
-    """A Prepare as the service takes it: the request's fields, its messages converted."""
-
-    tenant: str
-    session_id: str
-    append: Sequence[NewMessage]
-    overflow: bool = False
-    known_view_version: int = 0
-    request_id: str = ""
 
 
 class Maintenance:
@@ -119,12 +107,13 @@ class Maintenance:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def prepare(self, call: PrepareCall) -> AsyncGenerator[AppendStored | Event, None]:
-        """A Prepare: its checks and append, `AppendStored` once that is stored, then its answer: in the caller's
-        task when no maintenance was due (no task or queue), else after maintenance, which runs as a `_stream`
-        task reporting its progress."""
-        request = AppendRequest((), call.overflow, call.known_view_version)
-        written = await self.contexts.append(call.tenant, call.session_id, call.append, call.request_id, request)
+    async def prepare(
+        self, tenant: str, session_id: str, append: Sequence[NewMessage], request: AppendRequest, request_id: str
+    ) -> AsyncGenerator[AppendStored | Event, None]:
+        """A Prepare (`request`: its overflow and known view version): its checks and append, `AppendStored` once
+        that is stored, then its answer: in the caller's task when no maintenance was due (no task or queue), else
+        after maintenance, which runs as a `_stream` task reporting its progress."""
+        written = await self.contexts.append(tenant, session_id, append, request_id, request)
         yield AppendStored()
         appended = written.messages
         if written.answered is not None and written.context is not None:
@@ -132,22 +121,22 @@ class Maintenance:
             try:
                 check_response_size(prepared.messages, self.max_response_bytes)
             except DomainError as error:
-                raise appended_anyway(error, appended, call.request_id) from None
-            if (background := self.background.progress(call.tenant, written.context)) is not None:
+                raise appended_anyway(error, appended, request_id) from None
+            if (background := self.background.progress(tenant, written.context)) is not None:
                 yield background
             yield prepared
             return
 
         async def work(emit: Emit) -> PreparedContext:
             try:
-                request = MaintainRequest(Trigger.OVERFLOW if call.overflow else Trigger.THRESHOLD)
-                result = await self._maintain(call.tenant, call.session_id, request, emit)
-                answered = await self._answer(result, call.known_view_version, appended)
-                if (background := self.background.progress(call.tenant, result.context)) is not None:
+                trigger = Trigger.OVERFLOW if request.overflow else Trigger.THRESHOLD
+                result = await self._maintain(tenant, session_id, MaintainRequest(trigger), emit)
+                answered = await self._answer(result, request.known_view_version, appended)
+                if (background := self.background.progress(tenant, result.context)) is not None:
                     await emit(background)
                 return answered
             except DomainError as error:
-                raise appended_anyway(error, appended, call.request_id) from None
+                raise appended_anyway(error, appended, request_id) from None
 
         async for event in self._stream(work):
             yield event

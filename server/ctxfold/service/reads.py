@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ctxfold.engine.errors import invalid
 from ctxfold.engine.model import StoredMessage
 from ctxfold.engine.paging import decode_token, encode_token, page_size
@@ -15,13 +13,6 @@ from ctxfold.store import Store
 # Checkpoints carry whole summaries, so pages are smaller than the other listings' (see the proto).
 DEFAULT_CHECKPOINT_PAGE_SIZE = 20
 MAX_CHECKPOINT_PAGE_SIZE = 100
-
-
-@dataclass(frozen=True)
-class ResultPage:
-    page: Page
-    sha256: str
-    result_ref: str
 
 
 class Reads:
@@ -36,34 +27,32 @@ class Reads:
     ) -> tuple[list[StoredMessage], str]:
         size = page_size(requested_size)
         scope = f"messages:{session_id}:{int(include_abandoned)}"
-        position = decode_token(scope, token, (int, int, str))
-        after = (position[0], position[1], position[2]) if position else None
+        after = decode_token(scope, token, (int, int, str))
         session = await self.store.get_session(tenant, session_id)
         messages, cursor = await self.store.list_messages(session, size, after, include_abandoned, self.max_page_chars)
         return messages, encode_token(scope, list(cursor)) if cursor else ""
 
     async def tool_result(
         self, tenant: str, session_id: str, tool_call_id: str, result_ref: str, offset: int, limit: int
-    ) -> ResultPage:
+    ) -> tuple[Page, str, str]:
+        """A page of the raw result, the sha256 of the whole result and its ref."""
         if not result_ref and not tool_call_id:
             raise invalid("RESULT_REF_REQUIRED", "name the tool result by result_ref or tool_call_id")
         session = await self.store.get_session(tenant, session_id)
         if not result_ref:
             result_ref = the_result_ref(tool_call_id, await self.store.tool_result_refs(session, tool_call_id))
         span, sha256 = await self.store.read_raw_span(session, result_ref, offset, limit)
-        return ResultPage(read_page(span, offset, limit), sha256, result_ref)
+        return read_page(span, offset, limit), sha256, result_ref
 
     async def checkpoints(
         self, tenant: str, session_id: str, requested_size: int, token: str, include_abandoned: bool
     ) -> tuple[list[StoredCheckpoint], str]:
         size = page_size(requested_size, DEFAULT_CHECKPOINT_PAGE_SIZE, MAX_CHECKPOINT_PAGE_SIZE)
         scope = f"checkpoints:{tenant}:{session_id}:{int(include_abandoned)}"
-        position = decode_token(scope, token, (float, str))
-        after = (float(position[0]), position[1]) if position else None
+        after = decode_token(scope, token, (float, str))
         session = await self.store.get_session(tenant, session_id)
-        listed, more = await self.store.list_checkpoints(session, include_abandoned, size, after)
-        next_token = encode_token(scope, [listed[-1].create_time, listed[-1].checkpoint.id]) if more and listed else ""
-        return listed, next_token
+        listed, cursor = await self.store.list_checkpoints(session, include_abandoned, size, after)
+        return listed, encode_token(scope, list(cursor)) if cursor else ""
 
     async def checkpoint(self, tenant: str, session_id: str, checkpoint_id: str) -> StoredCheckpoint:
         session = await self.store.get_session(tenant, session_id)

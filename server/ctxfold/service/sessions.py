@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from ctxfold import cpu
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.errors import invalid
-from ctxfold.engine.ids import new_id
+from ctxfold.engine.ids import new_session_id
 from ctxfold.engine.model import ConfigInput, SessionConfig, config_from_json, config_to_json, resolve_config
 from ctxfold.engine.paging import decode_token, encode_token, page_size
 from ctxfold.engine.projection import check_config_fits
 from ctxfold.store import Store
 from ctxfold.store.rows import ConfigTokens
-
-MAX_SESSION_KEY_CHARS = 512
-
-
-def keyed_session_id(tenant: str, session_key: str) -> str:
-    """The id of the session a key names in a tenant: the same key in two tenants names two sessions."""
-    digest = hashlib.sha256(f"{tenant}\x00{session_key}".encode()).hexdigest()
-    return f"s_{digest[:32]}"
 
 
 @dataclass(frozen=True)
@@ -58,9 +48,7 @@ class Sessions:
 
     async def create(self, tenant: str, given: ConfigInput, session_key: str = "") -> SessionInfo:
         """A new session; with `session_key`, the session that key names, created when it does not exist."""
-        if len(session_key) > MAX_SESSION_KEY_CHARS:
-            raise invalid("INVALID_REQUEST", f"session_key must be at most {MAX_SESSION_KEY_CHARS} characters")
-        session_id = keyed_session_id(tenant, session_key) if session_key else new_id("s")
+        session_id = new_session_id(tenant, session_key)
         if session_key:
             existing = await self.store.find_session(tenant, session_id)
             if existing is not None:
@@ -75,14 +63,11 @@ class Sessions:
         return session_info(await self.store.get_session(tenant, session_id))
 
     async def list(self, tenant: str, requested_size: int, token: str) -> tuple[list[SessionInfo], str]:
-        size = page_size(requested_size)
-        position = decode_token(f"sessions:{tenant}", token, (float, str))
-        after = (float(position[0]), position[1]) if position else None
-        records, more = await self.store.list_sessions(tenant, size, after)
-        next_token = (
-            encode_token(f"sessions:{tenant}", [records[-1].create_time, records[-1].id]) if more and records else ""
+        scope = f"sessions:{tenant}"
+        records, cursor = await self.store.list_sessions(
+            tenant, page_size(requested_size), decode_token(scope, token, (float, str))
         )
-        return [session_info(r) for r in records], next_token
+        return [session_info(r) for r in records], encode_token(scope, list(cursor)) if cursor else ""
 
     async def delete(self, tenant: str, session_id: str) -> None:
         await self.store.delete_session(tenant, session_id)

@@ -4,9 +4,8 @@ by the one write of an append (compare-and-swap on the state's revision); the ca
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
-from ctxfold.engine.context import Appended, Context, SessionRecord, UsageObserved, observe
+from ctxfold.engine.context import Observing, SessionRecord, receipted
 from ctxfold.engine.errors import DomainError
 from ctxfold.engine.model import Usage
 from ctxfold.engine.state import ContextState, Receipt, check_usage, fingerprint, load_state
@@ -31,30 +30,17 @@ class ContextStates:
     async def observe_usage(self, tenant: str, session_id: str, usage: Usage) -> tuple[float, bool]:
         """Records provider usage and calibrates the estimator; never maintains anything."""
         check_usage(usage)
-        observed: list[UsageObserved] = []
-
-        def observing(context: Context, now: float) -> Appended:
-            observed.append(observe(context, usage))
-            after = replace(observed[-1].context, session=replace(context.session, update_time=now))
-            return Appended(after, state_changed=True, usage=observed[-1].usage)
-
-        await self.contexts.change(tenant, session_id, observing)
+        await self.contexts.change(tenant, session_id, step := Observing(usage))
         INSTRUMENTS.usage_input_tokens.add(usage.cached_input_tokens, {"ctxfold.cached": True})
         INSTRUMENTS.usage_input_tokens.add(usage.input_tokens - usage.cached_input_tokens, {"ctxfold.cached": False})
-        return observed[-1].context.state.calibration, observed[-1].accepted
+        assert step.observed is not None  # written: the step ran
+        return step.observed.context.state.calibration, step.observed.accepted
 
     async def add_receipt(self, session: SessionRecord, receipt: Receipt) -> None:
         """Adds a receipt to the stored state (best effort: given up if the state keeps changing)."""
         MaintenanceObserver.receipt(receipt)
-
-        def receipted(context: Context, now: float) -> Appended:
-            session = replace(context.session, update_time=now)
-            return Appended(
-                replace(context, session=session, state=context.state.with_receipt(receipt)), state_changed=True
-            )
-
         try:
-            await self.contexts.change(session.tenant, session.id, receipted)
+            await self.contexts.change(session.tenant, session.id, receipted(receipt))
         except DomainError as error:
             if error.reason != "CONCURRENT_MODIFICATION":
                 raise

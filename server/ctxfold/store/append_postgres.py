@@ -39,16 +39,6 @@ _USAGE_FIRST = 10
 _APPEND_FIRST = _USAGE_FIRST + len(USAGE_FIELDS)
 
 
-def _usage_insert() -> str:
-    """The usage row, inserted only when the bookkeeping was written (the CTE `book`)."""
-    u = schema.usage_observations.c
-    values = ", ".join(f"${_USAGE_FIRST + i}::{_type(u[name])}" for i, name in enumerate(USAGE_FIELDS))
-    return (
-        f"usage AS (INSERT INTO usage_observations (session_id, create_time, {', '.join(USAGE_FIELDS)}) "
-        f"SELECT $1::varchar, $8::float8, {values} FROM book WHERE $9::boolean)"
-    )
-
-
 @dataclass(frozen=True)
 class _PostgresStatements:
     append: str  # with messages: swap, request id, messages, results, chunks, bookkeeping, usage
@@ -65,11 +55,15 @@ class _PostgresStatements:
         # Bookkeeping's state written since (by this statement's snapshot) makes the write stale; one written
         # between the snapshot and the update only makes the bookkeeping skipped.
         state_current = "($6 < 0 OR EXISTS (SELECT 1 FROM context_states WHERE session_id = $1 AND revision = $6))"
+        # The usage row is inserted only when the bookkeeping was written (the CTE `book`).
+        u = schema.usage_observations.c
+        usage = ", ".join(f"${_USAGE_FIRST + i}::{_type(u[name])}" for i, name in enumerate(USAGE_FIELDS))
         book = (
             "book AS (UPDATE context_states SET state_json = CASE WHEN $7 THEN $5 ELSE state_json END, "
             "bookkeeping_json = CASE WHEN $7 THEN NULL ELSE $5 END, revision = revision + 1, update_time = $8 "
             "WHERE session_id = $1 AND revision = $6 AND EXISTS (SELECT 1 FROM swapped) RETURNING revision), "
-            f"{_usage_insert()}"
+            f"usage AS (INSERT INTO usage_observations (session_id, create_time, {', '.join(USAGE_FIELDS)}) "
+            f"SELECT $1::varchar, $8::float8, {usage} FROM book WHERE $9::boolean)"
         )
         first = _APPEND_FIRST + 5
         messages, message_columns = _unnest(schema.messages, first)

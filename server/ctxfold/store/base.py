@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Table, func, select
+from sqlalchemy import ColumnElement, Row, Table, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxfold.engine.context import SessionRecord
@@ -49,6 +49,15 @@ async def session_row(
     if row is None:
         raise session_not_found(session_id)
     return session_from_row(row)
+
+
+async def swap_session(conn: AsyncConnection, session: SessionRecord, now: float, **values: object) -> None:
+    """Writes `values` to the session's row and advances its version if it is still `session.version` (the
+    compare-and-swap of every write of a session); StaleSession otherwise."""
+    s = schema.sessions.c
+    query = update(schema.sessions).where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+    if (await conn.execute(query.values(version=s.version + 1, update_time=now, **values))).rowcount != 1:
+        raise StaleSession(session.id)
 
 
 class StoreBase:

@@ -124,9 +124,9 @@ async def _checkpoint_index(
 class CheckpointStore(StoreBase):
     async def list_checkpoints(
         self, session: SessionRecord, include_abandoned: bool, limit: int, after: tuple[float, str] | None
-    ) -> tuple[list[StoredCheckpoint], bool]:
+    ) -> tuple[list[StoredCheckpoint], tuple[float, str] | None]:
         """One page, newest first; `after` is the (create_time, id) of the last checkpoint of the
-        previous page. Returns the page and whether more follow."""
+        previous page. Returns the page and, when more follow, the (create_time, id) of its last checkpoint."""
         async with self._read() as conn:
             index = await _checkpoint_index(conn, session, include_abandoned)
             order = sorted(index.items(), key=lambda item: (item[1][0], item[0]), reverse=True)
@@ -135,7 +135,7 @@ class CheckpointStore(StoreBase):
             page = order[: limit + 1]
             rows = await _checkpoint_rows(conn, [cid for cid, _ in page[:limit]])
         listed = [StoredCheckpoint(checkpoint_from_row(rows[cid]), meta[0], meta[1]) for cid, meta in page[:limit]]
-        return listed, len(page) > limit
+        return listed, (listed[-1].create_time, listed[-1].checkpoint.id) if len(page) > limit else None
 
     async def get_checkpoint(self, session: SessionRecord, checkpoint_id: str) -> StoredCheckpoint:
         """A checkpoint of the session's head chain or of one of its abandoned branches; any other id

@@ -4,18 +4,17 @@ Rewind, and the collection of segments nothing reaches. The decisions are `engin
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from sqlalchemy import ColumnElement, and_, delete, false, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.errors import failed_precondition, invalid
 from ctxfold.engine.ids import new_id
 from ctxfold.engine.lineage import (
     Segment,
     SeqRange,
+    check_branch_seq,
     checkpoint_at_or_before,
     live_ranges,
     rewind_splits_head,
@@ -23,9 +22,9 @@ from ctxfold.engine.lineage import (
 )
 from ctxfold.engine.transcript import MAX_TOOL_CALLS_PER_MESSAGE, open_calls_at_end
 from ctxfold.store import schema
-from ctxfold.store.base import StaleSession, StoreBase, ancestors, session_row
+from ctxfold.store.base import StaleSession, StoreBase, ancestors, session_row, swap_session
 from ctxfold.store.checkpoints import checkpoint_chain, drop_unreachable_checkpoints
-from ctxfold.store.rows import BranchPoint, message_from_row
+from ctxfold.store.rows import BranchPoint, branch_values, message_from_row
 
 
 def in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
@@ -76,16 +75,7 @@ async def in_history(conn: AsyncConnection, session: SessionRecord) -> ColumnEle
 
 async def branch_point(conn: AsyncConnection, session: SessionRecord, seq: int) -> BranchPoint:
     """Everything a new branch at `seq` of `session` starts from (used by Rewind and Fork)."""
-    if seq < 0:
-        raise invalid("SEQ_OUT_OF_RANGE", f"seq {seq} is negative", seq=seq, head_seq=session.head_seq)
-    if seq > session.head_seq:
-        # The head moves (appends, rewinds), so a seq above it is a matter of state, not of the argument.
-        raise failed_precondition(
-            "SEQ_OUT_OF_RANGE",
-            f"seq {seq} is past the session's head (its transcript is 1..{session.head_seq})",
-            seq=seq,
-            head_seq=session.head_seq,
-        )
+    check_branch_seq(seq, session.head_seq)
     ranges = await session_live_ranges(conn, session)
     checkpoint_id = checkpoint_at_or_before(
         await checkpoint_chain(conn, session.checkpoint_id), session.checkpoint_id, seq
@@ -208,22 +198,7 @@ class LineageStore(StoreBase):
                 segment_id = session.segment_id
             else:
                 segment_id = new_segment_id
-            s = schema.sessions.c
-            swapped = await conn.execute(
-                update(schema.sessions)
-                .where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
-                .values(
-                    segment_id=segment_id,
-                    head_seq=to_seq,
-                    branch_id=new_id("b"),
-                    checkpoint_id=point.checkpoint_id,
-                    open_tool_calls=json.dumps(list(point.open_tool_calls)),
-                    version=s.version + 1,
-                    update_time=now,
-                )
-            )
-            if swapped.rowcount != 1:
-                raise StaleSession(session.id)
+            await swap_session(conn, session, now, **branch_values(point, segment_id))
             # Checkpoints past the new head are unreachable now unless a fork still uses them.
             chain = await checkpoint_chain(conn, session.checkpoint_id)
             await drop_unreachable_checkpoints(conn, chain, session.checkpoint_id, stop_at=point.checkpoint_id)

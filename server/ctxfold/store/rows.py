@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import zstandard
 
 from ctxfold.engine.briefing import FoldNotes
 from ctxfold.engine.context import Appended, AppendedResult, Context, SessionRecord, Step
+from ctxfold.engine.ids import new_id
 from ctxfold.engine.model import (
     Author,
     ProviderPayload,
@@ -22,6 +23,7 @@ from ctxfold.engine.model import (
     Usage,
     text_chars,
 )
+from ctxfold.engine.state import stored_document
 from ctxfold.engine.tool_results import sha256_hex
 from ctxfold.engine.view import Checkpoint
 from ctxfold.store.append import AppendRows, AppendWrite, Bookkeeping
@@ -69,13 +71,14 @@ def session_from_row(row: object) -> SessionRecord:
     return SessionRecord(**{**values, "open_tool_calls": tuple(json.loads(m["open_tool_calls"]))})
 
 
-def head_values(after: SessionRecord) -> dict[str, object]:
-    """The columns an append changes, to become `after`."""
+def branch_values(point: BranchPoint, segment_id: str) -> dict[str, object]:
+    """The columns of a session whose new branch (Create, Fork, Rewind) starts at `point`, its head in `segment_id`."""
     return {
-        "head_seq": after.head_seq,
-        "open_tool_calls": json.dumps(list(after.open_tool_calls)),
-        "version": after.version,
-        "update_time": after.update_time,
+        "segment_id": segment_id,
+        "head_seq": point.seq,
+        "branch_id": new_id("b"),
+        "checkpoint_id": point.checkpoint_id,
+        "open_tool_calls": json.dumps(list(point.open_tool_calls)),
     }
 
 
@@ -126,16 +129,6 @@ def message_values(message: StoredMessage, segment_id: str) -> dict[str, object]
         "truncated": message.truncated,
         "create_time": message.create_time,
         "provider_payload_json": json.dumps(message.payload.__dict__) if message.payload else None,
-    }
-
-
-def request_values(session_id: str, request_id: str, message_ids: Sequence[str], now: float) -> dict[str, object]:
-    """The columns of an append_requests row: what a repeated request id answers."""
-    return {
-        "session_id": session_id,
-        "request_id": request_id,
-        "message_ids_json": json.dumps(list(message_ids)),
-        "create_time": now,
     }
 
 
@@ -216,20 +209,9 @@ def checkpoint_entries(checkpoint: Checkpoint) -> str:
 
 
 def state_document(row: object) -> str:
-    """The stored state of a context_states row: `state_json` with the fields of `bookkeeping_json`
-    laid over it (the store knows nothing else of either). A document that is not a JSON object is
-    answered as it is, for the reader to reject."""
+    """The stored state of a context_states row (`stored_document`: the store knows nothing of either column)."""
     m = _columns(row)
-    text, bookkeeping = str(m["state_json"]), m["bookkeeping_json"]
-    if not bookkeeping:
-        return text
-    try:
-        base, bookkept = json.loads(text), json.loads(bookkeeping)
-    except ValueError:
-        return text
-    if not isinstance(base, dict) or not isinstance(bookkept, dict):
-        return text
-    return json.dumps({**base, **bookkept}, sort_keys=True, separators=(",", ":"))
+    return stored_document(str(m["state_json"]), m["bookkeeping_json"])
 
 
 # ---- the one write ---------------------------------------------------------------------------------
@@ -247,22 +229,28 @@ def append_write(
 ) -> AppendWrite:
     """The write that makes `seen` into `after` by appending `messages` (stored forms, with seqs) and their raw
     `results` (compressed and hashed here: zstd and hashlib release the GIL in `cpu.run`'s workers)."""
-    now = after.update_time
-    rows = None
+    now, rows = after.update_time, None
     if messages:
-        ids = [m.id for m in messages]
         encoded = [encode_result(r.ref, r.message_id, r.data, inline=r.inline) for r in results]
         result_rows, chunk_rows = result_values(seen.segment_id, encoded)
+        ids = json.dumps([m.id for m in messages])  # what a repeated request id answers
         rows = AppendRows(
-            head=head_values(after),
-            request=request_values(seen.id, request_id, ids, now) if request_id else None,
+            head={
+                "head_seq": after.head_seq,
+                "open_tool_calls": json.dumps(list(after.open_tool_calls)),
+                "version": after.version,
+                "update_time": now,
+            },
+            request={"session_id": seen.id, "request_id": request_id, "message_ids_json": ids, "create_time": now}
+            if request_id
+            else None,
             messages=[message_values(m, seen.segment_id) for m in messages],
             results=result_rows,
             chunks=chunk_rows,
         )
+    usage_row = None if usage is None else {"session_id": seen.id, **asdict(usage), "create_time": now}
     data = sum(len(r.data) for r in results if not r.inline)
     size = text_chars(messages) + data + (len(bookkeeping.json) if bookkeeping else 0)
-    usage_row = usage_values(seen.id, usage, now) if usage is not None else None
     return AppendWrite(seen, now, rows, size, request_id, bookkeeping, usage_row)
 
 
@@ -288,8 +276,3 @@ def step_write(step: Step, context: Context, now: float, request_id: str) -> tup
 
 # The engine's `Usage` fields a row holds, in the order the PostgreSQL write passes them.
 USAGE_FIELDS = tuple(f.name for f in fields(Usage))
-
-
-def usage_values(session_id: str, usage: Usage, now: float) -> dict[str, object]:
-    """The columns of a usage_observations row."""
-    return {"session_id": session_id, **{name: getattr(usage, name) for name in USAGE_FIELDS}, "create_time": now}

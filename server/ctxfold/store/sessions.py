@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import json
-
 from sqlalchemy import and_, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -15,7 +13,7 @@ from ctxfold.store import schema
 from ctxfold.store.base import StoreBase, session_row
 from ctxfold.store.checkpoints import checkpoint_chain, drop_unreachable_checkpoints
 from ctxfold.store.lineage import branch_point, drop_unreachable_segments, insert_segment, segments
-from ctxfold.store.rows import BranchPoint, ConfigTokens, session_from_row
+from ctxfold.store.rows import BranchPoint, ConfigTokens, branch_values, session_from_row
 
 
 class SessionStore(StoreBase):
@@ -73,11 +71,7 @@ class SessionStore(StoreBase):
                 config_json=config_json,
                 system_tokens=tokens.system,
                 tools_tokens=tokens.tools,
-                segment_id=segment_id,
-                head_seq=point.seq,
-                branch_id=new_id("b"),
-                checkpoint_id=point.checkpoint_id,
-                open_tool_calls=json.dumps(list(point.open_tool_calls)),
+                **branch_values(point, segment_id),
                 version=1,
                 forked_from_session_id=forked_from,
                 forked_at_seq=point.seq if forked_from else 0,
@@ -96,8 +90,9 @@ class SessionStore(StoreBase):
 
     async def list_sessions(
         self, tenant: str, limit: int, after: tuple[float, str] | None
-    ) -> tuple[list[SessionRecord], bool]:
-        """Newest first; `after` is the (create_time, id) of the last session of the previous page."""
+    ) -> tuple[list[SessionRecord], tuple[float, str] | None]:
+        """Newest first; `after` is the (create_time, id) of the last session of the previous page. Returns the
+        page and, when more follow, the (create_time, id) of its last session."""
         s = schema.sessions.c
         query = select(schema.sessions).where(s.tenant == tenant)
         if after is not None:
@@ -106,7 +101,7 @@ class SessionStore(StoreBase):
         async with self._read() as conn:
             rows = (await conn.execute(query)).all()
         records = [session_from_row(r) for r in rows[:limit]]
-        return records, len(rows) > limit
+        return records, (records[-1].create_time, records[-1].id) if len(rows) > limit and records else None
 
     async def delete_session(self, tenant: str, session_id: str) -> None:
         """Deletes the session and whatever only it could reach: work is bounded by the session's own

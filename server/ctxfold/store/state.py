@@ -16,7 +16,7 @@ from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.lineage import ranges_within
 from ctxfold.engine.model import StoredMessage
 from ctxfold.store import schema
-from ctxfold.store.base import StaleSession, StoreBase, session_row
+from ctxfold.store.base import StoreBase, session_row, swap_session
 from ctxfold.store.checkpoints import insert_checkpoint, load_checkpoint
 from ctxfold.store.lineage import in_ranges, session_live_ranges
 from ctxfold.store.prepared import drop_prepared
@@ -102,13 +102,7 @@ class StateStore(StoreBase):
         async with self._write() as conn:
             # The swap first: the checkpoint builds on the session's head checkpoint, which a rewind that
             # won the race may have deleted.
-            swapped = await conn.execute(
-                update(schema.sessions)
-                .where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
-                .values(version=s.version + 1, update_time=now)
-            )
-            if swapped.rowcount != 1:
-                raise StaleSession(session.id)
+            await swap_session(conn, session, now)
             if fold is not None:
                 await insert_checkpoint(conn, session.tenant, fold, now)
                 await conn.execute(

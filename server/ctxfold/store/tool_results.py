@@ -17,7 +17,7 @@ from ctxfold.engine.tool_results import RawSpan, page_span
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase
 from ctxfold.store.lineage import in_history, in_ranges, session_live_ranges
-from ctxfold.store.rows import EncodedResult, RawResult, encode_result, result_values
+from ctxfold.store.rows import RawResult, encode_result
 
 
 def _decompress_span(chunks: Sequence[bytes], first_start: int, start: int, stop: int) -> bytes:
@@ -27,20 +27,15 @@ def _decompress_span(chunks: Sequence[bytes], first_start: int, start: int, stop
     return joined[start - first_start : stop - first_start]
 
 
-async def insert_results(conn: AsyncConnection, segment_id: str, results: Sequence[EncodedResult]) -> None:
-    rows, chunks = result_values(segment_id, results)
-    await conn.execute(insert(schema.tool_results), rows)
-    if chunks:
-        await conn.execute(insert(schema.tool_result_chunks), chunks)
-
-
 async def insert_document(conn: AsyncConnection, document: FoldDocument) -> None:
     """A fold's document, stored as a raw result of the message it is attached to."""
     m = schema.messages.c
     segment_id = (await conn.execute(select(m.segment_id).where(m.id == document.message_id))).scalar_one()
     raw = document.text.encode()
     encoded = await cpu.run(len(raw), encode_result, document.ref, document.message_id, raw)
-    await insert_results(conn, segment_id, [encoded])
+    await conn.execute(insert(schema.tool_results), {**encoded.row, "segment_id": segment_id})
+    if encoded.chunks:
+        await conn.execute(insert(schema.tool_result_chunks), encoded.chunks)
 
 
 class ToolResultStore(StoreBase):
