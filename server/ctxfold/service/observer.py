@@ -135,8 +135,12 @@ class MaintenanceObserver:
     def pruning(self, results: int, before: int, after: int, bound: bool) -> Iterator[None]:
         """The span of a prune (`ctxfold.prune`) or, `bound`, of results bounded to fit (`ctxfold.bound`)."""
         name = "ctxfold.bound" if bound else "ctxfold.prune"
-        attributes: dict[str, str | int] = {"ctxfold.session.id": self.session_id, f"{name}.results": results}
-        attributes |= {"ctxfold.tokens.before": before, "ctxfold.tokens.after": after}
+        attributes: dict[str, str | int] = {
+            "ctxfold.session.id": self.session_id,
+            f"{name}.results": results,
+            "ctxfold.tokens.before": before,
+            "ctxfold.tokens.after": after,
+        }
         with TRACER.start_as_current_span(name, attributes=attributes):
             yield
 

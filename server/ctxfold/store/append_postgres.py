@@ -113,7 +113,7 @@ class PostgresAppender:
         if rows is not None:
             sql, head = statements.append, rows.head
             args += [append.request_id, head["head_seq"], head["open_tool_calls"], head["version"]]
-            args.append(json.dumps([m["id"] for m in rows.messages]))
+            args.append(rows.request["message_ids_json"] if rows.request else "")  # kept with a request id only
             args += _columns_of(rows.messages, statements.message_columns)
             args += _columns_of(rows.results, statements.result_columns)
             args += _columns_of(rows.chunks, statements.chunk_columns)
