@@ -6,7 +6,6 @@ docs/architecture.md, One path for every append."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 from ctxfold.engine.context import SessionRecord
 
@@ -70,9 +69,3 @@ class Repeated:
 
 
 Outcome = Written | Stale | Repeated
-
-
-class Appender(Protocol):
-    async def write(self, append: AppendWrite) -> Outcome: ...
-
-    async def close(self) -> None: ...

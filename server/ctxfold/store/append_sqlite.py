@@ -8,11 +8,9 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
-from sqlalchemy import Dialect, Update, and_, bindparam, insert, literal_column, null, select, update
+from sqlalchemy import Update, and_, bindparam, insert, literal_column, null, select, update
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from ctxfold import cpu
@@ -34,66 +32,47 @@ class _Busy(Exception):
     """Another process holds SQLite's write lock: the loop must not wait for it."""
 
 
-@dataclass(frozen=True)
-class _SqliteStatements:
+def _compile() -> dict[str, tuple[str, tuple[str, ...]]]:
     """The statements of an append compiled once for SQLite, with their parameter names in order."""
+    s, cs, ar = schema.sessions.c, schema.context_states.c, schema.append_requests.c
+    current = and_(*(getattr(s, name) == bindparam(f"at_{name}") for name in ("id", "tenant", "version", "branch_id")))
 
-    sql: dict[str, tuple[str, tuple[str, ...]]]
-
-    @staticmethod
-    def compile(dialect: Dialect) -> _SqliteStatements:
-        s, cs, ar = schema.sessions.c, schema.context_states.c, schema.append_requests.c
-        current = and_(
-            *(getattr(s, name) == bindparam(f"at_{name}") for name in ("id", "tenant", "version", "branch_id"))
+    def state_write(**values: object) -> Update:
+        """A write of the session's state over the revision seen, which it advances."""
+        return (
+            update(schema.context_states)
+            .where(cs.session_id == bindparam("at_id"), cs.revision == bindparam("revision"))
+            .values(**values, revision=cs.revision + literal_column("1"), update_time=bindparam("now"))
         )
 
-        def state_write(**values: object) -> Update:
-            """A write of the session's state over the revision seen, which it advances."""
-            return (
-                update(schema.context_states)
-                .where(cs.session_id == bindparam("at_id"), cs.revision == bindparam("revision"))
-                .values(**values, revision=cs.revision + literal_column("1"), update_time=bindparam("now"))
-            )
-
-        statements = {
-            "prior": select(ar.message_ids_json).where(
-                ar.session_id == bindparam("at_id"), ar.request_id == bindparam("request_id")
-            ),
-            "current": select(s.id).where(current),
-            "revision": select(cs.revision).where(cs.session_id == bindparam("at_id")),
-            "advance": update(schema.sessions)
-            .where(current)
-            .values({name: bindparam(name) for name in ("head_seq", "open_tool_calls", "version", "update_time")}),
-            "request": insert(schema.append_requests),
-            "message": insert(schema.messages),
-            "result": insert(schema.tool_results),
-            "chunk": insert(schema.tool_result_chunks),
-            # Its id is the database's.
-            "usage": insert(schema.usage_observations).values(
-                {name: bindparam(name) for name in ("session_id", *USAGE_FIELDS, "create_time")}
-            ),
-            "bookkeeping": state_write(bookkeeping_json=bindparam("document")),
-            "whole_state": state_write(state_json=bindparam("document"), bookkeeping_json=null()),
-        }
-        compiled = {}
-        for name, statement in statements.items():
-            done = statement.compile(dialect=dialect)
-            compiled[name] = (str(done), tuple(done.positiontup or ()))
-        return _SqliteStatements(compiled)
-
-    def run(self, conn: sqlite3.Connection, name: str, row: Row) -> sqlite3.Cursor:
-        sql, params = self.sql[name]
-        return conn.execute(sql, tuple(row[p] for p in params))
-
-    def run_many(self, conn: sqlite3.Connection, name: str, rows: Sequence[Row]) -> None:
-        if rows:
-            sql, params = self.sql[name]
-            conn.executemany(sql, [tuple(r[p] for p in params) for r in rows])
+    statements = {
+        "prior": select(ar.message_ids_json).where(
+            ar.session_id == bindparam("at_id"), ar.request_id == bindparam("request_id")
+        ),
+        "current": select(s.id).where(current),
+        "revision": select(cs.revision).where(cs.session_id == bindparam("at_id")),
+        "advance": update(schema.sessions)
+        .where(current)
+        .values({name: bindparam(name) for name in ("head_seq", "open_tool_calls", "version", "update_time")}),
+        "request": insert(schema.append_requests),
+        "message": insert(schema.messages),
+        "result": insert(schema.tool_results),
+        "chunk": insert(schema.tool_result_chunks),
+        # Its id is the database's.
+        "usage": insert(schema.usage_observations).values(
+            {name: bindparam(name) for name in ("session_id", *USAGE_FIELDS, "create_time")}
+        ),
+        "bookkeeping": state_write(bookkeeping_json=bindparam("document")),
+        "whole_state": state_write(state_json=bindparam("document"), bookkeeping_json=null()),
+    }
+    dialect = sqlite_dialect.dialect(paramstyle="qmark")
+    compiled = {name: statement.compile(dialect=dialect) for name, statement in statements.items()}
+    return {name: (str(done), tuple(done.positiontup or ())) for name, done in compiled.items()}
 
 
 class SqliteAppender:
     def __init__(self, path: str, writer_turn: asyncio.Lock):
-        self._statements = _SqliteStatements.compile(sqlite_dialect.dialect(paramstyle="qmark"))
+        self._sql = _compile()
         self._path = path
         self._writer_turn = writer_turn  # the in-process writers' queue for SQLite's one write lock
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctxfold-append")
@@ -163,8 +142,12 @@ class SqliteAppender:
                     conn.execute("ROLLBACK")
             raise_store_error(error, may_have_committed=committing)
 
+    def _run(self, conn: sqlite3.Connection, name: str, row: Row) -> sqlite3.Cursor:
+        sql, params = self._sql[name]
+        return conn.execute(sql, tuple(row[p] for p in params))
+
     def _writes(self, conn: sqlite3.Connection, append: AppendWrite) -> Outcome:
-        run, rows = self._statements.run, append.rows
+        run, rows = self._run, append.rows
         at = {f"at_{name}": getattr(append.seen, name) for name in ("id", "tenant", "version", "branch_id")}
         if append.request_id:
             prior = run(conn, "prior", {**at, "request_id": append.request_id}).fetchone()
@@ -179,7 +162,9 @@ class SqliteAppender:
             if rows.request is not None:
                 run(conn, "request", rows.request)
             for name, inserted in (("message", rows.messages), ("result", rows.results), ("chunk", rows.chunks)):
-                self._statements.run_many(conn, name, inserted)
+                if inserted:
+                    sql, params = self._sql[name]
+                    conn.executemany(sql, [tuple(r[p] for p in params) for r in inserted])
         elif run(conn, "current", at).fetchone() is None:
             return Stale()
         if book is None:

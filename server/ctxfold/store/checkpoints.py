@@ -77,11 +77,10 @@ async def _checkpoint_rows(conn: AsyncConnection, ids: Sequence[str]) -> dict[st
     return {r.id: r for r in (await conn.execute(select(schema.checkpoints).where(cp.id.in_(list(ids))))).all()}
 
 
-async def _chain_times(conn: AsyncConnection, tenant: str, head_id: str) -> dict[str, float]:
+async def _chain_times(conn: AsyncConnection, head_id: str) -> dict[str, float]:
     """The create_time of every checkpoint on the chain from `head_id` to its root."""
-    checkpoints, cp = schema.checkpoints, schema.checkpoints.c
     columns = ("id", "parent_id", "create_time")
-    rows = await ancestors(conn, checkpoints, columns, "timechain", cp.id == head_id, cp.tenant == tenant)
+    rows = await ancestors(conn, schema.checkpoints, columns, "timechain", schema.checkpoints.c.id == head_id)
     return {r.id: r.create_time for r in rows}
 
 
@@ -92,7 +91,7 @@ async def _checkpoint_index(
     its forks inherited from it (docs/architecture.md, Storage model). Bounded by its fork tree."""
     index: dict[str, tuple[float, bool]] = {}
     if session.checkpoint_id is not None:
-        times = await _chain_times(conn, session.tenant, session.checkpoint_id)
+        times = await _chain_times(conn, session.checkpoint_id)
         index = {cid: (created, True) for cid, created in times.items()}
     if not include_abandoned:
         return index
@@ -114,7 +113,7 @@ async def _checkpoint_index(
             next_frontier[row.id] = cutoff
             if row.checkpoint_id is None:
                 continue
-            for cid, created in (await _chain_times(conn, session.tenant, row.checkpoint_id)).items():
+            for cid, created in (await _chain_times(conn, row.checkpoint_id)).items():
                 if created <= cutoff and cid not in index:
                     index[cid] = (created, False)
         frontier = next_frontier
@@ -143,11 +142,7 @@ class CheckpointStore(StoreBase):
         async with self._read() as conn:
             found = (await _checkpoint_index(conn, session, include_abandoned=True)).get(checkpoint_id)
             if found is None:
-                raise not_found(
-                    "CHECKPOINT_NOT_FOUND",
-                    f"checkpoint {checkpoint_id!r} not found in session {session.id!r}",
-                    checkpoint_id=checkpoint_id,
-                    session_id=session.id,
-                )
+                missing = f"checkpoint {checkpoint_id!r} not found in session {session.id!r}"
+                raise not_found("CHECKPOINT_NOT_FOUND", missing, checkpoint_id=checkpoint_id, session_id=session.id)
             row = (await _checkpoint_rows(conn, [checkpoint_id]))[checkpoint_id]
         return StoredCheckpoint(checkpoint_from_row(row), found[0], found[1])

@@ -43,17 +43,15 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
         _configure_sqlite(engine)
         return engine
     engine = create_async_engine(full, pool_size=pool_size, max_overflow=pool_size)
-    _configure_postgresql(engine)
-    return engine
 
-
-def _configure_postgresql(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "checkout")
     def on_checkout(_dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
         # Instead of a ping per checkout (three round trips): a connection the server closed while idle is
         # replaced (docs/operations.md, Databases).
         if record.driver_connection is not None and record.driver_connection.is_closed():
             raise DisconnectionError("the server closed this connection while it was idle")
+
+    return engine
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:
@@ -74,11 +72,9 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
 def configure_sqlite_connection(connection: Any) -> None:
     """What every SQLite connection of ctxfold runs first (the engine's and the hot path's own)."""
     cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
-    # A checkpointed log is reused from its start; after a burst, cut the file back to this size.
+    # journal_size_limit: a checkpointed log is reused from its start; after a burst, cut the file back to this size.
+    for pragma in ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL", "busy_timeout=10000"):
+        cursor.execute(f"PRAGMA {pragma}")
     cursor.execute("PRAGMA journal_size_limit=33554432")
     cursor.close()
 

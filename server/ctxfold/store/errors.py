@@ -39,6 +39,10 @@ _SQLITE_UNAVAILABLE = {
     sqlite3.SQLITE_NOMEM: "out_of_memory",
 }
 
+# InternalClientError: a connection left mid-operation by an interruption, unusable from then on.
+_LOST = (asyncpg.InterfaceError, asyncpg.PostgresConnectionError, asyncpg.InternalClientError, OSError, TimeoutError)
+_MAY_HAVE_COMMITTED = "; the transaction was committing, so it may have been applied: retry with the same request_id"
+
 
 def _causes(error: BaseException) -> Iterator[BaseException]:
     """`error`, the driver error SQLAlchemy wrapped, and what each was raised from."""
@@ -69,20 +73,10 @@ def _condition(error: BaseException) -> tuple[Kind, str] | None:
             name = _PG_UNAVAILABLE.get(state) or _PG_UNAVAILABLE_CLASSES.get(state[:2])
             if name:
                 return Kind.UNAVAILABLE, name
-        # InternalClientError: a connection left mid-operation by an interruption, unusable from then on.
-        if isinstance(
-            cause,
-            asyncpg.InterfaceError
-            | asyncpg.PostgresConnectionError
-            | asyncpg.InternalClientError
-            | OSError
-            | TimeoutError,
-        ):
+        if isinstance(cause, _LOST) or (isinstance(cause, DBAPIError) and cause.connection_invalidated):
             return Kind.UNAVAILABLE, "connection_lost"
         if isinstance(cause, PoolTimeout):
             return Kind.UNAVAILABLE, "no_free_connection"
-        if isinstance(cause, DBAPIError) and cause.connection_invalidated:
-            return Kind.UNAVAILABLE, "connection_lost"
     return None
 
 
@@ -96,24 +90,14 @@ def store_error(error: BaseException, *, may_have_committed: bool = False, conne
     if condition is None:
         return error
     kind, cause = condition
-    outcome = (
-        "; the transaction was committing, so it may have been applied: retry with the same request_id"
-        if may_have_committed
-        else ""
-    )
-    metadata: dict[str, object] = {"cause": cause}
-    if may_have_committed:
-        metadata["may_have_committed"] = "true"
+    outcome = _MAY_HAVE_COMMITTED if may_have_committed else ""
+    metadata: dict[str, object] = {"cause": cause, **({"may_have_committed": "true"} if may_have_committed else {})}
     if kind is Kind.ABORTED:
         message = f"the database aborted the transaction ({cause}) because of a concurrent one; retry{outcome}"
         return DomainError(kind, "CONCURRENT_MODIFICATION", message, metadata, CONFLICT_RETRY_SECONDS)
-    message = f"the database is unavailable ({cause}: {_first_line(error)}); retry{outcome}"
+    first_line = (str(getattr(error, "orig", None) or error) or type(error).__name__).splitlines()[0][:200]
+    message = f"the database is unavailable ({cause}: {first_line}); retry{outcome}"
     return DomainError(kind, "STORE_UNAVAILABLE", message, metadata, UNAVAILABLE_RETRY_SECONDS)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(getattr(error, "orig", None) or error) or type(error).__name__
-    return text.splitlines()[0][:200]
 
 
 def raise_store_error(error: BaseException, *, may_have_committed: bool = False, connecting: bool = False) -> NoReturn:

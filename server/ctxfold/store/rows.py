@@ -132,13 +132,6 @@ def message_values(message: StoredMessage, segment_id: str) -> dict[str, object]
     }
 
 
-def result_values(
-    segment_id: str, results: Sequence[EncodedResult]
-) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    """The tool_results rows of encoded raw results in `segment_id`, and their tool_result_chunks rows."""
-    return [{**r.row, "segment_id": segment_id} for r in results], [c for r in results for c in r.chunks]
-
-
 # ---- raw results ----------------------------------------------------------------------------------
 
 # Raw results below this size are stored uncompressed; compression costs more than it saves.
@@ -222,7 +215,6 @@ def append_write(
     after: SessionRecord,
     messages: Sequence[StoredMessage],
     results: Sequence[AppendedResult],
-    *,
     request_id: str = "",
     bookkeeping: Bookkeeping | None = None,
     usage: Usage | None = None,
@@ -232,7 +224,6 @@ def append_write(
     now, rows = after.update_time, None
     if messages:
         encoded = [encode_result(r.ref, r.message_id, r.data, inline=r.inline) for r in results]
-        result_rows, chunk_rows = result_values(seen.segment_id, encoded)
         ids = json.dumps([m.id for m in messages])  # what a repeated request id answers
         rows = AppendRows(
             head={
@@ -245,8 +236,8 @@ def append_write(
             if request_id
             else None,
             messages=[message_values(m, seen.segment_id) for m in messages],
-            results=result_rows,
-            chunks=chunk_rows,
+            results=[{**e.row, "segment_id": seen.segment_id} for e in encoded],
+            chunks=[c for e in encoded for c in e.chunks],
         )
     usage_row = None if usage is None else {"session_id": seen.id, **asdict(usage), "create_time": now}
     data = sum(len(r.data) for r in results if not r.inline)
@@ -259,17 +250,8 @@ def step_write(step: Step, context: Context, now: float, request_id: str) -> tup
     appended = step(context, now)
     book = appended.bookkeeping()
     bookkeeping = Bookkeeping(book[0], context.revision, book[1]) if book else None
-    after = appended.context.session
-    write = append_write(
-        context.session,
-        after,
-        appended.messages,
-        appended.results,
-        request_id=request_id,
-        bookkeeping=bookkeeping,
-        usage=appended.usage,
-    )
-    return appended, write
+    rest = (appended.messages, appended.results, request_id, bookkeeping, appended.usage)
+    return appended, append_write(context.session, appended.context.session, *rest)
 
 
 # ---- usage observations -------------------------------------------------------------------------

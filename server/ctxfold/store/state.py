@@ -79,12 +79,8 @@ class StateStore(StoreBase):
                     query = select(schema.messages).where(m.id.in_(checkpoint.kept_ids)).order_by(m.seq)
                     kept = await _messages(conn, query, len(checkpoint.kept_ids))
                     if len(kept) != len(checkpoint.kept_ids):
-                        raise DomainError(
-                            Kind.INTERNAL,
-                            "CHECKPOINT_BROKEN",
-                            f"checkpoint {checkpoint.id} keeps messages that cannot be loaded",
-                            {"checkpoint_id": checkpoint.id},
-                        )
+                        broken = f"checkpoint {checkpoint.id} keeps messages that cannot be loaded"
+                        raise DomainError(Kind.INTERNAL, "CHECKPOINT_BROKEN", broken, {"checkpoint_id": checkpoint.id})
             position = checkpoint.position_seq if checkpoint else 0
             ranges = ranges_within(await session_live_ranges(conn, session), position, session.head_seq)
             query = select(schema.messages).where(in_ranges(ranges)).order_by(m.seq)

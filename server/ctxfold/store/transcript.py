@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.model import StoredMessage
 from ctxfold.store import schema
-from ctxfold.store.append import Appender, AppendWrite, Outcome
+from ctxfold.store.append import AppendWrite, Outcome
 from ctxfold.store.append_postgres import PostgresAppender
 from ctxfold.store.append_sqlite import SqliteAppender
 from ctxfold.store.base import StoreBase
@@ -22,11 +22,8 @@ from ctxfold.store.rows import message_from_row
 class TranscriptStore(StoreBase):
     def __init__(self, engine: AsyncEngine, clock: Callable[[], float] = time.time):
         super().__init__(engine, clock)
-        self._appender: Appender
-        if self._writer_turn is not None:  # SQLite
-            self._appender = SqliteAppender(engine.url.database or "", self._writer_turn)
-        else:
-            self._appender = PostgresAppender(engine)
+        turn = self._writer_turn  # SQLite's
+        self._appender = PostgresAppender(engine) if turn is None else SqliteAppender(engine.url.database or "", turn)
         # The one write of an append (`store/append.py`), the appender's own: all of it, or nothing when
         # the session changed (Stale) or the request id was seen (Repeated).
         self.append: Callable[[AppendWrite], Awaitable[Outcome]] = self._appender.write
