@@ -80,13 +80,7 @@ def _embedded_gateway(args: argparse.Namespace, settings: Settings) -> gateway_s
     )
 
 
-def _quiet_grpc_core() -> None:
-    """gRPC core's own stderr log is off unless GRPC_VERBOSITY is set (its errors reach us as exceptions
-    anyway). Read when grpc loads: call this before anything imports grpc."""
-    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-
-
-def _logging_and_telemetry(parser: argparse.ArgumentParser, command: str, log_level: str) -> Callable[[], None]:
+def _logging_and_telemetry(parser: argparse.ArgumentParser, command: str, log_level: str) -> Callable[[], object]:
     """Logs to stderr at `log_level`, installs telemetry as OTEL_* says; returns telemetry's shutdown."""
     level = logging.getLevelName(log_level.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -136,7 +130,8 @@ def _stdout_may_close() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    _quiet_grpc_core()
+    # gRPC core's own stderr log is off unless set (its errors reach us as exceptions); read when grpc loads.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     parser = argparse.ArgumentParser(prog="ctxfold", description="Context maintenance for long-running LLM agents.")
     parser.add_argument("--version", action="version", version=f"ctxfold {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -152,16 +147,13 @@ def main(argv: list[str] | None = None) -> None:
     with _stdout_may_close():
         if args.command == "replay":
             sys.exit(replay_cli.run(args, parser))
-        if args.command in ("sessions", "show"):
-            try:
+        try:
+            if args.command in ("sessions", "show"):
                 sys.exit(inspection.run(args))
-            except inspection.InspectError as exc:
-                parser.exit(1, f"ctxfold {args.command}: {exc}\n")
-        if args.command == "healthcheck":
-            try:
+            if args.command == "healthcheck":
                 sys.exit(healthcheck.run(args, serve_parser, print))
-            except healthcheck.HealthcheckError as exc:
-                parser.exit(1, f"ctxfold healthcheck: {exc}\n")
+        except (inspection.InspectError, healthcheck.HealthcheckError) as exc:
+            parser.exit(1, f"ctxfold {args.command}: {exc}\n")
         if args.command == "gateway":
             _gateway(args, gateway_parser)
         else:

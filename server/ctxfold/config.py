@@ -88,12 +88,9 @@ def _coerce(name: str, value: Any, fields: Mapping[str, dataclasses.Field[Any]] 
     negative, a pool never empty)."""
     kind, minimum = fields[name].type, fields[name].metadata.get("minimum")
     try:
-        if kind == "int":
-            number: int | float = int(value)
-        elif kind == "float":
-            number = float(value)
-        else:
+        if kind not in ("int", "float"):
             return json.dumps(value) if isinstance(value, dict) else str(value)  # a dict: a TOML table
+        number = int(value) if kind == "int" else float(value)
     except (TypeError, ValueError):
         raise ValueError(f"setting {name}: {value!r} is not a valid {kind}") from None
     if minimum is not None and not number >= minimum:
@@ -147,7 +144,15 @@ def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str], config_p
     check_address("listen", settings.listen)
     if settings.gateway_listen:
         check_address("gateway_listen", settings.gateway_listen)
-    _check_database(settings.database_url())
+    # Imported here: the other commands' settings need no SQLAlchemy.
+    from sqlalchemy.exc import ArgumentError
+
+    from ctxfold.store.database import async_url
+
+    try:
+        async_url(settings.database_url())
+    except (ValueError, ArgumentError) as exc:
+        raise ValueError(f"setting database: {exc}") from None
     return settings
 
 
@@ -156,15 +161,3 @@ def check_address(name: str, address: str) -> None:
     host, colon, port = address.rpartition(":")
     if not colon or not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"setting {name}: {address!r} is not HOST:PORT (e.g. 127.0.0.1:50051)")
-
-
-def _check_database(url: str) -> None:
-    # Imported here: the other commands' settings need no SQLAlchemy.
-    from sqlalchemy.exc import ArgumentError
-
-    from ctxfold.store.database import async_url
-
-    try:
-        async_url(url)
-    except (ValueError, ArgumentError) as exc:
-        raise ValueError(f"setting database: {exc}") from None

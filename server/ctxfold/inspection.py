@@ -95,10 +95,6 @@ class SessionReport:
     state: dict[str, Any]  # GetContextState's JSON
 
 
-def _indent(text: str, prefix: str = "      ") -> str:
-    return "\n".join(prefix + line if line else line for line in text.splitlines())
-
-
 def background_fold(receipts: Sequence[dict[str, Any]]) -> str:
     """What the receipts say of the session's background fold: prepared and waiting for the trigger,
     or failed ("" when the last one was installed or discarded, or none ran)."""
@@ -159,7 +155,7 @@ def render_show(report: SessionReport, receipts: int, now: float) -> str:
             + (f"  [{flags}]" if flags else "")
             + (f"  parent {c.parent_id}" if c.parent_id else "")
         )
-        lines.append(_indent(c.summary))
+        lines.append("\n".join(f"      {line}" if line else line for line in c.summary.splitlines()))
     shown = list(state.get("receipts") or [])[-receipts:] if receipts > 0 else []
     lines += ["", f"receipts (last {len(shown)}, oldest first):" if shown else "receipts: none"]
     for r in shown:
@@ -172,12 +168,6 @@ def render_show(report: SessionReport, receipts: int, now: float) -> str:
 
 
 # --- the calls (shell) --------------------------------------------------------------------------------
-
-
-def _failure(error: CtxfoldError, server: str) -> InspectError:
-    if error.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return InspectError(f"cannot reach {server}: {error.code.name}: {error.message}")
-    return InspectError(f"{error.code.name}: {error.message}")
 
 
 async def _report(client: AsyncClient, session_id: str, abandoned: bool) -> SessionReport:
@@ -202,7 +192,9 @@ async def _run(args: argparse.Namespace) -> str:
                 return render_sessions(sessions)
             report = await _report(client, args.session, args.abandoned)
     except CtxfoldError as error:
-        raise _failure(error, args.server) from None
+        unreachable = error.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        where = f"cannot reach {args.server}: " if unreachable else ""
+        raise InspectError(f"{where}{error.code.name}: {error.message}") from None
     if args.json:
         document = {
             "session": MessageToDict(report.session.to_proto()),

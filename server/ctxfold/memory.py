@@ -34,18 +34,12 @@ _PREFAULT_PIECE = 16 << 20
 GC_THRESHOLDS = (20_000, 4, 20)
 
 
-def _glibc() -> ctypes.CDLL | None:
-    if platform.libc_ver()[0] != "glibc":
-        return None
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-
-
 def retain_large_buffers(retained_bytes: int) -> bool:
     """Tunes glibc's allocator (docs/operations.md, Limits), with a heap of `retained_bytes` touched in
     advance. Returns whether it could (False elsewhere than glibc)."""
-    libc = _glibc()
-    if libc is None:
+    if platform.libc_ver()[0] != "glibc":
         return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = [ctypes.c_size_t]

@@ -18,9 +18,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ctxfold import __version__, cpu, loop_lag, memory
 from ctxfold.api.admission import Admission
-from ctxfold.api.auth import Authenticator, load_tokens
+from ctxfold.api.auth import load_tokens
 from ctxfold.api.pacing import RequestPacer
-from ctxfold.api.servicer import ContextServicer, add_to_server
+from ctxfold.api.servicer import SERVICE, ContextServicer, add_to_server
 from ctxfold.config import Settings
 from ctxfold.engine import estimator
 from ctxfold.engine.errors import ConfigError
@@ -35,13 +35,11 @@ from ctxfold.service.states import ContextStates
 from ctxfold.store import Store
 from ctxfold.store.database import SchemaError, create_engine, migrate
 from ctxfold.summarizers.registry import build_summarizers
-from ctxfold.v1 import context_service_pb2 as pb
 
 if TYPE_CHECKING:
     from ctxfold.gateway.settings import GatewaySettings
 
 log = logging.getLogger("ctxfold")
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ContextService"].full_name
 
 
 class StartupError(Exception):
@@ -117,15 +115,12 @@ async def _open_store(settings: Settings) -> Store:
         raise StartupError(f"database: cannot create the directory of {settings.database_url()}: {exc}") from None
     try:
         await migrate(engine)
-    except SchemaError as exc:
+    except (SchemaError, OSError, SQLAlchemyError) as exc:
         await engine.dispose()
-        raise StartupError(f"database: {engine.url.render_as_string(hide_password=True)}: {exc}") from None
-    except (OSError, SQLAlchemyError) as exc:
-        await engine.dispose()
-        cause = getattr(exc, "orig", None) or exc
-        raise StartupError(
-            f"database: cannot open {engine.url.render_as_string(hide_password=True)}: {cause}"
-        ) from None
+        url = engine.url.render_as_string(hide_password=True)
+        if isinstance(exc, SchemaError):
+            raise StartupError(f"database: {url}: {exc}") from None
+        raise StartupError(f"database: cannot open {url}: {getattr(exc, 'orig', None) or exc}") from None
     return Store(engine)
 
 
@@ -151,7 +146,7 @@ def _servicer(settings: Settings, store: Store, tokens: dict[str, str] | None, h
         settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant, settings.max_concurrent_request_bytes
     )
     return ContextServicer(
-        auth=Authenticator(tokens),
+        tokens=tokens,
         sessions=sessions,
         contexts=contexts,
         reads=Reads(store, settings.max_send_message_bytes),
@@ -178,7 +173,7 @@ def _grpc_server(settings: Settings, servicer: ContextServicer) -> tuple[grpc.ai
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+        (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
         server,
     )
     return server, health_servicer
@@ -214,7 +209,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         ) from exc
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set(SERVICE.full_name, health_pb2.HealthCheckResponse.SERVING)
     log.info(
         "ctxfold %s serving on %s:%d (%s, %s, store %s)",
         __version__,
@@ -246,7 +241,7 @@ async def serve(settings: Settings, gateway: GatewaySettings | None = None) -> N
             raise ConfigError(f"gateway_listen: cannot listen on {gateway.listen}: {exc.strerror}") from None
         log.info("ctxfold gateway serving on %s", listen_address(gateway.listen, embedded.port))
     memory.tune_collector()
-    watching = asyncio.create_task(loop_lag.watch(lambda: running.admission.calls_in_progress))
+    watching = asyncio.create_task(loop_lag.watch(lambda: running.admission.calls))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

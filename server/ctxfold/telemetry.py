@@ -115,15 +115,6 @@ def _metric_exporter(name: str, environ: Mapping[str, str]) -> MetricExporter | 
     return None
 
 
-def resource_for(environ: Mapping[str, str]) -> Resource:
-    """service.name ctxfold (unless OTEL_SERVICE_NAME names it) and service.version, with whatever
-    OTEL_RESOURCE_ATTRIBUTES adds."""
-    attributes = {"service.version": __version__}
-    if not environ.get("OTEL_SERVICE_NAME"):
-        attributes["service.name"] = "ctxfold"
-    return Resource.create(attributes)
-
-
 def exporter_names(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """The trace and metric exporters the variables ask for. OTEL_EXPORTER_OTLP_ENDPOINT alone turns on
     traces, not metrics (most often it is Jaeger, which refuses them; docs/observability.md)."""
@@ -135,10 +126,12 @@ def exporter_names(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
     )
 
 
-def configure(environ: Mapping[str, str]) -> Callable[[], None]:
+def configure(environ: Mapping[str, str]) -> Callable[[], object]:
     """Installs the SDK as the variables say and returns a function that flushes and shuts it down."""
     trace_names, metric_names = exporter_names(environ)
-    resource = resource_for(environ)
+    # service.name ctxfold unless OTEL_SERVICE_NAME names it; OTEL_RESOURCE_ATTRIBUTES adds to these.
+    named = {} if environ.get("OTEL_SERVICE_NAME") else {"service.name": "ctxfold"}
+    resource = Resource.create({"service.version": __version__, **named})
     shutdowns: list[Callable[[], object]] = []
     span_exporters = [e for n in trace_names if (e := _span_exporter(n, environ))]
     if span_exporters:
@@ -158,9 +151,4 @@ def configure(environ: Mapping[str, str]) -> Callable[[], None]:
         shutdowns.append(meter_provider.shutdown)
     if span_exporters or metric_exporters:
         log.info("telemetry: %d trace and %d metric exporter(s) configured", len(span_exporters), len(metric_exporters))
-
-    def shutdown() -> None:
-        for stop in shutdowns:
-            stop()
-
-    return shutdown
+    return lambda: [stop() for stop in shutdowns]

@@ -34,15 +34,11 @@ class Admission:
     # is admitted on its own whatever its size.
     max_request_bytes: int
     retry_after_seconds: float = 1.0
-    _calls: int = 0
+    calls: int = 0  # admitted, not yet answered (the loop-lag watch reads it)
     _per_tenant: dict[str, int] = field(default_factory=dict)
     _request_bytes: int = 0
     draining: bool = False
     _running: set[asyncio.Task[Any]] = field(default_factory=set)
-
-    @property
-    def calls_in_progress(self) -> int:
-        return self._calls
 
     @contextlib.contextmanager
     def admit(self, tenant: str, request_bytes: int) -> Iterator[None]:
@@ -56,9 +52,9 @@ class Admission:
                 scope="tenant",
                 limit=self.max_calls_per_tenant,
             )
-        if self._calls >= self.max_calls:
+        if self.calls >= self.max_calls:
             raise busy(
-                f"the server already has {self._calls} calls in progress (at most {self.max_calls}); retry later",
+                f"the server already has {self.calls} calls in progress (at most {self.max_calls}); retry later",
                 self.retry_after_seconds,
                 scope="server",
                 limit=self.max_calls,
@@ -73,7 +69,7 @@ class Admission:
                 limit_bytes=self.max_request_bytes,
                 request_bytes=request_bytes,
             )
-        self._calls += 1
+        self.calls += 1
         self._per_tenant[tenant] = held + 1
         self._request_bytes += counted
         task = asyncio.current_task()
@@ -84,13 +80,9 @@ class Admission:
         finally:
             if task is not None:
                 self._running.discard(task)
-            self._calls -= 1
+            self.calls -= 1
             self._request_bytes -= counted
-            remaining = self._per_tenant[tenant] - 1
-            if remaining:
-                self._per_tenant[tenant] = remaining
-            else:
-                del self._per_tenant[tenant]
+            self._per_tenant[tenant] -= 1  # a tenant's entry stays: tenants are the tokens file's
 
     async def drain(self, grace_seconds: float) -> None:
         """Refuses new calls, waits up to `grace_seconds` for those in progress, then cancels the rest

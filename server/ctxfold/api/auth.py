@@ -35,27 +35,15 @@ def load_tokens(path: Path) -> dict[str, str]:
     return tokens
 
 
-class Authenticator:
-    def __init__(self, tokens: dict[str, str] | None):
-        self._tokens = tokens
-
-    @property
-    def enabled(self) -> bool:
-        return self._tokens is not None
-
-    def tenant(self, context: grpc.aio.ServicerContext[object, object]) -> str:
-        if self._tokens is None:
-            return SINGLE_TENANT
-        header = ""
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization":
-                header = value if isinstance(value, str) else value.decode()
-                break
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            raise unauthenticated("missing bearer token: send metadata 'authorization: Bearer <token>'")
-        # Looking up the token's digest leaks nothing usable about other tokens through timing.
-        tenant = self._tokens.get(hashlib.sha256(token.strip().encode()).hexdigest())
-        if tenant is None:
-            raise unauthenticated("invalid bearer token")
-        return tenant
+def tenant_of(tokens: dict[str, str] | None, context: grpc.aio.ServicerContext[object, object]) -> str:
+    if tokens is None:
+        return SINGLE_TENANT
+    header = next((value for key, value in context.invocation_metadata() or () if key == "authorization"), "")
+    scheme, _, token = (header if isinstance(header, str) else header.decode()).partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise unauthenticated("missing bearer token: send metadata 'authorization: Bearer <token>'")
+    # Looking up the token's digest leaks nothing usable about other tokens through timing.
+    tenant = tokens.get(hashlib.sha256(token.strip().encode()).hexdigest())
+    if tenant is None:
+        raise unauthenticated("invalid bearer token")
+    return tenant

@@ -17,7 +17,6 @@ from ctxfold.engine.model import (
     NewMessage,
     ProviderPayload,
     Role,
-    SessionConfig,
     StoredMessage,
     ToolCall,
 )
@@ -45,15 +44,11 @@ def config_input(config: pb.SessionConfig) -> ConfigInput:
     return ConfigInput(**values)
 
 
-def config_pb(config: SessionConfig) -> pb.SessionConfig:
-    return pb.SessionConfig(**{name: getattr(config, name) for name in CONFIG_FIELDS})
-
-
 def session_pb(info: SessionInfo) -> pb.Session:
     r = info.record
     return pb.Session(
         id=r.id,
-        config=config_pb(info.config),
+        config=pb.SessionConfig(**{name: getattr(info.config, name) for name in CONFIG_FIELDS}),
         head_seq=r.head_seq,
         checkpoint_id=r.checkpoint_id or "",
         create_time=timestamp(r.create_time),

@@ -44,30 +44,26 @@ class RequestPacer:
 
     @contextlib.asynccontextmanager
     async def _large_turn(self, weight: int) -> AsyncIterator[Turn]:
-        await self._acquire(weight)
+        # First come, first served: a large request is never overtaken by smaller ones that would fit.
+        if not self._waiting and self._in_use + weight <= self.capacity_bytes:
+            self._in_use += weight
+        else:
+            entry = (weight, asyncio.get_running_loop().create_future())
+            self._waiting.append(entry)
+            try:
+                await entry[1]
+            except asyncio.CancelledError:
+                if entry[1].done() and not entry[1].cancelled():
+                    self.release(weight)  # granted as the caller was cancelled: hand it on
+                else:
+                    self._waiting.remove(entry)
+                    self._grant()  # the next ones may fit now
+                raise
         turn = Turn(self, weight)
         try:
             yield turn
         finally:
             turn.end()
-
-    async def _acquire(self, weight: int) -> None:
-        # First come, first served: a large request is never overtaken by smaller ones that would fit.
-        if not self._waiting and self._in_use + weight <= self.capacity_bytes:
-            self._in_use += weight
-            return
-        granted = asyncio.get_running_loop().create_future()
-        entry = (weight, granted)
-        self._waiting.append(entry)
-        try:
-            await granted
-        except asyncio.CancelledError:
-            if granted.done() and not granted.cancelled():
-                self.release(weight)  # granted as the caller was cancelled: hand it on
-            else:
-                self._waiting.remove(entry)
-                self._grant()  # the next ones may fit now
-            raise
 
     def release(self, weight: int) -> None:
         self._in_use -= weight

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -16,19 +15,11 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from ctxfold import cpu
-from ctxfold.api import convert
+from ctxfold.api import convert, tracing
 from ctxfold.api.admission import Admission, shutting_down
-from ctxfold.api.auth import Authenticator
+from ctxfold.api.auth import tenant_of
 from ctxfold.api.errors import internal_error, status_for
 from ctxfold.api.pacing import LARGE_BYTES, AnswerPacer, RequestPacer, Turn
-from ctxfold.api.tracing import (
-    annotate_answer,
-    annotate_request,
-    annotate_response,
-    annotate_tenant,
-    mark_error,
-    traced,
-)
 from ctxfold.api.validate import check_request
 from ctxfold.engine.answer import PreparedContext
 from ctxfold.engine.context import AppendRequest
@@ -45,7 +36,6 @@ from ctxfold.v1 import context_service_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-Response = TypeVar("Response")
 EventResponse = TypeVar("EventResponse", pb.PrepareResponse, pb.CompactResponse)
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -70,7 +60,7 @@ def _parse(method_name: str, raw: bytes) -> tuple[Any, list[NewMessage] | None]:
             "INVALID_REQUEST",
             f"the {request_type.DESCRIPTOR.name} could not be decoded (truncated or invalid UTF-8): {exc}",
         ) from None
-    annotate_request(request)
+    tracing.annotate_request(request)
     check_request(request, raw)
     field = _MESSAGE_FIELDS.get(method_name)
     if field is None:
@@ -100,22 +90,16 @@ def _in_parts(head: Message, repeated: Mapping[str, Iterable[Message]], within: 
 
 
 async def _encoded(
-    request: Message,
-    response_type: type[Message],
-    field: str,
-    elements: Sequence[StoredMessage],
-    build: Callable[[StoredMessage], Message],
-    **rest: Any,
+    request: Message, response_type: type[Message], messages: Sequence[StoredMessage], **rest: Any
 ) -> bytes:
-    """`response_type(**{field: [build(e) for e in elements]}, **rest)` annotated and serialized
-    `_in_parts`, off the event loop when the elements carry 64 KiB of text or more (`cpu.run`)."""
+    """`response_type(messages=…, **rest)` annotated and serialized `_in_parts`, off the loop when large."""
 
     def encode() -> bytes:
         head = response_type(**rest)
-        annotate_response(request, head, {field: len(elements)})
-        return b"".join(_in_parts(head, {field: map(build, elements)}))
+        tracing.annotate_response(request, head, {"messages": len(messages)})
+        return b"".join(_in_parts(head, {"messages": map(convert.message_pb, messages)}))
 
-    return await cpu.run(text_chars(elements), encode)
+    return await cpu.run(text_chars(messages), encode)
 
 
 def _serialize(response: Message | bytes) -> bytes:
@@ -127,7 +111,7 @@ def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
     message or bytes (why: docs/architecture.md, The API shell)."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         method.name: grpc.unary_unary_rpc_method_handler(
-            traced(f"{SERVICE.full_name}/{method.name}", getattr(servicer, method.name)),
+            tracing.traced(f"{SERVICE.full_name}/{method.name}", unary(servicer, method.name)),
             response_serializer=_serialize,
         )
         for method in SERVICE.methods
@@ -140,36 +124,35 @@ async def _abort(context: Context, exc: Exception) -> NoReturn:
     # The store raises what a database failure means itself (store/errors.py): anything else is a bug.
     error = exc if isinstance(exc, DomainError) else internal_error(exc)
     status = status_for(error)
-    mark_error(error, status.code, exc)
+    tracing.mark_error(error, status.code, exc)
     await context.abort(status.code, status.details, status.trailing_metadata)
     raise AssertionError("unreachable: abort raises")
 
 
-def unary(
-    method: Callable[..., Awaitable[Response | bytes]],
-) -> Callable[[Any, bytes, Context], Awaitable[Response | bytes]]:
-    """Authenticates, admits, waits for a large request's turn, decodes, and maps every failure to a status.
-    The method gets (request, context, tenant), plus for `_MESSAGE_FIELDS` RPCs (messages, turn)."""
+def unary(servicer: ContextServicer, name: str) -> Callable[[bytes, Context], Awaitable[Message | bytes]]:
+    """The handler of RPC `name`: authenticates, admits, waits for a large request's turn, decodes, and maps
+    every failure to a status. The servicer's method gets (request, context, tenant), plus for
+    `_MESSAGE_FIELDS` RPCs (messages, turn)."""
+    method = getattr(servicer, name)
 
-    @functools.wraps(method)
-    async def handler(self: ContextServicer, raw: bytes, context: Context) -> Response | bytes:
+    async def handler(raw: bytes, context: Context) -> Message | bytes:
         try:
-            tenant = self.auth.tenant(context)
-            annotate_tenant(tenant)
-            with self.admission.admit(tenant, len(raw)):
-                async with self.requests.turn(len(raw)) as turn:
-                    request, messages = await cpu.run(len(raw), _parse, method.__name__, raw)
+            tenant = tenant_of(servicer.tokens, context)
+            tracing.annotate_tenant(tenant)
+            with servicer.admission.admit(tenant, len(raw)):
+                async with servicer.requests.turn(len(raw)) as turn:
+                    request, messages = await cpu.run(len(raw), _parse, name, raw)
                     inputs = () if messages is None else (messages, turn)
-                    response = await method(self, request, context, tenant, *inputs)
+                    response: Message | bytes = await method(request, context, tenant, *inputs)
             if isinstance(response, bytes):  # `_encoded` annotated it; it may be large
-                await self.answers.turn(len(response))
+                await servicer.answers.turn(len(response))
             else:
-                annotate_response(request, response)  # type: ignore[arg-type]
+                tracing.annotate_response(request, response)
             return response
         except grpc.aio.AbortError:
             raise
         except asyncio.CancelledError:
-            if not self.admission.draining:
+            if not servicer.admission.draining:
                 raise  # the client went away
             await _abort(context, shutting_down())
         except Exception as exc:
@@ -223,7 +206,7 @@ async def _streamed(
             response = await _event_response(response_type, event)
             if isinstance(event, PreparedContext):
                 operation = "prepare" if response_type is pb.PrepareResponse else "compact"
-                annotate_answer(session_id, event, operation, started)
+                tracing.annotate_answer(session_id, event, operation, started)
                 return response
             # The context of a handler gRPC runs as unary has no serializer: bytes go as they are.
             await context.write(_serialize(response))
@@ -234,7 +217,7 @@ async def _streamed(
 class ContextServicer:
     """The handlers of ContextService, registered by `add_to_server` (every RPC of the service needs one)."""
 
-    auth: Authenticator
+    tokens: dict[str, str] | None  # None: single tenant
     sessions: Sessions
     contexts: Contexts
     reads: Reads
@@ -245,52 +228,41 @@ class ContextServicer:
     requests: RequestPacer
     answers: AnswerPacer = field(default_factory=AnswerPacer, init=False)
 
-    @unary
     async def CreateSession(
         self, request: pb.CreateSessionRequest, context: Context, tenant: str
     ) -> pb.CreateSessionResponse:
         info = await self.sessions.create(tenant, convert.config_input(request.config), request.session_key)
         return pb.CreateSessionResponse(session=convert.session_pb(info))
 
-    @unary
     async def GetSession(self, request: pb.GetSessionRequest, context: Context, tenant: str) -> pb.GetSessionResponse:
         info = await self.sessions.get(tenant, request.session_id)
         return pb.GetSessionResponse(session=convert.session_pb(info))
 
-    @unary
     async def ListSessions(
         self, request: pb.ListSessionsRequest, context: Context, tenant: str
     ) -> pb.ListSessionsResponse:
         infos, token = await self.sessions.list(tenant, request.page_size, request.page_token)
         return pb.ListSessionsResponse(sessions=[convert.session_pb(i) for i in infos], next_page_token=token)
 
-    @unary
     async def DeleteSession(
         self, request: pb.DeleteSessionRequest, context: Context, tenant: str
     ) -> pb.DeleteSessionResponse:
         await self.sessions.delete(tenant, request.session_id)
         return pb.DeleteSessionResponse()
 
-    @unary
     async def AppendMessages(
         self, request: pb.AppendMessagesRequest, context: Context, tenant: str, messages: list[NewMessage], turn: Turn
     ) -> bytes:
         stored, record = await self.contexts.append_messages(tenant, request.session_id, messages, request.request_id)
         session = convert.session_pb(session_info(record))
-        return await _encoded(
-            request, pb.AppendMessagesResponse, "messages", stored, convert.message_pb, session=session
-        )
+        return await _encoded(request, pb.AppendMessagesResponse, stored, session=session)
 
-    @unary
     async def ListMessages(self, request: pb.ListMessagesRequest, context: Context, tenant: str) -> bytes:
         messages, token = await self.reads.messages(
             tenant, request.session_id, request.page_size, request.page_token, request.include_abandoned
         )
-        return await _encoded(
-            request, pb.ListMessagesResponse, "messages", messages, convert.message_pb, next_page_token=token
-        )
+        return await _encoded(request, pb.ListMessagesResponse, messages, next_page_token=token)
 
-    @unary
     async def ReadToolResult(
         self, request: pb.ReadToolResultRequest, context: Context, tenant: str
     ) -> pb.ReadToolResultResponse:
@@ -299,17 +271,14 @@ class ContextServicer:
         )
         return pb.ReadToolResultResponse(**vars(page), sha256=sha256, result_ref=ref)
 
-    @unary
     async def Fork(self, request: pb.ForkRequest, context: Context, tenant: str) -> pb.ForkResponse:
         info = await self.lineage.fork(tenant, request.session_id, request.at_seq, convert.config_input(request.config))
         return pb.ForkResponse(session=convert.session_pb(info))
 
-    @unary
     async def Rewind(self, request: pb.RewindRequest, context: Context, tenant: str) -> pb.RewindResponse:
         info = await self.lineage.rewind(tenant, request.session_id, request.to_seq)
         return pb.RewindResponse(session=convert.session_pb(info))
 
-    @unary
     async def Prepare(
         self, request: pb.PrepareRequest, context: Context, tenant: str, append: list[NewMessage], turn: Turn
     ) -> pb.PrepareResponse | bytes:
@@ -317,14 +286,12 @@ class ContextServicer:
         events = self.maintenance.prepare(tenant, request.session_id, append, asked, request.request_id)
         return await _streamed(pb.PrepareResponse, request.session_id, events, context, turn)
 
-    @unary
     async def Compact(self, request: pb.CompactRequest, context: Context, tenant: str) -> pb.CompactResponse | bytes:
         events = self.maintenance.compact(
             tenant, request.session_id, request.focus, request.keep_tokens, request.dry_run
         )
         return await _streamed(pb.CompactResponse, request.session_id, events, context)
 
-    @unary
     async def ObserveUsage(
         self, request: pb.ObserveUsageRequest, context: Context, tenant: str
     ) -> pb.ObserveUsageResponse:
@@ -339,13 +306,11 @@ class ContextServicer:
         calibration, accepted = await self.states.observe_usage(tenant, request.session_id, usage)
         return pb.ObserveUsageResponse(calibration=calibration, calibration_accepted=accepted)
 
-    @unary
     async def GetContextState(
         self, request: pb.GetContextStateRequest, context: Context, tenant: str
     ) -> pb.GetContextStateResponse:
         return pb.GetContextStateResponse(state_json=await self.states.context_state(tenant, request.session_id))
 
-    @unary
     async def ListCheckpoints(
         self, request: pb.ListCheckpointsRequest, context: Context, tenant: str
     ) -> pb.ListCheckpointsResponse:
@@ -354,7 +319,6 @@ class ContextServicer:
         )
         return pb.ListCheckpointsResponse(checkpoints=[convert.checkpoint_pb(c) for c in listed], next_page_token=token)
 
-    @unary
     async def GetCheckpoint(
         self, request: pb.GetCheckpointRequest, context: Context, tenant: str
     ) -> pb.GetCheckpointResponse:

@@ -46,16 +46,8 @@ def _attribute_fields(descriptor: Descriptor) -> tuple[tuple[str, str], ...]:
 
 # The gRPC codes that mean the server failed; every other code is the caller's (OpenTelemetry RPC
 # conventions: a server span's status is ERROR for these only).
-SERVER_ERRORS = frozenset(
-    {
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNIMPLEMENTED,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DATA_LOSS,
-    }
-)
+_C = grpc.StatusCode
+SERVER_ERRORS = {_C.UNKNOWN, _C.DEADLINE_EXCEEDED, _C.UNIMPLEMENTED, _C.INTERNAL, _C.UNAVAILABLE, _C.DATA_LOSS}
 
 
 def message_attributes(message: Message, prefix: str, sent_only: bool = False) -> dict[str, AttributeValue]:
@@ -77,19 +69,6 @@ def message_attributes(message: Message, prefix: str, sent_only: bool = False) -
     return attributes
 
 
-def response_attributes(request: Message, response: Message) -> dict[str, AttributeValue]:
-    """The response's domain fields; a response naming a session (CreateSession, Fork, …) gives the
-    span its session id when the request had none, else `ctxfold.response.session.id` (Fork)."""
-    attributes = message_attributes(response, "ctxfold.response")
-    if "session" in response.DESCRIPTOR.fields_by_name and response.HasField("session"):
-        session_id = response.session.id  # type: ignore[attr-defined]
-        if not getattr(request, "session_id", ""):
-            attributes["ctxfold.session.id"] = session_id
-        elif session_id != request.session_id:  # type: ignore[attr-defined]
-            attributes["ctxfold.response.session.id"] = session_id
-    return attributes
-
-
 def annotate_request(request: Message) -> None:
     """Puts the decoded request's domain fields on the current RPC span (the servicer decodes requests
     itself, so this is where they are first seen)."""
@@ -104,11 +83,19 @@ def annotate_tenant(tenant: str) -> None:
 
 
 def annotate_response(request: Message, response: Message, counts: Mapping[str, int] | None = None) -> None:
-    """`counts` gives the sizes of repeated fields the response is serialized without (in parts)."""
+    """The response's domain fields, and `counts`, the sizes of repeated fields it is serialized without (in
+    parts); a response naming a session (CreateSession, Fork, …) gives the span its session id when the
+    request had none, else `ctxfold.response.session.id` (Fork)."""
     span = trace.get_current_span()
     if not span.is_recording():
         return
-    attributes = response_attributes(request, response)
+    attributes = message_attributes(response, "ctxfold.response")
+    if "session" in response.DESCRIPTOR.fields_by_name and response.HasField("session"):
+        session_id = response.session.id  # type: ignore[attr-defined]
+        if not getattr(request, "session_id", ""):
+            attributes["ctxfold.session.id"] = session_id
+        elif session_id != request.session_id:  # type: ignore[attr-defined]
+            attributes["ctxfold.response.session.id"] = session_id
     attributes |= {f"ctxfold.response.{name}.count": count for name, count in (counts or {}).items()}
     span.set_attributes(attributes)
 
@@ -120,24 +107,19 @@ def annotate_answer(session_id: str, prepared: PreparedContext, operation: str, 
     span = trace.get_current_span()
     if span.is_recording():
         version = state.views[-1].version
-        span.set_attributes(
-            {
-                "ctxfold.session.id": session_id,
-                "ctxfold.view.version": version,
-                "ctxfold.view.messages": split_view_version(version)[1],
-                "ctxfold.tokens.before": state.source_tokens,
-                "ctxfold.tokens.after": state.projection_tokens,
-                "ctxfold.action": action.value,
-                "ctxfold.cache_state": state.cache_state,
-            }
-        )
+        attributes: dict[str, AttributeValue] = {
+            "ctxfold.session.id": session_id,
+            "ctxfold.view.version": version,
+            "ctxfold.view.messages": split_view_version(version)[1],
+            "ctxfold.tokens.before": state.source_tokens,
+            "ctxfold.tokens.after": state.projection_tokens,
+            "ctxfold.action": action.value,
+            "ctxfold.cache_state": state.cache_state,
+        }
         if prepared.not_folded is not NotFolded.UNSPECIFIED:
-            span.set_attributes(
-                {
-                    "ctxfold.not_folded.reason": prepared.not_folded.value,
-                    "ctxfold.not_folded.detail": prepared.not_folded_detail,
-                }
-            )
+            attributes["ctxfold.not_folded.reason"] = prepared.not_folded.value
+            attributes["ctxfold.not_folded.detail"] = prepared.not_folded_detail
+        span.set_attributes(attributes)
     duration = time.perf_counter() - started
     INSTRUMENTS.prepare_duration.record(duration, {"ctxfold.operation": operation, "ctxfold.action": action.value})
 
@@ -172,12 +154,6 @@ def _status_code(context: grpc.aio.ServicerContext[Any, Any]) -> int:
 Handler = Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
-def _tracing() -> bool:
-    # Without an SDK's provider every span is a no-op: an RPC's span (its parent context, its
-    # attributes) is then not built at all. Asked per call: a provider may be installed at any time.
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
-
-
 def traced(method: str, behavior: Handler) -> Handler:
     """`behavior` (a handler of `method`, "package.Service/Method") run inside the RPC's span, which it ends
     with the call's status. Every ContextService handler is a coroutine run in one task, the
@@ -186,7 +162,9 @@ def traced(method: str, behavior: Handler) -> Handler:
     service, _, name = method.partition("/")
 
     async def handler(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        if not _tracing():
+        # Without an SDK's provider every span is a no-op: an RPC's span (its parent context, its
+        # attributes) is then not built at all. Asked per call: a provider may be installed at any time.
+        if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider):
             return await behavior(request, context)
         carrier: Mapping[str, str | bytes] = dict(context.invocation_metadata() or ())
         parent = propagate.extract(carrier)
