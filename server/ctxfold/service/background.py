@@ -4,7 +4,6 @@ task per session in this process (docs/architecture.md, The view and maintenance
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
 from collections import OrderedDict
@@ -20,8 +19,8 @@ from ctxfold.engine.maintenance import Action, FoldOutcome, MaintainRequest, Tri
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import Receipt, ReceiptAction, ReceiptStatus
 from ctxfold.service.contexts import Contexts, KeyedLock
-from ctxfold.service.exclusion import FoldLeases, Lease
-from ctxfold.service.folding import Folding, PassCall
+from ctxfold.service.exclusion import Lease, holding
+from ctxfold.service.folding import Folding
 from ctxfold.service.observer import MaintenanceObserver, traceparent_of
 from ctxfold.service.progress import FoldProgress, FoldStage, no_progress
 from ctxfold.service.run import Run
@@ -44,7 +43,6 @@ class BackgroundFolds:
         states: ContextStates,
         folding: Folding,
         sessions: KeyedLock,
-        leases: FoldLeases,
     ) -> None:
         self.store = store
         self.contexts = contexts
@@ -54,20 +52,17 @@ class BackgroundFolds:
         self.summarizers = folding.summarizers
         # The session's turn and the fold lease: a background fold takes both, as any other fold.
         self._sessions = sessions
-        self._leases = leases
         # session id -> (task, the seq its fold reads up to)
         self._tasks: dict[str, tuple[asyncio.Task[bool], int]] = {}
         # session id -> the installed state (head checkpoint:generation) last tried, not tried twice; forgotten
         # when the fold made nothing (a failed summary, another replica's lease), so a later Prepare retries.
         self._tried: OrderedDict[str, str] = OrderedDict()
 
-    def progress(self, tenant: str, answered: Context) -> FoldProgress | None:
+    def progress(self, tenant: str, answered: Context | Run) -> FoldProgress | None:
         """After an answer: starts the session's background fold when the view has reached
         `prefold_tokens` (`prefold_due`) and none ran over this head checkpoint; the progress event
         that says so, or that one is running, else None."""
         config, session_id = answered.config, answered.session.id
-        if not config.prefold_tokens:  # off: the common Prepare pays for nothing more
-            return None
         projection = answered.projection
         tokens = projection.tokens()
         if self.running(session_id):
@@ -106,29 +101,24 @@ class BackgroundFolds:
         """Whether a fold is prepared (by this call or earlier); False lets a later Prepare try again."""
         observer = MaintenanceObserver(no_progress, session_id, tenant)
         run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer)
+        # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
+        run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
         summarizer = self.summarizers.get(run.config.summarizer)
         if summarizer is None or not prefold_due(run.projection):
             return False
-        prepared = await self.store.read_prepared(run.session)
-        if prepared is not None:
-            if await cpu.run(run.work, applied, run.projection, prepared) is not None:
-                return True  # made already (by another replica)
-            if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
-                before, after = prepared.tokens_before, prepared.tokens_after
-                await self._receipt(run, ReceiptStatus.DISCARDED, before, after, _discarded(prepared, STALE))
-        # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
-        run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
+        if await self.read_prepared(run) is not None:
+            return True  # made already (by another replica)
         window, keep_tokens = summarizer.input_window_tokens, run.request.keep_tokens
         fold = (await cpu.run(run.work, plan_pass, run.projection, window, keep_tokens, ahead=True)).first
         if fold is None:
             return False
-        async with self._leases.holding(run.session, wait=False) as held:
+        async with holding(self.store, run.session, wait=False) as held:
             if held.lease is not Lease.TAKEN:
                 return False  # another replica folds this session
             before = run.projection.tokens()
             with run.observer.folding(run.request, run.config, summarizer, 1, before, started_by) as span:
                 with run.observer.fold_pass(1, 1):
-                    made = await self.folding.candidate(run, PassCall(summarizer, fold, 1, 1))
+                    made = await self.folding.candidate(run, summarizer, fold)
                 if made is None:
                     failure = run.failure[1] if run.failure else ""
                     run.observer.folded(0, 1, before, FoldOutcome.FAILED, failure)
@@ -151,7 +141,8 @@ class BackgroundFolds:
         """The session's prepared fold when this round may install one (a Prepare at or above the
         trigger), with the view it makes (`applied`); one that no longer applies is discarded here,
         with a receipt (its summary was paid for)."""
-        if not may_install_prepared(run.config, run.request, run.first_tokens):
+        background = run.request.trigger is Trigger.BACKGROUND  # it makes one only where none applies
+        if not background and not may_install_prepared(run.config, run.request, run.first_tokens):
             return None
         prepared = await self.store.read_prepared(run.session)
         if prepared is None:
@@ -166,8 +157,11 @@ class BackgroundFolds:
         """Drops a prepared fold the trigger did not use, with a receipt: its summary was paid for."""
         if await self.store.discard_prepared(run.session, prepared.checkpoint.id):
             before, after = prepared.tokens_before, prepared.tokens_after
-            reason = _discarded(prepared, why)
-            self.installs.record(run, ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, before, after, reason)
+            reason = f"the fold prepared in the background at {before} tokens {why}; its summary is not used"
+            if run.request.trigger is Trigger.BACKGROUND:
+                await self._receipt(run, ReceiptStatus.DISCARDED, before, after, reason)
+            else:
+                self.installs.record(run, ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, before, after, reason)
 
     async def install_prepared(self, run: Run, prepared: PreparedFold, candidate: Projection) -> None:
         before, after = run.projection.tokens(), candidate.tokens()
@@ -183,8 +177,7 @@ class BackgroundFolds:
         return session_id in self._tasks
 
     def _finished(self, session_id: str, task: asyncio.Task[bool]) -> None:
-        if self._tasks.get(session_id, (None, 0))[0] is task:
-            del self._tasks[session_id]
+        self._tasks.pop(session_id, None)  # always `task`: no other starts while it is listed
         if task.cancelled() or task.exception() is not None or not task.result():
             self._tried.pop(session_id, None)
         if not task.cancelled() and task.exception() is not None:
@@ -197,8 +190,7 @@ class BackgroundFolds:
         if running is None:
             return
         running[0].cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await running[0]
+        await asyncio.gather(running[0], return_exceptions=True)
         tokens = run.projection.tokens()
         await self._receipt(run, ReceiptStatus.DISCARDED, tokens, tokens, f"stopped before it was ready: {why}")
 
@@ -223,11 +215,4 @@ class BackgroundFolds:
         tasks = [task for task, _ in self._tasks.values()]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
-
-def _discarded(prepared: PreparedFold, why: str) -> str:
-    """The reason of the receipt of a prepared fold dropped unused (`why`: what made it so)."""
-    return f"the fold prepared in the background at {prepared.tokens_before} tokens {why}; its summary is not used"
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -14,15 +14,7 @@ from dataclasses import dataclass
 
 from ctxfold import cpu
 from ctxfold.engine.answer import PreparedContext
-from ctxfold.engine.context import (
-    Appended,
-    AppendRequest,
-    AppendStep,
-    Context,
-    SessionRecord,
-    Step,
-    loaded,
-)
+from ctxfold.engine.context import Appended, AppendRequest, AppendStep, Context, SessionRecord, Step, loaded
 from ctxfold.engine.errors import DomainError, Kind, busy, invalid, kept_changing
 from ctxfold.engine.ids import new_id, new_result_ref
 from ctxfold.engine.model import NewMessage, StoredMessage, text_chars
@@ -57,9 +49,8 @@ class KeyedLock:
     """One asyncio lock per key, dropped when nobody holds or waits for it. Beyond `max_waiting` waiters (None: the
     admission's bound) `hold` raises SESSION_BUSY at once, so a busy session's queue stays short."""
 
-    def __init__(self, max_waiting: int | None, retry_after_seconds: float = 1.0) -> None:
+    def __init__(self, max_waiting: int | None) -> None:
         self.max_waiting = max_waiting
-        self.retry_after_seconds = retry_after_seconds
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     def held(self, key: str) -> bool:
@@ -71,7 +62,7 @@ class KeyedLock:
         if self.max_waiting is not None and users > self.max_waiting:  # one holder and max_waiting waiters
             raise busy(
                 f"{users - 1} calls already wait to maintain session {key!r} (at most {self.max_waiting}); retry later",
-                self.retry_after_seconds,
+                1.0,  # seconds before a retry
                 scope="session",
                 session_id=key,
                 limit=self.max_waiting,
@@ -137,7 +128,7 @@ class Contexts:
         context, why = await cpu.run(work, loaded, stored)
         if why not in ("", "new"):
             log.warning("context state of session %s rebuilt: %s", session_id, why)
-        self._put(context)
+        self.written(context.session, context)
         return context
 
     async def append_messages(
@@ -210,15 +201,11 @@ class Contexts:
         its swap or left the state unknown and the cached one is dropped (the next `load` reads the store). The one
         place the cache changes but for `load`. `grown_by`: the context is the cached one after an append of these
         (its size is counted from theirs, not from the whole view again)."""
-        if context is None:
-            self._remove((session.tenant, session.id))
-        else:
-            self._put(context, grown_by)
-
-    def _put(self, context: Context, grown_by: Sequence[StoredMessage] | None = None) -> None:
-        """Keeps `context` for its session, then evicts the least recently used entries until the bound holds."""
-        key = (context.session.tenant, context.session.id)
+        key = (session.tenant, session.id)
         previous = self._entries.get(key)
+        if context is None:
+            self._remove(key)
+            return
         if previous is not None and previous.context.session.version > context.session.version:
             return  # a call that finished later already left a newer one
         if previous is not None and grown_by is not None:
@@ -230,7 +217,7 @@ class Contexts:
             return
         self._entries[key] = _Entry(context, size)
         self._change(size, 1)
-        while self.bytes > self.max_bytes:
+        while self.bytes > self.max_bytes:  # the least recently used entries evicted until the bound holds
             _, evicted = self._entries.popitem(last=False)
             self._change(-evicted.size_bytes, -1)
             INSTRUMENTS.hot_state_evictions.add(1)

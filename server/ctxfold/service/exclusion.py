@@ -62,44 +62,41 @@ def died(holder: str) -> bool:
     return False
 
 
-class FoldLeases:
-    def __init__(self, store: Store) -> None:
-        self.store = store
+@contextlib.asynccontextmanager
+async def holding(store: Store, session: SessionRecord, wait: bool) -> AsyncIterator[LeaseOutcome]:
+    """TAKEN: the fold lease is held, renewed, until the body ends (even cancelled). Else nothing is held:
+    HELD_ELSEWHERE (with its holder) at once, or with `wait` WAITED once that lease ended (re-read the
+    session: its fold probably changed it). A holder that died on this host loses its lease to us at once."""
+    owner = f"{_PROCESS}:{uuid.uuid4().hex[:8]}"
+    until, holder = await store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
+    if until and died(holder):
+        log.info("session %s: the fold lease of %s, which no longer runs, is taken over", session.id, holder)
+        until, holder = await store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS, replacing=holder)
+    if until:
+        if wait:
+            # Lease times are the store's clock.
+            while until and until > store.clock():
+                await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - store.clock()))
+                until = await store.fold_lease_until(session)
+        yield LeaseOutcome(Lease.WAITED if wait else Lease.HELD_ELSEWHERE, holder, until)
+        return
+    heartbeat = asyncio.create_task(_renew(store, session, owner))
+    try:
+        yield LeaseOutcome(Lease.TAKEN)
+    finally:
+        heartbeat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await heartbeat
+        # Shielded: a cancelled call still hands the lease back (else it would run out by itself).
+        await asyncio.shield(store.release_fold_lease(session, owner))
 
-    @contextlib.asynccontextmanager
-    async def holding(self, session: SessionRecord, wait: bool) -> AsyncIterator[LeaseOutcome]:
-        """TAKEN: the fold lease is held, renewed, until the body ends (even cancelled). Else nothing is held:
-        HELD_ELSEWHERE (with its holder) at once, or with `wait` WAITED once that lease ended (re-read the
-        session: its fold probably changed it). A holder that died on this host loses its lease to us at once."""
-        owner = f"{_PROCESS}:{uuid.uuid4().hex[:8]}"
-        until, holder = await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
-        if until and died(holder):
-            log.info("session %s: the fold lease of %s, which no longer runs, is taken over", session.id, holder)
-            until, holder = await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS, replacing=holder)
-        if until:
-            if wait:
-                # Lease times are the store's clock.
-                while until and until > self.store.clock():
-                    await asyncio.sleep(min(FOLD_LEASE_POLL_SECONDS, until - self.store.clock()))
-                    until = await self.store.fold_lease_until(session)
-            yield LeaseOutcome(Lease.WAITED if wait else Lease.HELD_ELSEWHERE, holder, until)
-            return
-        heartbeat = asyncio.create_task(self._renew(session, owner))
+
+async def _renew(store: Store, session: SessionRecord, owner: str) -> None:
+    """Renews the fold lease while the fold runs; a failed renewal is retried at the next beat (the
+    lease outlives a few missed beats)."""
+    while True:
+        await asyncio.sleep(FOLD_LEASE_RENEW_SECONDS)
         try:
-            yield LeaseOutcome(Lease.TAKEN)
-        finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
-            # Shielded: a cancelled call still hands the lease back (else it would run out by itself).
-            await asyncio.shield(self.store.release_fold_lease(session, owner))
-
-    async def _renew(self, session: SessionRecord, owner: str) -> None:
-        """Renews the fold lease while the fold runs; a failed renewal is retried at the next beat (the
-        lease outlives a few missed beats)."""
-        while True:
-            await asyncio.sleep(FOLD_LEASE_RENEW_SECONDS)
-            try:
-                await self.store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
-            except Exception as exc:  # the fold goes on; the next beat tries again
-                log.warning("renewing the fold lease of session %s failed: %s", session.id, exc)
+            await store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
+        except Exception as exc:  # the fold goes on; the next beat tries again
+            log.warning("renewing the fold lease of session %s failed: %s", session.id, exc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ctxfold import cpu
 from ctxfold.engine import folded_index
@@ -35,34 +35,19 @@ from ctxfold.engine.maintenance import (
     plan_pass,
 )
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
-from ctxfold.service.exclusion import FoldLeases, Lease
+from ctxfold.service.exclusion import Lease, holding
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
 from ctxfold.store import Store
-from ctxfold.summarizers.base import OnDelta, Summarizer, SummaryRequest, SummaryResult
+from ctxfold.summarizers.base import Summarizer, SummaryRequest
 from ctxfold.summarizers.extractive import ExtractiveSummarizer
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class PassCall:
-    """One fold pass of a call: the summarizer it asks, what it folds, its place in the plan, and why that
-    summarizer folds instead of the configured one ("" when it is that one)."""
-
-    summarizer: Summarizer
-    fold: FoldPass
-    index: int
-    passes: int
-    stand_in: str = ""
-
-
 class Folding:
-    def __init__(
-        self, store: Store, summarizers: Mapping[str, Summarizer], leases: FoldLeases, installs: Installs, hooks: Hooks
-    ):
+    def __init__(self, store: Store, summarizers: Mapping[str, Summarizer], installs: Installs, hooks: Hooks):
         self.store = store
         self.summarizers = summarizers
-        self._leases = leases
         self.installs = installs
         self.hooks = hooks
 
@@ -91,7 +76,7 @@ class Folding:
             return
         # Only a call that must fold waits for another holder's fold: any other Prepare answers with
         # the current view, which still fits.
-        async with self._leases.holding(run.session, wait=fold.must_fold) as held:
+        async with holding(self.store, run.session, wait=fold.must_fold) as held:
             if held.lease is Lease.WAITED:
                 raise FoldedElsewhere(run.session.id)
             if held.lease is Lease.HELD_ELSEWHERE:
@@ -121,7 +106,7 @@ class Folding:
             while fold is not None:
                 index += 1
                 with run.observer.fold_pass(index, passes):
-                    committed = await self._fold_pass(run, PassCall(summarizer, fold, index, passes, stand_in))
+                    committed = await self._fold_pass(run, summarizer, fold, index, stand_in)
                 if not another_pass(run.request, fold, committed):
                     break
                 window, keep_tokens = summarizer.input_window_tokens, run.request.keep_tokens
@@ -132,10 +117,10 @@ class Folding:
             failure = run.failure[1] if run.failure else ""
             run.observer.folded(installed, passes, run.projection.tokens(), outcome, failure)
 
-    async def _fold_pass(self, run: Run, call: PassCall) -> bool:
+    async def _fold_pass(self, run: Run, summarizer: Summarizer, fold: FoldPass, index: int, stand_in: str) -> bool:
         """One summarizer call and its install; False when the pass failed (nothing installed)."""
         before = run.projection.tokens()
-        made = await self.candidate(run, call)
+        made = await self.candidate(run, summarizer, fold, stand_in)
         if made is None:
             return False
         outcome, document, fell_back = made
@@ -144,7 +129,7 @@ class Folding:
             run.candidate = outcome.candidate
             run.not_folding(NotFolded.DRY_RUN, f"dry run: the fold would take the view from {before} to {after} tokens")
             return True
-        note = f"pass {call.index}" + (f": {fell_back}" if fell_back else "")
+        note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
         receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.SUMMARY, before, after, note)
         state = run.state.installed(outcome.candidate.pruned, outcome.candidate.bounds, receipt, folded=True)
         if self.hooks.before_install is not None:
@@ -152,37 +137,47 @@ class Folding:
         install = fold_install(state, run.session.branch_id, outcome, document, before)
         await self.installs.install(run, install, outcome.candidate)
         run.action = Action.FOLDED
-        label = checkpoint.notes.summarizer if checkpoint.notes else call.summarizer.name
-        await run.observer.pass_committed(call.index, call.passes, before, after, checkpoint.id, label)
+        label = checkpoint.notes.summarizer if checkpoint.notes else summarizer.name
+        await run.observer.pass_committed(before, after, checkpoint.id, label)
         return True
 
-    async def candidate(self, run: Run, call: PassCall) -> tuple[Accepted, FoldDocument, str] | None:
+    async def candidate(
+        self, run: Run, summarizer: Summarizer, fold: FoldPass, stand_in: str = ""
+    ) -> tuple[Accepted, FoldDocument, str] | None:
         """One summarizer call: (the accepted candidate, its folded-results document, how the pass fell back, else
         `stand_in`), or None when it failed (recorded in `run`). Above the hard ceiling a failed LLM summary falls
         back to extractive."""
-        projection, summarizer, fold = run.projection, call.summarizer, call.fold
-        index, passes = call.index, call.passes
+        projection = run.projection
         before = projection.tokens()
-        await run.observer.pass_started(fold, index, passes, before, summarizer.name)
-        if call.stand_in:
-            await run.observer.fell_back(index, passes, before, run.config.summarizer, summarizer.name, call.stand_in)
-        on_delta = run.observer.summary_deltas(index, passes)
+        await run.observer.pass_started(fold, before, summarizer.name)
+        if stand_in:
+            await run.observer.fell_back(before, run.config.summarizer, summarizer.name, stand_in)
+        on_delta = run.observer.summary_deltas()
         record = await self._record_fold(run, fold)
         request = _summary_request(run, fold, record)
-        fell_back = call.stand_in
+        fell_back = stand_in
 
         async def attempt(with_summarizer: Summarizer) -> Accepted | Rejected:
             nonlocal fell_back
-            result, failure = await self._summarize(run, with_summarizer, request, on_delta)
-            if result is None:
+            with run.observer.summarizing(with_summarizer, request) as call:
+                try:
+                    result = await with_summarizer.summarize(request, on_delta)
+                except Exception as exc:
+                    log.warning("summarizer %s failed for session %s: %s", with_summarizer.name, run.session.id, exc)
+                    call.raised(exc, failure := f"the summarizer failed: {exc}")
+                    return Rejected(failure, "SUMMARIZER_FAILED")
+                text = result.text.strip()
+                failure = summary_failure(text, result.finish_reason, native=result.native is not None)
+                call.answered(result, text, failure)
+            if failure:
                 return Rejected(failure, "SUMMARIZER_FAILED")
             if result.native_fallback:
                 # Native compaction was asked for and is unsupported here: this is the application summary.
                 fell_back = result.native_fallback
                 name = with_summarizer.name
-                await run.observer.fell_back(index, passes, before, name, name, fell_back)
+                await run.observer.fell_back(before, name, name, fell_back)
             notes = replace(record.notes, summarizer=with_summarizer.name)
-            body = strip_engine_sections(result.text)
+            body = strip_engine_sections(text)
             outcome = await cpu.run(run.work, accept, projection, fold, notes, body, new_id("cp"), result.native)
             if isinstance(outcome, Rejected) and outcome.not_folded is not NotFolded.UNSPECIFIED:
                 run.not_folding(outcome.not_folded, outcome.why)
@@ -193,10 +188,14 @@ class Folding:
             # Above the ceiling the agent cannot go on without a fold: the offline summarizer always answers.
             fallback = self._extractive()
             fell_back = f"{summarizer.name} failed ({outcome.why}); folded with {fallback.name}"
-            await run.observer.fell_back(index, passes, before, summarizer.name, fallback.name, fell_back)
+            await run.observer.fell_back(before, summarizer.name, fallback.name, fell_back)
             outcome = await attempt(fallback)
-        if isinstance(outcome, Rejected):
-            await self._failed(run, outcome, call)
+        if isinstance(outcome, Rejected):  # said, remembered (not retried until the view grows) and receipted
+            await run.observer.pass_failed(outcome.why)
+            run.state, run.failure = replace(run.state, failed_fold_tokens=before), (outcome.reason, outcome.why)
+            if run.not_folded is NotFolded.UNSPECIFIED and run.action is not Action.FOLDED:
+                run.not_folding(NotFolded.SUMMARIZER_FAILED, outcome.why)
+            self.installs.record(run, ReceiptStatus.FAILED, ReceiptAction.SUMMARY, before, before, outcome.why)
             return None
         run.observer.candidate(outcome.checkpoint.id, outcome.candidate.tokens())
         last_folded = fold.folded[-1].source
@@ -204,16 +203,6 @@ class Folding:
         rendered = await cpu.run(run.work, folded_index.render, record.index)
         document = FoldDocument(record.notes.index_ref, last_folded.id, rendered)
         return outcome, document, fell_back
-
-    async def _failed(self, run: Run, outcome: Rejected, call: PassCall) -> None:
-        """A pass that made no candidate: said, remembered (not retried until the view grows) and receipted."""
-        before = run.projection.tokens()
-        await run.observer.pass_failed(call.index, call.passes, outcome.why)
-        run.state = replace(run.state, failed_fold_tokens=before)
-        run.failure = (outcome.reason, outcome.why)
-        if run.not_folded is NotFolded.UNSPECIFIED and run.action is not Action.FOLDED:
-            run.not_folding(NotFolded.SUMMARIZER_FAILED, outcome.why)
-        self.installs.record(run, ReceiptStatus.FAILED, ReceiptAction.SUMMARY, before, before, outcome.why)
 
     async def _record_fold(self, run: Run, fold: FoldPass) -> FoldRecord:
         """The engine's notes and folded-results index after `fold`, rolled forward from the head
@@ -230,24 +219,6 @@ class Folding:
             return record_pass(projection, folded, previous, new_result_ref())
 
         return await cpu.run(run.work + len(raw), record)
-
-    @staticmethod
-    async def _summarize(
-        run: Run, summarizer: Summarizer, request: SummaryRequest, on_delta: OnDelta
-    ) -> tuple[SummaryResult | None, str]:
-        """(the answer, its text stripped, "") or (None, why it failed): one summarizer call."""
-        with run.observer.summarizing(summarizer, request) as call:
-            try:
-                result = await summarizer.summarize(request, on_delta)
-            except Exception as exc:
-                log.warning("summarizer %s failed for session %s: %s", summarizer.name, run.session.id, exc)
-                failure = f"the summarizer failed: {exc}"
-                call.raised(exc, failure)
-                return None, failure
-            text = result.text.strip()
-            failure = summary_failure(text, result.finish_reason, native=result.native is not None)
-            call.answered(result, text, failure)
-        return (None, failure) if failure else (replace(result, text=text), "")
 
 
 def _summary_request(run: Run, fold: FoldPass, record: FoldRecord) -> SummaryRequest:

@@ -39,7 +39,6 @@ from ctxfold.engine.prune import bound_to_fit
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.background import BackgroundFolds
 from ctxfold.service.contexts import Contexts, KeyedLock
-from ctxfold.service.exclusion import FoldLeases
 from ctxfold.service.folding import Folding
 from ctxfold.service.observer import MaintenanceObserver
 from ctxfold.service.progress import AppendStored, Emit, FoldProgress
@@ -70,20 +69,15 @@ class Maintenance:
         max_waiting_per_session: int = 16,
     ):
         self.store = store
-        # The store's clock: receipts and the stamps of hot appends agree with what the store writes.
-        self.clock = store.clock
         # Calls of this process that must maintain one session take turns, so no input is summarized twice (a
         # view that fits is answered without waiting); across replicas the fold lease does the same.
         self._sessions = KeyedLock(max_waiting_per_session)
-        self._leases = FoldLeases(store)
         self.installs = Installs(store)
-        self.folding = Folding(store, summarizers, self._leases, self.installs, hooks or Hooks())
-        self.background = BackgroundFolds(store, contexts, states, self.folding, self._sessions, self._leases)
+        self.folding = Folding(store, summarizers, self.installs, hooks or Hooks())
+        self.background = BackgroundFolds(store, contexts, states, self.folding, self._sessions)
         self.max_response_bytes = max_response_bytes
         self.contexts = contexts
         self.states = states
-
-    # ---- streaming shell ------------------------------------------------------------------------
 
     async def _stream(
         self, work: Callable[[Emit], Coroutine[Any, Any, PreparedContext]]
@@ -91,11 +85,7 @@ class Maintenance:
         """Runs `work` as a task, yielding its progress events, then its result; a consumer that goes away (client
         cancelled) cancels it: installs are single transactions, so nothing is left half-written."""
         queue: asyncio.Queue[FoldProgress | None] = asyncio.Queue()
-
-        async def emit(event: FoldProgress) -> None:
-            await queue.put(event)
-
-        task = asyncio.create_task(work(emit))
+        task = asyncio.create_task(work(queue.put))
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
             while (event := await queue.get()) is not None:
@@ -116,30 +106,27 @@ class Maintenance:
         written = await self.contexts.append(tenant, session_id, append, request_id, request)
         yield AppendStored()
         appended = written.messages
-        if written.answered is not None and written.context is not None:
+
+        async def work(emit: Emit) -> PreparedContext:
+            trigger = Trigger.OVERFLOW if request.overflow else Trigger.THRESHOLD
+            result = await self._maintain(tenant, session_id, MaintainRequest(trigger), emit)
+            answered = await self._answer(result, request.known_view_version, appended)
+            if (background := self.background.progress(tenant, result)) is not None:
+                await emit(background)
+            return answered
+
+        try:
+            if written.answered is None or written.context is None:
+                async for event in self._stream(work):
+                    yield event
+                return
             prepared = replace(written.answered, appended=tuple(appended))
-            try:
-                check_response_size(prepared.messages, self.max_response_bytes)
-            except DomainError as error:
-                raise appended_anyway(error, appended, request_id) from None
+            check_response_size(prepared.messages, self.max_response_bytes)
             if (background := self.background.progress(tenant, written.context)) is not None:
                 yield background
             yield prepared
-            return
-
-        async def work(emit: Emit) -> PreparedContext:
-            try:
-                trigger = Trigger.OVERFLOW if request.overflow else Trigger.THRESHOLD
-                result = await self._maintain(tenant, session_id, MaintainRequest(trigger), emit)
-                answered = await self._answer(result, request.known_view_version, appended)
-                if (background := self.background.progress(tenant, result.context)) is not None:
-                    await emit(background)
-                return answered
-            except DomainError as error:
-                raise appended_anyway(error, appended, request_id) from None
-
-        async for event in self._stream(work):
-            yield event
+        except DomainError as error:
+            raise appended_anyway(error, appended, request_id) from None
 
     def compact(
         self, tenant: str, session_id: str, focus: str, keep_tokens: int = 0, dry_run: bool = False
@@ -159,11 +146,6 @@ class Maintenance:
 
         return self._stream(work)
 
-    # ---- the flow -------------------------------------------------------------------------------
-
-    async def _load(self, tenant: str, session_id: str, observer: MaintenanceObserver) -> Run:
-        return Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer)
-
     def maintaining(self, session_id: str) -> bool:
         """Whether a call of this process is maintaining (or waiting to maintain) the session. A call the
         client cancelled counts until its task has unwound (a pass it was installing is then committed
@@ -174,7 +156,7 @@ class Maintenance:
         observer = MaintenanceObserver(emit, session_id, tenant)
         if self.maintaining(session_id):
             # Another call of this process is maintaining (folding) the session.
-            run = await self._load(tenant, session_id, observer)
+            run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer)
             tokens, config = run.projection.tokens(), run.config
             match while_maintained(run.projection, request.trigger):
                 case WhileMaintained.ANSWER:
@@ -188,28 +170,23 @@ class Maintenance:
                     why = "the view went above the hard ceiling" if above else "the provider refused the view"
                     await self.background.stop(run, f"{why} ({tokens} tokens) and was folded offline at once")
         async with self._sessions.hold(session_id):
-            return await self._maintain_locked(tenant, session_id, request, observer)
-
-    async def _maintain_locked(
-        self, tenant: str, session_id: str, request: MaintainRequest, observer: MaintenanceObserver
-    ) -> Run:
-        for _ in range(MAX_ROUNDS):
-            run = await self._load(tenant, session_id, observer)
-            run.request = request
-            try:
-                await self._round(run)
-            except FoldedElsewhere:
-                continue
-            except StaleSession:
-                # Something changed underneath; what was committed stays, the rest is recomputed.
-                await run.observer.discarded()
-                continue
-            error = unanswerable(run.projection, request, run.failure)
-            if error is not None:
-                # Keep the receipts (e.g. the failed summary); the view and checkpoints stay as they were.
-                await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
-                raise error
-            return run
+            for _ in range(MAX_ROUNDS):
+                run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer)
+                run.request = request
+                try:
+                    await self._round(run)
+                except FoldedElsewhere:
+                    continue
+                except StaleSession:
+                    # Something changed underneath; what was committed stays, the rest is recomputed.
+                    await run.observer.discarded()
+                    continue
+                error = unanswerable(run.projection, request, run.failure)
+                if error is not None:
+                    # Keep the receipts (e.g. the failed summary); the view and checkpoints stay as they were.
+                    await self.store.save_state(run.session.id, run.state.to_json(), run.revision)
+                    raise error
+                return run
         raise kept_changing(session_id)
 
     async def _round(self, run: Run) -> None:
@@ -241,17 +218,12 @@ class Maintenance:
                     return
                 case Fold() as fold:
                     await self.folding.fold(run, fold)
-                    await self._bound(run)
+                    # The last resort when folding left the view above the hard ceiling: its largest results bounded.
+                    if not run.request.dry_run and (bound := await cpu.run(run.work, bound_to_fit, run.projection)):
+                        ceiling = run.config.hard_limit_tokens
+                        why = f"bounded {bound.results} tool results to fit the hard ceiling ({ceiling} tokens)"
+                        await self._install_pruned(run, bound.candidate, bound.results, why, bound=True)
                     return
-
-    async def _bound(self, run: Run) -> None:
-        """The last resort when folding left the view above the hard ceiling: its largest tool results
-        bounded until it fits (`bound_to_fit`), installed like a prune and reported as such."""
-        bound = None if run.request.dry_run else await cpu.run(run.work, bound_to_fit, run.projection)
-        if bound is not None:
-            ceiling = run.config.hard_limit_tokens
-            why = f"bounded {bound.results} tool results to fit the hard ceiling ({ceiling} tokens)"
-            await self._install_pruned(run, bound.candidate, bound.results, why, bound=True)
 
     async def _install_pruned(
         self, run: Run, candidate: Projection, results: int, why: str, bound: bool = False
@@ -268,13 +240,11 @@ class Maintenance:
             run.action = Action.PRUNED
         await run.observer.pruned(results, before, after, bound)
 
-    # ---- the answer -----------------------------------------------------------------------------
-
     async def _answer(self, run: Run, known_view_version: int, appended: list[StoredMessage]) -> PreparedContext:
         """The result, plus the bookkeeping write (view record, activity, receipts); that write is
         skipped, never retried over someone else's, if the state changed meanwhile. What was answered
         becomes the session's cached context."""
-        answered = await cpu.run(run.work, answer, run.answering(), known_view_version, self.clock())
+        answered = await cpu.run(run.work, answer, run.answering(), known_view_version, self.store.clock())
         prepared, session = replace(answered, appended=tuple(appended)), run.session
         revision = await self.store.save_state(session.id, prepared.state.to_json(), run.revision)
         self.contexts.written(session, Context(session, run.projection, prepared.state, revision) if revision else None)

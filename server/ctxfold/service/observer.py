@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 
 from ctxfold.engine import estimator
 from ctxfold.engine.candidate import FoldInstall, Install
@@ -29,11 +32,8 @@ class SummarizerCall:
 
     span: Span
     summarizer: Summarizer
+    calls_model: bool
     failure: str = ""
-
-    @property
-    def calls_model(self) -> bool:
-        return self.summarizer.provider != IN_PROCESS_PROVIDER
 
     def answered(self, result: SummaryResult, text: str, failure: str) -> None:
         if self.calls_model:
@@ -92,14 +92,21 @@ class MaintenanceObserver:
     emit: Emit
     session_id: str
     tenant: str
-    _fold_span: Span | None = field(default=None, init=False)
+    _pass: tuple[int, int] = (0, 0)  # the current pass's index and plan (`fold_pass`); (0, 0) between passes
 
-    # ---- rounds and installs ------------------------------------------------------------------
+    def _span(
+        self, name: str, attributes: Mapping[str, AttributeValue], links: Sequence[trace.Link] | None = None, **kw: Any
+    ) -> AbstractContextManager[Span]:
+        attributes = {"ctxfold.session.id": self.session_id, **attributes}
+        return TRACER.start_as_current_span(name, links=links, attributes=attributes, **kw)
+
+    async def _progress(self, stage: FoldStage, message: str, **fields: Any) -> None:
+        """An event; one of a pass carries its index and plan."""
+        index, passes = self._pass
+        await self.emit(FoldProgress(stage, message, **{"pass_index": index, "passes_planned": passes, **fields}))
 
     async def discarded(self) -> None:
-        await self.emit(
-            FoldProgress(FoldStage.PASS_FAILED, "the session changed meanwhile: candidate discarded, starting over")
-        )
+        await self._progress(FoldStage.PASS_FAILED, "the session changed meanwhile: candidate discarded, starting over")
 
     @contextlib.contextmanager
     def installing(self, install: Install, before: int, after: int, prepared_by: str = "") -> Iterator[None]:
@@ -107,15 +114,13 @@ class MaintenanceObserver:
         (`prepared_by`, its W3C traceparent)."""
         fold = install if isinstance(install, FoldInstall) else None
         links = [trace.Link(span_context_of(prepared_by), {"ctxfold.link": "prepared_by"})] if prepared_by else None
-        attributes: dict[str, str | int] = {
-            "ctxfold.session.id": self.session_id,
+        attributes: dict[str, AttributeValue] = {
             "ctxfold.install.kind": "checkpoint" if fold else "prune",
             "ctxfold.tokens.before": before,
             "ctxfold.tokens.after": after,
+            **({"ctxfold.checkpoint.id": fold.checkpoint.id} if fold else {}),  # a prune installs no checkpoint
         }
-        if fold:  # a prune installs no checkpoint
-            attributes["ctxfold.checkpoint.id"] = fold.checkpoint.id
-        with TRACER.start_as_current_span("ctxfold.checkpoint.install", links=links, attributes=attributes) as span:
+        with self._span("ctxfold.checkpoint.install", attributes, links) as span:
             try:
                 yield
             except StaleSession:
@@ -129,20 +134,11 @@ class MaintenanceObserver:
         if receipt.status is ReceiptStatus.APPLIED:
             INSTRUMENTS.tokens_saved.add(receipt.tokens_saved, {"ctxfold.action": action})
 
-    # ---- prune, and bound (the last resort) -------------------------------------------------------
-
-    @contextlib.contextmanager
-    def pruning(self, results: int, before: int, after: int, bound: bool) -> Iterator[None]:
+    def pruning(self, results: int, before: int, after: int, bound: bool) -> AbstractContextManager[Span]:
         """The span of a prune (`ctxfold.prune`) or, `bound`, of results bounded to fit (`ctxfold.bound`)."""
         name = "ctxfold.bound" if bound else "ctxfold.prune"
-        attributes: dict[str, str | int] = {
-            "ctxfold.session.id": self.session_id,
-            f"{name}.results": results,
-            "ctxfold.tokens.before": before,
-            "ctxfold.tokens.after": after,
-        }
-        with TRACER.start_as_current_span(name, attributes=attributes):
-            yield
+        attributes = {f"{name}.results": results, "ctxfold.tokens.before": before, "ctxfold.tokens.after": after}
+        return self._span(name, attributes)
 
     async def pruned(self, results: int, before: int, after: int, bound: bool) -> None:
         if bound:
@@ -153,11 +149,8 @@ class MaintenanceObserver:
         else:
             message = f"pruned {results} old tool results: {before} → {after} tokens"
         stage = FoldStage.RESULTS_BOUNDED if bound else FoldStage.PRUNED
-        await self.emit(FoldProgress(stage, message, tokens_before=before, tokens_after=after))
+        await self._progress(stage, message, tokens_before=before, tokens_after=after)
 
-    # ---- fold ---------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
     def folding(
         self,
         request: MaintainRequest,
@@ -166,52 +159,37 @@ class MaintenanceObserver:
         passes: int,
         before: int,
         started_by: trace.SpanContext | None = None,
-    ) -> Iterator[Span]:
+    ) -> AbstractContextManager[Span]:
         """The fold's span; a background fold's is a trace of its own, linked to the call that started it."""
         links = [trace.Link(started_by, {"ctxfold.link": "started_by"})] if started_by is not None else None
-        with TRACER.start_as_current_span("ctxfold.fold", links=links) as span:
-            span.set_attributes(
-                {
-                    "ctxfold.session.id": self.session_id,
-                    "ctxfold.tenant": self.tenant,
-                    "ctxfold.fold.trigger": request.trigger.value,
-                    "ctxfold.context_window": config.context_window,
-                    "ctxfold.trigger_tokens": config.trigger_tokens,
-                    "ctxfold.hard_limit_tokens": config.hard_limit_tokens,
-                    "ctxfold.fold.passes_planned": passes,
-                    "ctxfold.tokens.before": before,
-                    "ctxfold.summarizer": summarizer.name,
-                    "ctxfold.summarizer.input_window_tokens": summarizer.input_window_tokens,
-                }
-            )
-            self._fold_span = span
-            try:
-                yield span
-            finally:
-                self._fold_span = None
+        attributes: dict[str, AttributeValue] = {
+            "ctxfold.tenant": self.tenant,
+            "ctxfold.fold.trigger": request.trigger.value,
+            "ctxfold.context_window": config.context_window,
+            "ctxfold.trigger_tokens": config.trigger_tokens,
+            "ctxfold.hard_limit_tokens": config.hard_limit_tokens,
+            "ctxfold.fold.passes_planned": passes,
+            "ctxfold.tokens.before": before,
+            "ctxfold.summarizer": summarizer.name,
+            "ctxfold.summarizer.input_window_tokens": summarizer.input_window_tokens,
+        }
+        return self._span("ctxfold.fold", attributes, links)
 
     async def prepared_installed(self, before: int, after: int, checkpoint_id: str, summarizer: str) -> None:
         message = f"installed the fold prepared in the background by {summarizer}: {before} → {after} tokens"
-        await self.emit(
-            FoldProgress(
-                FoldStage.PREPARED_INSTALLED,
-                message,
-                tokens_before=before,
-                tokens_after=after,
-                checkpoint_id=checkpoint_id,
-                summarizer=summarizer,
-            )
-        )
+        fields = {"tokens_before": before, "tokens_after": after, "checkpoint_id": checkpoint_id}
+        await self._progress(FoldStage.PREPARED_INSTALLED, message, **fields, summarizer=summarizer)
 
     async def planned(self, passes: int, before: int) -> None:
         message = f"folding in {passes} pass(es) from {before} tokens"
-        await self.emit(FoldProgress(FoldStage.PLANNED, message, passes_planned=passes, tokens_before=before))
+        await self._progress(FoldStage.PLANNED, message, passes_planned=passes, tokens_before=before)
 
-    def folded(self, installed: int, planned: int, after: int, outcome: FoldOutcome, failure: str) -> None:
-        """The fold's end: how many passes it installed of the final plan's, and what it came to."""
-        if self._fold_span is None:
-            return
-        self._fold_span.set_attributes(
+    @staticmethod
+    def folded(installed: int, planned: int, after: int, outcome: FoldOutcome, failure: str) -> None:
+        """The fold's end (its span is the current one): how many passes it installed of the final plan's, and
+        what it came to."""
+        span = trace.get_current_span()
+        span.set_attributes(
             {
                 "ctxfold.fold.passes": installed,
                 "ctxfold.fold.passes_planned": planned,
@@ -220,21 +198,22 @@ class MaintenanceObserver:
             }
         )
         if outcome in (FoldOutcome.FAILED, FoldOutcome.PARTIAL):
-            self._fold_span.set_attribute("ctxfold.fold.failure", failure)
+            span.set_attribute("ctxfold.fold.failure", failure)
         if outcome is FoldOutcome.FAILED:
-            self._fold_span.set_status(StatusCode.ERROR, failure)
+            span.set_status(StatusCode.ERROR, failure)
 
     @contextlib.contextmanager
     def fold_pass(self, index: int, passes: int) -> Iterator[None]:
-        attributes: dict[str, str | int] = {
-            "ctxfold.session.id": self.session_id,
-            "ctxfold.fold.pass_index": index,
-            "ctxfold.fold.passes_planned": passes,
-        }
-        with TRACER.start_as_current_span("ctxfold.fold.pass", attributes=attributes):
-            yield
+        """A pass's span; the events inside it carry its index and plan."""
+        attributes = {"ctxfold.fold.pass_index": index, "ctxfold.fold.passes_planned": passes}
+        with self._span("ctxfold.fold.pass", attributes):
+            self._pass = (index, passes)
+            try:
+                yield
+            finally:
+                self._pass = (0, 0)
 
-    async def pass_started(self, fold: FoldPass, index: int, passes: int, before: int, summarizer: str) -> None:
+    async def pass_started(self, fold: FoldPass, before: int, summarizer: str) -> None:
         folded_seqs = [m.source.seq for m in fold.folded if m.source is not None]
         last_seq = max(folded_seqs, default=0)
         span = trace.get_current_span()
@@ -249,97 +228,60 @@ class MaintenanceObserver:
         )
         if fold.position_seq != last_seq:  # the checkpoint also covers messages this pass did not read
             span.set_attribute("ctxfold.checkpoint.position_seq", fold.position_seq)
-        await self.emit(
-            FoldProgress(
-                FoldStage.PASS_STARTED,
-                f"pass {index}: summarizing {len(fold.folded)} messages ({fold.input_tokens} tokens read)",
-                pass_index=index,
-                passes_planned=passes,
-                tokens_before=before,
-                summarizer=summarizer,
-            )
-        )
+        message = f"pass {self._pass[0]}: summarizing {len(fold.folded)} messages ({fold.input_tokens} tokens read)"
+        await self._progress(FoldStage.PASS_STARTED, message, tokens_before=before, summarizer=summarizer)
 
-    def summary_deltas(self, index: int, passes: int) -> Callable[[str], Awaitable[None]]:
-        async def on_delta(text: str) -> None:
-            await self.emit(
-                FoldProgress(FoldStage.SUMMARY_DELTA, "", pass_index=index, passes_planned=passes, summary_delta=text)
-            )
+    def summary_deltas(self) -> Callable[[str], Awaitable[None]]:
+        return lambda text: self._progress(FoldStage.SUMMARY_DELTA, "", summary_delta=text)
 
-        return on_delta
-
-    async def fell_back(self, index: int, passes: int, before: int, failed: str, fallback: str, note: str) -> None:
+    async def fell_back(self, before: int, failed: str, fallback: str, note: str) -> None:
         trace.get_current_span().set_attribute("ctxfold.fold.fallback_from", failed)
-        await self.emit(
-            FoldProgress(
-                FoldStage.SUMMARIZER_FALLBACK,
-                f"pass {index}: {note}",
-                pass_index=index,
-                passes_planned=passes,
-                tokens_before=before,
-                summarizer=fallback,
-            )
-        )
+        message = f"pass {self._pass[0]}: {note}"
+        await self._progress(FoldStage.SUMMARIZER_FALLBACK, message, tokens_before=before, summarizer=fallback)
 
-    async def pass_failed(self, index: int, passes: int, why: str) -> None:
+    async def pass_failed(self, why: str) -> None:
         trace.get_current_span().set_status(StatusCode.ERROR, why)
-        await self.emit(FoldProgress(FoldStage.PASS_FAILED, why, pass_index=index, passes_planned=passes))
+        await self._progress(FoldStage.PASS_FAILED, why)
 
     @staticmethod
     def candidate(checkpoint_id: str, after: int) -> None:
         trace.get_current_span().set_attributes({"ctxfold.tokens.after": after, "ctxfold.checkpoint.id": checkpoint_id})
 
-    async def pass_committed(
-        self, index: int, passes: int, before: int, after: int, checkpoint_id: str, summarizer: str
-    ) -> None:
-        await self.emit(
-            FoldProgress(
-                FoldStage.PASS_COMMITTED,
-                f"pass {index} committed checkpoint {checkpoint_id}: {before} → {after} tokens",
-                pass_index=index,
-                passes_planned=passes,
-                tokens_before=before,
-                tokens_after=after,
-                checkpoint_id=checkpoint_id,
-                summarizer=summarizer,
-            )
-        )
+    async def pass_committed(self, before: int, after: int, checkpoint_id: str, summarizer: str) -> None:
+        message = f"pass {self._pass[0]} committed checkpoint {checkpoint_id}: {before} → {after} tokens"
+        fields = {"tokens_before": before, "tokens_after": after, "checkpoint_id": checkpoint_id}
+        await self._progress(FoldStage.PASS_COMMITTED, message, **fields, summarizer=summarizer)
 
     @contextlib.contextmanager
     def summarizing(self, summarizer: Summarizer, request: SummaryRequest) -> Iterator[SummarizerCall]:
         """A model call as a GenAI `chat` client span, an in-process summarizer (extractive) as what
         it is; its duration as a metric."""
-        attributes = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": summarizer.provider}
         calls_model = summarizer.provider != IN_PROCESS_PROVIDER
+        metric = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": summarizer.provider,
+            "gen_ai.request.model": summarizer.model,
+        }
         name = f"chat {summarizer.model}" if calls_model else f"ctxfold.summarize {summarizer.name}"
-        with TRACER.start_as_current_span(name, kind=SpanKind.CLIENT if calls_model else SpanKind.INTERNAL) as span:
-            if calls_model:
-                span.set_attributes(
-                    {
-                        **attributes,
-                        "gen_ai.request.model": summarizer.model,
-                        "gen_ai.request.max_tokens": request.max_tokens,
-                        **(
-                            {"server.address": summarizer.server_address, "server.port": summarizer.server_port}
-                            if summarizer.server_address
-                            else {}
-                        ),
-                        "gen_ai.conversation.id": self.session_id,
-                    }
-                )
-            span.set_attributes({"ctxfold.session.id": self.session_id, "ctxfold.summarizer": summarizer.name})
+        attributes: dict[str, AttributeValue] = {"ctxfold.summarizer": summarizer.name}
+        if calls_model:
+            attributes |= {
+                **metric,
+                "gen_ai.request.max_tokens": request.max_tokens,
+                "gen_ai.conversation.id": self.session_id,
+                **(
+                    {"server.address": summarizer.server_address, "server.port": summarizer.server_port}
+                    if summarizer.server_address
+                    else {}
+                ),
+            }
+        with self._span(name, attributes, kind=SpanKind.CLIENT if calls_model else SpanKind.INTERNAL) as span:
             started = time.perf_counter()
-            call = SummarizerCall(span, summarizer)
+            call = SummarizerCall(span, summarizer, calls_model)
             try:
                 yield call
             finally:
                 if call.failure:
                     span.set_status(StatusCode.ERROR, call.failure)
-                INSTRUMENTS.summarizer_duration.record(
-                    time.perf_counter() - started,
-                    {
-                        **attributes,
-                        "gen_ai.request.model": summarizer.model,
-                        **({"error.type": "summary"} if call.failure else {}),
-                    },
-                )
+                failed = {"error.type": "summary"} if call.failure else {}
+                INSTRUMENTS.summarizer_duration.record(time.perf_counter() - started, {**metric, **failed})

@@ -53,11 +53,6 @@ class Run:
         return Run(context.session, view, context.state, context.revision, view.view(), view.tokens(), observer)
 
     @property
-    def context(self) -> Context:
-        """The session's context as the run left it."""
-        return Context(self.session, self.projection, self.state, self.revision)
-
-    @property
     def work(self) -> int:
         """What an engine step over the run's view costs (`cpu.run` decides from it where it runs)."""
         return self.projection.message_count * cpu.MESSAGE_WORK_BYTES
@@ -93,24 +88,19 @@ class FoldedElsewhere(Exception):
 
 class Installs:
     def __init__(self, store: Store):
-        self.store = store
-        # The store's clock: receipts and the rows the store writes agree.
-        self.clock = store.clock
+        self.store = store  # its clock stamps receipts: they agree with the rows it writes
 
     async def install(self, run: Run, install: Install, candidate: Projection, prepared_by: str = "") -> None:
         """Installs `candidate` by compare-and-swap (StaleSession when the session changed); `run` follows it."""
         with run.observer.installing(install, run.projection.tokens(), candidate.tokens(), prepared_by):
             run.session, run.revision = await self.store.install(run.session, install)
-            run.projection = candidate
-            run.state = install.state
-        receipt = run.state.last_receipt
-        if receipt is not None:
-            run.observer.receipt(receipt)
+            run.projection, run.state = candidate, install.state
+        run.observer.receipt(install.state.receipts[-1])  # its receipt: every install has one
 
     def receipt(
         self, status: ReceiptStatus, action: ReceiptAction, tokens_in: int, tokens_out: int, reason: str
     ) -> Receipt:
-        return Receipt(uuid.uuid4().hex, status, action, tokens_in, tokens_out, reason, self.clock())
+        return Receipt(uuid.uuid4().hex, status, action, tokens_in, tokens_out, reason, self.store.clock())
 
     def record(
         self, run: Run, status: ReceiptStatus, action: ReceiptAction, before: int, after: int, reason: str
