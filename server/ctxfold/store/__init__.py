@@ -1,5 +1,4 @@
-"""Persistence: `Store`, every query ctxfold makes, scoped by tenant, assembled from one class per aggregate.
-See docs/architecture.md, Storage model (the store's code) and Concurrency."""
+"""Persistence: `Store`, every query scoped by tenant, one class per aggregate (docs/architecture.md, Storage model)."""
 
 from ctxfold.store.base import StaleSession
 from ctxfold.store.checkpoints import CheckpointStore

@@ -1,7 +1,5 @@
-"""The one write of an agent's step (an append's messages, raw results and request id, the answer's bookkeeping;
-or ObserveUsage's state and usage row): what it carries and what it came to. A compare-and-swap in one
-transaction, run by the database driver itself (`append_sqlite.py`, `append_postgres.py`). See
-docs/architecture.md, One path for every append."""
+"""The one write of an agent's step (an append and the answer's bookkeeping, or ObserveUsage's state and usage row)
+and its outcome: a compare-and-swap run by the driver itself. See docs/architecture.md, One path for every append."""
 
 from __future__ import annotations
 
@@ -14,9 +12,8 @@ Row = dict[str, object]
 
 @dataclass(frozen=True)
 class Bookkeeping:
-    """An answer's bookkeeping (`ContextState.bookkeeping_json`), written over `revision` only; or,
-    when the stored state is not the one it was made from but for those fields (a new or rebuilt
-    state), the `whole` state (`ContextState.to_json`)."""
+    """An answer's bookkeeping (`ContextState.bookkeeping_json`) written over `revision` only; or, when the state was
+    new or rebuilt, the `whole` state (`ContextState.to_json`)."""
 
     json: str
     revision: int
@@ -25,8 +22,7 @@ class Bookkeeping:
 
 @dataclass(frozen=True)
 class AppendRows:
-    """The rows an append inserts and the session's columns it changes, made once for either store
-    (`rows.append_write`)."""
+    """The rows an append inserts and the session's columns it changes, for either store (`rows.append_write`)."""
 
     head: Row  # head_seq, open_tool_calls, version, update_time after it
     request: Row | None  # its append_requests row, with a request id
@@ -37,10 +33,8 @@ class AppendRows:
 
 @dataclass(frozen=True)
 class AppendWrite:
-    """One write, decided on the session as `seen`, at the store's time `now`: an append's `rows`, or (None)
-    the bookkeeping alone while the session is still `seen`. A `usage` row is recorded with the
-    bookkeeping, when that is written. `size`: the bytes of text and data it carries (what committing it
-    costs)."""
+    """One write, decided on the session as `seen` at the store's time `now`: an append's `rows`, or (None) the
+    bookkeeping alone; `usage` goes with the bookkeeping. `size`: the bytes it carries (what committing it costs)."""
 
     seen: SessionRecord
     now: float

@@ -1,6 +1,5 @@
-"""The one write on PostgreSQL: one statement of data-modifying CTEs (a transaction of its own, one round trip) on
-a connection of the store's pool, its rows as one array per column. Why: docs/architecture.md, One path for every
-append."""
+"""The one write on PostgreSQL: one statement of data-modifying CTEs (its own transaction, one round trip), its rows
+as one array per column. Why: docs/architecture.md, One path for every append."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ def _type(column: Column[Any]) -> str:
 
 
 def _unnest(table: Table, first: int) -> str:
-    """`INSERT INTO table (…) SELECT u.* FROM swapped, unnest($first::type[], …) AS u`: the rows as one
-    array per column, inserted only when the session's swap (the CTE `swapped`) changed its row."""
+    """`INSERT … SELECT u.* FROM swapped, unnest($first::type[], …)`: inserted only when the swap changed the row."""
     arrays = ", ".join(f"${first + i}::{_type(c)}[]" for i, c in enumerate(table.columns))
     return f"INSERT INTO {table.name} ({', '.join(table.c.keys())}) SELECT u.* FROM swapped, unnest({arrays}) AS u"
 
@@ -39,8 +37,7 @@ _INSERTED = (schema.messages, schema.tool_results, schema.tool_result_chunks)
 
 
 def _statements() -> tuple[str, str]:
-    """With messages: swap, request id, messages, results, chunks, bookkeeping, usage; without: the bookkeeping
-    (and usage), while the session is current."""
+    """With messages: swap, request id, rows, bookkeeping, usage; without: bookkeeping and usage if still current."""
     # The append adds: request id, the new head (3), message ids, then the rows' arrays.
     request, head, ids = f"${_APPEND_FIRST}", [f"${_APPEND_FIRST + i}" for i in (1, 2, 3)], f"${_APPEND_FIRST + 4}"
     current = "id = $1 AND tenant = $2 AND version = $3 AND branch_id = $4"
@@ -115,13 +112,11 @@ class PostgresAppender:
             prior, swapped, revision = await driver.fetchrow(sql, *args)
         except BaseException as error:
             if not isinstance(error, asyncpg.PostgresError):
-                # Cut off on the way (cancelled, the connection lost): the connection may be left in the
-                # middle of its statement, so it is never used again.
+                # Cut off (cancelled, connection lost): it may be left mid-statement, so it is never used again.
                 await asyncio.shield(conn.invalidate())
             if not isinstance(error, Exception):
                 raise
-            # One statement, a transaction of its own: cut off on the way (not answered with an error by
-            # the server) it may have committed.
+            # One statement, its own transaction: cut off (no error from the server), it may have committed.
             raise_store_error(error, may_have_committed=not isinstance(error, asyncpg.PostgresError))
         finally:
             await conn.close()

@@ -1,6 +1,5 @@
-"""The one write on SQLite: one connection in the store's writer turn, a small write committed on the event loop
-without waiting for the write lock, a larger one (or any while another process holds it) in a thread that waits.
-Why: docs/architecture.md, One path for every append."""
+"""The one write on SQLite, in the writer turn: a small one commits on the loop without waiting for the lock, a larger
+one (or any while another process holds it) in a thread. Why: docs/architecture.md, One path for every append."""
 
 from __future__ import annotations
 
@@ -20,10 +19,9 @@ from ctxfold.store.database import configure_sqlite_connection
 from ctxfold.store.errors import raise_store_error
 from ctxfold.store.rows import USAGE_FIELDS
 
-# A write of at most this many bytes commits on the event loop (about 0.1 ms), a larger one in the thread.
+# A write of at most this many bytes commits on the event loop, a larger one in the thread.
 INLINE_MAX_BYTES = cpu.OFFLOAD_MIN_BYTES
-# The loop never checkpoints the WAL on commit (a checkpoint syncs the database file): after this many
-# commits a passive checkpoint runs in the thread, which bounds the WAL file.
+# No WAL checkpoint on commit (it syncs the file): a passive one every this many commits, in the thread.
 CHECKPOINT_EVERY_COMMITS = 100
 BUSY_TIMEOUT_MS = 10_000
 
@@ -80,8 +78,7 @@ class SqliteAppender:
         self._commits = 0
 
     async def write(self, append: AppendWrite) -> Outcome:
-        """`append` committed on the loop when small, else (or while another process holds the write lock) in
-        the thread."""
+        """`append` committed on the loop when small, else (or while another process holds the lock) in the thread."""
         loop = asyncio.get_running_loop()
         async with self._writer_turn:
             conn = self._connection()
@@ -106,8 +103,7 @@ class SqliteAppender:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            # isolation_level None: `_commit` issues the transaction control itself; used by the loop and
-            # the thread in turn (the writer turn), never at once.
+            # `_commit` runs BEGIN/COMMIT itself; the loop and the thread use it in turn, never at once.
             self._conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             configure_sqlite_connection(self._conn)
             self._conn.execute("PRAGMA wal_autocheckpoint=0")
@@ -115,14 +111,12 @@ class SqliteAppender:
 
     @staticmethod
     def _checkpoint_wal(conn: sqlite3.Connection) -> None:
-        # PASSIVE: copies what it can without waiting for readers or blocking writers; a failure only
-        # delays it (the engine's connections checkpoint too).
+        # PASSIVE: never waits for readers or blocks writers; a failure only delays it (the engine checkpoints too).
         with contextlib.suppress(sqlite3.Error):
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def _commit(self, conn: sqlite3.Connection, append: AppendWrite, wait: bool) -> Outcome:
-        """`append` in one transaction. Without `wait` (on the loop) a write lock held by another
-        process raises _Busy before anything is written."""
+        """`append` in one transaction; without `wait` (on the loop) another process's lock raises _Busy first."""
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS if wait else 0}")
         try:
             conn.execute("BEGIN IMMEDIATE")

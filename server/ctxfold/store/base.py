@@ -1,5 +1,4 @@
-"""What every aggregate of the store shares: the engine, the transactions, the clock and the session row
-every write of a session takes first."""
+"""What the store's aggregates share: the engine, transactions, clock and the session row every write takes first."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ from ctxfold.store.rows import session_from_row
 async def ancestors(
     conn: AsyncConnection, table: Table, columns: Sequence[str], name: str, *start: ColumnElement[bool]
 ) -> Sequence[Row[Any]]:
-    """`columns` of the rows of `table` that match `start` and of all their ancestors (by `parent_id`), in one
-    recursive query named `name`."""
+    """`columns` of `table`'s rows matching `start` and of their ancestors (`parent_id`), one recursive query."""
     chain = select(*(table.c[c] for c in columns)).where(*start).cte(name, recursive=True)
     parent = table.alias("parent")
     chain = chain.union(select(*(parent.c[c] for c in columns)).where(parent.c.id == chain.c.parent_id))
@@ -52,8 +50,7 @@ async def session_row(
 
 
 async def swap_session(conn: AsyncConnection, session: SessionRecord, now: float, **values: object) -> None:
-    """Writes `values` to the session's row and advances its version if it is still `session.version` (the
-    compare-and-swap of every write of a session); StaleSession otherwise."""
+    """Every session write's compare-and-swap: `values`, version + 1 if still `session.version`; else StaleSession."""
     s = schema.sessions.c
     query = update(schema.sessions).where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
     if (await conn.execute(query.values(version=s.version + 1, update_time=now, **values))).rowcount != 1:
@@ -73,8 +70,7 @@ class StoreBase:
     async def close(self) -> None:
         await self.engine.dispose()
 
-    # Every statement runs in one of these two (or in `store/append.py`), so a database failure reaches
-    # the caller as the domain error it means (`store/errors.py`), never as a driver's.
+    # Every statement runs in one of these (or `store/append.py`): a failure surfaces as a domain error, not a driver's.
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection]:

@@ -1,5 +1,4 @@
-"""Checkpoints (immutable, shared between forks): head chains, the index of what a session can read,
-the insert of a fold's checkpoint and the collection of checkpoints nothing reaches."""
+"""Checkpoints (immutable, shared by forks): chains, the index a session reads, inserts, collecting unreachable ones."""
 
 from __future__ import annotations
 
@@ -52,9 +51,8 @@ async def insert_checkpoint(conn: AsyncConnection, tenant: str, fold: FoldInstal
 async def drop_unreachable_checkpoints(
     conn: AsyncConnection, chain: dict[str, CheckpointLink], start: str | None, stop_at: str | None
 ) -> None:
-    """Walks the chain from `start` towards the root (not reaching `stop_at`) and deletes each
-    checkpoint no session points at and no other checkpoint builds on; stops at the first that is
-    still needed, since everything below it is then needed too."""
+    """From `start` towards the root (short of `stop_at`), deletes each checkpoint no session or checkpoint uses;
+    stops at the first still needed, since everything below it is then needed too."""
     cp, s = schema.checkpoints.c, schema.sessions.c
     current = start
     while current is not None and current != stop_at:
@@ -124,8 +122,7 @@ class CheckpointStore(StoreBase):
     async def list_checkpoints(
         self, session: SessionRecord, include_abandoned: bool, limit: int, after: tuple[float, str] | None
     ) -> tuple[list[StoredCheckpoint], tuple[float, str] | None]:
-        """One page, newest first; `after` is the (create_time, id) of the last checkpoint of the
-        previous page. Returns the page and, when more follow, the (create_time, id) of its last checkpoint."""
+        """One page, newest first, after the (create_time, id) cursor `after`; and the next cursor if more follow."""
         async with self._read() as conn:
             index = await _checkpoint_index(conn, session, include_abandoned)
             order = sorted(index.items(), key=lambda item: (item[1][0], item[0]), reverse=True)
@@ -137,8 +134,7 @@ class CheckpointStore(StoreBase):
         return listed, (listed[-1].create_time, listed[-1].checkpoint.id) if len(page) > limit else None
 
     async def get_checkpoint(self, session: SessionRecord, checkpoint_id: str) -> StoredCheckpoint:
-        """A checkpoint of the session's head chain or of one of its abandoned branches; any other id
-        (unknown, another session's, another tenant's) is CHECKPOINT_NOT_FOUND alike."""
+        """A checkpoint of the session's head chain or abandoned branches; any other id: CHECKPOINT_NOT_FOUND alike."""
         async with self._read() as conn:
             found = (await _checkpoint_index(conn, session, include_abandoned=True)).get(checkpoint_id)
             if found is None:

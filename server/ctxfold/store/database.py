@@ -46,8 +46,7 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
 
     @event.listens_for(engine.sync_engine, "checkout")
     def on_checkout(_dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
-        # Instead of a ping per checkout (three round trips): a connection the server closed while idle is
-        # replaced (docs/operations.md, Databases).
+        # No ping per checkout (docs/operations.md, Databases): a connection the server closed while idle is replaced.
         if record.driver_connection is not None and record.driver_connection.is_closed():
             raise DisconnectionError("the server closed this connection while it was idle")
 
@@ -63,8 +62,7 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
 
     @event.listens_for(engine.sync_engine, "begin")
     def on_begin(conn: Connection) -> None:
-        # A write transaction that starts as a reader and upgrades later fails at once with SQLITE_BUSY
-        # under WAL when another writer got in between; BEGIN IMMEDIATE waits for the lock instead.
+        # Under WAL a reader upgrading to a writer fails with SQLITE_BUSY if one got in between; IMMEDIATE waits.
         immediate = conn.get_execution_options().get(WRITE_OPTION, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
@@ -80,8 +78,7 @@ def configure_sqlite_connection(connection: Any) -> None:
 
 
 class SchemaError(Exception):
-    """The database's schema cannot be brought to this version's: it is newer than any this version
-    knows, or an upgrade would lose rows (then nothing was changed)."""
+    """The schema cannot be brought to this version's: it is newer, or the upgrade would lose rows (nothing changed)."""
 
 
 def _row_counts(connection: Connection) -> dict[str, int]:
@@ -90,9 +87,8 @@ def _row_counts(connection: Connection) -> dict[str, int]:
 
 
 def _upgrade(connection: Connection) -> None:
-    """Upgrades to the newest revision inside the caller's transaction, or raises SchemaError (and the
-    caller's rollback undoes everything) when the database is newer than this version or any table
-    would have fewer rows after the upgrade than before."""
+    """Upgrades to the newest revision in the caller's transaction; SchemaError (the caller rolls back) when the
+    database is newer than this version or the upgrade would lose rows or break foreign keys."""
     if connection.dialect.name == "postgresql":
         # Replicas starting together migrate one at a time.
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY})
@@ -132,8 +128,7 @@ def _sqlite_foreign_keys(connection: Connection, on: bool) -> None:
 
 
 async def migrate(engine: AsyncEngine) -> None:
-    """Upgrades the schema to the newest revision (a no-op when it is current), all or nothing; raises
-    SchemaError. SQLite's foreign keys are off meanwhile (docs/operations.md, Databases says why)."""
+    """Upgrades the schema all or nothing (SchemaError), SQLite's foreign keys off (docs/operations.md, Databases)."""
     async with engine.connect() as plain:
         sqlite = engine.dialect.name == "sqlite"
         if sqlite:

@@ -1,5 +1,4 @@
-"""The one translation of SQLite, asyncpg and SQLAlchemy errors into domain errors (the table: docs/operations.md,
-Errors); anything that is not the database's condition is left alone: a bug stays a bug."""
+"""Database errors translated into domain errors, in one place (docs/operations.md, Errors); a bug stays a bug."""
 
 from __future__ import annotations
 
@@ -81,9 +80,8 @@ def _condition(error: BaseException) -> tuple[Kind, str] | None:
 
 
 def store_error(error: BaseException, *, may_have_committed: bool = False, connecting: bool = False) -> BaseException:
-    """The domain error a database failure means, or `error` itself when it is not one. Whatever fails
-    a connection while it opens (`connecting`: a missing database, refused credentials) makes the
-    database unavailable to this server."""
+    """The domain error a database failure means, or `error` itself. A failure while a connection opens (`connecting`:
+    a missing database, refused credentials) makes the database unavailable."""
     if isinstance(error, DomainError):
         return error
     condition = _condition(error) or ((Kind.UNAVAILABLE, "cannot_connect") if connecting else None)

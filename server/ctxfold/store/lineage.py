@@ -1,6 +1,5 @@
-"""Lineage: the segments that hold a session's transcript (shared with forks, split by rewinds), the
-seq ranges that are live, the history a session can read (abandoned branches included), branch points,
-Rewind, and the collection of segments nothing reaches. The decisions are `engine/lineage.py`'s."""
+"""Lineage: segments (shared with forks, split by rewinds), live seq ranges, the readable history, branch points,
+Rewind and collecting unreachable segments; the decisions are `engine/lineage.py`'s."""
 
 from __future__ import annotations
 
@@ -47,9 +46,8 @@ async def session_live_ranges(conn: AsyncConnection, session: SessionRecord) -> 
 
 
 async def in_history(conn: AsyncConnection, session: SessionRecord) -> ColumnElement[bool]:
-    """Matches everything that was ever in the session's transcript, abandoned branches included (not
-    what a fork's source wrote after the fork point): owned segments by owner, plus the inherited lineage
-    (why that suffices: docs/architecture.md, Storage model)."""
+    """Matches what was ever in the session's transcript (abandoned branches too, not a fork source's later writes):
+    owned segments by owner, plus the inherited lineage (why that suffices: docs/architecture.md, Storage model)."""
     seg, m = schema.segments.c, schema.messages.c
     parent = schema.segments.alias("parent")
     branch = (
@@ -80,8 +78,7 @@ async def branch_point(conn: AsyncConnection, session: SessionRecord, seq: int) 
     checkpoint_id = checkpoint_at_or_before(
         await checkpoint_chain(conn, session.checkpoint_id), session.checkpoint_id, seq
     )
-    # Calls still waiting at `seq` can only belong to the last assistant message, whose group is at
-    # most 1 + MAX_TOOL_CALLS_PER_MESSAGE messages long.
+    # Calls waiting at `seq` are the last assistant message's, a group of at most 1 + MAX_TOOL_CALLS_PER_MESSAGE.
     m = schema.messages.c
     window = MAX_TOOL_CALLS_PER_MESSAGE + 1
     rows = (
@@ -98,9 +95,8 @@ async def branch_point(conn: AsyncConnection, session: SessionRecord, seq: int) 
 
 
 async def drop_unreachable_segments(conn: AsyncConnection, candidates: dict[str, Segment]) -> None:
-    """Deletes the candidate segments (with their messages and raw results) that no session has as
-    its head, no live session owns (its abandoned branches stay listable) and no segment builds on.
-    Children go first, which frees their parents, so a pass repeats until nothing changes."""
+    """Deletes the candidate segments (with messages and raw results) no session has as head, no live session owns
+    (its abandoned branches stay listable) and no segment builds on; repeats, as deleting children frees parents."""
     seg, s = schema.segments.c, schema.sessions.c
     remaining = set(candidates)
     while remaining:
@@ -125,8 +121,7 @@ async def drop_unreachable_segments(conn: AsyncConnection, candidates: dict[str,
 
 
 async def _live_branch_depth_after(conn: AsyncConnection, segment_id: str, seq: int) -> int:
-    """How many segments below `segment_id` the deepest session head lies, among the branches that
-    start after `seq` (what moving that tail re-parents); 0 when no session's head is there."""
+    """How many segments below `segment_id` the deepest session head on a branch after `seq` lies (0: none)."""
     seg, s = schema.segments.c, schema.sessions.c
     below = (
         select(seg.id, literal(1).label("depth"))
@@ -142,9 +137,8 @@ async def _live_branch_depth_after(conn: AsyncConnection, segment_id: str, seq: 
 
 
 async def _split_tail(conn: AsyncConnection, segment_id: str, seq: int, tail_id: str) -> None:
-    """Moves the messages of `segment_id` after `seq` (with their raw results) to the new segment
-    `tail_id`, whose parent is `segment_id` at `seq`, and re-parents the branches that start after
-    `seq` onto it. Message ids, seqs and contents stay; every lineage reads the same messages."""
+    """Moves `segment_id`'s messages after `seq` (and raw results) to the new segment `tail_id`, parented there, and
+    re-parents the branches after `seq` onto it; ids, seqs and contents stay, so every lineage reads the same."""
     m, tr, seg = schema.messages.c, schema.tool_results.c, schema.segments.c
     tail = select(m.id).where(m.segment_id == segment_id, m.seq > seq)
     await conn.execute(
@@ -180,8 +174,7 @@ async def insert_segment(conn: AsyncConnection, tenant: str, point: BranchPoint,
 
 class LineageStore(StoreBase):
     async def rewind(self, session: SessionRecord, to_seq: int) -> None:
-        """Moves the head back to `to_seq`; the later messages stay, abandoned.
-        Raises StaleSession when the session changed since it was read."""
+        """Moves the head back to `to_seq` (later messages stay, abandoned); StaleSession if the session changed."""
         now = self.clock()
         async with self._write() as conn:
             if (await session_row(conn, session.tenant, session.id, lock=True)).version != session.version:

@@ -1,5 +1,4 @@
-"""Prepared folds: at most one per session, the checkpoint and document of a fold made in the
-background (`engine/background.py`), kept until the trigger installs it or it is found stale."""
+"""Prepared folds (`engine/background.py`): at most one per session, kept until installed or found stale."""
 
 from __future__ import annotations
 

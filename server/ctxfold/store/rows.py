@@ -1,6 +1,5 @@
-"""The store's records and the one row mapper of each: every query that reads a session, a message or a
-checkpoint row turns it into its record here, and every insert of a message, a raw result or a checkpoint
-takes its columns from here, so a new field is added in one place (plus its schema column)."""
+"""The store's records and the one row mapper of each, both ways (sessions, messages, raw results, checkpoints),
+so a new field is added here and in its schema column only."""
 
 from __future__ import annotations
 
@@ -62,9 +61,6 @@ def _columns(row: object) -> Any:
     return row._mapping  # type: ignore[attr-defined]
 
 
-# ---- sessions -----------------------------------------------------------------------------------
-
-
 def session_from_row(row: object) -> SessionRecord:
     m = _columns(row)
     values = {f.name: m[f.name] for f in fields(SessionRecord)}
@@ -80,9 +76,6 @@ def branch_values(point: BranchPoint, segment_id: str) -> dict[str, object]:
         "checkpoint_id": point.checkpoint_id,
         "open_tool_calls": json.dumps(list(point.open_tool_calls)),
     }
-
-
-# ---- messages -----------------------------------------------------------------------------------
 
 
 def message_from_row(row: object, abandoned: bool = False) -> StoredMessage:
@@ -132,8 +125,6 @@ def message_values(message: StoredMessage, segment_id: str) -> dict[str, object]
     }
 
 
-# ---- raw results ----------------------------------------------------------------------------------
-
 # Raw results below this size are stored uncompressed; compression costs more than it saves.
 _COMPRESS_MIN_BYTES = 1024
 ZSTD_LEVEL = 3
@@ -168,9 +159,6 @@ def encode_result(ref: str, message_id: str, raw: bytes, *, inline: bool = False
     return EncodedResult({**row, "codec": "zstd_chunks", "chunk_bytes": CHUNK_BYTES}, chunks)
 
 
-# ---- checkpoints --------------------------------------------------------------------------------
-
-
 def checkpoint_from_row(row: object, id_column: str = "id") -> Checkpoint:
     """The checkpoint of a `checkpoints` row (or of a `prepared_folds` row, whose id is `checkpoint_id`)."""
     m = _columns(row)
@@ -198,16 +186,10 @@ def checkpoint_entries(checkpoint: Checkpoint) -> str:
     return json.dumps(entries)
 
 
-# ---- context states -----------------------------------------------------------------------------
-
-
 def state_document(row: object) -> str:
     """The stored state of a context_states row (`stored_document`: the store knows nothing of either column)."""
     m = _columns(row)
     return stored_document(str(m["state_json"]), m["bookkeeping_json"])
-
-
-# ---- the one write ---------------------------------------------------------------------------------
 
 
 def append_write(
@@ -253,8 +235,6 @@ def step_write(step: Step, context: Context, now: float, request_id: str) -> tup
     rest = (appended.messages, appended.results, request_id, bookkeeping, appended.usage)
     return appended, append_write(context.session, appended.context.session, *rest)
 
-
-# ---- usage observations -------------------------------------------------------------------------
 
 # The engine's `Usage` fields a row holds, in the order the PostgreSQL write passes them.
 USAGE_FIELDS = tuple(f.name for f in fields(Usage))

@@ -60,11 +60,9 @@ segments = _table(
     Index("ix_segments_parent_id", "parent_id"),
 )
 
-# `system_tokens`, `tools_tokens`: of the system prompt and of the tool schemas, counted once when the config is
-# set. `branch_id`: a new id at every Create, Fork and Rewind, the branch a derived state belongs to (a rewind may
-# keep the head segment). `open_tool_calls`: JSON array of the last assistant message's calls still waiting for
-# results. `version`: bumped by every change, writers compare-and-swap on it. The fold lease (who folds the session
-# and until when, so replicas wait instead of summarizing the same input) is not part of `version`.
+# `system_tokens`, `tools_tokens`: counted once when the config is set. `branch_id`: new at every Create, Fork and
+# Rewind (a rewind may keep the head segment). `open_tool_calls`: JSON array of the calls still waiting. `version`:
+# every writer's compare-and-swap; the fold lease (so replicas wait instead of summarizing twice) is not part of it.
 sessions = _table(
     "sessions",
     Column("id", ID, primary_key=True),
@@ -110,8 +108,7 @@ tool_results = _table(
     Index("ix_tool_results_segment_id", "segment_id"),
 )
 
-# Raw bytes [chunk_index × chunk_bytes, +chunk_bytes) of a "zstd_chunks" result, each compressed on
-# its own, so a page read fetches and decompresses only the one or two chunks it covers.
+# Raw bytes [chunk_index × chunk_bytes, +chunk_bytes) of a "zstd_chunks" result, each compressed on its own.
 tool_result_chunks = _table(
     "tool_result_chunks",
     Column("ref", ID, ForeignKey("tool_results.ref", ondelete="CASCADE"), primary_key=True),
@@ -131,10 +128,9 @@ checkpoints = _table(
     Index("ix_checkpoints_parent_id", "parent_id"),
 )
 
-# At most one background fold per session, not installed yet: its checkpoint (as in `checkpoints`) and
-# document (`engine/background.py`). A fold install or a delete of the session removes it. `parent_id`, the
-# head checkpoint it builds on, has no foreign key: a rewind may delete it (the fold is then stale).
-# `traceparent`: the W3C traceparent of the fold's span, which the span of the install that uses it links to.
+# At most one background fold per session, not installed yet (`engine/background.py`); a fold install or the
+# session's delete removes it. `parent_id` has no foreign key: a rewind may delete it (the fold is then stale).
+# `traceparent`: the W3C traceparent of the fold's span, which the install's span links to.
 prepared_folds = _table(
     "prepared_folds",
     _owned("session", True),
@@ -153,9 +149,8 @@ append_requests = _table(
     *_required(message_ids_json=Text, create_time=Float),
 )
 
-# The projection "sidecar" (schema v3 JSON): `state_json` with `bookkeeping_json`'s fields over it; an
-# append-only Prepare writes only those, any other write the whole state and NULL there. `revision`: bumped by
-# every write; bookkeeping writes compare-and-swap on it.
+# The projection "sidecar" (schema v3 JSON): `state_json` with `bookkeeping_json`'s fields over it (an append writes
+# only those; any other write, the whole state and NULL there). `revision`: bumped by every write, a compare-and-swap.
 context_states = _table(
     "context_states",
     _owned("session", True),

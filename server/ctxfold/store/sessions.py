@@ -1,5 +1,4 @@
-"""Session rows: create (with its first segment and empty context state), fork, get, list, delete
-(with whatever only the session reached), and the fold lease."""
+"""Session rows: create, fork, get, list, delete (with whatever only the session reached), and the fold lease."""
 
 from __future__ import annotations
 
@@ -41,9 +40,8 @@ class SessionStore(StoreBase):
     async def fork(
         self, source: SessionRecord, at_seq: int, session_id: str, config_json: str, tokens: ConfigTokens
     ) -> SessionRecord:
-        """A new session sharing `source`'s history up to `at_seq` (0: its head as it is now) and its
-        checkpoint chain up to there: a snapshot of the source, whatever appends, rewinds or deletes
-        run beside it (they wait for the source's row, which the fork holds shared)."""
+        """A new session sharing `source`'s history and checkpoints up to `at_seq` (0: its head): a snapshot, whatever
+        runs beside it (appends, rewinds and deletes wait for the source's row, which the fork holds shared)."""
         async with self._write() as conn:
             current = await session_row(conn, source.tenant, source.id, lock=True, shared=True)
             point = await branch_point(conn, current, at_seq or current.head_seq)
@@ -91,8 +89,7 @@ class SessionStore(StoreBase):
     async def list_sessions(
         self, tenant: str, limit: int, after: tuple[float, str] | None
     ) -> tuple[list[SessionRecord], tuple[float, str] | None]:
-        """Newest first; `after` is the (create_time, id) of the last session of the previous page. Returns the
-        page and, when more follow, the (create_time, id) of its last session."""
+        """One page, newest first, after the (create_time, id) cursor `after`; and the next cursor if more follow."""
         s = schema.sessions.c
         query = select(schema.sessions).where(s.tenant == tenant)
         if after is not None:
@@ -104,8 +101,7 @@ class SessionStore(StoreBase):
         return records, (records[-1].create_time, records[-1].id) if len(rows) > limit and records else None
 
     async def delete_session(self, tenant: str, session_id: str) -> None:
-        """Deletes the session and whatever only it could reach: work is bounded by the session's own
-        segments and checkpoint chain, not by the tenant's size."""
+        """Deletes the session and whatever only it reached: bounded by its own segments and chain, not the tenant."""
         s, seg = schema.sessions.c, schema.segments.c
         async with self._write() as conn:
             session = await session_row(conn, tenant, session_id, lock=True)
@@ -119,9 +115,8 @@ class SessionStore(StoreBase):
     async def take_fold_lease(
         self, session: SessionRecord, owner: str, seconds: float, replacing: str = ""
     ) -> tuple[float, str]:
-        """Takes the session's fold lease, or extends it for its `owner`, or takes it from `replacing`
-        (a holder known to be dead). Returns (0, owner) when it is ours, else (when the other holder's
-        lease runs out, that holder)."""
+        """Takes the fold lease, extends it for `owner`, or takes it from `replacing` (a holder known dead). Returns
+        (0, owner) when ours, else (when the holder's lease runs out, that holder)."""
         now = self.clock()
         s = schema.sessions.c
         free = or_(s.fold_lease_until.is_(None), s.fold_lease_until < now, s.fold_lease_owner == owner)

@@ -33,8 +33,7 @@ async def _read_state(conn: AsyncConnection, session_id: str) -> tuple[str | Non
 
 
 async def _put_state(conn: AsyncConnection, session_id: str, state_json: str, revision: int | None, now: float) -> int:
-    """Writes the whole state (its row exists from the session's creation; its bookkeeping is in it): with a
-    `revision`, only over that revision. Returns the new revision, or 0 when that revision was not there."""
+    """Writes the whole state over `revision` if given (its row exists since creation); the new revision, 0 if gone."""
     cs = schema.context_states.c
     query = update(schema.context_states).where(cs.session_id == session_id)
     if revision is not None:
@@ -43,9 +42,8 @@ async def _put_state(conn: AsyncConnection, session_id: str, state_json: str, re
     return int((await conn.execute(query.values(values).returning(cs.revision))).scalar_one_or_none() or 0)
 
 
-# The driver's rows become SQLAlchemy rows on the event loop (about 1 µs each): a long session's view (100,000
-# messages held it 120-140 ms read at once) is read in partitions of this many, the loop free while the next is
-# fetched. A shorter read is one statement (on PostgreSQL a partitioned read is a cursor: a round trip more).
+# SQLAlchemy makes rows on the loop: a long view is read in partitions, the loop free between (docs/operations.md,
+# Limits); a shorter read is one statement (a partitioned one is a cursor on PostgreSQL: a round trip more).
 PARTITION_ROWS = 2000
 
 
@@ -89,9 +87,8 @@ class StateStore(StoreBase):
         return StoredContext(session, checkpoint, kept, after, document, revision)
 
     async def install(self, session: SessionRecord, install: Install) -> tuple[SessionRecord, int]:
-        """Installs a fold (a new head checkpoint, its document and projection state) or a prune (only
-        a new projection state) if the session is still at `session.version`; raises StaleSession
-        otherwise. All or nothing. Returns the session after the install and the state's new revision."""
+        """Installs a fold (head checkpoint, document, state) or a prune (state only), all or nothing, if the session is
+        still `session.version` (else StaleSession); returns the session after it and the state's new revision."""
         now = self.clock()
         s = schema.sessions.c
         fold = install if isinstance(install, FoldInstall) else None
@@ -111,8 +108,7 @@ class StateStore(StoreBase):
             return await session_row(conn, session.tenant, session.id), revision
 
     async def save_state(self, session_id: str, state_json: str, revision: int) -> int:
-        """Bookkeeping write: stores the state only if nobody wrote it since `revision` was read.
-        Returns the new revision, or 0 when someone else wrote first."""
+        """Stores the state if nobody wrote it since `revision`; the new revision, or 0 when someone wrote first."""
         async with self._write() as conn:
             return await _put_state(conn, session_id, state_json, revision, self.clock())
 

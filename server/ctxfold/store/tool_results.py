@@ -1,5 +1,4 @@
-"""Raw tool results (and user messages and fold documents, stored the same way): inserted as `store/rows.py`
-encodes them (inline, whole or in independently compressed chunks) and read back a page at a time."""
+"""Raw tool results (and user messages, fold documents): inserted as `rows.encode_result` makes them, read by page."""
 
 from __future__ import annotations
 
@@ -57,9 +56,8 @@ class ToolResultStore(StoreBase):
         return RawResult(ref=ref, data=span.data, sha256=sha256)
 
     async def read_raw_span(self, session: SessionRecord, ref: str, offset: int, limit: int) -> tuple[RawSpan, str]:
-        """The bytes of raw result `ref` that the page at `offset` of at most `limit` bytes is cut from
-        (`page_span`), and the sha256 of the whole result. The session can read a result on its lineage
-        or on a branch it abandoned; any other ref answers NOT_FOUND, whoever owns it."""
+        """The bytes of `ref` the page at `offset` of at most `limit` bytes is cut from (`page_span`), and the whole
+        result's sha256. A ref off the session's lineage and abandoned branches is NOT_FOUND, whoever owns it."""
         return await self._read_raw(session, ref, lambda total: page_span(offset, limit, total))
 
     async def _read_raw(
@@ -100,7 +98,6 @@ class ToolResultStore(StoreBase):
 
     @staticmethod
     async def _whole_raw(conn: AsyncConnection, ref: str, codec: str, message_id: str) -> bytes:
-        """A result kept whole."""
         if codec == "inline":
             m = schema.messages.c
             content = (await conn.execute(select(m.content).where(m.id == message_id))).scalar_one()

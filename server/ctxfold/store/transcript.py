@@ -24,8 +24,7 @@ class TranscriptStore(StoreBase):
         super().__init__(engine, clock)
         turn = self._writer_turn  # SQLite's
         self._appender = PostgresAppender(engine) if turn is None else SqliteAppender(engine.url.database or "", turn)
-        # The one write of an append (`store/append.py`), the appender's own: all of it, or nothing when
-        # the session changed (Stale) or the request id was seen (Repeated).
+        # The one write (`store/append.py`): all of it, or nothing when Stale or Repeated.
         self.append: Callable[[AppendWrite], Awaitable[Outcome]] = self._appender.write
 
     async def close(self) -> None:
@@ -47,9 +46,8 @@ class TranscriptStore(StoreBase):
         include_abandoned: bool,
         max_chars: int,
     ) -> tuple[list[StoredMessage], tuple[int, int, str] | None]:
-        """One page in (seq, abandoned, id) order, at most `limit` messages and `max_chars` characters
-        of text (always at least one message); returns the cursor of the last message when more follow.
-        Sizes are read first, so a page of large messages is never loaded beyond its bound."""
+        """One page in (seq, abandoned, id) order: at most `limit` messages and `max_chars` of text (at least one), and
+        the cursor when more follow. Sizes are read first, so large messages are never loaded beyond the bound."""
         m = schema.messages.c
         size = (
             func.coalesce(func.length(m.content), 0)
