@@ -59,9 +59,8 @@ class BackgroundFolds:
         self._tried: OrderedDict[str, str] = OrderedDict()
 
     def progress(self, tenant: str, answered: Context | Run) -> FoldProgress | None:
-        """After an answer: starts the session's background fold when the view has reached
-        `prefold_tokens` (`prefold_due`) and none ran over this head checkpoint; the progress event
-        that says so, or that one is running, else None."""
+        """After an answer: starts the session's background fold when the view reached `prefold_tokens` (`prefold_due`)
+        and none ran over this head checkpoint; the progress event saying so, or that one runs, else None."""
         config, session_id = answered.config, answered.session.id
         projection = answered.projection
         tokens = projection.tokens()
@@ -138,9 +137,8 @@ class BackgroundFolds:
         return True
 
     async def read_prepared(self, run: Run) -> tuple[PreparedFold, Projection] | None:
-        """The session's prepared fold when this round may install one (a Prepare at or above the
-        trigger), with the view it makes (`applied`); one that no longer applies is discarded here,
-        with a receipt (its summary was paid for)."""
+        """The session's prepared fold and its view (`applied`) when this round may install one (at or above the
+        trigger); one that no longer applies is discarded here, with a receipt (its summary was paid for)."""
         background = run.request.trigger is Trigger.BACKGROUND  # it makes one only where none applies
         if not background and not may_install_prepared(run.config, run.request, run.first_tokens):
             return None
@@ -184,8 +182,7 @@ class BackgroundFolds:
             log.warning("background fold of session %s failed: %s", session_id, task.exception())
 
     async def stop(self, run: Run, why: str) -> None:
-        """Cancels the session's background fold of this process, when one runs, and waits for it to
-        unwind; its summary request, paid for in part, is said in a receipt."""
+        """Cancels this process's background fold of the session, if any, and waits; its paid call gets a receipt."""
         running = self._tasks.get(run.session.id)
         if running is None:
             return
@@ -200,8 +197,7 @@ class BackgroundFolds:
         await self.states.add_receipt(run.session, receipt)
 
     def rewound(self, session_id: str, to_seq: int) -> Receipt | None:
-        """A rewind to `to_seq`: a background fold reading past it is cancelled, and one may start again.
-        The receipt of the one cancelled (its summary request was paid for in part), if any."""
+        """A rewind to `to_seq` cancels a background fold reading past it (one may start again): its receipt, if any."""
         self._tried.pop(session_id, None)
         running = self._tasks.get(session_id)
         if running is None or running[1] <= to_seq:

@@ -1,7 +1,6 @@
-"""Sessions' current contexts, cached per process so an append costs what is new, not a reload of the view, and
-changed one at a time per session by the one write (`Contexts.change`): an append (all or nothing, idempotent
-with a request id, with the answer's bookkeeping when it makes one), a usage report, a receipt. Each cached
-context is a guess that write's swap validates (docs/architecture.md, One path for every append)."""
+"""Sessions' current contexts, cached per process so an append costs what is new, and changed one at a time per
+session by the one write (`Contexts.change`: an append, a usage report, a receipt). A cached context is a guess the
+write's swap validates (docs/architecture.md, One path for every append)."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ from ctxfold.telemetry import INSTRUMENTS
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 256 << 20
-# A change that keeps losing compare-and-swap races (or whose cached context keeps being behind) gives up after
-# this many attempts.
+# A change that keeps losing its compare-and-swap (or finding its cached context behind) gives up after this many.
 MAX_ATTEMPTS = 8
 
 MAX_REQUEST_ID_CHARS = 128
@@ -81,9 +79,8 @@ class KeyedLock:
 
 @dataclass(frozen=True)
 class AppendResult:
-    """What an append comes to: its messages as stored (the first append's, for a request id seen before), the
-    context after it (None after a repeated request id: the store has it), and the answer written with
-    it when no maintenance was due."""
+    """An append's messages as stored (the first append's, for a repeated request id), the context after it (None when
+    repeated: the store has it), and the answer written with it when no maintenance was due."""
 
     messages: list[StoredMessage]
     context: Context | None
@@ -134,8 +131,7 @@ class Contexts:
     async def append_messages(
         self, tenant: str, session_id: str, messages: Sequence[NewMessage], request_id: str
     ) -> tuple[list[StoredMessage], SessionRecord]:
-        """AppendMessages: the append alone (no answer); returns the messages as stored and the session
-        after them."""
+        """AppendMessages: the append alone (no answer); the messages as stored and the session after them."""
         written = await self.append(tenant, session_id, messages, request_id, AppendRequest((), answer=False))
         session = written.context.session if written.context else await self.store.get_session(tenant, session_id)
         return written.messages, session
@@ -143,9 +139,8 @@ class Contexts:
     async def append(
         self, tenant: str, session_id: str, messages: Sequence[NewMessage], request_id: str, request: AppendRequest
     ) -> AppendResult:
-        """Appends `messages` (all of them or none) to the session as it is, with the answer's bookkeeping
-        when `request` asks for one and no maintenance is due: the one write of AppendMessages and
-        Prepare. A request id seen before appends nothing and answers the first append's messages."""
+        """Appends `messages` (all or none), with the answer's bookkeeping when `request` asks for one and no
+        maintenance is due; a request id seen before appends nothing and answers the first append's messages."""
         if len(request_id) > MAX_REQUEST_ID_CHARS:
             raise invalid("INVALID_REQUEST_ID", f"request_id must be at most {MAX_REQUEST_ID_CHARS} characters")
         ids = [(new_id("m"), new_result_ref()) for _ in messages]
@@ -164,11 +159,9 @@ class Contexts:
         work: Callable[[Context], tuple[int, int]] | None = None,
         request_id: str = "",
     ) -> tuple[Appended, Context] | Repeated:
-        """`step` applied to the session's context and written by the one write of an append (with its
-        `request_id`), in the session's turn; decided again on the store's context when the cached one was
-        behind (its swap lost) or failed a precondition of the step. The step's result and the context after
-        it (which the cache keeps), or the first append's message ids when `request_id` was seen before.
-        `work`: the messages and characters of text the step goes through (`cpu.run`'s size)."""
+        """`step` applied to the session's context and written by the one write (with `request_id`), in the session's
+        turn; decided again on the store's context when the cached one was behind or failed a precondition. The step's
+        result and the context after it, or Repeated. `work`: the messages and characters it reads (`cpu.run` size)."""
         async with self.turns.hold(session_id):
             for attempt in range(MAX_ATTEMPTS):
                 context = await self.load(tenant, session_id, fresh=attempt > 0)
@@ -197,10 +190,9 @@ class Contexts:
     def written(
         self, session: SessionRecord, context: Context | None, grown_by: Sequence[StoredMessage] | None = None
     ) -> None:
-        """After a write to `session`: the context it left is kept (replacing an older one), or, None, the write lost
-        its swap or left the state unknown and the cached one is dropped (the next `load` reads the store). The one
-        place the cache changes but for `load`. `grown_by`: the context is the cached one after an append of these
-        (its size is counted from theirs, not from the whole view again)."""
+        """After a write: the context it left is cached, or (None: the swap lost, or the state is unknown) the cached
+        one dropped; the one place but `load` the cache changes. `grown_by`: the cached context after an append of
+        these (its size counted from theirs, not the whole view)."""
         key = (session.tenant, session.id)
         previous = self._entries.get(key)
         if context is None:

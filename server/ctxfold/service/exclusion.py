@@ -64,9 +64,8 @@ def died(holder: str) -> bool:
 
 @contextlib.asynccontextmanager
 async def holding(store: Store, session: SessionRecord, wait: bool) -> AsyncIterator[LeaseOutcome]:
-    """TAKEN: the fold lease is held, renewed, until the body ends (even cancelled). Else nothing is held:
-    HELD_ELSEWHERE (with its holder) at once, or with `wait` WAITED once that lease ended (re-read the
-    session: its fold probably changed it). A holder that died on this host loses its lease to us at once."""
+    """TAKEN: the lease is held, renewed, until the body ends (even cancelled). Else nothing is held: HELD_ELSEWHERE at
+    once, or with `wait` WAITED once it ended (re-read the session). A holder dead on this host loses it at once."""
     owner = f"{_PROCESS}:{uuid.uuid4().hex[:8]}"
     until, holder = await store.take_fold_lease(session, owner, FOLD_LEASE_SECONDS)
     if until and died(holder):
@@ -92,8 +91,7 @@ async def holding(store: Store, session: SessionRecord, wait: bool) -> AsyncIter
 
 
 async def _renew(store: Store, session: SessionRecord, owner: str) -> None:
-    """Renews the fold lease while the fold runs; a failed renewal is retried at the next beat (the
-    lease outlives a few missed beats)."""
+    """Renews the lease while the fold runs; a failed renewal waits for the next beat (the lease outlives a few)."""
     while True:
         await asyncio.sleep(FOLD_LEASE_RENEW_SECONDS)
         try:

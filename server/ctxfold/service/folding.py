@@ -70,12 +70,10 @@ class Folding:
             )
             return
         if fold.offline:
-            # The fold lease only saves summarizer calls twice paid for; an offline fold pays none, and the
-            # agent does not wait for another holder's summary (the compare-and-swap keeps one install).
+            # The lease only saves paying a summary twice; an offline fold pays none, so never waits (one swap wins).
             await self._fold_passes(run, summarizer, plan, stand_in)
             return
-        # Only a call that must fold waits for another holder's fold: any other Prepare answers with
-        # the current view, which still fits.
+        # Only a must-fold call waits for another holder's fold; any other answers with the current view, which fits.
         async with holding(self.store, run.session, wait=fold.must_fold) as held:
             if held.lease is Lease.WAITED:
                 raise FoldedElsewhere(run.session.id)
@@ -93,9 +91,8 @@ class Folding:
         return self.summarizers.get(ExtractiveSummarizer.name) or ExtractiveSummarizer()
 
     async def _fold_passes(self, run: Run, summarizer: Summarizer, plan: FoldPlan, stand_in: str = "") -> None:
-        """Pass after pass, each planned afresh from what the previous one installed, until the fold is
-        complete (or after one pass on overflow, or a dry run's candidate, or a failed pass);
-        `stand_in`: why `summarizer` folds instead of the configured one ("" when it is that one)."""
+        """Pass after pass, each planned from what the last installed, until complete (or one pass on overflow, a dry
+        run's candidate, a failed pass); `stand_in`: why `summarizer` folds instead of the configured one."""
         before = run.projection.tokens()
         passes = 1 if run.request.one_pass else plan.passes_planned
         await run.observer.planned(passes, before)
@@ -144,9 +141,8 @@ class Folding:
     async def candidate(
         self, run: Run, summarizer: Summarizer, fold: FoldPass, stand_in: str = ""
     ) -> tuple[Accepted, FoldDocument, str] | None:
-        """One summarizer call: (the accepted candidate, its folded-results document, how the pass fell back, else
-        `stand_in`), or None when it failed (recorded in `run`). Above the hard ceiling a failed LLM summary falls
-        back to extractive."""
+        """One summarizer call: (the accepted candidate, its folded-results document, how it fell back or `stand_in`),
+        or None when it failed (recorded in `run`). Above the hard ceiling a failed summary falls back to extractive."""
         projection = run.projection
         before = projection.tokens()
         await run.observer.pass_started(fold, before, summarizer.name)
@@ -222,9 +218,8 @@ class Folding:
 
 
 def _summary_request(run: Run, fold: FoldPass, record: FoldRecord) -> SummaryRequest:
-    """What the summarizer is asked: a cache-safe fork of the agent's request (its system prompt,
-    tools and cache key), the pass's prefix, the previous summary's body to update, and the budget the
-    engine's sections leave."""
+    """What the summarizer is asked: a cache-safe fork of the agent's request (system prompt, tools, cache key), the
+    pass's prefix, the previous summary's body to update, and the budget the engine's sections leave."""
     config, previous = run.config, run.projection.checkpoint
     return SummaryRequest(
         system_prompt=config.system_prompt,

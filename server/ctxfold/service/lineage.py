@@ -27,8 +27,7 @@ class Lineage:
         self.store = store
         self.sessions = sessions
         self.states = states
-        # Told of every rewind (session id, to_seq): a background fold reading past it is cancelled, and
-        # the receipt it answers is kept with the session's state.
+        # Told of every rewind: a background fold reading past it is cancelled, its receipt kept in the state.
         self.on_rewound = on_rewound
 
     async def fork(self, tenant: str, session_id: str, at_seq: int, overrides: ConfigInput) -> SessionInfo:

@@ -100,9 +100,8 @@ class Maintenance:
     async def prepare(
         self, tenant: str, session_id: str, append: Sequence[NewMessage], request: AppendRequest, request_id: str
     ) -> AsyncGenerator[AppendStored | Event, None]:
-        """A Prepare (`request`: its overflow and known view version): its checks and append, `AppendStored` once
-        that is stored, then its answer: in the caller's task when no maintenance was due (no task or queue), else
-        after maintenance, which runs as a `_stream` task reporting its progress."""
+        """A Prepare: its checks and append, `AppendStored` once stored, then its answer: in the caller's task when no
+        maintenance was due, else after maintenance, run as a `_stream` task reporting its progress."""
         written = await self.contexts.append(tenant, session_id, append, request_id, request)
         yield AppendStored()
         appended = written.messages
@@ -131,9 +130,8 @@ class Maintenance:
     def compact(
         self, tenant: str, session_id: str, focus: str, keep_tokens: int = 0, dry_run: bool = False
     ) -> AsyncGenerator[Event, None]:
-        """Folds everything outside the minimal kept set and the newest `keep_tokens` of history; a
-        `dry_run` makes the candidate and answers it without installing. A Compact that cannot fold
-        says why in the result; one whose fold fails ends with an error."""
+        """Folds all outside the minimal kept set and the newest `keep_tokens`; `dry_run` answers the candidate without
+        installing. A Compact that cannot fold says why in its result; one whose fold fails ends with an error."""
 
         async def work(emit: Emit) -> PreparedContext:
             if keep_tokens < 0:
@@ -147,9 +145,8 @@ class Maintenance:
         return self._stream(work)
 
     def maintaining(self, session_id: str) -> bool:
-        """Whether a call of this process is maintaining (or waiting to maintain) the session. A call the
-        client cancelled counts until its task has unwound (a pass it was installing is then committed
-        or discarded, and its fold lease released)."""
+        """Whether a call of this process maintains (or waits to) the session; a cancelled call counts until its task
+        unwound (a pass it was installing committed or discarded, its fold lease released)."""
         return self._sessions.held(session_id)
 
     async def _maintain(self, tenant: str, session_id: str, request: MaintainRequest, emit: Emit) -> Run:
@@ -228,8 +225,7 @@ class Maintenance:
     async def _install_pruned(
         self, run: Run, candidate: Projection, results: int, why: str, bound: bool = False
     ) -> None:
-        """Installs `candidate`, the view with `results` more tool results pruned (or bounded), with its
-        receipt; the call's action is `pruned` unless it folded too."""
+        """Installs `candidate` (`results` more results pruned or bounded) and its receipt; `pruned` unless folded."""
         before, after = run.projection.tokens(), candidate.tokens()
         receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.PRUNE, before, after, why)
         state = run.state.installed(candidate.pruned, candidate.bounds, receipt, folded=False)
@@ -241,9 +237,8 @@ class Maintenance:
         await run.observer.pruned(results, before, after, bound)
 
     async def _answer(self, run: Run, known_view_version: int, appended: list[StoredMessage]) -> PreparedContext:
-        """The result, plus the bookkeeping write (view record, activity, receipts); that write is
-        skipped, never retried over someone else's, if the state changed meanwhile. What was answered
-        becomes the session's cached context."""
+        """The result and its bookkeeping write (view record, activity, receipts), skipped, not retried over another's,
+        if the state changed meanwhile; what was answered becomes the cached context."""
         answered = await cpu.run(run.work, answer, run.answering(), known_view_version, self.store.clock())
         prepared, session = replace(answered, appended=tuple(appended)), run.session
         revision = await self.store.save_state(session.id, prepared.state.to_json(), run.revision)

@@ -1,5 +1,4 @@
-"""What one Prepare or Compact reports while it runs (progress events, spans, metrics): the driver notifies
-one `MaintenanceObserver` at each step; nothing here decides."""
+"""What a Prepare or Compact reports while it runs (progress, spans, metrics), step by step; nothing here decides."""
 
 from __future__ import annotations
 
@@ -62,8 +61,7 @@ class SummarizerCall:
 
 
 def provider_error_type(exc: BaseException) -> str:
-    """What the provider answered (its HTTP status code, as the GenAI conventions suggest), else the
-    exception's class: a timeout or a refused connection never reached an answer."""
+    """The provider's HTTP status (as the GenAI conventions suggest), else the exception's class (no answer came)."""
     cause: BaseException | None = exc
     while cause is not None:  # a SummarizerError wraps the SDK's error
         status = getattr(cause, "status_code", None)
@@ -110,8 +108,7 @@ class MaintenanceObserver:
 
     @contextlib.contextmanager
     def installing(self, install: Install, before: int, after: int, prepared_by: str = "") -> Iterator[None]:
-        """The install's span; one of a fold prepared in the background links to that fold's span
-        (`prepared_by`, its W3C traceparent)."""
+        """The install's span; a prepared fold's links to that fold's span (`prepared_by`, its W3C traceparent)."""
         fold = install if isinstance(install, FoldInstall) else None
         links = [trace.Link(span_context_of(prepared_by), {"ctxfold.link": "prepared_by"})] if prepared_by else None
         attributes: dict[str, AttributeValue] = {
@@ -186,8 +183,7 @@ class MaintenanceObserver:
 
     @staticmethod
     def folded(installed: int, planned: int, after: int, outcome: FoldOutcome, failure: str) -> None:
-        """The fold's end (its span is the current one): how many passes it installed of the final plan's, and
-        what it came to."""
+        """The fold's end (its span the current one): the passes it installed of the final plan's, and its outcome."""
         span = trace.get_current_span()
         span.set_attributes(
             {
@@ -254,8 +250,7 @@ class MaintenanceObserver:
 
     @contextlib.contextmanager
     def summarizing(self, summarizer: Summarizer, request: SummaryRequest) -> Iterator[SummarizerCall]:
-        """A model call as a GenAI `chat` client span, an in-process summarizer (extractive) as what
-        it is; its duration as a metric."""
+        """A model call as a GenAI `chat` client span, an in-process summarizer as what it is; its duration a metric."""
         calls_model = summarizer.provider != IN_PROCESS_PROVIDER
         metric = {
             "gen_ai.operation.name": "chat",

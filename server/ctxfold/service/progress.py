@@ -1,5 +1,4 @@
-"""What a Prepare or Compact streams while it maintains a session, the proto's `FoldProgress`: one event per
-step (prune, plan, pass, summary text, background fold), in the order they happen."""
+"""What a Prepare or Compact streams while it maintains a session (the proto's `FoldProgress`), one event a step."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Reads for clients and operators: pages of the canonical transcript (ListMessages; its one append is
-`Contexts.append`), of a stored raw tool result (ReadToolResult) and of a session's checkpoint chain."""
+"""Reads: pages of the transcript (ListMessages), of a raw tool result (ReadToolResult) and of a checkpoint chain."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ MAX_CHECKPOINT_PAGE_SIZE = 100
 class Reads:
     def __init__(self, store: Store, max_response_bytes: int):
         self.store = store
-        # A ListMessages page holds at most this many characters (4 UTF-8 bytes each, and room for the framing),
-        # so it fits one response whatever page_size asks; a shorter page comes with a next_page_token.
+        # A page's characters at most (4 UTF-8 bytes each, and framing): it fits one response whatever page_size asks.
         self.max_page_chars = max_response_bytes // 8
 
     async def messages(

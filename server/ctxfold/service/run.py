@@ -1,5 +1,4 @@
-"""One maintenance call's run: the state it carries through its rounds (`Run`) and the writes it
-makes on it — installs by compare-and-swap and receipts, stamped with the store's clock (`Installs`)."""
+"""One maintenance call's state through its rounds (`Run`) and its writes: installs and receipts (`Installs`)."""
 
 from __future__ import annotations
 

@@ -21,14 +21,12 @@ class SessionInfo:
 
 
 def config_tokens(config: SessionConfig) -> ConfigTokens:
-    """Counted once, when a config is set, and stored with the session (large texts in the counting
-    process: call it from a worker of `cpu.run`)."""
+    """Counted once, when a config is set, and stored (large texts in the counting process: call it in `cpu.run`)."""
     return ConfigTokens(system=cpu.count_text(config.system_prompt), tools=cpu.count_text(config.tools_json))
 
 
 async def fitting_config_tokens(config: SessionConfig) -> ConfigTokens:
-    """The config's token counts (large prompts counted off the event loop), once they are known to
-    leave room for a view in the window (else INVALID_CONFIG)."""
+    """The config's token counts (off the loop), once known to leave room for a view (else INVALID_CONFIG)."""
     tokens = await cpu.run(len(config.system_prompt) + len(config.tools_json), config_tokens, config)
     check_config_fits(config, tokens.system, tokens.tools)
     return tokens

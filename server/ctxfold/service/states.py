@@ -1,5 +1,4 @@
-"""ObserveUsage, GetContextState and receipts written apart from a call: the context state read, and changed
-by the one write of an append (compare-and-swap on the state's revision); the cached context follows."""
+"""ObserveUsage, GetContextState and receipts apart from a call: the state read, and changed by the one write."""
 
 from __future__ import annotations
 
