@@ -116,8 +116,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def _stdout_may_close() -> Iterator[None]:
-    """`ctxfold show … | head`: a closed pipe ends the command quietly with 141 (128 + SIGPIPE, as a shell
-    reports it), not with a BrokenPipeError traceback (the Python docs' "Note on SIGPIPE")."""
+    """`ctxfold show … | head`: a closed pipe exits quietly with 141 (128 + SIGPIPE), no BrokenPipeError traceback."""
     try:
         try:
             yield

@@ -33,14 +33,12 @@ class Settings:
     tls_cert: str = setting("", "PEM server certificate (enables TLS)")
     tls_key: str = setting("", "PEM server private key")
     tls_client_ca: str = setting("", "PEM CA bundle; when set, clients must present a cert")
-    # gRPC copies each request and answer whole on the event loop (about 2 ms per MiB): these keep health
-    # checks well under 100 ms (docs/operations.md, Limits). An AppendMessages answer echoes its request.
+    # gRPC copies requests and answers whole on the loop: these keep health checks fast (docs/operations.md, Limits).
     max_receive_message_bytes: int = setting(20 << 20, "largest gRPC request accepted", minimum=64 << 10)
     max_send_message_bytes: int = setting(24 << 20, "largest gRPC response sent", minimum=64 << 10)
     max_message_bytes: int = setting(4 << 20, "largest non-tool message (content+reasoning)", minimum=1)
     max_tool_result_bytes: int = setting(16 << 20, "largest raw tool result", minimum=1)
-    # Without it every copy of the next large request faults fresh pages in on the event loop (`ctxfold.memory`);
-    # why 256 MiB: docs/operations.md, Limits.
+    # Else large requests fault fresh pages in on the loop (`ctxfold.memory`); why 256 MiB: docs/operations.md, Limits.
     retained_heap_bytes: int = setting(
         256 << 20, "freed memory kept for the next large requests, not returned to the OS (glibc; 0 = off)", minimum=0
     )
@@ -50,8 +48,7 @@ class Settings:
     max_concurrent_rpcs_per_tenant: int = setting(
         64, "RPCs one tenant may have in progress at once; more are refused", minimum=1
     )
-    # Eight of the largest requests, one worked on at a time, kept 275-315 MiB of heap in use at the peak:
-    # about `retained_heap_bytes` plus the server's own (`bench/availability.py`).
+    # Eight of the largest requests: about `retained_heap_bytes` in use at the peak (docs/operations.md, Limits).
     max_concurrent_request_bytes: int = setting(
         160 << 20, "bytes of large requests (1 MiB or more) in progress at once; more are refused", minimum=0
     )
@@ -84,8 +81,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def _coerce(name: str, value: Any, fields: Mapping[str, dataclasses.Field[Any]] = FIELDS) -> Any:
-    """`value` as the setting's type, at least the `minimum` of its metadata (a number of things is never
-    negative, a pool never empty)."""
+    """`value` as the setting's type, at least its metadata's `minimum` (a count never negative, a pool never empty)."""
     kind, minimum = fields[name].type, fields[name].metadata.get("minimum")
     try:
         if kind not in ("int", "float"):
@@ -101,8 +97,7 @@ def _coerce(name: str, value: Any, fields: Mapping[str, dataclasses.Field[Any]] 
 def load_values(
     kind: type[Any], flags: Mapping[str, Any], environ: Mapping[str, str], config_path: str, prefix: str
 ) -> dict[str, Any]:
-    """The values of the settings dataclass `kind` given by flags, `prefix`-named environment variables
-    and the TOML file, in that order of precedence (`flags` holds only the options given)."""
+    """`kind`'s settings from flags (only those given), `prefix`ed variables and the TOML file, in that precedence."""
     fields = {f.name: f for f in dataclasses.fields(kind)}
     values: dict[str, Any] = {}
     path = config_path or environ.get(f"{prefix}CONFIG", "")
@@ -127,8 +122,7 @@ def load_values(
     return values
 
 
-# The bearer token of the client commands (sessions, show, replay) when --token is not given: a flag
-# shows in `ps`, the environment does not.
+# The client commands' bearer token when --token is not given: a flag shows in `ps`, the environment does not.
 TOKEN_ENV = "CTXFOLD_TOKEN"
 
 

@@ -20,12 +20,10 @@ from ctxfold.engine import estimator
 
 log = logging.getLogger(__name__)
 
-# Below this many bytes (or characters) of input the work takes well under a millisecond: a thread
-# hop (or a trip to the counting process) would cost more than it saves.
+# Below this many bytes (or characters) the work takes well under a millisecond: moving it would cost more.
 OFFLOAD_MIN_BYTES = 64 << 10
-# The engine's steps over a view (build it, decide, plan, record and summarize a fold) and making an
-# append's rows cost 1-10 µs per message whatever its text: a message counts as this many bytes, so 64
-# short messages or more are worked on off the loop (a view of 120,000 held the loop for seconds).
+# A message's work counts as this many bytes, whatever its text (engine steps cost 1-10 µs each): so 64 short
+# messages or more are worked on off the loop (docs/operations.md, Limits).
 MESSAGE_WORK_BYTES = 1 << 10
 WORKERS = max(1, len(os.sched_getaffinity(0)) - 1)
 COUNTING_NICE = 19
@@ -38,8 +36,8 @@ _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="ctxfold-cpu"
 
 
 async def run(size: int, function: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-    """`function(*args, **kwargs)`, in a worker of the pool when `size` (its input) is large (with the
-    caller's context variables, as `asyncio.to_thread` passes them: the trace context)."""
+    """`function(*args, **kwargs)`, in a pool worker when `size` (its input) is large, with the caller's contextvars
+    (as `asyncio.to_thread` passes them: the trace context)."""
     if size < OFFLOAD_MIN_BYTES:
         return function(*args, **kwargs)
     call = partial(contextvars.copy_context().run, function, *args, **kwargs)
@@ -47,8 +45,7 @@ async def run(size: int, function: Callable[P, T], /, *args: P.args, **kwargs: P
 
 
 def _start_counting() -> None:
-    """The counting process's start: the lowest priority, a watch on its server, and the encoding
-    loaded before any text."""
+    """The counting process's start: the lowest priority, a watch on its server, the encoding loaded before any text."""
     os.nice(COUNTING_NICE)
     server = os.getppid()
 
@@ -64,9 +61,8 @@ def _start_counting() -> None:
 
 
 class _CountingProcess:
-    """The process that counts large texts, started on first use and again if it dies (the count it owed is
-    made in the calling thread); one that cannot start or fails `MAX_FAILURES` times in a row is given up
-    for this server's life, as the log says."""
+    """Counts large texts; started on first use and again if it dies (the owed count made in the calling thread);
+    given up for the server's life, as the log says, if it cannot start or fails `MAX_FAILURES` times in a row."""
 
     MAX_FAILURES = 3
 
@@ -119,8 +115,7 @@ _counting = _CountingProcess()
 
 
 def start_counting() -> None:
-    """Starts the counting process and waits until it has loaded the encoding (about a second), so
-    that the first large append does not wait for it. Blocks: call it off the event loop."""
+    """Starts the counting process and waits for its encoding (~1 s), so no large append waits; blocks: off the loop."""
     _counting.run(len, "")  # a trivial call, answered once the process has started
 
 

@@ -58,9 +58,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     show.add_argument("--abandoned", action="store_true", help="also checkpoints of abandoned branches (default off)")
 
 
-# --- rendering (pure) ---------------------------------------------------------------------------------
-
-
 def _when(moment: datetime | float | None) -> str:
     """A time as UTC text: a datetime (the SDK's) or epoch seconds (a receipt's); "-" when unset."""
     if isinstance(moment, int | float):
@@ -96,8 +93,7 @@ class SessionReport:
 
 
 def background_fold(receipts: Sequence[dict[str, Any]]) -> str:
-    """What the receipts say of the session's background fold: prepared and waiting for the trigger,
-    or failed ("" when the last one was installed or discarded, or none ran)."""
+    """The background fold as the receipts say: prepared or failed ("" when installed, discarded or none ran)."""
     for r in reversed(receipts):
         if r.get("action") == "background" and r.get("status") in ("prepared", "failed"):
             made = int(r.get("tokens_in", 0))
@@ -165,9 +161,6 @@ def render_show(report: SessionReport, receipts: int, now: float) -> str:
             f"{int(r.get('tokens_in', 0)):,} -> {int(r.get('tokens_out', 0)):,} tokens{reason}"
         )
     return "\n".join(lines)
-
-
-# --- the calls (shell) --------------------------------------------------------------------------------
 
 
 async def _report(client: AsyncClient, session_id: str, abandoned: bool) -> SessionReport:

@@ -19,8 +19,8 @@ HELD = "event loop held"  # how the warning starts (bench/availability.py counts
 
 
 def log_level(lag: float, warn: float, calls_before: int, calls_after: int) -> int | None:
-    """How a hold of `lag` seconds is logged: not below `warn`; a warning when a call was in progress
-    as the hold began or ended (it waited as long), else DEBUG (nobody waited)."""
+    """How a hold of `lag` seconds is logged: None below `warn`; WARNING if a call was in progress as it began or ended,
+    else DEBUG (nobody waited)."""
     if lag < warn:
         return None
     return logging.WARNING if calls_before or calls_after else logging.DEBUG

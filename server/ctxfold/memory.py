@@ -23,20 +23,13 @@ MMAP_THRESHOLD_CEILING = 32 << 20
 _PREFAULT_PIECE = 16 << 20
 
 
-# The collector's thresholds (youngest generation, then how many of its passes make one of the next); Python's
-# default is (700, 10, 10). Requests in flight and a fold's views live across young passes and reached the oldest
-# generation, whose full passes walk the whole heap: folding 100,000 messages (`bench/availability.py --cases
-# fold`, side by side) took health checks over 100 ms 8 times, at worst 218-225 ms, with the defaults. A larger
-# first threshold makes full passes rare (a gateway ran one every ~70 requests: 36-37 % of pass-through
-# requests/s before, 40 % after, `bench/gateway.py`); a small second one keeps each middle pass short: with 20,
-# a middle pass walked up to 400,000 young objects and held the loop 108-115 ms after that fold; with 4, the
-# fold case's health max was 36-51 ms against 86-117 (four runs each, alternating).
+# The collector's thresholds (youngest generation, then how many of its passes make one of the next; Python's are
+# (700, 10, 10)): full passes rare, middle ones short. Why and what it measured: docs/operations.md, Limits.
 GC_THRESHOLDS = (20_000, 4, 20)
 
 
 def retain_large_buffers(retained_bytes: int) -> bool:
-    """Tunes glibc's allocator (docs/operations.md, Limits), with a heap of `retained_bytes` touched in
-    advance. Returns whether it could (False elsewhere than glibc)."""
+    """Tunes glibc's allocator and touches `retained_bytes` of heap in advance; False where it cannot (not glibc)."""
     if platform.libc_ver()[0] != "glibc":
         return False
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -70,8 +63,7 @@ def retain_large_buffers(retained_bytes: int) -> bool:
 
 
 def tune_collector() -> None:
-    """Moves every object alive now (over 100k, alive as long as the process) out of the collector's
-    sight, so full collections stop walking them, and sets `GC_THRESHOLDS` (docs/operations.md, Limits)."""
+    """Moves every object alive now (over 100k, alive for good) out of the collector's sight; sets `GC_THRESHOLDS`."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)

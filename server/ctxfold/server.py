@@ -166,8 +166,7 @@ def _grpc_server(settings: Settings, servicer: ContextServicer) -> tuple[grpc.ai
             ("grpc.max_send_message_length", settings.max_send_message_bytes),
             ("grpc.so_reuseport", 0),
         ],
-        # No maximum_concurrent_rpcs: gRPC would count health checks too. ContextService calls are
-        # admitted per server and per tenant by `Admission`; health always answers.
+        # No maximum_concurrent_rpcs (gRPC would count health checks): `Admission` admits ContextService calls.
     )
     add_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
@@ -190,8 +189,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             settings.listen,
         )
     store = await _open_store(settings)
-    # Loaded now, off the loop: loading on the first count would stall the event loop ~0.5 s; and the
-    # counting process started, so that the first large append does not wait for it.
+    # Loaded now, off the loop (on the first count it stalls the loop ~0.5 s), and the counting process started.
     await asyncio.to_thread(estimator.warm_up)
     await asyncio.to_thread(cpu.start_counting)
     servicer = _servicer(settings, store, tokens, hooks)

@@ -30,8 +30,7 @@ def shutting_down() -> DomainError:
 class Admission:
     max_calls: int
     max_calls_per_tenant: int
-    # Large requests (`LARGE_BYTES` or more) in progress hold at most this many bytes in all; one
-    # is admitted on its own whatever its size.
+    # At most this many bytes of large requests (`LARGE_BYTES` or more) in progress; one alone is admitted, any size.
     max_request_bytes: int
     retry_after_seconds: float = 1.0
     calls: int = 0  # admitted, not yet answered (the loop-lag watch reads it)
@@ -85,8 +84,7 @@ class Admission:
             self._per_tenant[tenant] -= 1  # a tenant's entry stays: tenants are the tokens file's
 
     async def drain(self, grace_seconds: float) -> None:
-        """Refuses new calls, waits up to `grace_seconds` for those in progress, then cancels the rest
-        (each answers SERVER_SHUTTING_DOWN: the servicer turns a cancellation while draining into it)."""
+        """Refuses new calls, waits up to `grace_seconds`, then cancels the rest (answering SERVER_SHUTTING_DOWN)."""
         self.draining = True
         running = set(self._running)
         if not running:

@@ -13,8 +13,7 @@ LARGE_BYTES = 1 << 20
 
 
 class Turn:
-    """A large request's turn, from its decoding until `end()` (or the end of its call): `end()` may
-    come earlier, when what is left of the call waits on something else (a Prepare's summarizer)."""
+    """A large request's turn until `end()` (or its call's end), which may come early if the rest waits elsewhere."""
 
     def __init__(self, pacer: RequestPacer | None = None, weight: int = 0) -> None:
         self._pacer = pacer
@@ -27,8 +26,7 @@ class Turn:
 
 
 class RequestPacer:
-    """Gives large requests their turns in order of arrival, up to `capacity_bytes` of them at once
-    (one request of the largest size; a larger request takes all of it)."""
+    """Gives large requests turns in order of arrival, up to `capacity_bytes` at once (a larger one takes it all)."""
 
     def __init__(self, capacity_bytes: int) -> None:
         self.capacity_bytes = capacity_bytes
@@ -36,8 +34,7 @@ class RequestPacer:
         self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
 
     def turn(self, request_bytes: int) -> contextlib.AbstractAsyncContextManager[Turn]:
-        """Waits for the turn of a request of `request_bytes`; a small one has its turn at once (at
-        no cost: most calls are small)."""
+        """Waits for the turn of a request of `request_bytes`; a small one has it at once (no cost: most are small)."""
         if request_bytes < LARGE_BYTES:
             return _AT_ONCE
         return self._large_turn(min(request_bytes, self.capacity_bytes))

@@ -1,5 +1,4 @@
-"""The gRPC servicer: authenticates, converts, calls the use case, maps errors. Nothing else.
-See docs/architecture.md, The API shell."""
+"""The gRPC servicer: authenticates, converts, calls the use case, maps errors (docs/architecture.md, The API shell)."""
 
 from __future__ import annotations
 
@@ -44,14 +43,12 @@ SERVICE = pb.DESCRIPTOR.services_by_name["ContextService"]
 _REQUEST_TYPES: dict[str, type[Message]] = {m.name: getattr(pb, m.input_type.name) for m in SERVICE.methods}
 
 
-# Requests that carry messages get them converted while they are decoded: contents are what make a
-# request large, and every read of a proto string field copies it (~20 ms per 32 MiB of ASCII).
+# Messages are converted while decoding: contents make a request large, and every read of a string field copies it.
 _MESSAGE_FIELDS = {"AppendMessages": "messages", "Prepare": "append"}
 
 
 def _parse(method_name: str, raw: bytes) -> tuple[Any, list[NewMessage] | None]:
-    """The request of `method_name` decoded from its wire bytes and checked, and for the RPCs in
-    `_MESSAGE_FIELDS` its messages converted."""
+    """The request of `method_name` decoded and checked, and for `_MESSAGE_FIELDS` RPCs its messages converted."""
     request_type = _REQUEST_TYPES[method_name]
     try:
         request = request_type.FromString(raw)
@@ -74,10 +71,8 @@ def _parse(method_name: str, raw: bytes) -> tuple[Any, list[NewMessage] | None]:
 
 
 def _in_parts(head: Message, repeated: Mapping[str, Iterable[Message]], within: str = "") -> list[bytes]:
-    """The wire form of `head` with the `repeated` fields' elements added (of its field `within`, when given),
-    in pieces whose concatenation is that message: each piece is a message of head's type holding one
-    element, which a parser merges into one (protobuf's rule for a field seen twice), so no single call
-    (each holds the GIL) copies more than one element's content."""
+    """`head`'s wire form with the `repeated` fields' elements (of field `within`, if given), in pieces a parser merges
+    into one message, one element each, so no call holding the GIL copies more (docs/architecture.md, The API shell)."""
 
     def part(field: str, element: Message) -> bytes:
         piece = type(head)()
@@ -107,8 +102,7 @@ def _serialize(response: Message | bytes) -> bytes:
 
 
 def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
-    """Registers every handler as a traced unary coroutine taking the request's bytes and answering a
-    message or bytes (why: docs/architecture.md, The API shell)."""
+    """Registers every handler as a traced unary coroutine on raw bytes (why: docs/architecture.md, The API shell)."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
         method.name: grpc.unary_unary_rpc_method_handler(
             tracing.traced(f"{SERVICE.full_name}/{method.name}", unary(servicer, method.name)),
@@ -130,9 +124,8 @@ async def _abort(context: Context, exc: Exception) -> NoReturn:
 
 
 def unary(servicer: ContextServicer, name: str) -> Callable[[bytes, Context], Awaitable[Message | bytes]]:
-    """The handler of RPC `name`: authenticates, admits, waits for a large request's turn, decodes, and maps
-    every failure to a status. The servicer's method gets (request, context, tenant), plus for
-    `_MESSAGE_FIELDS` RPCs (messages, turn)."""
+    """The handler of RPC `name`: authenticates, admits, waits for a large request's turn, decodes, and maps every
+    failure to a status. The method gets (request, context, tenant), and (messages, turn) for `_MESSAGE_FIELDS` RPCs."""
     method = getattr(servicer, name)
 
     async def handler(raw: bytes, context: Context) -> Message | bytes:
@@ -162,8 +155,7 @@ def unary(servicer: ContextServicer, name: str) -> Callable[[bytes, Context], Aw
 
 
 def _result_bytes(response_type: type[EventResponse], prepared: PreparedContext) -> bytes:
-    """`response_type(result=prepared_pb(prepared))` serialized `_in_parts` (a 20 MiB view built whole was
-    copied holding the GIL, three times over)."""
+    """`response_type(result=prepared_pb(prepared))` serialized `_in_parts` (a view built whole is copied thrice)."""
     head = response_type(result=convert.prepared_pb(replace(prepared, messages=[], appended=())))
     repeated: dict[str, Iterable[Message]] = {
         "messages": map(convert.view_message_pb, prepared.messages),
@@ -178,8 +170,7 @@ async def _event_response(response_type: type[EventResponse], event: Event) -> E
         return response_type(progress=convert.progress_pb(event))
     size = sum(len(v.content) for v in event.messages) + text_chars(event.appended)
     if size < cpu.OFFLOAD_MIN_BYTES:
-        # The common result, a delta: serialized at once, 6 µs less than in parts (`bench/hot_path.py`
-        # side by side: p50 0.67 against 0.72 ms, 3-4 % more calls/s at 16 in flight).
+        # The common result, a delta: serialized at once, cheaper than in parts (docs/architecture.md, The API shell).
         return response_type(result=convert.prepared_pb(event)).SerializeToString()
     return await cpu.run(size, _result_bytes, response_type, event)
 
@@ -191,10 +182,8 @@ async def _streamed(
     context: Context,
     turn: Turn | None = None,
 ) -> EventResponse | bytes:
-    """The answer of a server-streaming RPC run as unary: progress events are written as they come, the
-    result is returned and leaves with the status (docs/architecture.md, The API shell). The request's
-    `turn` ends once its append is stored: what is left may wait for a summarizer, not for other large
-    requests."""
+    """A server-streaming RPC run as unary: progress written as it comes, the result returned with the status; the
+    request's `turn` ends once its append is stored (docs/architecture.md, The API shell)."""
     started = time.perf_counter()
     # Closed here, not by the collector: a cancelled call stops its maintenance task now.
     async with contextlib.aclosing(events):

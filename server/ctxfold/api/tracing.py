@@ -26,9 +26,8 @@ from ctxfold.telemetry import INSTRUMENTS, TRACER
 
 @functools.cache
 def _attribute_fields(descriptor: Descriptor) -> tuple[tuple[str, str], ...]:
-    """(field name, how it goes on a span) for the fields of a message type that do: `count` for
-    repeated fields, `session` for session_id, `identifier` for other ids, `scalar` for numbers,
-    flags and enums. Derived once per message type: it is the same for every call."""
+    """(field name, how it goes on a span) for each field of a message type that goes on one: `count` for repeated
+    fields, `session` for session_id, `identifier` for other ids, `scalar` for numbers, flags and enums; once a type."""
     fields: list[tuple[str, str]] = []
     for field in descriptor.fields:
         if field.is_repeated:
@@ -44,16 +43,14 @@ def _attribute_fields(descriptor: Descriptor) -> tuple[tuple[str, str], ...]:
     return tuple(fields)
 
 
-# The gRPC codes that mean the server failed; every other code is the caller's (OpenTelemetry RPC
-# conventions: a server span's status is ERROR for these only).
+# The codes that mean the server failed, the rest are the caller's: a server span is ERROR for these only (OTel RPC).
 _C = grpc.StatusCode
 SERVER_ERRORS = {_C.UNKNOWN, _C.DEADLINE_EXCEEDED, _C.UNIMPLEMENTED, _C.INTERNAL, _C.UNAVAILABLE, _C.DATA_LOSS}
 
 
 def message_attributes(message: Message, prefix: str, sent_only: bool = False) -> dict[str, AttributeValue]:
-    """A message's domain fields as span attributes: `prefix.<field>` (numbers, flags, enums, ids), repeated
-    fields' sizes (`prefix.<field>.count`), `ctxfold.session.id`; `sent_only` (requests) drops proto3 defaults
-    (fields the caller did not set)."""
+    """A message's domain fields as span attributes: `prefix.<field>` (numbers, flags, enums, ids), repeated fields'
+    sizes (`.count`), `ctxfold.session.id`; `sent_only` (requests) drops proto3 defaults (fields not set)."""
     attributes: dict[str, AttributeValue] = {}
     # Only the fields used are read: reading a string field copies it (a content can be MiBs).
     for name, kind in _attribute_fields(message.DESCRIPTOR):
@@ -70,8 +67,7 @@ def message_attributes(message: Message, prefix: str, sent_only: bool = False) -
 
 
 def annotate_request(request: Message) -> None:
-    """Puts the decoded request's domain fields on the current RPC span (the servicer decodes requests
-    itself, so this is where they are first seen)."""
+    """The decoded request's domain fields on the current RPC span (the servicer decodes, so first seen here)."""
     span = trace.get_current_span()
     if span.is_recording():  # attributes of a span that is not recorded are dropped: not built
         span.set_attributes(message_attributes(request, "ctxfold.request", sent_only=True))
@@ -83,9 +79,8 @@ def annotate_tenant(tenant: str) -> None:
 
 
 def annotate_response(request: Message, response: Message, counts: Mapping[str, int] | None = None) -> None:
-    """The response's domain fields, and `counts`, the sizes of repeated fields it is serialized without (in
-    parts); a response naming a session (CreateSession, Fork, …) gives the span its session id when the
-    request had none, else `ctxfold.response.session.id` (Fork)."""
+    """The response's domain fields and `counts` (sizes of repeated fields serialized apart); a response naming a
+    session gives the span its session id when the request had none, else `ctxfold.response.session.id` (Fork)."""
     span = trace.get_current_span()
     if not span.is_recording():
         return
@@ -125,8 +120,8 @@ def annotate_answer(session_id: str, prepared: PreparedContext, operation: str, 
 
 
 def mark_error(error: DomainError, code: grpc.StatusCode, exc: BaseException) -> None:
-    """Puts `error`'s reason on the current RPC span, which ends with `code`; a server error also
-    sets status ERROR, `error.type` and the exception: the servicer's one error path calls it."""
+    """`error`'s reason on the current RPC span (which ends with `code`); a server error also gets status ERROR,
+    `error.type` and the exception event. The servicer's one error path calls it."""
     span = trace.get_current_span()
     span.set_attribute("ctxfold.error.reason", error.reason)
     if code in SERVER_ERRORS:
@@ -155,9 +150,8 @@ Handler = Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
 def traced(method: str, behavior: Handler) -> Handler:
-    """`behavior` (a handler of `method`, "package.Service/Method") run inside the RPC's span, which it ends
-    with the call's status. Every ContextService handler is a coroutine run in one task, the
-    server-streaming ones too, so the span's context is attached and detached in that task."""
+    """`behavior` (a handler of `method`, "package.Service/Method") inside the RPC's span, ended with the call's status;
+    every handler is one coroutine in one task (streams too), so the context is attached and detached there."""
 
     service, _, name = method.partition("/")
 

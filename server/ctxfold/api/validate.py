@@ -11,8 +11,7 @@ from ctxfold.v1.context_service_pb2 import ROLE_TOOL
 
 
 def check_request(request: Message, wire: bytes) -> None:
-    """`wire`, the request's encoding, spares the walk over its fields: a NUL character in a string
-    is a zero byte in it, and most requests hold none."""
+    """`wire`, the request's bytes, spares the field walk: a NUL in a string is a zero byte there; most have none."""
     where = _nul_field(request, "") if b"\x00" in wire else ""
     if where:
         raise invalid("INVALID_TEXT", f"{where} contains a NUL character (U+0000), which cannot be stored", field=where)
@@ -21,8 +20,7 @@ def check_request(request: Message, wire: bytes) -> None:
 
 
 def _nul_field(message: Message, prefix: str) -> str:
-    """The path of the first string field holding a NUL character, or "" (a tool result's content
-    excepted)."""
+    """The path of the first string field holding a NUL character (a tool result's content excepted), or ""."""
     tool_result = message.DESCRIPTOR.full_name == "ctxfold.v1.Message" and getattr(message, "role", 0) == ROLE_TOOL
     for field, value in message.ListFields():
         values = list(value) if field.is_repeated else [value]
