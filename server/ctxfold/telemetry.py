@@ -140,9 +140,7 @@ def configure(environ: Mapping[str, str]) -> Callable[[], object]:
             tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
         trace.set_tracer_provider(tracer_provider)
         shutdowns.append(tracer_provider.shutdown)
-    metric_exporters = [
-        metric_exporter for name in metric_names if (metric_exporter := _metric_exporter(name, environ)) is not None
-    ]
+    metric_exporters = [m for n in metric_names if (m := _metric_exporter(n, environ))]
     if metric_exporters:
         meter_provider = MeterProvider(
             resource=resource, metric_readers=[PeriodicExportingMetricReader(e) for e in metric_exporters]
