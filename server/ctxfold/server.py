@@ -7,9 +7,10 @@ import dataclasses
 import ipaddress
 import logging
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from ctxfold.gateway.settings import GatewaySettings
 
 log = logging.getLogger("ctxfold")
+T = TypeVar("T")
 
 
 class StartupError(Exception):
@@ -78,33 +80,23 @@ def _listens_beyond_loopback(listen: str) -> bool:
         return True
 
 
-def _read_setting_file(setting: str, path: str) -> bytes:
+def _from_file(setting: str, path: str, read: Callable[[Path], T]) -> T:
+    """`read(path)`; a file a setting names that cannot be read or parsed is a ConfigError."""
     try:
-        return Path(path).read_bytes()
+        return read(Path(path))
     except OSError as exc:
         raise ConfigError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{setting}: {exc}") from None
 
 
 def _credentials(settings: Settings) -> grpc.ServerCredentials | None:
     if not settings.tls_cert:
         return None
-    client_ca = _read_setting_file("tls_client_ca", settings.tls_client_ca) if settings.tls_client_ca else None
-    return grpc.ssl_server_credentials(
-        [(_read_setting_file("tls_key", settings.tls_key), _read_setting_file("tls_cert", settings.tls_cert))],
-        root_certificates=client_ca,
-        require_client_auth=client_ca is not None,
-    )
-
-
-def _tokens(settings: Settings) -> dict[str, str] | None:
-    if not settings.auth_tokens_file:
-        return None
-    try:
-        return load_tokens(Path(settings.auth_tokens_file))
-    except OSError as exc:
-        raise ConfigError(f"auth_tokens_file: cannot read {settings.auth_tokens_file}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ConfigError(f"auth_tokens_file: {exc}") from None
+    ca = _from_file("tls_client_ca", settings.tls_client_ca, Path.read_bytes) if settings.tls_client_ca else None
+    key = _from_file("tls_key", settings.tls_key, Path.read_bytes)
+    chain = _from_file("tls_cert", settings.tls_cert, Path.read_bytes)
+    return grpc.ssl_server_credentials([(key, chain)], root_certificates=ca, require_client_auth=ca is not None)
 
 
 async def _open_store(settings: Settings) -> Store:
@@ -124,12 +116,24 @@ async def _open_store(settings: Settings) -> Store:
     return Store(engine)
 
 
-def _servicer(settings: Settings, store: Store, tokens: dict[str, str] | None, hooks: Hooks | None) -> ContextServicer:
-    """The use cases and the servicer over them, wired once."""
-    limits = AppendLimits(
-        max_message_bytes=settings.max_message_bytes, max_tool_result_bytes=settings.max_tool_result_bytes
-    )
+async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer:
+    """Raises ConfigError, before touching the database, when a file named by a setting is unusable."""
+    path = settings.auth_tokens_file
+    tokens = _from_file("auth_tokens_file", path, load_tokens) if path else None
+    credentials = _credentials(settings)
+    if tokens is None and _listens_beyond_loopback(settings.listen):
+        log.warning(
+            "listening on %s without authentication: every caller shares one tenant; "
+            "set auth_tokens_file to require bearer tokens",
+            settings.listen,
+        )
+    store = await _open_store(settings)
+    # Loaded now, off the loop (on the first count it stalls the loop ~0.5 s), and the counting process started.
+    await asyncio.to_thread(estimator.warm_up)
+    await asyncio.to_thread(cpu.start_counting)
+    # The use cases and the servicer over them, wired once.
     summarizers = build_summarizers(settings.summarizers)
+    limits = AppendLimits(settings.max_message_bytes, settings.max_tool_result_bytes)
     contexts = Contexts(store, limits, settings.hot_state_max_bytes)
     sessions = Sessions(store, frozenset(summarizers))
     states = ContextStates(store, contexts)
@@ -145,7 +149,7 @@ def _servicer(settings: Settings, store: Store, tokens: dict[str, str] | None, h
     admission = Admission(
         settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant, settings.max_concurrent_request_bytes
     )
-    return ContextServicer(
+    servicer = ContextServicer(
         tokens=tokens,
         sessions=sessions,
         contexts=contexts,
@@ -156,17 +160,14 @@ def _servicer(settings: Settings, store: Store, tokens: dict[str, str] | None, h
         admission=admission,
         requests=RequestPacer(settings.max_receive_message_bytes),
     )
-
-
-def _grpc_server(settings: Settings, servicer: ContextServicer) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
-    """ContextService, health and reflection on one gRPC server (not started)."""
+    # ContextService, health and reflection on one gRPC server. No maximum_concurrent_rpcs (gRPC would count
+    # health checks): `Admission` admits ContextService calls.
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
             ("grpc.max_send_message_length", settings.max_send_message_bytes),
             ("grpc.so_reuseport", 0),
         ],
-        # No maximum_concurrent_rpcs (gRPC would count health checks): `Admission` admits ContextService calls.
     )
     add_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
@@ -175,25 +176,6 @@ def _grpc_server(settings: Settings, servicer: ContextServicer) -> tuple[grpc.ai
         (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
         server,
     )
-    return server, health_servicer
-
-
-async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer:
-    """Raises ConfigError, before touching the database, when a file named by a setting is unusable."""
-    tokens = _tokens(settings)
-    credentials = _credentials(settings)
-    if tokens is None and _listens_beyond_loopback(settings.listen):
-        log.warning(
-            "listening on %s without authentication: every caller shares one tenant; "
-            "set auth_tokens_file to require bearer tokens",
-            settings.listen,
-        )
-    store = await _open_store(settings)
-    # Loaded now, off the loop (on the first count it stalls the loop ~0.5 s), and the counting process started.
-    await asyncio.to_thread(estimator.warm_up)
-    await asyncio.to_thread(cpu.start_counting)
-    servicer = _servicer(settings, store, tokens, hooks)
-    server, health_servicer = _grpc_server(settings, servicer)
     try:
         if credentials is None:
             port = server.add_insecure_port(settings.listen)
@@ -206,8 +188,8 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
             f"listen: cannot listen on {settings.listen}: the port is in use or the host is not this machine's"
         ) from exc
     await server.start()
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set(SERVICE.full_name, health_pb2.HealthCheckResponse.SERVING)
+    for name in ("", SERVICE.full_name):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info(
         "ctxfold %s serving on %s:%d (%s, %s, store %s)",
         __version__,
@@ -217,9 +199,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         "bearer tokens" if tokens else "single tenant",
         store.engine.url.render_as_string(hide_password=True),
     )
-    return RunningServer(
-        server, health_servicer, store, port, settings, servicer.contexts, servicer.maintenance, servicer.admission
-    )
+    return RunningServer(server, health_servicer, store, port, settings, contexts, maintenance, admission)
 
 
 async def serve(settings: Settings, gateway: GatewaySettings | None = None) -> None:
