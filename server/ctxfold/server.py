@@ -72,11 +72,9 @@ class RunningServer:
 
 def _listens_beyond_loopback(listen: str) -> bool:
     host = listen.rsplit(":", 1)[0].strip("[]")
-    if host in ("localhost", ""):
-        return host == ""
     try:
-        return not ipaddress.ip_address(host).is_loopback
-    except ValueError:
+        return host != "localhost" and not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name, or none (every interface)
         return True
 
 
