@@ -54,9 +54,7 @@ def _gateway_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _gateway(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     try:
-        settings = gateway_settings.load_gateway_settings(
-            {name: getattr(args, name) for name in gateway_settings.FIELDS}, os.environ, args.config
-        )
+        settings = gateway_settings.load_gateway_settings(vars(args), os.environ, args.config)
     except (ValueError, OSError) as exc:
         parser.exit(2, f"ctxfold gateway: {exc}\n")
     stop_telemetry = _logging_and_telemetry(parser, "ctxfold gateway", settings.log_level)
@@ -95,9 +93,8 @@ def _logging_and_telemetry(parser: argparse.ArgumentParser, command: str, log_le
 
 
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    flags = {name: getattr(args, name) for name in FIELDS}
     try:
-        settings = load_settings(flags, os.environ, args.config)
+        settings = load_settings(vars(args), os.environ, args.config)
         gateway = _embedded_gateway(args, settings)
     except (ValueError, OSError) as exc:
         parser.exit(2, f"ctxfold: {exc}\n")

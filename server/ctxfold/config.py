@@ -97,7 +97,7 @@ def _coerce(name: str, value: Any, fields: Mapping[str, dataclasses.Field[Any]] 
 def load_values(
     kind: type[Any], flags: Mapping[str, Any], environ: Mapping[str, str], config_path: str, prefix: str
 ) -> dict[str, Any]:
-    """`kind`'s settings from flags (only those given), `prefix`ed variables and the TOML file, in that precedence."""
+    """`kind`'s settings from flags (None: not given), `prefix`ed variables and the TOML file, in that precedence."""
     fields = {f.name: f for f in dataclasses.fields(kind)}
     values: dict[str, Any] = {}
     path = config_path or environ.get(f"{prefix}CONFIG", "")
@@ -113,12 +113,9 @@ def load_values(
                 raise ValueError(f"{path}: unknown setting {key!r}")
             values[name] = _coerce(name, value, fields)
     for name in fields:
-        env = environ.get(f"{prefix}{name.upper()}")
-        if env is not None:
-            values[name] = _coerce(name, env, fields)
-    for name, value in flags.items():
-        if value is not None:
-            values[name] = _coerce(name, value, fields)
+        for value in (environ.get(f"{prefix}{name.upper()}"), flags.get(name)):
+            if value is not None:
+                values[name] = _coerce(name, value, fields)
     return values
 
 
@@ -127,7 +124,7 @@ TOKEN_ENV = "CTXFOLD_TOKEN"
 
 
 def load_settings(flags: Mapping[str, Any], environ: Mapping[str, str], config_path: str = "") -> Settings:
-    """`flags` holds only the options given on the command line."""
+    """`flags`: the command line's options, None where not given (other names are not settings: ignored)."""
     settings = Settings(**load_values(Settings, flags, environ, config_path, "CTXFOLD_"))
     if settings.log_level.upper() not in LOG_LEVELS:
         raise ValueError(f"setting log_level: {settings.log_level!r} is not one of {', '.join(LOG_LEVELS)}")

@@ -36,12 +36,11 @@ def served_settings(
     if "serve" not in argv:
         raise HealthcheckError(f"not a `ctxfold serve` process: {' '.join(argv)}")
     args, _ = serve_parser.parse_known_args(list(argv[list(argv).index("serve") + 1 :]))
-    flags = {name: value for name, value in vars(args).items() if name != "config"}
     config = args.config or environ.get("CTXFOLD_CONFIG", "")
     if config and cwd:
         config = str(Path(cwd, config))
     try:
-        return load_settings(flags, environ, config)
+        return load_settings(vars(args), environ, config)
     except (ValueError, OSError) as exc:
         raise HealthcheckError(f"the server's settings do not load: {exc}") from None
 
