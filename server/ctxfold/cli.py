@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ctxfold import __version__
-from ctxfold.config import FIELDS, Settings, load_settings
+from ctxfold.config import FIELDS, load_settings
 from ctxfold.engine.errors import ConfigError
 from ctxfold.gateway import settings as gateway_settings
 
@@ -68,16 +68,6 @@ def _gateway(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         stop_telemetry()
 
 
-def _embedded_gateway(args: argparse.Namespace, settings: Settings) -> gateway_settings.GatewaySettings | None:
-    """The gateway `serve --gateway-listen` runs beside the server, a client of it on loopback."""
-    if not settings.gateway_listen:
-        return None
-    flags = {name: getattr(args, name) for name in gateway_settings.EMBEDDED_FIELDS}
-    return gateway_settings.load_gateway_settings(
-        flags, os.environ, listen=settings.gateway_listen, tls_ca=settings.tls_cert, log_level=settings.log_level
-    )
-
-
 def _logging_and_telemetry(parser: argparse.ArgumentParser, command: str, log_level: str) -> Callable[[], object]:
     """Logs to stderr at `log_level`, installs telemetry as OTEL_* says; returns telemetry's shutdown."""
     level = logging.getLevelName(log_level.upper())
@@ -95,7 +85,12 @@ def _logging_and_telemetry(parser: argparse.ArgumentParser, command: str, log_le
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     try:
         settings = load_settings(vars(args), os.environ, args.config)
-        gateway = _embedded_gateway(args, settings)
+        # With --gateway-listen, the gateway runs beside the server, a client of it on loopback.
+        gateway: gateway_settings.GatewaySettings | None = None
+        if settings.gateway_listen:
+            flags = {name: getattr(args, name) for name in gateway_settings.EMBEDDED_FIELDS}
+            fixed = {"listen": settings.gateway_listen, "tls_ca": settings.tls_cert, "log_level": settings.log_level}
+            gateway = gateway_settings.load_gateway_settings(flags, os.environ, **fixed)
     except (ValueError, OSError) as exc:
         parser.exit(2, f"ctxfold: {exc}\n")
     stop_telemetry = _logging_and_telemetry(parser, "ctxfold", settings.log_level)
