@@ -177,7 +177,6 @@ async def _event_response(response_type: type[EventResponse], event: Event) -> E
 
 async def _streamed(
     response_type: type[EventResponse],
-    session_id: str,
     events: AsyncGenerator[AppendStored | Event, None],
     context: Context,
     turn: Turn | None = None,
@@ -195,7 +194,7 @@ async def _streamed(
             response = await _event_response(response_type, event)
             if isinstance(event, PreparedContext):
                 operation = "prepare" if response_type is pb.PrepareResponse else "compact"
-                tracing.annotate_answer(session_id, event, operation, started)
+                tracing.annotate_answer(event, operation, started)
                 return response
             # The context of a handler gRPC runs as unary has no serializer: bytes go as they are.
             await context.write(_serialize(response))
@@ -273,13 +272,13 @@ class ContextServicer:
     ) -> pb.PrepareResponse | bytes:
         asked = AppendRequest((), request.overflow, request.known_view_version)
         events = self.maintenance.prepare(tenant, request.session_id, append, asked, request.request_id)
-        return await _streamed(pb.PrepareResponse, request.session_id, events, context, turn)
+        return await _streamed(pb.PrepareResponse, events, context, turn)
 
     async def Compact(self, request: pb.CompactRequest, context: Context, tenant: str) -> pb.CompactResponse | bytes:
         events = self.maintenance.compact(
             tenant, request.session_id, request.focus, request.keep_tokens, request.dry_run
         )
-        return await _streamed(pb.CompactResponse, request.session_id, events, context)
+        return await _streamed(pb.CompactResponse, events, context)
 
     async def ObserveUsage(
         self, request: pb.ObserveUsageRequest, context: Context, tenant: str

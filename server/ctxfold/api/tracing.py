@@ -95,7 +95,7 @@ def annotate_response(request: Message, response: Message, counts: Mapping[str, 
     span.set_attributes(attributes)
 
 
-def annotate_answer(session_id: str, prepared: PreparedContext, operation: str, started: float) -> None:
+def annotate_answer(prepared: PreparedContext, operation: str, started: float) -> None:
     """The answered view of a Prepare or Compact, as its bookkeeping state recorded it (the installed view,
     also on a dry run), why a call that had to fold (or was asked to) folded nothing, and its duration."""
     state, action = prepared.state, prepared.action
@@ -103,7 +103,6 @@ def annotate_answer(session_id: str, prepared: PreparedContext, operation: str, 
     if span.is_recording():
         version = state.views[-1].version
         attributes: dict[str, AttributeValue] = {
-            "ctxfold.session.id": session_id,
             "ctxfold.view.version": version,
             "ctxfold.view.messages": split_view_version(version)[1],
             "ctxfold.tokens.before": state.source_tokens,
