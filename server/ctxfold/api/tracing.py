@@ -25,21 +25,21 @@ from ctxfold.telemetry import INSTRUMENTS, TRACER
 
 
 @functools.cache
-def _attribute_fields(descriptor: Descriptor) -> tuple[tuple[str, str], ...]:
-    """(field name, how it goes on a span) for each field of a message type that goes on one: `count` for repeated
-    fields, `session` for session_id, `identifier` for other ids, `scalar` for numbers, flags and enums; once a type."""
-    fields: list[tuple[str, str]] = []
+def _attribute_fields(descriptor: Descriptor, prefix: str) -> tuple[tuple[str, str, str], ...]:
+    """(field name, attribute, kind) for each field of a message type that goes on a span, once a type: `count` for
+    repeated fields (`.count`), `id` for session_id (`ctxfold.session.id`) and other ids, `scalar` for the rest."""
+    fields: list[tuple[str, str, str]] = []
     for field in descriptor.fields:
         if field.is_repeated:
-            fields.append((field.name, "count"))
+            fields.append((field.name, f"{prefix}.{field.name}.count", "count"))
         elif field.name == "session_id":
-            fields.append((field.name, "session"))
+            fields.append((field.name, "ctxfold.session.id", "id"))
         elif field.type == FieldDescriptor.TYPE_STRING:
             # Of the string fields only identifiers go on spans: no content, no free text, no page cursors.
             if field.name.endswith(("_id", "_ref")):
-                fields.append((field.name, "identifier"))
+                fields.append((field.name, f"{prefix}.{field.name}", "id"))
         elif field.cpp_type not in (FieldDescriptor.CPPTYPE_STRING, FieldDescriptor.CPPTYPE_MESSAGE):
-            fields.append((field.name, "scalar"))  # numbers, flags, enums
+            fields.append((field.name, f"{prefix}.{field.name}", "scalar"))  # numbers, flags, enums
     return tuple(fields)
 
 
@@ -53,16 +53,10 @@ def message_attributes(message: Message, prefix: str, sent_only: bool = False) -
     sizes (`.count`), `ctxfold.session.id`; `sent_only` (requests) drops proto3 defaults (fields not set)."""
     attributes: dict[str, AttributeValue] = {}
     # Only the fields used are read: reading a string field copies it (a content can be MiBs).
-    for name, kind in _attribute_fields(message.DESCRIPTOR):
+    for name, attribute, kind in _attribute_fields(message.DESCRIPTOR, prefix):
         value = getattr(message, name)
-        if kind == "count":
-            if value or not sent_only:
-                attributes[f"{prefix}.{name}.count"] = len(value)
-        elif kind == "scalar":
-            if value or not sent_only:
-                attributes[f"{prefix}.{name}"] = value
-        elif value:
-            attributes["ctxfold.session.id" if kind == "session" else f"{prefix}.{name}"] = value
+        if value or (kind != "id" and not sent_only):  # an unset id is never shown
+            attributes[attribute] = len(value) if kind == "count" else value
     return attributes
 
 
