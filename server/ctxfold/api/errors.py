@@ -6,7 +6,7 @@ import datetime
 import logging
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2
+from google.protobuf import duration_pb2
 from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
@@ -35,22 +35,16 @@ def _clip(text: str, limit: int) -> str:
 
 def status_for(error: DomainError) -> grpc.Status:
     metadata = {key: _clip(value, MAX_METADATA_VALUE_BYTES) for key, value in error.metadata.items()}
-    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=metadata)
-    details = [_packed(info)]
+    details: list[Message] = [error_details_pb2.ErrorInfo(reason=error.reason, domain=DOMAIN, metadata=metadata)]
     if error.retry_after_seconds > 0:
         delay = duration_pb2.Duration()
         delay.FromTimedelta(datetime.timedelta(seconds=error.retry_after_seconds))
-        details.append(_packed(error_details_pb2.RetryInfo(retry_delay=delay)))
-    message = _clip(error.message, MAX_MESSAGE_BYTES)
-    status = status_pb2.Status(code=_CODES[error.kind], message=message, details=details)
+        details.append(error_details_pb2.RetryInfo(retry_delay=delay))
+    status = status_pb2.Status(code=_CODES[error.kind], message=_clip(error.message, MAX_MESSAGE_BYTES))
+    for detail in details:
+        status.details.add().Pack(detail)
     converted: grpc.Status = rpc_status.to_status(status)
     return converted
-
-
-def _packed(message: Message) -> any_pb2.Any:
-    detail = any_pb2.Any()
-    detail.Pack(message)
-    return detail
 
 
 def internal_error(exc: BaseException) -> DomainError:
