@@ -132,13 +132,6 @@ def peer_attributes(peer: str) -> dict[str, AttributeValue]:
     return {"network.peer.address": host.strip("[]"), "network.peer.port": int(port) if port.isdigit() else 0}
 
 
-def _status_code(context: grpc.aio.ServicerContext[Any, Any]) -> int:
-    code = context.code()
-    if isinstance(code, grpc.StatusCode):
-        return int(code.value[0])
-    return int(code or 0)
-
-
 Handler = Callable[[bytes, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
@@ -159,11 +152,11 @@ def traced(method: str, behavior: Handler) -> Handler:
         attributes = rpc | peer_attributes(context.peer() or "")
         span = TRACER.start_span(method, context=parent, kind=SpanKind.SERVER, attributes=attributes)
         token = otel_context.attach(trace.set_span_in_context(span, parent))
-        code = None
+        code: grpc.StatusCode | int | None = None  # the call's, once it ends: a StatusCode or its number; None is OK
         try:
             return await behavior(request, context)
         except asyncio.CancelledError:
-            code = grpc.StatusCode.CANCELLED.value[0]
+            code = grpc.StatusCode.CANCELLED
             raise
         except grpc.aio.AbortError:
             raise
@@ -175,7 +168,8 @@ def traced(method: str, behavior: Handler) -> Handler:
             raise
         finally:
             otel_context.detach(token)
-            span.set_attribute("rpc.grpc.status_code", _status_code(context) if code is None else code)
+            code = code or context.code()
+            span.set_attribute("rpc.grpc.status_code", code.value[0] if isinstance(code, _C) else code or 0)
             span.end()
 
     return handler
