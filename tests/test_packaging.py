@@ -5,6 +5,7 @@ builds it (from pyproject.toml, README/LICENSE and server/ only)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
@@ -19,7 +20,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from conftest import free_port
-from ctxfold.healthcheck import check_target
+from ctxfold import cli
+from ctxfold.healthcheck import check_target, served_settings
 from test_cli import clean_environ, ctxfold_command, serving
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -314,6 +316,15 @@ def test_healthcheck_targets_this_machine_for_a_wildcard_listen() -> None:
     assert check_target("[::]:50051") == "127.0.0.1:50051"
     assert check_target("10.1.2.3:7000") == "10.1.2.3:7000"
     assert check_target("[::1]:7000") == "[::1]:7000"
+
+
+def test_healthcheck_reads_a_serve_that_also_runs_the_gateway() -> None:
+    """The embedded gateway's flags are the serve command's too; the check ignores them, not fails on them."""
+    parser = argparse.ArgumentParser()
+    serve = cli._serve_parser(parser.add_subparsers())
+    argv = ["ctxfold", "serve", "--listen", "127.0.0.1:7001", "--gateway-listen", "127.0.0.1:7002"]
+    argv += ["--fail-mode", "closed"]
+    assert served_settings(argv, {}, serve).listen == "127.0.0.1:7001"
 
 
 # ---- drain and compose -----------------------------------------------------------------------------------
