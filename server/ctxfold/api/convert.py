@@ -21,7 +21,7 @@ from ctxfold.engine.model import (
     ToolCall,
 )
 from ctxfold.engine.view import StoredCheckpoint, ViewMessage
-from ctxfold.service.progress import FoldProgress, FoldStage
+from ctxfold.service.observer import FoldProgress, FoldStage
 from ctxfold.service.sessions import SessionInfo
 from ctxfold.v1 import context_service_pb2 as pb
 

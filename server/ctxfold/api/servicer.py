@@ -27,7 +27,7 @@ from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Event, Maintenance
-from ctxfold.service.progress import AppendStored
+from ctxfold.service.observer import AppendStored
 from ctxfold.service.reads import Reads
 from ctxfold.service.sessions import Sessions, session_info
 from ctxfold.service.states import ContextStates

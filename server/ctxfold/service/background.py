@@ -21,8 +21,7 @@ from ctxfold.engine.state import Receipt, ReceiptAction, ReceiptStatus
 from ctxfold.service.contexts import Contexts, KeyedLock
 from ctxfold.service.exclusion import Lease, holding
 from ctxfold.service.folding import Folding
-from ctxfold.service.observer import MaintenanceObserver, traceparent_of
-from ctxfold.service.progress import FoldProgress, FoldStage, no_progress
+from ctxfold.service.observer import FoldProgress, FoldStage, MaintenanceObserver, no_progress, traceparent_of
 from ctxfold.service.run import Run
 from ctxfold.service.states import ContextStates
 from ctxfold.store import Store

@@ -40,8 +40,7 @@ from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.background import BackgroundFolds
 from ctxfold.service.contexts import Contexts, KeyedLock
 from ctxfold.service.folding import Folding
-from ctxfold.service.observer import MaintenanceObserver
-from ctxfold.service.progress import AppendStored, Emit, FoldProgress
+from ctxfold.service.observer import AppendStored, Emit, FoldProgress, MaintenanceObserver
 from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
 from ctxfold.service.states import ContextStates
 from ctxfold.store import StaleSession, Store

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -19,10 +20,48 @@ from ctxfold.engine.candidate import FoldInstall, Install
 from ctxfold.engine.maintenance import FoldOutcome, FoldPass, MaintainRequest
 from ctxfold.engine.model import SessionConfig
 from ctxfold.engine.state import Receipt, ReceiptStatus
-from ctxfold.service.progress import Emit, FoldProgress, FoldStage
 from ctxfold.store import StaleSession
 from ctxfold.summarizers.base import IN_PROCESS_PROVIDER, Summarizer, SummaryRequest, SummaryResult
 from ctxfold.telemetry import INSTRUMENTS, TRACER
+
+
+class FoldStage(enum.Enum):
+    PRUNED = "pruned"
+    PLANNED = "planned"
+    PASS_STARTED = "pass_started"
+    SUMMARY_DELTA = "summary_delta"
+    PASS_COMMITTED = "pass_committed"
+    PASS_FAILED = "pass_failed"
+    SUMMARIZER_FALLBACK = "summarizer_fallback"
+    RESULTS_BOUNDED = "results_bounded"
+    BACKGROUND_STARTED = "background_started"
+    PREPARED_INSTALLED = "prepared_installed"
+    BACKGROUND_RUNNING = "background_running"
+
+
+@dataclass(frozen=True)
+class FoldProgress:
+    stage: FoldStage
+    message: str
+    pass_index: int = 0
+    passes_planned: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    checkpoint_id: str = ""
+    summary_delta: str = ""
+    summarizer: str = ""
+
+
+@dataclass(frozen=True)
+class AppendStored:
+    """A Prepare's first event: its append is stored (what is left may wait for a summarizer). Not sent."""
+
+
+Emit = Callable[[FoldProgress], Awaitable[None]]
+
+
+async def no_progress(_: FoldProgress) -> None:
+    """The emit of a call nobody listens to (a background fold)."""
 
 
 @dataclass
