@@ -27,7 +27,6 @@ from ctxfold.engine import estimator
 from ctxfold.engine.errors import ConfigError
 from ctxfold.engine.transcript import AppendLimits
 from ctxfold.service.contexts import Contexts
-from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Maintenance
 from ctxfold.service.reads import Reads
 from ctxfold.service.run import Hooks
@@ -133,7 +132,6 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     summarizers = build_summarizers(settings.summarizers)
     limits = AppendLimits(settings.max_message_bytes, settings.max_tool_result_bytes)
     contexts = Contexts(store, limits, settings.hot_state_max_bytes)
-    sessions = Sessions(store, frozenset(summarizers))
     states = ContextStates(store, contexts)
     maintenance = Maintenance(
         store,
@@ -144,6 +142,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         contexts=contexts,
         states=states,
     )
+    sessions = Sessions(store, frozenset(summarizers), states, on_rewound=maintenance.background.rewound)
     admission = Admission(
         settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant, settings.max_concurrent_request_bytes
     )
@@ -152,7 +151,6 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         sessions=sessions,
         contexts=contexts,
         reads=Reads(store, settings.max_send_message_bytes),
-        lineage=Lineage(store, sessions, states, on_rewound=maintenance.background.rewound),
         maintenance=maintenance,
         states=states,
         admission=admission,

@@ -25,7 +25,6 @@ from ctxfold.engine.context import AppendRequest
 from ctxfold.engine.errors import DomainError, invalid
 from ctxfold.engine.model import NewMessage, StoredMessage, Usage, text_chars
 from ctxfold.service.contexts import Contexts
-from ctxfold.service.lineage import Lineage
 from ctxfold.service.maintenance import Event, Maintenance
 from ctxfold.service.observer import AppendStored
 from ctxfold.service.reads import Reads
@@ -209,7 +208,6 @@ class ContextServicer:
     sessions: Sessions
     contexts: Contexts
     reads: Reads
-    lineage: Lineage
     maintenance: Maintenance
     states: ContextStates
     admission: Admission
@@ -260,11 +258,12 @@ class ContextServicer:
         return pb.ReadToolResultResponse(**vars(page), sha256=sha256, result_ref=ref)
 
     async def Fork(self, request: pb.ForkRequest, context: Context, tenant: str) -> pb.ForkResponse:
-        info = await self.lineage.fork(tenant, request.session_id, request.at_seq, convert.config_input(request.config))
+        overrides = convert.config_input(request.config)
+        info = await self.sessions.fork(tenant, request.session_id, request.at_seq, overrides)
         return pb.ForkResponse(session=convert.session_pb(info))
 
     async def Rewind(self, request: pb.RewindRequest, context: Context, tenant: str) -> pb.RewindResponse:
-        info = await self.lineage.rewind(tenant, request.session_id, request.to_seq)
+        info = await self.sessions.rewind(tenant, request.session_id, request.to_seq)
         return pb.RewindResponse(session=convert.session_pb(info))
 
     async def Prepare(

@@ -1,17 +1,31 @@
-"""Session use cases: create, read, list, delete."""
+"""Session use cases: create, read, list, delete; Fork and Rewind, which copy no history (docs/architecture.md,
+Storage model)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ctxfold import cpu
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.ids import new_session_id
-from ctxfold.engine.model import ConfigInput, SessionConfig, config_from_json, config_to_json, resolve_config
+from ctxfold.engine.errors import kept_changing
+from ctxfold.engine.ids import new_id, new_session_id
+from ctxfold.engine.model import (
+    ConfigInput,
+    SessionConfig,
+    config_from_json,
+    config_to_json,
+    override_config,
+    resolve_config,
+)
 from ctxfold.engine.paging import decode_token, encode_token, page_size
 from ctxfold.engine.projection import check_config_fits
-from ctxfold.store import Store
+from ctxfold.engine.state import ContextState, Receipt, carried_over, fingerprint
+from ctxfold.service.states import ContextStates
+from ctxfold.store import StaleSession, Store
 from ctxfold.store.rows import ConfigTokens
+
+REWIND_ATTEMPTS = 10
 
 
 @dataclass(frozen=True)
@@ -36,13 +50,23 @@ def session_info(record: SessionRecord) -> SessionInfo:
     return SessionInfo(record, config_from_json(record.config_json))
 
 
+def _carried(state: ContextState, branch: SessionRecord) -> str:
+    return carried_over(state, fingerprint(branch.branch_id, branch.checkpoint_id), branch.checkpoint_id).to_json()
+
+
 class Sessions:
-    def __init__(self, store: Store, summarizer_names: frozenset[str]):
+    def __init__(
+        self,
+        store: Store,
+        summarizer_names: frozenset[str],
+        states: ContextStates,
+        on_rewound: Callable[[str, int], Receipt | None] = lambda _s, _q: None,
+    ):
         self.store = store
         self.summarizer_names = summarizer_names
-
-    def resolve(self, given: ConfigInput, session_id: str) -> SessionConfig:
-        return resolve_config(given, self.summarizer_names, session_id)
+        self.states = states
+        # Told of every rewind: a background fold reading past it is cancelled, its receipt kept in the state.
+        self.on_rewound = on_rewound
 
     async def create(self, tenant: str, given: ConfigInput, session_key: str = "") -> SessionInfo:
         """A new session; with `session_key`, the session that key names, created when it does not exist."""
@@ -51,7 +75,7 @@ class Sessions:
             existing = await self.store.find_session(tenant, session_id)
             if existing is not None:
                 return session_info(existing)
-        config = self.resolve(given, session_id)
+        config = resolve_config(given, self.summarizer_names, session_id)
         record = await self.store.create_session(
             tenant, config_to_json(config), await fitting_config_tokens(config), session_id=session_id
         )
@@ -69,3 +93,35 @@ class Sessions:
 
     async def delete(self, tenant: str, session_id: str) -> None:
         await self.store.delete_session(tenant, session_id)
+
+    async def fork(self, tenant: str, session_id: str, at_seq: int, overrides: ConfigInput) -> SessionInfo:
+        source = await self.store.get_session(tenant, session_id)
+        new_session_id = new_id("s")
+        given = override_config(config_from_json(source.config_json), overrides)
+        config = resolve_config(given, self.summarizer_names, new_session_id)
+        record = await self.store.fork(
+            source, at_seq, new_session_id, config_to_json(config), await fitting_config_tokens(config)
+        )
+        # The fork's first view equals the source's at the fork point: same checkpoint, same pruning.
+        source_state, _ = await self.states.read(source)
+        _, revision = await self.store.read_state(record)
+        await self.store.save_state(record.id, _carried(source_state, record), revision)
+        return SessionInfo(record, config)
+
+    async def rewind(self, tenant: str, session_id: str, to_seq: int) -> SessionInfo:
+        for _ in range(REWIND_ATTEMPTS):
+            session = await self.store.get_session(tenant, session_id)
+            if to_seq == session.head_seq:
+                return session_info(session)
+            state, revision = await self.states.read(session)
+            try:
+                await self.store.rewind(session, to_seq)
+            except StaleSession:
+                continue
+            if (stopped := self.on_rewound(session_id, to_seq)) is not None:
+                state = state.with_receipt(stopped)
+            info = await self.get(tenant, session_id)
+            # Best effort: if the state changed meanwhile, the next Prepare rebuilds it safely.
+            await self.store.save_state(session_id, _carried(state, info.record), revision)
+            return info
+        raise kept_changing(session_id, "during the rewind")
