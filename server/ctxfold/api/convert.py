@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ctxfold.engine.answer import PreparedContext
+from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import invalid
 from ctxfold.engine.maintenance import Action, NotFolded
 from ctxfold.engine.model import (
@@ -19,10 +20,10 @@ from ctxfold.engine.model import (
     Role,
     StoredMessage,
     ToolCall,
+    config_from_json,
 )
 from ctxfold.engine.view import StoredCheckpoint, ViewMessage
 from ctxfold.service.observer import FoldProgress, FoldStage
-from ctxfold.service.sessions import SessionInfo
 from ctxfold.v1 import context_service_pb2 as pb
 
 # Each Role is named as its proto value (a missing one fails at import).
@@ -44,11 +45,11 @@ def config_input(config: pb.SessionConfig) -> ConfigInput:
     return ConfigInput(**values)
 
 
-def session_pb(info: SessionInfo) -> pb.Session:
-    r = info.record
+def session_pb(r: SessionRecord) -> pb.Session:
+    config = config_from_json(r.config_json)
     return pb.Session(
         id=r.id,
-        config=pb.SessionConfig(**{name: getattr(info.config, name) for name in CONFIG_FIELDS}),
+        config=pb.SessionConfig(**{name: getattr(config, name) for name in CONFIG_FIELDS}),
         head_seq=r.head_seq,
         checkpoint_id=r.checkpoint_id or "",
         create_time=timestamp(r.create_time),

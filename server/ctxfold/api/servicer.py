@@ -28,7 +28,7 @@ from ctxfold.service.contexts import Contexts
 from ctxfold.service.maintenance import Event, Maintenance
 from ctxfold.service.observer import AppendStored
 from ctxfold.service.reads import Reads
-from ctxfold.service.sessions import Sessions, session_info
+from ctxfold.service.sessions import Sessions
 from ctxfold.service.states import ContextStates
 from ctxfold.v1 import context_service_pb2 as pb
 
@@ -240,7 +240,7 @@ class ContextServicer:
         self, request: pb.AppendMessagesRequest, context: Context, tenant: str, messages: list[NewMessage], turn: Turn
     ) -> bytes:
         stored, record = await self.contexts.append_messages(tenant, request.session_id, messages, request.request_id)
-        session = convert.session_pb(session_info(record))
+        session = convert.session_pb(record)
         return await _encoded(request, pb.AppendMessagesResponse, stored, session=session)
 
     async def ListMessages(self, request: pb.ListMessagesRequest, context: Context, tenant: str) -> bytes:

@@ -4,7 +4,6 @@ Storage model)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ctxfold import cpu
 from ctxfold.engine.context import SessionRecord
@@ -28,12 +27,6 @@ from ctxfold.store.rows import ConfigTokens
 REWIND_ATTEMPTS = 10
 
 
-@dataclass(frozen=True)
-class SessionInfo:
-    record: SessionRecord
-    config: SessionConfig
-
-
 def config_tokens(config: SessionConfig) -> ConfigTokens:
     """Counted once, when a config is set, and stored (large texts in the counting process: call it in `cpu.run`)."""
     return ConfigTokens(system=cpu.count_text(config.system_prompt), tools=cpu.count_text(config.tools_json))
@@ -44,10 +37,6 @@ async def fitting_config_tokens(config: SessionConfig) -> ConfigTokens:
     tokens = await cpu.run(len(config.system_prompt) + len(config.tools_json), config_tokens, config)
     check_config_fits(config, tokens.system, tokens.tools)
     return tokens
-
-
-def session_info(record: SessionRecord) -> SessionInfo:
-    return SessionInfo(record, config_from_json(record.config_json))
 
 
 def _carried(state: ContextState, branch: SessionRecord) -> str:
@@ -68,33 +57,32 @@ class Sessions:
         # Told of every rewind: a background fold reading past it is cancelled, its receipt kept in the state.
         self.on_rewound = on_rewound
 
-    async def create(self, tenant: str, given: ConfigInput, session_key: str = "") -> SessionInfo:
+    async def create(self, tenant: str, given: ConfigInput, session_key: str = "") -> SessionRecord:
         """A new session; with `session_key`, the session that key names, created when it does not exist."""
         session_id = new_session_id(tenant, session_key)
         if session_key:
             existing = await self.store.find_session(tenant, session_id)
             if existing is not None:
-                return session_info(existing)
+                return existing
         config = resolve_config(given, self.summarizer_names, session_id)
-        record = await self.store.create_session(
+        return await self.store.create_session(  # a create of a key that lost the race gets the winner's session
             tenant, config_to_json(config), await fitting_config_tokens(config), session_id=session_id
         )
-        return session_info(record)  # a create of a key that lost the race gets the winner's session
 
-    async def get(self, tenant: str, session_id: str) -> SessionInfo:
-        return session_info(await self.store.get_session(tenant, session_id))
+    async def get(self, tenant: str, session_id: str) -> SessionRecord:
+        return await self.store.get_session(tenant, session_id)
 
-    async def list(self, tenant: str, requested_size: int, token: str) -> tuple[list[SessionInfo], str]:
+    async def list(self, tenant: str, requested_size: int, token: str) -> tuple[list[SessionRecord], str]:
         scope = f"sessions:{tenant}"
         records, cursor = await self.store.list_sessions(
             tenant, page_size(requested_size), decode_token(scope, token, (float, str))
         )
-        return [session_info(r) for r in records], encode_token(scope, list(cursor)) if cursor else ""
+        return records, encode_token(scope, list(cursor)) if cursor else ""
 
     async def delete(self, tenant: str, session_id: str) -> None:
         await self.store.delete_session(tenant, session_id)
 
-    async def fork(self, tenant: str, session_id: str, at_seq: int, overrides: ConfigInput) -> SessionInfo:
+    async def fork(self, tenant: str, session_id: str, at_seq: int, overrides: ConfigInput) -> SessionRecord:
         source = await self.store.get_session(tenant, session_id)
         new_session_id = new_id("s")
         given = override_config(config_from_json(source.config_json), overrides)
@@ -106,13 +94,13 @@ class Sessions:
         source_state, _ = await self.states.read(source)
         _, revision = await self.store.read_state(record)
         await self.store.save_state(record.id, _carried(source_state, record), revision)
-        return SessionInfo(record, config)
+        return record
 
-    async def rewind(self, tenant: str, session_id: str, to_seq: int) -> SessionInfo:
+    async def rewind(self, tenant: str, session_id: str, to_seq: int) -> SessionRecord:
         for _ in range(REWIND_ATTEMPTS):
             session = await self.store.get_session(tenant, session_id)
             if to_seq == session.head_seq:
-                return session_info(session)
+                return session
             state, revision = await self.states.read(session)
             try:
                 await self.store.rewind(session, to_seq)
@@ -120,8 +108,8 @@ class Sessions:
                 continue
             if (stopped := self.on_rewound(session_id, to_seq)) is not None:
                 state = state.with_receipt(stopped)
-            info = await self.get(tenant, session_id)
+            rewound = await self.store.get_session(tenant, session_id)
             # Best effort: if the state changed meanwhile, the next Prepare rebuilds it safely.
-            await self.store.save_state(session_id, _carried(state, info.record), revision)
-            return info
+            await self.store.save_state(session_id, _carried(state, rewound), revision)
+            return rewound
         raise kept_changing(session_id, "during the rewind")
