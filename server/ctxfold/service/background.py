@@ -12,10 +12,9 @@ from opentelemetry import trace
 
 from ctxfold import cpu
 from ctxfold.engine.background import PreparedFold, applied, covered_digest, may_install_prepared, prefold_due
-from ctxfold.engine.candidate import Accepted, fold_install
 from ctxfold.engine.context import Context
 from ctxfold.engine.errors import DomainError
-from ctxfold.engine.maintenance import Action, FoldOutcome, MaintainRequest, Trigger, plan_pass
+from ctxfold.engine.maintenance import FoldOutcome, MaintainRequest, Trigger, plan_pass
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import Receipt, ReceiptAction, ReceiptStatus
 from ctxfold.service.contexts import Contexts, KeyedLock
@@ -163,11 +162,7 @@ class BackgroundFolds:
     async def install_prepared(self, run: Run, prepared: PreparedFold, candidate: Projection) -> None:
         before, after = run.projection.tokens(), candidate.tokens()
         why = f"installed the fold prepared in the background at {prepared.tokens_before} tokens"
-        receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.SUMMARY, before, after, why)
-        state = run.state.installed(candidate.pruned, candidate.bounds, receipt, folded=True)
-        install = fold_install(state, run.session.branch_id, Accepted(candidate), prepared.document, before)
-        await self.installs.install(run, install, candidate, prepared.traceparent)
-        run.action = Action.FOLDED
+        await self.installs.install(run, candidate, why, prepared.document, prepared.traceparent)
         await run.observer.prepared_installed(before, after, prepared.checkpoint.id, prepared.summarizer)
 
     def running(self, session_id: str) -> bool:

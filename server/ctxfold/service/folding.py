@@ -16,7 +16,6 @@ from ctxfold.engine.candidate import (
     Rejected,
     accept,
     body_budget,
-    fold_install,
     record_pass,
     summary_failure,
 )
@@ -126,14 +125,10 @@ class Folding:
             run.candidate = outcome.candidate
             run.not_folding(NotFolded.DRY_RUN, f"dry run: the fold would take the view from {before} to {after} tokens")
             return True
-        note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
-        receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.SUMMARY, before, after, note)
-        state = run.state.installed(outcome.candidate.pruned, outcome.candidate.bounds, receipt, folded=True)
         if self.hooks.before_install is not None:
             await self.hooks.before_install(run.session.id)
-        install = fold_install(state, run.session.branch_id, outcome, document, before)
-        await self.installs.install(run, install, outcome.candidate)
-        run.action = Action.FOLDED
+        note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
+        await self.installs.install(run, outcome.candidate, note, document)
         label = checkpoint.notes.summarizer if checkpoint.notes else summarizer.name
         await run.observer.pass_committed(before, after, checkpoint.id, label)
         return True

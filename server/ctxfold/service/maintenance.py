@@ -13,11 +13,9 @@ from typing import Any
 from ctxfold import cpu
 from ctxfold.engine.answer import PreparedContext, answer, appended_anyway, check_response_size
 from ctxfold.engine.background import applied
-from ctxfold.engine.candidate import prune_install
 from ctxfold.engine.context import AppendRequest, Context
 from ctxfold.engine.errors import DomainError, Kind, kept_changing
 from ctxfold.engine.maintenance import (
-    Action,
     Answer,
     Blocked,
     Fold,
@@ -224,15 +222,10 @@ class Maintenance:
     async def _install_pruned(
         self, run: Run, candidate: Projection, results: int, why: str, bound: bool = False
     ) -> None:
-        """Installs `candidate` (`results` more results pruned or bounded) and its receipt; `pruned` unless folded."""
+        """Installs `candidate` (`results` more results pruned or bounded) and its receipt."""
         before, after = run.projection.tokens(), candidate.tokens()
-        receipt = self.installs.receipt(ReceiptStatus.APPLIED, ReceiptAction.PRUNE, before, after, why)
-        state = run.state.installed(candidate.pruned, candidate.bounds, receipt, folded=False)
-        install = prune_install(state, run.session.branch_id, run.session.checkpoint_id)
         with run.observer.pruning(results, before, after, bound):
-            await self.installs.install(run, install, candidate)
-        if run.action is Action.NONE:
-            run.action = Action.PRUNED
+            await self.installs.install(run, candidate, why)
         await run.observer.pruned(results, before, after, bound)
 
     async def _answer(self, run: Run, known_view_version: int, appended: list[StoredMessage]) -> PreparedContext:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ctxfold import cpu
 from ctxfold.engine.answer import Answering
-from ctxfold.engine.candidate import Install
+from ctxfold.engine.candidate import Accepted, FoldDocument, Install, fold_install, prune_install
 from ctxfold.engine.context import Context, SessionRecord
 from ctxfold.engine.maintenance import Action, MaintainRequest, NotFolded
 from ctxfold.engine.model import SessionConfig
@@ -89,12 +89,25 @@ class Installs:
     def __init__(self, store: Store):
         self.store = store  # its clock stamps receipts: they agree with the rows it writes
 
-    async def install(self, run: Run, install: Install, candidate: Projection, prepared_by: str = "") -> None:
-        """Installs `candidate` by compare-and-swap (StaleSession when the session changed); `run` follows it."""
-        with run.observer.installing(install, run.projection.tokens(), candidate.tokens(), prepared_by):
-            run.session, run.revision = await self.store.install(run.session, install)
+    async def install(
+        self, run: Run, candidate: Projection, why: str, document: FoldDocument | None = None, prepared_by: str = ""
+    ) -> None:
+        """Installs `candidate` (a fold's, with its `document`, else a prune's) and its receipt by compare-and-swap
+        (StaleSession when the session changed); `run` follows it. `prepared_by`: a prepared fold's traceparent."""
+        before, after, session = run.projection.tokens(), candidate.tokens(), run.session
+        action = ReceiptAction.PRUNE if document is None else ReceiptAction.SUMMARY
+        receipt = self.receipt(ReceiptStatus.APPLIED, action, before, after, why)
+        state = run.state.installed(candidate.pruned, candidate.bounds, receipt, folded=document is not None)
+        if document is None:
+            install: Install = prune_install(state, session.branch_id, session.checkpoint_id)
+        else:
+            install = fold_install(state, session.branch_id, Accepted(candidate), document, before)
+        with run.observer.installing(install, before, after, prepared_by):
+            run.session, run.revision = await self.store.install(session, install)
             run.projection, run.state = candidate, install.state
-        run.observer.receipt(install.state.receipts[-1])  # its receipt: every install has one
+        run.observer.receipt(receipt)
+        if document is not None or run.action is Action.NONE:  # a fold after a prune is what the run did
+            run.action = Action.PRUNED if document is None else Action.FOLDED
 
     def receipt(
         self, status: ReceiptStatus, action: ReceiptAction, tokens_in: int, tokens_out: int, reason: str
