@@ -21,7 +21,7 @@ from ctxfold.service.contexts import Contexts, KeyedLock
 from ctxfold.service.exclusion import Lease, holding
 from ctxfold.service.folding import Folding
 from ctxfold.service.observer import FoldProgress, FoldStage, MaintenanceObserver, no_progress, traceparent_of
-from ctxfold.service.run import Run
+from ctxfold.service.run import Run, new_receipt
 from ctxfold.service.states import ContextStates
 from ctxfold.store import Store
 
@@ -46,7 +46,6 @@ class BackgroundFolds:
         self.contexts = contexts
         self.states = states
         self.folding = folding
-        self.installs = folding.installs
         self.summarizers = folding.summarizers
         # The session's turn and the fold lease: a background fold takes both, as any other fold.
         self._sessions = sessions
@@ -97,7 +96,7 @@ class BackgroundFolds:
     async def _prefold_locked(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> bool:
         """Whether a fold is prepared (by this call or earlier); False lets a later Prepare try again."""
         observer = MaintenanceObserver(no_progress, session_id, tenant)
-        run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer)
+        run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer, self.store)
         # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
         run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
         summarizer = self.summarizers.get(run.config.summarizer)
@@ -157,12 +156,12 @@ class BackgroundFolds:
             if run.request.trigger is Trigger.BACKGROUND:
                 await self._receipt(run, ReceiptStatus.DISCARDED, before, after, reason)
             else:
-                self.installs.record(run, ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, before, after, reason)
+                run.record(ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, before, after, reason)
 
     async def install_prepared(self, run: Run, prepared: PreparedFold, candidate: Projection) -> None:
         before, after = run.projection.tokens(), candidate.tokens()
         why = f"installed the fold prepared in the background at {prepared.tokens_before} tokens"
-        await self.installs.install(run, candidate, why, prepared.document, prepared.traceparent)
+        await run.install(candidate, why, prepared.document, prepared.traceparent)
         await run.observer.prepared_installed(before, after, prepared.checkpoint.id, prepared.summarizer)
 
     def running(self, session_id: str) -> bool:
@@ -187,7 +186,7 @@ class BackgroundFolds:
 
     async def _receipt(self, run: Run, status: ReceiptStatus, before: int, after: int, why: str) -> None:
         """A background fold's receipt, written to the stored state (its run's state is not written)."""
-        receipt = self.installs.receipt(status, ReceiptAction.BACKGROUND, before, after, why)
+        receipt = new_receipt(self.store, status, ReceiptAction.BACKGROUND, before, after, why)
         await self.states.add_receipt(run.session, receipt)
 
     def rewound(self, session_id: str, to_seq: int) -> Receipt | None:
@@ -198,7 +197,7 @@ class BackgroundFolds:
             return None
         running[0].cancel()
         why = f"stopped before it was ready: a rewind to seq {to_seq} went below the history it read"
-        return self.installs.receipt(ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, 0, 0, why)
+        return new_receipt(self.store, ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, 0, 0, why)
 
     async def close(self) -> None:
         """Cancels every background fold and waits for them to unwind (their leases handed back)."""

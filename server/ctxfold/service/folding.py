@@ -35,7 +35,7 @@ from ctxfold.engine.maintenance import (
 )
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.exclusion import Lease, holding
-from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
+from ctxfold.service.run import FoldedElsewhere, Hooks, Run
 from ctxfold.store import Store
 from ctxfold.summarizers.base import Summarizer, SummaryRequest
 from ctxfold.summarizers.extractive import ExtractiveSummarizer
@@ -44,10 +44,9 @@ log = logging.getLogger(__name__)
 
 
 class Folding:
-    def __init__(self, store: Store, summarizers: Mapping[str, Summarizer], installs: Installs, hooks: Hooks):
+    def __init__(self, store: Store, summarizers: Mapping[str, Summarizer], hooks: Hooks):
         self.store = store
         self.summarizers = summarizers
-        self.installs = installs
         self.hooks = hooks
 
     async def fold(self, run: Run, fold: Fold) -> None:
@@ -60,7 +59,7 @@ class Folding:
         keep_tokens = run.request.keep_tokens
         plan = await cpu.run(run.work, plan_pass, run.projection, summarizer.input_window_tokens, keep_tokens)
         if plan.first is None:
-            self.installs.record(run, ReceiptStatus.NOOP, ReceiptAction.SUMMARY, before, before, "nothing to fold")
+            run.record(ReceiptStatus.NOOP, ReceiptAction.SUMMARY, before, before, "nothing to fold")
             run.not_folding(
                 NotFolded.NOTHING_OUTSIDE_KEPT_SET,
                 f"all {run.projection.message_count} messages of the view are in the kept set (the opening "
@@ -81,7 +80,7 @@ class Folding:
                     f"another call folds this session (fold lease holder {held.holder}, renewed while it "
                     f"runs; it runs out {max(held.until - self.store.clock(), 0):.0f} s from now unless renewed)"
                 )
-                self.installs.record(run, ReceiptStatus.BLOCKED, ReceiptAction.SUMMARY, before, before, why)
+                run.record(ReceiptStatus.BLOCKED, ReceiptAction.SUMMARY, before, before, why)
                 run.not_folding(NotFolded.FOLD_IN_PROGRESS, why)
                 return
             await self._fold_passes(run, summarizer, plan)
@@ -128,7 +127,7 @@ class Folding:
         if self.hooks.before_install is not None:
             await self.hooks.before_install(run.session.id)
         note = f"pass {index}" + (f": {fell_back}" if fell_back else "")
-        await self.installs.install(run, outcome.candidate, note, document)
+        await run.install(outcome.candidate, note, document)
         label = checkpoint.notes.summarizer if checkpoint.notes else summarizer.name
         await run.observer.pass_committed(before, after, checkpoint.id, label)
         return True
@@ -186,7 +185,7 @@ class Folding:
             run.state, run.failure = replace(run.state, failed_fold_tokens=before), (outcome.reason, outcome.why)
             if run.not_folded is NotFolded.UNSPECIFIED and run.action is not Action.FOLDED:
                 run.not_folding(NotFolded.SUMMARIZER_FAILED, outcome.why)
-            self.installs.record(run, ReceiptStatus.FAILED, ReceiptAction.SUMMARY, before, before, outcome.why)
+            run.record(ReceiptStatus.FAILED, ReceiptAction.SUMMARY, before, before, outcome.why)
             return None
         run.observer.candidate(outcome.checkpoint.id, outcome.candidate.tokens())
         last_folded = fold.folded[-1].source

@@ -39,7 +39,7 @@ from ctxfold.service.background import BackgroundFolds
 from ctxfold.service.contexts import Contexts, KeyedLock
 from ctxfold.service.folding import Folding
 from ctxfold.service.observer import AppendStored, Emit, FoldProgress, MaintenanceObserver
-from ctxfold.service.run import FoldedElsewhere, Hooks, Installs, Run
+from ctxfold.service.run import FoldedElsewhere, Hooks, Run
 from ctxfold.service.states import ContextStates
 from ctxfold.store import StaleSession, Store
 from ctxfold.summarizers.base import Summarizer
@@ -69,8 +69,7 @@ class Maintenance:
         # Calls of this process that must maintain one session take turns, so no input is summarized twice (a
         # view that fits is answered without waiting); across replicas the fold lease does the same.
         self._sessions = KeyedLock(max_waiting_per_session)
-        self.installs = Installs(store)
-        self.folding = Folding(store, summarizers, self.installs, hooks or Hooks())
+        self.folding = Folding(store, summarizers, hooks or Hooks())
         self.background = BackgroundFolds(store, contexts, states, self.folding, self._sessions)
         self.max_response_bytes = max_response_bytes
         self.contexts = contexts
@@ -150,7 +149,7 @@ class Maintenance:
         observer = MaintenanceObserver(emit, session_id, tenant)
         if self.maintaining(session_id):
             # Another call of this process is maintaining (folding) the session.
-            run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer)
+            run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer, self.store)
             tokens, config = run.projection.tokens(), run.config
             match while_maintained(run.projection, request.trigger):
                 case WhileMaintained.ANSWER:
@@ -165,7 +164,7 @@ class Maintenance:
                     await self.background.stop(run, f"{why} ({tokens} tokens) and was folded offline at once")
         async with self._sessions.hold(session_id):
             for _ in range(MAX_ROUNDS):
-                run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer)
+                run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer, self.store)
                 run.request = request
                 try:
                     await self._round(run)
@@ -207,7 +206,7 @@ class Maintenance:
                     prepared = candidate = None
                 case Blocked() as blocked:
                     why, tokens = "the last fold of this input failed", blocked.tokens
-                    self.installs.record(run, ReceiptStatus.BLOCKED, ReceiptAction.SUMMARY, tokens, tokens, why)
+                    run.record(ReceiptStatus.BLOCKED, ReceiptAction.SUMMARY, tokens, tokens, why)
                     run.not_folding(NotFolded.PREVIOUS_FAILURE, blocked.detail)
                     return
                 case Fold() as fold:
@@ -225,7 +224,7 @@ class Maintenance:
         """Installs `candidate` (`results` more results pruned or bounded) and its receipt."""
         before, after = run.projection.tokens(), candidate.tokens()
         with run.observer.pruning(results, before, after, bound):
-            await self.installs.install(run, candidate, why)
+            await run.install(candidate, why)
         await run.observer.pruned(results, before, after, bound)
 
     async def _answer(self, run: Run, known_view_version: int, appended: list[StoredMessage]) -> PreparedContext:

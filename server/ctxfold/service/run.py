@@ -1,4 +1,4 @@
-"""One maintenance call's state through its rounds (`Run`) and its writes: installs and receipts (`Installs`)."""
+"""One maintenance call's state through its rounds (`Run`) and its writes: installs and receipts."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ class Run:
     first_view: list[ViewMessage]
     first_tokens: int
     observer: MaintenanceObserver  # what the call reports to
+    store: Store  # what it installs into
     request: MaintainRequest = field(default_factory=MaintainRequest)
     action: Action = Action.NONE
     not_folded: NotFolded = NotFolded.UNSPECIFIED
@@ -47,9 +48,9 @@ class Run:
     failure: tuple[str, str] | None = None
 
     @staticmethod
-    def of(context: Context, observer: MaintenanceObserver) -> Run:
+    def of(context: Context, observer: MaintenanceObserver, store: Store) -> Run:
         view = context.projection
-        return Run(context.session, view, context.state, context.revision, view.view(), view.tokens(), observer)
+        return Run(context.session, view, context.state, context.revision, view.view(), view.tokens(), observer, store)
 
     @property
     def work(self) -> int:
@@ -80,44 +81,39 @@ class Run:
     def not_folding(self, why: NotFolded, detail: str) -> None:
         self.not_folded, self.not_folded_detail = why, detail
 
+    async def install(
+        self, candidate: Projection, why: str, document: FoldDocument | None = None, prepared_by: str = ""
+    ) -> None:
+        """Installs `candidate` (a fold's, with its `document`, else a prune's) and its receipt by compare-and-swap
+        (StaleSession when the session changed); the run follows it. `prepared_by`: a prepared fold's traceparent."""
+        before, after, session = self.projection.tokens(), candidate.tokens(), self.session
+        action = ReceiptAction.PRUNE if document is None else ReceiptAction.SUMMARY
+        receipt = new_receipt(self.store, ReceiptStatus.APPLIED, action, before, after, why)
+        state = self.state.installed(candidate.pruned, candidate.bounds, receipt, folded=document is not None)
+        if document is None:
+            install: Install = prune_install(state, session.branch_id, session.checkpoint_id)
+        else:
+            install = fold_install(state, session.branch_id, Accepted(candidate), document, before)
+        with self.observer.installing(install, before, after, prepared_by):
+            self.session, self.revision = await self.store.install(session, install)
+            self.projection, self.state = candidate, install.state
+        self.observer.receipt(receipt)
+        if document is not None or self.action is Action.NONE:  # a fold after a prune is what the run did
+            self.action = Action.PRUNED if document is None else Action.FOLDED
+
+    def record(self, status: ReceiptStatus, action: ReceiptAction, before: int, after: int, reason: str) -> None:
+        """A receipt of what the run did not install, on its state and to its observer."""
+        receipt = new_receipt(self.store, status, action, before, after, reason)
+        self.state = self.state.with_receipt(receipt)
+        self.observer.receipt(receipt)
+
 
 class FoldedElsewhere(Exception):
     """Another server held the session's fold lease; what it installed must be looked at afresh."""
 
 
-class Installs:
-    def __init__(self, store: Store):
-        self.store = store  # its clock stamps receipts: they agree with the rows it writes
-
-    async def install(
-        self, run: Run, candidate: Projection, why: str, document: FoldDocument | None = None, prepared_by: str = ""
-    ) -> None:
-        """Installs `candidate` (a fold's, with its `document`, else a prune's) and its receipt by compare-and-swap
-        (StaleSession when the session changed); `run` follows it. `prepared_by`: a prepared fold's traceparent."""
-        before, after, session = run.projection.tokens(), candidate.tokens(), run.session
-        action = ReceiptAction.PRUNE if document is None else ReceiptAction.SUMMARY
-        receipt = self.receipt(ReceiptStatus.APPLIED, action, before, after, why)
-        state = run.state.installed(candidate.pruned, candidate.bounds, receipt, folded=document is not None)
-        if document is None:
-            install: Install = prune_install(state, session.branch_id, session.checkpoint_id)
-        else:
-            install = fold_install(state, session.branch_id, Accepted(candidate), document, before)
-        with run.observer.installing(install, before, after, prepared_by):
-            run.session, run.revision = await self.store.install(session, install)
-            run.projection, run.state = candidate, install.state
-        run.observer.receipt(receipt)
-        if document is not None or run.action is Action.NONE:  # a fold after a prune is what the run did
-            run.action = Action.PRUNED if document is None else Action.FOLDED
-
-    def receipt(
-        self, status: ReceiptStatus, action: ReceiptAction, tokens_in: int, tokens_out: int, reason: str
-    ) -> Receipt:
-        return Receipt(uuid.uuid4().hex, status, action, tokens_in, tokens_out, reason, self.store.clock())
-
-    def record(
-        self, run: Run, status: ReceiptStatus, action: ReceiptAction, before: int, after: int, reason: str
-    ) -> None:
-        """A receipt of what the run did not install, on its state and to its observer."""
-        receipt = self.receipt(status, action, before, after, reason)
-        run.state = run.state.with_receipt(receipt)
-        run.observer.receipt(receipt)
+def new_receipt(
+    store: Store, status: ReceiptStatus, action: ReceiptAction, tokens_in: int, tokens_out: int, reason: str
+) -> Receipt:
+    """A receipt stamped by the store's clock, so it agrees with the rows the store writes."""
+    return Receipt(uuid.uuid4().hex, status, action, tokens_in, tokens_out, reason, store.clock())
