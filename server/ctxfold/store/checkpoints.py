@@ -1,4 +1,5 @@
-"""Checkpoints (immutable, shared by forks): chains, the index a session reads, inserts, collecting unreachable ones."""
+"""Checkpoints (immutable, shared by forks): chains, the index a session reads, inserts, collecting unreachable ones;
+and prepared folds (`engine/background.py`), at most one per session, kept until installed or found stale."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ from collections.abc import Sequence
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ctxfold.engine.candidate import FoldInstall
+from ctxfold.engine.background import PreparedFold
+from ctxfold.engine.candidate import FoldDocument, FoldInstall
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import not_found
 from ctxfold.engine.lineage import CheckpointLink
 from ctxfold.engine.view import Checkpoint, StoredCheckpoint
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase, ancestors
-from ctxfold.store.rows import checkpoint_entries, checkpoint_from_row
+from ctxfold.store.rows import checkpoint_from_row, checkpoint_values
+
+# A prepared fold's fields its row holds under their own names, in their order.
+_CARRIED = ("covered", "tokens_before", "tokens_after", "summarizer", "traceparent", "create_time")
 
 
 async def checkpoint_chain(conn: AsyncConnection, head_id: str | None) -> dict[str, CheckpointLink]:
@@ -37,10 +42,7 @@ async def insert_checkpoint(conn: AsyncConnection, tenant: str, fold: FoldInstal
         insert(schema.checkpoints).values(
             id=checkpoint.id,
             tenant=tenant,
-            parent_id=checkpoint.parent_id,
-            position_seq=checkpoint.position_seq,
-            entries_json=checkpoint_entries(checkpoint),
-            summary_tokens=checkpoint.summary_tokens,
+            **checkpoint_values(checkpoint),
             tokens_before=fold.tokens_before,
             tokens_after=fold.tokens_after,
             create_time=now,
@@ -118,6 +120,10 @@ async def _checkpoint_index(
     return index
 
 
+async def drop_prepared(conn: AsyncConnection, session_id: str) -> None:
+    await conn.execute(delete(schema.prepared_folds).where(schema.prepared_folds.c.session_id == session_id))
+
+
 class CheckpointStore(StoreBase):
     async def list_checkpoints(
         self, session: SessionRecord, include_abandoned: bool, limit: int, after: tuple[float, str] | None
@@ -142,3 +148,41 @@ class CheckpointStore(StoreBase):
                 raise not_found("CHECKPOINT_NOT_FOUND", missing, checkpoint_id=checkpoint_id, session_id=session.id)
             row = (await _checkpoint_rows(conn, [checkpoint_id]))[checkpoint_id]
         return StoredCheckpoint(checkpoint_from_row(row), found[0], found[1])
+
+    async def save_prepared(self, session: SessionRecord, prepared: PreparedFold) -> None:
+        """Keeps `prepared` as the session's prepared fold, replacing any earlier one."""
+        checkpoint, document = prepared.checkpoint, prepared.document
+        async with self._write() as conn:
+            await drop_prepared(conn, session.id)
+            await conn.execute(
+                insert(schema.prepared_folds).values(
+                    session_id=session.id,
+                    checkpoint_id=checkpoint.id,
+                    **checkpoint_values(checkpoint),
+                    document_ref=document.ref,
+                    document_message_id=document.message_id,
+                    document_text=document.text,
+                    **{name: getattr(prepared, name) for name in _CARRIED},
+                )
+            )
+
+    async def read_prepared(self, session: SessionRecord) -> PreparedFold | None:
+        p = schema.prepared_folds.c
+        async with self._read() as conn:
+            row = (await conn.execute(select(schema.prepared_folds).where(p.session_id == session.id))).first()
+        if row is None:
+            return None
+        return PreparedFold(
+            checkpoint_from_row(row, id_column="checkpoint_id"),
+            FoldDocument(row.document_ref, row.document_message_id, row.document_text),
+            *(getattr(row, name) for name in _CARRIED),
+        )
+
+    async def discard_prepared(self, session: SessionRecord, checkpoint_id: str) -> bool:
+        """Drops the session's prepared fold if it is still `checkpoint_id`; whether it did."""
+        p = schema.prepared_folds.c
+        async with self._write() as conn:
+            dropped = await conn.execute(
+                delete(schema.prepared_folds).where(p.session_id == session.id, p.checkpoint_id == checkpoint_id)
+            )
+            return bool(dropped.rowcount)

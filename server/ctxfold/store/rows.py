@@ -174,8 +174,8 @@ def checkpoint_from_row(row: object, id_column: str = "id") -> Checkpoint:
     )
 
 
-def checkpoint_entries(checkpoint: Checkpoint) -> str:
-    """The `entries_json` column of `checkpoint` (read back by `checkpoint_from_row`)."""
+def checkpoint_values(checkpoint: Checkpoint) -> dict[str, object]:
+    """The columns a checkpoint's row and a prepared fold's share (read back by `checkpoint_from_row`)."""
     entries: list[dict[str, object]] = [{"type": "summary", "text": checkpoint.summary}]
     entries += [{"type": "message", "id": kept_id} for kept_id in checkpoint.kept_ids]
     if checkpoint.notes is not None:
@@ -183,7 +183,8 @@ def checkpoint_entries(checkpoint: Checkpoint) -> str:
     native = checkpoint.native
     if native is not None:
         entries.append({"type": "native", "format": native.format, "json": native.json, "tokens": native.tokens})
-    return json.dumps(entries)
+    columns = {"parent_id": checkpoint.parent_id, "position_seq": checkpoint.position_seq}
+    return {**columns, "entries_json": json.dumps(entries), "summary_tokens": checkpoint.summary_tokens}
 
 
 def state_document(row: object) -> str:

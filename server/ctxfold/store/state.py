@@ -17,9 +17,8 @@ from ctxfold.engine.lineage import ranges_within
 from ctxfold.engine.model import StoredMessage
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase, session_row, swap_session
-from ctxfold.store.checkpoints import insert_checkpoint, load_checkpoint
+from ctxfold.store.checkpoints import drop_prepared, insert_checkpoint, load_checkpoint
 from ctxfold.store.lineage import in_ranges, session_live_ranges
-from ctxfold.store.prepared import drop_prepared
 from ctxfold.store.rows import message_from_row, state_document
 from ctxfold.store.tool_results import insert_document
 
