@@ -4,8 +4,9 @@ and prepared folds (`engine/background.py`), at most one per session, kept until
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import Row, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold.engine.background import PreparedFold
@@ -22,18 +23,22 @@ from ctxfold.store.rows import checkpoint_from_row, checkpoint_values
 _CARRIED = ("covered", "tokens_before", "tokens_after", "summarizer", "traceparent", "create_time")
 
 
-async def checkpoint_chain(conn: AsyncConnection, head_id: str | None) -> dict[str, CheckpointLink]:
+async def _chain(conn: AsyncConnection, head_id: str | None) -> Sequence[Row[Any]]:
+    """The checkpoints from `head_id` to the root (id, parent_id, position_seq, create_time)."""
     if head_id is None:
-        return {}
-    checkpoints, columns = schema.checkpoints, ("id", "parent_id", "position_seq")
-    rows = await ancestors(conn, checkpoints, columns, "cpchain", checkpoints.c.id == head_id)
-    return {r.id: CheckpointLink(r.id, r.parent_id, r.position_seq) for r in rows}
+        return []
+    columns = ("id", "parent_id", "position_seq", "create_time")
+    return await ancestors(conn, schema.checkpoints, columns, "cpchain", schema.checkpoints.c.id == head_id)
 
 
-async def load_checkpoint(conn: AsyncConnection, checkpoint_id: str) -> Checkpoint:
-    """A checkpoint a session points at (the foreign key guarantees it exists)."""
-    query = select(schema.checkpoints).where(schema.checkpoints.c.id == checkpoint_id)
-    return checkpoint_from_row((await conn.execute(query)).one())
+async def checkpoint_chain(conn: AsyncConnection, head_id: str | None) -> dict[str, CheckpointLink]:
+    return {r.id: CheckpointLink(r.id, r.parent_id, r.position_seq) for r in await _chain(conn, head_id)}
+
+
+async def load_checkpoints(conn: AsyncConnection, ids: Sequence[str]) -> dict[str, Checkpoint]:
+    """The checkpoints `ids`, by id (those a session points at exist: a foreign key)."""
+    query = select(schema.checkpoints).where(schema.checkpoints.c.id.in_(list(ids)))
+    return {r.id: checkpoint_from_row(r) for r in (await conn.execute(query)).all()} if ids else {}
 
 
 async def insert_checkpoint(conn: AsyncConnection, tenant: str, fold: FoldInstall, now: float) -> None:
@@ -50,13 +55,11 @@ async def insert_checkpoint(conn: AsyncConnection, tenant: str, fold: FoldInstal
     )
 
 
-async def drop_unreachable_checkpoints(
-    conn: AsyncConnection, chain: dict[str, CheckpointLink], start: str | None, stop_at: str | None
-) -> None:
+async def drop_unreachable_checkpoints(conn: AsyncConnection, start: str | None, stop_at: str | None) -> None:
     """From `start` towards the root (short of `stop_at`), deletes each checkpoint no session or checkpoint uses;
     stops at the first still needed, since everything below it is then needed too."""
     cp, s = schema.checkpoints.c, schema.sessions.c
-    current = start
+    chain, current = await checkpoint_chain(conn, start), start
     while current is not None and current != stop_at:
         used = await conn.execute(
             select(
@@ -70,29 +73,12 @@ async def drop_unreachable_checkpoints(
         current = chain[current].parent_id
 
 
-async def _checkpoint_rows(conn: AsyncConnection, ids: Sequence[str]) -> dict[str, object]:
-    if not ids:
-        return {}
-    cp = schema.checkpoints.c
-    return {r.id: r for r in (await conn.execute(select(schema.checkpoints).where(cp.id.in_(list(ids))))).all()}
-
-
-async def _chain_times(conn: AsyncConnection, head_id: str) -> dict[str, float]:
-    """The create_time of every checkpoint on the chain from `head_id` to its root."""
-    columns = ("id", "parent_id", "create_time")
-    rows = await ancestors(conn, schema.checkpoints, columns, "timechain", schema.checkpoints.c.id == head_id)
-    return {r.id: r.create_time for r in rows}
-
-
 async def _checkpoint_index(
     conn: AsyncConnection, session: SessionRecord, include_abandoned: bool
 ) -> dict[str, tuple[float, bool]]:
     """id -> (create_time, on_head_chain) of the session's readable checkpoints: its head chain and what
     its forks inherited from it (docs/architecture.md, Storage model). Bounded by its fork tree."""
-    index: dict[str, tuple[float, bool]] = {}
-    if session.checkpoint_id is not None:
-        times = await _chain_times(conn, session.checkpoint_id)
-        index = {cid: (created, True) for cid, created in times.items()}
+    index = {r.id: (r.create_time, True) for r in await _chain(conn, session.checkpoint_id)}
     if not include_abandoned:
         return index
     s = schema.sessions.c
@@ -111,11 +97,9 @@ async def _checkpoint_index(
         for row in rows:
             cutoff = frontier[row.forked_from_session_id] or row.create_time
             next_frontier[row.id] = cutoff
-            if row.checkpoint_id is None:
-                continue
-            for cid, created in (await _chain_times(conn, row.checkpoint_id)).items():
-                if created <= cutoff and cid not in index:
-                    index[cid] = (created, False)
+            for link in await _chain(conn, row.checkpoint_id):
+                if link.create_time <= cutoff and link.id not in index:
+                    index[link.id] = (link.create_time, False)
         frontier = next_frontier
     return index
 
@@ -135,8 +119,8 @@ class CheckpointStore(StoreBase):
             if after is not None:
                 order = [(cid, meta) for cid, meta in order if (meta[0], cid) < after]
             page = order[: limit + 1]
-            rows = await _checkpoint_rows(conn, [cid for cid, _ in page[:limit]])
-        listed = [StoredCheckpoint(checkpoint_from_row(rows[cid]), meta[0], meta[1]) for cid, meta in page[:limit]]
+            loaded = await load_checkpoints(conn, [cid for cid, _ in page[:limit]])
+        listed = [StoredCheckpoint(loaded[cid], meta[0], meta[1]) for cid, meta in page[:limit]]
         return listed, (listed[-1].create_time, listed[-1].checkpoint.id) if len(page) > limit else None
 
     async def get_checkpoint(self, session: SessionRecord, checkpoint_id: str) -> StoredCheckpoint:
@@ -146,8 +130,8 @@ class CheckpointStore(StoreBase):
             if found is None:
                 missing = f"checkpoint {checkpoint_id!r} not found in session {session.id!r}"
                 raise not_found("CHECKPOINT_NOT_FOUND", missing, checkpoint_id=checkpoint_id, session_id=session.id)
-            row = (await _checkpoint_rows(conn, [checkpoint_id]))[checkpoint_id]
-        return StoredCheckpoint(checkpoint_from_row(row), found[0], found[1])
+            checkpoint = (await load_checkpoints(conn, [checkpoint_id]))[checkpoint_id]
+        return StoredCheckpoint(checkpoint, found[0], found[1])
 
     async def save_prepared(self, session: SessionRecord, prepared: PreparedFold) -> None:
         """Keeps `prepared` as the session's prepared fold, replacing any earlier one."""

@@ -193,5 +193,4 @@ class LineageStore(StoreBase):
                 segment_id = new_segment_id
             await swap_session(conn, session, now, **branch_values(point, segment_id))
             # Checkpoints past the new head are unreachable now unless a fork still uses them.
-            chain = await checkpoint_chain(conn, session.checkpoint_id)
-            await drop_unreachable_checkpoints(conn, chain, session.checkpoint_id, stop_at=point.checkpoint_id)
+            await drop_unreachable_checkpoints(conn, session.checkpoint_id, stop_at=point.checkpoint_id)

@@ -10,7 +10,7 @@ from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.ids import new_id
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase, session_row
-from ctxfold.store.checkpoints import checkpoint_chain, drop_unreachable_checkpoints
+from ctxfold.store.checkpoints import drop_unreachable_checkpoints
 from ctxfold.store.lineage import branch_point, drop_unreachable_segments, insert_segment, segments
 from ctxfold.store.rows import BranchPoint, ConfigTokens, branch_values, session_from_row
 
@@ -107,9 +107,8 @@ class SessionStore(StoreBase):
             session = await session_row(conn, tenant, session_id, lock=True)
             owned = (await conn.execute(select(seg.id).where(seg.owner_session_id == session.id))).scalars().all()
             candidates = await segments(conn, [session.segment_id, *owned])
-            chain = await checkpoint_chain(conn, session.checkpoint_id)
             await conn.execute(delete(schema.sessions).where(s.id == session.id))
-            await drop_unreachable_checkpoints(conn, chain, session.checkpoint_id, stop_at=None)
+            await drop_unreachable_checkpoints(conn, session.checkpoint_id, stop_at=None)
             await drop_unreachable_segments(conn, candidates)
 
     async def take_fold_lease(

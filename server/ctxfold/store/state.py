@@ -17,7 +17,7 @@ from ctxfold.engine.lineage import ranges_within
 from ctxfold.engine.model import StoredMessage
 from ctxfold.store import schema
 from ctxfold.store.base import StoreBase, session_row, swap_session
-from ctxfold.store.checkpoints import drop_prepared, insert_checkpoint, load_checkpoint
+from ctxfold.store.checkpoints import drop_prepared, insert_checkpoint, load_checkpoints
 from ctxfold.store.lineage import in_ranges, session_live_ranges
 from ctxfold.store.rows import message_from_row, state_document
 from ctxfold.store.tool_results import insert_document
@@ -71,7 +71,7 @@ class StateStore(StoreBase):
             checkpoint = None
             kept: list[StoredMessage] = []
             if session.checkpoint_id is not None:
-                checkpoint = await load_checkpoint(conn, session.checkpoint_id)
+                checkpoint = (await load_checkpoints(conn, [session.checkpoint_id]))[session.checkpoint_id]
                 if checkpoint.kept_ids:
                     query = select(schema.messages).where(m.id.in_(checkpoint.kept_ids)).order_by(m.seq)
                     kept = await _messages(conn, query, len(checkpoint.kept_ids))
