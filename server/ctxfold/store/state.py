@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, Select, select, update
+from sqlalchemy import ColumnElement, Row, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold import cpu
@@ -46,8 +46,9 @@ async def _put_state(conn: AsyncConnection, session_id: str, state_json: str, re
 PARTITION_ROWS = 2000
 
 
-async def _messages(conn: AsyncConnection, query: Select[Any], rows: int) -> list[StoredMessage]:
-    """The messages `query` reads, `rows` of them at most."""
+async def read_messages(conn: AsyncConnection, rows: int, *where: ColumnElement[bool]) -> list[StoredMessage]:
+    """The messages matching `where`, `rows` of them at most, in seq order."""
+    query = select(schema.messages).where(*where).order_by(schema.messages.c.seq)
     if rows <= PARTITION_ROWS:
         read = (await conn.execute(query)).all()
         return await cpu.run(len(read) * cpu.MESSAGE_WORK_BYTES, _converted, read)
@@ -73,15 +74,13 @@ class StateStore(StoreBase):
             if session.checkpoint_id is not None:
                 checkpoint = (await load_checkpoints(conn, [session.checkpoint_id]))[session.checkpoint_id]
                 if checkpoint.kept_ids:
-                    query = select(schema.messages).where(m.id.in_(checkpoint.kept_ids)).order_by(m.seq)
-                    kept = await _messages(conn, query, len(checkpoint.kept_ids))
+                    kept = await read_messages(conn, len(checkpoint.kept_ids), m.id.in_(checkpoint.kept_ids))
                     if len(kept) != len(checkpoint.kept_ids):
                         broken = f"checkpoint {checkpoint.id} keeps messages that cannot be loaded"
                         raise DomainError(Kind.INTERNAL, "CHECKPOINT_BROKEN", broken, {"checkpoint_id": checkpoint.id})
             position = checkpoint.position_seq if checkpoint else 0
             ranges = ranges_within(await session_live_ranges(conn, session), position, session.head_seq)
-            query = select(schema.messages).where(in_ranges(ranges)).order_by(m.seq)
-            after = await _messages(conn, query, sum(r.hi - r.lo for r in ranges))
+            after = await read_messages(conn, sum(r.hi - r.lo for r in ranges), in_ranges(ranges))
             document, revision = await _read_state(conn, session.id)
         return StoredContext(session, checkpoint, kept, after, document, revision)
 

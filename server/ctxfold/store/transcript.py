@@ -17,6 +17,7 @@ from ctxfold.store.append_sqlite import SqliteAppender
 from ctxfold.store.base import StoreBase
 from ctxfold.store.lineage import in_history, in_ranges, session_live_ranges
 from ctxfold.store.rows import message_from_row
+from ctxfold.store.state import read_messages
 
 
 class TranscriptStore(StoreBase):
@@ -33,10 +34,8 @@ class TranscriptStore(StoreBase):
 
     async def messages(self, ids: Sequence[str]) -> list[StoredMessage]:
         """Messages by id, in seq order (the first append's messages of a repeated request id)."""
-        m = schema.messages.c
         async with self._read() as conn:
-            rows = (await conn.execute(select(schema.messages).where(m.id.in_(list(ids))).order_by(m.seq))).all()
-        return [message_from_row(r) for r in rows]
+            return await read_messages(conn, len(ids), schema.messages.c.id.in_(list(ids)))
 
     async def list_messages(
         self,
