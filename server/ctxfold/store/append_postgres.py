@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ctxfold.store import schema
 from ctxfold.store.append import AppendWrite, Outcome, Repeated, Stale, Written
+from ctxfold.store.base import connection
 from ctxfold.store.errors import raise_store_error
 from ctxfold.store.rows import USAGE_FIELDS
 
@@ -101,25 +102,19 @@ class PostgresAppender:
             args.append(rows.request["message_ids_json"] if rows.request else "")  # kept with a request id only
             for table, inserted in zip(_INSERTED, (rows.messages, rows.results, rows.chunks), strict=True):
                 args += [[row[c.name] for row in inserted] for c in table.columns]
-        conn = self._engine.connect()
-        try:
-            await conn.start()
-        except Exception as error:
-            raise_store_error(error, connecting=True)
-        try:
-            driver = (await conn.get_raw_connection()).driver_connection
-            assert driver is not None
-            prior, swapped, revision = await driver.fetchrow(sql, *args)
-        except BaseException as error:
-            if not isinstance(error, asyncpg.PostgresError):
-                # Cut off (cancelled, connection lost): it may be left mid-statement, so it is never used again.
-                await asyncio.shield(conn.invalidate())
-            if not isinstance(error, Exception):
-                raise
-            # One statement, its own transaction: cut off (no error from the server), it may have committed.
-            raise_store_error(error, may_have_committed=not isinstance(error, asyncpg.PostgresError))
-        finally:
-            await conn.close()
+        async with connection(self._engine) as conn:
+            try:
+                driver = (await conn.get_raw_connection()).driver_connection
+                assert driver is not None
+                prior, swapped, revision = await driver.fetchrow(sql, *args)
+            except BaseException as error:
+                if not isinstance(error, asyncpg.PostgresError):
+                    # Cut off (cancelled, connection lost): it may be left mid-statement, so it is never used again.
+                    await asyncio.shield(conn.invalidate())
+                if not isinstance(error, Exception):
+                    raise
+                # One statement, its own transaction: cut off (no error from the server), it may have committed.
+                raise_store_error(error, may_have_committed=not isinstance(error, asyncpg.PostgresError))
         if prior is not None:
             return Repeated(tuple(json.loads(prior)))
         if swapped != 1:

@@ -30,6 +30,20 @@ async def ancestors(
     return (await conn.execute(select(chain))).all()
 
 
+@asynccontextmanager
+async def connection(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection of `engine`'s pool; one that cannot be opened makes the database unavailable (a domain error)."""
+    plain = engine.connect()
+    try:
+        await plain.start()
+    except Exception as error:
+        raise_store_error(error, connecting=True)
+    try:
+        yield plain
+    finally:
+        await plain.close()
+
+
 class StaleSession(Exception):
     """The session changed between read and write; the caller re-reads and retries."""
 
@@ -73,21 +87,9 @@ class StoreBase:
     # Every statement runs in one of these (or `store/append.py`): a failure surfaces as a domain error, not a driver's.
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[AsyncConnection]:
-        plain = self.engine.connect()
-        try:
-            await plain.start()
-        except Exception as error:
-            raise_store_error(error, connecting=True)
-        try:
-            yield plain
-        finally:
-            await plain.close()
-
-    @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
         try:
-            async with self._connection() as plain:
+            async with connection(self.engine) as plain:
                 conn = await plain.execution_options(**self._read_options)
                 async with conn.begin():
                     yield conn
@@ -101,7 +103,7 @@ class StoreBase:
             async with contextlib.AsyncExitStack() as stack:
                 if self._writer_turn is not None:
                     await stack.enter_async_context(self._writer_turn)
-                plain = await stack.enter_async_context(self._connection())
+                plain = await stack.enter_async_context(connection(self.engine))
                 conn = await plain.execution_options(**{WRITE_OPTION: True})
                 async with conn.begin():
                     yield conn
