@@ -87,8 +87,9 @@ class Sessions:
         new_session_id = new_id("s")
         given = override_config(config_from_json(source.config_json), overrides)
         config = resolve_config(given, self.summarizer_names, new_session_id)
-        record = await self.store.fork(
-            source, at_seq, new_session_id, config_to_json(config), await fitting_config_tokens(config)
+        tokens = await fitting_config_tokens(config)
+        record = await self.store.create_session(
+            tenant, config_to_json(config), tokens, session_id=new_session_id, source=source, at_seq=at_seq
         )
         # The fork's first view equals the source's at the fork point: same checkpoint, same pruning.
         source_state, _ = await self.states.read(source)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from sqlalchemy import and_, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.ids import new_id
@@ -17,18 +16,52 @@ from ctxfold.store.rows import BranchPoint, ConfigTokens, branch_values, session
 
 class SessionStore(StoreBase):
     async def create_session(
-        self, tenant: str, config_json: str, tokens: ConfigTokens, *, session_id: str | None = None
+        self,
+        tenant: str,
+        config_json: str,
+        tokens: ConfigTokens,
+        *,
+        session_id: str | None = None,
+        source: SessionRecord | None = None,
+        at_seq: int = 0,
     ) -> SessionRecord:
-        """A new session. An explicit `session_id` that exists already (two callers creating the
-        session one key names, at once) answers the existing session of the tenant."""
+        """A new session, or a fork of `source` sharing its history and checkpoints up to `at_seq` (0: its head): a
+        snapshot, whatever runs beside it (appends, rewinds and deletes wait for the source's row, which the fork holds
+        shared). An explicit `session_id` that exists already (two callers creating the session one key names, at
+        once) answers the existing session of the tenant."""
         session_id = session_id or new_id("s")
         try:
             async with self._write() as conn:
-                await self._insert_session(
-                    conn, tenant, session_id, config_json, tokens, BranchPoint(None, 0, None, ())
+                point = BranchPoint(None, 0, None, ())
+                if source is not None:
+                    current = await session_row(conn, tenant, source.id, lock=True, shared=True)
+                    point = await branch_point(conn, current, at_seq or current.head_seq)
+                now = self.clock()
+                segment_id = await insert_segment(conn, tenant, point, session_id, now)
+                await conn.execute(
+                    insert(schema.sessions).values(
+                        id=session_id,
+                        tenant=tenant,
+                        config_json=config_json,
+                        system_tokens=tokens.system,
+                        tools_tokens=tokens.tools,
+                        **branch_values(point, segment_id),
+                        version=1,
+                        forked_from_session_id=source.id if source else None,
+                        forked_at_seq=point.seq,
+                        create_time=now,
+                        update_time=now,
+                    )
+                )
+                # An empty state ("new"); every later write is then an update with a compare-and-swap.
+                await conn.execute(
+                    insert(schema.context_states).values(
+                        session_id=session_id, state_json="", revision=1, update_time=now
+                    )
                 )
         except IntegrityError:
-            pass
+            if source is not None:
+                raise
         return await self.get_session(tenant, session_id)
 
     async def find_session(self, tenant: str, session_id: str) -> SessionRecord | None:
@@ -36,51 +69,6 @@ class SessionStore(StoreBase):
         async with self._read() as conn:
             row = (await conn.execute(select(schema.sessions).where(s.id == session_id, s.tenant == tenant))).first()
         return session_from_row(row) if row is not None else None
-
-    async def fork(
-        self, source: SessionRecord, at_seq: int, session_id: str, config_json: str, tokens: ConfigTokens
-    ) -> SessionRecord:
-        """A new session sharing `source`'s history and checkpoints up to `at_seq` (0: its head): a snapshot, whatever
-        runs beside it (appends, rewinds and deletes wait for the source's row, which the fork holds shared)."""
-        async with self._write() as conn:
-            current = await session_row(conn, source.tenant, source.id, lock=True, shared=True)
-            point = await branch_point(conn, current, at_seq or current.head_seq)
-            await self._insert_session(
-                conn, source.tenant, session_id, config_json, tokens, point, forked_from=source.id
-            )
-        return await self.get_session(source.tenant, session_id)
-
-    async def _insert_session(
-        self,
-        conn: AsyncConnection,
-        tenant: str,
-        session_id: str,
-        config_json: str,
-        tokens: ConfigTokens,
-        point: BranchPoint,
-        forked_from: str | None = None,
-    ) -> None:
-        now = self.clock()
-        segment_id = await insert_segment(conn, tenant, point, session_id, now)
-        await conn.execute(
-            insert(schema.sessions).values(
-                id=session_id,
-                tenant=tenant,
-                config_json=config_json,
-                system_tokens=tokens.system,
-                tools_tokens=tokens.tools,
-                **branch_values(point, segment_id),
-                version=1,
-                forked_from_session_id=forked_from,
-                forked_at_seq=point.seq if forked_from else 0,
-                create_time=now,
-                update_time=now,
-            )
-        )
-        # An empty state ("new"); every later write is then an update with a compare-and-swap.
-        await conn.execute(
-            insert(schema.context_states).values(session_id=session_id, state_json="", revision=1, update_time=now)
-        )
 
     async def get_session(self, tenant: str, session_id: str) -> SessionRecord:
         async with self._read() as conn:
