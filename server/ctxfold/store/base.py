@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Table, func, select, update
+from sqlalchemy import ColumnElement, Row, Table, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import session_not_found
 from ctxfold.store import schema
-from ctxfold.store.database import WRITE_OPTION
+from ctxfold.store.database import WRITE_OPTION, row_counts
 from ctxfold.store.errors import raise_store_error
 from ctxfold.store.rows import session_from_row
 
@@ -112,9 +112,6 @@ class StoreBase:
             raise_store_error(error, may_have_committed=committing)
 
     async def row_counts(self) -> dict[str, int]:
-        """Rows per table (tests, benchmarks, operations)."""
-        counts = {}
+        """Rows per table of the schema (tests, benchmarks, operations)."""
         async with self._read() as conn:
-            for table in schema.metadata.sorted_tables:
-                counts[table.name] = (await conn.execute(select(func.count()).select_from(table))).scalar_one()
-        return counts
+            return await conn.run_sync(row_counts, schema.metadata.tables)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,8 @@ class SchemaError(Exception):
     """The schema cannot be brought to this version's: it is newer, or the upgrade would lose rows (nothing changed)."""
 
 
-def _row_counts(connection: Connection) -> dict[str, int]:
-    names = inspect(connection).get_table_names()
+def row_counts(connection: Connection, names: Iterable[str] | None = None) -> dict[str, int]:
+    names = inspect(connection).get_table_names() if names is None else names
     return {name: connection.execute(select(func.count()).select_from(table(name))).scalar_one() for name in names}
 
 
@@ -105,9 +106,9 @@ def _upgrade(connection: Connection) -> None:
         )
     if current == set(scripts.get_heads()):
         return
-    before = _row_counts(connection)
+    before = row_counts(connection)
     command.upgrade(config, "head")
-    after = _row_counts(connection)
+    after = row_counts(connection)
     lost = {name: (count, after.get(name, 0)) for name, count in before.items() if after.get(name, 0) < count}
     if lost:
         raise SchemaError(
