@@ -132,17 +132,15 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     summarizers = build_summarizers(settings.summarizers)
     limits = AppendLimits(settings.max_message_bytes, settings.max_tool_result_bytes)
     contexts = Contexts(store, limits, settings.hot_state_max_bytes)
-    states = ContextStates(store, contexts)
+    states = ContextStates(contexts)
     maintenance = Maintenance(
-        store,
+        states,
         summarizers,
         hooks=hooks,
         max_waiting_per_session=settings.max_waiting_per_session,
         max_response_bytes=settings.max_send_message_bytes,
-        contexts=contexts,
-        states=states,
     )
-    sessions = Sessions(store, frozenset(summarizers), states, on_rewound=maintenance.background.rewound)
+    sessions = Sessions(states, frozenset(summarizers), on_rewound=maintenance.background.rewound)
     admission = Admission(
         settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant, settings.max_concurrent_request_bytes
     )

@@ -17,13 +17,12 @@ from ctxfold.engine.errors import DomainError
 from ctxfold.engine.maintenance import FoldOutcome, MaintainRequest, Trigger, plan_pass
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.state import Receipt, ReceiptAction, ReceiptStatus
-from ctxfold.service.contexts import Contexts, KeyedLock
+from ctxfold.service.contexts import KeyedLock
 from ctxfold.service.exclusion import Lease, holding
 from ctxfold.service.folding import Folding
 from ctxfold.service.observer import FoldProgress, FoldStage, MaintenanceObserver, no_progress, traceparent_of
 from ctxfold.service.run import Run, new_receipt
 from ctxfold.service.states import ContextStates
-from ctxfold.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +33,9 @@ MEMO_SESSIONS = 10_000
 
 
 class BackgroundFolds:
-    def __init__(
-        self,
-        store: Store,
-        contexts: Contexts,
-        states: ContextStates,
-        folding: Folding,
-        sessions: KeyedLock,
-    ) -> None:
-        self.store = store
-        self.contexts = contexts
-        self.states = states
-        self.folding = folding
-        self.summarizers = folding.summarizers
+    def __init__(self, states: ContextStates, folding: Folding, sessions: KeyedLock) -> None:
+        # The store, the contexts and the summarizers are the foreground folds'.
+        self.store, self.states, self.folding = folding.store, states, folding
         # The session's turn and the fold lease: a background fold takes both, as any other fold.
         self._sessions = sessions
         # session id -> (task, the seq its fold reads up to)
@@ -96,10 +85,10 @@ class BackgroundFolds:
     async def _prefold_locked(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> bool:
         """Whether a fold is prepared (by this call or earlier); False lets a later Prepare try again."""
         observer = MaintenanceObserver(no_progress, session_id, tenant)
-        run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer, self.store)
+        run = Run.of(await self.states.contexts.load(tenant, session_id, fresh=True), observer, self.store)
         # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
         run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
-        summarizer = self.summarizers.get(run.config.summarizer)
+        summarizer = self.folding.summarizers.get(run.config.summarizer)
         if summarizer is None or not prefold_due(run.projection):
             return False
         if await self.read_prepared(run) is not None:

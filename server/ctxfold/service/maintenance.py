@@ -36,12 +36,12 @@ from ctxfold.engine.projection import Projection, check_fixed_costs
 from ctxfold.engine.prune import bound_to_fit
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.background import BackgroundFolds
-from ctxfold.service.contexts import Contexts, KeyedLock
+from ctxfold.service.contexts import KeyedLock
 from ctxfold.service.folding import Folding
 from ctxfold.service.observer import AppendStored, Emit, FoldProgress, MaintenanceObserver
 from ctxfold.service.run import FoldedElsewhere, Hooks, Run
 from ctxfold.service.states import ContextStates
-from ctxfold.store import StaleSession, Store
+from ctxfold.store import StaleSession
 from ctxfold.summarizers.base import Summarizer
 
 log = logging.getLogger(__name__)
@@ -56,24 +56,20 @@ Event = FoldProgress | PreparedContext
 class Maintenance:
     def __init__(
         self,
-        store: Store,
+        states: ContextStates,
         summarizers: Mapping[str, Summarizer],
         *,
         max_response_bytes: int,
-        contexts: Contexts,
-        states: ContextStates,
         hooks: Hooks | None = None,
         max_waiting_per_session: int = 16,
     ):
-        self.store = store
+        self.store, self.contexts, self.states = states.store, states.contexts, states
         # Calls of this process that must maintain one session take turns, so no input is summarized twice (a
         # view that fits is answered without waiting); across replicas the fold lease does the same.
         self._sessions = KeyedLock(max_waiting_per_session)
-        self.folding = Folding(store, summarizers, hooks or Hooks())
-        self.background = BackgroundFolds(store, contexts, states, self.folding, self._sessions)
+        self.folding = Folding(self.store, summarizers, hooks or Hooks())
+        self.background = BackgroundFolds(states, self.folding, self._sessions)
         self.max_response_bytes = max_response_bytes
-        self.contexts = contexts
-        self.states = states
 
     async def _stream(
         self, work: Callable[[Emit], Coroutine[Any, Any, PreparedContext]]

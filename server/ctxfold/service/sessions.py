@@ -21,7 +21,7 @@ from ctxfold.engine.paging import decode_token, encode_token, page_size
 from ctxfold.engine.projection import check_config_fits
 from ctxfold.engine.state import ContextState, Receipt, carried_over, fingerprint
 from ctxfold.service.states import ContextStates
-from ctxfold.store import StaleSession, Store
+from ctxfold.store import StaleSession
 from ctxfold.store.rows import ConfigTokens
 
 REWIND_ATTEMPTS = 10
@@ -46,14 +46,11 @@ def _carried(state: ContextState, branch: SessionRecord) -> str:
 class Sessions:
     def __init__(
         self,
-        store: Store,
-        summarizer_names: frozenset[str],
         states: ContextStates,
+        summarizer_names: frozenset[str],
         on_rewound: Callable[[str, int], Receipt | None] = lambda _s, _q: None,
     ):
-        self.store = store
-        self.summarizer_names = summarizer_names
-        self.states = states
+        self.store, self.states, self.summarizer_names = states.store, states, summarizer_names
         # Told of every rewind: a background fold reading past it is cancelled, its receipt kept in the state.
         self.on_rewound = on_rewound
 

@@ -10,16 +10,14 @@ from ctxfold.engine.model import Usage
 from ctxfold.engine.state import ContextState, Receipt, check_usage, fingerprint, load_state
 from ctxfold.service.contexts import Contexts
 from ctxfold.service.observer import MaintenanceObserver
-from ctxfold.store import Store
 from ctxfold.telemetry import INSTRUMENTS
 
 log = logging.getLogger(__name__)
 
 
 class ContextStates:
-    def __init__(self, store: Store, contexts: Contexts):
-        self.store = store
-        self.contexts = contexts
+    def __init__(self, contexts: Contexts):
+        self.store, self.contexts = contexts.store, contexts
 
     async def read(self, session: SessionRecord) -> tuple[ContextState, int]:
         """The stored state when it is valid for the session, else the state it is rebuilt to; its revision."""
