@@ -4,6 +4,7 @@ task per session in this process (docs/architecture.md, The view and maintenance
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 from collections import OrderedDict
@@ -48,6 +49,8 @@ class BackgroundFolds:
         """After an answer: starts the session's background fold when the view reached `prefold_tokens` (`prefold_due`)
         and none ran over this head checkpoint; the progress event saying so, or that one runs, else None."""
         config, session_id = answered.config, answered.session.id
+        if not config.prefold_tokens:
+            return None  # background folds off (the default): the common Prepare pays for nothing more
         projection = answered.projection
         tokens = projection.tokens()
         if self.running(session_id):
@@ -106,7 +109,7 @@ class BackgroundFolds:
                     made = await self.folding.candidate(run, summarizer, fold)
                 if made is None:
                     failure = run.failure[1] if run.failure else ""
-                    run.observer.folded(0, 1, before, FoldOutcome.FAILED, failure)
+                    run.observer.folded(span, 0, 1, before, FoldOutcome.FAILED, failure)
                     await self._receipt(run, ReceiptStatus.FAILED, before, before, failure)
                     return False
                 outcome, document, _ = made
@@ -117,7 +120,7 @@ class BackgroundFolds:
                     checkpoint, document, covered, before, after, label, traceparent_of(span), self.store.clock()
                 )
                 await self.store.save_prepared(run.session, made_fold)
-                run.observer.folded(1, 1, after, FoldOutcome.PREPARED, "")
+                run.observer.folded(span, 1, 1, after, FoldOutcome.PREPARED, "")
         why = f"prepared in the background over seqs ≤ {checkpoint.position_seq}; installed at the trigger"
         await self._receipt(run, ReceiptStatus.PREPARED, before, after, why)
         return True
@@ -169,7 +172,8 @@ class BackgroundFolds:
         if running is None:
             return
         running[0].cancel()
-        await asyncio.gather(running[0], return_exceptions=True)
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await running[0]
         tokens = run.projection.tokens()
         await self._receipt(run, ReceiptStatus.DISCARDED, tokens, tokens, f"stopped before it was ready: {why}")
 
@@ -193,4 +197,6 @@ class BackgroundFolds:
         tasks = [task for task, _ in self._tasks.values()]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

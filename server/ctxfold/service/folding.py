@@ -94,7 +94,7 @@ class Folding:
         before = run.projection.tokens()
         passes = 1 if run.request.one_pass else plan.passes_planned
         await run.observer.planned(passes, before)
-        with run.observer.folding(run.request, run.config, summarizer, passes, before):
+        with run.observer.folding(run.request, run.config, summarizer, passes, before) as span:
             fold: FoldPass | None = plan.first
             index = 0
             committed = True
@@ -110,7 +110,7 @@ class Folding:
             installed = index if committed else index - 1
             outcome = fold_outcome(installed, not committed, run.request.dry_run)
             failure = run.failure[1] if run.failure else ""
-            run.observer.folded(installed, passes, run.projection.tokens(), outcome, failure)
+            run.observer.folded(span, installed, passes, run.projection.tokens(), outcome, failure)
 
     async def _fold_pass(self, run: Run, summarizer: Summarizer, fold: FoldPass, index: int, stand_in: str) -> bool:
         """One summarizer call and its install; False when the pass failed (nothing installed)."""

@@ -221,9 +221,9 @@ class MaintenanceObserver:
         await self._progress(FoldStage.PLANNED, message, passes_planned=passes, tokens_before=before)
 
     @staticmethod
-    def folded(installed: int, planned: int, after: int, outcome: FoldOutcome, failure: str) -> None:
-        """The fold's end (its span the current one): the passes it installed of the final plan's, and its outcome."""
-        span = trace.get_current_span()
+    def folded(span: Span, installed: int, planned: int, after: int, outcome: FoldOutcome, failure: str) -> None:
+        """The end of the fold whose span (`folding`) is `span`: the passes it installed of the final plan's, and its
+        outcome."""
         span.set_attributes(
             {
                 "ctxfold.fold.passes": installed,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from ctxfold import cpu
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import kept_changing
-from ctxfold.engine.ids import new_id, new_session_id
+from ctxfold.engine.ids import new_session_id
 from ctxfold.engine.model import (
     ConfigInput,
     SessionConfig,
@@ -81,12 +81,12 @@ class Sessions:
 
     async def fork(self, tenant: str, session_id: str, at_seq: int, overrides: ConfigInput) -> SessionRecord:
         source = await self.store.get_session(tenant, session_id)
-        new_session_id = new_id("s")
+        fork_id = new_session_id(tenant)
         given = override_config(config_from_json(source.config_json), overrides)
-        config = resolve_config(given, self.summarizer_names, new_session_id)
+        config = resolve_config(given, self.summarizer_names, fork_id)
         tokens = await fitting_config_tokens(config)
         record = await self.store.create_session(
-            tenant, config_to_json(config), tokens, session_id=new_session_id, source=source, at_seq=at_seq
+            tenant, config_to_json(config), tokens, session_id=fork_id, source=source, at_seq=at_seq
         )
         # The fork's first view equals the source's at the fork point: same checkpoint, same pruning.
         source_state, _ = await self.states.read(source)

@@ -21,12 +21,14 @@ from ctxfold.store.rows import session_from_row
 
 
 async def ancestors(
-    conn: AsyncConnection, table: Table, columns: Sequence[str], name: str, *start: ColumnElement[bool]
+    conn: AsyncConnection, table: Table, columns: Sequence[str], name: str, *start: ColumnElement[bool], one: bool
 ) -> Sequence[Row[Any]]:
-    """`columns` of `table`'s rows matching `start` and of their ancestors (`parent_id`), one recursive query."""
+    """`columns` of `table`'s rows matching `start` and of their ancestors (`parent_id`), one recursive query; `one`:
+    a single start row, so no ancestor is reached twice (UNION ALL, nothing to deduplicate)."""
     chain = select(*(table.c[c] for c in columns)).where(*start).cte(name, recursive=True)
     parent = table.alias("parent")
-    chain = chain.union(select(*(parent.c[c] for c in columns)).where(parent.c.id == chain.c.parent_id))
+    ancestor = select(*(parent.c[c] for c in columns)).where(parent.c.id == chain.c.parent_id)
+    chain = chain.union_all(ancestor) if one else chain.union(ancestor)
     return (await conn.execute(select(chain))).all()
 
 

@@ -23,12 +23,13 @@ from ctxfold.store.rows import checkpoint_from_row, checkpoint_values
 _CARRIED = ("covered", "tokens_before", "tokens_after", "summarizer", "traceparent", "create_time")
 
 
-async def _chain(conn: AsyncConnection, head_id: str | None) -> Sequence[Row[Any]]:
-    """The checkpoints from `head_id` to the root (id, parent_id, position_seq, create_time)."""
+async def _chain(conn: AsyncConnection, head_id: str | None, tenant: str | None = None) -> Sequence[Row[Any]]:
+    """The checkpoints from `head_id` (of `tenant`, if named) to the root: id, parent_id, position_seq, create_time."""
     if head_id is None:
         return []
-    columns = ("id", "parent_id", "position_seq", "create_time")
-    return await ancestors(conn, schema.checkpoints, columns, "cpchain", schema.checkpoints.c.id == head_id)
+    cp, columns = schema.checkpoints.c, ("id", "parent_id", "position_seq", "create_time")
+    start = (cp.id == head_id, *(() if tenant is None else (cp.tenant == tenant,)))
+    return await ancestors(conn, schema.checkpoints, columns, "cpchain", *start, one=True)
 
 
 async def checkpoint_chain(conn: AsyncConnection, head_id: str | None) -> dict[str, CheckpointLink]:
@@ -78,7 +79,7 @@ async def _checkpoint_index(
 ) -> dict[str, tuple[float, bool]]:
     """id -> (create_time, on_head_chain) of the session's readable checkpoints: its head chain and what
     its forks inherited from it (docs/architecture.md, Storage model). Bounded by its fork tree."""
-    index = {r.id: (r.create_time, True) for r in await _chain(conn, session.checkpoint_id)}
+    index = {r.id: (r.create_time, True) for r in await _chain(conn, session.checkpoint_id, session.tenant)}
     if not include_abandoned:
         return index
     s = schema.sessions.c
@@ -97,7 +98,7 @@ async def _checkpoint_index(
         for row in rows:
             cutoff = frontier[row.forked_from_session_id] or row.create_time
             next_frontier[row.id] = cutoff
-            for link in await _chain(conn, row.checkpoint_id):
+            for link in await _chain(conn, row.checkpoint_id, session.tenant):
                 if link.create_time <= cutoff and link.id not in index:
                     index[link.id] = (link.create_time, False)
         frontier = next_frontier

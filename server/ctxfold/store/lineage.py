@@ -37,7 +37,7 @@ def in_ranges(ranges: Sequence[SeqRange]) -> ColumnElement[bool]:
 async def segments(conn: AsyncConnection, start_ids: Sequence[str]) -> dict[str, Segment]:
     """The given segments and all their ancestors, in one recursive query."""
     segment, columns = schema.segments, ("id", "parent_id", "base_seq")
-    rows = await ancestors(conn, segment, columns, "chain", segment.c.id.in_(list(start_ids)))
+    rows = await ancestors(conn, segment, columns, "chain", segment.c.id.in_(list(start_ids)), one=False)
     return {r.id: Segment(r.id, r.parent_id, r.base_seq) for r in rows}
 
 

@@ -61,9 +61,12 @@ def _columns(row: object) -> Any:
     return row._mapping  # type: ignore[attr-defined]
 
 
+_SESSION_FIELDS = tuple(f.name for f in fields(SessionRecord))
+
+
 def session_from_row(row: object) -> SessionRecord:
     m = _columns(row)
-    values = {f.name: m[f.name] for f in fields(SessionRecord)}
+    values = {name: m[name] for name in _SESSION_FIELDS}
     return SessionRecord(**{**values, "open_tool_calls": tuple(json.loads(m["open_tool_calls"]))})
 
 
@@ -207,7 +210,6 @@ def append_write(
     now, rows = after.update_time, None
     if messages:
         encoded = [encode_result(r.ref, r.message_id, r.data, inline=r.inline) for r in results]
-        ids = json.dumps([m.id for m in messages])  # what a repeated request id answers
         rows = AppendRows(
             head={
                 "head_seq": after.head_seq,
@@ -215,9 +217,7 @@ def append_write(
                 "version": after.version,
                 "update_time": now,
             },
-            request={"session_id": seen.id, "request_id": request_id, "message_ids_json": ids, "create_time": now}
-            if request_id
-            else None,
+            request=_request_row(seen.id, request_id, messages, now) if request_id else None,
             messages=[message_values(m, seen.segment_id) for m in messages],
             results=[{**e.row, "segment_id": seen.segment_id} for e in encoded],
             chunks=[c for e in encoded for c in e.chunks],
@@ -226,6 +226,12 @@ def append_write(
     data = sum(len(r.data) for r in results if not r.inline)
     size = text_chars(messages) + data + (len(bookkeeping.json) if bookkeeping else 0)
     return AppendWrite(seen, now, rows, size, request_id, bookkeeping, usage_row)
+
+
+def _request_row(session_id: str, request_id: str, messages: Sequence[StoredMessage], now: float) -> dict[str, object]:
+    """What a repeated `request_id` answers: the ids of the messages its first append stored."""
+    ids = json.dumps([m.id for m in messages])
+    return {"session_id": session_id, "request_id": request_id, "message_ids_json": ids, "create_time": now}
 
 
 def step_write(step: Step, context: Context, now: float, request_id: str) -> tuple[Appended, AppendWrite]:

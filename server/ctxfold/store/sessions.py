@@ -86,7 +86,7 @@ class SessionStore(StoreBase):
         async with self._read() as conn:
             rows = (await conn.execute(query)).all()
         records = [session_from_row(r) for r in rows[:limit]]
-        return records, (records[-1].create_time, records[-1].id) if len(rows) > limit and records else None
+        return records, (records[-1].create_time, records[-1].id) if len(rows) > limit else None
 
     async def delete_session(self, tenant: str, session_id: str) -> None:
         """Deletes the session and whatever only it reached: bounded by its own segments and chain, not the tenant."""

@@ -89,15 +89,9 @@ def part_text(part: dict[str, Any]) -> tuple[str, int]:
 
 def tool_call(call: dict[str, Any]) -> ToolCall:
     """A function call, or a custom tool's call (its free-form `input` as the arguments)."""
-    if call.get("type") == "custom":
-        custom = as_dict(call.get("custom"))
-        return ToolCall(
-            id=text_of(call.get("id")), name=text_of(custom.get("name")), arguments=text_of(custom.get("input"))
-        )
-    function = as_dict(call.get("function"))
-    return ToolCall(
-        id=text_of(call.get("id")), name=text_of(function.get("name")), arguments=text_of(function.get("arguments"))
-    )
+    kind, arguments = ("custom", "input") if call.get("type") == "custom" else ("function", "arguments")
+    spec = as_dict(call.get(kind))
+    return ToolCall(id=text_of(call.get("id")), name=text_of(spec.get("name")), arguments=text_of(spec.get(arguments)))
 
 
 def content_text(content: Json) -> tuple[str, int]:
