@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -34,8 +34,8 @@ from ctxfold.v1 import context_service_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-EventResponse = TypeVar("EventResponse", pb.PrepareResponse, pb.CompactResponse)
 Context = grpc.aio.ServicerContext[Any, Any]
+Events = AsyncGenerator[AppendStored | Event, None]
 
 
 SERVICE = pb.DESCRIPTOR.services_by_name["ContextService"]
@@ -44,6 +44,9 @@ _REQUEST_TYPES: dict[str, type[Message]] = {m.name: getattr(pb, m.input_type.nam
 
 # Messages are converted while decoding: contents make a request large, and every read of a string field copies it.
 _MESSAGE_FIELDS = {"AppendMessages": "messages", "Prepare": "append"}
+# The server-streaming RPCs: their methods answer events, which `_streamed` writes and returns.
+EventResponse = pb.PrepareResponse | pb.CompactResponse
+_STREAMED: dict[str, type[EventResponse]] = {"Prepare": pb.PrepareResponse, "Compact": pb.CompactResponse}
 
 
 def _parse(method_name: str, raw: bytes) -> tuple[Any, list[NewMessage] | None]:
@@ -124,8 +127,9 @@ async def _abort(context: Context, exc: Exception) -> NoReturn:
 
 def unary(servicer: ContextServicer, name: str) -> Callable[[bytes, Context], Awaitable[Message | bytes]]:
     """The handler of RPC `name`: authenticates, admits, waits for a large request's turn, decodes, and maps every
-    failure to a status. The method gets (request, context, tenant), and (messages, turn) for `_MESSAGE_FIELDS` RPCs."""
-    method = getattr(servicer, name)
+    failure to a status. The method gets (request, tenant), and the messages for `_MESSAGE_FIELDS` RPCs; the events it
+    answers for `_STREAMED` RPCs are streamed here."""
+    method, streamed = getattr(servicer, name), _STREAMED.get(name)
 
     async def handler(raw: bytes, context: Context) -> Message | bytes:
         try:
@@ -134,8 +138,10 @@ def unary(servicer: ContextServicer, name: str) -> Callable[[bytes, Context], Aw
             with servicer.admission.admit(tenant, len(raw)):
                 async with servicer.requests.turn(len(raw)) as turn:
                     request, messages = await cpu.run(len(raw), _parse, name, raw)
-                    inputs = () if messages is None else (messages, turn)
-                    response: Message | bytes = await method(request, context, tenant, *inputs)
+                    answer = await method(request, tenant, *(() if messages is None else (messages,)))
+                    response: Message | bytes = (
+                        answer if streamed is None else await _streamed(streamed, answer, context, turn)
+                    )
             if isinstance(response, bytes):  # `_encoded` annotated it; it may be large
                 await servicer.answers.turn(len(response))
             else:
@@ -175,10 +181,7 @@ async def _event_response(response_type: type[EventResponse], event: Event) -> E
 
 
 async def _streamed(
-    response_type: type[EventResponse],
-    events: AsyncGenerator[AppendStored | Event, None],
-    context: Context,
-    turn: Turn | None = None,
+    response_type: type[EventResponse], events: Events, context: Context, turn: Turn
 ) -> EventResponse | bytes:
     """A server-streaming RPC run as unary: progress written as it comes, the result returned with the status; the
     request's `turn` ends once its append is stored (docs/architecture.md, The API shell)."""
@@ -187,8 +190,7 @@ async def _streamed(
     async with contextlib.aclosing(events):
         async for event in events:
             if isinstance(event, AppendStored):
-                if turn is not None:
-                    turn.end()
+                turn.end()
                 continue
             response = await _event_response(response_type, event)
             if isinstance(event, PreparedContext):
@@ -214,74 +216,56 @@ class ContextServicer:
     requests: RequestPacer
     answers: AnswerPacer = field(default_factory=AnswerPacer, init=False)
 
-    async def CreateSession(
-        self, request: pb.CreateSessionRequest, context: Context, tenant: str
-    ) -> pb.CreateSessionResponse:
+    async def CreateSession(self, request: pb.CreateSessionRequest, tenant: str) -> pb.CreateSessionResponse:
         info = await self.sessions.create(tenant, convert.config_input(request.config), request.session_key)
         return pb.CreateSessionResponse(session=convert.session_pb(info))
 
-    async def GetSession(self, request: pb.GetSessionRequest, context: Context, tenant: str) -> pb.GetSessionResponse:
+    async def GetSession(self, request: pb.GetSessionRequest, tenant: str) -> pb.GetSessionResponse:
         info = await self.sessions.get(tenant, request.session_id)
         return pb.GetSessionResponse(session=convert.session_pb(info))
 
-    async def ListSessions(
-        self, request: pb.ListSessionsRequest, context: Context, tenant: str
-    ) -> pb.ListSessionsResponse:
+    async def ListSessions(self, request: pb.ListSessionsRequest, tenant: str) -> pb.ListSessionsResponse:
         infos, token = await self.sessions.list(tenant, request.page_size, request.page_token)
         return pb.ListSessionsResponse(sessions=[convert.session_pb(i) for i in infos], next_page_token=token)
 
-    async def DeleteSession(
-        self, request: pb.DeleteSessionRequest, context: Context, tenant: str
-    ) -> pb.DeleteSessionResponse:
+    async def DeleteSession(self, request: pb.DeleteSessionRequest, tenant: str) -> pb.DeleteSessionResponse:
         await self.sessions.delete(tenant, request.session_id)
         return pb.DeleteSessionResponse()
 
-    async def AppendMessages(
-        self, request: pb.AppendMessagesRequest, context: Context, tenant: str, messages: list[NewMessage], turn: Turn
-    ) -> bytes:
+    async def AppendMessages(self, request: pb.AppendMessagesRequest, tenant: str, messages: list[NewMessage]) -> bytes:
         stored, record = await self.contexts.append_messages(tenant, request.session_id, messages, request.request_id)
         session = convert.session_pb(record)
         return await _encoded(request, pb.AppendMessagesResponse, stored, session=session)
 
-    async def ListMessages(self, request: pb.ListMessagesRequest, context: Context, tenant: str) -> bytes:
+    async def ListMessages(self, request: pb.ListMessagesRequest, tenant: str) -> bytes:
         messages, token = await self.reads.messages(
             tenant, request.session_id, request.page_size, request.page_token, request.include_abandoned
         )
         return await _encoded(request, pb.ListMessagesResponse, messages, next_page_token=token)
 
-    async def ReadToolResult(
-        self, request: pb.ReadToolResultRequest, context: Context, tenant: str
-    ) -> pb.ReadToolResultResponse:
+    async def ReadToolResult(self, request: pb.ReadToolResultRequest, tenant: str) -> pb.ReadToolResultResponse:
         page, sha256, ref = await self.reads.tool_result(
             tenant, request.session_id, request.tool_call_id, request.result_ref, request.offset, request.limit
         )
         return pb.ReadToolResultResponse(**vars(page), sha256=sha256, result_ref=ref)
 
-    async def Fork(self, request: pb.ForkRequest, context: Context, tenant: str) -> pb.ForkResponse:
+    async def Fork(self, request: pb.ForkRequest, tenant: str) -> pb.ForkResponse:
         overrides = convert.config_input(request.config)
         info = await self.sessions.fork(tenant, request.session_id, request.at_seq, overrides)
         return pb.ForkResponse(session=convert.session_pb(info))
 
-    async def Rewind(self, request: pb.RewindRequest, context: Context, tenant: str) -> pb.RewindResponse:
+    async def Rewind(self, request: pb.RewindRequest, tenant: str) -> pb.RewindResponse:
         info = await self.sessions.rewind(tenant, request.session_id, request.to_seq)
         return pb.RewindResponse(session=convert.session_pb(info))
 
-    async def Prepare(
-        self, request: pb.PrepareRequest, context: Context, tenant: str, append: list[NewMessage], turn: Turn
-    ) -> pb.PrepareResponse | bytes:
+    async def Prepare(self, request: pb.PrepareRequest, tenant: str, append: list[NewMessage]) -> Events:
         asked = AppendRequest((), request.overflow, request.known_view_version)
-        events = self.maintenance.prepare(tenant, request.session_id, append, asked, request.request_id)
-        return await _streamed(pb.PrepareResponse, events, context, turn)
+        return self.maintenance.prepare(tenant, request.session_id, append, asked, request.request_id)
 
-    async def Compact(self, request: pb.CompactRequest, context: Context, tenant: str) -> pb.CompactResponse | bytes:
-        events = self.maintenance.compact(
-            tenant, request.session_id, request.focus, request.keep_tokens, request.dry_run
-        )
-        return await _streamed(pb.CompactResponse, events, context)
+    async def Compact(self, request: pb.CompactRequest, tenant: str) -> Events:
+        return self.maintenance.compact(tenant, request.session_id, request.focus, request.keep_tokens, request.dry_run)
 
-    async def ObserveUsage(
-        self, request: pb.ObserveUsageRequest, context: Context, tenant: str
-    ) -> pb.ObserveUsageResponse:
+    async def ObserveUsage(self, request: pb.ObserveUsageRequest, tenant: str) -> pb.ObserveUsageResponse:
         usage = Usage(
             view_version=request.view_version,
             estimated_tokens=0,
@@ -293,21 +277,15 @@ class ContextServicer:
         calibration, accepted = await self.states.observe_usage(tenant, request.session_id, usage)
         return pb.ObserveUsageResponse(calibration=calibration, calibration_accepted=accepted)
 
-    async def GetContextState(
-        self, request: pb.GetContextStateRequest, context: Context, tenant: str
-    ) -> pb.GetContextStateResponse:
+    async def GetContextState(self, request: pb.GetContextStateRequest, tenant: str) -> pb.GetContextStateResponse:
         return pb.GetContextStateResponse(state_json=await self.states.context_state(tenant, request.session_id))
 
-    async def ListCheckpoints(
-        self, request: pb.ListCheckpointsRequest, context: Context, tenant: str
-    ) -> pb.ListCheckpointsResponse:
+    async def ListCheckpoints(self, request: pb.ListCheckpointsRequest, tenant: str) -> pb.ListCheckpointsResponse:
         listed, token = await self.reads.checkpoints(
             tenant, request.session_id, request.page_size, request.page_token, request.include_abandoned
         )
         return pb.ListCheckpointsResponse(checkpoints=[convert.checkpoint_pb(c) for c in listed], next_page_token=token)
 
-    async def GetCheckpoint(
-        self, request: pb.GetCheckpointRequest, context: Context, tenant: str
-    ) -> pb.GetCheckpointResponse:
+    async def GetCheckpoint(self, request: pb.GetCheckpointRequest, tenant: str) -> pb.GetCheckpointResponse:
         stored = await self.reads.checkpoint(tenant, request.session_id, request.checkpoint_id)
         return pb.GetCheckpointResponse(checkpoint=convert.checkpoint_pb(stored))
