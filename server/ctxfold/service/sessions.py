@@ -32,13 +32,6 @@ def config_tokens(config: SessionConfig) -> ConfigTokens:
     return ConfigTokens(system=cpu.count_text(config.system_prompt), tools=cpu.count_text(config.tools_json))
 
 
-async def fitting_config_tokens(config: SessionConfig) -> ConfigTokens:
-    """The config's token counts (off the loop), once known to leave room for a view (else INVALID_CONFIG)."""
-    tokens = await cpu.run(len(config.system_prompt) + len(config.tools_json), config_tokens, config)
-    check_config_fits(config, tokens.system, tokens.tools)
-    return tokens
-
-
 def _carried(state: ContextState, branch: SessionRecord) -> str:
     return carried_over(state, fingerprint(branch.branch_id, branch.checkpoint_id), branch.checkpoint_id).to_json()
 
@@ -61,9 +54,19 @@ class Sessions:
             existing = await self.store.find_session(tenant, session_id)
             if existing is not None:
                 return existing
+        # A create of a key that lost the race gets the winner's session (the store's create_session).
+        return await self._create(tenant, given, session_id)
+
+    async def _create(
+        self, tenant: str, given: ConfigInput, session_id: str, source: SessionRecord | None = None, at_seq: int = 0
+    ) -> SessionRecord:
+        """A session (a fork of `source` at `at_seq`, if given) with the config `given` resolves to, once its token
+        counts (off the loop) are known to leave room for a view (else INVALID_CONFIG)."""
         config = resolve_config(given, self.summarizer_names, session_id)
-        return await self.store.create_session(  # a create of a key that lost the race gets the winner's session
-            tenant, config_to_json(config), await fitting_config_tokens(config), session_id=session_id
+        tokens = await cpu.run(len(config.system_prompt) + len(config.tools_json), config_tokens, config)
+        check_config_fits(config, tokens.system, tokens.tools)
+        return await self.store.create_session(
+            tenant, config_to_json(config), tokens, session_id=session_id, source=source, at_seq=at_seq
         )
 
     async def get(self, tenant: str, session_id: str) -> SessionRecord:
@@ -81,13 +84,8 @@ class Sessions:
 
     async def fork(self, tenant: str, session_id: str, at_seq: int, overrides: ConfigInput) -> SessionRecord:
         source = await self.store.get_session(tenant, session_id)
-        fork_id = new_session_id(tenant)
         given = override_config(config_from_json(source.config_json), overrides)
-        config = resolve_config(given, self.summarizer_names, fork_id)
-        tokens = await fitting_config_tokens(config)
-        record = await self.store.create_session(
-            tenant, config_to_json(config), tokens, session_id=fork_id, source=source, at_seq=at_seq
-        )
+        record = await self._create(tenant, given, new_session_id(tenant), source, at_seq)
         # The fork's first view equals the source's at the fork point: same checkpoint, same pruning.
         source_state, _ = await self.states.read(source)
         _, revision = await self.store.read_state(record)
