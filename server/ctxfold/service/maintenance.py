@@ -218,10 +218,8 @@ class Maintenance:
         self, run: Run, candidate: Projection, results: int, why: str, bound: bool = False
     ) -> None:
         """Installs `candidate` (`results` more results pruned or bounded) and its receipt."""
-        before, after = run.projection.tokens(), candidate.tokens()
-        with run.observer.pruning(results, before, after, bound):
+        async with run.observer.pruning(results, run.projection.tokens(), candidate.tokens(), bound):
             await run.install(candidate, why)
-        await run.observer.pruned(results, before, after, bound)
 
     async def _answer(self, run: Run, known_view_version: int, appended: list[StoredMessage]) -> PreparedContext:
         """The result and its bookkeeping write (view record, activity, receipts), skipped, not retried over another's,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -170,13 +170,13 @@ class MaintenanceObserver:
         if receipt.status is ReceiptStatus.APPLIED:
             INSTRUMENTS.tokens_saved.add(receipt.tokens_saved, {"ctxfold.action": action})
 
-    def pruning(self, results: int, before: int, after: int, bound: bool) -> AbstractContextManager[Span]:
-        """The span of a prune (`ctxfold.prune`) or, `bound`, of results bounded to fit (`ctxfold.bound`)."""
+    @contextlib.asynccontextmanager
+    async def pruning(self, results: int, before: int, after: int, bound: bool) -> AsyncIterator[None]:
+        """A prune's span (`ctxfold.prune`; `bound`: results bounded to fit, `ctxfold.bound`), then its event."""
         name = "ctxfold.bound" if bound else "ctxfold.prune"
         attributes = {f"{name}.results": results, "ctxfold.tokens.before": before, "ctxfold.tokens.after": after}
-        return self._span(name, attributes)
-
-    async def pruned(self, results: int, before: int, after: int, bound: bool) -> None:
+        with self._span(name, attributes):
+            yield
         if bound:
             message = (
                 f"nothing more to fold and the view above the hard ceiling: bounded {results} tool results "
