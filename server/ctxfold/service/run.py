@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ctxfold import cpu
 from ctxfold.engine.answer import Answering
@@ -24,6 +24,10 @@ class Hooks:
     """Test seams: `before_install` runs after a candidate is made and before it is installed."""
 
     before_install: Callable[[str], Awaitable[None]] | None = None
+
+
+# What an answer is made from, but the session's head: a run holds it under the same names.
+_ANSWERING_FIELDS = [f.name for f in fields(Answering) if f.name not in ("head_seq", "checkpoint_id")]
 
 
 @dataclass
@@ -63,20 +67,9 @@ class Run:
         return self.projection.config
 
     def answering(self) -> Answering:
-        """What the answer is made from once the round's maintenance is done."""
-        session = self.session
-        return Answering(
-            self.projection,
-            self.state,
-            self.first_view,
-            self.first_tokens,
-            self.action,
-            session.head_seq,
-            session.checkpoint_id,
-            self.candidate,
-            self.not_folded,
-            self.not_folded_detail,
-        )
+        """What the answer is made from once the round's maintenance is done: the run's fields of the same names."""
+        ran = {name: getattr(self, name) for name in _ANSWERING_FIELDS}
+        return Answering(**ran, head_seq=self.session.head_seq, checkpoint_id=self.session.checkpoint_id)
 
     def not_folding(self, why: NotFolded, detail: str) -> None:
         self.not_folded, self.not_folded_detail = why, detail
