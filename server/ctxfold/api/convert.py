@@ -104,13 +104,8 @@ def new_messages(messages: Sequence[pb.Message], field: str = "messages") -> lis
 
 
 def provider_payload(payload: pb.ProviderPayload) -> ProviderPayload:
+    """The payload a message carried; the proto's fields are the domain's, by name (sent back by `vars`)."""
     return ProviderPayload(payload.format, payload.json, payload.fingerprint, payload.tokens)
-
-
-def provider_payload_pb(payload: ProviderPayload) -> pb.ProviderPayload:
-    return pb.ProviderPayload(
-        format=payload.format, json=payload.json, fingerprint=payload.fingerprint, tokens=payload.tokens
-    )
 
 
 def message_pb(message: StoredMessage) -> pb.Message:
@@ -130,7 +125,7 @@ def message_pb(message: StoredMessage) -> pb.Message:
         tokens=message.tokens,
         abandoned=message.abandoned,
         create_time=timestamp(message.create_time) if message.create_time else None,
-        provider_payload=provider_payload_pb(message.payload) if message.payload else None,
+        provider_payload=pb.ProviderPayload(**vars(message.payload)) if message.payload else None,
         author=_AUTHOR_TO_PB[message.author],
     )
 
@@ -143,7 +138,7 @@ def view_message_pb(view: ViewMessage) -> pb.Message:
             content=view.content,
             summary=view.summary,
             tokens=view.tokens,
-            provider_payload=provider_payload_pb(view.payload) if view.payload else None,
+            provider_payload=pb.ProviderPayload(**vars(view.payload)) if view.payload else None,
         )
     message = message_pb(view.source)
     message.content = view.content
