@@ -88,9 +88,9 @@ class BackgroundFolds:
     async def _prefold_locked(self, tenant: str, session_id: str, started_by: trace.SpanContext) -> bool:
         """Whether a fold is prepared (by this call or earlier); False lets a later Prepare try again."""
         observer = MaintenanceObserver(no_progress, session_id, tenant)
-        run = Run.of(await self.states.contexts.load(tenant, session_id, fresh=True), observer, self.store)
         # No recent tail beyond the minimal kept set: what the agent appends until the trigger is its tail.
-        run.request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
+        request = MaintainRequest(Trigger.BACKGROUND, keep_tokens=0)
+        run = Run.of(await self.states.contexts.load(tenant, session_id, fresh=True), request, observer, self.store)
         summarizer = self.folding.summarizers.get(run.config.summarizer)
         if summarizer is None or not prefold_due(run.projection):
             return False

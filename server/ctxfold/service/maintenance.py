@@ -145,11 +145,10 @@ class Maintenance:
         observer = MaintenanceObserver(emit, session_id, tenant)
         if self.maintaining(session_id):
             # Another call of this process is maintaining (folding) the session.
-            run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer, self.store)
+            run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), request, observer, self.store)
             tokens, config = run.projection.tokens(), run.config
             match while_maintained(run.projection, request.trigger):
                 case WhileMaintained.ANSWER:
-                    run.request = request
                     if tokens >= config.trigger_tokens:
                         why = "another call of this server is folding this session"
                         run.not_folding(NotFolded.FOLD_IN_PROGRESS, why)
@@ -160,8 +159,7 @@ class Maintenance:
                     await self.background.stop(run, f"{why} ({tokens} tokens) and was folded offline at once")
         async with self._sessions.hold(session_id):
             for _ in range(MAX_ROUNDS):
-                run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), observer, self.store)
-                run.request = request
+                run = Run.of(await self.contexts.load(tenant, session_id, fresh=True), request, observer, self.store)
                 try:
                     await self._round(run)
                 except FoldedElsewhere:

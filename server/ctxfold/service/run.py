@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 from ctxfold import cpu
 from ctxfold.engine.answer import Answering
@@ -42,7 +42,7 @@ class Run:
     first_tokens: int
     observer: MaintenanceObserver  # what the call reports to
     store: Store  # what it installs into
-    request: MaintainRequest = field(default_factory=MaintainRequest)
+    request: MaintainRequest
     action: Action = Action.NONE
     not_folded: NotFolded = NotFolded.UNSPECIFIED
     not_folded_detail: str = ""
@@ -52,9 +52,9 @@ class Run:
     failure: tuple[str, str] | None = None
 
     @staticmethod
-    def of(context: Context, observer: MaintenanceObserver, store: Store) -> Run:
-        view = context.projection
-        return Run(context.session, view, context.state, context.revision, view.view(), view.tokens(), observer, store)
+    def of(context: Context, request: MaintainRequest, observer: MaintenanceObserver, store: Store) -> Run:
+        view, state = context.projection, context.state
+        return Run(context.session, view, state, context.revision, view.view(), view.tokens(), observer, store, request)
 
     @property
     def work(self) -> int:
