@@ -110,12 +110,7 @@ async def drop_unreachable_segments(conn: AsyncConnection, candidates: dict[str,
         ids = (await conn.execute(unreachable)).scalars().all()
         if not ids:
             return
-        # Messages and raw results go with their segment (ON DELETE CASCADE, stated for clarity).
-        tr = schema.tool_results.c
-        refs = select(tr.ref).where(tr.segment_id.in_(ids))
-        await conn.execute(delete(schema.tool_result_chunks).where(schema.tool_result_chunks.c.ref.in_(refs)))
-        await conn.execute(delete(schema.tool_results).where(tr.segment_id.in_(ids)))
-        await conn.execute(delete(schema.messages).where(schema.messages.c.segment_id.in_(ids)))
+        # Messages, raw results and their chunks go with their segment (ON DELETE CASCADE in the schema).
         await conn.execute(delete(schema.segments).where(seg.id.in_(ids)))
         remaining -= set(ids)
 
