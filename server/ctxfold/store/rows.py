@@ -81,24 +81,20 @@ def branch_values(point: BranchPoint, segment_id: str) -> dict[str, object]:
     }
 
 
+# The message fields converted below (or not stored: `abandoned`); every other is a column of the same name.
+_MESSAGE_CONVERTED = ("role", "tool_calls", "tool_call_id", "result_ref", "abandoned", "payload", "author")
+_MESSAGE_COLUMNS = tuple(f.name for f in fields(StoredMessage) if f.name not in _MESSAGE_CONVERTED)
+
+
 def message_from_row(row: object, abandoned: bool = False) -> StoredMessage:
     m = _columns(row)
     calls = tuple(ToolCall(**c) for c in json.loads(m["tool_calls_json"])) if m["tool_calls_json"] else ()
     return StoredMessage(
-        id=m["id"],
-        seq=m["seq"],
+        **{name: m[name] for name in _MESSAGE_COLUMNS},
         role=Role(m["role"]),
-        content=m["content"],
-        tokens=m["tokens"],
         tool_calls=calls,
         tool_call_id=m["tool_call_id"] or "",
-        reasoning_content=m["reasoning_content"],
-        pinned=m["pinned"],
-        name=m["name"],
         result_ref=m["result_ref"] or "",
-        raw_bytes=m["raw_bytes"],
-        truncated=m["truncated"],
-        create_time=m["create_time"],
         abandoned=abandoned,
         payload=ProviderPayload(**json.loads(m["provider_payload_json"])) if m["provider_payload_json"] else None,
         author=Author(m["author"]),
@@ -108,22 +104,13 @@ def message_from_row(row: object, abandoned: bool = False) -> StoredMessage:
 def message_values(message: StoredMessage, segment_id: str) -> dict[str, object]:
     """The columns of `message`'s row in `segment_id` (the inverse of `message_from_row`)."""
     return {
-        "id": message.id,
+        **{name: getattr(message, name) for name in _MESSAGE_COLUMNS},
         "segment_id": segment_id,
-        "seq": message.seq,
         "role": message.role.value,
-        "content": message.content,
         "tool_calls_json": json.dumps([c.__dict__ for c in message.tool_calls]) if message.tool_calls else None,
         "tool_call_id": message.tool_call_id or None,
-        "reasoning_content": message.reasoning_content,
-        "name": message.name,
-        "pinned": message.pinned,
         "author": message.author.value,
-        "tokens": message.tokens,
         "result_ref": message.result_ref or None,
-        "raw_bytes": message.raw_bytes,
-        "truncated": message.truncated,
-        "create_time": message.create_time,
         "provider_payload_json": json.dumps(message.payload.__dict__) if message.payload else None,
     }
 
