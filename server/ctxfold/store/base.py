@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from sqlalchemy import ColumnElement, Row, Table, select, update
@@ -88,28 +88,25 @@ class StoreBase:
 
     # Every statement runs in one of these (or `store/append.py`): a failure surfaces as a domain error, not a driver's.
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[AsyncConnection]:
-        try:
-            async with connection(self.engine) as plain:
-                conn = await plain.execution_options(**self._read_options)
-                async with conn.begin():
-                    yield conn
-        except Exception as error:
-            raise_store_error(error)
+    def _read(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self._transaction(write=False)
+
+    def _write(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self._transaction(write=True)
 
     @asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
+    async def _transaction(self, write: bool) -> AsyncIterator[AsyncConnection]:
+        """A read (PostgreSQL: one snapshot) or a write (SQLite: in this process's writer turn, BEGIN IMMEDIATE)."""
         committing = False
         try:
             async with contextlib.AsyncExitStack() as stack:
-                if self._writer_turn is not None:
+                if write and self._writer_turn is not None:
                     await stack.enter_async_context(self._writer_turn)
                 plain = await stack.enter_async_context(connection(self.engine))
-                conn = await plain.execution_options(**{WRITE_OPTION: True})
+                conn = await plain.execution_options(**({WRITE_OPTION: True} if write else self._read_options))
                 async with conn.begin():
                     yield conn
-                    committing = True
+                    committing = write
         except Exception as error:
             raise_store_error(error, may_have_committed=committing)
 
