@@ -15,7 +15,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from ctxfold import cpu
 from ctxfold.store import schema
 from ctxfold.store.append import AppendWrite, Outcome, Repeated, Row, Stale, Written
-from ctxfold.store.database import configure_sqlite_connection
+from ctxfold.store.database import BUSY_TIMEOUT_MS, configure_sqlite_connection
 from ctxfold.store.errors import raise_store_error
 from ctxfold.store.rows import USAGE_FIELDS
 
@@ -23,7 +23,6 @@ from ctxfold.store.rows import USAGE_FIELDS
 INLINE_MAX_BYTES = cpu.OFFLOAD_MIN_BYTES
 # No WAL checkpoint on commit (it syncs the file): a passive one every this many commits, in the thread.
 CHECKPOINT_EVERY_COMMITS = 100
-BUSY_TIMEOUT_MS = 10_000
 
 
 class _Busy(Exception):

@@ -20,6 +20,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # Any constant works; it only has to be the same for every replica that migrates the same database.
 _MIGRATION_LOCK_KEY = 0x63747866  # "ctxf"
 WRITE_OPTION = "ctxfold_write"
+BUSY_TIMEOUT_MS = 10_000
 
 
 def async_url(url: str) -> str:
@@ -72,7 +73,7 @@ def configure_sqlite_connection(connection: Any) -> None:
     """What every SQLite connection of ctxfold runs first (the engine's and the hot path's own)."""
     cursor = connection.cursor()
     # journal_size_limit: a checkpointed log is reused from its start; after a burst, cut the file back to this size.
-    for pragma in ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL", "busy_timeout=10000"):
+    for pragma in ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL", f"busy_timeout={BUSY_TIMEOUT_MS}"):
         cursor.execute(f"PRAGMA {pragma}")
     cursor.execute("PRAGMA journal_size_limit=33554432")
     cursor.close()
