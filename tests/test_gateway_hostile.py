@@ -163,7 +163,8 @@ async def test_a_role_of_the_wrong_type_is_a_bad_request_in_the_providers_shape(
 
 async def test_a_window_header_beyond_the_servers_bounds_is_a_bad_request(stack: Stack) -> None:
     async with aiohttp.ClientSession() as http:
-        for window in ("999", "100000001", "99999999999999999999"):
+        # "²" is a digit to str.isdigit, not to int(); int() refuses more than 4,300 digits: both were a 500.
+        for window in ("999", "100000001", "99999999999999999999", "5000²", "1" * 5000):
             headers = {**HEADERS, "x-ctxfold-context-window": window}
             status, _, text = await post(http, stack, MESSAGES, VALID[MESSAGES], headers)
             assert status == 400, window

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -42,6 +43,7 @@ MAX_REQUEST_BYTES = 64 << 20
 ACTION_NAMES = {Action.NONE: "none", Action.PRUNED: "pruned", Action.FOLDED: "folded"}
 WINDOW_HEADER = "x-ctxfold-context-window"
 TOKEN_HEADER = "x-ctxfold-token"
+WINDOW_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 def answer_ctxfold_headers(prepared: Prepared) -> dict[str, str]:
@@ -301,7 +303,8 @@ class Gateway:
         given = headers.get(WINDOW_HEADER)
         if given is None:
             return context_window(model, self.windows, headers.get("anthropic-beta", ""))
-        if not given.isdigit() or not MIN_CONTEXT_WINDOW <= int(given) <= MAX_CONTEXT_WINDOW:
+        # ASCII digits only, and few: str.isdigit takes "²" and int() refuses it, or more than 4,300 digits.
+        if not WINDOW_DIGITS.fullmatch(given) or not MIN_CONTEXT_WINDOW <= int(given) <= MAX_CONTEXT_WINDOW:
             bounds = f"from {MIN_CONTEXT_WINDOW} to {MAX_CONTEXT_WINDOW}"
             raise BadRequest(f"{WINDOW_HEADER}: must be a whole number of tokens {bounds} (got {given!r})")
         return int(given)
