@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import random
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from ctxfold.gateway.app import start_gateway
@@ -265,3 +267,47 @@ async def test_a_body_above_the_gateways_limit_is_refused_in_the_providers_shape
         status, _, text = await post(http, stack, MESSAGES, body, HEADERS)
     assert status == 413
     assert json.loads(text)["error"]["type"] == "request_too_large"
+
+
+async def cut_answer(request: web.Request) -> web.StreamResponse:
+    """An answer that breaks off after its first event (its whole length announced when not streamed)."""
+    event = b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n'
+    streamed = bool((await request.json()).get("stream"))
+    headers = {"Content-Type": "text/event-stream"} if streamed else {"Content-Length": "1000"}
+    answer = web.StreamResponse(headers=headers)
+    await answer.prepare(request)
+    await answer.write(event)
+    assert request.transport is not None
+    request.transport.close()
+    return answer
+
+
+async def test_an_answer_the_upstream_breaks_off_breaks_off_for_the_agent_without_a_500(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A JSON answer cut short is a 502 in the provider's shape; a stream cut short is cut short for the agent
+    too (ended cleanly it would pass for whole). Both were an unhandled error (a 500, a traceback)."""
+    app = web.Application()
+    app.router.add_route("*", "/{path:.*}", cut_answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    settings = gateway_settings(stack.server.port, stack.upstream)
+    gateway = await start_gateway(replace(settings, openai_base_url=base_url, anthropic_base_url=base_url))
+    body = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        async with aiohttp.ClientSession() as http:
+            url = f"http://127.0.0.1:{gateway.port}"
+            async with http.post(f"{url}{CHAT}", json=body, headers=HEADERS) as answer:
+                assert answer.status == 502
+                assert "broke off" in (await answer.json())["error"]["message"]
+            for path in (CHAT, "/v1/models"):  # ctxfold's stream and one passed through
+                async with http.post(f"{url}{path}", json={**body, "stream": True}, headers=HEADERS) as answer:
+                    assert answer.status == 200
+                    with pytest.raises(aiohttp.ClientPayloadError):
+                        await answer.read()
+    finally:
+        await gateway.stop()
+        await runner.cleanup()
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]

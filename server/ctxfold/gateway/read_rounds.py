@@ -24,7 +24,15 @@ from ctxfold.gateway.contexts import Contexts, Prepared
 from ctxfold.gateway.formats import ApiFormat, Conversation, ToolFormat, as_dict, stated_input_tokens
 from ctxfold.gateway.splice import KEEP, SPLICERS, Splicer, event_bytes
 from ctxfold.gateway.sse import EventSplitter
-from ctxfold.gateway.upstream import Opened, Upstream, UpstreamUnreachable, answer_headers, json_response
+from ctxfold.gateway.upstream import (
+    Opened,
+    Upstream,
+    UpstreamCut,
+    UpstreamUnreachable,
+    answer_headers,
+    cut_off,
+    json_response,
+)
 
 log = logging.getLogger("ctxfold.gateway")
 
@@ -188,6 +196,9 @@ class ReadRounds:
                     if response is None:
                         raise
                     log.warning("read round %d of session %s: %s", rounds, exchange.prepared.session_id, exc)
+                    if isinstance(exc, UpstreamCut):
+                        cut_off(request)
+                        return response, usage
                     break
                 if splicer is None or not splicer.holds_end:
                     break

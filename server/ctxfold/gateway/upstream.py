@@ -5,6 +5,7 @@ answers to the agent."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, StatusCode
 
+log = logging.getLogger("ctxfold.gateway")
 tracer = trace.get_tracer("ctxfold.gateway")
 
 HOP_BY_HOP = frozenset(
@@ -24,6 +26,17 @@ HOP_BY_HOP = frozenset(
 
 class UpstreamUnreachable(Exception):
     """No answer came from the upstream (refused, reset, timed out before its headers)."""
+
+
+class UpstreamCut(UpstreamUnreachable):
+    """The upstream's answer broke off after its headers, before its end."""
+
+
+def cut_off(request: web.Request) -> None:
+    """The agent's connection closed before its answer's end, as the upstream's was: the agent sees the
+    answer break off (an answer ended cleanly would pass a truncated stream for a whole one)."""
+    if request.transport is not None:
+        request.transport.close()
 
 
 def forwarded_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
@@ -108,6 +121,8 @@ class Upstream:
         opened = await (opening if opening is not None else self.open(method, url, data, forward))
         try:
             yield opened.answer
+        except aiohttp.ClientPayloadError as exc:  # reading its body: the upstream hung up before the end
+            raise UpstreamCut(f"{url}: the answer broke off: {exc}") from exc
         finally:
             opened.release()
 
@@ -120,11 +135,18 @@ class Upstream:
 
     async def relay(self, request: web.Request, url: str, raw: bytes, extra: dict[str, str]) -> web.StreamResponse:
         """The request as it came, the answer as it comes (streamed chunk by chunk)."""
-        async with self.call(request.method, url, raw or None, forwarded_headers(request.headers)) as answer:
-            response = web.StreamResponse(status=answer.status, headers=answer_headers(answer.headers, extra))
-            await response.prepare(request)
-            with contextlib.suppress(ConnectionResetError):  # the agent hung up: nothing more to send it
-                async for chunk in answer.content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
-            return response
+        response: web.StreamResponse | None = None
+        try:
+            async with self.call(request.method, url, raw or None, forwarded_headers(request.headers)) as answer:
+                response = web.StreamResponse(status=answer.status, headers=answer_headers(answer.headers, extra))
+                await response.prepare(request)
+                with contextlib.suppress(ConnectionResetError):  # the agent hung up: nothing more to send it
+                    async for chunk in answer.content.iter_any():
+                        await response.write(chunk)
+                    await response.write_eof()
+        except UpstreamCut as exc:
+            if response is None:
+                raise
+            log.warning("%s", exc)
+            cut_off(request)
+        return response
