@@ -6,6 +6,7 @@ or forwards it, relays each answer as it came; it never fails with a 5xx and kee
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import logging
 import random
@@ -310,4 +311,23 @@ async def test_an_answer_the_upstream_breaks_off_breaks_off_for_the_agent_withou
     finally:
         await gateway.stop()
         await runner.cleanup()
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+async def test_a_body_not_in_its_content_encoding_is_a_bad_request_in_the_providers_shape(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A `Content-Encoding: gzip` body that is not gzip was a 500 (and an error logged as aiohttp read on);
+    a body passed through above the gateway's limit was aiohttp's plain-text 413."""
+    headers = {**HEADERS, "Content-Encoding": "gzip"}
+    async with aiohttp.ClientSession() as http:
+        for path in (CHAT, RESPONSES, MESSAGES, "/v1/models"):
+            async with http.post(f"{stack.url}{path}", data=b"not gzip", headers=headers) as answer:
+                assert answer.status == 400, path
+                error = (await answer.json())["error"]
+                assert error["type"] == "invalid_request_error" and "content-encoding" in error["message"]
+        above = gzip.compress(b'{"messages": "' + b"x" * (65 << 20) + b'"}', compresslevel=1)
+        async with http.post(f"{stack.url}/v1/messages/count_tokens", data=above, headers=headers) as answer:
+            assert answer.status == 413
+            assert (await answer.json())["error"]["type"] == "request_too_large"
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]

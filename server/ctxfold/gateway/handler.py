@@ -43,6 +43,8 @@ MAX_REQUEST_BYTES = 64 << 20
 ACTION_NAMES = {Action.NONE: "none", Action.PRUNED: "pruned", Action.FOLDED: "folded"}
 WINDOW_HEADER = "x-ctxfold-context-window"
 TOKEN_HEADER = "x-ctxfold-token"
+# What reading a request's body raises when it cannot be read (too large; not in its Content-Encoding).
+UNREADABLE = (web.HTTPRequestEntityTooLarge, web.RequestPayloadError)
 WINDOW_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
@@ -111,10 +113,22 @@ class Gateway:
                 return await self.handle(api, request)
             except UpstreamUnreachable as exc:
                 return self._unreachable(api, exc)
-            except web.HTTPRequestEntityTooLarge:
-                return self._error(api, 413, f"the request body is above this gateway's {MAX_REQUEST_BYTES} bytes")
+            except UNREADABLE as exc:
+                return self._unreadable(api, request, exc)
 
         return handle
+
+    def _unreadable(self, api: ApiFormat, request: web.Request, exc: Exception) -> web.Response:
+        """The answer to a request whose body cannot be read: above the gateway's limit, or not in the
+        Content-Encoding it names (a gzip body that is not gzip was a 500)."""
+        if isinstance(exc, web.HTTPRequestEntityTooLarge):
+            return self._error(api, 413, f"the request body is above this gateway's {MAX_REQUEST_BYTES} bytes")
+        # The rest of the body is left unread and the connection closes after the answer (aiohttp would
+        # read on, fail again with an error logged, and drop the connection under the agent's next request).
+        request.content.feed_eof()
+        answer = self._error(api, 400, f"the request body cannot be read: {' '.join(str(exc).split())}")
+        answer.force_close()
+        return answer
 
     def _unreachable(self, api: ApiFormat, exc: UpstreamUnreachable) -> web.Response:
         log.warning("the upstream cannot be reached: %s", exc)
@@ -359,6 +373,8 @@ class Gateway:
             return await self.upstream.relay(request, url, await request.read(), {})
         except UpstreamUnreachable as exc:
             return self._unreachable(api, exc)
+        except UNREADABLE as exc:
+            return self._unreadable(api, request, exc)
 
     def _error(self, api: ApiFormat, status: int, message: str) -> web.Response:
         return json_response(status, api.error(status, message), {})
