@@ -109,6 +109,24 @@ async def test_a_custom_tools_call_is_a_call_of_the_transcript_and_goes_upstream
     assert stack.upstream.last(CHAT).body["messages"] == messages
 
 
+async def test_empty_messages_are_kept_in_the_transcript_not_a_reason_to_bypass_ctxfold(stack: Stack) -> None:
+    """A model's empty answer, an empty system prompt or user message: the server refuses a message with no
+    text, calls or reasoning unless its payload carries JSON, and every request holding one went upstream
+    without ctxfold (fail open), none of its messages in the transcript."""
+    agent = openai_agent(stack.url, "chat-empty-messages", "sk-test-1")
+    messages = [
+        {"role": "system", "content": ""},
+        {"role": "user", "content": "Go."},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": ""},
+    ]
+    raw = await agent.chat.completions.with_raw_response.create(model="gpt-4.1", messages=messages)  # type: ignore[arg-type]
+    assert "x-ctxfold-warning" not in raw.headers, raw.headers["x-ctxfold-warning"]
+    transcript = await stack.transcript(raw.headers["x-ctxfold-session"])
+    assert [m.content for m in transcript] == ["", "Go.", "", ""]
+    assert stack.upstream.last(CHAT).body["messages"] == messages
+
+
 async def test_a_message_of_a_role_ctxfold_does_not_read_is_forwarded_with_the_request_as_sent(stack: Stack) -> None:
     """The legacy functions API (an assistant's `function_call`, answered by a `function` message): the
     provider judges it; the gateway forwards the request unchanged and says why in its warning header."""

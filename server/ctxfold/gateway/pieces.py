@@ -95,10 +95,13 @@ def request_fingerprints(
 
 
 def with_payload(api: str, piece: Piece, message: Message, plain: Json, tokens: int) -> Message:
-    """`message` carrying its provider payload: the fingerprint always, the source JSON only when
-    the canonical fields do not render it (`plain` is what they render), the attachments' tokens."""
+    """`message` carrying its provider payload: the fingerprint always, the source JSON when the
+    canonical fields do not render it (`plain` is what they render) or are all empty (the server
+    refuses a message with no text, calls, reasoning or payload JSON, and agents do send empty ones:
+    the whole request went without ctxfold), the attachments' tokens."""
     stable = without_cache_control(piece.source)
-    json_text = "" if stable == plain else orjson.dumps(stable).decode()
+    empty = not (message.content or message.tool_calls or message.reasoning_content)
+    json_text = "" if stable == plain and not empty else orjson.dumps(stable).decode()
     payload = ProviderPayload(format=api, json=json_text, fingerprint=fingerprint(api, piece), tokens=tokens)
     return Message(
         role=message.role,
