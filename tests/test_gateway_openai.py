@@ -174,6 +174,24 @@ async def test_responses_keep_reasoning_items_and_call_ids_verbatim(stack: Stack
     assert json.loads(payload.json)[1]["id"].startswith("fc_")
 
 
+async def test_a_local_shell_calls_output_answers_the_call_its_id_names(stack: Stack) -> None:
+    """`local_shell_call_output` names its call by `id` (it has no `call_id`): read as a result without a
+    call id, the server refused it and every request of the conversation went upstream without ctxfold."""
+    agent = openai_agent(stack.url, "responses-local-shell", "sk-test-1")
+    items = [
+        {"role": "user", "content": "List the files."},
+        {"type": "local_shell_call", "id": "lsh_1", "call_id": "call_ls", "status": "completed",
+         "action": {"type": "exec", "command": ["ls"], "env": {}}},
+        {"type": "local_shell_call_output", "id": "call_ls", "output": "a.py"},
+    ]  # fmt: skip
+    raw = await agent.responses.with_raw_response.create(model="codex-mini-latest", input=items)  # type: ignore[arg-type]
+    assert "x-ctxfold-warning" not in raw.headers, raw.headers["x-ctxfold-warning"]
+    transcript = await stack.transcript(raw.headers["x-ctxfold-session"])
+    assert [(c.id, c.name) for c in transcript[1].tool_calls] == [("call_ls", "local_shell")]
+    assert (transcript[2].tool_call_id, transcript[2].content) == ("call_ls", "a.py")
+    assert stack.upstream.last(RESPONSES).body["input"] == items
+
+
 async def test_a_streamed_response_passes_event_by_event(stack: Stack) -> None:
     agent = openai_agent(stack.url, "responses-stream", "sk-test-1")
     stack.upstream.reply(RESPONSES, Reply(text="Streaming through the gateway works."))

@@ -84,6 +84,13 @@ def _turn_call(item: dict[str, Any]) -> ToolCall | None:
     return None
 
 
+def _answered_call(output: dict[str, Any]) -> str:
+    """The call id a call output item answers: its `call_id`, or a local shell call's output's `id` (that
+    item has no `call_id`: without it the message had none, which the server refuses)."""
+    call_id = text_of(output.get("call_id"))
+    return call_id or (text_of(output.get("id")) if _item_type(output) == "local_shell_call_output" else "")
+
+
 class OpenAIResponses(ApiFormat):
     api = "openai_responses"
     provider = "openai"
@@ -145,7 +152,7 @@ class OpenAIResponses(ApiFormat):
         item = as_dict(piece.source)
         if piece.role is Role.TOOL:
             text, tokens = content_text(item.get("output"))
-            message = Message(role=Role.TOOL, content=text, tool_call_id=text_of(item.get("call_id")))
+            message = Message(role=Role.TOOL, content=text, tool_call_id=_answered_call(item))
             return with_payload(self.api, piece, message, self._plain(message), tokens)
         text, tokens = content_text(item.get("content"))
         message = Message(role=piece.role, content=text)
