@@ -331,3 +331,40 @@ async def test_a_body_not_in_its_content_encoding_is_a_bad_request_in_the_provid
             assert answer.status == 413
             assert (await answer.json())["error"]["type"] == "request_too_large"
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+CHUNK = {"choices": [{"index": 0, "delta": {"content": "ok"}}]}
+
+
+async def gzipped_answer(request: web.Request) -> web.StreamResponse:
+    """A provider compressing its answers whatever the request's Accept-Encoding (as some proxies do)."""
+    streamed = bool((await request.json()).get("stream"))
+    body = b"data: " + json.dumps(CHUNK).encode() + b"\n\n" if streamed else json.dumps(ANSWERS[CHAT]).encode()
+    headers = {"Content-Type": "text/event-stream" if streamed else "application/json", "Content-Encoding": "gzip"}
+    return web.Response(body=gzip.compress(body), headers=headers)
+
+
+async def test_an_answer_compressed_by_the_upstream_reaches_the_agent_with_its_content_encoding(stack: Stack) -> None:
+    """The gateway relays the upstream's bytes as they came, compressed ones too: without their
+    Content-Encoding header (it was dropped as hop-by-hop) the agent got gzip bytes to read as JSON."""
+    app = web.Application()
+    app.router.add_route("*", "/{path:.*}", gzipped_answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    settings = gateway_settings(stack.server.port, stack.upstream)
+    gateway = await start_gateway(replace(settings, openai_base_url=base_url, anthropic_base_url=base_url))
+    body = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        async with aiohttp.ClientSession() as http:  # decompresses what its Content-Encoding says
+            url = f"http://127.0.0.1:{gateway.port}"
+            for path, stream in ((CHAT, False), (CHAT, True), ("/v1/models", False)):
+                async with http.post(f"{url}{path}", json={**body, "stream": stream}, headers=HEADERS) as answer:
+                    assert answer.status == 200
+                    assert json.loads((await answer.text()).removeprefix("data: ")) == (
+                        CHUNK if stream else ANSWERS[CHAT]
+                    )
+    finally:
+        await gateway.stop()
+        await runner.cleanup()

@@ -22,6 +22,9 @@ HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
      "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding", "content-encoding"}
 )  # fmt: skip
+# An answer's bytes reach the agent as the upstream encoded them (the client does not decompress; an
+# upstream may compress whatever the request's Accept-Encoding): its Content-Encoding goes with them.
+ANSWER_HOP_BY_HOP = HOP_BY_HOP - {"content-encoding"}
 
 
 class UpstreamUnreachable(Exception):
@@ -55,7 +58,7 @@ def answer_headers(upstream: CIMultiDictProxy[str] | None, extra: Mapping[str, s
     with `extra`, ctxfold's own, whose values may quote the agent's request: its control and non-ASCII
     characters escaped, so no request can break a header (a raw newline was a 500)."""
     given = upstream.items() if upstream is not None else ()
-    out: CIMultiDict[str] = CIMultiDict((k, v) for k, v in given if k.lower() not in HOP_BY_HOP)
+    out: CIMultiDict[str] = CIMultiDict((k, v) for k, v in given if k.lower() not in ANSWER_HOP_BY_HOP)
     out.update({name: value.encode("unicode_escape").decode("ascii") for name, value in extra.items()})
     return out
 
