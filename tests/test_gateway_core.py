@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import struct
+import time
 
 import orjson
 import pytest
@@ -245,6 +246,20 @@ def test_events_are_cut_whole_whatever_the_chunks() -> None:
         events = [*splitter.feed(stream[:cut]), *splitter.feed(stream[cut:])]
         assert b"".join(e.raw for e in events) == stream
         assert [e.data for e in events] == [{"x": 1}, None]
+
+
+def test_an_event_in_many_chunks_is_searched_once_not_once_per_chunk() -> None:
+    """A Responses image arrives as megabytes of base64 in one event: searched whole on every chunk, an
+    8 MiB event in 16 KiB chunks held the event loop for 16 s (the bound leaves a slow machine 30 times)."""
+    stream = b"data: " + orjson.dumps({"image": "A" * (8 << 20)}) + b"\r\n\r\ndata: [DONE]\r\n\r\n"
+    splitter, started = EventSplitter(), time.perf_counter()
+    events = [event for at in range(0, len(stream), 16384) for event in splitter.feed(stream[at : at + 16384])]
+    assert time.perf_counter() - started < 3
+    assert [len(e.raw) for e in events] == [len(stream) - 16, 16] and events[0].data is not None
+    byte_by_byte = EventSplitter()
+    small = b'event: a\ndata: {"x": 1}\n\n' + b"data: [DONE]\r\n\r\n" + b"data: 2\r\r"
+    events = [event for at in range(len(small)) for event in byte_by_byte.feed(small[at : at + 1])]
+    assert b"".join(e.raw for e in events) == small and len(events) == 3 and not byte_by_byte.rest()
 
 
 def test_usage_is_reported_every_interval_and_after_every_fold() -> None:

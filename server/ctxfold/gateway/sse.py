@@ -12,6 +12,8 @@ from typing import Any
 import orjson
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+# The bytes before a chunk where an event's end may begin (the longest end, less one).
+_END_OVERLAP = 3
 
 
 @dataclass(frozen=True)
@@ -32,20 +34,28 @@ def parse_data(raw: bytes) -> dict[str, Any] | None:
 
 
 class EventSplitter:
+    """An event arriving in many chunks (a Responses image is megabytes of base64 in one event) is
+    gathered in place and searched for its end once, each chunk's bytes only: gathered by
+    concatenation and searched whole on every chunk, an 8 MiB event held the event loop for seconds."""
+
     def __init__(self) -> None:
-        self._pending = b""
+        self._pending = bytearray()  # bytes of an event not complete yet, searched for an end already
 
     def feed(self, chunk: bytes) -> Iterator[Event]:
         """The events `chunk` completes, in order."""
-        buffer = self._pending + chunk if self._pending else chunk
-        start = 0
-        for end in _EVENT_END.finditer(buffer):
-            raw = buffer[start : end.end()]
-            start = end.end()
+        searched = len(self._pending)
+        buffer = self._pending
+        buffer += chunk
+        # The ends found before any event is yielded: a search left open would pin the buffer's size.
+        ends = [end.end() for end in _EVENT_END.finditer(buffer, max(0, searched - _END_OVERLAP))]
+        events = [bytes(buffer[start:end]) for start, end in zip([0, *ends], ends, strict=False)]
+        if ends:
+            del buffer[: ends[-1]]
+        for raw in events:
             yield Event(raw, parse_data(raw))
-        self._pending = buffer[start:]
 
     def rest(self) -> bytes:
         """Bytes after the last complete event (a stream that ended without its blank line)."""
-        rest, self._pending = self._pending, b""
+        rest = bytes(self._pending)
+        self._pending.clear()
         return rest
