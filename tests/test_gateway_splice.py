@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxfold.gateway.splice import AnthropicSplicer, ChatSplicer
+from ctxfold.gateway.splice import AnthropicSplicer, ChatSplicer, ResponsesSplicer, Splicer
 
 
 def block_events(index: int, block: dict[str, Any], delta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -24,7 +24,7 @@ def anthropic_round(blocks: list[tuple[dict[str, Any], dict[str, Any]]]) -> list
     return [*events, {"type": "message_delta", "delta": {"stop_reason": "tool_use"}}, {"type": "message_stop"}]
 
 
-def seen_by_agent(splicer: AnthropicSplicer | ChatSplicer, events: list[dict[str, Any] | None]) -> list[Any]:
+def seen_by_agent(splicer: Splicer, events: list[dict[str, Any] | None]) -> list[Any]:
     """What the agent gets: the original event (its bytes kept) or the rewritten one."""
     out: list[Any] = []
     for event in events:
@@ -91,3 +91,22 @@ def test_chat_drops_the_read_call_and_renumbers_the_rest() -> None:
     assert [e["choices"][0]["delta"]["tool_calls"][0]["index"] for _, e in seen] == [0]  # bash only, as index 0
     assert splicer.reads == ["r1"]
     assert [c["id"] for c in splicer.turn()["choices"][0]["message"]["tool_calls"]] == ["r1", "b1"]
+
+
+def test_events_of_an_odd_upstream_pass_as_they_came_without_failing_the_stream() -> None:
+    """An index that is not a number, a read call's input that is not JSON: an int() or a JSON parse of
+    them raised, and the agent's stream broke off with a traceback."""
+    anthropic = AnthropicSplicer("read_tool_result")
+    odd_index = [{"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
+                 for index in ("1", None, [0], True)]  # fmt: skip
+    assert [kind for kind, _ in seen_by_agent(anthropic, odd_index)] == ["same"] * 4  # type: ignore[arg-type]
+    read = ({"type": "tool_use", "id": "r1", "name": "read_tool_result", "input": {}},
+            {"type": "input_json_delta", "partial_json": '{"result_ref": '})  # fmt: skip
+    seen_by_agent(anthropic, anthropic_round([read]))  # type: ignore[arg-type]
+    assert anthropic.reads == ["r1"] and anthropic.turn()["content"][0]["input"] == {}
+    chat = ChatSplicer("read_tool_result")
+    chunk = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": "0", "id": "c1", "function": {}}]}}]}
+    assert seen_by_agent(chat, [chunk]) == [("same", chunk)]
+    responses = ResponsesSplicer("read_tool_result")
+    added = {"type": "response.output_item.added", "output_index": "0", "item": {}, "sequence_number": 0}
+    assert seen_by_agent(responses, [added]) == [("same", added)]  # type: ignore[arg-type]

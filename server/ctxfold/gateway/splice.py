@@ -28,6 +28,21 @@ KEEP = Step(True)
 DROP = Step(False)
 
 
+def stream_index(value: Any) -> int | None:
+    """An event's block, call or item index; None when it is not a number (an odd upstream's: the event
+    is passed on as it came, and an int() of it failed the stream)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def tool_input(partial_json: str) -> Any:
+    """A streamed tool call's input from its JSON deltas ({} when they are not JSON: the read call is then
+    answered as a bad call, and the provider still gets an object)."""
+    try:
+        return orjson.loads(partial_json or "{}")
+    except orjson.JSONDecodeError:
+        return {}
+
+
 def event_bytes(data: dict[str, Any], named: bool) -> bytes:
     head = f"event: {data.get('type')}\n".encode() if named else b""
     return head + b"data: " + orjson.dumps(data) + b"\n\n"
@@ -91,7 +106,9 @@ class AnthropicSplicer(Splicer):
             return DROP if self.holds_end else KEEP
         if kind not in ("content_block_start", "content_block_delta", "content_block_stop"):
             return KEEP
-        index = int(data.get("index", 0))
+        index = stream_index(data.get("index", 0))
+        if index is None:
+            return KEEP
         self._accumulate(kind, index, data)
         if kind == "content_block_start":
             block = as_dict(data.get("content_block"))
@@ -113,7 +130,7 @@ class AnthropicSplicer(Splicer):
         block = self._blocks.setdefault(index, {})
         if kind == "content_block_stop":
             if index in self._partial_json:
-                block["input"] = orjson.loads(self._partial_json.pop(index) or "{}")
+                block["input"] = tool_input(self._partial_json.pop(index))
             return
         delta = as_dict(data.get("delta"))
         field_of = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta": "signature"}
@@ -153,7 +170,10 @@ class ChatSplicer(Splicer):
         self._content += text_of(delta.get("content"))
         calls, changed = [], False
         for call in map(as_dict, as_list(delta.get("tool_calls"))):
-            index = int(call.get("index", 0))
+            index = stream_index(call.get("index", 0))
+            if index is None:
+                calls.append(call)
+                continue
             function = as_dict(call.get("function"))
             entry = self._calls.setdefault(
                 index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
@@ -228,9 +248,9 @@ class ResponsesSplicer(Splicer):
                 response = {**self._response, "id": self._response_id or self._response.get("id"), "output": output}
                 return self._numbered({**data, "response": response}, force=True)
             return self._numbered(data)
-        if "output_index" not in data:
+        index = stream_index(data.get("output_index"))
+        if index is None:
             return self._numbered(data)
-        index = int(data["output_index"])
         item = as_dict(data.get("item"))
         if kind == "response.output_item.added" and index not in self._indexes:
             if item.get("type") == "function_call" and item.get("name") == self.read_name:
