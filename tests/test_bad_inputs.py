@@ -681,6 +681,9 @@ CASES += [
     Case("usage-negative-input", observe(input_tokens=-1), INVALID, "INVALID_USAGE"),
     Case("usage-negative-output", observe(output_tokens=-3), INVALID, "INVALID_USAGE"),
     Case("usage-cached-above-input", observe(input_tokens=10, cached_input_tokens=11), INVALID, "INVALID_USAGE"),
+    # Summed, such numbers would pass int64 in the session's counters and the process's usage metric.
+    Case("usage-input-above-any-window", observe(input_tokens=2**63 - 1), INVALID, "INVALID_USAGE"),
+    Case("usage-output-above-any-window", observe(input_tokens=5, output_tokens=100_000_001), INVALID, "INVALID_USAGE"),
     Case("usage-unknown-session", observe(sid="s_nope", input_tokens=5), NOT_FOUND, "SESSION_NOT_FOUND"),
     Case(
         "state-empty-session-id",

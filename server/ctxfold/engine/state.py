@@ -17,7 +17,7 @@ from typing import Any
 
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.estimator import MAX_CALIBRATION, MIN_CALIBRATION
-from ctxfold.engine.model import Usage
+from ctxfold.engine.model import MAX_CONTEXT_WINDOW, Usage
 
 SCHEMA_VERSION = 3
 # Calibration moves this far toward each accepted observation.
@@ -289,6 +289,14 @@ def check_usage(usage: Usage) -> None:
     ):
         if value < 0:
             raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_USAGE", f"{name} must be >= 0")
+        # No request holds more than the largest window; summed unbounded, the session's counters and the
+        # process's usage metric pass int64, which state readers and every later OTLP export then refuse.
+        if value > MAX_CONTEXT_WINDOW:
+            raise DomainError(
+                Kind.INVALID_ARGUMENT,
+                "INVALID_USAGE",
+                f"{name} must be at most {MAX_CONTEXT_WINDOW} (the largest context window), got {value}",
+            )
     if usage.cached_input_tokens > usage.input_tokens:
         raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_USAGE", "cached_input_tokens cannot exceed input_tokens")
 
