@@ -24,6 +24,7 @@ from ctxfold.engine.state import (
     carried_over,
     check_usage,
     fingerprint,
+    first_generation,
     load_state,
     observed,
     split_view_version,
@@ -78,12 +79,20 @@ def test_invalid_states_are_rebuilt_keeping_receipts_and_calibration() -> None:
         if expected != "corrupt":
             assert state.receipts == stored().receipts and state.calibration == 1.2
             assert state.generation == 5  # a rebuilt projection is a new view prefix
-    assert load_state(None, FP) == (ContextState(fingerprint=FP), "new")
+    assert load_state(None, FP) == (ContextState(fingerprint=FP, generation=first_generation(FP)), "new")
 
 
 def test_out_of_bounds_calibration_is_not_trusted() -> None:
     document = json.loads(stored().to_json()) | {"calibration": 7.0}
     assert load_state(json.dumps(document), FP)[0].calibration == 1.0
+
+
+def test_a_state_made_anew_starts_at_a_generation_of_its_own_branch() -> None:
+    """Not at 1 for every session (see test_prepare.py, a session created again under its key), and low enough that
+    versions stay exact as TypeScript numbers."""
+    firsts = {first_generation(fingerprint(f"b_{i}", None)) for i in range(100)}
+    assert len(firsts) == 100 and all(1 <= g <= 1 << 20 for g in firsts)
+    assert view_version(max(firsts) << 1, (1 << 32) - 1) < 2**53
 
 
 def test_view_versions_order_prefixes_within_a_generation() -> None:

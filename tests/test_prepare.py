@@ -238,6 +238,24 @@ async def test_delta_views_carry_only_new_messages(stub: pb_grpc.ContextServiceS
     assert not stale.delta
 
 
+async def test_a_view_of_a_deleted_session_is_no_base_for_the_session_created_again_under_its_key(
+    stub: pb_grpc.ContextServiceStub,
+) -> None:
+    """The session created again has the same id: a client still holding a view of the deleted one (an SDK's view
+    cache, the gateway's) gets the new session's whole view, not a delta on top of another transcript."""
+    first = await create_session(stub, session_key="created again", context_window=100_000)
+    await prepare(stub, first.id, user("the first task"))
+    held = (await prepare(stub, first.id, assistant("done"), user("thanks"))).result
+    await stub.DeleteSession(pb.DeleteSessionRequest(session_id=first.id))
+    again = await create_session(stub, session_key="created again", context_window=100_000)
+    assert again.id == first.id
+    await prepare(stub, again.id, user("another task"))
+    answered = await prepare(stub, again.id, assistant("ok"), user("go on"), known_view_version=held.view_version)
+    answer = answered.result
+    assert not answer.delta
+    assert [m.content for m in answer.messages] == ["another task", "ok", "go on"]
+
+
 async def test_compact_folds_below_the_trigger_without_pruning(stub: pb_grpc.ContextServiceStub) -> None:
     session = await create_session(stub, context_window=100_000)
     await prepare(stub, session.id, user("Refactor the parser"))

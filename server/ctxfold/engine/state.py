@@ -54,6 +54,13 @@ def split_view_version(version: int) -> tuple[int, int]:
     return version >> _COUNT_BITS, version & ((1 << _COUNT_BITS) - 1)
 
 
+def first_generation(fingerprint: str) -> int:
+    """The generation a state made anew starts at: one of its branch's own, not 1, for a session deleted and created
+    again under its key has the same id, and a client still holding a view version of the deleted one would be
+    answered a delta of another transcript. Within 20 bits: versions stay below 2**53, exact as TypeScript numbers."""
+    return 1 + int(hashlib.sha256(fingerprint.encode()).hexdigest()[:5], 16)
+
+
 def fingerprint(branch_id: str, checkpoint_id: str | None) -> str:
     """Identifies the branch and the covered prefix (the head checkpoint) a projection belongs to."""
     return hashlib.sha256(f"{branch_id}\0{checkpoint_id or ''}".encode()).hexdigest()[:32]
@@ -207,21 +214,22 @@ def stored_document(state_json: str, bookkeeping_json: str | None) -> str:
 def load_state(text: str | None, expected_fingerprint: str) -> tuple[ContextState, str]:
     """The stored state if it is valid for `expected_fingerprint`, else a rebuilt one; the second
     value says why it was rebuilt ("" when it was valid, "new" when there was none)."""
+    fresh = ContextState(fingerprint=expected_fingerprint, generation=first_generation(expected_fingerprint))
     if not text:
-        return ContextState(fingerprint=expected_fingerprint), "new"
+        return fresh, "new"
     try:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("not an object")
     except ValueError:
-        return ContextState(fingerprint=expected_fingerprint), "corrupt"
+        return fresh, "corrupt"
     try:
         receipts = _receipts(data.get("receipts"))
         telemetry = {str(k): int(v) for k, v in (data.get("telemetry") or {}).items()}
         calibration = float(data.get("calibration", 1.0))
         generation = int(data.get("generation", 0))
     except (TypeError, ValueError, AttributeError):
-        receipts, telemetry, calibration, generation = (), {}, 1.0, 0
+        receipts, telemetry, calibration, generation = (), {}, 1.0, fresh.generation - 1
     if not MIN_CALIBRATION <= calibration <= MAX_CALIBRATION:
         calibration = 1.0
     rebuilt = ContextState(
