@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxfold.engine import artifact_listing, artifacts, estimator, folded_index
 from ctxfold.engine.artifact_extraction import call_artifacts, message_artifacts
+from ctxfold.engine.artifact_scripts import PATCH_BEGIN
 from ctxfold.engine.artifacts import Artifact, Kind
-from ctxfold.engine.authorship import TEXT, TOOLS, session_mode
+from ctxfold.engine.authorship import TEXT, TOOLS, machine_shaped, session_mode
 from ctxfold.engine.briefing import (
     INSTRUCTIONS_TITLE,
     FoldNotes,
@@ -86,6 +88,26 @@ def test_mini_swe_agent_bash_commands() -> None:
     found = call_artifacts(grep, "<returncode>1</returncode>\n<output>\n</output>")
     assert (Kind.SEARCHED, "/testbed/django/db/models/fields/related.py") in kinds(found)
     assert next(a for a in found if a.kind is Kind.COMMAND).detail == "exit 1"
+
+
+# Arguments and messages a caller wrote, each 300,000 characters: the patterns that read them scanned them again from
+# every place a match could start, and shlex copied a word at each of its characters (a fold of one such call took
+# hours); now reading them is linear.
+HOSTILE = 300_000
+
+
+def test_hostile_arguments_and_messages_are_read_in_linear_time() -> None:
+    started = time.perf_counter()
+    heredoc = ToolCall("h1", "bash", json.dumps({"command": "cat <<" + "a" * HOSTILE}))
+    quoted = ToolCall("h4", "bash", json.dumps({"command": "echo '" + "word " * (HOSTILE // 5) + "'"}))
+    blank_body = ToolCall("h2", "bash", json.dumps({"command": "cat <<EOF\n" + "\n" * HOSTILE + "x"}))
+    patch = ToolCall("h3", "apply_patch", PATCH_BEGIN + "\n*** Add File: " + "\t" * HOSTILE + "x\n")
+    for hostile in (heredoc, quoted, blank_body, patch):
+        call_artifacts(hostile, "")
+    fences = stored(Role.ASSISTANT, '"' + "`" * HOSTILE + "x")
+    message_artifacts([fences, stored(Role.USER, "ok")], TEXT)
+    assert not machine_shaped(" <system-reminder>" * (HOSTILE // 18) + "typed by a person")
+    assert time.perf_counter() - started < 5  # each took minutes before
 
 
 def test_swe_agent_text_actions_pair_with_their_observation() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import multiprocessing
 import os
@@ -29,7 +30,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from builders import append, assistant, create_session, prepare, user
+from builders import append, assistant, compact, create_session, prepare, result, user
+from builders import call as call_message
 from conftest import free_port, fresh_database
 from ctxfold import cpu, loop_lag
 from ctxfold.api.admission import Admission
@@ -485,3 +487,28 @@ async def test_a_fold_of_many_short_messages_works_off_the_event_loop(
     on_loop = [threading.current_thread().name] * 2
     assert [thread for name, _, thread in calls if name == "append"] == on_loop
     assert [thread for name, _, thread in calls if name == "made"] == on_loop
+
+
+async def test_a_fold_of_a_few_messages_with_megabytes_of_text_reads_them_off_the_event_loop(
+    stub: pb_grpc.ContextServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recording a fold reads every folded text (the artifacts of a call's arguments) and the extractive summarizer
+    every assistant text: with large texts both run in the pool however few the messages are (a fold of one call
+    with a 300,000-character command held the loop for seconds)."""
+    threads: dict[str, str] = {}
+    for module, name in ((service_folding, "record_pass"), (extractive, "briefing")):
+        function = getattr(module, name)
+
+        def call(*args: Any, function: Callable[..., Any] = function, name: str = name) -> Any:
+            threads[name] = threading.current_thread().name
+            return function(*args)
+
+        monkeypatch.setattr(module, name, call)
+    session = await create_session(stub, context_window=1_000_000)
+    command = "echo '" + "word " * 60_000 + "'"
+    await prepare(stub, session.id, user("the task"), assistant("I will say it at length. " * 3_000))
+    await prepare(stub, session.id, call_message("c1", "bash", json.dumps({"command": command})), result("c1", "ok"))
+    await prepare(stub, session.id, user("next"), assistant("done"))
+    assert (await compact(stub, session.id)).result.action == pb.ACTION_FOLDED
+    assert threads.keys() == {"record_pass", "briefing"}
+    assert all(name.startswith("ctxfold-cpu") for name in threads.values()), threads

@@ -27,10 +27,12 @@ _EXTENSIONS = frozenset((
 _PATHISH = re.compile(r"^(?:~|\.{1,2})?/?[\w.+@-]+(?:/[\w.+@-]+)*/?$")
 _NOT_PATHS = ("/dev/", "/proc/", "/sys/")
 URL = re.compile(r"https?://[^\s\"'<>)\]}`]+")
-# A here-document's body is data (often a whole script), not part of the command.
-_HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1([^\n]*)\n(.*?)(?:^\s*\2\s*$|\Z)", re.S | re.M)
-# An apply_patch patch (Codex CLI): its file headers say what happens to each file.
-_PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)
+# A here-document's body is data (often a whole script), not part of the command. Linear in the text (as every
+# pattern here must be: tool arguments are megabytes a caller chose): no quantifier gives back what it took,
+# and the blanks before a terminator stop at the end of its line.
+_HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w++)\1([^\n]*+)\n(.*?)(?:^[^\S\n]*\2\s*$|\Z)", re.S | re.M)
+# An apply_patch patch (Codex CLI): its file headers say what happens to each file (the paths are stripped).
+_PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$", re.M)
 _PATCH_KINDS = {"Add": Kind.WRITTEN, "Update": Kind.EDITED, "Delete": Kind.EDITED}
 PATCH_BEGIN = "*** Begin Patch"
 _STRING_LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"|\'((?:[^\'\\\n]|\\.)*)\'|`([^`]*)`')
@@ -97,7 +99,13 @@ def word_paths(word: str) -> list[str]:
     return [path for piece in re.split(r"[=:,;|&<>()\s]", word) if (path := as_path(piece))]
 
 
+# shlex builds a word a character at a time, copying it at each: a word a caller made megabytes long would take
+# hours. A command names its programs and paths well within this many characters.
+_LEXED_CHARS = 16384
+
+
 def _words(command: str) -> list[str]:
+    command = command[:_LEXED_CHARS]
     lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     lexer.commenters = ""

@@ -31,7 +31,8 @@ from collections.abc import Sequence
 
 from ctxfold.engine.model import Author, Role, StoredMessage
 
-_FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
+# A backtick fence's info string holds no backtick (CommonMark), which keeps a run of backticks linear to scan.
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.S)
 
 
 # Tags a harness wraps its own text in; a message made only of them is machine-written.
@@ -83,7 +84,7 @@ MACHINE_OPENINGS = (
     # ctxfold's own summary, echoed back by an agent.
     "[ctxfold summary of earlier conversation]",
 )
-_WRAPPED = re.compile(r"<(" + "|".join(MACHINE_WRAPPERS) + r")\b[^>]*>.*?</\1>", re.S)
+_OPENING = re.compile(r"<(" + "|".join(MACHINE_WRAPPERS) + r")\b[^<>]*>")
 _COMMAND_ARGS = re.compile(r"</?command-args>")
 _COMMAND = re.compile(r"<command-(?:name|message)>")
 
@@ -129,12 +130,32 @@ def is_action_output(message: StoredMessage, previous: StoredMessage | None, mod
     )
 
 
+def without_wrappers(text: str) -> str:
+    """`text` with each wrapper taken out, from its opening tag to the nearest closing one. In one pass: a pattern's
+    lazy scan for the closing tag would scan to the end again from every opening tag that has none after it."""
+    last_closing: dict[str, int] = {}
+    kept: list[str] = []
+    start = 0
+    for opening in _OPENING.finditer(text):
+        if opening.start() < start:
+            continue  # inside a wrapper taken out
+        closing_tag = f"</{opening.group(1)}>"
+        if closing_tag not in last_closing:
+            last_closing[closing_tag] = text.rfind(closing_tag)
+        if last_closing[closing_tag] < opening.end():
+            continue
+        kept.append(text[start : opening.start()])
+        start = text.index(closing_tag, opening.end()) + len(closing_tag)
+    kept.append(text[start:])
+    return "".join(kept)
+
+
 def machine_shaped(content: str) -> bool:
     """Rule 3: the text opens like machine text, or is made only of a harness's wrappers."""
     text = content.lstrip()
     if text.startswith(MACHINE_OPENINGS):
         return True
-    residue = _COMMAND_ARGS.sub("", _WRAPPED.sub("", text))
+    residue = _COMMAND_ARGS.sub("", without_wrappers(text))
     return residue.strip() == "" and residue != text
 
 

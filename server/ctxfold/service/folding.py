@@ -33,6 +33,7 @@ from ctxfold.engine.maintenance import (
     offline_stand_in,
     plan_pass,
 )
+from ctxfold.engine.model import text_chars
 from ctxfold.engine.state import ReceiptAction, ReceiptStatus
 from ctxfold.service.exclusion import Lease, holding
 from ctxfold.service.run import FoldedElsewhere, Hooks, Run
@@ -208,7 +209,8 @@ class Folding:
             previous = folded_index.parse(raw.decode()) if raw else folded_index.FoldedIndex()
             return record_pass(projection, folded, previous, new_result_ref())
 
-        return await cpu.run(run.work + len(raw), record)
+        # It reads every folded text (the artifacts of megabytes of tool arguments): off the loop when they are large.
+        return await cpu.run(run.work + len(raw) + text_chars(folded), record)
 
 
 def _summary_request(run: Run, fold: FoldPass, record: FoldRecord) -> SummaryRequest:

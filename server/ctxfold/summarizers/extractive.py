@@ -79,7 +79,8 @@ class ExtractiveSummarizer:
         self.input_window_tokens = input_window_tokens
 
     async def summarize(self, request: SummaryRequest, on_delta: OnDelta | None = None) -> SummaryResult:
-        text = await cpu.run(len(request.folded) * cpu.MESSAGE_WORK_BYTES, briefing, request)
+        size = len(request.folded) * cpu.MESSAGE_WORK_BYTES + sum(len(m.content) for m in request.folded)
+        text = await cpu.run(size, briefing, request)
         if on_delta is not None:
             await on_delta(text)
         return SummaryResult(text=text, finish_reason="stop", input_tokens=0, output_tokens=0)
