@@ -231,6 +231,27 @@ def test_breakpoints_mark_the_stable_prefix_and_the_last_turn() -> None:
     assert only_system["system"][-1]["cache_control"] == {"type": "ephemeral"}
 
 
+def test_automatic_caching_takes_one_of_the_four_breakpoints() -> None:
+    """A top-level `cache_control` (Anthropic's automatic caching) places a breakpoint of its own: the
+    explicit ones left beside it are three, the agent's in messages going first."""
+    mark = {"type": "ephemeral"}
+    body = {
+        "cache_control": mark,
+        "system": [{"type": "text", "text": "Rules.", "cache_control": mark}, {"type": "text", "text": "More."}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "q0", "cache_control": mark}]},
+            {"role": "assistant", "content": "a0"},
+            {"role": "user", "content": [{"type": "text", "text": "q1", "cache_control": mark}]},
+            {"role": "assistant", "content": "a1"},
+            {"role": "user", "content": "q2"},
+        ],
+    }
+    placed = place_breakpoints(body, stable_turns=0)
+    explicit = [n for n, m in enumerate(placed["messages"]) if b"cache_control" in orjson.dumps(m)]
+    assert placed["cache_control"] == mark and all(block["cache_control"] == mark for block in placed["system"])
+    assert explicit == [4]  # the agent's two in messages gave way: two on the system, the last turn, the automatic one
+
+
 def test_thinking_blocks_never_get_a_breakpoint() -> None:
     turn = [{"type": "text", "text": "a"}, {"type": "thinking", "thinking": "t", "signature": "s"}]
     placed = place_breakpoints({"messages": [{"role": "assistant", "content": turn}]}, 1)

@@ -121,7 +121,9 @@ def unmarked(marked: bytes) -> Spliced:
 
 
 def count_breakpoints(body: dict[str, Any]) -> int:
-    total = sum(1 for tool in as_list(body.get("tools")) if CACHE_CONTROL in as_dict(tool))
+    """Breakpoints of the request; a top-level `cache_control` (automatic caching) takes one of the four too."""
+    total = 1 if CACHE_CONTROL in body else 0
+    total += sum(1 for tool in as_list(body.get("tools")) if CACHE_CONTROL in as_dict(tool))
     system = body.get("system")
     total += sum(1 for block in as_list(system) if CACHE_CONTROL in as_dict(block))
     for message in as_list(body.get("messages")):
