@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import grpc
@@ -94,6 +95,19 @@ def test_a_directory_listing_names_its_files() -> None:
         Msg("tool", "y", tool_call_id="c2"),
     )
     assert probes.score(trace, [Msg("user", text, summary=True)], 5).paths_named == 2
+
+
+def test_hostile_commands_are_read_in_linear_time() -> None:
+    """A recorded trace is any file a user replays: a command of a long hyphenated run, an unterminated
+    here-document or a long quoted word took seconds to hours to read for paths (each scan from every start)."""
+    started = time.perf_counter()
+    hostile = ("a-" * 50_000, "cat <<" + "a" * 200_000, "echo '" + "word " * 200_000 + "'")
+    calls = tuple(call(f"c{n}", "bash", command="cat out.txt " + command) for n, command in enumerate(hostile))
+    assert probes.message_paths(Msg("assistant", "", tool_calls=calls), text_actions=False) == ["out.txt"] * 3
+    assert time.perf_counter() - started < 5  # seconds to hours each before
+    assert probes.message_paths(
+        Msg("assistant", "", tool_calls=(call("u", "bash", command="curl https://x.org/a.py > b.py"),)), False
+    ) == ["b.py"]
 
 
 def test_in_a_text_action_trace_a_reply_to_an_assistant_that_did_not_act_is_the_persons() -> None:

@@ -53,9 +53,9 @@ _EXTENSIONS = frozenset((
 # fmt: on
 _PATHISH = re.compile(r"^(?:~|\.{1,2})?/?[\w.+@-]+(?:/[\w.+@-]+)*/?$")
 _NOT_PATHS = ("/dev/", "/proc/")
-_URL = re.compile(r"\b[a-z][a-z+.-]*://\S+")
+_URL = re.compile(r"\b[a-z][a-z+.-]{0,31}://\S+")  # a scheme is short: each start scans a few characters
 # A here-document's body is data (often a whole script), not part of the command.
-_HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n(.*?)(?:^\s*\2\s*$|\Z)", re.S | re.M)
+_HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w++)\1[^\n]*+\n(.*?)(?:^[^\S\n]*\2\s*$|\Z)", re.S | re.M)
 
 
 # Openings of user-role text no person types.
@@ -120,9 +120,13 @@ def classify(trace: Trace) -> Roles:
     return Roles(frozenset(person), frozenset(tool_output), frozenset(machine))
 
 
+# shlex copies a word at each of its characters: a command is read this far (its programs and paths are well within).
+_LEXED_CHARS = 16384
+
+
 def _command_paths(command: str) -> list[str]:
     # A URL is no path (not even its `host:port/file.json` tail); a here-document's body is data.
-    command = _URL.sub(" ", _HEREDOC.sub("", command))
+    command = _URL.sub(" ", _HEREDOC.sub("", command))[:_LEXED_CHARS]
     try:
         words = shlex.split(command, comments=False, posix=True)
     except ValueError:  # unbalanced quotes: fall back to whitespace
