@@ -85,6 +85,26 @@ async def test_a_view_too_large_for_one_response_is_refused_with_a_reason(
     assert int(info.metadata["view_bytes"]) > int(info.metadata["max_response_bytes"])
 
 
+async def test_a_view_whose_provider_payloads_do_not_fit_one_response_is_refused_with_a_reason(
+    small_responses: pb_grpc.ContextServiceStub,
+) -> None:
+    """Payloads (a gateway's images, kept verbatim) go out with their messages: they count toward the bound."""
+    stub = small_responses
+    config = pb.SessionConfig(context_window=50_000_000)
+    session_id = (await stub.CreateSession(pb.CreateSessionRequest(config=config))).session.id
+    image = '{"type": "image", "source": {"data": "' + "A" * 900_000 + '"}}'
+    for i in range(6):
+        payload = pb.ProviderPayload(format="anthropic_messages", json=image, tokens=1_600)
+        message = pb.Message(role=ROLES[i % 2], content=f"screenshot {i}", provider_payload=payload)
+        await stub.AppendMessages(pb.AppendMessagesRequest(session_id=session_id, messages=[message]))
+    info = await expect_error(
+        anext(aiter(stub.Prepare(pb.PrepareRequest(session_id=session_id)))),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "RESPONSE_TOO_LARGE",
+    )
+    assert int(info.metadata["view_bytes"]) > 6 * 900_000
+
+
 @pytest.mark.parametrize("response_type", [pb.PrepareResponse, pb.CompactResponse])
 def test_a_result_serialized_one_message_at_a_time_is_the_result_built_whole(
     response_type: type[pb.PrepareResponse] | type[pb.CompactResponse],

@@ -170,16 +170,19 @@ def answer(answering: Answering, known_view_version: int, now: float) -> Prepare
 RESPONSE_FRAMING_BYTES = 1 << 20
 
 
+def _texts(message: ViewMessage) -> tuple[str, ...]:
+    """The texts a view message's answer carries."""
+    source = message.source
+    if source is None:
+        return message.content, message.payload.json if message.payload else ""
+    arguments = (call.arguments for call in source.tool_calls)
+    return message.content, source.reasoning_content, *arguments, source.payload.json if source.payload else ""
+
+
 def check_response_size(messages: Sequence[ViewMessage], max_response_bytes: int) -> None:
-    """RESPONSE_TOO_LARGE, before anything is sent, when the view's text cannot fit one response."""
-    texts = [
-        text
-        for m in messages
-        for text in (
-            m.content,
-            *((m.source.reasoning_content, *(c.arguments for c in m.source.tool_calls)) if m.source else ()),
-        )
-    ]
+    """RESPONSE_TOO_LARGE, before anything is sent, when the view's text (provider payloads too) cannot fit one
+    response."""
+    texts = [text for m in messages for text in _texts(m)]
     room = max_response_bytes - RESPONSE_FRAMING_BYTES
     # Characters are counted first: at most 4 bytes each, so only a view near the bound is encoded.
     if sum(map(len, texts)) * 4 <= room:
