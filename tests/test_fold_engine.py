@@ -230,6 +230,19 @@ def test_the_index_groups_files_by_directory_with_their_marks() -> None:
     assert "URLs: https://example.com/x" in text
 
 
+def test_thousands_of_directories_and_a_deep_path_are_listed_in_linear_time() -> None:
+    started = time.perf_counter()
+    # Pairs of directories under distinct long prefixes: each pair is listed under its own root.
+    paired = [Artifact(Kind.READ, f"/srv/checkout-{i // 2:05d}-of-the-repo/part{i % 2}/f.py") for i in range(8000)]
+    deep = Artifact(Kind.READ, "/deep/" + "d/" * 10_000 + "f.py")
+    lines = artifact_listing.render_files([*paired, deep])
+    assert lines[:3] == ["/srv/checkout-00000-of-the-repo/:", "  part0/: f.py", "  part1/: f.py"]
+    assert len(lines) == 4000 * 3 + 1
+    kept, evicted = artifact_listing.within_budget([*paired, deep], artifacts.Budget(400, 400, 400))
+    assert kept and len(kept) + len(evicted) == 8001
+    assert time.perf_counter() - started < 10  # 8000 directories took minutes: every root chosen rescanned them all
+
+
 def test_what_the_budget_leaves_out_is_counted_and_named() -> None:
     calls = [ToolCall(f"c{i}", "Read", json.dumps({"file_path": f"/repo/pkg_{i}/module_{i}.py"})) for i in range(300)]
     messages = [stored(Role.USER, "Audit every module.")]

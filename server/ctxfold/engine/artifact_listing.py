@@ -5,6 +5,9 @@ summary text: the index is carried from checkpoint to checkpoint as data."""
 
 from __future__ import annotations
 
+import bisect
+import heapq
+import itertools
 from collections.abc import Sequence
 
 from ctxfold.engine import estimator
@@ -51,26 +54,65 @@ ROOT_MIN_CHARS = 12
 _ROOT_MIN_SAVED = 24
 
 
+def _shared_length(a: str, b: str) -> int:
+    """The length of the longest common prefix of `a` and `b` (found by halving: each comparison runs in C)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
 def _roots(directories: Sequence[str]) -> dict[str, str]:
     """Each directory's root (or none): prefixes chosen greedily by the characters writing them once
-    saves, the longest of equal savings first."""
-    candidates: dict[str, list[str]] = {}
-    for directory in directories:
-        parts = directory.split("/")
-        for depth in range(1, len(parts)):
-            prefix = "/".join(parts[:depth]) + "/"
-            if len(prefix) >= ROOT_MIN_CHARS:
-                candidates.setdefault(prefix, []).append(directory)
+    saves, the longest of equal savings first, then the first seen.
+
+    Only a longest prefix shared by a set of directories can be chosen (a shorter one of the same set saves
+    less), and each is a common prefix of two neighbours in sorted order, cut at a slash: so the candidates
+    are found in one pass, and a choice updates the others' counts through a Fenwick tree of chosen
+    directories. Time and memory grow with the directories' characters, not with their count squared or
+    (prefixes of prefixes) a long one's length squared."""
+    by_text = sorted(range(len(directories)), key=directories.__getitem__)
+    ordered = [directories[i] for i in by_text]
+    shared = {a[: a.rfind("/", 0, _shared_length(a, b)) + 1] for a, b in itertools.pairwise(ordered)}
+    chosen = [0] * (len(ordered) + 1)  # a Fenwick tree: how many of the first n (sorted) have a root
+
+    def rooted_before(end: int) -> int:
+        total = 0
+        while end > 0:
+            total, end = total + chosen[end], end & (end - 1)
+        return total
+
+    def saved(prefix: str, low: int, high: int) -> int:
+        return (high - low - rooted_before(high) + rooted_before(low) - 1) * len(prefix) - 4
+
+    heap = []
+    for prefix in shared:
+        if len(prefix) >= ROOT_MIN_CHARS:
+            low = bisect.bisect_left(ordered, prefix)
+            high = bisect.bisect_left(ordered, True, low, key=lambda d: not d.startswith(prefix))
+            first = min(by_text[low:high])
+            heap.append((-saved(prefix, low, high), -len(prefix), first, prefix, low, high))
+    heapq.heapify(heap)
     root_of: dict[str, str] = {}
-    while candidates:
-        saved = {p: (len(ds) - 1) * len(p) - 4 for p, ds in candidates.items()}
-        best = max(candidates, key=lambda p: (saved[p], len(p)))
-        if saved[best] < _ROOT_MIN_SAVED:
+    while heap:
+        stale, _, first, prefix, low, high = heapq.heappop(heap)
+        now = saved(prefix, low, high)
+        if -stale != now:  # directories of it were rooted since: a smaller saving, in its place
+            heapq.heappush(heap, (-now, -len(prefix), first, prefix, low, high))
+            continue
+        if now < _ROOT_MIN_SAVED:
             break
-        for directory in candidates.pop(best):
-            root_of[directory] = best
-        candidates = {p: [d for d in ds if d not in root_of] for p, ds in candidates.items()}
-        candidates = {p: ds for p, ds in candidates.items() if ds}
+        for position in range(low, high):
+            if ordered[position] not in root_of:
+                root_of[ordered[position]] = prefix
+                node = position + 1
+                while node <= len(ordered):
+                    chosen[node] += 1
+                    node += node & -node
     return root_of
 
 
@@ -84,16 +126,18 @@ def render_files(files: Sequence[Artifact]) -> list[str]:
         marks = "".join(MARKS[k] for k in FILE_KINDS if k in artifact.touched and k is not Kind.READ)
         by_directory.setdefault(directory, []).append(f"{name} {marks}" if marks else name)
     root_of = _roots(list(by_directory))
+    members: dict[str, list[str]] = {}  # a root's directories, listed (and taken out) where its first one is
+    for directory in by_directory:
+        if directory in root_of:
+            members.setdefault(root_of[directory], []).append(directory)
     lines: list[str] = []
-    listed: set[str] = set()
     for directory, names in by_directory.items():
         root = root_of.get(directory)
         if root is None:
             lines.append(f"{directory}: {', '.join(names)}")
-        elif root not in listed:
-            listed.add(root)
+        elif root in members:
             lines.append(f"{root}:")
-            for member in (d for d in by_directory if root_of.get(d) == root):
+            for member in members.pop(root):
                 relative = member[len(root) :] or "./"
                 lines.append(f"  {relative}: {', '.join(by_directory[member])}")
     return lines
