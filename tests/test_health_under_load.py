@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import multiprocessing
@@ -38,7 +39,7 @@ from ctxfold.api.admission import Admission
 from ctxfold.api.pacing import LARGE_BYTES, AnswerPacer, RequestPacer
 from ctxfold.config import Settings
 from ctxfold.engine import context as engine_context
-from ctxfold.engine import estimator
+from ctxfold.engine import estimator, folded_index
 from ctxfold.engine import projection as engine_projection
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.service import folding as service_folding
@@ -512,3 +513,31 @@ async def test_a_fold_of_a_few_messages_with_megabytes_of_text_reads_them_off_th
     assert (await compact(stub, session.id)).result.action == pb.ACTION_FOLDED
     assert threads.keys() == {"record_pass", "briefing"}
     assert all(name.startswith("ctxfold-cpu") for name in threads.values()), threads
+
+
+async def test_a_fold_of_a_small_view_writes_a_long_sessions_folded_results_index_off_the_event_loop(
+    stub: pb_grpc.ContextServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folded-results index lists every result the session ever folded: a fold of a view of a few messages
+    renders it in the pool when it is large (a session of 100,000 folded results held the loop 0.4 s per fold)."""
+    threads: list[str] = []
+    render = folded_index.render
+
+    def rendering(index: folded_index.FoldedIndex) -> str:
+        threads.append(threading.current_thread().name)
+        return render(index)
+
+    monkeypatch.setattr(folded_index, "render", rendering)
+    session = await create_session(stub, context_window=1_000_000)
+    pairs = [
+        (call_message(f"c{i}", "bash", json.dumps({"command": f"ls dir{i}"})), result(f"c{i}", "ok"))
+        for i in range(400)
+    ]
+    await append(stub, session.id, user("the task"), *itertools.chain.from_iterable(pairs))
+    await prepare(stub, session.id, user("next"), assistant("done"))
+    assert (await compact(stub, session.id)).result.action == pb.ACTION_FOLDED
+    threads.clear()
+    await prepare(stub, session.id, user("more"), assistant("I looked at every listing at length. " * 300))
+    await prepare(stub, session.id, user("and more"), assistant("done"))
+    assert (await compact(stub, session.id)).result.action == pb.ACTION_FOLDED
+    assert threads and all(name.startswith("ctxfold-cpu") for name in threads), threads

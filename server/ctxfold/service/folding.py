@@ -144,7 +144,7 @@ class Folding:
         if stand_in:
             await run.observer.fell_back(before, run.config.summarizer, summarizer.name, stand_in)
         on_delta = run.observer.summary_deltas()
-        record = await self._record_fold(run, fold)
+        record, index_text = await self._record_fold(run, fold)
         request = _summary_request(run, fold, record)
         fell_back = stand_in
 
@@ -191,13 +191,13 @@ class Folding:
         run.observer.candidate(outcome.checkpoint.id, outcome.candidate.tokens())
         last_folded = fold.folded[-1].source
         assert last_folded is not None  # folded view messages render canonical messages
-        rendered = await cpu.run(run.work, folded_index.render, record.index)
-        document = FoldDocument(record.notes.index_ref, last_folded.id, rendered)
+        document = FoldDocument(record.notes.index_ref, last_folded.id, index_text)
         return outcome, document, fell_back
 
-    async def _record_fold(self, run: Run, fold: FoldPass) -> FoldRecord:
+    async def _record_fold(self, run: Run, fold: FoldPass) -> tuple[FoldRecord, str]:
         """The engine's notes and folded-results index after `fold`, rolled forward from the head
-        checkpoint's (its index document is read back as data, not parsed out of summary text)."""
+        checkpoint's (its index document is read back as data, not parsed out of summary text), and the
+        new index's document."""
         projection = run.projection
         notes = projection.checkpoint.notes if projection.checkpoint else None
         raw = b""
@@ -205,11 +205,13 @@ class Folding:
             raw = (await self.store.read_raw_result(run.session, notes.index_ref)).data
         folded = [v.source for v in fold.folded if v.source is not None]
 
-        def record() -> FoldRecord:
+        def record() -> tuple[FoldRecord, str]:
             previous = folded_index.parse(raw.decode()) if raw else folded_index.FoldedIndex()
-            return record_pass(projection, folded, previous, new_result_ref())
+            recorded = record_pass(projection, folded, previous, new_result_ref())
+            return recorded, folded_index.render(recorded.index)
 
-        # It reads every folded text (the artifacts of megabytes of tool arguments): off the loop when they are large.
+        # It reads every folded text (the artifacts of megabytes of tool arguments) and the previous index, and
+        # writes the new one (every result the session folded, however small its view): off the loop when large.
         return await cpu.run(run.work + len(raw) + text_chars(folded), record)
 
 
