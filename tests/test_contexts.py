@@ -310,6 +310,20 @@ def test_an_append_step_makes_its_messages_once_and_counts_only_large_texts_apar
     assert step.work(fresher)[1] == len(large.encode()) + len("done")
 
 
+def test_an_append_deciding_on_the_view_counts_the_texts_it_scans_for_fenced_commands() -> None:
+    """At its trigger an append decides on the whole view: in a session that may act in text that reads every
+    assistant text for fenced commands, so the step's size counts them; once the session calls tools it reads none."""
+    reply = "x" * 100_000 + "\n```\nls\n```"
+    record = SessionRecord("s", "", "{}", 10, 0, "g", 3, "b", None, (), 1, None, 0, 0.0, 0.0)
+    texts = projection(message(1, Role.USER, "task"), message(2, Role.ASSISTANT, reply), message(3, Role.USER, "ok"))
+    new = [NewMessage(Role.USER, "next")]
+    step = AppendStep(new, [("m4", "tr_4")], AppendLimits(1 << 20, 1 << 20), AppendRequest((), overflow=True))
+    assert step.work(Context(record, texts, ContextState("f"), 1)) == (4, len("next") + len(reply))
+    called = message(2, Role.ASSISTANT, reply, ToolCall("c", "cat", "{}"))
+    tools = projection(message(1, Role.USER, "task"), called, message(3, Role.TOOL, "ok"))
+    assert step.work(Context(record, tools, ContextState("f"), 1)) == (4, len("next"))
+
+
 def test_observed_usage_recalibrates_the_context_and_records_the_views_estimate() -> None:
     """ObserveUsage's step: the state's calibration moves toward the reported ratio, the projection counts
     with it (its view unchanged), and the usage is recorded with the estimate of the view it reports on."""

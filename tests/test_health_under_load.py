@@ -541,3 +541,25 @@ async def test_a_fold_of_a_small_view_writes_a_long_sessions_folded_results_inde
     await prepare(stub, session.id, user("and more"), assistant("done"))
     assert (await compact(stub, session.id)).result.action == pb.ACTION_FOLDED
     assert threads and all(name.startswith("ctxfold-cpu") for name in threads), threads
+
+
+async def test_a_session_acting_in_text_is_maintained_off_the_event_loop(
+    stub: pb_grpc.ContextServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every step over the view of a session that may act in text scans its assistant texts for fenced commands: with
+    megabytes of them its steps run in the pool however few its messages are (a view of five messages held the loop
+    0.1 s per step, scanning two 3.6 MB replies)."""
+    threads: list[str] = []
+    decide = service_maintenance.decide
+
+    def deciding(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return decide(*args)
+
+    monkeypatch.setattr(service_maintenance, "decide", deciding)
+    session = await create_session(stub, context_window=2_000_000)
+    fenced = "I listed it at length. " * 4_000 + "\n```\nls -la\n```"
+    await prepare(stub, session.id, user("the task"), assistant(fenced), user("file1"), assistant(fenced), user("a"))
+    threads.clear()
+    await compact(stub, session.id)
+    assert threads and all(name.startswith("ctxfold-cpu") for name in threads), threads

@@ -103,13 +103,24 @@ TEXT = "text"
 UNDECIDED = ""
 
 
+def _calls_tools(messages: Sequence[StoredMessage], earlier: str) -> bool:
+    return earlier == TOOLS or any(m.tool_calls for m in messages)
+
+
 def session_mode(messages: Sequence[StoredMessage], earlier: str = UNDECIDED) -> str:
     """How the session acts, from `earlier` (what its folded messages showed) and `messages`."""
-    if earlier == TOOLS or any(m.tool_calls for m in messages):
+    if _calls_tools(messages, earlier):
         return TOOLS
     if earlier == TEXT or any(m.role is Role.ASSISTANT and last_fence(m.content) for m in messages):
         return TEXT
     return UNDECIDED
+
+
+def fenced_chars(messages: Sequence[StoredMessage], earlier: str = UNDECIDED) -> int:
+    """The characters of `messages` read for fenced commands (`last_fence`) to decide how the session acts and which
+    of its messages are text actions: its assistant texts, none once it calls tools. A step over them that asks reads
+    them all, each more than once (a scan of megabytes holds the GIL for tens of milliseconds)."""
+    return 0 if _calls_tools(messages, earlier) else sum(len(m.content) for m in messages if m.role is Role.ASSISTANT)
 
 
 def is_text_action(message: StoredMessage, mode: str) -> bool:

@@ -300,13 +300,15 @@ class AppendStep:
     def work(self, context: Context) -> tuple[int, int]:
         """The messages (`append_work`) and characters of text the step goes through: the new messages' text
         until they are made (their tokens bounded by their UTF-8 bytes: a token is one or more), then their raw
-        results (which the write encodes each time)."""
+        results (which the write encodes each time); through the whole view, the texts it scans for fenced commands."""
         if self._made is not None:
-            new, data = self._made.messages, sum(len(r.data) for r in self._made.results)
-            return append_work(context, self.request, len(new), sum(m.tokens for m in new)), data
-        chars = text_chars(self.messages)
-        bound = 4 * chars + sum(m.payload.tokens for m in self.messages if m.payload)
-        return append_work(context, self.request, len(self.messages), bound), chars
+            new, chars = len(self._made.messages), sum(len(r.data) for r in self._made.results)
+            messages = append_work(context, self.request, new, sum(m.tokens for m in self._made.messages))
+        else:
+            new, chars = len(self.messages), text_chars(self.messages)
+            bound = 4 * chars + sum(m.payload.tokens for m in self.messages if m.payload)
+            messages = append_work(context, self.request, new, bound)
+        return messages, chars + (context.projection.fenced_chars if messages > new else 0)
 
     def __call__(self, context: Context, now: float) -> Appended:
         if self._made is None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from ctxfold.engine import estimator
-from ctxfold.engine.authorship import UNDECIDED, session_mode
+from ctxfold.engine.authorship import UNDECIDED, fenced_chars, session_mode
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.engine.model import SAFETY_MARGIN_TOKENS, SessionConfig, StoredMessage
 from ctxfold.engine.view import (
@@ -77,11 +77,21 @@ class Projection:
             return checkpoint.notes.opening_end_seq
         return opening_end(self.kept, self.config)
 
+    @property
+    def _folded_mode(self) -> str:
+        notes = self.checkpoint.notes if self.checkpoint is not None else None
+        return notes.mode if notes is not None else UNDECIDED
+
     @_once
     def mode(self) -> str:
         """How the session acts (tool calls or text), carried by the checkpoint for what it folded."""
-        notes = self.checkpoint.notes if self.checkpoint is not None else None
-        return session_mode(self.messages, notes.mode if notes is not None else UNDECIDED)
+        return session_mode(self.messages, self._folded_mode)
+
+    @_once
+    def fenced_chars(self) -> int:
+        """The characters a step over the view reads beyond stored counts: the assistant texts of a session that may
+        act in text, scanned for fenced commands (`authorship.fenced_chars`)."""
+        return fenced_chars(self.messages, self._folded_mode)
 
     @_once
     def _view(self) -> tuple[ViewMessage, ...]:

@@ -58,8 +58,9 @@ class Run:
 
     @property
     def work(self) -> int:
-        """What an engine step over the run's view costs (`cpu.run` decides from it where it runs)."""
-        return self.projection.message_count * cpu.MESSAGE_WORK_BYTES
+        """What an engine step over the run's view costs (`cpu.run` decides from it where it runs): its messages, and
+        the texts it scans for fenced commands when the session may act in text."""
+        return self.projection.message_count * cpu.MESSAGE_WORK_BYTES + self.projection.fenced_chars
 
     @property
     def config(self) -> SessionConfig:
