@@ -9,10 +9,11 @@ import itertools
 import json
 import time
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxfold.engine import artifact_listing, artifacts, estimator, folded_index
+from ctxfold.engine import artifact_listing, artifacts, authorship, estimator, folded_index
 from ctxfold.engine.artifact_extraction import call_artifacts, message_artifacts
 from ctxfold.engine.artifact_scripts import PATCH_BEGIN
 from ctxfold.engine.artifacts import Artifact, Kind
@@ -27,7 +28,7 @@ from ctxfold.engine.briefing import (
 )
 from ctxfold.engine.folded_index import FoldedIndex
 from ctxfold.engine.instructions import HEAD_CHARS, INSTRUCTION_CHARS, Instruction, Shown, within_budget
-from ctxfold.engine.maintenance import FoldOutcome, fold_outcome
+from ctxfold.engine.maintenance import FoldOutcome, MaintainRequest, Snapshot, decide, fold_outcome, plan_pass
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.view import (
@@ -108,6 +109,28 @@ def test_hostile_arguments_and_messages_are_read_in_linear_time() -> None:
     message_artifacts([fences, stored(Role.USER, "ok")], TEXT)
     assert not machine_shaped(" <system-reminder>" * (HOSTILE // 18) + "typed by a person")
     assert time.perf_counter() - started < 5  # each took minutes before
+
+
+def test_each_assistant_text_of_a_text_session_is_scanned_for_its_fence_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step over a view asks, for each assistant message, whether it acts by a fenced command (its mode, its
+    call groups, its results): a megabyte text takes ~10 ms to scan, holding the GIL, so each is scanned once."""
+    scanned: list[str] = []
+    fence = authorship.last_fence
+
+    def scanning(text: str) -> str:
+        scanned.append(text)
+        return fence(text)
+
+    monkeypatch.setattr(authorship, "last_fence", scanning)
+    messages = [stored(Role.USER, "the task")]
+    for turn in range(20):
+        messages += [stored(Role.ASSISTANT, f"step {turn}\n```\nls dir{turn}\n```"), stored(Role.USER, "file")]
+    projection = Projection(SessionConfig(context_window=16000), 0, 0, 1.0, None, (), tuple(messages), {})
+    for _ in range(3):
+        decide(Snapshot(projection, projection.tokens(), 0), MaintainRequest())
+        assert plan_pass(projection, 16000, keep_tokens=0).first is not None
+    assert projection.mode == TEXT
+    assert sorted(scanned) == sorted(m.content for m in messages if m.role is Role.ASSISTANT)
 
 
 def test_swe_agent_text_actions_pair_with_their_observation() -> None:

@@ -103,6 +103,16 @@ TEXT = "text"
 UNDECIDED = ""
 
 
+def _acts_by_fence(message: StoredMessage) -> bool:
+    """Whether `message`'s content holds a fenced block: found once per message and kept in its `__dict__` (a frozen
+    dataclass's cache, as `functools.cached_property` keeps one), since every step over a view asks again for each of
+    its assistant messages, and scanning a megabyte text holds the GIL for about 10 ms."""
+    found = message.__dict__.get("_acts_by_fence")
+    if found is None:
+        found = message.__dict__["_acts_by_fence"] = bool(last_fence(message.content))
+    return bool(found)
+
+
 def _calls_tools(messages: Sequence[StoredMessage], earlier: str) -> bool:
     return earlier == TOOLS or any(m.tool_calls for m in messages)
 
@@ -111,7 +121,7 @@ def session_mode(messages: Sequence[StoredMessage], earlier: str = UNDECIDED) ->
     """How the session acts, from `earlier` (what its folded messages showed) and `messages`."""
     if _calls_tools(messages, earlier):
         return TOOLS
-    if earlier == TEXT or any(m.role is Role.ASSISTANT and last_fence(m.content) for m in messages):
+    if earlier == TEXT or any(m.role is Role.ASSISTANT and _acts_by_fence(m) for m in messages):
         return TEXT
     return UNDECIDED
 
@@ -125,9 +135,7 @@ def fenced_chars(messages: Sequence[StoredMessage], earlier: str = UNDECIDED) ->
 
 def is_text_action(message: StoredMessage, mode: str) -> bool:
     """An assistant message acting by a fenced command block in a session that acts in text."""
-    return (
-        mode == TEXT and message.role is Role.ASSISTANT and not message.tool_calls and bool(last_fence(message.content))
-    )
+    return mode == TEXT and message.role is Role.ASSISTANT and not message.tool_calls and _acts_by_fence(message)
 
 
 def is_action_output(message: StoredMessage, previous: StoredMessage | None, mode: str) -> bool:
