@@ -20,7 +20,7 @@ from ctxfold.engine import estimator
 from ctxfold.engine.context import AppendRequest, AppendStep, Context, SessionRecord, append, observe
 from ctxfold.engine.estimator import LARGE_TEXT_CHARS
 from ctxfold.engine.model import NewMessage, Role, SessionConfig, StoredMessage, ToolCall, Usage
-from ctxfold.engine.projection import Projection
+from ctxfold.engine.projection import LOOP_VIEW_MESSAGES, Projection
 from ctxfold.engine.state import (
     ContextState,
     Receipt,
@@ -322,6 +322,9 @@ def test_an_append_deciding_on_the_view_counts_the_texts_it_scans_for_fenced_com
     called = message(2, Role.ASSISTANT, reply, ToolCall("c", "cat", "{}"))
     tools = projection(message(1, Role.USER, "task"), called, message(3, Role.TOOL, "ok"))
     assert step.work(Context(record, tools, ContextState("f"), 1)) == (4, len("next"))
+    # A view of LOOP_VIEW_MESSAGES or more is worked on in the pool for its messages alone: its texts are not added up.
+    long = [message(seq, Role.ASSISTANT if seq % 2 else Role.USER, reply) for seq in range(1, LOOP_VIEW_MESSAGES + 1)]
+    assert step.work(Context(record, projection(*long), ContextState("f"), 1)) == (LOOP_VIEW_MESSAGES + 1, len("next"))
 
 
 def test_observed_usage_recalibrates_the_context_and_records_the_views_estimate() -> None:

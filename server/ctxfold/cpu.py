@@ -17,6 +17,7 @@ from functools import partial
 from typing import ParamSpec, TypeVar
 
 from ctxfold.engine import estimator
+from ctxfold.engine.projection import LOOP_VIEW_MESSAGES
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 OFFLOAD_MIN_BYTES = 64 << 10
 # A message's work counts as this many bytes, whatever its text (engine steps cost 1-10 µs each): so 64 short
 # messages or more are worked on off the loop (docs/operations.md, Limits).
-MESSAGE_WORK_BYTES = 1 << 10
+MESSAGE_WORK_BYTES = OFFLOAD_MIN_BYTES // LOOP_VIEW_MESSAGES
 WORKERS = max(1, len(os.sched_getaffinity(0)) - 1)
 COUNTING_NICE = 19
 PARENT_POLL_SECONDS = 0.5
