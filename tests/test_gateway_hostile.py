@@ -5,12 +5,13 @@ or forwards it, relays each answer as it came; it never fails with a 5xx and kee
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gzip
 import json
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +22,8 @@ from aiohttp import web
 from ctxfold.gateway.app import start_gateway
 from fake_upstream import CHAT, MESSAGES, RESPONSES
 from gateway_fixtures import Stack, gateway_settings, stack
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 __all__ = ["stack"]
 
@@ -283,34 +286,39 @@ async def cut_answer(request: web.Request) -> web.StreamResponse:
     return answer
 
 
-async def test_an_answer_the_upstream_breaks_off_breaks_off_for_the_agent_without_a_500(
-    stack: Stack, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A JSON answer cut short is a 502 in the provider's shape; a stream cut short is cut short for the agent
-    too (ended cleanly it would pass for whole). Both were an unhandled error (a 500, a traceback)."""
+@contextlib.asynccontextmanager
+async def before_an_odd_upstream(stack: Stack, answer: Handler) -> AsyncIterator[str]:
+    """The URL of a gateway (with the stack's server) in front of an upstream answering every request with `answer`."""
     app = web.Application()
-    app.router.add_route("*", "/{path:.*}", cut_answer)
+    app.router.add_route("*", "/{path:.*}", answer)
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     settings = gateway_settings(stack.server.port, stack.upstream)
     gateway = await start_gateway(replace(settings, openai_base_url=base_url, anthropic_base_url=base_url))
-    body = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}
     try:
-        async with aiohttp.ClientSession() as http:
-            url = f"http://127.0.0.1:{gateway.port}"
-            async with http.post(f"{url}{CHAT}", json=body, headers=HEADERS) as answer:
-                assert answer.status == 502
-                assert "broke off" in (await answer.json())["error"]["message"]
-            for path in (CHAT, "/v1/models"):  # ctxfold's stream and one passed through
-                async with http.post(f"{url}{path}", json={**body, "stream": True}, headers=HEADERS) as answer:
-                    assert answer.status == 200
-                    with pytest.raises(aiohttp.ClientPayloadError):
-                        await answer.read()
+        yield f"http://127.0.0.1:{gateway.port}"
     finally:
         await gateway.stop()
         await runner.cleanup()
+
+
+async def test_an_answer_the_upstream_breaks_off_breaks_off_for_the_agent_without_a_500(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A JSON answer cut short is a 502 in the provider's shape; a stream cut short is cut short for the agent
+    too (ended cleanly it would pass for whole). Both were an unhandled error (a 500, a traceback)."""
+    body = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}
+    async with before_an_odd_upstream(stack, cut_answer) as url, aiohttp.ClientSession() as http:
+        async with http.post(f"{url}{CHAT}", json=body, headers=HEADERS) as answer:
+            assert answer.status == 502
+            assert "broke off" in (await answer.json())["error"]["message"]
+        for path in (CHAT, "/v1/models"):  # ctxfold's stream and one passed through
+            async with http.post(f"{url}{path}", json={**body, "stream": True}, headers=HEADERS) as answer:
+                assert answer.status == 200
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await answer.read()
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
@@ -347,24 +355,10 @@ async def gzipped_answer(request: web.Request) -> web.StreamResponse:
 async def test_an_answer_compressed_by_the_upstream_reaches_the_agent_with_its_content_encoding(stack: Stack) -> None:
     """The gateway relays the upstream's bytes as they came, compressed ones too: without their
     Content-Encoding header (it was dropped as hop-by-hop) the agent got gzip bytes to read as JSON."""
-    app = web.Application()
-    app.router.add_route("*", "/{path:.*}", gzipped_answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    settings = gateway_settings(stack.server.port, stack.upstream)
-    gateway = await start_gateway(replace(settings, openai_base_url=base_url, anthropic_base_url=base_url))
     body = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}
-    try:
-        async with aiohttp.ClientSession() as http:  # decompresses what its Content-Encoding says
-            url = f"http://127.0.0.1:{gateway.port}"
-            for path, stream in ((CHAT, False), (CHAT, True), ("/v1/models", False)):
-                async with http.post(f"{url}{path}", json={**body, "stream": stream}, headers=HEADERS) as answer:
-                    assert answer.status == 200
-                    assert json.loads((await answer.text()).removeprefix("data: ")) == (
-                        CHUNK if stream else ANSWERS[CHAT]
-                    )
-    finally:
-        await gateway.stop()
-        await runner.cleanup()
+    # aiohttp's client decompresses what its Content-Encoding says.
+    async with before_an_odd_upstream(stack, gzipped_answer) as url, aiohttp.ClientSession() as http:
+        for path, stream in ((CHAT, False), (CHAT, True), ("/v1/models", False)):
+            async with http.post(f"{url}{path}", json={**body, "stream": stream}, headers=HEADERS) as answer:
+                assert answer.status == 200
+                assert json.loads((await answer.text()).removeprefix("data: ")) == (CHUNK if stream else ANSWERS[CHAT])
