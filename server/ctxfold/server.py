@@ -117,22 +117,8 @@ async def _open_store(settings: Settings) -> Store:
     return Store(engine)
 
 
-async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer:
-    """Raises ConfigError, before touching the database, when a file named by a setting is unusable."""
-    path = settings.auth_tokens_file
-    tokens = _from_file("auth_tokens_file", path, load_tokens) if path else None
-    credentials = _credentials(settings)
-    if tokens is None and _listens_beyond_loopback(settings.listen):
-        log.warning(
-            "listening on %s without authentication: every caller shares one tenant; "
-            "set auth_tokens_file to require bearer tokens",
-            settings.listen,
-        )
-    store = await _open_store(settings)
-    # Loaded now, off the loop (on the first count it stalls the loop ~0.5 s), and the counting process started.
-    await asyncio.to_thread(estimator.warm_up)
-    await asyncio.to_thread(cpu.start_counting)
-    # The use cases and the servicer over them, wired once.
+def _servicer(settings: Settings, store: Store, tokens: dict[str, str] | None, hooks: Hooks | None) -> ContextServicer:
+    """The use cases and the servicer over them, wired once."""
     summarizers = build_summarizers(settings.summarizers)
     limits = AppendLimits(settings.max_message_bytes, settings.max_tool_result_bytes)
     contexts = Contexts(store, limits, settings.hot_state_max_bytes)
@@ -148,7 +134,7 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
     admission = Admission(
         settings.max_concurrent_rpcs, settings.max_concurrent_rpcs_per_tenant, settings.max_concurrent_request_bytes
     )
-    servicer = ContextServicer(
+    return ContextServicer(
         tokens=tokens,
         sessions=sessions,
         contexts=contexts,
@@ -158,8 +144,11 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         admission=admission,
         requests=RequestPacer(settings.max_receive_message_bytes),
     )
-    # ContextService, health and reflection on one gRPC server. No maximum_concurrent_rpcs (gRPC would count
-    # health checks): `Admission` admits ContextService calls.
+
+
+def _grpc_server(settings: Settings, servicer: ContextServicer) -> tuple[grpc.aio.Server, health.aio.HealthServicer]:
+    """ContextService, health and reflection on one gRPC server. No maximum_concurrent_rpcs (gRPC would count health
+    checks): `Admission` admits ContextService calls."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", settings.max_receive_message_bytes),
@@ -174,6 +163,26 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         (SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
         server,
     )
+    return server, health_servicer
+
+
+async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer:
+    """Raises ConfigError, before touching the database, when a file named by a setting is unusable."""
+    path = settings.auth_tokens_file
+    tokens = _from_file("auth_tokens_file", path, load_tokens) if path else None
+    credentials = _credentials(settings)
+    if tokens is None and _listens_beyond_loopback(settings.listen):
+        log.warning(
+            "listening on %s without authentication: every caller shares one tenant; "
+            "set auth_tokens_file to require bearer tokens",
+            settings.listen,
+        )
+    store = await _open_store(settings)
+    # Loaded now, off the loop (on the first count it stalls the loop ~0.5 s), and the counting process started.
+    await asyncio.to_thread(estimator.warm_up)
+    await asyncio.to_thread(cpu.start_counting)
+    servicer = _servicer(settings, store, tokens, hooks)
+    server, health_servicer = _grpc_server(settings, servicer)
     try:
         if credentials is None:
             port = server.add_insecure_port(settings.listen)
@@ -197,7 +206,9 @@ async def start(settings: Settings, hooks: Hooks | None = None) -> RunningServer
         "bearer tokens" if tokens else "single tenant",
         store.engine.url.render_as_string(hide_password=True),
     )
-    return RunningServer(server, health_servicer, store, port, settings, contexts, maintenance, admission)
+    return RunningServer(
+        server, health_servicer, store, port, settings, servicer.contexts, servicer.maintenance, servicer.admission
+    )
 
 
 async def serve(settings: Settings, gateway: GatewaySettings | None = None) -> None:
