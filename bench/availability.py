@@ -63,7 +63,7 @@ APPEND_MESSAGES_MAX = 1000  # the server's bound of one append's messages
 
 
 def spaceless(size: int, seed: int) -> str:
-    """Text without spaces: the slowest kind for the tokenizer."""
+    """Text without spaces, slow for the tokenizer (0.4 s per 4 MiB; one character repeated is slower, 2.4-3.3 s)."""
     block = "".join(random.Random(seed).choices(string.ascii_letters + string.digits, k=64 << 10))
     return (block * (size // len(block) + 1))[:size]
 
