@@ -1,5 +1,5 @@
-"""The code's shape, as docs/architecture.md states it (its first section): the engine is a functional core that imports nothing of the
-shell, and no hand-written module or function grows past what a reader takes in at once."""
+"""The code's shape, as the first section of docs/architecture.md states it: the engine is a functional core that
+imports nothing of the shell, and no hand-written module or function grows past what a reader takes in at once."""
 
 from __future__ import annotations
 
