@@ -40,9 +40,6 @@ if TYPE_CHECKING:
     from ctxfold.gateway.settings import GatewaySettings
 
 log = logging.getLogger("ctxfold")
-# After the drain, how long calls gRPC received but has not yet handed to a handler get to be refused
-# (SERVER_SHUTTING_DOWN): its stop cancels them with a bare CANCELLED.
-REFUSE_ARRIVED_CALLS_SECONDS = 0.1
 T = TypeVar("T")
 
 
@@ -66,7 +63,6 @@ class RunningServer:
         get `grace` seconds, then answer SERVER_SHUTTING_DOWN (`Admission.drain`)."""
         await self.health.enter_graceful_shutdown()
         await self.admission.drain(self.settings.grace_seconds if grace is None else grace)
-        await asyncio.sleep(REFUSE_ARRIVED_CALLS_SECONDS)
         # Only health and reflection calls may still run: they end at once.
         await self.server.stop(1.0)
         await self.maintenance.background.close()
