@@ -72,3 +72,22 @@ async def test_calls_running_past_the_grace_period_answer_server_shutting_down_a
             assert (await contents(pb_grpc.ContextServiceStub(again), folding))[-1] == "go on"
     finally:
         await restarted.stop(grace=0.5)
+
+
+async def test_calls_arriving_as_the_server_stops_answer_server_shutting_down_never_a_bare_cancelled(
+    tmp_path: Path,
+) -> None:
+    """Calls sent at once just before the stop: gRPC's stop cancelled those it had received but not yet handed
+    to a handler with a bare CANCELLED (most of the fifty here); the drain now waits until calls stop arriving."""
+    running = await start(settings_for(await fresh_database("sqlite", tmp_path)))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        stub = pb_grpc.ContextServiceStub(channel)
+        sid = (await create_session(stub, context_window=64_000)).id
+        calls = [asyncio.ensure_future(stub.GetSession(pb.GetSessionRequest(session_id=sid))) for _ in range(50)]
+        await running.stop(grace=0)
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, grpc.aio.AioRpcError):
+            _shutting_down(outcome)
+        else:
+            assert isinstance(outcome, pb.GetSessionResponse), outcome

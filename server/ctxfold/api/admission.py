@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,10 @@ from ctxfold.engine.errors import DomainError, Kind, busy
 
 # How long cancelled calls get to send their status once the grace period is over.
 CANCELLED_CALLS_SECONDS = 2.0
+# After the drain, gRPC's stop cancels the calls it has received but not yet handed to a handler with a bare
+# CANCELLED: the drain ends once that many ticks of the loop in a row saw no call arrive (at most ARRIVALS_SECONDS).
+# Counted in ticks, not time, so that a stalled loop does not pass for a quiet one.
+QUIET_TICKS, TICK_SECONDS, ARRIVALS_SECONDS = 5, 0.01, 1.0
 
 
 def shutting_down() -> DomainError:
@@ -34,6 +39,7 @@ class Admission:
     max_request_bytes: int
     retry_after_seconds: float = 1.0
     calls: int = 0  # admitted, not yet answered (the loop-lag watch reads it)
+    arrivals: int = 0  # calls that asked to be admitted, ever
     _per_tenant: dict[str, int] = field(default_factory=dict)
     _request_bytes: int = 0
     draining: bool = False
@@ -41,6 +47,7 @@ class Admission:
 
     @contextlib.contextmanager
     def admit(self, tenant: str, request_bytes: int) -> Iterator[None]:
+        self.arrivals += 1
         if self.draining:
             raise shutting_down()
         held = self._per_tenant.get(tenant, 0)
@@ -84,13 +91,18 @@ class Admission:
             self._per_tenant[tenant] -= 1  # a tenant's entry stays: tenants are the tokens file's
 
     async def drain(self, grace_seconds: float) -> None:
-        """Refuses new calls, waits up to `grace_seconds`, then cancels the rest (answering SERVER_SHUTTING_DOWN)."""
+        """Refuses new calls, waits up to `grace_seconds`, then cancels the rest (answering SERVER_SHUTTING_DOWN);
+        returns once calls stop arriving (each refused SERVER_SHUTTING_DOWN)."""
         self.draining = True
         running = set(self._running)
-        if not running:
-            return
-        _, late = await asyncio.wait(running, timeout=grace_seconds)
-        for task in late:
-            task.cancel()
-        if late:
-            await asyncio.wait(late, timeout=CANCELLED_CALLS_SECONDS)
+        if running:
+            _, late = await asyncio.wait(running, timeout=grace_seconds)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=CANCELLED_CALLS_SECONDS)
+        quiet, deadline = 0, time.monotonic() + ARRIVALS_SECONDS
+        while quiet < QUIET_TICKS and time.monotonic() < deadline:
+            seen = self.arrivals
+            await asyncio.sleep(TICK_SECONDS)
+            quiet = quiet + 1 if self.arrivals == seen else 0
