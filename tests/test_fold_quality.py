@@ -208,4 +208,5 @@ async def test_compact_with_nothing_to_fold_says_why(stub: pb_grpc.ContextServic
         stub.Compact(pb.CompactRequest(session_id=session.id, keep_tokens=-1)).read(),
         grpc.StatusCode.INVALID_ARGUMENT,
         "INVALID_REQUEST",
+        {"field": "keep_tokens"},
     )

@@ -145,4 +145,5 @@ async def test_a_too_long_session_key_is_refused(stub: Stub) -> None:
         ),
         grpc.StatusCode.INVALID_ARGUMENT,
         "INVALID_REQUEST",
+        {"field": "session_key"},
     )

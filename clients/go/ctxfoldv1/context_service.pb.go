@@ -264,7 +264,8 @@ const (
 	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
 	// The request did not authenticate (missing or unknown bearer token).
 	ErrorReason_UNAUTHENTICATED ErrorReason = 1
-	// The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field).
+	// The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field), or a field no other
+	// reason covers is out of range (CreateSession session_key too long, Compact keep_tokens < 0); metadata `field` names it.
 	ErrorReason_INVALID_REQUEST ErrorReason = 2
 	// A request naming a session did not set session_id.
 	ErrorReason_SESSION_ID_REQUIRED ErrorReason = 3

@@ -21,7 +21,9 @@ def new_session_id(tenant: str, session_key: str = "") -> str:
     """A new session's id: random, or the one `session_key` names in `tenant` (the same key in two tenants names
     two sessions); a key longer than MAX_SESSION_KEY_CHARS is INVALID_REQUEST."""
     if len(session_key) > MAX_SESSION_KEY_CHARS:
-        raise invalid("INVALID_REQUEST", f"session_key must be at most {MAX_SESSION_KEY_CHARS} characters")
+        raise invalid(
+            "INVALID_REQUEST", f"session_key must be at most {MAX_SESSION_KEY_CHARS} characters", field="session_key"
+        )
     if not session_key:
         return new_id("s")
     return "s_" + hashlib.sha256(f"{tenant}\x00{session_key}".encode()).hexdigest()[:32]

@@ -14,7 +14,7 @@ from ctxfold import cpu
 from ctxfold.engine.answer import PreparedContext, answer, appended_anyway, check_response_size
 from ctxfold.engine.background import applied
 from ctxfold.engine.context import AppendRequest, Context
-from ctxfold.engine.errors import DomainError, Kind, kept_changing
+from ctxfold.engine.errors import DomainError, invalid, kept_changing
 from ctxfold.engine.maintenance import (
     Answer,
     Blocked,
@@ -127,7 +127,7 @@ class Maintenance:
 
         async def work(emit: Emit) -> PreparedContext:
             if keep_tokens < 0:
-                raise DomainError(Kind.INVALID_ARGUMENT, "INVALID_REQUEST", "keep_tokens must be >= 0")
+                raise invalid("INVALID_REQUEST", "keep_tokens must be >= 0", field="keep_tokens")
             context = await self.contexts.load(tenant, session_id)
             check_fixed_costs(context.config, context.session.system_tokens, context.session.tools_tokens)
             request = MaintainRequest(Trigger.COMPACT, focus, keep_tokens, dry_run)

@@ -152,7 +152,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     UNAUTHENTICATED: _ErrorReason.ValueType  # 1
     """The request did not authenticate (missing or unknown bearer token)."""
     INVALID_REQUEST: _ErrorReason.ValueType  # 2
-    """The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field)."""
+    """The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field), or a field no other
+    reason covers is out of range (CreateSession session_key too long, Compact keep_tokens < 0); metadata `field` names it.
+    """
     SESSION_ID_REQUIRED: _ErrorReason.ValueType  # 3
     """A request naming a session did not set session_id."""
     SESSION_NOT_FOUND: _ErrorReason.ValueType  # 4
@@ -254,7 +256,9 @@ ERROR_REASON_UNSPECIFIED: ErrorReason.ValueType  # 0
 UNAUTHENTICATED: ErrorReason.ValueType  # 1
 """The request did not authenticate (missing or unknown bearer token)."""
 INVALID_REQUEST: ErrorReason.ValueType  # 2
-"""The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field)."""
+"""The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field), or a field no other
+reason covers is out of range (CreateSession session_key too long, Compact keep_tokens < 0); metadata `field` names it.
+"""
 SESSION_ID_REQUIRED: ErrorReason.ValueType  # 3
 """A request naming a session did not set session_id."""
 SESSION_NOT_FOUND: ErrorReason.ValueType  # 4

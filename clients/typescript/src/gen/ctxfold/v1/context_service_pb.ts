@@ -3330,7 +3330,8 @@ export enum ErrorReason {
   UNAUTHENTICATED = 1,
 
   /**
-   * The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field).
+   * The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field), or a field no other
+   * reason covers is out of range (CreateSession session_key too long, Compact keep_tokens < 0); metadata `field` names it.
    *
    * @generated from enum value: INVALID_REQUEST = 2;
    */

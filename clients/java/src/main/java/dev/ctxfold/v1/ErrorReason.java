@@ -35,7 +35,8 @@ public enum ErrorReason
   UNAUTHENTICATED(1),
   /**
    * <pre>
-   * The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field).
+   * The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field), or a field no other
+   * reason covers is out of range (CreateSession session_key too long, Compact keep_tokens &lt; 0); metadata `field` names it.
    * </pre>
    *
    * <code>INVALID_REQUEST = 2;</code>
@@ -383,7 +384,8 @@ public enum ErrorReason
   public static final int UNAUTHENTICATED_VALUE = 1;
   /**
    * <pre>
-   * The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field).
+   * The request could not be decoded (truncated protobuf, invalid UTF-8 in a string field), or a field no other
+   * reason covers is out of range (CreateSession session_key too long, Compact keep_tokens &lt; 0); metadata `field` names it.
    * </pre>
    *
    * <code>INVALID_REQUEST = 2;</code>
