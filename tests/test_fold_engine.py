@@ -232,6 +232,109 @@ def test_shell_paths_urls_and_what_a_command_does() -> None:
     assert kinds(call_artifacts(grep, "")) == {(Kind.SEARCHED, "src/app")}
 
 
+def bash(command: str) -> set[tuple[Kind, str]]:
+    """What a Bash call running `command` touched (its files and URLs; commands left out)."""
+    found = call_artifacts(ToolCall("b", "Bash", json.dumps({"command": command})), "")
+    return {(a.kind, a.value) for a in found if a.kind is not Kind.COMMAND}
+
+
+def test_a_quoted_or_escaped_path_with_spaces_is_one_path() -> None:
+    assert bash("cat '/home/me/My Docs/notes file.md'") == {(Kind.READ, "/home/me/My Docs/notes file.md")}
+    assert bash(r"cat file\ with\ space.txt") == {(Kind.READ, "file with space.txt")}
+    assert bash('echo hi > "/tmp/dir with space/out.txt"') == {(Kind.WRITTEN, "/tmp/dir with space/out.txt")}
+    assert bash("cp \"old dir/a.py\" 'new dir/a.py'") == {(Kind.READ, "old dir/a.py"), (Kind.WRITTEN, "new dir/a.py")}
+    # A message with spaces is no path: the paths it names are.
+    assert bash('git commit -m "fix the parser in src/app.py"') == {(Kind.READ, "src/app.py")}
+
+
+def test_nested_scripts_and_inline_code_name_the_files_they_write() -> None:
+    assert bash("bash -lc 'echo \"hi\" > /tmp/inner.txt && cat src/a.py'") == {
+        (Kind.WRITTEN, "/tmp/inner.txt"),
+        (Kind.READ, "src/a.py"),
+    }
+    assert bash("python3 -c \"open('/repo/gen.py', 'w').write('x')\"") == {(Kind.WRITTEN, "/repo/gen.py")}
+    script = "python3 - <<'EOF'\nfrom pathlib import Path\nwith open('/repo/out.json', \"w\") as f:\n"
+    script += "    f.write(open('data/in.csv').read())\nPath('notes/log.md').write_text('x')\nEOF"
+    assert bash(script) == {
+        (Kind.WRITTEN, "/repo/out.json"),
+        (Kind.READ, "data/in.csv"),
+        (Kind.WRITTEN, "notes/log.md"),
+    }
+    assert bash("bash <<'EOF'\nsed -i 's/a/b/' src/x.py\nEOF") == {(Kind.EDITED, "src/x.py")}
+    assert bash("cat > src/gen.py <<'EOF'\nopen('not/written.py', 'w')\nEOF") == {(Kind.WRITTEN, "src/gen.py")}
+    # Scripts in scripts are read a few levels deep, not as deep as a caller nests them.
+    assert bash("".join(f"bash <<E{i}\n" for i in range(5000)) + "touch deep.txt") == set()
+
+
+def test_in_place_edits_moves_and_removals_by_git() -> None:
+    assert bash("perl -pi -e 's/a/b/g' lib/Foo.pm lib/bar.pl") == {
+        (Kind.EDITED, "lib/Foo.pm"),
+        (Kind.EDITED, "lib/bar.pl"),
+    }
+    assert bash("sed -i '' -e 's/old.py/new.py/' src/a.py") == {(Kind.EDITED, "src/a.py")}
+    assert bash("sed 's/a.py/b.py/' src/in.txt > src/out.txt") == {
+        (Kind.READ, "src/in.txt"),
+        (Kind.WRITTEN, "src/out.txt"),
+    }
+    assert bash("git mv x/y.py z/y.py && git rm -r src/dead.py") == {
+        (Kind.READ, "x/y.py"),
+        (Kind.WRITTEN, "z/y.py"),
+        (Kind.EDITED, "src/dead.py"),
+    }
+
+
+def test_files_without_an_extension_where_a_command_names_a_file() -> None:
+    assert bash("echo x > Makefile; touch build/stamp; cat README LICENSE .env; rm -rf node_modules") == {
+        (Kind.WRITTEN, "Makefile"),
+        (Kind.WRITTEN, "build/stamp"),
+        (Kind.READ, "README"),
+        (Kind.READ, "LICENSE"),
+        (Kind.READ, ".env"),
+        (Kind.EDITED, "node_modules"),
+    }
+    # Words that are no files: options' numbers, programs' subcommands, patterns.
+    assert bash("head -n 5 src/a.py; make test; grep -rn needle; python -m pytest") == {(Kind.READ, "src/a.py")}
+
+
+UNIFIED_DIFF = """--- a/src/x.py
++++ b/src/x.py
+@@ -1 +1 @@
+-a
++b
+--- /dev/null
++++ b/docs/new page.md\t2026-01-01
+@@ -0,0 +1 @@
++hi
+--- a/old/gone.py
++++ /dev/null
+@@ -1 +0,0 @@
+-x
+"""
+
+
+def test_unified_diffs_name_the_files_they_change() -> None:
+    changed = {(Kind.EDITED, "src/x.py"), (Kind.WRITTEN, "docs/new page.md"), (Kind.EDITED, "old/gone.py")}
+    assert bash(f"git apply <<'EOF'\n{UNIFIED_DIFF}EOF") == changed
+    patch = ToolCall("p", "apply_diff", json.dumps({"diff": UNIFIED_DIFF}))
+    assert kinds(call_artifacts(patch, "")) == changed
+
+
+def test_editor_tools_of_other_agents() -> None:
+    calls = {
+        ("edit_file", "target_file"): Kind.EDITED,  # Cursor, Zed
+        ("edit_notebook", "target_notebook"): Kind.EDITED,  # Cursor
+        ("replace", "file_path"): Kind.EDITED,  # Gemini CLI
+        ("search_replace", "file_path"): Kind.EDITED,
+        ("delete_file", "target_file"): Kind.EDITED,
+    }
+    for (name, key), kind in calls.items():
+        assert kinds(call_artifacts(ToolCall("e", name, json.dumps({key: "/repo/a b.py"})), "")) == {
+            (kind, "/repo/a b.py")
+        }, name
+    many = ToolCall("r", "read_many_files", json.dumps({"paths": ["src/a.py", "/repo/README"]}))
+    assert kinds(call_artifacts(many, "")) == {(Kind.READ, "src/a.py"), (Kind.READ, "/repo/README")}
+
+
 def test_the_index_groups_files_by_directory_with_their_marks() -> None:
     found = artifact_listing.merge(
         [],

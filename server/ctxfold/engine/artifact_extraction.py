@@ -23,6 +23,7 @@ from ctxfold.engine.artifact_scripts import (
     PATCH_BEGIN,
     URL,
     as_path,
+    diff_artifacts,
     script_artifacts,
     shell_artifacts,
     without_heredoc_bodies,
@@ -44,8 +45,10 @@ _TASK_ID = re.compile(
 _OPEN_FILE = re.compile(r"\((?:Open file|Current file): (/[^)\s]+)\)|\[File: (/[^\]\s]+)")
 # Argument keys that hold paths (any key ending in "path" does too), and keys that hold shell commands.
 _PATH_KEYS = frozenset(
-    ("file", "filename", "filepath", "target_file", "notebook_path", "dir", "directory", "dir_path", "cwd_path")
+    ("file", "filename", "filepath", "target_file", "target_notebook", "dir", "directory", "dir_path", "cwd_path")
 )
+# Argument keys that hold a unified diff.
+_DIFF_KEYS = ("diff", "patch")
 _COMMAND_KEYS = ("command", "cmd", "script")
 _TASK_KEYS = ("bash_id", "shell_id", "task_id", "agent_id", "subagent_id")
 # str_replace_editor / file-editor sub-commands and what they do to the file.
@@ -67,9 +70,15 @@ _TOOL_KINDS = {
     "grep_files": Kind.SEARCHED,
     "ls": Kind.SEARCHED,
     "list_dir": Kind.SEARCHED,
+    "read_many_files": Kind.READ,
     "edit": Kind.EDITED,
     "multiedit": Kind.EDITED,
     "notebookedit": Kind.EDITED,
+    "edit_file": Kind.EDITED,
+    "edit_notebook": Kind.EDITED,
+    "replace": Kind.EDITED,
+    "search_replace": Kind.EDITED,
+    "delete_file": Kind.EDITED,
     "write": Kind.WRITTEN,
     "write_file": Kind.WRITTEN,
     "create_file": Kind.WRITTEN,
@@ -147,7 +156,7 @@ def _text_action(command: str, open_file: str) -> Iterator[Artifact]:
 
 
 def _is_path_key(key: str) -> bool:
-    return key in _PATH_KEYS or key.lower().endswith("path")
+    return key in _PATH_KEYS or key.lower().endswith(("path", "paths"))
 
 
 def _argument_artifacts(name: str, args: dict[str, Any]) -> Iterator[Artifact]:
@@ -163,6 +172,8 @@ def _argument_artifacts(name: str, args: dict[str, Any]) -> Iterator[Artifact]:
             yield from (script_artifacts(text) if PATCH_BEGIN in text else shell_artifacts(text))
         elif isinstance(value, str) and PATCH_BEGIN in value:
             yield from script_artifacts(value)
+        elif isinstance(value, str) and key in _DIFF_KEYS:
+            yield from diff_artifacts(value)
         elif isinstance(value, str) and _is_path_key(key) and value.strip():
             path = value.strip().removeprefix("./").rstrip("/") or value.strip()
             yield Artifact(tool_kind or Kind.READ, path)
@@ -172,6 +183,9 @@ def _argument_artifacts(name: str, args: dict[str, Any]) -> Iterator[Artifact]:
             yield Artifact(Kind.READ, as_path(value))  # an unknown tool's argument that is exactly a path
         elif isinstance(value, dict):
             yield from _argument_artifacts(name, value)
+        elif isinstance(value, list):  # a list of paths (`paths`), of edits, of files to write
+            for item in value:
+                yield from _argument_artifacts(name, {key: item})
 
 
 def call_artifacts(call: ToolCall, result: str) -> list[Artifact]:
