@@ -49,13 +49,20 @@ MACHINE_TEXT = [
     "Another language model started to solve this problem and produced a summary of its thinking process.",
     # OpenHands
     "Added workspace context",
-    # mini-swe-agent, SWE-agent, generic tool output
+    # Cline, Roo Code
+    "<environment_details>\n# VSCode Visible Files\nsrc/app.ts\n</environment_details>",
+    # ctxfold's own summary, echoed back
+    "[ctxfold summary of earlier conversation]\n## Standing instructions",
+]
+# The output of a tool in a user message: machine text where tool output comes back so, in a session
+# that does not call tools (mini-swe-agent, SWE-agent, Cline's `[tool] Result:`, generic shapes).
+TOOL_OUTPUT_TEXT = [
     "<returncode>0</returncode>\n<output>\nok\n</output>",
     "OBSERVATION:\nFile created successfully.",
     "[File: /pydicom__pydicom/reproduce_bug.py (1 lines total)]",
     "Your command ran successfully and did not produce any output.",
-    # ctxfold's own summary, echoed back
-    "[ctxfold summary of earlier conversation]\n## Standing instructions",
+    "[read_file for 'src/app.ts'] Result:\nexport const app = 1;",
+    "[execute_command] Result:\nok",
 ]
 
 PERSON_TEXT = [
@@ -67,6 +74,7 @@ PERSON_TEXT = [
     "<command-args>only the store, and keep the API stable</command-args>",
     # A person's text with a reminder the harness appended is still the person's.
     "Use PostgreSQL for the tests.\n\n<system-reminder>Today's date is 2026-01-06.</system-reminder>",
+    "<feedback>\nactually, use PostgreSQL, not MySQL\n</feedback>\n<environment_details>\ncwd\n</environment_details>",
     # Pasted terminal output is the person's too.
     "(llm) jim@host:/mnt/c/python/cctrace_test$ claude -c\nNo conversation found to continue",
 ]
@@ -74,13 +82,37 @@ PERSON_TEXT = [
 
 @pytest.mark.parametrize("text", MACHINE_TEXT)
 def test_machine_written_shapes(text: str) -> None:
-    assert machine_shaped(text)
+    assert machine_shaped(text, TOOLS)
     assert author(stored(Role.USER, text), None, TOOLS) is Author.MACHINE
 
 
 @pytest.mark.parametrize("text", PERSON_TEXT)
 def test_a_persons_messages(text: str) -> None:
     assert not machine_shaped(text)
+    assert author(stored(Role.USER, text), stored(Role.ASSISTANT, "Done."), TOOLS) is Author.PERSON
+
+
+@pytest.mark.parametrize("text", TOOL_OUTPUT_TEXT)
+def test_tool_output_in_a_user_message_of_a_session_that_does_not_call_tools(text: str) -> None:
+    for mode in (TEXT, UNDECIDED):
+        assert machine_shaped(text, mode)
+        assert author(stored(Role.USER, text), stored(Role.ASSISTANT, "Reading it."), mode) is Author.MACHINE
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Exit code 0 — that is what I saw when I ran it myself, so please do not rerun it.",
+        "Tool result looked fine to me; please move on to the next step.",
+        "Observation: the staging DB is down, do not run migrations against it.",
+        "Command output is too noisy, pipe it through tail.",
+        *TOOL_OUTPUT_TEXT,
+    ],
+)
+def test_a_message_shaped_like_tool_output_is_the_persons_in_a_session_that_calls_tools(text: str) -> None:
+    """Such a session's tool output comes back in tool messages: a user message opening like tool output was typed
+    or pasted by the person, and stays a standing instruction."""
+    assert not machine_shaped(text, TOOLS)
     assert author(stored(Role.USER, text), stored(Role.ASSISTANT, "Done."), TOOLS) is Author.PERSON
 
 

@@ -13,10 +13,12 @@ The rules, first match wins:
    fenced blocks of an assistant's reply are code shown to the person, and the answer is the
    person's — decided for the session, never message by message.
 3. A message that, once the harness's wrappers are taken out (`MACHINE_WRAPPERS`: `<system-reminder>`,
-   `<task-notification>`, `<local-command-stdout>`, `<command-name>`, `<environment_context>`, …;
-   a slash command's `<command-args>` keep their text, which the person typed), is empty, or that
-   opens like machine text (`MACHINE_OPENINGS`: interruption notices, tool-output shapes, an
-   agent's compaction summary, a skill body, a local-command caveat, …), is machine-written.
+   `<task-notification>`, `<local-command-stdout>`, `<command-name>`, `<environment_context>`,
+   `<environment_details>`, …; a slash command's `<command-args>` keep their text, which the person
+   typed), is empty, or that opens like machine text (`MACHINE_OPENINGS`: interruption notices, an
+   agent's compaction summary, a skill body, a local-command caveat, …), is machine-written; so is
+   one opening like a tool's output (`TOOL_OUTPUT_OPENINGS`) in a session that does not call tools
+   (one that does gets its tool output in tool messages: such a message there is the person's).
 4. The user message right after a slash-command or skill invocation (a `<command-name>` message),
    before any assistant message, is that command's expanded prompt: machine-written.
 5. Every other user message is the person's.
@@ -55,6 +57,7 @@ MACHINE_WRAPPERS = (
     "RUNTIME_INFORMATION",
     "REPOSITORY_INFO",
     "EXTRA_INFO",
+    "environment_details",  # Cline, Roo Code
 )
 # Openings of machine text (after leading whitespace), by the agent that writes them.
 MACHINE_OPENINGS = (
@@ -69,11 +72,17 @@ MACHINE_OPENINGS = (
     "Another language model started to solve this problem",
     # OpenHands: recalled workspace context.
     "Added workspace context",
-    # Tool output of text-acting agents (mini-swe-agent, SWE-agent) and generic result shapes.
-    "<returncode>",
-    "<output>",
     "<bash-stdout>",
     "<local-command-stdout>",
+    # ctxfold's own summary, echoed back by an agent.
+    "[ctxfold summary of earlier conversation]",
+)
+# Openings of a tool's output (text-acting agents: mini-swe-agent, SWE-agent; generic result shapes), machine text
+# only in a session that does not call tools: one that does gets its tool output in tool messages, so a user message
+# opening so was typed or pasted by the person ("Exit code 0 when I ran it, do not rerun it").
+TOOL_OUTPUT_OPENINGS = (
+    "<returncode>",
+    "<output>",
     "OBSERVATION",
     "Observation:",
     "[File: ",
@@ -81,9 +90,9 @@ MACHINE_OPENINGS = (
     "Your command ran successfully",
     "Tool result",
     "Command output",
-    # ctxfold's own summary, echoed back by an agent.
-    "[ctxfold summary of earlier conversation]",
 )
+# Cline's and Roo Code's tool results in text: `[read_file for 'src/app.ts'] Result:`.
+_TOOL_RESULT_LINE = re.compile(r"\[\w+(?: for '[^'\n]*+')?\] Result:")
 _OPENING = re.compile(r"<(" + "|".join(MACHINE_WRAPPERS) + r")\b[^<>]*>")
 _COMMAND_ARGS = re.compile(r"</?command-args>")
 _COMMAND = re.compile(r"<command-(?:name|message)>")
@@ -169,10 +178,13 @@ def without_wrappers(text: str) -> str:
     return "".join(kept)
 
 
-def machine_shaped(content: str) -> bool:
-    """Rule 3: the text opens like machine text, or is made only of a harness's wrappers."""
+def machine_shaped(content: str, mode: str = UNDECIDED) -> bool:
+    """Rule 3: the text opens like machine text (like a tool's output, in a session acting as `mode` that does
+    not call tools), or is made only of a harness's wrappers."""
     text = content.lstrip()
     if text.startswith(MACHINE_OPENINGS):
+        return True
+    if mode != TOOLS and (text.startswith(TOOL_OUTPUT_OPENINGS) or _TOOL_RESULT_LINE.match(text)):
         return True
     residue = _COMMAND_ARGS.sub("", without_wrappers(text))
     return residue.strip() == "" and residue != text
@@ -190,7 +202,7 @@ def author(message: StoredMessage, previous: StoredMessage | None, mode: str) ->
         return message.author
     if previous is not None and is_text_action(previous, mode):
         return Author.MACHINE
-    if machine_shaped(message.content):
+    if machine_shaped(message.content, mode):
         return Author.MACHINE
     if previous is not None and invokes_command(previous):
         return Author.MACHINE
