@@ -27,7 +27,7 @@ from ctxfold.engine.briefing import (
     strip_engine_sections,
 )
 from ctxfold.engine.folded_index import FoldedIndex
-from ctxfold.engine.instructions import HEAD_CHARS, INSTRUCTION_CHARS, Instruction, Shown, within_budget
+from ctxfold.engine.instructions import HEAD_CHARS, INSTRUCTION_CHARS, Instruction, Shown, quoted, within_budget
 from ctxfold.engine.maintenance import FoldOutcome, MaintainRequest, Snapshot, decide, fold_outcome, plan_pass
 from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
 from ctxfold.engine.projection import Projection
@@ -474,6 +474,22 @@ def test_long_instructions_show_their_head_and_name_their_ref() -> None:
     assert long.content[:INSTRUCTION_CHARS] in summary
     assert f'ReadToolResult(result_ref="{long.result_ref}")' in summary
     assert 'ReadToolResult(result_ref="tr_index000000000")' in summary
+
+
+def test_an_instruction_shows_what_the_person_wrote_after_the_harness_text_before_it() -> None:
+    """A harness puts its reminders before the person's text (Claude Code's file and todo notices, kilobytes long):
+    the instruction shows the person's text, and its head is the person's too."""
+    reminder = "<system-reminder>\nNote: src/app.py was modified:\n" + "+ a line\n" * 400 + "</system-reminder>\n"
+    decision = stored(Role.USER, reminder + "<system-reminder>Todos: none</system-reminder>\nactually, use PostgreSQL")
+    trailing = stored(Role.USER, "Keep the API stable.\n<system-reminder>Today is Monday.</system-reminder>")
+    messages = [decision, stored(Role.ASSISTANT, "ok"), trailing]
+    budget = artifacts.Budget(2000, 2000, 2000)
+    record = record_fold(None, FoldedIndex(), messages, messages, "tr_index000000000", budget, 0, TOOLS)
+    summary = render_summary(record.notes)
+    assert quoted("actually, use PostgreSQL") in summary
+    assert "+ a line" not in summary and "more characters" not in summary
+    assert quoted(trailing.content) in summary  # what follows the person's text stays as written
+    assert record.notes.instructions[0].render(head=True).endswith(quoted("actually, use PostgreSQL"))
 
 
 def test_a_large_task_anchor_is_bounded_with_a_reference() -> None:

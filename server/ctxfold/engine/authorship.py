@@ -96,6 +96,7 @@ _TOOL_RESULT_LINE = re.compile(r"\[\w+(?: for '[^'\n]*+')?\] Result:")
 _OPENING = re.compile(r"<(" + "|".join(MACHINE_WRAPPERS) + r")\b[^<>]*>")
 _COMMAND_ARGS = re.compile(r"</?command-args>")
 _COMMAND = re.compile(r"<command-(?:name|message)>")
+_BLANKS = re.compile(r"\s*")
 
 
 def last_fence(text: str) -> str:
@@ -176,6 +177,22 @@ def without_wrappers(text: str) -> str:
         start = text.index(closing_tag, opening.end()) + len(closing_tag)
     kept.append(text[start:])
     return "".join(kept)
+
+
+def without_leading_wrappers(text: str) -> str:
+    """What a person's message says after the harness text a harness put before it (Claude Code's reminders,
+    kilobytes of a changed file's diff): its wrappers at the start taken out; a slash command's invocation whole
+    (the person typed its name)."""
+    if _COMMAND.search(text):
+        return text
+    start = _BLANKS.match(text).end()  # type: ignore[union-attr]  # it matches everywhere, if only ""
+    while (opening := _OPENING.match(text, start)) is not None:
+        closing = text.find(f"</{opening.group(1)}>", opening.end())
+        if closing < 0:
+            break
+        start = _BLANKS.match(text, closing + len(opening.group(1)) + 3).end()  # type: ignore[union-attr]
+    rest = text[start:]
+    return rest if rest.strip() else text
 
 
 def machine_shaped(content: str, mode: str = UNDECIDED) -> bool:

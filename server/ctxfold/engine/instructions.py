@@ -1,5 +1,6 @@
 """The standing instructions of a summary: every message a person wrote that a fold removed, verbatim
-and bounded, oldest first (which messages a person wrote is `engine/authorship.py`'s rule).
+and bounded, oldest first (which messages a person wrote is `engine/authorship.py`'s rule), each from
+where the person's text starts (after the reminders a harness put before it).
 
 Each shows its first `INSTRUCTION_CHARS` characters; the rest is one ReadToolResult away. All of them
 together take at most their budget (a share of the window, `artifacts.budget`): beyond it the oldest
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxfold.engine import estimator
+from ctxfold.engine.authorship import without_leading_wrappers
 from ctxfold.engine.model import StoredMessage
 
 # One instruction shows this many characters verbatim; the rest is one ReadToolResult away.
@@ -48,7 +50,8 @@ class Instruction:
 
 
 def instruction(message: StoredMessage) -> Instruction:
-    text = message.content
+    """A person's message as an instruction: what they wrote, from its start or after the harness text before it."""
+    text = without_leading_wrappers(message.content)
     shown = text[:INSTRUCTION_CHARS]
     return Instruction(message.seq, shown, message.result_ref, len(text) - len(shown))
 
