@@ -29,7 +29,7 @@ from ctxfold.engine.briefing import (
 from ctxfold.engine.folded_index import FoldedIndex
 from ctxfold.engine.instructions import HEAD_CHARS, INSTRUCTION_CHARS, Instruction, Shown, quoted, within_budget
 from ctxfold.engine.maintenance import FoldOutcome, MaintainRequest, Snapshot, decide, fold_outcome, plan_pass
-from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall
+from ctxfold.engine.model import Role, SessionConfig, StoredMessage, ToolCall, default_summary_max
 from ctxfold.engine.projection import Projection
 from ctxfold.engine.view import (
     MAX_OPENING_USER_MESSAGES,
@@ -386,10 +386,14 @@ def test_what_the_budget_leaves_out_is_counted_and_named() -> None:
     )
     assert len(record.index.artifacts) == 300 - listed
     small, large = (
-        artifacts.budget(SessionConfig(context_window=16000)),
-        artifacts.budget(SessionConfig(context_window=32000)),
+        artifacts.budget(SessionConfig(context_window=16000, summary_max_tokens=default_summary_max(16000))),
+        artifacts.budget(SessionConfig(context_window=32000, summary_max_tokens=default_summary_max(32000))),
     )
     assert (large.files, large.others) == (2 * small.files, 2 * small.others)
+    # Beside a large reserved output the engine's sections leave the view room for the rest of it.
+    tight = SessionConfig(context_window=8000, max_output_tokens=4096, summary_max_tokens=1000)
+    within = artifacts.budget(tight)
+    assert within.files + within.others + within.instructions <= (tight.hard_limit_tokens - 1000) // 2
 
 
 def test_merge_keeps_the_most_recent_first_and_every_way_a_file_was_touched() -> None:

@@ -13,7 +13,8 @@ import re
 import grpc
 import pytest
 
-from builders import compact, create_session, prepare
+from builders import compact, create_session, prepare, user
+from ctxfold.engine.model import MIN_CONTEXT_WINDOW
 from ctxfold.engine.tool_results import RESULT_REF
 from ctxfold.replay.probes import listed_paths
 from ctxfold.v1 import context_service_pb2 as pb
@@ -210,3 +211,21 @@ async def test_compact_with_nothing_to_fold_says_why(stub: pb_grpc.ContextServic
         "INVALID_REQUEST",
         {"field": "keep_tokens"},
     )
+
+
+async def test_a_session_of_the_persons_short_messages_folds_at_the_smallest_window(
+    stub: pb_grpc.ContextServiceStub,
+) -> None:
+    """A short message takes more tokens as a standing instruction than as a message: the engine's sections keep
+    within what the view holds beside a summary, so folding them makes the view smaller and every Prepare answers
+    (at the smallest window their minimums took the view above its ceiling, every Prepare failing from then on)."""
+    session = await create_session(stub, context_window=MIN_CONTEXT_WINDOW, max_output_tokens=64)
+    said = [f"[{i}] yes, go on" for i in range(150)]
+    folds = 0
+    for text in said:
+        folds += (await prepare(stub, session.id, user(text))).result.action == pb.ACTION_FOLDED
+    result = (await prepare(stub, session.id)).result
+    assert folds >= 2
+    view = "\n".join(m.content for m in result.messages)
+    index = await read_all(stub, session.id, result.folded_results_ref)
+    assert all(text in view or json.dumps(text) in index for text in said)  # an anchor, an instruction, listed

@@ -46,6 +46,11 @@ ARTIFACT_MIN_TOKENS = 128
 # least INSTRUCTIONS_MIN_TOKENS: what is beyond is shortened to heads, then listed in the index.
 INSTRUCTIONS_WINDOW_SHARE = 0.25
 INSTRUCTIONS_MIN_TOKENS = 512
+# All of them take at most this share of what the view holds beside a whole summary body (the hard ceiling less
+# summary_max_tokens): at a small window, or beside a large reserved output, their minimums and shares left a fold's
+# summary larger than the messages it replaced (a short message takes more tokens as an instruction), and the view
+# above its ceiling.
+ROOM_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -59,13 +64,17 @@ class Budget:
 
 
 def budget(config: SessionConfig) -> Budget:
-    """The engine's sections' budget: it scales with the window."""
+    """The engine's sections' budget: it scales with the window, all of it within ROOM_SHARE of the view's room."""
     window = config.context_window
-    return Budget(
+    wanted = (
         max(ARTIFACT_MIN_TOKENS, int(window * FILES_WINDOW_SHARE)),
         max(ARTIFACT_MIN_TOKENS, int(window * OTHERS_WINDOW_SHARE)),
         max(INSTRUCTIONS_MIN_TOKENS, int(window * INSTRUCTIONS_WINDOW_SHARE)),
     )
+    room = max(0, int((config.hard_limit_tokens - config.summary_max_tokens) * ROOM_SHARE))
+    scale = min(1.0, room / sum(wanted))
+    files, others, instructions = (int(tokens * scale) for tokens in wanted)
+    return Budget(files, others, instructions)
 
 
 @dataclass(frozen=True)
