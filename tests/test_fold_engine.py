@@ -509,6 +509,25 @@ def test_a_large_task_anchor_is_bounded_with_a_reference() -> None:
     assert opening_end([task], SessionConfig(context_window=16000, disable_task_anchor=True)) == 0
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        "修复登录页面的错误并添加测试。" * 4000,  # a character is a token or more, not a third of one
+        "def f(): return {'k': [1, 2, 3]}\n" * 3000,
+        "Fix the bug. " * 3000,
+    ],
+)
+def test_a_bounded_anchor_keeps_within_its_tokens_whatever_the_language(content: str) -> None:
+    """Too large a task in Chinese took three times its anchor's tokens: at an 8k window the view of its first
+    Prepare was above the ceiling, and every Prepare failed."""
+    text, tokens = bounded_anchor(content, "tr_task000000000000", 4000)
+    assert tokens == estimator.count_text(text) and 3600 <= tokens <= 4000
+    assert "tr_task000000000000" in text and text.startswith(content[:10]) and text.endswith(content[-10:])
+    # A share smaller than the marker shows the marker alone.
+    text, tokens = bounded_anchor(content, "tr_task000000000000", 30)
+    assert text.strip().startswith("[ctxfold:") and tokens <= estimator.count_text(text.strip()) + 1
+
+
 def test_the_opening_ends_after_its_first_user_messages() -> None:
     """Many user messages before the first answer: the first `MAX_OPENING_USER_MESSAGES` are the opening,
     the rest are ordinary messages, so a view extended by one more costs that message, not a rebuild."""

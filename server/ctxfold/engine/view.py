@@ -139,16 +139,32 @@ def anchor_limit(config: SessionConfig) -> int:
     return min(int(config.context_window * ANCHOR_WINDOW_SHARE), ANCHOR_MAX_TOKENS)
 
 
+def _within_tokens(text: str, limit: int, from_end: bool) -> str:
+    """A long start (or end) of `text` of at most `limit` tokens, found in a few proportional steps: characters
+    per token range from under one (Chinese) to many (repeated blanks), so none is assumed."""
+    chars = min(len(text), limit * 8)
+    while chars > 0:
+        piece = text[len(text) - chars :] if from_end else text[:chars]
+        tokens = estimator.count_text(piece)
+        if tokens <= limit:
+            return piece
+        chars = min(chars - 1, int(chars * limit / tokens))
+    return ""
+
+
 @functools.lru_cache(maxsize=256)
 def bounded_anchor(content: str, result_ref: str, limit_tokens: int) -> tuple[str, int]:
     """An opening message too large for the anchor: its head and tail around a marker naming where
-    all of it is read. Tokenized once per (content, limit) in a process."""
-    # About three characters per token keeps the result under the limit for prose and code alike.
-    head = content[: int(limit_tokens * ANCHOR_HEAD_SHARE) * 3]
-    tail = content[-int(limit_tokens * (1 - ANCHOR_HEAD_SHARE)) * 3 :]
+    all of it is read, within `limit_tokens` (the marker alone when the limit holds no more). Tokenized a
+    few times per (content, limit) in a process."""
     where = f'ReadToolResult(result_ref="{result_ref}")' if result_ref else "ListMessages"
+    marker = f"[ctxfold: {len(content)} characters of this message omitted; read all of it with {where}]"
+    room = max(0, limit_tokens - estimator.count_text(marker) - 4)  # 4: the blank lines, and tokens across joins
+    head = _within_tokens(content, int(room * ANCHOR_HEAD_SHARE), from_end=False)
+    tail = _within_tokens(content[len(head) :], room - estimator.count_text(head), from_end=True)
     omitted = len(content) - len(head) - len(tail)
-    text = f"{head}\n\n[ctxfold: {omitted} characters of this message omitted; read all of it with {where}]\n\n{tail}"
+    marker = f"[ctxfold: {omitted} characters of this message omitted; read all of it with {where}]"
+    text = "\n\n".join(part for part in (head, marker, tail) if part)
     return text, estimator.count_text(text)
 
 
