@@ -49,6 +49,15 @@ def test_body_stays_within_its_share_and_is_deterministic() -> None:
     assert "- step 199" in text and "- step 0\n" not in text
 
 
+def test_the_plan_is_clipped_to_what_the_body_may_take_in_any_language() -> None:
+    """600 characters of a plan in Chinese are some 700 tokens: the body was over its budget, so every fold of a
+    Chinese session at a 4k window failed (SUMMARIZER_FAILED), and every Prepare with it."""
+    plan = "下一步我会修改源文件并重新运行测试，" * 40
+    for focus in ("", "只修改解析器" * 100):
+        text = briefing(request_for([msg(Role.ASSISTANT, plan)], max_tokens=256, focus=focus))
+        assert estimator.count_text(text) <= 256 and "Last stated plan: 下一步我会修改" in text
+
+
 def test_a_second_fold_merges_section_by_section_instead_of_nesting() -> None:
     first = briefing(request_for(conversation(2)))
     # What the view shows is the engine's rendering around the body; the next fold gets the body.

@@ -21,6 +21,7 @@ PENDING = "Pending & next step"
 NO_PLAN = "No plan was stated in the folded turns: continue from the messages below."
 _DECISION_CHARS = 240
 _PLAN_CHARS = 600
+_MIN_ITEM_CHARS = 40
 # The body takes at most this share of max_tokens: every token of it is paid on every later call,
 # and the engine's sections need room too.
 BODY_SHARE = 0.1
@@ -65,6 +66,16 @@ def briefing(request: SummaryRequest) -> str:
         # Drop a batch at a time so a long fold needs few re-counts.
         del decisions[: max(1, len(decisions) // 4)]
         text = _render(decisions, pending)
+    return _within(pending, text, request.max_tokens)
+
+
+def _within(pending: list[str], text: str, max_tokens: int) -> str:
+    """The body with the plan clipped, a share at a time, until it is within `max_tokens` (the most a body may take):
+    a plan's characters are a quarter of a token each in English, more than one in Chinese."""
+    while (tokens := estimator.count_text(text)) > max_tokens and any(len(item) > _MIN_ITEM_CHARS for item in pending):
+        share = max_tokens / tokens * 0.9
+        pending = [_clip(item, max(_MIN_ITEM_CHARS, int(len(item) * share))) for item in pending]
+        text = _render([], pending)  # over max_tokens, the decisions are gone already (they left for its share)
     return text
 
 
