@@ -279,3 +279,37 @@ async def test_a_message_respelled_when_it_is_no_longer_last_is_not_an_edit(stac
     transcript = await stack.transcript(session_id, include_abandoned=True)
     assert not [m for m in transcript if m.abandoned]
     assert [m.content for m in transcript if m.role is Role.USER] == said[:-1]
+
+
+async def test_integers_beyond_64_bits_in_tool_inputs_reach_the_upstream_and_the_transcript_as_written(
+    stack: Stack, spans: InMemorySpanExporter
+) -> None:
+    """orjson reads such an integer as a float (1.2345678901234568e+22): the upstream got another number than
+    the agent's, on the full path and, once that body was kept, on every turn recognized by its bytes after it.
+    The turn recognized by its bytes reads its new messages as the full path does: a request taking the full
+    path afterwards (another field changed) finds the same fingerprints and rewinds nothing."""
+    agent = anthropic_agent(stack.url, "big-integers")
+    big, bigger = "12345678901234567890123", "-98765432109876543210987654321"
+
+    def looked_up(call_id: str, number: str, result: str) -> list[dict[str, Any]]:
+        call = {"type": "tool_use", "id": call_id, "name": "order", "input": {"id": int(number)}}
+        answer = {"type": "tool_result", "tool_use_id": call_id, "content": result}
+        return [{"role": "assistant", "content": [call]}, {"role": "user", "content": [answer]}]
+
+    messages = [{"role": "user", "content": f"Look up order {big}. " * 8}, *looked_up("toolu_a", big, "shipped")]
+    session_id = ""
+    for turn, (max_tokens, number) in enumerate([(64, big), (64, bigger), (65, bigger)]):
+        spans.clear()
+        raw = await agent.messages.with_raw_response.create(
+            model="claude-sonnet-4-6", max_tokens=max_tokens, messages=messages
+        )  # type: ignore[arg-type]
+        session_id = raw.headers["x-ctxfold-session"]
+        gateway = next(s for s in spans.get_finished_spans() if s.name == "chat claude-sonnet-4-6")
+        assert dict(gateway.attributes or {}).get("ctxfold.gateway.early_call") == ("used" if turn == 1 else None)
+        seen = stack.upstream.last(MESSAGES).raw
+        assert f'"input":{{"id":{big}}}'.encode() in seen and f'"id":{number}}}'.encode() in seen, turn
+        if turn == 0:
+            messages += looked_up("toolu_b", bigger, "lost")
+    transcript = await stack.transcript(session_id, include_abandoned=True)
+    assert not [m for m in transcript if m.abandoned]
+    assert [c.arguments for m in transcript for c in m.tool_calls] == [f'{{"id":{big}}}', f'{{"id":{bigger}}}']

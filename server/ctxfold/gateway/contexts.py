@@ -12,12 +12,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import grpc
-import orjson
 from ctxfold_client import Action, AsyncClient, CallOptions, CtxfoldError, ErrorReason, Message, SessionConfig, View
 
 from ctxfold import cpu
 from ctxfold.gateway.formats import ApiFormat, Conversation, Spliced, ViewEntry
-from ctxfold.gateway.pieces import Json, Piece, work_size
+from ctxfold.gateway.pieces import Json, Piece, loads, work_size
 from ctxfold.gateway.reconcile import append_batches, message_chars, new_pieces, reconciled_request
 from ctxfold.gateway.resent import Forwarded, continued, grew_by, inserted, new_items, spliced
 from ctxfold.gateway.settings import GatewaySettings
@@ -172,7 +171,7 @@ def native_summary(message: Message, api: str) -> Json | None:
     payload = message.provider_payload
     if not message.summary or payload is None or payload.format != api or not payload.json:
         return None
-    item = orjson.loads(payload.json)
+    item = loads(payload.json)
     if api == "openai_responses":
         return [item, {"role": "user", "content": message.content}]
     if api == "anthropic_messages":

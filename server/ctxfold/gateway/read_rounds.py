@@ -22,6 +22,7 @@ from opentelemetry import trace
 
 from ctxfold.gateway.contexts import Contexts, Prepared
 from ctxfold.gateway.formats import ApiFormat, Conversation, ToolFormat, as_dict, stated_input_tokens
+from ctxfold.gateway.pieces import loads
 from ctxfold.gateway.splice import KEEP, SPLICERS, Splicer, event_bytes
 from ctxfold.gateway.sse import EventSplitter
 from ctxfold.gateway.upstream import (
@@ -146,7 +147,7 @@ class ReadRounds:
                     refused(exchange, status, upstream_headers, payload)
                 break
             try:
-                response = as_dict(orjson.loads(payload))
+                response = as_dict(loads(payload))
             except orjson.JSONDecodeError:
                 break
             if first_usage is None:
@@ -245,7 +246,7 @@ class ReadRounds:
         client, prepared = self.contexts.client, exchange.prepared
         share = allowance // max(1, len(calls)) - PAGE_FOOTER_BYTES
         answers = {call.call_id: await read_answer(client, prepared, call.arguments, share) for call in calls}
-        return orjson.dumps(exchange.api.continued(orjson.loads(body), turn, answers))
+        return orjson.dumps(exchange.api.continued(loads(body), turn, answers))
 
 
 async def read_answer(client: AsyncClient, prepared: Prepared, arguments: str, limit: int) -> str:

@@ -13,6 +13,7 @@ from ctxfold_client import Role
 
 from ctxfold.gateway.contexts import Bucket, Prepared, view_entries
 from ctxfold.gateway.formats import ApiFormat, BadRequest, CacheHints, Conversation, Spliced
+from ctxfold.gateway.pieces import loads
 from ctxfold.gateway.read_rounds import offers_read_tool, with_read_tool
 from ctxfold.gateway.resent import BUCKET_BYTES, Forwarded, history_close
 
@@ -50,7 +51,7 @@ class Read:
 
 def parsed(api: ApiFormat, raw: bytes) -> tuple[dict[str, Any], Conversation]:
     """The agent's request and what the gateway reads from it (orjson.JSONDecodeError, BadRequest)."""
-    body = orjson.loads(raw)
+    body = loads(raw)
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return body, api.conversation(body)

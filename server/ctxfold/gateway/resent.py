@@ -20,6 +20,7 @@ import orjson
 from ctxfold_client import Message, Role, View
 
 from ctxfold.gateway.formats import Conversation, Spliced
+from ctxfold.gateway.pieces import loads
 
 # With its scope, a request's first bytes find the sessions whose last request may be its prefix.
 BUCKET_BYTES = 256
@@ -84,7 +85,7 @@ def inserted(forwarded: Forwarded, raw: bytes) -> bytes | None:
 def new_items(middle: bytes) -> list[Any] | None:
     """The items the inserted bytes add; None when they are not a list of JSON values."""
     try:
-        items = orjson.loads(b"[" + middle[1:] + b"]")
+        items = loads(b"[" + middle[1:] + b"]")
     except orjson.JSONDecodeError:
         return None
     return items if isinstance(items, list) and items else None

@@ -46,6 +46,7 @@ from ctxfold.gateway.pieces import (
     Piece,
     compact_json,
     join,
+    loads,
     respelled_text,
     with_payload,
 )
@@ -290,7 +291,7 @@ def _is_call(block: dict[str, Any], name: str) -> bool:
 def adapters_input(call: ToolCall) -> Json:
     """A tool call's arguments as the `input` object of a tool_use block."""
     try:
-        value = orjson.loads(call.arguments or "{}")
+        value = loads(call.arguments or "{}")
     except orjson.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
