@@ -214,3 +214,41 @@ async def test_a_websocket_upgrade_is_refused_at_once_so_the_agent_streams_over_
         error = (await answer.json())["error"]
     assert "WebSockets are not served" in error["message"]
     assert len(stack.upstream.seen) == before
+
+
+@pytest.mark.parametrize("call_id", ["", "call_0"])
+async def test_calls_of_empty_or_repeated_ids_are_kept_in_the_transcript_and_go_upstream_as_sent(
+    stack: Stack, call_id: str
+) -> None:
+    """Local models send `id: ""`, or one id for every call of a turn: the server takes a call only with an id of
+    its own in its message, and every request holding one went upstream without ctxfold. Canonical gives each
+    such call one and each result the call it answers, in order; the upstream gets the agent's ids, a result
+    cut to the session's bound (rendered from its fields) too; an edited result rewinds to just before it."""
+    agent = openai_agent(stack.url, f"chat-call-ids-{call_id}", "sk-test-1")
+    calls = [
+        {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": f'{{"n":{n}}}'}} for n in (1, 2)
+    ]
+    messages: list[dict[str, object]] = [
+        {"role": "user", "content": "Run both."},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": call_id, "content": "first " * 20_000},  # over the bound: cut in the view
+        {"role": "tool", "tool_call_id": call_id, "content": "second"},
+    ]  # fmt: skip
+    session_id = ""
+    for turn in range(3):
+        raw = await agent.chat.completions.with_raw_response.create(model="gpt-4.1", messages=messages)  # type: ignore[arg-type]
+        assert "x-ctxfold-warning" not in raw.headers, raw.headers["x-ctxfold-warning"]
+        session_id = raw.headers["x-ctxfold-session"]
+        sent = stack.upstream.last(CHAT).body["messages"]
+        assert [m.get("tool_call_id") for m in sent] == [m.get("tool_call_id") for m in messages], turn
+        assert (
+            sent[1]["tool_calls"] == calls and sent[3] == messages[3] and sent[2]["content"] != messages[2]["content"]
+        )
+        if turn == 0:
+            messages += [{"role": "assistant", "content": "Both ran."}, {"role": "user", "content": "Thanks."}]
+        elif turn == 1:
+            messages[3] = {"role": "tool", "tool_call_id": call_id, "content": "second, edited"}
+    transcript = await stack.transcript(session_id)
+    own = [call.id for call in transcript[1].tool_calls]
+    assert len(set(own)) == 2 and [m.tool_call_id for m in transcript[2:4]] == own
+    assert transcript[3].content == "second, edited" and len(transcript) == len(messages)

@@ -17,7 +17,14 @@ from ctxfold_client import Action, AsyncClient, CallOptions, CtxfoldError, Error
 from ctxfold import cpu
 from ctxfold.gateway.formats import ApiFormat, Conversation, Spliced, ViewEntry
 from ctxfold.gateway.pieces import Json, Piece, loads, work_size
-from ctxfold.gateway.reconcile import append_batches, message_chars, new_pieces, reconciled_request
+from ctxfold.gateway.reconcile import (
+    append_batches,
+    canonical_messages,
+    message_chars,
+    new_pieces,
+    reconciled_request,
+    with_agent_call_ids,
+)
 from ctxfold.gateway.resent import Forwarded, continued, grew_by, inserted, new_items, spliced
 from ctxfold.gateway.settings import GatewaySettings
 
@@ -159,7 +166,7 @@ def view_entries(view: View, conversation: Conversation, api: str = "") -> list[
     return [
         ViewEntry(m, pieces[m.seq - 1].source)
         if 0 < m.seq <= count and not (m.summary or m.pruned or m.truncated)
-        else ViewEntry(m, native_summary(m, api))
+        else ViewEntry(with_agent_call_ids(m), native_summary(m, api))
         for m in view.messages
     ]
 
@@ -241,7 +248,7 @@ class Contexts:
         async with state.lock:
             if state.forwarded is not forwarded:
                 return None
-            append = [api.canonical(piece) for piece in pieces]
+            append = canonical_messages(api, pieces, 0)
             if len(append_batches(append)) > 1:
                 return None
             view = await self.client.prepare(state.session_id, append, **state.call)

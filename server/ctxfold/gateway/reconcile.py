@@ -7,9 +7,9 @@ never rewritten and the abandoned branch stays readable."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ctxfold_client import Message
+from ctxfold_client import Message, Role, ToolCall
 
 from ctxfold.gateway.formats import ApiFormat, BadRequest, Conversation
 from ctxfold.gateway.pieces import Json, Piece, fingerprint, request_fingerprints
@@ -21,6 +21,9 @@ from ctxfold.gateway.resent import Forwarded
 # back) is appended in several.
 MAX_APPEND_MESSAGES = 1000
 MAX_APPEND_CHARS = 4 << 20
+# A call id the agent left empty or repeated in its message (local models send `id: ""`, or one id for every
+# call) is made its own in canonical, which takes a call only with one: the agent's id, this, the call's index.
+OWN_CALL_ID = "#ctxfold-"
 
 
 @dataclass(frozen=True)
@@ -101,4 +104,56 @@ def reconciled_request(
     request, request_json = request_fingerprints(api.api, conversation.pieces, fingerprints, known_json)
     request = respelled_as_stored(api, conversation.pieces, request, fingerprints)
     plan = reconcile(fingerprints, request)
-    return request, request_json, plan, append_batches([api.canonical(p) for p in conversation.pieces[plan.keep :]])
+    return request, request_json, plan, append_batches(canonical_messages(api, conversation.pieces, plan.keep))
+
+
+def canonical_messages(api: ApiFormat, pieces: Sequence[Piece], start: int) -> list[Message]:
+    """The canonical messages of `pieces[start:]`, their call ids made their own (`with_own_call_ids`), read
+    from the assistant turn whose results they may continue."""
+    first = start
+    while first > 0 and pieces[first - 1].role is Role.TOOL:
+        first -= 1
+    if first > 0 and pieces[first - 1].role is Role.ASSISTANT:
+        first -= 1
+    return with_own_call_ids([api.canonical(piece) for piece in pieces[first:]])[start - first :]
+
+
+def with_own_call_ids(messages: Sequence[Message]) -> list[Message]:
+    """`messages` with each call id the agent left empty or repeated in its message made its own (`OWN_CALL_ID`),
+    and each result naming the call it answers: the first still waiting of the id it gives. (The view shows the
+    agent's JSON; a message rendered from its fields gets the agent's ids back, `with_agent_call_ids`.)"""
+    out: list[Message] = []
+    waiting: list[tuple[str, str]] = []  # the last assistant message's unanswered calls: (the agent's id, its own)
+    for message in messages:
+        if message.role is Role.TOOL:
+            given = message.tool_call_id
+            match = next((n for n, (agent_id, _) in enumerate(waiting) if agent_id == given), None)
+            own = waiting.pop(match)[1] if match is not None else given
+            out.append(message if own == given else replace(message, tool_call_id=own))
+            continue
+        calls = own_calls(message.tool_calls)
+        waiting = [(given.id, own.id) for given, own in zip(message.tool_calls, calls, strict=True)]
+        out.append(message if calls == message.tool_calls else replace(message, tool_calls=calls))
+    return out
+
+
+def own_calls(calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    """Each call, with an id of its own when the agent's is empty or came before in `calls`."""
+    own: list[ToolCall] = []
+    for index, call in enumerate(calls):
+        taken = not call.id or any(call.id == other.id for other in own)
+        own.append(replace(call, id=f"{call.id}{OWN_CALL_ID}{index}") if taken else call)
+    return tuple(own)
+
+
+def with_agent_call_ids(message: Message) -> Message:
+    """`message` with the call ids the agent gave, where `with_own_call_ids` made them its own."""
+    if OWN_CALL_ID not in message.tool_call_id and not any(OWN_CALL_ID in call.id for call in message.tool_calls):
+        return message
+    calls = tuple(replace(call, id=agent_call_id(call.id)) for call in message.tool_calls)
+    return replace(message, tool_call_id=agent_call_id(message.tool_call_id), tool_calls=calls)
+
+
+def agent_call_id(call_id: str) -> str:
+    head, made_own, _ = call_id.rpartition(OWN_CALL_ID)
+    return head if made_own else call_id
