@@ -7,6 +7,7 @@ import base64
 import re
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 import orjson
 import pytest
@@ -15,7 +16,7 @@ from ctxfold_client import Action, Message, ProviderPayload, Role, ToolCall
 from ctxfold.gateway import sse
 from ctxfold.gateway.attachments import anthropic_image_tokens, image_size, openai_image_tokens
 from ctxfold.gateway.contexts import OBSERVE_INTERVAL_SECONDS, native_summary, should_observe
-from ctxfold.gateway.formats import CacheHints, ViewEntry
+from ctxfold.gateway.formats import ApiFormat, CacheHints, ViewEntry
 from ctxfold.gateway.formats.anthropic_cache import place_breakpoints
 from ctxfold.gateway.formats.anthropic_messages import AnthropicMessages
 from ctxfold.gateway.formats.openai_chat import OpenAIChat
@@ -96,21 +97,43 @@ def test_a_long_history_is_appended_in_batches_the_server_accepts() -> None:
 
 def test_a_header_key_is_scoped_by_the_api_key() -> None:
     pieces = (Piece(Role.USER, "hi"),)
-    one = session_key("openai_chat", "sk-a", "my-task", "gpt-4.1", pieces)
+    one = session_key(OpenAIChat(), "sk-a", "my-task", "gpt-4.1", pieces)
     assert one.endswith(":my-task")
-    assert one != session_key("openai_chat", "sk-b", "my-task", "gpt-4.1", pieces)
+    assert one != session_key(OpenAIChat(), "sk-b", "my-task", "gpt-4.1", pieces)
     assert "sk-a" not in one
 
 
 def test_a_derived_key_follows_the_opening_not_the_rest() -> None:
     system, task = Piece(Role.SYSTEM, "Be brief."), Piece(Role.USER, "Fix a.py")
-    base = session_key("openai_chat", "sk", "", "gpt-4.1-2025-04-14", (system, task))
+    base = session_key(OpenAIChat(), "sk", "", "gpt-4.1-2025-04-14", (system, task))
     later = (system, task, Piece(Role.ASSISTANT, {"role": "assistant", "content": "ok"}), Piece(Role.USER, "more"))
-    assert session_key("openai_chat", "sk", "", "gpt-4.1", later) == base  # same family, same opening
-    assert session_key("openai_chat", "sk", "", "gpt-4.1", (system, Piece(Role.USER, "Fix b.py"))) != base
-    assert session_key("openai_chat", "sk", "", "gpt-4.1", (Piece(Role.SYSTEM, "Other."), task)) != base
-    assert session_key("anthropic_messages", "sk", "", "gpt-4.1", (system, task)) != base
-    assert session_key("openai_chat", "sk", "", "gpt-5", (system, task)) != base
+    assert session_key(OpenAIChat(), "sk", "", "gpt-4.1", later) == base  # same family, same opening
+    assert session_key(OpenAIChat(), "sk", "", "gpt-4.1", (system, Piece(Role.USER, "Fix b.py"))) != base
+    assert session_key(OpenAIChat(), "sk", "", "gpt-4.1", (Piece(Role.SYSTEM, "Other."), task)) != base
+    assert session_key(AnthropicMessages(), "sk", "", "gpt-4.1", (system, task)) != base
+    assert session_key(OpenAIChat(), "sk", "", "gpt-5", (system, task)) != base
+
+
+def test_the_opening_read_however_its_text_is_spelled_keeps_its_session_and_its_transcript() -> None:
+    """Without the session header, a layer that marks the last message for the prompt cache wrote the first
+    one as a block, then (once an answer followed) as a string: the key changed and turn 2 opened a session
+    of its own. A Responses `input` string sent back as an item did too, and with the header it was an edit."""
+    marked = [{"type": "text", "text": "Fix a.py", "cache_control": {"type": "ephemeral"}}]
+    chat = [{"messages": [{"role": "user", "content": text}]} for text in (marked, "Fix a.py", "Fix b.py")]
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix a.py"}]}
+    responses = [{"input": "Fix a.py"}, {"input": [{"content": "Fix a.py", "role": "user"}]}, {"input": [item]},
+                 {"input": "Fix b.py"}]  # fmt: skip
+    spellings: list[tuple[ApiFormat, list[dict[str, Any]]]] = [
+        (OpenAIChat(), chat), (AnthropicMessages(), chat), (OpenAIResponses(), responses)
+    ]  # fmt: skip
+    for api, bodies in spellings:
+        *openings, other_task = [api.conversation({"model": "m", **body}).pieces for body in bodies]
+        keys = {session_key(api, "sk", "", "m", pieces) for pieces in openings}
+        assert len(keys) == 1 and session_key(api, "sk", "", "m", other_task) not in keys, api.api
+        stored = [fingerprint(api.api, piece) for piece in openings[0]]
+        for pieces in openings[1:]:
+            request = [fingerprint(api.api, piece) for piece in pieces]
+            assert respelled_as_stored(api, pieces, request, stored) == stored, api.api
 
 
 def test_windows_come_from_the_longest_matching_prefix() -> None:

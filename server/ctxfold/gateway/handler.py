@@ -245,7 +245,7 @@ class Gateway:
             read = await self._read_whole(api, incoming.raw)  # the full path for a resent request
         if prepared is None:
             conversation = read.conversation
-            key = session_key(api.api, caller.api_key, incoming.request.headers.get(SESSION_HEADER, ""),
+            key = session_key(api, caller.api_key, incoming.request.headers.get(SESSION_HEADER, ""),
                               conversation.model, conversation.pieces)  # fmt: skip
             new = new_session(conversation, incoming.window)
             prepared = await self.contexts.prepare(caller.token, key, api, conversation, new, read.work)

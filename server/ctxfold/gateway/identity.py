@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from ctxfold_client import Role
 
+from ctxfold.gateway.formats import ApiFormat
 from ctxfold.gateway.pieces import Piece, stable_json
 
 # Context windows of current models by name prefix (the longest matching prefix wins): the input a
@@ -74,13 +75,23 @@ def api_key_digest(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()[:16]
 
 
-def session_key(api: str, api_key: str, header_key: str, model: str, pieces: Sequence[Piece]) -> str:
+def session_key(api: ApiFormat, api_key: str, header_key: str, model: str, pieces: Sequence[Piece]) -> str:
     """The key of the request's session: the header's, or one derived from the conversation's opening."""
     if header_key:
         return f"{api_key_digest(api_key)}:{header_key}"
-    digest = hashlib.sha256(f"{api}\x00{model_family(model)}\x00".encode())
+    digest = hashlib.sha256(f"{api.api}\x00{model_family(model)}\x00".encode())
     system = next((p for p in pieces[:1] if p.role is Role.SYSTEM), None)
     first_user = next((p for p in pieces if p.role is Role.USER), None)
     for piece in (system, first_user):
-        digest.update(b"\x00" + (stable_json(piece.source) if piece is not None else b""))
+        digest.update(b"\x00" + (plainly_spelled(api, piece) if piece is not None else b""))
     return f"{api_key_digest(api_key)}:derived:{digest.hexdigest()[:32]}"
+
+
+def plainly_spelled(api: ApiFormat, piece: Piece) -> bytes:
+    """The piece's JSON, of its text written the plainer way the API takes it when there are two (a string
+    rather than one text block: `ApiFormat.respelled`): layers that mark the last message for the prompt cache
+    write the first one as a block until another follows, and a Responses `input` string comes back an item."""
+    own = stable_json(piece.source)
+    other = api.respelled(piece)
+    plainer = stable_json(other.source) if other is not None else own
+    return plainer if len(plainer) <= len(own) else own

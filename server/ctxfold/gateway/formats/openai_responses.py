@@ -33,7 +33,7 @@ from ctxfold.gateway.formats.openai_chat import (
     openai_refused_as_too_long,
     part_text,
 )
-from ctxfold.gateway.pieces import Json, Piece, compact_json, join, with_payload
+from ctxfold.gateway.pieces import Json, Piece, compact_json, join, respelled_text, with_payload
 
 MESSAGE_ROLES = {"user": Role.USER, "system": Role.SYSTEM, "developer": Role.SYSTEM}
 # Output items of an assistant turn, and the name of the tool call each is (when it is one).
@@ -142,6 +142,19 @@ class OpenAIResponses(ApiFormat):
             tools=tuple(as_list(body.get("tools"))),
             not_reconciled=not_reconciled,
         )
+
+    def respelled(self, piece: Piece) -> Piece | None:
+        """A message item that says only its role and text, as a string `input` is read: an agent that sent its
+        first message as that string sends it back as an item (`{"content": ..., "role": "user"}`, its text
+        maybe one `input_text` block)."""
+        item = piece.source
+        if piece.role is Role.ASSISTANT or not isinstance(item, dict) or not item.keys() <= {"type", "role", "content"}:
+            return None
+        content = item.get("content")
+        text = content if isinstance(content, str) else respelled_text(content, "input_text")
+        if _item_type(item) != "message" or not isinstance(text, str):
+            return None
+        return Piece(piece.role, {"role": item.get("role"), "content": text})
 
     def canonical(self, piece: Piece) -> Message:
         if isinstance(piece.source, str):  # the instructions
