@@ -252,3 +252,23 @@ async def test_calls_of_empty_or_repeated_ids_are_kept_in_the_transcript_and_go_
     own = [call.id for call in transcript[1].tool_calls]
     assert len(set(own)) == 2 and [m.tool_call_id for m in transcript[2:4]] == own
     assert transcript[3].content == "second, edited" and len(transcript) == len(messages)
+
+
+async def test_results_answering_the_last_requests_calls_are_read_with_the_calls_they_answer(stack: Stack) -> None:
+    """A request that ends with the model's calls (a local server takes it), then the same with their results:
+    recognized by its bytes, the results were read without the calls and a result of an id left empty named
+    none (INVALID_MESSAGE: this turn and every one after it went upstream without ctxfold)."""
+    agent = openai_agent(stack.url, "chat-results-after-calls", "sk-test-1")
+    call = {"id": "", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+    messages: list[dict[str, object]] = [
+        {"role": "system", "content": "You are a careful coding agent. " * 10},
+        {"role": "user", "content": "Run it."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]
+    result = {"role": "tool", "tool_call_id": "", "content": "ran"}
+    for added in ([result], [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "Again."}], []):
+        raw = await agent.chat.completions.with_raw_response.create(model="gpt-4.1", messages=messages)  # type: ignore[arg-type]
+        assert "x-ctxfold-warning" not in raw.headers, raw.headers["x-ctxfold-warning"]
+        messages += added
+    transcript = await stack.transcript(raw.headers["x-ctxfold-session"])
+    assert [m.content for m in transcript] == [m["content"] or "" for m in messages]

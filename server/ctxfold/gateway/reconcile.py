@@ -68,14 +68,16 @@ def append_batches(messages: Sequence[Message]) -> list[list[Message]]:
 
 def new_pieces(api: ApiFormat, forwarded: Forwarded, items: list[Json]) -> tuple[Piece, ...] | None:
     """The pieces the inserted items add to the forwarded request's history: None unless the API reads
-    them as whole new pieces."""
+    them as whole new pieces, and when they open with results of the forwarded request's calls (the full
+    path reads the calls they answer, `canonical_messages`)."""
     try:
         added = api.conversation({api.history_key: items})
     except BadRequest:
         return None
     if added.not_reconciled or not added.pieces:
         return None
-    return None if api.joins(forwarded.last_role, added.pieces[0].role) else added.pieces
+    first = added.pieces[0].role
+    return None if api.joins(forwarded.last_role, first) or first is Role.TOOL else added.pieces
 
 
 def respelled_as_stored(api: ApiFormat, pieces: Sequence[Piece], request: list[str], stored: list[str]) -> list[str]:
