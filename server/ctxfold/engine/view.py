@@ -140,9 +140,9 @@ def anchor_limit(config: SessionConfig) -> int:
 
 
 def _within_tokens(text: str, limit: int, from_end: bool) -> str:
-    """A long start (or end) of `text` of at most `limit` tokens, found in a few proportional steps: characters
-    per token range from under one (Chinese) to many (repeated blanks), so none is assumed."""
-    chars = min(len(text), limit * 8)
+    """The start (or end) of `text`: three characters per token of `limit` (within it for prose and code), fewer
+    where that is above `limit` tokens (Chinese: about one character a token), found in a few proportional steps."""
+    chars = min(len(text), limit * 3)
     while chars > 0:
         piece = text[len(text) - chars :] if from_end else text[:chars]
         tokens = estimator.count_text(piece)
@@ -158,14 +158,24 @@ def bounded_anchor(content: str, result_ref: str, limit_tokens: int) -> tuple[st
     all of it is read, within `limit_tokens` (the marker alone when the limit holds no more). Tokenized a
     few times per (content, limit) in a process."""
     where = f'ReadToolResult(result_ref="{result_ref}")' if result_ref else "ListMessages"
-    marker = f"[ctxfold: {len(content)} characters of this message omitted; read all of it with {where}]"
-    room = max(0, limit_tokens - estimator.count_text(marker) - 4)  # 4: the blank lines, and tokens across joins
-    head = _within_tokens(content, int(room * ANCHOR_HEAD_SHARE), from_end=False)
-    tail = _within_tokens(content[len(head) :], room - estimator.count_text(head), from_end=True)
-    omitted = len(content) - len(head) - len(tail)
-    marker = f"[ctxfold: {omitted} characters of this message omitted; read all of it with {where}]"
-    text = "\n\n".join(part for part in (head, marker, tail) if part)
-    return text, estimator.count_text(text)
+    text = _head_and_tail(content, where, limit_tokens)
+    if (tokens := estimator.count_text(text)) > limit_tokens:  # head and tail fill it (Chinese): the marker's room
+        marker_tokens = estimator.count_text(_omitted(len(content), where))
+        text = _head_and_tail(content, where, max(0, limit_tokens - marker_tokens - 4))  # 4: the joins
+        tokens = estimator.count_text(text)
+    return text, tokens
+
+
+def _head_and_tail(content: str, where: str, room: int) -> str:
+    head_room = int(room * ANCHOR_HEAD_SHARE)
+    head = _within_tokens(content, head_room, from_end=False)
+    tail = _within_tokens(content[len(head) :], room - head_room, from_end=True)
+    marker = _omitted(len(content) - len(head) - len(tail), where)
+    return "\n\n".join(part for part in (head, marker, tail) if part)
+
+
+def _omitted(chars: int, where: str) -> str:
+    return f"[ctxfold: {chars} characters of this message omitted; read all of it with {where}]"
 
 
 def render(
