@@ -11,14 +11,17 @@ from collections.abc import Callable
 
 import grpc
 import pytest
+from sqlalchemy import func, select
 
 from builders import Outcome, assistant, call, create_session, prepare, result, user
 from conftest import Replicas
 from ctxfold.engine.background import PreparedFold
 from ctxfold.engine.background import applied as applied_fold
 from ctxfold.engine.projection import Projection
+from ctxfold.server import RunningServer
 from ctxfold.service import background as background_service
 from ctxfold.service import maintenance as maintenance_service
+from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from fake_provider import FakeProvider
@@ -176,6 +179,50 @@ async def test_a_rewind_below_a_running_background_fold_cancels_it(replicas: Rep
     again = await agent.until(started)
     assert again.result.action == pb.ACTION_NONE
     await eventually_receipt(stub, agent.session_id, "prepared")
+
+
+async def prepared_rows(running: RunningServer, session_id: str) -> int:
+    p = schema.prepared_folds.c
+    async with running.store.engine.connect() as conn:
+        return int((await conn.execute(select(func.count()).where(p.session_id == session_id))).scalar_one())
+
+
+async def finished(running: RunningServer, session_id: str) -> None:
+    for _ in range(400):
+        if not running.maintenance.background.running(session_id):
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError("the background fold never ended")
+
+
+async def test_deleting_a_session_stops_its_background_fold(replicas: Replicas) -> None:
+    fake, stub, running = replicas.fake, replicas.stubs[0], replicas.running[0]
+    fake.script("stall")
+    agent = await llm_session(stub)
+    await agent.until(started)
+    await stalled(fake)
+    await stub.DeleteSession(pb.DeleteSessionRequest(session_id=agent.session_id))
+    await finished(running, agent.session_id)  # stopped, not left paying for a summary of a deleted session
+    assert await prepared_rows(running, agent.session_id) == 0
+
+
+async def test_a_background_fold_of_a_session_deleted_and_created_again_prepares_nothing_for_the_new_one(
+    replicas: Replicas,
+) -> None:
+    """Deleted on another replica (which cannot stop this one's fold) and created again under its key: same id."""
+    fake, (a, b), running = replicas.fake, replicas.stubs, replicas.running[0]
+    fake.script("stall")
+    old = await create_session(a, context_window=WINDOW, summarizer="llm", session_key="nightly")
+    await prepare(a, old.id, user("Find out why the nightly build is slow"))
+    await Agent(a, old.id).until(started)
+    await stalled(fake)
+    await b.DeleteSession(pb.DeleteSessionRequest(session_id=old.id))
+    new = await create_session(b, context_window=WINDOW, summarizer="llm", session_key="nightly")
+    assert new.id == old.id
+    fake.release()
+    await finished(running, old.id)
+    assert await prepared_rows(running, new.id) == 0
+    assert await receipts(b, new.id, "prepared") == []
 
 
 async def test_a_prepared_fold_made_stale_by_a_rewind_is_discarded_never_installed(replicas: Replicas) -> None:

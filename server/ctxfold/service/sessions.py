@@ -44,7 +44,8 @@ class Sessions:
         on_rewound: Callable[[str, int], Receipt | None] = lambda _s, _q: None,
     ):
         self.store, self.states, self.summarizer_names = states.store, states, summarizer_names
-        # Told of every rewind: a background fold reading past it is cancelled, its receipt kept in the state.
+        # Told of every rewind: a background fold reading past it is cancelled, its receipt kept in the state. A delete
+        # is told as a rewind to 0: nothing of the session is left to fold.
         self.on_rewound = on_rewound
 
     async def create(self, tenant: str, given: ConfigInput, session_key: str = "") -> SessionRecord:
@@ -81,6 +82,7 @@ class Sessions:
 
     async def delete(self, tenant: str, session_id: str) -> None:
         await self.store.delete_session(tenant, session_id)
+        self.on_rewound(session_id, 0)
 
     async def fork(self, tenant: str, session_id: str, at_seq: int, overrides: ConfigInput) -> SessionRecord:
         source = await self.store.get_session(tenant, session_id)

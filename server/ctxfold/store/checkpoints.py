@@ -12,11 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ctxfold.engine.background import PreparedFold
 from ctxfold.engine.candidate import FoldDocument, FoldInstall
 from ctxfold.engine.context import SessionRecord
-from ctxfold.engine.errors import not_found
+from ctxfold.engine.errors import not_found, session_not_found
 from ctxfold.engine.lineage import CheckpointLink
 from ctxfold.engine.view import Checkpoint, StoredCheckpoint
 from ctxfold.store import schema
-from ctxfold.store.base import StoreBase, ancestors
+from ctxfold.store.base import StoreBase, ancestors, session_row
 from ctxfold.store.rows import checkpoint_from_row, checkpoint_values
 
 # A prepared fold's fields its row holds under their own names, in their order.
@@ -135,9 +135,12 @@ class CheckpointStore(StoreBase):
         return StoredCheckpoint(checkpoint, found[0], found[1])
 
     async def save_prepared(self, session: SessionRecord, prepared: PreparedFold) -> None:
-        """Keeps `prepared` as the session's prepared fold, replacing any earlier one."""
+        """Keeps `prepared` as the session's prepared fold, replacing any earlier one; SESSION_NOT_FOUND when the
+        session it was made for is gone: deleted, or deleted and created again under its key (the same id)."""
         checkpoint, document = prepared.checkpoint, prepared.document
         async with self._write() as conn:
+            if (await session_row(conn, session.tenant, session.id, lock=True)).create_time != session.create_time:
+                raise session_not_found(session.id)
             await drop_prepared(conn, session.id)
             await conn.execute(
                 insert(schema.prepared_folds).values(
