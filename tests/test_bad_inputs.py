@@ -274,7 +274,7 @@ CASES = [
         {"field": "request_id"},
     ),
     Case("nul-in-result-ref", read_result(call_id="", ref="tr_\x00"), INVALID, "INVALID_TEXT"),
-    Case("nul-in-page-token-position", forged_token([1, 0, "m_\x00"]), INVALID, "INVALID_PAGE_TOKEN"),
+    Case("nul-in-page-token-position", forged_token([1, 0, "m_\x00", "b_x"]), INVALID, "INVALID_PAGE_TOKEN"),
     Case(
         "nul-in-system-prompt",
         create(context_window=100_000, system_prompt="be\x00good"),
@@ -434,11 +434,11 @@ CASES = [
     ),
     Case("message-token-on-session-listing", message_token_on_session_listing, INVALID, "INVALID_PAGE_TOKEN"),
     Case("token-of-other-abandoned-flag", token_of_other_abandoned_flag, INVALID, "INVALID_PAGE_TOKEN"),
-    Case("forged-token-wrong-types", forged_token(["x", "y", "z"]), INVALID, "INVALID_PAGE_TOKEN"),
+    Case("forged-token-wrong-types", forged_token(["x", "y", "z", "w"]), INVALID, "INVALID_PAGE_TOKEN"),
     Case("forged-token-too-short", forged_token([1]), INVALID, "INVALID_PAGE_TOKEN"),
     Case("forged-token-nested", forged_token([[1], {"a": 2}, None]), INVALID, "INVALID_PAGE_TOKEN"),
-    Case("forged-token-huge-seq", forged_token([10**30, 0, "m_x"]), INVALID, "INVALID_PAGE_TOKEN"),
-    Case("forged-token-bool", forged_token([True, 0, "m_x"]), INVALID, "INVALID_PAGE_TOKEN"),
+    Case("forged-token-huge-seq", forged_token([10**30, 0, "m_x", "b_x"]), INVALID, "INVALID_PAGE_TOKEN"),
+    Case("forged-token-bool", forged_token([True, 0, "m_x", "b_x"]), INVALID, "INVALID_PAGE_TOKEN"),
     Case(
         "forged-session-token-huge-time",  # an integer no float holds, where the token has a time
         lambda stub, sid: stub.ListSessions(

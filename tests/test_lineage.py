@@ -16,6 +16,7 @@ from ctxfold.store import schema
 from ctxfold.store.database import create_engine
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
+from rpc_errors import error_info
 
 
 async def listing(
@@ -53,6 +54,34 @@ async def test_rewind_abandons_later_messages_and_keeps_them_listable(stub: pb_g
         (4, "four", True),
     ]
     assert {m.id for m in everything} >= {m.id for m in first}
+
+
+async def page(stub: pb_grpc.ContextServiceStub, sid: str, abandoned: bool, token: str = "") -> pb.ListMessagesResponse:
+    request = pb.ListMessagesRequest(session_id=sid, page_size=3, page_token=token, include_abandoned=abandoned)
+    return await stub.ListMessages(request)
+
+
+async def test_a_listing_goes_on_across_appends_and_starts_over_after_a_rewind(
+    stub: pb_grpc.ContextServiceStub,
+) -> None:
+    """A page token from before a rewind would splice two branches into one transcript (the next page's seqs from the
+    new one) and, with abandoned messages, list a message moved off the live branch twice: it is refused."""
+    sid = (await create_session(stub, context_window=32000)).id
+    await append(stub, sid, user("one"), user("two"), user("three"), user("four"))
+    for abandoned in (False, True):
+        first = await page(stub, sid, abandoned)
+        await append(stub, sid, user("appended meanwhile"))
+        rest = (await page(stub, sid, abandoned, first.next_page_token)).messages
+        live = [m.seq for m in [*first.messages, *rest] if not m.abandoned]
+        assert len(live) > len(first.messages) and live == list(range(1, len(live) + 1))
+        first = await page(stub, sid, abandoned)
+        await stub.Rewind(pb.RewindRequest(session_id=sid, to_seq=2))
+        await append(stub, sid, user("three, edited"), user("four, edited"))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await page(stub, sid, abandoned, first.next_page_token)
+        assert refused.value.code() == grpc.StatusCode.ABORTED
+        assert error_info(refused.value).reason == "INVALID_PAGE_TOKEN"
+        assert "rewound" in (refused.value.details() or "")
 
 
 async def test_rewind_restores_waiting_tool_calls(stub: pb_grpc.ContextServiceStub) -> None:

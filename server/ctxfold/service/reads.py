@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxfold.engine.errors import invalid
+from ctxfold.engine.errors import DomainError, Kind, invalid
 from ctxfold.engine.model import StoredMessage
 from ctxfold.engine.paging import decode_token, encode_token, page_size
 from ctxfold.engine.tool_results import Page, read_page, the_result_ref
@@ -25,10 +25,18 @@ class Reads:
     ) -> tuple[list[StoredMessage], str]:
         size = page_size(requested_size)
         scope = f"messages:{session_id}:{int(include_abandoned)}"
-        after = decode_token(scope, token, (int, int, str))
+        after = decode_token(scope, token, (int, int, str, str))
         session = await self.store.get_session(tenant, session_id)
-        messages, cursor = await self.store.list_messages(session, size, after, include_abandoned, self.max_page_chars)
-        return messages, encode_token(scope, list(cursor)) if cursor else ""
+        if after is not None and after[3] != session.branch_id:
+            # Its next page would splice the new branch onto the old one, or list a message it moved off twice. ABORTED:
+            # the listing, not this call, is to be done again (a retry of the same token fails alike).
+            why = "the session was rewound since this page_token's page: list again from the first page"
+            raise DomainError(Kind.ABORTED, "INVALID_PAGE_TOKEN", why, {"session_id": session_id})
+        position = (after[0], after[1], after[2]) if after else None
+        messages, cursor = await self.store.list_messages(
+            session, size, position, include_abandoned, self.max_page_chars
+        )
+        return messages, encode_token(scope, [*cursor, session.branch_id]) if cursor else ""
 
     async def tool_result(
         self, tenant: str, session_id: str, tool_call_id: str, result_ref: str, offset: int, limit: int
