@@ -13,7 +13,7 @@ import grpc
 import pytest
 from sqlalchemy import func, select
 
-from builders import Outcome, assistant, call, create_session, prepare, result, user
+from builders import Outcome, assistant, call, compact, create_session, prepare, result, user
 from conftest import Replicas
 from ctxfold.engine.background import PreparedFold
 from ctxfold.engine.background import applied as applied_fold
@@ -223,6 +223,20 @@ async def test_a_background_fold_of_a_session_deleted_and_created_again_prepares
     await finished(running, old.id)
     assert await prepared_rows(running, new.id) == 0
     assert await receipts(b, new.id, "prepared") == []
+
+
+async def test_a_prepared_fold_a_compact_folds_over_is_discarded_with_a_receipt(replicas: Replicas) -> None:
+    """Its summary was paid for: the fold installed instead (here an explicit Compact, on another replica) says so."""
+    stub, running = replicas.stubs[0], replicas.running[0]
+    agent = await llm_session(stub)
+    await agent.until(started)
+    prepared = await eventually_receipt(stub, agent.session_id, "prepared")
+    compacted = await compact(replicas.stubs[1], agent.session_id)
+    assert compacted.result.action == pb.ACTION_FOLDED
+    assert await prepared_rows(running, agent.session_id) == 0
+    [discarded] = await receipts(stub, agent.session_id, "discarded")
+    assert discarded["action"] == "background" and discarded["tokens_in"] == prepared["tokens_in"]
+    assert "another fold was installed" in str(discarded["reason"])
 
 
 async def test_a_prepared_fold_made_stale_by_a_rewind_is_discarded_never_installed(replicas: Replicas) -> None:

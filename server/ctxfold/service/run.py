@@ -89,9 +89,15 @@ class Run:
         else:
             install = fold_install(state, session.branch_id, Accepted(candidate), document, before)
         with self.observer.installing(install, before, after, prepared_by):
-            self.session, self.revision = await self.store.install(session, install)
+            self.session, self.revision, superseded = await self.store.install(session, install)
             self.projection, self.state = candidate, install.state
         self.observer.receipt(receipt)
+        if superseded is not None:  # its summary was paid for: said, as any prepared fold not used
+            made_at = superseded[0]
+            why = (
+                f"the fold prepared in the background at {made_at} tokens no longer applies: another fold was installed"
+            )
+            self.record(ReceiptStatus.DISCARDED, ReceiptAction.BACKGROUND, *superseded, why)
         if document is not None or self.action is Action.NONE:  # a fold after a prune is what the run did
             self.action = Action.PRUNED if document is None else Action.FOLDED
 

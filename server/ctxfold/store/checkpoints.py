@@ -105,8 +105,12 @@ async def _checkpoint_index(
     return index
 
 
-async def drop_prepared(conn: AsyncConnection, session_id: str) -> None:
-    await conn.execute(delete(schema.prepared_folds).where(schema.prepared_folds.c.session_id == session_id))
+async def drop_prepared(conn: AsyncConnection, session_id: str) -> tuple[str, int, int] | None:
+    """Drops the session's prepared fold; its checkpoint id and tokens before and after, if there was one."""
+    p = schema.prepared_folds.c
+    query = delete(schema.prepared_folds).where(p.session_id == session_id)
+    row = (await conn.execute(query.returning(p.checkpoint_id, p.tokens_before, p.tokens_after))).first()
+    return None if row is None else (str(row.checkpoint_id), int(row.tokens_before), int(row.tokens_after))
 
 
 class CheckpointStore(StoreBase):

@@ -84,12 +84,16 @@ class StateStore(StoreBase):
             document, revision = await _read_state(conn, session.id)
         return StoredContext(session, checkpoint, kept, after, document, revision)
 
-    async def install(self, session: SessionRecord, install: Install) -> tuple[SessionRecord, int]:
+    async def install(
+        self, session: SessionRecord, install: Install
+    ) -> tuple[SessionRecord, int, tuple[int, int] | None]:
         """Installs a fold (head checkpoint, document, state) or a prune (state only), all or nothing, if the session is
-        still `session.version` (else StaleSession); returns the session after it and the state's new revision."""
+        still `session.version` (else StaleSession); returns the session after it, the state's new revision and, when
+        it superseded a fold prepared in the background, that fold's tokens before and after."""
         now = self.clock()
         s = schema.sessions.c
         fold = install if isinstance(install, FoldInstall) else None
+        superseded = None
         async with self._write() as conn:
             # The swap first: the checkpoint builds on the session's head checkpoint, which a rewind that
             # won the race may have deleted.
@@ -101,9 +105,11 @@ class StateStore(StoreBase):
                 )
                 await insert_document(conn, fold.document)
                 # A new head checkpoint: a fold prepared over the old one no longer applies (or is this one).
-                await drop_prepared(conn, session.id)
+                dropped = await drop_prepared(conn, session.id)
+                if dropped is not None and dropped[0] != fold.checkpoint.id:
+                    superseded = dropped[1:]
             revision = await _put_state(conn, session.id, install.state.to_json(), None, now)
-            return await session_row(conn, session.tenant, session.id), revision
+            return await session_row(conn, session.tenant, session.id), revision, superseded
 
     async def save_state(self, session_id: str, state_json: str, revision: int) -> int:
         """Stores the state if nobody wrote it since `revision`; the new revision, or 0 when someone wrote first."""
