@@ -13,12 +13,18 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 import pytest
+from sqlalchemy import select
 
-from builders import call, compact, create_session, prepare, result, user
+from builders import append, call, compact, create_session, prepare, result, user
+from conftest import Replicas
+from ctxfold.server import RunningServer
 from ctxfold.store import lineage as store_lineage
+from ctxfold.store import schema
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
 from rpc_errors import error_info
+from test_fold_lease import fold_in_flight
+from traces import tool_output
 
 RACE_SECONDS = 6.0
 ACTIONABLE = {
@@ -142,3 +148,39 @@ async def test_a_fork_at_the_head_while_a_rewind_of_its_source_commits_is_a_snap
     assert_whole(await live_messages(stub, forked.id), forked.head_seq, forked.id)
     appended = (await prepare(stub, forked.id, *turn("on the fork"))).result
     assert [m.seq for m in appended.messages[-3:]] == [forked.head_seq + 1, forked.head_seq + 2, forked.head_seq + 3]
+
+
+async def test_a_fold_of_a_session_deleted_and_created_again_under_its_key_installs_nothing_in_the_new_one(
+    replicas: Replicas,
+) -> None:
+    """The new session has the old one's id and counts its versions from 1 again: a fold that loaded the old one at
+    version N must not install into the new one once it reaches N too (it answered INTERNAL: its folded-results
+    document names a message the delete removed)."""
+    (a, b), fake, running = replicas.stubs, replicas.fake, replicas.running[0]
+    config = {"context_window": 12_000, "summarizer": "llm", "prefold_ratio": 0.0, "session_key": "flaky"}
+    old = await create_session(a, **config)
+    await prepare(a, old.id, user("Investigate the flaky test"))
+    for i in range(12):
+        await append(a, old.id, call(f"c{i}"), result(f"c{i}", tool_output(i, 4000)))
+    folding = await fold_in_flight(fake, a, old.id)
+    seen = await session_version(running, old.id)
+    await b.DeleteSession(pb.DeleteSessionRequest(session_id=old.id))
+    new = await create_session(b, **config)
+    assert new.id == old.id
+    for i in range(seen - await session_version(running, new.id)):
+        await append(b, new.id, user(f"note {i}"))
+    assert await session_version(running, new.id) == seen
+    fake.release()
+    try:
+        await asyncio.wait_for(folding, 30)
+    except grpc.aio.AioRpcError as error:
+        assert error.code() not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), error.details()
+    assert not (await b.GetSession(pb.GetSessionRequest(session_id=new.id))).session.checkpoint_id
+    view = (await prepare(b, new.id)).result
+    assert [m.content for m in view.messages] == [f"note {i}" for i in range(len(view.messages))]
+
+
+async def session_version(running: RunningServer, session_id: str) -> int:
+    s = schema.sessions.c
+    async with running.store.engine.connect() as conn:
+        return int((await conn.execute(select(s.version).where(s.id == session_id))).scalar_one())

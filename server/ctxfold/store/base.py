@@ -66,9 +66,11 @@ async def session_row(
 
 
 async def swap_session(conn: AsyncConnection, session: SessionRecord, now: float, **values: object) -> None:
-    """Every session write's compare-and-swap: `values`, version + 1 if still `session.version`; else StaleSession."""
+    """Every session write's compare-and-swap: `values`, version + 1 if still `session.version` of `session.branch_id`,
+    else StaleSession. The branch too: a session deleted and created again under its key (same id) counts from 1."""
     s = schema.sessions.c
-    query = update(schema.sessions).where(s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+    seen = (s.id == session.id, s.tenant == session.tenant, s.version == session.version)
+    query = update(schema.sessions).where(*seen, s.branch_id == session.branch_id)
     if (await conn.execute(query.values(version=s.version + 1, update_time=now, **values))).rowcount != 1:
         raise StaleSession(session.id)
 
