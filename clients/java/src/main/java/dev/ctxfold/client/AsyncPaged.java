@@ -25,7 +25,7 @@ public final class AsyncPaged<T> {
 
   /** Hands every item to {@code action} in order; completes after the last page. */
   public CompletableFuture<Void> forEach(Consumer<? super T> action) {
-    return from("", new HashSet<>(), action);
+    return Engine.cancellable(() -> from("", new HashSet<>(), action));
   }
 
   private CompletableFuture<Void> from(String token, Set<String> seen, Consumer<? super T> action) {

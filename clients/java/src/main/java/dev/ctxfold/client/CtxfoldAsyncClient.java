@@ -53,15 +53,15 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
   }
 
   public CompletableFuture<Session> createSession(SessionSettings settings) {
-    return engine.createSession(settings, null);
+    return Engine.cancellable(() -> engine.createSession(settings, null));
   }
 
   public CompletableFuture<Session> getSession(String sessionId) {
-    return engine.getSession(sessionId, null);
+    return Engine.cancellable(() -> engine.getSession(sessionId, null));
   }
 
   public CompletableFuture<Void> deleteSession(String sessionId) {
-    return engine.deleteSession(sessionId, null);
+    return Engine.cancellable(() -> engine.deleteSession(sessionId, null));
   }
 
   public AsyncPaged<Session> listSessions() {
@@ -77,24 +77,24 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
   }
 
   public CompletableFuture<Session> forkAtHead(String sessionId, SessionSettings overrides) {
-    return engine.fork(sessionId, 0, overrides, null);
+    return Engine.cancellable(() -> engine.fork(sessionId, 0, overrides, null));
   }
 
   public CompletableFuture<Session> fork(String sessionId, long atSeq, SessionSettings overrides) {
     Engine.storedSeq("at_seq", atSeq); // the wire's 0 is the head: use forkAtHead for it
-    return engine.fork(sessionId, atSeq, overrides, null);
+    return Engine.cancellable(() -> engine.fork(sessionId, atSeq, overrides, null));
   }
 
   public CompletableFuture<Session> rewind(String sessionId, long toSeq) {
-    return engine.rewind(sessionId, toSeq, null);
+    return Engine.cancellable(() -> engine.rewind(sessionId, toSeq, null));
   }
 
   public CompletableFuture<ContextState> getContextState(String sessionId) {
-    return engine.getContextState(sessionId, null).thenApply(ContextState::parse);
+    return Engine.cancellable(() -> engine.getContextState(sessionId, null).thenApply(ContextState::parse));
   }
 
   public CompletableFuture<List<Message>> appendMessages(String sessionId, List<Message> messages, String requestId) {
-    return engine.appendMessages(sessionId, messages, requestId, null);
+    return Engine.cancellable(() -> engine.appendMessages(sessionId, messages, requestId, null));
   }
 
   public AsyncPaged<Message> listMessages(String sessionId, boolean includeAbandoned, int pageSize) {
@@ -104,7 +104,7 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
 
   /** See {@link CtxfoldClient#prepare(String, PrepareOptions)}; progress goes to the options' listener. */
   public CompletableFuture<View> prepare(String sessionId, PrepareOptions options) {
-    return engine.prepare(sessionId, options, null);
+    return Engine.cancellable(() -> engine.prepare(sessionId, options, null));
   }
 
   /**
@@ -119,7 +119,7 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
   }
 
   public CompletableFuture<View> compact(String sessionId, CompactOptions options) {
-    return engine.compact(sessionId, options, null);
+    return Engine.cancellable(() -> engine.compact(sessionId, options, null));
   }
 
   /** The compact call as a cold publisher (see {@link #prepareEvents}). */
@@ -150,15 +150,16 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
   }
 
   public CompletableFuture<Message> edit(String sessionId, long seq, Message replacement, String requestId) {
-    return engine.edit(sessionId, seq, replacement, requestId, null);
+    return Engine.cancellable(() -> engine.edit(sessionId, seq, replacement, requestId, null));
   }
 
   public CompletableFuture<View> retry(String sessionId, long answerSeq, Consumer<FoldProgress> onProgress) {
-    return engine.retry(sessionId, answerSeq, PrepareOptions.builder().onProgress(onProgress).build(), null);
+    PrepareOptions options = PrepareOptions.builder().onProgress(onProgress).build();
+    return Engine.cancellable(() -> engine.retry(sessionId, answerSeq, options, null));
   }
 
   public CompletableFuture<UsageResult> observeUsage(String sessionId, long viewVersion, Usage usage) {
-    return engine.observeUsage(sessionId, viewVersion, usage, null);
+    return Engine.cancellable(() -> engine.observeUsage(sessionId, viewVersion, usage, null));
   }
 
   public CompletableFuture<UsageResult> observeUsage(String sessionId, View view, Usage usage) {
@@ -166,11 +167,13 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
   }
 
   public CompletableFuture<ToolResult> readToolResult(String sessionId, String resultRef, int pageBytes) {
-    return engine.readWhole(sessionId, Engine.ResultName.ref(resultRef), pageBytes, null);
+    Engine.ResultName name = Engine.ResultName.ref(resultRef);
+    return Engine.cancellable(() -> engine.readWhole(sessionId, name, pageBytes, null));
   }
 
   public CompletableFuture<ToolResult> readToolResultOfCall(String sessionId, String toolCallId, int pageBytes) {
-    return engine.readWhole(sessionId, Engine.ResultName.call(toolCallId), pageBytes, null);
+    Engine.ResultName name = Engine.ResultName.call(toolCallId);
+    return Engine.cancellable(() -> engine.readWhole(sessionId, name, pageBytes, null));
   }
 
   public AsyncPaged<ToolResultPage> toolResultPages(String sessionId, String resultRef, long offset, int pageBytes) {
@@ -182,7 +185,7 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
 
   /** See {@link CtxfoldClient#dispatchToolCall}. */
   public CompletableFuture<Optional<String>> dispatchToolCall(String sessionId, String name, String argumentsJson) {
-    return engine.dispatchToolCall(sessionId, name, argumentsJson, null);
+    return Engine.cancellable(() -> engine.dispatchToolCall(sessionId, name, argumentsJson, null));
   }
 
   public AsyncPaged<ToolResultPage> toolResultPagesOfCall(
@@ -199,7 +202,7 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
   }
 
   public CompletableFuture<Checkpoint> getCheckpoint(String sessionId, String checkpointId) {
-    return engine.getCheckpoint(sessionId, checkpointId, null);
+    return Engine.cancellable(() -> engine.getCheckpoint(sessionId, checkpointId, null));
   }
 
   /** Closes the connection when this client opened it ({@link CtxfoldClient.Builder#buildAsync()}). */

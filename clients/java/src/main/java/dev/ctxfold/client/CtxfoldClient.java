@@ -182,7 +182,7 @@ public final class CtxfoldClient implements AutoCloseable {
     CallerThreadExecutor executor = new CallerThreadExecutor();
     CompletableFuture<T> future;
     try {
-      future = operation.apply(executor);
+      future = Engine.cancellable(() -> operation.apply(executor));
     } catch (RuntimeException e) {
       executor.finish();
       throw e;
@@ -346,7 +346,8 @@ public final class CtxfoldClient implements AutoCloseable {
       Function<Consumer<FoldProgress>, Function<Executor, CompletableFuture<View>>> start) {
     CallerThreadExecutor executor = new CallerThreadExecutor();
     ArrayDeque<FoldEvent> ready = new ArrayDeque<>();
-    CompletableFuture<View> future = start.apply(p -> ready.add(new FoldEvent.Progress(p))).apply(executor);
+    CompletableFuture<View> future =
+        Engine.cancellable(() -> start.apply(p -> ready.add(new FoldEvent.Progress(p))).apply(executor));
     future.whenComplete((v, e) -> executor.execute(() -> { }));
     Iterator<FoldEvent> iterator = new Iterator<>() {
       private boolean resultGiven;

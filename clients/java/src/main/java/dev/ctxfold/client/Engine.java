@@ -24,6 +24,7 @@ import dev.ctxfold.v1.RewindRequest;
 import io.grpc.CallOptions;
 import io.grpc.Channel;
 import io.grpc.ClientCall;
+import io.grpc.Context;
 import io.grpc.ManagedChannel;
 import io.grpc.MethodDescriptor;
 import io.grpc.Status;
@@ -48,6 +49,7 @@ import java.util.concurrent.Executor;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import java.util.function.Function;
+import java.util.function.Supplier;
 
 /**
  * The one implementation of every operation, asynchronous: each returns a future and runs its
@@ -167,6 +169,36 @@ final class Engine {
   }
 
   // ---- the two call shapes --------------------------------------------------------------------
+
+  /** The caller's context an operation's scope was made from (an operation started in another's callback). */
+  private static final Context.Key<Context> CALLER_CONTEXT = Context.key("ctxfold-caller-context");
+
+  /**
+   * Starts one operation in a cancellable gRPC context and ends that context with the operation.
+   * Every call the operation makes is bound to the context (later steps start in the callbacks of
+   * earlier ones, which gRPC runs in it), so cancelling the returned future — Future.cancel, or the
+   * blocking caller's interrupt — cancels the call in flight: a future made by thenApply or
+   * thenCompose does not pass a cancel on to the stages it was made from. An operation the caller
+   * starts in the callback of another (thenCompose) gets a scope of the caller's context, not one
+   * inside the other's: it neither ends with it nor deepens the context chain.
+   */
+  static <T> CompletableFuture<T> cancellable(Supplier<CompletableFuture<T>> operation) {
+    Context current = Context.current();
+    Context caller = Objects.requireNonNullElse(CALLER_CONTEXT.get(current), current);
+    Context.CancellableContext scope = caller.withValue(CALLER_CONTEXT, caller).withCancellation();
+    CompletableFuture<T> future;
+    Context previous = scope.attach();
+    try {
+      future = operation.get();
+    } catch (RuntimeException | Error e) {
+      scope.cancel(e);
+      throw e;
+    } finally {
+      scope.detach(previous);
+    }
+    future.whenComplete((value, error) -> scope.cancel(null));
+    return future;
+  }
 
   private <Q, R> CompletableFuture<R> unary(MethodDescriptor<Q, R> method, Q request, Executor executor) {
     CompletableFuture<R> future = new CompletableFuture<>();

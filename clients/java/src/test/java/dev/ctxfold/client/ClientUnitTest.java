@@ -25,6 +25,8 @@ import dev.ctxfold.v1.PrepareRequest;
 import dev.ctxfold.v1.PrepareResponse;
 import dev.ctxfold.v1.ReadToolResultRequest;
 import dev.ctxfold.v1.ReadToolResultResponse;
+import dev.ctxfold.v1.RewindRequest;
+import dev.ctxfold.v1.RewindResponse;
 import io.grpc.Context;
 import io.grpc.Grpc;
 import io.grpc.InsecureServerCredentials;
@@ -39,6 +41,7 @@ import io.grpc.Status;
 import io.grpc.inprocess.InProcessChannelBuilder;
 import io.grpc.inprocess.InProcessServerBuilder;
 import io.grpc.protobuf.StatusProto;
+import io.grpc.stub.ServerCallStreamObserver;
 import io.grpc.stub.StreamObserver;
 import io.opentelemetry.api.trace.Span;
 import io.opentelemetry.api.trace.SpanContext;
@@ -83,6 +86,16 @@ class ClientUnitTest {
     String toolData = "";
     String toolSha = "";
     boolean loopPageTokens;
+    /** Prepare answers nothing and counts down {@code prepareCancelled} when its call is cancelled. */
+    boolean holdPrepare;
+    final java.util.concurrent.CountDownLatch prepareHeld = new java.util.concurrent.CountDownLatch(1);
+    final java.util.concurrent.CountDownLatch prepareCancelled = new java.util.concurrent.CountDownLatch(1);
+
+    @Override
+    public void rewind(RewindRequest request, StreamObserver<RewindResponse> out) {
+      out.onNext(RewindResponse.newBuilder().setSession(dev.ctxfold.v1.Session.newBuilder().setId("s1")).build());
+      out.onCompleted();
+    }
 
     @Override
     public void getSession(GetSessionRequest request, StreamObserver<GetSessionResponse> out) {
@@ -127,6 +140,11 @@ class ClientUnitTest {
     @Override
     public void prepare(PrepareRequest request, StreamObserver<PrepareResponse> out) {
       prepares.add(request);
+      if (holdPrepare) {
+        ((ServerCallStreamObserver<PrepareResponse>) out).setOnCancelHandler(prepareCancelled::countDown);
+        prepareHeld.countDown();
+        return;
+      }
       List<PrepareResponse> script = prepareScripts.isEmpty() ? prepareScript : prepareScripts.remove(0);
       for (PrepareResponse r : script) {
         out.onNext(r);
@@ -515,6 +533,45 @@ class ClientUnitTest {
     Throwable failed = assertThrows(java.util.concurrent.CompletionException.class,
         () -> c.async().getSession("s1").join()).getCause();
     assertTrue(((CtxfoldException) failed).is(ErrorReason.SESSION_NOT_FOUND));
+  }
+
+  // ---- cancellation ---------------------------------------------------------------------------
+
+  @Test
+  void cancellingAFutureCancelsItsCall() throws Exception {
+    fake.holdPrepare = true;
+    CompletableFuture<View> view = client().async().prepare("s1", PrepareOptions.defaults());
+    assertTrue(fake.prepareHeld.await(5, TimeUnit.SECONDS));
+    view.cancel(true);
+    assertTrue(fake.prepareCancelled.await(5, TimeUnit.SECONDS), "the Prepare call went on after Future.cancel");
+  }
+
+  @Test
+  void cancellingAFutureCancelsTheCallOfALaterStep() throws Exception {
+    fake.holdPrepare = true; // retry = rewind, then prepare: the prepare starts in the rewind's callback
+    CompletableFuture<View> view = client().async().retry("s1", 2, p -> { });
+    assertTrue(fake.prepareHeld.await(5, TimeUnit.SECONDS));
+    view.cancel(true);
+    assertTrue(fake.prepareCancelled.await(5, TimeUnit.SECONDS), "the Prepare call went on after Future.cancel");
+  }
+
+  @Test
+  void interruptingABlockingCallCancelsItsCallAndKeepsTheInterrupt() throws Exception {
+    fake.holdPrepare = true;
+    Thread caller = Thread.currentThread();
+    Thread interrupter = new Thread(() -> {
+      try {
+        fake.prepareHeld.await(5, TimeUnit.SECONDS);
+      } catch (InterruptedException e) {
+        return;
+      }
+      caller.interrupt();
+    });
+    interrupter.start();
+    CtxfoldException e = assertThrows(CtxfoldException.class, () -> client().prepare("s1"));
+    assertEquals(Status.Code.CANCELLED, e.code());
+    assertTrue(Thread.interrupted(), "the caller's interrupt status is kept");
+    assertTrue(fake.prepareCancelled.await(5, TimeUnit.SECONDS), "the Prepare call went on after the interrupt");
   }
 
   @Test
