@@ -1,11 +1,13 @@
 """Committed artefacts that are derived from a source of truth stay in step with it:
 
 * the generated Python API code in server/ctxfold/v1/ is exactly what proto/generate.py makes now;
+* every error reason the server raises is a value of the proto's ErrorReason (what the SDKs compare with);
 * the Alembic migrations build exactly the schema declared in ctxfold.store.schema (both backends).
 """
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from sqlalchemy import Connection, event, inspect, text
 from conftest import fresh_database
 from ctxfold.store import schema
 from ctxfold.store.database import MIGRATIONS_DIR, create_engine, migrate
+from ctxfold.v1 import context_service_pb2 as pb
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ROOT / "server" / "ctxfold" / "v1"
@@ -54,6 +57,31 @@ def test_generated_code_is_current(tmp_path: Path) -> None:
     assert not extra, f"{STALE_HINT} (committed but no longer generated: {extra})"
     differing = sorted(name for name in fresh if fresh[name] != committed[name])
     assert not differing, f"{STALE_HINT} (differs: {differing})"
+
+
+# The error constructors of ctxfold.engine.errors that take a reason, and the position of that argument.
+REASON_ARGUMENT = {"DomainError": 1, "invalid": 0, "not_found": 0, "failed_precondition": 0, "too_large": 0}
+
+
+def _reasons_raised(path: Path) -> set[str]:
+    reasons = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            continue
+        position = REASON_ARGUMENT.get(node.func.id)
+        if position is not None and len(node.args) > position:
+            argument = node.args[position]
+            if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+                reasons.add(argument.value)
+    return reasons
+
+
+def test_every_reason_the_server_raises_is_an_error_reason_of_the_proto() -> None:
+    """The SDKs compare `reason` with their generated ErrorReason constants: a reason missing from the enum cannot be
+    named by any of them (Go reads it as unspecified)."""
+    raised = set().union(*(_reasons_raised(p) for p in (ROOT / "server" / "ctxfold").rglob("*.py")))
+    assert {"SESSION_NOT_FOUND", "SERVER_SHUTTING_DOWN"} <= raised
+    assert not sorted(raised - set(pb.ErrorReason.keys())), "add them to ErrorReason in the proto and regenerate"
 
 
 def _schema_differences(connection: Connection) -> list[Any]:

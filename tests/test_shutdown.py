@@ -23,7 +23,7 @@ from traces import tool_output
 
 def _shutting_down(error: grpc.aio.AioRpcError) -> None:
     assert error.code() == grpc.StatusCode.UNAVAILABLE, f"{error.code()}: {error.details()}"
-    assert error_info(error).reason == "SERVER_SHUTTING_DOWN"
+    assert error_info(error).reason == pb.ErrorReason.Name(pb.SERVER_SHUTTING_DOWN)
     assert retry_delay(error) > 0
 
 

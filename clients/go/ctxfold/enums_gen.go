@@ -94,6 +94,7 @@ const (
 	ReasonResultChecksumMismatch   = ctxfoldv1.ErrorReason_RESULT_CHECKSUM_MISMATCH
 	ReasonProtocolViolation        = ctxfoldv1.ErrorReason_PROTOCOL_VIOLATION
 	ReasonInvalidClientArgument    = ctxfoldv1.ErrorReason_INVALID_CLIENT_ARGUMENT
+	ReasonServerShuttingDown       = ctxfoldv1.ErrorReason_SERVER_SHUTTING_DOWN
 )
 
 // NotFoldedReason is ctxfoldv1.NotFoldedReason (proto enum ctxfold.v1.NotFoldedReason); it prints as the value's proto name.

@@ -351,6 +351,10 @@ const (
 	// whitespace, a negative deadline or view cache size) or an unknown tool format (code
 	// INVALID_ARGUMENT).
 	ErrorReason_INVALID_CLIENT_ARGUMENT ErrorReason = 40
+	// The server is shutting down: it refuses new calls, and those still running when its grace period
+	// ends are cancelled with this reason (code UNAVAILABLE, with a RetryInfo delay). What a call committed
+	// stays; retry (with the same request_id) on another replica or once the server is back.
+	ErrorReason_SERVER_SHUTTING_DOWN ErrorReason = 41
 )
 
 // Enum value maps for ErrorReason.
@@ -397,6 +401,7 @@ var (
 		38: "RESULT_CHECKSUM_MISMATCH",
 		39: "PROTOCOL_VIOLATION",
 		40: "INVALID_CLIENT_ARGUMENT",
+		41: "SERVER_SHUTTING_DOWN",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":    0,
@@ -440,6 +445,7 @@ var (
 		"RESULT_CHECKSUM_MISMATCH":    38,
 		"PROTOCOL_VIOLATION":          39,
 		"INVALID_CLIENT_ARGUMENT":     40,
+		"SERVER_SHUTTING_DOWN":        41,
 	}
 )
 
@@ -3837,7 +3843,7 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x17CACHE_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10CACHE_STATE_WARM\x10\x01\x12\x14\n" +
 	"\x10CACHE_STATE_COLD\x10\x02\x12\x17\n" +
-	"\x13CACHE_STATE_UNKNOWN\x10\x03*\xef\a\n" +
+	"\x13CACHE_STATE_UNKNOWN\x10\x03*\x89\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fUNAUTHENTICATED\x10\x01\x12\x13\n" +
@@ -3880,7 +3886,8 @@ const file_ctxfold_v1_context_service_proto_rawDesc = "" +
 	"\x1bSTREAM_ENDED_WITHOUT_RESULT\x10%\x12\x1c\n" +
 	"\x18RESULT_CHECKSUM_MISMATCH\x10&\x12\x16\n" +
 	"\x12PROTOCOL_VIOLATION\x10'\x12\x1b\n" +
-	"\x17INVALID_CLIENT_ARGUMENT\x10(*\xc4\x02\n" +
+	"\x17INVALID_CLIENT_ARGUMENT\x10(\x12\x18\n" +
+	"\x14SERVER_SHUTTING_DOWN\x10)*\xc4\x02\n" +
 	"\x0fNotFoldedReason\x12!\n" +
 	"\x1dNOT_FOLDED_REASON_UNSPECIFIED\x10\x00\x12.\n" +
 	"*NOT_FOLDED_REASON_NOTHING_OUTSIDE_KEPT_SET\x10\x01\x12#\n" +

@@ -244,6 +244,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     whitespace, a negative deadline or view cache size) or an unknown tool format (code
     INVALID_ARGUMENT).
     """
+    SERVER_SHUTTING_DOWN: _ErrorReason.ValueType  # 41
+    """The server is shutting down: it refuses new calls, and those still running when its grace period
+    ends are cancelled with this reason (code UNAVAILABLE, with a RetryInfo delay). What a call committed
+    stays; retry (with the same request_id) on another replica or once the server is back.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call failed: every error's google.rpc.ErrorInfo `reason` is the name of one of these
@@ -347,6 +352,11 @@ INVALID_CLIENT_ARGUMENT: ErrorReason.ValueType  # 40
 used: a client setting (an empty address, a client certificate without its key, a token with
 whitespace, a negative deadline or view cache size) or an unknown tool format (code
 INVALID_ARGUMENT).
+"""
+SERVER_SHUTTING_DOWN: ErrorReason.ValueType  # 41
+"""The server is shutting down: it refuses new calls, and those still running when its grace period
+ends are cancelled with this reason (code UNAVAILABLE, with a RetryInfo delay). What a call committed
+stays; retry (with the same request_id) on another replica or once the server is back.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 

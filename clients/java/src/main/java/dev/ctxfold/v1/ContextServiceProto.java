@@ -357,7 +357,7 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "E\020\001\022\021\n\rACTION_PRUNED\020\002\022\021\n\rACTION_FOLDED\020" +
       "\003*n\n\nCacheState\022\033\n\027CACHE_STATE_UNSPECIFI" +
       "ED\020\000\022\024\n\020CACHE_STATE_WARM\020\001\022\024\n\020CACHE_STAT" +
-      "E_COLD\020\002\022\027\n\023CACHE_STATE_UNKNOWN\020\003*\357\007\n\013Er" +
+      "E_COLD\020\002\022\027\n\023CACHE_STATE_UNKNOWN\020\003*\211\010\n\013Er" +
       "rorReason\022\034\n\030ERROR_REASON_UNSPECIFIED\020\000\022" +
       "\023\n\017UNAUTHENTICATED\020\001\022\023\n\017INVALID_REQUEST\020" +
       "\002\022\027\n\023SESSION_ID_REQUIRED\020\003\022\025\n\021SESSION_NO" +
@@ -383,58 +383,58 @@ public final class ContextServiceProto extends com.google.protobuf.GeneratedFile
       "ERNAL\020$\022\037\n\033STREAM_ENDED_WITHOUT_RESULT\020%" +
       "\022\034\n\030RESULT_CHECKSUM_MISMATCH\020&\022\026\n\022PROTOC" +
       "OL_VIOLATION\020\'\022\033\n\027INVALID_CLIENT_ARGUMEN" +
-      "T\020(*\304\002\n\017NotFoldedReason\022!\n\035NOT_FOLDED_RE" +
-      "ASON_UNSPECIFIED\020\000\022.\n*NOT_FOLDED_REASON_" +
-      "NOTHING_OUTSIDE_KEPT_SET\020\001\022#\n\037NOT_FOLDED" +
-      "_REASON_BELOW_TRIGGER\020\002\022&\n\"NOT_FOLDED_RE" +
-      "ASON_PREVIOUS_FAILURE\020\003\022!\n\035NOT_FOLDED_RE" +
-      "ASON_NOT_SMALLER\020\004\022\035\n\031NOT_FOLDED_REASON_" +
-      "DRY_RUN\020\005\022&\n\"NOT_FOLDED_REASON_FOLD_IN_P" +
-      "ROGRESS\020\006\022\'\n#NOT_FOLDED_REASON_SUMMARIZE" +
-      "R_FAILED\020\007*\371\002\n\tFoldStage\022\032\n\026FOLD_STAGE_U" +
-      "NSPECIFIED\020\000\022\025\n\021FOLD_STAGE_PRUNED\020\001\022\026\n\022F" +
-      "OLD_STAGE_PLANNED\020\002\022\033\n\027FOLD_STAGE_PASS_S" +
-      "TARTED\020\003\022\034\n\030FOLD_STAGE_SUMMARY_DELTA\020\004\022\035" +
-      "\n\031FOLD_STAGE_PASS_COMMITTED\020\005\022\032\n\026FOLD_ST" +
-      "AGE_PASS_FAILED\020\006\022\"\n\036FOLD_STAGE_SUMMARIZ" +
-      "ER_FALLBACK\020\007\022\036\n\032FOLD_STAGE_RESULTS_BOUN" +
-      "DED\020\010\022!\n\035FOLD_STAGE_BACKGROUND_STARTED\020\t" +
-      "\022!\n\035FOLD_STAGE_PREPARED_INSTALLED\020\n\022!\n\035F" +
-      "OLD_STAGE_BACKGROUND_RUNNING\020\0132\312\t\n\016Conte" +
-      "xtService\022T\n\rCreateSession\022 .ctxfold.v1." +
-      "CreateSessionRequest\032!.ctxfold.v1.Create" +
-      "SessionResponse\022K\n\nGetSession\022\035.ctxfold." +
-      "v1.GetSessionRequest\032\036.ctxfold.v1.GetSes" +
-      "sionResponse\022Q\n\014ListSessions\022\037.ctxfold.v" +
-      "1.ListSessionsRequest\032 .ctxfold.v1.ListS" +
-      "essionsResponse\022T\n\rDeleteSession\022 .ctxfo" +
-      "ld.v1.DeleteSessionRequest\032!.ctxfold.v1." +
-      "DeleteSessionResponse\022W\n\016AppendMessages\022" +
-      "!.ctxfold.v1.AppendMessagesRequest\032\".ctx" +
-      "fold.v1.AppendMessagesResponse\022Q\n\014ListMe" +
-      "ssages\022\037.ctxfold.v1.ListMessagesRequest\032" +
-      " .ctxfold.v1.ListMessagesResponse\022D\n\007Pre" +
-      "pare\022\032.ctxfold.v1.PrepareRequest\032\033.ctxfo" +
-      "ld.v1.PrepareResponse0\001\022Q\n\014ObserveUsage\022" +
-      "\037.ctxfold.v1.ObserveUsageRequest\032 .ctxfo" +
-      "ld.v1.ObserveUsageResponse\022D\n\007Compact\022\032." +
-      "ctxfold.v1.CompactRequest\032\033.ctxfold.v1.C" +
-      "ompactResponse0\001\0229\n\004Fork\022\027.ctxfold.v1.Fo" +
-      "rkRequest\032\030.ctxfold.v1.ForkResponse\022?\n\006R" +
-      "ewind\022\031.ctxfold.v1.RewindRequest\032\032.ctxfo" +
-      "ld.v1.RewindResponse\022W\n\016ReadToolResult\022!" +
-      ".ctxfold.v1.ReadToolResultRequest\032\".ctxf" +
-      "old.v1.ReadToolResultResponse\022Z\n\017GetCont" +
-      "extState\022\".ctxfold.v1.GetContextStateReq" +
-      "uest\032#.ctxfold.v1.GetContextStateRespons" +
-      "e\022Z\n\017ListCheckpoints\022\".ctxfold.v1.ListCh" +
-      "eckpointsRequest\032#.ctxfold.v1.ListCheckp" +
-      "ointsResponse\022T\n\rGetCheckpoint\022 .ctxfold" +
-      ".v1.GetCheckpointRequest\032!.ctxfold.v1.Ge" +
-      "tCheckpointResponseBb\n\016dev.ctxfold.v1B\023C" +
-      "ontextServiceProtoP\001Z9github.com/ctxfold" +
-      "/ctxfold/clients/go/ctxfoldv1;ctxfoldv1b" +
-      "\006proto3"
+      "T\020(\022\030\n\024SERVER_SHUTTING_DOWN\020)*\304\002\n\017NotFol" +
+      "dedReason\022!\n\035NOT_FOLDED_REASON_UNSPECIFI" +
+      "ED\020\000\022.\n*NOT_FOLDED_REASON_NOTHING_OUTSID" +
+      "E_KEPT_SET\020\001\022#\n\037NOT_FOLDED_REASON_BELOW_" +
+      "TRIGGER\020\002\022&\n\"NOT_FOLDED_REASON_PREVIOUS_" +
+      "FAILURE\020\003\022!\n\035NOT_FOLDED_REASON_NOT_SMALL" +
+      "ER\020\004\022\035\n\031NOT_FOLDED_REASON_DRY_RUN\020\005\022&\n\"N" +
+      "OT_FOLDED_REASON_FOLD_IN_PROGRESS\020\006\022\'\n#N" +
+      "OT_FOLDED_REASON_SUMMARIZER_FAILED\020\007*\371\002\n" +
+      "\tFoldStage\022\032\n\026FOLD_STAGE_UNSPECIFIED\020\000\022\025" +
+      "\n\021FOLD_STAGE_PRUNED\020\001\022\026\n\022FOLD_STAGE_PLAN" +
+      "NED\020\002\022\033\n\027FOLD_STAGE_PASS_STARTED\020\003\022\034\n\030FO" +
+      "LD_STAGE_SUMMARY_DELTA\020\004\022\035\n\031FOLD_STAGE_P" +
+      "ASS_COMMITTED\020\005\022\032\n\026FOLD_STAGE_PASS_FAILE" +
+      "D\020\006\022\"\n\036FOLD_STAGE_SUMMARIZER_FALLBACK\020\007\022" +
+      "\036\n\032FOLD_STAGE_RESULTS_BOUNDED\020\010\022!\n\035FOLD_" +
+      "STAGE_BACKGROUND_STARTED\020\t\022!\n\035FOLD_STAGE" +
+      "_PREPARED_INSTALLED\020\n\022!\n\035FOLD_STAGE_BACK" +
+      "GROUND_RUNNING\020\0132\312\t\n\016ContextService\022T\n\rC" +
+      "reateSession\022 .ctxfold.v1.CreateSessionR" +
+      "equest\032!.ctxfold.v1.CreateSessionRespons" +
+      "e\022K\n\nGetSession\022\035.ctxfold.v1.GetSessionR" +
+      "equest\032\036.ctxfold.v1.GetSessionResponse\022Q" +
+      "\n\014ListSessions\022\037.ctxfold.v1.ListSessions" +
+      "Request\032 .ctxfold.v1.ListSessionsRespons" +
+      "e\022T\n\rDeleteSession\022 .ctxfold.v1.DeleteSe" +
+      "ssionRequest\032!.ctxfold.v1.DeleteSessionR" +
+      "esponse\022W\n\016AppendMessages\022!.ctxfold.v1.A" +
+      "ppendMessagesRequest\032\".ctxfold.v1.Append" +
+      "MessagesResponse\022Q\n\014ListMessages\022\037.ctxfo" +
+      "ld.v1.ListMessagesRequest\032 .ctxfold.v1.L" +
+      "istMessagesResponse\022D\n\007Prepare\022\032.ctxfold" +
+      ".v1.PrepareRequest\032\033.ctxfold.v1.PrepareR" +
+      "esponse0\001\022Q\n\014ObserveUsage\022\037.ctxfold.v1.O" +
+      "bserveUsageRequest\032 .ctxfold.v1.ObserveU" +
+      "sageResponse\022D\n\007Compact\022\032.ctxfold.v1.Com" +
+      "pactRequest\032\033.ctxfold.v1.CompactResponse" +
+      "0\001\0229\n\004Fork\022\027.ctxfold.v1.ForkRequest\032\030.ct" +
+      "xfold.v1.ForkResponse\022?\n\006Rewind\022\031.ctxfol" +
+      "d.v1.RewindRequest\032\032.ctxfold.v1.RewindRe" +
+      "sponse\022W\n\016ReadToolResult\022!.ctxfold.v1.Re" +
+      "adToolResultRequest\032\".ctxfold.v1.ReadToo" +
+      "lResultResponse\022Z\n\017GetContextState\022\".ctx" +
+      "fold.v1.GetContextStateRequest\032#.ctxfold" +
+      ".v1.GetContextStateResponse\022Z\n\017ListCheck" +
+      "points\022\".ctxfold.v1.ListCheckpointsReque" +
+      "st\032#.ctxfold.v1.ListCheckpointsResponse\022" +
+      "T\n\rGetCheckpoint\022 .ctxfold.v1.GetCheckpo" +
+      "intRequest\032!.ctxfold.v1.GetCheckpointRes" +
+      "ponseBb\n\016dev.ctxfold.v1B\023ContextServiceP" +
+      "rotoP\001Z9github.com/ctxfold/ctxfold/clien" +
+      "ts/go/ctxfoldv1;ctxfoldv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,

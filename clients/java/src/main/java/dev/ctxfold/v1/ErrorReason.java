@@ -354,6 +354,16 @@ public enum ErrorReason
    * <code>INVALID_CLIENT_ARGUMENT = 40;</code>
    */
   INVALID_CLIENT_ARGUMENT(40),
+  /**
+   * <pre>
+   * The server is shutting down: it refuses new calls, and those still running when its grace period
+   * ends are cancelled with this reason (code UNAVAILABLE, with a RetryInfo delay). What a call committed
+   * stays; retry (with the same request_id) on another replica or once the server is back.
+   * </pre>
+   *
+   * <code>SERVER_SHUTTING_DOWN = 41;</code>
+   */
+  SERVER_SHUTTING_DOWN(41),
   UNRECOGNIZED(-1),
   ;
 
@@ -703,6 +713,16 @@ public enum ErrorReason
    * <code>INVALID_CLIENT_ARGUMENT = 40;</code>
    */
   public static final int INVALID_CLIENT_ARGUMENT_VALUE = 40;
+  /**
+   * <pre>
+   * The server is shutting down: it refuses new calls, and those still running when its grace period
+   * ends are cancelled with this reason (code UNAVAILABLE, with a RetryInfo delay). What a call committed
+   * stays; retry (with the same request_id) on another replica or once the server is back.
+   * </pre>
+   *
+   * <code>SERVER_SHUTTING_DOWN = 41;</code>
+   */
+  public static final int SERVER_SHUTTING_DOWN_VALUE = 41;
 
 
   public final int getNumber() {
@@ -770,6 +790,7 @@ public enum ErrorReason
       case 38: return RESULT_CHECKSUM_MISMATCH;
       case 39: return PROTOCOL_VIOLATION;
       case 40: return INVALID_CLIENT_ARGUMENT;
+      case 41: return SERVER_SHUTTING_DOWN;
       default: return null;
     }
   }
