@@ -123,6 +123,37 @@ func TestRequestArgumentsAreRefusedBeforeAnyCall(t *testing.T) {
 	}
 }
 
+// Text that is not UTF-8 (a lone surrogate's bytes, a string cut inside a character) is refused
+// before any call with the reason the server gives a NUL: gRPC would fail it as INTERNAL, unnamed.
+func TestTextThatIsNotUTF8IsRefusedBeforeAnyCall(t *testing.T) {
+	f := &fakeServer{prepare: func(*ctxfoldv1.PrepareRequest, func(*ctxfoldv1.PrepareResponse) error) error {
+		t.Error("a refused Prepare reached the server")
+		return nil
+	}}
+	client := startFake(t, f)
+	ctx := context.Background()
+	s := client.OpenSession("s1")
+	surrogate, cut := "x\xed\xa0\x80y", string([]byte("😀")[:3])
+	field := func(err error) string {
+		var e *ctxfold.Error
+		if errors.As(err, &e) {
+			return e.Metadata["field"]
+		}
+		return ""
+	}
+	_, err := s.Append(ctx, ctxfold.UserMessage("fine"), ctxfold.UserMessage(surrogate))
+	refused(t, "a lone surrogate in an appended message", err, ctxfold.ReasonInvalidText)
+	if got := field(err); got != "messages[1].content" {
+		t.Errorf("field %q, want messages[1].content", got)
+	}
+	call := ctxfold.AssistantMessage("", ctxfold.NewToolCall("c1", "bash", `{"cmd": "`+cut+`"}`))
+	_, err = s.Prepare(ctx, ctxfold.WithAppend(call))
+	refused(t, "a cut character in tool call arguments", err, ctxfold.ReasonInvalidText)
+	if got := field(err); got != "append[0].tool_calls[0].arguments" {
+		t.Errorf("field %q, want append[0].tool_calls[0].arguments", got)
+	}
+}
+
 func TestClientOptionsAreChecked(t *testing.T) {
 	for what, opts := range map[string][]ctxfold.Option{
 		"a token with whitespace":     {ctxfold.WithBearerToken("two words")},

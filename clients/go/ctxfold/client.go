@@ -4,16 +4,20 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"os"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/ctxfold/ctxfold/clients/go/ctxfoldv1"
 )
@@ -268,9 +272,75 @@ type metadataConn struct {
 }
 
 func (m *metadataConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if err := checkText(method, args); err != nil {
+		return err
+	}
 	return m.conn.Invoke(m.client.outgoing(ctx), method, args, reply, opts...)
 }
 
 func (m *metadataConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return m.conn.NewStream(m.client.outgoing(ctx), desc, method, opts...)
+	stream, err := m.conn.NewStream(m.client.outgoing(ctx), desc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &textCheckedStream{ClientStream: stream, method: method}, nil
+}
+
+// textCheckedStream checks the request of a server-streaming call, which is sent after the stream opens.
+type textCheckedStream struct {
+	grpc.ClientStream
+	method string
+}
+
+func (s *textCheckedStream) SendMsg(request any) error {
+	if err := checkText(s.method, request); err != nil {
+		return err
+	}
+	return s.ClientStream.SendMsg(request)
+}
+
+// checkText refuses a request with a string that is not UTF-8 (a lone surrogate's bytes, a string
+// cut inside a character) as the server refuses a NUL: INVALID_TEXT, the field's path in the request
+// ("messages[1].content"). Marshaling would fail it as INTERNAL, without a reason.
+func checkText(method string, request any) error {
+	message, ok := request.(proto.Message)
+	if !ok {
+		return nil
+	}
+	if field := notUTF8Field(message.ProtoReflect(), ""); field != "" {
+		e := invalidArgument(ReasonInvalidText, field, "%s is not valid UTF-8 text", field)
+		return withOp(method[strings.LastIndex(method, "/")+1:], e)
+	}
+	return nil
+}
+
+// notUTF8Field is the path of the first string field of m that is not UTF-8, or "".
+func notUTF8Field(m protoreflect.Message, prefix string) string {
+	found := ""
+	m.Range(func(fd protoreflect.FieldDescriptor, value protoreflect.Value) bool {
+		path := prefix + string(fd.Name())
+		switch {
+		case fd.IsList():
+			list := value.List()
+			for i := 0; i < list.Len() && found == ""; i++ {
+				found = notUTF8Value(fd, list.Get(i), fmt.Sprintf("%s[%d]", path, i))
+			}
+		case !fd.IsMap():
+			found = notUTF8Value(fd, value, path)
+		}
+		return found == ""
+	})
+	return found
+}
+
+func notUTF8Value(fd protoreflect.FieldDescriptor, value protoreflect.Value, path string) string {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		if !utf8.ValidString(value.String()) {
+			return path
+		}
+	case protoreflect.MessageKind:
+		return notUTF8Field(value.Message(), path+".")
+	}
+	return ""
 }

@@ -134,6 +134,22 @@ def test_request_arguments_are_refused_with_the_servers_reasons() -> None:
     _refused(ErrorReason.INVALID_CLIENT_ARGUMENT, tool_definitions, "openai_chat_v2")
 
 
+def test_text_that_is_not_unicode_is_refused_as_the_server_refuses_a_nul_naming_the_field() -> None:
+    """A lone surrogate (text cut between the halves of an emoji, bytes decoded with surrogateescape) cannot be
+    encoded: refused before any call, as every SDK does, instead of a UnicodeEncodeError."""
+    cut = "😀".encode("utf-16-le")[:2].decode("utf-16-le", "surrogatepass")
+    error = _refused(ErrorReason.INVALID_TEXT, core.append_request, "s1", [user("fine"), user(f"log {cut}")], "")
+    assert error.metadata["field"] == "messages[1].content"
+    call = assistant("", tool_calls=[tool_call("c1", "bash", f'{{"cmd": "{cut}"}}')])
+    error = _refused(ErrorReason.INVALID_TEXT, core.prepare_request, "s1", [call], overflow=False, given_request_id="",
+                     known_view_version=0)  # fmt: skip
+    assert error.metadata["field"] == "append[0].tool_calls[0].arguments"
+    error = _refused(
+        ErrorReason.INVALID_TEXT, core.create_request, SessionConfig(context_window=16000, system_prompt=cut)
+    )
+    assert error.metadata["field"] == "config.system_prompt"
+
+
 # ---- messages and the tools of a request ----------------------------------------------------------
 
 

@@ -1,6 +1,9 @@
 import { createHash, randomUUID } from "node:crypto";
 import type * as http2 from "node:http2";
+import { type DescMessage, type MessageInitShape, ScalarType, create } from "@bufbuild/protobuf";
+import { type ReflectMessage, reflect } from "@bufbuild/protobuf/reflect";
 import { type CallOptions as ConnectCallOptions, type Client, Code, type Interceptor, type Transport, createClient } from "@connectrpc/connect";
+import { createAsyncIterable } from "@connectrpc/connect/protocol";
 import { Http2SessionManager, createGrpcTransport } from "@connectrpc/connect-node";
 import * as pb from "./gen/ctxfold/v1/context_service_pb.js";
 import { type MessageInput, type SessionConfigInput, type SessionConfigOverrides, int64, toProtoConfig, toProtoMessage } from "./config.js";
@@ -198,6 +201,60 @@ export function baseUrlFor(address: string, tls: boolean): string {
   return `${tls ? "https" : "http"}://${address}`;
 }
 
+/**
+ * The transport, refusing a request that holds text which is not Unicode (a lone surrogate, e.g. a
+ * string cut between the halves of an emoji) as the server refuses a NUL: INVALID_TEXT, `field` the
+ * path in the request ("messages[1].content"). Encoded as it is, it would reach the server as U+FFFD.
+ */
+function textChecked(transport: Transport): Transport {
+  return {
+    unary(method, signal, timeoutMs, header, input, contextValues) {
+      checkText(method.input, input);
+      return transport.unary(method, signal, timeoutMs, header, input, contextValues);
+    },
+    async stream(method, signal, timeoutMs, header, input, contextValues) {
+      const requests: MessageInitShape<typeof method.input>[] = [];
+      for await (const request of input) {
+        checkText(method.input, request);
+        requests.push(request);
+      }
+      return transport.stream(method, signal, timeoutMs, header, createAsyncIterable(requests), contextValues);
+    },
+  };
+}
+
+function checkText<Desc extends DescMessage>(schema: Desc, input: MessageInitShape<Desc>): void {
+  const field = notUnicodeField(reflect(schema, create(schema, input)), "");
+  if (field) throw invalidArgument(ErrorReason.INVALID_TEXT, field, `${field} is not valid Unicode text (a lone surrogate)`);
+}
+
+/** The path of the first string field that holds a lone surrogate, or "". */
+function notUnicodeField(message: ReflectMessage, prefix: string): string {
+  for (const field of message.fields) {
+    if (!message.isSet(field)) continue;
+    const path = prefix + field.name;
+    if (field.fieldKind === "scalar" && field.scalar === ScalarType.STRING) {
+      if (LONE_SURROGATE.test(message.get(field))) return path;
+    } else if (field.fieldKind === "message") {
+      const found = notUnicodeField(message.get(field), `${path}.`);
+      if (found) return found;
+    } else if (field.fieldKind === "list") {
+      const list = message.get(field);
+      for (let i = 0; i < list.size; i++) {
+        const item = list.get(i);
+        const found = field.listKind === "message"
+          ? notUnicodeField(item as ReflectMessage, `${path}[${i}].`)
+          : typeof item === "string" && LONE_SURROGATE.test(item) ? `${path}[${i}]` : "";
+        if (found) return found;
+      }
+    }
+  }
+  return "";
+}
+
+// With the u flag a surrogate pair is one code point, so only a lone surrogate matches.
+const LONE_SURROGATE = /\p{Surrogate}/u;
+
 type MaintenanceItem = { event: { case: "progress"; value: pb.FoldProgress } | { case: "result"; value: pb.PreparedContext } | { case: undefined } };
 
 /**
@@ -235,7 +292,7 @@ export class CtxfoldClient {
       this.sessionManager = new Http2SessionManager(baseUrl, {}, nodeOptions);
       transport = createGrpcTransport({ baseUrl, sessionManager: this.sessionManager, interceptors: options.interceptors ?? [] });
     }
-    this.raw = createClient(pb.ContextService, transport);
+    this.raw = createClient(pb.ContextService, textChecked(transport));
   }
 
   /** Closes the HTTP/2 connection (and any open streams). */

@@ -507,6 +507,19 @@ describe("argument checks: the server's reason, the client's domain, before any 
     await refused(ErrorReason.SEQ_OUT_OF_RANGE, () => client.retry("s", 0));
     assert.deepEqual(calls, [], "nothing reached the server");
   });
+
+  it("refuses text that is not Unicode (a lone surrogate) as the server refuses a NUL, naming the field", async () => {
+    // Encoded as it is, a lone surrogate would reach the server as U+FFFD: other text than the agent's.
+    const cut = "😀".slice(0, 1);
+    const appended = await refused(ErrorReason.INVALID_TEXT, () => client.appendMessages("s", [userMessage("fine"), userMessage(`log ${cut}`)]));
+    assert.equal(appended.metadata.field, "messages[1].content");
+    const call = assistantMessage("", [{ id: "c1", name: "bash", arguments: `{"cmd": "${cut}"}` }]);
+    const prepared = await refused(ErrorReason.INVALID_TEXT, () => client.prepare("s", { append: [call] }));
+    assert.equal(prepared.metadata.field, "append[0].tool_calls[0].arguments");
+    const config = await refused(ErrorReason.INVALID_TEXT, () => client.createSession(sessionConfig(16000).systemPrompt(`be ${cut}`)));
+    assert.equal(config.metadata.field, "config.system_prompt");
+    assert.deepEqual(calls, [], "nothing reached the server");
+  });
 });
 
 describe("prefold_ratio: presence both ways, and the background stages", () => {

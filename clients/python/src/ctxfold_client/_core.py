@@ -12,15 +12,18 @@ import asyncio
 import inspect
 import json
 import os
+import re
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import grpc
+from google.protobuf.descriptor import Descriptor
 
 from ctxfold_client._gen import context_service_pb2 as pb
 from ctxfold_client._gen.enums import ErrorReason
@@ -171,8 +174,51 @@ def request_id(given: str) -> str:
 
 def append_request(session_id: str, messages: Iterable[Message], given_request_id: str) -> pb.AppendMessagesRequest:
     return pb.AppendMessagesRequest(
-        session_id=session_id, messages=messages_to_proto(messages), request_id=request_id(given_request_id)
+        session_id=session_id, messages=_converted(messages, "messages"), request_id=request_id(given_request_id)
     )
+
+
+def _converted(messages: Iterable[Message], field: str) -> list[pb.Message]:
+    if isinstance(messages, Message):
+        raise TypeError("pass a list of messages, not a single message")
+    with refusing_lone_surrogates(messages := tuple(messages), pb.Message.DESCRIPTOR, field):
+        return messages_to_proto(messages)
+
+
+@contextmanager
+def refusing_lone_surrogates(value: object, descriptor: Descriptor, path: str) -> Iterator[None]:
+    """Turns the UnicodeEncodeError of building a request from `value` (named as the proto `descriptor`; a sequence of
+    them) into the error every SDK raises, as the server refuses a NUL: INVALID_TEXT, `field` the path in the request.
+    A lone surrogate is text cut between the halves of an emoji, or bytes decoded with surrogateescape."""
+    try:
+        yield
+    except UnicodeEncodeError:
+        field = _lone_surrogate_field(value, descriptor, path)
+        if not field:
+            raise
+        raise CtxfoldError.invalid_argument(
+            ErrorReason.INVALID_TEXT, field, f"{field} is not valid Unicode text (a lone surrogate)"
+        ) from None
+
+
+def _lone_surrogate_field(value: object, descriptor: Descriptor, path: str) -> str:
+    """The path of the first string of `value` holding a lone surrogate, following the proto's fields; or ""."""
+    if isinstance(value, tuple | list):
+        for index, item in enumerate(value):
+            if found := _lone_surrogate_field(item, descriptor, f"{path}[{index}]"):
+                return found
+        return ""
+    for field in descriptor.fields:
+        item, where = getattr(value, field.name, None), f"{path}.{field.name}"
+        if isinstance(item, str) and _LONE_SURROGATE.search(item):
+            return where
+        found = _lone_surrogate_field(item, field.message_type, where) if field.message_type and item else ""
+        if found:
+            return found
+    return ""
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def checked(request: Req) -> Req:
@@ -225,7 +271,7 @@ def prepare_request(
 ) -> pb.PrepareRequest:
     return pb.PrepareRequest(
         session_id=session_id,
-        append=messages_to_proto(append),
+        append=_converted(append, "append"),
         overflow=overflow,
         request_id=request_id(given_request_id),
         known_view_version=known_view_version,
@@ -257,7 +303,8 @@ def _bad_seq(field: str, message: str) -> CtxfoldError:
 
 def create_request(config: SessionConfig, session_key: str = "") -> pb.CreateSessionRequest:
     config.check_creatable()
-    return pb.CreateSessionRequest(config=config.to_proto(), session_key=session_key)
+    with refusing_lone_surrogates(config, pb.SessionConfig.DESCRIPTOR, "config"):
+        return pb.CreateSessionRequest(config=config.to_proto(), session_key=session_key)
 
 
 def fork_request(session_id: str, at_seq: int | None, at_head: bool, config: SessionConfig | None) -> pb.ForkRequest:
@@ -266,9 +313,9 @@ def fork_request(session_id: str, at_seq: int | None, at_head: bool, config: Ses
         raise _bad_seq("at_seq", "fork at the head (at_head=True) or at a seq (at_seq=N), exactly one of them")
     if at_seq is not None and at_seq < 1:
         raise _bad_seq("at_seq", f"at_seq must name a stored message (>= 1), not {at_seq}; use at_head=True")
-    return pb.ForkRequest(
-        session_id=session_id, at_seq=at_seq or 0, config=config.to_proto() if config is not None else None
-    )
+    with refusing_lone_surrogates(config, pb.SessionConfig.DESCRIPTOR, "config"):
+        overrides = config.to_proto() if config is not None else None
+    return pb.ForkRequest(session_id=session_id, at_seq=at_seq or 0, config=overrides)
 
 
 def rewind_request(session_id: str, to_seq: int) -> pb.RewindRequest:

@@ -1,5 +1,6 @@
 package dev.ctxfold.client;
 
+import com.google.protobuf.Descriptors;
 import dev.ctxfold.v1.AppendMessagesRequest;
 import dev.ctxfold.v1.CompactRequest;
 import dev.ctxfold.v1.CompactResponse;
@@ -201,6 +202,7 @@ final class Engine {
   }
 
   private <Q, R> CompletableFuture<R> unary(MethodDescriptor<Q, R> method, Q request, Executor executor) {
+    checkText(request);
     CompletableFuture<R> future = new CompletableFuture<>();
     ClientCall<Q, R> call = shared.channel.newCall(method, options(unaryDeadline, executor));
     ClientCalls.asyncUnaryCall(call, request, new StreamObserver<R>() {
@@ -235,6 +237,7 @@ final class Engine {
       Function<R, PreparedContext> resultOf,
       Consumer<FoldProgress> listener,
       Executor executor) {
+    checkText(request);
     CompletableFuture<PreparedContext> future = new CompletableFuture<>();
     ClientCall<Q, R> call = shared.channel.newCall(method, options(streamDeadline, executor));
     ClientCalls.asyncServerStreamingCall(call, request, new StreamObserver<R>() {
@@ -284,6 +287,51 @@ final class Engine {
       }
     });
     return future;
+  }
+
+  /**
+   * Refuses a request holding text that is not Unicode (a lone surrogate, e.g. a string cut between
+   * the halves of an emoji) as the server refuses a NUL: INVALID_TEXT, {@code field} the path in the
+   * request ({@code messages[1].content}). protobuf-java would write it as '?', other text than the caller's.
+   */
+  static void checkText(Object request) {
+    if (request instanceof com.google.protobuf.Message message) {
+      String field = notUnicodeField(message, "");
+      if (!field.isEmpty()) {
+        throw CtxfoldException.invalidArgument(ErrorReason.INVALID_TEXT, field,
+            field + " is not valid Unicode text (a lone surrogate)");
+      }
+    }
+  }
+
+  /** The path of the first string field that holds a lone surrogate, or "". */
+  private static String notUnicodeField(com.google.protobuf.Message message, String prefix) {
+    for (Map.Entry<Descriptors.FieldDescriptor, Object> entry : message.getAllFields().entrySet()) {
+      Descriptors.FieldDescriptor field = entry.getKey();
+      List<?> values = field.isRepeated() ? (List<?>) entry.getValue() : List.of(entry.getValue());
+      for (int i = 0; i < values.size(); i++) {
+        String path = prefix + field.getName() + (field.isRepeated() ? "[" + i + "]" : "");
+        Object value = values.get(i);
+        String found = value instanceof com.google.protobuf.Message nested ? notUnicodeField(nested, path + ".")
+            : value instanceof String text && hasLoneSurrogate(text) ? path : "";
+        if (!found.isEmpty()) {
+          return found;
+        }
+      }
+    }
+    return "";
+  }
+
+  private static boolean hasLoneSurrogate(String text) {
+    for (int i = 0; i < text.length(); i++) {
+      char c = text.charAt(i);
+      if (Character.isHighSurrogate(c) && i + 1 < text.length() && Character.isLowSurrogate(text.charAt(i + 1))) {
+        i++;
+      } else if (Character.isSurrogate(c)) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /** The server broke the protocol this SDK speaks (a bug on one side or the other). */

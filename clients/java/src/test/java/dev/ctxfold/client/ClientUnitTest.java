@@ -505,6 +505,24 @@ class ClientUnitTest {
   }
 
   @Test
+  void textThatIsNotUnicodeIsRefusedBeforeAnyCallNamingTheField() {
+    // protobuf-java writes a lone surrogate as '?': the server would store other text than the agent's.
+    String cut = "\uD83D\uDE00".substring(0, 1);
+    CtxfoldClient c = client();
+    CtxfoldException appended = assertThrows(CtxfoldException.class,
+        () -> c.appendMessages("s1", Messages.user("fine"), Messages.user("log " + cut)));
+    assertTrue(appended.is(ErrorReason.INVALID_TEXT) && CtxfoldException.CLIENT_DOMAIN.equals(appended.domain()),
+        appended.toString());
+    assertEquals(Status.Code.INVALID_ARGUMENT, appended.code());
+    assertEquals("messages[1].content", appended.metadata().get("field"));
+    Message call = Messages.assistant("", Messages.toolCall("c1", "bash", "{\"cmd\": \"" + cut + "\"}"));
+    CtxfoldException prepared = assertThrows(CtxfoldException.class,
+        () -> c.prepare("s1", PrepareOptions.appending(call)));
+    assertEquals("append[0].tool_calls[0].arguments", prepared.metadata().get("field"));
+    assertTrue(appends.isEmpty() && prepares.isEmpty(), "nothing reached the server");
+  }
+
+  @Test
   void forkAtHeadIsExplicit() {
     CtxfoldClient c = client();
     c.forkAtHead("s1");
