@@ -298,15 +298,15 @@ func TestPrepareDeltaAndFallback(t *testing.T) {
 		t.Errorf("a prepare with an append and no request id sent %q, want a fresh UUIDv4", id)
 	}
 
-	p3, err := s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u3")))
+	p3, err := s.Prepare(ctx, ctxfold.WithAppend(ctxfold.UserMessage("u3")), ctxfold.WithOverflow())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(f.prepares) != 4 {
 		t.Fatalf("%d prepare calls, want 4 (with the fallback)", len(f.prepares))
 	}
-	if fb := f.prepares[3]; fb.GetKnownViewVersion() != 0 || len(fb.GetAppend()) != 0 {
-		t.Errorf("fallback request %v must append nothing and ask for the whole view", fb)
+	if fb := f.prepares[3]; fb.GetKnownViewVersion() != 0 || len(fb.GetAppend()) != 0 || fb.GetOverflow() {
+		t.Errorf("fallback request %v must append nothing, ask for no second overflow and for the whole view", fb)
 	}
 	if got := contents(p3.Messages); len(got) != 5 || got[4] != "u3" || p3.Delta || len(p3.Appended) != 1 {
 		t.Errorf("after fallback: %v delta %v appended %v", got, p3.Delta, p3.Appended)

@@ -56,7 +56,11 @@ class FakeService(pb_grpc.ContextServiceServicer):
             count = len(transcript)
             tail = list(request.append) if request.known_view_version else transcript
             result = pb.PreparedContext(
-                messages=tail, view_version=count, delta=bool(request.known_view_version), view_message_count=count + 9
+                messages=tail,
+                view_version=count,
+                delta=bool(request.known_view_version),
+                view_message_count=count + 9,
+                appended=request.append,
             )
             if not request.known_view_version:
                 result.view_message_count = count
@@ -182,13 +186,14 @@ async def test_a_delta_that_cannot_be_applied_is_recovered_by_preparing_again(
     if asynchronous:
         async with AsyncClient(address) as aclient:
             await aclient.prepare("bad-delta", [user("a")])
-            view = await aclient.prepare("bad-delta", [user("b")], request_id="r-2")
+            view = await aclient.prepare("bad-delta", [user("b")], request_id="r-2", overflow=True)
     else:
         with Client(address) as client:
             client.prepare("bad-delta", [user("a")])
-            view = client.prepare("bad-delta", [user("b")], request_id="r-2")
+            view = client.prepare("bad-delta", [user("b")], request_id="r-2", overflow=True)
     assert [m.content for m in view.messages] == ["a", "b"]  # whole, and "b" appended once
+    assert [m.content for m in view.appended] == ["b"], "the view says what the call appended, as in every SDK"
     _first, second, again = service.prepares
     assert (second.known_view_version, second.request_id, [m.content for m in second.append]) == (1, "r-2", ["b"])
-    assert (again.known_view_version, list(again.append)) == (0, [])
+    assert (again.known_view_version, list(again.append), again.overflow) == (0, [], False), "no second overflow"
     assert again.request_id not in ("", "r-2")

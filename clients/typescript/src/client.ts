@@ -378,10 +378,11 @@ export class CtxfoldClient {
       ? applyDelta({ messages: answer.messages.map(messageOf), viewMessageCount: Number(answer.viewMessageCount) }, base, known)
       : wholeMessages(answer);
     if (messages === undefined) {
-      // The delta does not fit the view held here: ask once for the whole view, appending nothing
-      // (the append happened).
+      // The delta does not fit the view held here: ask once for the whole view, appending nothing and
+      // asking for no second overflow maintenance (both happened); the view keeps what this call appended.
       this.views.delete(sessionId);
-      result = yield* this.maintenance(opts, (o) => this.raw.prepare({ sessionId, overflow, requestId }, o));
+      const whole = yield* this.maintenance(opts, (o) => this.raw.prepare({ sessionId, requestId }, o));
+      result = { ...whole, appended: answer.appended };
       messages = wholeMessages(result);
     }
     const view = viewOf(result, messages);

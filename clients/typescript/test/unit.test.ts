@@ -54,7 +54,7 @@ function msg(seq: number, content: string): pb.Message {
   return create(pb.MessageSchema, { id: `m${seq}`, seq: BigInt(seq), role: pb.Role.USER, content });
 }
 
-function answer(version: number, messages: pb.Message[], extra: Partial<{ delta: boolean; viewMessageCount: bigint; action: pb.Action }> = {}) {
+function answer(version: number, messages: pb.Message[], extra: Partial<{ delta: boolean; viewMessageCount: bigint; action: pb.Action; appended: pb.Message[] }> = {}) {
   return create(pb.PreparedContextSchema, {
     messages,
     viewVersion: BigInt(version),
@@ -275,7 +275,7 @@ describe("delta views", () => {
     const replies = [
       answer(1, [msg(1, "a")]),
       answer(2, [msg(2, "b")], { delta: true, viewMessageCount: 2n }),
-      answer(3, [msg(3, "c")], { delta: true, viewMessageCount: 7n }), // does not add up
+      answer(3, [msg(3, "c")], { delta: true, viewMessageCount: 7n, appended: [msg(3, "c")] }), // does not add up
       answer(3, [msg(1, "a"), msg(2, "b"), msg(3, "c")]), // the whole view
     ];
     const client = fakeClient({
@@ -287,10 +287,12 @@ describe("delta views", () => {
     await client.prepare("s", { append: [userMessage("a")] });
     const v2 = await client.prepare("s", { append: [userMessage("b")] });
     assert.deepEqual(v2.messages.map((m) => m.content), ["a", "b"], "a delta is applied: the view is whole");
-    const v3 = await client.prepare("s", { append: [userMessage("c")] });
+    const v3 = await client.prepare("s", { append: [userMessage("c")], overflow: true });
     assert.deepEqual(v3.messages.map((m) => m.content), ["a", "b", "c"]);
+    assert.deepEqual(v3.appended.map((m) => m.content), ["c"], "the view says what the call appended, as in every SDK");
     assert.deepEqual(requests.map((r) => r.knownViewVersion), [0n, 1n, 2n, 0n]);
     assert.deepEqual(requests.map((r) => r.append.length), [1, 1, 1, 0], "the recovery appends nothing");
+    assert.equal(requests[3]?.overflow, false, "the recovery asks for no second overflow maintenance");
     assert.equal(requests[3]?.requestId, requests[2]?.requestId, "the recovery is the same request");
   });
 });

@@ -102,7 +102,7 @@ class AsyncClient(ClientBase[grpc.aio.Channel]):
             finally:
                 responses.cancel()  # a no-op after the end; stops the RPC when the caller stops early
         if stream.needs_whole_view:  # a delta this client could not apply: the whole view, once
-            whole_request, whole = self._start_whole_view(stream.session_id)
+            whole_request, whole = self._start_whole_view(stream)
             async for event in self._stream(self._stub.Prepare, whole_request, whole, call):
                 yield event
 

@@ -119,9 +119,11 @@ class ClientBase(abc.ABC, Generic[ChannelT]):
         )
         return request, core.FoldStream(session_id, known, self._views)
 
-    def _start_whole_view(self, session_id: str) -> tuple[pb.PrepareRequest, core.FoldStream]:
-        self._views.forget(session_id)
-        return core.whole_view_request(session_id), core.FoldStream(session_id, None, self._views)
+    def _start_whole_view(self, delta: core.FoldStream) -> tuple[pb.PrepareRequest, core.FoldStream]:
+        """The whole view after the delta of `delta` could not be applied; it keeps what that call appended."""
+        self._views.forget(delta.session_id)
+        stream = core.FoldStream(delta.session_id, None, self._views, delta.appended)
+        return core.whole_view_request(delta.session_id), stream
 
     def _start_compact(
         self, session_id: str, focus: str, keep_tokens: int, dry_run: bool

@@ -9,6 +9,7 @@ generated from it) only drive these pieces with awaited or blocking calls.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import os
@@ -401,13 +402,17 @@ class FoldStream:
     A delta result is applied to the view the request named as known. When this client cannot
     assemble the whole view (it holds no view of that version, or the count disagrees), `result`
     stays None and `needs_whole_view` is set: the caller prepares once more without appending and
-    without a known version (the append already happened), never raising for it.
+    without a known version (the append already happened), never raising for it; that stream is
+    given the `appended` of this one, so the view still says what the call appended.
     """
 
-    def __init__(self, session_id: str, known: KnownView | None, cache: ViewCache) -> None:
+    def __init__(
+        self, session_id: str, known: KnownView | None, cache: ViewCache, appended: tuple[Message, ...] | None = None
+    ) -> None:
         self.session_id = session_id
         self.known = known
         self.cache = cache
+        self.appended = appended
         self.result: View | None = None
         self.needs_whole_view = False
         self._ended = False
@@ -453,8 +458,11 @@ class FoldStream:
         if messages is None:
             self.cache.forget(self.session_id)
             self.needs_whole_view = True
+            self.appended = tuple(Message.from_proto(m) for m in result.appended)
             return None
         view = View.from_proto(result, messages)
+        if self.appended is not None:
+            view = dataclasses.replace(view, appended=self.appended)
         self.cache.put(self.session_id, KnownView(view))
         return view
 

@@ -97,7 +97,7 @@ class Client(ClientBase[grpc.Channel]):
             finally:
                 responses.cancel()  # a no-op after the end; stops the RPC when the caller stops early
         if stream.needs_whole_view:  # a delta this client could not apply: the whole view, once
-            whole_request, whole = self._start_whole_view(stream.session_id)
+            whole_request, whole = self._start_whole_view(stream)
             for event in self._stream(self._stub.Prepare, whole_request, whole, call):
                 yield event
 

@@ -452,14 +452,16 @@ final class Engine {
         return CompletableFuture.completedFuture(whole);
       }
       // The delta does not extend the view held here (evicted meanwhile, or a server bug): the
-      // append already happened, so prepare once more with no append and no known version.
+      // append (and any overflow maintenance) already happened, so prepare once more with no append,
+      // no overflow and no known version; the view still says what this call appended.
       shared.views.remove(sessionId);
-      PrepareRequest again = PrepareRequest.newBuilder().setSessionId(sessionId).setOverflow(options.overflow()).build();
+      PrepareRequest again = PrepareRequest.newBuilder().setSessionId(sessionId).build();
       return preparing(again, listener, executor).thenApply(r -> {
         if (r.getDelta()) {
           throw protocolViolation("a prepare without known_view_version answered with a delta");
         }
-        return assemble(sessionId, null, r, progress);
+        PreparedContext recovered = r.toBuilder().clearAppended().addAllAppended(result.getAppendedList()).build();
+        return assemble(sessionId, null, recovered, progress);
       });
     });
   }

@@ -1,6 +1,7 @@
 package dev.ctxfold.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -369,14 +370,18 @@ class ClientUnitTest {
   void aDeltaThatDoesNotFitIsReplacedByTheWholeView() {
     CtxfoldClient c = client();
     fake.prepareScripts.add(List.of(result(10, false, 2, "a", "b")));
-    fake.prepareScripts.add(List.of(result(11, true, 5, "x"))); // claims 4 known messages: not ours
+    PrepareResponse delta = result(11, true, 5, "x"); // claims 4 known messages: not ours
+    fake.prepareScripts.add(List.of(delta.toBuilder().setResult(delta.getResult().toBuilder()
+        .addAppended(Messages.user("x").toProto())).build()));
     fake.prepareScripts.add(List.of(result(11, false, 3, "a", "b", "x")));
     c.prepare("s1");
-    View ctx = c.prepare("s1", Messages.user("x"));
+    View ctx = c.prepare("s1", PrepareOptions.builder().append(Messages.user("x")).overflow(true).build());
     assertEquals(List.of("a", "b", "x"), contents(ctx.messages()));
+    assertEquals(List.of("x"), contents(ctx.appended()), "the view says what the call appended, as in every SDK");
     assertEquals(3, prepares.size());
     assertEquals(0, prepares.get(2).getKnownViewVersion());
     assertEquals(0, prepares.get(2).getAppendCount(), "the refetch appends nothing again");
+    assertFalse(prepares.get(2).getOverflow(), "the refetch asks for no second overflow maintenance");
   }
 
   @Test
