@@ -129,4 +129,5 @@ class ClientBase(abc.ABC, Generic[ChannelT]):
         self, session_id: str, focus: str, keep_tokens: int, dry_run: bool
     ) -> tuple[pb.CompactRequest, core.FoldStream]:
         request = core.compact_request(session_id, focus, keep_tokens, dry_run)
-        return request, core.FoldStream(session_id, None, self._views)
+        # A dry run installed nothing: the view held (for deltas and context_budget) stays the last real one.
+        return request, core.FoldStream(session_id, None, core.ViewCache(0) if dry_run else self._views)
