@@ -275,15 +275,25 @@ func (m *metadataConn) Invoke(ctx context.Context, method string, args, reply an
 	if err := checkText(method, args); err != nil {
 		return err
 	}
-	return m.conn.Invoke(m.client.outgoing(ctx), method, args, reply, opts...)
+	return m.conn.Invoke(m.client.outgoing(ctx), method, args, reply, withReceiveLimit(opts)...)
 }
 
 func (m *metadataConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	stream, err := m.conn.NewStream(m.client.outgoing(ctx), desc, method, opts...)
+	stream, err := m.conn.NewStream(m.client.outgoing(ctx), desc, method, withReceiveLimit(opts)...)
 	if err != nil {
 		return nil, err
 	}
 	return &textCheckedStream{ClientStream: stream, method: method}, nil
+}
+
+// maxReceiveMessageBytes is the largest answer a call accepts, as in the other SDKs: the server
+// answers up to 24 MiB (a page or a view), and an AppendMessages answer echoes a message of up to
+// 4 MiB with its ids, more than gRPC's default limit of 4 MiB.
+const maxReceiveMessageBytes = 64 << 20
+
+// withReceiveLimit puts this SDK's receive limit before the caller's options (a later one wins).
+func withReceiveLimit(opts []grpc.CallOption) []grpc.CallOption {
+	return append([]grpc.CallOption{grpc.MaxCallRecvMsgSize(maxReceiveMessageBytes)}, opts...)
 }
 
 // textCheckedStream checks the request of a server-streaming call, which is sent after the stream opens.
