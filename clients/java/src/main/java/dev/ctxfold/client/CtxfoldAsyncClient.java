@@ -133,8 +133,12 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
   private static Flow.Publisher<FoldEvent> publisher(Function<Consumer<FoldProgress>, CompletableFuture<View>> start) {
     return subscriber -> {
       SubmissionPublisher<FoldEvent> events = new SubmissionPublisher<>();
-      events.subscribe(subscriber);
-      start.apply(p -> events.submit(new FoldEvent.Progress(p))).whenComplete((view, error) -> {
+      CompletableFuture<Void> left = new CompletableFuture<>();
+      events.subscribe(new LeavingSubscriber(subscriber, left));
+      CompletableFuture<View> call =
+          Engine.cancellable(() -> start.apply(p -> events.submit(new FoldEvent.Progress(p))));
+      left.thenRun(() -> call.cancel(true)); // a subscriber that leaves ends the call, as breaking out of a loop does
+      call.whenComplete((view, error) -> {
         if (error != null) {
           events.closeExceptionally(CtxfoldException.from(error));
         } else {
@@ -143,6 +147,41 @@ public final class CtxfoldAsyncClient implements AutoCloseable {
         }
       });
     };
+  }
+
+  /** A subscriber whose cancelled subscription completes {@code left}. */
+  private record LeavingSubscriber(Flow.Subscriber<? super FoldEvent> subscriber, CompletableFuture<Void> left)
+      implements Flow.Subscriber<FoldEvent> {
+    @Override
+    public void onSubscribe(Flow.Subscription subscription) {
+      subscriber.onSubscribe(new Flow.Subscription() {
+        @Override
+        public void request(long n) {
+          subscription.request(n);
+        }
+
+        @Override
+        public void cancel() {
+          subscription.cancel();
+          left.complete(null);
+        }
+      });
+    }
+
+    @Override
+    public void onNext(FoldEvent item) {
+      subscriber.onNext(item);
+    }
+
+    @Override
+    public void onError(Throwable error) {
+      subscriber.onError(error);
+    }
+
+    @Override
+    public void onComplete() {
+      subscriber.onComplete();
+    }
   }
 
   public Optional<View> lastView(String sessionId) {

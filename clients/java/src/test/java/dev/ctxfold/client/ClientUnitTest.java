@@ -641,6 +641,30 @@ class ClientUnitTest {
   }
 
   @Test
+  void cancellingTheSubscriptionOfAnEventPublisherCancelsItsCall() throws Exception {
+    fake.holdPrepare = true;
+    CompletableFuture<Flow.Subscription> subscribed = new CompletableFuture<>();
+    client().async().prepareEvents("s1", PrepareOptions.defaults()).subscribe(new Flow.Subscriber<FoldEvent>() {
+      @Override
+      public void onSubscribe(Flow.Subscription subscription) {
+        subscribed.complete(subscription);
+      }
+
+      @Override
+      public void onNext(FoldEvent item) { }
+
+      @Override
+      public void onError(Throwable throwable) { }
+
+      @Override
+      public void onComplete() { }
+    });
+    assertTrue(fake.prepareHeld.await(5, TimeUnit.SECONDS));
+    subscribed.get(5, TimeUnit.SECONDS).cancel();
+    assertTrue(fake.prepareCancelled.await(5, TimeUnit.SECONDS), "the Prepare call went on after the subscriber left");
+  }
+
+  @Test
   void theViewCacheHolds256SessionsByDefault() {
     CtxfoldClient c = client();
     for (int i = 0; i < 258; i++) {
