@@ -1,7 +1,8 @@
 """The store failing under the service: PostgreSQL stopped and restarted under load, a full disk (a
-read-only database maps alike: the unit cases at the end). Every call answers OK or UNAVAILABLE or
-ABORTED with a reason and a retry delay (never INTERNAL), reads and health stay up, the service
-recovers without a restart, and retries with the same request id never append twice."""
+read-only database maps alike: the unit cases at the end), the SQLite file moved away and back. Every
+call answers OK or UNAVAILABLE or ABORTED with a reason and a retry delay (never INTERNAL), reads and
+health stay up, the service recovers without a restart, and retries with the same request id never
+append twice."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from builders import create_session, prepare, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.server import RunningServer, start
+from ctxfold.store.database import MovedDatabaseFile
 from ctxfold.store.errors import store_error
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc
@@ -184,6 +186,38 @@ async def test_a_full_postgresql_disk_answers_unavailable_and_recovers(tmp_path:
             await conn.close()
 
 
+async def _refused_as_moved(stub: pb_grpc.ContextServiceStub, sid: str) -> None:
+    for call in (
+        stub.AppendMessages(pb.AppendMessagesRequest(session_id=sid, messages=[user("lost?")], request_id="moved")),
+        stub.GetSession(pb.GetSessionRequest(session_id=sid)),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call
+        await _check_refusal(refused.value, {"file_moved"})
+
+
+async def test_a_sqlite_file_moved_or_replaced_while_serving_is_refused_until_it_is_back(tmp_path: Path) -> None:
+    # Before, the pool's open connections kept writing to the moved file (acknowledged, then lost at restart) and a
+    # new one created an empty database at the path (INTERNAL: no such table).
+    path = tmp_path / "ctxfold.db"
+    running = await start(settings_for(f"sqlite:///{path}"))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            stub = pb_grpc.ContextServiceStub(channel)
+            sid = (await create_session(stub, context_window=8000)).id
+            await prepare(stub, sid, user("the task"), request_id="first")
+            path.rename(tmp_path / "aside.db")
+            await _refused_as_moved(stub, sid)
+            assert not path.exists()
+            path.write_bytes(b"not the database")
+            await _refused_as_moved(stub, sid)
+            (tmp_path / "aside.db").replace(path)
+            await stub.AppendMessages(pb.AppendMessagesRequest(session_id=sid, messages=[user("after")]))
+            assert await contents(stub, sid) == ["the task", "after"]
+    finally:
+        await running.stop(grace=0.5)
+
+
 class _Driver(Exception):
     """A driver error as the drivers raise them: a SQLSTATE or a SQLite result code."""
 
@@ -205,6 +239,7 @@ class _Driver(Exception):
         (_Driver("53100"), Kind.UNAVAILABLE, "disk_full"),
         (_Driver("25006"), Kind.UNAVAILABLE, "read_only"),
         (_Driver("08006"), Kind.UNAVAILABLE, "connection_lost"),
+        (MovedDatabaseFile("the database file was moved"), Kind.UNAVAILABLE, "file_moved"),
         (ConnectionRefusedError(111, "refused"), Kind.UNAVAILABLE, "connection_lost"),
         (sqlite3.OperationalError("database is locked"), None, None),  # no result code: not recognised
     ],

@@ -15,7 +15,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from ctxfold import cpu
 from ctxfold.store import schema
 from ctxfold.store.append import AppendWrite, Outcome, Repeated, Row, Stale, Written
-from ctxfold.store.database import BUSY_TIMEOUT_MS, configure_sqlite_connection
+from ctxfold.store.database import BUSY_TIMEOUT_MS, SqliteFile, configure_sqlite_connection
 from ctxfold.store.errors import raise_store_error
 from ctxfold.store.rows import USAGE_FIELDS
 
@@ -68,9 +68,9 @@ def _compile() -> dict[str, tuple[str, tuple[str, ...]]]:
 
 
 class SqliteAppender:
-    def __init__(self, path: str, writer_turn: asyncio.Lock):
+    def __init__(self, file: SqliteFile, writer_turn: asyncio.Lock):
         self._sql = _compile()
-        self._path = path
+        self._file = file
         self._writer_turn = writer_turn  # the in-process writers' queue for SQLite's one write lock
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctxfold-append")
         self._conn: sqlite3.Connection | None = None
@@ -103,7 +103,7 @@ class SqliteAppender:
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             # `_commit` runs BEGIN/COMMIT itself; the loop and the thread use it in turn, never at once.
-            self._conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            self._conn = sqlite3.connect(self._file.path, isolation_level=None, check_same_thread=False)
             configure_sqlite_connection(self._conn)
             self._conn.execute("PRAGMA wal_autocheckpoint=0")
         return self._conn
@@ -118,6 +118,7 @@ class SqliteAppender:
         """`append` in one transaction; without `wait` (on the loop) another process's lock raises _Busy first."""
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS if wait else 0}")
         try:
+            self._file.check()
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
             if not wait and error.sqlite_errorcode == sqlite3.SQLITE_BUSY:

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import session_not_found
 from ctxfold.store import schema
-from ctxfold.store.database import WRITE_OPTION, row_counts
+from ctxfold.store.database import WRITE_OPTION, SqliteFile, row_counts
 from ctxfold.store.errors import raise_store_error
 from ctxfold.store.rows import session_from_row
 
@@ -81,7 +81,10 @@ class StoreBase:
         # Every time the store writes comes from here: a test or the server gives store and service one clock.
         self.clock = clock
         # SQLite's busy handler polls with sleeps of up to 100 ms: this process's writers queue here instead.
-        self._writer_turn: asyncio.Lock | None = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        sqlite = engine.dialect.name == "sqlite"
+        self._writer_turn: asyncio.Lock | None = asyncio.Lock() if sqlite else None
+        # Checked before every transaction, the appender's too (docs/operations.md, Errors: `file_moved`).
+        self._sqlite_file = SqliteFile(engine.url.database or "") if sqlite else None
         # PostgreSQL: one snapshot for every statement of a read (READ COMMITTED showed half a rewind).
         self._read_options = {"isolation_level": "REPEATABLE READ"} if engine.dialect.name == "postgresql" else {}
 
@@ -104,6 +107,8 @@ class StoreBase:
             async with contextlib.AsyncExitStack() as stack:
                 if write and self._writer_turn is not None:
                     await stack.enter_async_context(self._writer_turn)
+                if self._sqlite_file is not None:
+                    self._sqlite_file.check()
                 plain = await stack.enter_async_context(connection(self.engine))
                 conn = await plain.execution_options(**({WRITE_OPTION: True} if write else self._read_options))
                 async with conn.begin():

@@ -28,7 +28,8 @@ _PG_UNAVAILABLE = {
     "25006": "read_only",
 }
 _PG_UNAVAILABLE_CLASSES = {"08": "connection_lost", "53": "out_of_resources", "58": "io_error"}
-# SQLite primary result codes (the low byte of an extended code).
+# SQLite extended result codes with a cause of their own, then primary codes (the low byte of an extended code).
+_SQLITE_EXTENDED = {sqlite3.SQLITE_READONLY_DBMOVED: "file_moved"}
 _SQLITE_CONFLICT = {sqlite3.SQLITE_BUSY: "lock_timeout", sqlite3.SQLITE_LOCKED: "lock_timeout"}
 _SQLITE_UNAVAILABLE = {
     sqlite3.SQLITE_FULL: "disk_full",
@@ -60,6 +61,8 @@ def _condition(error: BaseException) -> tuple[Kind, str] | None:
     """(kind, cause) of a database condition among `error`'s causes, or None."""
     for cause in _causes(error):
         if isinstance(cause, sqlite3.Error) and hasattr(cause, "sqlite_errorcode"):
+            if cause.sqlite_errorcode in _SQLITE_EXTENDED:
+                return Kind.UNAVAILABLE, _SQLITE_EXTENDED[cause.sqlite_errorcode]
             code = cause.sqlite_errorcode & 0xFF
             if code in _SQLITE_CONFLICT:
                 return Kind.ABORTED, _SQLITE_CONFLICT[code]

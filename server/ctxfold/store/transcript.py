@@ -23,8 +23,8 @@ from ctxfold.store.state import read_messages
 class TranscriptStore(StoreBase):
     def __init__(self, engine: AsyncEngine, clock: Callable[[], float] = time.time):
         super().__init__(engine, clock)
-        turn = self._writer_turn  # SQLite's
-        self._appender = PostgresAppender(engine) if turn is None else SqliteAppender(engine.url.database or "", turn)
+        turn, file = self._writer_turn, self._sqlite_file  # SQLite's
+        self._appender = SqliteAppender(file, turn) if file and turn else PostgresAppender(engine)
         # The one write (`store/append.py`): all of it, or nothing when Stale or Repeated.
         self.append: Callable[[AppendWrite], Awaitable[Outcome]] = self._appender.write
 
