@@ -342,6 +342,31 @@ async def test_the_write_ahead_log_stays_bounded(
     assert max(sizes) - before < 12 << 20, (before, sizes)
 
 
+async def test_large_appends_keep_the_write_ahead_log_bounded_too(
+    backend: str, server: RunningServer, stub: pb_grpc.ContextServiceStub
+) -> None:
+    """Appends committed in the writer thread count toward its checkpoints, and so do their bytes: before,
+    only the event loop's commits did, and a run of large results grew the log without end."""
+    if backend != "sqlite":
+        pytest.skip("SQLite's write-ahead log")
+    record, revision = await started_session(stub, server)
+    wal = f"{server.store.engine.url.database}-wal"
+    before = await asyncio.to_thread(os.path.getsize, wal)  # earlier tests' high-water mark
+    sizes = []
+    for i in range(100):
+        call = ToolCall(f"call-{i}", "cat", "{}")
+        result = NewMessage(Role.TOOL, os.urandom(256 << 10).hex(), tool_call_id=call.id)
+        outcome = await store_append(
+            server, record, rows([NewMessage(Role.ASSISTANT, "", tool_calls=(call,)), result]), revision
+        )
+        assert isinstance(outcome, Written)
+        revision = outcome.revision
+        record = await server.store.get_session(TENANT, record.id)
+        sizes.append(await asyncio.to_thread(os.path.getsize, wal))
+    # Every append writes about 300 KiB (its result in compressed chunks): without checkpoints the log passes 28 MiB.
+    assert max(sizes) - before < 12 << 20, (before, sizes[::10])
+
+
 async def test_two_appends_from_one_version_commit_once(
     server: RunningServer, stub: pb_grpc.ContextServiceStub
 ) -> None:

@@ -21,8 +21,10 @@ from ctxfold.store.rows import USAGE_FIELDS
 
 # A write of at most this many bytes commits on the event loop, a larger one in the thread.
 INLINE_MAX_BYTES = cpu.OFFLOAD_MIN_BYTES
-# No WAL checkpoint on commit (it syncs the file): a passive one every this many commits, in the thread.
+# No WAL checkpoint on commit (it syncs the file): a passive one, in the thread, after this many commits or bytes
+# written (SQLite's own default is every 1000 pages), whichever comes first.
 CHECKPOINT_EVERY_COMMITS = 100
+CHECKPOINT_EVERY_BYTES = 4 << 20
 
 
 class _Busy(Exception):
@@ -74,24 +76,30 @@ class SqliteAppender:
         self._writer_turn = writer_turn  # the in-process writers' queue for SQLite's one write lock
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctxfold-append")
         self._conn: sqlite3.Connection | None = None
-        self._commits = 0
+        self._commits = 0  # and bytes written since the last checkpoint
+        self._bytes = 0
 
     async def write(self, append: AppendWrite) -> Outcome:
         """`append` committed on the loop when small, else (or while another process holds the lock) in the thread."""
         loop = asyncio.get_running_loop()
         async with self._writer_turn:
             conn = self._connection()
-            if append.size <= INLINE_MAX_BYTES:
-                try:
-                    outcome = self._commit(conn, append, wait=False)
-                except _Busy:
-                    pass  # another process writes: wait for it in the thread
-                else:
-                    self._commits += 1
-                    if self._commits % CHECKPOINT_EVERY_COMMITS == 0:
-                        await loop.run_in_executor(self._thread, self._checkpoint_wal, conn)
-                    return outcome
-            return await loop.run_in_executor(self._thread, self._commit, conn, append, True)
+            outcome = self._commit_inline(conn, append) if append.size <= INLINE_MAX_BYTES else None
+            if outcome is None:
+                outcome = await loop.run_in_executor(self._thread, self._commit, conn, append, True)
+            self._commits += 1
+            self._bytes += append.size
+            if self._commits >= CHECKPOINT_EVERY_COMMITS or self._bytes >= CHECKPOINT_EVERY_BYTES:
+                self._commits = self._bytes = 0
+                await loop.run_in_executor(self._thread, self._checkpoint_wal, conn)
+            return outcome
+
+    def _commit_inline(self, conn: sqlite3.Connection, append: AppendWrite) -> Outcome | None:
+        """`append` committed on the loop, or None while another process holds the lock (the thread waits for it)."""
+        try:
+            return self._commit(conn, append, wait=False)
+        except _Busy:
+            return None
 
     async def close(self) -> None:
         async with self._writer_turn:
