@@ -1,6 +1,7 @@
 """The store failing under the service: PostgreSQL stopped and restarted under load, a full disk (a
 read-only database maps alike: the unit cases at the end), the SQLite file moved away and back. Every
-call answers OK or UNAVAILABLE or ABORTED with a reason and a retry delay (never INTERNAL), reads and
+call answers OK or UNAVAILABLE or ABORTED with a reason and a retry delay (never a bare INTERNAL: a
+corrupt database answers INTERNAL STORAGE_CORRUPT, the one refusal no retry gets past), reads and
 health stay up, the service recovers without a restart, and retries with the same request id never
 append twice."""
 
@@ -218,6 +219,34 @@ async def test_a_sqlite_file_moved_or_replaced_while_serving_is_refused_until_it
         await running.stop(grace=0.5)
 
 
+async def test_a_corrupt_sqlite_database_answers_storage_corrupt(tmp_path: Path) -> None:
+    # Before, the call answered a bare INTERNAL ("internal error").
+    url = f"sqlite:///{tmp_path / 'ctxfold.db'}"
+    running = await start(settings_for(url))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        stub = pb_grpc.ContextServiceStub(channel)
+        sid = (await create_session(stub, context_window=100_000)).id
+        for step in range(50):
+            await stub.AppendMessages(pb.AppendMessagesRequest(session_id=sid, messages=[user(f"{step} " * 200)]))
+    await running.stop(grace=0.5)
+    with sqlite3.connect(tmp_path / "ctxfold.db") as db:
+        root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'messages'").fetchone()[0]
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    with (tmp_path / "ctxfold.db").open("r+b") as file:  # the messages table's root page, overwritten
+        file.seek((root - 1) * page_size)
+        file.write(b"\xff" * page_size)
+    running = await start(settings_for(url))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await contents(pb_grpc.ContextServiceStub(channel), sid)
+    finally:
+        await running.stop(grace=0.5)
+    assert refused.value.code() == grpc.StatusCode.INTERNAL
+    info = error_info(refused.value)
+    assert (info.reason, info.metadata["cause"]) == ("STORAGE_CORRUPT", "corrupt"), refused.value.details()
+
+
 class _Driver(Exception):
     """A driver error as the drivers raise them: a SQLSTATE or a SQLite result code."""
 
@@ -268,3 +297,21 @@ def test_sqlite_result_codes_map_by_their_primary_code() -> None:
     translated = store_error(busy)
     assert isinstance(translated, DomainError) and translated.kind is Kind.ABORTED
     assert store_error(KeyError("a bug")).__class__ is KeyError  # anything else stays what it is
+
+
+def test_a_corrupt_database_maps_to_storage_corrupt_without_a_retry() -> None:
+    not_a_database = sqlite3.DatabaseError("file is not a database")
+    not_a_database.sqlite_errorcode = sqlite3.SQLITE_NOTADB  # type: ignore[attr-defined]
+    for error, cause in (
+        (_Driver("XX001"), "corrupt"),
+        (_Driver("XX002"), "corrupt_index"),
+        (not_a_database, "not_a_database"),
+    ):
+        translated = store_error(error, connecting=True)
+        assert isinstance(translated, DomainError)
+        assert (translated.kind, translated.reason, translated.metadata["cause"]) == (
+            Kind.INTERNAL,
+            "STORAGE_CORRUPT",
+            cause,
+        )
+        assert translated.retry_after_seconds == 0

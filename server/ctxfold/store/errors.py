@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Iterator
 from typing import NoReturn
@@ -11,6 +12,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ctxfold.engine.errors import DomainError, Kind
+
+log = logging.getLogger(__name__)
 
 UNAVAILABLE_RETRY_SECONDS = 1.0
 CONFLICT_RETRY_SECONDS = 0.2
@@ -28,6 +31,7 @@ _PG_UNAVAILABLE = {
     "25006": "read_only",
 }
 _PG_UNAVAILABLE_CLASSES = {"08": "connection_lost", "53": "out_of_resources", "58": "io_error"}
+_PG_CORRUPT = {"XX001": "corrupt", "XX002": "corrupt_index"}
 # SQLite extended result codes with a cause of their own, then primary codes (the low byte of an extended code).
 _SQLITE_EXTENDED = {sqlite3.SQLITE_READONLY_DBMOVED: "file_moved"}
 _SQLITE_CONFLICT = {sqlite3.SQLITE_BUSY: "lock_timeout", sqlite3.SQLITE_LOCKED: "lock_timeout"}
@@ -38,6 +42,7 @@ _SQLITE_UNAVAILABLE = {
     sqlite3.SQLITE_CANTOPEN: "cannot_open",
     sqlite3.SQLITE_NOMEM: "out_of_memory",
 }
+_SQLITE_CORRUPT = {sqlite3.SQLITE_CORRUPT: "corrupt", sqlite3.SQLITE_NOTADB: "not_a_database"}
 
 # InternalClientError: a connection left mid-operation by an interruption, unusable from then on.
 _LOST = (asyncpg.InterfaceError, asyncpg.PostgresConnectionError, asyncpg.InternalClientError, OSError, TimeoutError)
@@ -68,10 +73,14 @@ def _condition(error: BaseException) -> tuple[Kind, str] | None:
                 return Kind.ABORTED, _SQLITE_CONFLICT[code]
             if code in _SQLITE_UNAVAILABLE:
                 return Kind.UNAVAILABLE, _SQLITE_UNAVAILABLE[code]
+            if code in _SQLITE_CORRUPT:
+                return Kind.INTERNAL, _SQLITE_CORRUPT[code]
         state = getattr(cause, "sqlstate", None)
         if isinstance(state, str) and len(state) == 5:
             if state in _PG_CONFLICT:
                 return Kind.ABORTED, _PG_CONFLICT[state]
+            if state in _PG_CORRUPT:
+                return Kind.INTERNAL, _PG_CORRUPT[state]
             name = _PG_UNAVAILABLE.get(state) or _PG_UNAVAILABLE_CLASSES.get(state[:2])
             if name:
                 return Kind.UNAVAILABLE, name
@@ -97,6 +106,10 @@ def store_error(error: BaseException, *, may_have_committed: bool = False, conne
         message = f"the database aborted the transaction ({cause}) because of a concurrent one; retry{outcome}"
         return DomainError(kind, "CONCURRENT_MODIFICATION", message, metadata, CONFLICT_RETRY_SECONDS)
     first_line = (str(getattr(error, "orig", None) or error) or type(error).__name__).splitlines()[0][:200]
+    if kind is Kind.INTERNAL:  # a retry cannot help: an operator must repair or restore the database
+        log.error("the database is corrupt (%s: %s)", cause, first_line)
+        message = f"the database is corrupt ({cause}: {first_line}); it needs repair or a restore from a backup"
+        return DomainError(kind, "STORAGE_CORRUPT", message, metadata)
     message = f"the database is unavailable ({cause}: {first_line}); retry{outcome}"
     return DomainError(kind, "STORE_UNAVAILABLE", message, metadata, UNAVAILABLE_RETRY_SECONDS)
 
