@@ -303,7 +303,8 @@ const (
 	ErrorReason_LIMIT_OUT_OF_RANGE ErrorReason = 19
 	// page_size is negative or above the documented maximum.
 	ErrorReason_INVALID_PAGE_SIZE ErrorReason = 20
-	// page_token was not produced by this server for this request.
+	// page_token was not produced by this server for this request (INVALID_ARGUMENT), or a ListMessages listing was
+	// overtaken by a Rewind of its session (ABORTED: list again from the first page).
 	ErrorReason_INVALID_PAGE_TOKEN ErrorReason = 21
 	// A seq (fork point, rewind target) is outside the session's transcript: negative (INVALID_ARGUMENT) or
 	// past its head (FAILED_PRECONDITION: the head moves with appends and rewinds).
@@ -1802,7 +1803,8 @@ type ListMessagesRequest struct {
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Maximum messages per page: 1..1000, default 100.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// The `next_page_token` of the previous page; empty for the first page.
+	// The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+	// of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Also list messages abandoned by Rewind (marked `abandoned`), after the live ones of the same seq.
 	IncludeAbandoned bool `protobuf:"varint,4,opt,name=include_abandoned,json=includeAbandoned,proto3" json:"include_abandoned,omitempty"`

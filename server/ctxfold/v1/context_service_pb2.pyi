@@ -192,7 +192,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     INVALID_PAGE_SIZE: _ErrorReason.ValueType  # 20
     """page_size is negative or above the documented maximum."""
     INVALID_PAGE_TOKEN: _ErrorReason.ValueType  # 21
-    """page_token was not produced by this server for this request."""
+    """page_token was not produced by this server for this request (INVALID_ARGUMENT), or a ListMessages listing was
+    overtaken by a Rewind of its session (ABORTED: list again from the first page).
+    """
     SEQ_OUT_OF_RANGE: _ErrorReason.ValueType  # 22
     """A seq (fork point, rewind target) is outside the session's transcript: negative (INVALID_ARGUMENT) or
     past its head (FAILED_PRECONDITION: the head moves with appends and rewinds).
@@ -301,7 +303,9 @@ LIMIT_OUT_OF_RANGE: ErrorReason.ValueType  # 19
 INVALID_PAGE_SIZE: ErrorReason.ValueType  # 20
 """page_size is negative or above the documented maximum."""
 INVALID_PAGE_TOKEN: ErrorReason.ValueType  # 21
-"""page_token was not produced by this server for this request."""
+"""page_token was not produced by this server for this request (INVALID_ARGUMENT), or a ListMessages listing was
+overtaken by a Rewind of its session (ABORTED: list again from the first page).
+"""
 SEQ_OUT_OF_RANGE: ErrorReason.ValueType  # 22
 """A seq (fork point, rewind target) is outside the session's transcript: negative (INVALID_ARGUMENT) or
 past its head (FAILED_PRECONDITION: the head moves with appends and rewinds).
@@ -1104,7 +1108,9 @@ class ListMessagesRequest(_message.Message):
     page_size: _builtins.int
     """Maximum messages per page: 1..1000, default 100."""
     page_token: _builtins.str
-    """The `next_page_token` of the previous page; empty for the first page."""
+    """The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+    of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
+    """
     include_abandoned: _builtins.bool
     """Also list messages abandoned by Rewind (marked `abandoned`), after the live ones of the same seq."""
     def __init__(

@@ -1286,7 +1286,8 @@ export type ListMessagesRequest = Message$1<"ctxfold.v1.ListMessagesRequest"> & 
   pageSize: number;
 
   /**
-   * The `next_page_token` of the previous page; empty for the first page.
+   * The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+   * of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
    *
    * @generated from field: string page_token = 3;
    */
@@ -1321,7 +1322,8 @@ export type ListMessagesRequestJson = {
   pageSize?: number;
 
   /**
-   * The `next_page_token` of the previous page; empty for the first page.
+   * The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+   * of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
    *
    * @generated from field: string page_token = 3;
    */
@@ -3464,7 +3466,8 @@ export enum ErrorReason {
   INVALID_PAGE_SIZE = 20,
 
   /**
-   * page_token was not produced by this server for this request.
+   * page_token was not produced by this server for this request (INVALID_ARGUMENT), or a ListMessages listing was
+   * overtaken by a Rewind of its session (ABORTED: list again from the first page).
    *
    * @generated from enum value: INVALID_PAGE_TOKEN = 21;
    */

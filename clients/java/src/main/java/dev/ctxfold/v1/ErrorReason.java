@@ -188,7 +188,8 @@ public enum ErrorReason
   INVALID_PAGE_SIZE(20),
   /**
    * <pre>
-   * page_token was not produced by this server for this request.
+   * page_token was not produced by this server for this request (INVALID_ARGUMENT), or a ListMessages listing was
+   * overtaken by a Rewind of its session (ABORTED: list again from the first page).
    * </pre>
    *
    * <code>INVALID_PAGE_TOKEN = 21;</code>
@@ -547,7 +548,8 @@ public enum ErrorReason
   public static final int INVALID_PAGE_SIZE_VALUE = 20;
   /**
    * <pre>
-   * page_token was not produced by this server for this request.
+   * page_token was not produced by this server for this request (INVALID_ARGUMENT), or a ListMessages listing was
+   * overtaken by a Rewind of its session (ABORTED: list again from the first page).
    * </pre>
    *
    * <code>INVALID_PAGE_TOKEN = 21;</code>

@@ -121,7 +121,8 @@ private static final long serialVersionUID = 0L;
   private volatile java.lang.Object pageToken_ = "";
   /**
    * <pre>
-   * The `next_page_token` of the previous page; empty for the first page.
+   * The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+   * of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
    * </pre>
    *
    * <code>string page_token = 3;</code>
@@ -142,7 +143,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * The `next_page_token` of the previous page; empty for the first page.
+   * The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+   * of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
    * </pre>
    *
    * <code>string page_token = 3;</code>
@@ -688,7 +690,8 @@ private static final long serialVersionUID = 0L;
     private java.lang.Object pageToken_ = "";
     /**
      * <pre>
-     * The `next_page_token` of the previous page; empty for the first page.
+     * The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+     * of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
      * </pre>
      *
      * <code>string page_token = 3;</code>
@@ -708,7 +711,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The `next_page_token` of the previous page; empty for the first page.
+     * The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+     * of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
      * </pre>
      *
      * <code>string page_token = 3;</code>
@@ -729,7 +733,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The `next_page_token` of the previous page; empty for the first page.
+     * The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+     * of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
      * </pre>
      *
      * <code>string page_token = 3;</code>
@@ -746,7 +751,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The `next_page_token` of the previous page; empty for the first page.
+     * The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+     * of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
      * </pre>
      *
      * <code>string page_token = 3;</code>
@@ -760,7 +766,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The `next_page_token` of the previous page; empty for the first page.
+     * The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+     * of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
      * </pre>
      *
      * <code>string page_token = 3;</code>

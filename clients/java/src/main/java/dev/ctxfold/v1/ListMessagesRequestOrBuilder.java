@@ -42,7 +42,8 @@ public interface ListMessagesRequestOrBuilder extends
 
   /**
    * <pre>
-   * The `next_page_token` of the previous page; empty for the first page.
+   * The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+   * of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
    * </pre>
    *
    * <code>string page_token = 3;</code>
@@ -51,7 +52,8 @@ public interface ListMessagesRequestOrBuilder extends
   java.lang.String getPageToken();
   /**
    * <pre>
-   * The `next_page_token` of the previous page; empty for the first page.
+   * The `next_page_token` of the previous page; empty for the first page. Appends between pages go on; a Rewind
+   * of the session ends the listing (ABORTED INVALID_PAGE_TOKEN: list again from the first page).
    * </pre>
    *
    * <code>string page_token = 3;</code>
