@@ -103,3 +103,5 @@ def test_prepare_path_benchmark_traces_the_append_path(tmp_path: Path) -> None:
     assert "engine/context.py" in document["engine_modules"]
     assert document["stops"][0].startswith("api/") and len(document["stops"]) >= len(document["shell_modules"])
     assert "goal: at most 6 shell modules behind the door" in result.stdout
+    # Issue 22's shape: the file-moved check once added store/database.py as a seventh stop.
+    assert document["goal_pass"], document["use_case"]

@@ -25,7 +25,7 @@ from builders import create_session, prepare, user
 from conftest import fresh_database, settings_for
 from ctxfold.engine.errors import DomainError, Kind
 from ctxfold.server import RunningServer, start
-from ctxfold.store.database import MovedDatabaseFile
+from ctxfold.store.append_sqlite import MovedDatabaseFile
 from ctxfold.store.errors import store_error
 from ctxfold.v1 import context_service_pb2 as pb
 from ctxfold.v1 import context_service_pb2_grpc as pb_grpc

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,7 +16,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from ctxfold import cpu
 from ctxfold.store import schema
 from ctxfold.store.append import AppendWrite, Outcome, Repeated, Row, Stale, Written
-from ctxfold.store.database import BUSY_TIMEOUT_MS, SqliteFile, configure_sqlite_connection
+from ctxfold.store.database import BUSY_TIMEOUT_MS, configure_sqlite_connection
 from ctxfold.store.errors import raise_store_error
 from ctxfold.store.rows import USAGE_FIELDS
 
@@ -67,6 +68,36 @@ def _compile() -> dict[str, tuple[str, tuple[str, ...]]]:
     dialect = sqlite_dialect.dialect(paramstyle="qmark")
     compiled = {name: statement.compile(dialect=dialect) for name, statement in statements.items()}
     return {name: (str(done), tuple(done.positiontup or ())) for name, done in compiled.items()}
+
+
+class MovedDatabaseFile(sqlite3.OperationalError):
+    """SQLite's own error for a database file moved since it was opened (it checks in rollback-journal mode only)."""
+
+    sqlite_errorcode = sqlite3.SQLITE_READONLY_DBMOVED
+
+
+class SqliteFile:
+    """The SQLite file at `path` as its first transaction found it. Once it is moved, deleted or replaced under the
+    running server, every transaction fails (MovedDatabaseFile) until it is back: the pool's open connections would
+    write on to a file nobody will open again, and a new one would create an empty database at the path."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._identity: tuple[int, int] | None = None
+
+    def _current(self) -> tuple[int, int] | None:
+        try:
+            found = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def check(self) -> None:
+        current = self._current()
+        if self._identity is None:
+            self._identity = current
+        elif current != self._identity:
+            raise MovedDatabaseFile(f"the database file {self.path} was moved, deleted or replaced; put it back")
 
 
 class SqliteAppender:

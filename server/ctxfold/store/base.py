@@ -15,7 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ctxfold.engine.context import SessionRecord
 from ctxfold.engine.errors import session_not_found
 from ctxfold.store import schema
-from ctxfold.store.database import WRITE_OPTION, SqliteFile, row_counts
+from ctxfold.store.append_sqlite import SqliteFile
+from ctxfold.store.database import WRITE_OPTION, row_counts
 from ctxfold.store.errors import raise_store_error
 from ctxfold.store.rows import session_from_row
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -79,36 +77,6 @@ def configure_sqlite_connection(connection: Any) -> None:
         cursor.execute(f"PRAGMA {pragma}")
     cursor.execute("PRAGMA journal_size_limit=33554432")
     cursor.close()
-
-
-class MovedDatabaseFile(sqlite3.OperationalError):
-    """SQLite's own error for a database file moved since it was opened (it checks in rollback-journal mode only)."""
-
-    sqlite_errorcode = sqlite3.SQLITE_READONLY_DBMOVED
-
-
-class SqliteFile:
-    """The SQLite file at `path` as its first transaction found it. Once it is moved, deleted or replaced under the
-    running server, every transaction fails (MovedDatabaseFile) until it is back: the pool's open connections would
-    write on to a file nobody will open again, and a new one would create an empty database at the path."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._identity: tuple[int, int] | None = None
-
-    def _current(self) -> tuple[int, int] | None:
-        try:
-            found = os.stat(self.path)
-        except FileNotFoundError:
-            return None
-        return found.st_dev, found.st_ino
-
-    def check(self) -> None:
-        current = self._current()
-        if self._identity is None:
-            self._identity = current
-        elif current != self._identity:
-            raise MovedDatabaseFile(f"the database file {self.path} was moved, deleted or replaced; put it back")
 
 
 class SchemaError(Exception):
